@@ -1,0 +1,17 @@
+import { defineConfig } from 'vitest/config';
+
+// Unit tests live next to the code (`*/src/**/*.test.ts`); end-to-end tests that spawn real
+// server/agent processes live in test/e2e and import the built packages (run `pnpm build` first).
+export default defineConfig({
+  test: {
+    include: ['proto/src/**/*.test.ts', 'server/src/**/*.test.ts', 'agent/src/**/*.test.ts', 'client/src/**/*.test.ts', 'test/src/**/*.test.ts', 'test/e2e/**/*.test.ts'],
+    exclude: ['**/node_modules/**', '**/dist/**'],
+    testTimeout: 60_000,
+    hookTimeout: 60_000,
+    // 2-core machines: end-to-end files spawn several processes each; run files one or two at a time.
+    fileParallelism: true,
+    maxWorkers: 2,
+    minWorkers: 1,
+    pool: 'forks',
+  },
+});
