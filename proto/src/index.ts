@@ -1,0 +1,12 @@
+export * from './packet.js';
+export * from './codec.js';
+export * from './identifiers.js';
+export * from './metadata.js';
+export * from './services.js';
+export * from './limits.js';
+export * from './flow-control.js';
+export * from './errors.js';
+
+import { fileURLToPath } from 'node:url';
+/** Directory holding client.proto and agent.proto (for tools that load the .proto files). */
+export const PROTO_DIR = fileURLToPath(new URL('..', import.meta.url));

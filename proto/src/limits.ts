@@ -1,0 +1,18 @@
+// Sizes shared by every peer of ours. They are defaults; a process may be configured otherwise.
+
+/** Largest DATA payload we send: big enough to keep per-message overhead low, small enough to
+ * interleave fairly with other connections on a shared stream. */
+export const MAX_DATA_CHUNK = 256 * 1024;
+
+/** Largest gRPC message we accept. grpc-go's default receive limit is 4 MiB; ANP clients send one
+ * DATA per Write with no cap, so we accept a little more than that. Larger is a protocol error. */
+export const MAX_MESSAGE_BYTES = 4 * 1024 * 1024 + 1024;
+
+/** Default per-connection credit window. At 20 ms RTT, 4 MiB in flight allows ~200 MB/s. */
+export const DEFAULT_CONNECTION_WINDOW = 4 * 1024 * 1024;
+
+/** HTTP/2 windows we ask for on every session (stream and connection level). They only cap what
+ * can be in flight; memory is bounded by the per-connection credit above, because every reader
+ * consumes the shared stream at once. */
+export const HTTP2_STREAM_WINDOW = 32 * 1024 * 1024;
+export const HTTP2_CONNECTION_WINDOW = 64 * 1024 * 1024;

@@ -1,0 +1,236 @@
+/**
+ * Issuing the certificates cluster-proxy needs: a self-signed CA, serving certificates for the
+ * hub listeners, client certificates for hub users, and agent client certificates bound to one
+ * managed cluster. node-forge builds and signs the X.509 structures; Node's crypto generates the
+ * RSA keys because its native generator is far faster than forge's pure-JS one.
+ */
+import { generateKeyPairSync, randomBytes } from 'node:crypto';
+import forge from 'node-forge';
+import { agentSubject, DEFAULT_AGENT_NAME } from './agent-identity.js';
+import { ipToBytes } from './ip-address.js';
+
+export interface PemPair {
+  certPem: string;
+  keyPem: string;
+}
+
+/** When a certificate is valid. `notBefore`/`notAfter` win over `validityDays` when given. */
+export interface ValidityOptions {
+  validityDays?: number;
+  notBefore?: Date;
+  notAfter?: Date;
+}
+
+export interface CAOptions extends ValidityOptions {
+  commonName?: string;
+}
+
+export interface ServerCertOptions extends ValidityOptions {
+  commonName: string;
+  dnsNames?: string[];
+  ipAddresses?: string[];
+}
+
+export interface ClientCertOptions extends ValidityOptions {
+  commonName: string;
+  organization?: string[];
+}
+
+export interface AgentCertOptions extends ValidityOptions {
+  cluster: string;
+  agentName?: string;
+}
+
+export const DEFAULT_CA_COMMON_NAME = 'cluster-proxy-ca';
+export const DEFAULT_CA_VALIDITY_DAYS = 3650;
+export const DEFAULT_LEAF_VALIDITY_DAYS = 180;
+const RSA_BITS = 2048;
+// Backdate default notBefore so a peer whose clock is a little behind ours still accepts a
+// certificate we just issued.
+const CLOCK_SKEW_MS = 5 * 60 * 1000;
+const DAY_MS = 24 * 60 * 60 * 1000;
+// GeneralName tags in subjectAltName (RFC 5280 4.2.1.6).
+const SAN_DNS = 2;
+const SAN_IP = 7;
+
+type SubjectAttribute = { shortName: string; value: string };
+
+export function createCA(opts: CAOptions = {}): PemPair {
+  const commonName = opts.commonName ?? DEFAULT_CA_COMMON_NAME;
+  assertNonEmpty(commonName, 'CA common name');
+  const keys = generateRsaKeys();
+  const cert = newCertificate(keys.publicKey, opts, DEFAULT_CA_VALIDITY_DAYS);
+  const subject: SubjectAttribute[] = [{ shortName: 'CN', value: commonName }];
+  cert.setSubject(subject);
+  cert.setIssuer(subject);
+  cert.setExtensions([
+    { name: 'basicConstraints', cA: true, critical: true },
+    { name: 'keyUsage', keyCertSign: true, cRLSign: true, critical: true },
+    { name: 'subjectKeyIdentifier' },
+  ]);
+  cert.sign(forge.pki.privateKeyFromPem(keys.keyPem), forge.md.sha256.create());
+  return { certPem: forge.pki.certificateToPem(cert), keyPem: keys.keyPem };
+}
+
+export function issueServerCert(ca: PemPair, opts: ServerCertOptions): PemPair {
+  assertNonEmpty(opts.commonName, 'server common name');
+  const dnsNames = opts.dnsNames ?? [];
+  const ipAddresses = opts.ipAddresses ?? [];
+  for (const name of dnsNames) assertNonEmpty(name, 'DNS name');
+  // Validate every IP before generating a key, so bad input fails fast.
+  const altNames = [
+    ...dnsNames.map((value) => ({ type: SAN_DNS, value })),
+    ...ipAddresses.map((ip) => ({ type: SAN_IP, value: bytesToBinaryString(ipToBytes(ip)) })),
+  ];
+  // serverAuth for the listeners; clientAuth too so the same identity can dial a peer hub.
+  return issueLeaf(ca, [{ shortName: 'CN', value: opts.commonName }], opts, {
+    extKeyUsage: { serverAuth: true, clientAuth: true },
+    altNames,
+  });
+}
+
+export function issueClientCert(ca: PemPair, opts: ClientCertOptions): PemPair {
+  assertNonEmpty(opts.commonName, 'client common name');
+  const organization = opts.organization ?? [];
+  for (const o of organization) assertNonEmpty(o, 'organization');
+  // Kubernetes reads O as groups and CN as the user name; keep O before CN like kubeadm does.
+  const subject: SubjectAttribute[] = [
+    ...organization.map((value) => ({ shortName: 'O', value })),
+    { shortName: 'CN', value: opts.commonName },
+  ];
+  return issueLeaf(ca, subject, opts, { extKeyUsage: { clientAuth: true }, altNames: [] });
+}
+
+export function issueAgentCert(ca: PemPair, opts: AgentCertOptions): PemPair {
+  // agentSubject validates both names (DNS-1123), so a bad cluster name never reaches a cert.
+  const { commonName, organization } = agentSubject(opts.cluster, opts.agentName ?? DEFAULT_AGENT_NAME);
+  return issueClientCert(ca, {
+    commonName,
+    organization: [organization],
+    validityDays: opts.validityDays,
+    notBefore: opts.notBefore,
+    notAfter: opts.notAfter,
+  });
+}
+
+// --- internals ------------------------------------------------------------------------------
+
+interface LeafProfile {
+  extKeyUsage: { serverAuth?: boolean; clientAuth?: boolean };
+  altNames: { type: number; value: string }[];
+}
+
+function issueLeaf(ca: PemPair, subject: SubjectAttribute[], validity: ValidityOptions, profile: LeafProfile): PemPair {
+  const issuer = loadIssuer(ca);
+  const keys = generateRsaKeys();
+  const cert = newCertificate(keys.publicKey, validity, DEFAULT_LEAF_VALIDITY_DAYS);
+  cert.setSubject(subject);
+  // Copy the CA's subject as parsed so the issuer name matches it byte for byte.
+  cert.setIssuer(issuer.cert.subject.attributes);
+  const extensions: object[] = [
+    { name: 'basicConstraints', cA: false, critical: true },
+    { name: 'keyUsage', digitalSignature: true, keyEncipherment: true, critical: true },
+    { name: 'extKeyUsage', ...profile.extKeyUsage },
+    { name: 'subjectKeyIdentifier' },
+    { name: 'authorityKeyIdentifier', keyIdentifier: issuer.keyIdentifier },
+  ];
+  if (profile.altNames.length > 0) extensions.push({ name: 'subjectAltName', altNames: profile.altNames });
+  cert.setExtensions(extensions);
+  cert.sign(issuer.key, forge.md.sha256.create());
+  return { certPem: forge.pki.certificateToPem(cert), keyPem: keys.keyPem };
+}
+
+interface Issuer {
+  cert: forge.pki.Certificate;
+  key: forge.pki.rsa.PrivateKey;
+  keyIdentifier: string; // binary string, as forge wants it
+}
+
+// Check the CA pair up front: signing with a key that does not match the CA certificate would
+// produce leaves nobody can verify, and the failure would only show up at handshake time.
+function loadIssuer(ca: PemPair): Issuer {
+  let cert: forge.pki.Certificate;
+  let key: forge.pki.rsa.PrivateKey;
+  try {
+    cert = forge.pki.certificateFromPem(ca.certPem);
+  } catch (err) {
+    throw new Error(`CA certificate is not a PEM RSA certificate: ${errorMessage(err)}`);
+  }
+  try {
+    key = forge.pki.privateKeyFromPem(ca.keyPem);
+  } catch {
+    // forge's message can quote key material in some paths; keep the key out of errors.
+    throw new Error('CA key is not an unencrypted PEM RSA private key');
+  }
+  const basicConstraints = cert.getExtension('basicConstraints') as { cA?: boolean } | undefined;
+  if (!basicConstraints?.cA) throw new Error('CA certificate is not a CA (basicConstraints cA is not true)');
+  const publicKey = cert.publicKey as forge.pki.rsa.PublicKey;
+  if (publicKey.n.compareTo(key.n) !== 0 || publicKey.e.compareTo(key.e) !== 0) {
+    throw new Error('CA key does not match the CA certificate');
+  }
+  // Prefer the CA's own subjectKeyIdentifier so authorityKeyIdentifier matches it even for CAs
+  // made elsewhere with a different key-id method.
+  const ski = cert.getExtension('subjectKeyIdentifier') as { subjectKeyIdentifier?: string } | undefined;
+  const keyIdentifier = ski?.subjectKeyIdentifier
+    ? forge.util.hexToBytes(ski.subjectKeyIdentifier)
+    : cert.generateSubjectKeyIdentifier().getBytes();
+  return { cert, key, keyIdentifier };
+}
+
+function newCertificate(publicKey: forge.pki.rsa.PublicKey, validity: ValidityOptions, defaultDays: number): forge.pki.Certificate {
+  const { notBefore, notAfter } = validityWindow(validity, defaultDays);
+  const cert = forge.pki.createCertificate();
+  cert.publicKey = publicKey;
+  cert.serialNumber = randomSerialHex();
+  cert.validity.notBefore = notBefore;
+  cert.validity.notAfter = notAfter;
+  return cert;
+}
+
+function validityWindow(opts: ValidityOptions, defaultDays: number): { notBefore: Date; notAfter: Date } {
+  const days = opts.validityDays ?? defaultDays;
+  if (!Number.isFinite(days) || days <= 0) throw new Error(`invalid validityDays ${days}: must be a positive number`);
+  for (const [name, date] of [['notBefore', opts.notBefore], ['notAfter', opts.notAfter]] as const) {
+    if (date !== undefined && !(date instanceof Date && Number.isFinite(date.getTime()))) {
+      throw new Error(`invalid ${name}: not a valid Date`);
+    }
+  }
+  const now = Date.now();
+  const notBefore = opts.notBefore ?? new Date(now - CLOCK_SKEW_MS);
+  // validityDays counts from the explicit start if one was given, else from now.
+  const notAfter = opts.notAfter ?? new Date((opts.notBefore?.getTime() ?? now) + days * DAY_MS);
+  if (notAfter.getTime() <= notBefore.getTime()) {
+    throw new Error(`invalid validity: notAfter (${notAfter.toISOString()}) is not after notBefore (${notBefore.toISOString()})`);
+  }
+  return { notBefore, notAfter };
+}
+
+function generateRsaKeys(): { publicKey: forge.pki.rsa.PublicKey; keyPem: string } {
+  const { publicKey, privateKey } = generateKeyPairSync('rsa', {
+    modulusLength: RSA_BITS,
+    publicKeyEncoding: { type: 'spki', format: 'pem' },
+    // PKCS#8 ("BEGIN PRIVATE KEY"): what Node, Go's tls.LoadX509KeyPair and kubectl all read.
+    privateKeyEncoding: { type: 'pkcs8', format: 'pem' },
+  });
+  return { publicKey: forge.pki.publicKeyFromPem(publicKey) as forge.pki.rsa.PublicKey, keyPem: privateKey };
+}
+
+// 128 random bits with the top bit cleared (serials must be positive) and a non-zero first byte
+// (DER integers must be minimally encoded; OpenSSL rejects a leading 0x00 before a byte < 0x80).
+function randomSerialHex(): string {
+  const bytes = randomBytes(16);
+  bytes.writeUInt8(bytes.readUInt8(0) & 0x7f || 0x01, 0);
+  return bytes.toString('hex');
+}
+
+function bytesToBinaryString(bytes: Uint8Array): string {
+  return String.fromCharCode(...bytes);
+}
+
+function assertNonEmpty(value: string, what: string): void {
+  if (typeof value !== 'string' || value.trim() === '') throw new Error(`invalid ${what}: must be a non-empty string`);
+}
+
+function errorMessage(err: unknown): string {
+  return err instanceof Error ? err.message : String(err);
+}
