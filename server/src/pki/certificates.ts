@@ -58,8 +58,10 @@ type SubjectAttribute = { shortName: string; value: string };
 export function createCA(opts: CAOptions = {}): PemPair {
   const commonName = opts.commonName ?? DEFAULT_CA_COMMON_NAME;
   assertNonEmpty(commonName, 'CA common name');
+  // Validate everything before generating a key: key generation is the slow part.
+  const window = validityWindow(opts, DEFAULT_CA_VALIDITY_DAYS);
   const keys = generateRsaKeys();
-  const cert = newCertificate(keys.publicKey, opts, DEFAULT_CA_VALIDITY_DAYS);
+  const cert = newCertificate(keys.publicKey, window);
   const subject: SubjectAttribute[] = [{ shortName: 'CN', value: commonName }];
   cert.setSubject(subject);
   cert.setIssuer(subject);
@@ -77,7 +79,7 @@ export function issueServerCert(ca: PemPair, opts: ServerCertOptions): PemPair {
   const dnsNames = opts.dnsNames ?? [];
   const ipAddresses = opts.ipAddresses ?? [];
   for (const name of dnsNames) assertNonEmpty(name, 'DNS name');
-  // Validate every IP before generating a key, so bad input fails fast.
+  // Converting the IPs also validates them, before any key is generated.
   const altNames = [
     ...dnsNames.map((value) => ({ type: SAN_DNS, value })),
     ...ipAddresses.map((ip) => ({ type: SAN_IP, value: bytesToBinaryString(ipToBytes(ip)) })),
@@ -121,9 +123,10 @@ interface LeafProfile {
 }
 
 function issueLeaf(ca: PemPair, subject: SubjectAttribute[], validity: ValidityOptions, profile: LeafProfile): PemPair {
+  const window = validityWindow(validity, DEFAULT_LEAF_VALIDITY_DAYS);
   const issuer = loadIssuer(ca);
   const keys = generateRsaKeys();
-  const cert = newCertificate(keys.publicKey, validity, DEFAULT_LEAF_VALIDITY_DAYS);
+  const cert = newCertificate(keys.publicKey, window);
   cert.setSubject(subject);
   // Copy the CA's subject as parsed so the issuer name matches it byte for byte.
   cert.setIssuer(issuer.cert.subject.attributes);
@@ -177,8 +180,7 @@ function loadIssuer(ca: PemPair): Issuer {
   return { cert, key, keyIdentifier };
 }
 
-function newCertificate(publicKey: forge.pki.rsa.PublicKey, validity: ValidityOptions, defaultDays: number): forge.pki.Certificate {
-  const { notBefore, notAfter } = validityWindow(validity, defaultDays);
+function newCertificate(publicKey: forge.pki.rsa.PublicKey, { notBefore, notAfter }: ValidityWindow): forge.pki.Certificate {
   const cert = forge.pki.createCertificate();
   cert.publicKey = publicKey;
   cert.serialNumber = randomSerialHex();
@@ -187,7 +189,12 @@ function newCertificate(publicKey: forge.pki.rsa.PublicKey, validity: ValidityOp
   return cert;
 }
 
-function validityWindow(opts: ValidityOptions, defaultDays: number): { notBefore: Date; notAfter: Date } {
+interface ValidityWindow {
+  notBefore: Date;
+  notAfter: Date;
+}
+
+function validityWindow(opts: ValidityOptions, defaultDays: number): ValidityWindow {
   const days = opts.validityDays ?? defaultDays;
   if (!Number.isFinite(days) || days <= 0) throw new Error(`invalid validityDays ${days}: must be a positive number`);
   for (const [name, date] of [['notBefore', opts.notBefore], ['notAfter', opts.notAfter]] as const) {

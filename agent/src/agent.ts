@@ -1,0 +1,199 @@
+// The agent: keeps one Connect stream per proxy-server replica (reached through one address, usually
+// a load balancer), reconnects with backoff, and drains on shutdown.
+import { randomUUID } from 'node:crypto';
+import * as grpc from '@grpc/grpc-js';
+import { clusterHostNames, formatIdentifiers, emptyIdentifiers, DEFAULT_CONNECTION_WINDOW, type AgentIdentifiers } from '@cluster-proxy/proto';
+import type { Logger } from 'pino';
+import { Backoff } from './backoff.js';
+import { ServerConnection, type ConnectionSummary } from './server-connection.js';
+import { TargetDialer } from './target-dialer.js';
+
+export interface AgentOptions {
+  cluster: string;
+  /** Install namespace; the agent registers `<cluster>.<namespace>` too (SPEC §4). */
+  namespace: string;
+  /** host:port of the hub's agent listener. */
+  hubAddress: string;
+  /** PEM contents. */
+  caCert: Buffer;
+  cert: Buffer;
+  key: Buffer;
+  /** TLS server name to verify instead of the address host. */
+  serverName?: string;
+  apiserver: string;
+  allow: string[];
+  agentID?: string;
+  /** Extra identifiers beyond the cluster's own names (the hub must have granted them). */
+  extraIdentifiers?: Partial<AgentIdentifiers>;
+  dialTimeoutMs?: number;
+  window?: number;
+  /** How long open connections may finish after SIGTERM before the agent exits. */
+  drainGraceMs?: number;
+  backoffInitialMs?: number;
+  backoffMaxMs?: number;
+  keepaliveTimeMs?: number;
+  keepaliveTimeoutMs?: number;
+  log: Logger;
+}
+
+export interface AgentStatus {
+  agentID: string;
+  cluster: string;
+  draining: boolean;
+  servers: { serverID: string; serverCount: number; credit: boolean; connections: ConnectionSummary[] }[];
+}
+
+export class Agent {
+  readonly agentID: string;
+  private readonly servers = new Map<string, ServerConnection>();
+  private readonly dialer: TargetDialer;
+  private readonly identifiers: string;
+  private readonly backoff: Backoff;
+  private readonly credentials: grpc.ChannelCredentials;
+  private connectID = 0;
+  private draining = false;
+  private stopped = false;
+  private timer: NodeJS.Timeout | null = null;
+  private attempt: ServerConnection | null = null;
+  private knownServerCount = 1;
+  private lastError = '';
+
+  constructor(private readonly opts: AgentOptions) {
+    this.agentID = opts.agentID ?? randomUUID();
+    const names = clusterHostNames(opts.cluster, opts.namespace);
+    this.dialer = new TargetDialer({ clusterNames: names, apiserver: opts.apiserver, allow: opts.allow, dialTimeoutMs: opts.dialTimeoutMs ?? 5000 });
+    const ids = { ...emptyIdentifiers(), ...opts.extraIdentifiers };
+    ids.host = [...names, ...(opts.extraIdentifiers?.host ?? [])];
+    this.identifiers = formatIdentifiers(ids);
+    this.backoff = new Backoff({ initialMs: opts.backoffInitialMs ?? 500, maxMs: opts.backoffMaxMs ?? 30_000 });
+    this.credentials = grpc.credentials.createSsl(opts.caCert, opts.key, opts.cert);
+  }
+
+  start(): void {
+    this.opts.log.info({ agentID: this.agentID, cluster: this.opts.cluster, hub: this.opts.hubAddress, identifiers: this.identifiers }, 'agent starting');
+    this.schedule(0);
+  }
+
+  status(): AgentStatus {
+    return {
+      agentID: this.agentID,
+      cluster: this.opts.cluster,
+      draining: this.draining,
+      servers: [...this.servers.values()].map((s) => ({ serverID: s.serverID, serverCount: s.serverCount, credit: s.credit, connections: s.summary() })),
+    };
+  }
+
+  /** Number of replicas we hold a working stream to. */
+  get connectedServers(): number {
+    return this.servers.size;
+  }
+
+  get openConnections(): number {
+    let n = 0;
+    for (const s of this.servers.values()) n += s.connectionCount;
+    return n;
+  }
+
+  get lastConnectError(): string {
+    return this.lastError;
+  }
+
+  /**
+   * SIGTERM: send DRAIN to every server, refuse new dials, let open connections finish for at most
+   * `drainGraceMs`, then close. Resolves when the agent has stopped.
+   */
+  async drain(): Promise<void> {
+    if (this.draining) return;
+    this.draining = true;
+    this.clearTimer();
+    for (const s of this.servers.values()) s.sendDrain();
+    const grace = this.opts.drainGraceMs ?? 30_000;
+    this.opts.log.info({ openConnections: this.openConnections, graceMs: grace }, 'draining');
+    const deadline = Date.now() + grace;
+    while (this.openConnections > 0 && Date.now() < deadline) {
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    if (this.openConnections > 0) this.opts.log.warn({ openConnections: this.openConnections }, 'drain grace period over, closing remaining connections');
+    this.stop();
+  }
+
+  stop(): void {
+    this.stopped = true;
+    this.clearTimer();
+    this.attempt?.close();
+    for (const s of [...this.servers.values()]) s.close();
+    this.servers.clear();
+  }
+
+  private clearTimer(): void {
+    if (this.timer) clearTimeout(this.timer);
+    this.timer = null;
+  }
+
+  private schedule(delayMs: number): void {
+    if (this.stopped || this.draining) return;
+    this.clearTimer();
+    this.timer = setTimeout(() => {
+      this.timer = null;
+      void this.connectOnce();
+    }, delayMs);
+  }
+
+  /** One attempt to add a server stream; then decides when to try again. */
+  private async connectOnce(): Promise<void> {
+    if (this.stopped || this.draining || this.attempt) return;
+    if (this.servers.size >= this.knownServerCount) return; // full set; a loss reschedules
+    const conn = new ServerConnection({
+      address: this.opts.hubAddress,
+      credentials: this.credentials,
+      channelOptions: this.opts.serverName ? { 'grpc.ssl_target_name_override': this.opts.serverName, 'grpc.default_authority': this.opts.serverName } : {},
+      agentID: this.agentID,
+      identifiers: this.identifiers,
+      window: this.opts.window ?? DEFAULT_CONNECTION_WINDOW,
+      dialer: this.dialer,
+      log: this.opts.log,
+      isDraining: () => this.draining,
+      nextConnectID: () => ++this.connectID,
+      headerTimeoutMs: 15_000,
+      keepaliveTimeMs: this.opts.keepaliveTimeMs ?? 15_000,
+      keepaliveTimeoutMs: this.opts.keepaliveTimeoutMs ?? 10_000,
+    });
+    this.attempt = conn;
+    try {
+      await conn.ready();
+    } catch (err) {
+      this.attempt = null;
+      const message = (err as Error).message;
+      const delay = this.backoff.next();
+      // Log each distinct failure at warn, repeats at debug, so a hub outage does not flood logs.
+      if (message !== this.lastError) this.opts.log.warn({ hub: this.opts.hubAddress, retryInMs: delay }, `cannot connect to hub: ${message}`);
+      else this.opts.log.debug({ retryInMs: delay }, `cannot connect to hub: ${message}`);
+      this.lastError = message;
+      this.schedule(delay);
+      return;
+    }
+    this.attempt = null;
+    if (this.stopped || this.draining) {
+      conn.close();
+      return;
+    }
+    this.knownServerCount = conn.serverCount;
+    if (this.servers.has(conn.serverID)) {
+      // The load balancer sent us to a replica we already hold; ANP closes the duplicate too.
+      this.opts.log.debug({ serverID: conn.serverID }, 'duplicate server connection closed');
+      conn.close();
+      this.schedule(this.backoff.next());
+      return;
+    }
+    this.backoff.reset();
+    this.lastError = '';
+    this.servers.set(conn.serverID, conn);
+    this.opts.log.info({ serverID: conn.serverID, serverCount: conn.serverCount, credit: conn.credit, halfClose: conn.halfClose }, 'connected to proxy server');
+    conn.once('closed', (err: Error | null) => {
+      this.servers.delete(conn.serverID);
+      if (!this.stopped && !this.draining) this.opts.log.warn({ serverID: conn.serverID, err: err?.message }, 'lost connection to proxy server');
+      this.schedule(this.backoff.next());
+    });
+    if (this.servers.size < this.knownServerCount) this.schedule(this.backoff.next());
+  }
+}

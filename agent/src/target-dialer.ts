@@ -1,0 +1,89 @@
+// Turns a DialRequest address into a TCP connection: maps the cluster's own names to its
+// apiserver, enforces the allowlist, and dials with a timeout.
+import net from 'node:net';
+import { joinHostPort, splitHostPort, type DialFailureReason } from '@cluster-proxy/proto';
+import { Allowlist } from './allowlist.js';
+
+export interface TargetDialerOptions {
+  /** Names that mean "this cluster's apiserver" (C, C.N, OCM's service-proxy host). */
+  clusterNames: readonly string[];
+  /** host:port of the apiserver; in a pod, kubernetes.default.svc:443. */
+  apiserver: string;
+  /** Extra destinations the hub configured (see allowlist.ts for the syntax). */
+  allow: readonly string[];
+  dialTimeoutMs: number;
+}
+
+export class DialFailure extends Error {
+  override name = 'DialFailure';
+  constructor(readonly reason: DialFailureReason, message: string) {
+    super(message);
+  }
+}
+
+export interface ResolvedTarget {
+  host: string;
+  port: number;
+}
+
+export class TargetDialer {
+  private readonly names: Set<string>;
+  private readonly apiserver: ResolvedTarget;
+  private readonly allowlist: Allowlist;
+
+  constructor(readonly opts: TargetDialerOptions) {
+    this.names = new Set(opts.clusterNames.map((n) => n.toLowerCase()));
+    const api = splitHostPort(opts.apiserver);
+    if (!api) throw new Error(`apiserver address "${opts.apiserver}" is not HOST:PORT`);
+    this.apiserver = api;
+    // The apiserver itself is always allowed: the cluster names resolve to it.
+    this.allowlist = new Allowlist([joinHostPort(api.host, api.port), ...opts.allow]);
+  }
+
+  resolve(address: string, protocol: string): ResolvedTarget {
+    if (protocol !== 'tcp') throw new DialFailure('forbidden', `protocol "${protocol}" is not supported, only tcp`);
+    const hp = splitHostPort(address);
+    if (!hp) throw new DialFailure('endpoint', `address "${address}" is not HOST:PORT`);
+    if (this.names.has(hp.host)) {
+      // Dialing C:443 reaches the apiserver, as OCM's ExternalName Service C does inside the cluster.
+      return hp.port === 443 ? { ...this.apiserver } : { host: this.apiserver.host, port: hp.port };
+    }
+    if (!this.allowlist.allows(hp.host, hp.port)) {
+      throw new DialFailure('forbidden', `destination ${address} is not in this agent's allowlist`);
+    }
+    return hp;
+  }
+
+  /** Connects; rejects with DialFailure('endpoint' | 'timeout') on failure or `signal` abort. */
+  dial(target: ResolvedTarget, signal: AbortSignal): Promise<net.Socket> {
+    return new Promise((resolve, reject) => {
+      const where = joinHostPort(target.host, target.port);
+      const socket = net.connect({ host: target.host, port: target.port, allowHalfOpen: true });
+      const cleanup = (): void => {
+        clearTimeout(timer);
+        signal.removeEventListener('abort', onAbort);
+        socket.removeListener('connect', onConnect);
+        socket.removeListener('error', onError);
+      };
+      const fail = (err: DialFailure): void => {
+        cleanup();
+        socket.destroy();
+        reject(err);
+      };
+      const onConnect = (): void => {
+        cleanup();
+        resolve(socket);
+      };
+      const onError = (err: NodeJS.ErrnoException): void => {
+        const what = err.code === 'ECONNREFUSED' ? 'connection refused' : err.code === 'ENOTFOUND' ? 'no such host' : err.message;
+        fail(new DialFailure('endpoint', `dial tcp ${where}: connect: ${what}`));
+      };
+      const onAbort = (): void => fail(new DialFailure('dialclosed', `dial tcp ${where}: cancelled`));
+      const timer = setTimeout(() => fail(new DialFailure('timeout', `dial tcp ${where}: i/o timeout after ${this.opts.dialTimeoutMs} ms`)), this.opts.dialTimeoutMs);
+      socket.once('connect', onConnect);
+      socket.once('error', onError);
+      if (signal.aborted) onAbort();
+      else signal.addEventListener('abort', onAbort, { once: true });
+    });
+  }
+}

@@ -1,0 +1,45 @@
+#!/usr/bin/env node
+// The `cluster-proxy` command.
+import { runAgent } from './agent.js';
+import { UsageError } from './flags.js';
+import { runHub } from './hub.js';
+
+const commands: Record<string, { summary: string; run: (args: string[]) => Promise<void> }> = {
+  hub: { summary: 'run the proxy server', run: runHub },
+  agent: { summary: 'run an agent in a managed cluster', run: runAgent },
+};
+
+const usage = `Usage: cluster-proxy COMMAND [flags]
+
+Commands:
+${Object.entries(commands).map(([n, c]) => `  ${n.padEnd(12)} ${c.summary}`).join('\n')}
+
+Run "cluster-proxy COMMAND --help" for a command's flags.
+`;
+
+async function main(argv: string[]): Promise<number> {
+  const [name, ...rest] = argv;
+  if (!name || name === '--help' || name === '-h' || name === 'help') {
+    process.stdout.write(usage);
+    return name ? 0 : 2;
+  }
+  const cmd = commands[name];
+  if (!cmd) throw new UsageError(`unknown command "${name}"; run "cluster-proxy --help"`);
+  await cmd.run(rest);
+  return 0;
+}
+
+main(process.argv.slice(2)).then(
+  (code) => process.exit(code),
+  (err: unknown) => {
+    if (err instanceof UsageError) {
+      process.stderr.write(`cluster-proxy: ${err.message}\n`);
+      process.exit(2);
+    }
+    // Not a user mistake: keep the stack for a bug report, but lead with one line.
+    const e = err as Error;
+    process.stderr.write(`cluster-proxy: ${e.message}\n`);
+    if (process.env['CLUSTER_PROXY_DEBUG']) process.stderr.write(`${e.stack}\n`);
+    process.exit(1);
+  },
+);

@@ -1,0 +1,84 @@
+// The shared Connect stream as seen by one of its ends: sends packets with backpressure and lets
+// connections wait for it to become writable, and pauses reading the stream while some connection
+// of an unmodified ANP peer (which knows no credit) has too much unflushed data.
+import type { Packet } from './packet.js';
+
+export interface PacketStream {
+  write(packet: Packet): boolean;
+  once(event: 'drain', listener: () => void): unknown;
+  removeListener(event: 'drain', listener: () => void): unknown;
+  pause(): unknown;
+  resume(): unknown;
+}
+
+export class StreamSender {
+  private congestedFlag = false;
+  private closed = false;
+  private readonly waiters = new Set<() => void>();
+  private readonly readHolds = new Set<unknown>();
+
+  constructor(private readonly stream: PacketStream) {}
+
+  /** True while the stream's buffer is full; senders should pause their sources. */
+  get congested(): boolean {
+    return this.congestedFlag;
+  }
+
+  send(packet: Packet): void {
+    if (this.closed) return;
+    if (!this.stream.write(packet) && !this.congestedFlag) {
+      this.congestedFlag = true;
+      this.stream.once('drain', this.onDrain);
+    }
+  }
+
+  /** Calls `waiter` once, after the next 'drain' (or now if not congested). */
+  whenWritable(waiter: () => void): void {
+    if (!this.congestedFlag) {
+      waiter();
+      return;
+    }
+    this.waiters.add(waiter);
+  }
+
+  cancelWaiter(waiter: () => void): void {
+    this.waiters.delete(waiter);
+  }
+
+  /** Pause reading the stream on behalf of `key` until releaseReads(key). */
+  holdReads(key: unknown): void {
+    if (this.readHolds.size === 0 && !this.closed) this.stream.pause();
+    this.readHolds.add(key);
+  }
+
+  releaseReads(key: unknown): void {
+    if (!this.readHolds.delete(key)) return;
+    if (this.readHolds.size === 0 && !this.closed) this.stream.resume();
+  }
+
+  get readsHeld(): number {
+    return this.readHolds.size;
+  }
+
+  close(): void {
+    this.closed = true;
+    if (this.congestedFlag) this.stream.removeListener('drain', this.onDrain);
+    this.congestedFlag = false;
+    this.waiters.clear();
+    this.readHolds.clear();
+  }
+
+  private readonly onDrain = (): void => {
+    this.congestedFlag = false;
+    const waiters = [...this.waiters];
+    this.waiters.clear();
+    for (const w of waiters) {
+      w();
+      if (this.congestedFlag) {
+        // Someone filled the buffer again; the rest wait for the next drain.
+        for (const rest of waiters.slice(waiters.indexOf(w) + 1)) this.waiters.add(rest);
+        return;
+      }
+    }
+  };
+}

@@ -1,0 +1,188 @@
+// One agent's Connect stream on the hub: the packets it carries, the dials pending on it and the
+// connections established through it. Connection IDs are the agent's; they are only looked up in
+// this stream's own tables, so IDs repeated by another stream (a reconnect, a duplicate agent
+// stream, an HA peer) can never collide.
+import type * as grpc from '@grpc/grpc-js';
+import { PacketType, StreamSender, packetTypeName, packets, type Packet } from '@cluster-proxy/proto';
+import type { Logger } from 'pino';
+import type { ProxiedConnection } from './proxied-connection.js';
+import type { Routable } from './routing.js';
+
+export interface AgentBackendOptions {
+  agentID: string;
+  cluster: string;
+  hosts: string[];
+  cidrs: string[];
+  defaultRoute: boolean;
+  credit: boolean;
+  halfClose: boolean;
+  /** Window we grant the agent per connection. */
+  window: number;
+  /** Window the agent granted us, or null. */
+  peerWindow: number | null;
+  log: Logger;
+}
+
+let nextDialID = BigInt(Date.now()) << 16n; // process-wide, so dial IDs never repeat across agents
+
+export class AgentBackend implements Routable {
+  readonly key: string;
+  readonly agentID: string;
+  readonly cluster: string;
+  readonly hosts: string[];
+  readonly cidrs: string[];
+  readonly defaultRoute: boolean;
+  readonly credit: boolean;
+  readonly halfClose: boolean;
+  readonly window: number;
+  readonly peerWindow: number | null;
+  readonly sender: StreamSender;
+  readonly connectedAt = new Date();
+  draining = false;
+  private closedFlag = false;
+  private readonly pending = new Map<bigint, ProxiedConnection>();
+  private readonly conns = new Map<number, ProxiedConnection>();
+  private readonly log: Logger;
+  private onClosed: (() => void) | null = null;
+
+  constructor(private readonly call: grpc.ServerDuplexStream<Packet, Packet>, opts: AgentBackendOptions, streamNo: number) {
+    this.agentID = opts.agentID;
+    this.key = `${opts.agentID}#${streamNo}`;
+    this.cluster = opts.cluster;
+    this.hosts = opts.hosts;
+    this.cidrs = opts.cidrs;
+    this.defaultRoute = opts.defaultRoute;
+    this.credit = opts.credit;
+    this.halfClose = opts.halfClose;
+    this.window = opts.window;
+    this.peerWindow = opts.peerWindow;
+    this.log = opts.log;
+    this.sender = new StreamSender(call);
+    call.on('data', this.onPacket);
+    call.on('end', () => this.close('agent ended the stream'));
+    call.on('error', (err) => this.close(`stream error: ${err.message}`));
+    call.on('cancelled', () => this.close('agent stream cancelled'));
+  }
+
+  get openConnections(): number {
+    return this.conns.size + this.pending.size;
+  }
+
+  get closed(): boolean {
+    return this.closedFlag;
+  }
+
+  whenClosed(cb: () => void): void {
+    this.onClosed = cb;
+  }
+
+  // ------------------------------------------------------------ used by ProxiedConnection
+
+  newDialID(): bigint {
+    return ++nextDialID;
+  }
+
+  sendDialRequest(conn: ProxiedConnection): void {
+    this.pending.set(conn.dialID, conn);
+    this.sender.send(packets.dialRequest(conn.address, conn.dialID));
+  }
+
+  sendDialClose(conn: ProxiedConnection): void {
+    this.sender.send(packets.closeDial(conn.dialID));
+  }
+
+  established(conn: ProxiedConnection): void {
+    this.conns.set(conn.connectID, conn);
+  }
+
+  sendCredit(conn: ProxiedConnection, bytes: number): void {
+    if (this.credit && conn.state === 'open') this.sender.send(packets.credit(conn.connectID, bytes));
+  }
+
+  sendHalfClose(conn: ProxiedConnection): void {
+    this.sender.send(packets.halfClose(conn.connectID));
+  }
+
+  sendCloseRequest(conn: ProxiedConnection): void {
+    this.sender.send(packets.closeRequest(conn.connectID));
+  }
+
+  forget(conn: ProxiedConnection): void {
+    if (this.pending.get(conn.dialID) === conn) this.pending.delete(conn.dialID);
+    if (conn.connectID && this.conns.get(conn.connectID) === conn) this.conns.delete(conn.connectID);
+  }
+
+  summary(): { pending: number; established: { connectID: number; address: string; state: string; bytesToAgent: number; bytesToClient: number }[] } {
+    return {
+      pending: this.pending.size,
+      established: [...this.conns.values()].map((c) => ({ connectID: c.connectID, address: c.address, state: c.state, bytesToAgent: c.bytesToAgent, bytesToClient: c.bytesToClient })),
+    };
+  }
+
+  // ------------------------------------------------------------ inbound packets
+
+  private readonly onPacket = (p: Packet): void => {
+    switch (p.type) {
+      case PacketType.DIAL_RSP: {
+        const r = p.dialResponse;
+        const conn = this.pending.get(r.random);
+        if (!conn) {
+          // Abandoned (timed out or cancelled): do not leave the agent's connection open.
+          if (r.connectID !== 0) this.sender.send(packets.closeRequest(r.connectID));
+          return;
+        }
+        this.pending.delete(r.random);
+        conn.onDialResponse(r.connectID, r.error, r.reason);
+        return;
+      }
+      case PacketType.DATA: {
+        const conn = this.conns.get(p.data.connectID);
+        if (!conn) {
+          if (p.data.connectID !== 0) this.sender.send(packets.closeRequest(p.data.connectID));
+          return;
+        }
+        conn.onData(p.data.data);
+        return;
+      }
+      case PacketType.CLOSE_RSP:
+        this.conns.get(p.closeResponse.connectID)?.onCloseResponse(p.closeResponse.error);
+        return;
+      case PacketType.CREDIT:
+        this.conns.get(p.credit.connectID)?.onCredit(p.credit.bytes);
+        return;
+      case PacketType.HALF_CLOSE:
+        this.conns.get(p.halfClose.connectID)?.onHalfClose();
+        return;
+      case PacketType.DIAL_CLS: {
+        const conn = this.pending.get(p.closeDial.random);
+        if (conn) {
+          this.pending.delete(p.closeDial.random);
+          conn.backendGone();
+        }
+        return;
+      }
+      case PacketType.DRAIN:
+        if (!this.draining) this.log.info({ agentID: this.agentID, cluster: this.cluster }, 'agent is draining');
+        this.draining = true;
+        return;
+      default:
+        this.log.warn({ agentID: this.agentID, type: packetTypeName(p.type) }, 'unexpected packet from agent, ignored');
+    }
+  };
+
+  /** Ends the stream (if still open) and fails every pending and open connection at once. */
+  close(why: string, status?: { code: grpc.status; details: string }): void {
+    if (this.closedFlag) return;
+    this.closedFlag = true;
+    this.log.info({ agentID: this.agentID, cluster: this.cluster, pending: this.pending.size, established: this.conns.size }, `agent stream closed: ${why}`);
+    const all = [...this.pending.values(), ...this.conns.values()];
+    this.pending.clear();
+    this.conns.clear();
+    this.sender.close();
+    this.call.removeListener('data', this.onPacket);
+    for (const c of all) c.backendGone();
+    if (status) this.call.emit('error', status);
+    else if (!this.call.writableEnded) this.call.end();
+    this.onClosed?.();
+  }
+}

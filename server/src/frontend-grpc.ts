@@ -1,0 +1,145 @@
+// ProxyService.Proxy: one stream carries one tunneled connection (ANP's gRPC frontend). Works with
+// an unmodified konnectivity-client and with our SDK, which also negotiates half-close.
+//   await-dial → DIAL_REQ → dialing → DIAL_RSP ok → open → CLOSE_REQ/CLOSE_RSP → done
+import * as grpc from '@grpc/grpc-js';
+import { CAP_HALF_CLOSE, MD_CAPABILITIES, PacketType, packetTypeName, packets, parseCapabilities, type ByteSink, type DialFailureReason, type Packet } from '@cluster-proxy/proto';
+import type { Logger } from 'pino';
+import type { Frontend } from './frontend.js';
+import type { ProxyCore } from './proxy-core.js';
+import type { ProxiedConnection } from './proxied-connection.js';
+
+type FrontendState = 'await-dial' | 'dialing' | 'open' | 'done';
+
+export class GrpcFrontend implements Frontend {
+  readonly halfClose: boolean;
+  readonly sink: ByteSink;
+  private state: FrontendState = 'await-dial';
+  private conn: ProxiedConnection | null = null;
+  private clientRandom = 0n;
+  private connectID = 0;
+
+  constructor(
+    private readonly call: grpc.ServerDuplexStream<Packet, Packet>,
+    private readonly core: ProxyCore,
+    private readonly log: Logger,
+    private readonly onDone: (f: GrpcFrontend) => void,
+  ) {
+    const caps = parseCapabilities(call.metadata.get(MD_CAPABILITIES).map(String).join(','));
+    this.halfClose = caps.has(CAP_HALF_CLOSE);
+    const md = new grpc.Metadata();
+    if (this.halfClose) md.set(MD_CAPABILITIES, CAP_HALF_CLOSE);
+    call.sendMetadata(md);
+    this.sink = {
+      write: (chunk: Buffer) => call.write(packets.data(this.connectID, chunk)),
+      once: (event: 'drain', l: () => void) => call.once(event, l),
+      removeListener: (event: 'drain', l: () => void) => call.removeListener(event, l),
+    };
+    call.on('data', this.onPacket);
+    // The client ended its side of the stream, or went away: close whatever we hold.
+    call.on('end', () => this.clientGone());
+    call.on('cancelled', () => this.clientGone());
+    call.on('error', () => this.clientGone());
+  }
+
+  get description(): { state: FrontendState; connectID: number; address: string } {
+    return { state: this.state, connectID: this.connectID, address: this.conn?.address ?? '' };
+  }
+
+  private readonly onPacket = (p: Packet): void => {
+    switch (p.type) {
+      case PacketType.DIAL_REQ:
+        if (this.state !== 'await-dial') return this.protocolError('second DIAL_REQ on one stream');
+        this.clientRandom = p.dialRequest.random;
+        this.state = 'dialing';
+        this.conn = this.core.dial(p.dialRequest.address, p.dialRequest.protocol, this);
+        return;
+      case PacketType.DATA:
+        if (this.state !== 'open' || !this.conn) {
+          this.call.write(packets.closeResponse(p.data.connectID, 'backend not initialized'));
+          return this.finish();
+        }
+        if (p.data.connectID !== this.connectID) return this.protocolError(`DATA for connectID ${p.data.connectID} on the stream of connectID ${this.connectID}`);
+        this.conn.write(p.data.data);
+        return;
+      case PacketType.HALF_CLOSE:
+        if (this.state === 'open') this.conn?.endWrite();
+        return;
+      case PacketType.CLOSE_REQ:
+        if (this.state === 'open') this.conn?.close();
+        else if (this.state === 'await-dial') {
+          this.call.write(packets.closeResponse(p.closeRequest.connectID, 'backend not initialized'));
+          this.finish();
+        }
+        return;
+      case PacketType.DIAL_CLS:
+        if (this.state === 'dialing') {
+          this.conn?.cancelDial();
+          this.finish();
+        }
+        return;
+      default:
+        this.log.warn({ type: packetTypeName(p.type) }, 'unexpected packet from client, ignored');
+    }
+  };
+
+  // ------------------------------------------------------------ Frontend (called by the core)
+
+  dialSucceeded(connectID: number): void {
+    if (this.state !== 'dialing') return;
+    this.connectID = connectID;
+    this.state = 'open';
+    this.call.write(packets.dialResponse(this.clientRandom, connectID));
+  }
+
+  dialFailed(reason: DialFailureReason, message: string): void {
+    if (this.state === 'done') return;
+    this.call.write(packets.dialResponse(this.clientRandom, 0, message, reason));
+    this.finish();
+  }
+
+  remoteEnded(): void {
+    if (this.state === 'open') this.call.write(packets.halfClose(this.connectID));
+  }
+
+  closed(error: string): void {
+    if (this.state === 'done') return;
+    this.call.write(packets.closeResponse(this.connectID, error));
+    this.finish();
+  }
+
+  pause(): void {
+    this.call.pause();
+  }
+
+  resume(): void {
+    this.call.resume();
+  }
+
+  // ------------------------------------------------------------ teardown
+
+  private protocolError(message: string): void {
+    this.log.warn({ connectID: this.connectID }, `client protocol error: ${message}`);
+    this.conn?.close();
+    if (this.state === 'done') return;
+    this.state = 'done';
+    this.call.removeListener('data', this.onPacket);
+    this.call.emit('error', { code: grpc.status.INVALID_ARGUMENT, details: message });
+    this.onDone(this);
+  }
+
+  private clientGone(): void {
+    if (this.state === 'done') return;
+    // Pending dials are abandoned (DIAL_CLS to the agent); open connections get CLOSE_REQ.
+    this.conn?.close();
+    this.finish();
+  }
+
+  private finish(): void {
+    if (this.state === 'done') return;
+    this.state = 'done';
+    this.call.removeListener('data', this.onPacket);
+    if (!this.call.writableEnded) this.call.end();
+    this.call.resume(); // drain anything still queued so the stream can complete
+    this.onDone(this);
+  }
+}

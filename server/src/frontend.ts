@@ -1,0 +1,18 @@
+// What the proxy core needs from a client-facing leg (the gRPC Proxy stream now, HTTP CONNECT
+// later). Bytes towards the client go through `sink` so its backpressure reaches the agent as credit.
+import type { ByteSink, DialFailureReason } from '@cluster-proxy/proto';
+
+export interface Frontend {
+  readonly sink: ByteSink;
+  /** True if the client understands half-close (our SDK); ANP clients only know full close. */
+  readonly halfClose: boolean;
+  dialSucceeded(connectID: number): void;
+  dialFailed(reason: DialFailureReason, message: string): void;
+  /** The destination sent FIN. */
+  remoteEnded(): void;
+  /** The connection is closed (acknowledged by the agent, or the agent is gone). */
+  closed(error: string): void;
+  /** Stop / restart reading bytes from the client (no credit left towards the agent). */
+  pause(): void;
+  resume(): void;
+}

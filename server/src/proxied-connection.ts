@@ -1,0 +1,207 @@
+// One tunneled connection on the hub: a frontend (client leg) bridged to a connectID on one agent
+// stream. States:
+//   pending  DIAL_REQ sent, waiting for DIAL_RSP (deadline timer running)
+//   open     bytes flow both ways; either side may half-close
+//   closing  CLOSE_REQ sent to the agent, waiting for CLOSE_RSP (timer running)
+//   closed   removed from every table; the frontend has been told
+import { CreditReturn, MAX_DATA_CHUNK, MAX_MESSAGE_BYTES, SendCredit, chunks, classifyDialError, packets, type DialFailureReason } from '@cluster-proxy/proto';
+import type { Logger } from 'pino';
+import type { AgentBackend } from './backend.js';
+import type { Frontend } from './frontend.js';
+
+export type ProxiedState = 'pending' | 'open' | 'closing' | 'closed';
+
+/** How long we wait for the agent's CLOSE_RSP before dropping our half anyway. */
+const CLOSE_ACK_TIMEOUT_MS = 10_000;
+/** Unflushed bytes per connection we accept from an agent without credit before pausing its stream. */
+const LEGACY_BACKLOG = 4 * 1024 * 1024;
+
+export class ProxiedConnection {
+  state: ProxiedState = 'pending';
+  connectID = 0;
+  private timer: NodeJS.Timeout | null = null;
+  private toAgentCredit: SendCredit;
+  private toClient: CreditReturn | null = null;
+  private frontendPaused = false;
+  /** The client sent HALF_CLOSE / the agent sent HALF_CLOSE. */
+  private clientEnded = false;
+  private agentEnded = false;
+  readonly startedAt = process.hrtime.bigint();
+  bytesToAgent = 0;
+  bytesToClient = 0;
+
+  constructor(
+    readonly backend: AgentBackend,
+    readonly frontend: Frontend,
+    readonly dialID: bigint,
+    readonly address: string,
+    private readonly log: Logger,
+  ) {
+    this.toAgentCredit = new SendCredit(backend.peerWindow);
+  }
+
+  // ------------------------------------------------------------ dialing
+
+  startDial(deadlineMs: number): void {
+    this.timer = setTimeout(() => {
+      this.timer = null;
+      if (this.state !== 'pending') return;
+      // Tell the agent to abandon the dial; a late DIAL_RSP is answered with CLOSE_REQ by the backend.
+      this.backend.sendDialClose(this);
+      this.failDial('timeout', `dial to ${this.address} timed out after ${deadlineMs} ms (no answer from the agent)`);
+    }, deadlineMs);
+    this.backend.sendDialRequest(this);
+  }
+
+  /** The client gave up on a pending dial (DIAL_CLS or stream gone). */
+  cancelDial(): void {
+    if (this.state !== 'pending') return;
+    this.backend.sendDialClose(this);
+    this.clearTimer();
+    this.state = 'closed';
+    this.backend.forget(this);
+  }
+
+  onDialResponse(connectID: number, error: string, reason: string): void {
+    if (this.state !== 'pending') return;
+    this.clearTimer();
+    if (error !== '' || connectID === 0) {
+      this.failDial(classifyDialError(reason, error), error || `dial to ${this.address} failed`);
+      return;
+    }
+    this.connectID = connectID;
+    this.state = 'open';
+    this.toClient = new CreditReturn({
+      sink: this.frontend.sink,
+      window: this.backend.window,
+      report: (bytes) => this.backend.sendCredit(this, bytes),
+    });
+    this.toClient.onFlushed = () => this.backend.sender.releaseReads(this);
+    this.backend.established(this);
+    this.frontend.dialSucceeded(connectID);
+  }
+
+  private failDial(reason: DialFailureReason, message: string): void {
+    this.clearTimer();
+    this.state = 'closed';
+    this.backend.forget(this);
+    this.frontend.dialFailed(reason, message);
+  }
+
+  // ------------------------------------------------------------ client → agent
+
+  /** Bytes from the client. Pauses the client when the agent's credit or the stream runs out. */
+  write(data: Buffer): void {
+    if (this.state !== 'open' || this.clientEnded) return;
+    for (const piece of chunks(data, MAX_DATA_CHUNK)) {
+      this.backend.sender.send(packets.data(this.connectID, piece));
+      this.toAgentCredit.consume(piece.length);
+      this.bytesToAgent += piece.length;
+    }
+    if (!this.toAgentCredit.canSend() || this.backend.sender.congested) this.pauseFrontend();
+  }
+
+  /** The client will send no more (half-close). ANP agents do not know half-close: we close instead. */
+  endWrite(): void {
+    if (this.state !== 'open' || this.clientEnded) return;
+    this.clientEnded = true;
+    if (this.backend.halfClose) this.backend.sendHalfClose(this);
+    else this.close();
+  }
+
+  /** The client closed the connection (CLOSE_REQ, or its stream ended). */
+  close(): void {
+    if (this.state === 'pending') {
+      this.cancelDial();
+      return;
+    }
+    if (this.state !== 'open') return;
+    this.state = 'closing';
+    this.releaseFrontendPressure();
+    this.backend.sendCloseRequest(this);
+    this.timer = setTimeout(() => {
+      this.timer = null;
+      this.log.warn({ connectID: this.connectID, agentID: this.backend.agentID }, 'agent did not acknowledge CLOSE_REQ; dropping the connection');
+      this.finish('agent did not acknowledge close');
+    }, CLOSE_ACK_TIMEOUT_MS);
+  }
+
+  // ------------------------------------------------------------ agent → client
+
+  onData(data: Buffer): void {
+    if (this.state !== 'open' || !this.toClient) return;
+    this.bytesToClient += data.length;
+    this.toClient.write(data);
+    const buffered = this.toClient.buffered;
+    if (this.backend.credit) {
+      if (buffered > this.backend.window + MAX_MESSAGE_BYTES) {
+        this.log.warn({ connectID: this.connectID, agentID: this.backend.agentID }, 'agent exceeded its flow-control window; closing the connection');
+        this.close();
+      }
+    } else if (buffered > LEGACY_BACKLOG) {
+      this.backend.sender.holdReads(this);
+    }
+  }
+
+  onCredit(bytes: number): void {
+    if (this.toAgentCredit.grant(bytes)) this.maybeResumeFrontend();
+  }
+
+  onHalfClose(): void {
+    if (this.state !== 'open' || this.agentEnded) return;
+    this.agentEnded = true;
+    if (this.frontend.halfClose) this.frontend.remoteEnded();
+  }
+
+  /** CLOSE_RSP from the agent: the destination side is closed. */
+  onCloseResponse(error: string): void {
+    if (this.state === 'closed' || this.state === 'pending') return;
+    this.finish(error);
+  }
+
+  /** The agent stream is gone. */
+  backendGone(): void {
+    if (this.state === 'pending') this.failDial('dialclosed', `agent for ${this.address} disconnected during the dial`);
+    else if (this.state !== 'closed') this.finish('agent disconnected');
+  }
+
+  // ------------------------------------------------------------ helpers
+
+  private pauseFrontend(): void {
+    if (!this.frontendPaused) {
+      this.frontendPaused = true;
+      this.frontend.pause();
+    }
+    if (this.backend.sender.congested) this.backend.sender.whenWritable(this.maybeResumeFrontend);
+  }
+
+  private readonly maybeResumeFrontend = (): void => {
+    if (this.state !== 'open' || !this.frontendPaused) return;
+    if (!this.toAgentCredit.canSend()) return;
+    if (this.backend.sender.congested) {
+      this.backend.sender.whenWritable(this.maybeResumeFrontend);
+      return;
+    }
+    this.frontendPaused = false;
+    this.frontend.resume();
+  };
+
+  private releaseFrontendPressure(): void {
+    this.backend.sender.cancelWaiter(this.maybeResumeFrontend);
+    this.backend.sender.releaseReads(this);
+  }
+
+  private finish(error: string): void {
+    this.clearTimer();
+    this.state = 'closed';
+    this.releaseFrontendPressure();
+    this.toClient?.dispose();
+    this.backend.forget(this);
+    this.frontend.closed(error);
+  }
+
+  private clearTimer(): void {
+    if (this.timer) clearTimeout(this.timer);
+    this.timer = null;
+  }
+}
