@@ -1,6 +1,6 @@
 // The agent: keeps one Connect stream per proxy-server replica (reached through one address, usually
 // a load balancer), reconnects with backoff, and drains on shutdown.
-import { randomUUID } from 'node:crypto';
+import { X509Certificate, randomUUID } from 'node:crypto';
 import * as grpc from '@grpc/grpc-js';
 import { clusterHostNames, formatIdentifiers, emptyIdentifiers, DEFAULT_CONNECTION_WINDOW, type AgentIdentifiers } from '@cluster-proxy/proto';
 import type { Logger } from 'pino';
@@ -70,6 +70,8 @@ export class Agent {
   }
 
   start(): void {
+    const problem = certificateProblem(this.opts.cert);
+    if (problem) this.opts.log.error(`agent client certificate ${problem}; the hub will refuse it`);
     this.opts.log.info({ agentID: this.agentID, cluster: this.opts.cluster, hub: this.opts.hubAddress, identifiers: this.identifiers }, 'agent starting');
     this.schedule(0);
   }
@@ -163,7 +165,8 @@ export class Agent {
       await conn.ready();
     } catch (err) {
       this.attempt = null;
-      const message = (err as Error).message;
+      const problem = certificateProblem(this.opts.cert);
+      const message = `${(err as Error).message}${problem ? ` (our client certificate ${problem})` : ''}`;
       const delay = this.backoff.next();
       // Log each distinct failure at warn, repeats at debug, so a hub outage does not flood logs.
       if (message !== this.lastError) this.opts.log.warn({ hub: this.opts.hubAddress, retryInMs: delay }, `cannot connect to hub: ${message}`);
@@ -196,4 +199,18 @@ export class Agent {
     });
     if (this.servers.size < this.knownServerCount) this.schedule(this.backoff.next());
   }
+}
+
+/** "expired on …" / "is not valid before …" / null: the hub's TLS refusal does not say why. */
+function certificateProblem(pem: Buffer): string | null {
+  let cert: X509Certificate;
+  try {
+    cert = new X509Certificate(pem);
+  } catch {
+    return 'cannot be parsed';
+  }
+  const now = Date.now();
+  if (now > Date.parse(cert.validTo)) return `expired on ${new Date(cert.validTo).toISOString()}`;
+  if (now < Date.parse(cert.validFrom)) return `is not valid before ${new Date(cert.validFrom).toISOString()}`;
+  return null;
 }

@@ -2,7 +2,7 @@
 // (like konnectivity-client's CreateGRPCTunnel).
 import { once } from 'node:events';
 import * as grpc from '@grpc/grpc-js';
-import { HTTP2_CONNECTION_WINDOW, MAX_MESSAGE_BYTES } from '@cluster-proxy/proto';
+import { CLIENT_HTTP2_WINDOW, MAX_MESSAGE_BYTES } from '@cluster-proxy/proto';
 import { TunnelError } from './errors.js';
 import { TunnelSocket, type ConnectOptions } from './tunnel-socket.js';
 
@@ -32,7 +32,7 @@ export class Tunnel {
     }
     const channelOptions: grpc.ChannelOptions = {
       // Raise our receive window so downloads are not capped at 64 KiB per round trip.
-      'grpc-node.flow_control_window': HTTP2_CONNECTION_WINDOW,
+      'grpc-node.flow_control_window': CLIENT_HTTP2_WINDOW,
       'grpc.max_receive_message_length': MAX_MESSAGE_BYTES,
       'grpc.max_send_message_length': MAX_MESSAGE_BYTES,
       'grpc.enable_http_proxy': 0,

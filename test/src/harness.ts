@@ -1,0 +1,164 @@
+// End-to-end harness: a throwaway PKI, and real `cluster-proxy hub` / `cluster-proxy agent`
+// processes on loopback, with helpers to read their connection tables.
+import { mkdtemp, readFile, rm } from 'node:fs/promises';
+import { existsSync, readFileSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { Tunnel } from '@cluster-proxy/client';
+import { createCA, issueAgentCert, issueClientCert, issueServerCert, writePemPair, type PemPair } from '@cluster-proxy/server';
+import { spawnProcess, waitFor, type ManagedProcess } from './fixtures/index.js';
+
+export const CLI = fileURLToPath(new URL('../../client/dist/cli/main.js', import.meta.url));
+
+export interface CertFiles {
+  certPath: string;
+  keyPath: string;
+}
+
+export interface TestPki {
+  dir: string;
+  ca: PemPair;
+  caPath: string;
+  server: CertFiles;
+  client: CertFiles;
+  agent(cluster: string, opts?: { notBefore?: Date; notAfter?: Date; ca?: PemPair; name?: string }): Promise<CertFiles>;
+  cleanup(): Promise<void>;
+}
+
+export async function createPki(): Promise<TestPki> {
+  const dir = await mkdtemp(path.join(os.tmpdir(), 'cp-e2e-'));
+  const ca = createCA({ commonName: 'e2e-ca' });
+  const caFiles = await writePemPair(dir, 'ca', ca);
+  const server = await writePemPair(dir, 'server', issueServerCert(ca, { commonName: 'hub', dnsNames: ['localhost'], ipAddresses: ['127.0.0.1', '::1'] }));
+  const client = await writePemPair(dir, 'client', issueClientCert(ca, { commonName: 'e2e-user' }));
+  let n = 0;
+  return {
+    dir,
+    ca,
+    caPath: caFiles.certPath,
+    server,
+    client,
+    agent: async (cluster, opts = {}) => writePemPair(dir, opts.name ?? `agent-${cluster}-${++n}`, issueAgentCert(opts.ca ?? ca, { cluster, notBefore: opts.notBefore, notAfter: opts.notAfter })),
+    cleanup: () => rm(dir, { recursive: true, force: true }),
+  };
+}
+
+export interface HubTables {
+  agents: { agentID: string; cluster: string; draining: boolean; hosts: string[]; pending: number; established: { connectID: number; address: string; state: string; bytesToAgent: number; bytesToClient: number }[] }[];
+  frontends: { state: string; connectID: number; address: string }[];
+}
+
+export interface HubProcess {
+  proc: ManagedProcess;
+  dataDir: string;
+  ports: { agent: number; frontend: number; admin: number; health: number; frontendUds: string | null; serverID: string };
+  tunnel(): Tunnel;
+  tables(): Promise<HubTables>;
+  stop(): Promise<void>;
+}
+
+export async function startHub(pki: TestPki, extraArgs: string[] = []): Promise<HubProcess> {
+  const dataDir = await mkdtemp(path.join(pki.dir, 'hub-'));
+  const proc = spawnProcess({
+    name: 'hub',
+    command: process.execPath,
+    args: [CLI, 'hub', '--data-dir', dataDir, '--bind-address', '127.0.0.1', '--agent-port', '0', '--frontend-port', '0', '--health-port', '0', '--admin-port', '0',
+      '--frontend-uds', path.join(dataDir, 'frontend.sock'),
+      '--ca-cert', pki.caPath, '--server-cert', pki.server.certPath, '--server-key', pki.server.keyPath, ...extraArgs],
+  });
+  await proc.waitForJsonLine((o) => o['msg'] === 'proxy server listening', 15_000);
+  const ports = JSON.parse(await readFile(path.join(dataDir, 'ports.json'), 'utf8')) as HubProcess['ports'];
+  const tunnels: Tunnel[] = [];
+  return {
+    proc,
+    dataDir,
+    ports,
+    tunnel: () => {
+      const t = new Tunnel({ address: `127.0.0.1:${ports.frontend}`, serverName: 'localhost', caCert: Buffer.from(pki.ca.certPem), cert: readFileSync(pki.client.certPath), key: readFileSync(pki.client.keyPath) });
+      tunnels.push(t);
+      return t;
+    },
+    tables: async () => (await getJson(ports.admin, '/debug/connections')) as HubTables,
+    stop: async () => {
+      for (const t of tunnels) t.close();
+      await proc.stop(8000);
+    },
+  };
+}
+
+export interface AgentTables {
+  agentID: string;
+  servers: { serverID: string; connections: { connectID: number; address: string; state: string }[] }[];
+}
+
+export interface AgentProcess {
+  proc: ManagedProcess;
+  healthPort: number;
+  tables(): Promise<AgentTables>;
+  stop(): Promise<void>;
+}
+
+export interface AgentStartOptions {
+  cluster: string;
+  apiserver: string;
+  cert?: CertFiles;
+  args?: string[];
+  /** Wait until it reports a server connection (default true). */
+  waitConnected?: boolean;
+}
+
+export async function startAgent(pki: TestPki, hub: HubProcess, opts: AgentStartOptions): Promise<AgentProcess> {
+  const cert = opts.cert ?? (await pki.agent(opts.cluster));
+  const proc = spawnProcess({
+    name: `agent-${opts.cluster}`,
+    command: process.execPath,
+    args: [CLI, 'agent', '--cluster', opts.cluster, '--hub', `127.0.0.1:${hub.ports.agent}`, '--server-name', 'localhost',
+      '--ca-cert', pki.caPath, '--cert', cert.certPath, '--key', cert.keyPath, '--apiserver', opts.apiserver,
+      '--health-bind-address', '127.0.0.1', '--health-port', '0', ...(opts.args ?? [])],
+  });
+  const up = await proc.waitForJsonLine((o) => o['msg'] === 'agent health listener up', 15_000);
+  const healthPort = Number(up['healthPort']);
+  if (opts.waitConnected ?? true) await proc.waitForJsonLine((o) => o['msg'] === 'connected to proxy server', 15_000);
+  return {
+    proc,
+    healthPort,
+    tables: async () => (await getJson(healthPort, '/debug/connections')) as AgentTables,
+    stop: async () => {
+      await proc.stop(8000);
+    },
+  };
+}
+
+export async function getJson(port: number, pathName: string): Promise<unknown> {
+  const res = await fetch(`http://127.0.0.1:${port}${pathName}`);
+  if (!res.ok) throw new Error(`GET ${pathName} on port ${port}: HTTP ${res.status}`);
+  return res.json();
+}
+
+export async function getStatus(port: number, pathName: string): Promise<{ status: number; body: string }> {
+  const res = await fetch(`http://127.0.0.1:${port}${pathName}`);
+  return { status: res.status, body: await res.text() };
+}
+
+/** The connection tables of the hub and of every given agent drain to empty. */
+export async function expectTablesEmpty(hub: HubProcess, agents: AgentProcess[], timeoutMs = 10_000): Promise<void> {
+  await waitFor(async () => {
+    const h = await hub.tables();
+    const hubBusy = h.frontends.length > 0 || h.agents.some((a) => a.pending > 0 || a.established.length > 0);
+    if (hubBusy) return false;
+    for (const a of agents) {
+      if (!a.proc.isRunning()) continue;
+      const t = await a.tables();
+      if (t.servers.some((s) => s.connections.length > 0)) return false;
+    }
+    return true;
+  }, { timeoutMs, intervalMs: 100, message: 'connection tables did not drain' }).catch(async (err: Error) => {
+    const detail = JSON.stringify({ hub: await hub.tables(), agents: await Promise.all(agents.filter((a) => a.proc.isRunning()).map((a) => a.tables())) });
+    throw new Error(`${err.message}: ${detail.slice(0, 2000)}`);
+  });
+}
+
+export function hubUdsExists(hub: HubProcess): boolean {
+  return hub.ports.frontendUds !== null && existsSync(hub.ports.frontendUds);
+}
