@@ -12,6 +12,8 @@ export interface ConnectOptions {
   signal?: AbortSignal;
   /** Client-side dial deadline (reason `timeout`); the hub also enforces its own. Default 30 s. */
   timeoutMs?: number;
+  /** As for net.Socket: when false (default), our side ends once the destination's side ended. */
+  allowHalfOpen?: boolean;
 }
 
 type SocketState = 'connecting' | 'open' | 'closed';
@@ -44,7 +46,7 @@ export class TunnelSocket extends Duplex {
   bytesWritten = 0;
 
   constructor(client: grpc.Client, destination: string, opts: ConnectOptions = {}, onSettled?: (s: TunnelSocket) => void) {
-    super({ allowHalfOpen: true, readableHighWaterMark: 256 * 1024, writableHighWaterMark: 256 * 1024 });
+    super({ allowHalfOpen: opts.allowHalfOpen ?? false, readableHighWaterMark: 256 * 1024, writableHighWaterMark: 256 * 1024 });
     this.destination = destination;
     this.signal = opts.signal;
     const md = new grpc.Metadata();
@@ -249,6 +251,12 @@ export class TunnelSocket extends Duplex {
   private closeConnection(): void {
     if (this.state !== 'open') return;
     this.state = 'closed';
+    if (this.call.writableNeedDrain) {
+      // Our unsent data would hold a CLOSE_REQ back (the hub paused this stream for lack of credit):
+      // cancel the stream instead; the hub treats that as a close, like a TCP reset.
+      this.releaseCall();
+      return;
+    }
     this.call.write(packets.closeRequest(this.connectID));
     this.call.resume();
     this.closeTimer = setTimeout(() => this.releaseCall(), CLOSE_ACK_MS);

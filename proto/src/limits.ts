@@ -16,6 +16,9 @@ export const DEFAULT_CONNECTION_WINDOW = 4 * 1024 * 1024;
  * consumes the shared stream at once. */
 export const HTTP2_STREAM_WINDOW = 32 * 1024 * 1024;
 export const HTTP2_CONNECTION_WINDOW = 64 * 1024 * 1024;
+/** Per-stream window on the hub's client frontend: one Proxy stream is one connection, and a paused
+ * connection holds at most this much at the hub on top of its credit window. */
+export const FRONTEND_STREAM_WINDOW = 2 * 1024 * 1024;
 
 /** Receive window our SDK asks for: enough for ~400 MB/s at 20 ms, and the most a client that
  * stops reading one connection holds in memory for it. */

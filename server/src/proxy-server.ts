@@ -6,7 +6,7 @@ import http from 'node:http';
 import path from 'node:path';
 import * as grpc from '@grpc/grpc-js';
 import {
-  DEFAULT_CONNECTION_WINDOW, HTTP2_CONNECTION_WINDOW, HTTP2_STREAM_WINDOW, MAX_MESSAGE_BYTES, agentServiceDefinition, proxyServiceDefinition, type Packet,
+  DEFAULT_CONNECTION_WINDOW, FRONTEND_STREAM_WINDOW, HTTP2_CONNECTION_WINDOW, HTTP2_STREAM_WINDOW, MAX_MESSAGE_BYTES, agentServiceDefinition, proxyServiceDefinition, type Packet,
 } from '@cluster-proxy/proto';
 import type { Logger } from 'pino';
 import { makeAgentConnectHandler, type Grant } from './agent-listener.js';
@@ -76,7 +76,7 @@ export class ProxyServer {
     this.agentServer = new grpc.Server(grpcOptions);
     this.frontendServer = new grpc.Server(grpcOptions);
     raiseServerReceiveWindows(this.agentServer, HTTP2_STREAM_WINDOW, HTTP2_CONNECTION_WINDOW);
-    raiseServerReceiveWindows(this.frontendServer, HTTP2_STREAM_WINDOW, HTTP2_CONNECTION_WINDOW);
+    raiseServerReceiveWindows(this.frontendServer, FRONTEND_STREAM_WINDOW, HTTP2_CONNECTION_WINDOW);
     this.agentServer.addService(agentServiceDefinition, {
       Connect: makeAgentConnectHandler({
         serverID: this.serverID,
