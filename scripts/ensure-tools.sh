@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Installs what the project needs on a fresh machine that has only Node 20 and npm:
+# pnpm (from the npm registry), node modules, and the Debian packages the tests and benchmarks use.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PNPM_VERSION=10.34.8
+if ! command -v pnpm >/dev/null 2>&1 || [ "$(pnpm --version 2>/dev/null)" != "$PNPM_VERSION" ]; then
+  echo "==> installing pnpm $PNPM_VERSION"
+  # corepack's signature check fails on some machines; npm is always there.
+  npm install -g "pnpm@$PNPM_VERSION" >/dev/null 2>&1 || npm install -g --prefix "$HOME/.local" "pnpm@$PNPM_VERSION" >/dev/null
+  export PATH="$HOME/.local/bin:$PATH"
+fi
+
+# Debian packages: python3 (blackhole fixture), openssh (benchmark baseline). Best effort when not root.
+need=()
+command -v python3 >/dev/null 2>&1 || need+=(python3)
+if [ "${CLUSTER_PROXY_SKIP_APT:-}" != "1" ] && [ ${#need[@]} -gt 0 ]; then
+  if [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then
+    echo "==> apt-get install ${need[*]}"
+    apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
+  else
+    echo "warning: missing ${need[*]} and cannot apt-get install them" >&2
+  fi
+fi
+
+echo "==> pnpm install"
+pnpm install --frozen-lockfile --reporter=silent
