@@ -2,11 +2,15 @@
 // The `cluster-proxy` command.
 import { runAgent } from './agent.js';
 import { UsageError } from './flags.js';
+import { runForward } from './forward.js';
 import { runHub } from './hub.js';
+import { runQuickstart } from './quickstart.js';
 
 const commands: Record<string, { summary: string; run: (args: string[]) => Promise<void> }> = {
   hub: { summary: 'run the proxy server', run: runHub },
   agent: { summary: 'run an agent in a managed cluster', run: runAgent },
+  quickstart: { summary: 'hub + two demo clusters on this machine, with forwards to try', run: runQuickstart },
+  forward: { summary: 'serve a local port through the tunnel', run: runForward },
 };
 
 const usage = `Usage: cluster-proxy COMMAND [flags]

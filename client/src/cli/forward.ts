@@ -1,0 +1,90 @@
+// `cluster-proxy forward CLUSTER HOST:PORT --listen ADDR`: a local port whose connections are
+// tunneled to HOST:PORT in the cluster.
+import net from 'node:net';
+import { readFile } from 'node:fs/promises';
+import { splitHostPort } from '@cluster-proxy/proto';
+import type { Logger } from 'pino';
+import { Tunnel } from '../tunnel.js';
+import { createLogger } from './logging.js';
+import { UsageError, helpText, parseFlags, required, str, type FlagSpecs } from './flags.js';
+
+export const clientConnectionFlags: FlagSpecs = {
+  frontend: { type: 'string', default: '127.0.0.1:8090', help: 'hub gRPC frontend HOST:PORT, or unix:///path.sock' },
+  'ca-cert': { type: 'string', help: 'CA bundle to verify the hub (PEM)' },
+  cert: { type: 'string', help: 'client certificate (PEM)' },
+  key: { type: 'string', help: 'client key (PEM)' },
+  'server-name': { type: 'string', help: 'TLS name to verify on the hub certificate' },
+};
+
+const forwardFlags: FlagSpecs = {
+  listen: { type: 'string', default: '127.0.0.1:0', help: 'local HOST:PORT to listen on (port 0 picks one)' },
+  ...clientConnectionFlags,
+  'log-level': { type: 'string', default: 'info', help: 'fatal, error, warn, info, debug' },
+};
+
+export const forwardUsage = helpText('cluster-proxy forward CLUSTER HOST:PORT [--listen ADDR] [flags]', 'Serves a local port; each connection is tunneled to HOST:PORT (CLUSTER:443 is the cluster\'s apiserver).', forwardFlags);
+
+export async function tunnelFromFlags(flags: Record<string, string | boolean | string[] | undefined>): Promise<Tunnel> {
+  const address = str(flags, 'frontend')!;
+  if (address.startsWith('unix:')) return new Tunnel({ address });
+  const read = async (name: string): Promise<Buffer> => {
+    const f = required(flags, name);
+    try {
+      return await readFile(f);
+    } catch (err) {
+      throw new UsageError(`cannot read --${name} ${f}: ${(err as NodeJS.ErrnoException).code ?? (err as Error).message}`);
+    }
+  };
+  return new Tunnel({ address, caCert: await read('ca-cert'), cert: await read('cert'), key: await read('key'), serverName: str(flags, 'server-name') });
+}
+
+/** Accepts local connections and pipes each through its own tunneled connection. */
+export function serveForward(tunnel: Tunnel, destination: string, listen: { host: string; port: number }, log: Logger): Promise<net.Server> {
+  const server = net.createServer((local) => {
+    const remote = tunnel.connect(destination, { allowHalfOpen: true });
+    local.pipe(remote);
+    remote.pipe(local);
+    const fail = (err: Error): void => {
+      log.warn({ destination }, err.message);
+      local.destroy();
+      remote.destroy();
+    };
+    remote.once('error', fail);
+    local.once('error', () => remote.destroy());
+    local.once('close', () => remote.destroy());
+    remote.once('close', () => local.destroy());
+  });
+  return new Promise((resolve, reject) => {
+    server.once('error', (err) => reject(new UsageError(`cannot listen on ${listen.host}:${listen.port}: ${(err as NodeJS.ErrnoException).code}`)));
+    server.listen(listen.port, listen.host, () => resolve(server));
+  });
+}
+
+export async function runForward(args: string[]): Promise<void> {
+  const { flags, positionals } = parseFlags(args, forwardFlags);
+  if (flags['help']) {
+    process.stdout.write(forwardUsage);
+    return;
+  }
+  if (positionals.length !== 2) throw new UsageError('forward needs CLUSTER and HOST:PORT, e.g. "cluster-proxy forward cluster1 cluster1:443 --listen 127.0.0.1:6443"');
+  const [cluster, destination] = positionals as [string, string];
+  if (!splitHostPort(destination)) throw new UsageError(`"${destination}" is not HOST:PORT`);
+  const listenText = str(flags, 'listen')!;
+  const m = /^(.+):(\d{1,5})$/.exec(listenText);
+  if (!m || Number(m[2]) > 65535) throw new UsageError(`--listen "${listenText}" is not HOST:PORT`);
+  const listen = { host: m[1]!.replace(/^\[(.*)\]$/, '$1'), port: Number(m[2]) };
+  const log = createLogger(str(flags, 'log-level')!, 'forward');
+  const tunnel = await tunnelFromFlags(flags);
+  const server = await serveForward(tunnel, destination, listen, log);
+  const addr = server.address() as net.AddressInfo;
+  log.info({ cluster, destination, listen: `${addr.address}:${addr.port}` }, 'forwarding');
+  process.stderr.write(`Forwarding ${addr.address}:${addr.port} -> ${destination} (cluster ${cluster}). Ctrl+C to stop.\n`);
+  await new Promise<void>((resolve) => {
+    const stop = (): void => {
+      server.close(() => resolve());
+      tunnel.close();
+    };
+    process.once('SIGINT', stop);
+    process.once('SIGTERM', stop);
+  });
+}
