@@ -72,6 +72,8 @@ export class ServerConnection extends EventEmitter implements EndpointOwner {
       'grpc.keepalive_timeout_ms': opts.keepaliveTimeoutMs,
       'grpc.keepalive_permit_without_calls': 1,
       'grpc.enable_http_proxy': 0,
+      // Retries buffer every sent message until the call commits; a tunnel never retries a stream.
+      'grpc.enable_retries': 0,
     });
     const md = new grpc.Metadata();
     md.set(MD_AGENT_ID, opts.agentID);

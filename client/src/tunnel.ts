@@ -36,6 +36,8 @@ export class Tunnel {
       'grpc.max_receive_message_length': MAX_MESSAGE_BYTES,
       'grpc.max_send_message_length': MAX_MESSAGE_BYTES,
       'grpc.enable_http_proxy': 0,
+      // Retries buffer every sent message until the call commits; a tunnel never retries a stream.
+      'grpc.enable_retries': 0,
       'grpc.keepalive_time_ms': 30_000,
       'grpc.keepalive_timeout_ms': 10_000,
     };

@@ -38,11 +38,10 @@ export class SendCredit {
   }
 }
 
-/** Where received bytes go: a socket, or a gRPC call wrapped to take Buffers. */
+/** Where received bytes go: a socket, or a gRPC call wrapped to take Buffers. The callback runs
+ * once the chunk has left the sink's own buffer (written to the kernel / handed to HTTP/2). */
 export interface ByteSink {
-  write(chunk: Buffer): boolean;
-  once(event: 'drain', listener: () => void): unknown;
-  removeListener(event: 'drain', listener: () => void): unknown;
+  write(chunk: Buffer, callback: (err?: Error | null) => void): boolean;
 }
 
 export interface CreditReturnOptions {
@@ -54,13 +53,14 @@ export interface CreditReturnOptions {
   report: (bytes: number) => void;
 }
 
-/** Receiving side: writes chunks to the sink in order and returns credit once the sink has
- * accepted them (write() === true, or after 'drain'). The sink's own buffer is the only queue; the
- * sender's credit bounds it to one window. */
+/** Receiving side: writes chunks to the sink in order and returns credit as each chunk leaves the
+ * sink's buffer (its write callback). Counting per chunk, rather than waiting for 'drain' (which
+ * needs an empty buffer), keeps credit flowing while data streams through. The sink's own buffer
+ * is the only queue; the sender's credit bounds it to one window. */
 export class CreditReturn {
   private pendingBytes = 0;
   private unreported = 0;
-  private waitingForDrain = false;
+  private disposed = false;
   private readonly threshold: number;
 
   constructor(private readonly opts: CreditReturnOptions) {
@@ -72,36 +72,26 @@ export class CreditReturn {
     return this.pendingBytes;
   }
 
-  write(chunk: Buffer): void {
-    const accepted = this.opts.sink.write(chunk);
-    if (accepted && !this.waitingForDrain) {
-      this.consumed(chunk.length);
-      return;
-    }
-    this.pendingBytes += chunk.length;
-    if (!this.waitingForDrain) {
-      this.waitingForDrain = true;
-      this.opts.sink.once('drain', this.onDrain);
-    }
-  }
-
-  /** Stop listening to the sink (connection closed). */
-  dispose(): void {
-    if (this.waitingForDrain) this.opts.sink.removeListener('drain', this.onDrain);
-    this.waitingForDrain = false;
-    this.pendingBytes = 0;
-  }
-
-  private readonly onDrain = (): void => {
-    this.waitingForDrain = false;
-    const bytes = this.pendingBytes;
-    this.pendingBytes = 0;
-    this.consumed(bytes);
-    this.onFlushed?.();
-  };
-
   /** Optional hook: the sink has flushed everything (used to lift stream-wide pressure). */
   onFlushed?: () => void;
+
+  write(chunk: Buffer): void {
+    const n = chunk.length;
+    this.pendingBytes += n;
+    this.opts.sink.write(chunk, (err) => {
+      if (this.disposed) return;
+      this.pendingBytes -= n;
+      if (err) return;
+      this.consumed(n);
+      if (this.pendingBytes === 0) this.onFlushed?.();
+    });
+  }
+
+  /** The connection is closed: late callbacks change nothing. */
+  dispose(): void {
+    this.disposed = true;
+    this.pendingBytes = 0;
+  }
 
   private consumed(bytes: number): void {
     this.unreported += bytes;

@@ -29,11 +29,7 @@ export class GrpcFrontend implements Frontend {
     const md = new grpc.Metadata();
     if (this.halfClose) md.set(MD_CAPABILITIES, CAP_HALF_CLOSE);
     call.sendMetadata(md);
-    this.sink = {
-      write: (chunk: Buffer) => call.write(packets.data(this.connectID, chunk)),
-      once: (event: 'drain', l: () => void) => call.once(event, l),
-      removeListener: (event: 'drain', l: () => void) => call.removeListener(event, l),
-    };
+    this.sink = { write: (chunk, callback) => call.write(packets.data(this.connectID, chunk), callback) };
     call.on('data', this.onPacket);
     // The client ended its side of the stream, or went away: close whatever we hold.
     call.on('end', () => this.clientGone());

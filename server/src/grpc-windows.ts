@@ -4,7 +4,9 @@
 // place grpc-js builds its http2 server: the initial SETTINGS carry a larger stream window, and each
 // new session raises its connection window. If grpc-js internals change, this throws at start-up
 // rather than silently running slow; grpc-windows.test.ts checks the windows on a live session.
+// The same hook turns Nagle off on accepted sockets.
 import type http2 from 'node:http2';
+import type net from 'node:net';
 import type * as grpc from '@grpc/grpc-js';
 
 interface GrpcServerInternals {
@@ -22,6 +24,9 @@ export function raiseServerReceiveWindows(server: grpc.Server, streamWindow: num
   common.settings = { ...common.settings, initialWindowSize: streamWindow };
   internals.createHttp2Server = function patched(this: unknown, credentials: grpc.ServerCredentials) {
     const h2 = create.call(this, credentials);
+    // Node's TLS/HTTP2 servers leave Nagle on; small frames (WINDOW_UPDATE, CREDIT, a 64-byte echo)
+    // would then wait for the peer's delayed ACK.
+    h2.on('connection', (socket: net.Socket) => socket.setNoDelay(true));
     h2.on('session', (session: http2.ServerHttp2Session) => {
       // setLocalWindowSize throws if the session is already being torn down; nothing to raise then.
       try {

@@ -1,0 +1,61 @@
+import { describe, expect, it } from 'vitest';
+import { Backoff } from './backoff.js';
+
+describe('Backoff', () => {
+  it('grows exponentially up to maxMs (upper end of the jitter)', () => {
+    const b = new Backoff({ initialMs: 100, maxMs: 1000, random: () => 1 });
+    expect(Array.from({ length: 8 }, () => b.next())).toEqual([100, 200, 400, 800, 1000, 1000, 1000, 1000]);
+  });
+
+  it('honours the factor', () => {
+    const b = new Backoff({ initialMs: 10, maxMs: 10_000, factor: 3, random: () => 1 });
+    expect(Array.from({ length: 5 }, () => b.next())).toEqual([10, 30, 90, 270, 810]);
+  });
+
+  it('never waits less than a tenth of the initial delay', () => {
+    const b = new Backoff({ initialMs: 500, maxMs: 30_000, random: () => 0 });
+    for (let i = 0; i < 10; i++) expect(b.next()).toBe(50);
+  });
+
+  it('jitters uniformly within [initial/10, ceiling] ("full jitter")', () => {
+    const initialMs = 100;
+    const maxMs = 3200;
+    const b = new Backoff({ initialMs, maxMs });
+    const samples: number[][] = Array.from({ length: 8 }, () => []);
+    for (let round = 0; round < 300; round++) {
+      for (let attempt = 0; attempt < 8; attempt++) samples[attempt]!.push(b.next());
+      b.reset();
+    }
+    samples.forEach((values, attempt) => {
+      const ceiling = Math.min(maxMs, initialMs * 2 ** attempt);
+      for (const v of values) {
+        expect(v).toBeGreaterThanOrEqual(initialMs / 10);
+        expect(v).toBeLessThanOrEqual(ceiling);
+      }
+      // Spread over the range, not pinned to one end: the mean of a uniform draw is ceiling/2.
+      const mean = values.reduce((a, c) => a + c, 0) / values.length;
+      expect(mean).toBeGreaterThan(ceiling * 0.35);
+      expect(mean).toBeLessThan(ceiling * 0.65 + initialMs / 10);
+      expect(new Set(values).size).toBeGreaterThan(Math.min(20, ceiling / 10));
+    });
+  });
+
+  it('never exceeds maxMs however many attempts', () => {
+    const b = new Backoff({ initialMs: 1, maxMs: 5000, random: () => 0.999999 });
+    let last = 0;
+    for (let i = 0; i < 2000; i++) last = b.next();
+    expect(last).toBeLessThanOrEqual(5000);
+    expect(Number.isFinite(last)).toBe(true);
+    expect(last).toBeGreaterThan(4990);
+  });
+
+  it('reset() starts over from the initial delay', () => {
+    const b = new Backoff({ initialMs: 100, maxMs: 10_000, random: () => 1 });
+    b.next();
+    b.next();
+    expect(b.next()).toBe(400);
+    b.reset();
+    expect(b.next()).toBe(100);
+    expect(b.next()).toBe(200);
+  });
+});

@@ -1,0 +1,285 @@
+import { once } from 'node:events';
+import net from 'node:net';
+import { Writable } from 'node:stream';
+import { setImmediate as immediate } from 'node:timers/promises';
+import { afterEach, describe, expect, it } from 'vitest';
+import { CreditReturn, SendCredit, chunks } from './flow-control.js';
+
+describe('SendCredit', () => {
+  it('with a null window (peer without credit support) never blocks', () => {
+    const c = new SendCredit(null);
+    expect(c.enabled).toBe(false);
+    expect(c.canSend()).toBe(true);
+    c.consume(1e12);
+    expect(c.canSend()).toBe(true);
+    expect(c.remaining).toBe(Number.POSITIVE_INFINITY);
+    expect(c.grant(100)).toBe(false);
+  });
+
+  it('counts down as bytes are sent and blocks at zero', () => {
+    const c = new SendCredit(100);
+    expect(c.enabled).toBe(true);
+    expect(c.remaining).toBe(100);
+    c.consume(60);
+    expect(c.remaining).toBe(40);
+    expect(c.canSend()).toBe(true);
+    c.consume(40);
+    expect(c.remaining).toBe(0);
+    expect(c.canSend()).toBe(false);
+  });
+
+  it('lets one chunk overshoot the window; grants count against the overshoot', () => {
+    const c = new SendCredit(100);
+    c.consume(150);
+    expect(c.remaining).toBe(-50);
+    expect(c.canSend()).toBe(false);
+    expect(c.grant(30)).toBe(false); // still blocked (-20)
+    expect(c.canSend()).toBe(false);
+    expect(c.grant(30)).toBe(true); // -20 → 10: unblocked by this grant
+    expect(c.canSend()).toBe(true);
+    expect(c.remaining).toBe(10);
+  });
+
+  it('grant() returns true only on the blocked → unblocked transition', () => {
+    const c = new SendCredit(10);
+    expect(c.grant(5)).toBe(false); // was never blocked
+    expect(c.remaining).toBe(15);
+    c.consume(15);
+    expect(c.grant(1)).toBe(true);
+    expect(c.grant(1)).toBe(false);
+    // A zero window starts blocked.
+    const z = new SendCredit(0);
+    expect(z.canSend()).toBe(false);
+    expect(z.grant(0)).toBe(false);
+    expect(z.grant(1)).toBe(true);
+  });
+});
+
+/** A Writable whose consumer the test drives: each accept() completes one pending _write. */
+class ControlledSink extends Writable {
+  private readonly pending: Array<{ chunk: Buffer; cb: () => void }> = [];
+  readonly received: Buffer[] = [];
+
+  constructor(highWaterMark: number) {
+    super({ highWaterMark });
+  }
+
+  override _write(chunk: Buffer, _enc: BufferEncoding, cb: () => void): void {
+    this.pending.push({ chunk, cb });
+  }
+
+  get receivedBytes(): number {
+    return this.received.reduce((n, b) => n + b.length, 0);
+  }
+
+  /** Completes the oldest pending write (the consumer took one chunk). */
+  async acceptOne(): Promise<void> {
+    const next = this.pending.shift();
+    if (!next) throw new Error('nothing to accept');
+    this.received.push(next.chunk);
+    next.cb();
+    await immediate();
+  }
+
+  /** Completes pending writes until none is left (Writable feeds its buffer one _write at a time). */
+  async acceptAll(): Promise<void> {
+    for (;;) {
+      const next = this.pending.shift();
+      if (!next) {
+        await immediate(); // let a 'drain' scheduled on nextTick fire
+        if (this.pending.length === 0) return;
+        continue;
+      }
+      this.received.push(next.chunk);
+      next.cb();
+    }
+  }
+}
+
+describe('CreditReturn', () => {
+  it('reports credit only once the sink has taken the bytes, in batches of window/8', async () => {
+    const sink = new ControlledSink(16);
+    const reports: number[] = [];
+    let flushed = 0;
+    const cr = new CreditReturn({ sink, window: 800, report: (n) => reports.push(n) }); // batch = 100
+    cr.onFlushed = () => flushed++;
+    cr.write(Buffer.alloc(40));
+    cr.write(Buffer.alloc(40));
+    cr.write(Buffer.alloc(40));
+    await immediate();
+    expect(reports).toEqual([]); // nothing reached the consumer yet
+    expect(cr.buffered).toBe(120);
+    await sink.acceptOne();
+    await sink.acceptOne();
+    expect(reports).toEqual([]); // 80 taken: less than one batch
+    expect(flushed).toBe(0);
+    await sink.acceptOne();
+    expect(reports).toEqual([120]);
+    expect(cr.buffered).toBe(0);
+    expect(flushed).toBe(1);
+    cr.dispose();
+    sink.destroy();
+  });
+
+  it('keeps credit flowing while data streams through the sink (no need for an empty buffer)', async () => {
+    const sink = new ControlledSink(16);
+    const reports: number[] = [];
+    const cr = new CreditReturn({ sink, window: 80, report: (n) => reports.push(n) }); // batch = 10
+    for (let i = 0; i < 10; i++) cr.write(Buffer.alloc(20));
+    expect(cr.buffered).toBe(200);
+    await sink.acceptOne();
+    expect(reports).toEqual([20]);
+    expect(cr.buffered).toBe(180);
+    await sink.acceptOne();
+    expect(reports).toEqual([20, 20]);
+    await sink.acceptAll();
+    expect(reports.reduce((x, y) => x + y, 0)).toBe(200);
+    expect(cr.buffered).toBe(0);
+    cr.dispose();
+    sink.destroy();
+  });
+
+  it('never reports more than was written, and everything once the sink caught up (less one partial batch)', async () => {
+    const sink = new ControlledSink(64);
+    let reported = 0;
+    let written = 0;
+    const cr = new CreditReturn({ sink, window: 8 * 50, report: (n) => { reported += n; } }); // batch = 50
+    for (let i = 0; i < 200; i++) {
+      const size = 1 + ((i * 37) % 23);
+      cr.write(Buffer.alloc(size, i));
+      written += size;
+      if (i % 3 === 0) await sink.acceptOne();
+      if (i % 17 === 0) await sink.acceptAll();
+      expect(reported).toBeLessThanOrEqual(written);
+      // Only bytes the consumer took are credited, never ones still buffered.
+      expect(reported).toBeLessThanOrEqual(sink.receivedBytes);
+      expect(cr.buffered).toBe(written - sink.receivedBytes);
+    }
+    await sink.acceptAll();
+    expect(cr.buffered).toBe(0);
+    expect(sink.receivedBytes).toBe(written);
+    expect(written - reported).toBeGreaterThanOrEqual(0);
+    expect(written - reported).toBeLessThan(50);
+    cr.dispose();
+    sink.destroy();
+  });
+
+  it('dispose(): no credit, no flushed hook for bytes of a closed connection, no listeners left', async () => {
+    const sink = new ControlledSink(8);
+    const reports: number[] = [];
+    let flushed = 0;
+    const cr = new CreditReturn({ sink, window: 8, report: (n) => reports.push(n) }); // batch = 1
+    cr.onFlushed = () => flushed++;
+    cr.write(Buffer.alloc(10));
+    cr.write(Buffer.alloc(10));
+    cr.dispose();
+    expect(cr.buffered).toBe(0);
+    await sink.acceptAll();
+    expect(sink.receivedBytes).toBe(20);
+    expect(reports).toEqual([]);
+    expect(flushed).toBe(0);
+    expect(cr.buffered).toBe(0);
+    expect(sink.listenerCount('drain')).toBe(0);
+    sink.destroy();
+  });
+
+  it('gives no credit for bytes the sink failed to deliver', async () => {
+    const sink = new ControlledSink(8);
+    sink.on('error', () => {});
+    const reports: number[] = [];
+    const cr = new CreditReturn({ sink, window: 8, report: (n) => reports.push(n) }); // batch = 1
+    cr.write(Buffer.alloc(10));
+    cr.write(Buffer.alloc(10));
+    sink.destroy(new Error('connection reset'));
+    await immediate();
+    await immediate();
+    expect(reports).toEqual([]);
+    cr.dispose();
+  });
+
+  describe('over a real TCP connection', () => {
+    const toClose: Array<() => void> = [];
+    afterEach(() => {
+      for (const c of toClose.splice(0)) c();
+    });
+
+    it('credits bytes only as the kernel and the peer take them', async () => {
+      const server = net.createServer();
+      server.listen(0, '127.0.0.1');
+      await once(server, 'listening');
+      toClose.push(() => server.close());
+      const accepted = once(server, 'connection') as Promise<[net.Socket]>;
+      const client = net.connect((server.address() as net.AddressInfo).port, '127.0.0.1');
+      toClose.push(() => client.destroy());
+      await once(client, 'connect');
+      const [peer] = await accepted;
+      toClose.push(() => peer.destroy());
+      peer.pause(); // the consumer does not read yet
+
+      const window = 8 * 64 * 1024;
+      let reported = 0;
+      let written = 0;
+      const cr = new CreditReturn({ sink: client, window, report: (n) => { reported += n; } });
+      toClose.push(() => cr.dispose());
+      const chunk = Buffer.alloc(64 * 1024, 1);
+      // Write until the socket pushes back for good: kernel buffers are full, our side holds bytes.
+      for (let i = 0; i < 5000; i++) {
+        cr.write(chunk);
+        written += chunk.length;
+        if (cr.buffered === 0) continue;
+        const drained = await new Promise<boolean>((resolve) => {
+          const t = setTimeout(() => resolve(false), 100);
+          cr.onFlushed = () => { clearTimeout(t); resolve(true); };
+        });
+        cr.onFlushed = undefined;
+        if (!drained) break;
+      }
+      expect(cr.buffered).toBeGreaterThan(0);
+      const stalledReported = reported;
+      expect(stalledReported).toBeLessThanOrEqual(written - cr.buffered);
+      // Nothing more is credited while the peer does not read.
+      await new Promise((r) => setTimeout(r, 50));
+      expect(reported).toBe(stalledReported);
+
+      let read = 0;
+      peer.on('data', (d: Buffer) => { read += d.length; });
+      peer.resume();
+      await new Promise<void>((resolve, reject) => {
+        const timer = setTimeout(() => reject(new Error(`not drained: buffered ${cr.buffered}, reported ${reported}/${written}`)), 10_000);
+        cr.onFlushed = () => { clearTimeout(timer); resolve(); };
+      });
+      expect(cr.buffered).toBe(0);
+      expect(reported).toBeGreaterThan(stalledReported);
+      expect(reported).toBeLessThanOrEqual(written);
+      expect(written - reported).toBeLessThan(window / 8);
+      await new Promise<void>((resolve) => { const t = setInterval(() => { if (read === written) { clearInterval(t); resolve(); } }, 5); });
+      expect(read).toBe(written);
+    });
+  });
+});
+
+describe('chunks', () => {
+  it('yields views of at most `max` bytes that share the original memory', () => {
+    const buf = Buffer.from('abcdefghij');
+    const parts = [...chunks(buf, 4)];
+    expect(parts.map((p) => p.toString())).toEqual(['abcd', 'efgh', 'ij']);
+    for (const p of parts) expect(p.buffer).toBe(buf.buffer);
+    buf[0] = 'X'.charCodeAt(0);
+    expect(parts[0]!.toString()).toBe('Xbcd'); // a view, not a copy
+  });
+
+  it('yields the buffer itself when it fits, and exact multiples without an empty tail', () => {
+    const small = Buffer.from('abc');
+    const one = [...chunks(small, 3)];
+    expect(one).toHaveLength(1);
+    expect(one[0]).toBe(small);
+    expect([...chunks(Buffer.alloc(12), 4)].map((p) => p.length)).toEqual([4, 4, 4]);
+    const empty = [...chunks(Buffer.alloc(0), 4)];
+    expect(empty.map((p) => p.length)).toEqual([0]);
+  });
+
+  it('covers the whole buffer in order', () => {
+    const buf = Buffer.from(Array.from({ length: 1000 }, (_, i) => i % 251));
+    expect(Buffer.concat([...chunks(buf, 97)]).equals(buf)).toBe(true);
+  });
+});
