@@ -22,6 +22,7 @@ export const agentFlags: FlagSpecs = {
   'health-bind-address': { type: 'string', default: '0.0.0.0', help: 'address of the health listener' },
   'health-port': { type: 'string', default: '8093', help: '/healthz, /readyz, /debug/connections' },
   'keepalive-time': { type: 'string', default: '15s', help: 'HTTP/2 ping interval towards the hub' },
+  'keepalive-timeout': { type: 'string', default: '10s', help: 'a hub that does not answer a ping within this is considered gone' },
   'log-level': { type: 'string', default: 'info', help: 'fatal, error, warn, info, debug, trace' },
 };
 
@@ -61,6 +62,7 @@ export async function runAgent(args: string[]): Promise<void> {
       dialTimeoutMs: duration(flags, 'dial-timeout'),
       drainGraceMs: duration(flags, 'drain-grace'),
       keepaliveTimeMs: duration(flags, 'keepalive-time'),
+      keepaliveTimeoutMs: duration(flags, 'keepalive-timeout'),
       log,
     });
   } catch (err) {
