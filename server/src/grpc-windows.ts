@@ -4,9 +4,10 @@
 // place grpc-js builds its http2 server: the initial SETTINGS carry a larger stream window, and each
 // new session raises its connection window. If grpc-js internals change, this throws at start-up
 // rather than silently running slow; grpc-windows.test.ts checks the windows on a live session.
-// The same hook turns Nagle off on accepted sockets.
+// The same hook turns Nagle off on accepted sockets and logs refused TLS handshakes.
 import type http2 from 'node:http2';
 import type net from 'node:net';
+import type tls from 'node:tls';
 import type * as grpc from '@grpc/grpc-js';
 
 interface GrpcServerInternals {
@@ -14,16 +15,25 @@ interface GrpcServerInternals {
   createHttp2Server?: (credentials: grpc.ServerCredentials) => http2.Http2Server | http2.Http2SecureServer;
 }
 
-export function raiseServerReceiveWindows(server: grpc.Server, streamWindow: number, connectionWindow: number): void {
+/** Runs `fn` on every http2 server grpc-js creates for `server` (one per bound address). */
+export function onHttp2Server(server: grpc.Server, fn: (h2: http2.Http2Server | http2.Http2SecureServer) => void): void {
   const internals = server as unknown as GrpcServerInternals;
-  const common = internals.commonServerOptions;
   const create = internals.createHttp2Server;
-  if (typeof common !== 'object' || common === null || typeof create !== 'function') {
-    throw new Error('this @grpc/grpc-js version does not expose the hooks used to raise HTTP/2 windows; pin the version in package.json');
-  }
-  common.settings = { ...common.settings, initialWindowSize: streamWindow };
+  if (typeof create !== 'function') throw new Error(HOOK_MISSING);
   internals.createHttp2Server = function patched(this: unknown, credentials: grpc.ServerCredentials) {
     const h2 = create.call(this, credentials);
+    fn(h2);
+    return h2;
+  };
+}
+
+const HOOK_MISSING = 'this @grpc/grpc-js version does not expose the hooks used to raise HTTP/2 windows; pin the version in package.json';
+
+export function raiseServerReceiveWindows(server: grpc.Server, streamWindow: number, connectionWindow: number): void {
+  const common = (server as unknown as GrpcServerInternals).commonServerOptions;
+  if (typeof common !== 'object' || common === null) throw new Error(HOOK_MISSING);
+  common.settings = { ...common.settings, initialWindowSize: streamWindow };
+  onHttp2Server(server, (h2) => {
     // Node's TLS/HTTP2 servers leave Nagle on; small frames (WINDOW_UPDATE, CREDIT, a 64-byte echo)
     // would then wait for the peer's delayed ACK.
     h2.on('connection', (socket: net.Socket) => socket.setNoDelay(true));
@@ -35,6 +45,23 @@ export function raiseServerReceiveWindows(server: grpc.Server, streamWindow: num
         /* session closing */
       }
     });
-    return h2;
-  };
+  });
+}
+
+/** Logs refused TLS handshakes with the reason (expired, unknown CA, no certificate), once per peer
+ * and reason per minute so a misconfigured agent retrying in a loop does not flood the log. */
+export function logTlsRefusals(server: grpc.Server, listener: string, log: (message: string, peer: string) => void): void {
+  const recent = new Map<string, number>();
+  onHttp2Server(server, (h2) => {
+    h2.on('tlsClientError', (err: Error, socket: tls.TLSSocket) => {
+      const reason = socket.authorizationError ? String(socket.authorizationError) : err.message;
+      const peer = socket.remoteAddress ?? 'unknown';
+      const key = `${peer} ${reason}`;
+      const now = Date.now();
+      if ((recent.get(key) ?? 0) > now - 60_000) return;
+      if (recent.size > 1000) recent.clear(); // bounded
+      recent.set(key, now);
+      log(`TLS handshake on the ${listener} listener refused: ${reason}`, peer);
+    });
+  });
 }

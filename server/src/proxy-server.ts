@@ -11,7 +11,7 @@ import {
 import type { Logger } from 'pino';
 import { makeAgentConnectHandler, type Grant } from './agent-listener.js';
 import { GrpcFrontend } from './frontend-grpc.js';
-import { raiseServerReceiveWindows } from './grpc-windows.js';
+import { logTlsRefusals, raiseServerReceiveWindows } from './grpc-windows.js';
 import { clusterFromSubject } from './pki/agent-identity.js';
 import { ProxyCore } from './proxy-core.js';
 
@@ -77,6 +77,8 @@ export class ProxyServer {
     this.frontendServer = new grpc.Server(grpcOptions);
     raiseServerReceiveWindows(this.agentServer, HTTP2_STREAM_WINDOW, HTTP2_CONNECTION_WINDOW);
     raiseServerReceiveWindows(this.frontendServer, FRONTEND_STREAM_WINDOW, HTTP2_CONNECTION_WINDOW);
+    logTlsRefusals(this.agentServer, 'agent', (msg, peer) => opts.log.warn({ peer }, msg));
+    logTlsRefusals(this.frontendServer, 'frontend', (msg, peer) => opts.log.warn({ peer }, msg));
     this.agentServer.addService(agentServiceDefinition, {
       Connect: makeAgentConnectHandler({
         serverID: this.serverID,

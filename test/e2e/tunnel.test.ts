@@ -330,6 +330,7 @@ describe('authentication', () => {
     const a = await startAgent(pki, hub, { cluster: 'rogue', apiserver: `127.0.0.1:${echo.port}`, cert, waitConnected: false });
     try {
       await a.proc.waitForJsonLine((o) => String(o['msg']).startsWith('cannot connect to hub'), 10_000);
+      await hub.proc.waitForJsonLine((o) => /TLS handshake on the agent listener refused: .*(SIGNATURE|ISSUER|UNABLE|self)/i.test(String(o['msg'])), 10_000);
       expect((await hub.tables()).agents.some((x) => x.cluster === 'rogue')).toBe(false);
       expect((await getStatus(a.healthPort, '/readyz')).status).toBe(503);
     } finally {
@@ -343,6 +344,8 @@ describe('authentication', () => {
     const a = await startAgent(pki, hub, { cluster: 'expired', apiserver: `127.0.0.1:${echo.port}`, cert, waitConnected: false });
     try {
       await a.proc.waitForJsonLine((o) => /expired/.test(String(o['msg'])), 10_000);
+      // The hub names the reason too (a TLS refusal tells the agent nothing).
+      await hub.proc.waitForJsonLine((o) => /TLS handshake on the agent listener refused: CERT_HAS_EXPIRED/.test(String(o['msg'])), 10_000);
       expect((await hub.tables()).agents.some((x) => x.cluster === 'expired')).toBe(false);
     } finally {
       await a.stop();
