@@ -22,6 +22,7 @@ function parseEntry(raw: string): Entry {
   const port = m[2] === '*' ? '*' : Number(m[2]);
   if (port !== '*' && (port < 1 || port > 65535)) throw new AllowlistError(`allowlist entry "${text}": port out of range`);
   if (hostPart.startsWith('[')) hostPart = hostPart.replace(/^\[(.*)\](\/\d+)?$/, '$1$2');
+  else if (hostPart.includes(':')) throw new AllowlistError(`allowlist entry "${text}": write IPv6 addresses in brackets, e.g. [fd00::1]:443`);
   if (hostPart === '*') return { text, port, matchHost: () => true };
   if (hostPart.includes('/')) {
     const [addr, bitsText] = hostPart.split('/') as [string, string];

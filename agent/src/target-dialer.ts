@@ -44,14 +44,13 @@ export class TargetDialer {
     if (protocol !== 'tcp') throw new DialFailure('forbidden', `protocol "${protocol}" is not supported, only tcp`);
     const hp = splitHostPort(address);
     if (!hp) throw new DialFailure('endpoint', `address "${address}" is not HOST:PORT`);
-    if (this.names.has(hp.host)) {
-      // Dialing C:443 reaches the apiserver, as OCM's ExternalName Service C does inside the cluster.
-      return hp.port === 443 ? { ...this.apiserver } : { host: this.apiserver.host, port: hp.port };
-    }
-    if (!this.allowlist.allows(hp.host, hp.port)) {
+    // Dialing C:443 reaches the apiserver, as OCM's ExternalName Service C does inside the cluster.
+    // Another port of C means that port on the apiserver's host, and the allowlist must say so.
+    const target = this.names.has(hp.host) ? (hp.port === 443 ? { ...this.apiserver } : { host: this.apiserver.host, port: hp.port }) : hp;
+    if (!this.allowlist.allows(target.host, target.port)) {
       throw new DialFailure('forbidden', `destination ${address} is not in this agent's allowlist`);
     }
-    return hp;
+    return target;
   }
 
   /** Connects; rejects with DialFailure('endpoint' | 'timeout') on failure or `signal` abort. */

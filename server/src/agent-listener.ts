@@ -10,7 +10,8 @@ import type { Logger } from 'pino';
 import { AgentBackend } from './backend.js';
 import { clusterFromSubject } from './pki/agent-identity.js';
 import type { ProxyCore } from './proxy-core.js';
-import { isValidCidr } from './routing.js';
+import { cidrContains, isValidCidr } from './routing.js';
+import { isIP } from 'node:net';
 
 /** Identifiers the hub grants a cluster's agents beyond the cluster's own names. */
 export interface Grant {
@@ -43,11 +44,12 @@ export function checkIdentifiers(cluster: string, ids: AgentIdentifiers, grant: 
     if (h.startsWith(`${cluster}.`) && DNS_LABEL.test(h.slice(cluster.length + 1))) continue;
     throw new IdentityError(`agent of cluster "${cluster}" may not register host=${h}: it is neither one of the cluster's names nor granted by the hub`);
   }
-  const grantedAddresses = new Set(grant?.cidrs ?? []);
+  const granted = grant?.cidrs ?? [];
   for (const [key, values] of [['ipv4', ids.ipv4], ['ipv6', ids.ipv6], ['cidr', ids.cidr]] as const) {
     for (const v of values) {
-      if (key === 'cidr' && !isValidCidr(v)) throw new IdentityError(`agent of cluster "${cluster}" sent an invalid cidr=${v}`);
-      if (!grantedAddresses.has(v)) throw new IdentityError(`agent of cluster "${cluster}" may not register ${key}=${v}: not granted by the hub`);
+      const asCidr = key === 'cidr' ? v : `${v}/${key === 'ipv4' ? 32 : 128}`;
+      if (!isValidCidr(asCidr) || (key !== 'cidr' && isIP(v) !== (key === 'ipv4' ? 4 : 6))) throw new IdentityError(`agent of cluster "${cluster}" sent an invalid ${key}=${v}`);
+      if (!granted.some((g) => cidrContains(g, asCidr))) throw new IdentityError(`agent of cluster "${cluster}" may not register ${key}=${v}: not within an address range granted by the hub`);
     }
   }
   if (ids.defaultRoute && !grant?.defaultRoute) throw new IdentityError(`agent of cluster "${cluster}" may not register default-route: not granted by the hub`);

@@ -133,6 +133,9 @@ export class GrpcFrontend implements Frontend {
   private finish(): void {
     if (this.state === 'done') return;
     this.state = 'done';
+    // Whatever we leave, the connection must not outlive the stream: a pending dial is abandoned,
+    // an open connection closed (a no-op when it is already closed).
+    this.conn?.close();
     this.call.removeListener('data', this.onPacket);
     if (!this.call.writableEnded) this.call.end();
     this.call.resume(); // drain anything still queued so the stream can complete

@@ -1,6 +1,6 @@
 export { ProxyServer, type ProxyServerOptions, type BoundPorts, type TlsFiles } from './proxy-server.js';
 export { ProxyCore } from './proxy-core.js';
-export { RoutingTable } from './routing.js';
+export { RoutingTable, isValidCidr, cidrContains } from './routing.js';
 export { checkIdentifiers, IdentityError, type Grant } from './agent-listener.js';
 export { raiseServerReceiveWindows } from './grpc-windows.js';
 export * from './pki/index.js';

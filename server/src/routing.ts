@@ -98,3 +98,16 @@ function cidrList(cidr: string): BlockList | null {
 export function isValidCidr(cidr: string): boolean {
   return cidrList(cidr) !== null;
 }
+
+/** True if every address of `inner` is inside `outer` (both CIDRs of the same family). */
+export function cidrContains(outer: string, inner: string): boolean {
+  const o = cidrList(outer);
+  const [innerAddr, innerBits] = inner.split('/');
+  const [, outerBits] = outer.split('/');
+  if (!o || !innerAddr || !isValidCidr(inner)) return false;
+  const family = isIP(innerAddr);
+  if (family !== isIP(outer.split('/')[0]!)) return false;
+  if (Number(innerBits) < Number(outerBits)) return false;
+  // inner is at least as narrow, so it lies inside outer iff its first address does.
+  return o.check(innerAddr, family === 4 ? 'ipv4' : 'ipv6');
+}

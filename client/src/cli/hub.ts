@@ -1,7 +1,7 @@
 // `cluster-proxy hub`: the proxy server.
 import { readFile } from 'node:fs/promises';
 import path from 'node:path';
-import { ProxyServer, ensureHubPki, type Grant } from '@cluster-proxy/server';
+import { ProxyServer, ensureHubPki, isValidCidr, type Grant } from '@cluster-proxy/server';
 import { createLogger } from './logging.js';
 import { UsageError, duration, helpText, list, parseFlags, port, str, type FlagSpecs } from './flags.js';
 
@@ -31,8 +31,11 @@ export function parseGrants(values: string[]): Map<string, Grant> {
     const m = /^([^=]+)=(host:(.+)|cidr:(.+)|default-route)$/.exec(v);
     if (!m) throw new UsageError(`--grant "${v}" must be CLUSTER=host:NAME, CLUSTER=cidr:CIDR or CLUSTER=default-route`);
     const g = grants.get(m[1]!) ?? { hosts: [], cidrs: [], defaultRoute: false };
-    if (m[3]) g.hosts.push(m[3]);
-    else if (m[4]) g.cidrs.push(m[4]);
+    if (m[3]) g.hosts.push(m[3].toLowerCase());
+    else if (m[4]) {
+      if (!isValidCidr(m[4])) throw new UsageError(`--grant "${v}": "${m[4]}" is not a CIDR such as 10.0.0.0/8 or fd00::/8`);
+      g.cidrs.push(m[4]);
+    }
     else g.defaultRoute = true;
     grants.set(m[1]!, g);
   }
