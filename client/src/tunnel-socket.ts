@@ -32,7 +32,8 @@ export class TunnelSocket extends Duplex {
   private state: SocketState = 'connecting';
   private connectID = 0;
   private readonly random = randomDialID();
-  private readonly call: grpc.ClientDuplexStream<Packet, Packet>;
+  /** null when the socket was created on a closed tunnel: it only reports that error. */
+  private readonly call: grpc.ClientDuplexStream<Packet, Packet> | null;
   private halfClose = false;
   private readEnded = false;
   private dialTimer: NodeJS.Timeout | null = null;
@@ -45,32 +46,47 @@ export class TunnelSocket extends Duplex {
   bytesRead = 0;
   bytesWritten = 0;
 
-  constructor(client: grpc.Client, destination: string, opts: ConnectOptions = {}, onSettled?: (s: TunnelSocket) => void) {
+  constructor(client: grpc.Client | TunnelError, destination: string, opts: ConnectOptions = {}, onSettled?: (s: TunnelSocket) => void) {
     super({ allowHalfOpen: opts.allowHalfOpen ?? false, readableHighWaterMark: 256 * 1024, writableHighWaterMark: 256 * 1024 });
     this.destination = destination;
     this.signal = opts.signal;
+    this.once('close', () => onSettled?.(this));
+    if (client instanceof TunnelError) {
+      // Like net.connect, never throw: report the error asynchronously.
+      this.call = null;
+      this.state = 'closed';
+      process.nextTick(() => this.destroy(client));
+      return;
+    }
     const md = new grpc.Metadata();
     md.set(MD_CAPABILITIES, CAP_HALF_CLOSE);
-    this.call = client.makeBidiStreamRequest(PROXY_PATH, encodePacket, decodePacket, md);
-    this.call.on('metadata', (m: grpc.Metadata) => {
+    const call = client.makeBidiStreamRequest(PROXY_PATH, encodePacket, decodePacket, md);
+    this.call = call;
+    call.on('metadata', (m: grpc.Metadata) => {
       this.halfClose = parseCapabilities(m.get(MD_CAPABILITIES).map(String).join(',')).has(CAP_HALF_CLOSE);
     });
-    this.call.on('data', this.onPacket);
-    this.call.on('error', (err: grpc.ServiceError) => {
+    call.on('data', this.onPacket);
+    call.on('error', (err: grpc.ServiceError) => {
       if (this.state === 'closed') return;
       const reason = err.code === grpc.status.CANCELLED ? 'context' : 'tunnelclosed';
       this.fail(new TunnelError(reason, destination, `tunnel to ${destination} failed: ${grpc.status[err.code] ?? err.code}: ${err.details}`));
     });
-    this.call.on('end', () => {
+    call.on('end', () => {
       if (this.state !== 'closed') this.fail(new TunnelError('tunnelclosed', destination, `hub ended the stream for ${destination} unexpectedly`));
     });
-    this.call.on('status', () => this.releaseCall());
-    this.once('close', () => onSettled?.(this));
+    call.on('status', () => this.releaseCall());
     const timeoutMs = opts.timeoutMs ?? 30_000;
     this.dialTimer = setTimeout(() => this.abandonDial(new TunnelError('timeout', destination, `dial ${destination} timed out after ${timeoutMs} ms`)), timeoutMs);
     if (this.signal?.aborted) queueMicrotask(this.onAbort);
     else this.signal?.addEventListener('abort', this.onAbort, { once: true });
-    this.call.write(packets.dialRequest(destination, this.random));
+    call.write(packets.dialRequest(destination, this.random));
+  }
+
+  /** The stream, in the states that have one (connecting, open): only a socket created on a closed
+   * tunnel has none, and it starts out closed. */
+  private get live(): grpc.ClientDuplexStream<Packet, Packet> {
+    if (!this.call) throw new Error('internal: tunnel socket without a stream');
+    return this.call;
   }
 
   // ------------------------------------------------------------ net.Socket look-alike
@@ -137,7 +153,7 @@ export class TunnelSocket extends Duplex {
         this.bytesRead += p.data.data.length;
         this.touch();
         if (this.readEnded) return;
-        if (!this.push(p.data.data)) this.call.pause();
+        if (!this.push(p.data.data)) this.call?.pause();
         return;
       case PacketType.HALF_CLOSE:
         if (this.state === 'open') this.endReadable();
@@ -168,7 +184,7 @@ export class TunnelSocket extends Duplex {
   // ------------------------------------------------------------ Duplex plumbing
 
   override _read(): void {
-    this.call.resume();
+    this.call?.resume();
   }
 
   override _write(chunk: Buffer, _enc: BufferEncoding, callback: (err?: Error | null) => void): void {
@@ -185,11 +201,11 @@ export class TunnelSocket extends Duplex {
 
   private sendData(chunk: Buffer, callback: (err?: Error | null) => void): void {
     let ok = true;
-    for (const piece of chunks(chunk, MAX_DATA_CHUNK)) ok = this.call.write(packets.data(this.connectID, piece));
+    for (const piece of chunks(chunk, MAX_DATA_CHUNK)) ok = this.live.write(packets.data(this.connectID, piece));
     this.bytesWritten += chunk.length;
     this.touch();
     if (ok) callback();
-    else this.call.once('drain', () => callback());
+    else this.live.once('drain', () => callback());
   }
 
   override _final(callback: (err?: Error | null) => void): void {
@@ -204,7 +220,7 @@ export class TunnelSocket extends Duplex {
   private sendEnd(): void {
     if (this.state !== 'open') return;
     // Half-close needs our hub; towards an ANP hub, ending our side closes the connection.
-    if (this.halfClose) this.call.write(packets.halfClose(this.connectID));
+    if (this.halfClose) this.live.write(packets.halfClose(this.connectID));
     else this.closeConnection();
   }
 
@@ -224,7 +240,7 @@ export class TunnelSocket extends Duplex {
     this.cleanupTimers();
     this.signal?.removeEventListener('abort', this.onAbort);
     if (this.state === 'connecting') {
-      this.call.write(packets.closeDial(this.random));
+      this.live.write(packets.closeDial(this.random));
       this.endCall();
     } else if (this.state === 'open') {
       this.closeConnection();
@@ -251,14 +267,14 @@ export class TunnelSocket extends Duplex {
   private closeConnection(): void {
     if (this.state !== 'open') return;
     this.state = 'closed';
-    if (this.call.writableNeedDrain) {
+    if (this.live.writableNeedDrain) {
       // Our unsent data would hold a CLOSE_REQ back (the hub paused this stream for lack of credit):
       // cancel the stream instead; the hub treats that as a close, like a TCP reset.
       this.releaseCall();
       return;
     }
-    this.call.write(packets.closeRequest(this.connectID));
-    this.call.resume();
+    this.live.write(packets.closeRequest(this.connectID));
+    this.live.resume();
     this.closeTimer = setTimeout(() => this.releaseCall(), CLOSE_ACK_MS);
   }
 
@@ -276,6 +292,7 @@ export class TunnelSocket extends Duplex {
   }
 
   private endCall(): void {
+    if (!this.call) return;
     if (!this.call.writableEnded) this.call.end();
     this.call.resume();
   }
@@ -284,6 +301,7 @@ export class TunnelSocket extends Duplex {
   private releaseCall(): void {
     if (this.closeTimer) clearTimeout(this.closeTimer);
     this.closeTimer = null;
+    if (!this.call) return;
     this.call.removeListener('data', this.onPacket);
     this.call.on('error', () => {});
     this.call.cancel();

@@ -50,11 +50,7 @@ export class Tunnel {
 
   /** Like net.connect: returns at once, emits 'connect' when the agent reached the destination. */
   connect(destination: string, opts: ConnectOptions = {}): TunnelSocket {
-    if (this.closed) {
-      const s = new TunnelSocket(this.client, destination, { ...opts, signal: AbortSignal.abort() });
-      s.destroy(new TunnelError('tunnelclosed', destination, `tunnel is closed; cannot dial ${destination}`));
-      return s;
-    }
+    if (this.closed) return new TunnelSocket(new TunnelError('tunnelclosed', destination, `tunnel is closed; cannot dial ${destination}`), destination, opts);
     const socket = new TunnelSocket(this.client, destination, opts, (s) => this.open.delete(s));
     this.open.add(socket);
     return socket;
