@@ -9,4 +9,11 @@ pnpm build
 echo "==> test"
 # Raise the open-file limit for the many-connection tests (best effort).
 ulimit -n 65536 2>/dev/null || true
-pnpm exec vitest run "$@"
+results="$(mktemp -d)/vitest.json"
+status=0
+pnpm exec vitest run --reporter=default --reporter=json --outputFile.json="$results" "$@" || status=$?
+# One plain summary line that any CI can read.
+if [ -f "$results" ]; then
+  node -e 'const r=JSON.parse(require("fs").readFileSync(process.argv[1],"utf8"));console.log(`${r.numPassedTests} passed, ${r.numFailedTests} failed, ${r.numPendingTests+r.numTodoTests} skipped`)' "$results"
+fi
+exit $status
