@@ -1,10 +1,10 @@
 // The agent: keeps one Connect stream per proxy-server replica (reached through one address, usually
 // a load balancer), reconnects with backoff, and drains on shutdown.
 import { X509Certificate, randomUUID } from 'node:crypto';
-import * as grpc from '@grpc/grpc-js';
 import { clusterHostNames, formatIdentifiers, emptyIdentifiers, DEFAULT_CONNECTION_WINDOW, type AgentIdentifiers } from '@cluster-proxy/proto';
 import type { Logger } from 'pino';
 import { Backoff } from './backoff.js';
+import { NoMuxError, type AgentTransport } from './links.js';
 import { ServerConnection, type ConnectionSummary } from './server-connection.js';
 import { TargetDialer } from './target-dialer.js';
 
@@ -20,6 +20,8 @@ export interface AgentOptions {
   key: Buffer;
   /** TLS server name to verify instead of the address host. */
   serverName?: string;
+  /** 'auto' (default): our framed transport, or gRPC when the hub is an ANP server. */
+  transport?: AgentTransport | 'auto';
   apiserver: string;
   allow: string[];
   agentID?: string;
@@ -40,7 +42,7 @@ export interface AgentStatus {
   agentID: string;
   cluster: string;
   draining: boolean;
-  servers: { serverID: string; serverCount: number; credit: boolean; connections: ConnectionSummary[] }[];
+  servers: { serverID: string; serverCount: number; transport: AgentTransport | null; credit: boolean; connections: ConnectionSummary[] }[];
 }
 
 export class Agent {
@@ -49,7 +51,8 @@ export class Agent {
   private readonly dialer: TargetDialer;
   private readonly identifiers: string;
   private readonly backoff: Backoff;
-  private readonly credentials: grpc.ChannelCredentials;
+  /** Starts as configured ('auto' means mux first); an ANP server turns it to 'grpc'. */
+  private transport: AgentTransport;
   private connectID = 0;
   private draining = false;
   private stopped = false;
@@ -66,7 +69,7 @@ export class Agent {
     ids.host = [...names, ...(opts.extraIdentifiers?.host ?? [])];
     this.identifiers = formatIdentifiers(ids);
     this.backoff = new Backoff({ initialMs: opts.backoffInitialMs ?? 500, maxMs: opts.backoffMaxMs ?? 30_000 });
-    this.credentials = grpc.credentials.createSsl(opts.caCert, opts.key, opts.cert);
+    this.transport = opts.transport === 'grpc' ? 'grpc' : 'mux';
   }
 
   start(): void {
@@ -81,7 +84,7 @@ export class Agent {
       agentID: this.agentID,
       cluster: this.opts.cluster,
       draining: this.draining,
-      servers: [...this.servers.values()].map((s) => ({ serverID: s.serverID, serverCount: s.serverCount, credit: s.credit, connections: s.summary() })),
+      servers: [...this.servers.values()].map((s) => ({ serverID: s.serverID, serverCount: s.serverCount, transport: s.transport, credit: s.credit, connections: s.summary() })),
     };
   }
 
@@ -147,8 +150,11 @@ export class Agent {
     if (this.servers.size >= this.knownServerCount) return; // full set; a loss reschedules
     const conn = new ServerConnection({
       address: this.opts.hubAddress,
-      credentials: this.credentials,
-      channelOptions: this.opts.serverName ? { 'grpc.ssl_target_name_override': this.opts.serverName, 'grpc.default_authority': this.opts.serverName } : {},
+      caCert: this.opts.caCert,
+      cert: this.opts.cert,
+      key: this.opts.key,
+      serverName: this.opts.serverName,
+      transport: this.transport,
       agentID: this.agentID,
       identifiers: this.identifiers,
       window: this.opts.window ?? DEFAULT_CONNECTION_WINDOW,
@@ -165,6 +171,13 @@ export class Agent {
       await conn.ready();
     } catch (err) {
       this.attempt = null;
+      if (err instanceof NoMuxError && this.opts.transport !== 'mux') {
+        // An ANP server: remember, and speak gRPC to it from now on.
+        this.opts.log.info({ hub: this.opts.hubAddress }, `${err.message}; using gRPC (AgentService.Connect)`);
+        this.transport = 'grpc';
+        this.schedule(0);
+        return;
+      }
       const problem = certificateProblem(this.opts.cert);
       const message = `${(err as Error).message}${problem ? ` (our client certificate ${problem})` : ''}`;
       const delay = this.backoff.next();
@@ -191,7 +204,7 @@ export class Agent {
     this.backoff.reset();
     this.lastError = '';
     this.servers.set(conn.serverID, conn);
-    this.opts.log.info({ serverID: conn.serverID, serverCount: conn.serverCount, credit: conn.credit, halfClose: conn.halfClose }, 'connected to proxy server');
+    this.opts.log.info({ serverID: conn.serverID, serverCount: conn.serverCount, transport: conn.transport, credit: conn.credit, halfClose: conn.halfClose }, 'connected to proxy server');
     conn.once('closed', (err: Error | null) => {
       this.servers.delete(conn.serverID);
       if (!this.stopped && !this.draining) this.opts.log.warn({ serverID: conn.serverID, err: err?.message }, 'lost connection to proxy server');

@@ -3,3 +3,4 @@ export { startAgentHealthServer } from './health.js';
 export { Allowlist, AllowlistError } from './allowlist.js';
 export { TargetDialer, DialFailure } from './target-dialer.js';
 export { Backoff } from './backoff.js';
+export { type AgentTransport } from './links.js';

@@ -1,23 +1,25 @@
-// One AgentService.Connect stream to one proxy-server replica. It announces who we are (agentID,
+// One link (our framed transport, or AgentService.Connect over gRPC) to one proxy-server replica. It announces who we are (agentID,
 // agentIdentifiers, capabilities), reads serverID/serverCount from the response headers, and then
 // serves DIAL_REQ / DATA / CLOSE_REQ / DIAL_CLS / CREDIT / HALF_CLOSE for the connections it carries.
 import { EventEmitter } from 'node:events';
-import * as grpc from '@grpc/grpc-js';
 import {
-  AGENT_CONNECT_PATH, CAP_CREDIT, CAP_HALF_CLOSE, HTTP2_CONNECTION_WINDOW, MAX_MESSAGE_BYTES, MD_AGENT_ID, MD_AGENT_IDENTIFIERS,
-  MD_CAPABILITIES, MD_SERVER_COUNT, MD_SERVER_ID, MD_WINDOW, PacketType, StreamSender, decodePacket, encodePacket, packetTypeName,
-  packets, parseCapabilities, type Packet,
+  CAP_CREDIT, CAP_HALF_CLOSE, MD_AGENT_ID, MD_AGENT_IDENTIFIERS, MD_CAPABILITIES, MD_SERVER_COUNT, MD_SERVER_ID, MD_WINDOW, PacketType,
+  StreamSender, packetTypeName, packets, parseCapabilities, type Packet,
 } from '@cluster-proxy/proto';
 import type { Logger } from 'pino';
 import { EndpointConnection, type EndpointOwner } from './endpoint-connection.js';
+import { openGrpcLink, openMuxLink, type AgentTransport, type Link, type LinkOptions } from './links.js';
 import { DialFailure, type TargetDialer } from './target-dialer.js';
 
 export interface ServerConnectionOptions {
   /** host:port of the hub's agent listener (or its load balancer). */
   address: string;
-  credentials: grpc.ChannelCredentials;
-  /** Extra channel options, e.g. grpc.ssl_target_name_override. */
-  channelOptions?: grpc.ChannelOptions;
+  caCert: Buffer;
+  cert: Buffer;
+  key: Buffer;
+  serverName?: string;
+  /** 'mux' tries our transport and falls back to gRPC when the server does not speak it. */
+  transport: AgentTransport;
   agentID: string;
   identifiers: string;
   window: number;
@@ -39,9 +41,9 @@ export interface ConnectionSummary {
   bytesOut: number;
 }
 
-type CallState = 'connecting' | 'open' | 'closed';
+type LinkState = 'connecting' | 'open' | 'closed';
 
-/** Emits 'closed' (error: Error | null) exactly once. */
+/** Emits 'closed' (error: Error | null) exactly once, after ready() resolved. */
 export class ServerConnection extends EventEmitter implements EndpointOwner {
   serverID = '';
   serverCount = 1;
@@ -49,10 +51,10 @@ export class ServerConnection extends EventEmitter implements EndpointOwner {
   halfClose = false;
   peerWindow: number | null = null;
   readonly window: number;
-  readonly sender: StreamSender;
-  private state: CallState = 'connecting';
-  private readonly client: grpc.Client;
-  private readonly call: grpc.ClientDuplexStream<Packet, Packet>;
+  private senderOrNull: StreamSender | null = null;
+  private state: LinkState = 'connecting';
+  private link: Link | null = null;
+  private readonly abort = new AbortController();
   private readonly conns = new Map<number, EndpointConnection>();
   private readonly byRandom = new Map<bigint, EndpointConnection>();
   private readonly log: Logger;
@@ -61,80 +63,69 @@ export class ServerConnection extends EventEmitter implements EndpointOwner {
     super();
     this.window = opts.window;
     this.log = opts.log;
-    this.client = new grpc.Client(opts.address, opts.credentials, {
-      ...opts.channelOptions,
-      // Every ServerConnection needs its own TCP connection (one per replica behind a load balancer).
-      'grpc.use_local_subchannel_pool': 1,
-      'grpc-node.flow_control_window': HTTP2_CONNECTION_WINDOW,
-      'grpc.max_receive_message_length': MAX_MESSAGE_BYTES,
-      'grpc.max_send_message_length': MAX_MESSAGE_BYTES,
-      'grpc.keepalive_time_ms': opts.keepaliveTimeMs,
-      'grpc.keepalive_timeout_ms': opts.keepaliveTimeoutMs,
-      'grpc.keepalive_permit_without_calls': 1,
-      'grpc.enable_http_proxy': 0,
-      // Retries buffer every sent message until the call commits; a tunnel never retries a stream.
-      'grpc.enable_retries': 0,
-    });
-    const md = new grpc.Metadata();
-    md.set(MD_AGENT_ID, opts.agentID);
-    if (opts.identifiers) md.set(MD_AGENT_IDENTIFIERS, opts.identifiers);
-    md.set(MD_CAPABILITIES, [CAP_CREDIT, CAP_HALF_CLOSE].join(','));
-    md.set(MD_WINDOW, String(opts.window));
-    this.call = this.client.makeBidiStreamRequest(AGENT_CONNECT_PATH, encodePacket, decodePacket, md);
-    this.sender = new StreamSender(this.call);
-    this.call.on('data', this.onPacket);
-    this.call.on('error', (err: grpc.ServiceError) => this.shutdown(new Error(describeStatus(err))));
-    this.call.on('end', () => this.shutdown(new Error('server ended the stream')));
   }
 
-  /** Resolves once the server's headers arrived (serverID, serverCount, capabilities). */
-  ready(): Promise<void> {
-    return new Promise((resolve, reject) => {
-      const timer = setTimeout(() => {
-        cleanup();
-        const err = new Error(`no response headers from ${this.opts.address} within ${this.opts.headerTimeoutMs} ms`);
-        this.shutdown(err);
-        reject(err);
-      }, this.opts.headerTimeoutMs);
-      const onMetadata = (md: grpc.Metadata): void => {
-        cleanup();
-        try {
-          this.readHeaders(md);
-          this.state = 'open';
-          resolve();
-        } catch (err) {
-          this.shutdown(err as Error);
-          reject(err);
-        }
-      };
-      const onClosed = (err: Error | null): void => {
-        cleanup();
-        reject(err ?? new Error('stream closed before headers'));
-      };
-      const cleanup = (): void => {
-        clearTimeout(timer);
-        this.call.removeListener('metadata', onMetadata);
-        this.removeListener('closed', onClosed);
-      };
-      this.call.once('metadata', onMetadata);
-      this.once('closed', onClosed);
-    });
+  get sender(): StreamSender {
+    if (!this.senderOrNull) throw new Error('internal: server connection used before it was ready');
+    return this.senderOrNull;
   }
 
-  private readHeaders(md: grpc.Metadata): void {
-    const id = md.get(MD_SERVER_ID);
-    const count = md.get(MD_SERVER_COUNT);
+  get transport(): AgentTransport | null {
+    return this.link?.transport ?? null;
+  }
+
+  /** Opens the link and reads the server's headers (serverID, serverCount, capabilities). */
+  async ready(): Promise<void> {
+    const linkOpts: LinkOptions = {
+      address: this.opts.address,
+      caCert: this.opts.caCert,
+      cert: this.opts.cert,
+      key: this.opts.key,
+      serverName: this.opts.serverName,
+      metadata: {
+        [MD_AGENT_ID]: this.opts.agentID,
+        ...(this.opts.identifiers ? { [MD_AGENT_IDENTIFIERS]: this.opts.identifiers } : {}),
+        [MD_CAPABILITIES]: [CAP_CREDIT, CAP_HALF_CLOSE].join(','),
+        [MD_WINDOW]: String(this.opts.window),
+      },
+      headerTimeoutMs: this.opts.headerTimeoutMs,
+      keepaliveTimeMs: this.opts.keepaliveTimeMs,
+      keepaliveTimeoutMs: this.opts.keepaliveTimeoutMs,
+      signal: this.abort.signal,
+    };
+    const link = this.opts.transport === 'mux' ? await openMuxLink(linkOpts) : await openGrpcLink(linkOpts);
+    if (this.state === 'closed') {
+      link.close();
+      throw new Error('closed while connecting');
+    }
+    try {
+      this.readHeaders(link);
+    } catch (err) {
+      link.close();
+      this.state = 'closed';
+      throw err;
+    }
+    this.link = link;
+    this.senderOrNull = new StreamSender(link.stream);
+    this.state = 'open';
+    link.onPacket(this.onPacket);
+    link.onGone((err) => this.shutdown(err));
+  }
+
+  private readHeaders(link: Link): void {
+    const id = link.header(MD_SERVER_ID);
+    const count = link.header(MD_SERVER_COUNT);
     // ANP's agent requires exactly one of each.
     if (id.length !== 1 || count.length !== 1) throw new Error(`server ${this.opts.address} sent no serverID/serverCount headers: not a proxy server?`);
-    this.serverID = String(id[0]);
+    this.serverID = id[0]!;
     const n = Number(count[0]);
-    if (!Number.isInteger(n) || n < 1) throw new Error(`server ${this.opts.address} sent an invalid serverCount "${String(count[0])}"`);
+    if (!Number.isInteger(n) || n < 1) throw new Error(`server ${this.opts.address} sent an invalid serverCount "${count[0]}"`);
     this.serverCount = n;
-    const caps = parseCapabilities(md.get(MD_CAPABILITIES).map(String).join(','));
+    const caps = parseCapabilities(link.header(MD_CAPABILITIES).join(','));
     this.credit = caps.has(CAP_CREDIT);
     this.halfClose = caps.has(CAP_HALF_CLOSE);
     if (this.credit) {
-      const w = Number(md.get(MD_WINDOW)[0]);
+      const w = Number(link.header(MD_WINDOW)[0]);
       if (!Number.isSafeInteger(w) || w <= 0) throw new Error(`server ${this.opts.address} announced credit without a valid window`);
       this.peerWindow = w;
     }
@@ -253,20 +244,18 @@ export class ServerConnection extends EventEmitter implements EndpointOwner {
 
   private shutdown(err: Error | null): void {
     if (this.state === 'closed') return;
+    const wasOpen = this.state === 'open';
     this.state = 'closed';
+    this.abort.abort();
     for (const conn of [...this.conns.values()]) conn.destroy();
     this.conns.clear();
     this.byRandom.clear();
-    this.sender.close();
-    this.call.removeListener('data', this.onPacket);
-    this.call.on('error', () => {}); // late errors after cancel are expected
-    this.call.cancel();
-    this.client.close();
-    this.emit('closed', err);
+    this.senderOrNull?.close();
+    if (this.link) {
+      this.link.offPacket(this.onPacket);
+      this.link.close();
+    }
+    if (wasOpen) this.emit('closed', err);
   }
 }
 
-function describeStatus(err: grpc.ServiceError): string {
-  const name = grpc.status[err.code] ?? String(err.code);
-  return `${name}: ${err.details || err.message}`;
-}

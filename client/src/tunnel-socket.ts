@@ -1,11 +1,12 @@
 // A tunneled TCP connection, shaped like net.Socket: a Duplex with connect/timeout/half-close
-// semantics, so HTTP clients and TLS can run over it. One gRPC Proxy stream carries it.
+// semantics, so HTTP clients and TLS can run over it. A "leg" carries its packets to the hub: its
+// own gRPC stream, or a share of a multiplexed connection (legs.ts).
 //   connecting → open → (ended either way) → closed
-import { Duplex } from 'node:stream';
-import * as grpc from '@grpc/grpc-js';
-import { CAP_HALF_CLOSE, MAX_DATA_CHUNK, MD_CAPABILITIES, PROXY_PATH, PacketType, chunks, classifyDialError, decodePacket, encodePacket, packets, parseCapabilities, type Packet } from '@cluster-proxy/proto';
-import { TunnelError } from './errors.js';
 import { randomBytes } from 'node:crypto';
+import { Duplex } from 'node:stream';
+import { MAX_DATA_CHUNK, PacketType, chunks, classifyDialError, packets, type Packet } from '@cluster-proxy/proto';
+import { TunnelError } from './errors.js';
+import type { Leg, LegFactory } from './legs.js';
 
 export interface ConnectOptions {
   /** Abort a pending dial (reason `context`) or an open connection. */
@@ -18,7 +19,7 @@ export interface ConnectOptions {
 
 type SocketState = 'connecting' | 'open' | 'closed';
 
-/** After we close, how long we wait for the hub's CLOSE_RSP before cancelling the stream. */
+/** After we close, how long we wait for the hub's CLOSE_RSP before giving up on it. */
 const CLOSE_ACK_MS = 5000;
 
 function randomDialID(): bigint {
@@ -32,9 +33,7 @@ export class TunnelSocket extends Duplex {
   private state: SocketState = 'connecting';
   private connectID = 0;
   private readonly random = randomDialID();
-  /** null when the socket was created on a closed tunnel: it only reports that error. */
-  private readonly call: grpc.ClientDuplexStream<Packet, Packet> | null;
-  private halfClose = false;
+  private leg: Leg | null = null;
   private readEnded = false;
   private dialTimer: NodeJS.Timeout | null = null;
   private idleTimer: NodeJS.Timeout | null = null;
@@ -46,47 +45,39 @@ export class TunnelSocket extends Duplex {
   bytesRead = 0;
   bytesWritten = 0;
 
-  constructor(client: grpc.Client | TunnelError, destination: string, opts: ConnectOptions = {}, onSettled?: (s: TunnelSocket) => void) {
+  constructor(destination: string, opts: ConnectOptions = {}, onSettled?: (s: TunnelSocket) => void) {
     super({ allowHalfOpen: opts.allowHalfOpen ?? false, readableHighWaterMark: 256 * 1024, writableHighWaterMark: 256 * 1024 });
     this.destination = destination;
     this.signal = opts.signal;
     this.once('close', () => onSettled?.(this));
-    if (client instanceof TunnelError) {
-      // Like net.connect, never throw: report the error asynchronously.
-      this.call = null;
-      this.state = 'closed';
-      process.nextTick(() => this.destroy(client));
-      return;
-    }
-    const md = new grpc.Metadata();
-    md.set(MD_CAPABILITIES, CAP_HALF_CLOSE);
-    const call = client.makeBidiStreamRequest(PROXY_PATH, encodePacket, decodePacket, md);
-    this.call = call;
-    call.on('metadata', (m: grpc.Metadata) => {
-      this.halfClose = parseCapabilities(m.get(MD_CAPABILITIES).map(String).join(',')).has(CAP_HALF_CLOSE);
-    });
-    call.on('data', this.onPacket);
-    call.on('error', (err: grpc.ServiceError) => {
-      if (this.state === 'closed') return;
-      const reason = err.code === grpc.status.CANCELLED ? 'context' : 'tunnelclosed';
-      this.fail(new TunnelError(reason, destination, `tunnel to ${destination} failed: ${grpc.status[err.code] ?? err.code}: ${err.details}`));
-    });
-    call.on('end', () => {
-      if (this.state !== 'closed') this.fail(new TunnelError('tunnelclosed', destination, `hub ended the stream for ${destination} unexpectedly`));
-    });
-    call.on('status', () => this.releaseCall());
     const timeoutMs = opts.timeoutMs ?? 30_000;
     this.dialTimer = setTimeout(() => this.abandonDial(new TunnelError('timeout', destination, `dial ${destination} timed out after ${timeoutMs} ms`)), timeoutMs);
     if (this.signal?.aborted) queueMicrotask(this.onAbort);
     else this.signal?.addEventListener('abort', this.onAbort, { once: true });
-    call.write(packets.dialRequest(destination, this.random));
   }
 
-  /** The stream, in the states that have one (connecting, open): only a socket created on a closed
-   * tunnel has none, and it starts out closed. */
-  private get live(): grpc.ClientDuplexStream<Packet, Packet> {
-    if (!this.call) throw new Error('internal: tunnel socket without a stream');
-    return this.call;
+  /** Starts the dial on a leg from `factory` (the tunnel calls this once its transport is ready). */
+  attach(factory: LegFactory): void {
+    if (this.state !== 'connecting' || this.leg) return;
+    this.leg = factory.open(this.random, {
+      onPacket: this.onPacket,
+      onFailure: (message) => {
+        if (this.state === 'closed') {
+          this.leg?.abort();
+          return;
+        }
+        this.fail(new TunnelError('tunnelclosed', this.destination, `tunnel to ${this.destination} failed: ${message}`));
+      },
+    });
+    this.leg.send(packets.dialRequest(this.destination, this.random));
+  }
+
+  /** The transport could not be set up: fail like a dial would. */
+  failToStart(err: TunnelError): void {
+    if (this.state === 'closed') return;
+    this.clearDialTimer();
+    this.state = 'closed';
+    this.destroy(err);
   }
 
   // ------------------------------------------------------------ net.Socket look-alike
@@ -111,7 +102,7 @@ export class TunnelSocket extends Duplex {
   }
 
   setKeepAlive(_enable?: boolean, _delay?: number): this {
-    return this; // the hub keeps its streams alive
+    return this; // the transport keeps itself alive
   }
 
   ref(): this {
@@ -148,19 +139,20 @@ export class TunnelSocket extends Duplex {
         this.flushPending();
         return;
       }
-      case PacketType.DATA:
-        if (this.state !== 'open') return;
-        this.bytesRead += p.data.data.length;
+      case PacketType.DATA: {
+        if (this.state !== 'open' || this.readEnded) return;
+        const n = p.data.data.length;
+        this.bytesRead += n;
         this.touch();
-        if (this.readEnded) return;
-        if (!this.push(p.data.data)) this.call?.pause();
+        this.leg?.received(n, this.push(p.data.data));
         return;
+      }
       case PacketType.HALF_CLOSE:
         if (this.state === 'open') this.endReadable();
         return;
       case PacketType.CLOSE_RSP:
         if (this.state === 'closed') {
-          this.endCall(); // the acknowledgement of our CLOSE_REQ
+          this.finishLeg(); // the acknowledgement of our CLOSE_REQ
           return;
         }
         if (p.closeResponse.error) {
@@ -170,7 +162,7 @@ export class TunnelSocket extends Duplex {
         // The destination closed the connection: deliver what was read, refuse further writes.
         this.state = 'closed';
         this.cleanupTimers();
-        this.endCall();
+        this.finishLeg();
         this.endReadable();
         if (this.pendingWrite) this.pendingWrite.callback(new TunnelError('closed', this.destination, `connection to ${this.destination} was closed by the destination`));
         this.pendingWrite = null;
@@ -184,7 +176,7 @@ export class TunnelSocket extends Duplex {
   // ------------------------------------------------------------ Duplex plumbing
 
   override _read(): void {
-    this.call?.resume();
+    this.leg?.resumeReading();
   }
 
   override _write(chunk: Buffer, _enc: BufferEncoding, callback: (err?: Error | null) => void): void {
@@ -192,20 +184,20 @@ export class TunnelSocket extends Duplex {
       this.pendingWrite = { chunk, callback };
       return;
     }
-    if (this.state !== 'open') {
+    if (this.state !== 'open' || !this.leg) {
       callback(new TunnelError('closed', this.destination, `connection to ${this.destination} is closed`));
       return;
     }
-    this.sendData(chunk, callback);
+    this.sendData(this.leg, chunk, callback);
   }
 
-  private sendData(chunk: Buffer, callback: (err?: Error | null) => void): void {
+  private sendData(leg: Leg, chunk: Buffer, callback: (err?: Error | null) => void): void {
     let ok = true;
-    for (const piece of chunks(chunk, MAX_DATA_CHUNK)) ok = this.live.write(packets.data(this.connectID, piece));
+    for (const piece of chunks(chunk, MAX_DATA_CHUNK)) ok = leg.send(packets.data(this.connectID, piece));
     this.bytesWritten += chunk.length;
     this.touch();
     if (ok) callback();
-    else this.live.once('drain', () => callback());
+    else leg.whenWritable(() => callback());
   }
 
   override _final(callback: (err?: Error | null) => void): void {
@@ -218,16 +210,16 @@ export class TunnelSocket extends Duplex {
   }
 
   private sendEnd(): void {
-    if (this.state !== 'open') return;
+    if (this.state !== 'open' || !this.leg) return;
     // Half-close needs our hub; towards an ANP hub, ending our side closes the connection.
-    if (this.halfClose) this.live.write(packets.halfClose(this.connectID));
+    if (this.leg.halfClose) this.leg.send(packets.halfClose(this.connectID));
     else this.closeConnection();
   }
 
   private flushPending(): void {
     const w = this.pendingWrite;
     this.pendingWrite = null;
-    if (w) this.sendData(w.chunk, w.callback);
+    if (w && this.leg) this.sendData(this.leg, w.chunk, w.callback);
     const f = this.pendingFinal;
     this.pendingFinal = null;
     if (f) {
@@ -240,8 +232,10 @@ export class TunnelSocket extends Duplex {
     this.cleanupTimers();
     this.signal?.removeEventListener('abort', this.onAbort);
     if (this.state === 'connecting') {
-      this.live.write(packets.closeDial(this.random));
-      this.endCall();
+      if (this.leg) {
+        this.leg.send(packets.closeDial(this.random));
+        this.leg.end();
+      }
     } else if (this.state === 'open') {
       this.closeConnection();
     }
@@ -263,48 +257,38 @@ export class TunnelSocket extends Duplex {
     this.destroy(err);
   }
 
-  /** Full close: CLOSE_REQ, then wait (bounded) for the hub's CLOSE_RSP before ending the stream. */
+  /** Full close: CLOSE_REQ, then wait (bounded) for the hub's CLOSE_RSP. */
   private closeConnection(): void {
-    if (this.state !== 'open') return;
+    if (this.state !== 'open' || !this.leg) return;
     this.state = 'closed';
-    if (this.live.writableNeedDrain) {
+    if (this.leg.backedUp) {
       // Our unsent data would hold a CLOSE_REQ back (the hub paused this stream for lack of credit):
-      // cancel the stream instead; the hub treats that as a close, like a TCP reset.
-      this.releaseCall();
+      // abort instead; the hub treats a cancelled stream as a close, like a TCP reset.
+      this.leg.abort();
       return;
     }
-    this.live.write(packets.closeRequest(this.connectID));
-    this.live.resume();
-    this.closeTimer = setTimeout(() => this.releaseCall(), CLOSE_ACK_MS);
+    this.leg.send(packets.closeRequest(this.connectID));
+    this.leg.resumeReading();
+    this.closeTimer = setTimeout(() => this.leg?.abort(), CLOSE_ACK_MS);
   }
 
   private fail(err: TunnelError): void {
     this.clearDialTimer();
     this.state = 'closed';
-    this.endCall();
+    this.finishLeg();
     this.destroy(err);
+  }
+
+  private finishLeg(): void {
+    if (this.closeTimer) clearTimeout(this.closeTimer);
+    this.closeTimer = null;
+    this.leg?.end();
   }
 
   private endReadable(): void {
     if (this.readEnded) return;
     this.readEnded = true;
     this.push(null);
-  }
-
-  private endCall(): void {
-    if (!this.call) return;
-    if (!this.call.writableEnded) this.call.end();
-    this.call.resume();
-  }
-
-  /** The stream is finished (status received) or abandoned: drop it for good. */
-  private releaseCall(): void {
-    if (this.closeTimer) clearTimeout(this.closeTimer);
-    this.closeTimer = null;
-    if (!this.call) return;
-    this.call.removeListener('data', this.onPacket);
-    this.call.on('error', () => {});
-    this.call.cancel();
   }
 
   private touch(): void {

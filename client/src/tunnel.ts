@@ -1,13 +1,19 @@
-// A reusable tunnel: one gRPC channel to the hub's ProxyService, one Proxy stream per connection
-// (like konnectivity-client's CreateGRPCTunnel).
+// A reusable tunnel to the hub's client frontend. Against our hub, every connection shares one
+// multiplexed TLS connection (ALPN "cluster-proxy-mux/1", per-connection credit); against any other
+// ANP-compatible hub, each connection gets its own gRPC Proxy stream on one channel, as
+// konnectivity-client's CreateGRPCTunnel does.
 import { once } from 'node:events';
 import * as grpc from '@grpc/grpc-js';
 import { CLIENT_HTTP2_WINDOW, MAX_MESSAGE_BYTES } from '@cluster-proxy/proto';
 import { TunnelError } from './errors.js';
+import { GrpcLegFactory, type LegFactory } from './legs.js';
+import { MuxLegFactory, MuxUnsupportedError } from './mux-session.js';
 import { TunnelSocket, type ConnectOptions } from './tunnel-socket.js';
 
+export type TunnelTransport = 'auto' | 'mux' | 'grpc';
+
 export interface TunnelOptions {
-  /** `host:port` of the hub's gRPC frontend (mTLS), or `unix:///path/to.sock` (plain). */
+  /** `host:port` of the hub's client frontend (mTLS), or `unix:///path/to.sock` (plain gRPC). */
   address: string;
   /** PEM contents; required for TCP, ignored for a Unix socket. */
   caCert?: Buffer;
@@ -15,10 +21,15 @@ export interface TunnelOptions {
   key?: Buffer;
   /** TLS name to verify instead of the address host. */
   serverName?: string;
+  /** 'auto' (default): multiplexed when the hub supports it, else gRPC. A Unix socket is always gRPC. */
+  transport?: TunnelTransport;
 }
 
 export class Tunnel {
   private readonly client: grpc.Client;
+  private readonly grpcLegs: GrpcLegFactory;
+  private readonly mux: MuxLegFactory | null;
+  private transport: TunnelTransport;
   private readonly open = new Set<TunnelSocket>();
   private closed = false;
 
@@ -46,13 +57,23 @@ export class Tunnel {
       channelOptions['grpc.default_authority'] = opts.serverName;
     }
     this.client = new grpc.Client(opts.address, creds, channelOptions);
+    this.grpcLegs = new GrpcLegFactory(this.client);
+    this.transport = uds ? 'grpc' : (opts.transport ?? 'auto');
+    this.mux = this.transport === 'grpc' ? null : new MuxLegFactory({ address: opts.address, caCert: opts.caCert!, cert: opts.cert!, key: opts.key!, serverName: opts.serverName });
   }
 
   /** Like net.connect: returns at once, emits 'connect' when the agent reached the destination. */
   connect(destination: string, opts: ConnectOptions = {}): TunnelSocket {
-    if (this.closed) return new TunnelSocket(new TunnelError('tunnelclosed', destination, `tunnel is closed; cannot dial ${destination}`), destination, opts);
-    const socket = new TunnelSocket(this.client, destination, opts, (s) => this.open.delete(s));
+    const socket = new TunnelSocket(destination, opts, (s) => this.open.delete(s));
+    if (this.closed) {
+      socket.failToStart(new TunnelError('tunnelclosed', destination, `tunnel is closed; cannot dial ${destination}`));
+      return socket;
+    }
     this.open.add(socket);
+    this.legs().then(
+      (legs) => socket.attach(legs),
+      (err: Error) => socket.failToStart(new TunnelError('tunnelclosed', destination, `tunnel to ${destination} failed: cannot reach the hub at ${this.opts.address}: ${err.message}`)),
+    );
     return socket;
   }
 
@@ -73,11 +94,32 @@ export class Tunnel {
     return this.open.size;
   }
 
-  /** Closes every connection and the channel. */
+  /** The transport in use: 'mux' or 'grpc' ('auto' until the first dial found out). */
+  get activeTransport(): TunnelTransport {
+    return this.transport;
+  }
+
+  /** Closes every connection and the transport. */
   close(): void {
     this.closed = true;
     for (const s of this.open) s.destroy();
     this.open.clear();
+    this.mux?.close();
     this.client.close();
+  }
+
+  private async legs(): Promise<LegFactory> {
+    if (this.transport === 'grpc' || !this.mux) return this.grpcLegs;
+    try {
+      await this.mux.ready();
+      this.transport = 'mux';
+      return this.mux;
+    } catch (err) {
+      if (err instanceof MuxUnsupportedError && this.transport === 'auto') {
+        this.transport = 'grpc'; // an ANP hub: remember
+        return this.grpcLegs;
+      }
+      throw err;
+    }
   }
 }

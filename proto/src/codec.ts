@@ -305,3 +305,27 @@ export function encodePacket(p: Packet): Buffer {
   }
   return w.buf;
 }
+
+/**
+ * Encodes a packet as buffers to write back to back. A DATA packet comes out as [header, payload]
+ * with the payload not copied (its field is the last one), which is what a framed transport wants;
+ * everything else as one buffer.
+ */
+export function encodePacketParts(p: Packet): Buffer[] {
+  if (p.type !== PacketType.DATA || p.data.error !== '' || p.data.data.length === 0) return [encodePacket(p)];
+  const { connectID, data } = p.data;
+  const inner = (connectID === 0 ? 0 : 1 + varintSize(connectID)) + 1 + varintSize(data.length) + data.length;
+  const headerLen = 2 + 1 + varintSize(inner) + (inner - data.length);
+  const w = new Writer(Buffer.allocUnsafe(headerLen));
+  w.varint(1 * 8 + WIRE_VARINT);
+  w.varint(PacketType.DATA);
+  w.varint(4 * 8 + WIRE_LEN);
+  w.varint(inner);
+  if (connectID !== 0) {
+    w.varint(1 * 8 + WIRE_VARINT);
+    w.varint(connectID);
+  }
+  w.varint(3 * 8 + WIRE_LEN);
+  w.varint(data.length);
+  return [w.buf, data];
+}

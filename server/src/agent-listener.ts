@@ -4,10 +4,11 @@
 import * as grpc from '@grpc/grpc-js';
 import {
   CAP_CREDIT, CAP_HALF_CLOSE, MD_AGENT_ID, MD_AGENT_IDENTIFIERS, MD_CAPABILITIES, MD_SERVER_COUNT, MD_SERVER_ID, MD_WINDOW,
-  parseCapabilities, parseIdentifiers, serviceProxyHost, type AgentIdentifiers, type Packet,
+  parseCapabilities, parseIdentifiers, serviceProxyHost, type AgentIdentifiers, type FramedPacketStream, type Hello, type Packet,
 } from '@cluster-proxy/proto';
 import type { Logger } from 'pino';
-import { AgentBackend } from './backend.js';
+import type { PeerCertificate, TLSSocket } from 'node:tls';
+import { AgentBackend, grpcAgentChannel, muxAgentChannel, type AgentBackendOptions, type AgentChannel } from './backend.js';
 import { clusterFromSubject } from './pki/agent-identity.js';
 import type { ProxyCore } from './proxy-core.js';
 import { cidrContains, isValidCidr } from './routing.js';
@@ -55,48 +56,49 @@ export function checkIdentifiers(cluster: string, ids: AgentIdentifiers, grant: 
   if (ids.defaultRoute && !grant?.defaultRoute) throw new IdentityError(`agent of cluster "${cluster}" may not register default-route: not granted by the hub`);
 }
 
-export function makeAgentConnectHandler(opts: AgentListenerOptions): grpc.handleBidiStreamingCall<Packet, Packet> {
-  let streamNo = 0;
-  return (call) => {
-    const refuse = (code: grpc.status, details: string): void => {
-      opts.log.warn({ peer: call.getPeer(), code: grpc.status[code] }, `agent refused: ${details}`);
-      call.on('error', () => {});
-      call.emit('error', { code, details });
-    };
-    if (!opts.accepting()) return refuse(grpc.status.UNAVAILABLE, 'server is shutting down');
-    const cert = call.getAuthContext().sslPeerCertificate;
-    const identity = clusterFromSubject(cert?.subject);
-    if (!identity) return refuse(grpc.status.UNAUTHENTICATED, 'client certificate does not identify a managed cluster agent');
-    const { cluster } = identity;
-    const agentIDs = call.metadata.get(MD_AGENT_ID);
-    if (agentIDs.length !== 1 || String(agentIDs[0]) === '') return refuse(grpc.status.INVALID_ARGUMENT, `expected one agentID metadata value, got ${agentIDs.length}`);
-    const agentID = String(agentIDs[0]);
-    const idValues = call.metadata.get(MD_AGENT_IDENTIFIERS);
-    if (idValues.length > 1) return refuse(grpc.status.INVALID_ARGUMENT, 'expected at most one agentIdentifiers metadata value');
-    const ids = idValues.length === 1 ? parseIdentifiers(String(idValues[0])) : parseIdentifiers('');
-    // An agent that registers nothing is reachable by its cluster's names, as identified by its certificate.
-    if (ids.host.length + ids.ipv4.length + ids.ipv6.length + ids.cidr.length === 0 && !ids.defaultRoute) ids.host.push(cluster, serviceProxyHost(cluster));
-    const grant = opts.grants.get(cluster);
-    try {
-      checkIdentifiers(cluster, ids, grant);
-    } catch (err) {
-      if (err instanceof IdentityError) return refuse(grpc.status.PERMISSION_DENIED, err.message);
-      throw err;
-    }
-    const caps = parseCapabilities(call.metadata.get(MD_CAPABILITIES).map(String).join(','));
-    const peerWindow = Number(call.metadata.get(MD_WINDOW)[0]);
-    const credit = caps.has(CAP_CREDIT) && Number.isSafeInteger(peerWindow) && peerWindow > 0;
-    const halfClose = caps.has(CAP_HALF_CLOSE);
-    const md = new grpc.Metadata();
-    md.set(MD_SERVER_ID, opts.serverID);
-    md.set(MD_SERVER_COUNT, String(opts.serverCount()));
-    const accepted = [credit ? CAP_CREDIT : '', halfClose ? CAP_HALF_CLOSE : ''].filter(Boolean);
-    if (accepted.length) md.set(MD_CAPABILITIES, accepted.join(','));
-    if (credit) md.set(MD_WINDOW, String(opts.window));
-    call.sendMetadata(md);
-    const log = opts.log.child({ agentID, cluster });
-    const backend = new AgentBackend(call, {
-      agentID,
+export type Refusal = { code: 'UNAVAILABLE' | 'UNAUTHENTICATED' | 'INVALID_ARGUMENT' | 'PERMISSION_DENIED'; message: string };
+
+export interface Admission {
+  backend: Omit<AgentBackendOptions, 'log'>;
+  /** serverID, serverCount, capabilities and window, as response metadata. */
+  headers: Record<string, string>;
+}
+
+/**
+ * The transport-independent part of accepting an agent: identity from the verified certificate,
+ * agentID and identifiers from its metadata, capabilities. `get(key)` returns every value sent for
+ * a (lower-case) metadata key.
+ */
+export function admitAgent(opts: AgentListenerOptions, subject: PeerCertificate['subject'] | undefined, get: (key: string) => string[]): Admission | Refusal {
+  if (!opts.accepting()) return { code: 'UNAVAILABLE', message: 'server is shutting down' };
+  const identity = clusterFromSubject(subject);
+  if (!identity) return { code: 'UNAUTHENTICATED', message: 'client certificate does not identify a managed cluster agent' };
+  const { cluster } = identity;
+  const agentIDs = get(MD_AGENT_ID);
+  if (agentIDs.length !== 1 || agentIDs[0] === '') return { code: 'INVALID_ARGUMENT', message: `expected one agentID metadata value, got ${agentIDs.length}` };
+  const idValues = get(MD_AGENT_IDENTIFIERS);
+  if (idValues.length > 1) return { code: 'INVALID_ARGUMENT', message: 'expected at most one agentIdentifiers metadata value' };
+  const ids = parseIdentifiers(idValues[0] ?? '');
+  // An agent that registers nothing is reachable by its cluster's names, as identified by its certificate.
+  if (ids.host.length + ids.ipv4.length + ids.ipv6.length + ids.cidr.length === 0 && !ids.defaultRoute) ids.host.push(cluster, serviceProxyHost(cluster));
+  try {
+    checkIdentifiers(cluster, ids, opts.grants.get(cluster));
+  } catch (err) {
+    if (err instanceof IdentityError) return { code: 'PERMISSION_DENIED', message: err.message };
+    throw err;
+  }
+  const caps = parseCapabilities(get(MD_CAPABILITIES).join(','));
+  const peerWindow = Number(get(MD_WINDOW)[0]);
+  const credit = caps.has(CAP_CREDIT) && Number.isSafeInteger(peerWindow) && peerWindow > 0;
+  const halfClose = caps.has(CAP_HALF_CLOSE);
+  const headers: Record<string, string> = { [MD_SERVER_ID]: opts.serverID, [MD_SERVER_COUNT]: String(opts.serverCount()) };
+  const accepted = [credit ? CAP_CREDIT : '', halfClose ? CAP_HALF_CLOSE : ''].filter(Boolean);
+  if (accepted.length) headers[MD_CAPABILITIES] = accepted.join(',');
+  if (credit) headers[MD_WINDOW] = String(opts.window);
+  return {
+    headers,
+    backend: {
+      agentID: agentIDs[0]!,
       cluster,
       hosts: ids.host,
       cidrs: [...ids.cidr, ...ids.ipv4.map((a) => `${a}/32`), ...ids.ipv6.map((a) => `${a}/128`)],
@@ -105,9 +107,52 @@ export function makeAgentConnectHandler(opts: AgentListenerOptions): grpc.handle
       halfClose,
       window: opts.window,
       peerWindow: credit ? peerWindow : null,
-      log,
-    }, ++streamNo);
-    opts.core.addBackend(backend);
-    log.info({ peer: call.getPeer(), hosts: ids.host, credit, halfClose }, 'agent connected');
+    },
+  };
+}
+
+let streamNo = 0;
+
+/** Registers an admitted agent's channel with the core. */
+export function startBackend(opts: AgentListenerOptions, admission: Admission, channel: AgentChannel, peer: string): AgentBackend {
+  const log = opts.log.child({ agentID: admission.backend.agentID, cluster: admission.backend.cluster });
+  const backend = new AgentBackend(channel, { ...admission.backend, log }, ++streamNo);
+  opts.core.addBackend(backend);
+  log.info({ peer, hosts: admission.backend.hosts, credit: admission.backend.credit, halfClose: admission.backend.halfClose, transport: channel.transport }, 'agent connected');
+  return backend;
+}
+
+/** AgentService.Connect over gRPC (unmodified ANP agents, and ours when told to use gRPC). */
+export function makeAgentConnectHandler(opts: AgentListenerOptions): grpc.handleBidiStreamingCall<Packet, Packet> {
+  return (call) => {
+    const result = admitAgent(opts, call.getAuthContext().sslPeerCertificate?.subject, (key) => call.metadata.get(key).map(String));
+    if (!('headers' in result)) {
+      opts.log.warn({ peer: call.getPeer(), code: result.code }, `agent refused: ${result.message}`);
+      call.on('error', () => {});
+      call.emit('error', { code: grpc.status[result.code], details: result.message });
+      return;
+    }
+    const md = new grpc.Metadata();
+    for (const [k, v] of Object.entries(result.headers)) md.set(k, v);
+    call.sendMetadata(md);
+    startBackend(opts, result, grpcAgentChannel(call), call.getPeer());
+  };
+}
+
+/** A mux agent said hello on the agent port: admit it or refuse it. */
+export function onMuxAgentHello(opts: AgentListenerOptions, keepalive: { intervalMs: number; timeoutMs: number }) {
+  return (stream: FramedPacketStream, hello: Hello, socket: TLSSocket, peer: string): void => {
+    const result = admitAgent(opts, socket.getPeerCertificate().subject, (key) => hello[key] ?? []);
+    if (!('headers' in result)) {
+      opts.log.warn({ peer, code: result.code }, `agent refused: ${result.message}`);
+      stream.sendHello({ error: [`${result.code}: ${result.message}`] });
+      stream.end();
+      return;
+    }
+    const headers: Hello = {};
+    for (const [k, v] of Object.entries(result.headers)) headers[k] = [v];
+    stream.sendHello(headers);
+    stream.startKeepalive(keepalive.intervalMs, keepalive.timeoutMs);
+    startBackend(opts, result, muxAgentChannel(stream), peer);
   };
 }

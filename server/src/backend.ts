@@ -3,10 +3,55 @@
 // this stream's own tables, so IDs repeated by another stream (a reconnect, a duplicate agent
 // stream, an HA peer) can never collide.
 import type * as grpc from '@grpc/grpc-js';
-import { PacketType, StreamSender, packetTypeName, packets, type Packet } from '@cluster-proxy/proto';
+import { PacketType, StreamSender, packetTypeName, packets, type FramedPacketStream, type Packet, type PacketStream } from '@cluster-proxy/proto';
 import type { Logger } from 'pino';
 import type { ProxiedConnection } from './proxied-connection.js';
 import type { Routable } from './routing.js';
+
+/** An agent's stream of packets, whatever carries it (a gRPC call, or our framed TLS transport). */
+export interface AgentChannel {
+  readonly transport: 'grpc' | 'mux';
+  readonly stream: PacketStream;
+  onPacket(listener: (p: Packet) => void): void;
+  offPacket(listener: (p: Packet) => void): void;
+  /** Called once when the agent side ends or breaks. */
+  onGone(listener: (why: string) => void): void;
+  /** Ends our side: normally, or with an error status the agent will see. */
+  close(error?: { code: grpc.status; details: string }): void;
+}
+
+export function grpcAgentChannel(call: grpc.ServerDuplexStream<Packet, Packet>): AgentChannel {
+  return {
+    transport: 'grpc',
+    stream: call,
+    onPacket: (l) => call.on('data', l),
+    offPacket: (l) => call.removeListener('data', l),
+    onGone: (l) => {
+      call.on('end', () => l('agent ended the stream'));
+      call.on('error', (err) => l(`stream error: ${err.message}`));
+      call.on('cancelled', () => l('agent stream cancelled'));
+    },
+    close: (error) => {
+      if (error) call.emit('error', error);
+      else if (!call.writableEnded) call.end();
+    },
+  };
+}
+
+export function muxAgentChannel(stream: FramedPacketStream): AgentChannel {
+  return {
+    transport: 'mux',
+    stream,
+    onPacket: (l) => stream.on('data', l),
+    offPacket: (l) => stream.removeListener('data', l),
+    onGone: (l) => {
+      stream.on('end', () => l('agent ended the stream'));
+      stream.on('error', (err: Error) => l(`stream error: ${err.message}`));
+      stream.on('close', () => l('agent connection closed'));
+    },
+    close: () => stream.end(),
+  };
+}
 
 export interface AgentBackendOptions {
   agentID: string;
@@ -45,7 +90,7 @@ export class AgentBackend implements Routable {
   private readonly log: Logger;
   private onClosed: (() => void) | null = null;
 
-  constructor(private readonly call: grpc.ServerDuplexStream<Packet, Packet>, opts: AgentBackendOptions, streamNo: number) {
+  constructor(private readonly channel: AgentChannel, opts: AgentBackendOptions, streamNo: number) {
     this.agentID = opts.agentID;
     this.key = `${opts.agentID}#${streamNo}`;
     this.cluster = opts.cluster;
@@ -57,11 +102,9 @@ export class AgentBackend implements Routable {
     this.window = opts.window;
     this.peerWindow = opts.peerWindow;
     this.log = opts.log;
-    this.sender = new StreamSender(call);
-    call.on('data', this.onPacket);
-    call.on('end', () => this.close('agent ended the stream'));
-    call.on('error', (err) => this.close(`stream error: ${err.message}`));
-    call.on('cancelled', () => this.close('agent stream cancelled'));
+    this.sender = new StreamSender(channel.stream);
+    channel.onPacket(this.onPacket);
+    channel.onGone((why) => this.close(why));
   }
 
   get openConnections(): number {
@@ -179,10 +222,9 @@ export class AgentBackend implements Routable {
     this.pending.clear();
     this.conns.clear();
     this.sender.close();
-    this.call.removeListener('data', this.onPacket);
+    this.channel.offPacket(this.onPacket);
     for (const c of all) c.backendGone();
-    if (status) this.call.emit('error', status);
-    else if (!this.call.writableEnded) this.call.end();
+    this.channel.close(status);
     this.onClosed?.();
   }
 }

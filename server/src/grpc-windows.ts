@@ -4,10 +4,9 @@
 // place grpc-js builds its http2 server: the initial SETTINGS carry a larger stream window, and each
 // new session raises its connection window. If grpc-js internals change, this throws at start-up
 // rather than silently running slow; grpc-windows.test.ts checks the windows on a live session.
-// The same hook turns Nagle off on accepted sockets and logs refused TLS handshakes.
+// The same hook turns Nagle off on accepted sockets.
 import type http2 from 'node:http2';
 import type net from 'node:net';
-import type tls from 'node:tls';
 import type * as grpc from '@grpc/grpc-js';
 
 interface GrpcServerInternals {
@@ -44,24 +43,6 @@ export function raiseServerReceiveWindows(server: grpc.Server, streamWindow: num
       } catch {
         /* session closing */
       }
-    });
-  });
-}
-
-/** Logs refused TLS handshakes with the reason (expired, unknown CA, no certificate), once per peer
- * and reason per minute so a misconfigured agent retrying in a loop does not flood the log. */
-export function logTlsRefusals(server: grpc.Server, listener: string, log: (message: string, peer: string) => void): void {
-  const recent = new Map<string, number>();
-  onHttp2Server(server, (h2) => {
-    h2.on('tlsClientError', (err: Error, socket: tls.TLSSocket) => {
-      const reason = socket.authorizationError ? String(socket.authorizationError) : err.message;
-      const peer = socket.remoteAddress ?? 'unknown';
-      const key = `${peer} ${reason}`;
-      const now = Date.now();
-      if ((recent.get(key) ?? 0) > now - 60_000) return;
-      if (recent.size > 1000) recent.clear(); // bounded
-      recent.set(key, now);
-      log(`TLS handshake on the ${listener} listener refused: ${reason}`, peer);
     });
   });
 }

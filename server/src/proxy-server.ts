@@ -6,12 +6,16 @@ import http from 'node:http';
 import path from 'node:path';
 import * as grpc from '@grpc/grpc-js';
 import {
-  DEFAULT_CONNECTION_WINDOW, FRONTEND_STREAM_WINDOW, HTTP2_CONNECTION_WINDOW, HTTP2_STREAM_WINDOW, MAX_MESSAGE_BYTES, agentServiceDefinition, proxyServiceDefinition, type Packet,
+  DEFAULT_CONNECTION_WINDOW, FRONTEND_STREAM_WINDOW, HTTP2_CONNECTION_WINDOW, HTTP2_STREAM_WINDOW, MAX_MESSAGE_BYTES, agentServiceDefinition, proxyServiceDefinition,
+  type FramedPacketStream, type Hello, type Packet,
 } from '@cluster-proxy/proto';
 import type { Logger } from 'pino';
-import { makeAgentConnectHandler, type Grant } from './agent-listener.js';
+import { makeAgentConnectHandler, onMuxAgentHello, type AgentListenerOptions, type Grant } from './agent-listener.js';
+import { TlsPort } from './tls-port.js';
+import { MuxFrontendSession } from './frontend-mux.js';
+import type { TLSSocket } from 'node:tls';
 import { GrpcFrontend } from './frontend-grpc.js';
-import { logTlsRefusals, raiseServerReceiveWindows } from './grpc-windows.js';
+import { raiseServerReceiveWindows } from './grpc-windows.js';
 import { clusterFromSubject } from './pki/agent-identity.js';
 import { ProxyCore } from './proxy-core.js';
 
@@ -59,6 +63,10 @@ export class ProxyServer {
   private readonly frontendServer: grpc.Server;
   private readonly frontends = new Set<GrpcFrontend>();
   private httpServers: http.Server[] = [];
+  private readonly listenerOptions: AgentListenerOptions;
+  private agentPort: TlsPort | null = null;
+  private frontendPort: TlsPort | null = null;
+  private readonly muxClients = new Set<MuxFrontendSession>();
   private accepting = true;
   private ready = false;
   ports: BoundPorts | null = null;
@@ -77,19 +85,16 @@ export class ProxyServer {
     this.frontendServer = new grpc.Server(grpcOptions);
     raiseServerReceiveWindows(this.agentServer, HTTP2_STREAM_WINDOW, HTTP2_CONNECTION_WINDOW);
     raiseServerReceiveWindows(this.frontendServer, FRONTEND_STREAM_WINDOW, HTTP2_CONNECTION_WINDOW);
-    logTlsRefusals(this.agentServer, 'agent', (msg, peer) => opts.log.warn({ peer }, msg));
-    logTlsRefusals(this.frontendServer, 'frontend', (msg, peer) => opts.log.warn({ peer }, msg));
-    this.agentServer.addService(agentServiceDefinition, {
-      Connect: makeAgentConnectHandler({
-        serverID: this.serverID,
-        serverCount: () => opts.serverCount ?? 1,
-        window: opts.window ?? DEFAULT_CONNECTION_WINDOW,
-        grants: opts.grants ?? new Map(),
-        core: this.core,
-        log: opts.log,
-        accepting: () => this.accepting,
-      }),
-    });
+    this.listenerOptions = {
+      serverID: this.serverID,
+      serverCount: () => opts.serverCount ?? 1,
+      window: opts.window ?? DEFAULT_CONNECTION_WINDOW,
+      grants: opts.grants ?? new Map(),
+      core: this.core,
+      log: opts.log,
+      accepting: () => this.accepting,
+    };
+    this.agentServer.addService(agentServiceDefinition, { Connect: makeAgentConnectHandler(this.listenerOptions) });
     this.frontendServer.addService(proxyServiceDefinition, { Proxy: this.handleProxy });
   }
 
@@ -107,12 +112,30 @@ export class ProxyServer {
     this.frontends.add(f);
   };
 
+  /** A client of our SDK over the multiplexed transport. */
+  private readonly onMuxClient = (stream: FramedPacketStream, _hello: Hello, socket: TLSSocket, peer: string): void => {
+    if (!this.accepting || clusterFromSubject(socket.getPeerCertificate().subject)) {
+      const why = this.accepting ? 'PERMISSION_DENIED: agent certificates may not use the client frontend' : 'UNAVAILABLE: server is shutting down';
+      this.opts.log.warn({ peer }, `client refused: ${why}`);
+      stream.sendHello({ error: [why] });
+      stream.end();
+      return;
+    }
+    const session = new MuxFrontendSession(stream, _hello, this.core, this.opts.window ?? DEFAULT_CONNECTION_WINDOW, this.opts.log.child({ peer }), (done) => this.muxClients.delete(done));
+    stream.startKeepalive(30_000, 10_000);
+    this.muxClients.add(session);
+  };
+
   async start(): Promise<BoundPorts> {
     const { tls, bindAddress } = this.opts;
-    const serverCreds = grpc.ServerCredentials.createSsl(tls.caCert, [{ cert_chain: tls.cert, private_key: tls.key }], true);
-    const agent = await bind(this.agentServer, hostPort(bindAddress, this.opts.agentPort), serverCreds);
+    // TLS is terminated by AgentPort (ALPN picks the transport); grpc-js gets verified plaintext.
+    this.agentPort = new TlsPort({ name: 'agent', host: bindAddress, port: this.opts.agentPort, tls, grpcServer: this.agentServer, onHello: onMuxAgentHello(this.listenerOptions, { intervalMs: 30_000, timeoutMs: 10_000 }), log: this.opts.log });
+    const agent = await this.agentPort.listen();
     let frontend: number | null = null;
-    if (this.opts.frontendPort !== null) frontend = await bind(this.frontendServer, hostPort(bindAddress, this.opts.frontendPort), serverCreds);
+    if (this.opts.frontendPort !== null) {
+      this.frontendPort = new TlsPort({ name: 'frontend', host: bindAddress, port: this.opts.frontendPort, tls, grpcServer: this.frontendServer, onHello: this.onMuxClient, log: this.opts.log });
+      frontend = await this.frontendPort.listen();
+    }
     let uds: string | null = null;
     if (this.opts.frontendUds) {
       await rm(this.opts.frontendUds, { force: true });
@@ -128,8 +151,8 @@ export class ProxyServer {
     return this.ports;
   }
 
-  snapshot(): ReturnType<ProxyCore['snapshot']> & { frontends: GrpcFrontend['description'][] } {
-    return { ...this.core.snapshot(), frontends: [...this.frontends].map((f) => f.description) };
+  snapshot(): ReturnType<ProxyCore['snapshot']> & { frontends: { state: string; connectID: number; address: string }[] } {
+    return { ...this.core.snapshot(), frontends: [...[...this.frontends].map((f) => f.description), ...[...this.muxClients].flatMap((m) => m.describe())] };
   }
 
   /** Stop: readiness false, refuse new work, give open streams `graceMs`, then force everything closed. */
@@ -143,10 +166,13 @@ export class ProxyServer {
     // Agent streams never end by themselves; after the frontends had their chance, close them.
     await Promise.race([frontendsDone, timeout]);
     for (const b of this.core.routes.backends()) b.close('server shutting down');
+    const agentPortClosed = this.agentPort?.close();
+    const frontendPortClosed = this.frontendPort?.close();
     await Promise.race([agentsDone, timeout]);
     clearTimeout(timer);
     this.frontendServer.forceShutdown();
     this.agentServer.forceShutdown();
+    await Promise.all([agentPortClosed, frontendPortClosed]);
     await Promise.all(this.httpServers.map((s) => new Promise<void>((r) => { s.close(() => r()); s.closeAllConnections(); })));
     this.httpServers = [];
     if (this.opts.frontendUds) await rm(this.opts.frontendUds, { force: true });
@@ -200,9 +226,6 @@ function text(res: http.ServerResponse, code: number, body: string): void {
   res.end(body);
 }
 
-function hostPort(host: string, port: number): string {
-  return host.includes(':') ? `[${host}]:${port}` : `${host}:${port}`;
-}
 
 function bind(server: grpc.Server, address: string, creds: grpc.ServerCredentials): Promise<number> {
   return new Promise((resolve, reject) => {

@@ -5,7 +5,7 @@ import { existsSync, readFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { Tunnel } from '@cluster-proxy/client';
+import { Tunnel, type TunnelTransport } from '@cluster-proxy/client';
 import { createCA, issueAgentCert, issueClientCert, issueServerCert, writePemPair, type PemPair } from '@cluster-proxy/server';
 import { spawnProcess, waitFor, type ManagedProcess } from './fixtures/index.js';
 
@@ -53,7 +53,7 @@ export interface HubProcess {
   proc: ManagedProcess;
   dataDir: string;
   ports: { agent: number; frontend: number; admin: number; health: number; frontendUds: string | null; serverID: string };
-  tunnel(): Tunnel;
+  tunnel(transport?: TunnelTransport): Tunnel;
   tables(): Promise<HubTables>;
   stop(): Promise<void>;
 }
@@ -74,8 +74,8 @@ export async function startHub(pki: TestPki, extraArgs: string[] = []): Promise<
     proc,
     dataDir,
     ports,
-    tunnel: () => {
-      const t = new Tunnel({ address: `127.0.0.1:${ports.frontend}`, serverName: 'localhost', caCert: Buffer.from(pki.ca.certPem), cert: readFileSync(pki.client.certPath), key: readFileSync(pki.client.keyPath) });
+    tunnel: (transport = 'auto') => {
+      const t = new Tunnel({ address: `127.0.0.1:${ports.frontend}`, serverName: 'localhost', caCert: Buffer.from(pki.ca.certPem), cert: readFileSync(pki.client.certPath), key: readFileSync(pki.client.keyPath), transport });
       tunnels.push(t);
       return t;
     },
@@ -89,7 +89,7 @@ export async function startHub(pki: TestPki, extraArgs: string[] = []): Promise<
 
 export interface AgentTables {
   agentID: string;
-  servers: { serverID: string; connections: { connectID: number; address: string; state: string }[] }[];
+  servers: { serverID: string; transport: string; connections: { connectID: number; address: string; state: string }[] }[];
 }
 
 export interface AgentProcess {

@@ -13,6 +13,7 @@ export const agentFlags: FlagSpecs = {
   cert: { type: 'string', help: 'agent client certificate (PEM, required)' },
   key: { type: 'string', help: 'agent client key (PEM, required)' },
   'server-name': { type: 'string', help: 'TLS name to verify on the hub\'s certificate (default: host of --hub)' },
+  transport: { type: 'string', default: 'auto', help: 'auto (our framed TLS transport, gRPC for an ANP hub), mux or grpc' },
   apiserver: { type: 'string', default: 'kubernetes.default.svc:443', help: 'where CLUSTER:443 goes' },
   allow: { type: 'string', multiple: true, help: 'extra allowed destination: HOST:PORT, HOST:*, CIDR:PORT, *.DOMAIN:PORT or *' },
   'agent-id': { type: 'string', help: 'agent ID (default: random UUID)' },
@@ -45,6 +46,8 @@ export async function runAgent(args: string[]): Promise<void> {
   };
   const log = createLogger(str(flags, 'log-level')!, 'agent');
   const extra = str(flags, 'identifiers');
+  const transport = str(flags, 'transport')!;
+  if (transport !== 'auto' && transport !== 'mux' && transport !== 'grpc') throw new UsageError(`--transport must be auto, mux or grpc, got "${transport}"`);
   let agent: Agent;
   try {
     agent = new Agent({
@@ -55,6 +58,7 @@ export async function runAgent(args: string[]): Promise<void> {
       cert: await read('cert'),
       key: await read('key'),
       serverName: str(flags, 'server-name'),
+      transport,
       apiserver: str(flags, 'apiserver')!,
       allow: list(flags, 'allow'),
       agentID: str(flags, 'agent-id'),

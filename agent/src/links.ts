@@ -1,0 +1,193 @@
+// How an agent reaches one proxy server: our framed transport over TLS (ALPN "cluster-proxy-mux/1"),
+// or ANP's AgentService.Connect over gRPC. Both give a "link": a packet stream plus the server's
+// response headers.
+import tls from 'node:tls';
+import * as grpc from '@grpc/grpc-js';
+import {
+  AGENT_CONNECT_PATH, FramedPacketStream, HTTP2_CONNECTION_WINDOW, MAX_MESSAGE_BYTES, MUX_ALPN, decodePacket, encodePacket, splitHostPort,
+  type Hello, type Packet, type PacketStream,
+} from '@cluster-proxy/proto';
+
+export type AgentTransport = 'mux' | 'grpc';
+
+export interface Link {
+  readonly transport: AgentTransport;
+  readonly stream: PacketStream;
+  header(key: string): string[];
+  onPacket(listener: (p: Packet) => void): void;
+  offPacket(listener: (p: Packet) => void): void;
+  /** Called at most once, when the link ends or breaks. */
+  onGone(listener: (err: Error) => void): void;
+  close(): void;
+}
+
+export interface LinkOptions {
+  address: string;
+  caCert: Buffer;
+  cert: Buffer;
+  key: Buffer;
+  serverName?: string;
+  /** Metadata we send (agentID, identifiers, capabilities, window). */
+  metadata: Record<string, string>;
+  headerTimeoutMs: number;
+  keepaliveTimeMs: number;
+  keepaliveTimeoutMs: number;
+  /** Aborts a link that is still being opened. */
+  signal: AbortSignal;
+}
+
+/** The server answered TLS but does not speak our transport (an ANP server): use gRPC. */
+export class NoMuxError extends Error {
+  override name = 'NoMuxError';
+}
+
+export function openMuxLink(opts: LinkOptions): Promise<Link> {
+  const hp = splitHostPort(opts.address);
+  if (!hp) return Promise.reject(new Error(`hub address "${opts.address}" is not HOST:PORT`));
+  return new Promise((resolve, reject) => {
+    const socket = tls.connect({
+      host: hp.host,
+      port: hp.port,
+      ca: opts.caCert,
+      cert: opts.cert,
+      key: opts.key,
+      servername: opts.serverName ?? (/^[\d.]+$|:/.test(hp.host) ? undefined : hp.host),
+      // Offer h2 too: an ANP (Go) server refuses a handshake whose ALPN list it cannot match.
+      ALPNProtocols: [MUX_ALPN, 'h2'],
+    });
+    socket.setNoDelay(true);
+    let settled = false;
+    const fail = (err: Error): void => {
+      if (settled) return;
+      settled = true;
+      clearTimeout(timer);
+      opts.signal.removeEventListener('abort', onAbort);
+      socket.destroy();
+      reject(err);
+    };
+    const onAbort = (): void => fail(new Error('cancelled'));
+    const timer = setTimeout(() => fail(new Error(`no hello from ${opts.address} within ${opts.headerTimeoutMs} ms`)), opts.headerTimeoutMs);
+    opts.signal.addEventListener('abort', onAbort, { once: true });
+    const onError = (err: NodeJS.ErrnoException): void => fail(new Error(err.code && !err.message.includes(err.code) ? `${err.message} (${err.code})` : err.message));
+    const onClose = (): void => fail(new Error(`${opts.address} closed the connection during the handshake (is our client certificate accepted?)`));
+    socket.once('error', onError);
+    socket.once('close', onClose);
+    socket.once('secureConnect', () => {
+      if (socket.alpnProtocol !== MUX_ALPN) {
+        fail(new NoMuxError(`${opts.address} does not speak ${MUX_ALPN}`));
+        return;
+      }
+      const stream = new FramedPacketStream(socket, MAX_MESSAGE_BYTES);
+      stream.once('error', (err: Error) => fail(err));
+      stream.once('hello', (hello: Hello) => {
+        const error = hello['error']?.[0];
+        if (error) {
+          fail(new Error(error));
+          return;
+        }
+        if (settled) return;
+        settled = true;
+        clearTimeout(timer);
+        opts.signal.removeEventListener('abort', onAbort);
+        socket.removeListener('close', onClose);
+        socket.removeListener('error', onError);
+        socket.on('error', () => {}); // reported through the stream
+        stream.startKeepalive(opts.keepaliveTimeMs, opts.keepaliveTimeoutMs);
+        let gone = false;
+        resolve({
+          transport: 'mux',
+          stream,
+          header: (key) => hello[key] ?? [],
+          onPacket: (l) => stream.on('data', l),
+          offPacket: (l) => stream.removeListener('data', l),
+          onGone: (l) => {
+            const once = (err: Error): void => {
+              if (gone) return;
+              gone = true;
+              l(err);
+            };
+            stream.on('error', (err: Error) => once(err));
+            stream.on('end', () => once(new Error('server ended the stream')));
+            stream.on('close', () => once(new Error('connection closed')));
+          },
+          close: () => stream.destroy(),
+        });
+      });
+      const md: Hello = {};
+      for (const [k, v] of Object.entries(opts.metadata)) md[k] = [v];
+      stream.sendHello(md);
+    });
+  });
+}
+
+export function openGrpcLink(opts: LinkOptions): Promise<Link> {
+  const client = new grpc.Client(opts.address, grpc.credentials.createSsl(opts.caCert, opts.key, opts.cert), {
+    ...(opts.serverName ? { 'grpc.ssl_target_name_override': opts.serverName, 'grpc.default_authority': opts.serverName } : {}),
+    // Every link needs its own TCP connection (one per replica behind a load balancer).
+    'grpc.use_local_subchannel_pool': 1,
+    'grpc-node.flow_control_window': HTTP2_CONNECTION_WINDOW,
+    'grpc.max_receive_message_length': MAX_MESSAGE_BYTES,
+    'grpc.max_send_message_length': MAX_MESSAGE_BYTES,
+    'grpc.keepalive_time_ms': opts.keepaliveTimeMs,
+    'grpc.keepalive_timeout_ms': opts.keepaliveTimeoutMs,
+    'grpc.keepalive_permit_without_calls': 1,
+    'grpc.enable_http_proxy': 0,
+    // Retries buffer every sent message until the call commits; a tunnel never retries a stream.
+    'grpc.enable_retries': 0,
+  });
+  const md = new grpc.Metadata();
+  for (const [k, v] of Object.entries(opts.metadata)) md.set(k, v);
+  const call = client.makeBidiStreamRequest(AGENT_CONNECT_PATH, encodePacket, decodePacket, md);
+  const close = (): void => {
+    call.removeAllListeners('data');
+    call.on('error', () => {}); // late errors after cancel are expected
+    call.cancel();
+    client.close();
+  };
+  return new Promise((resolve, reject) => {
+    let settled = false;
+    const fail = (err: Error): void => {
+      if (settled) return;
+      settled = true;
+      clearTimeout(timer);
+      opts.signal.removeEventListener('abort', onAbort);
+      close();
+      reject(err);
+    };
+    const onAbort = (): void => fail(new Error('cancelled'));
+    const timer = setTimeout(() => fail(new Error(`no response headers from ${opts.address} within ${opts.headerTimeoutMs} ms`)), opts.headerTimeoutMs);
+    opts.signal.addEventListener('abort', onAbort, { once: true });
+    const onError = (err: grpc.ServiceError): void => fail(new Error(describeStatus(err)));
+    call.on('error', onError);
+    call.once('metadata', (headers: grpc.Metadata) => {
+      if (settled) return;
+      settled = true;
+      clearTimeout(timer);
+      opts.signal.removeEventListener('abort', onAbort);
+      call.removeListener('error', onError);
+      let gone = false;
+      resolve({
+        transport: 'grpc',
+        stream: call,
+        header: (key) => headers.get(key).map(String),
+        onPacket: (l) => call.on('data', l),
+        offPacket: (l) => call.removeListener('data', l),
+        onGone: (l) => {
+          const once = (err: Error): void => {
+            if (gone) return;
+            gone = true;
+            l(err);
+          };
+          call.on('error', (err: grpc.ServiceError) => once(new Error(describeStatus(err))));
+          call.on('end', () => once(new Error('server ended the stream')));
+        },
+        close,
+      });
+    });
+  });
+}
+
+function describeStatus(err: grpc.ServiceError): string {
+  const name = grpc.status[err.code] ?? String(err.code);
+  return `${name}: ${err.details || err.message}`;
+}

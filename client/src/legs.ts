@@ -1,0 +1,78 @@
+// What carries one tunneled connection between the SDK and the hub: its own gRPC Proxy stream
+// (ANP's way, works with any hub), or a share of one multiplexed TLS connection (our hub).
+import * as grpc from '@grpc/grpc-js';
+import { CAP_HALF_CLOSE, MD_CAPABILITIES, PROXY_PATH, decodePacket, encodePacket, parseCapabilities, type Packet } from '@cluster-proxy/proto';
+
+export interface LegHandlers {
+  onPacket(p: Packet): void;
+  /** The leg broke (stream error, hub gone). */
+  onFailure(message: string): void;
+}
+
+export interface Leg {
+  /** Whether the hub understands HALF_CLOSE on this leg (known once DIAL_RSP arrived). */
+  readonly halfClose: boolean;
+  /** Sends a packet. For DATA, false means: wait for whenWritable() before sending more. */
+  send(p: Packet): boolean;
+  whenWritable(cb: () => void): void;
+  /** `bytes` of DATA reached the reader; `accepted` is push()'s answer (false: stop the flow). */
+  received(bytes: number, accepted: boolean): void;
+  /** The reader wants more. */
+  resumeReading(): void;
+  /** True when unsent data would hold a control packet back (then abort instead of closing). */
+  readonly backedUp: boolean;
+  /** Finished normally (our close was acknowledged, or the dial failed). */
+  end(): void;
+  /** Give up at once. */
+  abort(): void;
+}
+
+export interface LegFactory {
+  open(random: bigint, handlers: LegHandlers): Leg;
+}
+
+/** One gRPC Proxy stream per connection, exactly as konnectivity-client does. */
+export class GrpcLegFactory implements LegFactory {
+  constructor(private readonly client: grpc.Client) {}
+
+  open(_random: bigint, h: LegHandlers): Leg {
+    const md = new grpc.Metadata();
+    md.set(MD_CAPABILITIES, CAP_HALF_CLOSE);
+    const call = this.client.makeBidiStreamRequest(PROXY_PATH, encodePacket, decodePacket, md);
+    let halfClose = false;
+    let released = false;
+    const release = (): void => {
+      if (released) return;
+      released = true;
+      call.removeAllListeners('data');
+      call.on('error', () => {});
+      call.cancel();
+    };
+    call.on('metadata', (m: grpc.Metadata) => {
+      halfClose = parseCapabilities(m.get(MD_CAPABILITIES).map(String).join(',')).has(CAP_HALF_CLOSE);
+    });
+    call.on('data', (p: Packet) => h.onPacket(p));
+    call.on('error', (err: grpc.ServiceError) => h.onFailure(`${grpc.status[err.code] ?? err.code}: ${err.details}`));
+    call.on('end', () => h.onFailure('hub ended the stream'));
+    call.on('status', release);
+    return {
+      get halfClose() {
+        return halfClose;
+      },
+      send: (p) => call.write(p),
+      whenWritable: (cb) => call.once('drain', cb),
+      received: (_bytes, accepted) => {
+        if (!accepted) call.pause();
+      },
+      resumeReading: () => call.resume(),
+      get backedUp() {
+        return call.writableNeedDrain;
+      },
+      end: () => {
+        if (!call.writableEnded) call.end();
+        call.resume(); // let the status arrive
+      },
+      abort: release,
+    };
+  }
+}
