@@ -1,0 +1,144 @@
+import { once } from 'node:events';
+import net from 'node:net';
+import { afterEach, describe, expect, it } from 'vitest';
+import { FramedPacketStream, FrameError, type Hello } from './framing.js';
+import { encodePacketParts, encodePacket } from './codec.js';
+import { PacketType, packets, type Packet } from './packet.js';
+
+// Real sockets: a loopback pair, with raw access to one end to send arbitrary bytes.
+const cleanup: (() => void)[] = [];
+afterEach(() => {
+  for (const c of cleanup.splice(0)) c();
+});
+
+async function pair(): Promise<{ a: net.Socket; b: net.Socket }> {
+  const server = net.createServer();
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+  const accepted = once(server, 'connection') as Promise<[net.Socket]>;
+  const a = net.connect((server.address() as net.AddressInfo).port, '127.0.0.1');
+  const [b] = await accepted;
+  server.close();
+  cleanup.push(() => {
+    a.destroy();
+    b.destroy();
+  });
+  return { a, b };
+}
+
+function frame(kind: number, body: Buffer): Buffer {
+  const head = Buffer.alloc(5);
+  head.writeUInt32BE(body.length + 1, 0);
+  head[4] = kind;
+  return Buffer.concat([head, body]);
+}
+
+describe('FramedPacketStream', () => {
+  it('exchanges a hello, then packets, both ways', async () => {
+    const { a, b } = await pair();
+    const sa = new FramedPacketStream(a, 1 << 20);
+    const sb = new FramedPacketStream(b, 1 << 20);
+    const hello = once(sb, 'hello') as Promise<[Hello]>;
+    sa.sendHello({ agentid: ['x'], caps: ['credit', 'half-close'] });
+    expect((await hello)[0]).toEqual({ agentid: ['x'], caps: ['credit', 'half-close'] });
+    sb.sendHello({});
+    await once(sa, 'hello');
+    const got: Packet[] = [];
+    sb.on('data', (p: Packet) => got.push(p));
+    const sent = [packets.dialRequest('c1:443', 7n), packets.data(3, Buffer.alloc(300_000, 9)), packets.credit(3, 1024), packets.closeRequest(3)];
+    for (const p of sent) sa.write(p);
+    await new Promise<void>((r) => { const t = setInterval(() => { if (got.length === sent.length) { clearInterval(t); r(); } }, 5); });
+    expect(got).toEqual(sent);
+  });
+
+  it('reassembles frames split at every byte boundary', async () => {
+    const { a, b } = await pair();
+    const sb = new FramedPacketStream(b, 1 << 20);
+    const got: Packet[] = [];
+    sb.on('data', (p: Packet) => got.push(p));
+    const p = packets.data(5, Buffer.from('split me please'));
+    const bytes = Buffer.concat([frame(0, Buffer.from('{}')), frame(1, Buffer.concat(encodePacketParts(p)))]);
+    for (const byte of bytes) {
+      a.write(Buffer.from([byte]));
+      await new Promise((r) => setImmediate(r));
+    }
+    await new Promise((r) => setTimeout(r, 20));
+    expect(got).toEqual([p]);
+  });
+
+  it('encodes DATA as header + untouched payload, decodable as one packet', () => {
+    const payload = Buffer.alloc(1000, 1);
+    const parts = encodePacketParts(packets.data(9, payload));
+    expect(parts).toHaveLength(2);
+    expect(parts[1]).toBe(payload);
+    expect(Buffer.concat(parts)).toEqual(encodePacket(packets.data(9, payload)));
+  });
+
+  it.each([
+    ['a frame over the size limit', (): Buffer => { const h = Buffer.alloc(5); h.writeUInt32BE(2_000_000, 0); h[4] = 1; return Buffer.concat([frame(0, Buffer.from('{}')), h]); }, /exceeds/],
+    ['a first frame that is not a hello', (): Buffer => frame(1, encodePacket(packets.drain())), /not a hello/],
+    ['a hello that is not JSON', (): Buffer => frame(0, Buffer.from('{nope')), /not JSON/],
+    ['a hello with a non-string value', (): Buffer => frame(0, Buffer.from('{"a":[1]}')), /string arrays/],
+    ['an unknown frame kind', (): Buffer => Buffer.concat([frame(0, Buffer.from('{}')), frame(9, Buffer.from('x'))]), /unknown frame kind/],
+    ['a malformed packet', (): Buffer => Buffer.concat([frame(0, Buffer.from('{}')), frame(1, Buffer.from([0x08, 0x80]))]), /malformed packet/],
+    ['an empty frame', (): Buffer => Buffer.concat([frame(0, Buffer.from('{}')), Buffer.alloc(4)]), /empty frame/],
+  ])('fails the stream (only) on %s', async (_name, bytes, message) => {
+    const { a, b } = await pair();
+    const sb = new FramedPacketStream(b, 1 << 20);
+    const failed = once(sb, 'error') as Promise<[Error]>;
+    a.write(bytes());
+    const [err] = await failed;
+    expect(err).toBeInstanceOf(FrameError);
+    expect(err.message).toMatch(message);
+    await once(b, 'close');
+  });
+
+  it('fails the stream, not the process, when a packet listener throws', async () => {
+    const { a, b } = await pair();
+    const sa = new FramedPacketStream(a, 1 << 20);
+    const sb = new FramedPacketStream(b, 1 << 20);
+    sb.on('data', () => {
+      throw new Error('listener bug');
+    });
+    const failed = once(sb, 'error') as Promise<[Error]>;
+    sa.sendHello({});
+    sa.write(packets.drain());
+    expect((await failed)[0].message).toBe('listener bug');
+  });
+
+  it('answers pings, and fails a peer that stops answering', async () => {
+    const { a, b } = await pair();
+    const sa = new FramedPacketStream(a, 1 << 20);
+    const sb = new FramedPacketStream(b, 1 << 20);
+    sa.sendHello({});
+    sb.sendHello({});
+    sa.startKeepalive(50, 100);
+    // b answers: a stays up for a while.
+    await new Promise((r) => setTimeout(r, 400));
+    expect(sa.isClosed).toBe(false);
+    // b stops reading (its process froze): a gives up.
+    b.pause();
+    sb.pause();
+    const [err] = (await once(sa, 'error')) as [Error];
+    expect(err.message).toMatch(/did not answer keepalive/);
+  });
+
+  it('stops delivering packets while paused, and resumes in order', async () => {
+    const { a, b } = await pair();
+    const sa = new FramedPacketStream(a, 1 << 20);
+    const sb = new FramedPacketStream(b, 1 << 20);
+    sa.sendHello({});
+    const got: number[] = [];
+    sb.on('data', (p: Packet) => {
+      if (p.type === PacketType.CLOSE_REQ) {
+        got.push(p.closeRequest.connectID);
+        if (p.closeRequest.connectID === 2) sb.pause();
+      }
+    });
+    for (let i = 1; i <= 5; i++) sa.write(packets.closeRequest(i));
+    await new Promise((r) => setTimeout(r, 50));
+    expect(got).toEqual([1, 2]);
+    sb.resume();
+    await new Promise((r) => setTimeout(r, 50));
+    expect(got).toEqual([1, 2, 3, 4, 5]);
+  });
+});
