@@ -23,7 +23,8 @@ export interface IpAddress {
   value: bigint;
 }
 
-const V4_MAPPED_PREFIX = 0xffffn << 32n;
+/** Bits 32-47 of an IPv4-mapped IPv6 address (::ffff:a.b.c.d); the bits above are zero. */
+const V4_MAPPED_HIGH = 0xffffn;
 
 /**
  * Parses an IPv4 or IPv6 literal the way Go's net.ParseIP does (no brackets, no zone, no leading
@@ -35,7 +36,7 @@ export function parseIp(text: string): IpAddress | null {
   if (v4 !== null) return { family: 4, value: v4 };
   const v6 = parseIpv6(text);
   if (v6 === null) return null;
-  if (v6 >> 32n === V4_MAPPED_PREFIX) return { family: 4, value: v6 & 0xffffffffn };
+  if (v6 >> 32n === V4_MAPPED_HIGH) return { family: 4, value: v6 & 0xffffffffn };
   return { family: 6, value: v6 };
 }
 
@@ -143,7 +144,7 @@ export function parseCidr(text: string): Cidr | null {
   const bits = Number(bitsText);
   if (bits > width) return null;
   const network = value & prefixMask(bits, width);
-  if (family === 6 && bits >= 96 && network >> 32n === V4_MAPPED_PREFIX) {
+  if (family === 6 && bits >= 96 && network >> 32n === V4_MAPPED_HIGH) {
     // `::ffff:10.0.0.0/104` is 10.0.0.0/8 to Go (its network number converts To4()).
     return { family: 4, network: network & 0xffffffffn, bits: bits - 96 };
   }
@@ -381,6 +382,8 @@ export function parseProxyUrl(value: string): URL | null {
   };
   const u = tryParse(value);
   if (u !== null && u.protocol !== '' && u.host !== '') return u;
+  // Something that already has a scheme but does not parse is not fixed by another "http://".
+  if (value.includes('://')) return null;
   const retried = tryParse(`http://${value}`);
   if (retried !== null && retried.host !== '') return retried;
   return null;
