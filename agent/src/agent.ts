@@ -4,7 +4,8 @@ import { X509Certificate, randomUUID } from 'node:crypto';
 import { clusterHostNames, formatIdentifiers, emptyIdentifiers, DEFAULT_CONNECTION_WINDOW, type AgentIdentifiers } from '@cluster-proxy/proto';
 import type { Logger } from 'pino';
 import { Backoff } from './backoff.js';
-import { NoMuxError, type AgentTransport } from './links.js';
+import { MuxUnsupportedError } from '@cluster-proxy/proto';
+import type { AgentTransport } from './links.js';
 import { ServerConnection, type ConnectionSummary } from './server-connection.js';
 import { TargetDialer } from './target-dialer.js';
 
@@ -171,7 +172,7 @@ export class Agent {
       await conn.ready();
     } catch (err) {
       this.attempt = null;
-      if (err instanceof NoMuxError && this.opts.transport !== 'mux') {
+      if (err instanceof MuxUnsupportedError && this.opts.transport !== 'mux') {
         // An ANP server: remember, and speak gRPC to it from now on.
         this.opts.log.info({ hub: this.opts.hubAddress }, `${err.message}; using gRPC (AgentService.Connect)`);
         this.transport = 'grpc';

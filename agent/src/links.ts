@@ -1,12 +1,8 @@
 // How an agent reaches one proxy server: our framed transport over TLS (ALPN "cluster-proxy-mux/1"),
 // or ANP's AgentService.Connect over gRPC. Both give a "link": a packet stream plus the server's
 // response headers.
-import tls from 'node:tls';
 import * as grpc from '@grpc/grpc-js';
-import {
-  AGENT_CONNECT_PATH, FramedPacketStream, HTTP2_CONNECTION_WINDOW, MAX_MESSAGE_BYTES, MUX_ALPN, decodePacket, encodePacket, splitHostPort,
-  type Hello, type Packet, type PacketStream,
-} from '@cluster-proxy/proto';
+import { AGENT_CONNECT_PATH, HTTP2_CONNECTION_WINDOW, MAX_MESSAGE_BYTES, connectMux, decodePacket, encodePacket, type Hello, type Packet, type PacketStream } from '@cluster-proxy/proto';
 
 export type AgentTransport = 'mux' | 'grpc';
 
@@ -36,88 +32,35 @@ export interface LinkOptions {
   signal: AbortSignal;
 }
 
-/** The server answered TLS but does not speak our transport (an ANP server): use gRPC. */
-export class NoMuxError extends Error {
-  override name = 'NoMuxError';
+
+export async function openMuxLink(opts: LinkOptions): Promise<Link> {
+  const hello: Hello = {};
+  for (const [k, v] of Object.entries(opts.metadata)) hello[k] = [v];
+  const { stream, hello: answer } = await connectMux({ ...opts, hello, timeoutMs: opts.headerTimeoutMs });
+  stream.startKeepalive(opts.keepaliveTimeMs, opts.keepaliveTimeoutMs);
+  return {
+    transport: 'mux',
+    stream,
+    header: (key) => answer[key] ?? [],
+    onPacket: (l) => stream.on('data', l),
+    offPacket: (l) => stream.removeListener('data', l),
+    onGone: (l) => {
+      const once = onlyOnce(l);
+      stream.on('error', (err: Error) => once(err));
+      stream.on('end', () => once(new Error('server ended the stream')));
+      stream.on('close', () => once(new Error('connection closed')));
+    },
+    close: () => stream.destroy(),
+  };
 }
 
-export function openMuxLink(opts: LinkOptions): Promise<Link> {
-  const hp = splitHostPort(opts.address);
-  if (!hp) return Promise.reject(new Error(`hub address "${opts.address}" is not HOST:PORT`));
-  return new Promise((resolve, reject) => {
-    const socket = tls.connect({
-      host: hp.host,
-      port: hp.port,
-      ca: opts.caCert,
-      cert: opts.cert,
-      key: opts.key,
-      servername: opts.serverName ?? (/^[\d.]+$|:/.test(hp.host) ? undefined : hp.host),
-      // Offer h2 too: an ANP (Go) server refuses a handshake whose ALPN list it cannot match.
-      ALPNProtocols: [MUX_ALPN, 'h2'],
-    });
-    socket.setNoDelay(true);
-    let settled = false;
-    const fail = (err: Error): void => {
-      if (settled) return;
-      settled = true;
-      clearTimeout(timer);
-      opts.signal.removeEventListener('abort', onAbort);
-      socket.destroy();
-      reject(err);
-    };
-    const onAbort = (): void => fail(new Error('cancelled'));
-    const timer = setTimeout(() => fail(new Error(`no hello from ${opts.address} within ${opts.headerTimeoutMs} ms`)), opts.headerTimeoutMs);
-    opts.signal.addEventListener('abort', onAbort, { once: true });
-    const onError = (err: NodeJS.ErrnoException): void => fail(new Error(err.code && !err.message.includes(err.code) ? `${err.message} (${err.code})` : err.message));
-    const onClose = (): void => fail(new Error(`${opts.address} closed the connection during the handshake (is our client certificate accepted?)`));
-    socket.once('error', onError);
-    socket.once('close', onClose);
-    socket.once('secureConnect', () => {
-      if (socket.alpnProtocol !== MUX_ALPN) {
-        fail(new NoMuxError(`${opts.address} does not speak ${MUX_ALPN}`));
-        return;
-      }
-      const stream = new FramedPacketStream(socket, MAX_MESSAGE_BYTES);
-      stream.once('error', (err: Error) => fail(err));
-      stream.once('hello', (hello: Hello) => {
-        const error = hello['error']?.[0];
-        if (error) {
-          fail(new Error(error));
-          return;
-        }
-        if (settled) return;
-        settled = true;
-        clearTimeout(timer);
-        opts.signal.removeEventListener('abort', onAbort);
-        socket.removeListener('close', onClose);
-        socket.removeListener('error', onError);
-        socket.on('error', () => {}); // reported through the stream
-        stream.startKeepalive(opts.keepaliveTimeMs, opts.keepaliveTimeoutMs);
-        let gone = false;
-        resolve({
-          transport: 'mux',
-          stream,
-          header: (key) => hello[key] ?? [],
-          onPacket: (l) => stream.on('data', l),
-          offPacket: (l) => stream.removeListener('data', l),
-          onGone: (l) => {
-            const once = (err: Error): void => {
-              if (gone) return;
-              gone = true;
-              l(err);
-            };
-            stream.on('error', (err: Error) => once(err));
-            stream.on('end', () => once(new Error('server ended the stream')));
-            stream.on('close', () => once(new Error('connection closed')));
-          },
-          close: () => stream.destroy(),
-        });
-      });
-      const md: Hello = {};
-      for (const [k, v] of Object.entries(opts.metadata)) md[k] = [v];
-      stream.sendHello(md);
-    });
-  });
+function onlyOnce(l: (err: Error) => void): (err: Error) => void {
+  let called = false;
+  return (err) => {
+    if (called) return;
+    called = true;
+    l(err);
+  };
 }
 
 export function openGrpcLink(opts: LinkOptions): Promise<Link> {
@@ -165,7 +108,6 @@ export function openGrpcLink(opts: LinkOptions): Promise<Link> {
       clearTimeout(timer);
       opts.signal.removeEventListener('abort', onAbort);
       call.removeListener('error', onError);
-      let gone = false;
       resolve({
         transport: 'grpc',
         stream: call,
@@ -173,11 +115,7 @@ export function openGrpcLink(opts: LinkOptions): Promise<Link> {
         onPacket: (l) => call.on('data', l),
         offPacket: (l) => call.removeListener('data', l),
         onGone: (l) => {
-          const once = (err: Error): void => {
-            if (gone) return;
-            gone = true;
-            l(err);
-          };
+          const once = onlyOnce(l);
           call.on('error', (err: grpc.ServiceError) => once(new Error(describeStatus(err))));
           call.on('end', () => once(new Error('server ended the stream')));
         },

@@ -1,10 +1,9 @@
 // One multiplexed TLS connection from the SDK to our hub's frontend (ALPN "cluster-proxy-mux/1"),
 // carrying every connection of a Tunnel with per-connection credit both ways. Opened on first use;
 // when it breaks, its connections fail and the next dial opens a new one.
-import tls from 'node:tls';
 import {
-  CAP_CREDIT, CAP_HALF_CLOSE, CLIENT_HTTP2_WINDOW, FramedPacketStream, MAX_MESSAGE_BYTES, MD_CAPABILITIES, MD_WINDOW, MUX_ALPN, PacketType,
-  SendCredit, StreamSender, packets, parseCapabilities, splitHostPort, type Hello, type Packet,
+  CAP_CREDIT, CAP_HALF_CLOSE, CLIENT_HTTP2_WINDOW, MD_CAPABILITIES, MD_WINDOW, PacketType, SendCredit, StreamSender, connectMux, packets,
+  parseCapabilities, type FramedPacketStream, type Packet,
 } from '@cluster-proxy/proto';
 import type { Leg, LegFactory, LegHandlers } from './legs.js';
 
@@ -19,10 +18,6 @@ export interface MuxOptions {
   connectTimeoutMs?: number;
 }
 
-/** The hub answered TLS but is not ours (an ANP server): use gRPC. */
-export class MuxUnsupportedError extends Error {
-  override name = 'MuxUnsupportedError';
-}
 
 interface Entry {
   h: LegHandlers;
@@ -200,63 +195,24 @@ export class MuxLegFactory implements LegFactory {
     return this.connecting;
   }
 
-  private connect(): Promise<Session> {
-    const hp = splitHostPort(this.opts.address);
-    if (!hp) return Promise.reject(new Error(`hub address "${this.opts.address}" is not HOST:PORT`));
+  private async connect(): Promise<Session> {
     const window = this.opts.window ?? CLIENT_HTTP2_WINDOW;
-    return new Promise((resolve, reject) => {
-      const socket = tls.connect({
-        host: hp.host,
-        port: hp.port,
-        ca: this.opts.caCert,
-        cert: this.opts.cert,
-        key: this.opts.key,
-        servername: this.opts.serverName ?? (/^[\d.]+$|:/.test(hp.host) ? undefined : hp.host),
-        ALPNProtocols: [MUX_ALPN, 'h2'],
-      });
-      socket.setNoDelay(true);
-      let settled = false;
-      const fail = (err: Error): void => {
-        if (settled) return;
-        settled = true;
-        clearTimeout(timer);
-        socket.destroy();
-        reject(err);
-      };
-      const timer = setTimeout(() => fail(new Error(`no answer from ${this.opts.address} within ${this.opts.connectTimeoutMs ?? 10_000} ms`)), this.opts.connectTimeoutMs ?? 10_000);
-      const onError = (err: Error): void => fail(err);
-      const onClose = (): void => fail(new Error(`${this.opts.address} closed the connection during the handshake`));
-      socket.once('error', onError);
-      socket.once('close', onClose);
-      socket.once('secureConnect', () => {
-        if (socket.alpnProtocol !== MUX_ALPN) {
-          fail(new MuxUnsupportedError(`${this.opts.address} does not speak ${MUX_ALPN}`));
-          return;
-        }
-        const stream = new FramedPacketStream(socket, MAX_MESSAGE_BYTES);
-        stream.once('error', (err: Error) => fail(err));
-        stream.once('hello', (hello: Hello) => {
-          if (hello['error']?.[0]) {
-            fail(new Error(hello['error'][0]));
-            return;
-          }
-          if (settled) return;
-          settled = true;
-          clearTimeout(timer);
-          socket.removeListener('close', onClose);
-          socket.removeListener('error', onError);
-          socket.on('error', () => {}); // reported through the stream
-          const session = new Session(stream, window);
-          const caps = parseCapabilities((hello[MD_CAPABILITIES] ?? []).join(','));
-          session.halfClose = caps.has(CAP_HALF_CLOSE);
-          const w = Number(hello[MD_WINDOW]?.[0]);
-          session.peerWindow = caps.has(CAP_CREDIT) && Number.isSafeInteger(w) && w > 0 ? w : null;
-          stream.startKeepalive(30_000, 10_000);
-          this.session = session;
-          resolve(session);
-        });
-        stream.sendHello({ [MD_CAPABILITIES]: [`${CAP_CREDIT},${CAP_HALF_CLOSE}`], [MD_WINDOW]: [String(window)] });
-      });
+    const { stream, hello } = await connectMux({
+      address: this.opts.address,
+      caCert: this.opts.caCert,
+      cert: this.opts.cert,
+      key: this.opts.key,
+      serverName: this.opts.serverName,
+      hello: { [MD_CAPABILITIES]: [`${CAP_CREDIT},${CAP_HALF_CLOSE}`], [MD_WINDOW]: [String(window)] },
+      timeoutMs: this.opts.connectTimeoutMs ?? 10_000,
     });
+    const session = new Session(stream, window);
+    const caps = parseCapabilities((hello[MD_CAPABILITIES] ?? []).join(','));
+    session.halfClose = caps.has(CAP_HALF_CLOSE);
+    const w = Number(hello[MD_WINDOW]?.[0]);
+    session.peerWindow = caps.has(CAP_CREDIT) && Number.isSafeInteger(w) && w > 0 ? w : null;
+    stream.startKeepalive(30_000, 10_000);
+    this.session = session;
+    return session;
   }
 }

@@ -7,7 +7,8 @@ import * as grpc from '@grpc/grpc-js';
 import { CLIENT_HTTP2_WINDOW, MAX_MESSAGE_BYTES } from '@cluster-proxy/proto';
 import { TunnelError } from './errors.js';
 import { GrpcLegFactory, type LegFactory } from './legs.js';
-import { MuxLegFactory, MuxUnsupportedError } from './mux-session.js';
+import { MuxUnsupportedError } from '@cluster-proxy/proto';
+import { MuxLegFactory } from './mux-session.js';
 import { TunnelSocket, type ConnectOptions } from './tunnel-socket.js';
 
 export type TunnelTransport = 'auto' | 'mux' | 'grpc';

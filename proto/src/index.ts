@@ -8,6 +8,7 @@ export * from './flow-control.js';
 export * from './errors.js';
 export * from './stream-sender.js';
 export * from './framing.js';
+export * from './mux-connect.js';
 
 import { fileURLToPath } from 'node:url';
 /** Directory holding client.proto and agent.proto (for tools that load the .proto files). */
