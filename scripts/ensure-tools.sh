@@ -12,13 +12,19 @@ if ! command -v pnpm >/dev/null 2>&1 || [ "$(pnpm --version 2>/dev/null)" != "$P
   export PATH="$HOME/.local/bin:$PATH"
 fi
 
-# Debian packages: python3 (blackhole fixture), openssh (benchmark baseline). Best effort when not root.
+# Debian packages: python3 (blackhole fixture, Python client test), curl (real-client tests), squid
+# (the corporate proxy), iproute2 (network namespaces). Best effort when not root.
 need=()
 command -v python3 >/dev/null 2>&1 || need+=(python3)
+command -v curl >/dev/null 2>&1 || need+=(curl)
+command -v squid >/dev/null 2>&1 || [ -x /usr/sbin/squid ] || need+=(squid)
+command -v ip >/dev/null 2>&1 || need+=(iproute2)
 if [ "${CLUSTER_PROXY_SKIP_APT:-}" != "1" ] && [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then
     echo "==> apt-get install ${need[*]}"
-    apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
+    # Install from the cached lists first; refresh them only if that fails.
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null 2>&1 \
+      || { apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null; }
   else
     echo "warning: missing ${need[*]} and cannot apt-get install them" >&2
   fi

@@ -1,11 +1,12 @@
 // The agent: keeps one Connect stream per proxy-server replica (reached through one address, usually
 // a load balancer), reconnects with backoff, and drains on shutdown.
 import { X509Certificate, randomUUID } from 'node:crypto';
-import { clusterHostNames, formatIdentifiers, emptyIdentifiers, DEFAULT_CONNECTION_WINDOW, type AgentIdentifiers } from '@cluster-proxy/proto';
+import { clusterHostNames, formatIdentifiers, emptyIdentifiers, splitHostPort, DEFAULT_CONNECTION_WINDOW, type AgentIdentifiers } from '@cluster-proxy/proto';
 import type { Logger } from 'pino';
 import { Backoff } from './backoff.js';
 import { MuxUnsupportedError } from '@cluster-proxy/proto';
-import type { AgentTransport } from './links.js';
+import type { AgentTransport, EgressOptions } from './links.js';
+import { proxyFromEnvironment, redactProxyUrl } from './no-proxy.js';
 import { ServerConnection, type ConnectionSummary } from './server-connection.js';
 import { TargetDialer } from './target-dialer.js';
 
@@ -36,6 +37,11 @@ export interface AgentOptions {
   backoffMaxMs?: number;
   keepaliveTimeMs?: number;
   keepaliveTimeoutMs?: number;
+  /** Where HTTPS_PROXY / NO_PROXY come from (default: process.env). */
+  env?: Readonly<Record<string, string | undefined>>;
+  /** CA bundle for an https:// egress proxy. */
+  proxyCa?: Buffer;
+  proxyConnectTimeoutMs?: number;
   log: Logger;
 }
 
@@ -60,6 +66,7 @@ export class Agent {
   private timer: NodeJS.Timeout | null = null;
   private attempt: ServerConnection | null = null;
   private knownServerCount = 1;
+  private egress: EgressOptions | undefined;
   private lastError = '';
 
   constructor(private readonly opts: AgentOptions) {
@@ -74,6 +81,7 @@ export class Agent {
   }
 
   start(): void {
+    this.decideEgress();
     const problem = certificateProblem(this.opts.cert);
     if (problem) this.opts.log.error(`agent client certificate ${problem}; the hub will refuse it`);
     this.opts.log.info({ agentID: this.agentID, cluster: this.opts.cluster, hub: this.opts.hubAddress, identifiers: this.identifiers }, 'agent starting');
@@ -131,6 +139,15 @@ export class Agent {
     this.servers.clear();
   }
 
+  /** HTTPS_PROXY / NO_PROXY with Go's rules, decided once and logged (without the password). */
+  private decideEgress(): void {
+    const hp = splitHostPort(this.opts.hubAddress);
+    if (!hp) return;
+    const d = proxyFromEnvironment(this.opts.env ?? process.env, hp.host, hp.port, 'https');
+    this.egress = d.proxy ? { proxy: d.proxy, ca: this.opts.proxyCa, connectTimeoutMs: this.opts.proxyConnectTimeoutMs ?? 10_000 } : undefined;
+    this.opts.log.info({ hub: this.opts.hubAddress, decision: d.decision, variable: d.variable, noProxyVariable: d.noProxyVariable, entry: d.entry, proxy: d.proxy ? redactProxyUrl(d.proxy) : null }, `egress: ${d.reason}`);
+  }
+
   private clearTimer(): void {
     if (this.timer) clearTimeout(this.timer);
     this.timer = null;
@@ -156,6 +173,7 @@ export class Agent {
       key: this.opts.key,
       serverName: this.opts.serverName,
       transport: this.transport,
+      egress: this.egress,
       agentID: this.agentID,
       identifiers: this.identifiers,
       window: this.opts.window ?? DEFAULT_CONNECTION_WINDOW,

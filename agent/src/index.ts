@@ -4,3 +4,7 @@ export { Allowlist, AllowlistError } from './allowlist.js';
 export { TargetDialer, DialFailure } from './target-dialer.js';
 export { Backoff } from './backoff.js';
 export { type AgentTransport } from './links.js';
+export * from './no-proxy.js';
+export * from './no-proxy-audit.js';
+export * from './egress-proxy.js';
+export * from './egress-shim.js';

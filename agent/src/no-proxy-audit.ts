@@ -54,8 +54,10 @@ export interface AuditReport {
   findings: Finding[];
   problems: number;
   warnings: number;
-  /** The value with every suggested addition and removal applied (equal to the input if none). */
+  /** The value with every suggested addition and removal applied (the entries joined by "," if none). */
   suggested: string;
+  /** Problems `suggested` still has: they need a decision by hand (e.g. narrowing an entry that matches the hub). */
+  unresolved: Finding[];
 }
 
 export class NoProxyAuditError extends Error {
@@ -146,6 +148,14 @@ function rangeFindings(m: NoProxyMatcher, ranges: readonly string[], flag: strin
 
 /** Audits `value` (a NO_PROXY value) against what is known about the cluster. Throws NoProxyAuditError on bad facts. */
 export function auditNoProxy(value: string, facts: ClusterFacts = {}): AuditReport {
+  const report = auditOnce(value, facts);
+  if (report.suggested === report.entries.join(',')) return { ...report, unresolved: report.findings.filter((f) => f.severity === 'problem') };
+  // Re-check the suggestion: what it still gets wrong must be fixed by hand (e.g. a broad entry matching the hub).
+  const again = auditOnce(report.suggested, facts);
+  return { ...report, unresolved: again.findings.filter((f) => f.severity === 'problem') };
+}
+
+function auditOnce(value: string, facts: ClusterFacts): Omit<AuditReport, 'unresolved'> {
   const m = parseNoProxy(value);
   const findings: Finding[] = [];
 
@@ -160,10 +170,13 @@ export function auditNoProxy(value: string, facts: ClusterFacts = {}): AuditRepo
     const ipText = facts.apiserverIp.trim().replace(/^\[(.*)\]$/, '$1');
     const ip = parseIp(ipText);
     if (ip === null) throw new NoProxyAuditError(`--apiserver-ip "${facts.apiserverIp}" is not an IP address`);
-    const inMissingServiceRange = (facts.serviceCidrs ?? []).some((s) => {
-      const c = requireCidr(s, '--service-cidr');
-      return cidrContainsIp(c, ip) && serviceFindings.some((f) => f.add?.includes(formatCidr(c)));
-    });
+    // Inside a service CIDR that is already reported: say so there instead of a second finding.
+    const missingRange = serviceFindings.find((f) => (f.add ?? []).some((c) => {
+      const cidr = parseCidr(c);
+      return cidr !== null && cidrContainsIp(cidr, ip);
+    }));
+    if (missingRange) missingRange.message += ` (the apiserver at ${formatIp(ip)} among them)`;
+    const inMissingServiceRange = missingRange !== undefined;
     if (!inMissingServiceRange && !isLoopbackIp(ip)) {
       const r = m.matches(ipText, 443);
       if (!r.bypass) {
@@ -222,11 +235,13 @@ export function auditNoProxy(value: string, facts: ClusterFacts = {}): AuditRepo
   }
 
   // --- the hub bypassing the proxy ------------------------------------------------------------------
+  let hubTarget: { host: string; port: number } | null = null;
   if (facts.hub !== undefined && facts.hub.trim() !== '') {
     const hub = parseTarget(facts.hub, 443);
     if (hub === null) throw new NoProxyAuditError(`--hub "${facts.hub}" must be HOST:PORT`);
-    const r = m.matches(hub.host, hub.port);
     const target = formatTarget(hub.host, hub.port);
+    hubTarget = hub;
+    const r = m.matches(hub.host, hub.port);
     if (r.bypass && r.entry === null) {
       findings.push({
         severity: 'warning',
@@ -235,14 +250,20 @@ export function auditNoProxy(value: string, facts: ClusterFacts = {}): AuditRepo
         fix: 'use the hub\'s real address to check a production setup',
       });
     } else if (r.bypass) {
-      const exact = m.entries.find((e) => e.text === r.entry);
-      const removable = exact !== undefined && isExactHubEntry(exact, hub.host);
+      // Every entry that matches the hub on its own, not just the first one Go happens to try.
+      const matching = m.entries.filter((e) => e.kind !== 'ignored' && parseNoProxy(e.text).matches(hub.host, hub.port).entry !== null);
+      const removable = matching.filter((e) => e.kind === 'all' || isExactHubEntry(e, hub.host));
+      const narrow = matching.filter((e) => !removable.includes(e));
+      const fixes = [
+        ...(removable.length > 0 ? [`remove ${removable.map((e) => `"${e.text}"`).join(', ')}`] : []),
+        ...(narrow.length > 0 ? [`narrow ${narrow.map((e) => `"${e.text}"`).join(', ')} so ${narrow.length === 1 ? 'it does' : 'they do'} not match the hub (list the hosts that should go direct instead)`] : []),
+      ];
       findings.push({
         severity: 'problem',
         code: 'hub-bypassed',
-        message: `hub ${target} matches NO_PROXY entry "${r.entry}": the agent would dial the hub directly instead of through the proxy`,
-        fix: r.entry === '*' ? 'remove "*" and list what should go direct instead' : `remove "${r.entry}"${removable ? '' : ', or narrow it so it does not match the hub'}`,
-        ...(removable || r.entry === '*' ? { remove: [r.entry!] } : {}),
+        message: `hub ${target} matches NO_PROXY ${matching.length === 1 ? 'entry' : 'entries'} ${matching.map((e) => `"${e.text}"`).join(', ')}: the agent would dial the hub directly instead of through the proxy`,
+        fix: fixes.join('; '),
+        remove: removable.map((e) => e.text),
       });
     }
   }
@@ -269,7 +290,7 @@ export function auditNoProxy(value: string, facts: ClusterFacts = {}): AuditRepo
     findings: [...findings.filter((f) => f.severity === 'problem'), ...findings.filter((f) => f.severity === 'warning')],
     problems,
     warnings: findings.length - problems,
-    suggested: suggest(m, findings),
+    suggested: suggest(m, findings, hubTarget),
   };
 }
 
@@ -300,7 +321,15 @@ function entryFindings(m: NoProxyMatcher, clusterDomain: string | undefined): Fi
     if (e.kind === 'ignored') {
       findings.push({ severity: 'warning', code: 'entry-ignored', message: `entry "${e.text}" is ignored (${e.reason})`, fix: `remove "${e.text}"`, remove: [e.text] });
     } else if (e.inert !== undefined) {
-      findings.push({ severity: 'warning', code: 'entry-never-matches', message: `entry "${e.text}" never matches anything: ${e.inert}`, fix: inertFix(e), remove: [e.text] });
+      const replacement = inertReplacement(e.text);
+      findings.push({
+        severity: 'warning',
+        code: 'entry-never-matches',
+        message: `entry "${e.text}" never matches anything: ${e.inert}`,
+        fix: replacement.length > 0 ? `write ${replacement.map((r) => `"${r}"`).join(',')} instead` : `remove "${e.text}"`,
+        add: replacement,
+        remove: [e.text],
+      });
     }
   }
 
@@ -321,20 +350,21 @@ function entryFindings(m: NoProxyMatcher, clusterDomain: string | undefined): Fi
     findings.push({
       severity: 'warning',
       code: 'cidr-entries',
-      message: `CIDR entries ${list(cidrs)} are ignored by Python (urllib, requests), wget, Node's proxy-from-env/undici and curl before 7.86: those clients would use the proxy for these ranges`,
-      fix: 'keep them for Go and this agent; where such clients matter, also list the names they use (e.g. .svc, .cluster.local)',
+      message: `CIDR ${cidrs.length === 1 ? 'entry' : 'entries'} ${list(cidrs)} ${cidrs.length === 1 ? 'is' : 'are'} ignored by Python (urllib, requests), wget, Node's proxy-from-env/undici and curl before 7.86: those clients would use the proxy for these ranges`,
+      fix: `keep ${cidrs.length === 1 ? 'it' : 'them'} for Go and this agent; where such clients matter, also list the names they use (e.g. .svc, .cluster.local)`,
     });
   }
 
-  const starDot = m.entries.filter((e) => e.kind === 'domain' && e.text.startsWith('*.') && e.inert === undefined);
-  if (starDot.length > 0) {
+  // One finding per entry, so a suggestion can apply (or skip) each replacement on its own.
+  for (const e of m.entries) {
+    if (e.kind !== 'domain' || !e.text.startsWith('*.') || e.inert !== undefined) continue;
     findings.push({
       severity: 'warning',
-      code: 'star-dot-entries',
-      message: `entries ${list(starDot)} work in Go and undici, but curl, wget and Python compare them literally and never match`,
-      fix: `write ${starDot.map((e) => `"${e.text.slice(1)}"`).join(', ')} instead (same meaning in Go)`,
-      add: starDot.map((e) => e.text.slice(1)),
-      remove: starDot.map((e) => e.text),
+      code: 'star-dot-entry',
+      message: `entry "${e.text}" works in Go and undici, but curl, wget and Python compare it literally and never match`,
+      fix: `write "${e.text.slice(1)}" instead (same meaning in Go)`,
+      add: [e.text.slice(1)],
+      remove: [e.text],
     });
   }
 
@@ -343,7 +373,7 @@ function entryFindings(m: NoProxyMatcher, clusterDomain: string | undefined): Fi
     findings.push({
       severity: 'warning',
       code: 'port-entries',
-      message: `entries ${list(ported)} only match that port in Go; curl and wget compare the whole entry with the host name and never match them`,
+      message: `${ported.length === 1 ? 'entry' : 'entries'} ${list(ported)} ${ported.length === 1 ? 'matches' : 'match'} only that port in Go; curl and wget compare the whole entry with the host name and never match ${ported.length === 1 ? 'it' : 'them'}`,
       fix: 'drop the port if every port of that host should go direct',
     });
   }
@@ -354,28 +384,35 @@ function entryFindings(m: NoProxyMatcher, clusterDomain: string | undefined): Fi
     findings.push({
       severity: 'warning',
       code: 'leading-dot-entries',
-      message: `entries ${list(leadingDot)} match only subdomains in Go, but curl and Python strip the dot and also match ${leadingDot.map((e) => e.text.slice(1)).join(', ')} itself`,
+      message: `${leadingDot.length === 1 ? 'entry' : 'entries'} ${list(leadingDot)} ${leadingDot.length === 1 ? 'matches' : 'match'} only subdomains in Go, but curl and Python strip the dot and also match ${leadingDot.map((e) => e.text.slice(1)).join(', ')} itself`,
       fix: `write ${leadingDot.map((e) => `"${e.text.slice(1)}"`).join(', ')} if the domain itself should go direct too`,
     });
   }
   return findings;
 }
 
-function inertFix(e: NoProxyEntry): string {
-  const t = e.text;
-  if (t.includes('://')) return `write the host only, e.g. "${t.replace(/^[a-z]+:\/\//, '').replace(/\/.*$/, '')}"`;
-  if (/\s/.test(t)) return `separate entries with commas: "${t.split(/\s+/).join(',')}"`;
-  if (/^\[[^\]]*\]$/.test(t)) return `write "${t.slice(1, -1)}"`;
-  if (t.includes('/')) return `write "${t.replace(/:\d*$/, '')}" (CIDR entries match every port)`;
-  if (t.includes('*')) return `write ".${t.replace(/^[*.]+/, '')}" for subdomains`;
-  return `remove "${t}"`;
+/** What an entry Go cannot use was probably meant to be, when that is clear; else nothing. */
+function inertReplacement(t: string): string[] {
+  if (t.includes('://')) {
+    const host = t.replace(/^[a-z][a-z0-9+.-]*:\/\//, '').replace(/[/?#].*$/, '').replace(/^[^@]*@/, '');
+    return host !== '' && !host.includes('://') ? [host] : [];
+  }
+  if (/\s/.test(t)) return t.split(/\s+/).filter((x) => x !== '');
+  if (/^\[[^\]]+\]$/.test(t) && parseIp(t.slice(1, -1)) !== null) return [t.slice(1, -1)];
+  const cidrPort = /^(.*\/\d+):\d*$/.exec(t);
+  if (cidrPort && parseCidr(cidrPort[1]!) !== null) return [cidrPort[1]!];
+  return [];
 }
 
-function suggest(m: NoProxyMatcher, findings: readonly Finding[]): string {
-  const remove = new Set(findings.flatMap((f) => f.remove ?? []));
+function suggest(m: NoProxyMatcher, findings: readonly Finding[], hub: { host: string; port: number } | null): string {
+  // Never suggest an entry that would send the hub around the proxy; a finding whose replacement
+  // would is skipped whole (its removals too), so nothing the user listed silently disappears.
+  const bypassesHub = (entry: string): boolean => hub !== null && parseNoProxy(entry).matches(hub.host, hub.port).entry !== null;
+  const applied = findings.filter((f) => !(f.add ?? []).some(bypassesHub));
+  const remove = new Set(applied.flatMap((f) => f.remove ?? []));
   const out: string[] = [];
   for (const e of m.entries) if (!remove.has(e.text) && !out.includes(e.text)) out.push(e.text);
-  for (const a of findings.flatMap((f) => f.add ?? [])) if (!out.includes(a)) out.push(a);
+  for (const a of applied.flatMap((f) => f.add ?? [])) if (!out.includes(a)) out.push(a);
   return out.join(',');
 }
 
@@ -430,6 +467,10 @@ export function formatAudit(report: AuditReport): string {
   const plural = (n: number, w: string): string => `${n} ${w}${n === 1 ? '' : 's'}`;
   lines.push('', `${plural(report.problems, 'problem')}, ${plural(report.warnings, 'warning')}.`);
   if (report.suggested !== report.entries.join(',')) lines.push(`suggested NO_PROXY=${report.suggested}`);
+  if (report.unresolved.length > 0) {
+    const what = report.suggested !== report.entries.join(',') ? 'the suggestion still needs' : 'needs';
+    lines.push(`${what} a decision by hand: ${report.unresolved.map((f) => f.fix).join('; ')}`);
+  }
   return `${lines.join('\n')}\n`;
 }
 

@@ -197,7 +197,6 @@ export function splitHostPortGo(text: string): { host: string; port: string } | 
 }
 
 function toAscii(name: string): string {
-  // eslint-disable-next-line no-control-regex
   if (/^[\x00-\x7f]*$/.test(name)) return name;
   const lead = name.startsWith('.') ? '.' : '';
   const ascii = domainToASCII(name.slice(lead.length));

@@ -8,7 +8,7 @@ import {
 } from '@cluster-proxy/proto';
 import type { Logger } from 'pino';
 import { EndpointConnection, type EndpointOwner } from './endpoint-connection.js';
-import { openGrpcLink, openMuxLink, type AgentTransport, type Link, type LinkOptions } from './links.js';
+import { openGrpcLink, openMuxLink, type AgentTransport, type EgressOptions, type Link, type LinkOptions } from './links.js';
 import { DialFailure, type TargetDialer } from './target-dialer.js';
 
 export interface ServerConnectionOptions {
@@ -20,6 +20,8 @@ export interface ServerConnectionOptions {
   serverName?: string;
   /** 'mux' tries our transport and falls back to gRPC when the server does not speak it. */
   transport: AgentTransport;
+  /** Reach the hub through an egress proxy. */
+  egress?: EgressOptions;
   agentID: string;
   identifiers: string;
   window: number;
@@ -92,6 +94,7 @@ export class ServerConnection extends EventEmitter implements EndpointOwner {
       keepaliveTimeMs: this.opts.keepaliveTimeMs,
       keepaliveTimeoutMs: this.opts.keepaliveTimeoutMs,
       signal: this.abort.signal,
+      egress: this.opts.egress,
     };
     const link = this.opts.transport === 'mux' ? await openMuxLink(linkOpts) : await openGrpcLink(linkOpts);
     if (this.state === 'closed') {

@@ -1,5 +1,6 @@
 // Opening our framed transport from the connecting side (agent → agent port, SDK → frontend port):
 // TLS with ALPN, then the hello exchange. Shared by the agent and the SDK.
+import type { Duplex } from 'node:stream';
 import tls from 'node:tls';
 import { FramedPacketStream, MUX_ALPN, type Hello } from './framing.js';
 import { splitHostPort } from './identifiers.js';
@@ -16,6 +17,8 @@ export interface MuxConnectOptions {
   hello: Hello;
   timeoutMs: number;
   signal?: AbortSignal;
+  /** Run TLS over this already-connected socket (e.g. a CONNECT tunnel through an egress proxy). */
+  socket?: Duplex;
 }
 
 /** The server completed TLS but picked another protocol (an ANP server picks h2): use gRPC. */
@@ -29,8 +32,7 @@ export function connectMux(opts: MuxConnectOptions): Promise<{ stream: FramedPac
   if (!hp) return Promise.reject(new Error(`address "${opts.address}" is not HOST:PORT`));
   return new Promise((resolve, reject) => {
     const socket = tls.connect({
-      host: hp.host,
-      port: hp.port,
+      ...(opts.socket ? { socket: opts.socket } : { host: hp.host, port: hp.port }),
       ca: opts.caCert,
       cert: opts.cert,
       key: opts.key,
@@ -38,7 +40,7 @@ export function connectMux(opts: MuxConnectOptions): Promise<{ stream: FramedPac
       // Offer h2 too: a Go server refuses a handshake whose ALPN list it cannot match.
       ALPNProtocols: [MUX_ALPN, 'h2'],
     });
-    socket.setNoDelay(true);
+    if (!opts.socket) socket.setNoDelay(true);
     let settled = false;
     const fail = (err: Error): void => {
       if (settled) return;

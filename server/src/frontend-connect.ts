@@ -166,6 +166,7 @@ export async function startConnectFrontend(opts: ConnectFrontendOptions): Promis
   const servers: net.Server[] = [];
   const rawSockets = new Set<net.Socket>();
   let stopping = false;
+  let stopped: Promise<void> | null = null;
 
   const accept = (socket: net.Socket, kind: ListenerKind): void => {
     const c = new ConnectConnection(socket, kind, shared);
@@ -192,7 +193,11 @@ export async function startConnectFrontend(opts: ConnectFrontendOptions): Promis
         allowHalfOpen: true,
       });
       server.on('secureConnection', (s: tls.TLSSocket) => accept(s, 'tls'));
-      server.on('tlsClientError', (err, s) => shared.log.info({ listener: 'tls', peer: peerOf(s) }, `TLS handshake failed: ${oneLine(err.message)}`));
+      server.on('tlsClientError', (err, s) => {
+        shared.log.info({ listener: 'tls', peer: peerOf(s) }, `TLS handshake failed: ${oneLine(err.message)}`);
+        // With a listener here Node leaves the socket open, even after ERR_TLS_HANDSHAKE_TIMEOUT.
+        s.destroy();
+      });
       track(server);
       ports.tls = await listen(server, { host: t.host, port: t.port });
     }
@@ -218,17 +223,19 @@ export async function startConnectFrontend(opts: ConnectFrontendOptions): Promis
     ports,
     connections: () => conns.size,
     describe: () => [...conns].map((c) => c.describe()),
-    async stop(graceMs = 0): Promise<void> {
-      if (stopping) return;
-      stopping = true;
-      const closed = Promise.all(servers.map(closeServer));
-      for (const c of conns) if (!c.isTunnel()) c.destroy();
-      const deadline = Date.now() + graceMs;
-      while (conns.size > 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, Math.min(50, deadline - Date.now())));
-      for (const c of conns) c.destroy();
-      for (const s of rawSockets) s.destroy(); // TLS handshakes still in progress
-      await closed;
-      if (ports.uds) await unlink(ports.uds).catch(() => undefined);
+    stop(graceMs = 0): Promise<void> {
+      stopped ??= (async () => {
+        stopping = true;
+        const closed = Promise.all(servers.map(closeServer));
+        for (const c of conns) if (!c.isTunnel()) c.destroy();
+        const deadline = Date.now() + graceMs;
+        while (conns.size > 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, Math.min(50, deadline - Date.now())));
+        for (const c of conns) c.destroy();
+        for (const s of rawSockets) s.destroy(); // TLS handshakes still in progress
+        await closed;
+        if (ports.uds) await unlink(ports.uds).catch(() => undefined);
+      })();
+      return stopped;
     },
   };
 }
@@ -393,6 +400,9 @@ class ConnectConnection implements Frontend {
   }
 
   private handleRequest(text: string): void {
+    // Name the target in every answer, even when the rest of the head is malformed.
+    const named = /^[^\s]+ ([^\s]+) /.exec(text.slice(0, text.indexOf('\n')));
+    if (named) this.destination = printable(named[1]!);
     const parsed = parseHead(text);
     if (typeof parsed === 'string') return this.refuse(400, parsed, 'bad_request');
     const { method, target, headers } = parsed;

@@ -13,6 +13,8 @@ import type { Logger } from 'pino';
 import { makeAgentConnectHandler, onMuxAgentHello, type AgentListenerOptions, type Grant } from './agent-listener.js';
 import { TlsPort } from './tls-port.js';
 import { MuxFrontendSession } from './frontend-mux.js';
+import { startConnectFrontend, type ConnectFrontend } from './frontend-connect.js';
+import { TokenStore } from './tokens.js';
 import type { TLSSocket } from 'node:tls';
 import { GrpcFrontend } from './frontend-grpc.js';
 import { raiseServerReceiveWindows } from './grpc-windows.js';
@@ -44,6 +46,13 @@ export interface ProxyServerOptions {
   grants?: ReadonlyMap<string, Grant>;
   /** Where ports.json goes (chosen ports, for scripts and tests). */
   dataDir?: string;
+  /** HTTP CONNECT frontend over TLS (8089); null = off. */
+  connectPort?: number | null;
+  connectUds?: string;
+  /** Plain-TCP CONNECT frontend, loopback only. */
+  connectPlain?: { host: string; port: number; allowTokens?: boolean };
+  /** CONNECT bearer tokens (default <dataDir>/tokens.json). */
+  tokensFile?: string;
   log: Logger;
 }
 
@@ -54,6 +63,9 @@ export interface BoundPorts {
   frontendUds: string | null;
   health: number | null;
   admin: number | null;
+  connect: number | null;
+  connectUds: string | null;
+  connectPlain: number | null;
 }
 
 export class ProxyServer {
@@ -67,6 +79,8 @@ export class ProxyServer {
   private agentPort: TlsPort | null = null;
   private frontendPort: TlsPort | null = null;
   private readonly muxClients = new Set<MuxFrontendSession>();
+  private connect: ConnectFrontend | null = null;
+  tokens: TokenStore | null = null;
   private accepting = true;
   private ready = false;
   ports: BoundPorts | null = null;
@@ -142,9 +156,23 @@ export class ProxyServer {
       await bind(this.frontendServer, `unix://${path.resolve(this.opts.frontendUds)}`, grpc.ServerCredentials.createInsecure());
       uds = path.resolve(this.opts.frontendUds);
     }
+    if (this.opts.connectPort != null || this.opts.connectUds || this.opts.connectPlain) {
+      this.tokens = await TokenStore.open(this.opts.tokensFile ?? path.join(this.opts.dataDir ?? '.', 'tokens.json'), { log: this.opts.log });
+      this.connect = await startConnectFrontend({
+        core: this.core,
+        log: this.opts.log,
+        tokens: this.tokens,
+        tls: this.opts.connectPort != null ? { host: bindAddress, port: this.opts.connectPort, ...tls } : undefined,
+        uds: this.opts.connectUds,
+        plain: this.opts.connectPlain,
+      });
+    }
     const health = this.opts.healthPort === null ? null : await this.listenHttp(bindAddress, this.opts.healthPort, this.healthHandler);
     const admin = this.opts.adminPort === null ? null : await this.listenHttp('127.0.0.1', this.opts.adminPort, this.adminHandler);
-    this.ports = { serverID: this.serverID, agent, frontend, frontendUds: uds, health, admin };
+    this.ports = {
+      serverID: this.serverID, agent, frontend, frontendUds: uds, health, admin,
+      connect: this.connect?.ports.tls ?? null, connectUds: this.connect?.ports.uds ?? null, connectPlain: this.connect?.ports.plain ?? null,
+    };
     if (this.opts.dataDir) await writeJsonAtomic(path.join(this.opts.dataDir, 'ports.json'), this.ports);
     this.ready = true;
     this.opts.log.info(this.ports, 'proxy server listening');
@@ -152,19 +180,23 @@ export class ProxyServer {
   }
 
   snapshot(): ReturnType<ProxyCore['snapshot']> & { frontends: { state: string; connectID: number; address: string }[] } {
-    return { ...this.core.snapshot(), frontends: [...[...this.frontends].map((f) => f.description), ...[...this.muxClients].flatMap((m) => m.describe())] };
+    return {
+      ...this.core.snapshot(),
+      frontends: [...[...this.frontends].map((f) => f.description), ...[...this.muxClients].flatMap((m) => m.describe()), ...(this.connect?.describe() ?? []).map((c) => ({ state: c.state, connectID: c.connectID, address: c.destination }))],
+    };
   }
 
   /** Stop: readiness false, refuse new work, give open streams `graceMs`, then force everything closed. */
   async stop(graceMs = 5000): Promise<void> {
     this.ready = false;
     this.accepting = false;
+    const connectStopped = this.connect?.stop(graceMs) ?? Promise.resolve();
     const frontendsDone = tryShutdown(this.frontendServer);
     const agentsDone = tryShutdown(this.agentServer);
     let timer: NodeJS.Timeout | undefined;
     const timeout = new Promise<void>((r) => { timer = setTimeout(r, graceMs); });
     // Agent streams never end by themselves; after the frontends had their chance, close them.
-    await Promise.race([frontendsDone, timeout]);
+    await Promise.race([Promise.all([frontendsDone, connectStopped]), timeout]);
     for (const b of this.core.routes.backends()) b.close('server shutting down');
     const agentPortClosed = this.agentPort?.close();
     const frontendPortClosed = this.frontendPort?.close();
@@ -172,7 +204,7 @@ export class ProxyServer {
     clearTimeout(timer);
     this.frontendServer.forceShutdown();
     this.agentServer.forceShutdown();
-    await Promise.all([agentPortClosed, frontendPortClosed]);
+    await Promise.all([agentPortClosed, frontendPortClosed, connectStopped]);
     await Promise.all(this.httpServers.map((s) => new Promise<void>((r) => { s.close(() => r()); s.closeAllConnections(); })));
     this.httpServers = [];
     if (this.opts.frontendUds) await rm(this.opts.frontendUds, { force: true });

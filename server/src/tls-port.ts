@@ -84,6 +84,8 @@ export class TlsPort {
 
   /** Refused handshakes, with the reason, at most once a minute per peer and reason. */
   private readonly onTlsError = (err: Error, socket: tls.TLSSocket): void => {
+    // With a 'tlsClientError' listener Node leaves the failed socket to us (even on handshake timeout).
+    socket.destroy();
     const reason = socket.authorizationError ? String(socket.authorizationError) : err.message;
     const peer = socket.remoteAddress ?? 'unknown';
     const key = `${peer} ${reason}`;

@@ -14,8 +14,7 @@ import tls from 'node:tls';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it, type TestContext } from 'vitest';
 import { ProxyServer, issueServerCert } from '@cluster-proxy/server';
 // Not exported from the package index yet (the hub wires it in); the built files are the same modules.
-import { startConnectFrontend, type ConnectFrontend } from '../../server/dist/frontend-connect.js';
-import { TokenStore } from '../../server/dist/tokens.js';
+import { startConnectFrontend, TokenStore, type ConnectFrontend } from '@cluster-proxy/server';
 import {
   digestStream, killAllSpawned, payloadSha256, snapshotHandles, spawnProcess, startBlackhole, startEchoServer, startSinkServer,
   startSourceServer, waitFor, waitForHandlesAtMost, writePayload, type Blackhole, type ManagedProcess, type SinkServer, type SourceServer, type TcpTarget,
@@ -57,15 +56,14 @@ let cluster2Token: string;
 
 // ------------------------------------------------------------ helpers
 
-async function startAgentProcess(cluster: string, apiserverAddr: string): Promise<AgentProc> {
+async function startAgentProcess(cluster: string, apiserverAddr: string, extraArgs = ['--allow', '127.0.0.1:*', '--identifiers', 'cidr=127.0.0.0/8']): Promise<AgentProc> {
   const cert = await pki.agent(cluster);
   const proc = spawnProcess({
     name: `agent-${cluster}`,
     command: process.execPath,
     args: [CLI, 'agent', '--cluster', cluster, '--hub', `127.0.0.1:${server.ports!.agent}`, '--server-name', 'localhost',
       '--ca-cert', pki.caPath, '--cert', cert.certPath, '--key', cert.keyPath, '--apiserver', apiserverAddr,
-      '--health-bind-address', '127.0.0.1', '--health-port', '0',
-      '--allow', '127.0.0.1:*', '--identifiers', 'cidr=127.0.0.0/8', '--dial-timeout', '10s'],
+      '--health-bind-address', '127.0.0.1', '--health-port', '0', '--dial-timeout', '10s', ...extraArgs],
   });
   const up = await proc.waitForJsonLine((o) => o['msg'] === 'agent health listener up', 15_000);
   await proc.waitForJsonLine((o) => o['msg'] === 'connected to proxy server', 15_000);
@@ -147,8 +145,9 @@ interface Reply {
   socket: net.Socket;
 }
 
-/** Sends `request` and reads the proxy's answer. On 200 the socket is handed back paused, with
- * any bytes after the response head unshifted, ready to be the tunnel; otherwise it reads to EOF. */
+/** Sends `request` and reads the proxy's answer. On 200 the socket is handed back paused (call
+ * resume() once listening), with any bytes after the response head unshifted, ready to be the
+ * tunnel; otherwise it reads to EOF. */
 function proxyRequest(socket: net.Socket, request: string | Buffer, timeoutMs = 20_000): Promise<Reply> {
   return new Promise((resolve, reject) => {
     let buf = Buffer.alloc(0);
@@ -387,7 +386,7 @@ describe('HTTP CONNECT frontend: tunnel bytes', () => {
     const r1 = await proxyRequest(s1, Buffer.concat([Buffer.from(connectHead(`127.0.0.1:${echo.port}`)), small]));
     expect(r1.head).toBe('HTTP/1.1 200 Connection Established\r\n\r\n');
     s1.end();
-    expect(await digestStream(s1)).toEqual(await digestOf(small));
+    expect(await readAll(s1)).toEqual(await digestOf(small));
 
     // 1 MiB written without waiting for the 200: held (bounded) during the dial, then forwarded in order.
     const big = Buffer.alloc(MiB, 7).map((_, i) => i % 251);
@@ -397,7 +396,7 @@ describe('HTTP CONNECT frontend: tunnel bytes', () => {
     s2.end();
     const r2 = await r2Promise;
     expect(r2.status).toBe(200);
-    expect(await digestStream(s2)).toEqual(await digestOf(big));
+    expect(await readAll(s2)).toEqual(await digestOf(big));
   });
 
   it('uploads 20 MiB intact (sha256)', async () => {
@@ -411,33 +410,46 @@ describe('HTTP CONNECT frontend: tunnel bytes', () => {
 
   it('downloads 20 MiB intact (sha256)', async () => {
     const s = await openTunnel(`127.0.0.1:${source.port}`, 'tls', [`Proxy-Authorization: Bearer ${allToken}`]);
-    expect(await digestStream(s)).toEqual({ bytes: 20 * MiB, sha256: source.expectedSha256 });
+    expect(await readAll(s)).toEqual({ bytes: 20 * MiB, sha256: source.expectedSha256 });
   });
 
   it('half-close: the client\'s FIN reaches the destination, which can still answer', async () => {
     const s = await openTunnel(`127.0.0.1:${echo.port}`);
-    const all = digestStream(s);
+    const all = readAll(s);
     s.end('last words');
     expect(await all).toEqual(await digestOf(Buffer.from('last words')));
   });
 
-  it('an agent that dies mid-tunnel closes the client connection', async () => {
-    const a3 = await startAgentProcess('cluster3', `127.0.0.1:${echo.port}`);
+  it('an agent that dies mid-tunnel resets the client connection (not a clean EOF that could pass for a complete stream)', async () => {
+    const a3 = await startAgentProcess('cluster3', `127.0.0.1:${echo.port}`, []);
     extraAgents.push(a3);
-    const s = await openTunnel('cluster3:443');
-    s.resume();
-    s.on('error', () => {});
-    s.write('x');
-    a3.proc.kill('SIGKILL');
-    await once(s, 'close');
-    await a3.proc.exited;
+    // Plain TCP so the reset is observable as such (over TLS/UDS the frontend can only close).
+    const local = await startConnectFrontend({ core: server.core, log: pino({ level: 'debug' }, { write: (s: string) => void logLines.push(s) }), tokens, plain: { host: '127.0.0.1', port: 0, allowTokens: true } });
+    try {
+      const r = await proxyRequest(openProxy('plain', local), connectHead('cluster3:443', [`Proxy-Authorization: Bearer ${allToken}`]));
+      expect(r.status).toBe(200);
+      const s = r.socket;
+      let error: NodeJS.ErrnoException | null = null;
+      s.on('error', (e) => (error = e));
+      const closed = new Promise((res) => s.once('close', res)); // events.once would reject on the reset
+      s.resume();
+      s.write('x');
+      a3.proc.kill('SIGKILL');
+      await closed;
+      expect(error).not.toBeNull();
+      expect(error!.code).toBe('ECONNRESET');
+      await a3.proc.exited;
+      await expectTablesEmpty([fe, local]);
+    } finally {
+      await local.stop();
+    }
   });
 });
 
 describe('HTTP CONNECT frontend: every refusal', () => {
   it('400 for a malformed request and for a bad authority', async () => {
     expectRefusal(await refusalRaw('GARBAGE\r\n\r\n'), 400, 'CONNECT -', /malformed request line/);
-    expectRefusal(await refusalRaw('CONNECT cluster1:443 HTTP/1.1\r\nHost: x\r\n folded\r\n\r\n'), 400, 'cluster1:443', /line folding/);
+    expectRefusal(await refusalRaw('CONNECT cluster1:443 HTTP/1.1\r\nHost: x\r\n folded\r\n\r\n'), 400, 'CONNECT cluster1:443:', /line folding/);
     expectRefusal(await refusalRaw('CONNECT cluster1:443 HTTP/1.1\r\nno colon here\r\n\r\n'), 400, 'cluster1:443', /malformed header line/);
     for (const target of ['cluster1', 'cluster1:99999', 'http://cluster1:443', 'user@cluster1:443', '[not-ipv6]:443']) {
       expectRefusal(await refusal(target, 'tls-cert'), 400, target, /must be HOST:PORT/);
@@ -582,18 +594,20 @@ describe('HTTP CONNECT frontend: slow clients', () => {
 
       // Two silent clients hold both slots: a third is turned away, and served once they are cut off.
       const silent = [openProxy('uds', local), openProxy('uds', local)];
-      for (const s of silent) s.on('error', () => {});
+      for (const s of silent) s.on('error', () => {}).resume(); // they read (and get their 408), they just never send
       await waitFor(() => local.connections() === 2, { timeoutMs: 2000, message: 'two silent clients accepted' });
       const turnedAway = await proxyRequest(openProxy('uds', local), connectHead('cluster1:443'));
       expectRefusal(turnedAway, 503, 'CONNECT -', /too many client connections \(limit 2\)/);
+      turnedAway.socket.destroy();
       await Promise.all(silent.map((s) => once(s, 'close')));
+      await waitFor(() => local.connections() === 0, { timeoutMs: 3000, message: 'slots freed' });
       const served = await proxyRequest(openProxy('uds', local), connectHead('cluster1:443'));
       expect(served.status).toBe(200);
       served.socket.destroy();
 
       // A TCP client that never starts its TLS handshake is dropped at the same deadline.
       const noHandshake = net.connect(local.ports.tls!, '127.0.0.1');
-      noHandshake.on('error', () => {});
+      noHandshake.on('error', () => {}).resume();
       const h0 = Date.now();
       await once(noHandshake, 'close');
       expect(Date.now() - h0).toBeLessThan(4000);
@@ -625,6 +639,13 @@ async function refusalRaw(request: string): Promise<Reply> {
   const r = await proxyRequest(openProxy('tls-cert'), request);
   r.socket.destroy();
   return r;
+}
+
+/** digestStream on a socket proxyRequest handed back paused. */
+function readAll(s: net.Socket): ReturnType<typeof digestStream> {
+  const d = digestStream(s);
+  s.resume();
+  return d;
 }
 
 async function digestOf(b: Buffer): Promise<{ bytes: number; sha256: string }> {

@@ -52,7 +52,7 @@ export interface HubTables {
 export interface HubProcess {
   proc: ManagedProcess;
   dataDir: string;
-  ports: { agent: number; frontend: number; admin: number; health: number; frontendUds: string | null; serverID: string };
+  ports: { agent: number; frontend: number; admin: number; health: number; frontendUds: string | null; connect: number | null; serverID: string };
   tunnel(transport?: TunnelTransport): Tunnel;
   tables(): Promise<HubTables>;
   stop(): Promise<void>;
@@ -64,7 +64,7 @@ export async function startHub(pki: TestPki, extraArgs: string[] = []): Promise<
     name: 'hub',
     command: process.execPath,
     args: [CLI, 'hub', '--data-dir', dataDir, '--bind-address', '127.0.0.1', '--agent-port', '0', '--frontend-port', '0', '--health-port', '0', '--admin-port', '0',
-      '--frontend-uds', path.join(dataDir, 'frontend.sock'),
+      '--frontend-uds', path.join(dataDir, 'frontend.sock'), '--connect-port', '0',
       '--ca-cert', pki.caPath, '--server-cert', pki.server.certPath, '--server-key', pki.server.keyPath, ...extraArgs],
   });
   await proc.waitForJsonLine((o) => o['msg'] === 'proxy server listening', 15_000);

@@ -22,6 +22,8 @@ export const agentFlags: FlagSpecs = {
   'drain-grace': { type: 'string', default: '30s', help: 'on SIGTERM, how long open connections may finish' },
   'health-bind-address': { type: 'string', default: '0.0.0.0', help: 'address of the health listener' },
   'health-port': { type: 'string', default: '8093', help: '/healthz, /readyz, /debug/connections' },
+  'proxy-ca': { type: 'string', help: 'CA bundle (PEM) to verify an https:// egress proxy (HTTPS_PROXY)' },
+  'proxy-connect-timeout': { type: 'string', default: '10s', help: 'timeout for the egress proxy to answer CONNECT' },
   'keepalive-time': { type: 'string', default: '15s', help: 'HTTP/2 ping interval towards the hub' },
   'keepalive-timeout': { type: 'string', default: '10s', help: 'a hub that does not answer a ping within this is considered gone' },
   'log-level': { type: 'string', default: 'info', help: 'fatal, error, warn, info, debug, trace' },
@@ -67,6 +69,8 @@ export async function runAgent(args: string[]): Promise<void> {
       drainGraceMs: duration(flags, 'drain-grace'),
       keepaliveTimeMs: duration(flags, 'keepalive-time'),
       keepaliveTimeoutMs: duration(flags, 'keepalive-timeout'),
+      proxyCa: str(flags, 'proxy-ca') ? await read('proxy-ca') : undefined,
+      proxyConnectTimeoutMs: duration(flags, 'proxy-connect-timeout'),
       log,
     });
   } catch (err) {

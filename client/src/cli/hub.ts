@@ -3,7 +3,7 @@ import { readFile } from 'node:fs/promises';
 import path from 'node:path';
 import { ProxyServer, ensureHubPki, isValidCidr, type Grant } from '@cluster-proxy/server';
 import { createLogger } from './logging.js';
-import { UsageError, duration, helpText, list, parseFlags, port, str, type FlagSpecs } from './flags.js';
+import { UsageError, duration, helpText, list, parseFlags, port, str, type FlagSpecs, type ParsedFlags } from './flags.js';
 
 export const hubFlags: FlagSpecs = {
   'data-dir': { type: 'string', default: '.cluster-proxy/hub', help: 'state directory: PKI (if no cert flags), ports.json' },
@@ -13,6 +13,11 @@ export const hubFlags: FlagSpecs = {
   'frontend-uds': { type: 'string', help: 'also serve the gRPC frontend, plain, on this Unix socket' },
   'health-port': { type: 'string', default: '8092', help: '/healthz and /readyz' },
   'admin-port': { type: 'string', default: '8095', help: 'loopback admin: /debug/connections' },
+  'connect-port': { type: 'string', default: '8089', help: 'HTTP CONNECT frontend over TLS (client certificate or token); 0 picks a free port' },
+  'connect-uds': { type: 'string', help: 'also serve HTTP CONNECT on this Unix socket (0660; no credentials needed)' },
+  'connect-plain': { type: 'string', help: 'also serve HTTP CONNECT in plain TCP on this loopback HOST:PORT' },
+  'connect-plain-allow-tokens': { type: 'boolean', help: 'accept tokens on --connect-plain (they travel unencrypted on loopback)' },
+  'tokens-file': { type: 'string', help: 'CONNECT bearer tokens (default DATA_DIR/tokens.json)' },
   'ca-cert': { type: 'string', help: 'CA bundle that signs agent and client certificates (PEM)' },
   'server-cert': { type: 'string', help: 'serving certificate (PEM)' },
   'server-key': { type: 'string', help: 'serving key (PEM)' },
@@ -40,6 +45,16 @@ export function parseGrants(values: string[]): Map<string, Grant> {
     grants.set(m[1]!, g);
   }
   return grants;
+}
+
+function connectPlain(flags: ParsedFlags): { host: string; port: number; allowTokens: boolean } | undefined {
+  const v = str(flags, 'connect-plain');
+  if (!v) return undefined;
+  const m = /^(.+):(\d{1,5})$/.exec(v);
+  if (!m || Number(m[2]) > 65535) throw new UsageError(`--connect-plain "${v}" is not HOST:PORT`);
+  const host = m[1]!.replace(/^\[(.*)\]$/, '$1');
+  if (!['127.0.0.1', '::1', 'localhost'].includes(host)) throw new UsageError(`--connect-plain must bind a loopback address, not "${host}"`);
+  return { host, port: Number(m[2]), allowTokens: flags['connect-plain-allow-tokens'] === true };
 }
 
 export async function runHub(args: string[]): Promise<void> {
@@ -78,6 +93,10 @@ export async function runHub(args: string[]): Promise<void> {
     adminPort: port(flags, 'admin-port'),
     tls: { caCert: await read(files.ca, 'CA certificate'), cert: await read(files.cert, 'server certificate'), key: await read(files.key, 'server key') },
     dialTimeoutMs: duration(flags, 'dial-timeout'),
+    connectPort: port(flags, 'connect-port'),
+    connectUds: str(flags, 'connect-uds'),
+    connectPlain: connectPlain(flags),
+    tokensFile: str(flags, 'tokens-file'),
     grants: parseGrants(list(flags, 'grant')),
     dataDir,
     log,

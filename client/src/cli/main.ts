@@ -4,6 +4,7 @@ import { runAgent } from './agent.js';
 import { UsageError } from './flags.js';
 import { runForward } from './forward.js';
 import { runHub } from './hub.js';
+import { runNoProxy } from './noproxy.js';
 import { runQuickstart } from './quickstart.js';
 
 const commands: Record<string, { summary: string; run: (args: string[]) => Promise<void> }> = {
@@ -11,6 +12,7 @@ const commands: Record<string, { summary: string; run: (args: string[]) => Promi
   agent: { summary: 'run an agent in a managed cluster', run: runAgent },
   quickstart: { summary: 'hub + two demo clusters on this machine, with forwards to try', run: runQuickstart },
   forward: { summary: 'serve a local port through the tunnel', run: runForward },
+  noproxy: { summary: 'audit a NO_PROXY value (check) or explain one decision', run: runNoProxy },
 };
 
 const usage = `Usage: cluster-proxy COMMAND [flags]
