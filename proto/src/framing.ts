@@ -20,6 +20,9 @@ export type Hello = Record<string, string[]>;
  * link idle while senders refill it; we emit 'drain' at the low-water mark instead. */
 const WRITE_HIGH_WATER = 1024 * 1024;
 const WRITE_LOW_WATER = 256 * 1024;
+/** DATA obeys credit, so only control frames can pile up past the high-water mark; a peer that
+ * lets this much accumulate is not reading at all, and is cut off rather than allowed to grow us. */
+const WRITE_HARD_LIMIT = 64 * 1024 * 1024;
 const MAX_HELLO_BYTES = 64 * 1024;
 const EMPTY = Buffer.alloc(0);
 
@@ -94,6 +97,10 @@ export class FramedPacketStream extends EventEmitter {
     for (const p of parts) n += p.length;
     this.writeFrame(KIND_PACKET, parts, n);
     if (this.socket.writableLength < WRITE_HIGH_WATER) return true;
+    if (this.socket.writableLength > WRITE_HARD_LIMIT) {
+      this.fail(new FrameError(`peer is not reading: more than ${WRITE_HARD_LIMIT} bytes queued`));
+      return false;
+    }
     this.congested = true;
     return false;
   }
