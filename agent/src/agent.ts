@@ -146,6 +146,10 @@ export class Agent {
     const d = proxyFromEnvironment(this.opts.env ?? process.env, hp.host, hp.port, 'https');
     this.egress = d.proxy ? { proxy: d.proxy, ca: this.opts.proxyCa, connectTimeoutMs: this.opts.proxyConnectTimeoutMs ?? 10_000 } : undefined;
     this.opts.log.info({ hub: this.opts.hubAddress, decision: d.decision, variable: d.variable, noProxyVariable: d.noProxyVariable, entry: d.entry, proxy: d.proxy ? redactProxyUrl(d.proxy) : null }, `egress: ${d.reason}`);
+    if (d.proxy && d.proxy.protocol !== 'http:' && d.proxy.protocol !== 'https:') {
+      this.opts.log.error({ proxy: redactProxyUrl(d.proxy) }, `egress proxy scheme "${d.proxy.protocol}" is not supported (only http:// and https://); fix ${d.variable}`);
+    }
+    if (this.opts.proxyCa && d.proxy?.protocol !== 'https:') this.opts.log.warn('--proxy-ca is ignored: no https:// egress proxy is in use');
   }
 
   private clearTimer(): void {

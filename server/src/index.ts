@@ -6,3 +6,4 @@ export { raiseServerReceiveWindows } from './grpc-windows.js';
 export * from './pki/index.js';
 export { startConnectFrontend, DIAL_FAILURE_STATUS, type ConnectFrontend, type ConnectFrontendOptions, type Principal } from './frontend-connect.js';
 export { TokenStore, tokenAllowsCluster, type TokenPrincipal, type TokenInfo, type IssuedToken } from './tokens.js';
+export * from './proxy-settings.js';

@@ -87,7 +87,6 @@ export async function runAgent(args: string[]): Promise<void> {
     const onSignal = (sig: NodeJS.Signals): void => {
       if (stopping) process.exit(1);
       stopping = true;
-      log.info({ signal: sig }, 'draining');
       void agent.drain().then(() => {
         health.closeAllConnections();
         health.close(() => resolve());
