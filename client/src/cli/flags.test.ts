@@ -1,8 +1,10 @@
 import { spawn } from 'node:child_process';
-import { existsSync } from 'node:fs';
+import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { describe, expect, it } from 'vitest';
-import { UsageError, duration, envName, list, parseFlags, port, required, str, type FlagSpecs, type ParsedFlags } from './flags.js';
+import { afterAll, describe, expect, it } from 'vitest';
+import { UsageError, duration, envName, hostPort, list, parseFlags, port, required, str, type FlagSpecs, type ParsedFlags } from './flags.js';
 
 const specs: FlagSpecs = {
   cluster: { type: 'string', help: 'cluster' },
@@ -257,5 +259,133 @@ describe('cluster-proxy CLI', () => {
     expect(r.code).toBe(2);
     expect(r.stderr.trimEnd().split('\n')).toHaveLength(1);
     expect(r.stderr).toContain('--agent-port');
+  });
+});
+
+// ------------------------------------------------------------------ config files
+
+describe('--config FILE', () => {
+  const dir = mkdtempSync(path.join(os.tmpdir(), 'cp-flags-'));
+  afterAll(() => rmSync(dir, { recursive: true, force: true }));
+  let n = 0;
+  const file = (text: string, ext = 'yaml'): string => {
+    const f = path.join(dir, `c${++n}.${ext}`);
+    writeFileSync(f, text);
+    return f;
+  };
+
+  it('reads flags from a YAML file: scalars, quoted strings, lists in both styles, booleans, numbers', () => {
+    const f = file([
+      '# hub settings',
+      '---',
+      'cluster: "c1"           # a comment',
+      "dial-timeout: '2s'",
+      'allow: [a:1, "b:2", \'c#3\']',
+      'grant:',
+      '  - x=cidr:10.0.0.0/8',
+      '  - "y=host:api.example.com"   # quoted',
+      'verbose: true',
+      'health-port: 9093',
+      '',
+    ].join('\n'));
+    const { flags } = parseFlags(['--config', f], specs, {});
+    expect(flags['cluster']).toBe('c1');
+    expect(flags['dial-timeout']).toBe('2s');
+    expect(flags['allow']).toEqual(['a:1', 'b:2', 'c#3']);
+    expect(flags['grant']).toEqual(['x=cidr:10.0.0.0/8', 'y=host:api.example.com']);
+    expect(flags['verbose']).toBe(true);
+    expect(flags['health-port']).toBe('9093');
+    expect(flags['config']).toBe(f);
+  });
+
+  it('reads a JSON object too', () => {
+    const f = file(JSON.stringify({ cluster: 'j1', allow: ['x:1'], verbose: false, 'health-port': 1234 }), 'json');
+    const { flags } = parseFlags(['--config', f], specs, {});
+    expect(flags).toMatchObject({ cluster: 'j1', allow: ['x:1'], verbose: false, 'health-port': '1234', 'dial-timeout': '5s' });
+  });
+
+  it('precedence: command line > environment > config file > default', () => {
+    const f = file('cluster: from-file\ndial-timeout: 7s\nhealth-port: "1111"\nallow: [file:1]\n');
+    const env = { CLUSTER_PROXY_DIAL_TIMEOUT: '8s', CLUSTER_PROXY_ALLOW: 'env:1' };
+    const { flags } = parseFlags(['--config', f, '--cluster', 'from-cli'], specs, env);
+    expect(flags['cluster']).toBe('from-cli'); // flag beats file
+    expect(flags['dial-timeout']).toBe('8s'); // env beats file
+    expect(flags['allow']).toEqual(['env:1']);
+    expect(flags['health-port']).toBe('1111'); // file beats default
+    expect(flags['grant']).toEqual(['x=default-route']); // default when nobody sets it
+  });
+
+  it('takes the file from CLUSTER_PROXY_CONFIG when --config is not given', () => {
+    const f = file('cluster: via-env-config\n');
+    expect(parseFlags([], specs, { CLUSTER_PROXY_CONFIG: f }).flags['cluster']).toBe('via-env-config');
+    const g = file('cluster: via-flag-config\n');
+    expect(parseFlags(['--config', g], specs, { CLUSTER_PROXY_CONFIG: f }).flags['cluster']).toBe('via-flag-config');
+  });
+
+  it('an empty file or null values change nothing', () => {
+    expect(parseFlags(['--config', file('# nothing\n')], specs, {}).flags['dial-timeout']).toBe('5s');
+    const { flags } = parseFlags(['--config', file('dial-timeout:\ncluster: ~\n')], specs, {});
+    expect(flags['dial-timeout']).toBe('5s');
+    expect(flags['cluster']).toBeUndefined();
+  });
+
+  it('refuses unknown keys, wrong types and unsupported YAML with one line naming the file and the problem', () => {
+    const cases: [string, RegExp][] = [
+      ['clustr: c1\n', /"clustr" is not a flag of this command/],
+      ['help: true\n', /"help" cannot be set in a config file/],
+      ['config: other.yaml\n', /"config" cannot be set in a config file/],
+      ['cluster: [a, b]\n', /"cluster" must be a single value/],
+      ['verbose: maybe\n', /"verbose" must be true or false/],
+      ['cluster:\n  name: c1\n', /line 2: nested values are not supported/],
+      ['allow:\n  - a: 1\n', /line 2: nested values are not supported/],
+      ['cluster: "open\n', /line 1: unterminated double-quoted string/],
+      ['cluster: c1\ncluster: c2\n', /line 2: "cluster" appears twice/],
+      ['just words\n', /line 1: expected "flag: value"/],
+      ['cluster: |\n  x\n', /line 1: multi-line strings are not supported/],
+      ['- a\n', /line 1: a "- item" line must follow a "key:" line/],
+      ['cluster: &a c1\n', /anchors, aliases and tags are not supported/],
+      ['a: 1\n---\nb: 2\n', /line 2: only one YAML document is supported/],
+      ['["a"]', /expected an object of flag: value/],
+    ];
+    for (const [text, want] of cases) {
+      const f = file(text, text.startsWith('[') ? 'json' : 'yaml');
+      const e = usageError(() => parseFlags(['--config', f], specs, {}));
+      expect(e.message, text).toMatch(want);
+      expect(e.message).toContain(f);
+      expect(e.message).not.toContain('\n');
+    }
+    const bad = file('{"cluster": ', 'json');
+    expect(usageError(() => parseFlags(['--config', bad], specs, {})).message).toMatch(/^--config .*: /);
+    expect(usageError(() => parseFlags(['--config', path.join(dir, 'missing.yaml')], specs, {})).message).toMatch(/^cannot read --config .*missing\.yaml: ENOENT$/);
+  });
+
+  it('is not read for --help (a broken file must not hide the help)', () => {
+    const f = file('nonsense\n');
+    expect(parseFlags(['--help', '--config', f], specs, {}).flags['help']).toBe(true);
+  });
+
+  it('`hub --config` with the built CLI: a bad value in the file is one line and exit 2; help mentions --config', async () => {
+    const f = file('agent-port: 99999\nca-cert: /nonexistent\nserver-cert: /nonexistent\nserver-key: /nonexistent\n');
+    const r = await runCli(['hub', '--config', f]);
+    expect(r.code).toBe(2);
+    expect(r.stderr).toBe('cluster-proxy: --agent-port must be a port number 0-65535, got "99999"\n');
+    const typo = await runCli(['agent', '--config', file('clustr: c1\n')]);
+    expect(typo.code).toBe(2);
+    expect(typo.stderr).toMatch(/^cluster-proxy: --config .*: "clustr" is not a flag of this command\n$/);
+    const help = await runCli(['agent', '--help']);
+    expect(help.stdout).toContain('--config FILE');
+    expect(help.stdout).toContain('CLUSTER_PROXY_CONFIG');
+  });
+});
+
+describe('duration() days and hostPort()', () => {
+  it('reads days', () => {
+    expect(duration({ t: '7d' }, 't')).toBe(7 * 86_400_000);
+  });
+
+  it('hostPort() splits HOST:PORT, IPv6 in brackets, and refuses the rest', () => {
+    expect(hostPort({ a: '127.0.0.1:8095' }, 'a')).toEqual({ host: '127.0.0.1', port: 8095 });
+    expect(hostPort({ a: '[::1]:8089' }, 'a')).toEqual({ host: '::1', port: 8089 });
+    for (const bad of ['8095', 'host:', 'host:99999', 'a b:1']) expect(usageError(() => hostPort({ admin: bad }, 'admin')).message).toBe(`--admin "${bad}" is not HOST:PORT`);
   });
 });

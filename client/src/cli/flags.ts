@@ -1,6 +1,10 @@
-// Command-line flags with environment fallbacks: --dial-timeout can also come from
-// CLUSTER_PROXY_DIAL_TIMEOUT. Parse errors are UsageErrors: one line, exit code 2, no stack trace.
+// Command-line flags with two fallbacks: --dial-timeout can also come from the environment variable
+// CLUSTER_PROXY_DIAL_TIMEOUT, or from a config file (`--config FILE`, or CLUSTER_PROXY_CONFIG) holding
+// `dial-timeout: 10s`. Precedence: command line > environment > config file > default. Parse errors
+// are UsageErrors: one line, exit code 2, no stack trace.
+import { readFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
+import { parseFlatYaml } from './yaml.js';
 
 export class UsageError extends Error {
   override name = 'UsageError';
@@ -10,19 +14,24 @@ export interface FlagSpec {
   type: 'string' | 'boolean';
   multiple?: boolean;
   default?: string;
+  /** One-letter alias, e.g. 'o' for --output. */
+  short?: string;
   help: string;
 }
 
 export type FlagSpecs = Record<string, FlagSpec>;
 export type ParsedFlags = Record<string, string | boolean | string[] | undefined>;
 
+/** Flags every command takes besides its own. */
+const BUILTIN = ['help', 'config'];
+
 export function envName(flag: string): string {
   return `CLUSTER_PROXY_${flag.toUpperCase().replace(/-/g, '_')}`;
 }
 
 export function parseFlags(args: string[], specs: FlagSpecs, env: NodeJS.ProcessEnv = process.env): { flags: ParsedFlags; positionals: string[] } {
-  const options: Record<string, { type: 'string' | 'boolean'; multiple?: boolean }> = { help: { type: 'boolean' } };
-  for (const [name, s] of Object.entries(specs)) options[name] = { type: s.type, multiple: s.multiple ?? false };
+  const options: Record<string, { type: 'string' | 'boolean'; multiple?: boolean; short?: string }> = { help: { type: 'boolean', short: 'h' }, config: { type: 'string' } };
+  for (const [name, s] of Object.entries(specs)) options[name] = { type: s.type, multiple: s.multiple ?? false, ...(s.short ? { short: s.short } : {}) };
   let parsed;
   try {
     parsed = parseArgs({ args, options, allowPositionals: true, strict: true });
@@ -32,12 +41,16 @@ export function parseFlags(args: string[], specs: FlagSpecs, env: NodeJS.Process
     throw new UsageError(msg);
   }
   const flags: ParsedFlags = { ...(parsed.values as ParsedFlags) };
+  const configFile = str(flags, 'config') ?? (env[envName('config')] || undefined);
+  const fromConfig = configFile !== undefined && !flags['help'] ? readConfigFile(configFile, specs) : {};
   for (const [name, s] of Object.entries(specs)) {
     if (flags[name] !== undefined) continue;
     const fromEnv = env[envName(name)];
     if (fromEnv !== undefined && fromEnv !== '') {
       if (s.type === 'boolean') flags[name] = ['1', 'true', 'yes'].includes(fromEnv.toLowerCase());
       else flags[name] = s.multiple ? fromEnv.split(',').map((v) => v.trim()).filter(Boolean) : fromEnv;
+    } else if (fromConfig[name] !== undefined) {
+      flags[name] = fromConfig[name];
     } else if (s.default !== undefined) {
       flags[name] = s.multiple ? [s.default] : s.default;
     }
@@ -45,13 +58,62 @@ export function parseFlags(args: string[], specs: FlagSpecs, env: NodeJS.Process
   return { flags, positionals: parsed.positionals };
 }
 
+/**
+ * A config file: a YAML (flat `flag: value` lines, lists for repeatable flags) or JSON object whose
+ * keys are this command's flag names. Values are checked against the flag's type; unknown keys are
+ * refused (a typo would otherwise be silently ignored). Paths in it are relative to the working
+ * directory, as on the command line.
+ */
+export function readConfigFile(file: string, specs: FlagSpecs): ParsedFlags {
+  let text: string;
+  try {
+    text = readFileSync(file, 'utf8');
+  } catch (err) {
+    throw new UsageError(`cannot read --config ${file}: ${(err as NodeJS.ErrnoException).code ?? (err as Error).message}`);
+  }
+  let doc: unknown;
+  try {
+    doc = /^\s*[{[]/.test(text) ? JSON.parse(text) : parseFlatYaml(text);
+  } catch (err) {
+    throw new UsageError(`--config ${file}: ${(err as Error).message.split('\n')[0]}`);
+  }
+  if (doc === null || doc === undefined) return {}; // empty file
+  if (typeof doc !== 'object' || Array.isArray(doc)) throw new UsageError(`--config ${file}: expected an object of flag: value`);
+  const out: ParsedFlags = {};
+  for (const [key, value] of Object.entries(doc as Record<string, unknown>)) {
+    const name = key.replace(/^--/, '');
+    const s = specs[name];
+    if (!s) {
+      const why = BUILTIN.includes(name) ? 'cannot be set in a config file' : 'is not a flag of this command';
+      throw new UsageError(`--config ${file}: "${key}" ${why}`);
+    }
+    if (value === null || value === undefined) continue;
+    const scalar = (v: unknown): string => {
+      if (typeof v === 'string') return v;
+      if (typeof v === 'number' || typeof v === 'boolean') return String(v);
+      throw new UsageError(`--config ${file}: "${key}" must be ${s.multiple ? 'a value or a list of values' : 'a single value'}`);
+    };
+    if (s.type === 'boolean') {
+      if (typeof value === 'boolean') out[name] = value;
+      else if (typeof value === 'string' && /^(true|false|yes|no|1|0)$/i.test(value)) out[name] = /^(true|yes|1)$/i.test(value);
+      else throw new UsageError(`--config ${file}: "${key}" must be true or false`);
+    } else if (s.multiple) {
+      out[name] = Array.isArray(value) ? value.map(scalar) : [scalar(value)];
+    } else {
+      out[name] = scalar(value);
+    }
+  }
+  return out;
+}
+
 export function helpText(usage: string, summary: string, specs: FlagSpecs): string {
   const rows = Object.entries(specs).map(([name, s]) => {
-    const left = `  --${name}${s.type === 'string' ? ' VALUE' : ''}`;
+    const left = `  ${s.short ? `-${s.short}, ` : ''}--${name}${s.type === 'string' ? ' VALUE' : ''}`;
     const def = s.default !== undefined ? ` (default ${s.default})` : '';
     return `${left.padEnd(30)} ${s.help}${def}${s.multiple ? ' [repeatable]' : ''}\n${''.padEnd(31)} env ${envName(name)}`;
   });
-  return `Usage: ${usage}\n\n${summary}\n\nFlags:\n${rows.join('\n')}\n  --help${''.padEnd(24)}show this help\n`;
+  const common = `  --config FILE${''.padEnd(16)} read flags from a YAML or JSON file of flag: value\n${''.padEnd(31)} env ${envName('config')}; precedence: flags > env > config file > defaults\n  -h, --help${''.padEnd(20)} show this help\n`;
+  return `Usage: ${usage}\n\n${summary}\n\nFlags:\n${rows.join('\n')}\n${common}`;
 }
 
 export function str(flags: ParsedFlags, name: string): string | undefined {
@@ -76,12 +138,20 @@ export function port(flags: ParsedFlags, name: string): number {
   return Number(v);
 }
 
-/** "10s", "500ms", "2m", "1h" or plain milliseconds. */
+/** "10s", "500ms", "2m", "1h", "7d" or plain milliseconds. */
 export function duration(flags: ParsedFlags, name: string): number {
   const v = required(flags, name);
-  const m = /^(\d+(?:\.\d+)?)(ms|s|m|h)?$/.exec(v.trim());
-  if (!m) throw new UsageError(`--${name} must be a duration like 500ms, 10s or 2m, got "${v}"`);
+  const m = /^(\d+(?:\.\d+)?)(ms|s|m|h|d)?$/.exec(v.trim());
+  if (!m) throw new UsageError(`--${name} must be a duration like 500ms, 10s, 2m, 24h or 7d, got "${v}"`);
   const n = Number(m[1]);
   const unit = m[2] ?? 'ms';
-  return Math.round(n * { ms: 1, s: 1000, m: 60_000, h: 3_600_000 }[unit]!);
+  return Math.round(n * { ms: 1, s: 1000, m: 60_000, h: 3_600_000, d: 86_400_000 }[unit]!);
+}
+
+/** HOST:PORT (IPv6 in brackets) for a flag; the brackets are removed from the host. */
+export function hostPort(flags: ParsedFlags, name: string): { host: string; port: number } {
+  const v = required(flags, name);
+  const m = /^(.+):(\d{1,5})$/.exec(v);
+  if (!m || Number(m[2]) > 65535 || m[1]!.includes(' ')) throw new UsageError(`--${name} "${v}" is not HOST:PORT`);
+  return { host: m[1]!.replace(/^\[(.*)\]$/, '$1'), port: Number(m[2]) };
 }

@@ -2,11 +2,12 @@
 import { readFile } from 'node:fs/promises';
 import path from 'node:path';
 import { ProxyServer, ensureHubPki, isValidCidr, type Grant } from '@cluster-proxy/server';
+import { DEFAULT_HUB_DATA_DIR } from './hub-files.js';
 import { createLogger } from './logging.js';
 import { UsageError, duration, helpText, list, parseFlags, port, str, type FlagSpecs, type ParsedFlags } from './flags.js';
 
 export const hubFlags: FlagSpecs = {
-  'data-dir': { type: 'string', default: '.cluster-proxy/hub', help: 'state directory: PKI (if no cert flags), ports.json' },
+  'data-dir': { type: 'string', default: DEFAULT_HUB_DATA_DIR, help: 'state directory: PKI (if no cert flags), ports.json' },
   'bind-address': { type: 'string', default: '0.0.0.0', help: 'address the gRPC listeners bind to' },
   'agent-port': { type: 'string', default: '8091', help: 'agent listener (mTLS gRPC); 0 picks a free port' },
   'frontend-port': { type: 'string', default: '8090', help: 'gRPC frontend (mTLS); 0 picks a free port' },

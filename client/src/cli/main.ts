@@ -3,15 +3,21 @@
 import { runAgent } from './agent.js';
 import { UsageError } from './flags.js';
 import { runForward } from './forward.js';
+import { runGet } from './get.js';
 import { runHub } from './hub.js';
+import { runKubeconfig } from './kubeconfig.js';
 import { runNoProxy } from './noproxy.js';
 import { runQuickstart } from './quickstart.js';
+import { runToken } from './token.js';
 
 const commands: Record<string, { summary: string; run: (args: string[]) => Promise<void> }> = {
   hub: { summary: 'run the proxy server', run: runHub },
   agent: { summary: 'run an agent in a managed cluster', run: runAgent },
-  quickstart: { summary: 'hub + two demo clusters on this machine, with forwards to try', run: runQuickstart },
+  quickstart: { summary: 'hub + two demo clusters on this machine, with curl, kubectl and forward lines to try', run: runQuickstart },
   forward: { summary: 'serve a local port through the tunnel', run: runForward },
+  kubeconfig: { summary: 'write a kubeconfig that reaches a cluster\'s apiserver through the hub', run: runKubeconfig },
+  get: { summary: 'list clusters or agents connected to the hub (kubectl-style)', run: runGet },
+  token: { summary: 'issue, list or revoke tokens for the HTTP CONNECT frontend', run: runToken },
   noproxy: { summary: 'audit a NO_PROXY value (check) or explain one decision', run: runNoProxy },
 };
 

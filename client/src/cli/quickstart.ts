@@ -1,6 +1,9 @@
-// `cluster-proxy quickstart`: a hub, two demo clusters (an agent each, in front of a demo HTTPS
-// "apiserver"), and a local forward per cluster, so a newcomer can curl through the tunnel at once.
-import { mkdir, readFile, writeFile } from 'node:fs/promises';
+// `cluster-proxy quickstart`: a hub (with its HTTP CONNECT frontend on TLS), two demo clusters (an
+// agent each, in front of a demo HTTPS "apiserver"), a token, a kubeconfig per cluster and a local
+// forward per cluster, so a newcomer can curl and kubectl through the tunnel at once. Everything runs
+// in this process on loopback; DIR/quickstart.json says where. Ctrl+C stops it (exit code 0).
+import { constants as fsConstants } from 'node:fs';
+import { access, mkdir, readFile, rm, writeFile } from 'node:fs/promises';
 import https from 'node:https';
 import net from 'node:net';
 import path from 'node:path';
@@ -9,26 +12,47 @@ import { ProxyServer, ensureHubPki, issueAgentCert, issueServerCert, readPemPair
 import { Tunnel } from '../tunnel.js';
 import { serveForward } from './forward.js';
 import { createLogger } from './logging.js';
-import { helpText, parseFlags, str, type FlagSpecs } from './flags.js';
+import { buildKubeconfig, proxyUrl } from './kubeconfig.js';
+import { issueToken } from './token.js';
+import { Progress, cliWords, paint, shellCommand } from './ui.js';
+import { duration, helpText, parseFlags, str, type FlagSpecs } from './flags.js';
 
 const quickstartFlags: FlagSpecs = {
-  'data-dir': { type: 'string', default: '.cluster-proxy/quickstart', help: 'where PKI, ports and quickstart.json go' },
-  'log-level': { type: 'string', default: 'warn', help: 'log level of the embedded hub and agents' },
+  'data-dir': { type: 'string', default: '.cluster-proxy/quickstart', help: 'where PKI, ports.json, tokens, kubeconfigs and quickstart.json go' },
+  'log-level': { type: 'string', default: 'warn', help: 'log level of the embedded hub and agents (JSON lines on stdout)' },
+  'agent-timeout': { type: 'string', default: '15s', help: 'how long to wait for the demo agents to connect' },
 };
 
-export const quickstartUsage = helpText('cluster-proxy quickstart [--data-dir DIR]', 'Runs a hub, two demo clusters with agents, and a local forward to each; prints what to try. Ctrl+C stops it.', quickstartFlags);
+export const quickstartUsage = helpText('cluster-proxy quickstart [--data-dir DIR]',
+  'Runs a hub, two demo clusters (cluster1, cluster2: an agent in front of a demo HTTPS apiserver each), a token,\n' +
+  'a kubeconfig and a local forward per cluster; prints curl and kubectl lines to try. Ctrl+C stops it.', quickstartFlags);
 
-const CLUSTERS = ['cluster1', 'cluster2'];
+export const QUICKSTART_CLUSTERS = ['cluster1', 'cluster2'] as const;
+const TOKEN_NAME = 'quickstart';
+/** The demo apiservers take any bearer token; kubectl needs one, or it prompts for a username. */
+const DEMO_APISERVER_TOKEN = 'demo';
+
+/** What DIR/quickstart.json holds (absolute paths, loopback addresses). */
+export interface QuickstartInfo {
+  hub: { serverID: string; agent: string; frontend: string; frontendUds: string | null; connect: string; health: string; admin: string };
+  ca: string;
+  client: { cert: string; key: string };
+  token: { name: string; id: string; value: string };
+  clusterNames: string[];
+  clusters: Record<string, { apiserver: string; forward: string; kubeconfig: string }>;
+  commands: { curl: string[]; kubectl: string[]; forward: string; forwardCurl: string };
+}
 
 /** A tiny HTTPS server that answers like a kube-apiserver on /version and /healthz. */
 function startDemoApiserver(cluster: string, tls: { certPem: string; keyPem: string }): Promise<https.Server> {
   const server = https.createServer({ cert: tls.certPem, key: tls.keyPem }, (req, res) => {
-    if (req.url === '/healthz' || req.url === '/readyz' || req.url === '/livez') {
+    const url = (req.url ?? '/').split('?')[0];
+    if (url === '/healthz' || url === '/readyz' || url === '/livez') {
       res.writeHead(200, { 'content-type': 'text/plain' });
       res.end('ok');
       return;
     }
-    if (req.url === '/version') {
+    if (url === '/version') {
       res.writeHead(200, { 'content-type': 'application/json' });
       res.end(`${JSON.stringify({ major: '1', minor: '33', gitVersion: 'v1.33.0-demo', platform: 'linux/amd64', cluster }, null, 2)}\n`);
       return;
@@ -36,8 +60,37 @@ function startDemoApiserver(cluster: string, tls: { certPem: string; keyPem: str
     res.writeHead(404, { 'content-type': 'application/json' });
     res.end(JSON.stringify({ kind: 'Status', apiVersion: 'v1', status: 'Failure', reason: 'NotFound', code: 404, message: `demo apiserver of ${cluster} only serves /version and /healthz` }));
   });
-  return new Promise((resolve) => server.listen(0, '127.0.0.1', () => resolve(server)));
+  return new Promise((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(0, '127.0.0.1', () => resolve(server));
+  });
 }
+
+/** A free loopback port for the forward command we print (the user starts it later). */
+function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const s = net.createServer();
+    s.once('error', reject);
+    s.listen(0, '127.0.0.1', () => {
+      const { port } = s.address() as net.AddressInfo;
+      s.close(() => resolve(port));
+    });
+  });
+}
+
+async function onPath(cmd: string): Promise<boolean> {
+  for (const dir of (process.env['PATH'] ?? '').split(path.delimiter).filter(Boolean)) {
+    try {
+      await access(path.join(dir, cmd), fsConstants.X_OK);
+      return true;
+    } catch {
+      // next
+    }
+  }
+  return false;
+}
+
+class Interrupted extends Error {}
 
 export async function runQuickstart(args: string[]): Promise<void> {
   const { flags } = parseFlags(args, quickstartFlags);
@@ -45,80 +98,173 @@ export async function runQuickstart(args: string[]): Promise<void> {
     process.stdout.write(quickstartUsage);
     return;
   }
+  const agentTimeoutMs = duration(flags, 'agent-timeout');
   const dir = path.resolve(str(flags, 'data-dir')!);
-  await mkdir(dir, { recursive: true, mode: 0o700 });
   const log = createLogger(str(flags, 'log-level')!, 'quickstart');
-  const progress = (msg: string): void => {
-    process.stderr.write(`${msg}\n`);
+  const progress = new Progress();
+
+  // Ctrl+C at any point: stop what was started, exit 0. A second one stops at once.
+  const closers: (() => unknown)[] = [];
+  let interrupted = false;
+  let wake: () => void = () => {};
+  const stopRequested = new Promise<void>((resolve) => (wake = resolve));
+  const onSignal = (): void => {
+    if (interrupted) process.exit(130);
+    interrupted = true;
+    wake();
   };
-  progress(`Preparing certificates in ${dir}/pki ...`);
-  const pki = await ensureHubPki(path.join(dir, 'pki'), { hostnames: ['localhost'] });
-  const ca = await readPemPair(path.join(dir, 'pki'), 'ca');
-  const tls = { caCert: await readFile(pki.caCert), cert: await readFile(pki.serverCert), key: await readFile(pki.serverKey) };
-  const server = new ProxyServer({ bindAddress: '127.0.0.1', agentPort: 0, frontendPort: 0, frontendUds: path.join(dir, 'frontend.sock'), healthPort: 0, adminPort: 0, tls, dataDir: dir, log: log.child({ component: 'hub' }) });
-  const ports = await server.start();
-  const agents: Agent[] = [];
-  const apiservers: https.Server[] = [];
-  const forwards: net.Server[] = [];
-  const tunnel = new Tunnel({ address: `127.0.0.1:${ports.frontend}`, caCert: tls.caCert, cert: await readFile(pki.clientCert), key: await readFile(pki.clientKey), serverName: 'localhost' });
-  const clusters: Record<string, { apiserver: string; forward: string }> = {};
-  for (const cluster of CLUSTERS) {
-    const api = await startDemoApiserver(cluster, issueServerCert(ca, { commonName: `${cluster}-apiserver`, dnsNames: [cluster, 'localhost', 'kubernetes.default.svc'], ipAddresses: ['127.0.0.1'] }));
-    apiservers.push(api);
-    const apiAddr = `127.0.0.1:${(api.address() as net.AddressInfo).port}`;
-    const creds = issueAgentCert(ca, { cluster });
-    await writePemPair(path.join(dir, 'agents'), cluster, creds);
-    const agent = new Agent({ cluster, namespace: 'open-cluster-management-agent-addon', hubAddress: `127.0.0.1:${ports.agent}`, serverName: 'localhost', caCert: tls.caCert, cert: Buffer.from(creds.certPem), key: Buffer.from(creds.keyPem), apiserver: apiAddr, allow: [], log: log.child({ component: 'agent', cluster }) });
-    agent.start();
-    agents.push(agent);
-    const fwd = await serveForward(tunnel, `${cluster}:443`, { host: '127.0.0.1', port: 0 }, log);
-    forwards.push(fwd);
-    clusters[cluster] = { apiserver: apiAddr, forward: `127.0.0.1:${(fwd.address() as net.AddressInfo).port}` };
-  }
-  progress('Waiting for the agents to connect ...');
-  const deadline = Date.now() + 15_000;
-  while (agents.some((a) => a.connectedServers === 0) && Date.now() < deadline) await new Promise((r) => setTimeout(r, 100));
-  const info = {
-    hub: { agent: `127.0.0.1:${ports.agent}`, frontend: `127.0.0.1:${ports.frontend}`, frontendUds: ports.frontendUds, health: `127.0.0.1:${ports.health}`, admin: `127.0.0.1:${ports.admin}` },
-    ca: pki.caCert,
-    client: { cert: pki.clientCert, key: pki.clientKey },
-    clusters,
+  process.on('SIGINT', onSignal);
+  process.on('SIGTERM', onSignal);
+  const check = (): void => {
+    if (interrupted) throw new Interrupted();
   };
-  await writeFile(path.join(dir, 'quickstart.json'), `${JSON.stringify(info, null, 2)}\n`);
-  const cli = `node ${path.relative(process.cwd(), process.argv[1] ?? 'client/dist/cli/main.js')}`;
-  const lines = [
-    '',
-    `cluster-proxy quickstart is running (details in ${path.join(dir, 'quickstart.json')}).`,
-    '',
-    'Each demo cluster\'s apiserver is forwarded through the tunnel (client -> hub -> agent -> apiserver):',
-    ...CLUSTERS.map((c) => `  curl -sk https://${clusters[c]!.forward}/version`),
-    '',
-    'Forward another local port yourself:',
-    `  ${cli} forward cluster1 cluster1:443 --listen 127.0.0.1:16443 --frontend ${info.hub.frontend} --server-name localhost --ca-cert ${pki.caCert} --cert ${pki.clientCert} --key ${pki.clientKey}`,
-    '  curl -sk https://127.0.0.1:16443/healthz',
-    '',
-    `Hub connection table: curl -s http://${info.hub.admin}/debug/connections`,
-    '',
-    'Press Ctrl+C to stop.',
-    '',
-  ];
-  process.stdout.write(lines.join('\n'));
-  await new Promise<void>((resolve) => {
-    let stopping = false;
-    const stop = (): void => {
-      if (stopping) process.exit(1);
-      stopping = true;
-      progress('Stopping ...');
-      for (const f of forwards) f.close();
-      tunnel.close();
-      for (const a of agents) a.stop();
-      for (const a of apiservers) {
-        a.closeAllConnections();
-        a.close();
+  const shutdown = async (): Promise<void> => {
+    for (const close of closers.reverse()) {
+      try {
+        await close();
+      } catch (err) {
+        log.warn({ err: (err as Error).message }, 'while stopping');
       }
-      void server.stop(2000).then(resolve);
+    }
+  };
+
+  try {
+    await mkdir(dir, { recursive: true, mode: 0o700 });
+    const pkiDir = path.join(dir, 'pki');
+    const pki = await progress.step(`Preparing certificates in ${pkiDir}`, () => ensureHubPki(pkiDir, { hostnames: ['localhost'] }));
+    check();
+    const ca = await readPemPair(pkiDir, 'ca');
+    const tls = { caCert: await readFile(pki.caCert), cert: await readFile(pki.serverCert), key: await readFile(pki.serverKey) };
+    const udsPath = path.join(dir, 'frontend.sock');
+    const server = new ProxyServer({
+      bindAddress: '127.0.0.1', agentPort: 0, frontendPort: 0, frontendUds: udsPath.length < 100 ? udsPath : undefined, healthPort: 0, adminPort: 0,
+      connectPort: 0, tls, dataDir: dir, log: log.child({ component: 'hub' }),
+    });
+    const ports = await progress.step('Starting the hub (agent listener, gRPC and HTTP CONNECT frontends)', () => server.start(), (p) => `CONNECT on 127.0.0.1:${p.connect}`);
+    closers.push(() => server.stop(2000));
+    check();
+
+    const agents: Agent[] = [];
+    const apiservers: Record<string, string> = {};
+    await progress.step(`Starting demo clusters ${QUICKSTART_CLUSTERS.join(', ')} (an HTTPS apiserver and an agent each)`, async () => {
+      for (const cluster of QUICKSTART_CLUSTERS) {
+        const api = await startDemoApiserver(cluster, issueServerCert(ca, { commonName: `${cluster}-apiserver`, dnsNames: [cluster, 'localhost', 'kubernetes.default.svc'], ipAddresses: ['127.0.0.1'] }));
+        closers.push(() => new Promise<void>((r) => {
+          api.closeAllConnections();
+          api.close(() => r());
+        }));
+        apiservers[cluster] = `127.0.0.1:${(api.address() as net.AddressInfo).port}`;
+        const creds = issueAgentCert(ca, { cluster });
+        await writePemPair(path.join(dir, 'agents'), cluster, creds);
+        const agent = new Agent({
+          cluster, namespace: 'open-cluster-management-agent-addon', hubAddress: `127.0.0.1:${ports.agent}`, serverName: 'localhost', caCert: tls.caCert,
+          cert: Buffer.from(creds.certPem), key: Buffer.from(creds.keyPem), apiserver: apiservers[cluster]!, allow: [], log: log.child({ component: 'agent', cluster }),
+        });
+        agent.start();
+        closers.push(() => agent.stop());
+        agents.push(agent);
+      }
+    });
+    check();
+
+    await progress.step('Waiting for the agents to connect', async () => {
+      const deadline = Date.now() + agentTimeoutMs;
+      const connected = (): boolean => QUICKSTART_CLUSTERS.every((c) => server.core.routes.backends().some((b) => b.cluster === c)) && agents.every((a) => a.connectedServers > 0);
+      while (!connected()) {
+        check();
+        if (Date.now() > deadline) {
+          const missing = QUICKSTART_CLUSTERS.filter((c) => !server.core.routes.backends().some((b) => b.cluster === c));
+          throw new Error(`the demo agents did not connect within ${agentTimeoutMs / 1000}s (missing: ${missing.join(', ')}); rerun with --log-level info to see why`);
+        }
+        await new Promise((r) => setTimeout(r, 50));
+      }
+    }, () => `${QUICKSTART_CLUSTERS.length} connected`);
+    check();
+
+    // A token for curl and the kubeconfigs. The old one of a previous run in this directory goes.
+    const store = server.tokens!;
+    await store.revoke(TOKEN_NAME);
+    const token = await issueToken(store, { name: TOKEN_NAME, clusters: '*' });
+
+    const tunnel = new Tunnel({ address: `127.0.0.1:${ports.frontend}`, caCert: tls.caCert, cert: await readFile(pki.clientCert), key: await readFile(pki.clientKey), serverName: 'localhost' });
+    closers.push(() => tunnel.close());
+    const caPem = tls.caCert.toString('utf8');
+    const clusters: QuickstartInfo['clusters'] = {};
+    for (const cluster of QUICKSTART_CLUSTERS) {
+      const kubeconfig = path.join(dir, `${cluster}.kubeconfig`);
+      // The demo apiservers' certificates come from the hub CA, so one CA verifies both the hub
+      // (the https proxy) and the apiserver: no insecure-skip-tls-verify.
+      await writeFile(kubeconfig, buildKubeconfig({ cluster, server: `https://${cluster}`, proxyUrl: proxyUrl(TOKEN_NAME, token.token, '127.0.0.1', ports.connect!), caPems: [caPem],
+        userToken: DEMO_APISERVER_TOKEN }), { mode: 0o600 });
+      const fwd = await serveForward(tunnel, `${cluster}:443`, { host: '127.0.0.1', port: 0 }, log);
+      closers.push(() => new Promise<void>((r) => fwd.close(() => r())));
+      clusters[cluster] = { apiserver: apiservers[cluster]!, forward: `127.0.0.1:${(fwd.address() as net.AddressInfo).port}`, kubeconfig };
+    }
+    check();
+
+    const cli = cliWords();
+    const connect = `127.0.0.1:${ports.connect}`;
+    const curlConnect = (cluster: string): string => shellCommand(['curl', '-sS', '--proxy', `https://${connect}`, '--proxy-cacert', pki.caCert,
+      '--proxy-header', `Proxy-Authorization: Bearer ${token.token}`, '--cacert', pki.caCert, `https://${cluster}/version`]);
+    const fwdPort = await freePort();
+    const commands: QuickstartInfo['commands'] = {
+      curl: QUICKSTART_CLUSTERS.map(curlConnect),
+      kubectl: QUICKSTART_CLUSTERS.map((c) => shellCommand(['kubectl', '--kubeconfig', clusters[c]!.kubeconfig, 'get', '--raw', '/version'])),
+      forward: shellCommand([...cli, 'forward', 'cluster2', 'cluster2:443', '--listen', `127.0.0.1:${fwdPort}`, '--frontend', `127.0.0.1:${ports.frontend}`,
+        '--server-name', 'localhost', '--ca-cert', pki.caCert, '--cert', pki.clientCert, '--key', pki.clientKey]),
+      forwardCurl: shellCommand(['curl', '-sS', '--cacert', pki.caCert, `https://127.0.0.1:${fwdPort}/version`]),
     };
-    process.on('SIGINT', stop);
-    process.on('SIGTERM', stop);
-  });
+    const info: QuickstartInfo = {
+      hub: {
+        serverID: ports.serverID, agent: `127.0.0.1:${ports.agent}`, frontend: `127.0.0.1:${ports.frontend}`, frontendUds: ports.frontendUds,
+        connect, health: `127.0.0.1:${ports.health}`, admin: `127.0.0.1:${ports.admin}`,
+      },
+      ca: pki.caCert,
+      client: { cert: pki.clientCert, key: pki.clientKey },
+      token: { name: token.name, id: token.id, value: token.token },
+      clusterNames: [...QUICKSTART_CLUSTERS],
+      clusters,
+      commands,
+    };
+    const infoFile = path.join(dir, 'quickstart.json');
+    await writeFile(infoFile, `${JSON.stringify(info, null, 2)}\n`, { mode: 0o600 });
+    closers.push(() => rm(infoFile, { force: true }));
+
+    const p = paint(process.stdout);
+    const kubectlNote = (await onPath('kubectl')) ? [] : [p.dim('  (kubectl is not on your PATH: install it to try these)')];
+    const lines = [
+      '',
+      p.bold(`cluster-proxy quickstart is running: a hub and two demo clusters (${QUICKSTART_CLUSTERS.join(', ')}), each an agent in front of a demo apiserver.`),
+      `Listeners, CA, client certificate and token: ${infoFile}`,
+      '',
+      p.bold('curl through the hub\'s HTTP CONNECT frontend (token auth):'),
+      ...commands.curl.map((c) => `  ${c}`),
+      '',
+      p.bold('kubectl with a generated kubeconfig (proxy-url to the same frontend):'),
+      ...commands.kubectl.map((c) => `  ${c}`),
+      ...kubectlNote,
+      '',
+      p.bold('A local port forwarded through the tunnel (client certificate); run it in another terminal, then curl it:'),
+      `  ${commands.forward}`,
+      `  ${commands.forwardCurl}`,
+      '',
+      `Already forwarded: ${QUICKSTART_CLUSTERS.map((c) => `${c} on https://${clusters[c]!.forward}`).join(', ')}.`,
+      `Connected clusters: ${shellCommand([...cli, 'get', 'clusters', '--data-dir', dir])}`,
+      '',
+      'Press Ctrl+C to stop.',
+      '',
+    ];
+    process.stdout.write(lines.join('\n'));
+    await stopRequested;
+    progress.line(`${process.stderr.isTTY ? '\n' : ''}Stopping ...`); // after the terminal's "^C"
+  } catch (err) {
+    if (!(err instanceof Interrupted)) {
+      await shutdown();
+      throw err;
+    }
+    progress.line('Interrupted; stopping ...');
+  }
+  // A second Ctrl+C while this runs exits at once (onSignal).
+  await shutdown();
+  progress.line('Stopped.');
 }

@@ -1,0 +1,214 @@
+// `cluster-proxy kubeconfig CLUSTER`: a kubeconfig with which unmodified kubectl reaches CLUSTER's
+// apiserver through the hub.
+//
+// --via connect (default): `server: https://CLUSTER` (the agent maps CLUSTER:443 to its apiserver)
+// and `proxy-url: https://USER:TOKEN@HUB:8089`, the hub's HTTP CONNECT frontend; kubectl (Go's
+// net/http) sends the user-info as `Proxy-Authorization: Basic`, which the frontend accepts with the
+// token as password. Go verifies the https proxy with the *cluster's* TLS settings (the same
+// tls.Config: root CAs, server name, insecure flag), so `certificate-authority-data` carries the hub
+// CA and the apiserver's CA together, and no `tls-server-name` is set (it would apply to the hub's
+// certificate too). Without --apiserver-ca the kubeconfig has `insecure-skip-tls-verify: true`,
+// which then also leaves the hub unverified: we say so.
+//
+// --via forward: `server: https://127.0.0.1:PORT` with `tls-server-name: CLUSTER`, served by
+// `cluster-proxy forward` (mTLS to the hub with a client certificate; no token involved).
+import { randomBytes } from 'node:crypto';
+import { mkdir, readFile, rename, rm, writeFile } from 'node:fs/promises';
+import path from 'node:path';
+import { isDns1123Subdomain, type TokenStore } from '@cluster-proxy/server';
+import { UsageError, helpText, hostPort, parseFlags, str, type FlagSpecs, type ParsedFlags } from './flags.js';
+import { AdminUnreachable, DEFAULT_CONNECT_PORT, adminAddress, adminFlag, fetchConnections, hubDataDirFlags, openTokenStore, readHubPorts, tokensFile } from './hub-files.js';
+import { DEFAULT_TOKEN_TTL, issueToken, ttlSeconds } from './token.js';
+import { Progress, cliWords, shellCommand } from './ui.js';
+import { toYaml, type YamlValue } from './yaml.js';
+
+const kubeconfigFlags: FlagSpecs = {
+  out: { type: 'string', help: 'write the kubeconfig to this file (0600) instead of stdout' },
+  via: { type: 'string', default: 'connect', help: 'connect: proxy-url to the hub\'s CONNECT frontend with a token; forward: a local `cluster-proxy forward` port' },
+  'apiserver-ca': { type: 'string', help: 'CA bundle (PEM) of the cluster\'s apiserver; without it the kubeconfig skips TLS verification' },
+  'tls-server-name': { type: 'string', help: '--via forward: name to verify on the apiserver certificate (default CLUSTER)' },
+  'apiserver-token': { type: 'string', help: 'bearer token for the apiserver itself (e.g. a service account\'s); without credentials kubectl prompts for a username' },
+  token: { type: 'string', help: '--via connect: an existing token (default: issue one in the hub\'s token file for CLUSTER)' },
+  user: { type: 'string', help: '--via connect: user name sent with the token (default: the token\'s name)' },
+  ttl: { type: 'string', default: DEFAULT_TOKEN_TTL, help: 'lifetime of an issued token; 0 = never expires' },
+  connect: { type: 'string', help: `--via connect: the hub's CONNECT frontend HOST:PORT (default 127.0.0.1 and the port in DATA_DIR/ports.json, else ${DEFAULT_CONNECT_PORT})` },
+  'hub-ca': { type: 'string', help: '--via connect: CA (PEM) of the hub\'s certificate (default DATA_DIR/pki/ca.crt)' },
+  listen: { type: 'string', default: '127.0.0.1:6443', help: '--via forward: local HOST:PORT the forward listens on' },
+  context: { type: 'string', help: 'name of the cluster, user and context entries (default CLUSTER)' },
+  'no-check': { type: 'boolean', help: 'do not ask the hub whether an agent of CLUSTER is connected' },
+  ...adminFlag,
+  ...hubDataDirFlags,
+};
+
+export const kubeconfigUsage = helpText(
+  'cluster-proxy kubeconfig CLUSTER [--out FILE] [--via connect|forward] [--apiserver-ca FILE] [--token TOKEN]',
+  'Writes a kubeconfig that reaches CLUSTER\'s apiserver through the hub, for unmodified kubectl.\n' +
+  'connect: kubectl sends CONNECT CLUSTER:443 to the hub (proxy-url with a token; issued in the hub\'s\n' +
+  'token file unless --token). forward: kubectl talks to a local `cluster-proxy forward` port.',
+  kubeconfigFlags,
+);
+
+export interface KubeconfigOptions {
+  cluster: string;
+  /** Entry names (default: cluster). */
+  context?: string;
+  /** https://CLUSTER (connect) or https://127.0.0.1:PORT (forward). */
+  server: string;
+  /** connect: https://USER:TOKEN@HOST:PORT. */
+  proxyUrl?: string;
+  /** PEM, concatenated into certificate-authority-data. Empty = insecure-skip-tls-verify. */
+  caPems: string[];
+  tlsServerName?: string;
+  /** Bearer token for the apiserver (users[].user.token). */
+  userToken?: string;
+}
+
+/** The kubeconfig document (YAML). */
+export function buildKubeconfig(o: KubeconfigOptions): string {
+  const name = o.context ?? o.cluster;
+  const cluster: Record<string, YamlValue> = { server: o.server };
+  if (o.proxyUrl) cluster['proxy-url'] = o.proxyUrl;
+  if (o.caPems.length > 0) cluster['certificate-authority-data'] = Buffer.from(o.caPems.map((p) => p.trimEnd() + '\n').join('')).toString('base64');
+  else cluster['insecure-skip-tls-verify'] = true;
+  if (o.tlsServerName) cluster['tls-server-name'] = o.tlsServerName;
+  const doc: YamlValue = {
+    apiVersion: 'v1',
+    kind: 'Config',
+    clusters: [{ name, cluster }],
+    users: [{ name, user: o.userToken ? { token: o.userToken } : {} }],
+    contexts: [{ name, context: { cluster: name, user: name } }],
+    'current-context': name,
+    preferences: {},
+  };
+  return `# Generated by cluster-proxy kubeconfig ${o.cluster}: ${o.proxyUrl ? 'kubectl -> hub CONNECT frontend -> agent -> apiserver' : 'kubectl -> cluster-proxy forward -> hub -> agent -> apiserver'}.\n` +
+    (o.userToken ? '' : '# The user entry is empty: add the apiserver credentials you would use inside the cluster.\n') + toYaml(doc);
+}
+
+/** https://USER:TOKEN@HOST:PORT, user-info percent-encoded. */
+export function proxyUrl(user: string, token: string, host: string, port: number): string {
+  const h = host.includes(':') ? `[${host}]` : host;
+  return `https://${encodeURIComponent(user)}:${encodeURIComponent(token)}@${h}:${port}`;
+}
+
+async function readPem(file: string, flag: string, hint = ''): Promise<string> {
+  let text: string;
+  try {
+    text = await readFile(file, 'utf8');
+  } catch (err) {
+    throw new UsageError(`cannot read ${flag} ${file}: ${(err as NodeJS.ErrnoException).code ?? (err as Error).message}${hint}`);
+  }
+  if (!text.includes('-----BEGIN CERTIFICATE-----')) throw new UsageError(`${flag} ${file} holds no PEM certificate`);
+  return text;
+}
+
+/** A token for the kubeconfig: --token, or a new one named kubeconfig-CLUSTER-xxxx for CLUSTER only. */
+export async function tokenForKubeconfig(store: TokenStore, cluster: string, ttl: number | undefined): Promise<{ name: string; token: string; expiresAt: string | null }> {
+  const name = `kubeconfig-${cluster}-${randomBytes(3).toString('hex')}`.slice(0, 128);
+  return issueToken(store, { name, clusters: [cluster], ttlSeconds: ttl });
+}
+
+async function checkCluster(flags: ParsedFlags, cluster: string, progress: Progress): Promise<void> {
+  if (flags['no-check']) return;
+  const admin = adminAddress(flags);
+  try {
+    const c = await fetchConnections(admin, 3000);
+    if (c.agents.some((a) => a.cluster === cluster)) return;
+    const known = [...new Set(c.agents.map((a) => a.cluster))].sort();
+    throw new UsageError(`unknown cluster "${cluster}": no agent of it is connected to the hub (${known.length ? `connected: ${known.join(', ')}` : 'no agent is connected'}); pass --no-check to write the kubeconfig anyway`);
+  } catch (err) {
+    if (!(err instanceof AdminUnreachable)) throw err;
+    progress.line(`note: could not check that an agent of "${cluster}" is connected (hub admin ${admin.text} unreachable); writing the kubeconfig anyway`);
+  }
+}
+
+export async function runKubeconfig(args: string[]): Promise<void> {
+  const { flags, positionals } = parseFlags(args, kubeconfigFlags);
+  if (flags['help']) {
+    process.stdout.write(kubeconfigUsage);
+    return;
+  }
+  if (positionals.length !== 1) throw new UsageError('kubeconfig needs exactly one CLUSTER, e.g. "cluster-proxy kubeconfig cluster1 --out cluster1.kubeconfig"');
+  const cluster = positionals[0]!;
+  if (!isDns1123Subdomain(cluster)) throw new UsageError(`"${cluster}" is not a cluster name (lower-case letters, digits, "-" and ".")`);
+  const via = str(flags, 'via')!;
+  if (via !== 'connect' && via !== 'forward') throw new UsageError(`--via must be connect or forward, got "${via}"`);
+  const progress = new Progress();
+  const dataDir = str(flags, 'data-dir')!;
+  const apiserverCaFile = str(flags, 'apiserver-ca');
+  const apiserverCa = apiserverCaFile ? await readPem(apiserverCaFile, '--apiserver-ca') : undefined;
+  const context = str(flags, 'context') ?? cluster;
+  const out = str(flags, 'out');
+  const userToken = str(flags, 'apiserver-token');
+  const ttl = ttlSeconds(flags);
+  let yaml: string;
+  let summary: string;
+  let after: string[] = [];
+  const warnings: string[] = []; // printed once the kubeconfig is written
+  let issued: { name: string; store: TokenStore } | undefined;
+
+  if (via === 'connect') {
+    if (str(flags, 'tls-server-name')) {
+      throw new UsageError('--tls-server-name works only with --via forward: kubectl would verify the hub\'s certificate against that name too');
+    }
+    const ports = readHubPorts(dataDir);
+    const connect = str(flags, 'connect') ? hostPort(flags, 'connect') : { host: '127.0.0.1', port: typeof ports?.connect === 'number' ? ports.connect : DEFAULT_CONNECT_PORT };
+    // The hub CA goes with the apiserver CA; without one, kubectl verifies nothing and cannot take it.
+    const hubCaFile = str(flags, 'hub-ca') ?? path.join(dataDir, 'pki', 'ca.crt');
+    const hubCa = apiserverCa ? await readPem(hubCaFile, str(flags, 'hub-ca') ? '--hub-ca' : 'the hub CA', str(flags, 'hub-ca') ? '' : ' (pass --hub-ca FILE or the hub\'s --data-dir)') : undefined;
+    await checkCluster(flags, cluster, progress);
+    let token = str(flags, 'token');
+    let user = str(flags, 'user') ?? 'cluster-proxy';
+    let expiry = '';
+    if (!token) {
+      const store = await openTokenStore(flags);
+      const t = await tokenForKubeconfig(store, cluster, ttl);
+      token = t.token;
+      user = str(flags, 'user') ?? t.name;
+      issued = { name: t.name, store };
+      expiry = `; issued token "${t.name}" for ${cluster} in ${tokensFile(flags)}, ${t.expiresAt ? `expires ${t.expiresAt}` : 'never expires'}`;
+    }
+    yaml = buildKubeconfig({ cluster, context, server: `https://${cluster}`, proxyUrl: proxyUrl(user, token, connect.host, connect.port), userToken, caPems: apiserverCa && hubCa ? [hubCa, apiserverCa] : [] });
+    if (!apiserverCa) {
+      warnings.push('no --apiserver-ca: the kubeconfig has insecure-skip-tls-verify: true, and kubectl then verifies neither the apiserver nor the hub (Go uses one TLS config for both); pass --apiserver-ca FILE to verify both');
+    }
+    summary = `cluster ${cluster} via the hub's CONNECT frontend ${connect.host}:${connect.port}${expiry}`;
+  } else {
+    const listen = hostPort(flags, 'listen');
+    if (str(flags, 'token')) throw new UsageError('--token works only with --via connect (a forward authenticates with a client certificate)');
+    await checkCluster(flags, cluster, progress);
+    const h = listen.host.includes(':') ? `[${listen.host}]` : listen.host;
+    const serverName = str(flags, 'tls-server-name') ?? cluster;
+    yaml = buildKubeconfig({ cluster, context, server: `https://${h}:${listen.port}`, userToken, caPems: apiserverCa ? [apiserverCa] : [], tlsServerName: apiserverCa ? serverName : undefined });
+    if (!apiserverCa) warnings.push('no --apiserver-ca: the kubeconfig has insecure-skip-tls-verify: true (the apiserver is not verified; the forward itself uses mTLS to the hub)');
+    summary = `cluster ${cluster} via a local forward on ${h}:${listen.port}`;
+    const ports = readHubPorts(dataDir);
+    const pki = path.resolve(dataDir, 'pki');
+    after = [
+      'Start the forward it uses (keep it running):',
+      `  ${shellCommand([...cliWords(), 'forward', cluster, `${cluster}:443`, '--listen', `${h}:${listen.port}`, '--frontend', `127.0.0.1:${typeof ports?.frontend === 'number' ? ports.frontend : 8090}`,
+        '--server-name', 'localhost', '--ca-cert', path.join(pki, 'ca.crt'), '--cert', path.join(pki, 'client.crt'), '--key', path.join(pki, 'client.key')])}`,
+    ];
+  }
+
+  if (!out) {
+    process.stdout.write(yaml);
+    progress.line(`kubeconfig for ${summary}.`);
+  } else {
+    // It holds a token: written 0600 under a temporary name, then renamed over any older file.
+    const tmp = `${out}.${randomBytes(4).toString('hex')}.tmp`;
+    try {
+      await mkdir(path.dirname(path.resolve(out)), { recursive: true });
+      await writeFile(tmp, yaml, { mode: 0o600, flag: 'wx' });
+      await rename(tmp, out);
+    } catch (err) {
+      await rm(tmp, { force: true }).catch(() => undefined);
+      if (issued) await issued.store.revoke(issued.name).catch(() => undefined);
+      throw new UsageError(`cannot write --out ${out}: ${(err as NodeJS.ErrnoException).code ?? (err as Error).message}`);
+    }
+    progress.line(`Wrote ${out}: ${summary}.`);
+  }
+  for (const w of warnings) progress.warn(w);
+  if (!userToken) progress.line('note: the kubeconfig has no apiserver credentials, so kubectl asks for a username; add them with --apiserver-token or "kubectl config set-credentials"');
+  for (const l of after) progress.line(l);
+  progress.line(`Try: ${shellCommand(['kubectl', '--kubeconfig', out ?? 'FILE', 'get', '--raw', '/version'])}`);
+}
