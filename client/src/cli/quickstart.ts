@@ -29,6 +29,11 @@ export const quickstartUsage = helpText('cluster-proxy quickstart [--data-dir DI
 
 export const QUICKSTART_CLUSTERS = ['cluster1', 'cluster2'] as const;
 const TOKEN_NAME = 'quickstart';
+/** scripts/quickstart.sh points this at the kubectl it unpacked when none is on PATH. */
+function kubectlCommand(): string {
+  return process.env['CLUSTER_PROXY_KUBECTL'] || 'kubectl';
+}
+
 /** The demo apiservers take any bearer token; kubectl needs one, or it prompts for a username. */
 const DEMO_APISERVER_TOKEN = 'demo';
 
@@ -209,7 +214,7 @@ export async function runQuickstart(args: string[]): Promise<void> {
     const fwdPort = await freePort();
     const commands: QuickstartInfo['commands'] = {
       curl: QUICKSTART_CLUSTERS.map(curlConnect),
-      kubectl: QUICKSTART_CLUSTERS.map((c) => shellCommand(['kubectl', '--kubeconfig', clusters[c]!.kubeconfig, 'get', '--raw', '/version'])),
+      kubectl: QUICKSTART_CLUSTERS.map((c) => shellCommand([kubectlCommand(), '--kubeconfig', clusters[c]!.kubeconfig, 'get', '--raw', '/version'])),
       forward: shellCommand([...cli, 'forward', 'cluster2', 'cluster2:443', '--listen', `127.0.0.1:${fwdPort}`, '--frontend', `127.0.0.1:${ports.frontend}`,
         '--server-name', 'localhost', '--ca-cert', pki.caCert, '--cert', pki.clientCert, '--key', pki.clientKey]),
       forwardCurl: shellCommand(['curl', '-sS', '--cacert', pki.caCert, `https://127.0.0.1:${fwdPort}/version`]),
@@ -231,7 +236,7 @@ export async function runQuickstart(args: string[]): Promise<void> {
     closers.push(() => rm(infoFile, { force: true }));
 
     const p = paint(process.stdout);
-    const kubectlNote = (await onPath('kubectl')) ? [] : [p.dim('  (kubectl is not on your PATH: install it to try these)')];
+    const kubectlNote = kubectlCommand() !== 'kubectl' || (await onPath('kubectl')) ? [] : [p.dim('  (kubectl is not on your PATH: install it to try these)')];
     const lines = [
       '',
       p.bold(`cluster-proxy quickstart is running: a hub and two demo clusters (${QUICKSTART_CLUSTERS.join(', ')}), each an agent in front of a demo apiserver.`),
