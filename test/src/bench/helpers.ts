@@ -1,11 +1,81 @@
-// Starting the benchmark's helper processes (targets, latency relays) and their readiness.
+// Starting the benchmark's helper processes (targets, latency relays) and their readiness; node
+// processes with a raised open-files limit; reading a process's memory from /proc.
+import { readFile, readdir } from 'node:fs/promises';
 import net from 'node:net';
 import { fileURLToPath } from 'node:url';
 import { reapOnDeath } from './reaper.js';
 import { spawnProcess, type ManagedProcess } from '../fixtures/index.js';
 
-export type TargetName = 'echo' | 'sink' | 'sinkHash' | 'source';
-export const TARGET_NAMES: readonly TargetName[] = ['echo', 'sink', 'sinkHash', 'source'];
+export type TargetName = 'echo' | 'sink' | 'sinkHash' | 'source' | 'stall';
+export const TARGET_NAMES: readonly TargetName[] = ['echo', 'sink', 'sinkHash', 'source', 'stall'];
+
+/** Open-files limit for every node process the bench spawns (the scale scenario holds 10,000 connections). */
+export const NOFILE = 65536;
+
+/**
+ * Spawns `node NODE_ARGS` through bash with `ulimit -n` raised to NOFILE (or to the hard limit if
+ * that is lower and we may not raise it). bash execs node, so the PID is node's.
+ */
+export function spawnNode(name: string, nodeArgs: string[]): ManagedProcess {
+  const raise = `ulimit -n ${NOFILE} 2>/dev/null || ulimit -n "$(ulimit -Hn)"; exec "$0" "$@"`;
+  return spawnProcess({ name, command: 'bash', args: ['-c', raise, process.execPath, ...nodeArgs] });
+}
+
+/** A line of /proc/PID/status in KiB (VmRSS, VmHWM, ...); undefined if the process is gone. */
+export async function procStatusKiB(pid: number, field: string): Promise<number | undefined> {
+  try {
+    const status = await readFile(`/proc/${pid}/status`, 'utf8');
+    const m = new RegExp(`^${field}:\\s+(\\d+) kB`, 'm').exec(status);
+    return m?.[1] === undefined ? undefined : Number(m[1]);
+  } catch {
+    return undefined;
+  }
+}
+
+/** VmRSS of a process in KiB; throws if it cannot be read. */
+export async function rssKiB(pid: number): Promise<number> {
+  const kib = await procStatusKiB(pid, 'VmRSS');
+  if (kib === undefined) throw new Error(`cannot read VmRSS of pid ${pid} (exited?)`);
+  return kib;
+}
+
+/** The soft open-files limit of a process (from /proc/PID/limits). */
+export async function openFilesLimit(pid: number): Promise<number | undefined> {
+  try {
+    const m = /^Max open files\s+(\d+|unlimited)/m.exec(await readFile(`/proc/${pid}/limits`, 'utf8'));
+    return m?.[1] === undefined ? undefined : m[1] === 'unlimited' ? Infinity : Number(m[1]);
+  } catch {
+    return undefined;
+  }
+}
+
+/** Every living descendant of `pid` (children, their children, ...), from /proc. */
+export async function descendants(pid: number): Promise<number[]> {
+  const parentOf = new Map<number, number>();
+  for (const entry of await readdir('/proc')) {
+    if (!/^\d+$/.test(entry)) continue;
+    try {
+      const stat = await readFile(`/proc/${entry}/stat`, 'utf8');
+      // pid (comm) state ppid ...; comm may contain spaces and parentheses.
+      const ppid = Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]);
+      parentOf.set(Number(entry), ppid);
+    } catch {
+      // exited meanwhile
+    }
+  }
+  const out: number[] = [];
+  const queue = [pid];
+  while (queue.length > 0) {
+    const p = queue.shift()!;
+    for (const [child, parent] of parentOf) {
+      if (parent === p) {
+        out.push(child);
+        queue.push(child);
+      }
+    }
+  }
+  return out;
+}
 export type TargetPorts = Record<TargetName, number>;
 
 export interface HelperProcess<P> {
@@ -14,7 +84,7 @@ export interface HelperProcess<P> {
   stop(): Promise<void>;
 }
 
-function script(name: string): string {
+export function script(name: string): string {
   return fileURLToPath(new URL(`./${name}`, import.meta.url));
 }
 
@@ -30,7 +100,8 @@ function portsFrom(obj: Record<string, unknown>, key: string): Record<string, nu
 }
 
 export async function startTargets(): Promise<HelperProcess<TargetPorts>> {
-  const proc = reapOnDeath(spawnProcess({ name: 'targets', command: process.execPath, args: [script('target-process.js')] }));
+  // Raised open-files limit: the scale scenario holds 10,000 connections to the echo target.
+  const proc = reapOnDeath(spawnNode('targets', [script('target-process.js')]));
   try {
     const line = await proc.waitForJsonLine((o) => 'targets' in o, 15_000);
     const raw = portsFrom(line, 'targets');

@@ -83,9 +83,21 @@ export class Pinger {
     this.message = Buffer.alloc(size, 0x5a);
     this.received = Buffer.alloc(size);
     socket.on('data', this.onData);
-    socket.on('error', (err: Error) => this.fail(err));
-    socket.on('end', () => this.fail(new Error(`echo connection ended after ${this.got} of ${size} bytes`)));
-    socket.on('close', () => this.fail(new Error('echo connection closed')));
+    socket.on('error', this.onError);
+    socket.on('end', this.onEnd);
+    socket.on('close', this.onClose);
+  }
+
+  private readonly onError = (err: Error): void => this.fail(err);
+  private readonly onEnd = (): void => this.fail(new Error(`echo connection ended after ${this.got} of ${this.size} bytes`));
+  private readonly onClose = (): void => this.fail(new Error('echo connection closed'));
+
+  /** Stops listening to the socket (which stays open, flowing, with nothing arriving on an echo). */
+  detach(): void {
+    this.socket.off('data', this.onData);
+    this.socket.off('error', this.onError);
+    this.socket.off('end', this.onEnd);
+    this.socket.off('close', this.onClose);
   }
 
   private readonly onData = (chunk: Buffer): void => {

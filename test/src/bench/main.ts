@@ -1,31 +1,34 @@
-// `pnpm bench`: throughput, latency and dial rate of the tunnel next to a direct connection and an
+// `pnpm bench`: throughput, latency, dial rate, head-of-line blocking and memory of the tunnel
+// (SDK over our mux transport, SDK over ANP's gRPC, HTTP CONNECT) next to a direct connection and an
 // `ssh -R` reverse tunnel, everything on 127.0.0.1. See README.md in this directory.
-import { writeFile } from 'node:fs/promises';
+import { mkdir, writeFile } from 'node:fs/promises';
+import path from 'node:path';
 import { parseArgs } from 'node:util';
 import { CleanupStack } from './cleanup.js';
 import { errorMessage } from './io.js';
 import { cpuBusy, loadAverage, machineFacts } from './machine.js';
 import { startReaper, stopReaper } from './reaper.js';
 import { PATH_LABELS, PATH_NAMES, setupPaths, type Network, type PathName, type PathSet } from './paths.js';
-import { formatReport, type BenchReport, type GoalCheck, type ResultRow } from './report.js';
+import { checkGoals, computeRatios, formatReport, type BenchReport, type ResultRow } from './report.js';
 import { FULL_CONFIG, QUICK_CONFIG, SCENARIOS, type BenchConfig, type PathRun, type Scenario } from './scenarios.js';
 
 const USAGE = `Usage: pnpm bench [-- flags]   (or: node test/dist/bench/main.js [flags])
 
-Runs every scenario against three paths on 127.0.0.1 - direct TCP, an OpenSSH "ssh -R" reverse
-tunnel, and the cluster-proxy tunnel (SDK -> hub -> agent) - and prints a table.
+Runs every scenario against five paths on 127.0.0.1 - direct TCP, an OpenSSH "ssh -R" reverse
+tunnel, and cluster-proxy: "tunnel" (SDK -> hub -> agent over our mux transport), "tunnel-grpc"
+(the same over ANP's gRPC) and "connect" (HTTP CONNECT over TLS to the hub, mux agent) - and
+prints a table and issue 3's goals.
 
 Flags:
   --json FILE          also write the figures as JSON to FILE
-  --quick              short measurements, one round (a smoke test, well under a minute)
+  --quick              short measurements, one round, small scale counts (a smoke test, ~1 min)
   --only NAME[,NAME]   run only these scenarios: ${SCENARIOS.map((s) => s.name).join(', ')}
+  --cpu-prof DIR       every hub and agent writes a V8 CPU profile into DIR when it exits
   --help               show this help
 `;
 
 /** The whole run is aborted (and everything stopped) after this long. */
-const WATCHDOG_MS = { full: 10 * 60_000, quick: 4 * 60_000 };
-/** Pause between measurements, so the previous one's connections finish closing. */
-const SETTLE_MS = 250;
+const WATCHDOG_MS = { full: 14 * 60_000, quick: 4 * 60_000 };
 
 const log = (message: string): void => void process.stderr.write(`[bench] ${message}\n`);
 
@@ -33,12 +36,13 @@ interface Options {
   json: string | undefined;
   quick: boolean;
   scenarios: Scenario[];
+  cpuProf: string | undefined;
 }
 
 function parseOptions(argv: string[]): Options | 'help' {
   const { values } = parseArgs({
     args: argv,
-    options: { json: { type: 'string' }, quick: { type: 'boolean' }, only: { type: 'string' }, help: { type: 'boolean' } },
+    options: { json: { type: 'string' }, quick: { type: 'boolean' }, only: { type: 'string' }, 'cpu-prof': { type: 'string' }, help: { type: 'boolean' } },
     strict: true,
     allowPositionals: false,
   });
@@ -52,64 +56,65 @@ function parseOptions(argv: string[]): Options | 'help' {
     }
     scenarios = SCENARIOS.filter((s) => names.includes(s.name));
   }
-  return { json: values.json, quick: values.quick ?? false, scenarios };
+  return { json: values.json, quick: values.quick ?? false, scenarios, cpuProf: values['cpu-prof'] === undefined ? undefined : path.resolve(values['cpu-prof']) };
 }
 
-/** Runs one scenario on every available path, `rounds` times, alternating the path order. */
+/** Runs one scenario on every available path it applies to, its rounds alternating the path order. */
 async function runScenario(scenario: Scenario, set: PathSet, cfg: BenchConfig, stopped: () => boolean): Promise<ResultRow[]> {
   const runs = new Map<PathName, PathRun>();
   const failures = new Map<PathName, string[]>();
-  for (const path of PATH_NAMES) {
-    const slot = set[path];
-    if (slot.ok) runs.set(path, scenario.forPath(slot.dialer, cfg));
+  const applies = (p: PathName): boolean => !scenario.appliesTo || scenario.appliesTo.paths.includes(p);
+  for (const p of PATH_NAMES) {
+    const slot = set[p];
+    if (slot.ok && applies(p)) runs.set(p, scenario.forPath(slot.dialer, cfg));
   }
+  const rounds = scenario.rounds?.(cfg) ?? cfg.rounds;
+  const began = performance.now();
   log(`${scenario.name}: ${scenario.description}`);
-  for (let round = 0; round < cfg.rounds; round++) {
+  for (let round = 0; round < rounds; round++) {
     // Alternate the order so no path always runs first (or right after the heaviest one).
     const order = round % 2 === 0 ? PATH_NAMES : [...PATH_NAMES].reverse();
-    for (const path of order) {
-      const run = runs.get(path);
+    for (const p of order) {
+      const run = runs.get(p);
       if (!run || stopped()) continue;
-      const tag = `${scenario.name} round ${round + 1}/${cfg.rounds} ${PATH_LABELS[path]}`;
+      const tag = `${scenario.name} round ${round + 1}/${rounds} ${PATH_LABELS[p]}`;
       try {
         log(`${tag}: ${await run.measure(round)}`);
       } catch (err) {
         if (stopped()) break; // torn down under us (SIGINT): not a result
         const message = errorMessage(err);
         log(`${tag}: FAILED: ${message}`);
-        failures.set(path, [...(failures.get(path) ?? []), `round ${round + 1}: ${message}`]);
+        failures.set(p, [...(failures.get(p) ?? []), `round ${round + 1}: ${message}`]);
       }
-      await new Promise((resolve) => setTimeout(resolve, SETTLE_MS));
+      await new Promise((resolve) => setTimeout(resolve, cfg.settleMs));
     }
   }
-  const perPath = new Map(PATH_NAMES.map((p) => [p, runs.get(p)?.values() ?? scenario.metrics.map(() => null)] as const));
+  log(`${scenario.name}: ${((performance.now() - began) / 1000).toFixed(0)} s`);
+  const notes: string[] = [];
+  for (const p of PATH_NAMES) {
+    for (const n of runs.get(p)?.notes() ?? []) notes.push(`${PATH_LABELS[p]}: ${n}`);
+    for (const f of failures.get(p) ?? []) notes.push(`${PATH_LABELS[p]} ${f}`);
+  }
+  if (scenario.appliesTo) notes.push(`n/a for ${PATH_NAMES.filter((p) => !applies(p)).map((p) => PATH_LABELS[p]).join(', ')}: ${scenario.appliesTo.otherwise}`);
   return scenario.metrics.map((m, i) => {
-    const value = (p: PathName): number | null => perPath.get(p)?.[i] ?? null;
-    const rounds = (p: PathName): number[] => runs.get(p)?.roundValues()[i] ?? [];
-    const notes: string[] = [];
+    const values = {} as Record<PathName, number | null>;
+    const perRound = {} as Record<PathName, number[]>;
     for (const p of PATH_NAMES) {
-      for (const n of runs.get(p)?.notes() ?? []) notes.push(`${PATH_LABELS[p]}: ${n}`);
-      for (const f of failures.get(p) ?? []) notes.push(`${PATH_LABELS[p]} ${f}`);
+      const v = runs.get(p)?.values()[i];
+      values[p] = v === undefined || v === null || !Number.isFinite(v) ? null : v;
+      perRound[p] = runs.get(p)?.roundValues()[i] ?? [];
     }
     return {
       scenario: scenario.name,
       metric: m.metric,
       unit: m.unit,
       better: m.better,
-      direct: value('direct'),
-      ssh: value('ssh'),
-      tunnel: value('tunnel'),
-      rounds: { direct: rounds('direct'), ssh: rounds('ssh'), tunnel: rounds('tunnel') },
+      values,
+      rounds: perRound,
+      ratios: computeRatios(values),
       notes: i === 0 ? notes : [],
     };
   });
-}
-
-/** The issue's goal for the tunnel over 20 ms RTT: at least 50 MB/s each way. */
-function checkGoals(rows: readonly ResultRow[]): GoalCheck[] {
-  return rows
-    .filter((r) => r.scenario.startsWith('rtt20-throughput-') && r.metric === 'throughput')
-    .map((r) => ({ scenario: r.scenario, metric: r.metric, goal: '>= 50 MB/s', value: r.tunnel, met: r.tunnel !== null && r.tunnel >= 50 }));
 }
 
 async function main(): Promise<number> {
@@ -127,7 +132,9 @@ async function main(): Promise<number> {
   const mode = options.quick ? 'quick' : 'full';
   const cfg = options.quick ? QUICK_CONFIG : FULL_CONFIG;
   const machine = machineFacts(
-    `${mode}: ${cfg.rounds} round(s), throughput ~${cfg.throughputSeconds} s, rtt ${cfg.rttSeconds} s, dial ${cfg.dialSeconds} s x${cfg.dialConcurrency}`,
+    `${mode}: ${cfg.rounds} round(s) (rtt20 ${cfg.rtt20Rounds}, hol ${cfg.holRounds}, scale 1), throughput ~${cfg.throughputSeconds} s, rtt ${cfg.rttSeconds} s, `
+    + `dial ${cfg.dialSeconds} s x${cfg.dialConcurrency}, hol ${2 * cfg.holStalled + 1} x ~${cfg.holSeconds} s, `
+    + `scale ${cfg.scaleConnections} connections (ssh -R ${cfg.scaleSshConnections}) / ${cfg.scaleAgents} agents`,
   );
   const cleanup = new CleanupStack(log);
   let stopping = false;
@@ -156,7 +163,11 @@ async function main(): Promise<number> {
     machine['busy before start'] = busy === undefined ? 'n/a' : `${(busy * 100).toFixed(0)}% of all cores (load average ${loadAverage()})`;
     if (busy !== undefined && busy > 0.15) log(`WARNING: the machine is already ${(busy * 100).toFixed(0)}% busy before the benchmark starts; figures will be noisy`);
     const networks = new Set<Network>(options.scenarios.map((s) => s.network));
-    const { sets, facts } = await setupPaths(networks, cleanup, log);
+    if (options.cpuProf !== undefined) {
+      await mkdir(options.cpuProf, { recursive: true });
+      machine['cpu profiles'] = `${options.cpuProf} (every hub and agent; figures are slower while profiling)`;
+    }
+    const { sets, facts } = await setupPaths(networks, cleanup, log, { cpuProfDir: options.cpuProf });
     Object.assign(machine, facts);
     const unavailable: Record<string, string> = {};
     for (const [network, set] of sets) {

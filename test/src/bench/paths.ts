@@ -1,30 +1,75 @@
-// The three paths a client can take to a target, in two network settings:
-//   lan:   direct = client → target; ssh = client → sshd -R port → ssh → target;
-//          tunnel = client → hub frontend (SDK Tunnel, mTLS gRPC) → hub → agent → target
+// The paths a client can take to a target, in two network settings:
+//   lan:   direct      = client → target
+//          ssh         = client → sshd -R port → ssh → target
+//          tunnel      = client → hub frontend (SDK Tunnel, our framed "mux" transport) → hub → agent (mux) → target
+//          tunnel-grpc = client → hub frontend (SDK Tunnel, transport 'grpc') → hub → agent (--transport grpc) → target:
+//                        the ANP-compatible path (konnectivity-client and ANP agents speak this)
+//          connect     = client → hub's HTTP CONNECT port (TLS, client certificate) → hub → agent (mux) → target
 //   rtt20: the same with a 20 ms RTT latency relay on the link a tunnel would cross: between
-//          client and target (direct), ssh and sshd (ssh), agent and hub (tunnel).
+//          client and target (direct), ssh and sshd (ssh), agent and hub (the tunnel paths).
+//
+// `tunnel` and `connect` share one hub + mux agent per network; `tunnel-grpc` has its own hub +
+// gRPC agent (both agents serve 127.0.0.0/8, so one hub could not tell which should get a dial).
+// The scale scenarios get fresh processes (scaleConns/scaleAgents), so earlier measurements'
+// heaps do not hide or inflate what 10,000 connections cost.
 import type { Duplex } from 'node:stream';
-import { createPki } from '../harness.js';
+import { createPki, type TestPki } from '../harness.js';
 import type { CleanupStack, LogFn } from './cleanup.js';
-import { startCluster } from './cluster.js';
-import { startRelays, startTargets, type TargetName, type TargetPorts } from './helpers.js';
-import { connectTcp, errorMessage, Pinger } from './io.js';
+import { openClient, type Client, type ClientSpec, type TlsFiles } from './clients.js';
+import { startBenchHub, startCluster, type AgentTransport, type BenchCluster, type ProcessOptions } from './cluster.js';
+import { descendants, startRelays, startTargets, type TargetName, type TargetPorts } from './helpers.js';
+import { errorMessage, Pinger } from './io.js';
 import { removeOnDeath } from './reaper.js';
 import { findSshTools, startSshd, startSshTunnel, type Sshd, type SshTools } from './sshd.js';
 
-export type PathName = 'direct' | 'ssh' | 'tunnel';
-export const PATH_NAMES: readonly PathName[] = ['direct', 'ssh', 'tunnel'];
-export const PATH_LABELS: Readonly<Record<PathName, string>> = { direct: 'direct', ssh: 'ssh -R', tunnel: 'tunnel' };
+export type PathName = 'direct' | 'ssh' | 'tunnel' | 'tunnel-grpc' | 'connect';
+export const PATH_NAMES: readonly PathName[] = ['direct', 'ssh', 'tunnel', 'tunnel-grpc', 'connect'];
+export const PATH_LABELS: Readonly<Record<PathName, string>> = { direct: 'direct', ssh: 'ssh -R', tunnel: 'tunnel', 'tunnel-grpc': 'tunnel-grpc', connect: 'connect' };
+/** Our paths: the ones the issue's goals are checked for. */
+export const OUR_PATHS: readonly PathName[] = ['tunnel', 'tunnel-grpc', 'connect'];
 
 export type Network = 'lan' | 'rtt20';
 /** One-way delay of the rtt20 relays (so 20 ms per round trip). */
 export const RTT20_ONE_WAY_MS = 10;
+
+/** Fresh processes for the idle-connections scale scenario, and how to measure them. */
+export interface ScaleRig {
+  /** How the scale client reaches the echo target through these processes. */
+  spec: ClientSpec;
+  /** Processes whose VmRSS counts for each side (several PIDs are summed: sshd forks per connection). */
+  pids(): Promise<{ hub: number[]; agent: number[] }>;
+  /** Full GC in the measured processes, with their V8 heapUsed (bytes) after it; nothing for OpenSSH. */
+  gc(): Promise<{ hub: number; agent: number } | undefined>;
+  /** Connections the hub side holds, where it can tell (checks all N are up, and drained after). */
+  hubConnections(): Promise<number | undefined>;
+  /** Process names for the table notes, e.g. "hub / agent" or "sshd session / ssh". */
+  sides: { hub: string; agent: string };
+  stop(): Promise<void>;
+}
+
+/** A fresh hub for the many-agents scale scenario. */
+export interface AgentsRig {
+  transport: AgentTransport;
+  /** HOST:PORT of the hub's agent port. */
+  hubAddress: string;
+  hubPid: number;
+  /** Agent certificate for `cluster`, and the CA. */
+  tls: TlsFiles;
+  cluster: string;
+  gc(): Promise<number>;
+  agentsRegistered(): Promise<number>;
+  stop(): Promise<void>;
+}
 
 export interface Dialer {
   readonly path: PathName;
   readonly network: Network;
   /** Opens a connection to a target; resolves once the client sees it connected. */
   dial(target: TargetName, timeoutMs: number): Promise<Duplex>;
+  /** lan only, where it applies: fresh processes for scale-conns. */
+  scaleConns?: () => Promise<ScaleRig>;
+  /** lan only, where it applies: a fresh hub for scale-agents. */
+  scaleAgents?: () => Promise<AgentsRig>;
 }
 
 export type PathSlot = { ok: true; dialer: Dialer } | { ok: false; reason: string };
@@ -32,20 +77,13 @@ export type PathSet = Record<PathName, PathSlot>;
 
 export interface PathsSetup {
   sets: Map<Network, PathSet>;
-  /** Facts worth printing (ssh version/cipher, why a path is unavailable, ...). */
+  /** Facts worth printing (ssh version/cipher, transports, ...). */
   facts: Record<string, string>;
 }
 
-function tcpDialer(path: PathName, network: Network, ports: Record<string, number>): Dialer {
-  return {
-    path,
-    network,
-    dial: (target, timeoutMs) => {
-      const port = ports[target];
-      if (port === undefined) return Promise.reject(new Error(`${path}/${network}: no port for target ${target}`));
-      return connectTcp(port, timeoutMs);
-    },
-  };
+export interface SetupOptions {
+  /** Write V8 CPU profiles of every hub and agent into this directory. */
+  cpuProfDir?: string;
 }
 
 /** Dials echo, checks one 64-byte round trip, closes: a path that fails here is reported n/a. */
@@ -77,11 +115,16 @@ async function attempt(what: string, log: LogFn, build: () => Promise<Dialer>): 
   }
 }
 
+function dialerFor(path: PathName, network: Network, client: Client, extra: Partial<Dialer> = {}): Dialer {
+  return { path, network, dial: (target, timeoutMs) => client.dial(target, timeoutMs), ...extra };
+}
+
 /** Starts targets, hubs/agents, sshd/ssh and relays for the requested networks. */
-export async function setupPaths(networks: ReadonlySet<Network>, cleanup: CleanupStack, log: LogFn): Promise<PathsSetup> {
+export async function setupPaths(networks: ReadonlySet<Network>, cleanup: CleanupStack, log: LogFn, options: SetupOptions = {}): Promise<PathsSetup> {
   const register = (name: string, stop: () => Promise<void>): void => void cleanup.add(name, stop);
   const facts: Record<string, string> = {};
   const sets = new Map<Network, PathSet>();
+  const processOptions: ProcessOptions = { cpuProfDir: options.cpuProfDir };
 
   log('starting targets ...');
   const targets = await startTargets();
@@ -114,32 +157,127 @@ export async function setupPaths(networks: ReadonlySet<Network>, cleanup: Cleanu
     facts['ssh'] = `n/a (${sshUnavailable.split('\n')[0]})`;
   }
 
+  const useClient = (name: string, spec: ClientSpec): Client => {
+    const client = openClient(spec);
+    register(`client-${name}`, async () => client.close());
+    return client;
+  };
+
   const sshSlot = async (network: Network, sshPort: (sshdPort: number) => Promise<number>): Promise<PathSlot> => {
     if (!sshTools || !sshd) return { ok: false, reason: sshUnavailable };
     const tools = sshTools;
     const server = sshd;
     return attempt(`ssh -R (${network})`, log, async () => {
       const tunnel = await startSshTunnel(tools, server, { label: network, sshPort: await sshPort(server.port), targets: targetMap }, register);
-      return tcpDialer('ssh', network, tunnel.remotePorts);
+      const client = useClient(`ssh-${network}`, { kind: 'tcp', ports: tunnel.remotePorts });
+      return dialerFor('ssh', network, client, network === 'lan' ? { scaleConns: () => sshScaleRig(tools, server) } : {});
     });
   };
 
-  const tunnelSlot = (network: Network, agentHubAddress?: (port: number) => Promise<string>): Promise<PathSlot> =>
-    attempt(`tunnel (${network})`, log, async () => {
-      const cluster = await startCluster(pki, { label: network, agentHubAddress, onStarted: register });
+  // One ssh -R connection of its own (only echo forwarded): what 10,000 channels cost sshd's
+  // session processes and the ssh client.
+  const sshScaleRig = async (tools: SshTools, server: Sshd): Promise<ScaleRig> => {
+    const sshdPid = server.proc.pid;
+    if (sshdPid === undefined) throw new Error('sshd has no pid');
+    const before = new Set(await descendants(sshdPid));
+    const steps: (() => Promise<void>)[] = [];
+    const tunnel = await startSshTunnel(tools, server, { label: 'scale', sshPort: server.port, targets: { echo: targetPorts.echo } }, (_name, stop) => void steps.push(stop));
+    const sessionPids = (await descendants(sshdPid)).filter((p) => !before.has(p));
+    const sshPid = tunnel.proc.pid;
+    if (sessionPids.length === 0 || sshPid === undefined) {
+      await tunnel.stop();
+      throw new Error('could not find the sshd session processes of the scale connection');
+    }
+    return {
+      spec: { kind: 'tcp', ports: tunnel.remotePorts },
+      pids: async () => ({ hub: sessionPids, agent: [sshPid] }),
+      gc: async () => undefined,
+      hubConnections: async () => undefined,
+      sides: { hub: `sshd session (${sessionPids.length} processes)`, agent: 'ssh client' },
+      stop: async () => {
+        for (const stop of steps.reverse()) await stop();
+      },
+    };
+  };
+
+  const clusterRig = async (label: string, transport: AgentTransport, kind: 'tunnel' | 'connect'): Promise<ScaleRig> => {
+    const steps: (() => Promise<void>)[] = [];
+    const stopAll = async (): Promise<void> => {
+      for (const stop of steps.reverse()) await stop().catch(() => {});
+    };
+    try {
+      const cluster = await startCluster(pki, { label, transport, gcHook: true, onStarted: (_name, stop) => void steps.push(stop) });
+      const echoOnly = { echo: targetPorts.echo };
       return {
-        path: 'tunnel',
-        network,
-        dial: (target, timeoutMs) => cluster.tunnel.dial(`127.0.0.1:${targetPorts[target]}`, { timeoutMs }),
+        // CONNECT clients resume TLS sessions here: 10,000 full RSA handshakes would take minutes on
+        // 2 cores, and what is measured is the memory of open connections, not the dial.
+        spec: kind === 'tunnel' ? cluster.tunnelSpec(echoOnly) : { ...cluster.connectSpec(echoOnly), resume: true },
+        pids: async () => ({ hub: [cluster.hub.pid], agent: [cluster.agentPid] }),
+        gc: () => cluster.gc(),
+        hubConnections: async () => (await cluster.hub.tables()).agents.reduce((n, a) => n + a.established.length + a.pending, 0),
+        sides: { hub: 'hub', agent: `agent (--transport ${transport})` },
+        stop: stopAll,
       };
+    } catch (err) {
+      await stopAll();
+      throw err;
+    }
+  };
+
+  let scaleAgentCert: Promise<{ certPath: string; keyPath: string }> | undefined;
+  const agentsRig = async (label: string, transport: AgentTransport): Promise<AgentsRig> => {
+    // One agent certificate for cluster `scale`, shared by every simulated agent (RSA keygen is slow).
+    scaleAgentCert ??= pki.agent('scale', { name: 'agent-scale' });
+    const cert = await scaleAgentCert;
+    const steps: (() => Promise<void>)[] = [];
+    const hub = await startBenchHub(pki, { label, gcHook: true, onStarted: (_name, stop) => void steps.push(stop) });
+    return {
+      transport,
+      hubAddress: `127.0.0.1:${hub.ports.agent}`,
+      hubPid: hub.pid,
+      tls: { caPath: pki.caPath, certPath: cert.certPath, keyPath: cert.keyPath },
+      cluster: 'scale',
+      gc: () => hub.gc(),
+      agentsRegistered: async () => (await hub.tables()).agents.length,
+      stop: async () => {
+        for (const stop of steps.reverse()) await stop().catch(() => {});
+      },
+    };
+  };
+
+  const tunnelSlots = async (network: Network, agentHubAddress?: (label: string) => (port: number) => Promise<string>): Promise<Pick<PathSet, 'tunnel' | 'tunnel-grpc' | 'connect'>> => {
+    const lan = network === 'lan';
+    let mux: BenchCluster | undefined;
+    const tunnel = await attempt(`tunnel (${network})`, log, async () => {
+      mux = await startCluster(pki, { ...processOptions, label: network, transport: 'mux', agentHubAddress: agentHubAddress?.('relay-tunnel'), onStarted: register });
+      const client = useClient(`tunnel-${network}`, mux.tunnelSpec(targetPorts));
+      const dialer = dialerFor('tunnel', network, client, lan ? { scaleConns: () => clusterRig('scale-tunnel', 'mux', 'tunnel'), scaleAgents: () => agentsRig('scale-agents-mux', 'mux') } : {});
+      await probe(dialer);
+      if (client.describe() !== 'SDK transport mux') throw new Error(`expected the SDK to use the mux transport, it uses: ${client.describe()}`);
+      return dialer;
     });
+    const connect: PathSlot = !mux
+      ? { ok: false, reason: `connect (${network}): needs the tunnel path's hub, which did not start` }
+      : await attempt(`connect (${network})`, log, async () => {
+        const client = useClient(`connect-${network}`, mux!.connectSpec(targetPorts));
+        return dialerFor('connect', network, client, lan ? { scaleConns: () => clusterRig('scale-connect', 'mux', 'connect') } : {});
+      });
+    const grpc = await attempt(`tunnel-grpc (${network})`, log, async () => {
+      const cluster = await startCluster(pki, { ...processOptions, label: `${network}-grpc`, transport: 'grpc', agentHubAddress: agentHubAddress?.('relay-tunnel-grpc'), onStarted: register });
+      const client = useClient(`tunnel-grpc-${network}`, cluster.tunnelSpec(targetPorts));
+      const dialer = dialerFor('tunnel-grpc', network, client, lan ? { scaleConns: () => clusterRig('scale-grpc', 'grpc', 'tunnel'), scaleAgents: () => agentsRig('scale-agents-grpc', 'grpc') } : {});
+      await probe(dialer);
+      if (client.describe() !== 'SDK transport grpc') throw new Error(`expected the SDK to use gRPC, it uses: ${client.describe()}`);
+      return dialer;
+    });
+    return { tunnel, 'tunnel-grpc': grpc, connect };
+  };
 
   if (networks.has('lan')) {
-    log('setting up lan paths (direct, ssh -R, tunnel) ...');
-    const direct = await attempt('direct (lan)', log, async () => tcpDialer('direct', 'lan', targetMap));
+    log('setting up lan paths (direct, ssh -R, tunnel, tunnel-grpc, connect) ...');
+    const direct = await attempt('direct (lan)', log, async () => dialerFor('direct', 'lan', useClient('direct-lan', { kind: 'tcp', ports: targetPorts })));
     const ssh = await sshSlot('lan', async (port) => port);
-    const tunnel = await tunnelSlot('lan');
-    sets.set('lan', { direct, ssh, tunnel });
+    sets.set('lan', { direct, ssh, ...(await tunnelSlots('lan')) });
   }
 
   if (networks.has('rtt20')) {
@@ -147,7 +285,7 @@ export async function setupPaths(networks: ReadonlySet<Network>, cleanup: Cleanu
     const direct = await attempt('direct (rtt20)', log, async () => {
       const relays = await startRelays('relay-direct', RTT20_ONE_WAY_MS, targetMap);
       register('relay-direct', relays.stop);
-      return tcpDialer('direct', 'rtt20', relays.ports);
+      return dialerFor('direct', 'rtt20', useClient('direct-rtt20', { kind: 'tcp', ports: relays.ports }));
     });
     const ssh = await sshSlot('rtt20', async (sshdPort) => {
       const relays = await startRelays('relay-ssh', RTT20_ONE_WAY_MS, { sshd: sshdPort });
@@ -156,13 +294,16 @@ export async function setupPaths(networks: ReadonlySet<Network>, cleanup: Cleanu
       if (port === undefined) throw new Error('relay-ssh reported no port');
       return port;
     });
-    const tunnel = await tunnelSlot('rtt20', async (hubAgentPort) => {
-      const relays = await startRelays('relay-tunnel', RTT20_ONE_WAY_MS, { hub: hubAgentPort });
-      register('relay-tunnel', relays.stop);
+    const relayed = (name: string) => async (hubAgentPort: number): Promise<string> => {
+      const relays = await startRelays(name, RTT20_ONE_WAY_MS, { hub: hubAgentPort });
+      register(name, relays.stop);
       return `127.0.0.1:${relays.ports['hub'] ?? 0}`;
-    });
-    sets.set('rtt20', { direct, ssh, tunnel });
+    };
+    sets.set('rtt20', { direct, ssh, ...(await tunnelSlots('rtt20', relayed)) });
   }
 
+  facts['paths'] = 'tunnel = SDK + agent over our mux transport; tunnel-grpc = SDK transport grpc + agent --transport grpc (ANP-compatible); connect = HTTP CONNECT over TLS (client cert) to the hub, mux agent';
   return { sets, facts };
 }
+
+export type { TestPki };

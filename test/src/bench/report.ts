@@ -1,16 +1,17 @@
-// Turning results into the printed table and the --json document.
-import type { PathName } from './paths.js';
+// Turning results into the printed table and the --json document, and checking issue 3's goals.
+import { OUR_PATHS, PATH_LABELS, PATH_NAMES, type PathName } from './paths.js';
 
 export interface ResultRow {
   scenario: string;
   metric: string;
   unit: string;
   better: 'higher' | 'lower';
-  direct: number | null;
-  ssh: number | null;
-  tunnel: number | null;
+  /** Aggregated over the rounds, per path; null where not measured (n/a). */
+  values: Record<PathName, number | null>;
   /** The value of each successful round, per path. */
   rounds: Record<PathName, number[]>;
+  /** Pair by pair: "tunnel/direct", "tunnel/ssh", "tunnel-grpc/ssh", "connect/ssh". */
+  ratios: Record<string, number | null>;
   notes: string[];
 }
 
@@ -22,17 +23,30 @@ export interface BenchReport {
   results: ResultRow[];
   /** Paths that could not be measured (per network), and why. */
   unavailable: Record<string, string>;
-  /** Goals from the issue, checked against the tunnel's figures. */
+  /** Goals from issue 3, checked for each of our paths. */
   goals: GoalCheck[];
 }
 
 export interface GoalCheck {
+  goal: string;
   scenario: string;
   metric: string;
-  goal: string;
-  value: number | null;
-  met: boolean;
+  /** e.g. ">= 1.0x ssh -R" or "<= 16 KiB". */
+  target: string;
+  /** Per path: the compared figure (a ratio to ssh -R, or the value itself) and whether it meets the goal (null: not measured). */
+  paths: Partial<Record<PathName, { value: number | null; met: boolean | null }>>;
 }
+
+/** The ratio columns: numerator path, denominator path. */
+export const RATIOS: readonly (readonly [PathName, PathName])[] = [
+  ['tunnel', 'direct'],
+  ['tunnel', 'ssh'],
+  ['tunnel-grpc', 'ssh'],
+  ['connect', 'ssh'],
+];
+
+export const ratioKey = (a: PathName, b: PathName): string => `${a}/${b}`;
+const RATIO_HEADERS: Readonly<Record<string, string>> = { 'tunnel/direct': 'tunnel/direct', 'tunnel/ssh': 'tunnel/ssh', 'tunnel-grpc/ssh': 'grpc/ssh', 'connect/ssh': 'connect/ssh' };
 
 const DISPLAY_UNIT: Record<string, string> = { us: 'µs' };
 
@@ -44,37 +58,111 @@ export function formatValue(value: number | null, unit: string): string {
   if (value === null || !Number.isFinite(value)) return 'n/a';
   const abs = Math.abs(value);
   if (unit === 'ms') return abs >= 100 ? value.toFixed(0) : abs >= 10 ? value.toFixed(1) : value.toFixed(2);
+  if (unit === '%') return value.toFixed(1);
   if (abs >= 100) return value.toFixed(0);
   if (abs >= 10) return value.toFixed(1);
   return value.toFixed(2);
 }
 
-export function ratio(tunnel: number | null, baseline: number | null): number | null {
-  if (tunnel === null || baseline === null || !Number.isFinite(tunnel) || !Number.isFinite(baseline) || baseline === 0) return null;
-  return tunnel / baseline;
+export function ratio(value: number | null, baseline: number | null): number | null {
+  if (value === null || baseline === null || !Number.isFinite(value) || !Number.isFinite(baseline) || baseline === 0) return null;
+  return value / baseline;
+}
+
+export function computeRatios(values: Record<PathName, number | null>): Record<string, number | null> {
+  const out: Record<string, number | null> = {};
+  for (const [a, b] of RATIOS) out[ratioKey(a, b)] = ratio(values[a], values[b]);
+  return out;
 }
 
 function formatRatio(value: number | null): string {
   return value === null ? 'n/a' : `${value.toFixed(2)}x`;
 }
 
+function table(header: readonly string[], body: readonly (readonly string[])[], leftColumns: number): string {
+  const widths = header.map((h, i) => Math.max(h.length, ...body.map((row) => (row[i] ?? '').length)));
+  const line = (cells: readonly string[]): string =>
+    cells.map((c, i) => (i < leftColumns ? c.padEnd(widths[i] ?? 0) : c.padStart(widths[i] ?? 0))).join(' | ').trimEnd();
+  const rule = widths.map((w) => '-'.repeat(w)).join('-|-');
+  return [line(header), rule, ...body.map(line)].join('\n');
+}
+
 /** Plain-text table; first two columns left-aligned, the rest right-aligned. */
 export function formatTable(rows: readonly ResultRow[]): string {
-  const header = ['scenario', 'metric', 'direct', 'ssh -R', 'tunnel', 'tunnel/direct', 'tunnel/ssh'];
+  const header = ['scenario', 'metric', ...PATH_NAMES.map((p) => PATH_LABELS[p]), ...RATIOS.map(([a, b]) => RATIO_HEADERS[ratioKey(a, b)] ?? ratioKey(a, b))];
   const body = rows.map((r) => [
     r.scenario,
     `${r.metric} ${displayUnit(r.unit)}`,
-    formatValue(r.direct, r.unit),
-    formatValue(r.ssh, r.unit),
-    formatValue(r.tunnel, r.unit),
-    formatRatio(ratio(r.tunnel, r.direct)),
-    formatRatio(ratio(r.tunnel, r.ssh)),
+    ...PATH_NAMES.map((p) => formatValue(r.values[p], r.unit)),
+    ...RATIOS.map(([a, b]) => formatRatio(r.ratios[ratioKey(a, b)] ?? null)),
   ]);
-  const widths = header.map((h, i) => Math.max(h.length, ...body.map((row) => (row[i] ?? '').length)));
-  const line = (cells: readonly string[]): string =>
-    cells.map((c, i) => (i < 2 ? c.padEnd(widths[i] ?? 0) : c.padStart(widths[i] ?? 0))).join(' | ').trimEnd();
-  const rule = widths.map((w) => '-'.repeat(w)).join('-|-');
-  return [line(header), rule, ...body.map(line)].join('\n');
+  return table(header, body, 2);
+}
+
+// ---------------------------------------------------------------- goals (issue 3)
+
+interface GoalSpec {
+  goal: string;
+  scenario: string;
+  metric: string;
+  /** Against ssh -R (the ratio path/ssh is compared), or the figure itself. */
+  compare: 'ssh' | 'value';
+  op: '>=' | '<=';
+  bound: number;
+  unit: string;
+  paths?: readonly PathName[];
+}
+
+const GOALS: readonly GoalSpec[] = [
+  { goal: 'one-connection throughput, up', scenario: 'throughput-up', metric: 'throughput', compare: 'ssh', op: '>=', bound: 1, unit: 'x' },
+  { goal: 'one-connection throughput, down', scenario: 'throughput-down', metric: 'throughput', compare: 'ssh', op: '>=', bound: 1, unit: 'x' },
+  { goal: '8-connection throughput, up', scenario: 'throughput-8-up', metric: 'throughput', compare: 'ssh', op: '>=', bound: 1, unit: 'x' },
+  { goal: '8-connection throughput, down', scenario: 'throughput-8-down', metric: 'throughput', compare: 'ssh', op: '>=', bound: 1, unit: 'x' },
+  { goal: '64-byte round trip p50', scenario: 'rtt-64', metric: 'p50', compare: 'ssh', op: '<=', bound: 1, unit: 'x' },
+  { goal: 'dials per second', scenario: 'dial-rate', metric: 'rate', compare: 'ssh', op: '>=', bound: 10, unit: 'x' },
+  { goal: '20 ms RTT, one connection, up', scenario: 'rtt20-throughput-up', metric: 'throughput', compare: 'ssh', op: '>=', bound: 1, unit: 'x' },
+  { goal: '20 ms RTT, one connection, down', scenario: 'rtt20-throughput-down', metric: 'throughput', compare: 'ssh', op: '>=', bound: 1, unit: 'x' },
+  { goal: 'head-of-line, stalled upload', scenario: 'hol-up', metric: 'bulk kept', compare: 'value', op: '>=', bound: 90, unit: '%' },
+  { goal: 'head-of-line, stalled download', scenario: 'hol-down', metric: 'bulk kept', compare: 'value', op: '>=', bound: 90, unit: '%' },
+  { goal: 'idle connection, hub', scenario: 'scale-conns', metric: 'hub KiB/conn', compare: 'value', op: '<=', bound: 16, unit: 'KiB' },
+  { goal: 'idle connection, agent', scenario: 'scale-conns', metric: 'agent KiB/conn', compare: 'value', op: '<=', bound: 16, unit: 'KiB' },
+  { goal: 'idle agent, hub', scenario: 'scale-agents', metric: 'hub KiB/agent', compare: 'value', op: '<=', bound: 100, unit: 'KiB', paths: ['tunnel', 'tunnel-grpc'] },
+];
+
+function targetText(g: GoalSpec): string {
+  return g.compare === 'ssh' ? `${g.op} ${g.bound.toFixed(1)}x ssh -R` : `${g.op} ${g.bound} ${g.unit}`;
+}
+
+/** Issue 3's goals for each of our paths, from the rows that were measured (others are left out). */
+export function checkGoals(rows: readonly ResultRow[]): GoalCheck[] {
+  const out: GoalCheck[] = [];
+  for (const g of GOALS) {
+    const row = rows.find((r) => r.scenario === g.scenario && r.metric === g.metric);
+    if (!row) continue;
+    const paths: GoalCheck['paths'] = {};
+    for (const p of g.paths ?? OUR_PATHS) {
+      const value = g.compare === 'ssh' ? ratio(row.values[p], row.values.ssh) : row.values[p];
+      paths[p] = { value, met: value === null ? null : g.op === '>=' ? value >= g.bound : value <= g.bound };
+    }
+    out.push({ goal: g.goal, scenario: g.scenario, metric: g.metric, target: targetText(g), paths });
+  }
+  return out;
+}
+
+function formatGoals(goals: readonly GoalCheck[]): string {
+  const header = ['goal (issue 3)', 'target', ...OUR_PATHS.map((p) => PATH_LABELS[p])];
+  const body = goals.map((g) => [
+    g.goal,
+    g.target,
+    ...OUR_PATHS.map((p) => {
+      const c = g.paths[p];
+      if (!c) return '-';
+      if (c.value === null || c.met === null) return 'n/a';
+      const shown = g.target.includes('x ssh') ? `${c.value.toFixed(2)}x` : `${c.value.toFixed(1)}${g.target.endsWith('%') ? ' %' : ' KiB'}`;
+      return `${shown} ${c.met ? 'met' : 'NOT met'}`;
+    }),
+  ]);
+  return table(header, body, 2);
 }
 
 export function formatReport(report: BenchReport): string {
@@ -84,12 +172,16 @@ export function formatReport(report: BenchReport): string {
   out.push('');
   out.push(formatTable(report.results));
   out.push('');
-  out.push('Ratios are tunnel / baseline. MB/s and conn/s: higher is better; µs and ms: lower is better.');
-  if (report.results.some((r) => r.scenario.startsWith('rtt20-'))) out.push('rtt20-*: 20 ms RTT relay between client and target (direct), ssh and sshd (ssh -R), agent and hub (tunnel).');
-  for (const goal of report.goals) {
-    out.push(`Goal ${goal.scenario} tunnel ${goal.goal}: ${formatValue(goal.value, 'MB/s')} MB/s ${goal.met ? 'met' : 'NOT met'}`);
+  out.push('Ratios are pair by pair (grpc = tunnel-grpc). MB/s, conn/s and %: higher is better; µs, ms and KiB: lower is better.');
+  if (report.results.some((r) => r.scenario.startsWith('rtt20-'))) out.push('rtt20-*: 20 ms RTT relay between client and target (direct), ssh and sshd (ssh -R), agent and hub (tunnel, tunnel-grpc, connect).');
+  if (report.results.some((r) => r.scenario.startsWith('hol-'))) out.push('hol-*: bulk throughput next to a stalled connection on the same path, in % of the same transfer alone.');
+  if (report.results.some((r) => r.scenario === 'scale-conns')) out.push('scale-conns: hub = the hub (sshd session processes for ssh -R), agent = the agent (the ssh client for ssh -R).');
+  if (report.goals.length > 0) {
+    out.push('');
+    out.push(formatGoals(report.goals));
   }
+  out.push('');
   for (const [path, reason] of Object.entries(report.unavailable)) out.push(`n/a ${path}: ${reason}`);
   for (const row of report.results) for (const note of row.notes) out.push(`note ${row.scenario} ${row.metric}: ${note}`);
-  return out.join('\n');
+  return out.join('\n').trimEnd();
 }

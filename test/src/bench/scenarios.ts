@@ -1,9 +1,12 @@
-// What is measured. Each scenario runs on every path (see paths.ts); a PathRun holds one
-// scenario's state on one path across rounds, so rounds can be interleaved across paths.
+// What is measured. Each scenario runs on every path it applies to (see paths.ts); a PathRun holds
+// one scenario's state on one path across rounds, so rounds can be interleaved across paths.
 import type { Duplex } from 'node:stream';
-import { digestStream, payloadSha256, writePayload } from '../fixtures/index.js';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { digestStream, payloadBlock, payloadSha256, writePayload, type ManagedProcess } from '../fixtures/index.js';
+import { rssKiB, script, spawnNode } from './helpers.js';
 import { countToEnd, errorMessage, Pinger, readToEnd, SocketScope } from './io.js';
-import type { Dialer, Network } from './paths.js';
+import type { Dialer, Network, PathName, ScaleRig } from './paths.js';
+import { reapOnDeath } from './reaper.js';
 import { GiB, mbPerSecond, MiB, Samples } from './stats.js';
 
 export interface BenchConfig {
@@ -15,6 +18,8 @@ export interface BenchConfig {
   verifyBytes: number;
   /** Upper bound on a timed transfer's size. */
   maxTransferBytes: number;
+  /** Connections of the throughput-8-* scenarios. */
+  manyConnections: number;
   rttSeconds: number;
   rttMaxIterations: number;
   rttWarmupIterations: number;
@@ -22,32 +27,87 @@ export interface BenchConfig {
   dialConcurrency: number;
   /** Upper bound on dials per measurement. */
   dialMaxCount: number;
+  /** Rounds of the rtt20 scenarios (each costs seconds of relayed transfers per path). */
+  rtt20Rounds: number;
+  /** Head-of-line: duration of each bulk transfer; they alternate solo, next to a stall, solo, ... */
+  holSeconds: number;
+  /** Head-of-line: transfers next to a stall per round (each between two solo ones). */
+  holStalled: number;
+  holRounds: number;
+  /** Head-of-line: give up filling the stalled connection after this much (unbounded buffering). */
+  holStallLimitBytes: number;
+  /** Head-of-line: a connection counts as stalled once nothing moved on it for this long. */
+  holQuietMs: number;
+  /** Pause between measurements, so the previous one's connections finish closing. */
+  settleMs: number;
+  /** scale-conns: idle connections through one agent, opened this many at a time. */
+  scaleConnections: number;
+  /** scale-conns over ssh -R: fewer (sshd's channel handling slows down with thousands: 10,000 take ~90 s). */
+  scaleSshConnections: number;
+  scaleConcurrency: number;
+  /** scale-conns: connections opened and closed before the "before" figure (JIT, lazy set-up). */
+  scaleWarmup: number;
+  /** scale-agents: agents registered with one hub, this many at a time. */
+  scaleAgents: number;
+  scaleAgentsConcurrency: number;
+  /** Pause before each RSS reading (timers, lazily freed buffers), before the forced GC. */
+  scaleSettleMs: number;
 }
 
 export const FULL_CONFIG: BenchConfig = {
   rounds: 2,
-  throughputSeconds: 4,
+  throughputSeconds: 2.5,
   verifyBytes: 64 * MiB,
   maxTransferBytes: 32 * GiB,
+  manyConnections: 8,
   rttSeconds: 3,
   rttMaxIterations: 20_000,
   rttWarmupIterations: 500,
-  dialSeconds: 4,
+  dialSeconds: 3,
   dialConcurrency: 16,
   dialMaxCount: 50_000,
+  rtt20Rounds: 1,
+  holSeconds: 1.2,
+  holStalled: 2,
+  holRounds: 1,
+  holStallLimitBytes: 1 * GiB,
+  holQuietMs: 500,
+  settleMs: 250,
+  scaleConnections: 10_000,
+  scaleSshConnections: 2000,
+  scaleConcurrency: 64,
+  scaleWarmup: 200,
+  scaleAgents: 1000,
+  scaleAgentsConcurrency: 32,
+  scaleSettleMs: 1000,
 };
 
 export const QUICK_CONFIG: BenchConfig = {
   rounds: 1,
-  throughputSeconds: 0.75,
+  throughputSeconds: 0.4,
   verifyBytes: 16 * MiB,
   maxTransferBytes: 8 * GiB,
+  manyConnections: 8,
   rttSeconds: 0.5,
   rttMaxIterations: 2_000,
   rttWarmupIterations: 100,
-  dialSeconds: 0.75,
+  dialSeconds: 0.5,
   dialConcurrency: 16,
   dialMaxCount: 5_000,
+  rtt20Rounds: 1,
+  holSeconds: 0.25,
+  holStalled: 1,
+  holRounds: 1,
+  holStallLimitBytes: 1 * GiB,
+  holQuietMs: 300,
+  settleMs: 100,
+  scaleConnections: 500,
+  scaleSshConnections: 200,
+  scaleConcurrency: 64,
+  scaleWarmup: 20,
+  scaleAgents: 50,
+  scaleAgentsConcurrency: 25,
+  scaleSettleMs: 200,
 };
 
 export interface MetricSpec {
@@ -72,6 +132,10 @@ export interface Scenario {
   network: Network;
   description: string;
   metrics: readonly MetricSpec[];
+  /** Rounds for this scenario (default cfg.rounds). */
+  rounds?: (cfg: BenchConfig) => number;
+  /** Paths it is measured on (default all); the others show n/a with this reason. */
+  appliesTo?: { paths: readonly PathName[]; otherwise: string };
   forPath(dialer: Dialer, cfg: BenchConfig): PathRun;
 }
 
@@ -88,7 +152,7 @@ function withTimeout<T>(promise: Promise<T>, ms: number, what: string): Promise<
 }
 
 function describeBytes(bytes: number): string {
-  return bytes >= GiB ? `${(bytes / GiB).toFixed(2)} GiB` : `${(bytes / MiB).toFixed(0)} MiB`;
+  return bytes >= GiB ? `${(bytes / GiB).toFixed(2)} GiB` : `${(bytes / MiB).toFixed(bytes < 10 * MiB ? 1 : 0)} MiB`;
 }
 
 // ---------------------------------------------------------------- throughput
@@ -105,37 +169,55 @@ function parseSinkReply(text: string): { bytes: number; sha256?: string } {
 }
 
 /**
- * Moves exactly `bytes` of the deterministic payload client→sink (up) or source→client (down) over
- * one fresh connection; returns the seconds from the first byte sent (up) / the request (down) until
- * the target confirmed the count (up: its reply after our EOF) / our EOF (down). With `hashed`, the
- * sha256 of what arrived is checked as well.
+ * Moves exactly `bytes` of the deterministic payload client→sink (up) or source→client (down),
+ * split evenly over `connections` fresh connections that run at once; returns the seconds from the
+ * first byte sent (up) / the requests (down) until every target confirmed its count (up: its reply
+ * after our EOF) / every connection saw EOF (down). Dials happen before the clock starts. With
+ * `hashed`, the sha256 of what arrived on each connection is checked as well.
  */
-async function transfer(dialer: Dialer, dir: Direction, bytes: number, hashed: boolean, timeoutMs: number): Promise<number> {
-  const what = `${dir} ${describeBytes(bytes)}${hashed ? ' (sha256)' : ''}`;
+async function transfer(dialer: Dialer, dir: Direction, bytes: number, hashed: boolean, timeoutMs: number, connections = 1): Promise<number> {
+  const each = bytes / connections;
+  if (!Number.isInteger(each)) throw new Error(`internal: ${bytes} bytes do not split over ${connections} connections`);
+  const what = `${dir} ${describeBytes(bytes)}${connections > 1 ? ` over ${connections} connections` : ''}${hashed ? ' (sha256)' : ''}`;
   return SocketScope.run(what, timeoutMs, async (scope) => {
+    const target = dir === 'up' ? (hashed ? 'sinkHash' : 'sink') : 'source';
+    const sockets = await Promise.all(Array.from({ length: connections }, async () => scope.track(await dialer.dial(target, DIAL_TIMEOUT_MS))));
     if (dir === 'up') {
-      const socket = scope.track(await dialer.dial(hashed ? 'sinkHash' : 'sink', DIAL_TIMEOUT_MS));
-      const reply = readToEnd(socket);
-      reply.catch(() => {}); // reported below, unless the write fails first
+      const replies = sockets.map((socket) => {
+        const reply = readToEnd(socket);
+        reply.catch(() => {}); // reported below, unless the write fails first
+        return reply;
+      });
       const started = performance.now();
-      await writePayload(socket, bytes);
-      const result = parseSinkReply((await reply).toString('utf8'));
-      const seconds = (performance.now() - started) / 1000;
-      if (result.bytes !== bytes) throw new Error(`${what}: the sink received ${result.bytes} bytes`);
-      if (hashed && result.sha256 !== payloadSha256(bytes)) throw new Error(`${what}: sha256 mismatch at the sink`);
-      return seconds;
+      await Promise.all(sockets.map(async (socket, i) => {
+        await writePayload(socket, each);
+        const result = parseSinkReply((await replies[i]!).toString('utf8'));
+        if (result.bytes !== each) throw new Error(`${what}: a sink received ${result.bytes} of ${each} bytes`);
+        if (hashed && result.sha256 !== payloadSha256(each)) throw new Error(`${what}: sha256 mismatch at the sink`);
+      }));
+      return (performance.now() - started) / 1000;
     }
-    const socket = scope.track(await dialer.dial('source', DIAL_TIMEOUT_MS));
-    const received: Promise<{ bytes: number; sha256?: string }> = hashed ? digestStream(socket) : countToEnd(socket).then((n) => ({ bytes: n }));
-    received.catch(() => {});
+    const received = sockets.map((socket) => {
+      const r: Promise<{ bytes: number; sha256?: string }> = hashed ? digestStream(socket) : countToEnd(socket).then((n) => ({ bytes: n }));
+      r.catch(() => {});
+      return r;
+    });
     const started = performance.now();
-    socket.write(`${bytes}\n`);
-    const result = await received;
-    const seconds = (performance.now() - started) / 1000;
-    if (result.bytes !== bytes) throw new Error(`${what}: received ${result.bytes} bytes`);
-    if (hashed && result.sha256 !== payloadSha256(bytes)) throw new Error(`${what}: sha256 mismatch at the client`);
-    return seconds;
+    for (const socket of sockets) socket.write(`${each}\n`);
+    await Promise.all(received.map(async (r) => {
+      const result = await r;
+      if (result.bytes !== each) throw new Error(`${what}: received ${result.bytes} of ${each} bytes`);
+      if (hashed && result.sha256 !== payloadSha256(each)) throw new Error(`${what}: sha256 mismatch at the client`);
+    }));
+    return (performance.now() - started) / 1000;
   });
+}
+
+/** A byte count lasting about `seconds` at `rate` B/s, a multiple of `connections` MiB, within bounds. */
+function transferSize(rate: number, seconds: number, cfg: BenchConfig, connections = 1): number {
+  const unit = connections * MiB;
+  const wanted = Math.round((rate * seconds) / unit) * unit;
+  return Math.min(Math.floor(cfg.maxTransferBytes / unit) * unit, Math.max(Math.ceil(cfg.verifyBytes / unit) * unit, wanted));
 }
 
 class ThroughputRun implements PathRun {
@@ -145,21 +227,21 @@ class ThroughputRun implements PathRun {
   private seconds = 0;
   private readonly perRound: number[] = [];
 
-  constructor(private readonly dialer: Dialer, private readonly dir: Direction, private readonly cfg: BenchConfig) {}
+  constructor(private readonly dialer: Dialer, private readonly dir: Direction, private readonly cfg: BenchConfig, private readonly connections = 1) {}
 
   async measure(): Promise<string> {
-    const { cfg } = this;
+    const { cfg, connections } = this;
     let verified = '';
     if (this.rate === undefined) {
-      const seconds = await transfer(this.dialer, this.dir, cfg.verifyBytes, true, 60_000);
-      this.rate = cfg.verifyBytes / seconds;
-      verified = `sha256 ok (${describeBytes(cfg.verifyBytes)}); `;
+      const bytes = transferSize(0, 0, cfg, connections);
+      const seconds = await transfer(this.dialer, this.dir, bytes, true, 60_000, connections);
+      this.rate = bytes / seconds;
+      verified = `sha256 ok (${describeBytes(bytes)}); `;
     }
     for (let attempt = 1; ; attempt++) {
-      const wanted = Math.round((this.rate * cfg.throughputSeconds) / MiB) * MiB;
-      const bytes = Math.min(cfg.maxTransferBytes, Math.max(cfg.verifyBytes, wanted));
+      const bytes = transferSize(this.rate, cfg.throughputSeconds, cfg, connections);
       const timeoutMs = (3 * cfg.throughputSeconds + 15) * 1000;
-      const seconds = await transfer(this.dialer, this.dir, bytes, false, timeoutMs);
+      const seconds = await transfer(this.dialer, this.dir, bytes, false, timeoutMs, connections);
       this.rate = bytes / seconds;
       // A calibration from a short (or hashed) transfer can be far off: retry once or twice so the
       // recorded transfer lasts about as long as intended.
@@ -187,15 +269,325 @@ class ThroughputRun implements PathRun {
   }
 }
 
-function throughput(name: string, network: Network, dir: Direction): Scenario {
+function throughput(name: string, network: Network, dir: Direction, connections = 1): Scenario {
   const towards = dir === 'up' ? 'client → target (sink)' : 'target (source) → client';
   return {
     name,
     network,
-    description: `one connection, bulk ${towards}${network === 'rtt20' ? ', 20 ms RTT on the tunnelled link' : ''}`,
+    description: `${connections === 1 ? 'one connection' : `${connections} connections at once`}, bulk ${towards}${network === 'rtt20' ? ', 20 ms RTT on the tunnelled link' : ''}`,
     metrics: [{ metric: 'throughput', unit: 'MB/s', better: 'higher' }],
-    forPath: (dialer, cfg) => new ThroughputRun(dialer, dir, cfg),
+    rounds: network === 'rtt20' ? (cfg) => cfg.rtt20Rounds : undefined,
+    forPath: (dialer, cfg) => new ThroughputRun(dialer, dir, cfg, connections),
   };
+}
+
+// ---------------------------------------------------------------- head-of-line
+
+interface Stall {
+  /** Bytes the stalled connection took before it stopped moving (up: accepted by write(); down: buffered unread at the client). */
+  bytes: number;
+  alive(): boolean;
+}
+
+/**
+ * Opens a connection and fills it until it stops moving: up, the client writes to `stall` (never
+ * reads) until write() returns false and no 'drain' follows for 500 ms; down, the client asks
+ * `source` for more than it could ever read and never reads. The socket belongs to `scope`.
+ */
+async function openStall(dialer: Dialer, dir: Direction, cfg: BenchConfig, scope: SocketScope): Promise<Stall> {
+  const QUIET_MS = cfg.holQuietMs;
+  if (dir === 'up') {
+    const socket = scope.track(await dialer.dial('stall', DIAL_TIMEOUT_MS));
+    const block = payloadBlock();
+    let accepted = 0;
+    for (;;) {
+      if (socket.destroyed) throw new Error(`stalled upload: connection closed after ${describeBytes(accepted)}`);
+      accepted += block.length;
+      if (socket.write(block)) continue;
+      const drained = await new Promise<boolean>((resolve) => {
+        const timer = setTimeout(() => {
+          socket.off('drain', onDrain);
+          resolve(false);
+        }, QUIET_MS);
+        const onDrain = (): void => {
+          clearTimeout(timer);
+          resolve(true);
+        };
+        socket.once('drain', onDrain);
+      });
+      if (!drained) break;
+      if (accepted > cfg.holStallLimitBytes) throw new Error(`stalled upload: still accepting after ${describeBytes(accepted)} (unbounded buffering?)`);
+    }
+    return { bytes: accepted, alive: () => !socket.destroyed };
+  }
+  const socket = scope.track(await dialer.dial('source', DIAL_TIMEOUT_MS));
+  socket.on('error', () => {});
+  socket.write(`${cfg.maxTransferBytes}\n`);
+  let last = -1;
+  let stableSince = performance.now();
+  for (;;) {
+    await sleep(50);
+    if (socket.destroyed) throw new Error('stalled download: connection closed');
+    const buffered = socket.readableLength;
+    if (buffered > cfg.holStallLimitBytes) throw new Error(`stalled download: the client buffered ${describeBytes(buffered)} unread (unbounded buffering?)`);
+    if (buffered !== last) {
+      last = buffered;
+      stableSince = performance.now();
+    } else if (buffered > 0 && performance.now() - stableSince >= QUIET_MS) {
+      return { bytes: buffered, alive: () => !socket.destroyed };
+    }
+  }
+}
+
+class HolRun implements PathRun {
+  private rate: number | undefined;
+  private soloBytes = 0;
+  private soloSeconds = 0;
+  private stalledBytes = 0;
+  private stalledSeconds = 0;
+  private readonly kept: number[] = [];
+  private readonly stallSizes: number[] = [];
+
+  constructor(private readonly dialer: Dialer, private readonly dir: Direction, private readonly cfg: BenchConfig) {}
+
+  /** One bulk transfer of `bytes` while another connection on the same path is stalled with a full window. */
+  private async nextToStall(bytes: number, timeoutMs: number): Promise<number> {
+    const { cfg, dialer, dir } = this;
+    return SocketScope.run(`hol-${dir} stall`, timeoutMs + 30_000, async (scope) => {
+      const stall = await openStall(dialer, dir, cfg, scope);
+      this.stallSizes.push(stall.bytes);
+      const seconds = await transfer(dialer, dir, bytes, false, timeoutMs);
+      if (!stall.alive()) throw new Error('the stalled connection was closed during the bulk transfer');
+      return seconds;
+    });
+  }
+
+  async measure(): Promise<string> {
+    const { cfg, dialer, dir } = this;
+    if (this.rate === undefined) {
+      const bytes = transferSize(0, 0, cfg);
+      this.rate = bytes / (await transfer(dialer, dir, bytes, false, 60_000));
+    }
+    const bytes = transferSize(this.rate, cfg.holSeconds, cfg);
+    const timeoutMs = (5 * cfg.holSeconds + 20) * 1000;
+    // Solo and next-to-a-stall transfers alternate (S X S X S), so a drift in machine load hits both alike.
+    let solo = await transfer(dialer, dir, bytes, false, timeoutMs);
+    let soloCount = 1;
+    let stalled = 0;
+    for (let i = 0; i < cfg.holStalled; i++) {
+      stalled += await this.nextToStall(bytes, timeoutMs);
+      solo += await transfer(dialer, dir, bytes, false, timeoutMs);
+      soloCount++;
+    }
+    this.rate = (soloCount * bytes) / solo;
+    this.soloBytes += soloCount * bytes;
+    this.soloSeconds += solo;
+    this.stalledBytes += cfg.holStalled * bytes;
+    this.stalledSeconds += stalled;
+    const soloRate = mbPerSecond(soloCount * bytes, solo);
+    const withStall = mbPerSecond(cfg.holStalled * bytes, stalled);
+    this.kept.push((100 * withStall) / soloRate);
+    const held = dir === 'up' ? 'writer blocked after' : 'unread at the client';
+    const sizes = this.stallSizes.slice(-cfg.holStalled).map(describeBytes).join(', ');
+    return `stall: ${sizes} ${held}; bulk ${describeBytes(bytes)} x ${soloCount} solo: ${soloRate.toFixed(1)} MB/s, x ${cfg.holStalled} next to the stall: ${withStall.toFixed(1)} MB/s = ${((100 * withStall) / soloRate).toFixed(1)} %`;
+  }
+
+  values(): (number | null)[] {
+    if (this.stalledSeconds === 0) return [null];
+    return [(100 * mbPerSecond(this.stalledBytes, this.stalledSeconds)) / mbPerSecond(this.soloBytes, this.soloSeconds)];
+  }
+
+  roundValues(): number[][] {
+    return [this.kept];
+  }
+
+  notes(): string[] {
+    if (this.stallSizes.length === 0) return [];
+    const held = this.dir === 'up' ? 'accepted by the stalled connection before its writer blocked' : 'buffered unread at the client on the stalled connection';
+    const sizes = [...new Set(this.stallSizes.map(describeBytes))].join(', ');
+    return [`${sizes} ${held}; bulk solo ${mbPerSecond(this.soloBytes, this.soloSeconds).toFixed(0)} MB/s, next to the stall ${mbPerSecond(this.stalledBytes, this.stalledSeconds).toFixed(0)} MB/s`];
+  }
+}
+
+function headOfLine(name: string, dir: Direction): Scenario {
+  return {
+    name,
+    network: 'lan',
+    description: dir === 'up'
+      ? 'bulk upload on one connection while another upload on the same path is stalled (destination never reads)'
+      : 'bulk download on one connection while another download on the same path is stalled (client never reads)',
+    metrics: [{ metric: 'bulk kept', unit: '%', better: 'higher' }],
+    rounds: (cfg) => cfg.holRounds,
+    forPath: (dialer, cfg) => new HolRun(dialer, dir, cfg),
+  };
+}
+
+// ---------------------------------------------------------------- scale
+
+/** A helper child process speaking JSON lines; stopped with its scope. */
+function spawnHelper(name: string, file: string, job: object): ManagedProcess {
+  return reapOnDeath(spawnNode(name, [script(file), JSON.stringify(job)]));
+}
+
+async function sumRss(pids: readonly number[]): Promise<number> {
+  let total = 0;
+  for (const pid of pids) total += await rssKiB(pid);
+  return total;
+}
+
+interface Reading {
+  /** VmRSS, KiB. */
+  hub: number;
+  agent: number;
+  /** V8 heapUsed after the GC, bytes (our processes only). */
+  heap?: { hub: number; agent: number };
+}
+
+/** Settle, full GC, then VmRSS (KiB) of each side. */
+async function settledRss(rig: ScaleRig, settleMs: number): Promise<Reading> {
+  await sleep(settleMs);
+  const heap = await rig.gc();
+  await sleep(200);
+  const pids = await rig.pids();
+  return { hub: await sumRss(pids.hub), agent: await sumRss(pids.agent), heap };
+}
+
+async function waitHubConnections(rig: ScaleRig, want: (n: number) => boolean, timeoutMs: number, what: string): Promise<void> {
+  const deadline = performance.now() + timeoutMs;
+  let n: number | undefined;
+  for (;;) {
+    n = await rig.hubConnections();
+    if (n === undefined || want(n)) return;
+    if (performance.now() > deadline) throw new Error(`${what}: the hub still holds ${n} connections after ${timeoutMs / 1000} s`);
+    await sleep(100);
+  }
+}
+
+class ScaleConnsRun implements PathRun {
+  private readonly hub: number[] = [];
+  private readonly agent: number[] = [];
+  private readonly notesList: string[] = [];
+
+  constructor(private readonly dialer: Dialer, private readonly cfg: BenchConfig) {}
+
+  async measure(): Promise<string> {
+    const { cfg, dialer } = this;
+    if (!dialer.scaleConns) throw new Error('no scale set-up for this path');
+    const n = dialer.path === 'ssh' ? cfg.scaleSshConnections : cfg.scaleConnections;
+    const rig = await dialer.scaleConns();
+    let child: ManagedProcess | undefined;
+    try {
+      child = spawnHelper(`scale-client-${dialer.path}`, 'scale-client.js', { spec: rig.spec, count: n, concurrency: cfg.scaleConcurrency, warmup: cfg.scaleWarmup });
+      const warm = await child.waitForJsonLine((o) => 'warm' in o, 60_000);
+      await waitHubConnections(rig, (c) => c === 0, 15_000, 'after the warm-up');
+      const before = await settledRss(rig, cfg.scaleSettleMs);
+      let after = child.lineCount();
+      child.kill('SIGUSR2');
+      const ready = await child.waitForJsonLine((o) => 'ready' in o, Math.max(120_000, n * 10), { after });
+      const opened = Number(ready['ready']);
+      if (opened !== n) throw new Error(`opened ${opened} of ${n} connections (${String(ready['failed'])} failed; first error: ${String(ready['firstError'])})`);
+      await waitHubConnections(rig, (c) => c >= n, 15_000, 'all connections up');
+      const held = await settledRss(rig, cfg.scaleSettleMs);
+      after = child.lineCount();
+      child.kill('SIGUSR2');
+      const holding = await child.waitForJsonLine((o) => 'holding' in o, 10_000, { after });
+      if (Number(holding['lost']) !== 0) throw new Error(`${String(holding['lost'])} of the ${n} idle connections were closed by the path while idle`);
+      await child.waitForJsonLine((o) => 'closed' in o, 60_000, { after });
+      await waitHubConnections(rig, (c) => c === 0, 30_000, 'after closing');
+      const closed = await settledRss(rig, cfg.scaleSettleMs);
+      const hub = (held.hub - before.hub) / n;
+      const agent = (held.agent - before.agent) / n;
+      this.hub.push(hub);
+      this.agent.push(agent);
+      const mib = (kib: number): string => `${(kib / 1024).toFixed(1)} MiB`;
+      const heap = (side: 'hub' | 'agent'): string => {
+        if (!before.heap || !held.heap || !closed.heap) return '';
+        const kib = (b: number): string => `${(b / 1024 / n).toFixed(1)}`;
+        return `; V8 heap ${kib(held.heap[side] - before.heap[side])} KiB/conn, ${kib(closed.heap[side] - before.heap[side])} KiB/conn left after closing`;
+      };
+      const summary = `${n} idle connections opened in ${Number(ready['seconds']).toFixed(1)} s (${String(ready['client'] ?? warm['client'])}); `
+        + `${rig.sides.hub} RSS ${mib(before.hub)} → ${mib(held.hub)} (${mib(closed.hub)} after closing)${heap('hub')}; `
+        + `${rig.sides.agent} RSS ${mib(before.agent)} → ${mib(held.agent)} (${mib(closed.agent)} after closing)${heap('agent')}`;
+      this.notesList.push(summary);
+      return `${summary}: ${hub.toFixed(1)} / ${agent.toFixed(1)} KiB per connection`;
+    } finally {
+      await child?.stop(5000);
+      await rig.stop();
+    }
+  }
+
+  values(): (number | null)[] {
+    const mean = (xs: number[]): number | null => (xs.length === 0 ? null : xs.reduce((a, b) => a + b, 0) / xs.length);
+    return [mean(this.hub), mean(this.agent)];
+  }
+
+  roundValues(): number[][] {
+    return [this.hub, this.agent];
+  }
+
+  notes(): string[] {
+    return this.notesList;
+  }
+}
+
+class ScaleAgentsRun implements PathRun {
+  private readonly perAgent: number[] = [];
+  private readonly notesList: string[] = [];
+
+  constructor(private readonly dialer: Dialer, private readonly cfg: BenchConfig) {}
+
+  async measure(): Promise<string> {
+    const { cfg, dialer } = this;
+    if (!dialer.scaleAgents) throw new Error('no scale set-up for this path');
+    const n = cfg.scaleAgents;
+    const rig = await dialer.scaleAgents();
+    let child: ManagedProcess | undefined;
+    try {
+      await sleep(cfg.scaleSettleMs);
+      const heapBefore = await rig.gc();
+      await sleep(200);
+      const before = await rssKiB(rig.hubPid);
+      child = spawnHelper(`agents-load-${rig.transport}`, 'agents-load.js', { transport: rig.transport, hubAddress: rig.hubAddress, tls: rig.tls, cluster: rig.cluster, count: n, concurrency: cfg.scaleAgentsConcurrency });
+      const ready = await child.waitForJsonLine((o) => 'ready' in o, Math.max(120_000, n * 100));
+      const registered = Number(ready['ready']);
+      if (registered !== n) throw new Error(`registered ${registered} of ${n} agents (${String(ready['failed'])} failed; first error: ${String(ready['firstError'])})`);
+      const deadline = performance.now() + 15_000;
+      let atHub = 0;
+      while ((atHub = await rig.agentsRegistered()) < n) {
+        if (performance.now() > deadline) throw new Error(`the hub lists ${atHub} of ${n} agents`);
+        await sleep(100);
+      }
+      await sleep(cfg.scaleSettleMs);
+      const heapHeld = await rig.gc();
+      await sleep(200);
+      const held = await rssKiB(rig.hubPid);
+      const after = child.lineCount();
+      child.kill('SIGUSR2');
+      const holding = await child.waitForJsonLine((o) => 'holding' in o, 10_000, { after });
+      if (Number(holding['lost']) !== 0) throw new Error(`${String(holding['lost'])} of the ${n} agents were disconnected while idle`);
+      const perAgent = (held - before) / n;
+      this.perAgent.push(perAgent);
+      const summary = `${n} ${rig.transport} agents registered in ${Number(ready['seconds']).toFixed(1)} s; hub RSS ${(before / 1024).toFixed(1)} MiB → ${(held / 1024).toFixed(1)} MiB; `
+        + `V8 heap ${((heapHeld - heapBefore) / 1024 / n).toFixed(1)} KiB/agent`;
+      this.notesList.push(summary);
+      return `${summary}: ${perAgent.toFixed(1)} KiB per agent`;
+    } finally {
+      await child?.stop(5000);
+      await rig.stop();
+    }
+  }
+
+  values(): (number | null)[] {
+    return [this.perAgent.length === 0 ? null : this.perAgent.reduce((a, b) => a + b, 0) / this.perAgent.length];
+  }
+
+  roundValues(): number[][] {
+    return [this.perAgent];
+  }
+
+  notes(): string[] {
+    return this.notesList;
+  }
 }
 
 // ---------------------------------------------------------------- round-trip latency
@@ -316,9 +708,26 @@ class DialRateRun implements PathRun {
 
 // ---------------------------------------------------------------- the list
 
+function dialRate(name: string, network: Network): Scenario {
+  return {
+    name,
+    network,
+    description: `connect, one 64-byte echo, close; 16 at a time${network === 'rtt20' ? ', 20 ms RTT on the tunnelled link' : ''}`,
+    metrics: [
+      { metric: 'rate', unit: 'conn/s', better: 'higher' },
+      { metric: 'dial p50', unit: 'ms', better: 'lower' },
+      { metric: 'dial p99', unit: 'ms', better: 'lower' },
+    ],
+    rounds: network === 'rtt20' ? (cfg) => cfg.rtt20Rounds : undefined,
+    forPath: (dialer, cfg) => new DialRateRun(dialer, cfg),
+  };
+}
+
 export const SCENARIOS: readonly Scenario[] = [
   throughput('throughput-up', 'lan', 'up'),
   throughput('throughput-down', 'lan', 'down'),
+  throughput('throughput-8-up', 'lan', 'up', 8),
+  throughput('throughput-8-down', 'lan', 'down', 8),
   {
     name: 'rtt-64',
     network: 'lan',
@@ -329,17 +738,31 @@ export const SCENARIOS: readonly Scenario[] = [
     ],
     forPath: (dialer, cfg) => new RttRun(dialer, cfg),
   },
-  {
-    name: 'dial-rate',
-    network: 'lan',
-    description: 'connect, one 64-byte echo, close; 16 at a time',
-    metrics: [
-      { metric: 'rate', unit: 'conn/s', better: 'higher' },
-      { metric: 'dial p50', unit: 'ms', better: 'lower' },
-      { metric: 'dial p99', unit: 'ms', better: 'lower' },
-    ],
-    forPath: (dialer, cfg) => new DialRateRun(dialer, cfg),
-  },
+  dialRate('dial-rate', 'lan'),
   throughput('rtt20-throughput-up', 'rtt20', 'up'),
   throughput('rtt20-throughput-down', 'rtt20', 'down'),
+  dialRate('rtt20-dial-rate', 'rtt20'),
+  headOfLine('hol-up', 'up'),
+  headOfLine('hol-down', 'down'),
+  {
+    name: 'scale-conns',
+    network: 'lan',
+    description: 'idle connections through one agent (fresh processes): VmRSS growth per connection after a full GC',
+    metrics: [
+      { metric: 'hub KiB/conn', unit: 'KiB', better: 'lower' },
+      { metric: 'agent KiB/conn', unit: 'KiB', better: 'lower' },
+    ],
+    rounds: () => 1,
+    appliesTo: { paths: ['ssh', 'tunnel', 'tunnel-grpc', 'connect'], otherwise: 'no process in between' },
+    forPath: (dialer, cfg) => new ScaleConnsRun(dialer, cfg),
+  },
+  {
+    name: 'scale-agents',
+    network: 'lan',
+    description: 'idle agents connected to one hub (fresh hub, simulated agents): hub VmRSS growth per agent after a full GC',
+    metrics: [{ metric: 'hub KiB/agent', unit: 'KiB', better: 'lower' }],
+    rounds: () => 1,
+    appliesTo: { paths: ['tunnel', 'tunnel-grpc'], otherwise: 'tunnel = mux agents, tunnel-grpc = gRPC agents; connect uses the same agents as tunnel' },
+    forPath: (dialer, cfg) => new ScaleAgentsRun(dialer, cfg),
+  },
 ];

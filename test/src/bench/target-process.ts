@@ -5,11 +5,15 @@
 //   sink      reads to EOF, then replies `{"bytes":N}\n` and closes
 //   sinkHash  like sink but also hashes: `{"bytes":N,"sha256":"..."}\n`
 //   source    reads a request line `N\n`, writes N bytes of the deterministic payload, then FIN
+//   stall     accepts and never reads (fixtures startStallServer): a sender's window fills and stays full
+//
+// Started with a raised open-files limit (helpers.spawnNode): the scale scenario holds 10,000
+// connections to echo.
 //
 // Exits on SIGTERM (default action), or by itself when its parent goes away.
 import { createHash, type Hash } from 'node:crypto';
 import type net from 'node:net';
-import { startEchoServer, startTcpServer, writePayload } from '../fixtures/index.js';
+import { startEchoServer, startStallServer, startTcpServer, writePayload } from '../fixtures/index.js';
 import { exitWithParent } from './child-util.js';
 
 /** Upper bound for one source request (keeps a garbled request from streaming forever). */
@@ -58,7 +62,8 @@ async function main(): Promise<void> {
   const sink = await startTcpServer('127.0.0.1', sinkHandler(false));
   const sinkHash = await startTcpServer('127.0.0.1', sinkHandler(true));
   const source = await startTcpServer('127.0.0.1', sourceHandler);
-  process.stdout.write(`${JSON.stringify({ targets: { echo: echo.port, sink: sink.port, sinkHash: sinkHash.port, source: source.port } })}\n`);
+  const stall = await startStallServer();
+  process.stdout.write(`${JSON.stringify({ targets: { echo: echo.port, sink: sink.port, sinkHash: sinkHash.port, source: source.port, stall: stall.port } })}\n`);
 }
 
 main().catch((err: unknown) => {
