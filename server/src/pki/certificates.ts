@@ -216,7 +216,7 @@ function generateRsaKeys(): { publicKey: forge.pki.rsa.PublicKey; keyPem: string
   const { publicKey, privateKey } = generateKeyPairSync('rsa', {
     modulusLength: RSA_BITS,
     publicKeyEncoding: { type: 'spki', format: 'pem' },
-    // PKCS#8 ("BEGIN PRIVATE KEY"): what Node, Go's tls.LoadX509KeyPair and kubectl all read.
+    // PKCS#8 (PEM label "PRIVATE KEY"): what Node, Go's tls.LoadX509KeyPair and kubectl all read.
     privateKeyEncoding: { type: 'pkcs8', format: 'pem' },
   });
   return { publicKey: forge.pki.publicKeyFromPem(publicKey) as forge.pki.rsa.PublicKey, keyPem: privateKey };
