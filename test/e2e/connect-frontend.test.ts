@@ -2,7 +2,6 @@
 // process over mTLS, a demo HTTPS "apiserver" and TCP targets behind it, and real clients: curl
 // (TLS to the proxy with a client certificate, Bearer and Basic tokens), Python's http.client
 // set_tunnel, and raw Node sockets for protocol edge cases.
-import { spawn } from 'node:child_process';
 import { once } from 'node:events';
 import { stat } from 'node:fs/promises';
 import { readFileSync } from 'node:fs';
@@ -17,7 +16,7 @@ import { ProxyServer, issueServerCert } from '@cluster-proxy/server';
 import { startConnectFrontend, TokenStore, type ConnectFrontend } from '@cluster-proxy/server';
 import {
   digestStream, killAllSpawned, payloadSha256, snapshotHandles, spawnProcess, startBlackhole, startEchoServer, startSinkServer,
-  startSourceServer, waitFor, waitForHandlesAtMost, writePayload, type Blackhole, type ManagedProcess, type SinkServer, type SourceServer, type TcpTarget,
+  startSourceServer, waitFor, waitForHandlesAtMost, writePayload, type Blackhole, type ManagedProcess, type SinkServer, type SourceServer, type TcpTarget, runCommand, type RunResult,
 } from '../src/fixtures/index.js';
 import { CLI, createPki, getJson, type AgentTables, type CertFiles, type TestPki } from '../src/harness.js';
 
@@ -71,28 +70,10 @@ async function startAgentProcess(cluster: string, apiserverAddr: string, extraAr
   return { proc, healthPort: Number(up['healthPort']) };
 }
 
-interface RunResult {
-  code: number | null;
-  stdout: string;
-  stderr: string;
-}
-
 function run(cmd: string, args: string[], env: NodeJS.ProcessEnv = {}, timeoutMs = 30_000): Promise<RunResult> {
   const clean: NodeJS.ProcessEnv = { ...process.env };
   for (const k of Object.keys(clean)) if (/^(https?|all|no)_proxy$/i.test(k)) delete clean[k];
-  const child = spawn(cmd, args, { stdio: ['ignore', 'pipe', 'pipe'], env: { ...clean, ...env } });
-  let stdout = '';
-  let stderr = '';
-  child.stdout.setEncoding('utf8').on('data', (s: string) => (stdout += s));
-  child.stderr.setEncoding('utf8').on('data', (s: string) => (stderr += s));
-  const timer = setTimeout(() => child.kill('SIGKILL'), timeoutMs);
-  return new Promise((resolve, reject) => {
-    child.once('error', reject);
-    child.once('close', (code) => {
-      clearTimeout(timer);
-      resolve({ code, stdout, stderr });
-    });
-  });
+  return runCommand(cmd, args, { env: { ...clean, ...env }, timeoutMs });
 }
 
 interface CurlResult extends RunResult {

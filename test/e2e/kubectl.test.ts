@@ -4,7 +4,6 @@
 //     frontend; one certificate-authority-data bundle verifies the hub and the apiserver.
 //   - --via forward: kubectl talks to a local `cluster-proxy forward` port (tls-server-name).
 // Also what kubectl reports when the token is revoked, is for another cluster, or the hub CA is wrong.
-import { spawn } from 'node:child_process';
 import { mkdtemp, readFile, rm, stat } from 'node:fs/promises';
 import https from 'node:https';
 import net from 'node:net';
@@ -12,16 +11,10 @@ import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createCA, issueServerCert, writePemPair, type PemPair } from '@cluster-proxy/server';
-import { killAllSpawned, spawnProcess, waitFor, type ManagedProcess } from '../src/fixtures/index.js';
+import { killAllSpawned, spawnProcess, waitFor, type ManagedProcess, runCommand, type RunResult } from '../src/fixtures/index.js';
 import { CLI, createPki, startAgent, startHub, type AgentProcess, type HubProcess, type TestPki } from '../src/harness.js';
 import { createHash } from 'node:crypto';
 import { extractZipEntry, kubectlBinary, kubectlUnsupported, kubectlZipPath } from './kubectl-binary.js';
-
-interface RunResult {
-  code: number | null;
-  stdout: string;
-  stderr: string;
-}
 
 let pki: TestPki;
 let hub: HubProcess;
@@ -47,19 +40,7 @@ function cleanEnv(): NodeJS.ProcessEnv {
 
 function run(cmd: string, args: string[], timeoutMs = 30_000): Promise<RunResult> {
   // stdin is /dev/null: a kubectl that wanted to prompt for credentials fails instead of hanging.
-  const child = spawn(cmd, args, { stdio: ['ignore', 'pipe', 'pipe'], env: cleanEnv() });
-  let stdout = '';
-  let stderr = '';
-  child.stdout.setEncoding('utf8').on('data', (s: string) => (stdout += s));
-  child.stderr.setEncoding('utf8').on('data', (s: string) => (stderr += s));
-  const timer = setTimeout(() => child.kill('SIGKILL'), timeoutMs);
-  return new Promise((resolve, reject) => {
-    child.once('error', reject);
-    child.once('close', (code) => {
-      clearTimeout(timer);
-      resolve({ code, stdout, stderr });
-    });
-  });
+  return runCommand(cmd, args, { env: cleanEnv(), timeoutMs });
 }
 
 const cli = (args: string[]): Promise<RunResult> => run(process.execPath, [CLI, ...args]);

@@ -1,7 +1,6 @@
 // `cluster-proxy quickstart` as a newcomer runs it: start it, read DIR/quickstart.json, paste the
 // printed curl, kubectl and forward lines into a shell (bash -c, from another directory) and check
 // that both demo clusters answer /version; then Ctrl+C (SIGINT): exit code 0, no listener left.
-import { spawn } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { mkdtemp, readFile, rm, stat } from 'node:fs/promises';
 import net from 'node:net';
@@ -9,7 +8,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { killAllSpawned, spawnProcess, type ManagedProcess } from '../src/fixtures/index.js';
+import { killAllSpawned, spawnProcess, type ManagedProcess, runCommand, type RunResult } from '../src/fixtures/index.js';
 import { CLI } from '../src/harness.js';
 import { kubectlBinary, kubectlUnsupported } from './kubectl-binary.js';
 
@@ -23,12 +22,6 @@ interface QuickstartInfo {
   clusterNames: string[];
   clusters: Record<string, { apiserver: string; forward: string; kubeconfig: string }>;
   commands: { curl: string[]; kubectl: string[]; forward: string; forwardCurl: string };
-}
-
-interface RunResult {
-  code: number | null;
-  stdout: string;
-  stderr: string;
 }
 
 let dir: string;
@@ -55,19 +48,7 @@ function userEnv(): NodeJS.ProcessEnv {
 
 /** A printed line pasted into bash, run from a directory other than the repository. */
 function paste(line: string, timeoutMs = 30_000): Promise<RunResult> {
-  const child = spawn('bash', ['-c', line], { cwd: elsewhere, env, stdio: ['ignore', 'pipe', 'pipe'] });
-  let stdout = '';
-  let stderr = '';
-  child.stdout.setEncoding('utf8').on('data', (s: string) => (stdout += s));
-  child.stderr.setEncoding('utf8').on('data', (s: string) => (stderr += s));
-  const timer = setTimeout(() => child.kill('SIGKILL'), timeoutMs);
-  return new Promise((resolve, reject) => {
-    child.once('error', reject);
-    child.once('close', (code) => {
-      clearTimeout(timer);
-      resolve({ code, stdout, stderr });
-    });
-  });
+  return runCommand('bash', ['-c', line], { cwd: elsewhere, env, timeoutMs });
 }
 
 /** The indented command lines of a section of the printed text that start with `word`. */

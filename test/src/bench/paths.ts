@@ -13,7 +13,7 @@
 // The scale scenarios get fresh processes (scaleConns/scaleAgents), so earlier measurements'
 // heaps do not hide or inflate what 10,000 connections cost.
 import type { Duplex } from 'node:stream';
-import { createPki, type TestPki } from '../harness.js';
+import { createPki } from '../harness.js';
 import type { CleanupStack, LogFn } from './cleanup.js';
 import { openClient, type Client, type ClientSpec, type TlsFiles } from './clients.js';
 import { startBenchHub, startCluster, type AgentTransport, type BenchCluster, type ProcessOptions } from './cluster.js';
@@ -306,4 +306,3 @@ export async function setupPaths(networks: ReadonlySet<Network>, cleanup: Cleanu
   return { sets, facts };
 }
 
-export type { TestPki };

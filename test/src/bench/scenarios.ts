@@ -18,8 +18,6 @@ export interface BenchConfig {
   verifyBytes: number;
   /** Upper bound on a timed transfer's size. */
   maxTransferBytes: number;
-  /** Connections of the throughput-8-* scenarios. */
-  manyConnections: number;
   rttSeconds: number;
   rttMaxIterations: number;
   rttWarmupIterations: number;
@@ -59,7 +57,6 @@ export const FULL_CONFIG: BenchConfig = {
   throughputSeconds: 2.5,
   verifyBytes: 64 * MiB,
   maxTransferBytes: 32 * GiB,
-  manyConnections: 8,
   rttSeconds: 3,
   rttMaxIterations: 20_000,
   rttWarmupIterations: 500,
@@ -87,7 +84,6 @@ export const QUICK_CONFIG: BenchConfig = {
   throughputSeconds: 0.4,
   verifyBytes: 16 * MiB,
   maxTransferBytes: 8 * GiB,
-  manyConnections: 8,
   rttSeconds: 0.5,
   rttMaxIterations: 2_000,
   rttWarmupIterations: 100,
@@ -370,13 +366,19 @@ class HolRun implements PathRun {
     }
     const bytes = transferSize(this.rate, cfg.holSeconds, cfg);
     const timeoutMs = (5 * cfg.holSeconds + 20) * 1000;
-    // Solo and next-to-a-stall transfers alternate (S X S X S), so a drift in machine load hits both alike.
-    let solo = await transfer(dialer, dir, bytes, false, timeoutMs);
+    // Solo and next-to-a-stall transfers alternate (S X S X S), so a drift in machine load hits both
+    // alike. A stalled transfer starts after the stall was quiet for holQuietMs; a solo one gets the
+    // same pause, so neither kind starts on the heels of the previous transfer more than the other.
+    const solo1 = async (): Promise<number> => {
+      await sleep(cfg.holQuietMs);
+      return transfer(dialer, dir, bytes, false, timeoutMs);
+    };
+    let solo = await solo1();
     let soloCount = 1;
     let stalled = 0;
     for (let i = 0; i < cfg.holStalled; i++) {
       stalled += await this.nextToStall(bytes, timeoutMs);
-      solo += await transfer(dialer, dir, bytes, false, timeoutMs);
+      solo += await solo1();
       soloCount++;
     }
     this.rate = (soloCount * bytes) / solo;
