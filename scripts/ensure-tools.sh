@@ -13,12 +13,13 @@ if ! command -v pnpm >/dev/null 2>&1 || [ "$(pnpm --version 2>/dev/null)" != "$P
 fi
 
 # Debian packages: python3 (blackhole fixture, Python client test), curl (real-client tests), squid
-# (the corporate proxy), iproute2 (network namespaces). Best effort when not root.
+# (the corporate proxy), iproute2 (network namespaces), haproxy (the load balancer of the HA test). Best effort when not root.
 need=()
 command -v python3 >/dev/null 2>&1 || need+=(python3)
 command -v curl >/dev/null 2>&1 || need+=(curl)
 command -v squid >/dev/null 2>&1 || [ -x /usr/sbin/squid ] || need+=(squid)
 command -v ip >/dev/null 2>&1 || need+=(iproute2)
+command -v haproxy >/dev/null 2>&1 || [ -x /usr/sbin/haproxy ] || need+=(haproxy)
 if [ "${CLUSTER_PROXY_SKIP_APT:-}" != "1" ] && [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then
     echo "==> apt-get install ${need[*]}"

@@ -9,6 +9,11 @@ import type { AgentTransport, EgressOptions } from './links.js';
 import { proxyFromEnvironment, redactProxyUrl } from './no-proxy.js';
 import { ServerConnection, type ConnectionSummary } from './server-connection.js';
 import { TargetDialer } from './target-dialer.js';
+import { AgentMetrics } from './metrics.js';
+
+/** After a duplicate (the balancer sent us to a replica we already hold), dial again after 100–600 ms. */
+const DUPLICATE_RETRY_MIN_MS = 100;
+const DUPLICATE_RETRY_JITTER_MS = 500;
 
 export interface AgentOptions {
   cluster: string;
@@ -42,6 +47,8 @@ export interface AgentOptions {
   /** CA bundle for an https:// egress proxy. */
   proxyCa?: Buffer;
   proxyConnectTimeoutMs?: number;
+  /** Export prom-client's process/Node.js metrics too (once per process: the CLI sets it). */
+  processMetrics?: boolean;
   log: Logger;
 }
 
@@ -68,9 +75,19 @@ export class Agent {
   private knownServerCount = 1;
   private egress: EgressOptions | undefined;
   private lastError = '';
+  /** The client certificate new links present; replaced on renewal (open links keep theirs). */
+  private credentials: { cert: Buffer; key: Buffer };
+  /** The CA bundle new links verify the hub with; the hub extends it during a CA rollover. */
+  private trust: Buffer;
+  /** This agent's Prometheus registry and counters (served on /metrics of the health port). */
+  readonly metrics: AgentMetrics;
 
   constructor(private readonly opts: AgentOptions) {
     this.agentID = opts.agentID ?? randomUUID();
+    this.credentials = { cert: opts.cert, key: opts.key };
+    this.trust = opts.caCert;
+    this.metrics = new AgentMetrics({ processMetrics: opts.processMetrics });
+    this.metrics.bind({ openServerConnections: () => this.servers.size, knownServerCount: () => this.knownServerCount, openEndpointConnections: () => this.openConnections });
     const names = clusterHostNames(opts.cluster, opts.namespace);
     this.dialer = new TargetDialer({ clusterNames: names, apiserver: opts.apiserver, allow: opts.allow, dialTimeoutMs: opts.dialTimeoutMs ?? 5000 });
     const ids = { ...emptyIdentifiers(), ...opts.extraIdentifiers };
@@ -80,9 +97,28 @@ export class Agent {
     this.transport = opts.transport === 'grpc' ? 'grpc' : 'mux';
   }
 
+  /** A renewed certificate: used by every link opened from now on. */
+  setCredentials(cert: Buffer, key: Buffer): void {
+    this.credentials = { cert, key };
+  }
+
+  /** A CA bundle from the hub (CA rollover): verifies the hub on links opened from now on. */
+  setTrust(caCert: Buffer): void {
+    this.trust = caCert;
+  }
+
+  get currentTrust(): Buffer {
+    return this.trust;
+  }
+
+  /** The certificate and key the agent presents now (for the hub API: leases, renewal). */
+  get currentCredentials(): { cert: Buffer; key: Buffer } {
+    return this.credentials;
+  }
+
   start(): void {
     this.decideEgress();
-    const problem = certificateProblem(this.opts.cert);
+    const problem = certificateProblem(this.credentials.cert);
     if (problem) this.opts.log.error(`agent client certificate ${problem}; the hub will refuse it`);
     this.opts.log.info({ agentID: this.agentID, cluster: this.opts.cluster, hub: this.opts.hubAddress, identifiers: this.identifiers }, 'agent starting');
     this.schedule(0);
@@ -95,6 +131,11 @@ export class Agent {
       draining: this.draining,
       servers: [...this.servers.values()].map((s) => ({ serverID: s.serverID, serverCount: s.serverCount, transport: s.transport, credit: s.credit, connections: s.summary() })),
     };
+  }
+
+  /** Replicas the hub says there are (serverCount); the lease report compares it with connectedServers. */
+  get serverCount(): number {
+    return this.knownServerCount;
   }
 
   /** Number of replicas we hold a working stream to. */
@@ -169,12 +210,12 @@ export class Agent {
   /** One attempt to add a server stream; then decides when to try again. */
   private async connectOnce(): Promise<void> {
     if (this.stopped || this.draining || this.attempt) return;
-    if (this.servers.size >= this.knownServerCount) return; // full set; a loss reschedules
+    if (this.activeServers() >= this.knownServerCount) return; // full set; a loss reschedules
     const conn = new ServerConnection({
       address: this.opts.hubAddress,
-      caCert: this.opts.caCert,
-      cert: this.opts.cert,
-      key: this.opts.key,
+      caCert: this.trust,
+      cert: this.credentials.cert,
+      key: this.credentials.key,
       serverName: this.opts.serverName,
       transport: this.transport,
       egress: this.egress,
@@ -184,16 +225,25 @@ export class Agent {
       dialer: this.dialer,
       log: this.opts.log,
       isDraining: () => this.draining,
+      heldServers: [...this.servers.values()].filter((x) => !x.serverDraining).map((x) => x.serverID),
       nextConnectID: () => ++this.connectID,
       headerTimeoutMs: 15_000,
       keepaliveTimeMs: this.opts.keepaliveTimeMs ?? 15_000,
       keepaliveTimeoutMs: this.opts.keepaliveTimeoutMs ?? 10_000,
+      metrics: this.metrics,
     });
     this.attempt = conn;
     try {
       await conn.ready();
     } catch (err) {
       this.attempt = null;
+      if (/^ALREADY_EXISTS\b/.test((err as Error).message)) {
+        // Our server recognised a replica we hold (before registering it): same as a duplicate.
+        this.metrics.tunnelConnects.inc({ result: 'duplicate' });
+        this.schedule(DUPLICATE_RETRY_MIN_MS + Math.random() * DUPLICATE_RETRY_JITTER_MS);
+        return;
+      }
+      this.metrics.tunnelConnects.inc({ result: 'error' });
       if (err instanceof MuxUnsupportedError && this.opts.transport !== 'mux') {
         // An ANP server: remember, and speak gRPC to it from now on.
         this.opts.log.info({ hub: this.opts.hubAddress }, `${err.message}; using gRPC (AgentService.Connect)`);
@@ -201,7 +251,7 @@ export class Agent {
         this.schedule(0);
         return;
       }
-      const problem = certificateProblem(this.opts.cert);
+      const problem = certificateProblem(this.credentials.cert);
       const message = `${(err as Error).message}${problem ? ` (our client certificate ${problem})` : ''}`;
       const delay = this.backoff.next();
       // Log each distinct failure at warn, repeats at debug, so a hub outage does not flood logs.
@@ -220,20 +270,62 @@ export class Agent {
     if (this.servers.has(conn.serverID)) {
       // The load balancer sent us to a replica we already hold; ANP closes the duplicate too.
       this.opts.log.debug({ serverID: conn.serverID }, 'duplicate server connection closed');
+      this.metrics.tunnelConnects.inc({ result: 'duplicate' });
       conn.close();
-      this.schedule(this.backoff.next());
+      // The hub is fine, the balancer just picked a replica we hold: try again soon rather than
+      // backing off as after a failure (ANP's exponential backoff here can leave agents short for minutes).
+      this.schedule(DUPLICATE_RETRY_MIN_MS + Math.random() * DUPLICATE_RETRY_JITTER_MS);
       return;
     }
     this.backoff.reset();
+    this.metrics.tunnelConnects.inc({ result: 'ok' });
     this.lastError = '';
     this.servers.set(conn.serverID, conn);
     this.opts.log.info({ serverID: conn.serverID, serverCount: conn.serverCount, transport: conn.transport, credit: conn.credit, halfClose: conn.halfClose }, 'connected to proxy server');
     conn.once('closed', (err: Error | null) => {
       this.servers.delete(conn.serverID);
-      if (!this.stopped && !this.draining) this.opts.log.warn({ serverID: conn.serverID, err: err?.message }, 'lost connection to proxy server');
+      if (!this.stopped && !this.draining) {
+        this.metrics.tunnelReconnects.inc();
+        this.opts.log.warn({ serverID: conn.serverID, err: err?.message }, 'lost connection to proxy server');
+      }
       this.schedule(this.backoff.next());
     });
-    if (this.servers.size < this.knownServerCount) this.schedule(this.backoff.next());
+    conn.once('serverDraining', () => this.schedule(this.backoff.next()));
+    if (this.activeServers() < this.knownServerCount) this.schedule(this.backoff.next());
+  }
+
+  /** Links that count toward the full set: open and not announced as shutting down by their server. */
+  private activeServers(): number {
+    let n = 0;
+    for (const s of this.servers.values()) if (!s.serverDraining) n++;
+    return n;
+  }
+
+  /** serverIDs seen missing from the hub's replica list, and in how many syncs in a row. */
+  private readonly missing = new Map<string, number>();
+
+  /**
+   * The hub's list of live replicas (GET /v1/replicas): hold one tunnel per replica, and drop a
+   * tunnel whose replica has been missing from the list twice in a row (once could be a race with
+   * its lease renewal).
+   */
+  setReplicas(serverIDs: readonly string[], serverCount: number): void {
+    if (this.stopped || this.draining) return;
+    const live = new Set(serverIDs);
+    this.knownServerCount = Math.max(1, serverCount);
+    for (const id of [...this.missing.keys()]) if (live.has(id) || !this.servers.has(id)) this.missing.delete(id);
+    for (const [id, conn] of this.servers) {
+      if (live.has(id)) continue;
+      const n = (this.missing.get(id) ?? 0) + 1;
+      this.missing.set(id, n);
+      if (n >= 2) {
+        this.opts.log.info({ serverID: id }, 'server replica is gone from the hub\'s replica list; closing its tunnel');
+        this.missing.delete(id);
+        conn.close();
+      }
+    }
+    // Short of the set: dial now rather than waiting out a backoff armed while the count was lower.
+    if (this.activeServers() < this.knownServerCount && !this.attempt) this.schedule(0);
   }
 }
 

@@ -5,6 +5,7 @@
 import type net from 'node:net';
 import { CreditReturn, MAX_DATA_CHUNK, MAX_MESSAGE_BYTES, SendCredit, chunks, packets, type StreamSender } from '@cluster-proxy/proto';
 import type { Logger } from 'pino';
+import type { AgentMetrics } from './metrics.js';
 
 /** Unflushed bytes we tolerate per connection from a peer without credit before pausing the stream. */
 const LEGACY_BACKLOG = 4 * 1024 * 1024;
@@ -22,6 +23,7 @@ export interface EndpointOwner {
   /** Window the hub granted us, or null without credit. */
   readonly peerWindow: number | null;
   forget(conn: EndpointConnection): void;
+  readonly metrics: AgentMetrics;
 }
 
 export class EndpointConnection {
@@ -45,7 +47,7 @@ export class EndpointConnection {
     readonly address: string,
     private readonly log: Logger,
   ) {
-    this.sendCredit = new SendCredit(owner.peerWindow);
+    this.sendCredit = new SendCredit(owner.peerWindow, () => owner.metrics.flowControlStalls.inc());
   }
 
   /** The dial succeeded: start pumping. */
@@ -76,6 +78,7 @@ export class EndpointConnection {
       return;
     }
     this.bytesIn += data.length;
+    this.owner.metrics.bytes.inc({ direction: 'to_endpoint' }, data.length);
     this.writer.write(data);
     const buffered = this.writer.buffered;
     if (this.owner.credit) {
@@ -115,6 +118,7 @@ export class EndpointConnection {
 
   private readonly onSocketData = (chunk: Buffer): void => {
     this.bytesOut += chunk.length;
+    this.owner.metrics.bytes.inc({ direction: 'to_server' }, chunk.length);
     for (const piece of chunks(chunk, MAX_DATA_CHUNK)) {
       this.owner.sender.send(packets.data(this.connectID, piece));
       this.sendCredit.consume(piece.length);
@@ -148,7 +152,7 @@ export class EndpointConnection {
   };
 
   private readonly onSocketError = (err: Error): void => {
-    this.log.debug({ connectID: this.connectID, err: err.message }, 'destination socket error');
+    this.log.debug({ err: err.message }, 'destination socket error');
   };
 
   private readonly onSocketClose = (hadError: boolean): void => {
@@ -160,7 +164,7 @@ export class EndpointConnection {
   // ------------------------------------------------------------ teardown
 
   private fail(why: string): void {
-    this.log.warn({ connectID: this.connectID, address: this.address }, why);
+    this.log.warn({ address: this.address }, why);
     this.finish(why);
   }
 

@@ -1,10 +1,15 @@
 export { Agent, type AgentOptions, type AgentStatus } from './agent.js';
-export { startAgentHealthServer } from './health.js';
+export { startAgentHealthServer, agentReadiness, type AgentHealthOptions } from './health.js';
+export { AgentMetrics, type AgentGaugeSource, type AgentSegment } from './metrics.js';
 export { Allowlist, AllowlistError } from './allowlist.js';
 export { TargetDialer, DialFailure } from './target-dialer.js';
 export { Backoff } from './backoff.js';
-export { type AgentTransport } from './links.js';
+export { type AgentTransport, type EgressOptions } from './links.js';
 export * from './no-proxy.js';
 export * from './no-proxy-audit.js';
 export * from './egress-proxy.js';
 export * from './egress-shim.js';
+export { hubRequest, HubRequestError, type HubClientOptions } from './hub-client.js';
+export { CredentialsManager, BootstrapRefused, type Credentials, type CredentialsOptions } from './credentials.js';
+export { LeaseRenewer, apiserverReachable, AGENT_VERSION, type LeaseReport } from './lease.js';
+export { ReplicaSync, type ReplicaSyncOptions } from './replica-sync.js';

@@ -3,9 +3,10 @@
 // serves DIAL_REQ / DATA / CLOSE_REQ / DIAL_CLS / CREDIT / HALF_CLOSE for the connections it carries.
 import { EventEmitter } from 'node:events';
 import {
-  CAP_CREDIT, CAP_HALF_CLOSE, MD_AGENT_ID, MD_AGENT_IDENTIFIERS, MD_CAPABILITIES, MD_SERVER_COUNT, MD_SERVER_ID, MD_WINDOW, PacketType,
-  StreamSender, packetTypeName, packets, parseCapabilities, type Packet,
+  CAP_CREDIT, CAP_HALF_CLOSE, CAP_SERVER_DRAIN, MD_HELD_SERVERS, MD_AGENT_ID, MD_AGENT_IDENTIFIERS, MD_CAPABILITIES, MD_SERVER_COUNT, MD_SERVER_ID, MD_WINDOW, PacketType,
+  StreamSender, packetTypeName, packets, parseCapabilities, tapWrites, type Packet,
 } from '@cluster-proxy/proto';
+import { AgentMetrics } from './metrics.js';
 import type { Logger } from 'pino';
 import { EndpointConnection, type EndpointOwner } from './endpoint-connection.js';
 import { openGrpcLink, openMuxLink, type AgentTransport, type EgressOptions, type Link, type LinkOptions } from './links.js';
@@ -29,10 +30,14 @@ export interface ServerConnectionOptions {
   log: Logger;
   /** New dials are refused while this returns true. */
   isDraining: () => boolean;
+  /** ServerIDs we already hold: our server refuses a duplicate before registering it. */
+  heldServers?: string[];
   nextConnectID: () => number;
   headerTimeoutMs: number;
   keepaliveTimeMs: number;
   keepaliveTimeoutMs: number;
+  /** The agent's metrics (default: a registry of its own). */
+  metrics?: AgentMetrics;
 }
 
 export interface ConnectionSummary {
@@ -59,12 +64,14 @@ export class ServerConnection extends EventEmitter implements EndpointOwner {
   private readonly abort = new AbortController();
   private readonly conns = new Map<number, EndpointConnection>();
   private readonly byRandom = new Map<bigint, EndpointConnection>();
-  private readonly log: Logger;
+  private log: Logger;
+  readonly metrics: AgentMetrics;
 
   constructor(private readonly opts: ServerConnectionOptions) {
     super();
     this.window = opts.window;
     this.log = opts.log;
+    this.metrics = opts.metrics ?? new AgentMetrics();
   }
 
   get sender(): StreamSender {
@@ -87,8 +94,9 @@ export class ServerConnection extends EventEmitter implements EndpointOwner {
       metadata: {
         [MD_AGENT_ID]: this.opts.agentID,
         ...(this.opts.identifiers ? { [MD_AGENT_IDENTIFIERS]: this.opts.identifiers } : {}),
-        [MD_CAPABILITIES]: [CAP_CREDIT, CAP_HALF_CLOSE].join(','),
+        [MD_CAPABILITIES]: [CAP_CREDIT, CAP_HALF_CLOSE, CAP_SERVER_DRAIN].join(','),
         [MD_WINDOW]: String(this.opts.window),
+        ...(this.opts.heldServers?.length ? { [MD_HELD_SERVERS]: this.opts.heldServers.join(',') } : {}),
       },
       headerTimeoutMs: this.opts.headerTimeoutMs,
       keepaliveTimeMs: this.opts.keepaliveTimeMs,
@@ -109,7 +117,8 @@ export class ServerConnection extends EventEmitter implements EndpointOwner {
       throw err;
     }
     this.link = link;
-    this.senderOrNull = new StreamSender(link.stream);
+    this.log = this.log.child({ serverID: this.serverID });
+    this.senderOrNull = new StreamSender(tapWrites(link.stream, (p) => this.metrics.packet('from_agent', p)));
     this.state = 'open';
     link.onPacket(this.onPacket);
     link.onGone((err) => this.shutdown(err));
@@ -133,6 +142,9 @@ export class ServerConnection extends EventEmitter implements EndpointOwner {
       this.peerWindow = w;
     }
   }
+
+  /** The server said it is shutting down: this link no longer counts toward the full set. */
+  serverDraining = false;
 
   get isOpen(): boolean {
     return this.state === 'open';
@@ -164,6 +176,7 @@ export class ServerConnection extends EventEmitter implements EndpointOwner {
   // ------------------------------------------------------------ inbound packets
 
   private readonly onPacket = (p: Packet): void => {
+    this.metrics.packet('to_agent', p);
     switch (p.type) {
       case PacketType.DIAL_REQ:
         this.onDialRequest(p.dialRequest.random, p.dialRequest.address, p.dialRequest.protocol);
@@ -199,6 +212,14 @@ export class ServerConnection extends EventEmitter implements EndpointOwner {
       case PacketType.HALF_CLOSE:
         this.conns.get(p.halfClose.connectID)?.onHalfClose();
         return;
+      case PacketType.DRAIN:
+        // The server is shutting down (server-drain capability): open connections finish, no new dials come.
+        if (!this.serverDraining) {
+          this.serverDraining = true;
+          this.log.info('server is shutting down (DRAIN); looking for the other replicas');
+          this.emit('serverDraining');
+        }
+        return;
       default:
         this.log.warn({ type: packetTypeName(p.type) }, 'unexpected packet from server, ignored');
     }
@@ -206,7 +227,8 @@ export class ServerConnection extends EventEmitter implements EndpointOwner {
 
   private onDialRequest(random: bigint, address: string, protocol: string): void {
     const refuse = (reason: string, message: string): void => {
-      this.log.info({ address, reason }, `dial refused: ${message}`);
+      this.log.info({ dialID: String(random), address, reason }, `dial refused: ${message}`);
+      this.metrics.endpointDialFailures.inc({ reason });
       this.sender.send(packets.dialResponse(random, 0, message, reason));
     };
     if (this.opts.isDraining()) return refuse('draining', 'agent is draining');
@@ -218,7 +240,9 @@ export class ServerConnection extends EventEmitter implements EndpointOwner {
       if (err instanceof DialFailure) return refuse(err.reason, err.message);
       throw err;
     }
-    const conn = new EndpointConnection(this, this.opts.nextConnectID(), random, address, this.log);
+    const connectID = this.opts.nextConnectID();
+    const log = this.log.child({ connectID, dialID: String(random) });
+    const conn = new EndpointConnection(this, connectID, random, address, log);
     this.conns.set(conn.connectID, conn);
     this.byRandom.set(random, conn);
     const started = process.hrtime.bigint();
@@ -230,14 +254,17 @@ export class ServerConnection extends EventEmitter implements EndpointOwner {
         }
         conn.attach(socket);
         this.sender.send(packets.dialResponse(random, conn.connectID));
-        this.log.debug({ connectID: conn.connectID, address, ms: Number(process.hrtime.bigint() - started) / 1e6 }, 'dial ok');
+        const seconds = Number(process.hrtime.bigint() - started) / 1e9;
+        this.metrics.dialDuration.observe(seconds);
+        log.debug({ address, ms: seconds * 1000 }, 'dial ok');
       },
       (err: unknown) => {
         if (conn.state !== 'dialing') return; // abandoned: CLOSE_RSP already sent
         this.forget(conn);
         conn.state = 'closed';
         const f = err instanceof DialFailure ? err : new DialFailure('unknown', String(err));
-        this.log.info({ address, reason: f.reason }, f.message);
+        this.metrics.endpointDialFailures.inc({ reason: f.reason });
+        log.info({ address, reason: f.reason }, f.message);
         this.sender.send(packets.dialResponse(random, 0, f.message, f.reason));
       },
     );
@@ -249,6 +276,7 @@ export class ServerConnection extends EventEmitter implements EndpointOwner {
     if (this.state === 'closed') return;
     const wasOpen = this.state === 'open';
     this.state = 'closed';
+    if (wasOpen && err && err.message !== SERVER_ENDED) this.metrics.streamErrors.inc({ segment: 'to_agent', code: streamErrorCode(err), packet_type: 'Unknown' });
     this.abort.abort();
     for (const conn of [...this.conns.values()]) conn.destroy();
     this.conns.clear();
@@ -262,3 +290,18 @@ export class ServerConnection extends EventEmitter implements EndpointOwner {
   }
 }
 
+
+/** What the links say when the server ended the stream normally (not a stream error). */
+const SERVER_ENDED = 'server ended the stream';
+
+/** Go-style gRPC code names, as ANP labels stream errors; errors of our transport are Unavailable. */
+const CODE_NAMES: Readonly<Record<string, string>> = {
+  CANCELLED: 'Canceled', UNKNOWN: 'Unknown', INVALID_ARGUMENT: 'InvalidArgument', DEADLINE_EXCEEDED: 'DeadlineExceeded', NOT_FOUND: 'NotFound',
+  ALREADY_EXISTS: 'AlreadyExists', PERMISSION_DENIED: 'PermissionDenied', RESOURCE_EXHAUSTED: 'ResourceExhausted', FAILED_PRECONDITION: 'FailedPrecondition',
+  ABORTED: 'Aborted', OUT_OF_RANGE: 'OutOfRange', UNIMPLEMENTED: 'Unimplemented', INTERNAL: 'Internal', UNAVAILABLE: 'Unavailable', DATA_LOSS: 'DataLoss', UNAUTHENTICATED: 'Unauthenticated',
+};
+
+function streamErrorCode(err: Error): string {
+  const m = /^([A-Z_]+): /.exec(err.message);
+  return (m && CODE_NAMES[m[1]!]) || 'Unavailable';
+}

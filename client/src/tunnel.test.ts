@@ -31,3 +31,24 @@ describe('Tunnel without a hub', () => {
     expect(() => new Tunnel({ address: '127.0.0.1:8090' })).toThrow(/caCert, cert and key/);
   });
 });
+
+describe('Tunnel.close() with a dial in flight', () => {
+  it('rejects the pending dial with tunnelclosed instead of leaving it hanging', async () => {
+    // A hub address that accepts TCP but never completes TLS: the dial stays pending until close().
+    const { createServer } = await import('node:net');
+    const held: import('node:net').Socket[] = [];
+    const server = createServer((s) => held.push(s));
+    await new Promise<void>((r) => server.listen(0, '127.0.0.1', () => r()));
+    const port = (server.address() as { port: number }).port;
+    const { createCA, issueClientCert } = await import('@cluster-proxy/server');
+    const ca = createCA();
+    const me = issueClientCert(ca, { commonName: 'me' });
+    const t = new Tunnel({ address: `127.0.0.1:${port}`, caCert: Buffer.from(ca.certPem), cert: Buffer.from(me.certPem), key: Buffer.from(me.keyPem), transport: 'mux' });
+    const pending = t.dial('c1:443');
+    await new Promise((r) => setTimeout(r, 50));
+    t.close();
+    await expect(pending).rejects.toMatchObject({ reason: 'tunnelclosed' });
+    for (const s of held) s.destroy();
+    await new Promise<void>((r) => server.close(() => r()));
+  });
+});

@@ -2,7 +2,6 @@
 // multiplexed TLS connection (ALPN "cluster-proxy-mux/1", per-connection credit); against any other
 // ANP-compatible hub, each connection gets its own gRPC Proxy stream on one channel, as
 // konnectivity-client's CreateGRPCTunnel does.
-import { once } from 'node:events';
 import * as grpc from '@grpc/grpc-js';
 import { CLIENT_HTTP2_WINDOW, MAX_MESSAGE_BYTES } from '@cluster-proxy/proto';
 import { TunnelError } from './errors.js';
@@ -83,7 +82,20 @@ export class Tunnel {
     if (this.closed) throw new TunnelError('tunnelclosed', destination, `tunnel is closed; cannot dial ${destination}`);
     const socket = this.connect(destination, opts);
     try {
-      await once(socket, 'connect');
+      await new Promise<void>((resolve, reject) => {
+        const done = (): void => {
+          socket.off('connect', onConnect);
+          socket.off('error', onError);
+          socket.off('close', onClose);
+        };
+        const onConnect = (): void => { done(); resolve(); };
+        const onError = (err: Error): void => { done(); reject(err); };
+        // Closed (e.g. tunnel.close()) before the agent reached the destination: no 'connect' will come.
+        const onClose = (): void => { done(); reject(new TunnelError('tunnelclosed', destination, `tunnel closed before ${destination} was reached`)); };
+        socket.once('connect', onConnect);
+        socket.once('error', onError);
+        socket.once('close', onClose);
+      });
     } catch (err) {
       socket.destroy();
       throw err;

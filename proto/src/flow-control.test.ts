@@ -283,3 +283,21 @@ describe('chunks', () => {
     expect(Buffer.concat([...chunks(buf, 97)]).equals(buf)).toBe(true);
   });
 });
+
+describe('SendCredit stall callback', () => {
+  it('reports each time the credit runs out, not while it stays out, and never without credit', () => {
+    let stalls = 0;
+    const c = new SendCredit(100, () => stalls++);
+    c.consume(60);
+    expect(stalls).toBe(0);
+    c.consume(60); // overshoot by one chunk: out of credit
+    c.consume(10); // still out: the same stall
+    expect(stalls).toBe(1);
+    c.grant(200); // back to 170
+    c.consume(170);
+    expect(stalls).toBe(2);
+    const none = new SendCredit(null, () => stalls++);
+    none.consume(1e9);
+    expect(stalls).toBe(2);
+  });
+});

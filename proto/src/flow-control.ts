@@ -11,7 +11,9 @@ export class SendCredit {
   private available: number;
   readonly enabled: boolean;
 
-  constructor(window: number | null) {
+  /** `onExhausted` runs each time the credit runs out (a flow-control stall: the sender must wait
+   * for the receiver). A callback, so metrics live with the owner, not in the protocol package. */
+  constructor(window: number | null, private readonly onExhausted?: () => void) {
     this.enabled = window !== null;
     this.available = window ?? Number.POSITIVE_INFINITY;
   }
@@ -22,7 +24,10 @@ export class SendCredit {
 
   /** A chunk may overshoot the remaining credit; the overshoot is bounded by one chunk. */
   consume(bytes: number): void {
-    if (this.enabled) this.available -= bytes;
+    if (!this.enabled) return;
+    const had = this.available > 0;
+    this.available -= bytes;
+    if (had && this.available <= 0) this.onExhausted?.();
   }
 
   /** Returns true when this grant unblocked a sender that was out of credit. */

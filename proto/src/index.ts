@@ -9,7 +9,9 @@ export * from './errors.js';
 export * from './stream-sender.js';
 export * from './framing.js';
 export * from './mux-connect.js';
+export * from './health-checks.js';
 
 import { fileURLToPath } from 'node:url';
 /** Directory holding client.proto and agent.proto (for tools that load the .proto files). */
 export const PROTO_DIR = fileURLToPath(new URL('..', import.meta.url));
+export * from './registration-proof.js';

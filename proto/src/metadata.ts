@@ -11,8 +11,17 @@ export const MD_CAPABILITIES = 'cluster-proxy-capabilities';
 /** Per-connection receive window (bytes) the sender grants its peer when "credit" is in effect. */
 export const MD_WINDOW = 'cluster-proxy-window';
 
+/**
+ * ServerIDs the agent already holds a stream to (comma-separated). Our server refuses a stream to a
+ * replica on the list before registering it, so no dial is ever routed over a duplicate that the
+ * agent is about to close; an ANP server ignores the key (and the agent closes the duplicate, as ANP does).
+ */
+export const MD_HELD_SERVERS = 'cluster-proxy-held-servers';
+
 export const CAP_CREDIT = 'credit';
 export const CAP_HALF_CLOSE = 'half-close';
+/** The server may send DRAIN to the agent: "I am shutting down; count me out and find the other replicas". */
+export const CAP_SERVER_DRAIN = 'server-drain';
 
 export function parseCapabilities(value: string | undefined): Set<string> {
   const caps = new Set<string>();

@@ -82,3 +82,17 @@ export class StreamSender {
     }
   };
 }
+
+/** The same stream, with `onWrite` called for every packet written (metrics count packets here). */
+export function tapWrites(stream: PacketStream, onWrite: (p: Packet) => void): PacketStream {
+  return {
+    write: (p) => {
+      onWrite(p);
+      return stream.write(p);
+    },
+    once: (event, listener) => stream.once(event, listener),
+    removeListener: (event, listener) => stream.removeListener(event, listener),
+    pause: () => stream.pause(),
+    resume: () => stream.resume(),
+  };
+}

@@ -3,7 +3,7 @@
 // and the capabilities in effect, and hands the stream to the proxy core.
 import * as grpc from '@grpc/grpc-js';
 import {
-  CAP_CREDIT, CAP_HALF_CLOSE, MD_AGENT_ID, MD_AGENT_IDENTIFIERS, MD_CAPABILITIES, MD_SERVER_COUNT, MD_SERVER_ID, MD_WINDOW,
+  CAP_CREDIT, CAP_HALF_CLOSE, CAP_SERVER_DRAIN, MD_AGENT_ID, MD_HELD_SERVERS, MD_AGENT_IDENTIFIERS, MD_CAPABILITIES, MD_SERVER_COUNT, MD_SERVER_ID, MD_WINDOW,
   parseCapabilities, parseIdentifiers, serviceProxyHost, type AgentIdentifiers, type FramedPacketStream, type Hello, type Packet,
 } from '@cluster-proxy/proto';
 import type { Logger } from 'pino';
@@ -30,6 +30,11 @@ export interface AgentListenerOptions {
   log: Logger;
   /** False once the server is shutting down: new agent streams are refused. */
   accepting: () => boolean;
+  /**
+   * The hub's registry says whether this cluster's agents may connect (registered, accepted, the
+   * certificate from the cluster's current incarnation): null to admit, else the reason to refuse.
+   */
+  registry?: { check(cluster: string, cert: PeerCertificate): string | null };
 }
 
 const DNS_LABEL = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?$/;
@@ -56,7 +61,7 @@ export function checkIdentifiers(cluster: string, ids: AgentIdentifiers, grant: 
   if (ids.defaultRoute && !grant?.defaultRoute) throw new IdentityError(`agent of cluster "${cluster}" may not register default-route: not granted by the hub`);
 }
 
-export type Refusal = { code: 'UNAVAILABLE' | 'UNAUTHENTICATED' | 'INVALID_ARGUMENT' | 'PERMISSION_DENIED'; message: string };
+export type Refusal = { code: 'UNAVAILABLE' | 'UNAUTHENTICATED' | 'INVALID_ARGUMENT' | 'PERMISSION_DENIED' | 'ALREADY_EXISTS'; message: string };
 
 export interface Admission {
   backend: Omit<AgentBackendOptions, 'log'>;
@@ -69,11 +74,14 @@ export interface Admission {
  * agentID and identifiers from its metadata, capabilities. `get(key)` returns every value sent for
  * a (lower-case) metadata key.
  */
-export function admitAgent(opts: AgentListenerOptions, subject: PeerCertificate['subject'] | undefined, get: (key: string) => string[]): Admission | Refusal {
+export function admitAgent(opts: AgentListenerOptions, cert: PeerCertificate | undefined, get: (key: string) => string[]): Admission | Refusal {
   if (!opts.accepting()) return { code: 'UNAVAILABLE', message: 'server is shutting down' };
-  const identity = clusterFromSubject(subject);
+  if (get(MD_HELD_SERVERS).join(',').split(',').includes(opts.serverID)) return { code: 'ALREADY_EXISTS', message: `agent already holds a stream to server ${opts.serverID}` };
+  const identity = clusterFromSubject(cert?.subject);
   if (!identity) return { code: 'UNAUTHENTICATED', message: 'client certificate does not identify a managed cluster agent' };
   const { cluster } = identity;
+  const revoked = opts.registry && cert ? opts.registry.check(cluster, cert) : null;
+  if (revoked) return { code: 'PERMISSION_DENIED', message: revoked };
   const agentIDs = get(MD_AGENT_ID);
   if (agentIDs.length !== 1 || agentIDs[0] === '') return { code: 'INVALID_ARGUMENT', message: `expected one agentID metadata value, got ${agentIDs.length}` };
   const idValues = get(MD_AGENT_IDENTIFIERS);
@@ -91,8 +99,9 @@ export function admitAgent(opts: AgentListenerOptions, subject: PeerCertificate[
   const peerWindow = Number(get(MD_WINDOW)[0]);
   const credit = caps.has(CAP_CREDIT) && Number.isSafeInteger(peerWindow) && peerWindow > 0;
   const halfClose = caps.has(CAP_HALF_CLOSE);
+  const serverDrain = caps.has(CAP_SERVER_DRAIN);
   const headers: Record<string, string> = { [MD_SERVER_ID]: opts.serverID, [MD_SERVER_COUNT]: String(opts.serverCount()) };
-  const accepted = [credit ? CAP_CREDIT : '', halfClose ? CAP_HALF_CLOSE : ''].filter(Boolean);
+  const accepted = [credit ? CAP_CREDIT : '', halfClose ? CAP_HALF_CLOSE : '', serverDrain ? CAP_SERVER_DRAIN : ''].filter(Boolean);
   if (accepted.length) headers[MD_CAPABILITIES] = accepted.join(',');
   if (credit) headers[MD_WINDOW] = String(opts.window);
   return {
@@ -105,6 +114,7 @@ export function admitAgent(opts: AgentListenerOptions, subject: PeerCertificate[
       defaultRoute: ids.defaultRoute,
       credit,
       halfClose,
+      serverDrain,
       window: opts.window,
       peerWindow: credit ? peerWindow : null,
     },
@@ -116,7 +126,7 @@ let streamNo = 0;
 /** Registers an admitted agent's channel with the core. */
 export function startBackend(opts: AgentListenerOptions, admission: Admission, channel: AgentChannel, peer: string): AgentBackend {
   const log = opts.log.child({ agentID: admission.backend.agentID, cluster: admission.backend.cluster });
-  const backend = new AgentBackend(channel, { ...admission.backend, log }, ++streamNo);
+  const backend = new AgentBackend(channel, { ...admission.backend, log, metrics: opts.core.metrics }, ++streamNo);
   opts.core.addBackend(backend);
   log.info({ peer, hosts: admission.backend.hosts, credit: admission.backend.credit, halfClose: admission.backend.halfClose, transport: channel.transport }, 'agent connected');
   return backend;
@@ -125,9 +135,10 @@ export function startBackend(opts: AgentListenerOptions, admission: Admission, c
 /** AgentService.Connect over gRPC (unmodified ANP agents, and ours when told to use gRPC). */
 export function makeAgentConnectHandler(opts: AgentListenerOptions): grpc.handleBidiStreamingCall<Packet, Packet> {
   return (call) => {
-    const result = admitAgent(opts, call.getAuthContext().sslPeerCertificate?.subject, (key) => call.metadata.get(key).map(String));
+    const result = admitAgent(opts, call.getAuthContext().sslPeerCertificate as PeerCertificate | undefined, (key) => call.metadata.get(key).map(String));
     if (!('headers' in result)) {
-      opts.log.warn({ peer: call.getPeer(), code: result.code }, `agent refused: ${result.message}`);
+      opts.log[result.code === 'ALREADY_EXISTS' ? 'debug' : 'warn']({ peer: call.getPeer(), code: result.code }, `agent refused: ${result.message}`);
+      opts.core.metrics.agentRefusals.inc({ code: result.code });
       call.on('error', () => {});
       call.emit('error', { code: grpc.status[result.code], details: result.message });
       return;
@@ -135,16 +146,17 @@ export function makeAgentConnectHandler(opts: AgentListenerOptions): grpc.handle
     const md = new grpc.Metadata();
     for (const [k, v] of Object.entries(result.headers)) md.set(k, v);
     call.sendMetadata(md);
-    startBackend(opts, result, grpcAgentChannel(call), call.getPeer());
+    startBackend(opts, result, grpcAgentChannel(call, opts.core.metrics), call.getPeer());
   };
 }
 
 /** A mux agent said hello on the agent port: admit it or refuse it. */
 export function onMuxAgentHello(opts: AgentListenerOptions, keepalive: { intervalMs: number; timeoutMs: number }) {
   return (stream: FramedPacketStream, hello: Hello, socket: TLSSocket, peer: string): void => {
-    const result = admitAgent(opts, socket.getPeerCertificate().subject, (key) => hello[key] ?? []);
+    const result = admitAgent(opts, socket.getPeerCertificate(), (key) => hello[key] ?? []);
     if (!('headers' in result)) {
-      opts.log.warn({ peer, code: result.code }, `agent refused: ${result.message}`);
+      opts.log[result.code === 'ALREADY_EXISTS' ? 'debug' : 'warn']({ peer, code: result.code }, `agent refused: ${result.message}`);
+      opts.core.metrics.agentRefusals.inc({ code: result.code });
       stream.sendHello({ error: [`${result.code}: ${result.message}`] });
       stream.end();
       return;
@@ -153,6 +165,6 @@ export function onMuxAgentHello(opts: AgentListenerOptions, keepalive: { interva
     for (const [k, v] of Object.entries(result.headers)) headers[k] = [v];
     stream.sendHello(headers);
     stream.startKeepalive(keepalive.intervalMs, keepalive.timeoutMs);
-    startBackend(opts, result, muxAgentChannel(stream), peer);
+    startBackend(opts, result, muxAgentChannel(stream, opts.core.metrics), peer);
   };
 }

@@ -3,8 +3,9 @@
 // this stream's own tables, so IDs repeated by another stream (a reconnect, a duplicate agent
 // stream, an HA peer) can never collide.
 import type * as grpc from '@grpc/grpc-js';
-import { PacketType, StreamSender, packetTypeName, packets, type FramedPacketStream, type Packet, type PacketStream } from '@cluster-proxy/proto';
+import { PacketType, StreamSender, packetTypeName, packets, tapWrites, type FramedPacketStream, type Packet, type PacketStream } from '@cluster-proxy/proto';
 import type { Logger } from 'pino';
+import { detachedServerMetrics, grpcCodeName, type ServerMetrics } from './metrics.js';
 import type { ProxiedConnection } from './proxied-connection.js';
 import type { Routable } from './routing.js';
 
@@ -20,7 +21,8 @@ export interface AgentChannel {
   close(error?: { code: grpc.status; details: string }): void;
 }
 
-export function grpcAgentChannel(call: grpc.ServerDuplexStream<Packet, Packet>): AgentChannel {
+/** `metrics` counts stream errors (segment from_agent). */
+export function grpcAgentChannel(call: grpc.ServerDuplexStream<Packet, Packet>, metrics?: ServerMetrics): AgentChannel {
   return {
     transport: 'grpc',
     stream: call,
@@ -28,8 +30,14 @@ export function grpcAgentChannel(call: grpc.ServerDuplexStream<Packet, Packet>):
     offPacket: (l) => call.removeListener('data', l),
     onGone: (l) => {
       call.on('end', () => l('agent ended the stream'));
-      call.on('error', (err) => l(`stream error: ${err.message}`));
-      call.on('cancelled', () => l('agent stream cancelled'));
+      call.on('error', (err: Error & { code?: number }) => {
+        metrics?.streamError('from_agent', grpcCodeName(err.code));
+        l(`stream error: ${err.message}`);
+      });
+      call.on('cancelled', () => {
+        metrics?.streamError('from_agent', 'Canceled');
+        l('agent stream cancelled');
+      });
     },
     close: (error) => {
       if (error) call.emit('error', error);
@@ -38,7 +46,7 @@ export function grpcAgentChannel(call: grpc.ServerDuplexStream<Packet, Packet>):
   };
 }
 
-export function muxAgentChannel(stream: FramedPacketStream): AgentChannel {
+export function muxAgentChannel(stream: FramedPacketStream, metrics?: ServerMetrics): AgentChannel {
   return {
     transport: 'mux',
     stream,
@@ -46,7 +54,10 @@ export function muxAgentChannel(stream: FramedPacketStream): AgentChannel {
     offPacket: (l) => stream.removeListener('data', l),
     onGone: (l) => {
       stream.on('end', () => l('agent ended the stream'));
-      stream.on('error', (err: Error) => l(`stream error: ${err.message}`));
+      stream.on('error', (err: Error) => {
+        metrics?.streamError('from_agent', 'Unavailable');
+        l(`stream error: ${err.message}`);
+      });
       stream.on('close', () => l('agent connection closed'));
     },
     close: () => stream.end(),
@@ -61,11 +72,14 @@ export interface AgentBackendOptions {
   defaultRoute: boolean;
   credit: boolean;
   halfClose: boolean;
+  /** The agent understands DRAIN from the server (we are shutting down). */
+  serverDrain?: boolean;
   /** Window we grant the agent per connection. */
   window: number;
   /** Window the agent granted us, or null. */
   peerWindow: number | null;
   log: Logger;
+  metrics?: ServerMetrics;
 }
 
 let nextDialID = BigInt(Date.now()) << 16n; // process-wide, so dial IDs never repeat across agents
@@ -79,6 +93,7 @@ export class AgentBackend implements Routable {
   readonly defaultRoute: boolean;
   readonly credit: boolean;
   readonly halfClose: boolean;
+  readonly serverDrain: boolean;
   readonly window: number;
   readonly peerWindow: number | null;
   readonly sender: StreamSender;
@@ -88,6 +103,7 @@ export class AgentBackend implements Routable {
   private readonly pending = new Map<bigint, ProxiedConnection>();
   private readonly conns = new Map<number, ProxiedConnection>();
   private readonly log: Logger;
+  readonly metrics: ServerMetrics;
   private onClosed: (() => void) | null = null;
 
   constructor(private readonly channel: AgentChannel, opts: AgentBackendOptions, streamNo: number) {
@@ -99,12 +115,31 @@ export class AgentBackend implements Routable {
     this.defaultRoute = opts.defaultRoute;
     this.credit = opts.credit;
     this.halfClose = opts.halfClose;
+    this.serverDrain = opts.serverDrain ?? false;
     this.window = opts.window;
     this.peerWindow = opts.peerWindow;
     this.log = opts.log;
-    this.sender = new StreamSender(channel.stream);
+    this.metrics = opts.metrics ?? detachedServerMetrics();
+    this.sender = new StreamSender(tapWrites(channel.stream, (p) => this.metrics.packet('to_agent', p)));
     channel.onPacket(this.onPacket);
     channel.onGone((why) => this.close(why));
+  }
+
+  get transport(): 'grpc' | 'mux' {
+    return this.channel.transport;
+  }
+
+  /** This stream's logger (agentID and cluster on every line); connections make children of it. */
+  get logger(): Logger {
+    return this.log;
+  }
+
+  get pendingCount(): number {
+    return this.pending.size;
+  }
+
+  get establishedCount(): number {
+    return this.conns.size;
   }
 
   get openConnections(): number {
@@ -165,12 +200,14 @@ export class AgentBackend implements Routable {
   // ------------------------------------------------------------ inbound packets
 
   private readonly onPacket = (p: Packet): void => {
+    this.metrics.packet('from_agent', p);
     switch (p.type) {
       case PacketType.DIAL_RSP: {
         const r = p.dialResponse;
         const conn = this.pending.get(r.random);
         if (!conn) {
           // Abandoned (timed out or cancelled): do not leave the agent's connection open.
+          this.metrics.dialFailure('unrecognized_response');
           if (r.connectID !== 0) this.sender.send(packets.closeRequest(r.connectID));
           return;
         }
@@ -205,19 +242,26 @@ export class AgentBackend implements Routable {
         return;
       }
       case PacketType.DRAIN:
-        if (!this.draining) this.log.info({ agentID: this.agentID, cluster: this.cluster }, 'agent is draining');
+        if (!this.draining) this.log.info('agent is draining');
         this.draining = true;
         return;
       default:
-        this.log.warn({ agentID: this.agentID, type: packetTypeName(p.type) }, 'unexpected packet from agent, ignored');
+        this.log.warn({ type: packetTypeName(p.type) }, 'unexpected packet from agent, ignored');
     }
   };
 
   /** Ends the stream (if still open) and fails every pending and open connection at once. */
+  /** Shutdown notice to an agent that negotiated it: it stops counting this replica and finds the others. */
+  sendServerDrain(): boolean {
+    if (this.closedFlag || !this.serverDrain) return false;
+    this.sender.send(packets.drain());
+    return true;
+  }
+
   close(why: string, status?: { code: grpc.status; details: string }): void {
     if (this.closedFlag) return;
     this.closedFlag = true;
-    this.log.info({ agentID: this.agentID, cluster: this.cluster, pending: this.pending.size, established: this.conns.size }, `agent stream closed: ${why}`);
+    this.log.info({ pending: this.pending.size, established: this.conns.size }, `agent stream closed: ${why}`);
     const all = [...this.pending.values(), ...this.conns.values()];
     this.pending.clear();
     this.conns.clear();

@@ -134,6 +134,8 @@ export interface ConnectFrontend {
   connections(): number;
   /** One entry per client connection (for /debug/connections). */
   describe(): ConnectConnectionInfo[];
+  /** New TLS material for connections from now on (open ones keep theirs). */
+  setTls(tls: { caCert: Buffer; cert: Buffer; key: Buffer }): void;
 }
 
 interface Shared {
@@ -183,10 +185,11 @@ export async function startConnectFrontend(opts: ConnectFrontendOptions): Promis
   };
 
   const ports: ConnectFrontendPorts = { tls: null, uds: null, plain: null };
+  let tlsServer: tls.Server | null = null;
   try {
     if (opts.tls) {
       const t = opts.tls;
-      const server = tls.createServer({
+      const server = tlsServer = tls.createServer({
         ca: t.caCert, cert: t.cert, key: t.key,
         requestCert: true, rejectUnauthorized: false, // no certificate = token auth; checked per request
         ALPNProtocols: ['http/1.1'],
@@ -222,6 +225,7 @@ export async function startConnectFrontend(opts: ConnectFrontendOptions): Promis
 
   return {
     ports,
+    setTls: (m) => tlsServer?.setSecureContext({ ca: m.caCert, cert: m.cert, key: m.key }),
     connections: () => conns.size,
     describe: () => [...conns].map((c) => c.describe()),
     stop(graceMs = 0): Promise<void> {
@@ -247,7 +251,7 @@ class ConnectConnection implements Frontend {
   readonly halfClose = true; // a TCP socket can half-close
   readonly sink: ByteSink;
   private state: ConnectState = 'reading-head';
-  private readonly log: Logger;
+  private log: Logger;
   private readonly peer: string;
   private head: Buffer | null = null;
   private headLen = 0;
@@ -354,7 +358,7 @@ class ConnectConnection implements Frontend {
     this.conn = null;
     conn?.close();
     if (was === 'open' || was === 'half-closed') {
-      this.log.info({ connectID: this.connectID, destination: this.destination, bytesToAgent: conn?.bytesToAgent, bytesToClient: conn?.bytesToClient }, 'CONNECT tunnel closed');
+      this.log.info({ destination: this.destination, bytesToAgent: conn?.bytesToAgent, bytesToClient: conn?.bytesToClient }, 'CONNECT tunnel closed');
     }
   };
 
@@ -419,7 +423,10 @@ class ConnectConnection implements Frontend {
     // Authorize on the cluster the destination routes to. core.dial() routes again in the same
     // synchronous turn, so it sees the same table and picks the same agent (checked below).
     const route = this.shared.core.routes.route(address);
-    if (!('backend' in route)) return this.dialFailed(route.reason, route.message);
+    if (!('backend' in route)) {
+      this.shared.core.metrics.routeFailure(route.reason);
+      return this.dialFailed(route.reason, route.message);
+    }
     const cluster = route.backend.cluster;
     if (auth.principal.kind === 'token' && !tokenAllowsCluster(auth.principal, cluster)) {
       return this.refuse(403, `token "${auth.principal.name}" may not reach cluster ${cluster}`, 'not_authorized');
@@ -481,10 +488,12 @@ class ConnectConnection implements Frontend {
       return;
     }
     this.connectID = connectID;
+    this.log = this.log.child({ connectID });
     this.state = 'open';
+    this.shared.core.metrics.connectRequests.inc({ status: '200' });
     // Exactly the status line and the empty line: the next byte is the destination's.
     this.socket.write('HTTP/1.1 200 Connection Established\r\n\r\n');
-    this.log.info({ connectID, destination: this.destination, principal: principalName(this.principal!) }, 'CONNECT tunnel open');
+    this.log.info({ destination: this.destination, principal: principalName(this.principal!) }, 'CONNECT tunnel open');
     const pipelined = this.pending;
     this.pending = [];
     this.pendingBytes = 0;
@@ -515,7 +524,7 @@ class ConnectConnection implements Frontend {
     if (this.state === 'closed' || this.state === 'refusing') return;
     if (error) {
       // The tunnel broke: a reset tells the client its data may be incomplete (a FIN would not).
-      this.log.info({ connectID: this.connectID, destination: this.destination, error }, 'CONNECT tunnel closed with an error; resetting the client connection');
+      this.log.info({ destination: this.destination, error }, 'CONNECT tunnel closed with an error; resetting the client connection');
       resetSocket(this.socket);
       return;
     }
@@ -543,6 +552,7 @@ class ConnectConnection implements Frontend {
     const level = status === 408 || status === 431 ? 'debug' : 'info';
     this.log[level]({ status, reason, destination: dest, principal: this.principal ? principalName(this.principal) : undefined }, `CONNECT refused: ${message}`);
     this.state = 'refusing';
+    this.shared.core.metrics.connectRequests.inc({ status: String(status) });
     this.clearTimer();
     this.pending = [];
     this.pendingBytes = 0;

@@ -5,6 +5,7 @@ import * as grpc from '@grpc/grpc-js';
 import { CAP_HALF_CLOSE, MD_CAPABILITIES, PacketType, packetTypeName, packets, parseCapabilities, type ByteSink, type DialFailureReason, type Packet } from '@cluster-proxy/proto';
 import type { Logger } from 'pino';
 import type { Frontend } from './frontend.js';
+import { grpcCodeName } from './metrics.js';
 import type { ProxyCore } from './proxy-core.js';
 import type { ProxiedConnection } from './proxied-connection.js';
 
@@ -17,41 +18,68 @@ export class GrpcFrontend implements Frontend {
   private conn: ProxiedConnection | null = null;
   private clientRandom = 0n;
   private connectID = 0;
+  private log: Logger;
 
   constructor(
     private readonly call: grpc.ServerDuplexStream<Packet, Packet>,
     private readonly core: ProxyCore,
-    private readonly log: Logger,
+    log: Logger,
     private readonly onDone: (f: GrpcFrontend) => void,
   ) {
+    this.log = log;
     const caps = parseCapabilities(call.metadata.get(MD_CAPABILITIES).map(String).join(','));
     this.halfClose = caps.has(CAP_HALF_CLOSE);
     const md = new grpc.Metadata();
     if (this.halfClose) md.set(MD_CAPABILITIES, CAP_HALF_CLOSE);
     call.sendMetadata(md);
-    this.sink = { write: (chunk, callback) => call.write(packets.data(this.connectID, chunk), callback) };
+    this.sink = {
+      write: (chunk, callback) => {
+        const p = packets.data(this.connectID, chunk);
+        core.metrics.packet('to_client', p);
+        return call.write(p, callback);
+      },
+    };
     call.on('data', this.onPacket);
     // The client ended its side of the stream, or went away: close whatever we hold.
-    call.on('end', () => this.clientGone());
-    call.on('cancelled', () => this.clientGone());
-    call.on('error', () => this.clientGone());
+    let clientEnded = false;
+    call.on('end', () => {
+      clientEnded ||= this.state !== 'done';
+      this.clientGone();
+    });
+    // A cancel is a stream error unless we had finished the stream ourselves first (grpc-js reports
+    // a client's RST_STREAM as 'end' then 'cancelled'; our SDK cancels after reading the status).
+    call.on('cancelled', () => {
+      if (this.state !== 'done' || clientEnded) core.metrics.streamError('from_client', 'Canceled');
+      this.clientGone();
+    });
+    call.on('error', (err: Error & { code?: number }) => {
+      if (this.state !== 'done') core.metrics.streamError('from_client', grpcCodeName(err.code));
+      this.clientGone();
+    });
   }
 
   get description(): { state: FrontendState; connectID: number; address: string } {
     return { state: this.state, connectID: this.connectID, address: this.conn?.address ?? '' };
   }
 
+  private send(p: Packet): void {
+    this.core.metrics.packet('to_client', p);
+    this.call.write(p);
+  }
+
   private readonly onPacket = (p: Packet): void => {
+    this.core.metrics.packet('from_client', p);
     switch (p.type) {
       case PacketType.DIAL_REQ:
         if (this.state !== 'await-dial') return this.protocolError('second DIAL_REQ on one stream');
         this.clientRandom = p.dialRequest.random;
+        this.log = this.log.child({ clientDialID: String(p.dialRequest.random) });
         this.state = 'dialing';
         this.conn = this.core.dial(p.dialRequest.address, p.dialRequest.protocol, this);
         return;
       case PacketType.DATA:
         if (this.state !== 'open' || !this.conn) {
-          this.call.write(packets.closeResponse(p.data.connectID, 'backend not initialized'));
+          this.send(packets.closeResponse(p.data.connectID, 'backend not initialized'));
           return this.finish();
         }
         if (p.data.connectID !== this.connectID) return this.protocolError(`DATA for connectID ${p.data.connectID} on the stream of connectID ${this.connectID}`);
@@ -63,7 +91,7 @@ export class GrpcFrontend implements Frontend {
       case PacketType.CLOSE_REQ:
         if (this.state === 'open') this.conn?.close();
         else if (this.state === 'await-dial') {
-          this.call.write(packets.closeResponse(p.closeRequest.connectID, 'backend not initialized'));
+          this.send(packets.closeResponse(p.closeRequest.connectID, 'backend not initialized'));
           this.finish();
         }
         return;
@@ -83,23 +111,24 @@ export class GrpcFrontend implements Frontend {
   dialSucceeded(connectID: number): void {
     if (this.state !== 'dialing') return;
     this.connectID = connectID;
+    this.log = this.log.child({ connectID });
     this.state = 'open';
-    this.call.write(packets.dialResponse(this.clientRandom, connectID));
+    this.send(packets.dialResponse(this.clientRandom, connectID));
   }
 
   dialFailed(reason: DialFailureReason, message: string): void {
     if (this.state === 'done') return;
-    this.call.write(packets.dialResponse(this.clientRandom, 0, message, reason));
+    this.send(packets.dialResponse(this.clientRandom, 0, message, reason));
     this.finish();
   }
 
   remoteEnded(): void {
-    if (this.state === 'open') this.call.write(packets.halfClose(this.connectID));
+    if (this.state === 'open') this.send(packets.halfClose(this.connectID));
   }
 
   closed(error: string): void {
     if (this.state === 'done') return;
-    this.call.write(packets.closeResponse(this.connectID, error));
+    this.send(packets.closeResponse(this.connectID, error));
     this.finish();
   }
 
@@ -114,7 +143,7 @@ export class GrpcFrontend implements Frontend {
   // ------------------------------------------------------------ teardown
 
   private protocolError(message: string): void {
-    this.log.warn({ connectID: this.connectID }, `client protocol error: ${message}`);
+    this.log.warn(`client protocol error: ${message}`);
     this.conn?.close();
     if (this.state === 'done') return;
     this.state = 'done';

@@ -3,11 +3,12 @@
 // (the client grants us a window per connection, we grant it one), so one slow reader or writer
 // never stalls the others.
 import {
-  CAP_CREDIT, CAP_HALF_CLOSE, MD_CAPABILITIES, MD_WINDOW, PacketType, SendCredit, StreamSender, packetTypeName, packets, parseCapabilities,
+  CAP_CREDIT, CAP_HALF_CLOSE, MD_CAPABILITIES, MD_WINDOW, PacketType, SendCredit, StreamSender, packetTypeName, packets, parseCapabilities, tapWrites,
   type ByteSink, type DialFailureReason, type FramedPacketStream, type Hello, type Packet,
 } from '@cluster-proxy/proto';
 import type { Logger } from 'pino';
 import type { Frontend } from './frontend.js';
+import type { ServerMetrics } from './metrics.js';
 import type { ProxiedConnection } from './proxied-connection.js';
 import type { ProxyCore } from './proxy-core.js';
 
@@ -29,7 +30,7 @@ class MuxFrontendConn implements Frontend {
   readonly sink: ByteSink;
 
   constructor(private readonly session: MuxFrontendSession, readonly random: bigint, readonly address: string) {
-    this.toClient = new SendCredit(session.peerWindow);
+    this.toClient = new SendCredit(session.peerWindow, () => session.metrics.flowControlStalls.inc({ direction: 'to_client' }));
     this.sink = {
       write: (chunk, cb) => {
         this.queue.push({ chunk, cb });
@@ -155,6 +156,7 @@ class MuxFrontendConn implements Frontend {
 export class MuxFrontendSession {
   readonly sender: StreamSender;
   readonly peerWindow: number | null;
+  readonly metrics: ServerMetrics;
   private readonly pending = new Map<bigint, MuxFrontendConn>();
   private readonly open = new Map<number, MuxFrontendConn>();
   private nextID = 0;
@@ -171,11 +173,15 @@ export class MuxFrontendSession {
     const caps = parseCapabilities((hello[MD_CAPABILITIES] ?? []).join(','));
     const w = Number(hello[MD_WINDOW]?.[0]);
     this.peerWindow = caps.has(CAP_CREDIT) && Number.isSafeInteger(w) && w > 0 ? w : null;
-    this.sender = new StreamSender(stream);
+    this.metrics = core.metrics;
+    this.sender = new StreamSender(tapWrites(stream, (p) => this.metrics.packet('to_client', p)));
     stream.sendHello({ [MD_CAPABILITIES]: [`${CAP_CREDIT},${CAP_HALF_CLOSE}`], [MD_WINDOW]: [String(window)] });
     stream.on('data', this.onPacket);
     stream.on('end', () => this.clientGone());
-    stream.on('error', () => this.clientGone());
+    stream.on('error', () => {
+      if (!this.gone) this.metrics.streamError('from_client', 'Unavailable');
+      this.clientGone();
+    });
     stream.on('close', () => this.clientGone());
   }
 
@@ -197,6 +203,7 @@ export class MuxFrontendSession {
   }
 
   private readonly onPacket = (p: Packet): void => {
+    this.metrics.packet('from_client', p);
     switch (p.type) {
       case PacketType.DIAL_REQ: {
         const { random, address, protocol } = p.dialRequest;

@@ -7,3 +7,20 @@ export * from './pki/index.js';
 export { startConnectFrontend, DIAL_FAILURE_STATUS, type ConnectFrontend, type ConnectFrontendOptions, type Principal } from './frontend-connect.js';
 export { TokenStore, tokenAllowsCluster, type TokenPrincipal, type TokenInfo, type IssuedToken } from './tokens.js';
 export * from './proxy-settings.js';
+export * from './store/index.js';
+export { HubApi, HubApiError, HUB_API_ALPN, MAX_HUB_API_BODY_BYTES, type HubApiCaller, type HubApiRequest, type HubApiResponse, type HubApiHandler } from './hub-api.js';
+export * from './addon/join-api.js';
+export { ServerMetrics, grpcCodeName, packetTypeLabel, type ServerDialFailure, type ServerGaugeSource, type Segment } from './metrics.js';
+export { registerJoinRoutes, parseJoinRequest, DEFAULT_INSTALL_NAMESPACE, type JoinDeps, type ManifestInput } from './addon/join.js';
+export {
+  createBootstrapToken, revokeBootstrapTokens, consumeBootstrapToken, registerRegistrationRoutes, ClusterRegistry,
+  bootstrapSecretName, BOOTSTRAP_TOKEN_TYPE, type RegistrationOptions,
+} from './registration.js';
+export { AddonManager, type AddonManagerOptions, type AddonWideInfo } from './addon/manager.js';
+export { addonConditions, mergeConditions, LEASE_GRACE_FACTOR, type AgentReport, type ClusterHealthInput, type ConditionSpec } from './addon/conditions.js';
+export {
+  renderAgentInstall, toYaml, manifestsToYaml, ManifestInputError, AGENT_DEPLOYMENT_NAME, AGENT_SERVICE_ACCOUNT, AGENT_ROLE, AGENT_LEASE, AGENT_HEALTH_PORT,
+  HUB_CA_SECRET, BOOTSTRAP_SECRET, CREDENTIALS_SECRET, DEFAULT_AGENT_IMAGE, type KubeManifest, type AgentInstallInput, type NodePlacement, type Toleration, type ResourceRequirements,
+} from './addon/manifests.js';
+export { Hub, HUB_NAMESPACE, type HubOptions } from './hub.js';
+export { ReplicaRegistry, REPLICA_LEASE_PREFIX, REPLICA_LABEL, type ReplicaRegistryOptions } from './replicas.js';

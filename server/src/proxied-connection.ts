@@ -29,15 +29,19 @@ export class ProxiedConnection {
   readonly startedAt = process.hrtime.bigint();
   bytesToAgent = 0;
   bytesToClient = 0;
+  private establishedAt = 0n;
+  /** dialID (and, once open, connectID) on every line about this connection. */
+  private log: Logger;
 
   constructor(
     readonly backend: AgentBackend,
     readonly frontend: Frontend,
     readonly dialID: bigint,
     readonly address: string,
-    private readonly log: Logger,
+    log: Logger,
   ) {
-    this.toAgentCredit = new SendCredit(backend.peerWindow);
+    this.log = log.child({ dialID: String(dialID) });
+    this.toAgentCredit = new SendCredit(backend.peerWindow, () => backend.metrics.flowControlStalls.inc({ direction: 'to_agent' }));
   }
 
   // ------------------------------------------------------------ dialing
@@ -48,6 +52,7 @@ export class ProxiedConnection {
       if (this.state !== 'pending') return;
       // Tell the agent to abandon the dial; a late DIAL_RSP is answered with CLOSE_REQ by the backend.
       this.backend.sendDialClose(this);
+      this.backend.metrics.dialFailure('backend_dial_timeout');
       this.failDial('timeout', `dial to ${this.address} timed out after ${deadlineMs} ms (no answer from the agent)`);
     }, deadlineMs);
     this.backend.sendDialRequest(this);
@@ -56,6 +61,7 @@ export class ProxiedConnection {
   /** The client gave up on a pending dial (DIAL_CLS or stream gone). */
   cancelDial(): void {
     if (this.state !== 'pending') return;
+    this.backend.metrics.dialFailure('frontend_close');
     this.backend.sendDialClose(this);
     this.clearTimer();
     this.state = 'closed';
@@ -66,11 +72,15 @@ export class ProxiedConnection {
     if (this.state !== 'pending') return;
     this.clearTimer();
     if (error !== '' || connectID === 0) {
+      this.backend.metrics.dialFailure('error_response');
       this.failDial(classifyDialError(reason, error), error || `dial to ${this.address} failed`);
       return;
     }
     this.connectID = connectID;
     this.state = 'open';
+    this.establishedAt = process.hrtime.bigint();
+    this.backend.metrics.dialDuration.observe(Number(this.establishedAt - this.startedAt) / 1e9);
+    this.log = this.log.child({ connectID });
     this.toClient = new CreditReturn({
       sink: this.frontend.sink,
       window: this.backend.window,
@@ -98,6 +108,7 @@ export class ProxiedConnection {
       this.toAgentCredit.consume(piece.length);
       this.bytesToAgent += piece.length;
     }
+    this.backend.metrics.bytes.inc({ direction: 'to_agent' }, data.length);
     if (!this.toAgentCredit.canSend() || this.backend.sender.congested) this.pauseFrontend();
   }
 
@@ -121,7 +132,7 @@ export class ProxiedConnection {
     this.backend.sendCloseRequest(this);
     this.timer = setTimeout(() => {
       this.timer = null;
-      this.log.warn({ connectID: this.connectID, agentID: this.backend.agentID }, 'agent did not acknowledge CLOSE_REQ; dropping the connection');
+      this.log.warn('agent did not acknowledge CLOSE_REQ; dropping the connection');
       this.finish('agent did not acknowledge close');
     }, CLOSE_ACK_TIMEOUT_MS);
   }
@@ -131,11 +142,12 @@ export class ProxiedConnection {
   onData(data: Buffer): void {
     if (this.state !== 'open' || !this.toClient) return;
     this.bytesToClient += data.length;
+    this.backend.metrics.bytes.inc({ direction: 'to_client' }, data.length);
     this.toClient.write(data);
     const buffered = this.toClient.buffered;
     if (this.backend.credit) {
       if (buffered > this.backend.window + MAX_MESSAGE_BYTES) {
-        this.log.warn({ connectID: this.connectID, agentID: this.backend.agentID }, 'agent exceeded its flow-control window; closing the connection');
+        this.log.warn('agent exceeded its flow-control window; closing the connection');
         this.close();
       }
     } else if (buffered > LEGACY_BACKLOG) {
@@ -161,8 +173,10 @@ export class ProxiedConnection {
 
   /** The agent stream is gone. */
   backendGone(): void {
-    if (this.state === 'pending') this.failDial('dialclosed', `agent for ${this.address} disconnected during the dial`);
-    else if (this.state !== 'closed') this.finish('agent disconnected');
+    if (this.state === 'pending') {
+      this.backend.metrics.dialFailure('backend_close');
+      this.failDial('dialclosed', `agent for ${this.address} disconnected during the dial`);
+    } else if (this.state !== 'closed') this.finish('agent disconnected');
   }
 
   // ------------------------------------------------------------ helpers
@@ -192,6 +206,7 @@ export class ProxiedConnection {
   }
 
   private finish(error: string): void {
+    if (this.establishedAt !== 0n) this.backend.metrics.connectionDuration.observe(Number(process.hrtime.bigint() - this.establishedAt) / 1e9);
     this.clearTimer();
     this.state = 'closed';
     this.releaseFrontendPressure();

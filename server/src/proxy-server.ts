@@ -8,10 +8,12 @@ import * as grpc from '@grpc/grpc-js';
 import {
   DEFAULT_CONNECTION_WINDOW, FRONTEND_STREAM_WINDOW, HTTP2_CONNECTION_WINDOW, HTTP2_STREAM_WINDOW, MAX_MESSAGE_BYTES, agentServiceDefinition, proxyServiceDefinition,
   type FramedPacketStream, type Hello, type Packet,
+  HealthChecks, type HealthCheck,
 } from '@cluster-proxy/proto';
 import type { Logger } from 'pino';
 import { makeAgentConnectHandler, onMuxAgentHello, type AgentListenerOptions, type Grant } from './agent-listener.js';
 import { TlsPort } from './tls-port.js';
+import { HubApi } from './hub-api.js';
 import { MuxFrontendSession } from './frontend-mux.js';
 import { startConnectFrontend, type ConnectFrontend } from './frontend-connect.js';
 import { TokenStore } from './tokens.js';
@@ -20,6 +22,7 @@ import { GrpcFrontend } from './frontend-grpc.js';
 import { raiseServerReceiveWindows } from './grpc-windows.js';
 import { clusterFromSubject } from './pki/agent-identity.js';
 import { ProxyCore } from './proxy-core.js';
+import { ServerMetrics } from './metrics.js';
 
 export interface TlsFiles {
   /** PEM contents. */
@@ -53,6 +56,12 @@ export interface ProxyServerOptions {
   connectPlain?: { host: string; port: number; allowTokens?: boolean };
   /** CONNECT bearer tokens (default <dataDir>/tokens.json). */
   tokensFile?: string;
+  /** Extra /readyz checks besides `listeners` (e.g. `store`); more can be added on `readiness`. */
+  readinessChecks?: HealthCheck[];
+  /** Extra /healthz checks besides `ping`. */
+  livenessChecks?: HealthCheck[];
+  /** Export prom-client's process/Node.js metrics too (once per process: the CLI sets it). */
+  processMetrics?: boolean;
   log: Logger;
 }
 
@@ -76,18 +85,42 @@ export class ProxyServer {
   private readonly frontends = new Set<GrpcFrontend>();
   private httpServers: http.Server[] = [];
   private readonly listenerOptions: AgentListenerOptions;
+
+  /** serverCount announced to agents from now on (the live replica count; see replicas.ts). */
+  setServerCount(count: () => number): void {
+    this.listenerOptions.serverCount = count;
+  }
+
+  /** From now on, agents are admitted only if the hub's registry agrees (see registration.ts). */
+  setAgentRegistry(registry: NonNullable<AgentListenerOptions['registry']>): void {
+    this.listenerOptions.registry = registry;
+  }
   private agentPort: TlsPort | null = null;
   private frontendPort: TlsPort | null = null;
   private readonly muxClients = new Set<MuxFrontendSession>();
   private connect: ConnectFrontend | null = null;
+  /** Agent-facing HTTP API on the agent port (bootstrap, renewal, leases); routes added by the addon manager. */
+  readonly hubApi: HubApi;
+  /** JSON API on the loopback admin port under /v1/ (join, delete, object views); routes added by the addon manager. */
+  readonly adminApi: HubApi;
   tokens: TokenStore | null = null;
+  /** This server's Prometheus registry and counters (served on /metrics of the health and admin ports). */
+  readonly metrics: ServerMetrics;
+  /** Named checks behind /readyz and /healthz. */
+  readonly readiness: HealthChecks;
+  readonly liveness: HealthChecks;
   private accepting = true;
   private ready = false;
   ports: BoundPorts | null = null;
 
-  constructor(private readonly opts: ProxyServerOptions) {
+  constructor(private opts: ProxyServerOptions) {
     this.serverID = opts.serverID ?? randomUUID();
-    this.core = new ProxyCore({ dialTimeoutMs: opts.dialTimeoutMs ?? 10_000, log: opts.log });
+    this.hubApi = new HubApi(opts.log);
+    this.adminApi = new HubApi(opts.log);
+    this.metrics = new ServerMetrics({ processMetrics: opts.processMetrics });
+    this.core = new ProxyCore({ dialTimeoutMs: opts.dialTimeoutMs ?? 10_000, log: opts.log, metrics: this.metrics });
+    this.readiness = new HealthChecks('readyz', [{ name: 'listeners', check: this.checkListeners }, ...(opts.readinessChecks ?? [])]);
+    this.liveness = new HealthChecks('healthz', [{ name: 'ping', check: () => undefined }, ...(opts.livenessChecks ?? [])]);
     const grpcOptions: grpc.ServerOptions = {
       'grpc.max_receive_message_length': MAX_MESSAGE_BYTES,
       'grpc.max_send_message_length': MAX_MESSAGE_BYTES,
@@ -108,6 +141,27 @@ export class ProxyServer {
       log: opts.log,
       accepting: () => this.accepting,
     };
+    this.metrics.bind({
+      agentStreams: () => {
+        const all = this.core.routes.backends();
+        const grpcCount = all.filter((b) => b.transport === 'grpc').length;
+        return { total: all.length, grpc: grpcCount, mux: all.length - grpcCount };
+      },
+      readyBackends: () => {
+        const all = this.core.routes.backends();
+        return {
+          destHost: new Set(all.flatMap((b) => b.hosts)).size,
+          cidr: new Set(all.flatMap((b) => b.cidrs)).size,
+          defaultRoute: new Set(all.filter((b) => b.defaultRoute).map((b) => b.agentID)).size,
+        };
+      },
+      pendingDials: () => this.core.routes.backends().reduce((n, b) => n + b.pendingCount, 0),
+      established: () => this.core.routes.backends().reduce((n, b) => n + b.establishedCount, 0),
+      grpcFrontends: () => this.frontends.size,
+      muxFrontends: () => this.muxClients.size,
+      httpConnections: () => this.connect?.connections() ?? 0,
+      serverCount: () => this.listenerOptions.serverCount(),
+    });
     this.agentServer.addService(agentServiceDefinition, { Connect: makeAgentConnectHandler(this.listenerOptions) });
     this.frontendServer.addService(proxyServiceDefinition, { Proxy: this.handleProxy });
   }
@@ -143,7 +197,7 @@ export class ProxyServer {
   async start(): Promise<BoundPorts> {
     const { tls, bindAddress } = this.opts;
     // TLS is terminated by AgentPort (ALPN picks the transport); grpc-js gets verified plaintext.
-    this.agentPort = new TlsPort({ name: 'agent', host: bindAddress, port: this.opts.agentPort, tls, grpcServer: this.agentServer, onHello: onMuxAgentHello(this.listenerOptions, { intervalMs: 30_000, timeoutMs: 10_000 }), log: this.opts.log });
+    this.agentPort = new TlsPort({ name: 'agent', host: bindAddress, port: this.opts.agentPort, tls, grpcServer: this.agentServer, onHello: onMuxAgentHello(this.listenerOptions, { intervalMs: 30_000, timeoutMs: 10_000 }), hubApi: this.hubApi, log: this.opts.log });
     const agent = await this.agentPort.listen();
     let frontend: number | null = null;
     if (this.opts.frontendPort !== null) {
@@ -179,6 +233,23 @@ export class ProxyServer {
     return this.ports;
   }
 
+  /**
+   * Swaps the TLS material of every TLS listener (agent, frontend, CONNECT): renewed serving
+   * certificate, or a CA bundle with a new CA during a rollover. Open tunnels are not touched.
+   */
+  reloadTls(m: TlsFiles): void {
+    this.opts.tls = m;
+    this.agentPort?.setTls(m);
+    this.frontendPort?.setTls(m);
+    this.connect?.setTls(m);
+    this.opts.log.info('TLS certificate and CA bundle reloaded; open connections keep their sessions');
+  }
+
+  /** The TLS material in use now. */
+  get tls(): TlsFiles {
+    return this.opts.tls;
+  }
+
   snapshot(): ReturnType<ProxyCore['snapshot']> & { frontends: { state: string; connectID: number; address: string }[] } {
     return {
       ...this.core.snapshot(),
@@ -186,10 +257,33 @@ export class ProxyServer {
     };
   }
 
-  /** Stop: readiness false, refuse new work, give open streams `graceMs`, then force everything closed. */
+  /** Tunneled connections open or being dialed on this server, over every frontend. */
+  private openConnections(): number {
+    let n = 0;
+    for (const b of this.core.routes.backends()) {
+      const sum = b.summary();
+      n += sum.pending + sum.established.length;
+    }
+    return n;
+  }
+
+  /**
+   * Stop: readiness false and no new work (dials refused), agents told (DRAIN), open connections get
+   * `graceMs` to finish while the health listener keeps answering 503, then everything is closed.
+   */
   async stop(graceMs = 5000): Promise<void> {
     this.ready = false;
     this.accepting = false;
+    this.core.stopping = true;
+    // Agents that understand it stop counting this replica and find the others while we finish.
+    let told = 0;
+    for (const b of this.core.routes.backends()) if (b.sendServerDrain()) told++;
+    if (told > 0) this.opts.log.info({ agents: told }, 'told agents this server is shutting down (DRAIN)');
+    const deadline = Date.now() + graceMs;
+    if (this.openConnections() > 0) this.opts.log.info({ open: this.openConnections(), graceMs }, 'waiting for open connections to finish');
+    while (this.openConnections() > 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
+    if (this.openConnections() > 0) this.opts.log.warn({ open: this.openConnections() }, 'grace period over; closing the remaining connections');
+    graceMs = Math.max(0, Math.min(graceMs, deadline - Date.now()));
     const connectStopped = this.connect?.stop(graceMs) ?? Promise.resolve();
     const frontendsDone = tryShutdown(this.frontendServer);
     const agentsDone = tryShutdown(this.agentServer);
@@ -199,6 +293,7 @@ export class ProxyServer {
     await Promise.race([Promise.all([frontendsDone, connectStopped]), timeout]);
     for (const b of this.core.routes.backends()) b.close('server shutting down');
     const agentPortClosed = this.agentPort?.close();
+    this.hubApi.close();
     const frontendPortClosed = this.frontendPort?.close();
     await Promise.race([agentsDone, timeout]);
     clearTimeout(timer);
@@ -212,23 +307,33 @@ export class ProxyServer {
 
   // ------------------------------------------------------------ HTTP listeners
 
+  private readonly checkListeners = (): void => {
+    if (!this.accepting) throw new Error('shutting down');
+    if (!this.ready) throw new Error('listeners not bound yet');
+  };
+
   private readonly healthHandler = (req: http.IncomingMessage, res: http.ServerResponse): void => {
     const url = new URL(req.url ?? '/', 'http://hub');
-    if (url.pathname === '/healthz') return text(res, 200, 'ok\n');
-    if (url.pathname === '/readyz') {
-      const checks = [
-        { name: 'listeners', ok: this.ready, why: 'listeners not bound or shutting down' },
-      ];
-      const ok = checks.every((c) => c.ok);
-      const lines = checks.map((c) => (c.ok ? `[+]${c.name} ok` : `[-]${c.name} failed: ${c.why}`));
-      lines.push(`[i]agents connected: ${this.core.routes.size}`);
-      return text(res, ok ? 200 : 503, url.searchParams.has('verbose') || !ok ? `${lines.join('\n')}\n` : 'ok\n');
+    const answer = (p: Promise<{ status: number; body: string }>): void => {
+      p.then(({ status, body }) => text(res, status, body), (err: Error) => text(res, 500, `${err.message}\n`));
+    };
+    if (url.pathname === '/healthz' || url.pathname === '/livez') return answer(this.liveness.respond(url));
+    if (url.pathname === '/readyz') return answer(this.readiness.respond(url));
+    if (url.pathname === '/metrics') {
+      return answer(this.metrics.expose().then(({ contentType, body }) => {
+        res.setHeader('content-type', contentType);
+        return { status: 200, body };
+      }));
     }
     return text(res, 404, 'not found\n');
   };
 
   private readonly adminHandler = (req: http.IncomingMessage, res: http.ServerResponse): void => {
     const url = new URL(req.url ?? '/', 'http://hub');
+    if (url.pathname.startsWith('/v1/')) {
+      void this.adminApi.handle(req, res);
+      return;
+    }
     if (url.pathname === '/debug/connections') {
       res.writeHead(200, { 'content-type': 'application/json' });
       res.end(JSON.stringify({ serverID: this.serverID, ...this.snapshot(), handles: process.getActiveResourcesInfo() }));
@@ -254,7 +359,8 @@ export class ProxyServer {
 }
 
 function text(res: http.ServerResponse, code: number, body: string): void {
-  res.writeHead(code, { 'content-type': 'text/plain; charset=utf-8' });
+  if (!res.hasHeader('content-type')) res.setHeader('content-type', 'text/plain; charset=utf-8');
+  res.writeHead(code);
   res.end(body);
 }
 

@@ -6,6 +6,7 @@ import tls from 'node:tls';
 import * as grpc from '@grpc/grpc-js';
 import { FramedPacketStream, MAX_MESSAGE_BYTES, MUX_ALPN, type Hello } from '@cluster-proxy/proto';
 import type { Logger } from 'pino';
+import { HUB_API_ALPN, type HubApi } from './hub-api.js';
 
 export interface TlsPortOptions {
   /** "agent" or "frontend", for logs. */
@@ -17,6 +18,12 @@ export interface TlsPortOptions {
   grpcServer: grpc.Server;
   /** A mux peer said hello: answer it (and take over the stream) or refuse. */
   onHello: (stream: FramedPacketStream, hello: Hello, socket: tls.TLSSocket, peer: string) => void;
+  /**
+   * Serve the hub API on this port (ALPN "http/1.1"). Its bootstrap endpoint is reached without a
+   * client certificate, so TLS then accepts unverified peers and every other protocol checks
+   * `socket.authorized` itself.
+   */
+  hubApi?: HubApi;
   log: Logger;
 }
 
@@ -37,8 +44,8 @@ export class TlsPort {
       cert: opts.tls.cert,
       key: opts.tls.key,
       requestCert: true,
-      rejectUnauthorized: true,
-      ALPNProtocols: [MUX_ALPN, 'h2'],
+      rejectUnauthorized: !opts.hubApi,
+      ALPNProtocols: opts.hubApi ? [MUX_ALPN, 'h2', HUB_API_ALPN] : [MUX_ALPN, 'h2'],
     });
     this.server.on('secureConnection', this.onConnection);
     this.server.on('tlsClientError', this.onTlsError);
@@ -51,6 +58,11 @@ export class TlsPort {
     });
   }
 
+  /** New certificate and trust bundle for handshakes from now on; open connections keep going. */
+  setTls(m: { caCert: Buffer; cert: Buffer; key: Buffer }): void {
+    this.server.setSecureContext({ ca: m.caCert, cert: m.cert, key: m.key });
+  }
+
   /** Stops accepting and drops mux connections; gRPC sessions are closed by the grpc-js server. */
   async close(): Promise<void> {
     const closed = new Promise<void>((resolve) => this.server.close(() => resolve()));
@@ -61,6 +73,15 @@ export class TlsPort {
 
   private readonly onConnection = (socket: tls.TLSSocket): void => {
     socket.setNoDelay(true);
+    if (this.opts.hubApi && socket.alpnProtocol === HUB_API_ALPN) {
+      this.opts.hubApi.accept(socket);
+      return;
+    }
+    if (!socket.authorized) {
+      // Only the hub API takes unverified peers; refuse as TLS would have.
+      this.onTlsError(new Error('client certificate not verified'), socket);
+      return;
+    }
     if (socket.alpnProtocol !== MUX_ALPN) {
       this.injector.injectConnection(socket);
       return;

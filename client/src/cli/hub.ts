@@ -1,9 +1,10 @@
 // `cluster-proxy hub`: the proxy server.
 import { readFile } from 'node:fs/promises';
 import path from 'node:path';
-import { ProxyServer, ensureHubPki, isValidCidr, type Grant } from '@cluster-proxy/server';
+import { Hub, embeddedStoreDir, ensureHubPki, isValidCidr, openStore, type Grant, type Store } from '@cluster-proxy/server';
+import type { Logger } from 'pino';
 import { DEFAULT_HUB_DATA_DIR } from './hub-files.js';
-import { createLogger } from './logging.js';
+import { LOG_FORMAT_FLAG, createLogger } from './logging.js';
 import { UsageError, duration, helpText, list, parseFlags, port, str, type FlagSpecs, type ParsedFlags } from './flags.js';
 
 export const hubFlags: FlagSpecs = {
@@ -12,8 +13,8 @@ export const hubFlags: FlagSpecs = {
   'agent-port': { type: 'string', default: '8091', help: 'agent listener (mTLS gRPC); 0 picks a free port' },
   'frontend-port': { type: 'string', default: '8090', help: 'gRPC frontend (mTLS); 0 picks a free port' },
   'frontend-uds': { type: 'string', help: 'also serve the gRPC frontend, plain, on this Unix socket' },
-  'health-port': { type: 'string', default: '8092', help: '/healthz and /readyz' },
-  'admin-port': { type: 'string', default: '8095', help: 'loopback admin: /debug/connections' },
+  'health-port': { type: 'string', default: '8092', help: '/healthz, /readyz and /metrics' },
+  'admin-port': { type: 'string', default: '8095', help: 'loopback admin: /metrics, /debug/connections' },
   'connect-port': { type: 'string', default: '8089', help: 'HTTP CONNECT frontend over TLS (client certificate or token); 0 picks a free port, "off" disables it' },
   'connect-uds': { type: 'string', help: 'also serve HTTP CONNECT on this Unix socket (0660; no credentials needed)' },
   'connect-plain': { type: 'string', help: 'also serve HTTP CONNECT in plain TCP on this loopback HOST:PORT' },
@@ -22,11 +23,26 @@ export const hubFlags: FlagSpecs = {
   'ca-cert': { type: 'string', help: 'CA bundle that signs agent and client certificates (PEM)' },
   'server-cert': { type: 'string', help: 'serving certificate (PEM)' },
   'server-key': { type: 'string', help: 'serving key (PEM)' },
+  'ca-key': { type: 'string', help: 'key of --ca-cert\'s first CA: lets the hub register clusters and sign agent certificates (automatic with the data-dir PKI)' },
+  'require-registration': { type: 'boolean', help: 'admit only agents of clusters registered with "cluster-proxy join" (hand-issued certificates of unregistered clusters are refused)' },
+  'agent-entrypoint': { type: 'string', help: 'HOST:PORT agents dial, written into install manifests (default 127.0.0.1:AGENT_PORT)' },
+  'agent-server-name': { type: 'string', help: 'TLS name agents verify on the hub certificate, when not the entrypoint host' },
+  'agent-image': { type: 'string', help: 'agent container image for install manifests' },
+  'agent-cert-validity': { type: 'string', default: '180d', help: 'lifetime of agent certificates the hub signs (renewed at 80 %)' },
+  'health-mode': { type: 'string', default: 'tunnel', help: 'addon health: tunnel (lease + the hub\'s own view of tunnels) or lease (OCM\'s timing only)' },
+  'replica-lease-duration': { type: 'string', default: '30s', help: 'a replica that has not renewed its lease in the store for this long counts as gone' },
+  'shutdown-grace': { type: 'string', default: '20s', help: 'on SIGTERM, how long open connections may finish after readiness turns false and agents are told' },
+  'tls-reload-interval': { type: 'string', default: '30s', help: 'how often the TLS files are checked for a renewed certificate or a CA rollover stage' },
+  'tunnel-loss-window': { type: 'string', default: '30s', help: 'longest time until a tunnel loss or recovery shows in the addon status (health-mode tunnel)' },
   'server-id': { type: 'string', help: 'this replica\'s ID (default: random)' },
   'server-count': { type: 'string', default: '1', help: 'number of replicas agents should connect to' },
   'dial-timeout': { type: 'string', default: '10s', help: 'deadline for every pending dial' },
   grant: { type: 'string', multiple: true, help: 'extra identifier for a cluster\'s agents: CLUSTER=host:NAME | cidr:CIDR | default-route' },
+  store: { type: 'string', default: 'embedded', help: 'hub store: embedded (DATA_DIR/store, crash-safe) or kubernetes (the CRDs in deploy/)' },
+  kubeconfig: { type: 'string', help: 'with --store kubernetes: kubeconfig file (default: in-cluster, then KUBECONFIG/~/.kube/config)' },
+  'kube-context': { type: 'string', help: 'with --store kubernetes: kubeconfig context' },
   'log-level': { type: 'string', default: 'info', help: 'fatal, error, warn, info, debug, trace' },
+  'log-format': LOG_FORMAT_FLAG,
 };
 
 export const hubUsage = helpText('cluster-proxy hub [flags]', 'Runs the proxy server: agents connect to --agent-port, clients to --frontend-port.', hubFlags);
@@ -58,22 +74,45 @@ function connectPlain(flags: ParsedFlags): { host: string; port: number; allowTo
   return { host, port: Number(m[2]), allowTokens: flags['connect-plain-allow-tokens'] === true };
 }
 
+async function openHubStore(flags: ParsedFlags, dataDir: string, log: Logger): Promise<Store> {
+  const kind = str(flags, 'store');
+  if (kind !== 'embedded' && kind !== 'kubernetes') throw new UsageError(`--store must be embedded or kubernetes, got "${kind}"`);
+  if (kind === 'embedded' && (str(flags, 'kubeconfig') || str(flags, 'kube-context'))) throw new UsageError('--kubeconfig and --kube-context go with --store kubernetes');
+  try {
+    const store = kind === 'embedded'
+      ? await openStore({ type: 'embedded', dataDir, warn: (m) => log.warn(m) })
+      : await openStore({ type: 'kubernetes', kubeconfig: str(flags, 'kubeconfig'), context: str(flags, 'kube-context') });
+    log.info({ store: store.kind }, `hub store: ${kind === 'embedded' ? embeddedStoreDir(dataDir) : 'kubernetes API'}`);
+    return store;
+  } catch (err) {
+    // Corrupt or locked data directory, unreadable kubeconfig: one line, nothing half-loaded.
+    throw new UsageError(`cannot open the hub store: ${(err as Error).message}`);
+  }
+}
+
 export async function runHub(args: string[]): Promise<void> {
   const { flags } = parseFlags(args, hubFlags);
   if (flags['help']) {
     process.stdout.write(hubUsage);
     return;
   }
-  const log = createLogger(str(flags, 'log-level')!, 'hub');
+  const log = createLogger(str(flags, 'log-level')!, 'hub', { format: str(flags, 'log-format') });
   const dataDir = str(flags, 'data-dir')!;
   const given = ['ca-cert', 'server-cert', 'server-key'].filter((f) => str(flags, f));
   if (given.length !== 0 && given.length !== 3) throw new UsageError('--ca-cert, --server-cert and --server-key go together');
-  let files: { ca: string; cert: string; key: string };
-  if (given.length === 3) files = { ca: str(flags, 'ca-cert')!, cert: str(flags, 'server-cert')!, key: str(flags, 'server-key')! };
+  if (str(flags, 'ca-key') && given.length === 0) throw new UsageError('--ca-key goes with --ca-cert (the data-dir PKI has its own key)');
+  let files: { ca: string; cert: string; key: string; caKey: string | undefined };
+  let managedPkiDir: string | undefined;
+  if (given.length === 3) files = { ca: str(flags, 'ca-cert')!, cert: str(flags, 'server-cert')!, key: str(flags, 'server-key')!, caKey: str(flags, 'ca-key') };
   else {
-    const pki = await ensureHubPki(path.join(dataDir, 'pki'), {});
-    files = { ca: pki.caCert, cert: pki.serverCert, key: pki.serverKey };
+    managedPkiDir = path.join(dataDir, 'pki');
+    const pki = await ensureHubPki(managedPkiDir, {});
+    files = { ca: pki.caCert, cert: pki.serverCert, key: pki.serverKey, caKey: pki.caKey };
   }
+  const healthMode = str(flags, 'health-mode');
+  if (healthMode !== 'tunnel' && healthMode !== 'lease') throw new UsageError(`--health-mode must be tunnel or lease, got "${healthMode}"`);
+  const entrypoint = str(flags, 'agent-entrypoint');
+  if (entrypoint !== undefined && !/^(\[[0-9a-fA-F:.]+\]|[^\s:/[\]]+):\d{1,5}$/.test(entrypoint)) throw new UsageError(`--agent-entrypoint "${entrypoint}" is not HOST:PORT`);
   const read = async (f: string, what: string): Promise<Buffer> => {
     try {
       return await readFile(f);
@@ -83,7 +122,17 @@ export async function runHub(args: string[]): Promise<void> {
   };
   const serverCount = Number(str(flags, 'server-count'));
   if (!Number.isInteger(serverCount) || serverCount < 1) throw new UsageError('--server-count must be a positive integer');
-  const server = new ProxyServer({
+  const caCert = await read(files.ca, 'CA certificate');
+  const signer = files.caKey ? { certPem: firstCertificate(caCert.toString('utf8'), files.ca), keyPem: (await read(files.caKey, 'CA key')).toString('utf8') } : undefined;
+  const validityDays = duration(flags, 'agent-cert-validity') / 86_400_000;
+  const shutdownGrace = duration(flags, 'shutdown-grace');
+  const store = await openHubStore(flags, dataDir, log);
+  const hub = new Hub({ store, signer, log,
+    requireRegistration: flags['require-registration'] === true,
+    agentEntrypoint: entrypoint, serverName: str(flags, 'agent-server-name'), agentImage: str(flags, 'agent-image'),
+    healthMode, tunnelLossWindowMs: duration(flags, 'tunnel-loss-window'), agentCertValidityDays: validityDays,
+    tlsFiles: files, managedPkiDir, tlsReloadIntervalMs: duration(flags, 'tls-reload-interval'), replicaLeaseDurationMs: duration(flags, 'replica-lease-duration'),
+    server: {
     serverID: str(flags, 'server-id'),
     serverCount,
     bindAddress: str(flags, 'bind-address')!,
@@ -92,7 +141,7 @@ export async function runHub(args: string[]): Promise<void> {
     frontendUds: str(flags, 'frontend-uds'),
     healthPort: port(flags, 'health-port'),
     adminPort: port(flags, 'admin-port'),
-    tls: { caCert: await read(files.ca, 'CA certificate'), cert: await read(files.cert, 'server certificate'), key: await read(files.key, 'server key') },
+    tls: { caCert, cert: await read(files.cert, 'server certificate'), key: await read(files.key, 'server key') },
     dialTimeoutMs: duration(flags, 'dial-timeout'),
     connectPort: str(flags, 'connect-port') === 'off' ? null : port(flags, 'connect-port'),
     connectUds: str(flags, 'connect-uds'),
@@ -100,18 +149,31 @@ export async function runHub(args: string[]): Promise<void> {
     tokensFile: str(flags, 'tokens-file'),
     grants: parseGrants(list(flags, 'grant')),
     dataDir,
-    log,
-  });
-  await server.start();
+    processMetrics: true,
+  } });
+  try {
+    await hub.start();
+  } catch (err) {
+    await hub.stop(0).catch(() => {});
+    await store.close();
+    throw err;
+  }
   await new Promise<void>((resolve) => {
     let stopping = false;
     const onSignal = (sig: NodeJS.Signals): void => {
       if (stopping) process.exit(1); // second signal: stop now
       stopping = true;
       log.info({ signal: sig }, 'shutting down');
-      void server.stop(5000).then(resolve);
+      void hub.stop(shutdownGrace).then(() => store.close()).then(resolve);
     };
     process.on('SIGTERM', onSignal);
     process.on('SIGINT', onSignal);
   });
+}
+
+/** The signing CA is the bundle's first certificate (the newest, during a CA rollover). */
+function firstCertificate(bundle: string, file: string): string {
+  const m = /-----BEGIN CERTIFICATE-----[\s\S]*?-----END CERTIFICATE-----\n?/.exec(bundle);
+  if (!m) throw new UsageError(`CA certificate file ${file} holds no PEM certificate`);
+  return m[0];
 }

@@ -5,6 +5,8 @@ import { UsageError } from './flags.js';
 import { runForward } from './forward.js';
 import { runGet } from './get.js';
 import { runHub } from './hub.js';
+import { runCa } from './ca.js';
+import { runDelete, runJoin } from './join.js';
 import { runKubeconfig } from './kubeconfig.js';
 import { runNoProxy } from './noproxy.js';
 import { runQuickstart } from './quickstart.js';
@@ -16,6 +18,9 @@ const commands: Record<string, { summary: string; run: (args: string[]) => Promi
   quickstart: { summary: 'hub + two demo clusters on this machine, with curl, kubectl and forward lines to try', run: runQuickstart },
   forward: { summary: 'serve a local port through the tunnel', run: runForward },
   kubeconfig: { summary: 'write a kubeconfig that reaches a cluster\'s apiserver through the hub', run: runKubeconfig },
+  join: { summary: 'register a managed cluster; writes its agent bootstrap bundle and install manifests', run: runJoin },
+  delete: { summary: 'remove a managed cluster (revokes its agents)', run: runDelete },
+  ca: { summary: 'rotate the hub CA (add, promote, finish) without cutting agents off', run: runCa },
   get: { summary: 'list clusters or agents connected to the hub (kubectl-style)', run: runGet },
   token: { summary: 'issue, list or revoke tokens for the HTTP CONNECT frontend', run: runToken },
   noproxy: { summary: 'audit a NO_PROXY value (check) or explain one decision', run: runNoProxy },

@@ -8,7 +8,9 @@ import https from 'node:https';
 import net from 'node:net';
 import path from 'node:path';
 import { Agent } from '@cluster-proxy/agent';
-import { ProxyServer, ensureHubPki, issueAgentCert, issueServerCert, readPemPair, writePemPair } from '@cluster-proxy/server';
+import { generateKeyPairSync } from 'node:crypto';
+import { LeaseRenewer } from '@cluster-proxy/agent';
+import { Hub, ensureHubPki, issueServerCert, openStore, readPemPair, signAgentPublicKey, writePemPair } from '@cluster-proxy/server';
 import { Tunnel } from '../tunnel.js';
 import { serveForward } from './forward.js';
 import { createLogger } from './logging.js';
@@ -141,12 +143,15 @@ export async function runQuickstart(args: string[]): Promise<void> {
     const ca = await readPemPair(pkiDir, 'ca');
     const tls = { caCert: await readFile(pki.caCert), cert: await readFile(pki.serverCert), key: await readFile(pki.serverKey) };
     const udsPath = path.join(dir, 'frontend.sock');
-    const server = new ProxyServer({
-      bindAddress: '127.0.0.1', agentPort: 0, frontendPort: 0, frontendUds: udsPath.length < 100 ? udsPath : undefined, healthPort: 0, adminPort: 0,
-      connectPort: 0, tls, dataDir: dir, log: log.child({ component: 'hub' }),
+    const hubStore = await openStore({ type: 'embedded', dataDir: dir, warn: (m) => log.warn(m) });
+    closers.push(() => hubStore.close());
+    const hub = new Hub({
+      store: hubStore, signer: ca, log: log.child({ component: 'hub' }), tlsFiles: { ca: pki.caCert, cert: pki.serverCert, key: pki.serverKey, caKey: pki.caKey }, managedPkiDir: pkiDir,
+      server: { bindAddress: '127.0.0.1', agentPort: 0, frontendPort: 0, frontendUds: udsPath.length < 100 ? udsPath : undefined, healthPort: 0, adminPort: 0, connectPort: 0, tls, dataDir: dir },
     });
-    const ports = await progress.step('Starting the hub (agent listener, gRPC and HTTP CONNECT frontends)', () => server.start(), (p) => `CONNECT on 127.0.0.1:${p.connect}`);
-    closers.push(() => server.stop(2000));
+    const server = hub.server;
+    const ports = await progress.step('Starting the hub (agent listener, gRPC and HTTP CONNECT frontends, addon manager, embedded store)', () => hub.start(), (p) => `CONNECT on 127.0.0.1:${p.connect}`);
+    closers.push(() => hub.stop(2000));
     check();
 
     const agents: Agent[] = [];
@@ -159,14 +164,22 @@ export async function runQuickstart(args: string[]): Promise<void> {
           api.close(() => r());
         }));
         apiservers[cluster] = `127.0.0.1:${(api.address() as net.AddressInfo).port}`;
-        const creds = issueAgentCert(ca, { cluster });
+        // Registered like `cluster-proxy join` does; the agent's key is made here and its certificate bound to the cluster.
+        const mc = (await hubStore.get('ManagedCluster', { name: cluster })) ?? (await hubStore.create('ManagedCluster', {
+          apiVersion: 'cluster.open-cluster-management.io/v1', kind: 'ManagedCluster', metadata: { name: cluster }, spec: { hubAcceptsClient: true, leaseDurationSeconds: 60 },
+        }));
+        const keys = generateKeyPairSync('rsa', { modulusLength: 2048, publicKeyEncoding: { type: 'spki', format: 'pem' }, privateKeyEncoding: { type: 'pkcs8', format: 'pem' } });
+        const creds = { certPem: signAgentPublicKey(ca, { cluster, publicKeyPem: keys.publicKey, clusterUid: mc.metadata.uid }), keyPem: keys.privateKey };
         await writePemPair(path.join(dir, 'agents'), cluster, creds);
+        const agentLog = log.child({ component: 'agent', cluster });
         const agent = new Agent({
           cluster, namespace: 'open-cluster-management-agent-addon', hubAddress: `127.0.0.1:${ports.agent}`, serverName: 'localhost', caCert: tls.caCert,
-          cert: Buffer.from(creds.certPem), key: Buffer.from(creds.keyPem), apiserver: apiservers[cluster]!, allow: [], log: log.child({ component: 'agent', cluster }),
+          cert: Buffer.from(creds.certPem), key: Buffer.from(creds.keyPem), apiserver: apiservers[cluster]!, allow: [], log: agentLog,
         });
         agent.start();
-        closers.push(() => agent.stop());
+        const lease = new LeaseRenewer({ agent, hub: { address: `127.0.0.1:${ports.agent}`, caCert: tls.caCert, serverName: 'localhost' }, apiserver: apiservers[cluster]!, leaseDurationMs: 60_000, log: agentLog });
+        lease.start();
+        closers.push(() => { lease.stop(); agent.stop(); });
         agents.push(agent);
       }
     });
@@ -184,6 +197,20 @@ export async function runQuickstart(args: string[]): Promise<void> {
         await new Promise((r) => setTimeout(r, 50));
       }
     }, () => `${QUICKSTART_CLUSTERS.length} connected`);
+    check();
+
+    await progress.step('Waiting for the addons to report Available', async () => {
+      const deadline = Date.now() + agentTimeoutMs;
+      const available = async (): Promise<boolean> => {
+        const { items } = await hubStore.list('ManagedClusterAddOn');
+        return QUICKSTART_CLUSTERS.every((c) => items.some((a) => a.metadata.namespace === c && a.status?.conditions?.some((k) => k.type === 'Available' && k.status === 'True')));
+      };
+      while (!(await available())) {
+        check();
+        if (Date.now() > deadline) throw new Error(`the demo addons did not turn Available within ${agentTimeoutMs / 1000}s; rerun with --log-level info to see why`);
+        await new Promise((r) => setTimeout(r, 100));
+      }
+    }, () => 'cluster-proxy Available on both');
     check();
 
     // A token for curl and the kubeconfigs. The old one of a previous run in this directory goes.
@@ -255,6 +282,8 @@ export async function runQuickstart(args: string[]): Promise<void> {
       '',
       `Already forwarded: ${QUICKSTART_CLUSTERS.map((c) => `${c} on https://${clusters[c]!.forward}`).join(', ')}.`,
       `Connected clusters: ${shellCommand([...cli, 'get', 'clusters', '--data-dir', dir])}`,
+      `Addon health:       ${shellCommand([...cli, 'get', 'managedclusteraddons', '-A', '--data-dir', dir])}`,
+      `Register another:   ${shellCommand([...cli, 'join', 'cluster3', '--data-dir', dir])}`,
       '',
       'Press Ctrl+C to stop.',
       '',

@@ -51,7 +51,12 @@ const CLOCK_SKEW_MS = 5 * 60 * 1000;
 const DAY_MS = 24 * 60 * 60 * 1000;
 // GeneralName tags in subjectAltName (RFC 5280 4.2.1.6).
 const SAN_DNS = 2;
+const SAN_URI = 6;
 const SAN_IP = 7;
+/** URI SAN that binds an agent certificate to one incarnation (metadata.uid) of its ManagedCluster. */
+export const CLUSTER_UID_URI_PREFIX = 'urn:cluster-proxy:cluster-uid:';
+/** Agents bring their own key; anything weaker than this is refused. */
+const MIN_AGENT_RSA_BITS = 2048;
 
 type SubjectAttribute = { shortName: string; value: string };
 
@@ -115,6 +120,39 @@ export function issueAgentCert(ca: PemPair, opts: AgentCertOptions): PemPair {
   });
 }
 
+export interface AgentKeyCertOptions extends ValidityOptions {
+  cluster: string;
+  /** The agent's own public key (SPKI PEM, RSA ≥ 2048 bits): its private key never leaves the agent. */
+  publicKeyPem: string;
+  /** The ManagedCluster's metadata.uid, written as a URI SAN so a re-created cluster does not admit old certificates. */
+  clusterUid?: string;
+  agentName?: string;
+}
+
+/** Signs an agent certificate for a key the agent generated (bootstrap and renewal). Returns the certificate PEM. */
+export function signAgentPublicKey(ca: PemPair, opts: AgentKeyCertOptions): string {
+  const { commonName, organization } = agentSubject(opts.cluster, opts.agentName ?? DEFAULT_AGENT_NAME);
+  let publicKey: forge.pki.rsa.PublicKey;
+  try {
+    publicKey = forge.pki.publicKeyFromPem(opts.publicKeyPem) as forge.pki.rsa.PublicKey;
+  } catch {
+    throw new Error('agent public key is not a PEM RSA public key (SPKI)');
+  }
+  if (!publicKey.n || publicKey.n.bitLength() < MIN_AGENT_RSA_BITS) throw new Error(`agent public key must be RSA with at least ${MIN_AGENT_RSA_BITS} bits`);
+  if (opts.clusterUid !== undefined && !/^[A-Za-z0-9-]{1,64}$/.test(opts.clusterUid)) throw new Error('cluster uid is not a UID');
+  const subject: SubjectAttribute[] = [{ shortName: 'O', value: organization }, { shortName: 'CN', value: commonName }];
+  const altNames = opts.clusterUid ? [{ type: SAN_URI, value: `${CLUSTER_UID_URI_PREFIX}${opts.clusterUid}` }] : [];
+  return issueLeaf(ca, subject, opts, { extKeyUsage: { clientAuth: true }, altNames }, publicKey).certPem;
+}
+
+/** The cluster uid an agent certificate was bound to (from Node's `subjectaltname` text), or null. */
+export function clusterUidFromAltNames(subjectaltname: string | undefined): string | null {
+  for (const part of (subjectaltname ?? '').split(/,\s*/)) {
+    if (part.startsWith(`URI:${CLUSTER_UID_URI_PREFIX}`)) return part.slice(`URI:${CLUSTER_UID_URI_PREFIX}`.length);
+  }
+  return null;
+}
+
 // --- internals ------------------------------------------------------------------------------
 
 interface LeafProfile {
@@ -122,10 +160,11 @@ interface LeafProfile {
   altNames: { type: number; value: string }[];
 }
 
-function issueLeaf(ca: PemPair, subject: SubjectAttribute[], validity: ValidityOptions, profile: LeafProfile): PemPair {
+/** Issues a leaf for a new key pair, or for `publicKey` when the holder made its own (keyPem is then ''). */
+function issueLeaf(ca: PemPair, subject: SubjectAttribute[], validity: ValidityOptions, profile: LeafProfile, publicKey?: forge.pki.rsa.PublicKey): PemPair {
   const window = validityWindow(validity, DEFAULT_LEAF_VALIDITY_DAYS);
   const issuer = loadIssuer(ca);
-  const keys = generateRsaKeys();
+  const keys = publicKey ? { publicKey, keyPem: '' } : generateRsaKeys();
   const cert = newCertificate(keys.publicKey, window);
   cert.setSubject(subject);
   // Copy the CA's subject as parsed so the issuer name matches it byte for byte.

@@ -4,6 +4,9 @@ export {
   issueServerCert,
   issueClientCert,
   issueAgentCert,
+  signAgentPublicKey,
+  clusterUidFromAltNames,
+  CLUSTER_UID_URI_PREFIX,
   DEFAULT_CA_COMMON_NAME,
   DEFAULT_CA_VALIDITY_DAYS,
   DEFAULT_LEAF_VALIDITY_DAYS,
@@ -15,6 +18,7 @@ export type {
   ServerCertOptions,
   ClientCertOptions,
   AgentCertOptions,
+  AgentKeyCertOptions,
 } from './certificates.js';
 export {
   AGENT_ADDON_NAME,
@@ -36,3 +40,5 @@ export {
   HUB_CLIENT_ORGANIZATION,
 } from './files.js';
 export type { HubPkiPaths, HubPkiOptions } from './files.js';
+export { renewServingCertIfDue, rotateCa, renewalDue, splitBundle, type RotationStage } from './rotation.js';
+export { TlsReloader, type TlsMaterial, type TlsReloaderOptions } from './reload.js';

@@ -1,0 +1,117 @@
+// The agent's lease on the hub (`Lease cluster-proxy` in the cluster's namespace, OCM's addon lease),
+// renewed through the hub API every lease duration — only while the agent holds at least one working
+// tunnel, so a lease that stops moving means "no tunnel", as in OCM. Each renewal carries a short
+// health report the hub turns into the addon's Degraded/Progressing conditions.
+import net from 'node:net';
+import { splitHostPort } from '@cluster-proxy/proto';
+import type { Logger } from 'pino';
+import type { Agent } from './agent.js';
+import { hubRequest, type HubClientOptions } from './hub-client.js';
+
+export const AGENT_VERSION = '0.1.0';
+
+export interface LeaseReport {
+  agentID: string;
+  leaseDurationSeconds: number;
+  connectedServers: number;
+  serverCount: number;
+  apiserverReachable: boolean;
+  apiserverError?: string;
+  version: string;
+  phase: 'Running' | 'Bootstrapping' | 'RenewingCredentials';
+}
+
+export interface LeaseRenewerOptions {
+  agent: Agent;
+  hub: Omit<HubClientOptions, 'cert' | 'key'>;
+  /** host:port the agent maps its cluster names to; its reachability goes into the report. */
+  apiserver: string;
+  leaseDurationMs: number;
+  /** The hub sent a CA bundle that differs from the one in use (a CA rollover): persist it if you like. */
+  onTrust?: (bundle: Buffer) => void;
+  /** The hub asks for a new certificate now (its CA changed). */
+  onRenewRequested?: () => void;
+  log: Logger;
+}
+
+export class LeaseRenewer {
+  private timer: NodeJS.Timeout | null = null;
+  private stopped = false;
+  private renewedOnce = false;
+  private lastError = '';
+
+  constructor(private readonly opts: LeaseRenewerOptions) {}
+
+  start(): void {
+    this.schedule(0);
+  }
+
+  stop(): void {
+    this.stopped = true;
+    if (this.timer) clearTimeout(this.timer);
+    this.timer = null;
+  }
+
+  private schedule(ms: number): void {
+    if (this.stopped) return;
+    this.timer = setTimeout(() => {
+      this.timer = null;
+      void this.tick();
+    }, ms);
+  }
+
+  private async tick(): Promise<void> {
+    const { agent } = this.opts;
+    // Until the first renewal, look often, so the addon turns Available soon after the tunnel is up.
+    const period = this.renewedOnce ? this.opts.leaseDurationMs : Math.min(500, this.opts.leaseDurationMs);
+    if (agent.connectedServers === 0) return this.schedule(period);
+    const reach = await apiserverReachable(this.opts.apiserver);
+    const report: LeaseReport = {
+      agentID: agent.agentID,
+      leaseDurationSeconds: Math.max(1, Math.round(this.opts.leaseDurationMs / 1000)),
+      connectedServers: agent.connectedServers,
+      serverCount: agent.serverCount,
+      apiserverReachable: reach === null,
+      ...(reach ? { apiserverError: reach } : {}),
+      version: AGENT_VERSION,
+      phase: 'Running',
+    };
+    try {
+      const creds = agent.currentCredentials;
+      const answer = await hubRequest({ ...this.opts.hub, caCert: agent.currentTrust, cert: creds.cert, key: creds.key }, 'POST', '/v1/lease', report);
+      const bundle = (answer as { caBundle?: unknown } | null)?.caBundle;
+      if (typeof bundle === 'string' && bundle.includes('BEGIN CERTIFICATE') && !Buffer.from(bundle).equals(agent.currentTrust)) {
+        // Came over TLS verified with the current bundle, so it is the hub speaking.
+        agent.setTrust(Buffer.from(bundle));
+        this.opts.log.info('the hub sent a new CA bundle (CA rollover); new links verify the hub with it');
+        this.opts.onTrust?.(Buffer.from(bundle));
+      }
+      if ((answer as { renewCertificate?: unknown } | null)?.renewCertificate === true) this.opts.onRenewRequested?.();
+      this.renewedOnce = true;
+      if (this.lastError) this.opts.log.info('lease renewed again');
+      this.lastError = '';
+    } catch (err) {
+      const msg = (err as Error).message;
+      if (msg !== this.lastError) this.opts.log.warn(`cannot renew the lease on the hub: ${msg}`);
+      this.lastError = msg;
+    }
+    this.schedule(this.renewedOnce ? this.opts.leaseDurationMs : period);
+  }
+}
+
+/** null when a TCP connection to the apiserver opens within 3 s, else why not. */
+export function apiserverReachable(address: string, timeoutMs = 3000): Promise<string | null> {
+  const hp = splitHostPort(address);
+  if (!hp) return Promise.resolve(`apiserver address "${address}" is not HOST:PORT`);
+  return new Promise((resolve) => {
+    const s = net.connect({ host: hp.host, port: hp.port });
+    const done = (why: string | null): void => {
+      clearTimeout(timer);
+      s.destroy();
+      resolve(why);
+    };
+    const timer = setTimeout(() => done(`no connection to ${address} within ${timeoutMs} ms`), timeoutMs);
+    s.once('connect', () => done(null));
+    s.once('error', (err: NodeJS.ErrnoException) => done(`cannot connect to ${address}: ${err.code ?? err.message}`));
+  });
+}

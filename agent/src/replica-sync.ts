@@ -1,0 +1,58 @@
+// Asks the hub for its live replicas (GET /v1/replicas) every interval while the agent holds a
+// tunnel, and hands the answer to the agent, which then holds exactly one tunnel per live replica.
+// A hub without the endpoint (an ANP server, 404) leaves the agent on ANP's serverCount header.
+import type { Logger } from 'pino';
+import type { Agent } from './agent.js';
+import { HubRequestError, hubRequest, type HubClientOptions } from './hub-client.js';
+
+export interface ReplicaSyncOptions {
+  agent: Agent;
+  hub: Omit<HubClientOptions, 'cert' | 'key' | 'caCert'>;
+  intervalMs: number;
+  log: Logger;
+}
+
+export class ReplicaSync {
+  private timer: NodeJS.Timeout | null = null;
+  private stopped = false;
+  private unsupported = false;
+
+  constructor(private readonly opts: ReplicaSyncOptions) {}
+
+  start(): void {
+    this.schedule();
+  }
+
+  stop(): void {
+    this.stopped = true;
+    if (this.timer) clearTimeout(this.timer);
+    this.timer = null;
+  }
+
+  private schedule(): void {
+    if (this.stopped || this.unsupported) return;
+    this.timer = setTimeout(() => {
+      this.timer = null;
+      void this.sync().finally(() => this.schedule());
+    }, this.opts.intervalMs);
+  }
+
+  private async sync(): Promise<void> {
+    const { agent } = this.opts;
+    if (agent.connectedServers === 0) return;
+    try {
+      const creds = agent.currentCredentials;
+      const answer = (await hubRequest({ ...this.opts.hub, caCert: agent.currentTrust, cert: creds.cert, key: creds.key }, 'GET', '/v1/replicas')) as { serverCount?: unknown; replicas?: unknown };
+      const ids = Array.isArray(answer?.replicas) ? answer.replicas.map((r) => (r as { serverID?: unknown }).serverID).filter((x): x is string => typeof x === 'string') : null;
+      if (!ids || typeof answer.serverCount !== 'number') throw new Error('hub sent a replica list without serverCount/replicas');
+      agent.setReplicas(ids, answer.serverCount);
+    } catch (err) {
+      if (err instanceof HubRequestError && err.status === 404) {
+        this.unsupported = true;
+        this.opts.log.info('hub publishes no replica list (an ANP server?); following its serverCount header only');
+        return;
+      }
+      this.opts.log.debug({ err: (err as Error).message }, 'replica sync failed; retrying next interval');
+    }
+  }
+}

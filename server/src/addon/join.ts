@@ -1,0 +1,123 @@
+// Registration on the admin API: `POST /v1/clusters` (what `cluster-proxy join` calls) creates the
+// ManagedCluster if needed, issues a single-use bootstrap token and renders the agent's install
+// manifests; `DELETE /v1/clusters/NAME` removes the cluster, which revokes its agents (the revocation
+// watcher closes their tunnels; admission refuses their certificates from then on).
+import { isDns1123Subdomain } from '../pki/agent-identity.js';
+import { HubApiError, type HubApi } from '../hub-api.js';
+import { NotFoundError, type Store } from '../store/store.js';
+import type { ManagedCluster } from '../store/objects.js';
+import type { JoinRequest, JoinResponse } from './join-api.js';
+
+export const DEFAULT_INSTALL_NAMESPACE = 'open-cluster-management-agent-addon';
+const DEFAULT_TOKEN_TTL_SECONDS = 3600;
+const MAX_TOKEN_TTL_SECONDS = 7 * 24 * 3600;
+
+export interface ManifestInput {
+  cluster: string;
+  installNamespace: string;
+  agentEntrypoint: string;
+  serverName?: string;
+  caBundle: string;
+  bootstrapToken: string;
+  image?: string;
+  agentReplicas: number;
+  podCidr?: string;
+  serviceCidr?: string;
+  clusterDomain?: string;
+  apiserverIp?: string;
+}
+
+export interface JoinDeps {
+  store: Store;
+  /** Issues a single-use token for the cluster; the token string is shown once. */
+  issueBootstrapToken(cluster: string, ttlSeconds: number): Promise<{ token: string; expiresAt: Date }>;
+  /** Removes every bootstrap token of the cluster (on delete). */
+  revokeBootstrapTokens(cluster: string): Promise<void>;
+  /** Multi-document YAML of the agent's install manifests. */
+  renderManifests(input: ManifestInput): Promise<string> | string;
+  /** The CA bundle agents trust (PEM; two CAs during a rollover). */
+  caBundle(): string;
+  /** Read per request: the agent port is only known once the server listens. */
+  defaults(): { agentEntrypoint: string; serverName?: string; image?: string };
+}
+
+export function registerJoinRoutes(api: HubApi, deps: JoinDeps): void {
+  api.route('POST', '/v1/clusters', async (req) => {
+    const body = parseJoinRequest(req.body);
+    const cluster = body.cluster;
+    let existed = true;
+    const current = await deps.store.get('ManagedCluster', { name: cluster });
+    if (!current) {
+      existed = false;
+      const mc: ManagedCluster = {
+        apiVersion: 'cluster.open-cluster-management.io/v1',
+        kind: 'ManagedCluster',
+        metadata: { name: cluster, labels: { 'cluster.open-cluster-management.io/clusterset': 'default' } },
+        spec: { hubAcceptsClient: true, leaseDurationSeconds: 60 },
+      };
+      await deps.store.create('ManagedCluster', mc);
+    } else if (!current.spec.hubAcceptsClient) {
+      throw new HubApiError(409, `cluster ${cluster} exists with hubAcceptsClient: false; set it to true before issuing a bootstrap token`);
+    }
+    // The cluster's namespace holds its addon, lease and bootstrap tokens (as in OCM).
+    await deps.store.ensureNamespace(cluster);
+    const ttl = body.tokenTtlSeconds ?? DEFAULT_TOKEN_TTL_SECONDS;
+    const { token, expiresAt } = await deps.issueBootstrapToken(cluster, ttl);
+    const installNamespace = body.installNamespace ?? DEFAULT_INSTALL_NAMESPACE;
+    const defaults = deps.defaults();
+    const agentEntrypoint = body.agentEntrypoint ?? defaults.agentEntrypoint;
+    const serverName = body.serverName ?? defaults.serverName;
+    const caBundle = deps.caBundle();
+    let manifests: string;
+    try {
+      manifests = await deps.renderManifests({
+        cluster, installNamespace, agentEntrypoint, serverName, caBundle, bootstrapToken: token,
+        image: body.image ?? defaults.image, agentReplicas: body.agentReplicas ?? 1,
+        podCidr: body.podCidr, serviceCidr: body.serviceCidr, clusterDomain: body.clusterDomain, apiserverIp: body.apiserverIp,
+      });
+    } catch (err) {
+      // Bad facts (a CIDR that is not one, say): the token must not outlive the failed join.
+      await deps.revokeBootstrapTokens(cluster).catch(() => {});
+      throw new HubApiError(400, (err as Error).message);
+    }
+    const answer: JoinResponse = {
+      cluster, existed, bootstrapToken: token, tokenExpiresAt: expiresAt.toISOString(), agentEntrypoint,
+      ...(serverName ? { serverName } : {}), caBundle, installNamespace, manifests,
+    };
+    return { status: existed ? 200 : 201, body: answer };
+  }, { agentOnly: false });
+
+  api.route('DELETE', '/v1/clusters/*', async (req) => {
+    const cluster = decodeURIComponent(req.path.slice('/v1/clusters/'.length));
+    if (!isDns1123Subdomain(cluster)) throw new HubApiError(400, `"${cluster}" is not a valid cluster name`);
+    try {
+      await deps.store.delete('ManagedCluster', { name: cluster });
+    } catch (err) {
+      if (err instanceof NotFoundError) throw new HubApiError(404, `cluster ${cluster} is not registered`);
+      throw err;
+    }
+    await deps.revokeBootstrapTokens(cluster);
+    return { status: 200, body: { deleted: cluster } };
+  }, { agentOnly: false });
+}
+
+/** Strict: unknown fields and wrong types are refused with the field's name. */
+export function parseJoinRequest(body: unknown): JoinRequest {
+  if (typeof body !== 'object' || body === null || Array.isArray(body)) throw new HubApiError(400, 'expected a JSON object');
+  const b = body as Record<string, unknown>;
+  const strings = ['cluster', 'installNamespace', 'agentEntrypoint', 'serverName', 'image', 'podCidr', 'serviceCidr', 'clusterDomain', 'apiserverIp'] as const;
+  const numbers = ['tokenTtlSeconds', 'agentReplicas'] as const;
+  for (const k of Object.keys(b)) {
+    if (!(strings as readonly string[]).includes(k) && !(numbers as readonly string[]).includes(k)) throw new HubApiError(400, `unknown field "${k}"`);
+  }
+  for (const k of strings) if (b[k] !== undefined && typeof b[k] !== 'string') throw new HubApiError(400, `"${k}" must be a string`);
+  for (const k of numbers) if (b[k] !== undefined && !Number.isInteger(b[k])) throw new HubApiError(400, `"${k}" must be a whole number`);
+  const req = b as unknown as JoinRequest;
+  // A DNS-1123 label: the name is also the cluster's namespace and the ExternalName Service's name.
+  if (!req.cluster || !/^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$/.test(req.cluster)) throw new HubApiError(400, `cluster name ${JSON.stringify(req.cluster ?? '')} is not a DNS-1123 label (lowercase letters, digits and '-', at most 63; it also names the cluster's namespace)`);
+  if (req.installNamespace !== undefined && !/^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$/.test(req.installNamespace)) throw new HubApiError(400, `install namespace "${req.installNamespace}" is not a DNS-1123 label`);
+  if (req.tokenTtlSeconds !== undefined && (req.tokenTtlSeconds < 60 || req.tokenTtlSeconds > MAX_TOKEN_TTL_SECONDS)) throw new HubApiError(400, 'tokenTtlSeconds must be between 60 and 604800 (7 days)');
+  if (req.agentReplicas !== undefined && (req.agentReplicas < 1 || req.agentReplicas > 10)) throw new HubApiError(400, 'agentReplicas must be between 1 and 10');
+  if (req.agentEntrypoint !== undefined && !/^(\[[0-9a-fA-F:.]+\]|[^\s:/[\]]+):\d{1,5}$/.test(req.agentEntrypoint)) throw new HubApiError(400, `agentEntrypoint "${req.agentEntrypoint}" is not HOST:PORT`);
+  return req;
+}

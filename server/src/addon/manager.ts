@@ -1,0 +1,369 @@
+// The addon manager: one ManagedClusterAddOn `cluster-proxy` per ManagedCluster (in the cluster's
+// namespace), the singleton ManagedProxyConfiguration and its status, the agents' lease renewals
+// (hub API `POST /v1/lease`) and a status loop that keeps every addon's conditions true
+// (conditions.ts). Admin views: `GET /v1/managedclusteraddons`, `GET /v1/managedclusters`.
+import type { PeerCertificate } from 'node:tls';
+import type { Logger } from 'pino';
+import { HubApiError, type HubApi } from '../hub-api.js';
+import type { ProxyCore } from '../proxy-core.js';
+import { ADDON_NAME, PROXY_CONFIGURATION_NAME, type Lease, type ManagedClusterAddOn, type ManagedProxyConfiguration } from '../store/objects.js';
+import { AlreadyExistsError, ConflictError, NotFoundError, type Store, type Watch } from '../store/store.js';
+import { LEASE_GRACE_FACTOR, addonConditions, mergeConditions, type AgentReport, type ConditionSpec } from './conditions.js';
+import { HUB_NAMESPACE } from './hub-namespace.js';
+import { DEFAULT_INSTALL_NAMESPACE } from './join.js';
+
+export interface AddonManagerOptions {
+  store: Store;
+  core: ProxyCore;
+  log: Logger;
+  /** 'tunnel' (default): tunnel loss/recovery shows within `tunnelLossWindowMs`; 'lease': OCM's timing only. */
+  healthMode?: 'tunnel' | 'lease';
+  /** Longest time until a tunnel loss or recovery shows in the addon's status (default 30 s). */
+  tunnelLossWindowMs?: number;
+  /** The certificates whose expiry ManagedProxyConfiguration reports. */
+  certificates?: () => { servingCertExpiry: Date | null; signerExpiry: Date | null };
+  serverID: string;
+  /** The CA bundle agents should trust, handed out with every lease renewal (CA rollover). */
+  caBundle?: () => string;
+  /** Whether an agent's certificate should be renewed now (signed by a CA that no longer signs). */
+  shouldRenew?: (cert: PeerCertificate) => boolean;
+  now?: () => number;
+}
+
+/** What `get managedclusteraddons -o wide` adds per addon. */
+export interface AddonWideInfo {
+  leaseRenewTime: string | null;
+  connectedServers: number | null;
+  serverCount: number | null;
+  agentVersion: string | null;
+}
+
+const REPORT_FIELDS: Record<keyof Omit<AgentReport, 'receivedAt' | 'apiserverError'>, 'string' | 'number' | 'boolean'> = {
+  agentID: 'string', leaseDurationSeconds: 'number', connectedServers: 'number', serverCount: 'number', apiserverReachable: 'boolean', version: 'string', phase: 'string',
+};
+const MAX_AGENTS_PER_CLUSTER = 16;
+
+export class AddonManager {
+  private readonly mode: 'tunnel' | 'lease';
+  private readonly windowMs: number;
+  private readonly now: () => number;
+  private clusterWatch: Watch | null = null;
+  private timer: NodeJS.Timeout | null = null;
+  private stopped = false;
+  private syncing: Promise<void> | null = null;
+  /** Since when each cluster has had no tunnel to this hub. */
+  private readonly downSince = new Map<string, number>();
+
+  constructor(private readonly opts: AddonManagerOptions) {
+    this.mode = opts.healthMode ?? 'tunnel';
+    this.windowMs = opts.tunnelLossWindowMs ?? 30_000;
+    this.now = opts.now ?? Date.now;
+  }
+
+  /** Status loop period: a quarter of the window, at most 10 s. */
+  get periodMs(): number {
+    return Math.max(250, Math.min(10_000, Math.floor(this.windowMs / 4)));
+  }
+
+  registerRoutes(hubApi: HubApi, adminApi: HubApi): void {
+    hubApi.route('POST', '/v1/lease', async (req) => {
+      const cluster = req.caller.agent!.cluster;
+      const report = parseReport(req.body, this.now());
+      await this.renewLease(cluster, report);
+      this.kick();
+      const renew = req.caller.certificate && this.opts.shouldRenew ? this.opts.shouldRenew(req.caller.certificate) : false;
+      return { status: 200, body: { leaseDurationSeconds: report.leaseDurationSeconds, ...(this.opts.caBundle ? { caBundle: this.opts.caBundle() } : {}), ...(renew ? { renewCertificate: true } : {}) } };
+    }, { agentOnly: true });
+
+    adminApi.route('GET', '/v1/managedclusteraddons', async () => {
+      const { items } = await this.opts.store.list('ManagedClusterAddOn');
+      const leases = new Map((await this.opts.store.list('Lease')).items.filter((l) => l.metadata.name === ADDON_NAME).map((l) => [l.metadata.namespace!, l]));
+      const wide: Record<string, AddonWideInfo> = {};
+      for (const a of items) {
+        const ns = a.metadata.namespace!;
+        const r = latestReport(reportsOf(leases.get(ns) ?? null));
+        wide[`${ns}/${a.metadata.name}`] = {
+          leaseRenewTime: leases.get(ns)?.spec.renewTime ?? null,
+          connectedServers: r?.connectedServers ?? null,
+          serverCount: r?.serverCount ?? null,
+          agentVersion: r?.version ?? null,
+        };
+      }
+      return { status: 200, body: { apiVersion: 'v1', kind: 'List', items, wide } };
+    }, { agentOnly: false });
+
+    adminApi.route('GET', '/v1/managedproxyconfigurations', async () => {
+      const { items } = await this.opts.store.list('ManagedProxyConfiguration');
+      return { status: 200, body: { apiVersion: 'v1', kind: 'List', items } };
+    }, { agentOnly: false });
+
+    adminApi.route('GET', '/v1/managedclusters', async () => {
+      const { items } = await this.opts.store.list('ManagedCluster');
+      return { status: 200, body: { apiVersion: 'v1', kind: 'List', items } };
+    }, { agentOnly: false });
+  }
+
+  async start(): Promise<void> {
+    await this.ensureProxyConfiguration();
+    const list = await this.opts.store.list('ManagedCluster');
+    for (const mc of list.items) await this.ensureAddon(mc.metadata.name);
+    await this.removeOrphans(new Set(list.items.map((m) => m.metadata.name)));
+    this.clusterWatch = this.opts.store.watch('ManagedCluster', { resourceVersion: list.resourceVersion }, {
+      onEvent: (e) => {
+        const name = e.object.metadata.name;
+        const work = e.type === 'DELETED' ? this.removeAddon(name) : this.ensureAddon(name);
+        void work.catch((err: Error) => this.opts.log.warn({ cluster: name, err: err.message }, 'addon manager could not reconcile the cluster; the status loop retries'));
+      },
+      onError: (err) => {
+        this.opts.log.warn({ err: err.message }, 'ManagedCluster watch ended; restarting the addon manager watch');
+        this.clusterWatch = null;
+        if (!this.stopped) void this.start().catch((e: Error) => this.opts.log.error({ err: e.message }, 'addon manager cannot restart its watch'));
+      },
+    });
+    if (!this.timer) this.loop();
+  }
+
+  async stop(): Promise<void> {
+    this.stopped = true;
+    this.clusterWatch?.stop();
+    this.clusterWatch = null;
+    if (this.timer) clearTimeout(this.timer);
+    this.timer = null;
+    await this.syncing?.catch(() => {});
+    // Hand leadership over at once instead of letting the next replica wait for the lease to expire.
+    const key = { name: MANAGER_LEASE, namespace: HUB_NAMESPACE };
+    const lease = await this.opts.store.get('Lease', key).catch(() => null);
+    if (lease?.spec.holderIdentity === this.opts.serverID) {
+      await this.opts.store.delete('Lease', key, { resourceVersion: lease.metadata.resourceVersion }).catch(() => {});
+    }
+  }
+
+  /** Runs one status pass now (used after a lease renewal, so Available turns True at once). */
+  private kick(): void {
+    if (!this.syncing && !this.stopped) this.syncing = this.syncStatus().finally(() => { this.syncing = null; });
+  }
+
+  private loop(): void {
+    if (this.stopped) return;
+    this.timer = setTimeout(() => {
+      this.timer = null;
+      const pass = this.syncing ?? (this.syncing = this.syncStatus().finally(() => { this.syncing = null; }));
+      void pass.catch((err: Error) => this.opts.log.warn({ err: err.message }, 'addon status pass failed; retrying')).then(() => this.loop());
+    }, this.periodMs);
+  }
+
+  /**
+   * One manager writes addon status (the leader, by a Lease in the hub namespace), so replicas do not
+   * fight over conditions; the others keep answering lease renewals and admin reads.
+   */
+  private async lead(now: number): Promise<boolean> {
+    const key = { name: MANAGER_LEASE, namespace: HUB_NAMESPACE };
+    const durationS = Math.max(1, Math.ceil((this.periodMs * 3) / 1000));
+    const renewTime = microTime(now);
+    try {
+      const current = await this.opts.store.get('Lease', key);
+      if (!current) {
+        await this.opts.store.create('Lease', { apiVersion: 'coordination.k8s.io/v1', kind: 'Lease', metadata: key, spec: { holderIdentity: this.opts.serverID, leaseDurationSeconds: durationS, acquireTime: renewTime, renewTime, leaseTransitions: 0 } });
+        return true;
+      }
+      const mine = current.spec.holderIdentity === this.opts.serverID;
+      const expired = now >= Date.parse(current.spec.renewTime ?? '') + (current.spec.leaseDurationSeconds ?? durationS) * 1000;
+      if (!mine && !expired) return false;
+      await this.opts.store.update('Lease', { ...current, spec: { ...current.spec, holderIdentity: this.opts.serverID, leaseDurationSeconds: durationS, renewTime,
+        ...(mine ? {} : { acquireTime: renewTime, leaseTransitions: (current.spec.leaseTransitions ?? 0) + 1 }) } });
+      if (!mine) this.opts.log.info('this replica now writes addon status (leader)');
+      return true;
+    } catch (err) {
+      if (err instanceof ConflictError || err instanceof AlreadyExistsError) return false;
+      throw err;
+    }
+  }
+
+  private async syncStatus(): Promise<void> {
+    const now = this.now();
+    if (!(await this.lead(now))) return;
+    const tunnels = new Map<string, number>();
+    for (const b of this.opts.core.routes.backends()) tunnels.set(b.cluster, (tunnels.get(b.cluster) ?? 0) + 1);
+    const [addons, leases] = await Promise.all([this.opts.store.list('ManagedClusterAddOn'), this.opts.store.list('Lease')]);
+    const leaseOf = new Map(leases.items.filter((l) => l.metadata.name === ADDON_NAME).map((l) => [l.metadata.namespace!, l]));
+    for (const addon of addons.items) {
+      if (addon.metadata.name !== ADDON_NAME) continue;
+      const cluster = addon.metadata.namespace!;
+      const n = tunnels.get(cluster) ?? 0;
+      if (n > 0) this.downSince.delete(cluster);
+      // A loss counts from when this hub saw tunnels go; a cluster never seen up is judged by its lease alone.
+      else if (!this.downSince.has(cluster) && this.everSeen.has(cluster)) this.downSince.set(cluster, now);
+      if (n > 0) this.everSeen.add(cluster);
+      const specs = addonConditions({
+        lease: leaseOf.get(cluster) ?? null, mode: this.mode, tunnels: n, tunnelDownSince: this.downSince.get(cluster) ?? null,
+        tunnelLossGraceMs: Math.floor(this.windowMs / 2), report: worstReport(reportsOf(leaseOf.get(cluster) ?? null)), now,
+      });
+      await this.writeConditions(addon, specs, now);
+    }
+    await this.syncProxyConfigurationStatus(now);
+  }
+
+  private readonly everSeen = new Set<string>();
+
+  private async writeConditions(addon: ManagedClusterAddOn, specs: ConditionSpec[], now: number): Promise<void> {
+    const { conditions, changed } = mergeConditions(addon.status?.conditions, specs, new Date(now));
+    if (!changed) return;
+    try {
+      await this.opts.store.updateStatus('ManagedClusterAddOn', { ...addon, status: { ...addon.status, conditions, namespace: addon.spec.installNamespace, healthCheck: { mode: this.mode === 'lease' ? 'Lease' : 'Customized' } } });
+      const available = conditions.find((c) => c.type === 'Available');
+      this.opts.log.info({ cluster: addon.metadata.namespace, available: available?.status, reason: available?.reason }, 'addon status updated');
+    } catch (err) {
+      // Someone else wrote it meanwhile: the next pass reads it again.
+      if (!(err instanceof ConflictError) && !(err instanceof NotFoundError)) throw err;
+    }
+  }
+
+  private async renewLease(cluster: string, r: AgentReport): Promise<void> {
+    const renewTime = microTime(r.receivedAt);
+    for (let attempt = 0; attempt < 3; attempt++) {
+      const current = await this.opts.store.get('Lease', { name: ADDON_NAME, namespace: cluster });
+      try {
+        if (!current) {
+          const lease: Lease = {
+            apiVersion: 'coordination.k8s.io/v1', kind: 'Lease', metadata: { name: ADDON_NAME, namespace: cluster },
+            spec: { holderIdentity: r.agentID, leaseDurationSeconds: r.leaseDurationSeconds, acquireTime: renewTime, renewTime, leaseTransitions: 0 },
+          };
+          lease.metadata.annotations = withReport({}, r);
+          await this.opts.store.create('Lease', lease);
+        } else {
+          const transitions = (current.spec.leaseTransitions ?? 0) + (current.spec.holderIdentity !== r.agentID ? 1 : 0);
+          await this.opts.store.update('Lease', { ...current, metadata: { ...current.metadata, annotations: withReport(current.metadata.annotations ?? {}, r) },
+            spec: { ...current.spec, holderIdentity: r.agentID, leaseDurationSeconds: r.leaseDurationSeconds, renewTime, leaseTransitions: transitions } });
+        }
+        return;
+      } catch (err) {
+        if (!(err instanceof ConflictError) && !(err instanceof AlreadyExistsError)) throw err;
+      }
+    }
+    throw new HubApiError(503, 'lease is being updated concurrently; retry');
+  }
+
+  private async ensureAddon(cluster: string): Promise<void> {
+    if (await this.opts.store.get('ManagedClusterAddOn', { name: ADDON_NAME, namespace: cluster })) return;
+    await this.opts.store.ensureNamespace(cluster);
+    const addon: ManagedClusterAddOn = {
+      apiVersion: 'addon.open-cluster-management.io/v1alpha1', kind: 'ManagedClusterAddOn',
+      metadata: { name: ADDON_NAME, namespace: cluster },
+      spec: { installNamespace: DEFAULT_INSTALL_NAMESPACE },
+    };
+    try {
+      await this.opts.store.create('ManagedClusterAddOn', addon);
+      this.opts.log.info({ cluster }, 'ManagedClusterAddOn cluster-proxy created');
+    } catch (err) {
+      if (!(err instanceof AlreadyExistsError)) throw err;
+    }
+  }
+
+  private async removeAddon(cluster: string): Promise<void> {
+    this.downSince.delete(cluster);
+    this.everSeen.delete(cluster);
+    for (const [kind, name] of [['ManagedClusterAddOn', ADDON_NAME], ['Lease', ADDON_NAME]] as const) {
+      await this.opts.store.delete(kind, { name, namespace: cluster }).catch((err: unknown) => {
+        if (!(err instanceof NotFoundError)) throw err;
+      });
+    }
+  }
+
+  private async removeOrphans(clusters: Set<string>): Promise<void> {
+    for (const a of (await this.opts.store.list('ManagedClusterAddOn')).items) {
+      if (a.metadata.name === ADDON_NAME && !clusters.has(a.metadata.namespace!)) await this.removeAddon(a.metadata.namespace!);
+    }
+  }
+
+  private async ensureProxyConfiguration(): Promise<void> {
+    if (await this.opts.store.get('ManagedProxyConfiguration', { name: PROXY_CONFIGURATION_NAME })) return;
+    const mpc: ManagedProxyConfiguration = {
+      apiVersion: 'proxy.open-cluster-management.io/v1alpha1', kind: 'ManagedProxyConfiguration',
+      metadata: { name: PROXY_CONFIGURATION_NAME },
+      spec: { authentication: { signer: { type: 'SelfSigned' } }, proxyServer: { entrypoint: { type: 'PortForward' } }, proxyAgent: {} },
+    };
+    await this.opts.store.create('ManagedProxyConfiguration', mpc).catch((err: unknown) => {
+      if (!(err instanceof AlreadyExistsError)) throw err;
+    });
+  }
+
+  private async syncProxyConfigurationStatus(now: number): Promise<void> {
+    const mpc = await this.opts.store.get('ManagedProxyConfiguration', { name: PROXY_CONFIGURATION_NAME });
+    if (!mpc) return;
+    const certs = this.opts.certificates?.() ?? { servingCertExpiry: null, signerExpiry: null };
+    const signed = (type: string, expiry: Date | null): ConditionSpec => expiry
+      ? { type, status: expiry.getTime() > now ? 'True' : 'False', reason: expiry.getTime() > now ? 'Signed' : 'Expired', message: `Expiry: ${expiry.toISOString().replace(/\.\d{3}Z$/, 'Z')}` }
+      : { type, status: 'Unknown', reason: 'NotManaged', message: 'the certificate is provided from outside the hub' };
+    const specs: ConditionSpec[] = [
+      { type: 'ProxyServerDeployed', status: 'True', reason: 'Deployed', message: 'the proxy server is running' },
+      signed('ProxyServerSecretSigned', certs.servingCertExpiry),
+      signed('AgentServerSecretSigned', certs.signerExpiry),
+    ];
+    const { conditions, changed } = mergeConditions(mpc.status?.conditions, specs, new Date(now));
+    if (!changed) return;
+    await this.opts.store.updateStatus('ManagedProxyConfiguration', { ...mpc, status: { ...mpc.status, conditions } }).catch((err: unknown) => {
+      if (!(err instanceof ConflictError)) throw err;
+    });
+  }
+}
+
+/** Each agent's latest report rides on the cluster's Lease, so every replica (and `kubectl get lease -o yaml`) sees it. */
+const REPORT_ANNOTATION_PREFIX = 'agents.proxy.open-cluster-management.io/';
+const MANAGER_LEASE = 'cluster-proxy-addon-manager';
+
+function withReport(annotations: Record<string, string>, r: AgentReport): Record<string, string> {
+  const out: Record<string, string> = {};
+  const fresh = (v: AgentReport): boolean => r.receivedAt - v.receivedAt < LEASE_GRACE_FACTOR * v.leaseDurationSeconds * 1000;
+  // Keep other annotations, and other agents' reports while they are recent; at most MAX_AGENTS_PER_CLUSTER.
+  const others = Object.entries(annotations).filter(([k]) => !k.startsWith(REPORT_ANNOTATION_PREFIX));
+  const reports = reportsOf({ metadata: { annotations } } as Lease).filter((v) => v.agentID !== r.agentID && fresh(v)).sort((a, b) => b.receivedAt - a.receivedAt).slice(0, MAX_AGENTS_PER_CLUSTER - 1);
+  for (const [k, v] of others) out[k] = v;
+  for (const v of [r, ...reports]) out[`${REPORT_ANNOTATION_PREFIX}${v.agentID.replace(/[^A-Za-z0-9_.-]/g, '-').slice(0, 63)}`] = JSON.stringify(v);
+  return out;
+}
+
+function reportsOf(lease: Lease | null): AgentReport[] {
+  const out: AgentReport[] = [];
+  for (const [k, v] of Object.entries(lease?.metadata.annotations ?? {})) {
+    if (!k.startsWith(REPORT_ANNOTATION_PREFIX)) continue;
+    try {
+      out.push(JSON.parse(v) as AgentReport);
+    } catch {
+      // Not ours to fix: an edited annotation is skipped.
+    }
+  }
+  return out;
+}
+
+function latestReport(all: AgentReport[]): AgentReport | null {
+  let best: AgentReport | null = null;
+  for (const r of all) if (!best || r.receivedAt > best.receivedAt) best = r;
+  return best;
+}
+
+/** Worst recent report of the cluster's agents, so one agent short of servers makes the addon Degraded. */
+function worstReport(all: AgentReport[]): AgentReport | null {
+  const latest = latestReport(all);
+  if (!latest) return null;
+  const recent = all.filter((r) => latest.receivedAt - r.receivedAt < LEASE_GRACE_FACTOR * r.leaseDurationSeconds * 1000);
+  return recent.find((r) => !r.apiserverReachable) ?? recent.find((r) => r.connectedServers < r.serverCount) ?? latest;
+}
+
+/** Kubernetes MicroTime: RFC 3339 with microseconds. */
+function microTime(ms: number): string {
+  return new Date(ms).toISOString().replace(/\.(\d{3})Z$/, '.$1000Z');
+}
+
+function parseReport(body: unknown, now: number): AgentReport {
+  if (typeof body !== 'object' || body === null || Array.isArray(body)) throw new HubApiError(400, 'lease report must be a JSON object');
+  const b = body as Record<string, unknown>;
+  for (const [k, t] of Object.entries(REPORT_FIELDS)) if (typeof b[k] !== t) throw new HubApiError(400, `lease report field "${k}" must be a ${t}`);
+  if (b['apiserverError'] !== undefined && typeof b['apiserverError'] !== 'string') throw new HubApiError(400, 'lease report field "apiserverError" must be a string');
+  const r = b as unknown as AgentReport;
+  if (!Number.isInteger(r.leaseDurationSeconds) || r.leaseDurationSeconds < 1 || r.leaseDurationSeconds > 3600) throw new HubApiError(400, 'leaseDurationSeconds must be a whole number from 1 to 3600');
+  if (!Number.isInteger(r.connectedServers) || !Number.isInteger(r.serverCount) || r.connectedServers < 0 || r.serverCount < 0 || r.serverCount > 1000) throw new HubApiError(400, 'connectedServers and serverCount must be small whole numbers');
+  if (!['Running', 'Bootstrapping', 'RenewingCredentials'].includes(r.phase)) throw new HubApiError(400, 'phase must be Running, Bootstrapping or RenewingCredentials');
+  if (r.agentID.length > 128 || r.version.length > 64 || (r.apiserverError?.length ?? 0) > 512) throw new HubApiError(400, 'lease report field too long');
+  return { agentID: r.agentID, leaseDurationSeconds: r.leaseDurationSeconds, connectedServers: r.connectedServers, serverCount: r.serverCount, apiserverReachable: r.apiserverReachable,
+    ...(r.apiserverError ? { apiserverError: r.apiserverError } : {}), version: r.version, phase: r.phase, receivedAt: now };
+}

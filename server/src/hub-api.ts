@@ -1,0 +1,151 @@
+// The hub's small HTTP API for agents, served on the agent listener (ALPN "http/1.1") so a firewall
+// that lets agents reach :8091 needs no other hole: bootstrap (token → certificate), certificate
+// renewal, and lease renewal with the agent's health report. Routes register themselves; each one
+// says whether it needs a verified agent certificate.
+import http from 'node:http';
+import type { PeerCertificate, TLSSocket } from 'node:tls';
+import type { Logger } from 'pino';
+import { clusterFromSubject, type AgentIdentity } from './pki/agent-identity.js';
+
+export const HUB_API_ALPN = 'http/1.1';
+/** Request bodies are small JSON documents (a CSR, a health report). */
+export const MAX_HUB_API_BODY_BYTES = 64 * 1024;
+
+export interface HubApiCaller {
+  /** TLS verified the client certificate against the hub CA. */
+  authorized: boolean;
+  /** The verified certificate's cluster identity (agent certificates only). */
+  agent: AgentIdentity | null;
+  certificate: PeerCertificate | null;
+  peer: string;
+}
+
+export interface HubApiRequest {
+  method: string;
+  path: string;
+  headers: http.IncomingHttpHeaders;
+  /** Parsed JSON body (null when there was none). */
+  body: unknown;
+  caller: HubApiCaller;
+}
+
+export interface HubApiResponse {
+  status: number;
+  body: unknown;
+}
+
+export type HubApiHandler = (req: HubApiRequest) => Promise<HubApiResponse>;
+
+/** Thrown by handlers for an answer that is not 200: `{ error: message }` with this status. */
+export class HubApiError extends Error {
+  constructor(readonly status: number, message: string) {
+    super(message);
+  }
+}
+
+interface Route {
+  handler: HubApiHandler;
+  /** true: only callers with a verified agent certificate reach the handler (401 otherwise). */
+  agentOnly: boolean;
+}
+
+export class HubApi {
+  private readonly routes = new Map<string, Route>();
+  private readonly server: http.Server;
+
+  constructor(private readonly log: Logger) {
+    this.server = http.createServer((req, res) => void this.handle(req, res));
+    this.server.keepAliveTimeout = 5000;
+    this.server.headersTimeout = 10_000;
+    this.server.requestTimeout = 15_000;
+  }
+
+  /** A route registered as `/v1/things/*` matches `/v1/things/NAME`; the handler reads NAME from `path`. */
+  private prefixRoute(method: string, path: string): Route | undefined {
+    const cut = path.lastIndexOf('/');
+    return cut > 0 ? this.routes.get(`${method} ${path.slice(0, cut)}/*`) : undefined;
+  }
+
+  /** `method path` → handler (`path` may end in `/*`). Registering the same route twice is a programming error. */
+  route(method: string, path: string, handler: HubApiHandler, opts: { agentOnly: boolean }): void {
+    const key = `${method} ${path}`;
+    if (this.routes.has(key)) throw new Error(`hub API route ${key} registered twice`);
+    this.routes.set(key, { handler, agentOnly: opts.agentOnly });
+  }
+
+  /** Hands a TLS socket that negotiated http/1.1 to the HTTP server. */
+  accept(socket: TLSSocket): void {
+    this.server.emit('connection', socket);
+  }
+
+  close(): void {
+    this.server.closeAllConnections();
+    this.server.close();
+  }
+
+  /** Answers one request; also used by the plain-HTTP loopback admin listener (no client certificate there). */
+  async handle(req: http.IncomingMessage, res: http.ServerResponse): Promise<void> {
+    const socket = req.socket as TLSSocket;
+    const cert = socket.authorized === true ? socket.getPeerCertificate() : null;
+    const caller: HubApiCaller = {
+      authorized: socket.authorized === true,
+      certificate: cert && Object.keys(cert).length > 0 ? cert : null,
+      agent: cert ? clusterFromSubject(cert.subject) : null,
+      peer: `${socket.remoteAddress}:${socket.remotePort}`,
+    };
+    const path = new URL(req.url ?? '/', 'https://hub').pathname;
+    const send = (status: number, body: unknown): void => {
+      if (res.headersSent) return;
+      res.writeHead(status, { 'content-type': 'application/json' });
+      res.end(`${JSON.stringify(body)}\n`);
+    };
+    const route = this.routes.get(`${req.method} ${path}`) ?? this.prefixRoute(req.method ?? '', path);
+    if (!route) {
+      req.resume();
+      return send(404, { error: `no such hub API endpoint: ${req.method} ${path}` });
+    }
+    if (route.agentOnly && !caller.agent) {
+      req.resume();
+      return send(401, { error: 'this endpoint needs a valid agent client certificate' });
+    }
+    let body: unknown = null;
+    try {
+      body = await readJson(req);
+    } catch (err) {
+      return send((err as HubApiError).status ?? 400, { error: (err as Error).message });
+    }
+    try {
+      const out = await route.handler({ method: req.method ?? 'GET', path, headers: req.headers, body, caller });
+      send(out.status, out.body);
+    } catch (err) {
+      if (err instanceof HubApiError) return send(err.status, { error: err.message });
+      this.log.error({ path, peer: caller.peer, err: (err as Error).message }, 'hub API handler failed');
+      send(500, { error: 'internal error; see the hub log' });
+    }
+  }
+}
+
+function readJson(req: http.IncomingMessage): Promise<unknown> {
+  return new Promise((resolve, reject) => {
+    const chunks: Buffer[] = [];
+    let size = 0;
+    req.on('data', (c: Buffer) => {
+      size += c.length;
+      if (size > MAX_HUB_API_BODY_BYTES) {
+        reject(new HubApiError(413, `request body over ${MAX_HUB_API_BODY_BYTES} bytes`));
+        req.destroy();
+        return;
+      }
+      chunks.push(c);
+    });
+    req.once('error', reject);
+    req.once('end', () => {
+      if (size === 0) return resolve(null);
+      try {
+        resolve(JSON.parse(Buffer.concat(chunks).toString('utf8')));
+      } catch {
+        reject(new HubApiError(400, 'request body is not JSON'));
+      }
+    });
+  });
+}

@@ -1,0 +1,159 @@
+// The hub process as one object: the proxy server, the hub store, the cluster registry (who may
+// connect), registration (tokens → certificates), and the addon manager (addons, leases, health).
+// `cluster-proxy hub` and `cluster-proxy quickstart` both run this.
+import { X509Certificate } from 'node:crypto';
+import type { Logger } from 'pino';
+import { registerJoinRoutes } from './addon/join.js';
+import { AddonManager } from './addon/manager.js';
+import { manifestsToYaml, renderAgentInstall } from './addon/manifests.js';
+import type { PemPair } from './pki/certificates.js';
+import { TlsReloader } from './pki/reload.js';
+import { splitBundle } from './pki/rotation.js';
+import { ProxyServer, type BoundPorts, type ProxyServerOptions } from './proxy-server.js';
+import { ClusterRegistry, createBootstrapToken, registerRegistrationRoutes, revokeBootstrapTokens } from './registration.js';
+import { ReplicaRegistry } from './replicas.js';
+import type { AddOnDeploymentConfig } from './store/objects.js';
+import type { Store } from './store/store.js';
+
+import { HUB_NAMESPACE } from './addon/hub-namespace.js';
+
+export { HUB_NAMESPACE };
+
+export interface HubOptions {
+  server: Omit<ProxyServerOptions, 'log' | 'readinessChecks'>;
+  store: Store;
+  /** The CA that signs agent certificates; without it the hub cannot register clusters (join, bootstrap). */
+  signer?: PemPair;
+  /** Refuse agents of clusters that are not registered, even with a certificate from the hub CA. */
+  requireRegistration?: boolean;
+  /** HOST:PORT agents dial, for rendered install manifests (default 127.0.0.1:<agent port>). */
+  agentEntrypoint?: string;
+  serverName?: string;
+  agentImage?: string;
+  healthMode?: 'tunnel' | 'lease';
+  tunnelLossWindowMs?: number;
+  /** Agent certificate lifetime in days (default 180). */
+  agentCertValidityDays?: number;
+  /** Where the TLS material came from: watched and reloaded when it changes (renewal, CA rollover). */
+  tlsFiles?: { ca: string; cert: string; key: string; caKey?: string };
+  /** The data-dir PKI: the hub renews its own serving certificate there. */
+  managedPkiDir?: string;
+  /** How often the TLS files are checked (default 30 s). */
+  tlsReloadIntervalMs?: number;
+  /** A replica that stops renewing its lease for this long counts as gone (default 30 s). */
+  replicaLeaseDurationMs?: number;
+  log: Logger;
+}
+
+export class Hub {
+  readonly server: ProxyServer;
+  readonly manager: AddonManager;
+  private readonly registry: ClusterRegistry;
+  private signer: PemPair | undefined;
+  private readonly reloader: TlsReloader | null;
+  readonly replicas: ReplicaRegistry;
+
+  constructor(private readonly opts: HubOptions) {
+    this.server = new ProxyServer({ ...opts.server, log: opts.log, readinessChecks: [{ name: 'store', check: () => opts.store.ping() }] });
+    this.replicas = new ReplicaRegistry({ store: opts.store, namespace: HUB_NAMESPACE, serverID: this.server.serverID, leaseDurationMs: opts.replicaLeaseDurationMs, log: opts.log });
+    this.replicas.registerRoutes(this.server.hubApi);
+    const configured = opts.server.serverCount ?? 1;
+    // The live replicas once known; the configured count (--server-count) until the first read.
+    this.server.setServerCount(() => (this.replicas.serverIDs.length > 0 ? this.replicas.count : configured));
+    this.registry = new ClusterRegistry(opts.store, this.server.core, opts.log, opts.requireRegistration ?? false);
+    this.server.setAgentRegistry(this.registry);
+    this.signer = opts.signer;
+    this.manager = new AddonManager({
+      store: opts.store, core: this.server.core, log: opts.log, serverID: this.server.serverID,
+      healthMode: opts.healthMode, tunnelLossWindowMs: opts.tunnelLossWindowMs,
+      certificates: () => ({ servingCertExpiry: expiry(this.server.tls.cert), signerExpiry: this.signer ? expiry(Buffer.from(this.signer.certPem)) : null }),
+      caBundle: () => this.server.tls.caCert.toString('utf8'),
+      // After a CA rollover's "promote", agents still on the old CA get new certificates before "finish".
+      shouldRenew: (cert) => {
+        if (!this.signer) return false;
+        const signing = new X509Certificate(this.signer.certPem);
+        return cert.fingerprint256 !== '' && !!cert.raw && !new X509Certificate(cert.raw).checkIssued(signing);
+      },
+    });
+    this.reloader = opts.tlsFiles ? new TlsReloader({
+      files: opts.tlsFiles, managedPkiDir: opts.managedPkiDir, intervalMs: opts.tlsReloadIntervalMs ?? 30_000, log: opts.log,
+      onChange: (m) => {
+        this.server.reloadTls({ caCert: m.caCert, cert: m.cert, key: m.key });
+        if (m.caKey) this.signer = { certPem: splitBundle(m.caCert.toString('utf8'))[0]!, keyPem: m.caKey.toString('utf8') };
+      },
+    }) : null;
+    this.manager.registerRoutes(this.server.hubApi, this.server.adminApi);
+    if (opts.signer) this.registerRegistration(opts.signer);
+    else opts.log.warn('no CA key: cluster registration (join, bootstrap tokens) is off; agents need certificates issued from the hub CA');
+  }
+
+  private registerRegistration(initial: PemPair): void {
+    const { store } = this.opts;
+    const caBundle = (): string => this.server.tls.caCert.toString('utf8');
+    registerRegistrationRoutes(this.server.hubApi, { store, signer: () => this.signer ?? initial, caBundle, certValidityDays: this.opts.agentCertValidityDays, log: this.opts.log });
+    registerJoinRoutes(this.server.adminApi, {
+      store,
+      issueBootstrapToken: (cluster, ttl) => createBootstrapToken(store, cluster, ttl),
+      revokeBootstrapTokens: (cluster) => revokeBootstrapTokens(store, cluster),
+      renderManifests: async (input) => {
+        const config = await store.get('AddOnDeploymentConfig', { name: 'cluster-proxy', namespace: HUB_NAMESPACE });
+        return manifestsToYaml(renderAgentInstall({ ...input, proxyConfig: proxyConfigOf(config), nodePlacement: config?.spec.nodePlacement }));
+      },
+      caBundle,
+      defaults: () => ({ agentEntrypoint: this.opts.agentEntrypoint ?? `127.0.0.1:${this.server.ports?.agent ?? 8091}`, serverName: this.opts.serverName, image: this.opts.agentImage }),
+    });
+  }
+
+  get store(): Store {
+    return this.opts.store;
+  }
+
+  async start(): Promise<BoundPorts> {
+    await this.opts.store.ensureNamespace(HUB_NAMESPACE);
+    await this.registry.start();
+    const ports = await this.server.start();
+    await this.replicas.start();
+    await this.startManager();
+    await this.reloader?.start();
+    return ports;
+  }
+
+  private managerRetry: NodeJS.Timeout | null = null;
+
+  /** The tunnels serve without the store; the addon manager starts as soon as the store answers. */
+  private async startManager(): Promise<void> {
+    try {
+      await this.manager.start();
+    } catch (err) {
+      this.opts.log.warn({ err: (err as Error).message }, 'addon manager cannot start yet (store unreachable?); retrying in 5 s');
+      this.managerRetry = setTimeout(() => {
+        this.managerRetry = null;
+        void this.startManager();
+      }, 5000);
+    }
+  }
+
+  /** Readiness off, agents told (DRAIN), our replica lease deleted, open connections get `graceMs`. */
+  async stop(graceMs = 5000): Promise<void> {
+    if (this.managerRetry) clearTimeout(this.managerRetry);
+    this.managerRetry = null;
+    this.reloader?.stop();
+    const serverStopped = this.server.stop(graceMs);
+    await this.replicas.stop();
+    await this.manager.stop();
+    this.registry.stop();
+    await serverStopped;
+  }
+}
+
+function expiry(pem: Buffer): Date | null {
+  try {
+    return new Date(new X509Certificate(pem).validTo);
+  } catch {
+    return null;
+  }
+}
+
+function proxyConfigOf(config: AddOnDeploymentConfig | null): AddOnDeploymentConfig['spec']['proxyConfig'] {
+  return config?.spec.proxyConfig;
+}

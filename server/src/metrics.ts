@@ -1,0 +1,241 @@
+// Every Prometheus metric of the proxy server, names and help texts in one place (SPEC §9).
+// ANP's names (`konnectivity_network_proxy_server_*`) where ANP has the metric, with ANP's labels and
+// label values; ours under `cluster_proxy_server_*`. One Registry per ProxyServer (never prom-client's
+// global one), so two servers in one process (tests) do not collide. Labels only ever hold values
+// from small fixed sets: never addresses, agent IDs or connection IDs.
+import { PacketType, type DialFailureReason, type Packet } from '@cluster-proxy/proto';
+import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
+
+const ANP = 'konnectivity_network_proxy_server_';
+const OWN = 'cluster_proxy_server_';
+
+/** ANP's stream segments: which leg a packet travelled on, seen from the whole system. */
+export type Segment = 'from_client' | 'to_client' | 'from_agent' | 'to_agent';
+
+/**
+ * `dial_failure_count{reason}`: ANP's values where the situation is ANP's, plus ours:
+ *   no_agent               no agent for the destination (ANP)
+ *   draining               only draining agents for it (ours)
+ *   error_response         the agent answered DIAL_RSP with an error (ANP)
+ *   unrecognized_response  DIAL_RSP for a dial we no longer know (ANP)
+ *   backend_close          the agent went away (or sent DIAL_CLS) during the dial (ANP)
+ *   backend_dial_timeout   no DIAL_RSP within the dial deadline (ANP)
+ *   frontend_close         the client gave up on the pending dial (ANP)
+ *   bad_request            the request could not be dialled at all, e.g. protocol not tcp (ours)
+ */
+export type ServerDialFailure = 'no_agent' | 'draining' | 'error_response' | 'unrecognized_response' | 'backend_close' | 'backend_dial_timeout' | 'frontend_close' | 'bad_request';
+
+/** What the scrape-time gauges read from the live server (tables, not counters that could drift). */
+export interface ServerGaugeSource {
+  /** Agent streams registered with the core. */
+  agentStreams(): { total: number; grpc: number; mux: number };
+  /** Distinct identifiers per routing strategy (ANP's ready_backends). */
+  readyBackends(): { destHost: number; cidr: number; defaultRoute: number };
+  pendingDials(): number;
+  established(): number;
+  /** gRPC ProxyService.Proxy streams of clients. */
+  grpcFrontends(): number;
+  /** Client sessions over our multiplexed transport. */
+  muxFrontends(): number;
+  /** HTTP CONNECT client connections, in any state. */
+  httpConnections(): number;
+  serverCount(): number;
+}
+
+/** gRPC status codes by number, spelled as ANP (Go's codes.Code.String()) reports them. */
+const GRPC_CODES = ['OK', 'Canceled', 'Unknown', 'InvalidArgument', 'DeadlineExceeded', 'NotFound', 'AlreadyExists', 'PermissionDenied', 'ResourceExhausted', 'FailedPrecondition', 'Aborted', 'OutOfRange', 'Unimplemented', 'Internal', 'Unavailable', 'DataLoss', 'Unauthenticated'];
+
+export function grpcCodeName(code: number | undefined): string {
+  return (code !== undefined && GRPC_CODES[code]) || 'Unknown';
+}
+
+/** Packet type names for labels: the enum's names, anything else "Unknown" (bounded). */
+export function packetTypeLabel(type: number): string {
+  const name = PacketType[type];
+  return typeof name === 'string' ? name : 'Unknown';
+}
+
+export interface ServerMetricsOptions {
+  /** Also export prom-client's process/Node.js metrics (one per process: the CLI turns it on). */
+  processMetrics?: boolean;
+}
+
+export class ServerMetrics {
+  readonly registry = new Registry();
+  private source: ServerGaugeSource | null = null;
+
+  // ---- ANP's
+  readonly dialDuration = new Histogram({
+    name: `${ANP}dial_duration_seconds`,
+    help: 'Latency of successful dials: DIAL_REQ sent to the agent until its successful DIAL_RSP',
+    buckets: [0.000001, 0.00001, 0.0001, 0.001, 0.005, 0.025, 0.1, 0.5, 2.5, 12.5],
+    registers: [this.registry],
+  });
+  readonly dialFailures = new Counter({
+    name: `${ANP}dial_failure_count`,
+    help: 'Dials that failed, by reason (no_agent, draining, error_response, unrecognized_response, backend_close, backend_dial_timeout, frontend_close, bad_request)',
+    labelNames: ['reason'] as const,
+    registers: [this.registry],
+  });
+  readonly connectionDuration = new Histogram({
+    name: `${ANP}connection_duration_seconds`,
+    help: 'Lifetime of established tunneled connections, from the successful dial to the close',
+    buckets: [1, 5, 10, 30, 60, 300, 600, 1800, 3600, 7200, 14400, 28800, 86400],
+    registers: [this.registry],
+  });
+  readonly streamPackets = new Counter({
+    name: `${ANP}stream_packets_total`,
+    help: 'Packets on client and agent streams, by segment (from_client, to_client, from_agent, to_agent) and packet type',
+    labelNames: ['segment', 'packet_type'] as const,
+    registers: [this.registry],
+  });
+  readonly streamErrors = new Counter({
+    name: `${ANP}stream_errors_total`,
+    help: 'Client and agent streams that ended with an error, by segment, gRPC code and packet type (Unknown for receive errors)',
+    labelNames: ['segment', 'code', 'packet_type'] as const,
+    registers: [this.registry],
+  });
+
+  // ---- ours
+  readonly bytes = new Counter({
+    name: `${OWN}bytes_total`,
+    help: 'Payload bytes moved through tunneled connections, by direction (to_agent: from clients towards destinations; to_client: back)',
+    labelNames: ['direction'] as const,
+    registers: [this.registry],
+  });
+  readonly flowControlStalls = new Counter({
+    name: `${OWN}flow_control_stalls_total`,
+    help: 'Times a connection ran out of flow-control credit and had to wait for its receiver, by direction (to_agent, to_client)',
+    labelNames: ['direction'] as const,
+    registers: [this.registry],
+  });
+  readonly tunnelConnects = new Counter({
+    name: `${OWN}tunnel_connects_total`,
+    help: 'Agent streams (tunnels) accepted, by transport (grpc, mux)',
+    labelNames: ['transport'] as const,
+    registers: [this.registry],
+  });
+  readonly tunnelDisconnects = new Counter({
+    name: `${OWN}tunnel_disconnects_total`,
+    help: 'Agent streams (tunnels) that ended, by transport (grpc, mux)',
+    labelNames: ['transport'] as const,
+    registers: [this.registry],
+  });
+  readonly agentRefusals = new Counter({
+    name: `${OWN}agent_refusals_total`,
+    help: 'Agent streams refused at admission, by gRPC code (UNAUTHENTICATED, PERMISSION_DENIED, INVALID_ARGUMENT, UNAVAILABLE)',
+    labelNames: ['code'] as const,
+    registers: [this.registry],
+  });
+  readonly connectRequests = new Counter({
+    name: `${OWN}http_connect_requests_total`,
+    help: 'HTTP CONNECT requests answered, by status code (200 = tunnel open)',
+    labelNames: ['status'] as const,
+    registers: [this.registry],
+  });
+
+  constructor(opts: ServerMetricsOptions = {}) {
+    const r = [this.registry];
+    const src = (): ServerGaugeSource | null => this.source;
+    // Scrape-time gauges: read from the live tables, so they cannot drift from the truth.
+    new Gauge({
+      name: `${ANP}ready_backend_connections`,
+      help: 'Agent streams (backend connections) registered with this server (deprecated in ANP; see ready_backends)',
+      registers: r,
+      collect() { this.set(src()?.agentStreams().total ?? 0); },
+    });
+    new Gauge({
+      name: `${ANP}ready_backends`,
+      help: 'Distinct agent identifiers this server can route by, per routing strategy (destHost, cidr, defaultRoute)',
+      labelNames: ['proxy_strategy'] as const,
+      registers: r,
+      collect() {
+        const b = src()?.readyBackends() ?? { destHost: 0, cidr: 0, defaultRoute: 0 };
+        this.set({ proxy_strategy: 'destHost' }, b.destHost);
+        this.set({ proxy_strategy: 'cidr' }, b.cidr);
+        this.set({ proxy_strategy: 'defaultRoute' }, b.defaultRoute);
+      },
+    });
+    new Gauge({
+      name: `${ANP}pending_backend_dials`,
+      help: 'Dials sent to agents and not yet answered',
+      registers: r,
+      collect() { this.set(src()?.pendingDials() ?? 0); },
+    });
+    new Gauge({
+      name: `${ANP}established_connections`,
+      help: 'Tunneled connections established through agents (open or closing)',
+      registers: r,
+      collect() { this.set(src()?.established() ?? 0); },
+    });
+    new Gauge({
+      name: `${ANP}grpc_connections`,
+      help: 'Open gRPC streams, by service method (Proxy: clients, Connect: agents)',
+      labelNames: ['service_method'] as const,
+      registers: r,
+      collect() {
+        const s = src();
+        this.set({ service_method: 'Proxy' }, s?.grpcFrontends() ?? 0);
+        this.set({ service_method: 'Connect' }, s?.agentStreams().grpc ?? 0);
+      },
+    });
+    new Gauge({
+      name: `${ANP}http_connections`,
+      help: 'Open HTTP CONNECT client connections',
+      registers: r,
+      collect() { this.set(src()?.httpConnections() ?? 0); },
+    });
+    new Gauge({
+      name: `${OWN}mux_connections`,
+      help: 'Open connections over our multiplexed transport, by role (client, agent)',
+      labelNames: ['role'] as const,
+      registers: r,
+      collect() {
+        const s = src();
+        this.set({ role: 'client' }, s?.muxFrontends() ?? 0);
+        this.set({ role: 'agent' }, s?.agentStreams().mux ?? 0);
+      },
+    });
+    new Gauge({
+      name: `${OWN}server_count`,
+      help: 'Number of server replicas this server tells agents to connect to',
+      registers: r,
+      collect() { this.set(src()?.serverCount() ?? 0); },
+    });
+    if (opts.processMetrics) collectDefaultMetrics({ register: this.registry });
+  }
+
+  /** Connects the scrape-time gauges to the live server. */
+  bind(source: ServerGaugeSource): void {
+    this.source = source;
+  }
+
+  dialFailure(reason: ServerDialFailure): void {
+    this.dialFailures.inc({ reason });
+  }
+
+  /** The routing table had no usable agent (or the destination was malformed). */
+  routeFailure(reason: DialFailureReason): void {
+    this.dialFailure(reason === 'no_agent' || reason === 'draining' ? reason : 'bad_request');
+  }
+
+  packet(segment: Segment, p: Packet): void {
+    this.streamPackets.inc({ segment, packet_type: packetTypeLabel(p.type) });
+  }
+
+  streamError(segment: Segment, code: string, packetType = 'Unknown'): void {
+    this.streamErrors.inc({ segment, code, packet_type: packetType });
+  }
+
+  /** The exposition text and its content type, for a /metrics handler. */
+  async expose(): Promise<{ contentType: string; body: string }> {
+    return { contentType: this.registry.contentType, body: await this.registry.metrics() };
+  }
+}
+
+/** For objects built without a server (unit tests of single classes): counts go nowhere visible. */
+let detached: ServerMetrics | null = null;
+export function detachedServerMetrics(): ServerMetrics {
+  detached ??= new ServerMetrics();
+  return detached;
+}

@@ -1,0 +1,106 @@
+// The hub's replicas, through the store: each proxy server holds a Lease
+// `cluster-proxy-server-<serverID>` in the hub namespace and renews it; the live replicas are the
+// leases not yet expired (ANP's lease counting). Agents get the count in the serverCount header and
+// the list from `GET /v1/replicas`, so they hold one tunnel per live replica and drop tunnels to
+// replicas that are gone. A graceful stop deletes the lease at once.
+import type { Logger } from 'pino';
+import type { HubApi } from './hub-api.js';
+import type { Lease } from './store/objects.js';
+import { AlreadyExistsError, ConflictError, NotFoundError, type Store } from './store/store.js';
+
+export const REPLICA_LEASE_PREFIX = 'cluster-proxy-server-';
+export const REPLICA_LABEL = 'proxy.open-cluster-management.io/server-replica';
+
+export interface ReplicaRegistryOptions {
+  store: Store;
+  namespace: string;
+  serverID: string;
+  /** A replica that has not renewed for this long is gone (default 30 s); renewed every third of it. */
+  leaseDurationMs?: number;
+  log: Logger;
+  now?: () => number;
+}
+
+export class ReplicaRegistry {
+  private timer: NodeJS.Timeout | null = null;
+  private live: string[] = [];
+  private stopped = false;
+  private readonly durationMs: number;
+  private readonly now: () => number;
+  private readonly leaseName: string;
+
+  constructor(private readonly opts: ReplicaRegistryOptions) {
+    this.durationMs = opts.leaseDurationMs ?? 30_000;
+    this.now = opts.now ?? Date.now;
+    this.leaseName = `${REPLICA_LEASE_PREFIX}${opts.serverID.toLowerCase().replace(/[^a-z0-9-]/g, '-').slice(0, 200)}`;
+  }
+
+  /** Live replicas as last read (this one included once its lease is written). */
+  get serverIDs(): readonly string[] {
+    return this.live;
+  }
+
+  get count(): number {
+    return Math.max(1, this.live.length);
+  }
+
+  registerRoutes(hubApi: HubApi): void {
+    hubApi.route('GET', '/v1/replicas', async () => ({ status: 200, body: { serverCount: this.count, replicas: this.live.map((serverID) => ({ serverID })) } }), { agentOnly: true });
+  }
+
+  async start(): Promise<void> {
+    await this.tick();
+  }
+
+  /** Stops renewing and deletes our lease, so agents drop us at their next sync. */
+  async stop(): Promise<void> {
+    this.stopped = true;
+    if (this.timer) clearTimeout(this.timer);
+    this.timer = null;
+    await this.opts.store.delete('Lease', { name: this.leaseName, namespace: this.opts.namespace }).catch((err: unknown) => {
+      if (!(err instanceof NotFoundError)) this.opts.log.warn({ err: (err as Error).message }, 'cannot delete this replica\'s lease; it expires by itself');
+    });
+  }
+
+  private async tick(): Promise<void> {
+    try {
+      await this.renew();
+      await this.refresh();
+    } catch (err) {
+      this.opts.log.warn({ err: (err as Error).message }, 'replica lease renewal failed; retrying');
+    }
+    if (this.stopped) return;
+    this.timer = setTimeout(() => {
+      this.timer = null;
+      void this.tick();
+    }, Math.max(200, Math.floor(this.durationMs / 3)));
+  }
+
+  private async renew(): Promise<void> {
+    const renewTime = new Date(this.now()).toISOString().replace(/\.(\d{3})Z$/, '.$1000Z');
+    const key = { name: this.leaseName, namespace: this.opts.namespace };
+    const current = await this.opts.store.get('Lease', key);
+    const spec = { holderIdentity: this.opts.serverID, leaseDurationSeconds: Math.max(1, Math.ceil(this.durationMs / 1000)), renewTime };
+    try {
+      if (!current) {
+        const lease: Lease = { apiVersion: 'coordination.k8s.io/v1', kind: 'Lease', metadata: { ...key, labels: { [REPLICA_LABEL]: 'true' } }, spec: { ...spec, acquireTime: renewTime } };
+        await this.opts.store.create('Lease', lease);
+      } else {
+        await this.opts.store.update('Lease', { ...current, spec: { ...current.spec, ...spec } });
+      }
+    } catch (err) {
+      if (!(err instanceof ConflictError) && !(err instanceof AlreadyExistsError)) throw err;
+    }
+  }
+
+  private async refresh(): Promise<void> {
+    const { items } = await this.opts.store.list('Lease', { namespace: this.opts.namespace, labels: { [REPLICA_LABEL]: 'true' } });
+    const now = this.now();
+    const live = items.filter((l) => {
+      const renew = Date.parse(l.spec.renewTime ?? '');
+      return Number.isFinite(renew) && now < renew + (l.spec.leaseDurationSeconds ?? 30) * 1000;
+    }).map((l) => l.spec.holderIdentity ?? '').filter(Boolean).sort();
+    if (live.join(',') !== this.live.join(',')) this.opts.log.info({ replicas: live }, `live proxy server replicas: ${live.length}`);
+    this.live = live;
+  }
+}

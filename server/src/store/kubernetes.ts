@@ -1,0 +1,413 @@
+// The Kubernetes store: the hub's objects as CRs (deploy/ holds the CRDs), Leases and Secrets, through
+// @kubernetes/client-node: CustomObjectsApi for OCM's kinds, CoordinationV1Api for Lease, CoreV1Api
+// for Secret, Watch for watches (which resume from the last version seen after a disconnect).
+import {
+  ApiException, CoordinationV1Api, CoreV1Api, CustomObjectsApi, KubeConfig, Watch as KubeWatch,
+  type V1Lease, type V1Secret,
+} from '@kubernetes/client-node';
+import { KINDS, type HubObject, type Kind, type ObjectOfKind } from './objects.js';
+import { validateKey } from './memory.js';
+import {
+  AlreadyExistsError, ConflictError, GoneError, InvalidError, NotFoundError, StoreError, UnavailableError, describeKey,
+  type ListOptions, type ListResult, type ObjectKey, type Store, type Watch, type WatchEventType, type WatchHandlers,
+  type WatchOptions,
+} from './store.js';
+
+export interface KubernetesStoreOptions {
+  /** Path of a kubeconfig; default: $KUBECONFIG, ~/.kube/config, then in-cluster. */
+  kubeconfig?: string;
+  context?: string;
+  /** Watch reconnect backoff (ms): first delay, doubled up to max. Defaults 200 / 10000. */
+  watchBackoffMs?: { initial: number; max: number };
+}
+
+interface KubeStatus {
+  kind?: string;
+  code?: number;
+  reason?: string;
+  message?: string;
+}
+
+function parseBody(body: unknown): KubeStatus | null {
+  if (typeof body === 'string') {
+    try {
+      return JSON.parse(body) as KubeStatus;
+    } catch {
+      return null;
+    }
+  }
+  return body && typeof body === 'object' ? (body as KubeStatus) : null;
+}
+
+/** The API's errors as the store's classes (404 NotFound, 409 AlreadyExists|Conflict, 410 Gone, 400/422 Invalid). */
+export function mapKubeError(err: unknown, what: string): Error {
+  if (err instanceof StoreError) return err;
+  if (err instanceof ApiException) {
+    const status = parseBody(err.body);
+    const msg = `${what}: ${status?.message ?? `HTTP ${err.code}`}`;
+    switch (err.code) {
+      case 404: return new NotFoundError(msg);
+      case 409: return status?.reason === 'AlreadyExists' ? new AlreadyExistsError(msg) : new ConflictError(msg);
+      case 410: return new GoneError(msg);
+      case 400: case 422: return new InvalidError(msg);
+      default: return new UnavailableError(msg);
+    }
+  }
+  const e = err instanceof Error ? err : new Error(String(err));
+  return new UnavailableError(`${what}: ${e.message}`);
+}
+
+/** Plain JSON in our shapes: typed clients hand back class instances with Date fields. */
+function toPlain<K extends Kind>(kind: K, obj: unknown): ObjectOfKind<K> {
+  const o = JSON.parse(JSON.stringify(obj)) as HubObject;
+  const { apiVersion: _a, kind: _k, ...rest } = o;
+  const m = rest.metadata;
+  for (const f of ['creationTimestamp', 'deletionTimestamp'] as const) {
+    const v = m[f];
+    if (typeof v === 'string') m[f] = v.replace(/\.000Z$/, 'Z');
+  }
+  delete (m as { managedFields?: unknown }).managedFields;
+  return { apiVersion: KINDS[kind].apiVersion, kind, ...rest } as ObjectOfKind<K>;
+}
+
+function labelSelector(labels: Record<string, string> | undefined): string | undefined {
+  if (!labels || Object.keys(labels).length === 0) return undefined;
+  return Object.entries(labels).map(([k, v]) => `${k}=${v}`).join(',');
+}
+
+/** API path of a kind's collection (for watches). */
+export function collectionPath(kind: Kind, namespace?: string): string {
+  const info = KINDS[kind];
+  const base = info.group === '' ? `/api/${info.version}` : `/apis/${info.group}/${info.version}`;
+  return `${base}${namespace ? `/namespaces/${encodeURIComponent(namespace)}` : ''}/${info.plural}`;
+}
+
+const UNCONDITIONAL_RETRIES = 5;
+
+export class KubernetesStore implements Store {
+  readonly kind = 'kubernetes' as const;
+  private readonly custom: CustomObjectsApi;
+  private readonly coord: CoordinationV1Api;
+  private readonly core: CoreV1Api;
+  private readonly watcher: KubeWatch;
+  private readonly watches = new Set<Watch>();
+  private readonly backoff: { initial: number; max: number };
+  private closed = false;
+
+  constructor(readonly kubeConfig: KubeConfig, opts: Pick<KubernetesStoreOptions, 'watchBackoffMs'> = {}) {
+    this.custom = kubeConfig.makeApiClient(CustomObjectsApi);
+    this.coord = kubeConfig.makeApiClient(CoordinationV1Api);
+    this.core = kubeConfig.makeApiClient(CoreV1Api);
+    this.watcher = new KubeWatch(kubeConfig);
+    this.backoff = opts.watchBackoffMs ?? { initial: 200, max: 10_000 };
+  }
+
+  private usable(): void {
+    if (this.closed) throw new UnavailableError('store is closed');
+  }
+
+  async get<K extends Kind>(kind: K, key: ObjectKey): Promise<ObjectOfKind<K> | null> {
+    this.usable();
+    validateKey(kind, key);
+    try {
+      return await this.read(kind, key);
+    } catch (err) {
+      const e = mapKubeError(err, `get ${describeKey(kind, key)}`);
+      if (e instanceof NotFoundError) return null;
+      throw e;
+    }
+  }
+
+  private async read<K extends Kind>(kind: K, key: ObjectKey): Promise<ObjectOfKind<K>> {
+    const info = KINDS[kind];
+    const ns = key.namespace ?? '';
+    if (kind === 'Lease') return toPlain(kind, await this.coord.readNamespacedLease({ name: key.name, namespace: ns }));
+    if (kind === 'Secret') return toPlain(kind, await this.core.readNamespacedSecret({ name: key.name, namespace: ns }));
+    const g = { group: info.group, version: info.version, plural: info.plural, name: key.name };
+    const raw: unknown = info.namespaced
+      ? await this.custom.getNamespacedCustomObject({ ...g, namespace: ns })
+      : await this.custom.getClusterCustomObject(g);
+    return toPlain(kind, raw);
+  }
+
+  async list<K extends Kind>(kind: K, opts: ListOptions = {}): Promise<ListResult<K>> {
+    this.usable();
+    const info = KINDS[kind];
+    if (opts.namespace !== undefined && !info.namespaced) throw new InvalidError(`${kind} is cluster-scoped: no namespace in a list`);
+    const sel = labelSelector(opts.labels);
+    const q = sel ? { labelSelector: sel } : {};
+    try {
+      let res: { items?: unknown[]; metadata?: { resourceVersion?: string } };
+      if (kind === 'Lease') {
+        res = opts.namespace ? await this.coord.listNamespacedLease({ namespace: opts.namespace, ...q }) : await this.coord.listLeaseForAllNamespaces(q);
+      } else if (kind === 'Secret') {
+        res = opts.namespace ? await this.core.listNamespacedSecret({ namespace: opts.namespace, ...q }) : await this.core.listSecretForAllNamespaces(q);
+      } else {
+        const g = { group: info.group, version: info.version, plural: info.plural, ...q };
+        res = (opts.namespace
+          ? await this.custom.listNamespacedCustomObject({ ...g, namespace: opts.namespace })
+          : await this.custom.listClusterCustomObject(g)) as typeof res;
+      }
+      return { items: (res.items ?? []).map((o) => toPlain(kind, o)), resourceVersion: res.metadata?.resourceVersion ?? '' };
+    } catch (err) {
+      throw mapKubeError(err, `list ${kind}`);
+    }
+  }
+
+  async create<K extends Kind>(kind: K, obj: ObjectOfKind<K>): Promise<ObjectOfKind<K>> {
+    this.usable();
+    validateKey(kind, obj.metadata);
+    const info = KINDS[kind];
+    const body = toPlain(kind, obj);
+    const ns = body.metadata.namespace ?? '';
+    try {
+      if (kind === 'Lease') return toPlain(kind, await this.coord.createNamespacedLease({ namespace: ns, body: body as unknown as V1Lease }));
+      if (kind === 'Secret') return toPlain(kind, await this.core.createNamespacedSecret({ namespace: ns, body: body as unknown as V1Secret }));
+      const g = { group: info.group, version: info.version, plural: info.plural, body };
+      return toPlain(kind, info.namespaced
+        ? await this.custom.createNamespacedCustomObject({ ...g, namespace: ns })
+        : await this.custom.createClusterCustomObject(g));
+    } catch (err) {
+      throw mapKubeError(err, `create ${describeKey(kind, obj.metadata)}`);
+    }
+  }
+
+  update<K extends Kind>(kind: K, obj: ObjectOfKind<K>): Promise<ObjectOfKind<K>> {
+    return this.replace(kind, obj, false);
+  }
+
+  updateStatus<K extends Kind>(kind: K, obj: ObjectOfKind<K>): Promise<ObjectOfKind<K>> {
+    if (!KINDS[kind]?.hasStatus) return Promise.reject(new InvalidError(`${kind} has no status subresource; use update`));
+    return this.replace(kind, obj, true);
+  }
+
+  /**
+   * PUT. Without a resourceVersion the store promises last-write-wins, but the API refuses
+   * unconditional updates of custom resources: read the current version and retry on conflict.
+   */
+  private async replace<K extends Kind>(kind: K, obj: ObjectOfKind<K>, status: boolean): Promise<ObjectOfKind<K>> {
+    this.usable();
+    validateKey(kind, obj.metadata);
+    const body = toPlain(kind, obj);
+    const what = `${status ? 'update status of' : 'update'} ${describeKey(kind, obj.metadata)}`;
+    const unconditional = !body.metadata.resourceVersion;
+    for (let attempt = 0; ; attempt++) {
+      try {
+        if (unconditional) {
+          const current = await this.read(kind, body.metadata);
+          body.metadata.resourceVersion = current.metadata.resourceVersion;
+        }
+        return await this.put(kind, body, status);
+      } catch (err) {
+        const e = mapKubeError(err, what);
+        if (!(unconditional && e instanceof ConflictError && attempt < UNCONDITIONAL_RETRIES)) throw e;
+      }
+    }
+  }
+
+  private async put<K extends Kind>(kind: K, body: ObjectOfKind<K>, status: boolean): Promise<ObjectOfKind<K>> {
+    const info = KINDS[kind];
+    const name = body.metadata.name;
+    const ns = body.metadata.namespace ?? '';
+    if (kind === 'Lease') return toPlain(kind, await this.coord.replaceNamespacedLease({ name, namespace: ns, body: body as unknown as V1Lease }));
+    if (kind === 'Secret') return toPlain(kind, await this.core.replaceNamespacedSecret({ name, namespace: ns, body: body as unknown as V1Secret }));
+    const g = { group: info.group, version: info.version, plural: info.plural, name, body };
+    let raw: unknown;
+    if (info.namespaced) {
+      raw = status
+        ? await this.custom.replaceNamespacedCustomObjectStatus({ ...g, namespace: ns })
+        : await this.custom.replaceNamespacedCustomObject({ ...g, namespace: ns });
+    } else {
+      raw = status ? await this.custom.replaceClusterCustomObjectStatus(g) : await this.custom.replaceClusterCustomObject(g);
+    }
+    return toPlain(kind, raw);
+  }
+
+  async delete<K extends Kind>(kind: K, key: ObjectKey, opts: { resourceVersion?: string } = {}): Promise<void> {
+    this.usable();
+    validateKey(kind, key);
+    const info = KINDS[kind];
+    const ns = key.namespace ?? '';
+    const body = opts.resourceVersion ? { preconditions: { resourceVersion: opts.resourceVersion } } : {};
+    try {
+      if (kind === 'Lease') await this.coord.deleteNamespacedLease({ name: key.name, namespace: ns, body });
+      else if (kind === 'Secret') await this.core.deleteNamespacedSecret({ name: key.name, namespace: ns, body });
+      else {
+        const g = { group: info.group, version: info.version, plural: info.plural, name: key.name, body };
+        if (info.namespaced) await this.custom.deleteNamespacedCustomObject({ ...g, namespace: ns });
+        else await this.custom.deleteClusterCustomObject(g);
+      }
+    } catch (err) {
+      throw mapKubeError(err, `delete ${describeKey(kind, key)}`);
+    }
+  }
+
+  watch<K extends Kind>(kind: K, opts: WatchOptions, handlers: WatchHandlers<K>): Watch {
+    const w = new ResumingWatch(this, this.watcher, kind, opts, handlers, this.backoff, () => this.watches.delete(handle));
+    const handle: Watch = { stop: () => w.stop() };
+    this.watches.add(handle);
+    w.start();
+    return handle;
+  }
+
+  async ensureNamespace(name: string): Promise<void> {
+    this.usable();
+    try {
+      await this.core.createNamespace({ body: { apiVersion: 'v1', kind: 'Namespace', metadata: { name } } });
+    } catch (err) {
+      const e = mapKubeError(err, `create Namespace ${name}`);
+      if (!(e instanceof AlreadyExistsError)) throw e;
+    }
+  }
+
+  async ping(): Promise<void> {
+    this.usable();
+    const info = KINDS.ManagedProxyConfiguration;
+    try {
+      await this.custom.listClusterCustomObject({ group: info.group, version: info.version, plural: info.plural, limit: 1 });
+    } catch (err) {
+      throw mapKubeError(err, 'ping (list ManagedProxyConfiguration)');
+    }
+  }
+
+  async close(): Promise<void> {
+    this.closed = true;
+    for (const w of [...this.watches]) w.stop();
+  }
+}
+
+/**
+ * One logical watch over many HTTP watch requests: each reconnect resumes from the last version seen
+ * (events and bookmarks), with backoff. Without a starting version it lists first and emits ADDED for
+ * the current objects, so a reconnect never replays them. 410 Gone → onError(GoneError).
+ */
+class ResumingWatch<K extends Kind> {
+  private stopped = false;
+  private rv: string | undefined;
+  private controller: AbortController | null = null;
+  private timer: NodeJS.Timeout | null = null;
+  private delay: number;
+  /** Connection generation: callbacks of an old connection are ignored. */
+  private gen = 0;
+
+  constructor(
+    private readonly store: KubernetesStore,
+    private readonly kw: KubeWatch,
+    private readonly kind: K,
+    private readonly opts: WatchOptions,
+    private readonly handlers: WatchHandlers<K>,
+    private readonly backoff: { initial: number; max: number },
+    private readonly onEnd: () => void,
+  ) {
+    this.rv = opts.resourceVersion || undefined;
+    this.delay = backoff.initial;
+  }
+
+  start(): void {
+    if (this.rv === undefined) {
+      void this.store.list(this.kind, this.opts).then(
+        (res) => {
+          if (this.stopped) return;
+          for (const object of res.items) {
+            if (this.stopped) return;
+            this.handlers.onEvent({ type: 'ADDED', object });
+          }
+          this.rv = res.resourceVersion;
+          this.connect();
+        },
+        (err: unknown) => {
+          if (err instanceof UnavailableError) this.retry();
+          else this.fail(err as Error);
+        },
+      );
+    } else this.connect();
+  }
+
+  private connect(): void {
+    if (this.stopped) return;
+    const gen = ++this.gen;
+    const query: Record<string, string> = { allowWatchBookmarks: 'true' };
+    if (this.rv) query.resourceVersion = this.rv;
+    const sel = labelSelector(this.opts.labels);
+    if (sel) query.labelSelector = sel;
+    const path = collectionPath(this.kind, this.opts.namespace);
+    const onLine = (type: string, obj: unknown): void => {
+      if (this.stopped || gen !== this.gen) return;
+      if (type === 'ERROR') {
+        const st = obj as KubeStatus;
+        if (st.code === 410) this.fail(new GoneError(`watch ${this.kind} from ${this.rv ?? '?'}: ${st.message ?? 'Gone'}`));
+        // Other errors end this connection; the done callback reconnects.
+        return;
+      }
+      const o = obj as HubObject;
+      const rv = o?.metadata?.resourceVersion;
+      if (rv) this.rv = rv;
+      this.delay = this.backoff.initial;
+      if (type === 'BOOKMARK') return;
+      if (type !== 'ADDED' && type !== 'MODIFIED' && type !== 'DELETED') return;
+      this.handlers.onEvent({ type: type as WatchEventType, object: toPlain(this.kind, o) });
+    };
+    const onDone = (err: unknown): void => {
+      if (this.stopped || gen !== this.gen) return;
+      this.controller = null;
+      const code = (err as { statusCode?: number } | null)?.statusCode;
+      if (code === 410) this.fail(new GoneError(`watch ${this.kind} from ${this.rv ?? '?'}: Gone`));
+      else if (code === 400 || code === 422 || code === 404) this.fail(new InvalidError(`watch ${this.kind}: HTTP ${code}`));
+      else this.retry();
+    };
+    this.kw.watch(path, query, onLine, onDone).then(
+      (controller) => {
+        if (this.stopped || gen !== this.gen) controller.abort();
+        else this.controller = controller;
+      },
+      (err: unknown) => onDone(err),
+    );
+  }
+
+  private retry(): void {
+    if (this.stopped || this.timer) return;
+    const d = this.delay;
+    this.delay = Math.min(this.delay * 2, this.backoff.max);
+    this.timer = setTimeout(() => {
+      this.timer = null;
+      if (this.rv === undefined) this.start();
+      else this.connect();
+    }, d);
+  }
+
+  private fail(err: Error): void {
+    if (this.stopped) return;
+    this.stop();
+    this.handlers.onError?.(err);
+  }
+
+  stop(): void {
+    if (this.stopped) return;
+    this.stopped = true;
+    this.gen++;
+    if (this.timer) clearTimeout(this.timer);
+    this.timer = null;
+    this.controller?.abort();
+    this.controller = null;
+    this.onEnd();
+  }
+}
+
+/** Loads a kubeconfig (file, context) the way kubectl does, or in-cluster when none is found. */
+export function loadKubeConfig(opts: Pick<KubernetesStoreOptions, 'kubeconfig' | 'context'> = {}): KubeConfig {
+  const kc = new KubeConfig();
+  if (opts.kubeconfig) kc.loadFromFile(opts.kubeconfig);
+  else kc.loadFromDefault();
+  if (opts.context) {
+    if (!kc.getContexts().some((c) => c.name === opts.context)) {
+      throw new InvalidError(`kubeconfig has no context ${JSON.stringify(opts.context)}`);
+    }
+    kc.setCurrentContext(opts.context);
+  }
+  if (!kc.getCurrentCluster()) throw new InvalidError('kubeconfig has no current cluster');
+  return kc;
+}
+
+export function openKubernetesStore(opts: KubernetesStoreOptions = {}): KubernetesStore {
+  return new KubernetesStore(loadKubeConfig(opts), opts.watchBackoffMs ? { watchBackoffMs: opts.watchBackoffMs } : {});
+}

@@ -1,0 +1,147 @@
+// The hub's objects, with OCM's group/version/kind names and the fields we use (SPEC §6). Both stores
+// hold exactly these shapes, so a `kubectl get -o yaml` of the Kubernetes store and a
+// `cluster-proxy get -o yaml` of the embedded one look the same.
+
+export interface ObjectMeta {
+  name: string;
+  /** Absent for cluster-scoped kinds (ManagedCluster, ManagedProxyConfiguration). */
+  namespace?: string;
+  /** Opaque; set by the store on every write. An update carrying a stale one is a ConflictError. */
+  resourceVersion?: string;
+  uid?: string;
+  /** RFC 3339, set by the store on create. */
+  creationTimestamp?: string;
+  /** Set by the store: 1 on create, +1 on every update that changes more than metadata and status. */
+  generation?: number;
+  labels?: Record<string, string>;
+  annotations?: Record<string, string>;
+  /** Set by the store when a delete was asked for while finalizers remain (Kubernetes semantics). */
+  deletionTimestamp?: string;
+  finalizers?: string[];
+}
+
+/** metav1.Condition. */
+export interface Condition {
+  type: string;
+  status: 'True' | 'False' | 'Unknown';
+  reason: string;
+  message: string;
+  lastTransitionTime: string;
+  observedGeneration?: number;
+}
+
+export interface KubeObject {
+  apiVersion: string;
+  kind: string;
+  metadata: ObjectMeta;
+}
+
+// cluster.open-cluster-management.io/v1
+export interface ManagedCluster extends KubeObject {
+  apiVersion: 'cluster.open-cluster-management.io/v1';
+  kind: 'ManagedCluster';
+  spec: {
+    hubAcceptsClient: boolean;
+    leaseDurationSeconds?: number;
+    managedClusterClientConfigs?: { url: string; caBundle?: string }[];
+  };
+  status?: { conditions?: Condition[]; version?: { kubernetes?: string } };
+}
+
+// addon.open-cluster-management.io/v1alpha1, name `cluster-proxy`, namespace = cluster name
+export interface ManagedClusterAddOn extends KubeObject {
+  apiVersion: 'addon.open-cluster-management.io/v1alpha1';
+  kind: 'ManagedClusterAddOn';
+  spec: {
+    installNamespace?: string;
+    configs?: { group: string; resource: string; name: string; namespace?: string }[];
+  };
+  status?: {
+    conditions?: Condition[];
+    /** Extension fields (ignored by OCM tools) for `get -o wide`. */
+    healthCheck?: { mode: 'Lease' | 'Customized' };
+    namespace?: string;
+  };
+}
+
+// proxy.open-cluster-management.io/v1alpha1, singleton `cluster-proxy`
+export interface ManagedProxyConfiguration extends KubeObject {
+  apiVersion: 'proxy.open-cluster-management.io/v1alpha1';
+  kind: 'ManagedProxyConfiguration';
+  spec: {
+    authentication?: { signer?: { type: 'SelfSigned' | 'Custom' }; dump?: { secrets?: Record<string, string> } };
+    proxyServer: {
+      image?: string;
+      replicas?: number;
+      namespace?: string;
+      entrypoint?: { type: 'Hostname' | 'LoadBalancerService' | 'PortForward'; hostname?: { value: string }; port?: number };
+    };
+    proxyAgent: { image?: string; replicas?: number; imagePullSecrets?: string[] };
+  };
+  status?: { conditions?: Condition[]; lastObservedGeneration?: number };
+}
+
+// addon.open-cluster-management.io/v1alpha1
+export interface AddOnDeploymentConfig extends KubeObject {
+  apiVersion: 'addon.open-cluster-management.io/v1alpha1';
+  kind: 'AddOnDeploymentConfig';
+  spec: {
+    customizedVariables?: { name: string; value: string }[];
+    nodePlacement?: { nodeSelector?: Record<string, string>; tolerations?: unknown[] };
+    agentInstallNamespace?: string;
+    proxyConfig?: { httpProxy?: string; httpsProxy?: string; noProxy?: string; caBundle?: string };
+  };
+}
+
+// coordination.k8s.io/v1
+export interface Lease extends KubeObject {
+  apiVersion: 'coordination.k8s.io/v1';
+  kind: 'Lease';
+  spec: {
+    holderIdentity?: string;
+    leaseDurationSeconds?: number;
+    /** RFC 3339 with microseconds (MicroTime). */
+    acquireTime?: string;
+    renewTime?: string;
+    leaseTransitions?: number;
+  };
+}
+
+// v1 Secret: bootstrap tokens (namespace = cluster name). `data` values are base64, as in Kubernetes.
+export interface Secret extends KubeObject {
+  apiVersion: 'v1';
+  kind: 'Secret';
+  type?: string;
+  data?: Record<string, string>;
+}
+
+export type HubObject = ManagedCluster | ManagedClusterAddOn | ManagedProxyConfiguration | AddOnDeploymentConfig | Lease | Secret;
+
+/** The kinds a store holds, keyed by `kind`, with what the Kubernetes API needs to address them. */
+export interface KindInfo {
+  apiVersion: HubObject['apiVersion'];
+  group: string;
+  version: string;
+  /** Plural resource name in API paths. */
+  plural: string;
+  namespaced: boolean;
+  /** Whether the kind has a status subresource (updateStatus writes only `.status`). */
+  hasStatus: boolean;
+}
+
+export const KINDS = {
+  ManagedCluster: { apiVersion: 'cluster.open-cluster-management.io/v1', group: 'cluster.open-cluster-management.io', version: 'v1', plural: 'managedclusters', namespaced: false, hasStatus: true },
+  ManagedClusterAddOn: { apiVersion: 'addon.open-cluster-management.io/v1alpha1', group: 'addon.open-cluster-management.io', version: 'v1alpha1', plural: 'managedclusteraddons', namespaced: true, hasStatus: true },
+  ManagedProxyConfiguration: { apiVersion: 'proxy.open-cluster-management.io/v1alpha1', group: 'proxy.open-cluster-management.io', version: 'v1alpha1', plural: 'managedproxyconfigurations', namespaced: false, hasStatus: true },
+  AddOnDeploymentConfig: { apiVersion: 'addon.open-cluster-management.io/v1alpha1', group: 'addon.open-cluster-management.io', version: 'v1alpha1', plural: 'addondeploymentconfigs', namespaced: true, hasStatus: false },
+  Lease: { apiVersion: 'coordination.k8s.io/v1', group: 'coordination.k8s.io', version: 'v1', plural: 'leases', namespaced: true, hasStatus: false },
+  /** Core group: API path /api/v1/... */
+  Secret: { apiVersion: 'v1', group: '', version: 'v1', plural: 'secrets', namespaced: true, hasStatus: false },
+} as const satisfies Record<HubObject['kind'], KindInfo>;
+
+export type Kind = keyof typeof KINDS;
+export type ObjectOfKind<K extends Kind> = Extract<HubObject, { kind: K }>;
+
+/** Names the addon uses everywhere (OCM's). */
+export const ADDON_NAME = 'cluster-proxy';
+export const PROXY_CONFIGURATION_NAME = 'cluster-proxy';

@@ -1,0 +1,25 @@
+// One entry point for the hub: the store named by its configuration (SPEC §6).
+import { join } from 'node:path';
+import { openEmbeddedStore, type EmbeddedStoreOptions } from './embedded.js';
+import { openKubernetesStore } from './kubernetes.js';
+import type { Store } from './store.js';
+
+export type StoreConfig =
+  /** Files live in `<dataDir>/store` (0700). */
+  | ({ type: 'embedded'; dataDir: string } & EmbeddedStoreOptions)
+  | { type: 'kubernetes'; kubeconfig?: string; context?: string; watchBackoffMs?: { initial: number; max: number } };
+
+/** The embedded store's directory inside the hub's data directory. */
+export function embeddedStoreDir(dataDir: string): string {
+  return join(dataDir, 'store');
+}
+
+export async function openStore(config: StoreConfig): Promise<Store> {
+  if (config.type === 'embedded') {
+    const { type: _t, dataDir, ...opts } = config;
+    return openEmbeddedStore(embeddedStoreDir(dataDir), opts);
+  }
+  const { type: _t, ...opts } = config;
+  const store = openKubernetesStore(opts);
+  return store;
+}

@@ -1,0 +1,166 @@
+// High availability with real processes: three hub replicas sharing one store (the Kubernetes store,
+// against a local API server) behind a real haproxy (L4); two agents for one cluster, dialing the
+// load-balanced address. Each agent ends up with three tunnels; a replica killed hard leaves dials
+// through the other two working, the agents at two tunnels and the addon Degraded; restarted, three
+// again; a rolling restart (SIGTERM one at a time) under continuous dialing loses no dial started
+// against a replica that was not stopping; a replica removed for good is dropped by the agents.
+import { mkdtemp, rm } from 'node:fs/promises';
+import path from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { Tunnel } from '@cluster-proxy/client';
+import { echoRoundTripForTest } from '../src/join-helpers.js';
+import {
+  freeLoopbackPort, killAllSpawned, runCommand, startEchoServer, startFakeKubeApiServer, startHaproxy, waitFor,
+  type FakeKubeApiServer, type Haproxy, type TcpTarget,
+} from '../src/fixtures/index.js';
+import { CLI, createPki, getJson, getStatus, startAgent, startHub, type AgentProcess, type HubProcess, type TestPki } from '../src/harness.js';
+
+const REPLICAS = 3;
+
+describe('three hub replicas behind haproxy, two agents per cluster', () => {
+  let pki: TestPki;
+  let api: FakeKubeApiServer;
+  let kubeconfig = '';
+  let lb: Haproxy;
+  let echo: TcpTarget;
+  const agentPorts: number[] = [];
+  const hubs: (HubProcess | null)[] = [];
+  const agents: AgentProcess[] = [];
+
+  const startReplica = async (i: number): Promise<HubProcess> => startHub(pki, ['--store', 'kubernetes', '--kubeconfig', kubeconfig, '--agent-port', String(agentPorts[i]),
+    '--server-id', `hub-${i}`, '--replica-lease-duration', '15s', '--tunnel-loss-window', '4s', '--shutdown-grace', '3s', '--ca-key', path.join(pki.dir, 'ca.key')]);
+  const servers = async (a: AgentProcess): Promise<string[]> => ((await getJson(a.healthPort, '/debug/connections')) as { servers: { serverID: string }[] }).servers.map((s) => s.serverID).sort();
+  const allAgentsAt = (ids: string[]) => waitFor(async () => {
+    for (const a of agents) if ((await servers(a)).join(',') !== ids.join(',')) return false;
+    return true;
+  }, { timeoutMs: 30_000, intervalMs: 200, message: `every agent holds tunnels to ${ids.join(', ')}` });
+  const degraded = async (): Promise<{ status: string; reason: string } | undefined> => {
+    const live = hubs.find((h) => h !== null)!;
+    const list = (await getJson(live.ports.admin, '/v1/managedclusteraddons')) as { items: { metadata: { namespace: string }; status?: { conditions?: { type: string; status: string; reason: string }[] } }[] };
+    return list.items.find((i) => i.metadata.namespace === 'c1')?.status?.conditions?.find((c) => c.type === 'Degraded');
+  };
+  const dialThrough = async (t: Tunnel): Promise<void> => {
+    const s = await t.dial('c1:443');
+    try {
+      expect((await echoRoundTripForTest(s, Buffer.from('hi'))).toString()).toBe('hi');
+    } finally {
+      s.destroy();
+    }
+  };
+
+  beforeAll(async () => {
+    pki = await createPki();
+    echo = await startEchoServer();
+    // Strict about namespaces, like a real apiserver: the hub must create the ones it writes into.
+    api = await startFakeKubeApiServer({ requireNamespaces: true });
+    const dir = await mkdtemp(path.join(pki.dir, 'kube-'));
+    kubeconfig = path.join(dir, 'kubeconfig');
+    await api.writeKubeconfig(kubeconfig);
+    for (let i = 0; i < REPLICAS; i++) agentPorts.push(await freeLoopbackPort());
+    for (let i = 0; i < REPLICAS; i++) hubs.push(await startReplica(i));
+    lb = await startHaproxy(agentPorts);
+    const join = await runCommand(process.execPath, [CLI, 'join', 'c1', '--out', path.join(pki.dir, 'c1'), '--admin', `127.0.0.1:${hubs[0]!.ports.admin}`], { timeoutMs: 20_000 });
+    expect(join.code, join.stderr).toBe(0);
+    for (const id of ['agent-a', 'agent-b']) {
+      agents.push(await startAgent(pki, { ports: { agent: lb.port } } as HubProcess, {
+        cluster: 'c1', apiserver: `127.0.0.1:${echo.port}`,
+        args: ['--agent-id', id, '--replica-sync-interval', '500ms', '--lease-duration', '1s', '--keepalive-time', '2s', '--keepalive-timeout', '2s'],
+      }));
+    }
+  }, 120_000);
+
+  afterAll(async () => {
+    await Promise.all(agents.map((a) => a.stop()));
+    await Promise.all(hubs.map((h) => h?.stop()));
+    await lb?.close();
+    await killAllSpawned();
+    await api?.close();
+    await echo?.close();
+    await pki?.cleanup();
+  });
+
+  it('each agent holds one tunnel per replica, and a client of any replica reaches the cluster', async () => {
+    await allAgentsAt(['hub-0', 'hub-1', 'hub-2']);
+    for (const h of hubs) await dialThrough(h!.tunnel());
+    // Each replica sees both agents of c1 and spreads dials over them (least connections).
+    for (const h of hubs) expect((await h!.tables()).agents.map((a) => a.agentID).sort()).toEqual(['agent-a', 'agent-b']);
+    await waitFor(async () => (await degraded())?.status === 'False', { timeoutMs: 15_000, intervalMs: 250, message: 'addon not Degraded with all replicas' });
+  });
+
+  it('SIGKILL one replica: dials through the other two work, agents drop to two tunnels, the addon is Degraded; restarted → three', async () => {
+    hubs[1]!.proc.kill('SIGKILL');
+    await hubs[1]!.proc.exited;
+    hubs[1] = null;
+    for (const h of [hubs[0]!, hubs[2]!]) await dialThrough(h.tunnel());
+    await allAgentsAt(['hub-0', 'hub-2']);
+    // Its lease has not expired yet: the fleet still counts three replicas, and the agents hold two.
+    const d = await waitFor(async () => { const c = await degraded(); return c?.status === 'True' ? c : undefined; }, { timeoutMs: 10_000, intervalMs: 200, message: 'addon Degraded' });
+    expect(d.reason).toBe('ProxyServerConnectionsMissing');
+    hubs[1] = await startReplica(1);
+    await allAgentsAt(['hub-0', 'hub-1', 'hub-2']);
+    await waitFor(async () => (await degraded())?.status === 'False', { timeoutMs: 15_000, intervalMs: 250, message: 'addon not Degraded again' });
+  });
+
+  it('rolling restart (SIGTERM, one replica at a time) under continuous dialing: no dial lost on the replicas that were not stopping', async () => {
+    let stopping = -1;
+    let ok = 0;
+    const failures: string[] = [];
+    let running = true;
+    const tunnels = new Map<number, Tunnel>();
+    const loop = (async () => {
+      let n = 0;
+      // Bounded: stops when the restarts are done, and after 2,000 dials at most.
+      while (running && n < 2000) {
+        const candidates = hubs.map((h, i) => ({ h, i })).filter(({ h, i }) => h !== null && i !== stopping);
+        const { h, i } = candidates[n % candidates.length]!;
+        n++;
+        let t = tunnels.get(i);
+        if (!t) tunnels.set(i, (t = h!.tunnel()));
+        try {
+          await dialThrough(t);
+          ok++;
+        } catch (err) {
+          failures.push(`via hub-${i}: ${(err as Error).message}`);
+        }
+        await new Promise((r) => setTimeout(r, 20));
+      }
+    })();
+    for (let i = 0; i < REPLICAS; i++) {
+      stopping = i;
+      const h = hubs[i]!;
+      // Keep a connection open through it: readiness must turn false while it drains.
+      const held = await h.tunnel().dial('c1:443');
+      held.on('error', () => {}); // the replica goes away under it, as intended
+      const t0 = Date.now();
+      h.proc.kill('SIGTERM');
+      const r = await waitFor(async () => { const s = await getStatus(h.ports.health, '/readyz?verbose'); return s.status === 503 ? s : undefined; }, { timeoutMs: 5000, intervalMs: 50, message: 'readyz 503 while shutting down' });
+      expect(r.body).toMatch(/\[-\]listeners failed: shutting down/);
+      await h.proc.exited;
+      const t1 = Date.now();
+      held.destroy();
+      tunnels.get(i)?.close();
+      tunnels.delete(i);
+      hubs[i] = await startReplica(i);
+      const t2 = Date.now();
+      await allAgentsAt(['hub-0', 'hub-1', 'hub-2']);
+      console.log(`restart hub-${i}: exit ${t1 - t0} ms, start ${t2 - t1} ms, agents back ${Date.now() - t2} ms, dials ok ${ok}`);
+      stopping = -1;
+    }
+    running = false;
+    await loop;
+    for (const t of tunnels.values()) t.close();
+    expect(failures).toEqual([]);
+    expect(ok).toBeGreaterThan(20);
+  }, 120_000);
+
+  it('a replica removed for good (SIGTERM, not restarted) is dropped: agents settle at two tunnels and the addon is not Degraded', async () => {
+    const h = hubs[2]!;
+    await h.stop();
+    hubs[2] = null;
+    await allAgentsAt(['hub-0', 'hub-1']);
+    await waitFor(async () => (await degraded())?.status === 'False', { timeoutMs: 15_000, intervalMs: 250, message: 'addon not Degraded with two replicas' });
+    // The agents stopped dialing for a third: they hold two, and keep holding two.
+    await new Promise((r) => setTimeout(r, 1500));
+    for (const a of agents) expect(await servers(a)).toEqual(['hub-0', 'hub-1']);
+  });
+});

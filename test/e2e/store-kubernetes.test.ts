@@ -1,0 +1,81 @@
+// The Kubernetes store against a local HTTP server speaking the API paths it uses (there is no
+// kube-apiserver on these machines; see test/src/fixtures/kube-api-server.ts): the conformance
+// suite, and watches that resume after their connections are cut.
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { KubernetesStore, openStore, type WatchEvent } from '@cluster-proxy/server';
+import { snapshotHandles, startFakeKubeApiServer, waitFor, waitForHandlesAtMost, type FakeKubeApiServer } from '../src/fixtures/index.js';
+import { sampleObject, storeConformance } from '../src/store-conformance.js';
+
+let handles: Map<string, number>;
+let tmp: string;
+beforeAll(async () => {
+  handles = snapshotHandles();
+  tmp = await mkdtemp(join(tmpdir(), 'store-kube-'));
+});
+afterAll(async () => {
+  await rm(tmp, { recursive: true, force: true });
+  await waitForHandlesAtMost(handles, 5000);
+});
+
+let n = 0;
+async function kubeStore(api: FakeKubeApiServer): Promise<KubernetesStore> {
+  const kubeconfig = join(tmp, `kubeconfig-${++n}`);
+  await api.writeKubeconfig(kubeconfig);
+  const store = await openStore({ type: 'kubernetes', kubeconfig, watchBackoffMs: { initial: 20, max: 200 } });
+  expect(store).toBeInstanceOf(KubernetesStore);
+  return store as KubernetesStore;
+}
+
+storeConformance('kubernetes (fake API server)', async (opts) => {
+  const api = await startFakeKubeApiServer(opts?.historySize !== undefined ? { historySize: opts.historySize } : {});
+  const store = await kubeStore(api);
+  return {
+    store,
+    async close() {
+      await store.close();
+      await api.close();
+    },
+  };
+});
+
+describe('kubernetes store watches', () => {
+  it('resume after every watch connection is cut, with no event lost or repeated', async () => {
+    const api = await startFakeKubeApiServer();
+    const store = await kubeStore(api);
+    try {
+      const events: WatchEvent<'Lease'>[] = [];
+      const errors: Error[] = [];
+      const w = store.watch('Lease', {}, { onEvent: (e) => events.push(e), onError: (e) => errors.push(e) });
+      let lease = await store.create('Lease', sampleObject('Lease', 'l'));
+      await waitFor(() => api.openWatches() === 1 && events.length === 1, { timeoutMs: 5000, message: 'watch open, first event' });
+      for (let round = 0; round < 5; round++) {
+        expect(api.cutWatches()).toBe(1);
+        // Writes while the watch is down: delivered after it resumes.
+        for (let i = 0; i < 3; i++) lease = await store.update('Lease', { ...lease, spec: { ...lease.spec, leaseTransitions: round * 3 + i } });
+        await waitFor(() => api.openWatches() === 1, { timeoutMs: 5000, message: `watch reconnected (round ${round})` });
+      }
+      await store.delete('Lease', { name: 'l', namespace: 'c1' });
+      await waitFor(() => events.length >= 17, { timeoutMs: 5000, message: '17 events' });
+      expect(events.map((e) => e.type)).toEqual(['ADDED', ...Array<string>(15).fill('MODIFIED'), 'DELETED']);
+      expect(events.slice(1, 16).map((e) => e.object.spec.leaseTransitions)).toEqual(Array.from({ length: 15 }, (_, i) => i));
+      expect(errors).toEqual([]);
+      w.stop();
+      await waitFor(() => api.openWatches() === 0, { timeoutMs: 5000, message: 'watch closed on stop' });
+    } finally {
+      await store.close();
+      await api.close();
+    }
+  });
+
+  it('a store whose API server is gone fails ping with UnavailableError', async () => {
+    const api = await startFakeKubeApiServer();
+    const store = await kubeStore(api);
+    await store.ping();
+    await api.close();
+    await expect(store.ping()).rejects.toMatchObject({ code: 'Unavailable' });
+    await store.close();
+  });
+});
