@@ -14,6 +14,8 @@ import { AgentMetrics } from './metrics.js';
 /** After a duplicate (the balancer sent us to a replica we already hold), dial again after 100–600 ms. */
 const DUPLICATE_RETRY_MIN_MS = 100;
 const DUPLICATE_RETRY_JITTER_MS = 500;
+/** A tunnel this young is kept even when the replica list lacks its server (the list may predate it). */
+const NEW_TUNNEL_GRACE_MS = 5000;
 
 export interface AgentOptions {
   cluster: string;
@@ -315,7 +317,9 @@ export class Agent {
     this.knownServerCount = Math.max(1, serverCount);
     for (const id of [...this.missing.keys()]) if (live.has(id) || !this.servers.has(id)) this.missing.delete(id);
     for (const [id, conn] of this.servers) {
-      if (live.has(id)) continue;
+      // A replica we reached moments ago may not be in a list read before it started; one that is
+      // shutting down (DRAIN) deleted its lease but closes its tunnels itself once its grace is over.
+      if (live.has(id) || conn.serverDraining || Date.now() - conn.openedAt < NEW_TUNNEL_GRACE_MS) continue;
       const n = (this.missing.get(id) ?? 0) + 1;
       this.missing.set(id, n);
       if (n >= 2) {

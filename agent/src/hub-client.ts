@@ -20,6 +20,8 @@ export interface HubClientOptions {
   timeoutMs?: number;
 }
 
+const MAX_ANSWER_BYTES = 1 << 20;
+
 /** The hub answered with an error status; `message` is the hub's one-line reason. */
 export class HubRequestError extends Error {
   constructor(readonly status: number, message: string) {
@@ -54,7 +56,17 @@ export async function hubRequest(opts: HubClientOptions, method: 'GET' | 'POST',
       }),
     }, (res) => {
       const chunks: Buffer[] = [];
-      res.on('data', (c: Buffer) => chunks.push(c));
+      let size = 0;
+      res.on('data', (c: Buffer) => {
+        size += c.length;
+        // Answers are small JSON documents; a hub that sends more is cut off rather than buffered.
+        if (size > MAX_ANSWER_BYTES) {
+          reject(new Error(`hub answer to ${method} ${path} exceeds ${MAX_ANSWER_BYTES} bytes`));
+          req.destroy();
+          return;
+        }
+        chunks.push(c);
+      });
       res.once('error', reject);
       res.once('end', () => {
         const text = Buffer.concat(chunks).toString('utf8');

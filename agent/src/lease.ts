@@ -27,8 +27,8 @@ export interface LeaseRenewerOptions {
   /** host:port the agent maps its cluster names to; its reachability goes into the report. */
   apiserver: string;
   leaseDurationMs: number;
-  /** The hub sent a CA bundle that differs from the one in use (a CA rollover): persist it if you like. */
-  onTrust?: (bundle: Buffer) => void;
+  /** The hub sent a CA bundle that differs from the one in use (a CA rollover): persist it if you like (awaited before the change is logged). */
+  onTrust?: (bundle: Buffer) => Promise<void> | void;
   /** The hub asks for a new certificate now (its CA changed). */
   onRenewRequested?: () => void;
   log: Logger;
@@ -83,8 +83,8 @@ export class LeaseRenewer {
       if (typeof bundle === 'string' && bundle.includes('BEGIN CERTIFICATE') && !Buffer.from(bundle).equals(agent.currentTrust)) {
         // Came over TLS verified with the current bundle, so it is the hub speaking.
         agent.setTrust(Buffer.from(bundle));
+        await this.opts.onTrust?.(Buffer.from(bundle));
         this.opts.log.info('the hub sent a new CA bundle (CA rollover); new links verify the hub with it');
-        this.opts.onTrust?.(Buffer.from(bundle));
       }
       if ((answer as { renewCertificate?: unknown } | null)?.renewCertificate === true) this.opts.onRenewRequested?.();
       this.renewedOnce = true;

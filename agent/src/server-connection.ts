@@ -120,6 +120,7 @@ export class ServerConnection extends EventEmitter implements EndpointOwner {
     this.log = this.log.child({ serverID: this.serverID });
     this.senderOrNull = new StreamSender(tapWrites(link.stream, (p) => this.metrics.packet('from_agent', p)));
     this.state = 'open';
+    this.openedAt = Date.now();
     link.onPacket(this.onPacket);
     link.onGone((err) => this.shutdown(err));
   }
@@ -145,6 +146,9 @@ export class ServerConnection extends EventEmitter implements EndpointOwner {
 
   /** The server said it is shutting down: this link no longer counts toward the full set. */
   serverDraining = false;
+
+  /** When ready() finished (ms since the epoch); 0 before. */
+  openedAt = 0;
 
   get isOpen(): boolean {
     return this.state === 'open';

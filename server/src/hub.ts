@@ -111,8 +111,9 @@ export class Hub {
   async start(): Promise<BoundPorts> {
     await this.opts.store.ensureNamespace(HUB_NAMESPACE);
     await this.registry.start();
-    const ports = await this.server.start();
+    // Our replica lease first: other replicas list us before any agent holds a tunnel to us.
     await this.replicas.start();
+    const ports = await this.server.start();
     await this.startManager();
     await this.reloader?.start();
     return ports;

@@ -10,6 +10,8 @@ import { AlreadyExistsError, ConflictError, NotFoundError, type Store } from './
 
 export const REPLICA_LEASE_PREFIX = 'cluster-proxy-server-';
 export const REPLICA_LABEL = 'proxy.open-cluster-management.io/server-replica';
+/** `GET /v1/replicas` answers from a store read at most this old. */
+const LIST_MAX_AGE_MS = 1000;
 
 export interface ReplicaRegistryOptions {
   store: Store;
@@ -35,17 +37,23 @@ export class ReplicaRegistry {
     this.leaseName = `${REPLICA_LEASE_PREFIX}${opts.serverID.toLowerCase().replace(/[^a-z0-9-]/g, '-').slice(0, 200)}`;
   }
 
-  /** Live replicas as last read (this one included once its lease is written). */
+  /** Live replicas as last read; this one always, until it stops (it knows it is alive before its lease is read back). */
   get serverIDs(): readonly string[] {
-    return this.live;
+    if (this.stopped || this.live.includes(this.opts.serverID)) return this.live;
+    return [...this.live, this.opts.serverID].sort();
   }
 
   get count(): number {
-    return Math.max(1, this.live.length);
+    return Math.max(1, this.serverIDs.length);
   }
 
   registerRoutes(hubApi: HubApi): void {
-    hubApi.route('GET', '/v1/replicas', async () => ({ status: 200, body: { serverCount: this.count, replicas: this.live.map((serverID) => ({ serverID })) } }), { agentOnly: true });
+    hubApi.route('GET', '/v1/replicas', async () => {
+      // Agents drop tunnels to replicas missing from this list, so answer from a fresh read: a list
+      // from before a replica (re)started would make them close the tunnel they just opened to it.
+      if (this.now() - this.refreshedAt > LIST_MAX_AGE_MS) await this.refreshOnce().catch(() => {});
+      return { status: 200, body: { serverCount: this.count, replicas: this.serverIDs.map((serverID) => ({ serverID })) } };
+    }, { agentOnly: true });
   }
 
   async start(): Promise<void> {
@@ -65,7 +73,7 @@ export class ReplicaRegistry {
   private async tick(): Promise<void> {
     try {
       await this.renew();
-      await this.refresh();
+      await this.refreshOnce();
     } catch (err) {
       this.opts.log.warn({ err: (err as Error).message }, 'replica lease renewal failed; retrying');
     }
@@ -93,6 +101,15 @@ export class ReplicaRegistry {
     }
   }
 
+  private refreshedAt = 0;
+  private refreshing: Promise<void> | null = null;
+
+  /** One store read at a time, shared by the renewal loop and concurrent API requests. */
+  private refreshOnce(): Promise<void> {
+    this.refreshing ??= this.refresh().finally(() => { this.refreshing = null; });
+    return this.refreshing;
+  }
+
   private async refresh(): Promise<void> {
     const { items } = await this.opts.store.list('Lease', { namespace: this.opts.namespace, labels: { [REPLICA_LABEL]: 'true' } });
     const now = this.now();
@@ -102,5 +119,6 @@ export class ReplicaRegistry {
     }).map((l) => l.spec.holderIdentity ?? '').filter(Boolean).sort();
     if (live.join(',') !== this.live.join(',')) this.opts.log.info({ replicas: live }, `live proxy server replicas: ${live.length}`);
     this.live = live;
+    this.refreshedAt = now;
   }
 }

@@ -107,6 +107,7 @@ describe('three hub replicas behind haproxy, two agents per cluster', () => {
     const failures: string[] = [];
     let running = true;
     const tunnels = new Map<number, Tunnel>();
+    const started = Date.now();
     const loop = (async () => {
       let n = 0;
       // Bounded: stops when the restarts are done, and after 2,000 dials at most.
@@ -120,7 +121,7 @@ describe('three hub replicas behind haproxy, two agents per cluster', () => {
           await dialThrough(t);
           ok++;
         } catch (err) {
-          failures.push(`via hub-${i}: ${(err as Error).message}`);
+          failures.push(`via hub-${i} (replica ${stopping} stopping, +${Date.now() - started} ms): ${(err as Error).message}`);
         }
         await new Promise((r) => setTimeout(r, 20));
       }
@@ -135,6 +136,8 @@ describe('three hub replicas behind haproxy, two agents per cluster', () => {
       h.proc.kill('SIGTERM');
       const r = await waitFor(async () => { const s = await getStatus(h.ports.health, '/readyz?verbose'); return s.status === 503 ? s : undefined; }, { timeoutMs: 5000, intervalMs: 50, message: 'readyz 503 while shutting down' });
       expect(r.body).toMatch(/\[-\]listeners failed: shutting down/);
+      // Within the grace period the open connection still carries data.
+      expect((await echoRoundTripForTest(held, Buffer.from('during shutdown'))).toString()).toBe('during shutdown');
       await h.proc.exited;
       const t1 = Date.now();
       held.destroy();
@@ -143,7 +146,7 @@ describe('three hub replicas behind haproxy, two agents per cluster', () => {
       hubs[i] = await startReplica(i);
       const t2 = Date.now();
       await allAgentsAt(['hub-0', 'hub-1', 'hub-2']);
-      console.log(`restart hub-${i}: exit ${t1 - t0} ms, start ${t2 - t1} ms, agents back ${Date.now() - t2} ms, dials ok ${ok}`);
+      console.log(`+${t0 - started} ms restart hub-${i}: exit ${t1 - t0} ms, start ${t2 - t1} ms, agents back ${Date.now() - t2} ms, dials ok ${ok}`);
       stopping = -1;
     }
     running = false;

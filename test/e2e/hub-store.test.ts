@@ -58,7 +58,12 @@ describe('hub store at start-up and in /readyz', () => {
       expect(await getStatus(hub.ports.health, '/readyz?verbose')).toMatchObject({ status: 200, body: expect.stringContaining('[+]store ok') });
       await api.close();
       api = null;
-      const r = await waitFor(async () => { const s = await getStatus(hub.ports.health, '/readyz?verbose'); return s.status === 503 ? s : undefined; }, { timeoutMs: 10_000, message: 'readyz 503' });
+      const r = await waitFor(async () => {
+        // The hub must keep running without its store: say so plainly if it did not.
+        if (!hub.proc.isRunning()) throw new Error(`the hub exited after the API went away:\n${hub.proc.lines().slice(-20).join('\n')}`);
+        const s = await getStatus(hub.ports.health, '/readyz?verbose');
+        return s.status === 503 ? s : undefined;
+      }, { timeoutMs: 10_000, message: 'readyz 503' });
       expect(r.body).toMatch(/\[-\]store failed: /);
     } finally {
       await hub.stop();

@@ -1,11 +1,11 @@
 // `cluster-proxy agent`: the agent that runs in a managed cluster.
-import { readFile, writeFile } from 'node:fs/promises';
+import { readFile, rename, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { Agent, AllowlistError, BootstrapRefused, CredentialsManager, LeaseRenewer, ReplicaSync, proxyFromEnvironment, startAgentHealthServer, type EgressOptions } from '@cluster-proxy/agent';
 import { splitHostPort } from '@cluster-proxy/proto';
 import type { Logger } from 'pino';
 import { parseIdentifiers } from '@cluster-proxy/proto';
-import { LOG_FORMAT_FLAG, createLogger } from './logging.js';
+import { LOG_FORMAT_FLAG, createLogger, logUnhandledRejections } from './logging.js';
 import { UsageError, duration, helpText, list, parseFlags, port, required, str, type FlagSpecs } from './flags.js';
 
 export const agentFlags: FlagSpecs = {
@@ -58,6 +58,7 @@ export async function runAgent(args: string[]): Promise<void> {
     }
   };
   const log = createLogger(str(flags, 'log-level')!, 'agent', { format: str(flags, 'log-format') });
+  logUnhandledRejections(log);
   const extra = str(flags, 'identifiers');
   const transport = str(flags, 'transport')!;
   if (transport !== 'auto' && transport !== 'mux' && transport !== 'grpc') throw new UsageError(`--transport must be auto, mux or grpc, got "${transport}"`);
@@ -125,7 +126,11 @@ export async function runAgent(args: string[]): Promise<void> {
   const lease = new LeaseRenewer({ agent, hub: hubClient, apiserver: str(flags, 'apiserver')!, leaseDurationMs: duration(flags, 'lease-duration'), log,
     onTrust: (bundle) => {
       hubClient.caCert = bundle;
-      if (credentialsDir) void writeFile(path.join(credentialsDir, HUB_CA_FILE), bundle).catch((err: Error) => log.warn(`cannot save the hub CA bundle: ${err.message}`));
+      if (!credentialsDir) return;
+      // Temp file and rename: a crash mid-write must not leave a torn bundle the next start would trust.
+      const file = path.join(credentialsDir, HUB_CA_FILE);
+      const tmp = `${file}.${process.pid}.tmp`;
+      return writeFile(tmp, bundle).then(() => rename(tmp, file)).catch((err: Error) => log.warn(`cannot save the hub CA bundle: ${err.message}`));
     },
     onRenewRequested: () => {
       if (credentials) credentials.renewNow();

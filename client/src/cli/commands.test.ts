@@ -242,10 +242,12 @@ describe('cluster-proxy get', () => {
     }
   });
 
-  it('managedclusteraddons: not available yet (exit 1, one line)', async () => {
-    const r = await cli(['get', 'managedclusteraddons', '-A']);
-    expect(r.code).toBe(1);
-    expect(r.stderr).toBe('cluster-proxy: managedclusteraddons are not available yet: they need the addon manager (issue 6); try "cluster-proxy get clusters"\n');
+  it('managedclusteraddons and managedclusters from a hub that is not running: exit 1 with one line', async () => {
+    for (const what of ['managedclusteraddons', 'managedclusters']) {
+      const r = await cli(['get', what, '-A', '--admin', '127.0.0.1:1']);
+      expect(r.code).toBe(1);
+      expect(r.stderr).toBe('cluster-proxy: cannot reach the hub\'s admin endpoint at 127.0.0.1:1 (ECONNREFUSED); is the hub running? (set --admin HOST:PORT or --data-dir)\n');
+    }
   });
 
   it('a hub that is not running, an unknown NAME: exit 1 with one line', async () => {
@@ -259,8 +261,8 @@ describe('cluster-proxy get', () => {
 
   it('user mistakes: one line, exit 2', async () => {
     const cases: [string[], string][] = [
-      [['get'], 'get needs a resource: clusters, agents or managedclusteraddons'],
-      [['get', 'pods'], 'unknown resource "pods"; use clusters, agents or managedclusteraddons'],
+      [['get'], 'get needs a resource: clusters, agents, managedclusters or managedclusteraddons'],
+      [['get', 'pods'], 'unknown resource "pods"; use clusters, agents, managedclusters or managedclusteraddons'],
       [['get', 'clusters', '-o', 'xml', ...a()], '-o must be wide, json or yaml, got "xml"'],
       [['get', 'clusters', 'a', 'b', ...a()], 'get clusters takes at most one NAME, got "a b"'],
       [['get', 'clusters', '--admin', 'nope'], '--admin "nope" is not HOST:PORT'],

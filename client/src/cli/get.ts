@@ -1,6 +1,6 @@
-// `cluster-proxy get clusters|agents [NAME] [-o wide|json|yaml]`: kubectl-style views of the hub's
-// connection table, read from its loopback admin endpoint (GET /debug/connections).
-// `managedclusteraddons` needs the addon manager's store, which does not exist yet.
+// `cluster-proxy get clusters|agents|managedclusters|managedclusteraddons [NAME] [-o wide|json|yaml]`:
+// kubectl-style views from the hub's loopback admin endpoint: the connection table (GET /debug/connections)
+// for clusters and agents, the addon manager's objects (GET /v1/...) for the other two.
 import { UsageError, helpText, parseFlags, str, type FlagSpecs, type ParsedFlags } from './flags.js';
 import { adminAddress, adminFlag, adminRequest, fetchConnections, hubDataDirFlags, type AgentRow, type HubConnections } from './hub-files.js';
 import { table } from './ui.js';
@@ -10,15 +10,15 @@ import { toYaml, type YamlValue } from './yaml.js';
 
 const getFlags: FlagSpecs = {
   output: { type: 'string', short: 'o', help: 'wide, json or yaml (default: a table)' },
-  'all-namespaces': { type: 'boolean', short: 'A', help: 'accepted for kubectl habits; clusters and agents are not namespaced' },
+  'all-namespaces': { type: 'boolean', short: 'A', help: 'all namespaces (the default: each ManagedClusterAddOn lives in its cluster\'s namespace; clusters and agents are not namespaced)' },
   'no-headers': { type: 'boolean', help: 'omit the table header' },
   ...adminFlag,
   'data-dir': hubDataDirFlags['data-dir']!,
 };
 
 export const getUsage = helpText(
-  'cluster-proxy get clusters|agents [NAME] [-o wide|json|yaml] [--admin HOST:PORT]',
-  'Prints the clusters that have agents connected to the hub, or the agents themselves, from the hub\'s loopback admin endpoint (run it on the hub\'s machine).',
+  'cluster-proxy get clusters|agents|managedclusters|managedclusteraddons [NAME] [-o wide|json|yaml] [--admin HOST:PORT]',
+  'Prints the clusters that have agents connected to the hub, the agents themselves, the registered ManagedClusters, or each cluster\'s ManagedClusterAddOn health (AVAILABLE, DEGRADED, PROGRESSING; -o wide adds lease age, servers, agent version), from the hub\'s loopback admin endpoint (run it on the hub\'s machine).',
   getFlags,
 );
 

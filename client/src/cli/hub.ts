@@ -4,7 +4,7 @@ import path from 'node:path';
 import { Hub, embeddedStoreDir, ensureHubPki, isValidCidr, openStore, type Grant, type Store } from '@cluster-proxy/server';
 import type { Logger } from 'pino';
 import { DEFAULT_HUB_DATA_DIR } from './hub-files.js';
-import { LOG_FORMAT_FLAG, createLogger } from './logging.js';
+import { LOG_FORMAT_FLAG, createLogger, logUnhandledRejections } from './logging.js';
 import { UsageError, duration, helpText, list, parseFlags, port, str, type FlagSpecs, type ParsedFlags } from './flags.js';
 
 export const hubFlags: FlagSpecs = {
@@ -97,10 +97,34 @@ export async function runHub(args: string[]): Promise<void> {
     return;
   }
   const log = createLogger(str(flags, 'log-level')!, 'hub', { format: str(flags, 'log-format') });
+  logUnhandledRejections(log);
   const dataDir = str(flags, 'data-dir')!;
+  // Every flag value is checked before any file is read, so a typo is reported as itself.
   const given = ['ca-cert', 'server-cert', 'server-key'].filter((f) => str(flags, f));
   if (given.length !== 0 && given.length !== 3) throw new UsageError('--ca-cert, --server-cert and --server-key go together');
   if (str(flags, 'ca-key') && given.length === 0) throw new UsageError('--ca-key goes with --ca-cert (the data-dir PKI has its own key)');
+  const healthMode = str(flags, 'health-mode');
+  if (healthMode !== 'tunnel' && healthMode !== 'lease') throw new UsageError(`--health-mode must be tunnel or lease, got "${healthMode}"`);
+  const entrypoint = str(flags, 'agent-entrypoint');
+  if (entrypoint !== undefined && !/^(\[[0-9a-fA-F:.]+\]|[^\s:/[\]]+):\d{1,5}$/.test(entrypoint)) throw new UsageError(`--agent-entrypoint "${entrypoint}" is not HOST:PORT`);
+  const serverCount = Number(str(flags, 'server-count'));
+  if (!Number.isInteger(serverCount) || serverCount < 1) throw new UsageError('--server-count must be a positive integer');
+  const listeners = {
+    agentPort: port(flags, 'agent-port'),
+    frontendPort: port(flags, 'frontend-port'),
+    healthPort: port(flags, 'health-port'),
+    adminPort: port(flags, 'admin-port'),
+    connectPort: str(flags, 'connect-port') === 'off' ? null : port(flags, 'connect-port'),
+    connectPlain: connectPlain(flags),
+  };
+  const grants = parseGrants(list(flags, 'grant'));
+  const timing = {
+    healthMode, tunnelLossWindowMs: duration(flags, 'tunnel-loss-window'), agentCertValidityDays: duration(flags, 'agent-cert-validity') / 86_400_000,
+    tlsReloadIntervalMs: duration(flags, 'tls-reload-interval'), replicaLeaseDurationMs: duration(flags, 'replica-lease-duration'),
+  } as const;
+  const dialTimeoutMs = duration(flags, 'dial-timeout');
+  const shutdownGrace = duration(flags, 'shutdown-grace');
+
   let files: { ca: string; cert: string; key: string; caKey: string | undefined };
   let managedPkiDir: string | undefined;
   if (given.length === 3) files = { ca: str(flags, 'ca-cert')!, cert: str(flags, 'server-cert')!, key: str(flags, 'server-key')!, caKey: str(flags, 'ca-key') };
@@ -109,10 +133,6 @@ export async function runHub(args: string[]): Promise<void> {
     const pki = await ensureHubPki(managedPkiDir, {});
     files = { ca: pki.caCert, cert: pki.serverCert, key: pki.serverKey, caKey: pki.caKey };
   }
-  const healthMode = str(flags, 'health-mode');
-  if (healthMode !== 'tunnel' && healthMode !== 'lease') throw new UsageError(`--health-mode must be tunnel or lease, got "${healthMode}"`);
-  const entrypoint = str(flags, 'agent-entrypoint');
-  if (entrypoint !== undefined && !/^(\[[0-9a-fA-F:.]+\]|[^\s:/[\]]+):\d{1,5}$/.test(entrypoint)) throw new UsageError(`--agent-entrypoint "${entrypoint}" is not HOST:PORT`);
   const read = async (f: string, what: string): Promise<Buffer> => {
     try {
       return await readFile(f);
@@ -120,37 +140,28 @@ export async function runHub(args: string[]): Promise<void> {
       throw new UsageError(`cannot read ${what} ${f}: ${(err as NodeJS.ErrnoException).code ?? (err as Error).message}`);
     }
   };
-  const serverCount = Number(str(flags, 'server-count'));
-  if (!Number.isInteger(serverCount) || serverCount < 1) throw new UsageError('--server-count must be a positive integer');
   const caCert = await read(files.ca, 'CA certificate');
   const signer = files.caKey ? { certPem: firstCertificate(caCert.toString('utf8'), files.ca), keyPem: (await read(files.caKey, 'CA key')).toString('utf8') } : undefined;
-  const validityDays = duration(flags, 'agent-cert-validity') / 86_400_000;
-  const shutdownGrace = duration(flags, 'shutdown-grace');
+  const tls = { caCert, cert: await read(files.cert, 'server certificate'), key: await read(files.key, 'server key') };
   const store = await openHubStore(flags, dataDir, log);
   const hub = new Hub({ store, signer, log,
     requireRegistration: flags['require-registration'] === true,
     agentEntrypoint: entrypoint, serverName: str(flags, 'agent-server-name'), agentImage: str(flags, 'agent-image'),
-    healthMode, tunnelLossWindowMs: duration(flags, 'tunnel-loss-window'), agentCertValidityDays: validityDays,
-    tlsFiles: files, managedPkiDir, tlsReloadIntervalMs: duration(flags, 'tls-reload-interval'), replicaLeaseDurationMs: duration(flags, 'replica-lease-duration'),
+    ...timing, tlsFiles: files, managedPkiDir,
     server: {
-    serverID: str(flags, 'server-id'),
-    serverCount,
-    bindAddress: str(flags, 'bind-address')!,
-    agentPort: port(flags, 'agent-port'),
-    frontendPort: port(flags, 'frontend-port'),
-    frontendUds: str(flags, 'frontend-uds'),
-    healthPort: port(flags, 'health-port'),
-    adminPort: port(flags, 'admin-port'),
-    tls: { caCert, cert: await read(files.cert, 'server certificate'), key: await read(files.key, 'server key') },
-    dialTimeoutMs: duration(flags, 'dial-timeout'),
-    connectPort: str(flags, 'connect-port') === 'off' ? null : port(flags, 'connect-port'),
-    connectUds: str(flags, 'connect-uds'),
-    connectPlain: connectPlain(flags),
-    tokensFile: str(flags, 'tokens-file'),
-    grants: parseGrants(list(flags, 'grant')),
-    dataDir,
-    processMetrics: true,
-  } });
+      ...listeners,
+      serverID: str(flags, 'server-id'),
+      serverCount,
+      bindAddress: str(flags, 'bind-address')!,
+      frontendUds: str(flags, 'frontend-uds'),
+      tls,
+      dialTimeoutMs,
+      connectUds: str(flags, 'connect-uds'),
+      tokensFile: str(flags, 'tokens-file'),
+      grants,
+      dataDir,
+      processMetrics: true,
+    } });
   try {
     await hub.start();
   } catch (err) {

@@ -41,3 +41,14 @@ export function createLogger(level: string, name: string, opts: LoggerOptions = 
   const stream = pretty({ destination: dest, sync: true, colorize: isTTY, translateTime: 'SYS:HH:MM:ss.l', ignore: 'pid,hostname' });
   return pino(options, stream);
 }
+
+/**
+ * For the long-running commands (hub, agent): a promise rejection nobody handled is a bug, but
+ * crashing would drop every tunnel of the fleet, so it is logged with its stack and the process goes on.
+ */
+export function logUnhandledRejections(log: Logger): void {
+  process.on('unhandledRejection', (reason: unknown) => {
+    const err = reason instanceof Error ? reason : new Error(String(reason));
+    log.error({ err: err.message, stack: err.stack }, `internal error (unhandled promise rejection), continuing: ${err.message}`);
+  });
+}
