@@ -4,10 +4,11 @@
 // Later it renews at 80 % of the certificate's lifetime (POST /v1/renew, authenticated by the
 // current certificate); new tunnels use the new certificate, open ones keep going.
 import { X509Certificate, createPrivateKey, generateKeyPairSync, sign } from 'node:crypto';
-import { mkdir, readFile, rename, writeFile } from 'node:fs/promises';
+import { mkdir, open, readFile, rename } from 'node:fs/promises';
 import path from 'node:path';
 import { bootstrapProofMessage, renewProofMessage } from '@cluster-proxy/proto';
 import type { Logger } from 'pino';
+import type { CredentialsMirror } from './credentials-secret.js';
 import { HubRequestError, hubRequest, type HubClientOptions } from './hub-client.js';
 
 export interface Credentials {
@@ -24,6 +25,8 @@ export interface CredentialsOptions {
   log: Logger;
   /** Renew when this share of the lifetime has passed (default 0.8). */
   renewAt?: number;
+  /** Also keep key and certificate there (a Secret): read when the directory has none, written after each change. */
+  mirror?: CredentialsMirror;
 }
 
 /** The token is wrong for good (used, expired, foreign, unknown): retrying the same token cannot help. */
@@ -33,6 +36,8 @@ export class BootstrapRefused extends Error {
 
 const KEY_FILE = 'agent.key';
 const CERT_FILE = 'agent.crt';
+/** Suffix of a file being written (see write()). */
+const NEXT = '.next';
 
 export class CredentialsManager {
   private current: Credentials | null = null;
@@ -55,7 +60,7 @@ export class CredentialsManager {
   /** Loads a valid certificate from the directory, or bootstraps one. Throws BootstrapRefused or a transport error. */
   async load(): Promise<Credentials> {
     await mkdir(this.opts.dir, { recursive: true, mode: 0o700 });
-    const existing = await this.readValid();
+    const existing = (await this.readValid()) ?? (await this.restoreFromMirror());
     if (existing) {
       this.current = existing;
     } else {
@@ -80,13 +85,23 @@ export class CredentialsManager {
       return null;
     }
     try {
-      const x = new X509Certificate(cert);
+      let x = new X509Certificate(cert);
+      if (!x.checkPrivateKey(createPrivateKey(key))) {
+        // A crash between the two renames of write() leaves the new key beside the old certificate,
+        // with the new certificate still waiting under its temporary name: finish the write.
+        const pending = await readFile(path.join(this.opts.dir, `${CERT_FILE}${NEXT}`)).catch(() => null);
+        const next = pending ? new X509Certificate(pending) : null;
+        if (!pending || !next?.checkPrivateKey(createPrivateKey(key))) {
+          this.opts.log.warn({ dir: this.opts.dir }, 'agent certificate does not match agent.key; bootstrapping again');
+          return null;
+        }
+        await rename(path.join(this.opts.dir, `${CERT_FILE}${NEXT}`), path.join(this.opts.dir, CERT_FILE));
+        this.opts.log.info({ dir: this.opts.dir }, 'completed a certificate write that was interrupted');
+        cert = pending;
+        x = next;
+      }
       if (Date.parse(x.validTo) <= Date.now()) {
         this.opts.log.warn({ dir: this.opts.dir }, `agent certificate expired on ${new Date(x.validTo).toISOString()}; bootstrapping again`);
-        return null;
-      }
-      if (!x.checkPrivateKey(createPrivateKey(key))) {
-        this.opts.log.warn({ dir: this.opts.dir }, 'agent certificate does not match agent.key; bootstrapping again');
         return null;
       }
     } catch (err) {
@@ -113,8 +128,8 @@ export class CredentialsManager {
       answer = await hubRequest(this.opts.hub, 'POST', '/v1/bootstrap', { cluster: this.opts.cluster, token, publicKey, proof });
     } catch (err) {
       if (err instanceof HubRequestError && err.status >= 400 && err.status < 500) {
-        // Another replica sharing this directory may have won the single-use token meanwhile.
-        const winner = await this.readValid();
+        // Another replica (sharing this directory, or the mirror) may have won the single-use token meanwhile.
+        const winner = (await this.readValid()) ?? (await this.restoreFromMirror());
         if (winner) return winner;
         throw new BootstrapRefused(err.message);
       }
@@ -152,8 +167,16 @@ export class CredentialsManager {
 
   private renewing = false;
 
+  /** The certificate is due (80 % passed, or the hub asked) and not renewed yet: the hub shows Progressing. */
+  private due = false;
+
+  get isRenewing(): boolean {
+    return this.due || this.renewing;
+  }
+
   private async renew(): Promise<void> {
     if (this.stopped || !this.current || this.renewing) return;
+    this.due = true;
     this.renewing = true;
     try {
       await this.renewOnce();
@@ -172,6 +195,7 @@ export class CredentialsManager {
       const creds = { cert: Buffer.from(certificateOf(answer)), key: Buffer.from(privateKey) };
       await this.write(creds);
       this.current = creds;
+      this.due = false;
       this.opts.log.info({ validTo: new X509Certificate(creds.cert).validTo }, 'agent certificate renewed; new tunnels use it, open ones continue');
       for (const l of this.listeners) l(creds);
     } catch (err) {
@@ -185,14 +209,57 @@ export class CredentialsManager {
     this.scheduleRenewal();
   }
 
-  /** Key first, each via a temp file and rename, so a present certificate implies its key is there. */
+  /** Into the directory, then the mirror. */
   private async write(c: Credentials): Promise<void> {
-    for (const [name, data, mode] of [[KEY_FILE, c.key, 0o600], [CERT_FILE, c.cert, 0o644]] as const) {
-      const file = path.join(this.opts.dir, name);
-      const tmp = `${file}.${process.pid}.tmp`;
-      await writeFile(tmp, data, { mode });
-      await rename(tmp, file);
+    await this.writeLocal(c);
+    const { mirror } = this.opts;
+    if (mirror) {
+      // The directory copy is in use already; a mirror that cannot be written is retried with the next change.
+      await mirror.save(new Map([[KEY_FILE, c.key], [CERT_FILE, c.cert]])).catch((err: Error) => this.opts.log.warn(`credentials not saved to ${mirror.description}: ${err.message}`));
     }
+  }
+
+  /**
+   * Both files are written and synced under temporary names, then renamed key first. A crash between
+   * the renames leaves `agent.crt.next` matching the new key, and readValid() completes the write.
+   */
+  private async writeLocal(c: Credentials): Promise<void> {
+    const files = [[KEY_FILE, c.key, 0o600], [CERT_FILE, c.cert, 0o644]] as const;
+    for (const [name, data, mode] of files) {
+      const fh = await open(path.join(this.opts.dir, `${name}${NEXT}`), 'w', mode);
+      try {
+        await fh.writeFile(data);
+        await fh.sync();
+      } finally {
+        await fh.close();
+      }
+    }
+    for (const [name] of files) await rename(path.join(this.opts.dir, `${name}${NEXT}`), path.join(this.opts.dir, name));
+  }
+
+  /** Key and certificate from the mirror into the directory, if the mirror has a valid pair. */
+  private async restoreFromMirror(): Promise<Credentials | null> {
+    const { mirror } = this.opts;
+    if (!mirror) return null;
+    let files: Map<string, Buffer> | null;
+    try {
+      files = await mirror.load();
+    } catch (err) {
+      this.opts.log.warn(`cannot read the credentials from ${mirror.description}: ${(err as Error).message}`);
+      return null;
+    }
+    const key = files?.get(KEY_FILE);
+    const cert = files?.get(CERT_FILE);
+    if (!key || !cert) return null;
+    try {
+      const x = new X509Certificate(cert);
+      if (!x.checkPrivateKey(createPrivateKey(key)) || Date.parse(x.validTo) <= Date.now()) return null;
+    } catch {
+      return null;
+    }
+    await this.writeLocal({ key, cert });
+    this.opts.log.info({ dir: this.opts.dir }, `agent credentials restored from ${mirror.description}`);
+    return { key, cert };
   }
 }
 

@@ -11,5 +11,6 @@ export * from './egress-proxy.js';
 export * from './egress-shim.js';
 export { hubRequest, HubRequestError, type HubClientOptions } from './hub-client.js';
 export { CredentialsManager, BootstrapRefused, type Credentials, type CredentialsOptions } from './credentials.js';
+export { SecretCredentialsMirror, type CredentialsMirror } from './credentials-secret.js';
 export { LeaseRenewer, apiserverReachable, AGENT_VERSION, type LeaseReport } from './lease.js';
 export { ReplicaSync, type ReplicaSyncOptions } from './replica-sync.js';

@@ -3,23 +3,15 @@
 // tunnel, so a lease that stops moving means "no tunnel", as in OCM. Each renewal carries a short
 // health report the hub turns into the addon's Degraded/Progressing conditions.
 import net from 'node:net';
-import { splitHostPort } from '@cluster-proxy/proto';
+import { splitHostPort, type AgentHealthReport } from '@cluster-proxy/proto';
 import type { Logger } from 'pino';
 import type { Agent } from './agent.js';
 import { hubRequest, type HubClientOptions } from './hub-client.js';
 
 export const AGENT_VERSION = '0.1.0';
 
-export interface LeaseReport {
-  agentID: string;
-  leaseDurationSeconds: number;
-  connectedServers: number;
-  serverCount: number;
-  apiserverReachable: boolean;
-  apiserverError?: string;
-  version: string;
-  phase: 'Running' | 'Bootstrapping' | 'RenewingCredentials';
-}
+/** What each renewal reports (the hub's Degraded/Progressing come from it). */
+export type LeaseReport = AgentHealthReport;
 
 export interface LeaseRenewerOptions {
   agent: Agent;
@@ -31,6 +23,8 @@ export interface LeaseRenewerOptions {
   onTrust?: (bundle: Buffer) => Promise<void> | void;
   /** The hub asks for a new certificate now (its CA changed). */
   onRenewRequested?: () => void;
+  /** What the agent is doing besides running (default Running): a certificate renewal shows as Progressing on the hub. */
+  phase?: () => LeaseReport['phase'];
   log: Logger;
 }
 
@@ -74,7 +68,7 @@ export class LeaseRenewer {
       apiserverReachable: reach === null,
       ...(reach ? { apiserverError: reach } : {}),
       version: AGENT_VERSION,
-      phase: 'Running',
+      phase: this.opts.phase?.() ?? 'Running',
     };
     try {
       const creds = agent.currentCredentials;

@@ -59,7 +59,7 @@ export class Hub {
     this.replicas.registerRoutes(this.server.hubApi);
     const configured = opts.server.serverCount ?? 1;
     // The live replicas once known; the configured count (--server-count) until the first read.
-    this.server.setServerCount(() => (this.replicas.serverIDs.length > 0 ? this.replicas.count : configured));
+    this.server.setServerCount(() => (this.replicas.known ? this.replicas.count : configured));
     this.registry = new ClusterRegistry(opts.store, this.server.core, opts.log, opts.requireRegistration ?? false);
     this.server.setAgentRegistry(this.registry);
     this.signer = opts.signer;

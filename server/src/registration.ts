@@ -9,7 +9,7 @@ import type { PeerCertificate } from 'node:tls';
 import type { Logger } from 'pino';
 import { bootstrapProofMessage, renewProofMessage } from '@cluster-proxy/proto';
 import { HubApiError, type HubApi } from './hub-api.js';
-import { clusterUidFromAltNames, signAgentPublicKey, type PemPair } from './pki/certificates.js';
+import { MIN_AGENT_RSA_BITS, clusterUidFromAltNames, signAgentPublicKey, type PemPair } from './pki/certificates.js';
 import { isDns1123Subdomain } from './pki/agent-identity.js';
 import type { ProxyCore } from './proxy-core.js';
 import type { ManagedCluster, Secret } from './store/objects.js';
@@ -116,10 +116,16 @@ function parseKeyRequest(body: unknown, extra: string[]): KeyRequest & Record<st
 
 function checkProof(req: KeyRequest, message: Buffer): void {
   let ok = false;
+  let key;
   try {
-    ok = verify('sha256', message, createPublicKey(req.publicKey), Buffer.from(req.proof, 'base64'));
+    key = createPublicKey(req.publicKey);
+    ok = verify('sha256', message, key, Buffer.from(req.proof, 'base64'));
   } catch {
     throw new HubApiError(400, 'publicKey is not a PEM public key');
+  }
+  // Checked here, before a bootstrap token is spent on a key the CA would refuse to sign.
+  if (key.asymmetricKeyType !== 'rsa' || (key.asymmetricKeyDetails?.modulusLength ?? 0) < MIN_AGENT_RSA_BITS) {
+    throw new HubApiError(400, `agent public key must be RSA with at least ${MIN_AGENT_RSA_BITS} bits`);
   }
   if (!ok) throw new HubApiError(400, 'proof does not verify with publicKey: the agent must sign with the key it asks a certificate for');
 }
@@ -186,7 +192,15 @@ export class ClusterRegistry {
 
   async start(): Promise<void> {
     const list = await this.store.list('ManagedCluster');
+    // A relist after a broken watch replaces the table: a cluster removed meanwhile loses its tunnels now.
+    const before = new Map(this.clusters);
+    this.clusters.clear();
     for (const mc of list.items) this.clusters.set(mc.metadata.name, { uid: mc.metadata.uid, accepts: mc.spec.hubAcceptsClient && !mc.metadata.deletionTimestamp });
+    for (const [name, old] of before) {
+      const now = this.clusters.get(name);
+      if (!now) this.cut(name, 'cluster removed from the hub');
+      else if (old.accepts && !now.accepts) this.cut(name, 'cluster no longer accepted by the hub');
+    }
     this.synced = true;
     this.watch = this.store.watch('ManagedCluster', { resourceVersion: list.resourceVersion }, {
       onEvent: (e) => {

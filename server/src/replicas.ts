@@ -12,6 +12,8 @@ export const REPLICA_LEASE_PREFIX = 'cluster-proxy-server-';
 export const REPLICA_LABEL = 'proxy.open-cluster-management.io/server-replica';
 /** `GET /v1/replicas` answers from a store read at most this old. */
 const LIST_MAX_AGE_MS = 1000;
+/** stop() waits this long at most for a renewal in flight. */
+const STOP_WAIT_MS = 2000;
 
 export interface ReplicaRegistryOptions {
   store: Store;
@@ -47,6 +49,11 @@ export class ReplicaRegistry {
     return Math.max(1, this.serverIDs.length);
   }
 
+  /** Whether the store has been read at least once (until then the configured count stands). */
+  get known(): boolean {
+    return this.refreshedAt > 0;
+  }
+
   registerRoutes(hubApi: HubApi): void {
     hubApi.route('GET', '/v1/replicas', async () => {
       // Agents drop tunnels to replicas missing from this list, so answer from a fresh read: a list
@@ -56,8 +63,10 @@ export class ReplicaRegistry {
     }, { agentOnly: true });
   }
 
+  private ticking: Promise<void> | null = null;
+
   async start(): Promise<void> {
-    await this.tick();
+    await this.runTick();
   }
 
   /** Stops renewing and deletes our lease, so agents drop us at their next sync. */
@@ -65,6 +74,13 @@ export class ReplicaRegistry {
     this.stopped = true;
     if (this.timer) clearTimeout(this.timer);
     this.timer = null;
+    // A renewal in flight could otherwise create the lease again right after the delete (bounded:
+    // a store that hangs must not hold up the shutdown).
+    if (this.ticking) {
+      let t: NodeJS.Timeout | undefined;
+      await Promise.race([this.ticking, new Promise<void>((r) => { t = setTimeout(r, STOP_WAIT_MS); })]);
+      clearTimeout(t);
+    }
     await this.opts.store.delete('Lease', { name: this.leaseName, namespace: this.opts.namespace }).catch((err: unknown) => {
       if (!(err instanceof NotFoundError)) this.opts.log.warn({ err: (err as Error).message }, 'cannot delete this replica\'s lease; it expires by itself');
     });
@@ -80,8 +96,13 @@ export class ReplicaRegistry {
     if (this.stopped) return;
     this.timer = setTimeout(() => {
       this.timer = null;
-      void this.tick();
+      void this.runTick();
     }, Math.max(200, Math.floor(this.durationMs / 3)));
+  }
+
+  private runTick(): Promise<void> {
+    this.ticking = this.tick().finally(() => { this.ticking = null; });
+    return this.ticking;
   }
 
   private async renew(): Promise<void> {

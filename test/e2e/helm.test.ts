@@ -106,7 +106,7 @@ describe.skipIf(kubectlUnsupported() !== null)('hub Helm chart', () => {
     expect(ports).toEqual({ frontend: 8090, agent: 8091, health: 8092, connect: 8089 });
     expect(ports[c.livenessProbe.httpGet.port]).toBe(8092);
     expect(c.livenessProbe.httpGet.path).toBe('/healthz');
-    expect(c.readinessProbe.httpGet).toEqual({ path: '/readyz', port: 'health' });
+    expect(c.readinessProbe.httpGet).toEqual({ path: '/readyz?exclude=store', port: 'health' });
     expect(c.securityContext).toMatchObject({ allowPrivilegeEscalation: false, readOnlyRootFilesystem: true, capabilities: { drop: ['ALL'] } });
     expect(dep.spec.template.spec.securityContext).toMatchObject({ runAsNonRoot: true });
     expect(c.resources).toHaveProperty('requests');
@@ -114,7 +114,12 @@ describe.skipIf(kubectlUnsupported() !== null)('hub Helm chart', () => {
     expect(front.spec.ports.map((p) => p.port)).toEqual([8090, 8089]);
     const role = objs.find((o) => o.kind === 'ClusterRole') as unknown as { rules: { resources: string[] }[] };
     const resources = role.rules.flatMap((r) => r.resources);
-    for (const r of ['managedclusters', 'managedclusteraddons/status', 'addondeploymentconfigs', 'managedproxyconfigurations/status', 'leases', 'secrets']) expect(resources).toContain(r);
+    for (const r of ['managedclusters', 'managedclusteraddons/status', 'addondeploymentconfigs', 'managedproxyconfigurations/status', 'leases', 'secrets', 'namespaces']) expect(resources).toContain(r);
+    // The store reads a namespace before creating it (RBAC is checked before existence).
+    expect((role.rules as { resources: string[]; verbs: string[] }[]).find((r) => r.resources.includes('namespaces'))!.verbs).toEqual(expect.arrayContaining(['get', 'create']));
+    // SIGTERM grace: the pod outlives the hub's own grace period.
+    expect(c.args).toContain('--shutdown-grace=20s');
+    expect((dep.spec.template.spec as unknown as { terminationGracePeriodSeconds: number }).terminationGracePeriodSeconds).toBe(35);
   });
 
   it('bad values are refused with the value named', async () => {

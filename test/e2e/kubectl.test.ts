@@ -11,7 +11,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createCA, issueServerCert, writePemPair, type PemPair } from '@cluster-proxy/server';
-import { killAllSpawned, spawnProcess, waitFor, type ManagedProcess, runCommand, type RunResult } from '../src/fixtures/index.js';
+import { freeLoopbackPort, killAllSpawned, spawnProcess, waitFor, type ManagedProcess, runCommand, type RunResult } from '../src/fixtures/index.js';
 import { CLI, createPki, startAgent, startHub, type AgentProcess, type HubProcess, type TestPki } from '../src/harness.js';
 import { createHash } from 'node:crypto';
 import { extractZipEntry, kubectlBinary, kubectlUnsupported, kubectlZipPath } from './kubectl-binary.js';
@@ -63,16 +63,6 @@ async function demoApiserver(cluster: string, ca: PemPair): Promise<string> {
   return `127.0.0.1:${(server.address() as net.AddressInfo).port}`;
 }
 
-function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const s = net.createServer();
-    s.once('error', reject);
-    s.listen(0, '127.0.0.1', () => {
-      const { port } = s.address() as net.AddressInfo;
-      s.close(() => resolve(port));
-    });
-  });
-}
 
 /** `cluster-proxy kubeconfig` with the harness hub's data dir (ports.json gives the CONNECT and admin ports). */
 async function kubeconfig(cluster: string, file: string, extra: string[]): Promise<RunResult> {
@@ -202,7 +192,7 @@ describe.skipIf(skip !== null)('kubectl v1.33 through cluster-proxy', () => {
   });
 
   it('--via forward: kubectl talks to a local `cluster-proxy forward` port, verifying the apiserver by tls-server-name', async () => {
-    const port = await freePort();
+    const port = await freeLoopbackPort();
     const file = path.join(tmp, 'forward.kubeconfig');
     const r = await kubeconfig('cluster2', file, ['--via', 'forward', '--listen', `127.0.0.1:${port}`, '--apiserver-ca', otherCaPath, '--apiserver-token', 'x']);
     expect(r.stderr).toContain(`forward cluster2 cluster2:443 --listen 127.0.0.1:${port}`);

@@ -62,6 +62,19 @@ describe('bootstrap and renewal through the hub API', () => {
     expect(answer.caBundle).toBe(ca.certPem);
   });
 
+  it('refuses a key the CA would not sign (EC, short RSA) before spending the token', async () => {
+    const { token } = await createBootstrapToken(store, 'c1', 3600);
+    const ec = generateKeyPairSync('ec', { namedCurve: 'prime256v1', publicKeyEncoding: { type: 'spki', format: 'pem' }, privateKeyEncoding: { type: 'pkcs8', format: 'pem' } });
+    const short = generateKeyPairSync('rsa', { modulusLength: 1024, publicKeyEncoding: { type: 'spki', format: 'pem' }, privateKeyEncoding: { type: 'pkcs8', format: 'pem' } });
+    for (const key of [ec, short]) {
+      const err = await refusal(bootstrap('c1', token, key));
+      expect(err.status).toBe(400);
+      expect(err.message).toMatch(/must be RSA with at least 2048 bits/);
+    }
+    // The token was not used up by the refusals.
+    await expect(bootstrap('c1', token)).resolves.toHaveProperty('answer.certificate');
+  });
+
   it('refuses a reused token', async () => {
     const { token } = await createBootstrapToken(store, 'c1', 3600);
     await bootstrap('c1', token);

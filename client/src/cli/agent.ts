@@ -1,7 +1,7 @@
 // `cluster-proxy agent`: the agent that runs in a managed cluster.
-import { readFile, rename, writeFile } from 'node:fs/promises';
+import { mkdir, readFile, rename, writeFile } from 'node:fs/promises';
 import path from 'node:path';
-import { Agent, AllowlistError, BootstrapRefused, CredentialsManager, LeaseRenewer, ReplicaSync, proxyFromEnvironment, startAgentHealthServer, type EgressOptions } from '@cluster-proxy/agent';
+import { Agent, AllowlistError, BootstrapRefused, CredentialsManager, LeaseRenewer, ReplicaSync, SecretCredentialsMirror, proxyFromEnvironment, startAgentHealthServer, type CredentialsMirror, type EgressOptions } from '@cluster-proxy/agent';
 import { splitHostPort } from '@cluster-proxy/proto';
 import type { Logger } from 'pino';
 import { parseIdentifiers } from '@cluster-proxy/proto';
@@ -17,6 +17,7 @@ export const agentFlags: FlagSpecs = {
   key: { type: 'string', help: 'agent client key (PEM; or use --credentials-dir)' },
   'credentials-dir': { type: 'string', help: 'where the agent keeps the key it makes and the certificate the hub signs (agent.key 0600, agent.crt)' },
   'bootstrap-token-file': { type: 'string', help: 'single-use token from "cluster-proxy join", traded for a certificate when --credentials-dir has none' },
+  'credentials-secret': { type: 'string', help: 'also keep key, certificate and hub CA bundle in this Secret of --namespace (in a pod: its service account; else KUBECONFIG), so a new pod or replica reuses them' },
   'replica-sync-interval': { type: 'string', default: '10s', help: 'how often the agent asks the hub for its live replicas (one tunnel each; tunnels to gone replicas are dropped)' },
   'lease-duration': { type: 'string', default: '60s', help: 'how often the agent renews its lease on the hub (while it holds a tunnel)' },
   'server-name': { type: 'string', help: 'TLS name to verify on the hub\'s certificate (default: host of --hub)' },
@@ -64,10 +65,15 @@ export async function runAgent(args: string[]): Promise<void> {
   if (transport !== 'auto' && transport !== 'mux' && transport !== 'grpc') throw new UsageError(`--transport must be auto, mux or grpc, got "${transport}"`);
   const hubAddress = str(flags, 'hub')!;
   const credentialsDir = str(flags, 'credentials-dir');
-  // A CA bundle the hub handed out later (CA rollover) supersedes the one from the install bundle.
-  const caCert = (credentialsDir ? await readFile(path.join(credentialsDir, HUB_CA_FILE)).catch(() => null) : null) ?? await read('ca-cert');
   if (credentialsDir && (str(flags, 'cert') || str(flags, 'key'))) throw new UsageError('use either --cert/--key or --credentials-dir, not both');
   if (!credentialsDir && str(flags, 'bootstrap-token-file')) throw new UsageError('--bootstrap-token-file needs --credentials-dir (where the key and certificate go)');
+  const secretName = str(flags, 'credentials-secret');
+  if (secretName !== undefined && !credentialsDir) throw new UsageError('--credentials-secret needs --credentials-dir (the working copy)');
+  if (secretName !== undefined && !/^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$/.test(secretName)) throw new UsageError(`--credentials-secret "${secretName}" is not a valid Secret name`);
+  const mirror = secretName ? mirrorOf(str(flags, 'namespace')!, secretName) : undefined;
+  if (mirror && credentialsDir) await restoreHubCa(mirror, credentialsDir, log);
+  // A CA bundle the hub handed out later (CA rollover) supersedes the one from the install bundle.
+  const caCert = (credentialsDir ? await readFile(path.join(credentialsDir, HUB_CA_FILE)).catch(() => null) : null) ?? await read('ca-cert');
   const hubClient = { address: hubAddress, caCert, serverName: str(flags, 'server-name'), egress: hubEgress(hubAddress, str(flags, 'proxy-ca') ? await read('proxy-ca') : undefined, duration(flags, 'proxy-connect-timeout')) };
   let stopRequested = false;
   let wakeBootstrap: () => void = () => {};
@@ -80,7 +86,7 @@ export async function runAgent(args: string[]): Promise<void> {
   let credentials: CredentialsManager | null = null;
   let identity: { cert: Buffer; key: Buffer };
   if (credentialsDir) {
-    credentials = new CredentialsManager({ cluster, dir: credentialsDir, bootstrapTokenFile: str(flags, 'bootstrap-token-file'), hub: hubClient, log });
+    credentials = new CredentialsManager({ cluster, dir: credentialsDir, bootstrapTokenFile: str(flags, 'bootstrap-token-file'), hub: hubClient, log, mirror });
     const loaded = await bootstrapUntilDone(credentials, log, () => stopRequested, (w) => (wakeBootstrap = w));
     if (!loaded) return;
     identity = loaded;
@@ -130,8 +136,11 @@ export async function runAgent(args: string[]): Promise<void> {
       // Temp file and rename: a crash mid-write must not leave a torn bundle the next start would trust.
       const file = path.join(credentialsDir, HUB_CA_FILE);
       const tmp = `${file}.${process.pid}.tmp`;
-      return writeFile(tmp, bundle).then(() => rename(tmp, file)).catch((err: Error) => log.warn(`cannot save the hub CA bundle: ${err.message}`));
+      const saved = writeFile(tmp, bundle).then(() => rename(tmp, file)).catch((err: Error) => log.warn(`cannot save the hub CA bundle: ${err.message}`));
+      const mirrored = mirror?.save(new Map([[HUB_CA_FILE, bundle]])).catch((err: Error) => log.warn(`hub CA bundle not saved to ${mirror.description}: ${err.message}`));
+      return Promise.all([saved, mirrored]).then(() => {});
     },
+    phase: () => (credentials?.isRenewing ? 'RenewingCredentials' : 'Running'),
     onRenewRequested: () => {
       if (credentials) credentials.renewNow();
       else log.warn('the hub asks for a certificate from its new CA; this agent uses --cert/--key, so replace them by hand');
@@ -155,6 +164,29 @@ export async function runAgent(args: string[]): Promise<void> {
     process.on('SIGTERM', onSignal);
     process.on('SIGINT', onSignal);
   });
+}
+
+function mirrorOf(namespace: string, name: string): CredentialsMirror {
+  try {
+    return SecretCredentialsMirror.fromEnvironment(namespace, name);
+  } catch (err) {
+    throw new UsageError(`--credentials-secret: no Kubernetes API to keep it in (${(err as Error).message})`);
+  }
+}
+
+/** A hub CA bundle saved after a rollover, back into the directory of a new pod (the install bundle's may be retired). */
+async function restoreHubCa(mirror: CredentialsMirror, dir: string, log: Logger): Promise<void> {
+  const file = path.join(dir, HUB_CA_FILE);
+  if (await readFile(file).then(() => true, () => false)) return;
+  try {
+    const bundle = (await mirror.load())?.get(HUB_CA_FILE);
+    if (!bundle) return;
+    await mkdir(dir, { recursive: true, mode: 0o700 });
+    await writeFile(file, bundle);
+    log.info(`hub CA bundle restored from ${mirror.description}`);
+  } catch (err) {
+    log.warn(`cannot read the hub CA bundle from ${mirror.description}: ${(err as Error).message}`);
+  }
 }
 
 /** The egress proxy for the hub API calls (bootstrap, renewal, lease): the same decision the tunnels make. */

@@ -21,7 +21,7 @@ const commands: Record<string, { summary: string; run: (args: string[]) => Promi
   join: { summary: 'register a managed cluster; writes its agent bootstrap bundle and install manifests', run: runJoin },
   delete: { summary: 'remove a managed cluster (revokes its agents)', run: runDelete },
   ca: { summary: 'rotate the hub CA (add, promote, finish) without cutting agents off', run: runCa },
-  get: { summary: 'list clusters or agents connected to the hub (kubectl-style)', run: runGet },
+  get: { summary: 'clusters, agents, managedclusters or managedclusteraddons (kubectl-style tables)', run: runGet },
   token: { summary: 'issue, list or revoke tokens for the HTTP CONNECT frontend', run: runToken },
   noproxy: { summary: 'audit a NO_PROXY value (check) or explain one decision', run: runNoProxy },
 };

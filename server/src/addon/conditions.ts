@@ -2,20 +2,13 @@
 // its lease (OCM's rule: available while now < renewTime + 5 × leaseDurationSeconds), the tunnels
 // this hub sees (in 'tunnel' mode a loss or a recovery shows within the configured window instead of
 // OCM's ~5 minutes), and the agent's latest health report (Degraded, Progressing).
+import type { AgentHealthReport } from '@cluster-proxy/proto';
 import type { Condition, Lease } from '../store/objects.js';
 
 /** OCM's grace: a lease counts as renewed for 5 lease durations. */
 export const LEASE_GRACE_FACTOR = 5;
 
-export interface AgentReport {
-  agentID: string;
-  leaseDurationSeconds: number;
-  connectedServers: number;
-  serverCount: number;
-  apiserverReachable: boolean;
-  apiserverError?: string;
-  version: string;
-  phase: 'Running' | 'Bootstrapping' | 'RenewingCredentials';
+export interface AgentReport extends AgentHealthReport {
   /** When the hub received it (ms since epoch). */
   receivedAt: number;
 }

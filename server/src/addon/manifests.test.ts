@@ -70,7 +70,7 @@ describe('renderAgentInstall', () => {
     expect(c.args).toEqual([
       'agent', '--cluster=cluster1', '--namespace=open-cluster-management-agent-addon', '--hub=proxy.hub.example.com:8091', '--server-name=hub.internal',
       '--ca-cert=/etc/cluster-proxy/hub-ca/ca.crt', '--bootstrap-token-file=/etc/cluster-proxy/bootstrap/token',
-      '--credentials-dir=/var/lib/cluster-proxy/credentials', '--apiserver=kubernetes.default.svc:443', '--health-port=8093',
+      '--credentials-dir=/var/lib/cluster-proxy/credentials', '--credentials-secret=cluster-proxy-agent-credentials', '--apiserver=kubernetes.default.svc:443', '--health-port=8093',
     ]);
     expect(c['livenessProbe']).toMatchObject({ httpGet: { path: '/healthz', port: 8093 } });
     expect(c['readinessProbe']).toMatchObject({ httpGet: { path: '/readyz', port: 8093 } });
@@ -79,8 +79,8 @@ describe('renderAgentInstall', () => {
     expect(podSpec(objs).securityContext).toMatchObject({ runAsNonRoot: true, seccompProfile: { type: 'RuntimeDefault' } });
     expect(find(objs, 'Service', 'cluster1')).toMatchObject({ spec: { type: 'ExternalName', externalName: 'kubernetes.default.svc.cluster.local' } });
     expect(find(renderAgentInstall({ ...base, facts }), 'Service', 'cluster1')).toMatchObject({ spec: { externalName: 'kubernetes.default.svc.corp.local' } });
-    expect(renderAgentInstall({ ...base, persistCredentials: true }).length).toBe(objs.length);
-    expect(podSpec(renderAgentInstall({ ...base, persistCredentials: true })).containers[0]!.args).toContain('--credentials-secret=cluster-proxy-agent-credentials');
+    expect(renderAgentInstall({ ...base, persistCredentials: false }).length).toBe(objs.length);
+    expect(podSpec(renderAgentInstall({ ...base, persistCredentials: false })).containers[0]!.args).not.toContain('--credentials-secret=cluster-proxy-agent-credentials');
   });
 
   it('no proxy configured: no proxy env, the hub CA alone in the trust bundle', () => {

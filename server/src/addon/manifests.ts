@@ -66,9 +66,9 @@ export interface AgentInstallInput extends ManifestInput {
   /** Replaces the default requests/limits of the agent container. */
   resources?: ResourceRequirements;
   /**
-   * Pass `--credentials-secret` so the agent keeps its key and certificate in Secret
-   * `cluster-proxy-agent-credentials` (survives pod rescheduling; shared by replicas). Off by default until
-   * every agent build has the flag: an agent exits on a flag it does not know.
+   * `--credentials-secret`: the agent also keeps its key, certificate and hub CA bundle in Secret
+   * `cluster-proxy-agent-credentials`, so a rescheduled pod or a second replica reuses them (the
+   * bootstrap token is single use and the credentials directory is an emptyDir). Default true.
    */
   persistCredentials?: boolean;
 }
@@ -319,7 +319,7 @@ export function renderAgentInstall(input: AgentInstallInput): KubeManifest[] {
     ...(httpsProxy ? [`--proxy-ca=${HUB_CA_DIR}/ca.crt`] : []),
     `--bootstrap-token-file=${BOOTSTRAP_DIR}/token`,
     `--credentials-dir=${CREDENTIALS_DIR}`,
-    ...(input.persistCredentials ? [`--credentials-secret=${CREDENTIALS_SECRET}`] : []),
+    ...(input.persistCredentials !== false ? [`--credentials-secret=${CREDENTIALS_SECRET}`] : []),
     '--apiserver=kubernetes.default.svc:443',
     `--health-port=${AGENT_HEALTH_PORT}`,
   ];

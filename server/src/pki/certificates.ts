@@ -56,7 +56,7 @@ const SAN_IP = 7;
 /** URI SAN that binds an agent certificate to one incarnation (metadata.uid) of its ManagedCluster. */
 export const CLUSTER_UID_URI_PREFIX = 'urn:cluster-proxy:cluster-uid:';
 /** Agents bring their own key; anything weaker than this is refused. */
-const MIN_AGENT_RSA_BITS = 2048;
+export const MIN_AGENT_RSA_BITS = 2048;
 
 type SubjectAttribute = { shortName: string; value: string };
 

@@ -252,6 +252,15 @@ export class KubernetesStore implements Store {
 
   async ensureNamespace(name: string): Promise<void> {
     this.usable();
+    // Read first: a real apiserver checks RBAC before existence, so a create of an existing
+    // namespace by a hub allowed only to read it would be refused (403) instead of "exists".
+    try {
+      await this.core.readNamespace({ name });
+      return;
+    } catch (err) {
+      const e = mapKubeError(err, `get Namespace ${name}`);
+      if (!(e instanceof NotFoundError)) throw e;
+    }
     try {
       await this.core.createNamespace({ body: { apiVersion: 'v1', kind: 'Namespace', metadata: { name } } });
     } catch (err) {
