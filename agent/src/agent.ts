@@ -200,9 +200,16 @@ export class Agent {
     this.timer = null;
   }
 
+  /** When the armed timer fires (ms since the epoch). */
+  private timerDue = 0;
+
+  /** Dial again after `delayMs`, unless an attempt is already armed to start sooner. */
   private schedule(delayMs: number): void {
     if (this.stopped || this.draining) return;
+    const due = Date.now() + delayMs;
+    if (this.timer && this.timerDue <= due) return;
     this.clearTimer();
+    this.timerDue = due;
     this.timer = setTimeout(() => {
       this.timer = null;
       void this.connectOnce();

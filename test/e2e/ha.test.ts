@@ -3,7 +3,10 @@
 // load-balanced address. Each agent ends up with three tunnels; a replica killed hard leaves dials
 // through the other two working, the agents at two tunnels and the addon Degraded; restarted, three
 // again; a rolling restart (SIGTERM one at a time) under continuous dialing loses no dial started
-// against a replica that was not stopping; a replica removed for good is dropped by the agents.
+// against a replica that was not stopping (the stopping one still carries its open connection through
+// the grace period and refuses new dials); a replica removed for good is dropped by the agents. Agent
+// and server metrics (tunnels held, replicas known, announced server count, reconnects, refused dials)
+// and /readyz are checked at each step.
 import { mkdtemp, rm } from 'node:fs/promises';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -14,6 +17,7 @@ import {
   type FakeKubeApiServer, type Haproxy, type TcpTarget,
 } from '../src/fixtures/index.js';
 import { CLI, createPki, getJson, getStatus, startAgent, startHub, type AgentProcess, type HubProcess, type TestPki } from '../src/harness.js';
+import { scrape } from '../src/metrics-text.js';
 
 const REPLICAS = 3;
 
@@ -39,6 +43,15 @@ describe('three hub replicas behind haproxy, two agents per cluster', () => {
     const list = (await getJson(live.ports.admin, '/v1/managedclusteraddons')) as { items: { metadata: { namespace: string }; status?: { conditions?: { type: string; status: string; reason: string }[] } }[] };
     return list.items.find((i) => i.metadata.namespace === 'c1')?.status?.conditions?.find((c) => c.type === 'Degraded');
   };
+  /** Each agent's view in its metrics: tunnels held, replicas known. */
+  const agentGauges = async (): Promise<{ open: number; known: number }[]> => Promise.all(agents.map(async (a) => {
+    const m = await scrape(a.healthPort);
+    return { open: m.value('konnectivity_network_proxy_agent_open_server_connections'), known: m.value('konnectivity_network_proxy_agent_known_server_count') };
+  }));
+  const agentsReport = (open: number, known: number) => waitFor(async () => (await agentGauges()).every((g) => g.open === open && g.known === known), {
+    timeoutMs: 15_000, intervalMs: 200, message: `agent metrics: ${open} open server connections, ${known} known servers`,
+  });
+  const serverCount = async (h: HubProcess): Promise<number> => (await scrape(h.ports.health)).value('cluster_proxy_server_server_count');
   const dialThrough = async (t: Tunnel): Promise<void> => {
     const s = await t.dial('c1:443');
     try {
@@ -84,7 +97,22 @@ describe('three hub replicas behind haproxy, two agents per cluster', () => {
     for (const h of hubs) await dialThrough(h!.tunnel());
     // Each replica sees both agents of c1 and spreads dials over them (least connections).
     for (const h of hubs) expect((await h!.tables()).agents.map((a) => a.agentID).sort()).toEqual(['agent-a', 'agent-b']);
+    const t = hubs[0]!.tunnel();
+    const open = [];
+    for (let i = 0; i < 4; i++) open.push(await t.dial('c1:443'));
+    expect((await hubs[0]!.tables()).agents.map((a) => a.established.length)).toEqual([2, 2]);
+    for (const c of open) c.destroy();
     await waitFor(async () => (await degraded())?.status === 'False', { timeoutMs: 15_000, intervalMs: 250, message: 'addon not Degraded with all replicas' });
+    // Metrics and readiness agree: three tunnels per agent, three replicas everywhere, everyone ready.
+    await agentsReport(3, 3);
+    for (const h of hubs) {
+      expect(await serverCount(h!)).toBe(3);
+      expect((await getStatus(h!.ports.health, '/readyz?verbose')).body).toMatch(/\[\+\]listeners ok[\s\S]*\[\+\]store ok/);
+    }
+    for (const a of agents) {
+      expect((await getStatus(a.healthPort, '/readyz?verbose')).body).toContain('[+]tunnel ok');
+      expect((await scrape(a.healthPort)).value('cluster_proxy_agent_tunnel_connects_total', { result: 'ok' })).toBeGreaterThanOrEqual(3);
+    }
   });
 
   it('SIGKILL one replica: dials through the other two work, agents drop to two tunnels, the addon is Degraded; restarted → three', async () => {
@@ -96,8 +124,11 @@ describe('three hub replicas behind haproxy, two agents per cluster', () => {
     // Its lease has not expired yet: the fleet still counts three replicas, and the agents hold two.
     const d = await waitFor(async () => { const c = await degraded(); return c?.status === 'True' ? c : undefined; }, { timeoutMs: 10_000, intervalMs: 200, message: 'addon Degraded' });
     expect(d.reason).toBe('ProxyServerConnectionsMissing');
+    await agentsReport(2, 3);
+    for (const a of agents) expect((await scrape(a.healthPort)).value('cluster_proxy_agent_tunnel_reconnects_total')).toBeGreaterThanOrEqual(1);
     hubs[1] = await startReplica(1);
     await allAgentsAt(['hub-0', 'hub-1', 'hub-2']);
+    await agentsReport(3, 3);
     await waitFor(async () => (await degraded())?.status === 'False', { timeoutMs: 15_000, intervalMs: 250, message: 'addon not Degraded again' });
   });
 
@@ -130,14 +161,18 @@ describe('three hub replicas behind haproxy, two agents per cluster', () => {
       stopping = i;
       const h = hubs[i]!;
       // Keep a connection open through it: readiness must turn false while it drains.
-      const held = await h.tunnel().dial('c1:443');
+      const own = h.tunnel();
+      const held = await own.dial('c1:443');
       held.on('error', () => {}); // the replica goes away under it, as intended
       const t0 = Date.now();
       h.proc.kill('SIGTERM');
       const r = await waitFor(async () => { const s = await getStatus(h.ports.health, '/readyz?verbose'); return s.status === 503 ? s : undefined; }, { timeoutMs: 5000, intervalMs: 50, message: 'readyz 503 while shutting down' });
       expect(r.body).toMatch(/\[-\]listeners failed: shutting down/);
-      // Within the grace period the open connection still carries data.
+      // Within the grace period the open connection still carries data, and new dials are refused.
       expect((await echoRoundTripForTest(held, Buffer.from('during shutdown'))).toString()).toBe('during shutdown');
+      const before = (await scrape(h.ports.health)).value('konnectivity_network_proxy_server_dial_failure_count', { reason: 'draining' });
+      await expect(own.dial('c1:443')).rejects.toThrow(/shutting down/);
+      expect((await scrape(h.ports.health)).value('konnectivity_network_proxy_server_dial_failure_count', { reason: 'draining' })).toBe(before + 1);
       await h.proc.exited;
       const t1 = Date.now();
       held.destroy();
@@ -162,6 +197,8 @@ describe('three hub replicas behind haproxy, two agents per cluster', () => {
     hubs[2] = null;
     await allAgentsAt(['hub-0', 'hub-1']);
     await waitFor(async () => (await degraded())?.status === 'False', { timeoutMs: 15_000, intervalMs: 250, message: 'addon not Degraded with two replicas' });
+    await agentsReport(2, 2);
+    for (const r of [hubs[0]!, hubs[1]!]) await waitFor(async () => (await serverCount(r)) === 2, { timeoutMs: 10_000, message: 'servers announce two replicas' });
     // The agents stopped dialing for a third: they hold two, and keep holding two.
     await new Promise((r) => setTimeout(r, 1500));
     for (const a of agents) expect(await servers(a)).toEqual(['hub-0', 'hub-1']);
