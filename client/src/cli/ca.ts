@@ -1,19 +1,30 @@
 // `cluster-proxy ca rotate add|promote|finish`: the hub CA rollover on the data-dir PKI (see
 // server/src/pki/rotation.ts). The running hub picks each stage up by itself (--tls-reload-interval)
 // and passes the new bundle to agents with their next lease renewal.
+// `cluster-proxy ca issue-client NAME`: a client certificate for a hub user (SDK, forward, CONNECT
+// with a certificate), signed by the data-dir PKI's signing CA.
+import { access } from 'node:fs/promises';
 import path from 'node:path';
-import { rotateCa, type RotationStage } from '@cluster-proxy/server';
-import { UsageError, helpText, parseFlags, str, type FlagSpecs } from './flags.js';
+import { issueClientCert, readPemPair, rotateCa, splitBundle, writePemPair, type RotationStage } from '@cluster-proxy/server';
+import { UsageError, duration, helpText, list, parseFlags, str, type FlagSpecs, type ParsedFlags } from './flags.js';
 import { hubDataDirFlags } from './hub-files.js';
 
-const caFlags: FlagSpecs = { 'data-dir': hubDataDirFlags['data-dir']! };
+const caFlags: FlagSpecs = {
+  'data-dir': hubDataDirFlags['data-dir']!,
+  out: { type: 'string', help: 'issue-client: directory for NAME.crt and NAME.key (default: the current directory)' },
+  validity: { type: 'string', default: '180d', help: 'issue-client: certificate lifetime' },
+  group: { type: 'string', multiple: true, help: 'issue-client: organization (O) entries, e.g. a team' },
+};
 
 export const caUsage = helpText(
-  'cluster-proxy ca rotate add|promote|finish [--data-dir DIR]',
+  'cluster-proxy ca rotate add|promote|finish | ca issue-client NAME [--out DIR] [--validity 180d] [--data-dir DIR]',
   'CA rollover in three stages: add (new CA trusted), promote (new CA signs; agents are asked to renew), finish (old CA dropped).\n' +
-  'Wait between stages until every agent has renewed its lease (it then trusts the new CA) and, before finish, its certificate.',
+  'Wait between stages until every agent has renewed its lease (it then trusts the new CA) and, before finish, its certificate.\n' +
+  'issue-client writes a client certificate for a hub user (NAME.crt, NAME.key 0600), signed by the hub CA.',
   caFlags,
 );
+
+const CLIENT_NAME = /^[A-Za-z0-9]([A-Za-z0-9._@-]{0,62}[A-Za-z0-9])?$/;
 
 export async function runCa(args: string[]): Promise<void> {
   const { flags, positionals } = parseFlags(args, caFlags);
@@ -21,12 +32,34 @@ export async function runCa(args: string[]): Promise<void> {
     process.stdout.write(caUsage);
     return;
   }
-  const [verb, stage, ...extra] = positionals;
-  if (verb !== 'rotate' || !stage || extra.length > 0 || !['add', 'promote', 'finish'].includes(stage)) throw new UsageError('usage: cluster-proxy ca rotate add|promote|finish');
-  const dir = path.join(str(flags, 'data-dir')!, 'pki');
+  const [verb, arg, ...extra] = positionals;
+  const pkiDir = path.join(str(flags, 'data-dir')!, 'pki');
+  if (verb === 'issue-client') return issueClient(pkiDir, arg, extra, flags);
+  if (verb !== 'rotate' || !arg || extra.length > 0 || !['add', 'promote', 'finish'].includes(arg)) throw new UsageError('usage: cluster-proxy ca rotate add|promote|finish, or cluster-proxy ca issue-client NAME');
   try {
-    process.stdout.write(`${await rotateCa(dir, stage as RotationStage)}\n`);
+    process.stdout.write(`${await rotateCa(pkiDir, arg as RotationStage)}\n`);
   } catch (err) {
-    throw new UsageError(`ca rotate ${stage}: ${(err as Error).message}`);
+    throw new UsageError(`ca rotate ${arg}: ${(err as Error).message}`);
   }
+}
+
+async function issueClient(pkiDir: string, name: string | undefined, extra: string[], flags: ParsedFlags): Promise<void> {
+  if (!name || extra.length > 0) throw new UsageError('ca issue-client takes one NAME (the user, written as the certificate\'s CN)');
+  if (!CLIENT_NAME.test(name)) throw new UsageError(`invalid client name "${name}": letters, digits, ".", "_", "@" and "-", at most 64`);
+  const days = duration(flags, 'validity') / 86_400_000;
+  if (!(days >= 1 / 24)) throw new UsageError('--validity must be at least 1h');
+  const out = str(flags, 'out') ?? '.';
+  if (await access(path.join(out, `${name}.key`)).then(() => true, () => false)) throw new UsageError(`${path.join(out, `${name}.key`)} exists; choose another --out or NAME`);
+  let ca;
+  try {
+    ca = await readPemPair(pkiDir, 'ca');
+  } catch (err) {
+    throw new UsageError(`ca issue-client needs the hub's data-dir PKI: ${(err as Error).message}`);
+  }
+  // The signing CA is the bundle's first certificate (the newest, during a rollover).
+  const signer = { certPem: splitBundle(ca.certPem)[0]!, keyPem: ca.keyPem };
+  const pair = issueClientCert(signer, { commonName: name, organization: list(flags, 'group'), validityDays: days });
+  const paths = await writePemPair(out, name, pair);
+  process.stdout.write(`${paths.certPath}\n${paths.keyPath}\n`);
+  process.stderr.write(`client certificate for "${name}" valid for ${Math.round(days)} days; trust the hub with ${path.join(pkiDir, 'ca.crt')}\n`);
 }

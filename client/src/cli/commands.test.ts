@@ -349,3 +349,44 @@ describe('cluster-proxy kubeconfig', () => {
     results.forEach((r, i) => expectUsage(r, cases[i]![1]));
   });
 });
+
+describe('cluster-proxy ca issue-client', () => {
+  const hubDir = (): string => path.join(tmp, 'hub-ca');
+  beforeAll(async () => {
+    const { writePemPair } = await import('@cluster-proxy/server');
+    await writePemPair(path.join(hubDir(), 'pki'), 'ca', createCA({ commonName: 'issue-client-test' }));
+  });
+
+  it('writes NAME.crt and NAME.key (0600) signed by the hub CA, with the name as CN and --group as O', async () => {
+    const out = path.join(tmp, 'alice-out');
+    const r = await cli(['ca', 'issue-client', 'alice', '--group', 'sre', '--validity', '30d', '--out', out, '--data-dir', hubDir()]);
+    expect(r.code, r.stderr).toBe(0);
+    expect(r.stdout).toBe(`${path.join(out, 'alice.crt')}\n${path.join(out, 'alice.key')}\n`);
+    const { X509Certificate, createPrivateKey } = await import('node:crypto');
+    const cert = new X509Certificate(await readFile(path.join(out, 'alice.crt')));
+    expect(cert.subject).toBe('O=sre\nCN=alice');
+    expect(cert.checkIssued(new X509Certificate(await readFile(path.join(hubDir(), 'pki', 'ca.crt'))))).toBe(true);
+    expect(cert.checkPrivateKey(createPrivateKey(await readFile(path.join(out, 'alice.key'))))).toBe(true);
+    expect(Math.round((Date.parse(cert.validTo) - Date.now()) / 86_400_000)).toBe(30);
+    expect((await stat(path.join(out, 'alice.key'))).mode & 0o777).toBe(0o600);
+    expect(r.stdout + r.stderr).not.toContain('PRIVATE KEY');
+  });
+
+  it('user mistakes: one line, exit 2; an existing key is not overwritten', async () => {
+    const d = ['--data-dir', hubDir()];
+    const cases: [string[], RegExp | string][] = [
+      [['ca', 'issue-client', ...d], 'ca issue-client takes one NAME (the user, written as the certificate\'s CN)'],
+      [['ca', 'issue-client', 'a b', ...d], /^cluster-proxy: invalid client name "a b"/],
+      [['ca', 'issue-client', 'bob', '--validity', 'soon', ...d], '--validity must be a duration like 500ms, 10s, 2m, 24h or 7d, got "soon"'],
+      [['ca', 'issue-client', 'bob', '--data-dir', path.join(tmp, 'no-hub')], /^cluster-proxy: ca issue-client needs the hub's data-dir PKI: /],
+      [['ca', 'sign'], 'usage: cluster-proxy ca rotate add|promote|finish, or cluster-proxy ca issue-client NAME'],
+    ];
+    const results = await Promise.all(cases.map(([args]) => cli(args, { cwd: tmp })));
+    results.forEach((r, i) => expectUsage(r, cases[i]![1]));
+    const out = path.join(tmp, 'carol-out');
+    expect((await cli(['ca', 'issue-client', 'carol', '--out', out, ...d])).code).toBe(0);
+    const key = await readFile(path.join(out, 'carol.key'));
+    expectUsage(await cli(['ca', 'issue-client', 'carol', '--out', out, ...d]), /exists; choose another --out or NAME$/);
+    expect((await readFile(path.join(out, 'carol.key'))).equals(key)).toBe(true);
+  });
+});

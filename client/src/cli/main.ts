@@ -20,7 +20,7 @@ const commands: Record<string, { summary: string; run: (args: string[]) => Promi
   kubeconfig: { summary: 'write a kubeconfig that reaches a cluster\'s apiserver through the hub', run: runKubeconfig },
   join: { summary: 'register a managed cluster; writes its agent bootstrap bundle and install manifests', run: runJoin },
   delete: { summary: 'remove a managed cluster (revokes its agents)', run: runDelete },
-  ca: { summary: 'rotate the hub CA (add, promote, finish) without cutting agents off', run: runCa },
+  ca: { summary: 'rotate the hub CA (add, promote, finish) without cutting agents off; issue client certificates', run: runCa },
   get: { summary: 'clusters, agents, managedclusters or managedclusteraddons (kubectl-style tables)', run: runGet },
   token: { summary: 'issue, list or revoke tokens for the HTTP CONNECT frontend', run: runToken },
   noproxy: { summary: 'audit a NO_PROXY value (check) or explain one decision', run: runNoProxy },

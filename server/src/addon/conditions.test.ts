@@ -29,7 +29,7 @@ describe('Available, lease-only mode (OCM timing: grace = 5 × lease duration)',
 describe('Available, tunnel mode', () => {
   it('a tunnel down longer than the grace turns False at once, even with a fresh lease', () => {
     const c = cond(input({ mode: 'tunnel', lease: lease(1000), tunnelDownSince: T0 - 15_000 }), 'Available');
-    expect(c).toMatchObject({ status: 'False', reason: 'ProxyAgentTunnelLost' });
+    expect(c).toMatchObject({ status: 'False', reason: 'ManagedClusterAddOnLeaseUpdateStopped', message: expect.stringMatching(/no agent tunnel to the hub since/) });
     expect(c.message).toContain('since 2026-11-23T09:59:45Z');
   });
   it('a tunnel down for less than the grace: the lease decides', () => {
@@ -37,8 +37,8 @@ describe('Available, tunnel mode', () => {
   });
   it('a tunnel up: True at once, with OCM\'s reason when the lease is fresh, ours while it is stale or missing', () => {
     expect(cond(input({ mode: 'tunnel', tunnels: 1, lease: lease(1000) }), 'Available')).toMatchObject({ status: 'True', reason: 'ManagedClusterAddOnLeaseUpdated' });
-    expect(cond(input({ mode: 'tunnel', tunnels: 2, lease: lease(400_000) }), 'Available')).toMatchObject({ status: 'True', reason: 'ProxyAgentTunnelConnected' });
-    expect(cond(input({ mode: 'tunnel', tunnels: 1 }), 'Available')).toMatchObject({ status: 'True', reason: 'ProxyAgentTunnelConnected' });
+    expect(cond(input({ mode: 'tunnel', tunnels: 2, lease: lease(400_000) }), 'Available')).toMatchObject({ status: 'True', reason: 'ManagedClusterAddOnLeaseUpdated', message: expect.stringMatching(/2 agent tunnel\(s\) connected/) });
+    expect(cond(input({ mode: 'tunnel', tunnels: 1 }), 'Available')).toMatchObject({ status: 'True', reason: 'ManagedClusterAddOnLeaseUpdated', message: expect.stringMatching(/1 agent tunnel\(s\) connected/) });
   });
 });
 

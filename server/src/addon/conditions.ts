@@ -44,12 +44,13 @@ function available(i: ClusterHealthInput): ConditionSpec {
   if (i.mode === 'tunnel') {
     if (i.tunnels > 0) {
       if (i.lease && leaseFresh(i.lease, i.now)) return ok;
-      return { type: 'Available', status: 'True', reason: 'ProxyAgentTunnelConnected', message: `cluster-proxy add-on is available: ${i.tunnels} agent tunnel(s) connected to the hub; the lease is ${i.lease ? 'not renewed yet' : 'not created yet'}.` };
+      // OCM's reasons only (SPEC §6: tools key on them); the message says it is the tunnel that decided.
+      return { type: 'Available', status: 'True', reason: 'ManagedClusterAddOnLeaseUpdated', message: `cluster-proxy add-on is available: ${i.tunnels} agent tunnel(s) connected to the hub; the lease is ${i.lease ? 'not renewed yet' : 'not created yet'}.` };
     }
     if (i.tunnelDownSince !== null && i.now - i.tunnelDownSince >= i.tunnelLossGraceMs) {
       // A stable message (no running counter), so the status is written once per transition.
       const since = new Date(i.tunnelDownSince).toISOString().replace(/\.\d{3}Z$/, 'Z');
-      return { type: 'Available', status: 'False', reason: 'ProxyAgentTunnelLost', message: `cluster-proxy add-on is not available: no agent tunnel to the hub since ${since}.` };
+      return { type: 'Available', status: 'False', reason: 'ManagedClusterAddOnLeaseUpdateStopped', message: `cluster-proxy add-on is not available: no agent tunnel to the hub since ${since}.` };
     }
   }
   if (!i.lease) return { type: 'Available', status: 'Unknown', reason: 'ManagedClusterAddOnLeaseNotFound', message: 'The status of cluster-proxy add-on is unknown.' };
