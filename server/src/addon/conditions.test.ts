@@ -35,7 +35,7 @@ describe('Available, tunnel mode', () => {
   it('a tunnel down for less than the grace: the lease decides', () => {
     expect(cond(input({ mode: 'tunnel', lease: lease(1000), tunnelDownSince: T0 - 14_999 }), 'Available').status).toBe('True');
   });
-  it('a tunnel up: True at once, with OCM\'s reason when the lease is fresh, ours while it is stale or missing', () => {
+  it('a tunnel up: True at once with OCM\'s reason; the message says when the tunnel decided', () => {
     expect(cond(input({ mode: 'tunnel', tunnels: 1, lease: lease(1000) }), 'Available')).toMatchObject({ status: 'True', reason: 'ManagedClusterAddOnLeaseUpdated' });
     expect(cond(input({ mode: 'tunnel', tunnels: 2, lease: lease(400_000) }), 'Available')).toMatchObject({ status: 'True', reason: 'ManagedClusterAddOnLeaseUpdated', message: expect.stringMatching(/2 agent tunnel\(s\) connected/) });
     expect(cond(input({ mode: 'tunnel', tunnels: 1 }), 'Available')).toMatchObject({ status: 'True', reason: 'ManagedClusterAddOnLeaseUpdated', message: expect.stringMatching(/1 agent tunnel\(s\) connected/) });
@@ -52,6 +52,11 @@ describe('Degraded and Progressing', () => {
     expect(both).toMatchObject({ status: 'True', reason: 'ApiserverUnreachable' });
     expect(both.message).toContain('ECONNREFUSED');
     expect(both.message).toContain('1 of 3');
+  });
+  it('Degraded Unknown while the agent is not available, whatever its last report said', () => {
+    const gone = addonConditions(input({ mode: 'tunnel', lease: lease(1000), tunnelDownSince: T0 - 15_000, report: report() }));
+    expect(gone.find((c) => c.type === 'Available')!.status).toBe('False');
+    expect(gone.find((c) => c.type === 'Degraded')).toMatchObject({ status: 'Unknown', reason: 'AgentNotAvailable' });
   });
   it('Degraded Unknown without a recent report (older than 5 lease durations)', () => {
     expect(cond(input({ report: report({ receivedAt: T0 - 300_000 }) }), 'Degraded').status).toBe('Unknown');

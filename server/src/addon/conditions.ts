@@ -30,7 +30,12 @@ export interface ClusterHealthInput {
 export type ConditionSpec = Omit<Condition, 'lastTransitionTime'>;
 
 export function addonConditions(input: ClusterHealthInput): ConditionSpec[] {
-  return [available(input), degraded(input), progressing(input)];
+  const a = available(input);
+  // An agent that is gone cannot be degraded or fine: its last report describes the past.
+  const d: ConditionSpec = a.status === 'False'
+    ? { type: 'Degraded', status: 'Unknown', reason: 'AgentNotAvailable', message: 'the agent is not available; see the Available condition.' }
+    : degraded(input);
+  return [a, d, progressing(input)];
 }
 
 function leaseFresh(lease: Lease, now: number): boolean {
