@@ -28,6 +28,18 @@ export class ProxiedConnection {
   private agentEnded = false;
   readonly startedAt = process.hrtime.bigint();
   bytesToAgent = 0;
+  /**
+   * Client bytes beyond the agent's credit, in order. A paused client still delivers what it was
+   * granted (our window) or what its HTTP/2 stream window holds; more than twice the window (plus a
+   * message) is a client that ignores flow control.
+   */
+  private waiting: Buffer[] = [];
+  private waitingBytes = 0;
+  /** Half-close or CLOSE_REQ held back until the waiting bytes are sent. */
+  private afterWaiting: (() => void) | null = null;
+  private get maxWaitingBytes(): number {
+    return 2 * this.backend.window + MAX_MESSAGE_BYTES;
+  }
   bytesToClient = 0;
   private establishedAt = 0n;
   /** dialID (and, once open, connectID) on every line about this connection. */
@@ -100,24 +112,65 @@ export class ProxiedConnection {
 
   // ------------------------------------------------------------ client → agent
 
-  /** Bytes from the client. Pauses the client when the agent's credit or the stream runs out. */
+  /**
+   * Bytes from the client, sent to the agent as far as its credit reaches; the rest waits here until
+   * CREDIT comes (a client keeps sending for a moment after pause(): what it was granted, or what its
+   * HTTP/2 window holds). Pauses the client when the credit or the stream runs out.
+   */
   write(data: Buffer): void {
     if (this.state !== 'open' || this.clientEnded) return;
-    for (const piece of chunks(data, MAX_DATA_CHUNK)) {
-      this.backend.sender.send(packets.data(this.connectID, piece));
-      this.toAgentCredit.consume(piece.length);
-      this.bytesToAgent += piece.length;
-    }
     this.backend.metrics.bytes.inc({ direction: 'to_agent' }, data.length);
-    if (!this.toAgentCredit.canSend() || this.backend.sender.congested) this.pauseFrontend();
+    this.waiting.push(data);
+    this.waitingBytes += data.length;
+    this.sendWaiting();
+    if (this.waitingBytes > this.maxWaitingBytes) {
+      this.log.warn({ waiting: this.waitingBytes }, 'client kept sending after it was paused; closing the connection');
+      this.waiting = [];
+      this.waitingBytes = 0;
+      this.close();
+      return;
+    }
+    if (this.waitingBytes > 0 || !this.toAgentCredit.canSend() || this.backend.sender.congested) this.pauseFrontend();
+  }
+
+  /** Sends waiting client bytes while the agent's credit lasts (a piece may overshoot it by one chunk, as designed). */
+  private sendWaiting(): void {
+    while (this.waiting.length > 0 && this.toAgentCredit.canSend()) {
+      const data = this.waiting.shift()!;
+      this.waitingBytes -= data.length;
+      let offset = 0;
+      for (const piece of chunks(data, MAX_DATA_CHUNK)) {
+        if (!this.toAgentCredit.canSend()) {
+          const rest = data.subarray(offset);
+          this.waiting.unshift(rest);
+          this.waitingBytes += rest.length;
+          break;
+        }
+        this.backend.sender.send(packets.data(this.connectID, piece));
+        this.toAgentCredit.consume(piece.length);
+        this.bytesToAgent += piece.length;
+        offset += piece.length;
+      }
+    }
+    if (this.waitingBytes === 0 && this.afterWaiting) {
+      const next = this.afterWaiting;
+      this.afterWaiting = null;
+      next();
+    }
   }
 
   /** The client will send no more (half-close). ANP agents do not know half-close: we close instead. */
   endWrite(): void {
     if (this.state !== 'open' || this.clientEnded) return;
     this.clientEnded = true;
-    if (this.backend.halfClose) this.backend.sendHalfClose(this);
-    else this.close();
+    // After the bytes still waiting for credit.
+    const end = (): void => {
+      if (this.state !== 'open') return;
+      if (this.backend.halfClose) this.backend.sendHalfClose(this);
+      else this.close();
+    };
+    if (this.waitingBytes > 0) this.afterWaiting = end;
+    else end();
   }
 
   /** The client closed the connection (CLOSE_REQ, or its stream ended). */
@@ -129,6 +182,15 @@ export class ProxiedConnection {
     if (this.state !== 'open') return;
     this.state = 'closing';
     this.releaseFrontendPressure();
+    // Bytes still waiting for credit go out now, before CLOSE_REQ: a close must not wait on a
+    // destination that stopped reading, and an ANP client closes right after its last write.
+    for (const data of this.waiting) {
+      for (const piece of chunks(data, MAX_DATA_CHUNK)) this.backend.sender.send(packets.data(this.connectID, piece));
+      this.bytesToAgent += data.length;
+    }
+    this.waiting = [];
+    this.waitingBytes = 0;
+    this.afterWaiting = null;
     this.backend.sendCloseRequest(this);
     this.timer = setTimeout(() => {
       this.timer = null;
@@ -156,7 +218,9 @@ export class ProxiedConnection {
   }
 
   onCredit(bytes: number): void {
-    if (this.toAgentCredit.grant(bytes)) this.maybeResumeFrontend();
+    const unblocked = this.toAgentCredit.grant(bytes);
+    if (this.waitingBytes > 0 && this.state === 'open') this.sendWaiting();
+    if (unblocked) this.maybeResumeFrontend();
   }
 
   onHalfClose(): void {
@@ -191,7 +255,7 @@ export class ProxiedConnection {
 
   private readonly maybeResumeFrontend = (): void => {
     if (this.state !== 'open' || !this.frontendPaused) return;
-    if (!this.toAgentCredit.canSend()) return;
+    if (!this.toAgentCredit.canSend() || this.waitingBytes > 0) return;
     if (this.backend.sender.congested) {
       this.backend.sender.whenWritable(this.maybeResumeFrontend);
       return;
@@ -206,6 +270,9 @@ export class ProxiedConnection {
   }
 
   private finish(error: string): void {
+    this.waiting = [];
+    this.waitingBytes = 0;
+    this.afterWaiting = null;
     if (this.establishedAt !== 0n) this.backend.metrics.connectionDuration.observe(Number(process.hrtime.bigint() - this.establishedAt) / 1e9);
     this.clearTimer();
     this.state = 'closed';

@@ -1,0 +1,80 @@
+// The hub relays between two credit windows: a client may still deliver what it was granted after the
+// hub paused it, but the agent must never receive more than its credit (plus one chunk), or it cuts
+// the connection. Driven packet by packet with a recording backend and frontend.
+import pino from 'pino';
+import { describe, expect, it } from 'vitest';
+import { MAX_DATA_CHUNK, PacketType, type Packet } from '@cluster-proxy/proto';
+import type { AgentBackend } from './backend.js';
+import type { Frontend } from './frontend.js';
+import { ServerMetrics } from './metrics.js';
+import { ProxiedConnection } from './proxied-connection.js';
+
+const WINDOW = 1024 * 1024;
+
+function setup() {
+  const sent: Packet[] = [];
+  const events: string[] = [];
+  const sender = { send: (p: Packet) => { sent.push(p); }, congested: false, whenWritable: () => {}, cancelWaiter: () => {}, releaseReads: () => {}, holdReads: () => {} };
+  const backend = {
+    agentID: 'a1', peerWindow: WINDOW, window: WINDOW, credit: true, halfClose: true, metrics: new ServerMetrics(), sender,
+    sendDialRequest: () => {}, sendDialClose: () => {}, forget: () => {}, established: () => {},
+    sendCredit: () => {},
+    sendCloseRequest: () => { events.push('CLOSE_REQ'); },
+    sendHalfClose: () => { events.push('HALF_CLOSE'); },
+  } as unknown as AgentBackend;
+  const frontend: Frontend = {
+    sink: { write: () => true }, halfClose: true,
+    dialSucceeded: () => {}, dialFailed: () => {}, remoteEnded: () => {},
+    closed: (e) => { events.push(`closed:${e}`); },
+    pause: () => { events.push('pause'); }, resume: () => { events.push('resume'); },
+  };
+  const conn = new ProxiedConnection(backend, frontend, 1n, 'c1:443', pino({ level: 'silent' }));
+  conn.startDial(60_000);
+  conn.onDialResponse(7, '', '');
+  const dataBytes = (): number => sent.filter((p) => p.type === PacketType.DATA).reduce((n, p) => n + (p as { data: { data: Uint8Array } }).data.data.length, 0);
+  const dataInOrder = (): Buffer => Buffer.concat(sent.filter((p) => p.type === PacketType.DATA).map((p) => Buffer.from((p as { data: { data: Uint8Array } }).data.data)));
+  return { conn, events, dataBytes, dataInOrder };
+}
+
+describe('ProxiedConnection: client bytes towards an agent with credit', () => {
+  it('never sends more than the credit plus one chunk while the agent grants none; the rest follows the credit, in order', () => {
+    const { conn, events, dataBytes, dataInOrder } = setup();
+    const input = Buffer.alloc(3 * WINDOW);
+    for (let i = 0; i < input.length; i++) input[i] = i % 251;
+    // The client keeps delivering after pause() (what it had been granted): 64 KiB pieces.
+    for (let off = 0; off < input.length; off += 64 * 1024) conn.write(input.subarray(off, off + 64 * 1024));
+    expect(events).toContain('pause');
+    expect(dataBytes()).toBeGreaterThanOrEqual(WINDOW);
+    expect(dataBytes()).toBeLessThanOrEqual(WINDOW + MAX_DATA_CHUNK);
+    conn.onCredit(WINDOW);
+    expect(dataBytes()).toBeLessThanOrEqual(2 * WINDOW + MAX_DATA_CHUNK);
+    expect(events.filter((e) => e === 'resume')).toEqual([]); // bytes still waiting: the client stays paused
+    conn.onCredit(2 * WINDOW);
+    expect(dataBytes()).toBe(input.length);
+    expect(dataInOrder().equals(input)).toBe(true);
+    expect(events.at(-1)).toBe('resume');
+    conn.close();
+  });
+
+  it('a half-close waits for the bytes before it; a close sends them at once, then CLOSE_REQ', () => {
+    const { conn, events, dataBytes } = setup();
+    conn.write(Buffer.alloc(2 * WINDOW));
+    conn.endWrite();
+    expect(events).not.toContain('HALF_CLOSE');
+    conn.onCredit(2 * WINDOW);
+    expect(dataBytes()).toBe(2 * WINDOW);
+    expect(events).toContain('HALF_CLOSE');
+
+    const second = setup();
+    second.conn.write(Buffer.alloc(2 * WINDOW));
+    second.conn.close();
+    expect(second.dataBytes()).toBe(2 * WINDOW);
+    expect(second.events).toContain('CLOSE_REQ');
+  });
+
+  it('a client that keeps sending far beyond any window is cut off (nothing buffered without bound)', () => {
+    const { conn, events } = setup();
+    for (let i = 0; i < 40; i++) conn.write(Buffer.alloc(256 * 1024));
+    expect(events).toContain('CLOSE_REQ');
+  });
+});
