@@ -3,7 +3,7 @@
 // Every path to `closed` goes through finish(), which sends CLOSE_RSP at most once and releases
 // the socket, timers and listeners.
 import type net from 'node:net';
-import { CreditReturn, MAX_DATA_CHUNK, MAX_MESSAGE_BYTES, SendCredit, chunks, packets, type StreamSender } from '@cluster-proxy/proto';
+import { CreditReturn, LazyLog, MAX_DATA_CHUNK, MAX_MESSAGE_BYTES, SendCredit, chunks, packets, type StreamSender } from '@cluster-proxy/proto';
 import type { Logger } from 'pino';
 import type { AgentMetrics } from './metrics.js';
 
@@ -45,7 +45,7 @@ export class EndpointConnection {
     readonly connectID: number,
     readonly random: bigint,
     readonly address: string,
-    private readonly log: Logger,
+    private readonly logs: LazyLog<Logger>,
   ) {
     this.sendCredit = new SendCredit(owner.peerWindow, () => owner.metrics.flowControlStalls.inc());
   }
@@ -152,7 +152,7 @@ export class EndpointConnection {
   };
 
   private readonly onSocketError = (err: Error): void => {
-    this.log.debug({ err: err.message }, 'destination socket error');
+    this.logs.log.debug({ err: err.message }, 'destination socket error');
   };
 
   private readonly onSocketClose = (hadError: boolean): void => {
@@ -164,7 +164,7 @@ export class EndpointConnection {
   // ------------------------------------------------------------ teardown
 
   private fail(why: string): void {
-    this.log.warn({ address: this.address }, why);
+    this.logs.log.warn({ address: this.address }, why);
     this.finish(why);
   }
 

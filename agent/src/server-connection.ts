@@ -4,7 +4,7 @@
 import { EventEmitter } from 'node:events';
 import {
   CAP_CREDIT, CAP_HALF_CLOSE, CAP_SERVER_DRAIN, MD_HELD_SERVERS, MD_AGENT_ID, MD_AGENT_IDENTIFIERS, MD_CAPABILITIES, MD_SERVER_COUNT, MD_SERVER_ID, MD_WINDOW, PacketType,
-  StreamSender, packetTypeName, packets, parseCapabilities, tapWrites, type Packet,
+  LazyLog, StreamSender, packetTypeName, packets, parseCapabilities, tapWrites, type Packet,
 } from '@cluster-proxy/proto';
 import { AgentMetrics } from './metrics.js';
 import type { Logger } from 'pino';
@@ -245,8 +245,8 @@ export class ServerConnection extends EventEmitter implements EndpointOwner {
       throw err;
     }
     const connectID = this.opts.nextConnectID();
-    const log = this.log.child({ connectID, dialID: String(random) });
-    const conn = new EndpointConnection(this, connectID, random, address, log);
+    const logs = new LazyLog(this.log, { connectID, dialID: String(random) });
+    const conn = new EndpointConnection(this, connectID, random, address, logs);
     this.conns.set(conn.connectID, conn);
     this.byRandom.set(random, conn);
     const started = process.hrtime.bigint();
@@ -260,7 +260,7 @@ export class ServerConnection extends EventEmitter implements EndpointOwner {
         this.sender.send(packets.dialResponse(random, conn.connectID));
         const seconds = Number(process.hrtime.bigint() - started) / 1e9;
         this.metrics.dialDuration.observe(seconds);
-        log.debug({ address, ms: seconds * 1000 }, 'dial ok');
+        if (this.log.isLevelEnabled('debug')) logs.log.debug({ address, ms: seconds * 1000 }, 'dial ok');
       },
       (err: unknown) => {
         if (conn.state !== 'dialing') return; // abandoned: CLOSE_RSP already sent
@@ -268,7 +268,7 @@ export class ServerConnection extends EventEmitter implements EndpointOwner {
         conn.state = 'closed';
         const f = err instanceof DialFailure ? err : new DialFailure('unknown', String(err));
         this.metrics.endpointDialFailures.inc({ reason: f.reason });
-        log.info({ address, reason: f.reason }, f.message);
+        logs.log.info({ address, reason: f.reason }, f.message);
         this.sender.send(packets.dialResponse(random, 0, f.message, f.reason));
       },
     );

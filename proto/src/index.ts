@@ -15,3 +15,4 @@ import { fileURLToPath } from 'node:url';
 /** Directory holding client.proto and agent.proto (for tools that load the .proto files). */
 export const PROTO_DIR = fileURLToPath(new URL('..', import.meta.url));
 export * from './registration-proof.js';
+export * from './lazy-log.js';

@@ -4,7 +4,7 @@
 //   open     bytes flow both ways; either side may half-close
 //   closing  CLOSE_REQ sent to the agent, waiting for CLOSE_RSP (timer running)
 //   closed   removed from every table; the frontend has been told
-import { CreditReturn, MAX_DATA_CHUNK, MAX_MESSAGE_BYTES, SendCredit, chunks, classifyDialError, packets, type DialFailureReason } from '@cluster-proxy/proto';
+import { CreditReturn, LazyLog, MAX_DATA_CHUNK, MAX_MESSAGE_BYTES, SendCredit, chunks, classifyDialError, packets, type DialFailureReason } from '@cluster-proxy/proto';
 import type { Logger } from 'pino';
 import type { AgentBackend } from './backend.js';
 import type { Frontend } from './frontend.js';
@@ -43,7 +43,10 @@ export class ProxiedConnection {
   bytesToClient = 0;
   private establishedAt = 0n;
   /** dialID (and, once open, connectID) on every line about this connection. */
-  private log: Logger;
+  private readonly logs: LazyLog<Logger>;
+  private get log(): Logger {
+    return this.logs.log;
+  }
 
   constructor(
     readonly backend: AgentBackend,
@@ -52,7 +55,7 @@ export class ProxiedConnection {
     readonly address: string,
     log: Logger,
   ) {
-    this.log = log.child({ dialID: String(dialID) });
+    this.logs = new LazyLog(log, { dialID: String(dialID) });
     this.toAgentCredit = new SendCredit(backend.peerWindow, () => backend.metrics.flowControlStalls.inc({ direction: 'to_agent' }));
   }
 
@@ -92,7 +95,7 @@ export class ProxiedConnection {
     this.state = 'open';
     this.establishedAt = process.hrtime.bigint();
     this.backend.metrics.dialDuration.observe(Number(this.establishedAt - this.startedAt) / 1e9);
-    this.log = this.log.child({ connectID });
+    this.logs.bind({ connectID });
     this.toClient = new CreditReturn({
       sink: this.frontend.sink,
       window: this.backend.window,
