@@ -55,7 +55,8 @@ export class Hub {
 
   constructor(private readonly opts: HubOptions) {
     this.server = new ProxyServer({ ...opts.server, log: opts.log, readinessChecks: [{ name: 'store', check: () => opts.store.ping() }] });
-    this.replicas = new ReplicaRegistry({ store: opts.store, namespace: HUB_NAMESPACE, serverID: this.server.serverID, leaseDurationMs: opts.replicaLeaseDurationMs, log: opts.log });
+    this.replicas = new ReplicaRegistry({ store: opts.store, namespace: HUB_NAMESPACE, serverID: this.server.serverID, leaseDurationMs: opts.replicaLeaseDurationMs, log: opts.log,
+      tunnelClusters: () => this.server.core.routes.backends().map((b) => b.cluster) });
     this.replicas.registerRoutes(this.server.hubApi);
     const configured = opts.server.serverCount ?? 1;
     // The live replicas once known; the configured count (--server-count) until the first read.

@@ -10,6 +10,8 @@ import { AlreadyExistsError, ConflictError, NotFoundError, type Store } from './
 
 export const REPLICA_LEASE_PREFIX = 'cluster-proxy-server-';
 export const REPLICA_LABEL = 'proxy.open-cluster-management.io/server-replica';
+/** On a replica's lease: the clusters it holds agent tunnels for (comma-separated), as of its last renewal. */
+export const REPLICA_CLUSTERS_ANNOTATION = 'proxy.open-cluster-management.io/tunnel-clusters';
 /** `GET /v1/replicas` answers from a store read at most this old. */
 const LIST_MAX_AGE_MS = 1000;
 /** stop() waits this long at most for a renewal in flight. */
@@ -23,6 +25,23 @@ export interface ReplicaRegistryOptions {
   leaseDurationMs?: number;
   log: Logger;
   now?: () => number;
+  /** Clusters this replica holds agent tunnels for, published on its lease for the addon manager's leader. */
+  tunnelClusters?: () => readonly string[];
+}
+
+/**
+ * Tunnels per cluster held by the *other* live replicas, from their leases: the replica that writes
+ * addon status must not call a cluster's tunnel lost because the agent reaches only other replicas.
+ */
+export function tunnelsOnOtherReplicas(leases: readonly Lease[], selfID: string, now: number): Map<string, number> {
+  const counts = new Map<string, number>();
+  for (const l of leases) {
+    if (l.metadata.labels?.[REPLICA_LABEL] !== 'true' || l.spec.holderIdentity === selfID) continue;
+    const renew = Date.parse(l.spec.renewTime ?? '');
+    if (!Number.isFinite(renew) || now >= renew + (l.spec.leaseDurationSeconds ?? 30) * 1000) continue;
+    for (const c of (l.metadata.annotations?.[REPLICA_CLUSTERS_ANNOTATION] ?? '').split(',')) if (c) counts.set(c, (counts.get(c) ?? 0) + 1);
+  }
+  return counts;
 }
 
 export class ReplicaRegistry {
@@ -110,12 +129,13 @@ export class ReplicaRegistry {
     const key = { name: this.leaseName, namespace: this.opts.namespace };
     const current = await this.opts.store.get('Lease', key);
     const spec = { holderIdentity: this.opts.serverID, leaseDurationSeconds: Math.max(1, Math.ceil(this.durationMs / 1000)), renewTime };
+    const annotations = { [REPLICA_CLUSTERS_ANNOTATION]: [...new Set(this.opts.tunnelClusters?.() ?? [])].sort().join(',') };
     try {
       if (!current) {
-        const lease: Lease = { apiVersion: 'coordination.k8s.io/v1', kind: 'Lease', metadata: { ...key, labels: { [REPLICA_LABEL]: 'true' } }, spec: { ...spec, acquireTime: renewTime } };
+        const lease: Lease = { apiVersion: 'coordination.k8s.io/v1', kind: 'Lease', metadata: { ...key, labels: { [REPLICA_LABEL]: 'true' }, annotations }, spec: { ...spec, acquireTime: renewTime } };
         await this.opts.store.create('Lease', lease);
       } else {
-        await this.opts.store.update('Lease', { ...current, spec: { ...current.spec, ...spec } });
+        await this.opts.store.update('Lease', { ...current, metadata: { ...current.metadata, annotations: { ...current.metadata.annotations, ...annotations } }, spec: { ...current.spec, ...spec } });
       }
     } catch (err) {
       if (!(err instanceof ConflictError) && !(err instanceof AlreadyExistsError)) throw err;

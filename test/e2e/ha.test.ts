@@ -103,6 +103,11 @@ describe('three hub replicas behind haproxy, two agents per cluster', () => {
     expect((await hubs[0]!.tables()).agents.map((a) => a.established.length)).toEqual([2, 2]);
     for (const c of open) c.destroy();
     await waitFor(async () => (await degraded())?.status === 'False', { timeoutMs: 15_000, intervalMs: 250, message: 'addon not Degraded with all replicas' });
+    // Every replica publishes the clusters it holds tunnels for (the status leader counts them too).
+    await waitFor(async () => {
+      const { items } = await api.store.list('Lease', { labels: { 'proxy.open-cluster-management.io/server-replica': 'true' } });
+      return items.length === 3 && items.every((l) => l.metadata.annotations?.['proxy.open-cluster-management.io/tunnel-clusters'] === 'c1');
+    }, { timeoutMs: 15_000, intervalMs: 250, message: 'replica leases list c1' });
     // Metrics and readiness agree: three tunnels per agent, three replicas everywhere, everyone ready.
     await agentsReport(3, 3);
     for (const h of hubs) {

@@ -8,6 +8,7 @@ import { HubApiError, type HubApi } from '../hub-api.js';
 import type { ProxyCore } from '../proxy-core.js';
 import { ADDON_NAME, PROXY_CONFIGURATION_NAME, type Lease, type ManagedClusterAddOn, type ManagedProxyConfiguration } from '../store/objects.js';
 import { AlreadyExistsError, ConflictError, NotFoundError, type Store, type Watch } from '../store/store.js';
+import { tunnelsOnOtherReplicas } from '../replicas.js';
 import { LEASE_GRACE_FACTOR, addonConditions, mergeConditions, type AgentReport, type ConditionSpec } from './conditions.js';
 import { HUB_NAMESPACE } from './hub-namespace.js';
 import { DEFAULT_INSTALL_NAMESPACE } from './join.js';
@@ -182,9 +183,10 @@ export class AddonManager {
   private async syncStatus(): Promise<void> {
     const now = this.now();
     if (!(await this.lead(now))) return;
-    const tunnels = new Map<string, number>();
-    for (const b of this.opts.core.routes.backends()) tunnels.set(b.cluster, (tunnels.get(b.cluster) ?? 0) + 1);
     const [addons, leases] = await Promise.all([this.opts.store.list('ManagedClusterAddOn'), this.opts.store.list('Lease')]);
+    // Our own tunnels, plus those the other replicas published on their leases (an agent may reach only them).
+    const tunnels = tunnelsOnOtherReplicas(leases.items, this.opts.serverID, now);
+    for (const b of this.opts.core.routes.backends()) tunnels.set(b.cluster, (tunnels.get(b.cluster) ?? 0) + 1);
     const leaseOf = new Map(leases.items.filter((l) => l.metadata.name === ADDON_NAME).map((l) => [l.metadata.namespace!, l]));
     for (const addon of addons.items) {
       if (addon.metadata.name !== ADDON_NAME) continue;

@@ -1,0 +1,24 @@
+import { describe, expect, it } from 'vitest';
+import { REPLICA_CLUSTERS_ANNOTATION, REPLICA_LABEL, tunnelsOnOtherReplicas } from './replicas.js';
+import type { Lease } from './store/objects.js';
+
+const NOW = Date.parse('2026-11-24T10:00:00Z');
+const lease = (holder: string, renewAgoMs: number, clusters: string, replica = true): Lease => ({
+  apiVersion: 'coordination.k8s.io/v1', kind: 'Lease',
+  metadata: { name: `cluster-proxy-server-${holder}`, namespace: 'hub', labels: replica ? { [REPLICA_LABEL]: 'true' } : {}, annotations: { [REPLICA_CLUSTERS_ANNOTATION]: clusters } },
+  spec: { holderIdentity: holder, leaseDurationSeconds: 30, renewTime: new Date(NOW - renewAgoMs).toISOString() },
+});
+
+describe('tunnelsOnOtherReplicas', () => {
+  it('counts the clusters other live replicas hold tunnels for; skips itself, expired replicas and other leases', () => {
+    const counts = tunnelsOnOtherReplicas([
+      lease('self', 0, 'c9'),
+      lease('hub-1', 1000, 'c1,c2'),
+      lease('hub-2', 29_000, 'c1'),
+      lease('gone', 30_000, 'c3'),
+      lease('agent-lease', 0, 'c4', false),
+      lease('hub-3', 0, ''),
+    ], 'self', NOW);
+    expect(Object.fromEntries(counts)).toEqual({ c1: 2, c2: 1 });
+  });
+});
