@@ -124,6 +124,18 @@ describe('hub + join + agent from the printed bundle', () => {
     expect(again.stderr).toMatch(/not registered/);
   });
 
+  it('join --namespace records the install namespace on the addon (spec.installNamespace)', async () => {
+    const r = await cli(['join', 'c2', '--namespace', 'proxy-agents', '--data-dir', 'hub', '--out', 'c2-bundle']);
+    expect(r.code, r.stderr).toBe(0);
+    expect(await readFile(path.join(dir, 'c2-bundle', 'manifests.yaml'), 'utf8')).toContain('namespace: proxy-agents');
+    const addon = await waitFor(async () => {
+      const g = await cli(['get', 'managedclusteraddons', 'c2', '-o', 'json', '--data-dir', 'hub']);
+      const items = (JSON.parse(g.stdout || '{"items":[]}') as { items: { spec: { installNamespace: string } }[] }).items;
+      return items[0];
+    }, { timeoutMs: 10_000, intervalMs: 250, message: 'c2 addon' });
+    expect(addon.spec.installNamespace).toBe('proxy-agents');
+  });
+
   it('join refuses bad names with one line and exit 2', async () => {
     const r = await cli(['join', 'Not_A_Name', '--data-dir', 'hub']);
     expect(r.code).toBe(2);

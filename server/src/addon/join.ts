@@ -4,8 +4,8 @@
 // watcher closes their tunnels; admission refuses their certificates from then on).
 import { isDns1123Subdomain } from '../pki/agent-identity.js';
 import { HubApiError, type HubApi } from '../hub-api.js';
-import { NotFoundError, type Store } from '../store/store.js';
-import type { ManagedCluster } from '../store/objects.js';
+import { AlreadyExistsError, ConflictError, NotFoundError, type Store } from '../store/store.js';
+import { ADDON_NAME, type ManagedCluster } from '../store/objects.js';
 import type { JoinRequest, JoinResponse } from './join-api.js';
 
 export const DEFAULT_INSTALL_NAMESPACE = 'open-cluster-management-agent-addon';
@@ -80,6 +80,7 @@ export function registerJoinRoutes(api: HubApi, deps: JoinDeps): void {
       await deps.revokeBootstrapTokens(cluster).catch(() => {});
       throw new HubApiError(400, (err as Error).message);
     }
+    await recordInstallNamespace(deps.store, cluster, installNamespace);
     const answer: JoinResponse = {
       cluster, existed, bootstrapToken: token, tokenExpiresAt: expiresAt.toISOString(), agentEntrypoint,
       ...(serverName ? { serverName } : {}), caBundle, installNamespace, manifests,
@@ -120,4 +121,22 @@ export function parseJoinRequest(body: unknown): JoinRequest {
   if (req.agentReplicas !== undefined && (req.agentReplicas < 1 || req.agentReplicas > 10)) throw new HubApiError(400, 'agentReplicas must be between 1 and 10');
   if (req.agentEntrypoint !== undefined && !/^(\[[0-9a-fA-F:.]+\]|[^\s:/[\]]+):\d{1,5}$/.test(req.agentEntrypoint)) throw new HubApiError(400, `agentEntrypoint "${req.agentEntrypoint}" is not HOST:PORT`);
   return req;
+}
+
+/** The addon's `spec.installNamespace` says where the agent was installed (the manager creates the addon with the default). */
+async function recordInstallNamespace(store: Store, cluster: string, installNamespace: string): Promise<void> {
+  for (let attempt = 0; attempt < 3; attempt++) {
+    const addon = await store.get('ManagedClusterAddOn', { name: ADDON_NAME, namespace: cluster });
+    try {
+      if (!addon) {
+        await store.create('ManagedClusterAddOn', { apiVersion: 'addon.open-cluster-management.io/v1alpha1', kind: 'ManagedClusterAddOn', metadata: { name: ADDON_NAME, namespace: cluster }, spec: { installNamespace } });
+      } else if (addon.spec.installNamespace !== installNamespace) {
+        await store.update('ManagedClusterAddOn', { ...addon, spec: { ...addon.spec, installNamespace } });
+      }
+      return;
+    } catch (err) {
+      // The manager created or changed it at the same moment: read again.
+      if (!(err instanceof AlreadyExistsError) && !(err instanceof ConflictError)) throw err;
+    }
+  }
 }
