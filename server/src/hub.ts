@@ -135,12 +135,12 @@ export class Hub {
     }
   }
 
-  /** Readiness off, agents told (DRAIN), our replica lease deleted, open connections get `graceMs`. */
-  async stop(graceMs = 5000): Promise<void> {
+  /** Readiness off (then `delayMs` still serving), agents told (DRAIN), our replica lease deleted, open connections get `graceMs`. */
+  async stop(graceMs = 5000, delayMs = 0): Promise<void> {
     if (this.managerRetry) clearTimeout(this.managerRetry);
     this.managerRetry = null;
     this.reloader?.stop();
-    const serverStopped = this.server.stop(graceMs);
+    const serverStopped = this.server.stop(graceMs, delayMs);
     await this.replicas.stop();
     await this.manager.stop();
     this.registry.stop();

@@ -111,6 +111,8 @@ export class ProxyServer {
   readonly liveness: HealthChecks;
   private accepting = true;
   private ready = false;
+  /** stop() began: readiness is false even while --shutdown-delay still accepts work. */
+  private unreadyForShutdown = false;
   ports: BoundPorts | null = null;
 
   constructor(private opts: ProxyServerOptions) {
@@ -270,9 +272,16 @@ export class ProxyServer {
   /**
    * Stop: readiness false and no new work (dials refused), agents told (DRAIN), open connections get
    * `graceMs` to finish while the health listener keeps answering 503, then everything is closed.
+   * With `delayMs`, readiness turns false first and work is still accepted for that long, so load
+   * balancers and Service endpoints take the replica out before anything is refused.
    */
-  async stop(graceMs = 5000): Promise<void> {
+  async stop(graceMs = 5000, delayMs = 0): Promise<void> {
     this.ready = false;
+    this.unreadyForShutdown = true;
+    if (delayMs > 0 && this.accepting) {
+      this.opts.log.info({ delayMs }, 'readiness off; still serving while load balancers notice');
+      await new Promise((r) => setTimeout(r, delayMs));
+    }
     this.accepting = false;
     this.core.stopping = true;
     // Agents that understand it stop counting this replica and find the others while we finish.
@@ -308,7 +317,7 @@ export class ProxyServer {
   // ------------------------------------------------------------ HTTP listeners
 
   private readonly checkListeners = (): void => {
-    if (!this.accepting) throw new Error('shutting down');
+    if (!this.accepting || this.unreadyForShutdown) throw new Error('shutting down');
     if (!this.ready) throw new Error('listeners not bound yet');
   };
 

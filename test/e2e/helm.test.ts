@@ -118,8 +118,8 @@ describe.skipIf(kubectlUnsupported() !== null)('hub Helm chart', () => {
     // The store reads a namespace before creating it (RBAC is checked before existence).
     expect((role.rules as { resources: string[]; verbs: string[] }[]).find((r) => r.resources.includes('namespaces'))!.verbs).toEqual(expect.arrayContaining(['get', 'create']));
     // SIGTERM grace: the pod outlives the hub's own grace period.
-    expect(c.args).toContain('--shutdown-grace=20s');
-    expect((dep.spec.template.spec as unknown as { terminationGracePeriodSeconds: number }).terminationGracePeriodSeconds).toBe(35);
+    expect(c.args).toEqual(expect.arrayContaining(['--shutdown-grace=20s', '--shutdown-delay=5s']));
+    expect((dep.spec.template.spec as unknown as { terminationGracePeriodSeconds: number }).terminationGracePeriodSeconds).toBe(40);
   });
 
   it('bad values are refused with the value named', async () => {

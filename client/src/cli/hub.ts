@@ -32,6 +32,7 @@ export const hubFlags: FlagSpecs = {
   'health-mode': { type: 'string', default: 'tunnel', help: 'addon health: tunnel (lease + the hub\'s own view of tunnels) or lease (OCM\'s timing only)' },
   'replica-lease-duration': { type: 'string', default: '30s', help: 'a replica that has not renewed its lease in the store for this long counts as gone' },
   'shutdown-grace': { type: 'string', default: '20s', help: 'on SIGTERM, how long open connections may finish after readiness turns false and agents are told' },
+  'shutdown-delay': { type: 'string', default: '0s', help: 'on SIGTERM, how long readiness is false while new work is still accepted (so load balancers notice first)' },
   'tls-reload-interval': { type: 'string', default: '30s', help: 'how often the TLS files are checked for a renewed certificate or a CA rollover stage' },
   'tunnel-loss-window': { type: 'string', default: '30s', help: 'longest time until a tunnel loss or recovery shows in the addon status (health-mode tunnel)' },
   'server-id': { type: 'string', help: 'this replica\'s ID (default: random)' },
@@ -124,6 +125,7 @@ export async function runHub(args: string[]): Promise<void> {
   } as const;
   const dialTimeoutMs = duration(flags, 'dial-timeout');
   const shutdownGrace = duration(flags, 'shutdown-grace');
+  const shutdownDelay = duration(flags, 'shutdown-delay');
 
   let files: { ca: string; cert: string; key: string; caKey: string | undefined };
   let managedPkiDir: string | undefined;
@@ -175,7 +177,7 @@ export async function runHub(args: string[]): Promise<void> {
       if (stopping) process.exit(1); // second signal: stop now
       stopping = true;
       log.info({ signal: sig }, 'shutting down');
-      void hub.stop(shutdownGrace).then(() => store.close()).then(resolve);
+      void hub.stop(shutdownGrace, shutdownDelay).then(() => store.close()).then(resolve);
     };
     process.on('SIGTERM', onSignal);
     process.on('SIGINT', onSignal);
