@@ -201,9 +201,12 @@ export async function runQuickstart(args: string[]): Promise<void> {
 
     await progress.step('Waiting for the addons to report Available', async () => {
       const deadline = Date.now() + agentTimeoutMs;
+      // Available, and the agent's first health report in (Degraded known), so the printed table is settled.
+      const settled = (conds: { type: string; status: string }[] | undefined): boolean =>
+        !!conds?.some((k) => k.type === 'Available' && k.status === 'True') && !!conds.some((k) => k.type === 'Degraded' && k.status !== 'Unknown');
       const available = async (): Promise<boolean> => {
         const { items } = await hubStore.list('ManagedClusterAddOn');
-        return QUICKSTART_CLUSTERS.every((c) => items.some((a) => a.metadata.namespace === c && a.status?.conditions?.some((k) => k.type === 'Available' && k.status === 'True')));
+        return QUICKSTART_CLUSTERS.every((c) => items.some((a) => a.metadata.namespace === c && settled(a.status?.conditions)));
       };
       while (!(await available())) {
         check();
