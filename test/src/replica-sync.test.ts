@@ -1,0 +1,73 @@
+// The agent's replica sync against a real hub API (TLS on the agent port): the live list reaches the
+// agent; a hub without the endpoint (an ANP server answers 404) switches it off for good, leaving the
+// agent on ANP's serverCount header; a malformed answer changes nothing. The agent side is a recorder.
+import { setTimeout as sleep } from 'node:timers/promises';
+import pino from 'pino';
+import { afterAll, describe, expect, it } from 'vitest';
+import { ReplicaSync, type Agent } from '@cluster-proxy/agent';
+import { ProxyServer, createCA, issueAgentCert, issueServerCert } from '@cluster-proxy/server';
+import { waitFor } from './fixtures/index.js';
+
+const ca = createCA({ commonName: 'replica-sync-test' });
+const serving = issueServerCert(ca, { commonName: 'hub', dnsNames: ['localhost'], ipAddresses: ['127.0.0.1'] });
+const agentCert = issueAgentCert(ca, { cluster: 'c1' });
+
+async function hubWith(answer: (() => unknown) | null): Promise<{ server: ProxyServer; address: string }> {
+  const server = new ProxyServer({ bindAddress: '127.0.0.1', agentPort: 0, frontendPort: null, healthPort: null, adminPort: null,
+    tls: { caCert: Buffer.from(ca.certPem), cert: Buffer.from(serving.certPem), key: Buffer.from(serving.keyPem) }, log: pino({ level: 'silent' }) });
+  if (answer) server.hubApi.route('GET', '/v1/replicas', async () => ({ status: 200, body: answer() }), { agentOnly: true });
+  const ports = await server.start();
+  return { server, address: `127.0.0.1:${ports.agent}` };
+}
+
+function recordingAgent(): { agent: Agent; calls: [string[], number][] } {
+  const calls: [string[], number][] = [];
+  const agent = {
+    connectedServers: 1,
+    currentTrust: Buffer.from(ca.certPem),
+    currentCredentials: { cert: Buffer.from(agentCert.certPem), key: Buffer.from(agentCert.keyPem) },
+    setReplicas: (ids: readonly string[], count: number) => { calls.push([[...ids], count]); },
+  } as unknown as Agent;
+  return { agent, calls };
+}
+
+describe('ReplicaSync', () => {
+  const stops: (() => Promise<void> | void)[] = [];
+  afterAll(async () => { for (const s of stops.reverse()) await s(); });
+
+  it('hands the hub\'s live replica list to the agent, every interval', async () => {
+    const hub = await hubWith(() => ({ serverCount: 2, replicas: [{ serverID: 'hub-a' }, { serverID: 'hub-b' }] }));
+    stops.push(() => hub.server.stop(100));
+    const { agent, calls } = recordingAgent();
+    const sync = new ReplicaSync({ agent, hub: { address: hub.address, serverName: 'localhost' }, intervalMs: 100, log: pino({ level: 'silent' }) });
+    stops.push(() => sync.stop());
+    sync.start();
+    await waitFor(() => calls.length >= 2, { timeoutMs: 5000, message: 'two syncs' });
+    expect(calls[0]).toEqual([['hub-a', 'hub-b'], 2]);
+  });
+
+  it('a hub without the endpoint (404, an ANP server) turns it off for good; a malformed answer changes nothing', async () => {
+    const anp = await hubWith(null);
+    stops.push(() => anp.server.stop(100));
+    const lines: string[] = [];
+    const log = pino({ level: 'info' }, { write: (l: string) => { lines.push(l); } });
+    const { agent, calls } = recordingAgent();
+    const sync = new ReplicaSync({ agent, hub: { address: anp.address, serverName: 'localhost' }, intervalMs: 50, log });
+    stops.push(() => sync.stop());
+    sync.start();
+    await waitFor(() => lines.some((l) => l.includes('publishes no replica list')), { timeoutMs: 5000, message: 'fallback logged' });
+    await sleep(300); // several intervals: no further request, no call
+    expect(lines.filter((l) => l.includes('publishes no replica list'))).toHaveLength(1);
+    expect(calls).toEqual([]);
+
+    let asked = 0;
+    const odd = await hubWith(() => { asked++; return { replicas: 'hub-a' }; });
+    stops.push(() => odd.server.stop(100));
+    const second = recordingAgent();
+    const s2 = new ReplicaSync({ agent: second.agent, hub: { address: odd.address, serverName: 'localhost' }, intervalMs: 50, log: pino({ level: 'silent' }) });
+    stops.push(() => s2.stop());
+    s2.start();
+    await waitFor(() => asked >= 2, { timeoutMs: 5000, message: 'the agent kept asking' });
+    expect(second.calls).toEqual([]);
+  });
+});
