@@ -1,6 +1,7 @@
-// The agent's identity on disk: `agent.key` (made here, 0600, never sent anywhere) and `agent.crt`
-// (signed by the hub). Without a valid certificate the agent bootstraps: it makes a key, signs a
-// proof with it and trades its single-use bootstrap token for a certificate (POST /v1/bootstrap).
+// The agent's identity on disk: `agent.key` (made here, 0600, never sent anywhere), `agent.crt`
+// (signed by the hub) and `hub-ca.crt` (a CA bundle the hub handed out during a rollover). Without a
+// valid certificate the agent bootstraps: it makes a key, signs a proof with it and trades its
+// single-use bootstrap token for a certificate (POST /v1/bootstrap).
 // Later it renews at 80 % of the certificate's lifetime (POST /v1/renew, authenticated by the
 // current certificate); new tunnels use the new certificate, open ones keep going.
 import { X509Certificate, createPrivateKey, generateKeyPairSync, sign } from 'node:crypto';
@@ -34,6 +35,8 @@ export class BootstrapRefused extends Error {
   override name = 'BootstrapRefused';
 }
 
+/** The hub's CA bundle as last received from the hub (a CA rollover), beside the agent's credentials. */
+export const HUB_CA_FILE = 'hub-ca.crt';
 const KEY_FILE = 'agent.key';
 const CERT_FILE = 'agent.crt';
 /** Suffix of a file being written (see write()). */
@@ -225,16 +228,39 @@ export class CredentialsManager {
    */
   private async writeLocal(c: Credentials): Promise<void> {
     const files = [[KEY_FILE, c.key, 0o600], [CERT_FILE, c.cert, 0o644]] as const;
-    for (const [name, data, mode] of files) {
-      const fh = await open(path.join(this.opts.dir, `${name}${NEXT}`), 'w', mode);
-      try {
-        await fh.writeFile(data);
-        await fh.sync();
-      } finally {
-        await fh.close();
-      }
-    }
+    for (const [name, data, mode] of files) await writeSynced(path.join(this.opts.dir, `${name}${NEXT}`), data, mode);
     for (const [name] of files) await rename(path.join(this.opts.dir, `${name}${NEXT}`), path.join(this.opts.dir, name));
+  }
+
+  /**
+   * Keeps a CA bundle the hub handed out (rollover) in the directory (temp file and rename: a crash
+   * must not leave a torn bundle the next start would trust) and the mirror. Failures are logged.
+   */
+  async saveTrust(bundle: Buffer): Promise<void> {
+    const file = path.join(this.opts.dir, HUB_CA_FILE);
+    await writeSynced(`${file}${NEXT}`, bundle, 0o644).then(() => rename(`${file}${NEXT}`, file))
+      .catch((err: Error) => this.opts.log.warn(`cannot save the hub CA bundle: ${err.message}`));
+    const { mirror } = this.opts;
+    await mirror?.save(new Map([[HUB_CA_FILE, bundle]])).catch((err: Error) => this.opts.log.warn(`hub CA bundle not saved to ${mirror.description}: ${err.message}`));
+  }
+
+  /** The bundle saveTrust() kept (the directory's, else the mirror's, copied back), or null: then the install bundle's CA applies. */
+  async savedTrust(): Promise<Buffer | null> {
+    const file = path.join(this.opts.dir, HUB_CA_FILE);
+    const local = await readFile(file).catch(() => null);
+    const { mirror } = this.opts;
+    if (local || !mirror) return local;
+    try {
+      const bundle = (await mirror.load())?.get(HUB_CA_FILE);
+      if (!bundle) return null;
+      await mkdir(this.opts.dir, { recursive: true, mode: 0o700 });
+      await writeSynced(file, bundle, 0o644);
+      this.opts.log.info(`hub CA bundle restored from ${mirror.description}`);
+      return bundle;
+    } catch (err) {
+      this.opts.log.warn(`cannot read the hub CA bundle from ${mirror.description}: ${(err as Error).message}`);
+      return null;
+    }
   }
 
   /** Key and certificate from the mirror into the directory, if the mirror has a valid pair. */
@@ -260,6 +286,17 @@ export class CredentialsManager {
     await this.writeLocal({ key, cert });
     this.opts.log.info({ dir: this.opts.dir }, `agent credentials restored from ${mirror.description}`);
     return { key, cert };
+  }
+}
+
+/** Writes and fsyncs one file. */
+async function writeSynced(file: string, data: Buffer, mode: number): Promise<void> {
+  const fh = await open(file, 'w', mode);
+  try {
+    await fh.writeFile(data);
+    await fh.sync();
+  } finally {
+    await fh.close();
   }
 }
 

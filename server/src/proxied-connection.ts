@@ -136,14 +136,17 @@ export class ProxiedConnection {
     if (this.waitingBytes > 0 || !this.toAgentCredit.canSend() || this.backend.sender.congested) this.pauseFrontend();
   }
 
-  /** Sends waiting client bytes while the agent's credit lasts (a piece may overshoot it by one chunk, as designed). */
-  private sendWaiting(): void {
-    while (this.waiting.length > 0 && this.toAgentCredit.canSend()) {
+  /**
+   * Sends waiting client bytes while the agent's credit lasts (a piece may overshoot it by one chunk, as
+   * designed); `all` sends everything regardless (the connection is closing).
+   */
+  private sendWaiting(all = false): void {
+    while (this.waiting.length > 0 && (all || this.toAgentCredit.canSend())) {
       const data = this.waiting.shift()!;
       this.waitingBytes -= data.length;
       let offset = 0;
       for (const piece of chunks(data, MAX_DATA_CHUNK)) {
-        if (!this.toAgentCredit.canSend()) {
+        if (!all && !this.toAgentCredit.canSend()) {
           const rest = data.subarray(offset);
           this.waiting.unshift(rest);
           this.waitingBytes += rest.length;
@@ -187,13 +190,8 @@ export class ProxiedConnection {
     this.releaseFrontendPressure();
     // Bytes still waiting for credit go out now, before CLOSE_REQ: a close must not wait on a
     // destination that stopped reading, and an ANP client closes right after its last write.
-    for (const data of this.waiting) {
-      for (const piece of chunks(data, MAX_DATA_CHUNK)) this.backend.sender.send(packets.data(this.connectID, piece));
-      this.bytesToAgent += data.length;
-    }
-    this.waiting = [];
-    this.waitingBytes = 0;
     this.afterWaiting = null;
+    this.sendWaiting(true);
     this.backend.sendCloseRequest(this);
     this.timer = setTimeout(() => {
       this.timer = null;

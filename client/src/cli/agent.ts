@@ -1,6 +1,5 @@
 // `cluster-proxy agent`: the agent that runs in a managed cluster.
-import { mkdir, readFile, rename, writeFile } from 'node:fs/promises';
-import path from 'node:path';
+import { readFile } from 'node:fs/promises';
 import { Agent, AllowlistError, BootstrapRefused, CredentialsManager, LeaseRenewer, ReplicaSync, SecretCredentialsMirror, proxyFromEnvironment, startAgentHealthServer, type CredentialsMirror, type EgressOptions } from '@cluster-proxy/agent';
 import { splitHostPort } from '@cluster-proxy/proto';
 import type { Logger } from 'pino';
@@ -38,9 +37,6 @@ export const agentFlags: FlagSpecs = {
   'log-format': LOG_FORMAT_FLAG,
 };
 
-/** The hub's CA bundle as last received from the hub, kept next to the agent's credentials. */
-const HUB_CA_FILE = 'hub-ca.crt';
-
 export const agentUsage = helpText('cluster-proxy agent --cluster NAME --ca-cert F (--cert F --key F | --credentials-dir D [--bootstrap-token-file F]) [flags]', 'Connects out to the hub and serves dials into this cluster.', agentFlags);
 
 export async function runAgent(args: string[]): Promise<void> {
@@ -71,10 +67,11 @@ export async function runAgent(args: string[]): Promise<void> {
   if (secretName !== undefined && !credentialsDir) throw new UsageError('--credentials-secret needs --credentials-dir (the working copy)');
   if (secretName !== undefined && !/^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$/.test(secretName)) throw new UsageError(`--credentials-secret "${secretName}" is not a valid Secret name`);
   const mirror = secretName ? mirrorOf(str(flags, 'namespace')!, secretName) : undefined;
-  if (mirror && credentialsDir) await restoreHubCa(mirror, credentialsDir, log);
+  const hubClient: { address: string; caCert: Buffer; serverName: string | undefined; egress: EgressOptions | undefined } = { address: hubAddress, caCert: Buffer.alloc(0), serverName: str(flags, 'server-name'), egress: hubEgress(hubAddress, str(flags, 'proxy-ca') ? await read('proxy-ca') : undefined, duration(flags, 'proxy-connect-timeout')) };
+  const credentials = credentialsDir ? new CredentialsManager({ cluster, dir: credentialsDir, bootstrapTokenFile: str(flags, 'bootstrap-token-file'), hub: hubClient, log, mirror }) : null;
   // A CA bundle the hub handed out later (CA rollover) supersedes the one from the install bundle.
-  const caCert = (credentialsDir ? await readFile(path.join(credentialsDir, HUB_CA_FILE)).catch(() => null) : null) ?? await read('ca-cert');
-  const hubClient = { address: hubAddress, caCert, serverName: str(flags, 'server-name'), egress: hubEgress(hubAddress, str(flags, 'proxy-ca') ? await read('proxy-ca') : undefined, duration(flags, 'proxy-connect-timeout')) };
+  const caCert = (await credentials?.savedTrust()) ?? await read('ca-cert');
+  hubClient.caCert = caCert;
   let stopRequested = false;
   let wakeBootstrap: () => void = () => {};
   const earlySignal = (): void => {
@@ -83,10 +80,8 @@ export async function runAgent(args: string[]): Promise<void> {
   };
   process.once('SIGTERM', earlySignal);
   process.once('SIGINT', earlySignal);
-  let credentials: CredentialsManager | null = null;
   let identity: { cert: Buffer; key: Buffer };
-  if (credentialsDir) {
-    credentials = new CredentialsManager({ cluster, dir: credentialsDir, bootstrapTokenFile: str(flags, 'bootstrap-token-file'), hub: hubClient, log, mirror });
+  if (credentials) {
     const loaded = await bootstrapUntilDone(credentials, log, () => stopRequested, (w) => (wakeBootstrap = w));
     if (!loaded) return;
     identity = loaded;
@@ -132,13 +127,7 @@ export async function runAgent(args: string[]): Promise<void> {
   const lease = new LeaseRenewer({ agent, hub: hubClient, apiserver: str(flags, 'apiserver')!, leaseDurationMs: duration(flags, 'lease-duration'), log,
     onTrust: (bundle) => {
       hubClient.caCert = bundle;
-      if (!credentialsDir) return;
-      // Temp file and rename: a crash mid-write must not leave a torn bundle the next start would trust.
-      const file = path.join(credentialsDir, HUB_CA_FILE);
-      const tmp = `${file}.${process.pid}.tmp`;
-      const saved = writeFile(tmp, bundle).then(() => rename(tmp, file)).catch((err: Error) => log.warn(`cannot save the hub CA bundle: ${err.message}`));
-      const mirrored = mirror?.save(new Map([[HUB_CA_FILE, bundle]])).catch((err: Error) => log.warn(`hub CA bundle not saved to ${mirror.description}: ${err.message}`));
-      return Promise.all([saved, mirrored]).then(() => {});
+      return credentials?.saveTrust(bundle);
     },
     phase: () => (credentials?.isRenewing ? 'RenewingCredentials' : 'Running'),
     onRenewRequested: () => {
@@ -171,21 +160,6 @@ function mirrorOf(namespace: string, name: string): CredentialsMirror {
     return SecretCredentialsMirror.fromEnvironment(namespace, name);
   } catch (err) {
     throw new UsageError(`--credentials-secret: no Kubernetes API to keep it in (${(err as Error).message})`);
-  }
-}
-
-/** A hub CA bundle saved after a rollover, back into the directory of a new pod (the install bundle's may be retired). */
-async function restoreHubCa(mirror: CredentialsMirror, dir: string, log: Logger): Promise<void> {
-  const file = path.join(dir, HUB_CA_FILE);
-  if (await readFile(file).then(() => true, () => false)) return;
-  try {
-    const bundle = (await mirror.load())?.get(HUB_CA_FILE);
-    if (!bundle) return;
-    await mkdir(dir, { recursive: true, mode: 0o700 });
-    await writeFile(file, bundle);
-    log.info(`hub CA bundle restored from ${mirror.description}`);
-  } catch (err) {
-    log.warn(`cannot read the hub CA bundle from ${mirror.description}: ${(err as Error).message}`);
   }
 }
 
