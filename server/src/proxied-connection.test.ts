@@ -11,7 +11,7 @@ import { ProxiedConnection } from './proxied-connection.js';
 
 const WINDOW = 1024 * 1024;
 
-function setup() {
+function setup(opts: { clientHalfClose?: boolean } = {}) {
   const sent: Packet[] = [];
   const events: string[] = [];
   const sender = { send: (p: Packet) => { sent.push(p); }, congested: false, whenWritable: () => {}, cancelWaiter: () => {}, releaseReads: () => {}, holdReads: () => {} };
@@ -23,8 +23,8 @@ function setup() {
     sendHalfClose: () => { events.push('HALF_CLOSE'); },
   } as unknown as AgentBackend;
   const frontend: Frontend = {
-    sink: { write: () => true }, halfClose: true,
-    dialSucceeded: () => {}, dialFailed: () => {}, remoteEnded: () => {},
+    sink: { write: () => true }, halfClose: opts.clientHalfClose ?? true,
+    dialSucceeded: () => {}, dialFailed: () => {}, remoteEnded: () => { events.push('remoteEnded'); },
     closed: (e) => { events.push(`closed:${e}`); },
     pause: () => { events.push('pause'); }, resume: () => { events.push('resume'); },
   };
@@ -76,5 +76,25 @@ describe('ProxiedConnection: client bytes towards an agent with credit', () => {
     const { conn, events } = setup();
     for (let i = 0; i < 40; i++) conn.write(Buffer.alloc(256 * 1024));
     expect(events).toContain('CLOSE_REQ');
+  });
+});
+
+describe('ProxiedConnection: the destination ends first', () => {
+  it('a client with half-close gets the half-close and the connection stays open for its writes', () => {
+    const { conn, events } = setup();
+    conn.onHalfClose();
+    expect(events).toEqual(['remoteEnded']);
+    expect(conn.state).toBe('open');
+    conn.close();
+  });
+
+  it('an ANP client (no half-close) gets the close, as behind an ANP agent: CLOSE_REQ to the agent, then CLOSE_RSP to the client', () => {
+    const { conn, events } = setup({ clientHalfClose: false });
+    conn.onHalfClose();
+    expect(events).toEqual(['CLOSE_REQ']);
+    expect(conn.state).toBe('closing');
+    conn.onCloseResponse('');
+    expect(events).toEqual(['CLOSE_REQ', 'closed:']);
+    expect(conn.state).toBe('closed');
   });
 });

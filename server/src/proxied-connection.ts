@@ -224,10 +224,16 @@ export class ProxiedConnection {
     if (unblocked) this.maybeResumeFrontend();
   }
 
+  /**
+   * The destination sent FIN. A client that negotiated half-close gets it as such; an ANP client
+   * (konnectivity-client) knows only close, so the connection closes, as behind ANP's own agent:
+   * CLOSE_REQ to the agent, and its CLOSE_RSP reaches the client through finish().
+   */
   onHalfClose(): void {
     if (this.state !== 'open' || this.agentEnded) return;
     this.agentEnded = true;
     if (this.frontend.halfClose) this.frontend.remoteEnded();
+    else this.close();
   }
 
   /** CLOSE_RSP from the agent: the destination side is closed. */

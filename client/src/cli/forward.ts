@@ -1,6 +1,7 @@
 // `cluster-proxy forward CLUSTER HOST:PORT --listen ADDR`: a local port whose connections are
 // tunneled to HOST:PORT in the cluster.
 import net from 'node:net';
+import type { Duplex } from 'node:stream';
 import { readFile } from 'node:fs/promises';
 import { splitHostPort } from '@cluster-proxy/proto';
 import type { Logger } from 'pino';
@@ -38,25 +39,49 @@ export async function tunnelFromFlags(flags: Record<string, string | boolean | s
   return new Tunnel({ address, caCert: await read('ca-cert'), cert: await read('cert'), key: await read('key'), serverName: str(flags, 'server-name') });
 }
 
-/** Accepts local connections and pipes each through its own tunneled connection. */
+/**
+ * Accepts local connections and pipes each through its own tunneled connection. Both legs are
+ * half-open, so a client that sends FIN (`nc -N`, HTTP/1.0, git) still reads the reply; an error on
+ * the tunnel leg (a reset destination, a dead agent or hub) resets the local connection, so a client
+ * never mistakes a cut transfer for a complete one.
+ */
 export function serveForward(tunnel: Tunnel, destination: string, listen: { host: string; port: number }, log: Logger): Promise<net.Server> {
-  const server = net.createServer((local) => {
-    const remote = tunnel.connect(destination, { allowHalfOpen: true });
-    local.pipe(remote);
-    remote.pipe(local);
-    const fail = (err: Error): void => {
-      log.warn({ destination }, err.message);
-      local.destroy();
-      remote.destroy();
-    };
-    remote.once('error', fail);
-    local.once('error', () => remote.destroy());
-    local.once('close', () => remote.destroy());
-    remote.once('close', () => local.destroy());
-  });
+  const server = net.createServer({ allowHalfOpen: true }, (local) => pipeForward(local, tunnel.connect(destination, { allowHalfOpen: true }), destination, log));
   return new Promise((resolve, reject) => {
     server.once('error', (err) => reject(new UsageError(`cannot listen on ${listen.host}:${listen.port}: ${(err as NodeJS.ErrnoException).code}`)));
     server.listen(listen.port, listen.host, () => resolve(server));
+  });
+}
+
+/**
+ * One forwarded connection: bytes and FINs both ways; a reset or failure on either leg becomes a
+ * reset of the other; it is over when both legs are closed.
+ */
+export function pipeForward(local: net.Socket, remote: Duplex, destination: string, log: Logger): void {
+  local.pipe(remote);
+  remote.pipe(local);
+  remote.once('error', (err: Error) => {
+    log.warn({ destination }, err.message);
+    local.unpipe(remote);
+    if (!local.destroyed) local.resetAndDestroy();
+  });
+  // The local client reset, or went away before sending its FIN: abort the tunneled connection
+  // (the destination sees it). After its FIN, the remote leg finishes sending and closes by itself.
+  local.once('error', () => remote.destroy());
+  local.once('close', () => {
+    if (!local.readableEnded && !remote.destroyed) remote.destroy();
+  });
+  remote.once('close', () => {
+    if (local.destroyed || remote.errored) return;
+    if (!remote.readableEnded) {
+      // Closed without an orderly end of its bytes: never let the client read that as complete.
+      local.resetAndDestroy();
+      return;
+    }
+    // The destination closed: the client still gets what is queued and our FIN (through the pipe);
+    // what it sends from now on has nowhere to go, so it gets a reset, as TCP answers a closed socket.
+    local.unpipe(remote);
+    local.on('data', () => local.resetAndDestroy());
   });
 }
 
