@@ -528,10 +528,13 @@ class ConnectConnection implements Frontend {
       resetSocket(this.socket);
       return;
     }
-    // Clean close: flush, FIN, and give the client a moment to close its side.
+    // Clean close: flush, FIN, and give the client a moment to close its side. Bytes it still
+    // sends have nowhere to go: they get a reset, as TCP answers data for a closed socket, so a
+    // client that keeps writing learns at once that nobody reads them.
     this.state = 'half-closed';
     this.remoteEnded_ = true;
     this.linger();
+    this.socket.once('data', () => resetSocket(this.socket));
   }
 
   pause(): void {
@@ -607,14 +610,21 @@ function principalName(p: Principal): string {
   }
 }
 
-/** RST for a TCP client (it learns the stream is incomplete); TLS and Unix sockets just close. */
+/**
+ * RST for a TCP client, TLS included (it learns the stream is incomplete; a FIN, or a TLS
+ * close_notify, would read as a complete stream). A Unix socket has no reset: it just closes.
+ */
 function resetSocket(s: net.Socket): void {
   if (s.destroyed) return;
+  // A TLS socket's TCP connection is the net.Socket it wraps (`_parent`, set by node:tls for
+  // server-side sockets); resetAndDestroy() works only on that TCP handle.
+  const raw = s instanceof tls.TLSSocket ? (s as tls.TLSSocket & { _parent?: unknown })._parent : s;
   try {
-    s.resetAndDestroy();
+    if (raw instanceof net.Socket && !raw.destroyed) raw.resetAndDestroy();
   } catch {
-    s.destroy();
+    // Not a TCP handle (a Unix socket): a close is all there is.
   }
+  s.destroy();
 }
 
 function firstValue(v: string | string[] | undefined): string {

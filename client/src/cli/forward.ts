@@ -81,7 +81,8 @@ export function pipeForward(local: net.Socket, remote: Duplex, destination: stri
     // The destination closed: the client still gets what is queued and our FIN (through the pipe);
     // what it sends from now on has nowhere to go, so it gets a reset, as TCP answers a closed socket.
     local.unpipe(remote);
-    local.on('data', () => local.resetAndDestroy());
+    local.once('data', () => local.resetAndDestroy());
+    local.resume(); // unpipe() paused it
   });
 }
 
