@@ -512,6 +512,7 @@ describe('deaths', () => {
       (knownDefect ? it.fails : it)(`agent ${kind} SIGKILLed mid-${mode}: every path sees an error, never a clean EOF, within 2 s`, async () => {
         // Downloads: all paths at once. Uploads: UPLOAD_GROUP paths per kill (see the note on the gRPC agent).
         const groups = mode === 'download' ? [PATHS] : PATHS.reduce<PathName[][]>((g, p, i) => (i % UPLOAD_GROUP === 0 ? g.push([p]) : g[g.length - 1]!.push(p), g), []);
+        if (knownDefect) for (const p of PATHS) record(p, kind, 'agent-kill-upload', 'KNOWN DEFECT');
         for (const group of knownDefect ? groups.slice(0, 1) : groups) {
           const a = agents.get(kind)!;
           try {
