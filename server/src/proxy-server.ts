@@ -20,6 +20,13 @@ import { TokenStore } from './tokens.js';
 import type { TLSSocket } from 'node:tls';
 import { GrpcFrontend } from './frontend-grpc.js';
 import { raiseServerReceiveWindows } from './grpc-windows.js';
+import { watchSessions } from './session-watchdog.js';
+
+/**
+ * Ping every gRPC session every 5 s; one unanswered for 10 s (grpc-js keepalive's timeout) is dead. A
+ * dead peer is noticed within 15 s at most (at once when its socket reports the close).
+ */
+const SESSION_WATCHDOG = { intervalMs: 5000, timeoutMs: 10_000 };
 import { clusterFromSubject } from './pki/agent-identity.js';
 import { ProxyCore } from './proxy-core.js';
 import { ServerMetrics } from './metrics.js';
@@ -134,6 +141,9 @@ export class ProxyServer {
     this.frontendServer = new grpc.Server(grpcOptions);
     raiseServerReceiveWindows(this.agentServer, HTTP2_STREAM_WINDOW, HTTP2_CONNECTION_WINDOW);
     raiseServerReceiveWindows(this.frontendServer, FRONTEND_STREAM_WINDOW, HTTP2_CONNECTION_WINDOW);
+    // A gRPC peer that died must end its calls (see session-watchdog.ts).
+    watchSessions(this.agentServer, SESSION_WATCHDOG);
+    watchSessions(this.frontendServer, SESSION_WATCHDOG);
     this.listenerOptions = {
       serverID: this.serverID,
       serverCount: () => opts.serverCount ?? 1,
