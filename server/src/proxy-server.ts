@@ -21,15 +21,15 @@ import type { TLSSocket } from 'node:tls';
 import { GrpcFrontend } from './frontend-grpc.js';
 import { raiseServerReceiveWindows } from './grpc-windows.js';
 import { watchSessions } from './session-watchdog.js';
+import { clusterFromSubject } from './pki/agent-identity.js';
+import { ProxyCore } from './proxy-core.js';
+import { ServerMetrics } from './metrics.js';
 
 /**
  * Ping every gRPC session every 5 s; one unanswered for 10 s (grpc-js keepalive's timeout) is dead. A
  * dead peer is noticed within 15 s at most (at once when its socket reports the close).
  */
 const SESSION_WATCHDOG = { intervalMs: 5000, timeoutMs: 10_000 };
-import { clusterFromSubject } from './pki/agent-identity.js';
-import { ProxyCore } from './proxy-core.js';
-import { ServerMetrics } from './metrics.js';
 
 export interface TlsFiles {
   /** PEM contents. */
