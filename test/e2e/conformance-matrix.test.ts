@@ -507,8 +507,7 @@ describe('deaths', () => {
   for (const kind of AGENTS) {
     for (const mode of ['download', 'upload'] as const) {
       // KNOWN DEFECT, found by this matrix: the hub does not always learn from the socket that an agent
-      // on the gRPC transport died (always not when it was writing to it, i.e. uploads; sometimes not
-      // under load); its session watchdog (ping every 5 s, 10 s to answer) ends the calls, so such a
+      // on the gRPC transport died (mid-download or mid-upload, at random); its session watchdog (ping every 5 s, 10 s to answer) ends the calls, so such a
       // death takes up to 15 s to reach the client instead of 2 s. The cells show the time; SLOW marks
       // the misses. Issue 13 replaces grpc-js on this path.
       const grpcAgent = kind === 'grpc';
