@@ -120,7 +120,9 @@ async function runScenario(scenario: Scenario, set: PathSet, cfg: BenchConfig, s
 async function main(): Promise<number> {
   let options: Options | 'help';
   try {
-    options = parseOptions(process.argv.slice(2));
+    // `pnpm bench -- --json F` hands the script a literal "--" first (pnpm passes it through).
+    const argv = process.argv.slice(2);
+    options = parseOptions(argv[0] === '--' ? argv.slice(1) : argv);
   } catch (err) {
     process.stderr.write(`${errorMessage(err)}\n\n${USAGE}`);
     return 2;
