@@ -379,7 +379,7 @@ describe('cluster-proxy ca issue-client', () => {
       [['ca', 'issue-client', 'a b', ...d], /^cluster-proxy: invalid client name "a b"/],
       [['ca', 'issue-client', 'bob', '--validity', 'soon', ...d], '--validity must be a duration like 500ms, 10s, 2m, 24h or 7d, got "soon"'],
       [['ca', 'issue-client', 'bob', '--data-dir', path.join(tmp, 'no-hub')], /^cluster-proxy: ca issue-client needs the hub's data-dir PKI: /],
-      [['ca', 'sign'], 'usage: cluster-proxy ca rotate add|promote|finish, or cluster-proxy ca issue-client NAME'],
+      [['ca', 'sign'], 'usage: cluster-proxy ca rotate add|promote|finish, ca issue-client NAME, or ca issue-agent CLUSTER'],
     ];
     const results = await Promise.all(cases.map(([args]) => cli(args, { cwd: tmp })));
     results.forEach((r, i) => expectUsage(r, cases[i]![1]));
