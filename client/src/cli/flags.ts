@@ -4,7 +4,7 @@
 // are UsageErrors: one line, exit code 2, no stack trace.
 import { readFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
-import { parseFlatYaml } from './yaml.js';
+import { parseConfigYaml } from './config-file.js';
 
 export class UsageError extends Error {
   override name = 'UsageError';
@@ -73,7 +73,7 @@ export function readConfigFile(file: string, specs: FlagSpecs): ParsedFlags {
   }
   let doc: unknown;
   try {
-    doc = /^\s*[{[]/.test(text) ? JSON.parse(text) : parseFlatYaml(text);
+    doc = /^\s*[{[]/.test(text) ? JSON.parse(text) : parseConfigYaml(text);
   } catch (err) {
     throw new UsageError(`--config ${file}: ${(err as Error).message.split('\n')[0]}`);
   }

@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import { parseFlatYaml, toYaml } from './yaml.js';
+import { parse } from 'yaml';
+import { toYaml } from './yaml-output.js';
 import { shq, table } from './ui.js';
 
 describe('toYaml', () => {
@@ -17,7 +18,7 @@ describe('toYaml', () => {
       'clusters:',
       '- name: c1',
       '  cluster:',
-      '    server: "https://c1"',
+      '    server: https://c1',
       '    insecure-skip-tls-verify: true',
       'users:',
       '- name: c1',
@@ -29,17 +30,18 @@ describe('toYaml', () => {
     ].join('\n'));
   });
 
-  it('quotes strings that YAML would read as something else', () => {
-    for (const s of ['true', 'no', 'null', '~', '123', '1.5', '1e3', '0x1f', '*', 'a: b', '#x', '-x', ' lead', 'trail ', '', 'a\nb', '"q"', "it's", '[x]', '{x}', '@x', '!x', '&x', '%x', '`x`', 'x #y']) {
+  it('quotes strings that a YAML 1.1 (kubectl, Go) or 1.2 reader would take for something else', () => {
+    for (const s of ['true', 'no', 'on', 'y', 'yes', 'null', '~', '123', '1.5', '1.20', '1e3', '0x1f', '012', '*', 'a: b', '#x', '-x', ' lead', 'trail ', '', 'a\nb', '"q"', "it's", '[x]', '{x}', '@x', '!x', '&x', '%x', '`x`', 'x #y', '2001-12-14']) {
       const out = toYaml({ k: s });
-      expect(parseFlatYaml(out), JSON.stringify(s)).toEqual({ k: s });
+      expect(parse(out, { version: '1.1' }), JSON.stringify(s)).toEqual({ k: s });
+      expect(parse(out), JSON.stringify(s)).toEqual({ k: s });
     }
     expect(toYaml({ k: 'plain-word_1.2/x' })).toBe('k: plain-word_1.2/x\n');
   });
 
-  it('round-trips flat flag files through parseFlatYaml', () => {
-    const flat = { 'data-dir': '/var/lib/hub dir', grant: ['c1=cidr:10.0.0.0/8', 'c2=default-route'], verbose: false, port: 8089 };
-    expect(parseFlatYaml(toYaml(flat))).toEqual(flat);
+  it('never folds long values (base64 certificate data stays on one line)', () => {
+    const long = 'QUJD'.repeat(500);
+    expect(toYaml({ 'certificate-authority-data': long })).toBe(`certificate-authority-data: ${long}\n`);
   });
 });
 

@@ -1,0 +1,10 @@
+// The CLI's YAML documents (kubeconfigs, `-o yaml`), written by the `yaml` library in kubectl's
+// style: lists at their key's indentation, long values (base64 certificates) never folded.
+import { stringify } from 'yaml';
+
+export type YamlValue = string | number | boolean | null | YamlValue[] | { [key: string]: YamlValue };
+
+export function toYaml(value: YamlValue): string {
+  // YAML 1.1 rules for quoting: kubectl and Go tools read with a YAML 1.1 parser, where a plain no, on or y is a boolean.
+  return stringify(value, { indentSeq: false, lineWidth: 0, version: '1.1' });
+}
