@@ -117,8 +117,8 @@ describe.skipIf(skip !== null)('kubectl v1.33 through cluster-proxy', () => {
     expect(r.stderr).not.toContain('warning');
     expect((await stat(file)).mode & 0o777).toBe(0o600);
     const text = await readFile(file, 'utf8');
-    expect(text).toContain('server: "https://cluster1"');
-    expect(text).toMatch(new RegExp(`proxy-url: "https://kubeconfig-cluster1-[0-9a-f]{6}:[A-Za-z0-9_-]{43}@127\\.0\\.0\\.1:${hub.ports.connect}"`));
+    expect(text).toContain('server: https://cluster1\n');
+    expect(text).toMatch(new RegExp(`proxy-url: https://kubeconfig-cluster1-[0-9a-f]{6}:[A-Za-z0-9_-]{43}@127\\.0\\.0\\.1:${hub.ports.connect}\n`));
     expect(text).not.toContain('insecure-skip-tls-verify');
     expect(text).not.toContain('tls-server-name');
 
@@ -197,7 +197,7 @@ describe.skipIf(skip !== null)('kubectl v1.33 through cluster-proxy', () => {
     const r = await kubeconfig('cluster2', file, ['--via', 'forward', '--listen', `127.0.0.1:${port}`, '--apiserver-ca', otherCaPath, '--apiserver-token', 'x']);
     expect(r.stderr).toContain(`forward cluster2 cluster2:443 --listen 127.0.0.1:${port}`);
     const text = await readFile(file, 'utf8');
-    expect(text).toContain(`server: "https://127.0.0.1:${port}"`);
+    expect(text).toContain(`server: https://127.0.0.1:${port}\n`);
     expect(text).toContain('tls-server-name: cluster2');
     expect(text).not.toContain('proxy-url');
     let fwd: ManagedProcess | undefined;

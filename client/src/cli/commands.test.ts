@@ -285,11 +285,11 @@ describe('cluster-proxy kubeconfig', () => {
   it('writes to stdout by default: proxy-url with a freshly issued token for that cluster, hub + apiserver CA bundle', async () => {
     const r = await cli(['kubeconfig', 'cluster1', '--apiserver-ca', caFile, ...base()]);
     expect(r.code, r.stderr).toBe(0);
-    const m = /proxy-url: "https:\/\/(kubeconfig-cluster1-[0-9a-f]{6}):([A-Za-z0-9_-]{43})@127\.0\.0\.1:18089"/.exec(r.stdout);
+    const m = /proxy-url: https:\/\/(kubeconfig-cluster1-[0-9a-f]{6}):([A-Za-z0-9_-]{43})@127\.0\.0\.1:18089\n/.exec(r.stdout);
     expect(m, r.stdout).not.toBeNull();
-    expect(r.stdout).toContain('server: "https://cluster1"');
+    expect(r.stdout).toContain('server: https://cluster1\n');
     expect(r.stdout).toContain('current-context: cluster1');
-    const ca = Buffer.from(/certificate-authority-data: "([^"]+)"/.exec(r.stdout)![1]!, 'base64').toString('utf8');
+    const ca = Buffer.from(/certificate-authority-data: (\S+)\n/.exec(r.stdout)![1]!, 'base64').toString('utf8');
     expect(ca.match(/BEGIN CERTIFICATE/g)).toHaveLength(2);
     expect(r.stderr).toContain(`kubeconfig for cluster cluster1 via the hub's CONNECT frontend 127.0.0.1:18089; issued token "${m![1]}" for cluster1`);
     expect(r.stderr).toContain('note: the kubeconfig has no apiserver credentials');
@@ -314,7 +314,7 @@ describe('cluster-proxy kubeconfig', () => {
     const r = await cli(['kubeconfig', 'cluster2', '--via', 'forward', '--listen', '127.0.0.1:16443', '--apiserver-ca', caFile, '--apiserver-token', 'sa', '--out', path.join(tmp, 'fwd.kubeconfig'), ...base()]);
     expect(r.code, r.stderr).toBe(0);
     const text = await readFile(path.join(tmp, 'fwd.kubeconfig'), 'utf8');
-    expect(text).toContain('server: "https://127.0.0.1:16443"');
+    expect(text).toContain('server: https://127.0.0.1:16443\n');
     expect(text).toContain('tls-server-name: cluster2');
     expect(text).toContain('token: sa');
     expect(text).not.toContain('proxy-url');
