@@ -4,20 +4,20 @@ import { UsageError } from './flags.js';
 
 // Each command is imported only when it runs: `cluster-proxy agent` must not load hub code
 // (or the Kubernetes client) into the agent's memory.
-type Command = { summary: string; run: () => Promise<(args: string[]) => Promise<void>> };
+type Command = { summary: string; load: () => Promise<(args: string[]) => Promise<void>> };
 
 const commands: Record<string, Command> = {
-  hub: { summary: 'run the proxy server', run: async () => (await import('./hub.js')).runHub },
-  agent: { summary: 'run an agent in a managed cluster', run: async () => (await import('./agent.js')).runAgent },
-  quickstart: { summary: 'hub + two demo clusters on this machine, with curl, kubectl and forward lines to try', run: async () => (await import('./quickstart.js')).runQuickstart },
-  forward: { summary: 'serve a local port through the tunnel', run: async () => (await import('./forward.js')).runForward },
-  kubeconfig: { summary: 'write a kubeconfig that reaches a cluster\'s apiserver through the hub', run: async () => (await import('./kubeconfig.js')).runKubeconfig },
-  join: { summary: 'register a managed cluster; writes its agent bootstrap bundle and install manifests', run: async () => (await import('./join.js')).runJoin },
-  delete: { summary: 'remove a managed cluster (revokes its agents)', run: async () => (await import('./join.js')).runDelete },
-  ca: { summary: 'rotate the hub CA (add, promote, finish) without cutting agents off; issue client certificates', run: async () => (await import('./ca.js')).runCa },
-  get: { summary: 'clusters, agents, managedclusters or managedclusteraddons (kubectl-style tables)', run: async () => (await import('./get.js')).runGet },
-  token: { summary: 'issue, list or revoke tokens for the HTTP CONNECT frontend', run: async () => (await import('./token.js')).runToken },
-  noproxy: { summary: 'audit a NO_PROXY value (check) or explain one decision', run: async () => (await import('./noproxy.js')).runNoProxy },
+  hub: { summary: 'run the proxy server', load: async () => (await import('./hub.js')).runHub },
+  agent: { summary: 'run an agent in a managed cluster', load: async () => (await import('./agent.js')).runAgent },
+  quickstart: { summary: 'hub + two demo clusters on this machine, with curl, kubectl and forward lines to try', load: async () => (await import('./quickstart.js')).runQuickstart },
+  forward: { summary: 'serve a local port through the tunnel', load: async () => (await import('./forward.js')).runForward },
+  kubeconfig: { summary: 'write a kubeconfig that reaches a cluster\'s apiserver through the hub', load: async () => (await import('./kubeconfig.js')).runKubeconfig },
+  join: { summary: 'register a managed cluster; writes its agent bootstrap bundle and install manifests', load: async () => (await import('./join.js')).runJoin },
+  delete: { summary: 'remove a managed cluster (revokes its agents)', load: async () => (await import('./join.js')).runDelete },
+  ca: { summary: 'rotate the hub CA (add, promote, finish) without cutting agents off; issue client and agent certificates', load: async () => (await import('./ca.js')).runCa },
+  get: { summary: 'clusters, agents, managedclusters or managedclusteraddons (kubectl-style tables)', load: async () => (await import('./get.js')).runGet },
+  token: { summary: 'issue, list or revoke tokens for the HTTP CONNECT frontend', load: async () => (await import('./token.js')).runToken },
+  noproxy: { summary: 'audit a NO_PROXY value (check) or explain one decision', load: async () => (await import('./noproxy.js')).runNoProxy },
 };
 
 const usage = `Usage: cluster-proxy COMMAND [flags]
@@ -36,7 +36,7 @@ async function main(argv: string[]): Promise<number> {
   }
   const cmd = commands[name];
   if (!cmd) throw new UsageError(`unknown command "${name}"; run "cluster-proxy --help"`);
-  const run = await cmd.run();
+  const run = await cmd.load();
   await run(rest);
   return 0;
 }
