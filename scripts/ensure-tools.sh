@@ -31,5 +31,13 @@ if [ "${CLUSTER_PROXY_SKIP_APT:-}" != "1" ] && [ ${#need[@]} -gt 0 ]; then
   fi
 fi
 
+# systemd-analyze checks the drop-ins `proxy-config render --format systemd` writes; optional (the test
+# falls back to parsing them as systemd does), so a failed install only warns.
+if [ "${CLUSTER_PROXY_SKIP_APT:-}" != "1" ] && ! command -v systemd-analyze >/dev/null 2>&1 && [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then
+  echo "==> apt-get install systemd (for systemd-analyze)"
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends systemd >/dev/null 2>&1 \
+    || echo "warning: could not install systemd; the drop-in test will parse them itself" >&2
+fi
+
 echo "==> pnpm install"
 pnpm install --frozen-lockfile --reporter=silent

@@ -7,11 +7,12 @@ export * from './pki/index.js';
 export { startConnectFrontend, DIAL_FAILURE_STATUS, type ConnectFrontend, type ConnectFrontendOptions, type Principal } from './frontend-connect.js';
 export { TokenStore, tokenAllowsCluster, type TokenPrincipal, type TokenInfo, type IssuedToken } from './tokens.js';
 export * from './proxy-settings.js';
+export * from './proxy-config-render.js';
 export * from './store/index.js';
 export { HubApi, HubApiError, HUB_API_ALPN, MAX_HUB_API_BODY_BYTES, type HubApiCaller, type HubApiRequest, type HubApiResponse, type HubApiHandler } from './hub-api.js';
 export * from './addon/join-api.js';
 export { ServerMetrics, grpcCodeName, packetTypeLabel, type ServerDialFailure, type ServerGaugeSource, type Segment } from './metrics.js';
-export { registerJoinRoutes, parseJoinRequest, DEFAULT_INSTALL_NAMESPACE, type JoinDeps, type ManifestInput } from './addon/join.js';
+export { registerJoinRoutes, parseJoinRequest, DEFAULT_INSTALL_NAMESPACE, CLUSTER_FACT_ANNOTATIONS, type JoinDeps, type ManifestInput } from './addon/join.js';
 export {
   createBootstrapToken, revokeBootstrapTokens, consumeBootstrapToken, registerRegistrationRoutes, ClusterRegistry,
   bootstrapSecretName, BOOTSTRAP_TOKEN_TYPE, type RegistrationOptions,

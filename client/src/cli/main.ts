@@ -17,6 +17,7 @@ const commands: Record<string, Command> = {
   ca: { summary: 'rotate the hub CA (add, promote, finish) without cutting agents off; issue client and agent certificates', load: async () => (await import('./ca.js')).runCa },
   get: { summary: 'clusters, agents, managedclusters or managedclusteraddons (kubectl-style tables)', load: async () => (await import('./get.js')).runGet },
   token: { summary: 'issue, list or revoke tokens for the HTTP CONNECT frontend', load: async () => (await import('./token.js')).runToken },
+  'proxy-config': { summary: 'render the egress-proxy settings for containerd, kubelet, kubeadm, pods and charts', load: async () => (await import('./proxy-config.js')).runProxyConfig },
   noproxy: { summary: 'audit a NO_PROXY value (check) or explain one decision', load: async () => (await import('./noproxy.js')).runNoProxy },
 };
 

@@ -1,5 +1,6 @@
-// The admin API's registration contract (`POST /v1/clusters`, `DELETE /v1/clusters/NAME` on the hub's
-// loopback admin port), shared by the hub and `cluster-proxy join`/`delete`.
+// The admin API's registration contract (`POST /v1/clusters`, `DELETE /v1/clusters/NAME`,
+// `GET /v1/proxy-config/NAME` on the hub's loopback admin port), shared by the hub and `cluster-proxy
+// join`/`delete`/`proxy-config render --cluster`.
 
 export interface JoinRequest {
   cluster: string;
@@ -32,4 +33,15 @@ export interface JoinResponse {
   installNamespace: string;
   /** Multi-document YAML: the agent's install manifests. */
   manifests: string;
+}
+
+/** `GET /v1/proxy-config/NAME`: what `proxy-config render --cluster NAME` renders from. */
+export interface ClusterProxyConfigResponse {
+  cluster: string;
+  /** The install-wide settings: AddOnDeploymentConfig `cluster-proxy` `spec.proxyConfig` (empty when unset). */
+  proxyConfig: { httpProxy?: string; httpsProxy?: string; noProxy?: string; caBundle?: string };
+  /** The cluster's facts as its latest `join` recorded them (absent fields were not given). */
+  facts: { podCidrs?: string[]; serviceCidrs?: string[]; clusterDomain?: string; apiserverIp?: string };
+  /** HOST:PORT the cluster's agents dial (the hub, which NO_PROXY must not match). */
+  agentEntrypoint: string;
 }

@@ -2,13 +2,25 @@
 // ManagedCluster if needed, issues a single-use bootstrap token and renders the agent's install
 // manifests; `DELETE /v1/clusters/NAME` removes the cluster, which revokes its agents (the revocation
 // watcher closes their tunnels; admission refuses their certificates from then on).
+// The cluster facts a join was given (pod/service CIDR, cluster domain, apiserver IP) are recorded as
+// annotations on the ManagedCluster, so `GET /v1/proxy-config/NAME` can hand them to `proxy-config render`.
 import { isDns1123Subdomain } from '../pki/agent-identity.js';
 import { HubApiError, type HubApi } from '../hub-api.js';
 import { AlreadyExistsError, ConflictError, NotFoundError, type Store } from '../store/store.js';
-import { ADDON_NAME, type ManagedCluster } from '../store/objects.js';
-import type { JoinRequest, JoinResponse } from './join-api.js';
+import { ADDON_NAME, type AddOnDeploymentConfig, type ManagedCluster } from '../store/objects.js';
+import { ProxySettingsError, renderProxySettings } from '../proxy-settings.js';
+import { HUB_NAMESPACE } from './hub-namespace.js';
+import type { ClusterProxyConfigResponse, JoinRequest, JoinResponse } from './join-api.js';
 
 export const DEFAULT_INSTALL_NAMESPACE = 'open-cluster-management-agent-addon';
+
+/** ManagedCluster annotations holding the facts of the cluster's latest join, by JoinRequest field. */
+export const CLUSTER_FACT_ANNOTATIONS = {
+  podCidr: 'proxy.open-cluster-management.io/pod-cidr',
+  serviceCidr: 'proxy.open-cluster-management.io/service-cidr',
+  clusterDomain: 'proxy.open-cluster-management.io/cluster-domain',
+  apiserverIp: 'proxy.open-cluster-management.io/apiserver-ip',
+} as const;
 const DEFAULT_TOKEN_TTL_SECONDS = 3600;
 const MAX_TOKEN_TTL_SECONDS = 7 * 24 * 3600;
 
@@ -40,6 +52,11 @@ export interface JoinDeps {
   /** Read per request: the agent port is only known once the server listens. */
   defaults(): { agentEntrypoint: string; serverName?: string; image?: string };
 }
+
+type StoredProxyConfig = NonNullable<AddOnDeploymentConfig['spec']['proxyConfig']>;
+
+/** The AddOnDeploymentConfig whose `proxyConfig` holds the install-wide egress proxy settings. */
+const DEPLOYMENT_CONFIG = { name: ADDON_NAME, namespace: HUB_NAMESPACE };
 
 export function registerJoinRoutes(api: HubApi, deps: JoinDeps): void {
   api.route('POST', '/v1/clusters', async (req) => {
@@ -81,11 +98,61 @@ export function registerJoinRoutes(api: HubApi, deps: JoinDeps): void {
       throw new HubApiError(400, (err as Error).message);
     }
     await recordInstallNamespace(deps.store, cluster, installNamespace);
+    await recordClusterFacts(deps.store, cluster, body);
     const answer: JoinResponse = {
       cluster, existed, bootstrapToken: token, tokenExpiresAt: expiresAt.toISOString(), agentEntrypoint,
       ...(serverName ? { serverName } : {}), caBundle, installNamespace, manifests,
     };
     return { status: existed ? 200 : 201, body: answer };
+  }, { agentOnly: false });
+
+  api.route('GET', '/v1/proxy-config/*', async (req) => {
+    const cluster = decodeURIComponent(req.path.slice('/v1/proxy-config/'.length));
+    if (!isDns1123Subdomain(cluster)) throw new HubApiError(400, `"${cluster}" is not a valid cluster name`);
+    const mc = await deps.store.get('ManagedCluster', { name: cluster });
+    if (!mc) throw new HubApiError(404, `cluster ${cluster} is not registered`);
+    const a = mc.metadata.annotations ?? {};
+    const facts: ClusterProxyConfigResponse['facts'] = {};
+    const pods = a[CLUSTER_FACT_ANNOTATIONS.podCidr];
+    const services = a[CLUSTER_FACT_ANNOTATIONS.serviceCidr];
+    if (pods) facts.podCidrs = pods.split(',');
+    if (services) facts.serviceCidrs = services.split(',');
+    if (a[CLUSTER_FACT_ANNOTATIONS.clusterDomain]) facts.clusterDomain = a[CLUSTER_FACT_ANNOTATIONS.clusterDomain];
+    if (a[CLUSTER_FACT_ANNOTATIONS.apiserverIp]) facts.apiserverIp = a[CLUSTER_FACT_ANNOTATIONS.apiserverIp];
+    const p: StoredProxyConfig = (await deps.store.get('AddOnDeploymentConfig', DEPLOYMENT_CONFIG))?.spec.proxyConfig ?? {};
+    const proxyConfig: ClusterProxyConfigResponse['proxyConfig'] = {};
+    if (p.httpProxy) proxyConfig.httpProxy = p.httpProxy;
+    if (p.httpsProxy) proxyConfig.httpsProxy = p.httpsProxy;
+    if (p.noProxy) proxyConfig.noProxy = p.noProxy;
+    if (p.caBundle) proxyConfig.caBundle = p.caBundle;
+    const answer: ClusterProxyConfigResponse = { cluster, proxyConfig, facts, agentEntrypoint: deps.defaults().agentEntrypoint };
+    return { status: 200, body: answer };
+  }, { agentOnly: false });
+
+  // `cluster-proxy proxy-config set`: the install-wide settings, for hubs on the embedded store (on
+  // Kubernetes, `kubectl apply` of the AddOnDeploymentConfig does the same). Empty fields are removed.
+  api.route('POST', '/v1/proxy-config', async (req) => {
+    const proxyConfig = parseProxyConfigRequest(req.body);
+    try {
+      renderProxySettings(proxyConfig);
+    } catch (err) {
+      if (err instanceof ProxySettingsError) throw new HubApiError(400, err.message);
+      throw err;
+    }
+    for (let attempt = 0; ; attempt++) {
+      const current = await deps.store.get('AddOnDeploymentConfig', DEPLOYMENT_CONFIG);
+      try {
+        if (!current) {
+          await deps.store.create('AddOnDeploymentConfig', { apiVersion: 'addon.open-cluster-management.io/v1alpha1', kind: 'AddOnDeploymentConfig', metadata: { ...DEPLOYMENT_CONFIG }, spec: { proxyConfig } });
+        } else {
+          const { proxyConfig: _old, ...rest } = current.spec;
+          await deps.store.update('AddOnDeploymentConfig', { ...current, spec: Object.keys(proxyConfig).length > 0 ? { ...rest, proxyConfig } : rest });
+        }
+        return { status: 200, body: { proxyConfig } };
+      } catch (err) {
+        if (attempt >= 2 || (!(err instanceof AlreadyExistsError) && !(err instanceof ConflictError))) throw err;
+      }
+    }
   }, { agentOnly: false });
 
   api.route('DELETE', '/v1/clusters/*', async (req) => {
@@ -121,6 +188,41 @@ export function parseJoinRequest(body: unknown): JoinRequest {
   if (req.agentReplicas !== undefined && (req.agentReplicas < 1 || req.agentReplicas > 10)) throw new HubApiError(400, 'agentReplicas must be between 1 and 10');
   if (req.agentEntrypoint !== undefined && !/^(\[[0-9a-fA-F:.]+\]|[^\s:/[\]]+):\d{1,5}$/.test(req.agentEntrypoint)) throw new HubApiError(400, `agentEntrypoint "${req.agentEntrypoint}" is not HOST:PORT`);
   return req;
+}
+
+/** `{httpProxy?, httpsProxy?, noProxy?, caBundle?}`, strings only; unknown fields refused; empty ones dropped. */
+function parseProxyConfigRequest(body: unknown): StoredProxyConfig {
+  if (typeof body !== 'object' || body === null || Array.isArray(body)) throw new HubApiError(400, 'expected a JSON object');
+  const out: StoredProxyConfig = {};
+  for (const [k, v] of Object.entries(body as Record<string, unknown>)) {
+    if (k !== 'httpProxy' && k !== 'httpsProxy' && k !== 'noProxy' && k !== 'caBundle') throw new HubApiError(400, `unknown field "${k}"`);
+    if (v === undefined || v === null) continue;
+    if (typeof v !== 'string') throw new HubApiError(400, `"${k}" must be a string`);
+    if (v.trim() !== '') out[k] = v;
+  }
+  return out;
+}
+
+/** The facts this join used replace the recorded ones (a fact left out of the join is dropped). */
+async function recordClusterFacts(store: Store, cluster: string, body: JoinRequest): Promise<void> {
+  for (let attempt = 0; attempt < 3; attempt++) {
+    const mc = await store.get('ManagedCluster', { name: cluster });
+    if (!mc) return;
+    const annotations = { ...(mc.metadata.annotations ?? {}) };
+    for (const [field, key] of Object.entries(CLUSTER_FACT_ANNOTATIONS)) {
+      const value = body[field as keyof typeof CLUSTER_FACT_ANNOTATIONS]?.trim();
+      if (value) annotations[key] = value;
+      else delete annotations[key];
+    }
+    const before = mc.metadata.annotations ?? {};
+    if (Object.keys(annotations).length === Object.keys(before).length && Object.entries(annotations).every(([k, v]) => before[k] === v)) return;
+    try {
+      await store.update('ManagedCluster', { ...mc, metadata: { ...mc.metadata, annotations } });
+      return;
+    } catch (err) {
+      if (!(err instanceof ConflictError)) throw err;
+    }
+  }
 }
 
 /** The addon's `spec.installNamespace` says where the agent was installed (the manager creates the addon with the default). */
