@@ -9,9 +9,9 @@ import { manifestsToYaml, renderAgentInstall } from './addon/manifests.js';
 import type { PemPair } from './pki/certificates.js';
 import { TlsReloader } from './pki/reload.js';
 import { splitBundle } from './pki/rotation.js';
-import { ProxyServer, type BoundPorts, type ProxyServerOptions } from './proxy-server.js';
-import { ClusterRegistry, createBootstrapToken, registerRegistrationRoutes, revokeBootstrapTokens } from './registration.js';
-import { ReplicaRegistry } from './replicas.js';
+import { ProxyServer, type BoundPorts, type ProxyServerOptions } from './dataplane/proxy-server.js';
+import { ClusterRegistry, createBootstrapToken, registerRegistrationRoutes, revokeBootstrapTokens } from './fleet/registration.js';
+import { ReplicaRegistry } from './fleet/replicas.js';
 import type { AddOnDeploymentConfig } from './store/objects.js';
 import type { Store } from './store/store.js';
 

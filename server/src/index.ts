@@ -1,22 +1,22 @@
-export { ProxyServer, type ProxyServerOptions, type BoundPorts, type TlsFiles } from './proxy-server.js';
-export { ProxyCore } from './proxy-core.js';
-export { RoutingTable, isValidCidr, cidrContains } from './routing.js';
-export { checkIdentifiers, IdentityError, type Grant } from './agent-listener.js';
-export { raiseServerReceiveWindows } from './grpc-windows.js';
+export { ProxyServer, type ProxyServerOptions, type BoundPorts, type TlsFiles } from './dataplane/proxy-server.js';
+export { ProxyCore } from './dataplane/proxy-core.js';
+export { RoutingTable, isValidCidr, cidrContains } from './dataplane/routing.js';
+export { checkIdentifiers, IdentityError, type Grant } from './dataplane/agent-listener.js';
+export { raiseServerReceiveWindows } from './dataplane/grpc-windows.js';
 export * from './pki/index.js';
-export { startConnectFrontend, DIAL_FAILURE_STATUS, type ConnectFrontend, type ConnectFrontendOptions, type Principal } from './frontend-connect.js';
-export { TokenStore, tokenAllowsCluster, type TokenPrincipal, type TokenInfo, type IssuedToken } from './tokens.js';
-export * from './proxy-settings.js';
-export * from './proxy-config-render.js';
+export { startConnectFrontend, DIAL_FAILURE_STATUS, type ConnectFrontend, type ConnectFrontendOptions, type Principal } from './dataplane/connect/frontend.js';
+export { TokenStore, tokenAllowsCluster, type TokenPrincipal, type TokenInfo, type IssuedToken } from './fleet/tokens.js';
+export * from './egress/proxy-settings.js';
+export * from './egress/proxy-config-render.js';
 export * from './store/index.js';
-export { HubApi, HubApiError, HUB_API_ALPN, MAX_HUB_API_BODY_BYTES, type HubApiCaller, type HubApiRequest, type HubApiResponse, type HubApiHandler } from './hub-api.js';
+export { HubApi, HubApiError, HUB_API_ALPN, MAX_HUB_API_BODY_BYTES, type HubApiCaller, type HubApiRequest, type HubApiResponse, type HubApiHandler } from './fleet/hub-api.js';
 export * from './addon/join-api.js';
-export { ServerMetrics, grpcCodeName, packetTypeLabel, type ServerDialFailure, type ServerGaugeSource, type Segment } from './metrics.js';
+export { ServerMetrics, grpcCodeName, packetTypeLabel, type ServerDialFailure, type ServerGaugeSource, type Segment } from './dataplane/metrics.js';
 export { registerJoinRoutes, parseJoinRequest, DEFAULT_INSTALL_NAMESPACE, CLUSTER_FACT_ANNOTATIONS, type JoinDeps, type ManifestInput } from './addon/join.js';
 export {
   createBootstrapToken, revokeBootstrapTokens, consumeBootstrapToken, registerRegistrationRoutes, ClusterRegistry,
   bootstrapSecretName, BOOTSTRAP_TOKEN_TYPE, type RegistrationOptions,
-} from './registration.js';
+} from './fleet/registration.js';
 export { AddonManager, type AddonManagerOptions, type AddonWideInfo } from './addon/manager.js';
 export { addonConditions, mergeConditions, LEASE_GRACE_FACTOR, type AgentReport, type ClusterHealthInput, type ConditionSpec } from './addon/conditions.js';
 export {
@@ -24,4 +24,4 @@ export {
   HUB_CA_SECRET, BOOTSTRAP_SECRET, CREDENTIALS_SECRET, DEFAULT_AGENT_IMAGE, type KubeManifest, type AgentInstallInput, type NodePlacement, type Toleration, type ResourceRequirements,
 } from './addon/manifests.js';
 export { Hub, HUB_NAMESPACE, type HubOptions } from './hub.js';
-export { ReplicaRegistry, REPLICA_LEASE_PREFIX, REPLICA_LABEL, type ReplicaRegistryOptions } from './replicas.js';
+export { ReplicaRegistry, REPLICA_LEASE_PREFIX, REPLICA_LABEL, type ReplicaRegistryOptions } from './fleet/replicas.js';

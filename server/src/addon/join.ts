@@ -5,10 +5,10 @@
 // The cluster facts a join was given (pod/service CIDR, cluster domain, apiserver IP) are recorded as
 // annotations on the ManagedCluster, so `GET /v1/proxy-config/NAME` can hand them to `proxy-config render`.
 import { isDns1123Subdomain } from '../pki/agent-identity.js';
-import { HubApiError, type HubApi } from '../hub-api.js';
+import { HubApiError, type HubApi } from '../fleet/hub-api.js';
 import { AlreadyExistsError, ConflictError, NotFoundError, type Store } from '../store/store.js';
 import { ADDON_NAME, type AddOnDeploymentConfig, type ManagedCluster } from '../store/objects.js';
-import { ProxySettingsError, renderProxySettings } from '../proxy-settings.js';
+import { ProxySettingsError, renderProxySettings } from '../egress/proxy-settings.js';
 import { HUB_NAMESPACE } from './hub-namespace.js';
 import type { ClusterProxyConfigResponse, JoinRequest, JoinResponse } from './join-api.js';
 

@@ -4,11 +4,11 @@
 // (conditions.ts). Admin views: `GET /v1/managedclusteraddons`, `GET /v1/managedclusters`.
 import type { PeerCertificate } from 'node:tls';
 import type { Logger } from 'pino';
-import { HubApiError, type HubApi } from '../hub-api.js';
-import type { ProxyCore } from '../proxy-core.js';
+import { HubApiError, type HubApi } from '../fleet/hub-api.js';
+import type { ProxyCore } from '../dataplane/proxy-core.js';
 import { ADDON_NAME, PROXY_CONFIGURATION_NAME, type Lease, type ManagedClusterAddOn, type ManagedProxyConfiguration } from '../store/objects.js';
 import { AlreadyExistsError, ConflictError, NotFoundError, type Store, type Watch } from '../store/store.js';
-import { tunnelsOnOtherReplicas } from '../replicas.js';
+import { tunnelsOnOtherReplicas } from '../fleet/replicas.js';
 import { LEASE_GRACE_FACTOR, addonConditions, mergeConditions, type AgentReport, type ConditionSpec } from './conditions.js';
 import { HUB_NAMESPACE } from './hub-namespace.js';
 import { DEFAULT_INSTALL_NAMESPACE } from './join.js';

@@ -9,7 +9,7 @@
 // starts with the field's name (and never contains the bootstrap token or a proxy password).
 import { isIP } from 'node:net';
 import { stringify } from 'yaml';
-import { caCertificates, clusterNoProxyEntries, DEFAULT_CLUSTER_DOMAIN, ProxySettingsError, renderProxySettings, trustBundle, type ClusterProxyFacts, type EnvVar, type ProxyConfig } from '../proxy-settings.js';
+import { caCertificates, clusterNoProxyEntries, DEFAULT_CLUSTER_DOMAIN, ProxySettingsError, renderProxySettings, trustBundle, type ClusterProxyFacts, type EnvVar, type ProxyConfig } from '../egress/proxy-settings.js';
 import type { ManifestInput } from './join.js';
 
 export const AGENT_DEPLOYMENT_NAME = 'cluster-proxy-proxy-agent';

@@ -9,11 +9,11 @@ import type { PeerCertificate } from 'node:tls';
 import type { Logger } from 'pino';
 import { bootstrapProofMessage, renewProofMessage } from '@cluster-proxy/proto';
 import { HubApiError, type HubApi } from './hub-api.js';
-import { MIN_AGENT_RSA_BITS, clusterUidFromAltNames, signAgentPublicKey, type PemPair } from './pki/certificates.js';
-import { isDns1123Subdomain } from './pki/agent-identity.js';
-import type { ProxyCore } from './proxy-core.js';
-import type { ManagedCluster, Secret } from './store/objects.js';
-import { ConflictError, NotFoundError, type Store, type Watch } from './store/store.js';
+import { MIN_AGENT_RSA_BITS, clusterUidFromAltNames, signAgentPublicKey, type PemPair } from '../pki/certificates.js';
+import { isDns1123Subdomain } from '../pki/agent-identity.js';
+import type { ProxyCore } from '../dataplane/proxy-core.js';
+import type { ManagedCluster, Secret } from '../store/objects.js';
+import { ConflictError, NotFoundError, type Store, type Watch } from '../store/store.js';
 
 export const BOOTSTRAP_TOKEN_TYPE = 'bootstrap.cluster-proxy.io/token';
 const TOKEN_LABEL = 'cluster-proxy.io/bootstrap-token-id';

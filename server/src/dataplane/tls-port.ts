@@ -6,7 +6,7 @@ import tls from 'node:tls';
 import * as grpc from '@grpc/grpc-js';
 import { FramedPacketStream, MAX_MESSAGE_BYTES, MUX_ALPN, type Hello } from '@cluster-proxy/proto';
 import type { Logger } from 'pino';
-import { HUB_API_ALPN, type HubApi } from './hub-api.js';
+import { HUB_API_ALPN, type HubApi } from '../fleet/hub-api.js';
 
 export interface TlsPortOptions {
   /** "agent" or "frontend", for logs. */

@@ -1,8 +1,8 @@
 import { describe, expect, it } from 'vitest';
 // The server package does not depend on the agent package, so the audit is imported by path (it is
 // exported from '@cluster-proxy/agent' too).
-import { auditNoProxy } from '../../agent/src/no-proxy-audit.js';
-import { createCA } from './pki/index.js';
+import { auditNoProxy } from '../../../agent/src/no-proxy-audit.js';
+import { createCA } from '../pki/index.js';
 import {
   caCertificates, clusterNoProxyEntries, mergeNoProxy, normalizeProxyUrl, proxyEnv, renderProxySettings, trustBundle, ProxySettingsError,
   type ClusterProxyFacts, type ProxyConfig,

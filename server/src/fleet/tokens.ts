@@ -12,7 +12,7 @@ import { readFileSync, statSync } from 'node:fs';
 import { mkdir, open, readFile, rename, stat, unlink } from 'node:fs/promises';
 import path from 'node:path';
 import type { Logger } from 'pino';
-import { isDns1123Subdomain } from './pki/agent-identity.js';
+import { isDns1123Subdomain } from '../pki/agent-identity.js';
 
 const FILE_VERSION = 1;
 const FILE_MODE = 0o600;

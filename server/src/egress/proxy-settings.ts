@@ -19,7 +19,7 @@
 // `[]byte` field such as OCM's `caBundle` looks in JSON/YAML).
 import { X509Certificate } from 'node:crypto';
 import { isIPv4, isIPv6 } from 'node:net';
-import { ipToBytes } from './pki/ip-address.js';
+import { ipToBytes } from '../pki/ip-address.js';
 
 /** OCM's `AddOnDeploymentConfig.spec.proxyConfig`, install-wide. */
 export interface ProxyConfig {

@@ -13,15 +13,15 @@ import {
 import type { Logger } from 'pino';
 import { makeAgentConnectHandler, onMuxAgentHello, type AgentListenerOptions, type Grant } from './agent-listener.js';
 import { TlsPort } from './tls-port.js';
-import { HubApi } from './hub-api.js';
+import { HubApi } from '../fleet/hub-api.js';
 import { MuxFrontendSession } from './frontend-mux.js';
-import { startConnectFrontend, type ConnectFrontend } from './frontend-connect.js';
-import { TokenStore } from './tokens.js';
+import { startConnectFrontend, type ConnectFrontend } from './connect/frontend.js';
+import { TokenStore } from '../fleet/tokens.js';
 import type { TLSSocket } from 'node:tls';
 import { GrpcFrontend } from './frontend-grpc.js';
 import { raiseServerReceiveWindows } from './grpc-windows.js';
 import { watchSessions } from './session-watchdog.js';
-import { clusterFromSubject } from './pki/agent-identity.js';
+import { clusterFromSubject } from '../pki/agent-identity.js';
 import { ProxyCore } from './proxy-core.js';
 import { ServerMetrics } from './metrics.js';
 

@@ -6,7 +6,7 @@ import type * as grpc from '@grpc/grpc-js';
 import { PacketType, StreamSender, packetTypeName, packets, tapWrites, type FramedPacketStream, type Packet, type PacketStream } from '@cluster-proxy/proto';
 import type { Logger } from 'pino';
 import { detachedServerMetrics, grpcCodeName, type ServerMetrics } from './metrics.js';
-import type { ProxiedConnection } from './proxied-connection.js';
+import type { ConnectionBackend, ProxiedConnection } from './proxied-connection.js';
 import type { Routable } from './routing.js';
 
 /** An agent's stream of packets, whatever carries it (a gRPC call, or our framed TLS transport). */
@@ -84,7 +84,7 @@ export interface AgentBackendOptions {
 
 let nextDialID = BigInt(Date.now()) << 16n; // process-wide, so dial IDs never repeat across agents
 
-export class AgentBackend implements Routable {
+export class AgentBackend implements Routable, ConnectionBackend {
   readonly key: string;
   readonly agentID: string;
   readonly cluster: string;

@@ -5,8 +5,8 @@
 // replicas that are gone. A graceful stop deletes the lease at once.
 import type { Logger } from 'pino';
 import type { HubApi } from './hub-api.js';
-import type { Lease } from './store/objects.js';
-import { AlreadyExistsError, ConflictError, NotFoundError, type Store } from './store/store.js';
+import type { Lease } from '../store/objects.js';
+import { AlreadyExistsError, ConflictError, NotFoundError, type Store } from '../store/store.js';
 
 export const REPLICA_LEASE_PREFIX = 'cluster-proxy-server-';
 export const REPLICA_LABEL = 'proxy.open-cluster-management.io/server-replica';

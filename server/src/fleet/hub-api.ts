@@ -5,7 +5,7 @@
 import http from 'node:http';
 import type { PeerCertificate, TLSSocket } from 'node:tls';
 import type { Logger } from 'pino';
-import { clusterFromSubject, type AgentIdentity } from './pki/agent-identity.js';
+import { clusterFromSubject, type AgentIdentity } from '../pki/agent-identity.js';
 
 export const HUB_API_ALPN = 'http/1.1';
 /** Request bodies are small JSON documents (a CSR, a health report). */

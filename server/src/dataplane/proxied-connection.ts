@@ -4,10 +4,33 @@
 //   open     bytes flow both ways; either side may half-close
 //   closing  CLOSE_REQ sent to the agent, waiting for CLOSE_RSP (timer running)
 //   closed   removed from every table; the frontend has been told
-import { CreditReturn, LazyLog, MAX_DATA_CHUNK, MAX_MESSAGE_BYTES, SendCredit, chunks, classifyDialError, packets, type DialFailureReason } from '@cluster-proxy/proto';
+import { CreditReturn, LazyLog, MAX_DATA_CHUNK, MAX_MESSAGE_BYTES, SendCredit, chunks, classifyDialError, packets, type DialFailureReason, type StreamSender } from '@cluster-proxy/proto';
 import type { Logger } from 'pino';
-import type { AgentBackend } from './backend.js';
 import type { Frontend } from './frontend.js';
+import type { ServerMetrics } from './metrics.js';
+
+/**
+ * What a connection needs of the agent stream it rides; AgentBackend (backend.ts) implements it. Declared
+ * here rather than imported, so the stream and its connections do not import each other.
+ */
+export interface ConnectionBackend {
+  readonly cluster: string;
+  /** Window we grant the agent per connection. */
+  readonly window: number;
+  /** Window the agent granted us, or null (no credit). */
+  readonly peerWindow: number | null;
+  readonly credit: boolean;
+  readonly halfClose: boolean;
+  readonly sender: StreamSender;
+  readonly metrics: ServerMetrics;
+  sendDialRequest(conn: ProxiedConnection): void;
+  sendDialClose(conn: ProxiedConnection): void;
+  established(conn: ProxiedConnection): void;
+  sendCredit(conn: ProxiedConnection, bytes: number): void;
+  sendHalfClose(conn: ProxiedConnection): void;
+  sendCloseRequest(conn: ProxiedConnection): void;
+  forget(conn: ProxiedConnection): void;
+}
 
 export type ProxiedState = 'pending' | 'open' | 'closing' | 'closed';
 
@@ -49,7 +72,7 @@ export class ProxiedConnection {
   }
 
   constructor(
-    readonly backend: AgentBackend,
+    readonly backend: ConnectionBackend,
     readonly frontend: Frontend,
     readonly dialID: bigint,
     readonly address: string,

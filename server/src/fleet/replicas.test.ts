@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { REPLICA_CLUSTERS_ANNOTATION, REPLICA_LABEL, tunnelsOnOtherReplicas } from './replicas.js';
-import type { Lease } from './store/objects.js';
+import type { Lease } from '../store/objects.js';
 
 const NOW = Date.parse('2026-11-24T10:00:00Z');
 const lease = (holder: string, renewAgoMs: number, clusters: string, replica = true): Lease => ({

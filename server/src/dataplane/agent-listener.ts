@@ -9,7 +9,7 @@ import {
 import type { Logger } from 'pino';
 import type { PeerCertificate, TLSSocket } from 'node:tls';
 import { AgentBackend, grpcAgentChannel, muxAgentChannel, type AgentBackendOptions, type AgentChannel } from './backend.js';
-import { clusterFromSubject } from './pki/agent-identity.js';
+import { clusterFromSubject } from '../pki/agent-identity.js';
 import type { ProxyCore } from './proxy-core.js';
 import { cidrContains, isValidCidr } from './routing.js';
 import { isIP } from 'node:net';

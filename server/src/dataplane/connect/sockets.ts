@@ -1,0 +1,101 @@
+// Socket plumbing of the CONNECT listeners: binding TCP and Unix sockets (0660, stale files removed,
+// live ones never), closing servers, resetting a client (TCP RST, also under TLS), peer names.
+import { chmod, lstat, unlink } from 'node:fs/promises';
+import net from 'node:net';
+import tls from 'node:tls';
+import { joinHostPort } from '@cluster-proxy/proto';
+
+const UDS_MODE = 0o660;
+
+/**
+ * RST for a TCP client, TLS included (it learns the stream is incomplete; a FIN, or a TLS
+ * close_notify, would read as a complete stream). A Unix socket has no reset: it just closes.
+ */
+export function resetSocket(s: net.Socket): void {
+  if (s.destroyed) return;
+  // A TLS socket's TCP connection is the net.Socket it wraps (`_parent`, set by node:tls for
+  // server-side sockets); resetAndDestroy() works only on that TCP handle.
+  const raw = s instanceof tls.TLSSocket ? (s as tls.TLSSocket & { _parent?: unknown })._parent : s;
+  try {
+    if (raw instanceof net.Socket && !raw.destroyed) raw.resetAndDestroy();
+  } catch {
+    // Not a TCP handle (a Unix socket): a close is all there is.
+  }
+  s.destroy();
+}
+
+export function peerOf(s: net.Socket): string {
+  if (!s.remoteAddress) return '';
+  return joinHostPort(s.remoteAddress, s.remotePort ?? 0);
+}
+
+export function isLoopback(host: string): boolean {
+  if (host === 'localhost') return true;
+  if (net.isIPv4(host)) return host.startsWith('127.');
+  if (net.isIPv6(host)) return host === '::1' || /^::ffff:127\./i.test(host);
+  return false;
+}
+
+export function listen(server: net.Server, where: net.ListenOptions): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const onError = (err: NodeJS.ErrnoException): void => reject(new Error(`cannot listen on ${where.host}:${where.port}: ${err.code ?? err.message}`));
+    server.once('error', onError);
+    server.listen(where, () => {
+      server.removeListener('error', onError);
+      resolve((server.address() as net.AddressInfo).port);
+    });
+  });
+}
+
+/** Binds a Unix socket that is 0660 from the start (umask during the synchronous bind), removing a
+ * stale socket file but never a live one or a non-socket. */
+export async function listenUnix(server: net.Server, file: string): Promise<void> {
+  await removeStaleSocket(file);
+  await new Promise<void>((resolve, reject) => {
+    const onError = (err: NodeJS.ErrnoException): void => reject(new Error(`cannot listen on ${file}: ${err.code ?? err.message}`));
+    server.once('error', onError);
+    let oldMask: number | null = null;
+    try {
+      oldMask = process.umask(0o777 & ~UDS_MODE);
+    } catch {
+      // Worker threads cannot change the umask; the chmod below still applies.
+    }
+    try {
+      server.listen(file, () => {
+        server.removeListener('error', onError);
+        resolve();
+      });
+    } finally {
+      if (oldMask !== null) process.umask(oldMask);
+    }
+  });
+  await chmod(file, UDS_MODE);
+}
+
+async function removeStaleSocket(file: string): Promise<void> {
+  let st;
+  try {
+    st = await lstat(file);
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return;
+    throw err;
+  }
+  if (!st.isSocket()) throw new Error(`cannot listen on ${file}: it exists and is not a socket`);
+  const live = await new Promise<boolean>((resolve) => {
+    const probe = net.connect(file);
+    probe.once('connect', () => {
+      probe.destroy();
+      resolve(true);
+    });
+    probe.once('error', () => resolve(false));
+  });
+  if (live) throw new Error(`cannot listen on ${file}: another process is serving it`);
+  await unlink(file);
+}
+
+export function closeServer(server: net.Server): Promise<void> {
+  return new Promise((resolve) => {
+    if (!server.listening) return resolve();
+    server.close(() => resolve());
+  });
+}

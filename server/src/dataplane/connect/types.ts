@@ -1,0 +1,46 @@
+// The HTTP CONNECT frontend's shared vocabulary: who is asking (Principal), on which listener, in which
+// state a client connection is, and what the listeners share with each connection.
+import type { Logger } from 'pino';
+import type { TokenPrincipal, TokenStore } from '../../fleet/tokens.js';
+import type { ProxyCore } from '../proxy-core.js';
+
+export type ListenerKind = 'tls' | 'uds' | 'plain';
+
+/** Who is asking. Certificates and Unix-socket peers may reach every cluster (subject to
+ * `authorize`); a token only the clusters it was issued for. */
+export type Principal =
+  | { kind: 'certificate'; name: string }
+  | { kind: 'unix-socket'; name: string }
+  | TokenPrincipal;
+
+export type ConnectState = 'reading-head' | 'dialing' | 'open' | 'half-closed' | 'refusing' | 'closed';
+
+export interface ConnectConnectionInfo {
+  state: ConnectState;
+  listener: ListenerKind;
+  peer: string;
+  principal: string;
+  destination: string;
+  connectID: number;
+}
+
+/** What the listeners need of a client connection (connection.ts). */
+export interface TrackedConnection {
+  describe(): ConnectConnectionInfo;
+  /** Past the request head: a tunnel that may finish within the stop grace period. */
+  isTunnel(): boolean;
+  refuseEarly(status: number, message: string, reason: string): void;
+  destroy(): void;
+}
+
+/** Settings and state every client connection of one frontend shares. */
+export interface ConnectShared {
+  core: ProxyCore;
+  log: Logger;
+  tokens: TokenStore;
+  authorize: (principal: Principal, cluster: string) => boolean;
+  headerTimeoutMs: number;
+  maxHeaderBytes: number;
+  plainAllowsTokens: boolean;
+  conns: Set<TrackedConnection>;
+}
