@@ -3,7 +3,15 @@
 // rescheduled pod, or a second replica, would find no certificate and only a bootstrap token that is
 // already used. The directory stays the working copy; the Secret is read when the directory has
 // nothing valid and written after every change.
-import { ApiException, CoreV1Api, KubeConfig, type V1Secret } from '@kubernetes/client-node';
+import { KubeApiError, kubeRequest, loadKubeRestConfig, statusMessage, type KubeRestConfig } from './kube-rest.js';
+
+interface Secret {
+  apiVersion: 'v1';
+  kind: 'Secret';
+  metadata: { name: string; namespace: string; resourceVersion?: string; labels?: Record<string, string> };
+  type?: string;
+  data?: Record<string, string>;
+}
 
 /** Somewhere outside the pod that keeps the credential files (name → content). */
 export interface CredentialsMirror {
@@ -17,16 +25,16 @@ export interface CredentialsMirror {
 
 export class SecretCredentialsMirror implements CredentialsMirror {
   readonly description: string;
+  private readonly path: string;
 
-  constructor(private readonly api: CoreV1Api, private readonly namespace: string, private readonly name: string) {
+  constructor(private readonly config: KubeRestConfig, private readonly namespace: string, private readonly name: string) {
     this.description = `Secret ${namespace}/${name}`;
+    this.path = `/api/v1/namespaces/${encodeURIComponent(namespace)}/secrets`;
   }
 
   /** In a pod: the service account (in-cluster config); elsewhere KUBECONFIG or ~/.kube/config, as kubectl. */
-  static fromEnvironment(namespace: string, name: string): SecretCredentialsMirror {
-    const kc = new KubeConfig();
-    kc.loadFromDefault();
-    return new SecretCredentialsMirror(kc.makeApiClient(CoreV1Api), namespace, name);
+  static async fromEnvironment(namespace: string, name: string): Promise<SecretCredentialsMirror> {
+    return new SecretCredentialsMirror(await loadKubeRestConfig(), namespace, name);
   }
 
   async load(): Promise<Map<string, Buffer> | null> {
@@ -40,44 +48,28 @@ export class SecretCredentialsMirror implements CredentialsMirror {
     // Read-modify-write on resourceVersion; another replica writing at the same moment makes us retry.
     for (let attempt = 0; attempt < 5; attempt++) {
       const current = await this.read();
-      try {
-        if (!current) {
-          await this.api.createNamespacedSecret({ namespace: this.namespace, body: { apiVersion: 'v1', kind: 'Secret', type: 'Opaque', metadata: { name: this.name, namespace: this.namespace, labels: { 'app.kubernetes.io/part-of': 'cluster-proxy' } }, data } });
-        } else {
-          await this.api.replaceNamespacedSecret({ name: this.name, namespace: this.namespace, body: { ...current, data: { ...current.data, ...data } } });
-        }
-        return;
-      } catch (err) {
-        if (err instanceof ApiException && err.code === 409) continue;
-        throw new Error(`cannot write ${this.description}: ${apiMessage(err)}`);
-      }
+      const r = current
+        ? await this.call('PUT', `${this.path}/${encodeURIComponent(this.name)}`, { ...current, data: { ...current.data, ...data } }, 'write')
+        : await this.call('POST', this.path, { apiVersion: 'v1', kind: 'Secret', type: 'Opaque', metadata: { name: this.name, namespace: this.namespace, labels: { 'app.kubernetes.io/part-of': 'cluster-proxy' } }, data }, 'write');
+      if (r.status === 409) continue;
+      if (r.status >= 200 && r.status < 300) return;
+      throw new KubeApiError(r.status, `cannot write ${this.description}: ${statusMessage(r.status, r.body)}`);
     }
     throw new Error(`cannot write ${this.description}: it kept changing under us`);
   }
 
-  private async read(): Promise<V1Secret | null> {
+  private async read(): Promise<Secret | null> {
+    const r = await this.call('GET', `${this.path}/${encodeURIComponent(this.name)}`, undefined, 'read');
+    if (r.status === 404) return null;
+    if (r.status < 200 || r.status >= 300) throw new KubeApiError(r.status, `cannot read ${this.description}: ${statusMessage(r.status, r.body)}`);
+    return r.body as Secret;
+  }
+
+  private async call(method: 'GET' | 'POST' | 'PUT', apiPath: string, body: unknown, what: 'read' | 'write'): Promise<{ status: number; body: unknown }> {
     try {
-      return await this.api.readNamespacedSecret({ name: this.name, namespace: this.namespace });
+      return await kubeRequest(this.config, method, apiPath, body);
     } catch (err) {
-      if (err instanceof ApiException && err.code === 404) return null;
-      throw new Error(`cannot read ${this.description}: ${apiMessage(err)}`);
+      throw new Error(`cannot ${what} ${this.description}: ${(err as Error).message}`);
     }
-  }
-}
-
-function apiMessage(err: unknown): string {
-  if (err instanceof ApiException) {
-    const body = typeof err.body === 'string' ? safeJson(err.body) : err.body;
-    const msg = (body as { message?: unknown } | null)?.message;
-    return typeof msg === 'string' ? `${msg} (HTTP ${err.code})` : `HTTP ${err.code}`;
-  }
-  return err instanceof Error ? err.message : String(err);
-}
-
-function safeJson(text: string): unknown {
-  try {
-    return JSON.parse(text);
-  } catch {
-    return null;
   }
 }

@@ -66,7 +66,7 @@ export async function runAgent(args: string[]): Promise<void> {
   const secretName = str(flags, 'credentials-secret');
   if (secretName !== undefined && !credentialsDir) throw new UsageError('--credentials-secret needs --credentials-dir (the working copy)');
   if (secretName !== undefined && !/^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$/.test(secretName)) throw new UsageError(`--credentials-secret "${secretName}" is not a valid Secret name`);
-  const mirror = secretName ? mirrorOf(str(flags, 'namespace')!, secretName) : undefined;
+  const mirror = secretName ? await mirrorOf(str(flags, 'namespace')!, secretName) : undefined;
   const hubClient: { address: string; caCert: Buffer; serverName: string | undefined; egress: EgressOptions | undefined } = { address: hubAddress, caCert: Buffer.alloc(0), serverName: str(flags, 'server-name'), egress: hubEgress(hubAddress, str(flags, 'proxy-ca') ? await read('proxy-ca') : undefined, duration(flags, 'proxy-connect-timeout')) };
   const credentials = credentialsDir ? new CredentialsManager({ cluster, dir: credentialsDir, bootstrapTokenFile: str(flags, 'bootstrap-token-file'), hub: hubClient, log, mirror }) : null;
   // A CA bundle the hub handed out later (CA rollover) supersedes the one from the install bundle.
@@ -155,9 +155,9 @@ export async function runAgent(args: string[]): Promise<void> {
   });
 }
 
-function mirrorOf(namespace: string, name: string): CredentialsMirror {
+async function mirrorOf(namespace: string, name: string): Promise<CredentialsMirror> {
   try {
-    return SecretCredentialsMirror.fromEnvironment(namespace, name);
+    return await SecretCredentialsMirror.fromEnvironment(namespace, name);
   } catch (err) {
     throw new UsageError(`--credentials-secret: no Kubernetes API to keep it in (${(err as Error).message})`);
   }
