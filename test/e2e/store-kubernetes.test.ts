@@ -5,7 +5,8 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { KubernetesStore, openStore, type WatchEvent } from '@cluster-proxy/server';
+import { openStore, type WatchEvent } from '@cluster-proxy/server';
+import { KubernetesStore } from '@cluster-proxy/server/kubernetes-store';
 import { snapshotHandles, startFakeKubeApiServer, waitFor, waitForHandlesAtMost, type FakeKubeApiServer } from '../src/fixtures/index.js';
 import { sampleObject, storeConformance } from '../src/store-conformance.js';
 

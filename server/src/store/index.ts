@@ -3,5 +3,6 @@ export * from './store.js';
 export * from './memory.js';
 export * from './journal.js';
 export * from './embedded.js';
-export * from './kubernetes.js';
+// The Kubernetes store is not re-exported here (it would load @kubernetes/client-node into every hub):
+// openStore({ type: 'kubernetes' }) loads it on demand, and `@cluster-proxy/server/kubernetes-store` exports it.
 export * from './open.js';

@@ -1,7 +1,6 @@
 // One entry point for the hub: the store named by its configuration (SPEC §6).
 import { join } from 'node:path';
 import { openEmbeddedStore, type EmbeddedStoreOptions } from './embedded.js';
-import { openKubernetesStore } from './kubernetes.js';
 import type { Store } from './store.js';
 
 export type StoreConfig =
@@ -20,6 +19,7 @@ export async function openStore(config: StoreConfig): Promise<Store> {
     return openEmbeddedStore(embeddedStoreDir(dataDir), opts);
   }
   const { type: _t, ...opts } = config;
-  const store = openKubernetesStore(opts);
-  return store;
+  // Loaded only here: @kubernetes/client-node costs a hub on the embedded store ~65 MiB it never uses.
+  const { openKubernetesStore } = await import('./kubernetes.js');
+  return openKubernetesStore(opts);
 }
