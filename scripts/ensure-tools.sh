@@ -31,12 +31,15 @@ if [ "${CLUSTER_PROXY_SKIP_APT:-}" != "1" ] && [ ${#need[@]} -gt 0 ]; then
   fi
 fi
 
-# systemd-analyze checks the drop-ins `proxy-config render --format systemd` writes; optional (the test
-# falls back to parsing them as systemd does), so a failed install only warns.
-if [ "${CLUSTER_PROXY_SKIP_APT:-}" != "1" ] && ! command -v systemd-analyze >/dev/null 2>&1 && [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then
-  echo "==> apt-get install systemd (for systemd-analyze)"
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends systemd >/dev/null 2>&1 \
-    || echo "warning: could not install systemd; the drop-in test will parse them itself" >&2
+# Optional tools, each checked by one test that says why it skipped without it, so a failed install only
+# warns: systemd-analyze (the drop-ins of `proxy-config render --format systemd`), buildah (the OCI image).
+optional=()
+command -v systemd-analyze >/dev/null 2>&1 || optional+=(systemd)
+command -v buildah >/dev/null 2>&1 || optional+=(buildah)
+if [ "${CLUSTER_PROXY_SKIP_APT:-}" != "1" ] && [ ${#optional[@]} -gt 0 ] && [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then
+  echo "==> apt-get install ${optional[*]} (optional)"
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${optional[@]}" >/dev/null 2>&1 \
+    || echo "warning: could not install ${optional[*]}; the tests that use them will say so" >&2
 fi
 
 echo "==> pnpm install"
