@@ -7,7 +7,7 @@ import { readFile, chmod, mkdir, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { auditNoProxy, formatAudit, NoProxyAuditError, type AuditReport, type ClusterFacts } from '@cluster-proxy/agent';
 import type { ClusterProxyConfigResponse, ClusterProxyFacts, MergedProxySettings, ProxyConfig, ProxyConfigRender } from '@cluster-proxy/server';
-import { UsageError, helpText, list, parseFlags, str, type FlagSpecs } from './flags.js';
+import { UsageError, helpText, list, parseFlags, str, type FlagSpecs, type ParsedFlags } from './flags.js';
 import { AdminRequestError, adminAddress, adminFlag, adminRequest, hubDataDirFlags } from './hub-files.js';
 
 const FORMATS = 'systemd|kubeadm|kyverno|env|helm-values|json';
@@ -117,8 +117,7 @@ async function setCommand(args: string[], io: RenderIo): Promise<number> {
   return 0;
 }
 
-async function inputsOf(flags: Record<string, unknown>): Promise<RenderInputs> {
-  const f = flags as Parameters<typeof str>[0];
+async function inputsOf(f: ParsedFlags): Promise<RenderInputs> {
   let recorded: ClusterProxyConfigResponse | undefined;
   const cluster = str(f, 'cluster');
   if (cluster !== undefined) {
@@ -241,7 +240,7 @@ export async function proxyConfigCommand(args: string[], io: RenderIo): Promise<
   return 0;
 }
 
-function force(flags: Record<string, unknown>): boolean {
+function force(flags: ParsedFlags): boolean {
   return flags['force'] === true;
 }
 
