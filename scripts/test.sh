@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # The whole test suite, from a fresh clone: installs what it needs, builds, runs every test.
+# Arguments go to vitest (e.g. a file or -t NAME) and then select from the whole suite in one run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/ensure-tools.sh
@@ -9,11 +10,28 @@ pnpm build
 echo "==> test"
 # Raise the open-file limit for the many-connection tests (best effort).
 ulimit -n 65536 2>/dev/null || true
-results="$(mktemp -d)/vitest.json"
+results="$(mktemp -d)"
 status=0
-pnpm exec vitest run --reporter=default --reporter=json --outputFile.json="$results" "$@" || status=$?
-# One plain summary line that any CI can read.
-if [ -f "$results" ]; then
-  node -e 'const r=JSON.parse(require("fs").readFileSync(process.argv[1],"utf8"));console.log(`${r.numPassedTests} passed, ${r.numFailedTests} failed, ${r.numPendingTests+r.numTodoTests} skipped`)' "$results"
+# The packaging tests (npm pack + install, the OCI image build) saturate CPU and disk for minutes; they run
+# after the rest, on their own, so they do not skew the timing-sensitive end-to-end tests beside them.
+PACKAGING=(test/e2e/install.test.ts test/e2e/image.test.ts)
+if [ $# -gt 0 ]; then
+  pnpm exec vitest run --reporter=default --reporter=json --outputFile.json="$results/all.json" "$@" || status=$?
+else
+  excludes=()
+  for f in "${PACKAGING[@]}"; do excludes+=(--exclude "$f"); done
+  pnpm exec vitest run --reporter=default --reporter=json --outputFile.json="$results/main.json" "${excludes[@]}" || status=$?
+  echo "==> packaging tests"
+  pnpm exec vitest run --reporter=default --reporter=json --outputFile.json="$results/packaging.json" "${PACKAGING[@]}" || status=$?
 fi
+# One plain summary line that any CI can read.
+node -e '
+const fs = require("fs");
+let p = 0, f = 0, s = 0, files = 0;
+for (const name of fs.readdirSync(process.argv[1])) {
+  const r = JSON.parse(fs.readFileSync(`${process.argv[1]}/${name}`, "utf8"));
+  p += r.numPassedTests; f += r.numFailedTests; s += r.numPendingTests + r.numTodoTests; files++;
+}
+if (files > 0) console.log(`${p} passed, ${f} failed, ${s} skipped`);
+' "$results"
 exit $status
