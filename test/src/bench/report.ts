@@ -99,7 +99,7 @@ export function formatTable(rows: readonly ResultRow[]): string {
   return table(header, body, 2);
 }
 
-// ---------------------------------------------------------------- goals (issue 3)
+// ---------------------------------------------------------------- goals (issues 3 and 13)
 
 interface GoalSpec {
   goal: string;
@@ -127,6 +127,9 @@ const GOALS: readonly GoalSpec[] = [
   { goal: 'idle connection, hub', scenario: 'scale-conns', metric: 'hub KiB/conn', compare: 'value', op: '<=', bound: 16, unit: 'KiB' },
   { goal: 'idle connection, agent', scenario: 'scale-conns', metric: 'agent KiB/conn', compare: 'value', op: '<=', bound: 16, unit: 'KiB' },
   { goal: 'idle agent, hub', scenario: 'scale-agents', metric: 'hub KiB/agent', compare: 'value', op: '<=', bound: 100, unit: 'KiB', paths: ['tunnel', 'tunnel-grpc'] },
+  // Issue 13: the agent runs in every managed cluster; the hub on the embedded store.
+  { goal: 'agent RSS at start', scenario: 'idle-rss', metric: 'agent start', compare: 'value', op: '<=', bound: 60, unit: 'MiB', paths: ['tunnel', 'tunnel-grpc'] },
+  { goal: 'hub RSS at start (embedded store)', scenario: 'idle-rss', metric: 'hub start', compare: 'value', op: '<=', bound: 80, unit: 'MiB', paths: ['tunnel', 'tunnel-grpc'] },
 ];
 
 function targetText(g: GoalSpec): string {

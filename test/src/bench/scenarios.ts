@@ -5,6 +5,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { digestStream, payloadBlock, payloadSha256, writePayload, type ManagedProcess } from '../fixtures/index.js';
 import { rssKiB, script, spawnNode } from './helpers.js';
 import { countToEnd, errorMessage, Pinger, readToEnd, SocketScope } from './io.js';
+import { openClient } from './clients.js';
 import type { Dialer, Network, PathName, ScaleRig } from './paths.js';
 import { reapOnDeath } from './reaper.js';
 import { GiB, mbPerSecond, MiB, Samples } from './stats.js';
@@ -50,6 +51,8 @@ export interface BenchConfig {
   scaleAgentsConcurrency: number;
   /** Pause before each RSS reading (timers, lazily freed buffers), before the forced GC. */
   scaleSettleMs: number;
+  /** idle-rss: bytes echoed through one connection (so as many each way) between the first two readings. */
+  idleRssBytes: number;
 }
 
 export const FULL_CONFIG: BenchConfig = {
@@ -77,6 +80,7 @@ export const FULL_CONFIG: BenchConfig = {
   scaleAgents: 1000,
   scaleAgentsConcurrency: 32,
   scaleSettleMs: 1000,
+  idleRssBytes: GiB,
 };
 
 export const QUICK_CONFIG: BenchConfig = {
@@ -104,6 +108,7 @@ export const QUICK_CONFIG: BenchConfig = {
   scaleAgents: 50,
   scaleAgentsConcurrency: 25,
   scaleSettleMs: 200,
+  idleRssBytes: 64 * MiB,
 };
 
 export interface MetricSpec {
@@ -465,6 +470,48 @@ async function waitHubConnections(rig: ScaleRig, want: (n: number) => boolean, t
   }
 }
 
+/** What `idleConnectionsCycle` saw: RSS before, while holding, and after closing, and how the opening went. */
+interface IdleCycle {
+  before: Reading;
+  held: Reading;
+  closed: Reading;
+  seconds: number;
+  client: string;
+}
+
+/**
+ * Through a scale rig: a child process opens and closes `scaleWarmup` connections, then (RSS "before")
+ * opens `n` idle connections, each proven by an echo (RSS "held"), checks none was closed while idle,
+ * and closes them all (RSS "closed").
+ */
+async function idleConnectionsCycle(path: PathName, rig: ScaleRig, cfg: BenchConfig, n: number): Promise<IdleCycle> {
+  const child = spawnHelper(`scale-client-${path}`, 'scale-client.js', { spec: rig.spec, count: n, concurrency: cfg.scaleConcurrency, warmup: cfg.scaleWarmup });
+  try {
+    const warm = await child.waitForJsonLine((o) => 'warm' in o, 60_000);
+    await waitHubConnections(rig, (c) => c === 0, 15_000, 'after the warm-up');
+    const before = await settledRss(rig, cfg.scaleSettleMs);
+    let after = child.lineCount();
+    child.kill('SIGUSR2');
+    const ready = await child.waitForJsonLine((o) => 'ready' in o, Math.max(120_000, n * 10), { after });
+    const opened = Number(ready['ready']);
+    if (opened !== n) throw new Error(`opened ${opened} of ${n} connections (${String(ready['failed'])} failed; first error: ${String(ready['firstError'])})`);
+    await waitHubConnections(rig, (c) => c >= n, 15_000, 'all connections up');
+    const held = await settledRss(rig, cfg.scaleSettleMs);
+    after = child.lineCount();
+    child.kill('SIGUSR2');
+    const holding = await child.waitForJsonLine((o) => 'holding' in o, 10_000, { after });
+    if (Number(holding['lost']) !== 0) throw new Error(`${String(holding['lost'])} of the ${n} idle connections were closed by the path while idle`);
+    await child.waitForJsonLine((o) => 'closed' in o, 60_000, { after });
+    await waitHubConnections(rig, (c) => c === 0, 30_000, 'after closing');
+    const closed = await settledRss(rig, cfg.scaleSettleMs);
+    return { before, held, closed, seconds: Number(ready['seconds']), client: String(ready['client'] ?? warm['client']) };
+  } finally {
+    await child.stop(5000);
+  }
+}
+
+const mib = (kib: number): string => `${(kib / 1024).toFixed(1)} MiB`;
+
 class ScaleConnsRun implements PathRun {
   private readonly hub: number[] = [];
   private readonly agent: number[] = [];
@@ -477,43 +524,23 @@ class ScaleConnsRun implements PathRun {
     if (!dialer.scaleConns) throw new Error('no scale set-up for this path');
     const n = dialer.path === 'ssh' ? cfg.scaleSshConnections : cfg.scaleConnections;
     const rig = await dialer.scaleConns();
-    let child: ManagedProcess | undefined;
     try {
-      child = spawnHelper(`scale-client-${dialer.path}`, 'scale-client.js', { spec: rig.spec, count: n, concurrency: cfg.scaleConcurrency, warmup: cfg.scaleWarmup });
-      const warm = await child.waitForJsonLine((o) => 'warm' in o, 60_000);
-      await waitHubConnections(rig, (c) => c === 0, 15_000, 'after the warm-up');
-      const before = await settledRss(rig, cfg.scaleSettleMs);
-      let after = child.lineCount();
-      child.kill('SIGUSR2');
-      const ready = await child.waitForJsonLine((o) => 'ready' in o, Math.max(120_000, n * 10), { after });
-      const opened = Number(ready['ready']);
-      if (opened !== n) throw new Error(`opened ${opened} of ${n} connections (${String(ready['failed'])} failed; first error: ${String(ready['firstError'])})`);
-      await waitHubConnections(rig, (c) => c >= n, 15_000, 'all connections up');
-      const held = await settledRss(rig, cfg.scaleSettleMs);
-      after = child.lineCount();
-      child.kill('SIGUSR2');
-      const holding = await child.waitForJsonLine((o) => 'holding' in o, 10_000, { after });
-      if (Number(holding['lost']) !== 0) throw new Error(`${String(holding['lost'])} of the ${n} idle connections were closed by the path while idle`);
-      await child.waitForJsonLine((o) => 'closed' in o, 60_000, { after });
-      await waitHubConnections(rig, (c) => c === 0, 30_000, 'after closing');
-      const closed = await settledRss(rig, cfg.scaleSettleMs);
+      const { before, held, closed, seconds, client } = await idleConnectionsCycle(dialer.path, rig, cfg, n);
       const hub = (held.hub - before.hub) / n;
       const agent = (held.agent - before.agent) / n;
       this.hub.push(hub);
       this.agent.push(agent);
-      const mib = (kib: number): string => `${(kib / 1024).toFixed(1)} MiB`;
       const heap = (side: 'hub' | 'agent'): string => {
         if (!before.heap || !held.heap || !closed.heap) return '';
         const kib = (b: number): string => `${(b / 1024 / n).toFixed(1)}`;
         return `; V8 heap ${kib(held.heap[side] - before.heap[side])} KiB/conn, ${kib(closed.heap[side] - before.heap[side])} KiB/conn left after closing`;
       };
-      const summary = `${n} idle connections opened in ${Number(ready['seconds']).toFixed(1)} s (${String(ready['client'] ?? warm['client'])}); `
+      const summary = `${n} idle connections opened in ${seconds.toFixed(1)} s (${client}); `
         + `${rig.sides.hub} RSS ${mib(before.hub)} → ${mib(held.hub)} (${mib(closed.hub)} after closing)${heap('hub')}; `
         + `${rig.sides.agent} RSS ${mib(before.agent)} → ${mib(held.agent)} (${mib(closed.agent)} after closing)${heap('agent')}`;
       this.notesList.push(summary);
       return `${summary}: ${hub.toFixed(1)} / ${agent.toFixed(1)} KiB per connection`;
     } finally {
-      await child?.stop(5000);
       await rig.stop();
     }
   }
@@ -525,6 +552,91 @@ class ScaleConnsRun implements PathRun {
 
   roundValues(): number[][] {
     return [this.hub, this.agent];
+  }
+
+  notes(): string[] {
+    return this.notesList;
+  }
+}
+
+/** Writes `bytes` into an echo connection while reading them back; resolves when all came back. */
+async function echoThrough(socket: Duplex, bytes: number): Promise<void> {
+  const chunk = Buffer.alloc(64 * 1024, 0x5a);
+  let received = 0;
+  const done = new Promise<void>((resolve, reject) => {
+    socket.on('data', (d: Buffer) => {
+      received += d.length;
+      if (received >= bytes) resolve();
+    });
+    socket.once('error', reject);
+    socket.once('close', () => (received >= bytes ? resolve() : reject(new Error(`closed after ${received} of ${bytes} echoed bytes`))));
+  });
+  for (let sent = 0; sent < bytes; sent += chunk.length) {
+    const piece = bytes - sent < chunk.length ? chunk.subarray(0, bytes - sent) : chunk;
+    if (!socket.write(piece)) await new Promise<void>((resolve, reject) => {
+      const onDrain = (): void => {
+        socket.off('close', onClose);
+        resolve();
+      };
+      const onClose = (): void => {
+        socket.off('drain', onDrain);
+        reject(new Error(`closed after ${sent} of ${bytes} bytes sent`));
+      };
+      socket.once('drain', onDrain);
+      socket.once('close', onClose);
+    });
+  }
+  await done;
+}
+
+/**
+ * RSS of fresh hub and agent processes (sshd session and ssh client for ssh -R): after start, after
+ * echoing `idleRssBytes` each way through one connection, and after opening and closing the scale
+ * scenario's idle connections. Memory a path keeps after work shows here; scale-conns shows the cost
+ * while holding connections.
+ */
+class IdleRssRun implements PathRun {
+  private readonly figures: number[][] = [[], [], [], [], [], []];
+  private readonly notesList: string[] = [];
+
+  constructor(private readonly dialer: Dialer, private readonly cfg: BenchConfig) {}
+
+  async measure(): Promise<string> {
+    const { cfg, dialer } = this;
+    if (!dialer.scaleConns) throw new Error('no scale set-up for this path');
+    const n = dialer.path === 'ssh' ? cfg.scaleSshConnections : cfg.scaleConnections;
+    const rig = await dialer.scaleConns();
+    try {
+      const start = await settledRss(rig, cfg.scaleSettleMs);
+      const client = openClient(rig.spec);
+      try {
+        const socket = await client.dial('echo', DIAL_TIMEOUT_MS);
+        await withTimeout(echoThrough(socket, cfg.idleRssBytes), 300_000, 'echo transfer');
+        socket.destroy();
+      } finally {
+        client.close();
+      }
+      await waitHubConnections(rig, (c) => c === 0, 15_000, 'after the transfer');
+      const moved = await settledRss(rig, cfg.scaleSettleMs);
+      const { closed } = await idleConnectionsCycle(dialer.path, rig, cfg, n);
+      const readings = [start.hub, moved.hub, closed.hub, start.agent, moved.agent, closed.agent].map((kib) => kib / 1024);
+      readings.forEach((v, i) => this.figures[i]!.push(v));
+      const moveText = `${(cfg.idleRssBytes / GiB >= 1 ? `${cfg.idleRssBytes / GiB} GiB` : `${cfg.idleRssBytes / MiB} MiB`)} each way`;
+      const summary = `${rig.sides.hub} ${mib(start.hub)} at start, ${mib(moved.hub)} after ${moveText}, ${mib(closed.hub)} after ${n} idle connections closed; `
+        + `${rig.sides.agent} ${mib(start.agent)}, ${mib(moved.agent)}, ${mib(closed.agent)}`;
+      this.notesList.push(summary);
+      return summary;
+    } finally {
+      await rig.stop();
+    }
+  }
+
+  values(): (number | null)[] {
+    return this.figures.map((xs) => (xs.length === 0 ? null : xs.reduce((a, b) => a + b, 0) / xs.length));
+  }
+
+  roundValues(): number[][] {
+    return this.figures;
   }
 
   notes(): string[] {
@@ -757,6 +869,22 @@ export const SCENARIOS: readonly Scenario[] = [
     rounds: () => 1,
     appliesTo: { paths: ['ssh', 'tunnel', 'tunnel-grpc', 'connect'], otherwise: 'no process in between' },
     forPath: (dialer, cfg) => new ScaleConnsRun(dialer, cfg),
+  },
+  {
+    name: 'idle-rss',
+    network: 'lan',
+    description: 'RSS of fresh processes: at start, after echoing idleRssBytes each way, after the scale idle connections closed',
+    metrics: [
+      { metric: 'hub start', unit: 'MiB', better: 'lower' },
+      { metric: 'hub after transfer', unit: 'MiB', better: 'lower' },
+      { metric: 'hub after conns', unit: 'MiB', better: 'lower' },
+      { metric: 'agent start', unit: 'MiB', better: 'lower' },
+      { metric: 'agent after transfer', unit: 'MiB', better: 'lower' },
+      { metric: 'agent after conns', unit: 'MiB', better: 'lower' },
+    ],
+    rounds: () => 1,
+    appliesTo: { paths: ['ssh', 'tunnel', 'tunnel-grpc'], otherwise: 'no process in between (direct); connect shares tunnel\'s hub and agent' },
+    forPath: (dialer, cfg) => new IdleRssRun(dialer, cfg),
   },
   {
     name: 'scale-agents',
