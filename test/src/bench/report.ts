@@ -153,7 +153,7 @@ export function checkGoals(rows: readonly ResultRow[]): GoalCheck[] {
 }
 
 function formatGoals(goals: readonly GoalCheck[]): string {
-  const header = ['goal (issue 3)', 'target', ...OUR_PATHS.map((p) => PATH_LABELS[p])];
+  const header = ['goal (issues 3, 13)', 'target', ...OUR_PATHS.map((p) => PATH_LABELS[p])];
   const body = goals.map((g) => [
     g.goal,
     g.target,
@@ -161,7 +161,8 @@ function formatGoals(goals: readonly GoalCheck[]): string {
       const c = g.paths[p];
       if (!c) return '-';
       if (c.value === null || c.met === null) return 'n/a';
-      const shown = g.target.includes('x ssh') ? `${c.value.toFixed(2)}x` : `${c.value.toFixed(1)}${g.target.endsWith('%') ? ' %' : ' KiB'}`;
+      const unit = /(%|KiB|MiB)$/.exec(g.target)?.[1] ?? '';
+      const shown = g.target.includes('x ssh') ? `${c.value.toFixed(2)}x` : `${c.value.toFixed(1)} ${unit}`;
       return `${shown} ${c.met ? 'met' : 'NOT met'}`;
     }),
   ]);
@@ -175,7 +176,7 @@ export function formatReport(report: BenchReport): string {
   out.push('');
   out.push(formatTable(report.results));
   out.push('');
-  out.push('Ratios are pair by pair (grpc = tunnel-grpc). MB/s, conn/s and %: higher is better; µs, ms and KiB: lower is better.');
+  out.push('Ratios are pair by pair (grpc = tunnel-grpc). MB/s, conn/s and %: higher is better; µs, ms, KiB and MiB: lower is better.');
   if (report.results.some((r) => r.scenario.startsWith('rtt20-'))) out.push('rtt20-*: 20 ms RTT relay between client and target (direct), ssh and sshd (ssh -R), agent and hub (tunnel, tunnel-grpc, connect).');
   if (report.results.some((r) => r.scenario.startsWith('hol-'))) out.push('hol-*: bulk throughput next to a stalled connection on the same path, in % of the same transfer alone.');
   if (report.results.some((r) => r.scenario === 'scale-conns')) out.push('scale-conns: hub = the hub (sshd session processes for ssh -R), agent = the agent (the ssh client for ssh -R).');
