@@ -1,3 +1,4 @@
+import { generateKeyPairSync } from 'node:crypto';
 import { mkdtemp, readFile, rm, stat, writeFile } from 'node:fs/promises';
 import { existsSync } from 'node:fs';
 import os from 'node:os';
@@ -184,7 +185,8 @@ describe('cluster-proxy proxy-config render: bad input gets one line', () => {
     const dir = await mkdtemp(path.join(os.tmpdir(), 'cp-render-'));
     dirs.push(dir);
     const bad = path.join(dir, 'bad.pem');
-    await writeFile(bad, '-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----\n');
+    // A key pasted where the CA bundle belongs: made now, never stored.
+    await writeFile(bad, generateKeyPairSync('ec', { namedCurve: 'P-256' }).privateKey.export({ type: 'pkcs8', format: 'pem' }));
     expect(await usageError(['render', '--format', 'env', ...EXAMPLE, '--ca-bundle', bad])).toContain('is a PRIVATE KEY, not a CERTIFICATE');
   });
 
