@@ -15,7 +15,7 @@ import { ReplicaRegistry } from './fleet/replicas.js';
 import type { AddOnDeploymentConfig } from './store/objects.js';
 import type { Store } from './store/store.js';
 
-import { HUB_NAMESPACE } from './addon/hub-namespace.js';
+import { DEPLOYMENT_CONFIG, HUB_NAMESPACE } from './addon/hub-namespace.js';
 
 export { HUB_NAMESPACE };
 
@@ -97,7 +97,7 @@ export class Hub {
       issueBootstrapToken: (cluster, ttl) => createBootstrapToken(store, cluster, ttl),
       revokeBootstrapTokens: (cluster) => revokeBootstrapTokens(store, cluster),
       renderManifests: async (input) => {
-        const config = await store.get('AddOnDeploymentConfig', { name: 'cluster-proxy', namespace: HUB_NAMESPACE });
+        const config = await store.get('AddOnDeploymentConfig', DEPLOYMENT_CONFIG);
         return manifestsToYaml(renderAgentInstall({ ...input, proxyConfig: proxyConfigOf(config), nodePlacement: config?.spec.nodePlacement }));
       },
       caBundle,

@@ -8,6 +8,7 @@ export { startConnectFrontend, DIAL_FAILURE_STATUS, type ConnectFrontend, type C
 export { TokenStore, tokenAllowsCluster, type TokenPrincipal, type TokenInfo, type IssuedToken } from './fleet/tokens.js';
 export * from './egress/proxy-settings.js';
 export * from './egress/proxy-config-render.js';
+export { toYaml as toKubectlYaml, type YamlValue } from './kube-yaml.js';
 export * from './store/index.js';
 export { HubApi, HubApiError, HUB_API_ALPN, MAX_HUB_API_BODY_BYTES, type HubApiCaller, type HubApiRequest, type HubApiResponse, type HubApiHandler } from './fleet/hub-api.js';
 export * from './addon/join-api.js';

@@ -6,7 +6,7 @@ import { adminAddress, adminFlag, adminRequest, fetchConnections, hubDataDirFlag
 import { table } from './ui.js';
 import { stringify as stringifyYaml } from 'yaml';
 import type { AddonWideInfo, Condition, ManagedCluster, ManagedClusterAddOn } from '@cluster-proxy/server';
-import { toYaml, type YamlValue } from './yaml-output.js';
+import { toKubectlYaml as toYaml, type YamlValue } from '@cluster-proxy/server';
 
 const getFlags: FlagSpecs = {
   output: { type: 'string', short: 'o', help: 'wide, json or yaml (default: a table)' },

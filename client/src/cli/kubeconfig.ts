@@ -20,7 +20,7 @@ import { UsageError, helpText, hostPort, parseFlags, str, type FlagSpecs, type P
 import { AdminUnreachable, DEFAULT_CONNECT_PORT, adminAddress, adminFlag, fetchConnections, hubDataDirFlags, openTokenStore, readHubPorts, tokensFile } from './hub-files.js';
 import { DEFAULT_TOKEN_TTL, issueToken, ttlSeconds } from './token.js';
 import { Progress, cliWords, shellCommand } from './ui.js';
-import { toYaml, type YamlValue } from './yaml-output.js';
+import { toKubectlYaml as toYaml, type YamlValue } from '@cluster-proxy/server';
 
 const kubeconfigFlags: FlagSpecs = {
   out: { type: 'string', help: 'write the kubeconfig to this file (0600) instead of stdout' },

@@ -6,7 +6,7 @@ import type { TokenInfo, TokenStore } from '@cluster-proxy/server';
 import { UsageError, duration, helpText, list, parseFlags, str, type FlagSpecs, type ParsedFlags } from './flags.js';
 import { hubDataDirFlags, openTokenStore, tokensFile } from './hub-files.js';
 import { age, table } from './ui.js';
-import { toYaml, type YamlValue } from './yaml-output.js';
+import { toKubectlYaml as toYaml, type YamlValue } from '@cluster-proxy/server';
 
 export const DEFAULT_TOKEN_TTL = '24h';
 

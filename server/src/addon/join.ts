@@ -9,7 +9,7 @@ import { HubApiError, type HubApi } from '../fleet/hub-api.js';
 import { AlreadyExistsError, ConflictError, NotFoundError, type Store } from '../store/store.js';
 import { ADDON_NAME, type AddOnDeploymentConfig, type ManagedCluster } from '../store/objects.js';
 import { ProxySettingsError, renderProxySettings } from '../egress/proxy-settings.js';
-import { HUB_NAMESPACE } from './hub-namespace.js';
+import { DEPLOYMENT_CONFIG } from './hub-namespace.js';
 import type { ClusterProxyConfigResponse, JoinRequest, JoinResponse } from './join-api.js';
 
 export const DEFAULT_INSTALL_NAMESPACE = 'open-cluster-management-agent-addon';
@@ -55,8 +55,6 @@ export interface JoinDeps {
 
 type StoredProxyConfig = NonNullable<AddOnDeploymentConfig['spec']['proxyConfig']>;
 
-/** The AddOnDeploymentConfig whose `proxyConfig` holds the install-wide egress proxy settings. */
-const DEPLOYMENT_CONFIG = { name: ADDON_NAME, namespace: HUB_NAMESPACE };
 
 export function registerJoinRoutes(api: HubApi, deps: JoinDeps): void {
   api.route('POST', '/v1/clusters', async (req) => {
@@ -139,20 +137,17 @@ export function registerJoinRoutes(api: HubApi, deps: JoinDeps): void {
       if (err instanceof ProxySettingsError) throw new HubApiError(400, err.message);
       throw err;
     }
-    for (let attempt = 0; ; attempt++) {
+    const written = await untilNotRaced(async () => {
       const current = await deps.store.get('AddOnDeploymentConfig', DEPLOYMENT_CONFIG);
-      try {
-        if (!current) {
-          await deps.store.create('AddOnDeploymentConfig', { apiVersion: 'addon.open-cluster-management.io/v1alpha1', kind: 'AddOnDeploymentConfig', metadata: { ...DEPLOYMENT_CONFIG }, spec: { proxyConfig } });
-        } else {
-          const { proxyConfig: _old, ...rest } = current.spec;
-          await deps.store.update('AddOnDeploymentConfig', { ...current, spec: Object.keys(proxyConfig).length > 0 ? { ...rest, proxyConfig } : rest });
-        }
-        return { status: 200, body: { proxyConfig } };
-      } catch (err) {
-        if (attempt >= 2 || (!(err instanceof AlreadyExistsError) && !(err instanceof ConflictError))) throw err;
+      if (!current) {
+        await deps.store.create('AddOnDeploymentConfig', { apiVersion: 'addon.open-cluster-management.io/v1alpha1', kind: 'AddOnDeploymentConfig', metadata: { ...DEPLOYMENT_CONFIG }, spec: { proxyConfig } });
+      } else {
+        const { proxyConfig: _old, ...rest } = current.spec;
+        await deps.store.update('AddOnDeploymentConfig', { ...current, spec: Object.keys(proxyConfig).length > 0 ? { ...rest, proxyConfig } : rest });
       }
-    }
+    });
+    if (!written) throw new Error('the AddOnDeploymentConfig kept changing under us');
+    return { status: 200, body: { proxyConfig } };
   }, { agentOnly: false });
 
   api.route('DELETE', '/v1/clusters/*', async (req) => {
@@ -205,7 +200,7 @@ function parseProxyConfigRequest(body: unknown): StoredProxyConfig {
 
 /** The facts this join used replace the recorded ones (a fact left out of the join is dropped). */
 async function recordClusterFacts(store: Store, cluster: string, body: JoinRequest): Promise<void> {
-  for (let attempt = 0; attempt < 3; attempt++) {
+  await untilNotRaced(async () => {
     const mc = await store.get('ManagedCluster', { name: cluster });
     if (!mc) return;
     const annotations = { ...(mc.metadata.annotations ?? {}) };
@@ -216,29 +211,34 @@ async function recordClusterFacts(store: Store, cluster: string, body: JoinReque
     }
     const before = mc.metadata.annotations ?? {};
     if (Object.keys(annotations).length === Object.keys(before).length && Object.entries(annotations).every(([k, v]) => before[k] === v)) return;
-    try {
-      await store.update('ManagedCluster', { ...mc, metadata: { ...mc.metadata, annotations } });
-      return;
-    } catch (err) {
-      if (!(err instanceof ConflictError)) throw err;
-    }
-  }
+    await store.update('ManagedCluster', { ...mc, metadata: { ...mc.metadata, annotations } });
+  });
 }
 
 /** The addon's `spec.installNamespace` says where the agent was installed (the manager creates the addon with the default). */
 async function recordInstallNamespace(store: Store, cluster: string, installNamespace: string): Promise<void> {
-  for (let attempt = 0; attempt < 3; attempt++) {
+  await untilNotRaced(async () => {
     const addon = await store.get('ManagedClusterAddOn', { name: ADDON_NAME, namespace: cluster });
+    if (!addon) {
+      await store.create('ManagedClusterAddOn', { apiVersion: 'addon.open-cluster-management.io/v1alpha1', kind: 'ManagedClusterAddOn', metadata: { name: ADDON_NAME, namespace: cluster }, spec: { installNamespace } });
+    } else if (addon.spec.installNamespace !== installNamespace) {
+      await store.update('ManagedClusterAddOn', { ...addon, spec: { ...addon.spec, installNamespace } });
+    }
+  });
+}
+
+/**
+ * A read-modify-write `step`, run again when another writer got there first (the manager or another
+ * replica: ConflictError or AlreadyExistsError), at most `attempts` times. Whether a step got through.
+ */
+async function untilNotRaced(step: () => Promise<void>, attempts = 3): Promise<boolean> {
+  for (let attempt = 0; attempt < attempts; attempt++) {
     try {
-      if (!addon) {
-        await store.create('ManagedClusterAddOn', { apiVersion: 'addon.open-cluster-management.io/v1alpha1', kind: 'ManagedClusterAddOn', metadata: { name: ADDON_NAME, namespace: cluster }, spec: { installNamespace } });
-      } else if (addon.spec.installNamespace !== installNamespace) {
-        await store.update('ManagedClusterAddOn', { ...addon, spec: { ...addon.spec, installNamespace } });
-      }
-      return;
+      await step();
+      return true;
     } catch (err) {
-      // The manager created or changed it at the same moment: read again.
       if (!(err instanceof AlreadyExistsError) && !(err instanceof ConflictError)) throw err;
     }
   }
+  return false;
 }

@@ -16,8 +16,8 @@
 //
 // Secrets: a proxy URL may carry `user:password@`. Callers render twice when they print: with the
 // password masked for stdout, and unmasked for files written with mode 0600 (`RenderedFile.secret`).
-import { stringify } from 'yaml';
-import { caCertificates, renderProxySettings, type ClusterProxyFacts, type EnvVar, type ProxyConfig } from './proxy-settings.js';
+import { toYaml, type YamlValue } from '../kube-yaml.js';
+import { caCertificates, maskProxyPassword, renderProxySettings, type ClusterProxyFacts, type EnvVar, type ProxyConfig } from './proxy-settings.js';
 
 export const PROXY_CONFIG_FORMATS = ['systemd', 'kubeadm', 'kyverno', 'env', 'helm-values', 'json'] as const;
 export type ProxyConfigFormat = (typeof PROXY_CONFIG_FORMATS)[number];
@@ -80,12 +80,6 @@ export class ProxyConfigRenderError extends Error {
   override name = 'ProxyConfigRenderError';
 }
 
-/** The URL with its password replaced by "***" (user name kept, so the reader knows one is needed). */
-export function maskProxyPassword(url: string): string {
-  // By hand, not through URL: it would percent-encode "***". Greedy to the last '@' as URL parsers split.
-  return url.replace(/^([a-z][a-z0-9+.-]*:\/\/[^:@/?#]*):[^/?#]*@/i, '$1:***@');
-}
-
 function hasPassword(url: string | undefined): boolean {
   if (url === undefined) return false;
   try {
@@ -114,8 +108,9 @@ export function mergeProxySettings(proxy: ProxyConfig, facts: ClusterProxyFacts 
   return merged;
 }
 
+/** The settings with every proxy password as "***" (NO_PROXY is not a URL and stays as it is). */
 function masked(s: MergedProxySettings): MergedProxySettings {
-  const out: MergedProxySettings = { ...s, env: s.env.map((e) => (/_proxy$/i.test(e.name) && !/^no_proxy$/i.test(e.name) ? { ...e, value: maskProxyPassword(e.value) } : e)) };
+  const out: MergedProxySettings = { ...s, env: s.env.map((e) => (/^https?_proxy$/i.test(e.name) ? { ...e, value: maskProxyPassword(e.value) } : e)) };
   if (s.httpProxy !== undefined) out.httpProxy = maskProxyPassword(s.httpProxy);
   if (s.httpsProxy !== undefined) out.httpsProxy = maskProxyPassword(s.httpsProxy);
   return out;
@@ -310,7 +305,6 @@ function jsonView(s: MergedProxySettings): Record<string, unknown> {
   };
 }
 
-/** kubectl's YAML layout (lists not indented under their key, no line folding), YAML 1.1 quoting for Go readers. */
 function yamlDoc(value: unknown): string {
-  return stringify(value, { indentSeq: false, lineWidth: 0, version: '1.1' });
+  return toYaml(value as YamlValue);
 }

@@ -77,10 +77,18 @@ export const LOOPBACK_NO_PROXY: readonly string[] = ['localhost', '127.0.0.1'];
 
 type ProxyField = 'httpProxy' | 'httpsProxy';
 
+/** `[scheme://]user` and the `:password@` after it; greedy to the last '@' before the path, as URL parsers split user-info. */
+const URL_PASSWORD = /^((?:[a-z][a-z0-9+.-]*:\/\/)?[^:@/?#]*):[^/?#]*@/i;
+
 /** The URL without its password, for error messages (never log a proxy password). */
 function redact(value: string): string {
-  // Greedy up to the last '@' before the path, as URL parsers split user-info: a password may contain '@'.
-  return value.replace(/^([a-z][a-z0-9+.-]*:\/\/)?([^:@/?#]*):[^/?#]*@/i, (_m, scheme: string | undefined, user: string) => `${scheme ?? ''}${user}@`);
+  return value.replace(URL_PASSWORD, '$1@');
+}
+
+/** The URL with its password as "***" (the user name kept, so the reader knows one is needed); for stdout. */
+export function maskProxyPassword(url: string): string {
+  // By hand, not through URL: it would percent-encode "***".
+  return url.replace(URL_PASSWORD, '$1:***@');
 }
 
 function oneLine(value: string): string {

@@ -512,6 +512,11 @@ async function idleConnectionsCycle(path: PathName, rig: ScaleRig, cfg: BenchCon
 
 const mib = (kib: number): string => `${(kib / 1024).toFixed(1)} MiB`;
 
+/** The mean of one figure's rounds; null when no round succeeded. */
+function meanOrNull(xs: readonly number[]): number | null {
+  return xs.length === 0 ? null : xs.reduce((a, b) => a + b, 0) / xs.length;
+}
+
 class ScaleConnsRun implements PathRun {
   private readonly hub: number[] = [];
   private readonly agent: number[] = [];
@@ -546,8 +551,7 @@ class ScaleConnsRun implements PathRun {
   }
 
   values(): (number | null)[] {
-    const mean = (xs: number[]): number | null => (xs.length === 0 ? null : xs.reduce((a, b) => a + b, 0) / xs.length);
-    return [mean(this.hub), mean(this.agent)];
+    return [meanOrNull(this.hub), meanOrNull(this.agent)];
   }
 
   roundValues(): number[][] {
@@ -632,7 +636,7 @@ class IdleRssRun implements PathRun {
   }
 
   values(): (number | null)[] {
-    return this.figures.map((xs) => (xs.length === 0 ? null : xs.reduce((a, b) => a + b, 0) / xs.length));
+    return this.figures.map(meanOrNull);
   }
 
   roundValues(): number[][] {
@@ -692,7 +696,7 @@ class ScaleAgentsRun implements PathRun {
   }
 
   values(): (number | null)[] {
-    return [this.perAgent.length === 0 ? null : this.perAgent.reduce((a, b) => a + b, 0) / this.perAgent.length];
+    return [meanOrNull(this.perAgent)];
   }
 
   roundValues(): number[][] {

@@ -1,5 +1,6 @@
-// The CLI's YAML documents (kubeconfigs, `-o yaml`), written by the `yaml` library in kubectl's
-// style: lists at their key's indentation, long values (base64 certificates) never folded.
+// YAML documents people read and Go tools parse (kubeconfigs, `-o yaml`, `proxy-config render`), written by
+// the `yaml` library in kubectl's style: lists at their key's indentation, long values (base64 certificates)
+// never folded.
 import { stringify } from 'yaml';
 
 export type YamlValue = string | number | boolean | null | YamlValue[] | { [key: string]: YamlValue };

@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { parse } from 'yaml';
-import { toYaml } from './yaml-output.js';
+import { toKubectlYaml as toYaml } from '@cluster-proxy/server';
 import { shq, table } from './ui.js';
 
 describe('toYaml', () => {
