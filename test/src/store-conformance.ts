@@ -30,6 +30,11 @@ export function sampleObject<K extends Kind>(kind: K, name: string, namespace = 
     AddOnDeploymentConfig: { apiVersion: 'addon.open-cluster-management.io/v1alpha1', kind: 'AddOnDeploymentConfig', metadata: ns, spec: { proxyConfig: { httpProxy: 'http://proxy:3128', noProxy: 'localhost' } } },
     Lease: { apiVersion: 'coordination.k8s.io/v1', kind: 'Lease', metadata: ns, spec: { holderIdentity: 'agent-1', leaseDurationSeconds: 60, renewTime: '2025-01-02T03:04:05.123456Z' } },
     Secret: { apiVersion: 'v1', kind: 'Secret', metadata: ns, type: 'Opaque', data: { token: Buffer.from('not-a-real-token').toString('base64') } },
+    ClusterManagementAddOn: { apiVersion: 'addon.open-cluster-management.io/v1alpha1', kind: 'ClusterManagementAddOn', metadata: { name }, spec: { installStrategy: { type: 'Manual' } } },
+    ManifestWork: { apiVersion: 'work.open-cluster-management.io/v1', kind: 'ManifestWork', metadata: ns, spec: { workload: { manifests: [{ apiVersion: 'v1', kind: 'Namespace', metadata: { name: 'x' } }] } } },
+    Placement: { apiVersion: 'cluster.open-cluster-management.io/v1beta1', kind: 'Placement', metadata: ns, spec: { clusterSets: ['global'] } },
+    PlacementDecision: { apiVersion: 'cluster.open-cluster-management.io/v1beta1', kind: 'PlacementDecision', metadata: { ...ns, labels: { 'cluster.open-cluster-management.io/placement': 'p' } } },
+    CertificateSigningRequest: { apiVersion: 'certificates.k8s.io/v1', kind: 'CertificateSigningRequest', metadata: { name }, spec: { request: Buffer.from('not-a-real-request').toString('base64'), signerName: 'example.com/signer', usages: ['client auth'] } },
   };
   return structuredClone(objects[kind]) as ObjectOfKind<K>;
 }
@@ -44,11 +49,17 @@ function mutateBody<K extends Kind>(obj: ObjectOfKind<K>, n: number): ObjectOfKi
     case 'AddOnDeploymentConfig': o.spec.agentInstallNamespace = `ns-${n}`; break;
     case 'Lease': o.spec.leaseTransitions = n; break;
     case 'Secret': o.data = { n: Buffer.from(String(n)).toString('base64') }; break;
+    case 'ClusterManagementAddOn': o.spec.addOnMeta = { displayName: `n-${n}` }; break;
+    case 'ManifestWork': o.spec.workload.manifests = [{ apiVersion: 'v1', kind: 'Namespace', metadata: { name: `ns-${n}` } }]; break;
+    case 'Placement': o.spec = { numberOfClusters: n }; break;
+    case 'CertificateSigningRequest': o.spec.expirationSeconds = 3600 + n; break;
   }
   return o as ObjectOfKind<K>;
 }
 
-const ALL_KINDS: Kind[] = ['ManagedCluster', 'ManagedClusterAddOn', 'ManagedProxyConfiguration', 'AddOnDeploymentConfig', 'Lease', 'Secret'];
+const ALL_KINDS: Kind[] = ['ManagedCluster', 'ManagedClusterAddOn', 'ManagedProxyConfiguration', 'AddOnDeploymentConfig', 'Lease', 'Secret',
+  'ClusterManagementAddOn', 'ManifestWork', 'Placement', 'CertificateSigningRequest'];
+// PlacementDecision is left out: it has no spec (status only), so an update never bumps its generation.
 
 async function rejects(p: Promise<unknown>, cls: new (...a: never[]) => StoreError): Promise<StoreError> {
   try {
@@ -196,6 +207,21 @@ export function storeConformance(name: string, factory: StoreFactory): void {
       expect(u.spec.hubAcceptsClient).toBe(false);
       expect(u.status?.conditions).toEqual([cond]);
       await rejects(store.updateStatus('Lease', sampleObject('Lease', 'l')), InvalidError);
+    });
+
+    it('CSR: approval writes only Approved/Denied; status writes the certificate and cannot touch approval', async () => {
+      const store = await make();
+      const csr = await store.create('CertificateSigningRequest', sampleObject('CertificateSigningRequest', 'csr-1'));
+      const approved = { type: 'Approved' as const, status: 'True' as const, reason: 'AutoApproved', message: 'ok', lastUpdateTime: '2025-01-01T00:00:00Z' };
+      const a = await store.updateStatus('CertificateSigningRequest', { ...csr, status: { conditions: [approved], certificate: 'ignored' } }, { subresource: 'approval' });
+      expect(a.status).toEqual({ conditions: [approved] });
+      const cert = Buffer.from('-----BEGIN CERTIFICATE-----').toString('base64');
+      const denied = { type: 'Denied' as const, status: 'True' as const, reason: 'X', message: 'x' };
+      const s = await store.updateStatus('CertificateSigningRequest', { ...a, status: { conditions: [denied], certificate: cert } });
+      expect(s.status).toEqual({ conditions: [approved], certificate: cert });
+      await rejects(store.updateStatus('CertificateSigningRequest', { ...s, status: { conditions: [] } }, { subresource: 'approval' }), InvalidError);
+      await rejects(store.updateStatus('ManagedCluster', sampleObject('ManagedCluster', 'c1'), { subresource: 'approval' }), InvalidError);
+      expect((await store.get('CertificateSigningRequest', { name: 'csr-1' }))?.status).toEqual({ conditions: [approved], certificate: cert });
     });
 
     it('list, then a watch from its resourceVersion sees every later change in order', async () => {

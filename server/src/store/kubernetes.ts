@@ -2,14 +2,14 @@
 // @kubernetes/client-node: CustomObjectsApi for OCM's kinds, CoordinationV1Api for Lease, CoreV1Api
 // for Secret, Watch for watches (which resume from the last version seen after a disconnect).
 import {
-  ApiException, CoordinationV1Api, CoreV1Api, CustomObjectsApi, KubeConfig, Watch as KubeWatch,
-  type V1Lease, type V1Secret,
+  ApiException, CertificatesV1Api, CoordinationV1Api, CoreV1Api, CustomObjectsApi, KubeConfig, Watch as KubeWatch,
+  type V1CertificateSigningRequest, type V1Lease, type V1Secret,
 } from '@kubernetes/client-node';
 import { KINDS, type HubObject, type Kind, type ObjectOfKind } from './objects.js';
-import { validateKey } from './memory.js';
+import { checkSubresource, validateKey } from './memory.js';
 import {
   AlreadyExistsError, ConflictError, GoneError, InvalidError, NotFoundError, StoreError, UnavailableError, describeKey,
-  type ListOptions, type ListResult, type ObjectKey, type Store, type Watch, type WatchEventType, type WatchHandlers,
+  type ListOptions, type ListResult, type ObjectKey, type StatusOptions, type Store, type Watch, type WatchEventType, type WatchHandlers,
   type WatchOptions,
 } from './store.js';
 
@@ -67,6 +67,10 @@ function toPlain<K extends Kind>(kind: K, obj: unknown): ObjectOfKind<K> {
     if (typeof v === 'string') m[f] = v.replace(/\.000Z$/, 'Z');
   }
   delete (m as { managedFields?: unknown }).managedFields;
+  // The typed CSR client hands back Date objects for condition times; the API sends whole seconds.
+  for (const c of (rest as { status?: { conditions?: Record<string, unknown>[] } }).status?.conditions ?? []) {
+    for (const f of ['lastUpdateTime', 'lastTransitionTime']) if (typeof c[f] === 'string') c[f] = (c[f] as string).replace(/\.000Z$/, 'Z');
+  }
   return { apiVersion: KINDS[kind].apiVersion, kind, ...rest } as ObjectOfKind<K>;
 }
 
@@ -89,6 +93,7 @@ export class KubernetesStore implements Store {
   private readonly custom: CustomObjectsApi;
   private readonly coord: CoordinationV1Api;
   private readonly core: CoreV1Api;
+  private readonly certificates: CertificatesV1Api;
   private readonly watcher: KubeWatch;
   private readonly watches = new Set<Watch>();
   private readonly backoff: { initial: number; max: number };
@@ -98,6 +103,7 @@ export class KubernetesStore implements Store {
     this.custom = kubeConfig.makeApiClient(CustomObjectsApi);
     this.coord = kubeConfig.makeApiClient(CoordinationV1Api);
     this.core = kubeConfig.makeApiClient(CoreV1Api);
+    this.certificates = kubeConfig.makeApiClient(CertificatesV1Api);
     this.watcher = new KubeWatch(kubeConfig);
     this.backoff = opts.watchBackoffMs ?? { initial: 200, max: 10_000 };
   }
@@ -176,20 +182,25 @@ export class KubernetesStore implements Store {
     return this.replace(kind, obj, false);
   }
 
-  updateStatus<K extends Kind>(kind: K, obj: ObjectOfKind<K>): Promise<ObjectOfKind<K>> {
+  updateStatus<K extends Kind>(kind: K, obj: ObjectOfKind<K>, opts: StatusOptions = {}): Promise<ObjectOfKind<K>> {
     if (!KINDS[kind]?.hasStatus) return Promise.reject(new InvalidError(`${kind} has no status subresource; use update`));
-    return this.replace(kind, obj, true);
+    try {
+      checkSubresource(kind, opts);
+    } catch (err) {
+      return Promise.reject(err);
+    }
+    return this.replace(kind, obj, opts.subresource ?? 'status');
   }
 
   /**
    * PUT. Without a resourceVersion the store promises last-write-wins, but the API refuses
    * unconditional updates of custom resources: read the current version and retry on conflict.
    */
-  private async replace<K extends Kind>(kind: K, obj: ObjectOfKind<K>, status: boolean): Promise<ObjectOfKind<K>> {
+  private async replace<K extends Kind>(kind: K, obj: ObjectOfKind<K>, status: false | 'status' | 'approval'): Promise<ObjectOfKind<K>> {
     this.usable();
     validateKey(kind, obj.metadata);
     const body = toPlain(kind, obj);
-    const what = `${status ? 'update status of' : 'update'} ${describeKey(kind, obj.metadata)}`;
+    const what = `${status ? `update ${status} of` : 'update'} ${describeKey(kind, obj.metadata)}`;
     const unconditional = !body.metadata.resourceVersion;
     for (let attempt = 0; ; attempt++) {
       try {
@@ -205,10 +216,12 @@ export class KubernetesStore implements Store {
     }
   }
 
-  private async put<K extends Kind>(kind: K, body: ObjectOfKind<K>, status: boolean): Promise<ObjectOfKind<K>> {
+  private async put<K extends Kind>(kind: K, body: ObjectOfKind<K>, status: false | 'status' | 'approval'): Promise<ObjectOfKind<K>> {
     const info = KINDS[kind];
     const name = body.metadata.name;
     const ns = body.metadata.namespace ?? '';
+    // CustomObjectsApi addresses built-in groups too (same REST paths), but has no approval subresource.
+    if (status === 'approval') return toPlain(kind, await this.certificates.replaceCertificateSigningRequestApproval({ name, body: body as unknown as V1CertificateSigningRequest }));
     if (kind === 'Lease') return toPlain(kind, await this.coord.replaceNamespacedLease({ name, namespace: ns, body: body as unknown as V1Lease }));
     if (kind === 'Secret') return toPlain(kind, await this.core.replaceNamespacedSecret({ name, namespace: ns, body: body as unknown as V1Secret }));
     const g = { group: info.group, version: info.version, plural: info.plural, name, body };

@@ -7,10 +7,10 @@
 // after `persist` resolved. Reads wait until every write applied before them is persisted, so a
 // reader never acts on a write that a crash could still take back.
 import { randomUUID } from 'node:crypto';
-import { KINDS, type HubObject, type Kind, type ObjectOfKind } from './objects.js';
+import { KINDS, type CertificateSigningRequest, type HubObject, type Kind, type ObjectOfKind } from './objects.js';
 import {
   AlreadyExistsError, ConflictError, GoneError, InvalidError, NotFoundError, UnavailableError, describeKey,
-  type ListOptions, type ListResult, type ObjectKey, type Store, type Watch, type WatchEvent, type WatchEventType,
+  type ListOptions, type ListResult, type ObjectKey, type StatusOptions, type Store, type Watch, type WatchEvent, type WatchEventType,
   type WatchHandlers, type WatchOptions,
 } from './store.js';
 
@@ -103,6 +103,35 @@ function keyOf(obj: { metadata: { name: string; namespace?: string } }): string 
 
 function copy<T>(v: T): T {
   return structuredClone(v);
+}
+
+/** `approval` is a CertificateSigningRequest subresource only. */
+export function checkSubresource(kind: Kind, opts: StatusOptions): void {
+  if (opts.subresource === 'approval' && kind !== 'CertificateSigningRequest') throw new InvalidError(`${kind} has no approval subresource`);
+}
+
+const APPROVAL = new Set(['Approved', 'Denied']);
+
+/**
+ * Kubernetes' rules for a CSR's status: the approval subresource writes only the conditions (and only
+ * adds or keeps Approved/Denied, never removes one); the status subresource writes the rest and leaves
+ * Approved/Denied as they were.
+ */
+function csrStatus(current: CertificateSigningRequest['status'], given: CertificateSigningRequest['status'], sub: 'status' | 'approval'): CertificateSigningRequest['status'] {
+  const cur = current?.conditions ?? [];
+  const next = given?.conditions ?? [];
+  if (sub === 'approval') {
+    const removed = cur.filter((c) => APPROVAL.has(c.type) && !next.some((n) => n.type === c.type));
+    if (removed.length > 0) throw new InvalidError(`CertificateSigningRequest: the ${removed[0]!.type} condition cannot be removed`);
+    if (next.some((n) => n.type === 'Approved' && n.status === 'True') && next.some((n) => n.type === 'Denied' && n.status === 'True')) {
+      throw new InvalidError('CertificateSigningRequest: Approved and Denied conditions are mutually exclusive');
+    }
+    return { ...current, conditions: next };
+  }
+  const conditions = [...cur.filter((c) => APPROVAL.has(c.type)), ...next.filter((c) => !APPROVAL.has(c.type))];
+  const out: NonNullable<CertificateSigningRequest['status']> = { ...given, conditions };
+  if (conditions.length === 0) delete out.conditions;
+  return out;
 }
 
 /** The parts of an object other than metadata and status (spec, Secret data/type, ...). */
@@ -238,12 +267,13 @@ export class MemoryStore implements Store {
     return this.replace(kind, obj, false);
   }
 
-  async updateStatus<K extends Kind>(kind: K, obj: ObjectOfKind<K>): Promise<ObjectOfKind<K>> {
+  async updateStatus<K extends Kind>(kind: K, obj: ObjectOfKind<K>, opts: StatusOptions = {}): Promise<ObjectOfKind<K>> {
     if (!KINDS[kind]?.hasStatus) throw new InvalidError(`${kind} has no status subresource; use update`);
-    return this.replace(kind, obj, true);
+    checkSubresource(kind, opts);
+    return this.replace(kind, obj, opts.subresource ?? 'status');
   }
 
-  private async replace<K extends Kind>(kind: K, obj: ObjectOfKind<K>, statusOnly: boolean): Promise<ObjectOfKind<K>> {
+  private async replace<K extends Kind>(kind: K, obj: ObjectOfKind<K>, statusOnly: false | 'status' | 'approval'): Promise<ObjectOfKind<K>> {
     this.usable();
     const c = this.checkShape(kind, obj);
     const table = this.table(kind);
@@ -254,7 +284,9 @@ export class MemoryStore implements Store {
     let next: HubObject;
     if (statusOnly) {
       next = copy(current);
-      const status = (c as { status?: unknown }).status;
+      const status = kind === 'CertificateSigningRequest'
+        ? csrStatus((current as CertificateSigningRequest).status, (c as CertificateSigningRequest).status, statusOnly)
+        : (c as { status?: unknown }).status;
       if (status === undefined) delete (next as { status?: unknown }).status;
       else (next as { status?: unknown }).status = status;
     } else {

@@ -18,6 +18,17 @@ export interface ObjectMeta {
   /** Set by the store when a delete was asked for while finalizers remain (Kubernetes semantics). */
   deletionTimestamp?: string;
   finalizers?: string[];
+  /** Who owns the object (Kubernetes garbage-collects it with its owner; the hub also deletes it itself). */
+  ownerReferences?: OwnerReference[];
+}
+
+export interface OwnerReference {
+  apiVersion: string;
+  kind: string;
+  name: string;
+  uid: string;
+  controller?: boolean;
+  blockOwnerDeletion?: boolean;
 }
 
 /** metav1.Condition. */
@@ -61,7 +72,15 @@ export interface ManagedClusterAddOn extends KubeObject {
     /** Extension fields (ignored by OCM tools) for `get -o wide`. */
     healthCheck?: { mode: 'Lease' | 'Customized' };
     namespace?: string;
+    /** OCM: the certificates the klusterlet requests for the addon agent (`--agent-install manifestwork`). */
+    registrations?: AddonRegistration[];
   };
+}
+
+/** ManagedClusterAddOn.status.registrations[]: what the klusterlet's CSR for the addon must ask for. */
+export interface AddonRegistration {
+  signerName: string;
+  subject: { user: string; groups?: string[]; organizationUnit?: string[] };
 }
 
 // proxy.open-cluster-management.io/v1alpha1, singleton `cluster-proxy`
@@ -115,7 +134,72 @@ export interface Secret extends KubeObject {
   data?: Record<string, string>;
 }
 
-export type HubObject = ManagedCluster | ManagedClusterAddOn | ManagedProxyConfiguration | AddOnDeploymentConfig | Lease | Secret;
+// addon.open-cluster-management.io/v1alpha1, cluster-scoped, name `cluster-proxy`
+export interface ClusterManagementAddOn extends KubeObject {
+  apiVersion: 'addon.open-cluster-management.io/v1alpha1';
+  kind: 'ClusterManagementAddOn';
+  spec: {
+    addOnMeta?: { displayName?: string; description?: string };
+    supportedConfigs?: { group: string; resource: string; defaultConfig?: { name: string; namespace?: string } }[];
+    installStrategy?: { type: 'Manual' | 'Placements'; placements?: { name: string; namespace: string }[] };
+  };
+  status?: Record<string, unknown>;
+}
+
+// work.open-cluster-management.io/v1: what OCM's work agent applies in the managed cluster.
+export interface ManifestWork extends KubeObject {
+  apiVersion: 'work.open-cluster-management.io/v1';
+  kind: 'ManifestWork';
+  spec: { workload: { manifests: Record<string, unknown>[] }; deleteOption?: { propagationPolicy: 'Foreground' | 'Orphan' | 'SelectivelyOrphan' } };
+  /** Written by the work agent: Applied, Available, Degraded, Progressing. */
+  status?: { conditions?: Condition[]; resourceStatus?: Record<string, unknown> };
+}
+
+// cluster.open-cluster-management.io/v1beta1: the hub reads Placements' decisions, never writes them.
+export interface Placement extends KubeObject {
+  apiVersion: 'cluster.open-cluster-management.io/v1beta1';
+  kind: 'Placement';
+  spec: Record<string, unknown>;
+  status?: { numberOfSelectedClusters?: number; conditions?: Condition[] };
+}
+
+/** Labelled `cluster.open-cluster-management.io/placement: <placement name>`, in the Placement's namespace. */
+export interface PlacementDecision extends KubeObject {
+  apiVersion: 'cluster.open-cluster-management.io/v1beta1';
+  kind: 'PlacementDecision';
+  status?: { decisions: { clusterName: string; reason: string }[] };
+}
+
+/** certificates.k8s.io/v1 CertificateSigningRequest conditions (not metav1.Condition). */
+export interface CsrCondition {
+  type: 'Approved' | 'Denied' | 'Failed';
+  status: 'True' | 'False' | 'Unknown';
+  reason?: string;
+  message?: string;
+  lastUpdateTime?: string;
+  lastTransitionTime?: string;
+}
+
+// certificates.k8s.io/v1, cluster-scoped. Approval goes through the `approval` subresource, the signed
+// certificate through `status` (Kubernetes keeps the two apart; so do the stores).
+export interface CertificateSigningRequest extends KubeObject {
+  apiVersion: 'certificates.k8s.io/v1';
+  kind: 'CertificateSigningRequest';
+  spec: {
+    /** base64 of the PEM CERTIFICATE REQUEST. */
+    request: string;
+    signerName: string;
+    usages?: string[];
+    expirationSeconds?: number;
+    /** Set by the apiserver from the requester's identity. */
+    username?: string;
+    groups?: string[];
+  };
+  status?: { conditions?: CsrCondition[]; certificate?: string };
+}
+
+export type HubObject = ManagedCluster | ManagedClusterAddOn | ManagedProxyConfiguration | AddOnDeploymentConfig | Lease | Secret
+  | ClusterManagementAddOn | ManifestWork | Placement | PlacementDecision | CertificateSigningRequest;
 
 /** The kinds a store holds, keyed by `kind`, with what the Kubernetes API needs to address them. */
 export interface KindInfo {
@@ -137,6 +221,11 @@ export const KINDS = {
   Lease: { apiVersion: 'coordination.k8s.io/v1', group: 'coordination.k8s.io', version: 'v1', plural: 'leases', namespaced: true, hasStatus: false },
   /** Core group: API path /api/v1/... */
   Secret: { apiVersion: 'v1', group: '', version: 'v1', plural: 'secrets', namespaced: true, hasStatus: false },
+  ClusterManagementAddOn: { apiVersion: 'addon.open-cluster-management.io/v1alpha1', group: 'addon.open-cluster-management.io', version: 'v1alpha1', plural: 'clustermanagementaddons', namespaced: false, hasStatus: true },
+  ManifestWork: { apiVersion: 'work.open-cluster-management.io/v1', group: 'work.open-cluster-management.io', version: 'v1', plural: 'manifestworks', namespaced: true, hasStatus: true },
+  Placement: { apiVersion: 'cluster.open-cluster-management.io/v1beta1', group: 'cluster.open-cluster-management.io', version: 'v1beta1', plural: 'placements', namespaced: true, hasStatus: true },
+  PlacementDecision: { apiVersion: 'cluster.open-cluster-management.io/v1beta1', group: 'cluster.open-cluster-management.io', version: 'v1beta1', plural: 'placementdecisions', namespaced: true, hasStatus: true },
+  CertificateSigningRequest: { apiVersion: 'certificates.k8s.io/v1', group: 'certificates.k8s.io', version: 'v1', plural: 'certificatesigningrequests', namespaced: false, hasStatus: true },
 } as const satisfies Record<HubObject['kind'], KindInfo>;
 
 export type Kind = keyof typeof KINDS;

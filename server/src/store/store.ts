@@ -35,6 +35,11 @@ export interface WatchOptions extends ListOptions {
   resourceVersion?: string;
 }
 
+export interface StatusOptions {
+  /** 'approval': CertificateSigningRequest only. */
+  subresource?: 'status' | 'approval';
+}
+
 export interface Watch {
   /** Stops delivery; no callback is called after it returns. Idempotent. */
   stop(): void;
@@ -61,8 +66,12 @@ export interface Store {
    * `metadata.resourceVersion` is set and stale; NotFoundError when gone.
    */
   update<K extends Kind>(kind: K, obj: ObjectOfKind<K>): Promise<ObjectOfKind<K>>;
-  /** Replaces only status, with the same concurrency rules as update(). */
-  updateStatus<K extends Kind>(kind: K, obj: ObjectOfKind<K>): Promise<ObjectOfKind<K>>;
+  /**
+   * Replaces only status, with the same concurrency rules as update(). A CertificateSigningRequest's
+   * Approved/Denied conditions change only through `{ subresource: 'approval' }` (which changes nothing
+   * else), as in Kubernetes.
+   */
+  updateStatus<K extends Kind>(kind: K, obj: ObjectOfKind<K>, opts?: StatusOptions): Promise<ObjectOfKind<K>>;
   /** NotFoundError when absent; ConflictError when `resourceVersion` is given and stale. */
   delete<K extends Kind>(kind: K, key: ObjectKey, opts?: { resourceVersion?: string }): Promise<void>;
   watch<K extends Kind>(kind: K, opts: WatchOptions, handlers: WatchHandlers<K>): Watch;
