@@ -14,3 +14,4 @@ export { CredentialsManager, BootstrapRefused, type Credentials, type Credential
 export { SecretCredentialsMirror, type CredentialsMirror } from './credentials-secret.js';
 export { LeaseRenewer, apiserverReachable, AGENT_VERSION, type LeaseReport } from './lease.js';
 export { ReplicaSync, type ReplicaSyncOptions } from './replica-sync.js';
+export { CertFilesWatcher, type CertFilesOptions } from './cert-files.js';

@@ -3,7 +3,7 @@
 // `cluster-proxy hub` and `cluster-proxy quickstart` both run this.
 import { X509Certificate } from 'node:crypto';
 import type { Logger } from 'pino';
-import { registerJoinRoutes } from './addon/join.js';
+import { DEFAULT_INSTALL_NAMESPACE, registerJoinRoutes } from './addon/join.js';
 import { AddonManager } from './addon/manager.js';
 import { manifestsToYaml, renderAgentInstall } from './addon/manifests.js';
 import type { PemPair } from './pki/certificates.js';
@@ -40,6 +40,13 @@ export interface HubOptions {
   managedPkiDir?: string;
   /** How often the TLS files are checked (default 30 s). */
   tlsReloadIntervalMs?: number;
+  /**
+   * 'manual' (default): admins install agents from `join` bundles. 'manifestwork': the hub is OCM's
+   * addon manager and installs agents itself through ManifestWorks and OCM's CSR flow (Kubernetes store).
+   */
+  agentInstall?: 'manual' | 'manifestwork';
+  /** Agent namespace when no AddOnDeploymentConfig names one (manifestwork mode). */
+  agentInstallNamespace?: string;
   /** A replica that stops renewing its lease for this long counts as gone (default 30 s). */
   replicaLeaseDurationMs?: number;
   log: Logger;
@@ -115,9 +122,23 @@ export class Hub {
     // Our replica lease first: other replicas list us before any agent holds a tunnel to us.
     await this.replicas.start();
     const ports = await this.server.start();
+    if (this.opts.agentInstall === 'manifestwork') await this.useOcmInstaller();
     await this.startManager();
     await this.reloader?.start();
     return ports;
+  }
+
+  /** Loaded only in this mode: it brings the X.509 library OCM's ECDSA CSRs need. */
+  private async useOcmInstaller(): Promise<void> {
+    const { OcmInstaller } = await import('./ocm/installer.js');
+    this.manager.setInstaller(new OcmInstaller({
+      store: this.opts.store, log: this.opts.log,
+      signer: () => this.signer,
+      caBundle: () => this.server.tls.caCert.toString('utf8'),
+      agentEntrypoint: () => this.opts.agentEntrypoint ?? `127.0.0.1:${this.server.ports?.agent ?? 8091}`,
+      serverName: this.opts.serverName, agentImage: this.opts.agentImage,
+      defaultInstallNamespace: this.opts.agentInstallNamespace ?? DEFAULT_INSTALL_NAMESPACE,
+    }));
   }
 
   private managerRetry: NodeJS.Timeout | null = null;

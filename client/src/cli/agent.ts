@@ -1,6 +1,6 @@
 // `cluster-proxy agent`: the agent that runs in a managed cluster.
 import { readFile } from 'node:fs/promises';
-import { Agent, AllowlistError, BootstrapRefused, CredentialsManager, LeaseRenewer, ReplicaSync, SecretCredentialsMirror, proxyFromEnvironment, startAgentHealthServer, type CredentialsMirror, type EgressOptions } from '@cluster-proxy/agent';
+import { Agent, AllowlistError, BootstrapRefused, CertFilesWatcher, CredentialsManager, LeaseRenewer, ReplicaSync, SecretCredentialsMirror, proxyFromEnvironment, startAgentHealthServer, type CredentialsMirror, type EgressOptions } from '@cluster-proxy/agent';
 import { splitHostPort } from '@cluster-proxy/proto';
 import type { Logger } from 'pino';
 import { parseIdentifiers } from '@cluster-proxy/proto';
@@ -14,6 +14,7 @@ export const agentFlags: FlagSpecs = {
   'ca-cert': { type: 'string', help: 'CA bundle to verify the hub (PEM, required)' },
   cert: { type: 'string', help: 'agent client certificate (PEM; or use --credentials-dir)' },
   key: { type: 'string', help: 'agent client key (PEM; or use --credentials-dir)' },
+  'cert-reload-interval': { type: 'string', default: '10s', help: 'with --cert/--key: how often the files are re-read; a renewed pair (e.g. from OCM\'s CSR flow) is used without dropping tunnels' },
   'credentials-dir': { type: 'string', help: 'where the agent keeps the key it makes and the certificate the hub signs (agent.key 0600, agent.crt)' },
   'bootstrap-token-file': { type: 'string', help: 'single-use token from "cluster-proxy join", traded for a certificate when --credentials-dir has none' },
   'credentials-secret': { type: 'string', help: 'also keep key, certificate and hub CA bundle in this Secret of --namespace (in a pod: its service account; else KUBECONFIG), so a new pod or replica reuses them' },
@@ -124,6 +125,9 @@ export async function runAgent(args: string[]): Promise<void> {
   log.info({ healthPort }, 'agent health listener up');
   agent.start();
   credentials?.onRenewed((c) => agent.setCredentials(c.cert, c.key));
+  const certFiles = credentials ? null : new CertFilesWatcher({ cert: required(flags, 'cert'), key: required(flags, 'key'), intervalMs: duration(flags, 'cert-reload-interval'), current: identity, log,
+    onChange: (c) => agent.setCredentials(c.cert, c.key) });
+  certFiles?.start();
   const lease = new LeaseRenewer({ agent, hub: hubClient, apiserver: str(flags, 'apiserver')!, leaseDurationMs: duration(flags, 'lease-duration'), log,
     onTrust: (bundle) => {
       hubClient.caCert = bundle;
@@ -145,6 +149,7 @@ export async function runAgent(args: string[]): Promise<void> {
       lease.stop();
       replicaSync.stop();
       credentials?.stop();
+      certFiles?.stop();
       void agent.drain().then(() => {
         health.closeAllConnections();
         health.close(() => resolve());

@@ -40,6 +40,8 @@ export const hubFlags: FlagSpecs = {
   'dial-timeout': { type: 'string', default: '10s', help: 'deadline for every pending dial' },
   grant: { type: 'string', multiple: true, help: 'extra identifier for a cluster\'s agents: CLUSTER=host:NAME | cidr:CIDR | default-route' },
   store: { type: 'string', default: 'embedded', help: 'hub store: embedded (DATA_DIR/store, crash-safe) or kubernetes (the CRDs in deploy/)' },
+  'agent-install': { type: 'string', default: 'manual', help: 'manual (admins apply "join" bundles) or manifestwork (the hub is OCM\'s addon manager: ManifestWorks, OCM\'s CSR flow; needs --store kubernetes)' },
+  'agent-install-namespace': { type: 'string', default: 'open-cluster-management-agent-addon', help: 'with --agent-install manifestwork: agent namespace when no AddOnDeploymentConfig names one' },
   kubeconfig: { type: 'string', help: 'with --store kubernetes: kubeconfig file (default: in-cluster, then KUBECONFIG/~/.kube/config)' },
   'kube-context': { type: 'string', help: 'with --store kubernetes: kubeconfig context' },
   'log-level': { type: 'string', default: 'info', help: 'fatal, error, warn, info, debug, trace' },
@@ -104,6 +106,13 @@ export async function runHub(args: string[]): Promise<void> {
   const given = ['ca-cert', 'server-cert', 'server-key'].filter((f) => str(flags, f));
   if (given.length !== 0 && given.length !== 3) throw new UsageError('--ca-cert, --server-cert and --server-key go together');
   if (str(flags, 'ca-key') && given.length === 0) throw new UsageError('--ca-key goes with --ca-cert (the data-dir PKI has its own key)');
+  const agentInstall = str(flags, 'agent-install');
+  if (agentInstall !== 'manual' && agentInstall !== 'manifestwork') throw new UsageError(`--agent-install must be manual or manifestwork, got "${agentInstall}"`);
+  if (agentInstall === 'manifestwork' && str(flags, 'store') !== 'kubernetes') {
+    throw new UsageError('--agent-install manifestwork needs --store kubernetes (ManifestWorks and CSRs live in the OCM hub\'s API); the embedded store installs agents with "cluster-proxy join" only (--agent-install manual)');
+  }
+  const installNamespace = str(flags, 'agent-install-namespace')!;
+  if (!/^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$/.test(installNamespace)) throw new UsageError(`--agent-install-namespace "${installNamespace}" is not a namespace name`);
   const healthMode = str(flags, 'health-mode');
   if (healthMode !== 'tunnel' && healthMode !== 'lease') throw new UsageError(`--health-mode must be tunnel or lease, got "${healthMode}"`);
   const entrypoint = str(flags, 'agent-entrypoint');
@@ -149,6 +158,7 @@ export async function runHub(args: string[]): Promise<void> {
   const hub = new Hub({ store, signer, log,
     requireRegistration: flags['require-registration'] === true,
     agentEntrypoint: entrypoint, serverName: str(flags, 'agent-server-name'), agentImage: str(flags, 'agent-image'),
+    agentInstall, agentInstallNamespace: installNamespace,
     ...timing, tlsFiles: files, managedPkiDir,
     server: {
       ...listeners,

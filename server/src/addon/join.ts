@@ -8,7 +8,7 @@ import { isDns1123Subdomain } from '../pki/agent-identity.js';
 import { HubApiError, type HubApi } from '../fleet/hub-api.js';
 import { AlreadyExistsError, ConflictError, NotFoundError, type Store } from '../store/store.js';
 import { ADDON_NAME, type AddOnDeploymentConfig, type ManagedCluster } from '../store/objects.js';
-import { ProxySettingsError, renderProxySettings } from '../egress/proxy-settings.js';
+import { ProxySettingsError, renderProxySettings, type ClusterProxyFacts } from '../egress/proxy-settings.js';
 import { DEPLOYMENT_CONFIG } from './hub-namespace.js';
 import type { ClusterProxyConfigResponse, JoinRequest, JoinResponse } from './join-api.js';
 
@@ -23,6 +23,19 @@ export const CLUSTER_FACT_ANNOTATIONS = {
 } as const;
 const DEFAULT_TOKEN_TTL_SECONDS = 3600;
 const MAX_TOKEN_TTL_SECONDS = 7 * 24 * 3600;
+
+/** The cluster's own ranges `join` recorded as ManagedCluster annotations (for NO_PROXY). */
+export function clusterFacts(mc: ManagedCluster): ClusterProxyFacts & { podCidrs?: string[]; serviceCidrs?: string[] } {
+  const a = mc.metadata.annotations ?? {};
+  const facts: ClusterProxyFacts & { podCidrs?: string[]; serviceCidrs?: string[] } = {};
+  const pods = a[CLUSTER_FACT_ANNOTATIONS.podCidr];
+  const services = a[CLUSTER_FACT_ANNOTATIONS.serviceCidr];
+  if (pods) facts.podCidrs = pods.split(',');
+  if (services) facts.serviceCidrs = services.split(',');
+  if (a[CLUSTER_FACT_ANNOTATIONS.clusterDomain]) facts.clusterDomain = a[CLUSTER_FACT_ANNOTATIONS.clusterDomain];
+  if (a[CLUSTER_FACT_ANNOTATIONS.apiserverIp]) facts.apiserverIp = a[CLUSTER_FACT_ANNOTATIONS.apiserverIp];
+  return facts;
+}
 
 export interface ManifestInput {
   cluster: string;
@@ -109,14 +122,7 @@ export function registerJoinRoutes(api: HubApi, deps: JoinDeps): void {
     if (!isDns1123Subdomain(cluster)) throw new HubApiError(400, `"${cluster}" is not a valid cluster name`);
     const mc = await deps.store.get('ManagedCluster', { name: cluster });
     if (!mc) throw new HubApiError(404, `cluster ${cluster} is not registered`);
-    const a = mc.metadata.annotations ?? {};
-    const facts: ClusterProxyConfigResponse['facts'] = {};
-    const pods = a[CLUSTER_FACT_ANNOTATIONS.podCidr];
-    const services = a[CLUSTER_FACT_ANNOTATIONS.serviceCidr];
-    if (pods) facts.podCidrs = pods.split(',');
-    if (services) facts.serviceCidrs = services.split(',');
-    if (a[CLUSTER_FACT_ANNOTATIONS.clusterDomain]) facts.clusterDomain = a[CLUSTER_FACT_ANNOTATIONS.clusterDomain];
-    if (a[CLUSTER_FACT_ANNOTATIONS.apiserverIp]) facts.apiserverIp = a[CLUSTER_FACT_ANNOTATIONS.apiserverIp];
+    const facts: ClusterProxyConfigResponse['facts'] = clusterFacts(mc);
     const p: StoredProxyConfig = (await deps.store.get('AddOnDeploymentConfig', DEPLOYMENT_CONFIG))?.spec.proxyConfig ?? {};
     const proxyConfig: ClusterProxyConfigResponse['proxyConfig'] = {};
     if (p.httpProxy) proxyConfig.httpProxy = p.httpProxy;

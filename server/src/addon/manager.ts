@@ -6,12 +6,24 @@ import type { PeerCertificate } from 'node:tls';
 import type { Logger } from 'pino';
 import { HubApiError, type HubApi } from '../fleet/hub-api.js';
 import type { ProxyCore } from '../dataplane/proxy-core.js';
-import { ADDON_NAME, PROXY_CONFIGURATION_NAME, type Lease, type ManagedClusterAddOn, type ManagedProxyConfiguration } from '../store/objects.js';
+import { ADDON_NAME, PROXY_CONFIGURATION_NAME, type AddonRegistration, type Lease, type ManagedClusterAddOn, type ManagedProxyConfiguration } from '../store/objects.js';
 import { AlreadyExistsError, ConflictError, NotFoundError, type Store, type Watch } from '../store/store.js';
 import { tunnelsOnOtherReplicas } from '../fleet/replicas.js';
 import { LEASE_GRACE_FACTOR, addonConditions, mergeConditions, type AgentReport, type ConditionSpec } from './conditions.js';
 import { HUB_NAMESPACE } from './hub-namespace.js';
 import { DEFAULT_INSTALL_NAMESPACE } from './join.js';
+
+/**
+ * Installs agents for the addons (`--agent-install manifestwork`: ocm/installer.ts). Its pass runs on
+ * the leader before the status pass; what it reports per cluster goes into the addon's status.
+ */
+export interface AddonInstaller {
+  /** Starts its watches; `kick` asks for a pass. */
+  start(kick: () => void): void;
+  stop(): void;
+  sync(): Promise<void>;
+  statusOf(cluster: string): { conditions: ConditionSpec[]; registrations: AddonRegistration[] } | undefined;
+}
 
 export interface AddonManagerOptions {
   store: Store;
@@ -52,6 +64,9 @@ export class AddonManager {
   private timer: NodeJS.Timeout | null = null;
   private stopped = false;
   private syncing: Promise<void> | null = null;
+  /** A change arrived during a pass: run another right after it. */
+  private again = false;
+  private installer: AddonInstaller | null = null;
   /** Since when each cluster has had no tunnel to this hub. */
   private readonly downSince = new Map<string, number>();
 
@@ -64,6 +79,14 @@ export class AddonManager {
   /** Status loop period: a quarter of the window, at most 10 s. */
   get periodMs(): number {
     return Math.max(250, Math.min(10_000, Math.floor(this.windowMs / 4)));
+  }
+
+  /**
+   * With an installer, ManagedClusterAddOns come from admins or Placements (OCM's install strategies)
+   * instead of one per registered cluster. Set before start().
+   */
+  setInstaller(installer: AddonInstaller): void {
+    this.installer = installer;
   }
 
   registerRoutes(hubApi: HubApi, adminApi: HubApi): void {
@@ -107,12 +130,14 @@ export class AddonManager {
   async start(): Promise<void> {
     await this.ensureProxyConfiguration();
     const list = await this.opts.store.list('ManagedCluster');
-    for (const mc of list.items) await this.ensureAddon(mc.metadata.name);
+    if (!this.installer) for (const mc of list.items) await this.ensureAddon(mc.metadata.name);
     await this.removeOrphans(new Set(list.items.map((m) => m.metadata.name)));
+    if (this.installer && !this.clusterWatch) this.installer.start(() => this.kick());
     this.clusterWatch = this.opts.store.watch('ManagedCluster', { resourceVersion: list.resourceVersion }, {
       onEvent: (e) => {
         const name = e.object.metadata.name;
-        const work = e.type === 'DELETED' ? this.removeAddon(name) : this.ensureAddon(name);
+        if (this.installer) this.kick();
+        const work = e.type === 'DELETED' ? this.removeAddon(name) : this.installer ? Promise.resolve() : this.ensureAddon(name);
         void work.catch((err: Error) => this.opts.log.warn({ cluster: name, err: err.message }, 'addon manager could not reconcile the cluster; the status loop retries'));
       },
       onError: (err) => {
@@ -128,6 +153,7 @@ export class AddonManager {
     this.stopped = true;
     this.clusterWatch?.stop();
     this.clusterWatch = null;
+    this.installer?.stop();
     if (this.timer) clearTimeout(this.timer);
     this.timer = null;
     await this.syncing?.catch(() => {});
@@ -141,7 +167,20 @@ export class AddonManager {
 
   /** Runs one status pass now (used after a lease renewal, so Available turns True at once). */
   private kick(): void {
-    if (!this.syncing && !this.stopped) this.syncing = this.syncStatus().finally(() => { this.syncing = null; });
+    if (this.stopped) return;
+    if (this.syncing) {
+      this.again = true;
+      return;
+    }
+    this.syncing = this.syncStatus()
+      .catch((err: Error) => this.opts.log.warn({ err: err.message }, 'addon pass failed; the status loop retries'))
+      .finally(() => {
+        this.syncing = null;
+        if (this.again) {
+          this.again = false;
+          this.kick();
+        }
+      });
   }
 
   private loop(): void {
@@ -183,6 +222,7 @@ export class AddonManager {
   private async syncStatus(): Promise<void> {
     const now = this.now();
     if (!(await this.lead(now))) return;
+    await this.installer?.sync();
     const [addons, leases] = await Promise.all([this.opts.store.list('ManagedClusterAddOn'), this.opts.store.list('Lease')]);
     // Our own tunnels, plus those the other replicas published on their leases (an agent may reach only them).
     const tunnels = tunnelsOnOtherReplicas(leases.items, this.opts.serverID, now);
@@ -196,22 +236,27 @@ export class AddonManager {
       // A loss counts from when this hub saw tunnels go; a cluster never seen up is judged by its lease alone.
       else if (!this.downSince.has(cluster) && this.everSeen.has(cluster)) this.downSince.set(cluster, now);
       if (n > 0) this.everSeen.add(cluster);
-      const specs = addonConditions({
+      let specs = addonConditions({
         lease: leaseOf.get(cluster) ?? null, mode: this.mode, tunnels: n, tunnelDownSince: this.downSince.get(cluster) ?? null,
         tunnelLossGraceMs: Math.floor(this.windowMs / 2), report: worstReport(reportsOf(leaseOf.get(cluster) ?? null)), now,
       });
-      await this.writeConditions(addon, specs, now);
+      const installed = this.installer?.statusOf(cluster);
+      // The installer's Progressing (from the ManifestWork) replaces the agent-report one.
+      if (installed) specs = [...specs.filter((c) => !installed.conditions.some((i) => i.type === c.type)), ...installed.conditions];
+      await this.writeConditions(addon, specs, now, installed?.registrations);
     }
     await this.syncProxyConfigurationStatus(now);
   }
 
   private readonly everSeen = new Set<string>();
 
-  private async writeConditions(addon: ManagedClusterAddOn, specs: ConditionSpec[], now: number): Promise<void> {
+  private async writeConditions(addon: ManagedClusterAddOn, specs: ConditionSpec[], now: number, registrations?: AddonRegistration[]): Promise<void> {
     const { conditions, changed } = mergeConditions(addon.status?.conditions, specs, new Date(now));
-    if (!changed) return;
+    const regsChanged = registrations !== undefined && JSON.stringify(registrations) !== JSON.stringify(addon.status?.registrations ?? []);
+    if (!changed && !regsChanged) return;
     try {
-      await this.opts.store.updateStatus('ManagedClusterAddOn', { ...addon, status: { ...addon.status, conditions, namespace: addon.spec.installNamespace, healthCheck: { mode: this.mode === 'lease' ? 'Lease' : 'Customized' } } });
+      await this.opts.store.updateStatus('ManagedClusterAddOn', { ...addon, status: { ...addon.status, conditions, namespace: addon.spec.installNamespace,
+        healthCheck: { mode: this.mode === 'lease' ? 'Lease' : 'Customized' }, ...(registrations ? { registrations } : {}) } });
       const available = conditions.find((c) => c.type === 'Available');
       this.opts.log.info({ cluster: addon.metadata.namespace, available: available?.status, reason: available?.reason }, 'addon status updated');
     } catch (err) {

@@ -17,6 +17,9 @@ export const AGENT_SERVICE_ACCOUNT = 'cluster-proxy';
 export const AGENT_ROLE = 'cluster-proxy';
 export const AGENT_LEASE = 'cluster-proxy';
 export const HUB_CA_SECRET = 'cluster-proxy-hub-ca';
+/** OCM's names, used when the agent is installed through a ManifestWork (identity from OCM's CSR flow). */
+export const OCM_HUB_CA_SECRET = 'cluster-proxy-ca';
+export const OCM_CLIENT_CERT_SECRET = 'cluster-proxy-open-cluster-management.io-proxy-agent-signer-client-cert';
 export const BOOTSTRAP_SECRET = 'cluster-proxy-bootstrap';
 export const CREDENTIALS_SECRET = 'cluster-proxy-agent-credentials';
 export const DEFAULT_AGENT_IMAGE = 'quay.io/cluster-proxy-ts/cluster-proxy:0.1.0';
@@ -28,6 +31,7 @@ const MAX_AGENT_REPLICAS = 100;
 const HUB_CA_DIR = '/etc/cluster-proxy/hub-ca';
 const BOOTSTRAP_DIR = '/etc/cluster-proxy/bootstrap';
 const CREDENTIALS_DIR = '/var/lib/cluster-proxy/credentials';
+const OCM_CLIENT_CERT_DIR = '/etc/cluster-proxy/client-cert';
 
 export type KubeManifest = { apiVersion: string; kind: string; metadata: { name: string; namespace?: string; labels?: Record<string, string>; annotations?: Record<string, string> } } & Record<string, unknown>;
 
@@ -71,6 +75,15 @@ export interface AgentInstallInput extends ManifestInput {
    * bootstrap token is single use and the credentials directory is an emptyDir). Default true.
    */
   persistCredentials?: boolean;
+}
+
+/**
+ * The same agent installed by the hub through OCM (`--agent-install manifestwork`): no bootstrap token;
+ * the klusterlet gets the agent's certificate through OCM's CSR flow and writes it into Secret
+ * OCM_CLIENT_CERT_SECRET, which the agent reads (and re-reads when it is renewed).
+ */
+export interface OcmAgentInstallInput extends Omit<AgentInstallInput, 'bootstrapToken' | 'persistCredentials'> {
+  identity: 'ocm-csr';
 }
 
 /** A bad install input; the message starts with the field's name. */
@@ -248,7 +261,7 @@ function checkResources(v: ResourceRequirements | undefined): ResourceRequiremen
   return out;
 }
 
-function factsOf(input: AgentInstallInput): ClusterProxyFacts {
+function factsOf(input: AgentInstallInput | OcmAgentInstallInput): ClusterProxyFacts {
   const f = input.facts ?? {};
   const facts: ClusterProxyFacts = {};
   const pods = f.podCidrs ?? (input.podCidr ? [input.podCidr] : undefined);
@@ -284,13 +297,16 @@ function proxyField<T>(fn: () => T): T {
  * The objects to `kubectl apply` in the managed cluster, in apply order (Namespace first). Deterministic:
  * the same input renders the same objects in the same order. Throws ManifestInputError on bad input.
  */
-export function renderAgentInstall(input: AgentInstallInput): KubeManifest[] {
+export function renderAgentInstall(input: AgentInstallInput | OcmAgentInstallInput): KubeManifest[] {
   const cluster = checkCluster(input.cluster);
   const ns = checkNamespace(input.installNamespace);
   const agentEntrypoint = checkHostPort(input.agentEntrypoint);
   const serverName = checkServerName(input.serverName);
   const hubCa = checkCaBundle(input.caBundle);
-  const token = checkToken(input.bootstrapToken);
+  const ocm = 'identity' in input;
+  const token = ocm ? null : checkToken(input.bootstrapToken);
+  const persist = !ocm && input.persistCredentials !== false;
+  const caSecret = ocm ? OCM_HUB_CA_SECRET : HUB_CA_SECRET;
   const image = checkImage(input.image);
   const replicas = checkReplicas(input.agentReplicas);
   const nodeSelector = checkNodeSelector(input.nodePlacement?.nodeSelector);
@@ -317,9 +333,10 @@ export function renderAgentInstall(input: AgentInstallInput): KubeManifest[] {
     `--ca-cert=${HUB_CA_DIR}/ca.crt`,
     // The trust bundle holds the https proxy's CA too (OCM merges it the same way).
     ...(httpsProxy ? [`--proxy-ca=${HUB_CA_DIR}/ca.crt`] : []),
-    `--bootstrap-token-file=${BOOTSTRAP_DIR}/token`,
-    `--credentials-dir=${CREDENTIALS_DIR}`,
-    ...(input.persistCredentials !== false ? [`--credentials-secret=${CREDENTIALS_SECRET}`] : []),
+    ...(ocm
+      ? [`--cert=${OCM_CLIENT_CERT_DIR}/tls.crt`, `--key=${OCM_CLIENT_CERT_DIR}/tls.key`]
+      : [`--bootstrap-token-file=${BOOTSTRAP_DIR}/token`, `--credentials-dir=${CREDENTIALS_DIR}`]),
+    ...(persist ? [`--credentials-secret=${CREDENTIALS_SECRET}`] : []),
     '--apiserver=kubernetes.default.svc:443',
     `--health-port=${AGENT_HEALTH_PORT}`,
   ];
@@ -336,15 +353,22 @@ export function renderAgentInstall(input: AgentInstallInput): KubeManifest[] {
     securityContext: { allowPrivilegeEscalation: false, readOnlyRootFilesystem: true, runAsNonRoot: true, capabilities: { drop: ['ALL'] } },
     volumeMounts: [
       { name: 'hub-ca', mountPath: HUB_CA_DIR, readOnly: true },
-      { name: 'bootstrap', mountPath: BOOTSTRAP_DIR, readOnly: true },
-      { name: 'credentials', mountPath: CREDENTIALS_DIR },
+      ...(ocm
+        ? [{ name: 'client-cert', mountPath: OCM_CLIENT_CERT_DIR, readOnly: true }]
+        : [{ name: 'bootstrap', mountPath: BOOTSTRAP_DIR, readOnly: true }, { name: 'credentials', mountPath: CREDENTIALS_DIR }]),
       // Read-only root filesystem: Node and libraries may still want a scratch directory.
       { name: 'tmp', mountPath: '/tmp' },
     ],
   };
 
+  // OCM leaves the namespace behind when the work goes (other addons may share it).
+  const nsMeta = ocm ? { name: ns, labels, annotations: { 'addon.open-cluster-management.io/deletion-orphan': '' } } : { name: ns, labels };
+  const secretRules = persist ? [
+    { apiGroups: [''], resources: ['secrets'], verbs: ['create'] },
+    { apiGroups: [''], resources: ['secrets'], resourceNames: [CREDENTIALS_SECRET], verbs: ['get', 'update', 'patch'] },
+  ] : [];
   return [
-    { apiVersion: 'v1', kind: 'Namespace', metadata: { name: ns, labels } },
+    { apiVersion: 'v1', kind: 'Namespace', metadata: nsMeta },
     { apiVersion: 'v1', kind: 'ServiceAccount', metadata: meta(AGENT_SERVICE_ACCOUNT) },
     {
       apiVersion: 'rbac.authorization.k8s.io/v1', kind: 'Role', metadata: meta(AGENT_ROLE),
@@ -352,8 +376,7 @@ export function renderAgentInstall(input: AgentInstallInput): KubeManifest[] {
       rules: [
         { apiGroups: ['coordination.k8s.io'], resources: ['leases'], verbs: ['create'] },
         { apiGroups: ['coordination.k8s.io'], resources: ['leases'], resourceNames: [AGENT_LEASE], verbs: ['get', 'update', 'patch'] },
-        { apiGroups: [''], resources: ['secrets'], verbs: ['create'] },
-        { apiGroups: [''], resources: ['secrets'], resourceNames: [CREDENTIALS_SECRET], verbs: ['get', 'update', 'patch'] },
+        ...secretRules,
       ],
     },
     {
@@ -361,10 +384,12 @@ export function renderAgentInstall(input: AgentInstallInput): KubeManifest[] {
       roleRef: { apiGroup: 'rbac.authorization.k8s.io', kind: 'Role', name: AGENT_ROLE },
       subjects: [{ kind: 'ServiceAccount', name: AGENT_SERVICE_ACCOUNT, namespace: ns }],
     },
-    { apiVersion: 'v1', kind: 'Secret', metadata: meta(HUB_CA_SECRET), type: 'Opaque', data: { 'ca.crt': b64(caBundle) } },
-    { apiVersion: 'v1', kind: 'Secret', metadata: meta(BOOTSTRAP_SECRET), type: 'Opaque', data: { token: b64(token) } },
+    { apiVersion: 'v1', kind: 'Secret', metadata: meta(caSecret), type: 'Opaque', data: { 'ca.crt': b64(caBundle) } },
+    ...(token !== null ? [{ apiVersion: 'v1', kind: 'Secret', metadata: meta(BOOTSTRAP_SECRET), type: 'Opaque', data: { token: b64(token) } }] : []),
     {
-      apiVersion: 'apps/v1', kind: 'Deployment', metadata: meta(AGENT_DEPLOYMENT_NAME),
+      apiVersion: 'apps/v1', kind: 'Deployment',
+      // OCM's labels on the Deployment too: its tooling selects the agent by them.
+      metadata: ocm ? { ...meta(AGENT_DEPLOYMENT_NAME), labels: { ...labels, 'open-cluster-management.io/addon': 'cluster-proxy', 'proxy.open-cluster-management.io/component-name': 'proxy-agent' } } : meta(AGENT_DEPLOYMENT_NAME),
       spec: {
         replicas,
         selector: { matchLabels: { 'app.kubernetes.io/name': 'cluster-proxy-agent' } },
@@ -380,9 +405,10 @@ export function renderAgentInstall(input: AgentInstallInput): KubeManifest[] {
             ...(tolerations ? { tolerations } : {}),
             containers: [container],
             volumes: [
-              { name: 'hub-ca', secret: { secretName: HUB_CA_SECRET } },
-              { name: 'bootstrap', secret: { secretName: BOOTSTRAP_SECRET } },
-              { name: 'credentials', emptyDir: {} },
+              { name: 'hub-ca', secret: { secretName: caSecret } },
+              ...(ocm
+                ? [{ name: 'client-cert', secret: { secretName: OCM_CLIENT_CERT_SECRET } }]
+                : [{ name: 'bootstrap', secret: { secretName: BOOTSTRAP_SECRET } }, { name: 'credentials', emptyDir: {} }]),
               { name: 'tmp', emptyDir: { sizeLimit: '16Mi' } },
             ],
           },

@@ -109,6 +109,10 @@ export interface AddOnDeploymentConfig extends KubeObject {
     nodePlacement?: { nodeSelector?: Record<string, string>; tolerations?: unknown[] };
     agentInstallNamespace?: string;
     proxyConfig?: { httpProxy?: string; httpsProxy?: string; noProxy?: string; caBundle?: string };
+    /** Image mirrors: an image starting with `source` is pulled from `mirror` instead. */
+    registries?: { source: string; mirror: string }[];
+    /** Per-container resources; containerID `deployments:<name>:<container>`, `*` matches any part. */
+    resourceRequirements?: { containerID: string; resources: { requests?: Record<string, string>; limits?: Record<string, string> } }[];
   };
 }
 

@@ -1,0 +1,29 @@
+// The names OCM's tooling (clusteradm, MCE, the Go hub components, OCM's own agents) relies on for the
+// `cluster-proxy` addon when the hub installs agents through ManifestWorks (`--agent-install manifestwork`).
+
+/** The custom signer of the agent's tunnel certificate (the klusterlet asks, the hub signs). */
+export const PROXY_AGENT_SIGNER = 'open-cluster-management.io/proxy-agent-signer';
+/** The agent's hub kubeconfig: signed by the hub's kube-controller-manager once the hub approves. */
+export const KUBE_CLIENT_SIGNER = 'kubernetes.io/kube-apiserver-client';
+/** addon-framework's name for the addon's (only) deploy work. */
+export const AGENT_WORK_NAME = 'addon-cluster-proxy-deploy-0';
+/** Labels the klusterlet puts on an addon's CSRs (and addon-framework on its works). */
+export const CLUSTER_NAME_LABEL = 'open-cluster-management.io/cluster-name';
+export const ADDON_NAME_LABEL = 'open-cluster-management.io/addon-name';
+/** On a PlacementDecision: the Placement it belongs to. */
+export const PLACEMENT_LABEL = 'cluster.open-cluster-management.io/placement';
+export const LIFECYCLE_ANNOTATION = 'addon.open-cluster-management.io/lifecycle';
+/** On the agent Deployment: the ManagedProxyConfiguration generation rendered (OCM's e2e reads it). */
+export const CONFIGURATION_GENERATION_ANNOTATION = 'proxy.open-cluster-management.io/configuration-generation';
+/** On the agent pod template: a hash of everything rendered, so any change rolls the agent. */
+export const CONFIG_HASH_ANNOTATION = 'proxy.open-cluster-management.io/config-hash';
+/** Hub-side Secrets existing clients read from the ManagedProxyConfiguration's proxyServer.namespace. */
+export const PROXY_SERVER_CA_SECRET = 'proxy-server-ca';
+export const PROXY_CLIENT_SECRET = 'proxy-client';
+/** Subject of the `proxy-client` certificate (OCM's user for hub components). */
+export const PROXY_CLIENT_COMMON_NAME = 'open-cluster-management:cluster-proxy:proxy-client';
+export const PROXY_CLIENT_GROUP = 'open-cluster-management:cluster-proxy';
+/** The agent name in the kube-apiserver-client registration's user (addon-framework's default form). */
+export const KUBE_CLIENT_AGENT_NAME = 'addon-agent';
+/** Agent certificates the hub signs: 180 days, capped at the CA's own expiry (as OCM does). */
+export const AGENT_CERT_DAYS = 180;
