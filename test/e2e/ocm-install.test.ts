@@ -63,13 +63,22 @@ describe('OCM install mode (ManifestWork + CSR flow)', () => {
 
   /** Bytes through the hub to the cluster's apiserver address (CLUSTER:443 → the ExternalName → our target). */
   async function roundTrip(cluster: string, tunnel?: Tunnel): Promise<void> {
-    const t = tunnel ?? hub.tunnel();
+    const t = tunnel ?? (await proxyClientTunnel());
     const payload = Buffer.from(`hello ${cluster} ${Math.random()}`);
     const s = await t.dial(`${cluster}:443`);
     const back = await echoRoundTripForTest(s, payload);
     expect(back.equals(payload)).toBe(true);
     s.destroy();
     if (!tunnel) t.close();
+  }
+
+  /** A hub client as OCM's Go components make one: the CA and the pair from Secrets proxy-server-ca / proxy-client. */
+  async function proxyClientTunnel(): Promise<Tunnel> {
+    const ns = 'open-cluster-management-cluster-proxy';
+    const client = await waitFor(() => store().get('Secret', { name: 'proxy-client', namespace: ns }), { timeoutMs: 10_000, message: 'no proxy-client Secret' });
+    const ca = (await store().get('Secret', { name: 'proxy-server-ca', namespace: ns }))!;
+    const d = (data: Record<string, string> | undefined, k: string) => Buffer.from(data![k]!, 'base64');
+    return new Tunnel({ address: `127.0.0.1:${hub.ports.frontend}`, serverName: 'localhost', caCert: d(ca.data, 'ca.crt'), cert: d(client.data, 'tls.crt'), key: d(client.data, 'tls.key') });
   }
 
   beforeAll(async () => {
@@ -139,5 +148,195 @@ describe('OCM install mode (ManifestWork + CSR flow)', () => {
     const t = new Tunnel({ address: `127.0.0.1:${hub.ports.frontend}`, serverName: 'localhost', caCert: d('ca.crt'), cert: d('tls.crt'), key: d('tls.key') });
     await roundTrip('c1', t);
     t.close();
+  }, 60_000);
+
+  it('an AddOnDeploymentConfig change updates the work; the new agent runs with the new env and namespace', async () => {
+    const before = (await work('c1'))!;
+    const firstAgent = klusterlets.get('c1')!.agents()[0]!;
+    await store().create('AddOnDeploymentConfig', { apiVersion: 'addon.open-cluster-management.io/v1alpha1', kind: 'AddOnDeploymentConfig', metadata: { name: 'proxy', namespace: 'c1' },
+      spec: { agentInstallNamespace: 'cp-agents', proxyConfig: { httpsProxy: 'http://proxy.corp.example:3128', noProxy: '.corp.example' },
+        resourceRequirements: [{ containerID: 'deployments:*:proxy-agent', resources: { limits: { memory: '200Mi' } } }] } });
+    const a = (await addon('c1'))!;
+    await store().update('ManagedClusterAddOn', { ...a, spec: { ...a.spec, configs: [{ group: 'addon.open-cluster-management.io', resource: 'addondeploymentconfigs', name: 'proxy', namespace: 'c1' }] } });
+    const updated = await waitFor(async () => {
+      const w = await work('c1');
+      return w && w.metadata.generation! > before.metadata.generation! ? w : null;
+    }, { timeoutMs: 15_000, message: 'work not updated after the ADC change' });
+    const dep = deploymentOf(updated);
+    const env = Object.fromEntries(dep.spec.template.spec.containers[0]!.env.map((e) => [e.name, e.value]));
+    expect(env['HTTPS_PROXY']).toBe('http://proxy.corp.example:3128');
+    expect(env['NO_PROXY']).toContain('.corp.example');
+    expect(updated.spec.workload.manifests.find((m) => m['kind'] === 'Namespace')).toMatchObject({ metadata: { name: 'cp-agents' } });
+    expect(dep.spec.template.metadata.annotations['proxy.open-cluster-management.io/config-hash']).not.toBe(deploymentOf(before).spec.template.metadata.annotations['proxy.open-cluster-management.io/config-hash']);
+    // The stand-in restarted the agent: the old process exited, the new one has the env in its process.
+    await firstAgent.proc.exited;
+    const next = await waitFor(() => klusterlets.get('c1')!.agents()[0], { timeoutMs: 15_000, message: 'no new agent' });
+    const environ = (await readFile(`/proc/${next.proc.pid}/environ`, 'utf8')).split('\0');
+    expect(environ).toContain('HTTPS_PROXY=http://proxy.corp.example:3128');
+    expect(next.args).toContain('--namespace=cp-agents');
+    // The hub at 127.0.0.1 is on NO_PROXY (loopback always is), so the new agent connects directly.
+    await availableAndCompleted('c1');
+    await waitFor(async () => (await hub.tables()).agents.some((x) => x.cluster === 'c1'), { timeoutMs: 15_000, message: 'new agent not connected' });
+    await roundTrip('c1');
+  }, 60_000);
+
+  it('a work edited by someone else is put back on the next sync', async () => {
+    const w = (await work('c1'))!;
+    const edited = structuredClone(w);
+    deploymentOf(edited).spec.template.spec.containers[0]!.args.push('--allow=*');
+    await store().update('ManifestWork', edited);
+    const restored = await waitFor(async () => {
+      const cur = (await work('c1'))!;
+      return cur.metadata.generation! > edited.metadata.generation! + 0 && !deploymentOf(cur).spec.template.spec.containers[0]!.args.includes('--allow=*') ? cur : null;
+    }, { timeoutMs: 15_000, message: 'edited work not restored' });
+    expect(deploymentOf(restored).spec.template.spec.containers[0]!.args).toEqual(deploymentOf(w).spec.template.spec.containers[0]!.args);
+    await availableAndCompleted('c1');
+  }, 60_000);
+
+  it('forged or stray CSRs are refused with a reason; CSRs of other addons are left alone', async () => {
+    const { Pkcs10CertificateRequestGenerator } = await import('@peculiar/x509');
+    const { webcrypto } = await import('node:crypto');
+    const alg = { name: 'ECDSA', namedCurve: 'P-256', hash: 'SHA-256' };
+    const reg = (await addon('c1'))!.status!.registrations!.find((r) => r.signerName === SIGNER)!;
+    const request = async (cn: string): Promise<string> => {
+      const keys = await webcrypto.subtle.generateKey(alg, true, ['sign', 'verify']) as webcrypto.CryptoKeyPair;
+      const csr = await Pkcs10CertificateRequestGenerator.create({ name: `O=system:open-cluster-management:cluster:c1:addon:cluster-proxy, OU=${reg.subject.organizationUnit![0]!}, CN=${cn}`, keys: keys as never, signingAlgorithm: alg });
+      return Buffer.from(csr.toString('pem')).toString('base64');
+    };
+    const mk = async (name: string, cluster: string, spec: Partial<CertificateSigningRequest['spec']>, addonName = 'cluster-proxy'): Promise<void> => {
+      await store().create('CertificateSigningRequest', { apiVersion: 'certificates.k8s.io/v1', kind: 'CertificateSigningRequest',
+        metadata: { name, labels: { 'open-cluster-management.io/cluster-name': cluster, 'open-cluster-management.io/addon-name': addonName } },
+        spec: { request: await request(reg.subject.user), signerName: SIGNER, usages: ['client auth'], username: `system:open-cluster-management:${cluster}:agent`, ...spec } });
+    };
+    // c1's klusterlet asking for c2's identity.
+    await mk('forged-other-cluster', 'c1', { request: await request('system:open-cluster-management:cluster:c2:addon:cluster-proxy:agent:proxy-agent') });
+    await mk('forged-signer', 'c1', { signerName: 'example.com/not-ours' });
+    await mk('gone-cluster', 'gone', { username: 'system:open-cluster-management:gone:agent' });
+    await mk('not-enabled', 'c3', { username: 'system:open-cluster-management:c3:agent' });
+    await mk('wrong-requester', 'c1', { username: 'system:open-cluster-management:c2:agent' });
+    await mk('other-addon', 'c1', {}, 'some-other-addon');
+    const want: Record<string, string> = { 'forged-other-cluster': 'SubjectMismatch', 'forged-signer': 'UnknownSigner', 'gone-cluster': 'ClusterNotFound', 'not-enabled': 'AddonNotEnabled', 'wrong-requester': 'RequesterMismatch' };
+    for (const [name, reason] of Object.entries(want)) {
+      const c = await waitFor(async () => (await store().get('CertificateSigningRequest', { name }))?.status?.conditions?.[0], { timeoutMs: 15_000, message: `${name} not answered` });
+      expect([name, c.type, c.status, c.reason]).toEqual([name, 'Denied', 'True', reason]);
+      expect(c.message).toBeTruthy();
+      expect((await store().get('CertificateSigningRequest', { name }))?.status?.certificate).toBeUndefined();
+    }
+    // Several passes later, the other addon's CSR is still untouched.
+    const passes = hub.proc.lineCount();
+    await waitFor(() => hub.proc.lineCount() > passes || null, { timeoutMs: 3000, intervalMs: 100, message: 'no hub activity' }).catch(() => null);
+    await new Promise((r) => setTimeout(r, 1500));
+    expect((await store().get('CertificateSigningRequest', { name: 'other-addon' }))?.status).toBeUndefined();
+  }, 60_000);
+
+  it('installStrategy Placements: a selected cluster gets the addon and an agent; leaving the decision removes both', async () => {
+    const cma = (await store().get('ClusterManagementAddOn', { name: 'cluster-proxy' }))!;
+    await store().update('ClusterManagementAddOn', { ...cma, spec: { ...cma.spec, installStrategy: { type: 'Placements', placements: [{ name: 'cp-placement', namespace: 'default' }] } } });
+    await store().create('Placement', { apiVersion: 'cluster.open-cluster-management.io/v1beta1', kind: 'Placement', metadata: { name: 'cp-placement', namespace: 'default' }, spec: { clusterSets: ['global'] } });
+    const pd = await store().create('PlacementDecision', { apiVersion: 'cluster.open-cluster-management.io/v1beta1', kind: 'PlacementDecision',
+      metadata: { name: 'cp-placement-decision-1', namespace: 'default', labels: { 'cluster.open-cluster-management.io/placement': 'cp-placement' } } });
+    const decided = await store().updateStatus('PlacementDecision', { ...pd, status: { decisions: [{ clusterName: 'c2', reason: '' }] } });
+    const a = await availableAndCompleted('c2');
+    expect(a.metadata.ownerReferences?.[0]).toMatchObject({ kind: 'ClusterManagementAddOn', name: 'cluster-proxy', uid: cma.metadata.uid });
+    await roundTrip('c2');
+    const agent = klusterlets.get('c2')!.agents()[0]!;
+    // c2 leaves the Placement: addon, work and agent go; c1's addon (enabled by hand) stays.
+    await store().updateStatus('PlacementDecision', { ...decided, status: { decisions: [] } });
+    await waitFor(async () => !(await addon('c2')) && !(await work('c2')), { timeoutMs: 15_000, message: 'c2 addon/work not removed' });
+    await agent.proc.exited;
+    expect(klusterlets.get('c2')!.agents()).toEqual([]);
+    await waitFor(async () => !(await hub.tables()).agents.some((x) => x.cluster === 'c2'), { timeoutMs: 15_000, message: 'c2 tunnel still on the hub' });
+    expect(await addon('c1')).not.toBeNull();
+    expect(await work('c1')).not.toBeNull();
+  }, 60_000);
+
+  it('two hub replicas on the same addons: one work per cluster, no flapping', async () => {
+    hub2 = await startHub(pki, ['--store', 'kubernetes', '--kubeconfig', kubeconfig, '--agent-install', 'manifestwork', '--ca-key', caKeyPath,
+      '--tunnel-loss-window', '2s', '--tls-reload-interval', '500ms', '--server-id', 'hub-b', '--agent-entrypoint', `127.0.0.1:${hub.ports.agent}`]);
+    // Back to Manual, so an admin-made addon is what installs c3.
+    const cma = (await store().get('ClusterManagementAddOn', { name: 'cluster-proxy' }))!;
+    await store().update('ClusterManagementAddOn', { ...cma, spec: { ...cma.spec, installStrategy: { type: 'Manual' } } });
+    await enable('c3');
+    await availableAndCompleted('c3');
+    await availableAndCompleted('c1');
+    const writes: string[] = [];
+    const w = store().watch('ManifestWork', { resourceVersion: (await store().list('ManifestWork')).resourceVersion }, { onEvent: (e) => writes.push(`${e.type} ${e.object.metadata.namespace}`) });
+    // Degraded may still move while agents find the new replica; what the install decides must not.
+    const installConditions = async (c: string) => JSON.stringify((await addon(c))!.status!.conditions!.filter((x) => x.type !== 'Degraded').map((x) => [x.type, x.status, x.lastTransitionTime]));
+    const before = new Map<string, string>();
+    for (const c of ['c1', 'c3']) before.set(c, await installConditions(c));
+    // Several passes of both replicas (status period 500 ms).
+    await new Promise((r) => setTimeout(r, 4000));
+    w.stop();
+    expect((await store().list('ManifestWork')).items.map((x) => `${x.metadata.namespace}/${x.metadata.name}`).sort()).toEqual(['c1/' + WORK, 'c3/' + WORK]);
+    expect((await store().list('ClusterManagementAddOn')).items.length).toBe(1);
+    // Status-only writes of the stand-in are allowed; the hubs must not rewrite the works.
+    const hubWrites = writes.filter((x) => !x.startsWith('MODIFIED'));
+    expect(hubWrites).toEqual([]);
+    for (const c of ['c1', 'c3']) {
+      expect((await work(c))!.metadata.generation).toBe((await work(c))!.status?.conditions?.[0]?.observedGeneration);
+      expect(await installConditions(c)).toBe(before.get(c));
+    }
+    await roundTrip('c3');
+    await hub2.stop();
+    hub2 = null;
+  }, 90_000);
+
+  it('CA rollover: the new signer changes the registration, the klusterlet asks again, the agent moves to a certificate of the new CA', async () => {
+    const ca2: PemPair = createCA({ commonName: 'e2e-ca-2' });
+    const oldOu = (await addon('c1'))!.status!.registrations!.find((r) => r.signerName === SIGNER)!.subject.organizationUnit![0];
+    const csrsBefore = klusterlets.get('c1')!.csrs.size;
+    // Stage 1+2 (add and promote): trust both, sign with the new CA, serve a certificate of the new CA.
+    const server2 = issueServerCert(ca2, { commonName: 'hub', dnsNames: ['localhost'], ipAddresses: ['127.0.0.1', '::1'] });
+    await writeFile(pki.server.certPath, server2.certPem);
+    await writeFile(pki.server.keyPath, server2.keyPem);
+    await writeFile(caKeyPath, ca2.keyPem);
+    await writeFile(pki.caPath, ca2.certPem + pki.ca.certPem);
+    const reg = await waitFor(async () => {
+      const r = (await addon('c1'))?.status?.registrations?.find((x) => x.signerName === SIGNER);
+      return r && r.subject.organizationUnit![0] !== oldOu ? r : null;
+    }, { timeoutMs: 15_000, message: 'registration OU did not change with the signer' });
+    expect(reg.subject.organizationUnit![0]).toMatch(/^signer-/);
+    const signedByNew = async (): Promise<boolean> => {
+      const k = klusterlets.get('c1')!;
+      const agent = k.agents()[0];
+      if (!agent) return false;
+      const certArg = agent.args.find((x) => x.startsWith('--cert='))!.slice('--cert='.length);
+      const pemText = await readFile(certArg, 'utf8').catch(() => '');
+      return pemText !== '' && new X509Certificate(pemText).checkIssued(new X509Certificate(ca2.certPem));
+    };
+    await waitFor(signedByNew, { timeoutMs: 20_000, message: 'agent certificate not re-issued by the new CA' });
+    expect(klusterlets.get('c1')!.csrs.size).toBeGreaterThan(csrsBefore);
+    await availableAndCompleted('c1');
+    // proxy-client follows the signer too.
+    await waitFor(async () => {
+      const s2 = await store().get('Secret', { name: 'proxy-client', namespace: 'open-cluster-management-cluster-proxy' });
+      return new X509Certificate(Buffer.from(s2!.data!['tls.crt']!, 'base64')).checkIssued(new X509Certificate(ca2.certPem));
+    }, { timeoutMs: 15_000, message: 'proxy-client not re-issued by the new CA' });
+    // Stage 3 (finish): only the new CA; the work carries the new bundle and the agent still tunnels.
+    const k = klusterlets.get('c1')!;
+    const started = k.history.length;
+    await writeFile(pki.caPath, ca2.certPem);
+    await waitFor(async () => {
+      const w = await work('c1');
+      const ca = w?.spec.workload.manifests.find((m) => m['kind'] === 'Secret' && (m['metadata'] as { name: string }).name === 'cluster-proxy-ca') as { data: Record<string, string> } | undefined;
+      return ca && Buffer.from(ca.data['ca.crt']!, 'base64').toString() === ca2.certPem;
+    }, { timeoutMs: 15_000, message: 'work does not carry the new CA bundle' });
+    // The new bundle rolled the agent (config hash); the new one connects with the new CA's certificate.
+    await waitFor(() => k.history.length > started || null, { timeoutMs: 15_000, message: 'agent not restarted with the new bundle' });
+    await k.history[k.history.length - 1]!.proc.waitForJsonLine((o) => o['msg'] === 'connected to proxy server', 20_000);
+    expect(await signedByNew()).toBe(true);
+    await availableAndCompleted('c1');
+    await roundTrip('c1');
+  }, 90_000);
+
+  it('disabling the addon deletes the work and stops the agent; tables drain', async () => {
+    const agents = ['c1', 'c3'].map((c) => klusterlets.get(c)!.agents()[0]!);
+    await store().delete('ManagedClusterAddOn', { name: 'cluster-proxy', namespace: 'c1' });
+    // Deleting the cluster removes its addon and work as well.
+    await store().delete('ManagedCluster', { name: 'c3' });
+    await waitFor(async () => !(await work('c1')) && !(await work('c3')), { timeoutMs: 15_000, message: 'works not deleted' });
+    for (const a of agents) await a.proc.exited;
+    await waitFor(async () => (await hub.tables()).agents.length === 0, { timeoutMs: 15_000, message: 'hub still has agents' });
   }, 60_000);
 });
