@@ -72,9 +72,12 @@ describe('hub store at start-up and in /readyz', () => {
     }
   });
 
-  it('--store must be embedded or kubernetes; --kubeconfig needs --store kubernetes', async () => {
+  it('--store must be embedded or kubernetes; --kubeconfig needs --store kubernetes; --agent-install manifestwork needs it too', async () => {
     const dir = await mkdtemp(path.join(pki.dir, 'bad-'));
-    for (const [extra, want] of [[['--store', 'etcd'], /--store must be embedded or kubernetes/], [['--kubeconfig', 'x'], /go with --store kubernetes/]] as const) {
+    for (const [extra, want] of [[['--store', 'etcd'], /--store must be embedded or kubernetes/], [['--kubeconfig', 'x'], /go with --store kubernetes/],
+      [['--agent-install', 'manifestwork'], /--agent-install manifestwork needs --store kubernetes .*embedded store installs agents with "cluster-proxy join" only/],
+      [['--agent-install', 'helm'], /--agent-install must be manual or manifestwork, got "helm"/],
+      [['--store', 'kubernetes', '--agent-install', 'manifestwork', '--agent-install-namespace', 'Bad_NS'], /--agent-install-namespace "Bad_NS" is not a namespace name/]] as const) {
       const r = await runCommand(process.execPath, hubArgs(dir, [...extra]), { timeoutMs: 20_000 });
       expect(r.code).toBe(2);
       expect(r.stderr).toMatch(want);

@@ -1,0 +1,169 @@
+// The OCM install mode's pure parts: registrations and the signer OU, the CSR review (every refusal and
+// the approval, on real ECDSA requests as OCM's klusterlet makes them), signing, the rendered work, and
+// the addon conditions read from the work's status.
+import 'reflect-metadata';
+import { createHash, webcrypto, X509Certificate } from 'node:crypto';
+import { describe, expect, it } from 'vitest';
+import * as x509 from '@peculiar/x509';
+import { createCA } from '../pki/certificates.js';
+import type { CertificateSigningRequest, ManagedCluster, ManagedClusterAddOn, ManifestWork } from '../store/objects.js';
+import { renderAgentWork, type AgentWorkInput } from './agent-work.js';
+import { signCertificateRequest, CertificateRequestError, readCertificateRequest } from './csr-signer.js';
+import { workConditions } from './installer.js';
+import { addonRegistrations, reviewCsr, signerOrganizationalUnit } from './registrations.js';
+
+const ca = createCA({ commonName: 'ocm-test-ca' });
+const alg = { name: 'ECDSA', namedCurve: 'P-256', hash: 'SHA-256' };
+
+async function request(name: string): Promise<string> {
+  const keys = await webcrypto.subtle.generateKey(alg, true, ['sign', 'verify']) as webcrypto.CryptoKeyPair;
+  const csr = await x509.Pkcs10CertificateRequestGenerator.create({ name, keys: keys as never, signingAlgorithm: alg });
+  return csr.toString('pem');
+}
+
+function subjectOf(cluster: string, signer = ca.certPem): string {
+  const reg = addonRegistrations(cluster, signer)[1]!;
+  return `O=${reg.subject.groups![0]}, OU=${reg.subject.organizationUnit![0]}, CN=${reg.subject.user}`;
+}
+
+const cluster = (name: string, accepted = true): ManagedCluster => ({ apiVersion: 'cluster.open-cluster-management.io/v1', kind: 'ManagedCluster', metadata: { name }, spec: { hubAcceptsClient: accepted } });
+
+async function csr(opts: { cluster?: string; subject?: string; signerName?: string; username?: string; usages?: string[]; addon?: string; request?: string } = {}): Promise<CertificateSigningRequest> {
+  const c = opts.cluster ?? 'c1';
+  return {
+    apiVersion: 'certificates.k8s.io/v1', kind: 'CertificateSigningRequest',
+    metadata: { name: 'x', labels: { 'open-cluster-management.io/cluster-name': c, 'open-cluster-management.io/addon-name': opts.addon ?? 'cluster-proxy' } },
+    spec: { request: Buffer.from(opts.request ?? await request(opts.subject ?? subjectOf(c))).toString('base64'), signerName: opts.signerName ?? 'open-cluster-management.io/proxy-agent-signer',
+      usages: opts.usages ?? ['digital signature', 'key encipherment', 'client auth'], username: opts.username ?? `system:open-cluster-management:${c}:agent-x` },
+  };
+}
+
+describe('registrations', () => {
+  it('OU is OCM cluster-proxy\'s: "signer-" + hex of base64(sha256(CA PEM)); it changes with the CA', () => {
+    const want = `signer-${Buffer.from(createHash('sha256').update(ca.certPem).digest('base64')).toString('hex')}`;
+    expect(signerOrganizationalUnit(ca.certPem)).toBe(want);
+    expect(signerOrganizationalUnit(createCA().certPem)).not.toBe(want);
+  });
+
+  it('two registrations: the hub kube client and the cluster-bound tunnel identity', () => {
+    const regs = addonRegistrations('c1', ca.certPem);
+    expect(regs.map((r) => r.signerName)).toEqual(['kubernetes.io/kube-apiserver-client', 'open-cluster-management.io/proxy-agent-signer']);
+    expect(regs[1]!.subject).toEqual({
+      user: 'system:open-cluster-management:cluster:c1:addon:cluster-proxy:agent:proxy-agent',
+      groups: ['system:open-cluster-management:cluster:c1:addon:cluster-proxy'],
+      organizationUnit: [signerOrganizationalUnit(ca.certPem)],
+    });
+  });
+});
+
+describe('CSR review', () => {
+  const ctx = { cluster: cluster('c1'), addonEnabled: true, signingCaPem: ca.certPem };
+
+  it('approves the registration\'s own request and says to sign it', async () => {
+    expect(await reviewCsr(await csr(), ctx)).toEqual({ decision: 'approve', cluster: 'c1', sign: true });
+    const kube = addonRegistrations('c1', ca.certPem)[0]!;
+    const kubeCsr = await csr({ signerName: 'kubernetes.io/kube-apiserver-client', subject: `O=${kube.subject.groups![0]}, O=${kube.subject.groups![1]}, CN=${kube.subject.user}` });
+    expect(await reviewCsr(kubeCsr, ctx)).toEqual({ decision: 'approve', cluster: 'c1', sign: false });
+  });
+
+  it('leaves other addons\' CSRs alone', async () => {
+    expect(await reviewCsr(await csr({ addon: 'other' }), ctx)).toEqual({ decision: 'ignore' });
+  });
+
+  it.each([
+    ['another cluster\'s identity', { subject: subjectOf('c2') }, {}, 'SubjectMismatch'],
+    ['an old signer\'s OU', { subject: subjectOf('c1', createCA().certPem) }, {}, 'SubjectMismatch'],
+    ['another signer', { signerName: 'example.com/x' }, {}, 'UnknownSigner'],
+    ['another klusterlet', { username: 'system:open-cluster-management:c2:agent' }, {}, 'RequesterMismatch'],
+    ['a cluster that is gone', {}, { cluster: null }, 'ClusterNotFound'],
+    ['a cluster not accepted', {}, { cluster: cluster('c1', false) }, 'ClusterNotAccepted'],
+    ['the addon not enabled', {}, { addonEnabled: false }, 'AddonNotEnabled'],
+    ['a usage not allowed', { usages: ['client auth', 'code signing'] }, {}, 'BadUsages'],
+    ['garbage', { request: 'not a request' }, {}, 'BadRequest'],
+  ] as const)('denies %s', async (_what, c, over, reason) => {
+    const r = await reviewCsr(await csr(c), { ...ctx, ...over });
+    expect(r).toMatchObject({ decision: 'deny', reason });
+    expect((r as { message: string }).message).not.toContain('\n');
+  });
+});
+
+describe('signing', () => {
+  it('issues for the request\'s key and subject, server+client auth, within notAfter, verifiable with the CA', async () => {
+    const pem = await request(subjectOf('c1'));
+    const notAfter = new Date(Date.now() + 3 * 86_400_000);
+    const cert = new X509Certificate(await signCertificateRequest(ca, pem, notAfter));
+    const caCert = new X509Certificate(ca.certPem);
+    expect(cert.checkIssued(caCert)).toBe(true);
+    expect(cert.verify(caCert.publicKey)).toBe(true);
+    expect(cert.subject).toContain('CN=system:open-cluster-management:cluster:c1:addon:cluster-proxy:agent:proxy-agent');
+    expect(Math.abs(Date.parse(cert.validTo) - notAfter.getTime())).toBeLessThan(1000);
+    expect(cert.keyUsage).toEqual(expect.arrayContaining(['1.3.6.1.5.5.7.3.1', '1.3.6.1.5.5.7.3.2']));
+    expect(cert.ca).toBe(false);
+  });
+
+  it('a tampered request is refused', async () => {
+    const pem = await request(subjectOf('c1'));
+    const der = Buffer.from(pem.replace(/-----[^-]+-----|\s/g, ''), 'base64');
+    der[der.length - 5] ^= 0xff; // inside the signature
+    const bad = `-----BEGIN CERTIFICATE REQUEST-----\n${der.toString('base64')}\n-----END CERTIFICATE REQUEST-----\n`;
+    await expect(readCertificateRequest(bad)).rejects.toBeInstanceOf(CertificateRequestError);
+  });
+});
+
+describe('agent work', () => {
+  const addon: ManagedClusterAddOn = { apiVersion: 'addon.open-cluster-management.io/v1alpha1', kind: 'ManagedClusterAddOn', metadata: { name: 'cluster-proxy', namespace: 'c1', uid: 'u-1' }, spec: {} };
+  const base: AgentWorkInput = { addon, cluster: cluster('c1'), mpc: null, adc: null, caBundle: ca.certPem, agentEntrypoint: 'hub.example.com:8091', defaultInstallNamespace: 'agents' };
+  const dep = (w: ManifestWork) => w.spec.workload.manifests.find((m) => m['kind'] === 'Deployment') as unknown as {
+    metadata: { annotations: Record<string, string> }; spec: { template: { metadata: { annotations: Record<string, string> }; spec: { containers: { image: string; args: string[]; resources: unknown }[] } } } };
+
+  it('is deterministic, owned by the addon, with OCM\'s names and no bootstrap token', () => {
+    const w = renderAgentWork(base);
+    expect(renderAgentWork(base)).toEqual(w);
+    expect(w.metadata).toMatchObject({ name: 'addon-cluster-proxy-deploy-0', namespace: 'c1', ownerReferences: [{ kind: 'ManagedClusterAddOn', uid: 'u-1' }] });
+    const names = w.spec.workload.manifests.map((m) => `${String(m['kind'])}/${(m['metadata'] as { name: string }).name}`);
+    expect(names).toEqual(['Namespace/agents', 'ServiceAccount/cluster-proxy', 'Role/cluster-proxy', 'RoleBinding/cluster-proxy', 'Secret/cluster-proxy-ca', 'Deployment/cluster-proxy-proxy-agent', 'Service/c1']);
+    expect(JSON.stringify(w)).not.toMatch(/bootstrap|secrets/);
+    expect(dep(w).spec.template.spec.containers[0]!.args).toContain('--hub=hub.example.com:8091');
+  });
+
+  it('takes the MPC Hostname entrypoint, image and generation; ADC namespace, mirrors and resources', () => {
+    const w = renderAgentWork({ ...base,
+      mpc: { apiVersion: 'proxy.open-cluster-management.io/v1alpha1', kind: 'ManagedProxyConfiguration', metadata: { name: 'cluster-proxy', generation: 7 },
+        spec: { proxyServer: { entrypoint: { type: 'Hostname', hostname: { value: 'proxy.hub.example.com' }, port: 443 } }, proxyAgent: { image: 'quay.io/org/cp:1' } } },
+      adc: { apiVersion: 'addon.open-cluster-management.io/v1alpha1', kind: 'AddOnDeploymentConfig', metadata: { name: 'a', namespace: 'c1' },
+        spec: { agentInstallNamespace: 'cp', registries: [{ source: 'quay.io/org', mirror: 'mirror.corp/org' }], resourceRequirements: [{ containerID: 'deployments:*:proxy-agent', resources: { limits: { memory: '300Mi' } } }] } } });
+    const d = dep(w);
+    expect(d.spec.template.spec.containers[0]!.args).toContain('--hub=proxy.hub.example.com:443');
+    expect(d.spec.template.spec.containers[0]!.image).toBe('mirror.corp/org/cp:1');
+    expect(d.spec.template.spec.containers[0]!.resources).toEqual({ limits: { memory: '300Mi' } });
+    expect(d.metadata.annotations['proxy.open-cluster-management.io/configuration-generation']).toBe('7');
+    expect(w.spec.workload.manifests[0]).toMatchObject({ kind: 'Namespace', metadata: { name: 'cp', annotations: { 'addon.open-cluster-management.io/deletion-orphan': '' } } });
+  });
+
+  it('any change of what is rendered changes the pod template hash (so the agent rolls)', () => {
+    const h = (w: ManifestWork) => dep(w).spec.template.metadata.annotations['proxy.open-cluster-management.io/config-hash'];
+    const a = h(renderAgentWork(base));
+    expect(h(renderAgentWork({ ...base, caBundle: ca.certPem + createCA().certPem }))).not.toBe(a);
+    expect(h(renderAgentWork({ ...base, agentEntrypoint: 'other:8091' }))).not.toBe(a);
+    expect(h(renderAgentWork({ ...base }))).toBe(a);
+  });
+});
+
+describe('addon conditions from the work', () => {
+  const w = (conds: [string, string, number?, string?][], generation = 2): ManifestWork => ({ apiVersion: 'work.open-cluster-management.io/v1', kind: 'ManifestWork', metadata: { name: 'w', namespace: 'c1', generation },
+    spec: { workload: { manifests: [] } }, status: { conditions: conds.map(([type, status, g, message]) => ({ type, status: status as 'True', reason: 'r', message: message ?? '', lastTransitionTime: 't', ...(g !== undefined ? { observedGeneration: g } : {}) })) } });
+  const pick = (c: ReturnType<typeof workConditions>) => c.map((x) => [x.type, x.status, x.reason]);
+
+  it('applied and available at the current generation: Completed', () => {
+    expect(pick(workConditions(w([['Applied', 'True', 2], ['Available', 'True', 2]])))).toEqual([['ManifestApplied', 'True', 'AddonManifestApplied'], ['Progressing', 'False', 'Completed']]);
+  });
+  it('not yet reported, or reported for an older generation: Progressing', () => {
+    expect(pick(workConditions(null))).toEqual([['ManifestApplied', 'False', 'ManifestWorkNotApplied'], ['Progressing', 'True', 'Progressing']]);
+    expect(pick(workConditions(w([['Applied', 'True', 1], ['Available', 'True', 1]])))[1]).toEqual(['Progressing', 'True', 'Progressing']);
+  });
+  it('apply failed: ManifestApplied False with the work agent\'s message, Progressing Failed', () => {
+    const c = workConditions(w([['Applied', 'False', 2, 'unsupported kind X']]));
+    expect(pick(c)).toEqual([['ManifestApplied', 'False', 'ManifestWorkApplyFailed'], ['Progressing', 'False', 'Failed']]);
+    expect(c[0]!.message).toBe('unsupported kind X');
+  });
+});
