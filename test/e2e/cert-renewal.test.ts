@@ -1,13 +1,13 @@
 // Agent certificate renewal with a tunnel carrying data across it: the hub signs 20-second agent
 // certificates, the agent renews at 80 % of the lifetime through POST /v1/renew with a new key, and
 // the open connection keeps echoing bytes, unbroken, before, during and after.
-import { readFile } from 'node:fs/promises';
+import { copyFile, readFile, writeFile } from 'node:fs/promises';
 import { X509Certificate } from 'node:crypto';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { echoRoundTripForTest } from '../src/join-helpers.js';
 import { killAllSpawned, runCommand, spawnProcess, startEchoServer, waitFor, type ManagedProcess, type TcpTarget } from '../src/fixtures/index.js';
-import { CLI, createPki, startHub, type HubProcess, type TestPki } from '../src/harness.js';
+import { CLI, createPki, startAgent, startHub, type HubProcess, type TestPki } from '../src/harness.js';
 
 describe('agent certificate renewal', () => {
   let pki: TestPki;
@@ -72,5 +72,36 @@ describe('agent certificate renewal', () => {
     s.destroy();
     tunnel.close();
     await waitFor(async () => (await hub.tables()).agents[0]?.established.length === 0, { timeoutMs: 5000, message: 'connection closed on the hub' });
+  });
+
+  it('--cert/--key files replaced (as OCM\'s CSR flow renews them): a half-swapped pair is skipped, the new pair is used, the open connection keeps carrying data', async () => {
+    const first = await pki.agent('c2');
+    const live = { certPath: path.join(pki.dir, 'live-c2.crt'), keyPath: path.join(pki.dir, 'live-c2.key') };
+    await copyFile(first.certPath, live.certPath);
+    await copyFile(first.keyPath, live.keyPath);
+    const a = await startAgent(pki, hub, { cluster: 'c2', apiserver: `127.0.0.1:${echo.port}`, cert: live, args: ['--cert-reload-interval', '200ms'] });
+    const tunnel = hub.tunnel();
+    try {
+      const s = await tunnel.dial('c2:443');
+      const ping = async (n: number) => expect((await echoRoundTripForTest(s, Buffer.from(`ping-${n}`))).toString()).toBe(`ping-${n}`);
+      await ping(1);
+      const second = await pki.agent('c2');
+      // The certificate arrives before its key (a swap caught half-way): refused, the old pair stays.
+      let mark = a.proc.lineCount();
+      await writeFile(live.certPath, await readFile(second.certPath));
+      await a.proc.waitForJsonLine((o) => String(o['msg']).startsWith('cannot use the agent certificate files yet'), 10_000, { after: mark });
+      await ping(2);
+      mark = a.proc.lineCount();
+      await writeFile(live.keyPath, await readFile(second.keyPath));
+      await a.proc.waitForJsonLine((o) => String(o['msg']).startsWith('the agent certificate files changed'), 10_000, { after: mark });
+      await ping(3);
+      const s2 = await tunnel.dial('c2:443');
+      expect((await echoRoundTripForTest(s2, Buffer.from('new'))).toString()).toBe('new');
+      s2.destroy();
+      s.destroy();
+    } finally {
+      tunnel.close();
+      await a.stop();
+    }
   });
 });
