@@ -5,6 +5,9 @@ import { Deployment } from 'kubernetes-models/apps/v1';
 import { ClusterRole, ClusterRoleBinding, Role, RoleBinding } from 'kubernetes-models/rbac.authorization.k8s.io/v1';
 import { PodDisruptionBudget } from 'kubernetes-models/policy/v1';
 import { CustomResourceDefinition } from 'kubernetes-models/apiextensions.k8s.io/v1';
+import { CertificateSigningRequest } from 'kubernetes-models/certificates.k8s.io/v1';
+import { readFileSync } from 'node:fs';
+import { objectProblems, type Schema } from './crd-schema.js';
 
 type Model = new (data: never) => { validate(): void };
 
@@ -20,11 +23,25 @@ const MODELS: Record<string, Model> = {
   'rbac.authorization.k8s.io/v1/ClusterRoleBinding': ClusterRoleBinding as unknown as Model,
   'policy/v1/PodDisruptionBudget': PodDisruptionBudget as unknown as Model,
   'apiextensions.k8s.io/v1/CustomResourceDefinition': CustomResourceDefinition as unknown as Model,
+  'certificates.k8s.io/v1/CertificateSigningRequest': CertificateSigningRequest as unknown as Model,
 };
+
+/**
+ * OCM's own kinds (ClusterManagementAddOn, ManagedClusterAddOn, Placement, PlacementDecision,
+ * ManagedClusterSetBinding, ManifestWork): the structure of OCM's CRD schemas (fixtures/schemas), checked
+ * as the apiserver would, pruning included.
+ */
+const OCM = JSON.parse(readFileSync(new URL('../src/fixtures/schemas/ocm-hub-kinds.schema.json', import.meta.url), 'utf8')) as { kinds: Record<string, { schema: Schema }> };
 
 /** Throws, naming the object, when it does not match its kind's schema or its kind is not known here. */
 export function validateKubeObject(obj: { apiVersion?: string; kind?: string; metadata?: { name?: string } }): void {
   const key = `${obj.apiVersion}/${obj.kind}`;
+  const ocm = OCM.kinds[key];
+  if (ocm) {
+    const problems = objectProblems(ocm.schema, obj, '');
+    if (problems.length > 0) throw new Error(`${key} ${obj.metadata?.name ?? ''} does not match OCM's CRD schema: ${problems.join('; ')}`);
+    return;
+  }
   const model = MODELS[key];
   if (!model) throw new Error(`no schema for ${key} (${obj.metadata?.name ?? 'unnamed'})`);
   try {

@@ -159,18 +159,7 @@ export class OcmInstaller {
   private async ensureClusterManagementAddOn(): Promise<ClusterManagementAddOn> {
     const current = await this.opts.store.get('ClusterManagementAddOn', { name: ADDON_NAME });
     if (current) return current;
-    const cma: ClusterManagementAddOn = {
-      apiVersion: KINDS.ClusterManagementAddOn.apiVersion, kind: 'ClusterManagementAddOn',
-      metadata: { name: ADDON_NAME, annotations: { [LIFECYCLE_ANNOTATION]: 'addon-manager' } },
-      spec: {
-        addOnMeta: { displayName: 'cluster-proxy', description: 'reverse tunnels from the hub into managed clusters' },
-        supportedConfigs: [
-          { group: KINDS.ManagedProxyConfiguration.group, resource: KINDS.ManagedProxyConfiguration.plural, defaultConfig: { name: PROXY_CONFIGURATION_NAME } },
-          { group: KINDS.AddOnDeploymentConfig.group, resource: KINDS.AddOnDeploymentConfig.plural },
-        ],
-        installStrategy: { type: 'Manual' },
-      },
-    };
+    const cma = clusterManagementAddOn();
     try {
       const created = await this.opts.store.create('ClusterManagementAddOn', cma);
       this.opts.log.info('ClusterManagementAddOn cluster-proxy created (installStrategy Manual)');
@@ -327,6 +316,22 @@ export class OcmInstaller {
       if (!(err instanceof AlreadyExistsError) && !(err instanceof ConflictError)) throw err;
     }
   }
+}
+
+/** The ClusterManagementAddOn the hub creates when none exists (installStrategy Manual). */
+export function clusterManagementAddOn(): ClusterManagementAddOn {
+  return {
+    apiVersion: KINDS.ClusterManagementAddOn.apiVersion, kind: 'ClusterManagementAddOn',
+    metadata: { name: ADDON_NAME, annotations: { [LIFECYCLE_ANNOTATION]: 'addon-manager' } },
+    spec: {
+      addOnMeta: { displayName: 'cluster-proxy', description: 'reverse tunnels from the hub into managed clusters' },
+      supportedConfigs: [
+        { group: KINDS.ManagedProxyConfiguration.group, resource: KINDS.ManagedProxyConfiguration.plural, defaultConfig: { name: PROXY_CONFIGURATION_NAME } },
+        { group: KINDS.AddOnDeploymentConfig.group, resource: KINDS.AddOnDeploymentConfig.plural },
+      ],
+      installStrategy: { type: 'Manual' },
+    },
+  };
 }
 
 const b64 = (s: string): string => Buffer.from(s).toString('base64');
