@@ -122,6 +122,34 @@ describe.skipIf(kubectlUnsupported() !== null)('hub Helm chart', () => {
     expect((dep.spec.template.spec as unknown as { terminationGracePeriodSeconds: number }).terminationGracePeriodSeconds).toBe(40);
   });
 
+  it('manifestwork mode: OCM addon objects, proxy-entrypoint, RBAC for works, placements and CSRs (signing only its own signer); all valid against Kubernetes\' and OCM\'s schemas', async () => {
+    const manual = await template('');
+    expect(manual.some((o) => ['ClusterManagementAddOn', 'Placement'].includes(o.kind) || o.metadata.name === 'proxy-entrypoint')).toBe(false);
+    const objs = await template('agentInstall:\n  mode: manifestwork\n  installStrategy: Placements\n');
+    for (const o of objs) validateKubeObject(o);
+    const dep = objs.find((o) => o.kind === 'Deployment') as unknown as { spec: { template: { spec: { containers: { args: string[] }[] } } } };
+    expect(dep.spec.template.spec.containers[0]!.args).toEqual(expect.arrayContaining(['--agent-install=manifestwork', '--agent-install-namespace=open-cluster-management-agent-addon']));
+    const cma = objs.find((o) => o.kind === 'ClusterManagementAddOn') as unknown as { metadata: { annotations: Record<string, string> }; spec: { installStrategy: unknown } };
+    expect(cma.metadata.annotations['addon.open-cluster-management.io/lifecycle']).toBe('addon-manager');
+    expect(cma.spec.installStrategy).toEqual({ type: 'Placements', placements: [{ name: 'cluster-proxy-placement', namespace: 'open-cluster-management-cluster-proxy' }] });
+    expect(objs.find((o) => o.kind === 'Placement')?.spec).toEqual({ clusterSets: ['global'] });
+    expect(objs.find((o) => o.kind === 'ManagedClusterSetBinding')?.spec).toEqual({ clusterSet: 'global' });
+    const svc = objs.find((o) => o.kind === 'Service' && o.metadata.name === 'proxy-entrypoint') as unknown as { spec: { ports: { port: number; targetPort: string }[] } };
+    expect(svc.spec.ports.map((p) => [p.port, p.targetPort])).toEqual([[8090, 'frontend'], [8091, 'agent']]);
+    type Rule = { apiGroups: string[]; resources: string[]; resourceNames?: string[]; verbs: string[] };
+    const rules = (objs.find((o) => o.kind === 'ClusterRole') as unknown as { rules: Rule[] }).rules;
+    const verbs = (resource: string, name?: string) => rules.filter((r) => r.resources.includes(resource) && (name === undefined || r.resourceNames?.includes(name))).flatMap((r) => r.verbs);
+    expect(verbs('manifestworks')).toEqual(expect.arrayContaining(['create', 'update', 'delete', 'watch']));
+    expect(verbs('certificatesigningrequests/approval')).toEqual(['update']);
+    expect(verbs('signers', 'open-cluster-management.io/proxy-agent-signer')).toEqual(['approve', 'sign']);
+    expect(verbs('signers', 'kubernetes.io/kube-apiserver-client')).toEqual(['approve']);
+    expect(rules.some((r) => r.resources.includes('signers') && !r.resourceNames)).toBe(false);
+    expect(verbs('placementdecisions')).toEqual(['get', 'list', 'watch']);
+    const manualStrategy = await template('agentInstall:\n  mode: manifestwork\n');
+    expect((manualStrategy.find((o) => o.kind === 'ClusterManagementAddOn') as unknown as { spec: { installStrategy: unknown } }).spec.installStrategy).toEqual({ type: 'Manual' });
+    expect(manualStrategy.some((o) => o.kind === 'Placement')).toBe(false);
+  });
+
   it('bad values are refused with the value named', async () => {
     const bad = async (values: string, message: RegExp): Promise<void> => {
       const file = path.join(dir, `bad-${Math.random().toString(36).slice(2)}.yaml`);
@@ -134,6 +162,8 @@ describe.skipIf(kubectlUnsupported() !== null)('hub Helm chart', () => {
     await bad('antiAffinity:\n  mode: sometimes\n', /antiAffinity\/mode/);
     await bad('agentEntrypoint:\n  address: https://hub.example.com:8091\n', /agentEntrypoint\/address/);
     await bad('replicas: 3\npodDisruptionBudget:\n  minAvailable: 2\n', /set minAvailable or maxUnavailable, not both/);
+    await bad('agentInstall:\n  mode: helm\n', /agentInstall\/mode/);
+    await bad('agentInstall:\n  installStrategy: Sometimes\n', /agentInstall\/installStrategy/);
   });
 
   it('preferred anti-affinity by default when replicated', async () => {
