@@ -175,7 +175,9 @@ describe('OCM install mode (ManifestWork + CSR flow)', () => {
     expect(environ).toContain('HTTPS_PROXY=http://proxy.corp.example:3128');
     expect(next.args).toContain('--namespace=cp-agents');
     // The hub at 127.0.0.1 is on NO_PROXY (loopback always is), so the new agent connects directly.
-    await availableAndCompleted('c1');
+    const after = await availableAndCompleted('c1');
+    expect(after.status?.namespace).toBe('cp-agents');
+    expect(after.status?.healthCheck?.mode).toBe('Customized');
     await waitFor(async () => (await hub.tables()).agents.some((x) => x.cluster === 'c1'), { timeoutMs: 15_000, message: 'new agent not connected' });
     await roundTrip('c1');
   }, 60_000);

@@ -22,7 +22,7 @@ export interface AddonInstaller {
   start(kick: () => void): void;
   stop(): void;
   sync(): Promise<void>;
-  statusOf(cluster: string): { conditions: ConditionSpec[]; registrations: AddonRegistration[] } | undefined;
+  statusOf(cluster: string): { conditions: ConditionSpec[]; registrations: AddonRegistration[]; namespace?: string } | undefined;
 }
 
 export interface AddonManagerOptions {
@@ -243,20 +243,24 @@ export class AddonManager {
       const installed = this.installer?.statusOf(cluster);
       // The installer's Progressing (from the ManifestWork) replaces the agent-report one.
       if (installed) specs = [...specs.filter((c) => !installed.conditions.some((i) => i.type === c.type)), ...installed.conditions];
-      await this.writeConditions(addon, specs, now, installed?.registrations);
+      await this.writeConditions(addon, specs, now, installed);
     }
     await this.syncProxyConfigurationStatus(now);
   }
 
   private readonly everSeen = new Set<string>();
 
-  private async writeConditions(addon: ManagedClusterAddOn, specs: ConditionSpec[], now: number, registrations?: AddonRegistration[]): Promise<void> {
+  private async writeConditions(addon: ManagedClusterAddOn, specs: ConditionSpec[], now: number, installed?: { registrations: AddonRegistration[]; namespace?: string }): Promise<void> {
     const { conditions, changed } = mergeConditions(addon.status?.conditions, specs, new Date(now));
-    const regsChanged = registrations !== undefined && JSON.stringify(registrations) !== JSON.stringify(addon.status?.registrations ?? []);
-    if (!changed && !regsChanged) return;
+    const registrations = installed?.registrations;
+    const namespace = installed?.namespace ?? addon.spec.installNamespace;
+    const extraChanged = (registrations !== undefined && JSON.stringify(registrations) !== JSON.stringify(addon.status?.registrations ?? [])) || namespace !== addon.status?.namespace;
+    if (!changed && !extraChanged) return;
     try {
-      await this.opts.store.updateStatus('ManagedClusterAddOn', { ...addon, status: { ...addon.status, conditions, namespace: addon.spec.installNamespace,
-        healthCheck: { mode: this.mode === 'lease' ? 'Lease' : 'Customized' }, ...(registrations ? { registrations } : {}) } });
+      // healthCheck Customized: OCM's registration agent then leaves Available to us. On an OCM hub always:
+      // our agents renew their lease through the hub, not in the managed cluster where OCM would look.
+      await this.opts.store.updateStatus('ManagedClusterAddOn', { ...addon, status: { ...addon.status, conditions, namespace,
+        healthCheck: { mode: this.mode === 'lease' && !this.installer ? 'Lease' : 'Customized' }, ...(registrations ? { registrations } : {}) } });
       const available = conditions.find((c) => c.type === 'Available');
       this.opts.log.info({ cluster: addon.metadata.namespace, available: available?.status, reason: available?.reason }, 'addon status updated');
     } catch (err) {

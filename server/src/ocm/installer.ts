@@ -23,7 +23,7 @@ import {
   type Condition, type CsrCondition, type Kind, type ManagedCluster, type ManagedClusterAddOn, type ManagedProxyConfiguration, type ManifestWork, type Secret,
 } from '../store/objects.js';
 import { AlreadyExistsError, ConflictError, NotFoundError, type Store, type Watch } from '../store/store.js';
-import { canonicalJson, renderAgentWork } from './agent-work.js';
+import { canonicalJson, installNamespaceOf, renderAgentWork } from './agent-work.js';
 import { signCertificateRequest } from './csr-signer.js';
 import {
   AGENT_CERT_DAYS, AGENT_WORK_NAME, CLUSTER_NAME_LABEL, LIFECYCLE_ANNOTATION, PLACEMENT_LABEL, PROXY_AGENT_SIGNER, PROXY_CLIENT_COMMON_NAME, PROXY_CLIENT_GROUP,
@@ -51,6 +51,8 @@ export interface OcmInstallerOptions {
 export interface AddonInstallStatus {
   conditions: ConditionSpec[];
   registrations: AddonRegistration[];
+  /** The agent's install namespace (status.namespace, as OCM reports it). */
+  namespace?: string;
 }
 
 const DAY_MS = 86_400_000;
@@ -135,8 +137,10 @@ export class OcmInstaller {
       }
       const registrations = addonRegistrations(cluster, signer.certPem);
       let desired: ManifestWork;
+      let namespace: string;
       try {
         const adc = await this.configOf(addon, cma, configs);
+        namespace = installNamespaceOf({ addon, adc, defaultInstallNamespace: this.opts.defaultInstallNamespace });
         desired = renderAgentWork({
           addon, cluster: mc, mpc, adc, caBundle: this.opts.caBundle(), agentEntrypoint: this.opts.agentEntrypoint(),
           serverName: this.opts.serverName, image: this.opts.agentImage, defaultInstallNamespace: this.opts.defaultInstallNamespace,
@@ -147,7 +151,7 @@ export class OcmInstaller {
         continue;
       }
       const work = await this.applyWork(desired, existing);
-      status.set(cluster, { registrations, conditions: [...registered(), ...workConditions(work)] });
+      status.set(cluster, { registrations, namespace, conditions: [...registered(), ...workConditions(work)] });
     }
     // Works whose addon is gone (disabled, or the cluster left the Placement).
     for (const orphan of works.values()) await this.deleteWork(orphan, 'its ManagedClusterAddOn is gone');

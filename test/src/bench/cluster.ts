@@ -49,6 +49,11 @@ export interface BenchCluster {
   connectSpec(targets: Partial<Record<TargetName, number>>): Extract<ClientSpec, { kind: 'connect' }>;
   /** Full GC in hub and agent (gcHook only); resolves with their V8 heapUsed (bytes) after it. */
   gc(): Promise<{ hub: number; agent: number }>;
+  /**
+   * One `cluster-proxy forward` process per target (what an admin runs): resolves with the local
+   * port each serves. Each process is registered with `onStarted` so it is stopped with the rest.
+   */
+  forwards(targets: Partial<Record<TargetName, number>>, onStarted: (name: string, stop: () => Promise<void>) => void): Promise<Partial<Record<TargetName, number>>>;
   stop(): Promise<void>;
 }
 
@@ -183,6 +188,20 @@ export async function startCluster(pki: TestPki, opts: ClusterOptions): Promise<
     gc: async () => {
       const [h, a] = await Promise.all([hub.gc(), requestGc(agent)]);
       return { hub: h, agent: a };
+    },
+    forwards: async (targets, started) => {
+      const ports: Partial<Record<TargetName, number>> = {};
+      for (const [name, port] of Object.entries(targets) as [TargetName, number][]) {
+        const proc = reapOnDeath(spawnNode(`forward-${label}-${name}`, [
+          ...nodeFlags(`forward-${label}-${name}`, opts),
+          CLI, 'forward', BENCH_CLUSTER, `127.0.0.1:${port}`, '--listen', '127.0.0.1:0', '--frontend', `127.0.0.1:${hub.ports.frontend}`,
+          '--server-name', 'localhost', '--ca-cert', tls.caPath, '--cert', tls.certPath, '--key', tls.keyPath, '--log-level', 'info',
+        ]));
+        started(`forward-${label}-${name}`, async () => void (await proc.stop(8000)));
+        const line = await proc.waitForJsonLine((o) => o['msg'] === 'forwarding', READY_TIMEOUT_MS);
+        ports[name] = Number(/:(\d+)$/.exec(String(line['listen']))?.[1]);
+      }
+      return ports;
     },
     stop: async () => {
       await agent.stop(8000);

@@ -5,6 +5,7 @@
 //          tunnel-grpc = client → hub frontend (SDK Tunnel, transport 'grpc') → hub → agent (--transport grpc) → target:
 //                        the ANP-compatible path (konnectivity-client and ANP agents speak this)
 //          connect     = client → hub's HTTP CONNECT port (TLS, client certificate) → hub → agent (mux) → target
+//          forward     = client → `cluster-proxy forward` (a local port, one process per target) → SDK mux → hub → agent (mux) → target
 //   rtt20: the same with a 20 ms RTT latency relay on the link a tunnel would cross: between
 //          client and target (direct), ssh and sshd (ssh), agent and hub (the tunnel paths).
 //
@@ -22,11 +23,13 @@ import { errorMessage, Pinger } from './io.js';
 import { removeOnDeath } from './reaper.js';
 import { findSshTools, startSshd, startSshTunnel, type Sshd, type SshTools } from './sshd.js';
 
-export type PathName = 'direct' | 'ssh' | 'tunnel' | 'tunnel-grpc' | 'connect';
-export const PATH_NAMES: readonly PathName[] = ['direct', 'ssh', 'tunnel', 'tunnel-grpc', 'connect'];
-export const PATH_LABELS: Readonly<Record<PathName, string>> = { direct: 'direct', ssh: 'ssh -R', tunnel: 'tunnel', 'tunnel-grpc': 'tunnel-grpc', connect: 'connect' };
-/** Our paths: the ones the issue's goals are checked for. */
+export type PathName = 'direct' | 'ssh' | 'tunnel' | 'tunnel-grpc' | 'connect' | 'forward';
+export const PATH_NAMES: readonly PathName[] = ['direct', 'ssh', 'tunnel', 'tunnel-grpc', 'connect', 'forward'];
+export const PATH_LABELS: Readonly<Record<PathName, string>> = { direct: 'direct', ssh: 'ssh -R', tunnel: 'tunnel', 'tunnel-grpc': 'tunnel-grpc', connect: 'connect', forward: 'forward' };
+/** Our paths: the ones issue 3's goals are checked for (forward has its own goal: against the SDK path). */
 export const OUR_PATHS: readonly PathName[] = ['tunnel', 'tunnel-grpc', 'connect'];
+/** The columns of the goals table. */
+export const GOAL_PATHS: readonly PathName[] = ['tunnel', 'tunnel-grpc', 'connect', 'forward'];
 
 export type Network = 'lan' | 'rtt20';
 /** One-way delay of the rtt20 relays (so 20 ms per round trip). */
@@ -245,7 +248,7 @@ export async function setupPaths(networks: ReadonlySet<Network>, cleanup: Cleanu
     };
   };
 
-  const tunnelSlots = async (network: Network, agentHubAddress?: (label: string) => (port: number) => Promise<string>): Promise<Pick<PathSet, 'tunnel' | 'tunnel-grpc' | 'connect'>> => {
+  const tunnelSlots = async (network: Network, agentHubAddress?: (label: string) => (port: number) => Promise<string>): Promise<Pick<PathSet, 'tunnel' | 'tunnel-grpc' | 'connect' | 'forward'>> => {
     const lan = network === 'lan';
     let mux: BenchCluster | undefined;
     const tunnel = await attempt(`tunnel (${network})`, log, async () => {
@@ -262,6 +265,12 @@ export async function setupPaths(networks: ReadonlySet<Network>, cleanup: Cleanu
         const client = useClient(`connect-${network}`, mux!.connectSpec(targetPorts));
         return dialerFor('connect', network, client, lan ? { scaleConns: () => clusterRig('scale-connect', 'mux', 'connect') } : {});
       });
+    const forward: PathSlot = !mux
+      ? { ok: false, reason: `forward (${network}): needs the tunnel path's hub, which did not start` }
+      : await attempt(`forward (${network})`, log, async () => {
+        const ports = await mux!.forwards(targetPorts, register);
+        return dialerFor('forward', network, useClient(`forward-${network}`, { kind: 'tcp', ports }));
+      });
     const grpc = await attempt(`tunnel-grpc (${network})`, log, async () => {
       const cluster = await startCluster(pki, { ...processOptions, label: `${network}-grpc`, transport: 'grpc', agentHubAddress: agentHubAddress?.('relay-tunnel-grpc'), onStarted: register });
       const client = useClient(`tunnel-grpc-${network}`, cluster.tunnelSpec(targetPorts));
@@ -270,11 +279,11 @@ export async function setupPaths(networks: ReadonlySet<Network>, cleanup: Cleanu
       if (client.describe() !== 'SDK transport grpc') throw new Error(`expected the SDK to use gRPC, it uses: ${client.describe()}`);
       return dialer;
     });
-    return { tunnel, 'tunnel-grpc': grpc, connect };
+    return { tunnel, 'tunnel-grpc': grpc, connect, forward };
   };
 
   if (networks.has('lan')) {
-    log('setting up lan paths (direct, ssh -R, tunnel, tunnel-grpc, connect) ...');
+    log('setting up lan paths (direct, ssh -R, tunnel, tunnel-grpc, connect, forward) ...');
     const direct = await attempt('direct (lan)', log, async () => dialerFor('direct', 'lan', useClient('direct-lan', { kind: 'tcp', ports: targetPorts })));
     const ssh = await sshSlot('lan', async (port) => port);
     sets.set('lan', { direct, ssh, ...(await tunnelSlots('lan')) });
@@ -302,7 +311,7 @@ export async function setupPaths(networks: ReadonlySet<Network>, cleanup: Cleanu
     sets.set('rtt20', { direct, ssh, ...(await tunnelSlots('rtt20', relayed)) });
   }
 
-  facts['paths'] = 'tunnel = SDK + agent over our mux transport; tunnel-grpc = SDK transport grpc + agent --transport grpc (ANP-compatible); connect = HTTP CONNECT over TLS (client cert) to the hub, mux agent';
+  facts['paths'] = 'tunnel = SDK + agent over our mux transport; tunnel-grpc = SDK transport grpc + agent --transport grpc (ANP-compatible); connect = HTTP CONNECT over TLS (client cert) to the hub, mux agent; forward = `cluster-proxy forward` processes (a local port each) in front of the tunnel path';
   return { sets, facts };
 }
 

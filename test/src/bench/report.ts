@@ -1,5 +1,5 @@
 // Turning results into the printed table and the --json document, and checking issue 3's goals.
-import { OUR_PATHS, PATH_LABELS, PATH_NAMES, type PathName } from './paths.js';
+import { GOAL_PATHS, OUR_PATHS, PATH_LABELS, PATH_NAMES, type PathName } from './paths.js';
 
 export interface ResultRow {
   scenario: string;
@@ -105,8 +105,8 @@ interface GoalSpec {
   goal: string;
   scenario: string;
   metric: string;
-  /** Against ssh -R (the ratio path/ssh is compared), or the figure itself. */
-  compare: 'ssh' | 'value';
+  /** Against ssh -R or the SDK mux path (the ratio path/that is compared), or the figure itself. */
+  compare: 'ssh' | 'tunnel' | 'value';
   op: '>=' | '<=';
   bound: number;
   unit: string;
@@ -130,10 +130,21 @@ const GOALS: readonly GoalSpec[] = [
   // Issue 13: the agent runs in every managed cluster; the hub on the embedded store.
   { goal: 'agent RSS at start', scenario: 'idle-rss', metric: 'agent start', compare: 'value', op: '<=', bound: 60, unit: 'MiB', paths: ['tunnel', 'tunnel-grpc'] },
   { goal: 'hub RSS at start (embedded store)', scenario: 'idle-rss', metric: 'hub start', compare: 'value', op: '<=', bound: 80, unit: 'MiB', paths: ['tunnel', 'tunnel-grpc'] },
+  // Issue 13: the ANP path (Go hub components, ANP agents) against our own transport.
+  ...(['throughput-up', 'throughput-down', 'throughput-8-up', 'throughput-8-down'] as const).flatMap((scenario): GoalSpec[] => [
+    { goal: `${scenario}: gRPC vs mux`, scenario, metric: 'throughput', compare: 'tunnel', op: '>=', bound: 0.8, unit: 'x', paths: ['tunnel-grpc'] },
+    { goal: `${scenario}: gRPC vs ssh -R`, scenario, metric: 'throughput', compare: 'ssh', op: '>=', bound: 0.7, unit: 'x', paths: ['tunnel-grpc'] },
+    { goal: `${scenario}: forward vs SDK`, scenario, metric: 'throughput', compare: 'tunnel', op: '>=', bound: 0.9, unit: 'x', paths: ['forward'] },
+  ]),
+  { goal: 'dials per second: gRPC vs mux', scenario: 'dial-rate', metric: 'rate', compare: 'tunnel', op: '>=', bound: 0.8, unit: 'x', paths: ['tunnel-grpc'] },
+  { goal: 'dials per second: forward vs SDK', scenario: 'dial-rate', metric: 'rate', compare: 'tunnel', op: '>=', bound: 0.9, unit: 'x', paths: ['forward'] },
+  { goal: '64-byte round trip p50: gRPC vs mux', scenario: 'rtt-64', metric: 'p50', compare: 'tunnel', op: '<=', bound: 1.2, unit: 'x', paths: ['tunnel-grpc'] },
+  { goal: 'idle gRPC connection, hub', scenario: 'scale-conns', metric: 'hub KiB/conn', compare: 'value', op: '<=', bound: 4, unit: 'KiB', paths: ['tunnel-grpc'] },
 ];
 
 function targetText(g: GoalSpec): string {
-  return g.compare === 'ssh' ? `${g.op} ${g.bound.toFixed(1)}x ssh -R` : `${g.op} ${g.bound} ${g.unit}`;
+  if (g.compare === 'value') return `${g.op} ${g.bound} ${g.unit}`;
+  return `${g.op} ${g.bound.toFixed(1)}x ${g.compare === 'ssh' ? 'ssh -R' : 'tunnel'}`;
 }
 
 /** Issue 3's goals for each of our paths, from the rows that were measured (others are left out). */
@@ -144,7 +155,7 @@ export function checkGoals(rows: readonly ResultRow[]): GoalCheck[] {
     if (!row) continue;
     const paths: GoalCheck['paths'] = {};
     for (const p of g.paths ?? OUR_PATHS) {
-      const value = g.compare === 'ssh' ? ratio(row.values[p], row.values.ssh) : row.values[p];
+      const value = g.compare === 'value' ? row.values[p] : ratio(row.values[p], row.values[g.compare]);
       paths[p] = { value, met: value === null ? null : g.op === '>=' ? value >= g.bound : value <= g.bound };
     }
     out.push({ goal: g.goal, scenario: g.scenario, metric: g.metric, target: targetText(g), paths });
@@ -153,16 +164,16 @@ export function checkGoals(rows: readonly ResultRow[]): GoalCheck[] {
 }
 
 function formatGoals(goals: readonly GoalCheck[]): string {
-  const header = ['goal (issues 3, 13)', 'target', ...OUR_PATHS.map((p) => PATH_LABELS[p])];
+  const header = ['goal (issues 3, 13)', 'target', ...GOAL_PATHS.map((p) => PATH_LABELS[p])];
   const body = goals.map((g) => [
     g.goal,
     g.target,
-    ...OUR_PATHS.map((p) => {
+    ...GOAL_PATHS.map((p) => {
       const c = g.paths[p];
       if (!c) return '-';
       if (c.value === null || c.met === null) return 'n/a';
       const unit = /(%|KiB|MiB)$/.exec(g.target)?.[1] ?? '';
-      const shown = g.target.includes('x ssh') ? `${c.value.toFixed(2)}x` : `${c.value.toFixed(1)} ${unit}`;
+      const shown = /x (ssh|tunnel)/.test(g.target) ? `${c.value.toFixed(2)}x` : `${c.value.toFixed(1)} ${unit}`;
       return `${shown} ${c.met ? 'met' : 'NOT met'}`;
     }),
   ]);
