@@ -46,7 +46,7 @@ export async function tunnelFromFlags(flags: Record<string, string | boolean | s
  * never mistakes a cut transfer for a complete one.
  */
 export function serveForward(tunnel: Tunnel, destination: string, listen: { host: string; port: number }, log: Logger): Promise<net.Server> {
-  const server = net.createServer({ allowHalfOpen: true }, (local) => pipeForward(local, tunnel.connect(destination, { allowHalfOpen: true }), destination, log));
+  const server = net.createServer({ allowHalfOpen: true, noDelay: true }, (local) => pipeForward(local, tunnel.connect(destination, { allowHalfOpen: true }), destination, log));
   return new Promise((resolve, reject) => {
     server.once('error', (err) => reject(new UsageError(`cannot listen on ${listen.host}:${listen.port}: ${(err as NodeJS.ErrnoException).code}`)));
     server.listen(listen.port, listen.host, () => resolve(server));
