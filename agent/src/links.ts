@@ -2,10 +2,10 @@
 // or ANP's AgentService.Connect over gRPC. Both give a "link": a packet stream plus the server's
 // response headers.
 import { isIP } from 'node:net';
-import * as grpc from '@grpc/grpc-js';
-import { AGENT_CONNECT_PATH, HTTP2_CONNECTION_WINDOW, MAX_MESSAGE_BYTES, connectMux, decodePacket, encodePacket, splitHostPort, type Hello, type Packet, type PacketStream } from '@cluster-proxy/proto';
+import { connectMux, splitHostPort, type Hello, type Packet, type PacketStream } from '@cluster-proxy/proto';
 import { connectThroughProxy } from './egress-proxy.js';
 import { startLocalProxyShim } from './egress-shim.js';
+import { onlyOnce } from './only-once.js';
 
 export type AgentTransport = 'mux' | 'grpc';
 
@@ -71,14 +71,6 @@ export async function openMuxLink(opts: LinkOptions): Promise<Link> {
   };
 }
 
-function onlyOnce(l: (err: Error) => void): (err: Error) => void {
-  let called = false;
-  return (err) => {
-    if (called) return;
-    called = true;
-    l(err);
-  };
-}
 
 export async function openGrpcLink(opts: LinkOptions): Promise<Link> {
   // grpc-js cannot take a socket (grpc-node#2359) and its own proxy support is too narrow (SPEC §8),
@@ -91,81 +83,12 @@ export async function openGrpcLink(opts: LinkOptions): Promise<Link> {
     : null;
   const serverName = opts.serverName ?? (shim && !isIP(hp.host) ? hp.host : undefined);
   try {
+    // grpc-js is loaded on first use: an agent talking mux to our hub never pays its ~10 MiB.
+    const { grpcLink } = await import('./grpc-link.js');
     return await grpcLink(opts, shim ? shim.address : opts.address, serverName, () => void shim?.close());
   } catch (err) {
     await shim?.close();
     // gRPC only saw a reset from the shim; the proxy's answer says what really happened.
     throw proxyError ?? err;
   }
-}
-
-function grpcLink(opts: LinkOptions, address: string, serverName: string | undefined, onClose: () => void): Promise<Link> {
-  const client = new grpc.Client(address, grpc.credentials.createSsl(opts.caCert, opts.key, opts.cert), {
-    ...(serverName ? { 'grpc.ssl_target_name_override': serverName, 'grpc.default_authority': serverName } : {}),
-    // Every link needs its own TCP connection (one per replica behind a load balancer).
-    'grpc.use_local_subchannel_pool': 1,
-    'grpc-node.flow_control_window': HTTP2_CONNECTION_WINDOW,
-    'grpc.max_receive_message_length': MAX_MESSAGE_BYTES,
-    'grpc.max_send_message_length': MAX_MESSAGE_BYTES,
-    'grpc.keepalive_time_ms': opts.keepaliveTimeMs,
-    'grpc.keepalive_timeout_ms': opts.keepaliveTimeoutMs,
-    'grpc.keepalive_permit_without_calls': 1,
-    'grpc.enable_http_proxy': 0,
-    // Retries buffer every sent message until the call commits; a tunnel never retries a stream.
-    'grpc.enable_retries': 0,
-  });
-  const md = new grpc.Metadata();
-  for (const [k, v] of Object.entries(opts.metadata)) md.set(k, v);
-  const call = client.makeBidiStreamRequest(AGENT_CONNECT_PATH, encodePacket, decodePacket, md);
-  let closed = false;
-  const close = (): void => {
-    if (closed) return;
-    closed = true;
-    call.removeAllListeners('data');
-    call.on('error', () => {}); // late errors after cancel are expected
-    call.cancel();
-    client.close();
-    onClose();
-  };
-  return new Promise((resolve, reject) => {
-    let settled = false;
-    const fail = (err: Error): void => {
-      if (settled) return;
-      settled = true;
-      clearTimeout(timer);
-      opts.signal.removeEventListener('abort', onAbort);
-      close();
-      reject(err);
-    };
-    const onAbort = (): void => fail(new Error('cancelled'));
-    const timer = setTimeout(() => fail(new Error(`no response headers from ${opts.address} within ${opts.headerTimeoutMs} ms`)), opts.headerTimeoutMs);
-    opts.signal.addEventListener('abort', onAbort, { once: true });
-    const onError = (err: grpc.ServiceError): void => fail(new Error(describeStatus(err)));
-    call.on('error', onError);
-    call.once('metadata', (headers: grpc.Metadata) => {
-      if (settled) return;
-      settled = true;
-      clearTimeout(timer);
-      opts.signal.removeEventListener('abort', onAbort);
-      call.removeListener('error', onError);
-      resolve({
-        transport: 'grpc',
-        stream: call,
-        header: (key) => headers.get(key).map(String),
-        onPacket: (l) => call.on('data', l),
-        offPacket: (l) => call.removeListener('data', l),
-        onGone: (l) => {
-          const once = onlyOnce(l);
-          call.on('error', (err: grpc.ServiceError) => once(new Error(describeStatus(err))));
-          call.on('end', () => once(new Error('server ended the stream')));
-        },
-        close,
-      });
-    });
-  });
-}
-
-function describeStatus(err: grpc.ServiceError): string {
-  const name = grpc.status[err.code] ?? String(err.code);
-  return `${name}: ${err.details || err.message}`;
 }

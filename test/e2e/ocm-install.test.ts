@@ -89,7 +89,8 @@ describe('OCM install mode (ManifestWork + CSR flow)', () => {
     api = await startFakeKubeApiServer();
     kubeconfig = path.join(pki.dir, 'kubeconfig');
     await api.writeKubeconfig(kubeconfig);
-    hub = await startHub(pki, ['--store', 'kubernetes', '--kubeconfig', kubeconfig, '--agent-install', 'manifestwork', '--ca-key', caKeyPath,
+    // --require-registration, as the chart runs it: only clusters OCM registered get in.
+    hub = await startHub(pki, ['--store', 'kubernetes', '--kubeconfig', kubeconfig, '--agent-install', 'manifestwork', '--ca-key', caKeyPath, '--require-registration',
       '--tunnel-loss-window', '2s', '--tls-reload-interval', '500ms', '--server-id', 'hub-a']);
     for (const c of ['c1', 'c2', 'c3']) await managedCluster(c);
   }, 60_000);
@@ -138,6 +139,9 @@ describe('OCM install mode (ManifestWork + CSR flow)', () => {
     expect(cert.subject).toContain('CN=system:open-cluster-management:cluster:c1:addon:cluster-proxy:agent:proxy-agent');
     expect(Date.parse(cert.validTo) - Date.now()).toBeLessThanOrEqual(180 * 86_400_000);
     expect(cert.publicKey.asymmetricKeyType).toBe('ec');
+    // Bound to this incarnation of the cluster, as join's certificates are.
+    const mc = (await store().get('ManagedCluster', { name: 'c1' }))!;
+    expect(cert.subjectAltName).toBe(`URI:urn:cluster-proxy:cluster-uid:${mc.metadata.uid}`);
     await roundTrip('c1');
     // Hub-side names existing clients read: proxy-server-ca and a working proxy-client pair.
     const ns = 'open-cluster-management-cluster-proxy';
@@ -180,6 +184,23 @@ describe('OCM install mode (ManifestWork + CSR flow)', () => {
     expect(after.status?.healthCheck?.mode).toBe('Customized');
     await waitFor(async () => (await hub.tables()).agents.some((x) => x.cluster === 'c1'), { timeoutMs: 15_000, message: 'new agent not connected' });
     await roundTrip('c1');
+  }, 60_000);
+
+  it('a configuration that cannot be rendered keeps the last good work and says why on the addon', async () => {
+    const before = (await work('c1'))!;
+    const adc = (await store().get('AddOnDeploymentConfig', { name: 'proxy', namespace: 'c1' }))!;
+    await store().update('AddOnDeploymentConfig', { ...adc, spec: { ...adc.spec, proxyConfig: { httpsProxy: 'ftp://proxy.corp.example:21' } } });
+    const a = await waitFor(async () => {
+      const cur = await addon('c1');
+      return cond(cur, 'Progressing')?.reason === 'ConfigurationUnsupported' ? cur : null;
+    }, { timeoutMs: 15_000, message: 'no ConfigurationUnsupported' });
+    expect(cond(a, 'Progressing')?.message).toMatch(/proxyConfig\.httpsProxy/);
+    expect((await work('c1'))!.metadata.generation).toBe(before.metadata.generation);
+    expect(klusterlets.get('c1')!.agents().length).toBe(1);
+    const cur = (await store().get('AddOnDeploymentConfig', { name: 'proxy', namespace: 'c1' }))!;
+    await store().update('AddOnDeploymentConfig', { ...cur, spec: adc.spec });
+    await availableAndCompleted('c1');
+    expect((await work('c1'))!.metadata.generation).toBe(before.metadata.generation);
   }, 60_000);
 
   it('a work edited by someone else is put back on the next sync', async () => {
@@ -278,6 +299,21 @@ describe('OCM install mode (ManifestWork + CSR flow)', () => {
     for (const c of ['c1', 'c3']) {
       expect((await work(c))!.metadata.generation).toBe((await work(c))!.status?.conditions?.[0]?.observedGeneration);
       expect(await installConditions(c)).toBe(before.get(c));
+    }
+    // Take-over: freeze the leader (SIGSTOP); the other replica takes the manager lease and rewrites nothing.
+    const leaseKey = { name: 'cluster-proxy-addon-manager', namespace: 'open-cluster-management-cluster-proxy' };
+    const leader = (await store().get('Lease', leaseKey))!.spec.holderIdentity;
+    const [frozen, other] = leader === 'hub-a' ? [hub, hub2] : [hub2, hub];
+    const generations = async () => JSON.stringify(await Promise.all(['c1', 'c3'].map(async (c) => (await work(c))!.metadata.generation)));
+    const gensBefore = await generations();
+    frozen.proc.kill('SIGSTOP');
+    try {
+      await waitFor(async () => (await store().get('Lease', leaseKey))?.spec.holderIdentity === (other === hub ? 'hub-a' : 'hub-b'), { timeoutMs: 15_000, message: 'the other replica did not take over' });
+      await new Promise((r) => setTimeout(r, 2000));
+      expect(await generations()).toBe(gensBefore);
+      for (const c of ['c1', 'c3']) expect(await installConditions(c)).toBe(before.get(c));
+    } finally {
+      frozen.proc.kill('SIGCONT');
     }
     await roundTrip('c3');
     await hub2.stop();

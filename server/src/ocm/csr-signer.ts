@@ -48,9 +48,10 @@ export async function readCertificateRequest(pem: string): Promise<RequestSubjec
 
 /**
  * A certificate for the request's key and subject, signed by `ca`: server and client auth (as OCM's
- * proxy-agent signer issues), valid from now (backdated a little for clock skew) until `notAfter`.
+ * proxy-agent signer issues), valid from now (backdated a little for clock skew) until `notAfter`;
+ * `uris` become URI SANs (the hub binds an agent certificate to its ManagedCluster's uid that way).
  */
-export async function signCertificateRequest(ca: PemPair, pem: string, notAfter: Date, now = new Date()): Promise<string> {
+export async function signCertificateRequest(ca: PemPair, pem: string, notAfter: Date, now = new Date(), uris: readonly string[] = []): Promise<string> {
   const req = parse(pem);
   const caCert = new x509.X509Certificate(ca.certPem);
   const der = createPrivateKey(ca.keyPem).export({ type: 'pkcs8', format: 'der' });
@@ -72,6 +73,7 @@ export async function signCertificateRequest(ca: PemPair, pem: string, notAfter:
       new x509.ExtendedKeyUsageExtension([x509.ExtendedKeyUsage.serverAuth, x509.ExtendedKeyUsage.clientAuth]),
       await x509.SubjectKeyIdentifierExtension.create(req.publicKey),
       await x509.AuthorityKeyIdentifierExtension.create(caCert),
+      ...(uris.length > 0 ? [new x509.SubjectAlternativeNameExtension(uris.map((value) => ({ type: 'url' as const, value })))] : []),
     ],
   });
   return cert.toString('pem');

@@ -17,7 +17,7 @@ import type { Logger } from 'pino';
 import { ManifestInputError } from '../addon/manifests.js';
 import type { ConditionSpec } from '../addon/conditions.js';
 import { DEPLOYMENT_CONFIG, HUB_NAMESPACE } from '../addon/hub-namespace.js';
-import { issueClientCert, type PemPair } from '../pki/certificates.js';
+import { CLUSTER_UID_URI_PREFIX, issueClientCert, type PemPair } from '../pki/certificates.js';
 import {
   ADDON_NAME, KINDS, PROXY_CONFIGURATION_NAME, type AddOnDeploymentConfig, type AddonRegistration, type CertificateSigningRequest, type ClusterManagementAddOn,
   type Condition, type CsrCondition, type Kind, type ManagedCluster, type ManagedClusterAddOn, type ManagedProxyConfiguration, type ManifestWork, type Secret,
@@ -127,37 +127,48 @@ export class OcmInstaller {
     const status = new Map<string, AddonInstallStatus>();
     for (const addon of addons) {
       const cluster = addon.metadata.namespace!;
-      const mc = clusters.get(cluster) ?? null;
       const existing = works.get(cluster) ?? null;
       works.delete(cluster);
-      if (!mc?.spec.hubAcceptsClient) {
-        if (existing) await this.deleteWork(existing, mc ? 'the cluster no longer accepts clients' : 'the cluster is gone');
-        status.set(cluster, { registrations: [], conditions: waiting(mc ? 'the cluster is not accepted by the hub (hubAcceptsClient is false)' : 'the managed cluster does not exist') });
-        continue;
-      }
-      const registrations = addonRegistrations(cluster, signer.certPem);
-      let desired: ManifestWork;
-      let namespace: string;
+      // One cluster's failure (a refused write, a broken object) is logged and retried next pass; the others go on.
       try {
-        const adc = await this.configOf(addon, cma, configs);
-        namespace = installNamespaceOf({ addon, adc, defaultInstallNamespace: this.opts.defaultInstallNamespace });
-        desired = renderAgentWork({
-          addon, cluster: mc, mpc, adc, caBundle: this.opts.caBundle(), agentEntrypoint: this.opts.agentEntrypoint(),
-          serverName: this.opts.serverName, image: this.opts.agentImage, defaultInstallNamespace: this.opts.defaultInstallNamespace,
-        });
+        status.set(cluster, await this.syncAddon(addon, clusters.get(cluster) ?? null, existing, { cma, mpc, signer, configs }));
       } catch (err) {
-        if (!(err instanceof ManifestInputError)) throw err;
-        status.set(cluster, { registrations, conditions: [...registered(), { type: 'Progressing', status: 'False', reason: 'ConfigurationUnsupported', message: `the configuration cannot be rendered: ${err.message}` }] });
-        continue;
+        this.opts.log.warn({ cluster, err: (err as Error).message }, 'cannot install the agent of this cluster now; retrying next pass');
+        const previous = this.status.get(cluster);
+        if (previous) status.set(cluster, previous);
       }
-      const work = await this.applyWork(desired, existing);
-      status.set(cluster, { registrations, namespace, conditions: [...registered(), ...workConditions(work)] });
     }
     // Works whose addon is gone (disabled, or the cluster left the Placement).
     for (const orphan of works.values()) await this.deleteWork(orphan, 'its ManagedClusterAddOn is gone');
     this.status = status;
     await this.reviewCsrs(clusters, new Set(addons.map((a) => a.metadata.namespace!)), signer);
     await this.ensureHubSecrets(mpc, signer);
+  }
+
+  private async syncAddon(addon: ManagedClusterAddOn, mc: ManagedCluster | null, existing: ManifestWork | null,
+    ctx: { cma: ClusterManagementAddOn; mpc: ManagedProxyConfiguration | null; signer: PemPair; configs: Map<string, Promise<AddOnDeploymentConfig | null>> }): Promise<AddonInstallStatus> {
+    const cluster = addon.metadata.namespace!;
+    if (!mc?.spec.hubAcceptsClient) {
+      if (existing) await this.deleteWork(existing, mc ? 'the cluster no longer accepts clients' : 'the cluster is gone');
+      return { registrations: [], conditions: waiting(mc ? 'the cluster is not accepted by the hub (hubAcceptsClient is false)' : 'the managed cluster does not exist') };
+    }
+    const registrations = addonRegistrations(cluster, ctx.signer.certPem);
+    let desired: ManifestWork;
+    let namespace: string;
+    try {
+      const adc = await this.configOf(addon, ctx.cma, ctx.configs);
+      namespace = installNamespaceOf({ addon, adc, defaultInstallNamespace: this.opts.defaultInstallNamespace });
+      desired = renderAgentWork({
+        addon, cluster: mc, mpc: ctx.mpc, adc, caBundle: this.opts.caBundle(), agentEntrypoint: this.opts.agentEntrypoint(),
+        serverName: this.opts.serverName, image: this.opts.agentImage, defaultInstallNamespace: this.opts.defaultInstallNamespace,
+      });
+    } catch (err) {
+      if (!(err instanceof ManifestInputError)) throw err;
+      // The last good work stays in place; the addon says why nothing newer is rolled out.
+      return { registrations, conditions: [...registered(), { type: 'Progressing', status: 'False', reason: 'ConfigurationUnsupported', message: `the configuration cannot be rendered: ${err.message}` }] };
+    }
+    const work = await this.applyWork(desired, existing);
+    return { registrations, namespace, conditions: [...registered(), ...workConditions(work)] };
   }
 
   private async ensureClusterManagementAddOn(): Promise<ClusterManagementAddOn> {
@@ -273,7 +284,7 @@ export class OcmInstaller {
           continue;
         }
         const current = approved ? csr : await this.writeApproval(csr, { type: 'Approved', status: 'True', reason: 'ClusterProxyAddonApproved', message: `approved by the cluster-proxy addon manager for cluster ${cluster}` });
-        if (review.sign) await this.sign(current, signer, cluster);
+        if (review.sign) await this.sign(current, signer, cluster, clusters.get(cluster)?.metadata.uid);
       } catch (err) {
         if (!(err instanceof ConflictError) && !(err instanceof NotFoundError)) throw err;
       }
@@ -286,11 +297,13 @@ export class OcmInstaller {
     return this.opts.store.updateStatus('CertificateSigningRequest', { ...csr, status: { ...csr.status, conditions } }, { subresource: 'approval' });
   }
 
-  private async sign(csr: CertificateSigningRequest, signer: PemPair, cluster: string): Promise<void> {
+  /** Signs with the cluster's uid as a URI SAN, as `join` certificates carry it: a re-created cluster does not admit old agents. */
+  private async sign(csr: CertificateSigningRequest, signer: PemPair, cluster: string, clusterUid: string | undefined): Promise<void> {
     const now = this.now();
     const caExpiry = Date.parse(new X509Certificate(signer.certPem).validTo);
     const notAfter = new Date(Math.min(now + AGENT_CERT_DAYS * DAY_MS, caExpiry));
-    const pem = await signCertificateRequest(signer, Buffer.from(csr.spec.request, 'base64').toString('utf8'), notAfter, new Date(now));
+    const uris = clusterUid ? [`${CLUSTER_UID_URI_PREFIX}${clusterUid}`] : [];
+    const pem = await signCertificateRequest(signer, Buffer.from(csr.spec.request, 'base64').toString('utf8'), notAfter, new Date(now), uris);
     await this.opts.store.updateStatus('CertificateSigningRequest', { ...csr, status: { ...csr.status, certificate: Buffer.from(pem).toString('base64') } });
     this.opts.log.info({ csr: csr.metadata.name, cluster, notAfter: notAfter.toISOString() }, 'agent certificate signed (OCM CSR flow)');
   }
