@@ -49,7 +49,7 @@ export interface AgentOptions {
   /** CA bundle for an https:// egress proxy. */
   proxyCa?: Buffer;
   proxyConnectTimeoutMs?: number;
-  /** Export prom-client's process/Node.js metrics too (once per process: the CLI sets it). */
+  /** Export the process metrics too (CPU, memory, fds; the CLI sets it). */
   processMetrics?: boolean;
   log: Logger;
 }

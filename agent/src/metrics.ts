@@ -1,9 +1,9 @@
 // Every Prometheus metric of the agent, names and help texts in one place (SPEC §9). ANP's names
 // (`konnectivity_network_proxy_agent_*`) where ANP has the metric, ours under `cluster_proxy_agent_*`.
-// One Registry per Agent (never prom-client's global one). Labels hold values from small fixed sets
-// only: never addresses, server IDs or connection IDs.
+// One Registry per Agent (prometheus.ts: the agent's own small exposition writer, not prom-client, for
+// its memory). Labels hold values from small fixed sets only: never addresses, server IDs or connection IDs.
 import { PacketType, type Packet } from '@cluster-proxy/proto';
-import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
+import { CONTENT_TYPE, Counter, Gauge, Histogram, Registry, processMetrics } from './prometheus.js';
 
 const ANP = 'konnectivity_network_proxy_agent_';
 const OWN = 'cluster_proxy_agent_';
@@ -19,7 +19,7 @@ export interface AgentGaugeSource {
 }
 
 export interface AgentMetricsOptions {
-  /** Also export prom-client's process/Node.js metrics (once per process: the CLI turns it on). */
+  /** Also export the process metrics (CPU, memory, fds; the CLI turns it on). */
   processMetrics?: boolean;
 }
 
@@ -33,77 +33,31 @@ export class AgentMetrics {
   private source: AgentGaugeSource | null = null;
 
   // ---- ANP's
-  readonly dialDuration = new Histogram({
-    name: `${ANP}dial_duration_seconds`,
-    help: 'Latency of successful dials to destinations (endpoints)',
-    buckets: [0.005, 0.025, 0.1, 0.5, 2.5, 12.5, 30],
-    registers: [this.registry],
-  });
-  readonly endpointDialFailures = new Counter({
-    name: `${ANP}endpoint_dial_failure_total`,
-    help: 'Dials to destinations that failed, by reason (timeout, endpoint, forbidden, draining, unknown)',
-    labelNames: ['reason'] as const,
-    registers: [this.registry],
-  });
-  readonly streamPackets = new Counter({
-    name: `${ANP}stream_packets_total`,
-    help: 'Packets on server streams, by segment (from_agent: sent, to_agent: received) and packet type',
-    labelNames: ['segment', 'packet_type'] as const,
-    registers: [this.registry],
-  });
-  readonly streamErrors = new Counter({
-    name: `${ANP}stream_errors_total`,
-    help: 'Server streams that ended with an error, by segment, code and packet type (Unknown for receive errors)',
-    labelNames: ['segment', 'code', 'packet_type'] as const,
-    registers: [this.registry],
-  });
+  readonly dialDuration = this.registry.register(new Histogram(`${ANP}dial_duration_seconds`, 'Latency of successful dials to destinations (endpoints)',
+    [0.005, 0.025, 0.1, 0.5, 2.5, 12.5, 30]));
+  readonly endpointDialFailures = this.registry.register(new Counter(`${ANP}endpoint_dial_failure_total`,
+    'Dials to destinations that failed, by reason (timeout, endpoint, forbidden, draining, unknown)', ['reason'] as const));
+  readonly streamPackets = this.registry.register(new Counter(`${ANP}stream_packets_total`,
+    'Packets on server streams, by segment (from_agent: sent, to_agent: received) and packet type', ['segment', 'packet_type'] as const));
+  readonly streamErrors = this.registry.register(new Counter(`${ANP}stream_errors_total`,
+    'Server streams that ended with an error, by segment, code and packet type (Unknown for receive errors)', ['segment', 'code', 'packet_type'] as const));
 
   // ---- ours
-  readonly bytes = new Counter({
-    name: `${OWN}bytes_total`,
-    help: 'Payload bytes moved through tunneled connections, by direction (to_endpoint: written to destinations; to_server: read from them)',
-    labelNames: ['direction'] as const,
-    registers: [this.registry],
-  });
-  readonly flowControlStalls = new Counter({
-    name: `${OWN}flow_control_stalls_total`,
-    help: 'Times a connection ran out of flow-control credit towards the server and stopped reading its destination',
-    registers: [this.registry],
-  });
-  readonly tunnelConnects = new Counter({
-    name: `${OWN}tunnel_connects_total`,
-    help: 'Attempts to open a tunnel (server stream), by result (ok, error, duplicate: a replica we already hold)',
-    labelNames: ['result'] as const,
-    registers: [this.registry],
-  });
-  readonly tunnelReconnects = new Counter({
-    name: `${OWN}tunnel_reconnects_total`,
-    help: 'Tunnels lost while running (not by our own stop or drain), after which the agent reconnects',
-    registers: [this.registry],
-  });
+  readonly bytes = this.registry.register(new Counter(`${OWN}bytes_total`,
+    'Payload bytes moved through tunneled connections, by direction (to_endpoint: written to destinations; to_server: read from them)', ['direction'] as const));
+  readonly flowControlStalls = this.registry.register(new Counter(`${OWN}flow_control_stalls_total`,
+    'Times a connection ran out of flow-control credit towards the server and stopped reading its destination'));
+  readonly tunnelConnects = this.registry.register(new Counter(`${OWN}tunnel_connects_total`,
+    'Attempts to open a tunnel (server stream), by result (ok, error, duplicate: a replica we already hold)', ['result'] as const));
+  readonly tunnelReconnects = this.registry.register(new Counter(`${OWN}tunnel_reconnects_total`,
+    'Tunnels lost while running (not by our own stop or drain), after which the agent reconnects'));
 
   constructor(opts: AgentMetricsOptions = {}) {
-    const r = [this.registry];
     const src = (): AgentGaugeSource | null => this.source;
-    new Gauge({
-      name: `${ANP}open_server_connections`,
-      help: 'Tunnels (server streams) this agent holds',
-      registers: r,
-      collect() { this.set(src()?.openServerConnections() ?? 0); },
-    });
-    new Gauge({
-      name: `${ANP}known_server_count`,
-      help: 'Number of server replicas the agent believes exist (from the serverCount header)',
-      registers: r,
-      collect() { this.set(src()?.knownServerCount() ?? 0); },
-    });
-    new Gauge({
-      name: `${ANP}open_endpoint_connections`,
-      help: 'Connections to destinations (endpoints) open or being dialled',
-      registers: r,
-      collect() { this.set(src()?.openEndpointConnections() ?? 0); },
-    });
-    if (opts.processMetrics) collectDefaultMetrics({ register: this.registry });
+    this.registry.register(new Gauge(`${ANP}open_server_connections`, 'Tunnels (server streams) this agent holds', () => src()?.openServerConnections() ?? 0));
+    this.registry.register(new Gauge(`${ANP}known_server_count`, 'Number of server replicas the agent believes exist (from the serverCount header)', () => src()?.knownServerCount() ?? 0));
+    this.registry.register(new Gauge(`${ANP}open_endpoint_connections`, 'Connections to destinations (endpoints) open or being dialled', () => src()?.openEndpointConnections() ?? 0));
+    if (opts.processMetrics) for (const m of processMetrics()) this.registry.register(m);
   }
 
   bind(source: AgentGaugeSource): void {
@@ -115,6 +69,6 @@ export class AgentMetrics {
   }
 
   async expose(): Promise<{ contentType: string; body: string }> {
-    return { contentType: this.registry.contentType, body: await this.registry.metrics() };
+    return { contentType: CONTENT_TYPE, body: this.registry.text() };
   }
 }
