@@ -132,7 +132,7 @@ export class AddonManager {
     const list = await this.opts.store.list('ManagedCluster');
     if (!this.installer) for (const mc of list.items) await this.ensureAddon(mc.metadata.name);
     await this.removeOrphans(new Set(list.items.map((m) => m.metadata.name)));
-    if (this.installer && !this.clusterWatch) this.installer.start(() => this.kick());
+    this.installer?.start(() => this.kick());
     this.clusterWatch = this.opts.store.watch('ManagedCluster', { resourceVersion: list.resourceVersion }, {
       onEvent: (e) => {
         const name = e.object.metadata.name;

@@ -66,6 +66,7 @@ export class OcmInstaller {
   private status = new Map<string, AddonInstallStatus>();
   private readonly watches = new Map<Kind, Watch>();
   private readonly retries = new Set<NodeJS.Timeout>();
+  private started = false;
   private stopped = false;
   private readonly now: () => number;
   private warnedNoSigner = false;
@@ -74,8 +75,10 @@ export class OcmInstaller {
     this.now = opts.now ?? Date.now;
   }
 
-  /** Watches what a pass depends on; `kick` asks the addon manager for a pass. */
+  /** Watches what a pass depends on; `kick` asks the addon manager for a pass. Idempotent. */
   start(kick: () => void): void {
+    if (this.started || this.stopped) return;
+    this.started = true;
     for (const kind of WATCHED) this.watchKind(kind, kick);
   }
 
