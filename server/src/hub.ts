@@ -75,7 +75,7 @@ export class Hub {
       store: opts.store, core: this.server.core, log: opts.log, serverID: this.server.serverID,
       healthMode: opts.healthMode, tunnelLossWindowMs: opts.tunnelLossWindowMs,
       certificates: () => ({ servingCertExpiry: expiry(this.server.tls.cert), signerExpiry: this.signer ? expiry(Buffer.from(this.signer.certPem)) : null }),
-      caBundle: () => this.server.tls.caCert.toString('utf8'),
+      caBundle: () => this.caBundle(),
       // After a CA rollover's "promote", agents still on the old CA get new certificates before "finish".
       shouldRenew: (cert) => {
         if (!this.signer) return false;
@@ -97,7 +97,7 @@ export class Hub {
 
   private registerRegistration(initial: PemPair): void {
     const { store } = this.opts;
-    const caBundle = (): string => this.server.tls.caCert.toString('utf8');
+    const caBundle = (): string => this.caBundle();
     registerRegistrationRoutes(this.server.hubApi, { store, signer: () => this.signer ?? initial, caBundle, certValidityDays: this.opts.agentCertValidityDays, log: this.opts.log });
     registerJoinRoutes(this.server.adminApi, {
       store,
@@ -108,7 +108,7 @@ export class Hub {
         return manifestsToYaml(renderAgentInstall({ ...input, proxyConfig: proxyConfigOf(config), nodePlacement: config?.spec.nodePlacement }));
       },
       caBundle,
-      defaults: () => ({ agentEntrypoint: this.opts.agentEntrypoint ?? `127.0.0.1:${this.server.ports?.agent ?? 8091}`, serverName: this.opts.serverName, image: this.opts.agentImage }),
+      defaults: () => ({ agentEntrypoint: this.agentEntrypoint(), serverName: this.opts.serverName, image: this.opts.agentImage }),
     });
   }
 
@@ -128,14 +128,24 @@ export class Hub {
     return ports;
   }
 
+  /** The CA bundle agents trust (two CAs during a rollover). */
+  private caBundle(): string {
+    return this.server.tls.caCert.toString('utf8');
+  }
+
+  /** HOST:PORT agents dial: --agent-entrypoint, else our agent port (known once we listen). */
+  private agentEntrypoint(): string {
+    return this.opts.agentEntrypoint ?? `127.0.0.1:${this.server.ports?.agent ?? 8091}`;
+  }
+
   /** Loaded only in this mode: it brings the X.509 library OCM's ECDSA CSRs need. */
   private async useOcmInstaller(): Promise<void> {
     const { OcmInstaller } = await import('./ocm/installer.js');
     this.manager.setInstaller(new OcmInstaller({
       store: this.opts.store, log: this.opts.log,
       signer: () => this.signer,
-      caBundle: () => this.server.tls.caCert.toString('utf8'),
-      agentEntrypoint: () => this.opts.agentEntrypoint ?? `127.0.0.1:${this.server.ports?.agent ?? 8091}`,
+      caBundle: () => this.caBundle(),
+      agentEntrypoint: () => this.agentEntrypoint(),
       serverName: this.opts.serverName, agentImage: this.opts.agentImage,
       defaultInstallNamespace: this.opts.agentInstallNamespace ?? DEFAULT_INSTALL_NAMESPACE,
     }));

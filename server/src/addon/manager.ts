@@ -22,7 +22,15 @@ export interface AddonInstaller {
   start(kick: () => void): void;
   stop(): void;
   sync(): Promise<void>;
-  statusOf(cluster: string): { conditions: ConditionSpec[]; registrations: AddonRegistration[]; namespace?: string } | undefined;
+  statusOf(cluster: string): AddonInstallStatus | undefined;
+}
+
+/** What the installer's last pass found for a cluster's addon, written into the addon's status. */
+export interface AddonInstallStatus {
+  conditions: ConditionSpec[];
+  registrations: AddonRegistration[];
+  /** The agent's install namespace (status.namespace, as OCM reports it). */
+  namespace?: string;
 }
 
 export interface AddonManagerOptions {
@@ -168,27 +176,29 @@ export class AddonManager {
   /** Runs one status pass now (used after a lease renewal, so Available turns True at once). */
   private kick(): void {
     if (this.stopped) return;
-    if (this.syncing) {
-      this.again = true;
-      return;
-    }
-    this.syncing = this.syncStatus()
-      .catch((err: Error) => this.opts.log.warn({ err: err.message }, 'addon pass failed; the status loop retries'))
+    if (this.syncing) this.again = true;
+    else void this.pass();
+  }
+
+  /** The pass running now, or a new one; a change seen during a pass (`again`) gets one more right after it. */
+  private pass(): Promise<void> {
+    this.syncing ??= this.syncStatus()
+      .catch((err: Error) => this.opts.log.warn({ err: err.message }, 'addon status pass failed; retrying'))
       .finally(() => {
         this.syncing = null;
-        if (this.again) {
+        if (this.again && !this.stopped) {
           this.again = false;
-          this.kick();
+          void this.pass();
         }
       });
+    return this.syncing;
   }
 
   private loop(): void {
     if (this.stopped) return;
     this.timer = setTimeout(() => {
       this.timer = null;
-      const pass = this.syncing ?? (this.syncing = this.syncStatus().finally(() => { this.syncing = null; }));
-      void pass.catch((err: Error) => this.opts.log.warn({ err: err.message }, 'addon status pass failed; retrying')).then(() => this.loop());
+      void this.pass().then(() => this.loop());
     }, this.periodMs);
   }
 
@@ -250,7 +260,7 @@ export class AddonManager {
 
   private readonly everSeen = new Set<string>();
 
-  private async writeConditions(addon: ManagedClusterAddOn, specs: ConditionSpec[], now: number, installed?: { registrations: AddonRegistration[]; namespace?: string }): Promise<void> {
+  private async writeConditions(addon: ManagedClusterAddOn, specs: ConditionSpec[], now: number, installed?: AddonInstallStatus): Promise<void> {
     const { conditions, changed } = mergeConditions(addon.status?.conditions, specs, new Date(now));
     const registrations = installed?.registrations;
     const namespace = installed?.namespace ?? addon.spec.installNamespace;

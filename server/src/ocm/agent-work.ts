@@ -52,6 +52,7 @@ function resourcesOf(adc: AddOnDeploymentConfig | null): ResourceRequirements | 
 
 export function renderAgentWork(i: AgentWorkInput): ManifestWork {
   const cluster = i.cluster.metadata.name;
+  const resources = resourcesOf(i.adc);
   const manifests: KubeManifest[] = renderAgentInstall({
     identity: 'ocm-csr',
     cluster,
@@ -65,7 +66,7 @@ export function renderAgentWork(i: AgentWorkInput): ManifestWork {
     ...(i.adc?.spec.proxyConfig ? { proxyConfig: i.adc.spec.proxyConfig } : {}),
     ...(i.adc?.spec.nodePlacement ? { nodePlacement: i.adc.spec.nodePlacement } : {}),
     ...(i.mpc?.spec.proxyAgent.imagePullSecrets ? { imagePullSecrets: i.mpc.spec.proxyAgent.imagePullSecrets } : {}),
-    ...(resourcesOf(i.adc) ? { resources: resourcesOf(i.adc)! } : {}),
+    ...(resources ? { resources } : {}),
   });
   const hash = createHash('sha256').update(JSON.stringify(manifests)).digest('hex').slice(0, 16);
   const deployment = manifests.find((m) => m.kind === 'Deployment') as KubeManifest & { spec: { template: { metadata: { annotations?: Record<string, string> } } } };

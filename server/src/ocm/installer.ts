@@ -16,17 +16,19 @@ import { X509Certificate } from 'node:crypto';
 import type { Logger } from 'pino';
 import { ManifestInputError } from '../addon/manifests.js';
 import type { ConditionSpec } from '../addon/conditions.js';
+import type { AddonInstallStatus } from '../addon/manager.js';
 import { DEPLOYMENT_CONFIG, HUB_NAMESPACE } from '../addon/hub-namespace.js';
 import { CLUSTER_UID_URI_PREFIX, issueClientCert, type PemPair } from '../pki/certificates.js';
+import { renewalDue } from '../pki/rotation.js';
 import {
-  ADDON_NAME, KINDS, PROXY_CONFIGURATION_NAME, type AddOnDeploymentConfig, type AddonRegistration, type CertificateSigningRequest, type ClusterManagementAddOn,
+  ADDON_NAME, KINDS, PROXY_CONFIGURATION_NAME, type AddOnDeploymentConfig, type CertificateSigningRequest, type ClusterManagementAddOn,
   type Condition, type CsrCondition, type Kind, type ManagedCluster, type ManagedClusterAddOn, type ManagedProxyConfiguration, type ManifestWork, type Secret,
 } from '../store/objects.js';
 import { AlreadyExistsError, ConflictError, NotFoundError, type Store, type Watch } from '../store/store.js';
 import { canonicalJson, installNamespaceOf, renderAgentWork } from './agent-work.js';
 import { signCertificateRequest } from './csr-signer.js';
 import {
-  AGENT_CERT_DAYS, AGENT_WORK_NAME, CLUSTER_NAME_LABEL, LIFECYCLE_ANNOTATION, PLACEMENT_LABEL, PROXY_AGENT_SIGNER, PROXY_CLIENT_COMMON_NAME, PROXY_CLIENT_GROUP,
+  ADDON_NAME_LABEL, AGENT_CERT_DAYS, AGENT_WORK_NAME, CLUSTER_NAME_LABEL, LIFECYCLE_ANNOTATION, PLACEMENT_LABEL, PROXY_AGENT_SIGNER, PROXY_CLIENT_COMMON_NAME, PROXY_CLIENT_GROUP,
   PROXY_CLIENT_SECRET, PROXY_SERVER_CA_SECRET,
 } from './names.js';
 import { addonRegistrations, reviewCsr } from './registrations.js';
@@ -47,17 +49,7 @@ export interface OcmInstallerOptions {
   now?: () => number;
 }
 
-/** What one pass found for a cluster's addon: written into its status by the addon manager. */
-export interface AddonInstallStatus {
-  conditions: ConditionSpec[];
-  registrations: AddonRegistration[];
-  /** The agent's install namespace (status.namespace, as OCM reports it). */
-  namespace?: string;
-}
-
 const DAY_MS = 86_400_000;
-/** Re-issue `proxy-client` when 80 % of its life is gone (OCM's rotation rule). */
-const RENEW_AT = 0.8;
 /** The kinds whose changes start a pass at once (the status period catches anything else). */
 const WATCHED: Kind[] = ['ManagedClusterAddOn', 'ManifestWork', 'CertificateSigningRequest', 'AddOnDeploymentConfig', 'ManagedProxyConfiguration', 'ClusterManagementAddOn', 'PlacementDecision'];
 const WATCH_RETRY_MS = 2000;
@@ -70,6 +62,8 @@ export class OcmInstaller {
   private stopped = false;
   private readonly now: () => number;
   private warnedNoSigner = false;
+  /** Namespaces of the hub-side Secrets already made sure of (one read per namespace, not per pass). */
+  private readonly ensuredNamespaces = new Set<string>();
 
   constructor(private readonly opts: OcmInstallerOptions) {
     this.now = opts.now ?? Date.now;
@@ -271,7 +265,8 @@ export class OcmInstaller {
   }
 
   private async reviewCsrs(clusters: Map<string, ManagedCluster>, enabled: Set<string>, signer: PemPair): Promise<void> {
-    const { items } = await this.opts.store.list('CertificateSigningRequest');
+    // Only the addon's CSRs (the klusterlet labels them); a hub holds many others (kubelets', other addons').
+    const { items } = await this.opts.store.list('CertificateSigningRequest', { labels: { [ADDON_NAME_LABEL]: ADDON_NAME } });
     for (const csr of items) {
       const conds = csr.status?.conditions ?? [];
       if (conds.some((c) => c.type === 'Denied' || c.type === 'Failed')) continue;
@@ -315,7 +310,10 @@ export class OcmInstaller {
   private async ensureHubSecrets(mpc: ManagedProxyConfiguration | null, signer: PemPair): Promise<void> {
     const namespace = mpc?.spec.proxyServer.namespace || HUB_NAMESPACE;
     const caBundle = this.opts.caBundle();
-    await this.opts.store.ensureNamespace(namespace);
+    if (!this.ensuredNamespaces.has(namespace)) {
+      await this.opts.store.ensureNamespace(namespace);
+      this.ensuredNamespaces.add(namespace);
+    }
     await this.putSecret({ name: PROXY_SERVER_CA_SECRET, namespace }, (cur) => (cur && b64d(cur.data?.['ca.crt']) === caBundle ? null : { type: 'Opaque', data: { 'ca.crt': b64(caBundle) } }));
     await this.putSecret({ name: PROXY_CLIENT_SECRET, namespace }, (cur) => {
       if (cur && !clientCertDue(b64d(cur.data?.['tls.crt']), signer, this.now()) && b64d(cur.data?.['ca.crt']) === caBundle) return null;
@@ -363,14 +361,10 @@ function ignore(cls: new (...a: never[]) => Error): (err: unknown) => void {
   };
 }
 
-/** Missing, unreadable, not from the current signer, or 80 % of its life gone. */
+/** Missing, unreadable, not from the current signer, or 80 % of its life gone (OCM's rotation rule). */
 function clientCertDue(pem: string, signer: PemPair, now: number): boolean {
   try {
-    const cert = new X509Certificate(pem);
-    if (!cert.checkIssued(new X509Certificate(signer.certPem))) return true;
-    const from = Date.parse(cert.validFrom);
-    const to = Date.parse(cert.validTo);
-    return now >= from + (to - from) * RENEW_AT;
+    return !new X509Certificate(pem).checkIssued(new X509Certificate(signer.certPem)) || renewalDue(pem, now);
   } catch {
     return true;
   }
