@@ -1,4 +1,4 @@
-// connectThroughProxy and the shim against small CONNECT proxies written here (real sockets on
+// connectThroughProxy against small CONNECT proxies written here (real sockets on
 // loopback), for the answers a real proxy rarely gives on demand: bytes after the head, a huge head,
 // non-HTTP, silence, a close. test/e2e/egress-proxy.test.ts covers the same against real squid.
 import { createHash, randomBytes } from 'node:crypto';
@@ -6,7 +6,6 @@ import { once } from 'node:events';
 import net from 'node:net';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { connectThroughProxy, EgressProxyError, formatHostPort, proxyAuthorization } from './egress-proxy.js';
-import { startLocalProxyShim } from './egress-shim.js';
 
 interface Seen {
   head: string;
@@ -252,58 +251,5 @@ describe('connectThroughProxy', () => {
     expect(proxyAuthorization(new URL('http://p:1'))).toBeNull();
     expect(proxyAuthorization(new URL('http://a:b@p:1'))).toBe(`Basic ${Buffer.from('a:b').toString('base64')}`);
     expect(proxyAuthorization(new URL('http://a@p:1'))).toBe(`Basic ${Buffer.from('a:').toString('base64')}`);
-  });
-});
-
-describe('startLocalProxyShim', () => {
-  it('pipes each connection through its own tunnel, intact, with half-close', async () => {
-    const shim = await startLocalProxyShim({ proxy: proxy.url(), target: target(), timeoutMs: 2000 });
-    try {
-      const payload = randomBytes(3 * 1024 * 1024);
-      const c = net.connect(shim.port, '127.0.0.1');
-      const hash = createHash('sha256');
-      let n = 0;
-      c.on('data', (d: Buffer) => {
-        hash.update(d);
-        n += d.length;
-      });
-      c.end(payload); // the echo answers everything, then ends after our FIN
-      await once(c, 'close');
-      expect(n).toBe(payload.length);
-      expect(hash.digest('hex')).toBe(createHash('sha256').update(payload).digest('hex'));
-    } finally {
-      await shim.close();
-    }
-  });
-
-  it('resets the client and reports the error when the tunnel cannot be opened', async () => {
-    proxy.behave((s) => s.end('HTTP/1.1 403 Forbidden\r\n\r\n'));
-    const errors: EgressProxyError[] = [];
-    const shim = await startLocalProxyShim({ proxy: proxy.url(), target: { host: 'hub', port: 8091 }, timeoutMs: 2000, onError: (e) => errors.push(e) });
-    try {
-      const c = net.connect(shim.port, '127.0.0.1');
-      const [err] = (await once(c, 'error')) as [NodeJS.ErrnoException];
-      expect(err.code).toBe('ECONNRESET');
-      expect(errors.map((e) => e.kind)).toEqual(['refused']);
-    } finally {
-      await shim.close();
-    }
-  });
-
-  it('close() ends live and pending connections', async () => {
-    const shim = await startLocalProxyShim({ proxy: proxy.url(), target: target(), timeoutMs: 5000 });
-    const live = net.connect(shim.port, '127.0.0.1');
-    live.on('error', () => {});
-    expect((await roundTrip(live, Buffer.from('x'))).toString()).toBe('x');
-    proxy.behave(() => {}); // the next CONNECT never gets an answer
-    const stuck = net.connect(shim.port, '127.0.0.1');
-    stuck.on('error', () => {});
-    await once(stuck, 'connect');
-    await new Promise((r) => setTimeout(r, 50));
-    expect(shim.connections()).toBe(2);
-    const bothClosed = Promise.all([once(live, 'close'), once(stuck, 'close')]);
-    await shim.close();
-    await bothClosed;
-    expect(shim.connections()).toBe(0);
   });
 });

@@ -8,7 +8,6 @@ export { type AgentTransport, type EgressOptions } from './links.js';
 export * from './no-proxy.js';
 export * from './no-proxy-audit.js';
 export * from './egress-proxy.js';
-export * from './egress-shim.js';
 export { hubRequest, HubRequestError, type HubClientOptions } from './hub-client.js';
 export { CredentialsManager, BootstrapRefused, type Credentials, type CredentialsOptions } from './credentials.js';
 export { SecretCredentialsMirror, type CredentialsMirror } from './credentials-secret.js';

@@ -4,7 +4,6 @@
 import { isIP } from 'node:net';
 import { connectMux, splitHostPort, type Hello, type Packet, type PacketStream } from '@cluster-proxy/proto';
 import { connectThroughProxy } from './egress-proxy.js';
-import { startLocalProxyShim } from './egress-shim.js';
 import { onlyOnce } from './only-once.js';
 
 export type AgentTransport = 'mux' | 'grpc';
@@ -73,22 +72,17 @@ export async function openMuxLink(opts: LinkOptions): Promise<Link> {
 
 
 export async function openGrpcLink(opts: LinkOptions): Promise<Link> {
-  // grpc-js cannot take a socket (grpc-node#2359) and its own proxy support is too narrow (SPEC §8),
-  // so through a proxy it dials a loopback shim that CONNECTs each connection for it.
   const hp = splitHostPort(opts.address);
   if (!hp) throw new Error(`hub address "${opts.address}" is not HOST:PORT`);
-  let proxyError: Error | null = null;
-  const shim = opts.egress
-    ? await startLocalProxyShim({ proxy: opts.egress.proxy, target: hp, timeoutMs: opts.egress.connectTimeoutMs, ca: opts.egress.ca, onError: (e) => (proxyError = e) })
-    : null;
-  const serverName = opts.serverName ?? (shim && !isIP(hp.host) ? hp.host : undefined);
+  // Through a proxy: CONNECT first, then TLS (verified against the hub's name) and HTTP/2 inside the tunnel.
+  const socket = opts.egress ? await connectThroughProxy({ proxy: opts.egress.proxy, target: hp, timeoutMs: opts.egress.connectTimeoutMs, ca: opts.egress.ca, signal: opts.signal }) : undefined;
+  const serverName = opts.serverName ?? (socket && !isIP(hp.host) ? hp.host : undefined);
   try {
-    // grpc-js is loaded on first use: an agent talking mux to our hub never pays its ~10 MiB.
+    // Loaded on first use: an agent talking mux to our hub never loads node:http2.
     const { grpcLink } = await import('./grpc-link.js');
-    return await grpcLink(opts, shim ? shim.address : opts.address, serverName, () => void shim?.close());
+    return await grpcLink(opts, serverName, socket);
   } catch (err) {
-    await shim?.close();
-    // gRPC only saw a reset from the shim; the proxy's answer says what really happened.
-    throw proxyError ?? err;
+    socket?.destroy();
+    throw err;
   }
 }

@@ -1,7 +1,6 @@
 // What carries one tunneled connection between the SDK and the hub: its own gRPC Proxy stream
 // (ANP's way, works with any hub), or a share of one multiplexed TLS connection (our hub).
-import * as grpc from '@grpc/grpc-js';
-import { CAP_HALF_CLOSE, MD_CAPABILITIES, PROXY_PATH, decodePacket, encodePacket, parseCapabilities, type Packet } from '@cluster-proxy/proto';
+import { CAP_HALF_CLOSE, MD_CAPABILITIES, PROXY_PATH, parseCapabilities, type GrpcCallError, type GrpcClient, type Packet } from '@cluster-proxy/proto';
 
 export interface LegHandlers {
   onPacket(p: Packet): void;
@@ -33,12 +32,10 @@ export interface LegFactory {
 
 /** One gRPC Proxy stream per connection, exactly as konnectivity-client does. */
 export class GrpcLegFactory implements LegFactory {
-  constructor(private readonly client: grpc.Client) {}
+  constructor(private readonly client: GrpcClient) {}
 
   open(_random: bigint, h: LegHandlers): Leg {
-    const md = new grpc.Metadata();
-    md.set(MD_CAPABILITIES, CAP_HALF_CLOSE);
-    const call = this.client.makeBidiStreamRequest(PROXY_PATH, encodePacket, decodePacket, md);
+    const call = this.client.call(PROXY_PATH, { [MD_CAPABILITIES]: CAP_HALF_CLOSE });
     let halfClose = false;
     let released = false;
     const release = (): void => {
@@ -48,11 +45,11 @@ export class GrpcLegFactory implements LegFactory {
       call.on('error', () => {});
       call.cancel();
     };
-    call.on('metadata', (m: grpc.Metadata) => {
-      halfClose = parseCapabilities(m.get(MD_CAPABILITIES).map(String).join(',')).has(CAP_HALF_CLOSE);
+    call.on('metadata', (m: Record<string, string[]>) => {
+      halfClose = parseCapabilities((m[MD_CAPABILITIES] ?? []).join(',')).has(CAP_HALF_CLOSE);
     });
     call.on('data', (p: Packet) => h.onPacket(p));
-    call.on('error', (err: grpc.ServiceError) => h.onFailure(`${grpc.status[err.code] ?? err.code}: ${err.details}`));
+    call.on('error', (err: GrpcCallError) => h.onFailure(err.message));
     call.on('end', () => h.onFailure('hub ended the stream'));
     call.on('status', release);
     return {

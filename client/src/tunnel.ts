@@ -2,8 +2,7 @@
 // multiplexed TLS connection (ALPN "cluster-proxy-mux/1", per-connection credit); against any other
 // ANP-compatible hub, each connection gets its own gRPC Proxy stream on one channel, as
 // konnectivity-client's CreateGRPCTunnel does.
-import * as grpc from '@grpc/grpc-js';
-import { CLIENT_HTTP2_WINDOW, MAX_MESSAGE_BYTES } from '@cluster-proxy/proto';
+import { CLIENT_HTTP2_WINDOW, GrpcClient, HTTP2_CONNECTION_WINDOW, MAX_MESSAGE_BYTES } from '@cluster-proxy/proto';
 import { TunnelError } from './errors.js';
 import { GrpcLegFactory, type LegFactory } from './legs.js';
 import { MuxUnsupportedError } from '@cluster-proxy/proto';
@@ -26,7 +25,7 @@ export interface TunnelOptions {
 }
 
 export class Tunnel {
-  private readonly client: grpc.Client;
+  private readonly client: GrpcClient;
   private readonly grpcLegs: GrpcLegFactory;
   private readonly mux: MuxLegFactory | null;
   private transport: TunnelTransport;
@@ -35,28 +34,17 @@ export class Tunnel {
 
   constructor(readonly opts: TunnelOptions) {
     const uds = opts.address.startsWith('unix:');
-    let creds: grpc.ChannelCredentials;
-    if (uds) creds = grpc.credentials.createInsecure();
-    else {
-      if (!opts.caCert || !opts.cert || !opts.key) throw new Error(`connecting to ${opts.address} over TCP needs caCert, cert and key (mTLS)`);
-      creds = grpc.credentials.createSsl(opts.caCert, opts.key, opts.cert);
-    }
-    const channelOptions: grpc.ChannelOptions = {
-      // Raise our receive window so downloads are not capped at 64 KiB per round trip.
-      'grpc-node.flow_control_window': CLIENT_HTTP2_WINDOW,
-      'grpc.max_receive_message_length': MAX_MESSAGE_BYTES,
-      'grpc.max_send_message_length': MAX_MESSAGE_BYTES,
-      'grpc.enable_http_proxy': 0,
-      // Retries buffer every sent message until the call commits; a tunnel never retries a stream.
-      'grpc.enable_retries': 0,
-      'grpc.keepalive_time_ms': 30_000,
-      'grpc.keepalive_timeout_ms': 10_000,
-    };
-    if (opts.serverName) {
-      channelOptions['grpc.ssl_target_name_override'] = opts.serverName;
-      channelOptions['grpc.default_authority'] = opts.serverName;
-    }
-    this.client = new grpc.Client(opts.address, creds, channelOptions);
+    if (!uds && (!opts.caCert || !opts.cert || !opts.key)) throw new Error(`connecting to ${opts.address} over TCP needs caCert, cert and key (mTLS)`);
+    // gRPC on node:http2 (proto's grpc-client.ts); it connects on the first gRPC dial only.
+    this.client = new GrpcClient({
+      address: opts.address,
+      tls: uds ? undefined : { ca: opts.caCert!, cert: opts.cert, key: opts.key, serverName: opts.serverName },
+      // A large receive window so downloads are not capped at 64 KiB per round trip.
+      streamWindow: CLIENT_HTTP2_WINDOW,
+      connectionWindow: HTTP2_CONNECTION_WINDOW,
+      maxMessageBytes: MAX_MESSAGE_BYTES,
+      keepalive: { intervalMs: 30_000, timeoutMs: 10_000 },
+    });
     this.grpcLegs = new GrpcLegFactory(this.client);
     this.transport = uds ? 'grpc' : (opts.transport ?? 'auto');
     this.mux = this.transport === 'grpc' ? null : new MuxLegFactory({ address: opts.address, caCert: opts.caCert!, cert: opts.cert!, key: opts.key!, serverName: opts.serverName });

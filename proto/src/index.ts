@@ -10,6 +10,9 @@ export * from './stream-sender.js';
 export * from './framing.js';
 export * from './mux-connect.js';
 export * from './health-checks.js';
+export * from './grpc-framing.js';
+export * from './grpc-client.js';
+export * from './session-watchdog.js';
 
 import { fileURLToPath } from 'node:url';
 /** Directory holding client.proto and agent.proto (for tools that load the .proto files). */

@@ -515,9 +515,11 @@ describe('deaths', () => {
   for (const kind of AGENTS) {
     for (const mode of ['download', 'upload'] as const) {
       // KNOWN DEFECT, found by this matrix: the hub does not always learn from the socket that an agent
-      // on the gRPC transport died (mid-download or mid-upload, at random); its session watchdog (ping every 5 s, 10 s to answer) ends the calls, so such a
-      // death takes up to 15 s to reach the client instead of 2 s. The cells show the time; SLOW marks
-      // the misses. Issue 13 replaces grpc-js on this path.
+      // on the gRPC transport died (mid-download or mid-upload, at random). Cause (Node 20's HTTP/2, not
+      // grpc-js: it stays with our own gRPC server): a session stops reading while one of its writes is
+      // in flight, and when that write fails with ECONNRESET it neither reports it nor reads again. The
+      // session watchdog (ping every 5 s, 10 s to answer) ends the calls, so such a death takes up to
+      // 15 s to reach the client instead of 2 s. The cells show the time; SLOW marks the misses.
       const grpcAgent = kind === 'grpc';
       // KNOWN DEFECT, not understood yet: with our mux agent SIGKILLed mid-download, a path that can reset
       // (the TLS CONNECT clients, or forward) sometimes sees a clean EOF instead of the reset — never when

@@ -1,13 +1,12 @@
 // The agent's egress-proxy building blocks against a real squid on loopback: CONNECT tunnels
-// (http:// and https:// proxy ports), Basic auth, policy refusals, a stopped proxy, the loopback
-// shim for transports that cannot take a socket, and how squid treats idle tunnels.
+// (http:// and https:// proxy ports), Basic auth, policy refusals, a stopped proxy, and how squid
+// treats idle tunnels.
 import { once } from 'node:events';
 import net from 'node:net';
 import { fileURLToPath } from 'node:url';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { createCA } from '@cluster-proxy/server';
 import { connectThroughProxy, EgressProxyError } from '../../agent/src/egress-proxy.js';
-import { startLocalProxyShim } from '../../agent/src/egress-shim.js';
 import {
   killAllSpawned, payloadSha256, snapshotHandles, startEchoServer, startSinkServer, waitForHandlesAtMost, writePayload,
   type SinkServer, type TcpTarget,
@@ -187,51 +186,6 @@ describe('connectThroughProxy through squid', () => {
     const s = await connectThroughProxy({ proxy, target: { host: HUB_NAME, port: echo.port }, timeoutMs: 5000 });
     expect((await echoRoundTrip(s, Buffer.from('back'))).toString()).toBe('back');
     await destroyAndWait(s);
-  });
-});
-
-describe('local proxy shim through squid', () => {
-  it('pipes a 20 MiB transfer intact through the https:// proxy port', async () => {
-    const errors: EgressProxyError[] = [];
-    const shim = await startLocalProxyShim({
-      proxy: squid.url({ user: USER, password: PASSWORD, https: true }),
-      ca: squid.caPem!,
-      target: { host: HUB_NAME, port: sink.port },
-      timeoutMs: 5000,
-      onError: (err) => errors.push(err),
-    });
-    try {
-      const client = net.connect(shim.port, shim.host);
-      await once(client, 'connect');
-      const result = sink.nextResult(30_000);
-      await writePayload(client, 20 * MiB);
-      const { bytes, sha256 } = await result;
-      expect(bytes).toBe(20 * MiB);
-      expect(sha256).toBe(payloadSha256(20 * MiB));
-      await once(client, 'close');
-      expect(errors).toEqual([]);
-    } finally {
-      await shim.close();
-    }
-  });
-
-  it('reports a refused tunnel and resets the client', async () => {
-    const errors: EgressProxyError[] = [];
-    const shim = await startLocalProxyShim({
-      proxy: squid.url({ user: USER, password: 'wrong' }),
-      target: { host: HUB_NAME, port: echo.port },
-      timeoutMs: 5000,
-      onError: (err) => errors.push(err),
-    });
-    try {
-      const client = net.connect(shim.port, shim.host);
-      const [err] = (await once(client, 'error')) as [NodeJS.ErrnoException];
-      expect(err.code).toBe('ECONNRESET');
-      expect(errors.map((e) => e.kind)).toEqual(['auth']);
-      await destroyAndWait(client);
-    } finally {
-      await shim.close();
-    }
   });
 });
 

@@ -1,13 +1,13 @@
 // AgentService.Connect: authenticates an agent by its client certificate, checks that the
 // identifiers it registers are its own (or granted by the hub), answers with serverID/serverCount
 // and the capabilities in effect, and hands the stream to the proxy core.
-import * as grpc from '@grpc/grpc-js';
 import {
   CAP_CREDIT, CAP_HALF_CLOSE, CAP_SERVER_DRAIN, MD_AGENT_ID, MD_HELD_SERVERS, MD_AGENT_IDENTIFIERS, MD_CAPABILITIES, MD_SERVER_COUNT, MD_SERVER_ID, MD_WINDOW,
   parseCapabilities, parseIdentifiers, serviceProxyHost, type AgentIdentifiers, type FramedPacketStream, type Hello, type Packet,
 } from '@cluster-proxy/proto';
 import type { Logger } from 'pino';
 import type { PeerCertificate, TLSSocket } from 'node:tls';
+import { GrpcStatus, type GrpcHandler } from './grpc-server.js';
 import { AgentBackend, grpcAgentChannel, muxAgentChannel, type AgentBackendOptions, type AgentChannel } from './backend.js';
 import { clusterFromSubject } from '../pki/agent-identity.js';
 import type { ProxyCore } from './proxy-core.js';
@@ -133,19 +133,16 @@ export function startBackend(opts: AgentListenerOptions, admission: Admission, c
 }
 
 /** AgentService.Connect over gRPC (unmodified ANP agents, and ours when told to use gRPC). */
-export function makeAgentConnectHandler(opts: AgentListenerOptions): grpc.handleBidiStreamingCall<Packet, Packet> {
+export function makeAgentConnectHandler(opts: AgentListenerOptions): GrpcHandler {
   return (call) => {
-    const result = admitAgent(opts, call.getAuthContext().sslPeerCertificate as PeerCertificate | undefined, (key) => call.metadata.get(key).map(String));
+    const result = admitAgent(opts, call.peerCertificate(), (key) => call.metadata.get(key));
     if (!('headers' in result)) {
       opts.log[result.code === 'ALREADY_EXISTS' ? 'debug' : 'warn']({ peer: call.getPeer(), code: result.code }, `agent refused: ${result.message}`);
       opts.core.metrics.agentRefusals.inc({ code: result.code });
-      call.on('error', () => {});
-      call.emit('error', { code: grpc.status[result.code], details: result.message });
+      call.endWithStatus(GrpcStatus[result.code], result.message);
       return;
     }
-    const md = new grpc.Metadata();
-    for (const [k, v] of Object.entries(result.headers)) md.set(k, v);
-    call.sendMetadata(md);
+    call.sendMetadata(result.headers);
     startBackend(opts, result, grpcAgentChannel(call, opts.core.metrics), call.getPeer());
   };
 }

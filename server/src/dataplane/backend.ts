@@ -2,12 +2,12 @@
 // connections established through it. Connection IDs are the agent's; they are only looked up in
 // this stream's own tables, so IDs repeated by another stream (a reconnect, a duplicate agent
 // stream, an HA peer) can never collide.
-import type * as grpc from '@grpc/grpc-js';
 import { PacketType, StreamSender, packetTypeName, packets, tapWrites, type FramedPacketStream, type Packet, type PacketStream } from '@cluster-proxy/proto';
 import type { Logger } from 'pino';
 import { detachedServerMetrics, grpcCodeName, type ServerMetrics } from './metrics.js';
 import type { ConnectionBackend, ProxiedConnection } from './proxied-connection.js';
 import type { Routable } from './routing.js';
+import type { GrpcServerCall, GrpcStatusError } from './grpc-server.js';
 
 /** An agent's stream of packets, whatever carries it (a gRPC call, or our framed TLS transport). */
 export interface AgentChannel {
@@ -18,11 +18,11 @@ export interface AgentChannel {
   /** Called once when the agent side ends or breaks. */
   onGone(listener: (why: string) => void): void;
   /** Ends our side: normally, or with an error status the agent will see. */
-  close(error?: { code: grpc.status; details: string }): void;
+  close(error?: GrpcStatusError): void;
 }
 
 /** `metrics` counts stream errors (segment from_agent). */
-export function grpcAgentChannel(call: grpc.ServerDuplexStream<Packet, Packet>, metrics?: ServerMetrics): AgentChannel {
+export function grpcAgentChannel(call: GrpcServerCall, metrics?: ServerMetrics): AgentChannel {
   return {
     transport: 'grpc',
     stream: call,
@@ -40,7 +40,7 @@ export function grpcAgentChannel(call: grpc.ServerDuplexStream<Packet, Packet>, 
       });
     },
     close: (error) => {
-      if (error) call.emit('error', error);
+      if (error) call.endWithStatus(error.code, error.details);
       else if (!call.writableEnded) call.end();
     },
   };
@@ -258,7 +258,7 @@ export class AgentBackend implements Routable, ConnectionBackend {
     return true;
   }
 
-  close(why: string, status?: { code: grpc.status; details: string }): void {
+  close(why: string, status?: GrpcStatusError): void {
     if (this.closedFlag) return;
     this.closedFlag = true;
     this.log.info({ pending: this.pending.size, established: this.conns.size }, `agent stream closed: ${why}`);

@@ -1,10 +1,10 @@
 // ProxyService.Proxy: one stream carries one tunneled connection (ANP's gRPC frontend). Works with
 // an unmodified konnectivity-client and with our SDK, which also negotiates half-close.
 //   await-dial → DIAL_REQ → dialing → DIAL_RSP ok → open → CLOSE_REQ/CLOSE_RSP → done
-import * as grpc from '@grpc/grpc-js';
 import { CAP_HALF_CLOSE, MD_CAPABILITIES, PacketType, packetTypeName, packets, parseCapabilities, type ByteSink, type DialFailureReason, type Packet } from '@cluster-proxy/proto';
 import type { Logger } from 'pino';
 import type { Frontend } from './frontend.js';
+import { GrpcStatus, type GrpcServerCall } from './grpc-server.js';
 import { grpcCodeName } from './metrics.js';
 import type { ProxyCore } from './proxy-core.js';
 import type { ProxiedConnection } from './proxied-connection.js';
@@ -21,7 +21,7 @@ export class GrpcFrontend implements Frontend {
   private log: Logger;
 
   constructor(
-    private readonly call: grpc.ServerDuplexStream<Packet, Packet>,
+    private readonly call: GrpcServerCall,
     private readonly core: ProxyCore,
     log: Logger,
     private readonly onDone: (f: GrpcFrontend) => void,
@@ -29,9 +29,7 @@ export class GrpcFrontend implements Frontend {
     this.log = log;
     const caps = parseCapabilities(call.metadata.get(MD_CAPABILITIES).map(String).join(','));
     this.halfClose = caps.has(CAP_HALF_CLOSE);
-    const md = new grpc.Metadata();
-    if (this.halfClose) md.set(MD_CAPABILITIES, CAP_HALF_CLOSE);
-    call.sendMetadata(md);
+    call.sendMetadata(this.halfClose ? { [MD_CAPABILITIES]: CAP_HALF_CLOSE } : {});
     this.sink = {
       write: (chunk, callback) => {
         const p = packets.data(this.connectID, chunk);
@@ -46,8 +44,8 @@ export class GrpcFrontend implements Frontend {
       clientEnded ||= this.state !== 'done';
       this.clientGone();
     });
-    // A cancel is a stream error unless we had finished the stream ourselves first (grpc-js reports
-    // a client's RST_STREAM as 'end' then 'cancelled'; our SDK cancels after reading the status).
+    // A cancel is a stream error unless we had finished the stream ourselves first (a client may reset
+    // the stream after its half-close; our SDK cancels after reading the status).
     call.on('cancelled', () => {
       if (this.state !== 'done' || clientEnded) core.metrics.streamError('from_client', 'Canceled');
       this.clientGone();
@@ -148,7 +146,7 @@ export class GrpcFrontend implements Frontend {
     if (this.state === 'done') return;
     this.state = 'done';
     this.call.removeListener('data', this.onPacket);
-    this.call.emit('error', { code: grpc.status.INVALID_ARGUMENT, details: message });
+    this.call.endWithStatus(GrpcStatus.INVALID_ARGUMENT, message);
     this.onDone(this);
   }
 

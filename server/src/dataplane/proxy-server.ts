@@ -4,9 +4,8 @@ import { randomUUID } from 'node:crypto';
 import { mkdir, rm, writeFile, rename } from 'node:fs/promises';
 import http from 'node:http';
 import path from 'node:path';
-import * as grpc from '@grpc/grpc-js';
 import {
-  DEFAULT_CONNECTION_WINDOW, FRONTEND_STREAM_WINDOW, HTTP2_CONNECTION_WINDOW, HTTP2_STREAM_WINDOW, MAX_MESSAGE_BYTES, agentServiceDefinition, proxyServiceDefinition,
+  DEFAULT_CONNECTION_WINDOW, FRONTEND_STREAM_WINDOW, HTTP2_CONNECTION_WINDOW, HTTP2_STREAM_WINDOW, MAX_MESSAGE_BYTES, AGENT_CONNECT_PATH, PROXY_PATH,
   type FramedPacketStream, type Hello, type Packet,
   HealthChecks, type HealthCheck,
 } from '@cluster-proxy/proto';
@@ -19,14 +18,13 @@ import { startConnectFrontend, type ConnectFrontend } from './connect/frontend.j
 import { TokenStore } from '../fleet/tokens.js';
 import type { TLSSocket } from 'node:tls';
 import { GrpcFrontend } from './frontend-grpc.js';
-import { raiseServerReceiveWindows } from './grpc-windows.js';
-import { watchSessions } from './session-watchdog.js';
+import { GrpcServer, GrpcStatus, type GrpcServerCall } from './grpc-server.js';
 import { clusterFromSubject } from '../pki/agent-identity.js';
 import { ProxyCore } from './proxy-core.js';
 import { ServerMetrics } from './metrics.js';
 
 /**
- * Ping every gRPC session every 5 s; one unanswered for 10 s (grpc-js keepalive's timeout) is dead. A
+ * Ping every gRPC session every 5 s; one unanswered for 10 s (the keepalive timeout ANP uses) is dead. A
  * dead peer is noticed within 15 s at most (at once when its socket reports the close).
  */
 const SESSION_WATCHDOG = { intervalMs: 5000, timeoutMs: 10_000 };
@@ -87,8 +85,8 @@ export interface BoundPorts {
 export class ProxyServer {
   readonly serverID: string;
   readonly core: ProxyCore;
-  private readonly agentServer: grpc.Server;
-  private readonly frontendServer: grpc.Server;
+  private readonly agentServer: GrpcServer;
+  private readonly frontendServer: GrpcServer;
   private readonly frontends = new Set<GrpcFrontend>();
   private httpServers: http.Server[] = [];
   private readonly listenerOptions: AgentListenerOptions;
@@ -130,20 +128,10 @@ export class ProxyServer {
     this.core = new ProxyCore({ dialTimeoutMs: opts.dialTimeoutMs ?? 10_000, log: opts.log, metrics: this.metrics });
     this.readiness = new HealthChecks('readyz', [{ name: 'listeners', check: this.checkListeners }, ...(opts.readinessChecks ?? [])]);
     this.liveness = new HealthChecks('healthz', [{ name: 'ping', check: () => undefined }, ...(opts.livenessChecks ?? [])]);
-    const grpcOptions: grpc.ServerOptions = {
-      'grpc.max_receive_message_length': MAX_MESSAGE_BYTES,
-      'grpc.max_send_message_length': MAX_MESSAGE_BYTES,
-      // Ping idle agents so a vanished one (no FIN) is noticed and its routes dropped.
-      'grpc.keepalive_time_ms': 30_000,
-      'grpc.keepalive_timeout_ms': 10_000,
-    };
-    this.agentServer = new grpc.Server(grpcOptions);
-    this.frontendServer = new grpc.Server(grpcOptions);
-    raiseServerReceiveWindows(this.agentServer, HTTP2_STREAM_WINDOW, HTTP2_CONNECTION_WINDOW);
-    raiseServerReceiveWindows(this.frontendServer, FRONTEND_STREAM_WINDOW, HTTP2_CONNECTION_WINDOW);
-    // A gRPC peer that died must end its calls (see session-watchdog.ts).
-    watchSessions(this.agentServer, SESSION_WATCHDOG);
-    watchSessions(this.frontendServer, SESSION_WATCHDOG);
+    // gRPC on node:http2 (grpc-server.ts): large receive windows on our side too, and every session
+    // pinged so a peer that died ends its calls (session-watchdog.ts).
+    this.agentServer = new GrpcServer({ streamWindow: HTTP2_STREAM_WINDOW, connectionWindow: HTTP2_CONNECTION_WINDOW, maxMessageBytes: MAX_MESSAGE_BYTES, watchdog: SESSION_WATCHDOG });
+    this.frontendServer = new GrpcServer({ streamWindow: FRONTEND_STREAM_WINDOW, connectionWindow: HTTP2_CONNECTION_WINDOW, maxMessageBytes: MAX_MESSAGE_BYTES, watchdog: SESSION_WATCHDOG });
     this.listenerOptions = {
       serverID: this.serverID,
       serverCount: () => opts.serverCount ?? 1,
@@ -174,20 +162,19 @@ export class ProxyServer {
       httpConnections: () => this.connect?.connections() ?? 0,
       serverCount: () => this.listenerOptions.serverCount(),
     });
-    this.agentServer.addService(agentServiceDefinition, { Connect: makeAgentConnectHandler(this.listenerOptions) });
-    this.frontendServer.addService(proxyServiceDefinition, { Proxy: this.handleProxy });
+    this.agentServer.handle(AGENT_CONNECT_PATH, makeAgentConnectHandler(this.listenerOptions));
+    this.frontendServer.handle(PROXY_PATH, this.handleProxy);
   }
 
-  private readonly handleProxy = (call: grpc.ServerDuplexStream<Packet, Packet>): void => {
-    const refuse = (code: grpc.status, details: string): void => {
+  private readonly handleProxy = (call: GrpcServerCall): void => {
+    const refuse = (code: number, details: string): void => {
       this.opts.log.warn({ peer: call.getPeer() }, `client refused: ${details}`);
-      call.on('error', () => {});
-      call.emit('error', { code, details });
+      call.endWithStatus(code, details);
     };
-    if (!this.accepting) return refuse(grpc.status.UNAVAILABLE, 'server is shutting down');
+    if (!this.accepting) return refuse(GrpcStatus.UNAVAILABLE, 'server is shutting down');
     // Agents share the CA with hub users; an agent certificate must not open connections into other clusters.
-    const cert = call.getAuthContext().sslPeerCertificate;
-    if (cert && clusterFromSubject(cert.subject)) return refuse(grpc.status.PERMISSION_DENIED, 'agent certificates may not use the client frontend');
+    const cert = call.peerCertificate();
+    if (cert && clusterFromSubject(cert.subject)) return refuse(GrpcStatus.PERMISSION_DENIED, 'agent certificates may not use the client frontend');
     const f = new GrpcFrontend(call, this.core, this.opts.log, (done) => this.frontends.delete(done));
     this.frontends.add(f);
   };
@@ -208,7 +195,7 @@ export class ProxyServer {
 
   async start(): Promise<BoundPorts> {
     const { tls, bindAddress } = this.opts;
-    // TLS is terminated by AgentPort (ALPN picks the transport); grpc-js gets verified plaintext.
+    // TLS is terminated by TlsPort (ALPN picks the transport); the gRPC server gets verified plaintext.
     this.agentPort = new TlsPort({ name: 'agent', host: bindAddress, port: this.opts.agentPort, tls, grpcServer: this.agentServer, onHello: onMuxAgentHello(this.listenerOptions, { intervalMs: 30_000, timeoutMs: 10_000 }), hubApi: this.hubApi, log: this.opts.log });
     const agent = await this.agentPort.listen();
     let frontend: number | null = null;
@@ -219,7 +206,7 @@ export class ProxyServer {
     let uds: string | null = null;
     if (this.opts.frontendUds) {
       await rm(this.opts.frontendUds, { force: true });
-      await bind(this.frontendServer, `unix://${path.resolve(this.opts.frontendUds)}`, grpc.ServerCredentials.createInsecure());
+      await this.frontendServer.listenUnix(path.resolve(this.opts.frontendUds));
       uds = path.resolve(this.opts.frontendUds);
     }
     if (this.opts.connectPort != null || this.opts.connectUds || this.opts.connectPlain) {
@@ -304,8 +291,8 @@ export class ProxyServer {
     if (this.openConnections() > 0) this.opts.log.warn({ open: this.openConnections() }, 'grace period over; closing the remaining connections');
     graceMs = Math.max(0, Math.min(graceMs, deadline - Date.now()));
     const connectStopped = this.connect?.stop(graceMs) ?? Promise.resolve();
-    const frontendsDone = tryShutdown(this.frontendServer);
-    const agentsDone = tryShutdown(this.agentServer);
+    const frontendsDone = this.frontendServer.shutdown();
+    const agentsDone = this.agentServer.shutdown();
     let timer: NodeJS.Timeout | undefined;
     const timeout = new Promise<void>((r) => { timer = setTimeout(r, graceMs); });
     // Agent streams never end by themselves; after the frontends had their chance, close them.
@@ -383,19 +370,6 @@ function text(res: http.ServerResponse, code: number, body: string): void {
   res.end(body);
 }
 
-
-function bind(server: grpc.Server, address: string, creds: grpc.ServerCredentials): Promise<number> {
-  return new Promise((resolve, reject) => {
-    server.bindAsync(address, creds, (err, port) => {
-      if (err) reject(new Error(`cannot listen on ${address}: ${err.message}`));
-      else resolve(port);
-    });
-  });
-}
-
-function tryShutdown(server: grpc.Server): Promise<void> {
-  return new Promise((resolve) => server.tryShutdown(() => resolve()));
-}
 
 async function writeJsonAtomic(file: string, value: unknown): Promise<void> {
   await mkdir(path.dirname(file), { recursive: true });

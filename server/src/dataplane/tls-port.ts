@@ -1,12 +1,12 @@
 // A TLS listener with two transports chosen by ALPN: our peers ask for "cluster-proxy-mux/1" (framed
 // packets over TLS, see proto/src/framing.ts); unmodified ANP peers ask for "h2" and get gRPC,
-// injected into grpc-js on the already-verified socket. The agent listener (:8091) and the client
+// handed to our gRPC server (grpc-server.ts) on the already-verified socket. The agent listener (:8091) and the client
 // frontend (:8090) are each one of these.
 import tls from 'node:tls';
-import * as grpc from '@grpc/grpc-js';
 import { FramedPacketStream, MAX_MESSAGE_BYTES, MUX_ALPN, type Hello } from '@cluster-proxy/proto';
 import type { Logger } from 'pino';
 import { HUB_API_ALPN, type HubApi } from '../fleet/hub-api.js';
+import type { GrpcServer } from './grpc-server.js';
 
 export interface TlsPortOptions {
   /** "agent" or "frontend", for logs. */
@@ -14,8 +14,8 @@ export interface TlsPortOptions {
   host: string;
   port: number;
   tls: { caCert: Buffer; cert: Buffer; key: Buffer };
-  /** grpc-js server that handles "h2" connections. */
-  grpcServer: grpc.Server;
+  /** The gRPC server that handles "h2" connections. */
+  grpcServer: GrpcServer;
   /** A mux peer said hello: answer it (and take over the stream) or refuse. */
   onHello: (stream: FramedPacketStream, hello: Hello, socket: tls.TLSSocket, peer: string) => void;
   /**
@@ -32,13 +32,10 @@ const HELLO_TIMEOUT_MS = 10_000;
 
 export class TlsPort {
   private readonly server: tls.Server;
-  private readonly injector: ReturnType<grpc.Server['createConnectionInjector']>;
   private readonly sockets = new Set<tls.TLSSocket>();
   private readonly refusals = new Map<string, number>();
 
   constructor(private readonly opts: TlsPortOptions) {
-    // TLS is already terminated (and the client certificate verified) here.
-    this.injector = opts.grpcServer.createConnectionInjector(grpc.ServerCredentials.createInsecure());
     this.server = tls.createServer({
       ca: opts.tls.caCert,
       cert: opts.tls.cert,
@@ -63,11 +60,10 @@ export class TlsPort {
     this.server.setSecureContext({ ca: m.caCert, cert: m.cert, key: m.key });
   }
 
-  /** Stops accepting and drops mux connections; gRPC sessions are closed by the grpc-js server. */
+  /** Stops accepting and drops mux connections; gRPC sessions are closed by the gRPC server. */
   async close(): Promise<void> {
     const closed = new Promise<void>((resolve) => this.server.close(() => resolve()));
     for (const s of this.sockets) s.destroy();
-    this.injector.destroy();
     await closed;
   }
 
@@ -83,7 +79,7 @@ export class TlsPort {
       return;
     }
     if (socket.alpnProtocol !== MUX_ALPN) {
-      this.injector.injectConnection(socket);
+      this.opts.grpcServer.injectConnection(socket);
       return;
     }
     this.sockets.add(socket);

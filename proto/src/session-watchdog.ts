@@ -1,12 +1,12 @@
-// A dead HTTP/2 peer must end its gRPC calls. grpc-js's own keepalive only *closes* a session whose
-// ping went unanswered, gracefully: with a dead peer that close never completes, so the calls on it
-// never end. And a gRPC agent SIGKILLed while the hub writes to it (uploads) is not always noticed
-// from the socket (found by the conformance matrix: it stayed routed, its connections open, for
-// good). We ping every session ourselves and destroy it when the peer does not answer: every call on
-// it then ends with an error.
+// A dead HTTP/2 peer must end its gRPC calls, on both ends of a gRPC session (our server and our
+// client). A graceful close (GOAWAY) of a session whose peer is dead never completes, so the calls on
+// it would never end (grpc-js's keepalive did just that). And a peer that dies is not always noticed
+// from the socket: Node 20's HTTP/2 session stops reading while one of its writes is in flight, and
+// when that write fails (ECONNRESET from the dead peer) it neither reports the error nor reads again
+// (found by the conformance matrix: a SIGKILLed gRPC agent stayed routed for good). We ping every
+// session ourselves and destroy it when the peer does not answer: every call on it then ends with an
+// error.
 import type http2 from 'node:http2';
-import type * as grpc from '@grpc/grpc-js';
-import { onHttp2Server } from './grpc-windows.js';
 
 export interface WatchdogOptions {
   /** Time between pings. */
@@ -15,11 +15,8 @@ export interface WatchdogOptions {
   timeoutMs: number;
 }
 
-export function watchSessions(server: grpc.Server, opts: WatchdogOptions): void {
-  onHttp2Server(server, (h2) => h2.on('session', (session: http2.ServerHttp2Session) => watch(session, opts)));
-}
-
-function watch(session: http2.ServerHttp2Session, opts: WatchdogOptions): void {
+/** Pings `session` every interval until it closes; destroys it when a ping goes unanswered. */
+export function watchSession(session: http2.Http2Session, opts: WatchdogOptions): void {
   let deadline: NodeJS.Timeout | null = null;
   let answered = true;
   const kill = (): void => {
@@ -38,7 +35,7 @@ function watch(session: http2.ServerHttp2Session, opts: WatchdogOptions): void {
     }, opts.timeoutMs);
     deadline.unref();
     try {
-      // Also while grpc-js closes the session gracefully (shutdown): a live peer answers and keeps it.
+      // Also while the session closes gracefully (shutdown): a live peer answers and keeps it.
       session.ping((err) => {
         answered = true;
         if (deadline) clearTimeout(deadline);

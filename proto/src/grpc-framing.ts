@@ -1,0 +1,164 @@
+// gRPC over HTTP/2 as our server (hub) and our client (SDK, agent) speak it on node:http2, without
+// grpc-js: status codes, `grpc-message` and `grpc-timeout` encoding, and the length-prefixed message
+// framing around our packet codec (one 5-byte prefix, then the encoded packet, written corked so the
+// parts leave in one DATA frame where they fit).
+import type { Writable } from 'node:stream';
+import { decodePacket, encodePacketParts } from './codec.js';
+import type { Packet } from './packet.js';
+
+/** gRPC status codes. */
+export const GrpcStatus = {
+  OK: 0, CANCELLED: 1, UNKNOWN: 2, INVALID_ARGUMENT: 3, DEADLINE_EXCEEDED: 4, NOT_FOUND: 5, ALREADY_EXISTS: 6,
+  PERMISSION_DENIED: 7, RESOURCE_EXHAUSTED: 8, FAILED_PRECONDITION: 9, ABORTED: 10, OUT_OF_RANGE: 11,
+  UNIMPLEMENTED: 12, INTERNAL: 13, UNAVAILABLE: 14, DATA_LOSS: 15, UNAUTHENTICATED: 16,
+} as const;
+export type GrpcStatusName = keyof typeof GrpcStatus;
+
+/** "UNAVAILABLE" for 14 (the number itself for codes outside the table). */
+export function grpcStatusName(code: number): string {
+  for (const [name, value] of Object.entries(GrpcStatus)) if (value === code) return name;
+  return String(code);
+}
+
+/** A call's final status; `details` is the decoded `grpc-message`. */
+export interface GrpcCallStatus {
+  code: number;
+  details: string;
+  /** Trailers (or trailers-only headers) as received; empty when the status was made up locally. */
+  metadata: Record<string, string[]>;
+}
+
+/** What a failed call reports ('error' event): an Error with the status. */
+export class GrpcCallError extends Error {
+  constructor(readonly code: number, readonly details: string) {
+    super(`${grpcStatusName(code)}: ${details}`);
+    this.name = 'GrpcCallError';
+  }
+}
+
+/** grpc-message is percent-encoded outside printable ASCII (and '%' itself). */
+export function encodeGrpcMessage(s: string): string {
+  return s.replace(/[^\x20-\x24\x26-\x7e]/gu, (c) => encodeURIComponent(c));
+}
+
+export function decodeGrpcMessage(s: string): string {
+  try {
+    return decodeURIComponent(s);
+  } catch {
+    return s;
+  }
+}
+
+/** `grpc-timeout` in milliseconds: up to 8 digits and a unit (H, M, S, m, u, n); null if absent or malformed. */
+export function parseGrpcTimeout(value: string | undefined): number | null {
+  const m = /^(\d{1,8})([HMSmun])$/.exec(value ?? '');
+  if (!m) return null;
+  const unit = { H: 3_600_000, M: 60_000, S: 1000, m: 1, u: 1e-3, n: 1e-6 }[m[2] as 'H'];
+  return Number(m[1]) * unit;
+}
+
+/** The gRPC code for an HTTP status that came without grpc-status (gRPC's HTTP-to-gRPC mapping). */
+export function grpcStatusFromHttp(status: number): number {
+  switch (status) {
+    case 400: return GrpcStatus.INTERNAL;
+    case 401: return GrpcStatus.UNAUTHENTICATED;
+    case 403: return GrpcStatus.PERMISSION_DENIED;
+    case 404: return GrpcStatus.UNIMPLEMENTED;
+    case 429: case 502: case 503: case 504: return GrpcStatus.UNAVAILABLE;
+    default: return GrpcStatus.UNKNOWN;
+  }
+}
+
+const HEADER_BYTES = 5;
+
+/** Writes `p` as one gRPC message; returns write()'s answer (false: wait for 'drain'). */
+export function writeGrpcMessage(stream: Writable, p: Packet, callback?: (err?: Error | null) => void): boolean {
+  const parts = encodePacketParts(p);
+  let length = 0;
+  for (const b of parts) length += b.length;
+  const header = Buffer.allocUnsafe(HEADER_BYTES);
+  header[0] = 0; // not compressed
+  header.writeUInt32BE(length, 1);
+  stream.cork();
+  stream.write(header);
+  for (let i = 0; i < parts.length - 1; i++) stream.write(parts[i]);
+  const ok = stream.write(parts[parts.length - 1], callback);
+  stream.uncork();
+  return ok;
+}
+
+/** A message we refuse, with the status to answer it with. */
+export class GrpcFramingError extends Error {
+  constructor(readonly code: number, message: string) {
+    super(message);
+    this.name = 'GrpcFramingError';
+  }
+}
+
+/**
+ * Splits received bytes into packets. A message inside one chunk is decoded in place; one spanning
+ * chunks (HTTP/2 DATA frames are at most 16 KiB by default) is copied once, when complete. What is held
+ * is bounded by the largest message allowed plus one chunk.
+ */
+export class GrpcMessageReader {
+  private chunks: Buffer[] = [];
+  private buffered = 0;
+
+  constructor(private readonly maxMessageBytes: number) {}
+
+  /** Adds `chunk` and appends every packet now complete to `out`; throws GrpcFramingError on a bad message. */
+  push(chunk: Buffer, out: Packet[]): void {
+    this.chunks.push(chunk);
+    this.buffered += chunk.length;
+    while (this.buffered >= HEADER_BYTES) {
+      const head = this.peekHeader();
+      const length = head.readUInt32BE(1);
+      if (head[0] !== 0) throw new GrpcFramingError(GrpcStatus.UNIMPLEMENTED, 'compressed messages are not supported (send grpc-encoding identity)');
+      if (length > this.maxMessageBytes) throw new GrpcFramingError(GrpcStatus.RESOURCE_EXHAUSTED, `Received message larger than max (${length} vs. ${this.maxMessageBytes})`);
+      if (this.buffered < HEADER_BYTES + length) return;
+      const message = this.take(HEADER_BYTES + length).subarray(HEADER_BYTES);
+      try {
+        out.push(decodePacket(message));
+      } catch (err) {
+        throw new GrpcFramingError(GrpcStatus.INTERNAL, `cannot decode the message: ${(err as Error).message}`);
+      }
+    }
+  }
+
+  /** Bytes of an incomplete message held (a stream that ends with some left was cut short). */
+  get pending(): number {
+    return this.buffered;
+  }
+
+  clear(): void {
+    this.chunks = [];
+    this.buffered = 0;
+  }
+
+  private peekHeader(): Buffer {
+    const first = this.chunks[0]!;
+    return first.length >= HEADER_BYTES ? first : Buffer.concat(this.chunks, HEADER_BYTES);
+  }
+
+  /** Consumes the first `n` buffered bytes (a view when they are in one chunk). */
+  private take(n: number): Buffer {
+    this.buffered -= n;
+    const first = this.chunks[0]!;
+    if (first.length >= n) {
+      if (first.length === n) this.chunks.shift();
+      else this.chunks[0] = first.subarray(n);
+      return first.subarray(0, n);
+    }
+    const out = Buffer.allocUnsafe(n);
+    let off = 0;
+    while (off < n) {
+      const c = this.chunks[0]!;
+      const use = Math.min(c.length, n - off);
+      c.copy(out, off, 0, use);
+      off += use;
+      if (use === c.length) this.chunks.shift();
+      else this.chunks[0] = c.subarray(use);
+    }
+    return out;
+  }
+}

@@ -1,0 +1,329 @@
+// gRPC bidi streams served directly on node:http2 (ProxyService.Proxy and AgentService.Connect), with
+// gRPC's length-prefixed framing around our packet codec: no per-message promise/metadata machinery,
+// and HTTP/2 windows we choose on the server side too. It serves what an unmodified konnectivity-client
+// or ANP agent needs: POST with content-type application/grpc, response headers (our metadata such as
+// serverID/serverCount), `grpc-status`/`grpc-message` trailers (trailers-only for early refusals),
+// `grpc-timeout`, message size limits, pings (answered by HTTP/2; session-watchdog.ts sends ours).
+//
+// A call's life: open (headers not yet sent) → responding (headers sent) → ended (status sent, by us)
+// or cancelled (the client reset the stream, or its deadline passed) → closed (the stream is gone).
+import { EventEmitter } from 'node:events';
+import http2 from 'node:http2';
+import type net from 'node:net';
+import type { PeerCertificate, TLSSocket } from 'node:tls';
+import {
+  GrpcMessageReader, GrpcStatus, encodeGrpcMessage, parseGrpcTimeout, watchSession, writeGrpcMessage,
+  type GrpcFramingError, type Packet, type WatchdogOptions,
+} from '@cluster-proxy/proto';
+
+export { GrpcStatus };
+
+/** The status a call is ended with. */
+export interface GrpcStatusError {
+  code: number;
+  details: string;
+}
+
+const { NGHTTP2_NO_ERROR, NGHTTP2_CANCEL } = http2.constants;
+
+/**
+ * One gRPC bidi call on the server: the events and methods our handlers use (the shape grpc-js's
+ * ServerDuplexStream has, so the handlers read the same): 'data' (a Packet), 'end' (the client
+ * half-closed), 'cancelled' (it reset the stream or its deadline passed), 'error' ({code, details}:
+ * a message we could not take), 'drain'.
+ */
+export class GrpcServerCall extends EventEmitter {
+  private headersSent = false;
+  private ended = false;
+  private cancelledFlag = false;
+  private paused = false;
+  private readonly reader: GrpcMessageReader;
+  private readonly queue: Packet[] = [];
+  private deadline: NodeJS.Timeout | null = null;
+  private status = { code: GrpcStatus.OK as number, details: '' };
+
+  constructor(
+    private readonly stream: http2.ServerHttp2Stream,
+    private readonly headers: http2.IncomingHttpHeaders,
+    private readonly socket: net.Socket | undefined,
+    private readonly maxMessageBytes: number,
+  ) {
+    super();
+    this.reader = new GrpcMessageReader(maxMessageBytes);
+    stream.on('wantTrailers', () => {
+      stream.sendTrailers({ 'grpc-status': String(this.status.code), ...(this.status.details ? { 'grpc-message': encodeGrpcMessage(this.status.details) } : {}) });
+    });
+    stream.on('data', (chunk: Buffer) => this.onData(chunk));
+    stream.on('end', () => {
+      if (!this.cancelledFlag) this.emit('end');
+    });
+    stream.on('drain', () => this.emit('drain'));
+    stream.on('aborted', () => this.cancel());
+    stream.on('error', () => this.cancel());
+    stream.on('close', () => {
+      if (this.deadline) clearTimeout(this.deadline);
+      this.deadline = null;
+      // Reset by the peer (or torn down with the session) before we sent our status.
+      if (!this.ended) this.cancel();
+    });
+    const timeout = parseGrpcTimeout(headers['grpc-timeout'] as string | undefined);
+    if (timeout !== null) {
+      this.deadline = setTimeout(() => {
+        this.deadline = null;
+        this.endWithStatus(GrpcStatus.DEADLINE_EXCEEDED, 'Deadline exceeded');
+        this.cancel();
+      }, Math.max(1, Math.ceil(timeout)));
+    }
+  }
+
+  /** Request metadata: the request headers, lower-cased as HTTP/2 carries them. */
+  readonly metadata = {
+    get: (key: string): string[] => {
+      const v = this.headers[key.toLowerCase()];
+      return v === undefined ? [] : Array.isArray(v) ? v : [String(v)];
+    },
+  };
+
+  get writableEnded(): boolean {
+    return this.ended;
+  }
+
+  getPeer(): string {
+    return this.socket?.remoteAddress ? `${this.socket.remoteAddress}:${this.socket.remotePort}` : 'unix';
+  }
+
+  /** The client's verified certificate (TLS ports), or undefined (the Unix socket). */
+  peerCertificate(): PeerCertificate | undefined {
+    const s = this.socket as TLSSocket | undefined;
+    if (!s || typeof s.getPeerCertificate !== 'function') return undefined;
+    const cert = s.getPeerCertificate();
+    return cert && Object.keys(cert).length > 0 ? cert : undefined;
+  }
+
+  /** Sends the response headers with our metadata (once; later calls are ignored). */
+  sendMetadata(md: Record<string, string> = {}): void {
+    if (this.headersSent || this.stream.destroyed || this.stream.headersSent) return;
+    this.headersSent = true;
+    this.stream.respond({ ':status': 200, 'content-type': 'application/grpc', 'grpc-accept-encoding': 'identity', ...md }, { waitForTrailers: true });
+  }
+
+  write(p: Packet, callback?: (err?: Error | null) => void): boolean {
+    if (this.ended || this.stream.destroyed) {
+      if (callback) process.nextTick(callback, new Error('call ended'));
+      return false;
+    }
+    this.sendMetadata();
+    return writeGrpcMessage(this.stream, p, callback);
+  }
+
+  /** Ends the call with status OK. */
+  end(): void {
+    this.endWithStatus(GrpcStatus.OK, '');
+  }
+
+  /** Ends the call with this status (trailers, or a trailers-only response if no headers went out). */
+  endWithStatus(code: number, details: string): void {
+    if (this.ended) return;
+    this.ended = true;
+    this.status = { code, details };
+    if (this.stream.destroyed) return;
+    if (!this.headersSent && !this.stream.headersSent) {
+      this.headersSent = true;
+      this.stream.respond({ ':status': 200, 'content-type': 'application/grpc', 'grpc-status': String(code), ...(details ? { 'grpc-message': encodeGrpcMessage(details) } : {}) }, { endStream: true });
+    } else {
+      this.stream.end();
+    }
+    // The client may still be sending: a finished response ends the stream (RST_STREAM NO_ERROR, as
+    // gRPC servers do) once our status is out, so neither side waits on the other.
+    this.stream.once('finish', () => {
+      if (!this.stream.destroyed && !this.stream.readableEnded) this.stream.close(NGHTTP2_NO_ERROR);
+    });
+  }
+
+  pause(): this {
+    this.paused = true;
+    this.stream.pause();
+    return this;
+  }
+
+  resume(): this {
+    this.paused = false;
+    this.flush();
+    if (!this.paused) this.stream.resume();
+    return this;
+  }
+
+  private cancel(): void {
+    if (this.cancelledFlag) return;
+    this.cancelledFlag = true;
+    if (!this.ended) {
+      this.ended = true;
+      if (!this.stream.destroyed) this.stream.close(NGHTTP2_CANCEL);
+    }
+    this.emit('cancelled');
+  }
+
+  private onData(chunk: Buffer): void {
+    if (this.cancelledFlag) return;
+    try {
+      this.reader.push(chunk, this.queue);
+    } catch (err) {
+      const e = err as GrpcFramingError;
+      return this.refuse(e.code, e.message);
+    }
+    this.flush();
+  }
+
+  /** Hands parsed messages to the handler while it is not paused. */
+  private flush(): void {
+    while (!this.paused && this.queue.length > 0 && !this.cancelledFlag) this.emit('data', this.queue.shift()!);
+  }
+
+  private refuse(code: number, details: string): void {
+    this.reader.clear();
+    this.queue.length = 0;
+    this.stream.pause();
+    this.emit('error', Object.assign(new Error(details), { code, details }));
+    this.endWithStatus(code, details);
+  }
+}
+
+export type GrpcHandler = (call: GrpcServerCall) => void;
+
+export interface GrpcServerOptions {
+  /** HTTP/2 stream receive window we announce (SETTINGS_INITIAL_WINDOW_SIZE). */
+  streamWindow: number;
+  /** Connection receive window per session. */
+  connectionWindow: number;
+  maxMessageBytes: number;
+  watchdog: WatchdogOptions;
+}
+
+/** The gRPC services of one listener (agent or frontend), fed with connections from a TlsPort or a Unix socket. */
+export class GrpcServer {
+  private readonly handlers = new Map<string, GrpcHandler>();
+  private readonly sessions = new Set<http2.ServerHttp2Session>();
+  /** Every connection handed to us, so shutdown can close them (see destroySockets). */
+  private readonly sockets = new Set<net.Socket>();
+  private readonly calls = new Set<GrpcServerCall>();
+  /** Waiting for the last call to end (shutdown). */
+  private readonly callsDone = new Set<() => void>();
+  private readonly injector: http2.Http2Server;
+  private readonly listeners: http2.Http2Server[] = [];
+
+  constructor(private readonly opts: GrpcServerOptions) {
+    this.injector = this.createH2();
+  }
+
+  /** Serves `path` (e.g. `/ProxyService/Proxy`) with `handler`. */
+  handle(path: string, handler: GrpcHandler): void {
+    this.handlers.set(path, handler);
+  }
+
+  /** A connection that already negotiated "h2" (TLS terminated and the client verified by the caller). */
+  injectConnection(socket: net.Socket): void {
+    this.injector.emit('connection', socket);
+  }
+
+  /** Also serves plain HTTP/2 on a Unix socket. */
+  listenUnix(path: string): Promise<void> {
+    const h2 = this.createH2();
+    this.listeners.push(h2);
+    return new Promise((resolve, reject) => {
+      h2.once('error', (err) => reject(new Error(`cannot listen on unix://${path}: ${err.message}`)));
+      h2.listen(path, () => resolve());
+    });
+  }
+
+  /** Open calls (for shutdown). */
+  get openCalls(): number {
+    return this.calls.size;
+  }
+
+  /**
+   * Stops listening and asks every session to finish (GOAWAY): resolves once no call is open, then
+   * closes the connections. (A session closed gracefully only half-closes its socket and waits for
+   * the peer's FIN, which a client that closed its own session at the same moment may never send.)
+   */
+  async shutdown(): Promise<void> {
+    for (const l of this.listeners) l.close();
+    for (const s of this.sessions) {
+      try {
+        if (!s.closed && !s.destroyed) s.close();
+      } catch {
+        /* destroyed meanwhile */
+      }
+    }
+    while (this.calls.size > 0) await new Promise<void>((resolve) => this.callsDone.add(resolve));
+    this.destroySockets();
+  }
+
+  /** Ends every call and session now. */
+  forceShutdown(): void {
+    for (const c of [...this.calls]) c.endWithStatus(GrpcStatus.UNAVAILABLE, 'server shutting down');
+    for (const s of [...this.sessions]) s.destroy();
+    for (const l of this.listeners) l.close();
+    this.destroySockets();
+  }
+
+  private destroySockets(): void {
+    for (const s of this.sockets) s.destroy();
+  }
+
+  private createH2(): http2.Http2Server {
+    const h2 = http2.createServer({
+      settings: { initialWindowSize: this.opts.streamWindow, enablePush: false },
+      // Our frames are bounded by the message size; nghttp2's default session memory (10 MiB) would
+      // refuse new streams on a busy agent session.
+      maxSessionMemory: 64,
+    });
+    h2.on('connection', (socket: net.Socket) => {
+      socket.setNoDelay?.(true);
+      this.sockets.add(socket);
+      socket.once('close', () => this.sockets.delete(socket));
+    });
+    h2.on('session', (session: http2.ServerHttp2Session) => {
+      this.sessions.add(session);
+      session.once('close', () => this.sessions.delete(session));
+      session.on('error', () => {}); // its calls report it
+      try {
+        session.setLocalWindowSize(this.opts.connectionWindow);
+      } catch {
+        /* closing already */
+      }
+      watchSession(session, this.opts.watchdog);
+    });
+    h2.on('stream', (stream, headers) => this.onStream(stream, headers));
+    return h2;
+  }
+
+  private onStream(stream: http2.ServerHttp2Stream, headers: http2.IncomingHttpHeaders): void {
+    stream.on('error', () => {}); // the call reports it
+    const contentType = String(headers['content-type'] ?? '');
+    if (headers[':method'] !== 'POST' || !contentType.startsWith('application/grpc')) {
+      stream.respond({ ':status': 415, 'content-type': 'text/plain' }, { endStream: false });
+      stream.end('gRPC requests only (POST, content-type application/grpc)\n');
+      return;
+    }
+    const socket = stream.session?.socket as net.Socket | undefined;
+    const call = new GrpcServerCall(stream, headers, socket, this.opts.maxMessageBytes);
+    const handler = this.handlers.get(String(headers[':path'] ?? ''));
+    if (!handler) {
+      call.endWithStatus(GrpcStatus.UNIMPLEMENTED, `unknown method ${String(headers[':path'])}`);
+      return;
+    }
+    const encoding = headers['grpc-encoding'];
+    if (encoding !== undefined && encoding !== 'identity') {
+      call.endWithStatus(GrpcStatus.UNIMPLEMENTED, `grpc-encoding ${String(encoding)} is not supported`);
+      return;
+    }
+    this.calls.add(call);
+    stream.once('close', () => {
+      this.calls.delete(call);
+      if (this.calls.size > 0) return;
+      for (const done of this.callsDone) done();
+      this.callsDone.clear();
+    });
+    handler(call);
+  }
+}
