@@ -6,6 +6,12 @@ import { AGENT_CONNECT_PATH, GrpcClient, HTTP2_CONNECTION_WINDOW, HTTP2_STREAM_W
 import type { Link, LinkOptions } from './links.js';
 import { onlyOnce } from './only-once.js';
 
+/**
+ * Ping interval per hub address after a "too_many_pings" GOAWAY (ANP's agent listener enforces 30 s):
+ * doubled each time and kept for the agent's later links, so it does not trip the server again.
+ */
+const pingIntervals = new Map<string, number>();
+
 /** Opens AgentService.Connect on its own connection (`socket`: an egress-proxy tunnel to run TLS over). */
 export function grpcLink(opts: LinkOptions, serverName: string | undefined, socket: Duplex | undefined): Promise<Link> {
   // One client per link: every link needs its own TCP connection (one per replica behind a load balancer).
@@ -16,7 +22,8 @@ export function grpcLink(opts: LinkOptions, serverName: string | undefined, sock
     streamWindow: HTTP2_STREAM_WINDOW,
     connectionWindow: HTTP2_CONNECTION_WINDOW,
     maxMessageBytes: MAX_MESSAGE_BYTES,
-    keepalive: { intervalMs: opts.keepaliveTimeMs, timeoutMs: opts.keepaliveTimeoutMs },
+    keepalive: { intervalMs: Math.max(opts.keepaliveTimeMs, pingIntervals.get(opts.address) ?? 0), timeoutMs: opts.keepaliveTimeoutMs },
+    onTooManyPings: (next) => pingIntervals.set(opts.address, next),
     refWhenIdle: true,
   });
   const call = client.call(AGENT_CONNECT_PATH, opts.metadata);

@@ -1,4 +1,4 @@
-// Hand-written protobuf codec for Packet. grpc-js hands us one Buffer per message; decoding by hand
+// Hand-written protobuf codec for Packet. Our transports hand us one Buffer per message; decoding by hand
 // lets DATA payloads stay zero-copy views into it and avoids protobufjs object churn on the hot
 // path. codec.test.ts checks byte-for-byte agreement with protobufjs loading client.proto.
 import { PacketType, type Packet } from './packet.js';

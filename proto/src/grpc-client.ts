@@ -22,7 +22,10 @@ import {
 } from './grpc-framing.js';
 import { watchSession, type WatchdogOptions } from './session-watchdog.js';
 
-const { NGHTTP2_CANCEL, NGHTTP2_REFUSED_STREAM, NGHTTP2_ENHANCE_YOUR_CALM, NGHTTP2_INADEQUATE_SECURITY } = http2.constants;
+const { NGHTTP2_NO_ERROR, NGHTTP2_CANCEL, NGHTTP2_REFUSED_STREAM, NGHTTP2_ENHANCE_YOUR_CALM, NGHTTP2_INADEQUATE_SECURITY } = http2.constants;
+
+/** How long close() lets the last frames (RST_STREAM, GOAWAY) leave before destroying the sockets. */
+const CLOSE_GRACE_MS = 100;
 
 export interface GrpcClientOptions {
   /** HOST:PORT (TLS), or unix:PATH / unix:///PATH (plaintext HTTP/2 on a Unix socket). */
@@ -39,6 +42,12 @@ export interface GrpcClientOptions {
   keepalive?: WatchdogOptions;
   /** Keep the process alive while the session is idle (the agent); the SDK does not. */
   refWhenIdle?: boolean;
+  /**
+   * The server said we ping too often (GOAWAY ENHANCE_YOUR_CALM "too_many_pings", as grpc-go sends
+   * below its enforcement policy's MinTime: 30 s on ANP's agent listener). This client's later
+   * sessions ping at twice the interval (gRFC A8); the caller may remember it for the next client.
+   */
+  onTooManyPings?: (nextIntervalMs: number) => void;
 }
 
 export class GrpcClient {
@@ -46,10 +55,12 @@ export class GrpcClient {
   private readonly sockets = new Set<Duplex>();
   private readonly calls = new Set<GrpcClientCall>();
   private socketHandedIn: Duplex | undefined;
+  private keepalive: WatchdogOptions | undefined;
   private closed = false;
 
   constructor(private readonly opts: GrpcClientOptions) {
     this.socketHandedIn = opts.socket;
+    this.keepalive = opts.keepalive;
     if (!opts.address.startsWith('unix:') && !opts.tls) throw new Error(`gRPC to ${opts.address} needs TLS options`);
   }
 
@@ -72,15 +83,26 @@ export class GrpcClient {
     return call;
   }
 
-  /** Fails every call and closes the connection now. */
+  /**
+   * Cancels every call and closes the connection: the resets and a GOAWAY go out first, then the
+   * sockets are destroyed (within CLOSE_GRACE_MS, without waiting for the server's FIN: a graceful
+   * close that waits for it can leave the socket behind).
+   */
   close(): void {
     if (this.closed) return;
     this.closed = true;
     for (const c of [...this.calls]) c.cancel();
-    this.session?.destroy();
+    const session = this.session;
     this.session = null;
-    for (const s of this.sockets) s.destroy();
-    this.socketHandedIn?.destroy();
+    const sockets = [...this.sockets];
+    if (this.socketHandedIn) sockets.push(this.socketHandedIn);
+    const destroy = (): void => {
+      session?.destroy();
+      for (const s of sockets) s.destroy();
+    };
+    if (!session || session.destroyed) return destroy();
+    session.close(destroy);
+    setTimeout(destroy, CLOSE_GRACE_MS).unref();
   }
 
   private currentSession(): http2.ClientHttp2Session {
@@ -89,8 +111,12 @@ export class GrpcClient {
     const session = this.connect();
     this.session = session;
     // After a GOAWAY the server takes no new streams here: the next call opens a new session.
-    session.once('goaway', () => {
+    session.once('goaway', (code: number, _lastStreamID: number, data?: Buffer) => {
       if (this.session === session) this.session = null;
+      if (code === NGHTTP2_ENHANCE_YOUR_CALM && data?.toString() === 'too_many_pings' && this.keepalive) {
+        this.keepalive = { ...this.keepalive, intervalMs: this.keepalive.intervalMs * 2 };
+        this.opts.onTooManyPings?.(this.keepalive.intervalMs);
+      }
     });
     session.once('close', () => {
       if (this.session === session) this.session = null;
@@ -103,7 +129,7 @@ export class GrpcClient {
       } catch {
         /* closing already */
       }
-      if (this.opts.keepalive) watchSession(session, this.opts.keepalive);
+      if (this.keepalive) watchSession(session, this.keepalive);
     });
     return session;
   }
@@ -166,7 +192,7 @@ export class GrpcClientCall extends EventEmitter {
     return call;
   }
 
-  constructor(session: http2.ClientHttp2Session | null, path: string, metadata: Record<string, string>, maxMessageBytes: number) {
+  constructor(private readonly session: http2.ClientHttp2Session | null, path: string, metadata: Record<string, string>, maxMessageBytes: number) {
     super();
     this.reader = new GrpcMessageReader(maxMessageBytes);
     if (!session) {
@@ -223,11 +249,14 @@ export class GrpcClientCall extends EventEmitter {
     if (s && !s.destroyed && !s.writableEnded) s.end();
   }
 
-  /** Abandons the call: RST_STREAM CANCEL; reports CANCELLED unless a status was already known. */
+  /**
+   * Abandons the call: RST_STREAM CANCEL, reported as CANCELLED. After the server's status it only
+   * releases the stream (RST_STREAM NO_ERROR): the call is complete, not cancelled.
+   */
   cancel(): void {
     if (this.cancelled) return;
     this.cancelled = true;
-    if (this.stream && !this.stream.destroyed) this.stream.close(NGHTTP2_CANCEL);
+    if (this.stream && !this.stream.destroyed) this.stream.close(this.final ? NGHTTP2_NO_ERROR : NGHTTP2_CANCEL);
     this.queue.length = 0;
     this.paused = false;
     this.finish(this.final ?? { code: GrpcStatus.CANCELLED, details: 'Cancelled on client', metadata: {} });
@@ -287,22 +316,27 @@ export class GrpcClientCall extends EventEmitter {
     this.flush();
   }
 
+  /** The server's END_STREAM: with trailers, the status; without, 'close' decides (a dying connection ends streams too). */
   private onEnd(): void {
-    if (this.final) return;
-    if (this.trailers) this.final = this.trailers;
-    else if (this.reader.pending > 0) this.final = { code: GrpcStatus.INTERNAL, details: 'stream ended inside a message', metadata: {} };
-    else this.final = { code: GrpcStatus.UNKNOWN, details: 'server ended the stream without a status', metadata: {} };
+    if (this.final || !this.trailers) return;
+    this.final = this.trailers;
     this.flush();
   }
 
   private onClose(): void {
     this.streamClosed = true;
     if (!this.final) {
-      const code = this.stream!.rstCode;
+      const stream = this.stream!;
+      const code = stream.rstCode;
+      const sessionGone = this.session?.destroyed ?? true;
       if (this.trailers) this.final = this.trailers;
-      else if (this.streamError !== null) {
-        // The connection failed (refused, TLS, reset, ping timeout).
-        this.final = { code: GrpcStatus.UNAVAILABLE, details: this.streamError, metadata: {} };
+      else if (this.streamError !== null || sessionGone) {
+        // The connection failed or closed (refused, TLS, the server gone, a ping timeout).
+        this.final = { code: GrpcStatus.UNAVAILABLE, details: this.streamError ?? 'connection closed', metadata: {} };
+      } else if (stream.readableEnded) {
+        this.final = this.reader.pending > 0
+          ? { code: GrpcStatus.INTERNAL, details: 'stream ended inside a message', metadata: {} }
+          : { code: GrpcStatus.UNKNOWN, details: 'server ended the stream without a status', metadata: {} };
       } else {
         this.final = { code: rstStatus(code), details: `Received RST_STREAM with code ${code ?? 'unknown'}`, metadata: {} };
       }

@@ -120,7 +120,7 @@ export class GrpcMessageReader {
       try {
         out.push(decodePacket(message));
       } catch (err) {
-        throw new GrpcFramingError(GrpcStatus.INTERNAL, `cannot decode the message: ${(err as Error).message}`);
+        throw new GrpcFramingError(GrpcStatus.INTERNAL, `cannot deserialize the message: ${(err as Error).message}`);
       }
     }
   }

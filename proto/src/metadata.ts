@@ -1,5 +1,5 @@
 // gRPC metadata keys. ANP's are mixed-case in Go source; HTTP/2 carries them lower-cased, and
-// grpc-js normalises keys the same way, so these are the names on the wire.
+// gRPC implementations normalise keys the same way, so these are the names on the wire.
 export const MD_AGENT_ID = 'agentid';
 export const MD_AGENT_IDENTIFIERS = 'agentidentifiers';
 export const MD_SERVER_ID = 'serverid';

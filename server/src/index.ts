@@ -2,7 +2,6 @@ export { ProxyServer, type ProxyServerOptions, type BoundPorts, type TlsFiles } 
 export { ProxyCore } from './dataplane/proxy-core.js';
 export { RoutingTable, isValidCidr, cidrContains } from './dataplane/routing.js';
 export { checkIdentifiers, IdentityError, type Grant } from './dataplane/agent-listener.js';
-export { raiseServerReceiveWindows } from './dataplane/grpc-windows.js';
 export * from './pki/index.js';
 export { startConnectFrontend, DIAL_FAILURE_STATUS, type ConnectFrontend, type ConnectFrontendOptions, type Principal } from './dataplane/connect/frontend.js';
 export { TokenStore, tokenAllowsCluster, type TokenPrincipal, type TokenInfo, type IssuedToken } from './fleet/tokens.js';

@@ -36,6 +36,8 @@ export class GrpcServerCall extends EventEmitter {
   private headersSent = false;
   private ended = false;
   private cancelledFlag = false;
+  /** We reset the stream (so a reset code on 'close' is ours, not the client's). */
+  private resetByUs = false;
   private paused = false;
   private readonly reader: GrpcMessageReader;
   private readonly queue: Packet[] = [];
@@ -52,6 +54,7 @@ export class GrpcServerCall extends EventEmitter {
     this.reader = new GrpcMessageReader(maxMessageBytes);
     stream.on('wantTrailers', () => {
       stream.sendTrailers({ 'grpc-status': String(this.status.code), ...(this.status.details ? { 'grpc-message': encodeGrpcMessage(this.status.details) } : {}) });
+      this.closeAfterStatus();
     });
     stream.on('data', (chunk: Buffer) => this.onData(chunk));
     stream.on('end', () => {
@@ -63,8 +66,11 @@ export class GrpcServerCall extends EventEmitter {
     stream.on('close', () => {
       if (this.deadline) clearTimeout(this.deadline);
       this.deadline = null;
-      // Reset by the peer (or torn down with the session) before we sent our status.
-      if (!this.ended) this.cancel();
+      // Torn down before we sent our status (the session died), or reset by the client at any time
+      // (also after our status: it abandoned the call rather than finishing it).
+      const code = stream.rstCode;
+      const resetByClient = code !== undefined && code !== NGHTTP2_NO_ERROR && !this.resetByUs;
+      if (!this.ended || resetByClient) this.cancel();
     });
     const timeout = parseGrpcTimeout(headers['grpc-timeout'] as string | undefined);
     if (timeout !== null) {
@@ -130,13 +136,22 @@ export class GrpcServerCall extends EventEmitter {
     if (!this.headersSent && !this.stream.headersSent) {
       this.headersSent = true;
       this.stream.respond({ ':status': 200, 'content-type': 'application/grpc', 'grpc-status': String(code), ...(details ? { 'grpc-message': encodeGrpcMessage(details) } : {}) }, { endStream: true });
+      this.closeAfterStatus();
     } else {
-      this.stream.end();
+      this.stream.end(); // the trailers follow ('wantTrailers')
     }
-    // The client may still be sending: a finished response ends the stream (RST_STREAM NO_ERROR, as
-    // gRPC servers do) once our status is out, so neither side waits on the other.
-    this.stream.once('finish', () => {
-      if (!this.stream.destroyed && !this.stream.readableEnded) this.stream.close(NGHTTP2_NO_ERROR);
+  }
+
+  /**
+   * The client may still be sending: once our status is out, the stream ends (RST_STREAM NO_ERROR, as
+   * gRPC servers do), so neither side waits on the other. Not on 'finish': that comes before Node
+   * has sent the trailers, and the reset would overtake them.
+   */
+  private closeAfterStatus(): void {
+    setImmediate(() => {
+      if (this.stream.destroyed || this.stream.readableEnded) return;
+      this.resetByUs = true;
+      this.stream.close(NGHTTP2_NO_ERROR);
     });
   }
 
@@ -158,6 +173,7 @@ export class GrpcServerCall extends EventEmitter {
     this.cancelledFlag = true;
     if (!this.ended) {
       this.ended = true;
+      this.resetByUs = true;
       if (!this.stream.destroyed) this.stream.close(NGHTTP2_CANCEL);
     }
     this.emit('cancelled');
@@ -183,8 +199,9 @@ export class GrpcServerCall extends EventEmitter {
     this.reader.clear();
     this.queue.length = 0;
     this.stream.pause();
-    this.emit('error', Object.assign(new Error(details), { code, details }));
+    // Our status first: the handler's reaction to the error may end the call too.
     this.endWithStatus(code, details);
+    if (this.listenerCount('error') > 0) this.emit('error', Object.assign(new Error(details), { code, details }));
   }
 }
 

@@ -1,8 +1,8 @@
 // Child process: the load generator of the scale-agents scenario. It registers `count` agents with
 // one hub, each on its own connection, as our agent does (agent/src/server-connection.ts ready()):
 //   mux   TLS with ALPN cluster-proxy-mux/1 (connectMux) and the agent hello
-//   grpc  one grpc-js client per agent (its own HTTP/2 connection, grpc.use_local_subchannel_pool)
-//         opening AgentService.Connect with the same metadata, channel options as the agent's
+//   grpc  one GrpcClient per agent (its own HTTP/2 connection), opening AgentService.Connect with
+//         the same metadata and options as the agent's grpc-link.ts
 // Every agent uses the same agent certificate (cluster `scale`) with its own agentID; the hub
 // allows several agents per cluster. Keepalive as the agent's defaults (15 s / 10 s).
 //
@@ -12,10 +12,9 @@
 // SIGTERM (closing every connection with the process), or by itself when the bench goes away.
 import { randomUUID } from 'node:crypto';
 import { readFileSync } from 'node:fs';
-import * as grpc from '@grpc/grpc-js';
 import {
-  AGENT_CONNECT_PATH, CAP_CREDIT, CAP_HALF_CLOSE, DEFAULT_CONNECTION_WINDOW, HTTP2_CONNECTION_WINDOW, MAX_MESSAGE_BYTES, MD_AGENT_ID, MD_AGENT_IDENTIFIERS,
-  MD_CAPABILITIES, MD_SERVER_ID, MD_WINDOW, clusterHostNames, connectMux, decodePacket, emptyIdentifiers, encodePacket, formatIdentifiers, type Hello,
+  AGENT_CONNECT_PATH, CAP_CREDIT, CAP_HALF_CLOSE, DEFAULT_CONNECTION_WINDOW, GrpcClient, HTTP2_CONNECTION_WINDOW, HTTP2_STREAM_WINDOW, MAX_MESSAGE_BYTES, MD_AGENT_ID,
+  MD_AGENT_IDENTIFIERS, MD_CAPABILITIES, MD_SERVER_ID, MD_WINDOW, clusterHostNames, connectMux, emptyIdentifiers, formatIdentifiers, type Hello,
 } from '@cluster-proxy/proto';
 import { exitWithParent } from './child-util.js';
 import type { TlsFiles } from './clients.js';
@@ -78,44 +77,32 @@ async function main(): Promise<void> {
   };
 
   const openGrpc = (): Promise<void> => new Promise((resolve, reject) => {
-    const client = new grpc.Client(job.hubAddress, grpc.credentials.createSsl(caCert, key, cert), {
-      'grpc.ssl_target_name_override': 'localhost',
-      'grpc.default_authority': 'localhost',
-      'grpc.use_local_subchannel_pool': 1,
-      'grpc-node.flow_control_window': HTTP2_CONNECTION_WINDOW,
-      'grpc.max_receive_message_length': MAX_MESSAGE_BYTES,
-      'grpc.max_send_message_length': MAX_MESSAGE_BYTES,
-      'grpc.keepalive_time_ms': 15_000,
-      'grpc.keepalive_timeout_ms': 10_000,
-      'grpc.keepalive_permit_without_calls': 1,
-      'grpc.enable_http_proxy': 0,
-      'grpc.enable_retries': 0,
+    const client = new GrpcClient({
+      address: job.hubAddress, tls: { ca: caCert, cert, key, serverName: 'localhost' },
+      streamWindow: HTTP2_STREAM_WINDOW, connectionWindow: HTTP2_CONNECTION_WINDOW, maxMessageBytes: MAX_MESSAGE_BYTES,
+      keepalive: { intervalMs: 15_000, timeoutMs: 10_000 }, refWhenIdle: true,
     });
-    const md = new grpc.Metadata();
-    for (const [k, v] of Object.entries(metadata())) md.set(k, v);
-    const call = client.makeBidiStreamRequest(AGENT_CONNECT_PATH, encodePacket, decodePacket, md);
+    const call = client.call(AGENT_CONNECT_PATH, metadata());
     let settled = false;
     const timer = setTimeout(() => {
       settled = true;
-      call.cancel();
       client.close();
       reject(new Error(`no response headers within ${TIMEOUT_MS} ms`));
     }, TIMEOUT_MS);
     call.on('data', () => {});
-    call.on('error', (err: grpc.ServiceError) => {
+    call.on('error', (err: Error) => {
       if (!settled) {
         settled = true;
         clearTimeout(timer);
         client.close();
-        reject(new Error(`${grpc.status[err.code] ?? err.code}: ${err.details}`));
+        reject(err);
       } else gone();
     });
-    call.once('metadata', (headers: grpc.Metadata) => {
+    call.once('metadata', (headers: Record<string, string[]>) => {
       if (settled) return;
       settled = true;
       clearTimeout(timer);
-      if (headers.get(MD_SERVER_ID).length !== 1) {
-        call.cancel();
+      if ((headers[MD_SERVER_ID] ?? []).length !== 1) {
         client.close();
         reject(new Error('hub answered without serverID'));
         return;
