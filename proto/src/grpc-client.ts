@@ -22,7 +22,7 @@ import {
 } from './grpc-framing.js';
 import { watchSession, type WatchdogOptions } from './session-watchdog.js';
 
-const { NGHTTP2_NO_ERROR, NGHTTP2_CANCEL, NGHTTP2_REFUSED_STREAM, NGHTTP2_ENHANCE_YOUR_CALM, NGHTTP2_INADEQUATE_SECURITY } = http2.constants;
+const { NGHTTP2_CANCEL, NGHTTP2_REFUSED_STREAM, NGHTTP2_ENHANCE_YOUR_CALM, NGHTTP2_INADEQUATE_SECURITY } = http2.constants;
 
 /** How long close() lets the last frames (RST_STREAM, GOAWAY) leave before destroying the sockets. */
 const CLOSE_GRACE_MS = 100;
@@ -96,13 +96,15 @@ export class GrpcClient {
     this.session = null;
     const sockets = [...this.sockets];
     if (this.socketHandedIn) sockets.push(this.socketHandedIn);
+    let timer: NodeJS.Timeout | undefined;
     const destroy = (): void => {
+      clearTimeout(timer);
       session?.destroy();
       for (const s of sockets) s.destroy();
     };
     if (!session || session.destroyed) return destroy();
+    timer = setTimeout(destroy, CLOSE_GRACE_MS).unref();
     session.close(destroy);
-    setTimeout(destroy, CLOSE_GRACE_MS).unref();
   }
 
   private currentSession(): http2.ClientHttp2Session {
@@ -250,13 +252,18 @@ export class GrpcClientCall extends EventEmitter {
   }
 
   /**
-   * Abandons the call: RST_STREAM CANCEL, reported as CANCELLED. After the server's status it only
-   * releases the stream (RST_STREAM NO_ERROR): the call is complete, not cancelled.
+   * Abandons the call: RST_STREAM CANCEL, reported as CANCELLED. After the server's status the call is
+   * complete, not cancelled: our side is ended (END_STREAM) if it was still open. (A reset of a stream
+   * the server already ended sends Node 20's HTTP/2 session into an endless loop once it is closed.)
    */
   cancel(): void {
     if (this.cancelled) return;
     this.cancelled = true;
-    if (this.stream && !this.stream.destroyed) this.stream.close(this.final ? NGHTTP2_NO_ERROR : NGHTTP2_CANCEL);
+    const s = this.stream;
+    if (s && !s.destroyed) {
+      if (!this.final) s.close(NGHTTP2_CANCEL);
+      else if (!s.writableEnded) s.end();
+    }
     this.queue.length = 0;
     this.paused = false;
     this.finish(this.final ?? { code: GrpcStatus.CANCELLED, details: 'Cancelled on client', metadata: {} });
