@@ -1,0 +1,123 @@
+// GrpcServer on a Unix socket with a raw node:http2 client: what an unmodified gRPC peer sees
+// (statuses, trailers-only refusals, deadlines) and how shutdown ends sessions whose client never closes.
+import { once } from 'node:events';
+import http2 from 'node:http2';
+import net from 'node:net';
+import { mkdtempSync, rmSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { GrpcClient, GrpcStatus, packets, type GrpcCallStatus, type Packet } from '@cluster-proxy/proto';
+import { GrpcServer, type GrpcServerCall } from './grpc-server.js';
+
+let dir: string;
+let server: GrpcServer;
+let sock: string;
+const sessions: http2.ClientHttp2Session[] = [];
+
+beforeEach(async () => {
+  dir = mkdtempSync(path.join(os.tmpdir(), 'grpc-server-'));
+  sock = path.join(dir, 'grpc.sock');
+  server = new GrpcServer({ streamWindow: 1 << 20, connectionWindow: 1 << 22, maxMessageBytes: 1 << 16, watchdog: { intervalMs: 60_000, timeoutMs: 10_000 } });
+  // Echo, and OK once the client half-closes.
+  server.handle('/ProxyService/Proxy', (call) => {
+    call.sendMetadata({ serverid: 'test' });
+    call.on('data', (p: Packet) => call.write(p));
+    call.on('end', () => call.end());
+  });
+  await server.listenUnix(sock);
+});
+
+afterEach(async () => {
+  for (const s of sessions.splice(0)) s.destroy();
+  server.forceShutdown();
+  rmSync(dir, { recursive: true, force: true });
+});
+
+function connect(): http2.ClientHttp2Session {
+  const s = http2.connect('http://localhost', { createConnection: () => net.connect({ path: sock }) });
+  s.on('error', () => {});
+  sessions.push(s);
+  return s;
+}
+
+/** Response headers, trailers and body of one raw request. */
+async function request(session: http2.ClientHttp2Session, headers: http2.OutgoingHttpHeaders, body?: Buffer): Promise<{ headers: http2.IncomingHttpHeaders; trailers: http2.IncomingHttpHeaders; body: Buffer }> {
+  const st = session.request({ ':method': 'POST', 'content-type': 'application/grpc', te: 'trailers', ...headers });
+  st.on('error', () => {});
+  let trailers: http2.IncomingHttpHeaders = {};
+  st.on('trailers', (t) => (trailers = t));
+  const chunks: Buffer[] = [];
+  st.on('data', (c: Buffer) => chunks.push(c));
+  const [h] = (await once(st, 'response')) as [http2.IncomingHttpHeaders];
+  if (body) st.end(body);
+  else st.end();
+  await once(st, 'close');
+  return { headers: h, trailers, body: Buffer.concat(chunks) };
+}
+
+describe('GrpcServer', () => {
+  it('serves a call to our GrpcClient: metadata, echo, OK', async () => {
+    const c = new GrpcClient({ address: `unix:${sock}`, streamWindow: 1 << 20, connectionWindow: 1 << 22, maxMessageBytes: 1 << 16 });
+    try {
+      const call = c.call('/ProxyService/Proxy');
+      const got: Packet[] = [];
+      call.on('data', (p: Packet) => got.push(p));
+      const md = once(call, 'metadata') as Promise<[Record<string, string[]>]>;
+      const status = once(call, 'status') as Promise<[GrpcCallStatus]>;
+      call.write(packets.closeRequest(7));
+      call.end();
+      expect((await md)[0]['serverid']).toEqual(['test']);
+      expect((await status)[0].code).toBe(GrpcStatus.OK);
+      expect(got).toEqual([packets.closeRequest(7)]);
+    } finally {
+      c.close();
+    }
+  });
+
+  it('answers an unknown method and a compressed call with a trailers-only UNIMPLEMENTED, and a non-gRPC request with 415', async () => {
+    const s = connect();
+    const unknown = await request(s, { ':path': '/Nope/Nope' });
+    expect(unknown.headers).toMatchObject({ ':status': 200, 'grpc-status': String(GrpcStatus.UNIMPLEMENTED), 'grpc-message': 'unknown method /Nope/Nope' });
+    const gzip = await request(s, { ':path': '/ProxyService/Proxy', 'grpc-encoding': 'gzip' });
+    expect(gzip.headers['grpc-status']).toBe(String(GrpcStatus.UNIMPLEMENTED));
+    const plain = await request(s, { ':path': '/ProxyService/Proxy', 'content-type': 'text/plain' });
+    expect(plain.headers[':status']).toBe(415);
+  });
+
+  it('refuses a message over the limit with RESOURCE_EXHAUSTED in the trailers, and keeps serving the session', async () => {
+    const s = connect();
+    const head = Buffer.alloc(5);
+    head.writeUInt32BE((1 << 16) + 1, 1);
+    const big = await request(s, { ':path': '/ProxyService/Proxy' }, head);
+    expect(big.trailers).toMatchObject({ 'grpc-status': String(GrpcStatus.RESOURCE_EXHAUSTED), 'grpc-message': `Received message larger than max (${(1 << 16) + 1} vs. ${1 << 16})` });
+    const ok = await request(s, { ':path': '/ProxyService/Proxy' });
+    expect(ok.trailers['grpc-status']).toBe('0');
+  });
+
+  it('ends a call whose grpc-timeout passes with DEADLINE_EXCEEDED', async () => {
+    server.handle('/Slow/Call', (call: GrpcServerCall) => call.sendMetadata());
+    const s = connect();
+    const st = s.request({ ':method': 'POST', ':path': '/Slow/Call', 'content-type': 'application/grpc', 'grpc-timeout': '50m' });
+    st.on('error', () => {});
+    const [trailers] = (await once(st, 'trailers')) as [http2.IncomingHttpHeaders];
+    expect(trailers['grpc-status']).toBe(String(GrpcStatus.DEADLINE_EXCEEDED));
+  });
+
+  it('shutdown: GOAWAY, waits for open calls, then closes connections even when the client never closes its side', async () => {
+    const s = connect();
+    const st = s.request({ ':method': 'POST', ':path': '/ProxyService/Proxy', 'content-type': 'application/grpc' });
+    st.on('error', () => {});
+    await once(st, 'response');
+    const goaway = once(s, 'goaway');
+    let done = false;
+    const stopped = server.shutdown().then(() => (done = true));
+    await goaway;
+    await new Promise((r) => setTimeout(r, 50));
+    expect(done).toBe(false); // the call is still open
+    st.end(); // the client half-closes: the handler ends the call
+    await stopped;
+    await once(s, 'close'); // the server closed the connection; this client did nothing more
+    expect(server.openCalls).toBe(0);
+  });
+});
