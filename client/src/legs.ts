@@ -20,6 +20,11 @@ export interface Leg {
   resumeReading(): void;
   /** True when unsent data would hold a control packet back (then abort instead of closing). */
   readonly backedUp: boolean;
+  /**
+   * False while DATA should wait (no credit, or the shared transport is over its high-water mark):
+   * with many connections writing at once, each would otherwise queue a whole chunk on it.
+   */
+  readonly readyForData: boolean;
   /** Finished normally (our close was acknowledged, or the dial failed). */
   end(): void;
   /** Give up at once. */
@@ -64,6 +69,9 @@ export class GrpcLegFactory implements LegFactory {
       resumeReading: () => call.resume(),
       get backedUp() {
         return call.writableNeedDrain;
+      },
+      get readyForData() {
+        return !call.writableNeedDrain;
       },
       end: () => {
         if (!call.writableEnded) call.end();

@@ -95,6 +95,9 @@ class Session {
       get backedUp() {
         return false; // control packets never wait behind credit
       },
+      get readyForData() {
+        return e.credit.canSend() && !session.sender.congested;
+      },
       end: forget,
       abort: forget,
     };

@@ -192,6 +192,14 @@ export class TunnelSocket extends Duplex {
   }
 
   private sendData(leg: Leg, chunk: Buffer, callback: (err?: Error | null) => void): void {
+    if (!leg.readyForData) {
+      // Wait before queueing: 128 connections writing at once must not put a chunk each on the shared transport.
+      leg.whenWritable(() => {
+        if (this.state !== 'open' || this.leg !== leg) callback(new TunnelError('closed', this.destination, `connection to ${this.destination} is closed`));
+        else this.sendData(leg, chunk, callback);
+      });
+      return;
+    }
     let ok = true;
     for (const piece of chunks(chunk, MAX_DATA_CHUNK)) ok = leg.send(packets.data(this.connectID, piece));
     this.bytesWritten += chunk.length;

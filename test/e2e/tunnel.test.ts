@@ -107,6 +107,19 @@ for (const transport of ['mux', 'grpc'] as const) {
         await once(s, 'close');
       });
 
+      it('128 connections uploading at once through one tunnel all arrive intact (the shared transport is not overrun)', async () => {
+        const n = 128;
+        const size = 2 * MiB;
+        const sockets = await Promise.all(Array.from({ length: n }, () => tunnel.dial(`127.0.0.1:${sink.port}`)));
+        const results = Array.from({ length: n }, () => sink.nextResult(60_000));
+        await Promise.all(sockets.map((s) => writePayload(s, size, { end: true })));
+        for (const r of await Promise.all(results)) expect(r).toEqual({ bytes: size, sha256: payloadSha256(size) });
+        await Promise.all(sockets.map((s) => {
+          s.resume();
+          return once(s, 'close');
+        }));
+      });
+
       it('downloads 20 MiB intact (sha256)', async () => {
         const s = await tunnel.dial(`127.0.0.1:${source.port}`);
         const d = await digestStream(s);
