@@ -48,7 +48,7 @@ export class GrpcServerCall extends EventEmitter {
     private readonly stream: http2.ServerHttp2Stream,
     private readonly headers: http2.IncomingHttpHeaders,
     private readonly socket: net.Socket | undefined,
-    private readonly maxMessageBytes: number,
+    maxMessageBytes: number,
   ) {
     super();
     this.reader = new GrpcMessageReader(maxMessageBytes);
