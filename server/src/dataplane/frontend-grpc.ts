@@ -1,7 +1,7 @@
 // ProxyService.Proxy: one stream carries one tunneled connection (ANP's gRPC frontend). Works with
 // an unmodified konnectivity-client and with our SDK, which also negotiates half-close.
 //   await-dial → DIAL_REQ → dialing → DIAL_RSP ok → open → CLOSE_REQ/CLOSE_RSP → done
-import { CAP_HALF_CLOSE, MD_CAPABILITIES, PacketType, packetTypeName, packets, parseCapabilities, type ByteSink, type DialFailureReason, type Packet } from '@cluster-proxy/proto';
+import { CAP_HALF_CLOSE, LazyLog, MD_CAPABILITIES, PacketType, packetTypeName, packets, parseCapabilities, type ByteSink, type DialFailureReason, type Packet } from '@cluster-proxy/proto';
 import type { Logger } from 'pino';
 import type { Frontend } from './frontend.js';
 import { GrpcStatus, type GrpcServerCall } from './grpc-server.js';
@@ -18,7 +18,8 @@ export class GrpcFrontend implements Frontend {
   private conn: ProxiedConnection | null = null;
   private clientRandom = 0n;
   private connectID = 0;
-  private log: Logger;
+  /** Child logger made only if this connection logs (pino's child() per dial shows in the dial rate). */
+  private readonly lazyLog: LazyLog<Logger>;
 
   constructor(
     private readonly call: GrpcServerCall,
@@ -26,7 +27,7 @@ export class GrpcFrontend implements Frontend {
     log: Logger,
     private readonly onDone: (f: GrpcFrontend) => void,
   ) {
-    this.log = log;
+    this.lazyLog = new LazyLog(log, {});
     const caps = parseCapabilities(call.metadata.get(MD_CAPABILITIES).map(String).join(','));
     this.halfClose = caps.has(CAP_HALF_CLOSE);
     call.sendMetadata(this.halfClose ? { [MD_CAPABILITIES]: CAP_HALF_CLOSE } : {});
@@ -71,7 +72,7 @@ export class GrpcFrontend implements Frontend {
       case PacketType.DIAL_REQ:
         if (this.state !== 'await-dial') return this.protocolError('second DIAL_REQ on one stream');
         this.clientRandom = p.dialRequest.random;
-        this.log = this.log.child({ clientDialID: String(p.dialRequest.random) });
+        this.lazyLog.bind({ clientDialID: String(p.dialRequest.random) });
         this.state = 'dialing';
         this.conn = this.core.dial(p.dialRequest.address, p.dialRequest.protocol, this);
         return;
@@ -100,7 +101,7 @@ export class GrpcFrontend implements Frontend {
         }
         return;
       default:
-        this.log.warn({ type: packetTypeName(p.type) }, 'unexpected packet from client, ignored');
+        this.lazyLog.log.warn({ type: packetTypeName(p.type) }, 'unexpected packet from client, ignored');
     }
   };
 
@@ -109,7 +110,7 @@ export class GrpcFrontend implements Frontend {
   dialSucceeded(connectID: number): void {
     if (this.state !== 'dialing') return;
     this.connectID = connectID;
-    this.log = this.log.child({ connectID });
+    this.lazyLog.bind({ connectID });
     this.state = 'open';
     this.send(packets.dialResponse(this.clientRandom, connectID));
   }
@@ -141,7 +142,7 @@ export class GrpcFrontend implements Frontend {
   // ------------------------------------------------------------ teardown
 
   private protocolError(message: string): void {
-    this.log.warn(`client protocol error: ${message}`);
+    this.lazyLog.log.warn(`client protocol error: ${message}`);
     this.conn?.close();
     if (this.state === 'done') return;
     this.state = 'done';

@@ -26,6 +26,9 @@ export interface GrpcStatusError {
 
 const { NGHTTP2_NO_ERROR, NGHTTP2_CANCEL } = http2.constants;
 
+/** Each connection's client certificate, once read (keyed by the session's socket; dropped with it). */
+const peerCertificates = new WeakMap<object, PeerCertificate | undefined>();
+
 /**
  * One gRPC bidi call on the server: the events and methods our handlers use (the shape grpc-js's
  * ServerDuplexStream has, so the handlers read the same): 'data' (a Packet), 'end' (the client
@@ -98,12 +101,18 @@ export class GrpcServerCall extends EventEmitter {
     return this.socket?.remoteAddress ? `${this.socket.remoteAddress}:${this.socket.remotePort}` : 'unix';
   }
 
-  /** The client's verified certificate (TLS ports), or undefined (the Unix socket). */
+  /**
+   * The client's verified certificate (TLS ports), or undefined (the Unix socket). Read once per
+   * connection: getPeerCertificate() builds a new object each time (10 % of the hub's time on gRPC dials).
+   */
   peerCertificate(): PeerCertificate | undefined {
     const s = this.socket as TLSSocket | undefined;
     if (!s || typeof s.getPeerCertificate !== 'function') return undefined;
-    const cert = s.getPeerCertificate();
-    return cert && Object.keys(cert).length > 0 ? cert : undefined;
+    if (peerCertificates.has(s)) return peerCertificates.get(s);
+    const got = s.getPeerCertificate();
+    const cert = got && Object.keys(got).length > 0 ? got : undefined;
+    peerCertificates.set(s, cert);
+    return cert;
   }
 
   /** Sends the response headers with our metadata (once; later calls are ignored). */
