@@ -1,6 +1,5 @@
 // The gRPC link: ANP's AgentService.Connect, on node:http2 through proto's GrpcClient (no grpc-js).
-// Its own module so that only agents that use it (`--transport grpc`, or `auto` against an ANP hub)
-// load node:http2.
+// Imported only when a gRPC link is opened (`--transport grpc`, or `auto` against an ANP hub).
 import type { Duplex } from 'node:stream';
 import { AGENT_CONNECT_PATH, GrpcClient, HTTP2_CONNECTION_WINDOW, HTTP2_STREAM_WINDOW, MAX_MESSAGE_BYTES, type GrpcCallError } from '@cluster-proxy/proto';
 import type { Link, LinkOptions } from './links.js';

@@ -3,6 +3,7 @@
 // serves DIAL_REQ / DATA / CLOSE_REQ / DIAL_CLS / CREDIT / HALF_CLOSE for the connections it carries.
 import { EventEmitter } from 'node:events';
 import {
+  GrpcCallError, grpcCodeName,
   CAP_CREDIT, CAP_HALF_CLOSE, CAP_SERVER_DRAIN, MD_HELD_SERVERS, MD_AGENT_ID, MD_AGENT_IDENTIFIERS, MD_CAPABILITIES, MD_SERVER_COUNT, MD_SERVER_ID, MD_WINDOW, PacketType,
   LazyLog, StreamSender, packetTypeName, packets, parseCapabilities, tapWrites, type Packet,
 } from '@cluster-proxy/proto';
@@ -298,14 +299,7 @@ export class ServerConnection extends EventEmitter implements EndpointOwner {
 /** What the links say when the server ended the stream normally (not a stream error). */
 const SERVER_ENDED = 'server ended the stream';
 
-/** Go-style gRPC code names, as ANP labels stream errors; errors of our transport are Unavailable. */
-const CODE_NAMES: Readonly<Record<string, string>> = {
-  CANCELLED: 'Canceled', UNKNOWN: 'Unknown', INVALID_ARGUMENT: 'InvalidArgument', DEADLINE_EXCEEDED: 'DeadlineExceeded', NOT_FOUND: 'NotFound',
-  ALREADY_EXISTS: 'AlreadyExists', PERMISSION_DENIED: 'PermissionDenied', RESOURCE_EXHAUSTED: 'ResourceExhausted', FAILED_PRECONDITION: 'FailedPrecondition',
-  ABORTED: 'Aborted', OUT_OF_RANGE: 'OutOfRange', UNIMPLEMENTED: 'Unimplemented', INTERNAL: 'Internal', UNAVAILABLE: 'Unavailable', DATA_LOSS: 'DataLoss', UNAUTHENTICATED: 'Unauthenticated',
-};
-
+/** A gRPC link's status in Go's spelling, as ANP labels stream errors; errors of our transport are Unavailable. */
 function streamErrorCode(err: Error): string {
-  const m = /^([A-Z_]+): /.exec(err.message);
-  return (m && CODE_NAMES[m[1]!]) || 'Unavailable';
+  return err instanceof GrpcCallError ? grpcCodeName(err.code) : 'Unavailable';
 }

@@ -8,6 +8,7 @@
 //   kind 2 PING / 3 PONG — keepalive: a PING is answered with a PONG; any frame proves the peer alive
 import { EventEmitter } from 'node:events';
 import type { Duplex } from 'node:stream';
+import { ChunkQueue } from './chunk-queue.js';
 import { PacketDecodeError, decodePacket, encodePacketParts } from './codec.js';
 import type { Packet } from './packet.js';
 
@@ -24,7 +25,6 @@ const WRITE_LOW_WATER = 256 * 1024;
  * lets this much accumulate is not reading at all, and is cut off rather than allowed to grow us. */
 const WRITE_HARD_LIMIT = 64 * 1024 * 1024;
 const MAX_HELLO_BYTES = 64 * 1024;
-const EMPTY = Buffer.alloc(0);
 
 const KIND_HELLO = 0;
 const KIND_PACKET = 1;
@@ -40,8 +40,7 @@ export class FrameError extends Error {
  * 'error' (Error) on a broken frame or socket, and 'close' once.
  */
 export class FramedPacketStream extends EventEmitter {
-  private readonly chunks: Buffer[] = [];
-  private buffered = 0;
+  private readonly received = new ChunkQueue();
   private sawHello = false;
   private paused = false;
   private corked = false;
@@ -160,8 +159,7 @@ export class FramedPacketStream extends EventEmitter {
 
   private readonly onData = (chunk: Buffer): void => {
     this.lastReceived = Date.now();
-    this.chunks.push(chunk);
-    this.buffered += chunk.length;
+    this.received.push(chunk);
     this.safeParse();
   };
 
@@ -175,21 +173,21 @@ export class FramedPacketStream extends EventEmitter {
   }
 
   private parse(): void {
-    while (!this.paused && !this.closed && this.buffered >= 4) {
-      const length = this.peekLength();
+    while (!this.paused && !this.closed && this.received.length >= 4) {
+      const length = this.received.peek(4).readUInt32BE(0);
       const limit = (this.sawHello ? this.maxFrameBytes : MAX_HELLO_BYTES) + 1;
       if (length > limit) {
         this.fail(new FrameError(`frame of ${length} bytes exceeds the ${limit}-byte limit`));
         return;
       }
-      if (this.buffered < 4 + length) return;
-      this.take(4);
+      if (this.received.length < 4 + length) return;
+      this.received.take(4);
       if (length === 0) {
         this.fail(new FrameError('empty frame'));
         return;
       }
-      const kind = this.take(1)[0]!;
-      const body = this.take(length - 1);
+      const kind = this.received.take(1)[0]!;
+      const body = this.received.take(length - 1);
       if (!this.sawHello) {
         if (kind !== KIND_HELLO) {
           this.fail(new FrameError('first frame is not a hello'));
@@ -231,39 +229,6 @@ export class FramedPacketStream extends EventEmitter {
     if (this.paused) this.socket.pause();
   }
 
-  private peekLength(): number {
-    const first = this.chunks[0]!;
-    if (first.length >= 4) return first.readUInt32BE(0);
-    const head = Buffer.concat(this.chunks, Math.min(this.buffered, 8));
-    return head.readUInt32BE(0);
-  }
-
-  /** Removes n bytes from the front; zero-copy when they lie in one chunk. */
-  private take(n: number): Buffer {
-    if (n === 0) return EMPTY;
-    this.buffered -= n;
-    const first = this.chunks[0]!;
-    if (first.length > n) {
-      this.chunks[0] = first.subarray(n);
-      return first.subarray(0, n);
-    }
-    if (first.length === n) {
-      this.chunks.shift();
-      return first;
-    }
-    const out = Buffer.allocUnsafe(n);
-    let off = 0;
-    while (off < n) {
-      const c = this.chunks[0]!;
-      const k = Math.min(c.length, n - off);
-      c.copy(out, off, 0, k);
-      off += k;
-      if (k === c.length) this.chunks.shift();
-      else this.chunks[0] = c.subarray(k);
-    }
-    return out;
-  }
-
   private fail(err: Error): void {
     if (this.closed) return;
     this.emit('error', err);
@@ -274,8 +239,7 @@ export class FramedPacketStream extends EventEmitter {
     if (this.closed) return;
     this.closed = true;
     this.stopKeepalive();
-    this.chunks.length = 0;
-    this.buffered = 0;
+    this.received.clear();
     this.emit('close');
   }
 }

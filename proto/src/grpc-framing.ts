@@ -3,6 +3,7 @@
 // framing around our packet codec (one 5-byte prefix, then the encoded packet, written corked so the
 // parts leave in one DATA frame where they fit).
 import type { Writable } from 'node:stream';
+import { ChunkQueue } from './chunk-queue.js';
 import { decodePacket, encodePacketParts } from './codec.js';
 import type { Packet } from './packet.js';
 
@@ -13,6 +14,14 @@ export const GrpcStatus = {
   UNIMPLEMENTED: 12, INTERNAL: 13, UNAVAILABLE: 14, DATA_LOSS: 15, UNAUTHENTICATED: 16,
 } as const;
 export type GrpcStatusName = keyof typeof GrpcStatus;
+
+/** Status codes by number as ANP (Go's codes.Code.String()) spells them, for metric labels. */
+const GO_CODE_NAMES = ['OK', 'Canceled', 'Unknown', 'InvalidArgument', 'DeadlineExceeded', 'NotFound', 'AlreadyExists', 'PermissionDenied', 'ResourceExhausted', 'FailedPrecondition', 'Aborted', 'OutOfRange', 'Unimplemented', 'Internal', 'Unavailable', 'DataLoss', 'Unauthenticated'];
+
+/** "Unavailable" for 14: Go's spelling, as ANP labels stream errors ("Unknown" outside the table). */
+export function grpcCodeName(code: number | undefined): string {
+  return (code !== undefined && GO_CODE_NAMES[code]) || 'Unknown';
+}
 
 /** "UNAVAILABLE" for 14 (the number itself for codes outside the table). */
 export function grpcStatusName(code: number): string {
@@ -96,27 +105,24 @@ export class GrpcFramingError extends Error {
 }
 
 /**
- * Splits received bytes into packets. A message inside one chunk is decoded in place; one spanning
- * chunks (HTTP/2 DATA frames are at most 16 KiB by default) is copied once, when complete. What is held
- * is bounded by the largest message allowed plus one chunk.
+ * Splits received bytes into packets (HTTP/2 DATA frames are at most 16 KiB by default, so a message
+ * often spans several). What is held is bounded by the largest message allowed plus one chunk.
  */
 export class GrpcMessageReader {
-  private chunks: Buffer[] = [];
-  private buffered = 0;
+  private readonly received = new ChunkQueue();
 
   constructor(private readonly maxMessageBytes: number) {}
 
   /** Adds `chunk` and appends every packet now complete to `out`; throws GrpcFramingError on a bad message. */
   push(chunk: Buffer, out: Packet[]): void {
-    this.chunks.push(chunk);
-    this.buffered += chunk.length;
-    while (this.buffered >= HEADER_BYTES) {
-      const head = this.peekHeader();
+    this.received.push(chunk);
+    while (this.received.length >= HEADER_BYTES) {
+      const head = this.received.peek(HEADER_BYTES);
       const length = head.readUInt32BE(1);
       if (head[0] !== 0) throw new GrpcFramingError(GrpcStatus.UNIMPLEMENTED, 'compressed messages are not supported (send grpc-encoding identity)');
       if (length > this.maxMessageBytes) throw new GrpcFramingError(GrpcStatus.RESOURCE_EXHAUSTED, `Received message larger than max (${length} vs. ${this.maxMessageBytes})`);
-      if (this.buffered < HEADER_BYTES + length) return;
-      const message = this.take(HEADER_BYTES + length).subarray(HEADER_BYTES);
+      if (this.received.length < HEADER_BYTES + length) return;
+      const message = this.received.take(HEADER_BYTES + length).subarray(HEADER_BYTES);
       try {
         out.push(decodePacket(message));
       } catch (err) {
@@ -127,38 +133,10 @@ export class GrpcMessageReader {
 
   /** Bytes of an incomplete message held (a stream that ends with some left was cut short). */
   get pending(): number {
-    return this.buffered;
+    return this.received.length;
   }
 
   clear(): void {
-    this.chunks = [];
-    this.buffered = 0;
-  }
-
-  private peekHeader(): Buffer {
-    const first = this.chunks[0]!;
-    return first.length >= HEADER_BYTES ? first : Buffer.concat(this.chunks, HEADER_BYTES);
-  }
-
-  /** Consumes the first `n` buffered bytes (a view when they are in one chunk). */
-  private take(n: number): Buffer {
-    this.buffered -= n;
-    const first = this.chunks[0]!;
-    if (first.length >= n) {
-      if (first.length === n) this.chunks.shift();
-      else this.chunks[0] = first.subarray(n);
-      return first.subarray(0, n);
-    }
-    const out = Buffer.allocUnsafe(n);
-    let off = 0;
-    while (off < n) {
-      const c = this.chunks[0]!;
-      const use = Math.min(c.length, n - off);
-      c.copy(out, off, 0, use);
-      off += use;
-      if (use === c.length) this.chunks.shift();
-      else this.chunks[0] = c.subarray(use);
-    }
-    return out;
+    this.received.clear();
   }
 }

@@ -42,12 +42,7 @@ export interface ServerGaugeSource {
   serverCount(): number;
 }
 
-/** gRPC status codes by number, spelled as ANP (Go's codes.Code.String()) reports them. */
-const GRPC_CODES = ['OK', 'Canceled', 'Unknown', 'InvalidArgument', 'DeadlineExceeded', 'NotFound', 'AlreadyExists', 'PermissionDenied', 'ResourceExhausted', 'FailedPrecondition', 'Aborted', 'OutOfRange', 'Unimplemented', 'Internal', 'Unavailable', 'DataLoss', 'Unauthenticated'];
-
-export function grpcCodeName(code: number | undefined): string {
-  return (code !== undefined && GRPC_CODES[code]) || 'Unknown';
-}
+export { grpcCodeName } from '@cluster-proxy/proto';
 
 /** Packet type names for labels: the enum's names, anything else "Unknown" (bounded). */
 export function packetTypeLabel(type: number): string {

@@ -1,0 +1,56 @@
+// Received bytes not yet parsed, as the chunks they arrived in: both length-prefixed parsers (our
+// framing, gRPC's) read a header, then take whole messages. Taking bytes that lie in one chunk is a
+// view (zero-copy); only a message spanning chunks is copied, once.
+const EMPTY = Buffer.alloc(0);
+
+export class ChunkQueue {
+  private chunks: Buffer[] = [];
+  private size = 0;
+
+  /** Bytes held. */
+  get length(): number {
+    return this.size;
+  }
+
+  push(chunk: Buffer): void {
+    this.chunks.push(chunk);
+    this.size += chunk.length;
+  }
+
+  /** At least the first `n` bytes (n <= length), without consuming them. */
+  peek(n: number): Buffer {
+    const first = this.chunks[0]!;
+    return first.length >= n ? first : Buffer.concat(this.chunks, n);
+  }
+
+  /** Removes and returns the first `n` bytes (n <= length). */
+  take(n: number): Buffer {
+    if (n === 0) return EMPTY;
+    this.size -= n;
+    const first = this.chunks[0]!;
+    if (first.length > n) {
+      this.chunks[0] = first.subarray(n);
+      return first.subarray(0, n);
+    }
+    if (first.length === n) {
+      this.chunks.shift();
+      return first;
+    }
+    const out = Buffer.allocUnsafe(n);
+    let off = 0;
+    while (off < n) {
+      const c = this.chunks[0]!;
+      const k = Math.min(c.length, n - off);
+      c.copy(out, off, 0, k);
+      off += k;
+      if (k === c.length) this.chunks.shift();
+      else this.chunks[0] = c.subarray(k);
+    }
+    return out;
+  }
+
+  clear(): void {
+    this.chunks = [];
+    this.size = 0;
+  }
+}
