@@ -36,7 +36,6 @@ const peerCertificates = new WeakMap<object, PeerCertificate | undefined>();
  * a message we could not take), 'drain'.
  */
 export class GrpcServerCall extends EventEmitter {
-  private headersSent = false;
   private ended = false;
   private cancelledFlag = false;
   /** We reset the stream (so a reset code on 'close' is ours, not the client's). */
@@ -117,8 +116,7 @@ export class GrpcServerCall extends EventEmitter {
 
   /** Sends the response headers with our metadata (once; later calls are ignored). */
   sendMetadata(md: Record<string, string> = {}): void {
-    if (this.headersSent || this.stream.destroyed || this.stream.headersSent) return;
-    this.headersSent = true;
+    if (this.stream.destroyed || this.stream.headersSent) return;
     this.stream.respond({ ':status': 200, 'content-type': 'application/grpc', 'grpc-accept-encoding': 'identity', ...md }, { waitForTrailers: true });
   }
 
@@ -142,8 +140,7 @@ export class GrpcServerCall extends EventEmitter {
     this.ended = true;
     this.status = { code, details };
     if (this.stream.destroyed) return;
-    if (!this.headersSent && !this.stream.headersSent) {
-      this.headersSent = true;
+    if (!this.stream.headersSent) {
       this.stream.respond({ ':status': 200, 'content-type': 'application/grpc', 'grpc-status': String(code), ...(details ? { 'grpc-message': encodeGrpcMessage(details) } : {}) }, { endStream: true });
       this.closeAfterStatus();
     } else {
