@@ -3,9 +3,9 @@
 // `cluster-proxy hub` and `cluster-proxy quickstart` both run this.
 import { X509Certificate } from 'node:crypto';
 import type { Logger } from 'pino';
-import { DEFAULT_INSTALL_NAMESPACE, registerJoinRoutes } from './addon/join.js';
+import { OCM_DEFAULT_INSTALL_NAMESPACE, registerJoinRoutes } from './addon/join.js';
 import { AddonManager } from './addon/manager.js';
-import { manifestsToYaml, renderAgentInstall } from './addon/manifests.js';
+import { DEFAULT_AGENT_IMAGE, manifestsToYaml, renderAgentInstall } from './addon/manifests.js';
 import type { PemPair } from './pki/certificates.js';
 import { TlsReloader } from './pki/reload.js';
 import { splitBundle } from './pki/rotation.js';
@@ -76,6 +76,7 @@ export class Hub {
       healthMode: opts.healthMode, tunnelLossWindowMs: opts.tunnelLossWindowMs,
       certificates: () => ({ servingCertExpiry: expiry(this.server.tls.cert), signerExpiry: this.signer ? expiry(Buffer.from(this.signer.certPem)) : null }),
       caBundle: () => this.caBundle(),
+      agentImage: opts.agentImage ?? DEFAULT_AGENT_IMAGE,
       // After a CA rollover's "promote", agents still on the old CA get new certificates before "finish".
       shouldRenew: (cert) => {
         if (!this.signer) return false;
@@ -146,8 +147,8 @@ export class Hub {
       signer: () => this.signer,
       caBundle: () => this.caBundle(),
       agentEntrypoint: () => this.agentEntrypoint(),
-      serverName: this.opts.serverName, agentImage: this.opts.agentImage,
-      defaultInstallNamespace: this.opts.agentInstallNamespace ?? DEFAULT_INSTALL_NAMESPACE,
+      serverName: this.opts.serverName, agentImage: this.opts.agentImage ?? DEFAULT_AGENT_IMAGE,
+      defaultInstallNamespace: this.opts.agentInstallNamespace ?? OCM_DEFAULT_INSTALL_NAMESPACE,
     }));
   }
 

@@ -12,7 +12,7 @@ export * from './store/index.js';
 export { HubApi, HubApiError, HUB_API_ALPN, MAX_HUB_API_BODY_BYTES, type HubApiCaller, type HubApiRequest, type HubApiResponse, type HubApiHandler } from './fleet/hub-api.js';
 export * from './addon/join-api.js';
 export { ServerMetrics, grpcCodeName, packetTypeLabel, type ServerDialFailure, type ServerGaugeSource, type Segment } from './dataplane/metrics.js';
-export { registerJoinRoutes, parseJoinRequest, DEFAULT_INSTALL_NAMESPACE, CLUSTER_FACT_ANNOTATIONS, type JoinDeps, type ManifestInput } from './addon/join.js';
+export { registerJoinRoutes, parseJoinRequest, DEFAULT_INSTALL_NAMESPACE, OCM_DEFAULT_INSTALL_NAMESPACE, CLUSTER_FACT_ANNOTATIONS, type JoinDeps, type ManifestInput } from './addon/join.js';
 export {
   createBootstrapToken, revokeBootstrapTokens, consumeBootstrapToken, registerRegistrationRoutes, ClusterRegistry,
   bootstrapSecretName, BOOTSTRAP_TOKEN_TYPE, type RegistrationOptions,

@@ -1,7 +1,7 @@
 // `cluster-proxy hub`: the proxy server.
 import { readFile } from 'node:fs/promises';
 import path from 'node:path';
-import { DEFAULT_INSTALL_NAMESPACE, Hub, embeddedStoreDir, ensureHubPki, isValidCidr, openStore, type Grant, type Store } from '@cluster-proxy/server';
+import { OCM_DEFAULT_INSTALL_NAMESPACE, Hub, embeddedStoreDir, ensureHubPki, isValidCidr, openStore, type Grant, type Store } from '@cluster-proxy/server';
 import type { Logger } from 'pino';
 import { DEFAULT_HUB_DATA_DIR } from './hub-files.js';
 import { LOG_FORMAT_FLAG, createLogger, logUnhandledRejections } from './logging.js';
@@ -41,7 +41,7 @@ export const hubFlags: FlagSpecs = {
   grant: { type: 'string', multiple: true, help: 'extra identifier for a cluster\'s agents: CLUSTER=host:NAME | cidr:CIDR | default-route' },
   store: { type: 'string', default: 'embedded', help: 'hub store: embedded (DATA_DIR/store, crash-safe) or kubernetes (the CRDs in deploy/)' },
   'agent-install': { type: 'string', default: 'manual', help: 'manual (admins apply "join" bundles) or manifestwork (the hub is OCM\'s addon manager: ManifestWorks, OCM\'s CSR flow; needs --store kubernetes)' },
-  'agent-install-namespace': { type: 'string', default: DEFAULT_INSTALL_NAMESPACE, help: 'with --agent-install manifestwork: agent namespace when no AddOnDeploymentConfig names one' },
+  'agent-install-namespace': { type: 'string', default: OCM_DEFAULT_INSTALL_NAMESPACE, help: 'with --agent-install manifestwork: agent namespace when no AddOnDeploymentConfig names one (OCM cluster-proxy\'s own)' },
   kubeconfig: { type: 'string', help: 'with --store kubernetes: kubeconfig file (default: in-cluster, then KUBECONFIG/~/.kube/config)' },
   'kube-context': { type: 'string', help: 'with --store kubernetes: kubeconfig context' },
   'log-level': { type: 'string', default: 'info', help: 'fatal, error, warn, info, debug, trace' },

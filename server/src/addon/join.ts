@@ -13,6 +13,11 @@ import { DEPLOYMENT_CONFIG } from './hub-namespace.js';
 import type { ClusterProxyConfigResponse, JoinRequest, JoinResponse } from './join-api.js';
 
 export const DEFAULT_INSTALL_NAMESPACE = 'open-cluster-management-agent-addon';
+/**
+ * With --agent-install manifestwork: OCM cluster-proxy's own namespace (pkg/config/agent.go), not the
+ * klusterlet's shared addon namespace, so a migration keeps the agent where it was and nothing is shared.
+ */
+export const OCM_DEFAULT_INSTALL_NAMESPACE = 'open-cluster-management-cluster-proxy';
 
 /** ManagedCluster annotations holding the facts of the cluster's latest join, by JoinRequest field. */
 export const CLUSTER_FACT_ANNOTATIONS = {

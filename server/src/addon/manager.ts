@@ -12,6 +12,7 @@ import { tunnelsOnOtherReplicas } from '../fleet/replicas.js';
 import { LEASE_GRACE_FACTOR, addonConditions, mergeConditions, type AgentReport, type ConditionSpec } from './conditions.js';
 import { HUB_NAMESPACE } from './hub-namespace.js';
 import { DEFAULT_INSTALL_NAMESPACE } from './join.js';
+import { DEFAULT_AGENT_IMAGE } from './manifests.js';
 
 /**
  * Installs agents for the addons (`--agent-install manifestwork`: ocm/installer.ts). Its pass runs on
@@ -23,12 +24,16 @@ export interface AddonInstaller {
   stop(): void;
   sync(): Promise<void>;
   statusOf(cluster: string): AddonInstallStatus | undefined;
+  /** Conditions for the ManagedProxyConfiguration's status (e.g. an agent image that is not ours). */
+  proxyConfigurationConditions(): ConditionSpec[];
 }
 
 /** What the installer's last pass found for a cluster's addon, written into the addon's status. */
 export interface AddonInstallStatus {
   conditions: ConditionSpec[];
   registrations: AddonRegistration[];
+  /** status.supportedConfigs: the config kinds the addon reads (the addon's half of OCM's contract). */
+  supportedConfigs: { group: string; resource: string }[];
   /** The agent's install namespace (status.namespace, as OCM reports it). */
   namespace?: string;
 }
@@ -46,6 +51,8 @@ export interface AddonManagerOptions {
   serverID: string;
   /** The CA bundle agents should trust, handed out with every lease renewal (CA rollover). */
   caBundle?: () => string;
+  /** The agent image, named in the ManagedProxyConfiguration the hub creates (OCM's CRD requires one). */
+  agentImage?: string;
   /** Whether an agent's certificate should be renewed now (signed by a CA that no longer signs). */
   shouldRenew?: (cert: PeerCertificate) => boolean;
   now?: () => number;
@@ -251,7 +258,9 @@ export class AddonManager {
         tunnelLossGraceMs: Math.floor(this.windowMs / 2), report: worstReport(reportsOf(leaseOf.get(cluster) ?? null)), now,
       });
       const installed = this.installer?.statusOf(cluster);
-      // The installer's Progressing (from the ManifestWork) replaces the agent-report one.
+      // On an OCM hub, Progressing is OCM's addon-manager's (rollout from the work's config-spec-hash):
+      // we never write it there; the installer's conditions (RegistrationApplied, ManifestApplied) join ours.
+      if (this.installer) specs = specs.filter((c) => c.type !== 'Progressing');
       if (installed) specs = [...specs.filter((c) => !installed.conditions.some((i) => i.type === c.type)), ...installed.conditions];
       await this.writeConditions(addon, specs, now, installed);
     }
@@ -263,14 +272,16 @@ export class AddonManager {
   private async writeConditions(addon: ManagedClusterAddOn, specs: ConditionSpec[], now: number, installed?: AddonInstallStatus): Promise<void> {
     const { conditions, changed } = mergeConditions(addon.status?.conditions, specs, new Date(now));
     const registrations = installed?.registrations;
-    const namespace = installed?.namespace ?? addon.spec.installNamespace;
-    const extraChanged = (registrations !== undefined && JSON.stringify(registrations) !== JSON.stringify(addon.status?.registrations ?? [])) || namespace !== addon.status?.namespace;
+    const supportedConfigs = installed?.supportedConfigs;
+    const namespace = installed ? installed.namespace ?? addon.status?.namespace : addon.spec.installNamespace;
+    const differs = (a: unknown, b: unknown): boolean => a !== undefined && JSON.stringify(a) !== JSON.stringify(b ?? []);
+    const extraChanged = differs(registrations, addon.status?.registrations) || differs(supportedConfigs, addon.status?.supportedConfigs) || namespace !== addon.status?.namespace;
     if (!changed && !extraChanged) return;
     try {
       // healthCheck Customized: OCM's registration agent then leaves Available to us. On an OCM hub always:
       // our agents renew their lease through the hub, not in the managed cluster where OCM would look.
       await this.opts.store.updateStatus('ManagedClusterAddOn', { ...addon, status: { ...addon.status, conditions, namespace,
-        healthCheck: { mode: this.mode === 'lease' && !this.installer ? 'Lease' : 'Customized' }, ...(registrations ? { registrations } : {}) } });
+        healthCheck: { mode: this.mode === 'lease' && !this.installer ? 'Lease' : 'Customized' }, ...(registrations ? { registrations } : {}), ...(supportedConfigs ? { supportedConfigs } : {}) } });
       const available = conditions.find((c) => c.type === 'Available');
       this.opts.log.info({ cluster: addon.metadata.namespace, available: available?.status, reason: available?.reason }, 'addon status updated');
     } catch (err) {
@@ -341,7 +352,9 @@ export class AddonManager {
     const mpc: ManagedProxyConfiguration = {
       apiVersion: 'proxy.open-cluster-management.io/v1alpha1', kind: 'ManagedProxyConfiguration',
       metadata: { name: PROXY_CONFIGURATION_NAME },
-      spec: { authentication: { signer: { type: 'SelfSigned' } }, proxyServer: { entrypoint: { type: 'PortForward' } }, proxyAgent: {} },
+      // Valid against OCM's CRD (both images are required). No entrypoint: agents dial the hub's
+      // --agent-entrypoint (OCM's PortForward would need a hub kubeconfig our agent does not use).
+      spec: { authentication: { signer: { type: 'SelfSigned' } }, proxyServer: { image: this.opts.agentImage ?? DEFAULT_AGENT_IMAGE }, proxyAgent: { image: this.opts.agentImage ?? DEFAULT_AGENT_IMAGE } },
     };
     await this.opts.store.create('ManagedProxyConfiguration', mpc).catch((err: unknown) => {
       if (!(err instanceof AlreadyExistsError)) throw err;
@@ -359,6 +372,7 @@ export class AddonManager {
       { type: 'ProxyServerDeployed', status: 'True', reason: 'Deployed', message: 'the proxy server is running' },
       signed('ProxyServerSecretSigned', certs.servingCertExpiry),
       signed('AgentServerSecretSigned', certs.signerExpiry),
+      ...(this.installer?.proxyConfigurationConditions() ?? []),
     ];
     const { conditions, changed } = mergeConditions(mpc.status?.conditions, specs, new Date(now));
     if (!changed) return;

@@ -25,7 +25,8 @@ export const CREDENTIALS_SECRET = 'cluster-proxy-agent-credentials';
 export const DEFAULT_AGENT_IMAGE = 'quay.io/cluster-proxy-ts/cluster-proxy:0.1.0';
 export const AGENT_HEALTH_PORT = 8093;
 /** The image's non-root user (deploy/Dockerfile: USER 65532). */
-const AGENT_UID = 65532;
+/** OCM cluster-proxy's agent Deployment selector (addon-agent-deployment.yaml). */
+const OCM_AGENT_SELECTOR = { 'open-cluster-management.io/addon': 'cluster-proxy', 'proxy.open-cluster-management.io/component-name': 'proxy-agent' };
 const MAX_AGENT_REPLICAS = 100;
 
 const HUB_CA_DIR = '/etc/cluster-proxy/hub-ca';
@@ -392,14 +393,16 @@ export function renderAgentInstall(input: AgentInstallInput | OcmAgentInstallInp
       metadata: ocm ? { ...meta(AGENT_DEPLOYMENT_NAME), labels: { ...labels, 'open-cluster-management.io/addon': 'cluster-proxy', 'proxy.open-cluster-management.io/component-name': 'proxy-agent' } } : meta(AGENT_DEPLOYMENT_NAME),
       spec: {
         replicas,
-        selector: { matchLabels: { 'app.kubernetes.io/name': 'cluster-proxy-agent' } },
+        // On OCM, OCM cluster-proxy's selector (immutable on a Deployment): taking over its Deployment updates it in place.
+        selector: { matchLabels: ocm ? OCM_AGENT_SELECTOR : { 'app.kubernetes.io/name': 'cluster-proxy-agent' } },
         template: {
           metadata: { labels: podLabels },
           spec: {
             serviceAccountName: AGENT_SERVICE_ACCOUNT,
             // SIGTERM drains: open connections get --drain-grace (30 s) to finish.
             terminationGracePeriodSeconds: 40,
-            securityContext: { runAsNonRoot: true, runAsUser: AGENT_UID, runAsGroup: AGENT_UID, seccompProfile: { type: 'RuntimeDefault' } },
+            // No fixed UID: OpenShift's restricted-v2 assigns one from the namespace's range (the image runs as any UID).
+            securityContext: { runAsNonRoot: true, seccompProfile: { type: 'RuntimeDefault' } },
             ...(pullSecrets ? { imagePullSecrets: pullSecrets.map((name) => ({ name })) } : {}),
             ...(nodeSelector ? { nodeSelector } : {}),
             ...(tolerations ? { tolerations } : {}),

@@ -2,11 +2,15 @@
 // identity (no bootstrap token: the certificate comes through OCM's CSR flow) and OCM's names, the
 // settings of the ManagedProxyConfiguration and the cluster's AddOnDeploymentConfig, and a hash of it
 // all on the pod template so that any change rolls the agent. Pure: same inputs, same work.
+// What addon-framework puts on every deploy work (pkg/addonmanager/controllers/agentdeploy/utils.go),
+// we put too: the addon as controller owner, `deleteOption: SelectivelyOrphan` with a rule for each
+// object annotated `deletion-orphan` (the install namespace: other addons may live in it), and the
+// `config-spec-hash` annotation from the addon's status.configReferences (OCM's rollout reads it).
 import { createHash } from 'node:crypto';
 import { clusterFacts } from '../addon/join.js';
-import { AGENT_DEPLOYMENT_NAME, renderAgentInstall, type KubeManifest, type ResourceRequirements } from '../addon/manifests.js';
-import { KINDS, type AddOnDeploymentConfig, type ManagedCluster, type ManagedClusterAddOn, type ManagedProxyConfiguration, type ManifestWork } from '../store/objects.js';
-import { ADDON_NAME_LABEL, AGENT_WORK_NAME, CONFIG_HASH_ANNOTATION, CONFIGURATION_GENERATION_ANNOTATION } from './names.js';
+import { AGENT_DEPLOYMENT_NAME, ManifestInputError, renderAgentInstall, type KubeManifest, type ResourceRequirements } from '../addon/manifests.js';
+import { KINDS, type AddOnDeploymentConfig, type ConfigReference, type ManagedCluster, type ManagedClusterAddOn, type ManagedProxyConfiguration, type ManifestWork, type ManifestWorkDeleteOption } from '../store/objects.js';
+import { ADDON_NAME_LABEL, AGENT_WORK_NAME, CONFIG_HASH_ANNOTATION, CONFIG_SPEC_HASH_ANNOTATION, CONFIGURATION_GENERATION_ANNOTATION, DELETION_ORPHAN_ANNOTATION } from './names.js';
 
 export interface AgentWorkInput {
   addon: ManagedClusterAddOn;
@@ -18,19 +22,52 @@ export interface AgentWorkInput {
   /** HOST:PORT agents dial when the ManagedProxyConfiguration names no Hostname entrypoint. */
   agentEntrypoint: string;
   serverName?: string;
+  /** Our agent image (the hub's --agent-image); a different image named by the MPC is never run with our arguments. */
   image?: string;
   defaultInstallNamespace: string;
 }
 
-/** The agent install namespace: the ADC's, else the addon's, else the hub's default. */
-export function installNamespaceOf(i: Pick<AgentWorkInput, 'addon' | 'adc' | 'defaultInstallNamespace'>): string {
-  return i.adc?.spec.agentInstallNamespace || i.addon.spec.installNamespace || i.defaultInstallNamespace;
+/**
+ * The agent install namespace: the ADC's agentInstallNamespace, else the hub's default, as OCM's
+ * cluster-proxy decides it (agentInstallNamespaceFunc in pkg/proxyagent/agent/agent.go). The addon's
+ * deprecated spec.installNamespace is ignored there too (`clusteradm addon enable` fills it with the
+ * klusterlet's shared namespace).
+ */
+export function installNamespaceOf(i: Pick<AgentWorkInput, 'adc' | 'defaultInstallNamespace'>): string {
+  return i.adc?.spec.agentInstallNamespace || i.defaultInstallNamespace;
 }
 
+/**
+ * Where agents dial: the MPC's Hostname entrypoint, else the hub's own agent entrypoint. OCM's other
+ * types need what our agent does not do (PortForward: a port-forward through the hub's API server with a
+ * hub kubeconfig) or a hub Service we do not watch (LoadBalancerService): refused, so the addon says why.
+ */
 function entrypointOf(i: AgentWorkInput): string {
   const e = i.mpc?.spec.proxyServer.entrypoint;
-  if (e?.type === 'Hostname' && e.hostname?.value) return `${e.hostname.value}:${e.port ?? 8091}`;
-  return i.agentEntrypoint;
+  if (!e) return i.agentEntrypoint;
+  if (e.type === 'Hostname' && e.hostname?.value) return `${e.hostname.value}:${e.port ?? 8091}`;
+  if (e.type === 'Hostname') throw new ManifestInputError('ManagedProxyConfiguration spec.proxyServer.entrypoint.hostname.value', 'is empty');
+  throw new ManifestInputError('ManagedProxyConfiguration spec.proxyServer.entrypoint.type',
+    `${JSON.stringify(e.type)} is not supported by cluster-proxy (TypeScript); use "Hostname" with the address agents dial, or remove the entrypoint to use the hub's --agent-entrypoint`);
+}
+
+/** addon-framework's ConfigsToMap: `<resource>.<group>/<namespace>/<name>` → desired spec hash. */
+export function configSpecHashes(refs: readonly ConfigReference[]): Record<string, string> {
+  const out: Record<string, string> = {};
+  for (const r of refs) {
+    if (!r.desiredConfig) continue;
+    out[`${r.resource}${r.group ? `.${r.group}` : ''}/${r.desiredConfig.namespace ?? ''}/${r.desiredConfig.name}`] = r.desiredConfig.specHash;
+  }
+  return out;
+}
+
+/** SelectivelyOrphan with one rule per object annotated deletion-orphan (addon-framework getDeletionOrphaningRule). */
+function deleteOptionOf(manifests: KubeManifest[]): ManifestWorkDeleteOption | undefined {
+  const rules = manifests.filter((m) => m.metadata.annotations?.[DELETION_ORPHAN_ANNOTATION] !== undefined).map((m) => {
+    const group = m.apiVersion.includes('/') ? m.apiVersion.split('/')[0]! : '';
+    return { group, resource: `${m.kind.toLowerCase()}s`, name: m.metadata.name, ...(m.metadata.namespace ? { namespace: m.metadata.namespace } : {}) };
+  });
+  return rules.length > 0 ? { propagationPolicy: 'SelectivelyOrphan', selectivelyOrphans: { orphaningRules: rules } } : undefined;
 }
 
 /** ADC `registries`: the first mirror whose source prefixes the image wins (OCM's rule). */
@@ -60,7 +97,7 @@ export function renderAgentWork(i: AgentWorkInput): ManifestWork {
     agentEntrypoint: entrypointOf(i),
     ...(i.serverName ? { serverName: i.serverName } : {}),
     caBundle: i.caBundle,
-    image: mirrored(i.mpc?.spec.proxyAgent.image || i.image, i.adc),
+    image: mirrored(i.image, i.adc),
     agentReplicas: i.mpc?.spec.proxyAgent.replicas ?? 1,
     facts: clusterFacts(i.cluster),
     ...(i.adc?.spec.proxyConfig ? { proxyConfig: i.adc.spec.proxyConfig } : {}),
@@ -69,6 +106,8 @@ export function renderAgentWork(i: AgentWorkInput): ManifestWork {
     ...(resources ? { resources } : {}),
   });
   const hash = createHash('sha256').update(JSON.stringify(manifests)).digest('hex').slice(0, 16);
+  const deleteOption = deleteOptionOf(manifests);
+  const specHashes = configSpecHashes(i.addon.status?.configReferences ?? []);
   const deployment = manifests.find((m) => m.kind === 'Deployment') as KubeManifest & { spec: { template: { metadata: { annotations?: Record<string, string> } } } };
   deployment.metadata.annotations = { [CONFIGURATION_GENERATION_ANNOTATION]: String(i.mpc?.metadata.generation ?? 0) };
   deployment.spec.template.metadata.annotations = { [CONFIG_HASH_ANNOTATION]: hash };
@@ -79,10 +118,16 @@ export function renderAgentWork(i: AgentWorkInput): ManifestWork {
       name: AGENT_WORK_NAME,
       namespace: cluster,
       labels: { [ADDON_NAME_LABEL]: i.addon.metadata.name },
-      ownerReferences: [{ apiVersion: KINDS.ManagedClusterAddOn.apiVersion, kind: 'ManagedClusterAddOn', name: i.addon.metadata.name, uid: i.addon.metadata.uid ?? '', blockOwnerDeletion: true }],
+      ...(Object.keys(specHashes).length > 0 ? { annotations: { [CONFIG_SPEC_HASH_ANNOTATION]: JSON.stringify(sortedKeys(specHashes)) } } : {}),
+      ownerReferences: [{ apiVersion: KINDS.ManagedClusterAddOn.apiVersion, kind: 'ManagedClusterAddOn', name: i.addon.metadata.name, uid: i.addon.metadata.uid ?? '', controller: true, blockOwnerDeletion: true }],
     },
-    spec: { workload: { manifests: manifests as unknown as Record<string, unknown>[] } },
+    spec: { workload: { manifests: manifests as unknown as Record<string, unknown>[] }, ...(deleteOption ? { deleteOption } : {}) },
   };
+}
+
+/** Go's json.Marshal of a map sorts its keys; so do we, so the annotation is byte-equal to OCM's. */
+function sortedKeys(m: Record<string, string>): Record<string, string> {
+  return Object.fromEntries(Object.entries(m).sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)));
 }
 
 /** Key-order-independent JSON, to compare what we want with what the API gives back. */

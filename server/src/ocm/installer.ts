@@ -1,17 +1,20 @@
-// `--agent-install manifestwork`: the hub is OCM's addon manager for `cluster-proxy`. One pass (run by
-// the addon manager's leader, after every change it watches and on its status period):
+// `--agent-install manifestwork`: the hub is the addon's half of OCM's addon-framework contract for
+// `cluster-proxy`, and nothing of OCM's half. OCM's hub addon-manager (ClusterManagementAddOn lifecycle
+// `addon-manager`) owns install strategy (which clusters get a ManagedClusterAddOn), config resolution
+// (status.configReferences with spec hashes) and rollout (the Progressing condition); OCM's klusterlet
+// owns CSRs, Secrets, applying the work. One pass (run by the addon manager's leader, after every change
+// it watches and on its status period):
 //   1. ClusterManagementAddOn `cluster-proxy` exists (created with installStrategy Manual if missing);
-//      with installStrategy Placements, every cluster the Placements' decisions select has a
-//      ManagedClusterAddOn (owned by the ClusterManagementAddOn) and a cluster leaving them loses it;
 //   2. every ManagedClusterAddOn whose cluster accepts clients has ManifestWork
-//      `addon-cluster-proxy-deploy-0` holding the agent (agent-work.ts), rewritten when it differs from
-//      what the current configuration renders (a config change, or an edit by someone else); works of
-//      addons or clusters that are gone are deleted;
-//   3. CSRs the klusterlet makes for the addon are approved or denied (registrations.ts), and those of
-//      the proxy-agent signer signed with the hub CA;
+//      `addon-cluster-proxy-deploy-0` holding the agent (agent-work.ts), rendered from the configs OCM
+//      resolved into the addon's status.configReferences, rewritten when it differs (a config change, or
+//      an edit by someone else); works of addons or clusters that are gone are deleted;
+//   3. CSRs the klusterlet makes for the addon are approved or left pending, never denied
+//      (registrations.ts), and approved ones signed with the hub CA;
 //   4. Secrets `proxy-server-ca` and `proxy-client` exist where OCM's hub clients read them.
-// The addon's status conditions from all this (ManifestApplied, RegistrationApplied, Progressing) and
-// its registrations are handed to the addon manager, which writes them with the health conditions.
+// What the addon writes on its ManagedClusterAddOn (addon-framework's registration and agentdeploy
+// controllers): status.supportedConfigs, status.registrations, status.namespace, RegistrationApplied and
+// ManifestApplied. The addon manager writes them with the health condition (Available).
 import { X509Certificate } from 'node:crypto';
 import type { Logger } from 'pino';
 import { ManifestInputError } from '../addon/manifests.js';
@@ -28,7 +31,7 @@ import { AlreadyExistsError, ConflictError, NotFoundError, type Store, type Watc
 import { canonicalJson, installNamespaceOf, renderAgentWork } from './agent-work.js';
 import { signCertificateRequest } from './csr-signer.js';
 import {
-  ADDON_NAME_LABEL, AGENT_CERT_DAYS, AGENT_WORK_NAME, CLUSTER_NAME_LABEL, LIFECYCLE_ANNOTATION, PLACEMENT_LABEL, PROXY_AGENT_SIGNER, PROXY_CLIENT_COMMON_NAME, PROXY_CLIENT_GROUP,
+  ADDON_NAME_LABEL, AGENT_CERT_DAYS, AGENT_WORK_NAME, CLUSTER_NAME_LABEL, CONFIG_SPEC_HASH_ANNOTATION, LIFECYCLE_ANNOTATION, PROXY_AGENT_SIGNER, PROXY_CLIENT_COMMON_NAME, PROXY_CLIENT_GROUP,
   PROXY_CLIENT_SECRET, PROXY_SERVER_CA_SECRET,
 } from './names.js';
 import { addonRegistrations, reviewCsr } from './registrations.js';
@@ -43,7 +46,8 @@ export interface OcmInstallerOptions {
   /** HOST:PORT agents dial (read per pass: the port is known once the hub listens). */
   agentEntrypoint: () => string;
   serverName?: string;
-  agentImage?: string;
+  /** Our agent image; the only one we ever run (an MPC naming another is reported, not followed). */
+  agentImage: string;
   /** Where agents go when neither the AddOnDeploymentConfig nor the addon names a namespace. */
   defaultInstallNamespace: string;
   now?: () => number;
@@ -51,7 +55,12 @@ export interface OcmInstallerOptions {
 
 const DAY_MS = 86_400_000;
 /** The kinds whose changes start a pass at once (the status period catches anything else). */
-const WATCHED: Kind[] = ['ManagedClusterAddOn', 'ManifestWork', 'CertificateSigningRequest', 'AddOnDeploymentConfig', 'ManagedProxyConfiguration', 'ClusterManagementAddOn', 'PlacementDecision'];
+const WATCHED: Kind[] = ['ManagedClusterAddOn', 'ManifestWork', 'CertificateSigningRequest', 'AddOnDeploymentConfig', 'ManagedProxyConfiguration', 'ClusterManagementAddOn'];
+/** The config kinds the addon reads (status.supportedConfigs; OCM's addon-manager resolves only these). */
+export const SUPPORTED_CONFIGS = [
+  { group: KINDS.ManagedProxyConfiguration.group, resource: KINDS.ManagedProxyConfiguration.plural },
+  { group: KINDS.AddOnDeploymentConfig.group, resource: KINDS.AddOnDeploymentConfig.plural },
+];
 const WATCH_RETRY_MS = 2000;
 
 export class OcmInstaller {
@@ -64,6 +73,9 @@ export class OcmInstaller {
   private warnedNoSigner = false;
   /** Namespaces of the hub-side Secrets already made sure of (one read per namespace, not per pass). */
   private readonly ensuredNamespaces = new Set<string>();
+  /** Pending CSRs already logged (a CSR left pending is logged once, not every pass). */
+  private loggedPending = new Set<string>();
+  private mpcConditions: ConditionSpec[] = [];
 
   constructor(private readonly opts: OcmInstallerOptions) {
     this.now = opts.now ?? Date.now;
@@ -105,6 +117,11 @@ export class OcmInstaller {
     return this.status.get(cluster);
   }
 
+  /** What the last pass found about the ManagedProxyConfiguration (written on its status by the manager). */
+  proxyConfigurationConditions(): ConditionSpec[] {
+    return this.mpcConditions;
+  }
+
   async sync(): Promise<void> {
     const signer = this.opts.signer();
     if (!signer) {
@@ -113,12 +130,12 @@ export class OcmInstaller {
       return;
     }
     const { store } = this.opts;
-    const cma = await this.ensureClusterManagementAddOn();
+    await this.ensureClusterManagementAddOn();
     const [clusterList, addonList, workList] = await Promise.all([store.list('ManagedCluster'), store.list('ManagedClusterAddOn'), store.list('ManifestWork')]);
     const clusters = new Map(clusterList.items.map((c) => [c.metadata.name, c]));
-    let addons = addonList.items.filter((a) => a.metadata.name === ADDON_NAME);
-    if (cma.spec.installStrategy?.type === 'Placements') addons = await this.syncPlacements(cma, clusters, addons);
+    const addons = addonList.items.filter((a) => a.metadata.name === ADDON_NAME);
     const mpc = await store.get('ManagedProxyConfiguration', { name: PROXY_CONFIGURATION_NAME });
+    this.mpcConditions = [agentImageCondition(mpc, this.opts.agentImage)];
     const works = new Map(workList.items.filter((w) => w.metadata.name === AGENT_WORK_NAME).map((w) => [w.metadata.namespace!, w]));
     const configs = new Map<string, Promise<AddOnDeploymentConfig | null>>();
     const status = new Map<string, AddonInstallStatus>();
@@ -128,7 +145,7 @@ export class OcmInstaller {
       works.delete(cluster);
       // One cluster's failure (a refused write, a broken object) is logged and retried next pass; the others go on.
       try {
-        status.set(cluster, await this.syncAddon(addon, clusters.get(cluster) ?? null, existing, { cma, mpc, signer, configs }));
+        status.set(cluster, await this.syncAddon(addon, clusters.get(cluster) ?? null, existing, { mpc, signer, configs }));
       } catch (err) {
         this.opts.log.warn({ cluster, err: (err as Error).message }, 'cannot install the agent of this cluster now; retrying next pass');
         const previous = this.status.get(cluster);
@@ -143,29 +160,31 @@ export class OcmInstaller {
   }
 
   private async syncAddon(addon: ManagedClusterAddOn, mc: ManagedCluster | null, existing: ManifestWork | null,
-    ctx: { cma: ClusterManagementAddOn; mpc: ManagedProxyConfiguration | null; signer: PemPair; configs: Map<string, Promise<AddOnDeploymentConfig | null>> }): Promise<AddonInstallStatus> {
+    ctx: { mpc: ManagedProxyConfiguration | null; signer: PemPair; configs: Map<string, Promise<AddOnDeploymentConfig | null>> }): Promise<AddonInstallStatus> {
     const cluster = addon.metadata.namespace!;
     if (!mc?.spec.hubAcceptsClient) {
       if (existing) await this.deleteWork(existing, mc ? 'the cluster no longer accepts clients' : 'the cluster is gone');
-      return { registrations: [], conditions: waiting(mc ? 'the cluster is not accepted by the hub (hubAcceptsClient is false)' : 'the managed cluster does not exist') };
+      return { registrations: [], supportedConfigs: SUPPORTED_CONFIGS, conditions: waiting(mc ? 'the cluster is not accepted by the hub (hubAcceptsClient is false)' : 'the managed cluster does not exist') };
     }
     const registrations = addonRegistrations(cluster, ctx.signer.certPem);
     let desired: ManifestWork;
     let namespace: string;
     try {
-      const adc = await this.configOf(addon, ctx.cma, ctx.configs);
-      namespace = installNamespaceOf({ addon, adc, defaultInstallNamespace: this.opts.defaultInstallNamespace });
+      const adc = await this.configOf(addon, ctx.configs);
+      namespace = installNamespaceOf({ adc, defaultInstallNamespace: this.opts.defaultInstallNamespace });
       desired = renderAgentWork({
         addon, cluster: mc, mpc: ctx.mpc, adc, caBundle: this.opts.caBundle(), agentEntrypoint: this.opts.agentEntrypoint(),
         serverName: this.opts.serverName, image: this.opts.agentImage, defaultInstallNamespace: this.opts.defaultInstallNamespace,
       });
     } catch (err) {
       if (!(err instanceof ManifestInputError)) throw err;
-      // The last good work stays in place; the addon says why nothing newer is rolled out.
-      return { registrations, conditions: [...registered(), { type: 'Progressing', status: 'False', reason: 'ConfigurationUnsupported', message: `the configuration cannot be rendered: ${err.message}` }] };
+      // The last good work stays in place; ManifestApplied says why nothing newer is rolled out, with
+      // addon-framework's reason for manifests the addon cannot produce (agentdeploy/controller.go).
+      return { registrations, supportedConfigs: SUPPORTED_CONFIGS, conditions: [...registered(),
+        { type: 'ManifestApplied', status: 'False', reason: 'ManifestWorkApplyFailed', message: `failed to get manifest from agent interface: ${err.message}` }] };
     }
     const work = await this.applyWork(desired, existing);
-    return { registrations, namespace, conditions: [...registered(), ...workConditions(work)] };
+    return { registrations, supportedConfigs: SUPPORTED_CONFIGS, namespace, conditions: [...registered(), ...workConditions(work)] };
   }
 
   private async ensureClusterManagementAddOn(): Promise<ClusterManagementAddOn> {
@@ -182,47 +201,14 @@ export class OcmInstaller {
     }
   }
 
-  /** installStrategy Placements: one addon per selected cluster; addons we created for a cluster no longer selected go. */
-  private async syncPlacements(cma: ClusterManagementAddOn, clusters: Map<string, ManagedCluster>, addons: ManagedClusterAddOn[]): Promise<ManagedClusterAddOn[]> {
-    const selected = new Set<string>();
-    for (const p of cma.spec.installStrategy?.placements ?? []) {
-      const { items } = await this.opts.store.list('PlacementDecision', { namespace: p.namespace, labels: { [PLACEMENT_LABEL]: p.name } });
-      for (const d of items) for (const c of d.status?.decisions ?? []) if (c.clusterName) selected.add(c.clusterName);
-    }
-    const owned = (a: ManagedClusterAddOn): boolean => (a.metadata.ownerReferences ?? []).some((o) => o.kind === 'ClusterManagementAddOn' && o.name === ADDON_NAME);
-    const out: ManagedClusterAddOn[] = [];
-    for (const a of addons) {
-      const cluster = a.metadata.namespace!;
-      if (owned(a) && !selected.has(cluster)) {
-        await this.opts.store.delete('ManagedClusterAddOn', { name: ADDON_NAME, namespace: cluster }).catch(ignore(NotFoundError));
-        this.opts.log.info({ cluster }, 'cluster left the Placement: its cluster-proxy addon is removed');
-      } else out.push(a);
-    }
-    const have = new Set(out.map((a) => a.metadata.namespace!));
-    for (const cluster of [...selected].sort()) {
-      if (have.has(cluster) || !clusters.has(cluster)) continue;
-      const addon: ManagedClusterAddOn = {
-        apiVersion: KINDS.ManagedClusterAddOn.apiVersion, kind: 'ManagedClusterAddOn',
-        metadata: { name: ADDON_NAME, namespace: cluster, ownerReferences: [{ apiVersion: KINDS.ClusterManagementAddOn.apiVersion, kind: 'ClusterManagementAddOn', name: ADDON_NAME, uid: cma.metadata.uid ?? '' }] },
-        spec: {},
-      };
-      try {
-        out.push(await this.opts.store.create('ManagedClusterAddOn', addon));
-        this.opts.log.info({ cluster }, 'cluster selected by a Placement: cluster-proxy addon created');
-      } catch (err) {
-        if (!(err instanceof AlreadyExistsError)) throw err;
-      }
-    }
-    return out;
-  }
-
-  /** The cluster's AddOnDeploymentConfig: the addon's own config reference, the ClusterManagementAddOn's default, or the hub-wide one. */
-  private configOf(addon: ManagedClusterAddOn, cma: ClusterManagementAddOn, cache: Map<string, Promise<AddOnDeploymentConfig | null>>): Promise<AddOnDeploymentConfig | null> {
-    const isAdc = (c: { group: string; resource: string }): boolean => c.group === KINDS.AddOnDeploymentConfig.group && c.resource === KINDS.AddOnDeploymentConfig.plural;
-    const ref = addon.spec.configs?.find(isAdc);
-    const def = cma.spec.supportedConfigs?.find(isAdc)?.defaultConfig;
-    const key = ref ? { name: ref.name, namespace: ref.namespace ?? addon.metadata.namespace! }
-      : def ? { name: def.name, namespace: def.namespace ?? HUB_NAMESPACE } : DEPLOYMENT_CONFIG;
+  /**
+   * The cluster's AddOnDeploymentConfig: the one OCM's addon-manager resolved into the addon's
+   * status.configReferences (addon-framework's GetAddOnDeploymentConfigValues reads only that), or none.
+   */
+  private configOf(addon: ManagedClusterAddOn, cache: Map<string, Promise<AddOnDeploymentConfig | null>>): Promise<AddOnDeploymentConfig | null> {
+    const ref = addon.status?.configReferences?.find((c) => c.group === KINDS.AddOnDeploymentConfig.group && c.resource === KINDS.AddOnDeploymentConfig.plural)?.desiredConfig;
+    if (!ref) return Promise.resolve(null);
+    const key = { name: ref.name, namespace: ref.namespace ?? '' };
     const k = `${key.namespace}/${key.name}`;
     if (!cache.has(k)) cache.set(k, this.opts.store.get('AddOnDeploymentConfig', key));
     return cache.get(k)!;
@@ -239,12 +225,16 @@ export class OcmInstaller {
         return created;
       }
       const sameSpec = canonicalJson(existing.spec) === canonicalJson(desired.spec);
+      const hashes = (w: ManifestWork): string => w.metadata.annotations?.[CONFIG_SPEC_HASH_ANNOTATION] ?? '';
       const sameMeta = canonicalJson(existing.metadata.ownerReferences ?? []) === canonicalJson(desired.metadata.ownerReferences)
-        && Object.entries(desired.metadata.labels ?? {}).every(([k, v]) => existing.metadata.labels?.[k] === v);
+        && Object.entries(desired.metadata.labels ?? {}).every(([k, v]) => existing.metadata.labels?.[k] === v) && hashes(existing) === hashes(desired);
       if (sameSpec && sameMeta) return existing;
+      const annotations = { ...existing.metadata.annotations };
+      delete annotations[CONFIG_SPEC_HASH_ANNOTATION];
+      Object.assign(annotations, desired.metadata.annotations);
       const updated = await store.update('ManifestWork', {
         ...existing,
-        metadata: { ...existing.metadata, labels: { ...existing.metadata.labels, ...desired.metadata.labels }, ownerReferences: desired.metadata.ownerReferences! },
+        metadata: { ...existing.metadata, labels: { ...existing.metadata.labels, ...desired.metadata.labels }, annotations, ownerReferences: desired.metadata.ownerReferences! },
         spec: desired.spec,
       });
       log.info({ cluster, generation: updated.metadata.generation }, 'agent ManifestWork updated (configuration changed, or it was edited elsewhere)');
@@ -267,6 +257,7 @@ export class OcmInstaller {
   private async reviewCsrs(clusters: Map<string, ManagedCluster>, enabled: Set<string>, signer: PemPair): Promise<void> {
     // Only the addon's CSRs (the klusterlet labels them); a hub holds many others (kubelets', other addons').
     const { items } = await this.opts.store.list('CertificateSigningRequest', { labels: { [ADDON_NAME_LABEL]: ADDON_NAME } });
+    const stillPending = new Set<string>();
     for (const csr of items) {
       const conds = csr.status?.conditions ?? [];
       if (conds.some((c) => c.type === 'Denied' || c.type === 'Failed')) continue;
@@ -276,9 +267,10 @@ export class OcmInstaller {
       const review = await reviewCsr(csr, { cluster: clusters.get(cluster) ?? null, addonEnabled: enabled.has(cluster), signingCaPem: signer.certPem });
       if (review.decision === 'ignore') continue;
       try {
-        if (review.decision === 'deny') {
-          await this.writeApproval(csr, { type: 'Denied', status: 'True', reason: review.reason, message: review.message });
-          this.opts.log.warn({ csr: csr.metadata.name, cluster, reason: review.reason, why: review.message }, 'CSR denied');
+        if (review.decision === 'pending') {
+          // As OCM's approver: not approved, never denied (a denied CSR is a dead end for the klusterlet).
+          stillPending.add(csr.metadata.name);
+          if (!this.loggedPending.has(csr.metadata.name)) this.opts.log.warn({ csr: csr.metadata.name, cluster, reason: review.reason, why: review.message }, 'CSR left pending (not approvable)');
           continue;
         }
         const current = approved ? csr : await this.writeApproval(csr, { type: 'Approved', status: 'True', reason: 'ClusterProxyAddonApproved', message: `approved by the cluster-proxy addon manager for cluster ${cluster}` });
@@ -287,6 +279,7 @@ export class OcmInstaller {
         if (!(err instanceof ConflictError) && !(err instanceof NotFoundError)) throw err;
       }
     }
+    this.loggedPending = stillPending;
   }
 
   private writeApproval(csr: CertificateSigningRequest, c: Omit<CsrCondition, 'lastUpdateTime' | 'lastTransitionTime'>): Promise<CertificateSigningRequest> {
@@ -344,8 +337,8 @@ export function clusterManagementAddOn(): ClusterManagementAddOn {
     spec: {
       addOnMeta: { displayName: 'cluster-proxy', description: 'reverse tunnels from the hub into managed clusters' },
       supportedConfigs: [
-        { group: KINDS.ManagedProxyConfiguration.group, resource: KINDS.ManagedProxyConfiguration.plural, defaultConfig: { name: PROXY_CONFIGURATION_NAME } },
-        { group: KINDS.AddOnDeploymentConfig.group, resource: KINDS.AddOnDeploymentConfig.plural },
+        { ...SUPPORTED_CONFIGS[0]!, defaultConfig: { name: PROXY_CONFIGURATION_NAME } },
+        { ...SUPPORTED_CONFIGS[1]! },
       ],
       installStrategy: { type: 'Manual' },
     },
@@ -370,36 +363,33 @@ function clientCertDue(pem: string, signer: PemPair, now: number): boolean {
   }
 }
 
+/**
+ * The agent image is ours whatever the MPC says: an MPC made by OCM's chart names OCM's proxy-agent image,
+ * which would crash-loop on our arguments. Mirrors still apply (AddOnDeploymentConfig registries).
+ */
+function agentImageCondition(mpc: ManagedProxyConfiguration | null, ours: string): ConditionSpec {
+  const named = mpc?.spec.proxyAgent.image;
+  if (!named || named === ours) return { type: 'AgentImageAccepted', status: 'True', reason: 'OwnImage', message: `agents run ${ours}` };
+  return { type: 'AgentImageAccepted', status: 'False', reason: 'NotClusterProxyImage',
+    message: `spec.proxyAgent.image ${named} is not this hub's agent image; agents run ${ours} (set the hub's --agent-image to change it)` };
+}
+
 function registered(): ConditionSpec[] {
   return [{ type: 'RegistrationApplied', status: 'True', reason: 'SetPermissionApplied', message: 'Registration of the addon agent is configured' }];
 }
 
 function waiting(why: string): ConditionSpec[] {
-  return [
-    { type: 'ManifestApplied', status: 'False', reason: 'ManifestWorkNotCreated', message: `no ManifestWork: ${why}` },
-    { type: 'Progressing', status: 'False', reason: 'WaitingForManifestApplied', message: why },
-  ];
+  return [{ type: 'ManifestApplied', status: 'False', reason: 'ManifestWorkNotCreated', message: `no ManifestWork: ${why}` }];
 }
 
-/** ManifestApplied and Progressing from the work agent's own status (OCM's reasons). */
+/**
+ * ManifestApplied from the work agent's Applied condition, as addon-framework's agentdeploy controller
+ * sets it (applyWork in controllers/agentdeploy/controller.go). Progressing is OCM's hub addon-manager's.
+ */
 export function workConditions(work: ManifestWork | null): ConditionSpec[] {
-  const find = (t: string): Condition | undefined => work?.status?.conditions?.find((c) => c.type === t);
-  const applied = find('Applied');
-  const available = find('Available');
-  const current = (c: Condition | undefined): boolean => c?.observedGeneration === undefined || c.observedGeneration === work?.metadata.generation;
-  if (applied?.status === 'False' && current(applied)) {
-    return [
-      { type: 'ManifestApplied', status: 'False', reason: 'ManifestWorkApplyFailed', message: applied.message },
-      { type: 'Progressing', status: 'False', reason: 'Failed', message: `failed: ${applied.message}` },
-    ];
-  }
-  const manifestApplied: ConditionSpec = applied?.status === 'True'
-    ? { type: 'ManifestApplied', status: 'True', reason: 'AddonManifestApplied', message: 'no error for manifest applied' }
-    : { type: 'ManifestApplied', status: 'False', reason: 'ManifestWorkNotApplied', message: 'the ManifestWork is not applied in the managed cluster yet' };
-  const done = applied?.status === 'True' && available?.status === 'True' && current(applied) && current(available);
-  return [
-    manifestApplied,
-    done ? { type: 'Progressing', status: 'False', reason: 'Completed', message: 'completed with no errors.' }
-      : { type: 'Progressing', status: 'True', reason: 'Progressing', message: 'progressing... work is not ready' },
-  ];
+  const applied = work?.status?.conditions?.find((c) => c.type === 'Applied');
+  if (!applied) return [];
+  return applied.status === 'True'
+    ? [{ type: 'ManifestApplied', status: 'True', reason: 'AddonManifestApplied', message: 'manifests of addon are applied successfully' }]
+    : [{ type: 'ManifestApplied', status: 'False', reason: 'AddonManifestAppliedFailed', message: 'failed to apply the manifests of addon' }];
 }

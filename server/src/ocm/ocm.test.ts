@@ -22,17 +22,18 @@ async function request(name: string): Promise<string> {
 }
 
 function subjectOf(cluster: string, signer = ca.certPem): string {
-  const reg = addonRegistrations(cluster, signer)[1]!;
-  return `O=${reg.subject.groups![0]}, OU=${reg.subject.organizationUnit![0]}, CN=${reg.subject.user}`;
+  const reg = addonRegistrations(cluster, signer)[0]!;
+  return `${reg.subject.groups!.map((g) => `O=${g}`).join(', ')}, OU=${reg.subject.organizationUnit![0]}, CN=${reg.subject.user}`;
 }
 
 const cluster = (name: string, accepted = true): ManagedCluster => ({ apiVersion: 'cluster.open-cluster-management.io/v1', kind: 'ManagedCluster', metadata: { name }, spec: { hubAcceptsClient: accepted } });
 
-async function csr(opts: { cluster?: string; subject?: string; signerName?: string; username?: string; usages?: string[]; addon?: string; request?: string } = {}): Promise<CertificateSigningRequest> {
+async function csr(opts: { cluster?: string; subject?: string; signerName?: string; username?: string; usages?: string[]; addon?: string; request?: string; csrUser?: string } = {}): Promise<CertificateSigningRequest> {
   const c = opts.cluster ?? 'c1';
   return {
     apiVersion: 'certificates.k8s.io/v1', kind: 'CertificateSigningRequest',
-    metadata: { name: 'x', labels: { 'open-cluster-management.io/cluster-name': c, 'open-cluster-management.io/addon-name': opts.addon ?? 'cluster-proxy' } },
+    metadata: { name: 'x', labels: { 'open-cluster-management.io/cluster-name': c, 'open-cluster-management.io/addon-name': opts.addon ?? 'cluster-proxy' },
+      ...(opts.csrUser !== undefined ? { annotations: { 'open-cluster-management.io/csr-user': opts.csrUser } } : {}) },
     spec: { request: Buffer.from(opts.request ?? await request(opts.subject ?? subjectOf(c))).toString('base64'), signerName: opts.signerName ?? 'open-cluster-management.io/proxy-agent-signer',
       usages: opts.usages ?? ['digital signature', 'key encipherment', 'client auth'], username: opts.username ?? `system:open-cluster-management:${c}:agent-x` },
   };
@@ -45,12 +46,12 @@ describe('registrations', () => {
     expect(signerOrganizationalUnit(createCA().certPem)).not.toBe(want);
   });
 
-  it('two registrations: the hub kube client and the cluster-bound tunnel identity', () => {
+  it('one registration: the cluster-bound tunnel identity with OCM cluster-proxy\'s group (no hub kubeconfig nobody uses)', () => {
     const regs = addonRegistrations('c1', ca.certPem);
-    expect(regs.map((r) => r.signerName)).toEqual(['kubernetes.io/kube-apiserver-client', 'open-cluster-management.io/proxy-agent-signer']);
-    expect(regs[1]!.subject).toEqual({
+    expect(regs.map((r) => r.signerName)).toEqual(['open-cluster-management.io/proxy-agent-signer']);
+    expect(regs[0]!.subject).toEqual({
       user: 'system:open-cluster-management:cluster:c1:addon:cluster-proxy:agent:proxy-agent',
-      groups: ['system:open-cluster-management:cluster:c1:addon:cluster-proxy'],
+      groups: ['system:open-cluster-management:cluster:c1:addon:cluster-proxy', 'open-cluster-management:cluster-proxy'],
       organizationUnit: [signerOrganizationalUnit(ca.certPem)],
     });
   });
@@ -61,9 +62,17 @@ describe('CSR review', () => {
 
   it('approves the registration\'s own request and says to sign it', async () => {
     expect(await reviewCsr(await csr(), ctx)).toEqual({ decision: 'approve', cluster: 'c1', sign: true });
-    const kube = addonRegistrations('c1', ca.certPem)[0]!;
-    const kubeCsr = await csr({ signerName: 'kubernetes.io/kube-apiserver-client', subject: `O=${kube.subject.groups![0]}, O=${kube.subject.groups![1]}, CN=${kube.subject.user}` });
-    expect(await reviewCsr(kubeCsr, ctx)).toEqual({ decision: 'approve', cluster: 'c1', sign: false });
+  });
+
+  // OCM's gRPC registration driver creates the CSR as its service account and names the agent in an
+  // annotation (addon-framework pkg/utils/csr_helpers.go DefaultCSRApprover).
+  it('with OCM\'s gRPC registration driver, judges the requester named in open-cluster-management.io/csr-user', async () => {
+    const grpc = 'system:serviceaccount:open-cluster-management-hub:grpc-server-sa';
+    expect(await reviewCsr(await csr({ username: grpc, csrUser: 'system:open-cluster-management:c1:agent-x' }), ctx)).toMatchObject({ decision: 'approve' });
+    expect(await reviewCsr(await csr({ username: grpc, csrUser: 'system:open-cluster-management:c2:agent-x' }), ctx)).toMatchObject({ decision: 'pending', reason: 'RequesterMismatch' });
+    expect(await reviewCsr(await csr({ username: grpc }), ctx)).toMatchObject({ decision: 'pending', reason: 'RequesterMismatch' });
+    // The annotation counts only when the gRPC driver made the CSR: anyone else could set it.
+    expect(await reviewCsr(await csr({ username: 'system:open-cluster-management:c2:agent', csrUser: 'system:open-cluster-management:c1:agent-x' }), ctx)).toMatchObject({ decision: 'pending', reason: 'RequesterMismatch' });
   });
 
   it('leaves other addons\' CSRs alone', async () => {
@@ -74,15 +83,17 @@ describe('CSR review', () => {
     ['another cluster\'s identity', { subject: subjectOf('c2') }, {}, 'SubjectMismatch'],
     ['an old signer\'s OU', { subject: subjectOf('c1', createCA().certPem) }, {}, 'SubjectMismatch'],
     ['another signer', { signerName: 'example.com/x' }, {}, 'UnknownSigner'],
+    ['the hub kubeconfig signer (no such registration)', { signerName: 'kubernetes.io/kube-apiserver-client' }, {}, 'UnknownSigner'],
     ['another klusterlet', { username: 'system:open-cluster-management:c2:agent' }, {}, 'RequesterMismatch'],
+    ['no requester at all', { username: '' }, {}, 'RequesterMismatch'],
     ['a cluster that is gone', {}, { cluster: null }, 'ClusterNotFound'],
     ['a cluster not accepted', {}, { cluster: cluster('c1', false) }, 'ClusterNotAccepted'],
     ['the addon not enabled', {}, { addonEnabled: false }, 'AddonNotEnabled'],
     ['a usage not allowed', { usages: ['client auth', 'code signing'] }, {}, 'BadUsages'],
     ['garbage', { request: 'not a request' }, {}, 'BadRequest'],
-  ] as const)('denies %s', async (_what, c, over, reason) => {
+  ] as const)('leaves pending (never denies, as OCM) %s', async (_what, c, over, reason) => {
     const r = await reviewCsr(await csr(c), { ...ctx, ...over });
-    expect(r).toMatchObject({ decision: 'deny', reason });
+    expect(r).toMatchObject({ decision: 'pending', reason });
     expect((r as { message: string }).message).not.toContain('\n');
   });
 });
@@ -119,15 +130,47 @@ describe('agent work', () => {
   it('is deterministic, owned by the addon, with OCM\'s names and no bootstrap token', () => {
     const w = renderAgentWork(base);
     expect(renderAgentWork(base)).toEqual(w);
-    expect(w.metadata).toMatchObject({ name: 'addon-cluster-proxy-deploy-0', namespace: 'c1', ownerReferences: [{ kind: 'ManagedClusterAddOn', uid: 'u-1' }] });
+    expect(w.metadata).toMatchObject({ name: 'addon-cluster-proxy-deploy-0', namespace: 'c1', ownerReferences: [{ kind: 'ManagedClusterAddOn', uid: 'u-1', controller: true }] });
     const names = w.spec.workload.manifests.map((m) => `${String(m['kind'])}/${(m['metadata'] as { name: string }).name}`);
     expect(names).toEqual(['Namespace/agents', 'ServiceAccount/cluster-proxy', 'Role/cluster-proxy', 'RoleBinding/cluster-proxy', 'Secret/cluster-proxy-ca', 'Deployment/cluster-proxy-proxy-agent', 'Service/c1']);
     expect(JSON.stringify(w)).not.toMatch(/bootstrap|secrets/);
     expect(dep(w).spec.template.spec.containers[0]!.args).toContain('--hub=hub.example.com:8091');
   });
 
-  it('takes the MPC Hostname entrypoint, image and generation; ADC namespace, mirrors and resources', () => {
-    const w = renderAgentWork({ ...base,
+  // addon-framework agentdeploy/utils.go BuildDeployWorks + getDeletionOrphaningRule: an object annotated
+  // deletion-orphan becomes an orphaning rule; without it OCM's work agent deletes the namespace with the work.
+  it('orphans the install namespace on delete (SelectivelyOrphan), as addon-framework turns deletion-orphan into a rule', () => {
+    expect(renderAgentWork(base).spec.deleteOption).toEqual({ propagationPolicy: 'SelectivelyOrphan', selectivelyOrphans: { orphaningRules: [{ group: '', resource: 'namespaces', name: 'agents' }] } });
+  });
+
+  // addon-framework agentdeploy/utils.go configsToAnnotations, read by OCM's addonprogressing controller.
+  it('carries the config-spec-hash annotation of the addon\'s resolved configs (Go\'s sorted-key JSON)', () => {
+    expect(renderAgentWork(base).metadata.annotations).toBeUndefined();
+    const refs = [
+      { group: 'proxy.open-cluster-management.io', resource: 'managedproxyconfigurations', desiredConfig: { name: 'cluster-proxy', specHash: 'h1' } },
+      { group: 'addon.open-cluster-management.io', resource: 'addondeploymentconfigs', desiredConfig: { name: 'd', namespace: 'c1', specHash: 'h2' } },
+      { group: 'addon.open-cluster-management.io', resource: 'addondeploymentconfigs' },
+    ];
+    const w = renderAgentWork({ ...base, addon: { ...addon, status: { configReferences: refs } } });
+    expect(w.metadata.annotations?.['open-cluster-management.io/config-spec-hash'])
+      .toBe('{"addondeploymentconfigs.addon.open-cluster-management.io/c1/d":"h2","managedproxyconfigurations.proxy.open-cluster-management.io//cluster-proxy":"h1"}');
+  });
+
+  it('runs our image only, whatever image the MPC names (mirrors still apply)', () => {
+    const mpcImage = { apiVersion: 'proxy.open-cluster-management.io/v1alpha1' as const, kind: 'ManagedProxyConfiguration' as const, metadata: { name: 'cluster-proxy' },
+      spec: { proxyServer: { image: 'quay.io/open-cluster-management/cluster-proxy:v0.7' }, proxyAgent: { image: 'quay.io/open-cluster-management/cluster-proxy:v0.7' } } };
+    const d = dep(renderAgentWork({ ...base, image: 'quay.io/ours/cp:1', mpc: mpcImage }));
+    expect(d.spec.template.spec.containers[0]!.image).toBe('quay.io/ours/cp:1');
+  });
+
+  it.each(['PortForward', 'LoadBalancerService'] as const)('refuses the %s entrypoint with an error naming the field (no work rendered)', (type) => {
+    const mpc = { apiVersion: 'proxy.open-cluster-management.io/v1alpha1' as const, kind: 'ManagedProxyConfiguration' as const, metadata: { name: 'cluster-proxy' },
+      spec: { proxyServer: { image: 'x', entrypoint: { type } }, proxyAgent: { image: 'x' } } };
+    expect(() => renderAgentWork({ ...base, mpc })).toThrow(new RegExp(`entrypoint.type: "${type}" is not supported`));
+  });
+
+  it('takes the MPC Hostname entrypoint and generation; ADC namespace, mirrors and resources', () => {
+    const w = renderAgentWork({ ...base, image: 'quay.io/org/cp:1',
       mpc: { apiVersion: 'proxy.open-cluster-management.io/v1alpha1', kind: 'ManagedProxyConfiguration', metadata: { name: 'cluster-proxy', generation: 7 },
         spec: { proxyServer: { entrypoint: { type: 'Hostname', hostname: { value: 'proxy.hub.example.com' }, port: 443 } }, proxyAgent: { image: 'quay.io/org/cp:1' } } },
       adc: { apiVersion: 'addon.open-cluster-management.io/v1alpha1', kind: 'AddOnDeploymentConfig', metadata: { name: 'a', namespace: 'c1' },
@@ -149,21 +192,20 @@ describe('agent work', () => {
   });
 });
 
-describe('addon conditions from the work', () => {
+describe('addon conditions from the work (addon-framework agentdeploy applyWork; Progressing is OCM\'s)', () => {
   const w = (conds: [string, string, number?, string?][], generation = 2): ManifestWork => ({ apiVersion: 'work.open-cluster-management.io/v1', kind: 'ManifestWork', metadata: { name: 'w', namespace: 'c1', generation },
     spec: { workload: { manifests: [] } }, status: { conditions: conds.map(([type, status, g, message]) => ({ type, status: status as 'True', reason: 'r', message: message ?? '', lastTransitionTime: 't', ...(g !== undefined ? { observedGeneration: g } : {}) })) } });
   const pick = (c: ReturnType<typeof workConditions>) => c.map((x) => [x.type, x.status, x.reason]);
 
-  it('applied and available at the current generation: Completed', () => {
-    expect(pick(workConditions(w([['Applied', 'True', 2], ['Available', 'True', 2]])))).toEqual([['ManifestApplied', 'True', 'AddonManifestApplied'], ['Progressing', 'False', 'Completed']]);
+  it('Applied True: ManifestApplied True; never a Progressing condition', () => {
+    expect(pick(workConditions(w([['Applied', 'True', 2], ['Available', 'True', 2]])))).toEqual([['ManifestApplied', 'True', 'AddonManifestApplied']]);
+    expect(pick(workConditions(w([['Applied', 'True', 1]])))).toEqual([['ManifestApplied', 'True', 'AddonManifestApplied']]);
   });
-  it('not yet reported, or reported for an older generation: Progressing', () => {
-    expect(pick(workConditions(null))).toEqual([['ManifestApplied', 'False', 'ManifestWorkNotApplied'], ['Progressing', 'True', 'Progressing']]);
-    expect(pick(workConditions(w([['Applied', 'True', 1], ['Available', 'True', 1]])))[1]).toEqual(['Progressing', 'True', 'Progressing']);
+  it('no Applied condition yet (or no work): nothing said', () => {
+    expect(workConditions(null)).toEqual([]);
+    expect(workConditions(w([]))).toEqual([]);
   });
-  it('apply failed: ManifestApplied False with the work agent\'s message, Progressing Failed', () => {
-    const c = workConditions(w([['Applied', 'False', 2, 'unsupported kind X']]));
-    expect(pick(c)).toEqual([['ManifestApplied', 'False', 'ManifestWorkApplyFailed'], ['Progressing', 'False', 'Failed']]);
-    expect(c[0]!.message).toBe('unsupported kind X');
+  it('Applied False: ManifestApplied False with addon-framework\'s reason', () => {
+    expect(pick(workConditions(w([['Applied', 'False', 2, 'unsupported kind X']])))).toEqual([['ManifestApplied', 'False', 'AddonManifestAppliedFailed']]);
   });
 });

@@ -74,7 +74,23 @@ export interface ManagedClusterAddOn extends KubeObject {
     namespace?: string;
     /** OCM: the certificates the klusterlet requests for the addon agent (`--agent-install manifestwork`). */
     registrations?: AddonRegistration[];
+    /** Written by the addon (its half of the addon-framework contract): the config kinds it reads. */
+    supportedConfigs?: { group: string; resource: string }[];
+    /** Written by OCM's hub addon-manager (never by us): the resolved configs, with spec hashes. */
+    configReferences?: ConfigReference[];
   };
+}
+
+/** ManagedClusterAddOn.status.configReferences[] (OCM's addon-manager resolves them; the addon reads them). */
+export interface ConfigReference {
+  group: string;
+  resource: string;
+  /** Deprecated flat form OCM still fills (the desired config's name). */
+  name?: string;
+  namespace?: string;
+  desiredConfig?: { name: string; namespace?: string; specHash: string };
+  lastAppliedConfig?: { name: string; namespace?: string; specHash: string };
+  lastObservedGeneration?: number;
 }
 
 /** ManagedClusterAddOn.status.registrations[]: what the klusterlet's CSR for the addon must ask for. */
@@ -154,9 +170,15 @@ export interface ClusterManagementAddOn extends KubeObject {
 export interface ManifestWork extends KubeObject {
   apiVersion: 'work.open-cluster-management.io/v1';
   kind: 'ManifestWork';
-  spec: { workload: { manifests: Record<string, unknown>[] }; deleteOption?: { propagationPolicy: 'Foreground' | 'Orphan' | 'SelectivelyOrphan' } };
+  spec: { workload: { manifests: Record<string, unknown>[] }; deleteOption?: ManifestWorkDeleteOption };
   /** Written by the work agent: Applied, Available, Degraded, Progressing. */
   status?: { conditions?: Condition[]; resourceStatus?: Record<string, unknown> };
+}
+
+/** What the work agent leaves in the managed cluster when the work is deleted. */
+export interface ManifestWorkDeleteOption {
+  propagationPolicy: 'Foreground' | 'Orphan' | 'SelectivelyOrphan';
+  selectivelyOrphans?: { orphaningRules?: { group: string; resource: string; name: string; namespace?: string }[] };
 }
 
 // cluster.open-cluster-management.io/v1beta1: the hub reads Placements' decisions, never writes them.
