@@ -36,7 +36,8 @@ describe('agent credentials kept in a Secret of the managed cluster', () => {
   beforeAll(async () => {
     dir = await mkdtemp(path.join(os.tmpdir(), 'cp-credsecret-'));
     echo = await startEchoServer();
-    api = await startFakeKubeApiServer();
+    // The install namespace exists in the managed cluster (the manifests create it first).
+    api = await startFakeKubeApiServer({ namespaces: [NS] });
     kubeconfig = path.join(dir, 'kubeconfig');
     await api.writeKubeconfig(kubeconfig);
     hub = spawnProcess({ name: 'hub', command: process.execPath, cwd: dir, args: [CLI, 'hub', '--data-dir', 'hub', '--bind-address', '127.0.0.1', '--agent-port', '0', '--frontend-port', '0',

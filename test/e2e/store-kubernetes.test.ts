@@ -31,7 +31,8 @@ async function kubeStore(api: FakeKubeApiServer): Promise<KubernetesStore> {
 }
 
 storeConformance('kubernetes (fake API server)', async (opts) => {
-  const api = await startFakeKubeApiServer(opts?.historySize !== undefined ? { historySize: opts.historySize } : {});
+  // The namespaces the suite writes into exist, as on a real cluster (the server refuses others).
+  const api = await startFakeKubeApiServer({ namespaces: ['c1', 'c2', 'c3', 'x'], ...(opts?.historySize !== undefined ? { historySize: opts.historySize } : {}) });
   const store = await kubeStore(api);
   return {
     store,
@@ -44,7 +45,7 @@ storeConformance('kubernetes (fake API server)', async (opts) => {
 
 describe('kubernetes store watches', () => {
   it('resume after every watch connection is cut, with no event lost or repeated', async () => {
-    const api = await startFakeKubeApiServer();
+    const api = await startFakeKubeApiServer({ namespaces: ['c1'] });
     const store = await kubeStore(api);
     try {
       const events: WatchEvent<'Lease'>[] = [];

@@ -12,6 +12,10 @@ export interface Schema {
   format?: string;
   pattern?: string;
   maxLength?: number;
+  minLength?: number;
+  minimum?: number;
+  maximum?: number;
+  maxItems?: number;
   default?: unknown;
   'x-kubernetes-preserve-unknown-fields'?: boolean;
   'x-kubernetes-int-or-string'?: boolean;
@@ -50,6 +54,7 @@ export function objectProblems(s: Schema, v: unknown, path: string, out: string[
     }
     case 'array':
       if (!Array.isArray(v)) return (out.push(`${path}: not an array`), out);
+      if (s.maxItems !== undefined && v.length > s.maxItems) out.push(`${path}: more than ${s.maxItems} items`);
       v.forEach((x, i) => objectProblems(s.items!, x, `${path}[${i}]`, out));
       return out;
     case 'string':
@@ -58,9 +63,11 @@ export function objectProblems(s: Schema, v: unknown, path: string, out: string[
       if (s.format === 'byte' && !/^[A-Za-z0-9+/]*={0,2}$/.test(v)) out.push(`${path}: not base64`);
       if (s.pattern && !new RegExp(s.pattern).test(v)) out.push(`${path}: does not match ${s.pattern}`);
       if (s.maxLength !== undefined && v.length > s.maxLength) out.push(`${path}: longer than ${s.maxLength}`);
+      if (s.minLength !== undefined && v.length < s.minLength) out.push(`${path}: shorter than ${s.minLength}`);
       break;
     case 'integer':
       if (!Number.isInteger(v)) out.push(`${path}: not an integer`);
+      else if ((s.minimum !== undefined && (v as number) < s.minimum) || (s.maximum !== undefined && (v as number) > s.maximum)) out.push(`${path}: out of range`);
       break;
     case 'number':
       if (typeof v !== 'number') out.push(`${path}: not a number`);
@@ -70,5 +77,38 @@ export function objectProblems(s: Schema, v: unknown, path: string, out: string[
       break;
   }
   if (s.enum && !s.enum.includes(v)) out.push(`${path}: ${JSON.stringify(v)} not in ${JSON.stringify(s.enum)}`);
+  return out;
+}
+
+/** Applies the schema's defaults in place, as the apiserver does on every write (only inside objects that are present). */
+export function applyDefaults(s: Schema, v: unknown): void {
+  if (s.type === 'object' && v !== null && typeof v === 'object' && !Array.isArray(v)) {
+    const o = v as Record<string, unknown>;
+    for (const [k, child] of Object.entries(s.properties ?? {})) {
+      if (!(k in o) && child.default !== undefined) o[k] = structuredClone(child.default);
+      if (k in o) applyDefaults(child, o[k]);
+    }
+    if (typeof s.additionalProperties === 'object') for (const x of Object.values(o)) applyDefaults(s.additionalProperties, x);
+  } else if (s.type === 'array' && Array.isArray(v) && s.items) {
+    for (const x of v) applyDefaults(s.items, x);
+  }
+}
+
+/** Removes, in place, what a structural schema does not have (the apiserver's pruning); returns the paths removed. */
+export function prune(s: Schema, v: unknown, path: string, out: string[] = []): string[] {
+  if (s['x-kubernetes-preserve-unknown-fields'] === true) return out;
+  if (s.type === 'object' && v !== null && typeof v === 'object' && !Array.isArray(v)) {
+    const o = v as Record<string, unknown>;
+    for (const k of Object.keys(o)) {
+      const sub = s.properties?.[k] ?? (typeof s.additionalProperties === 'object' ? s.additionalProperties : undefined);
+      if (sub) prune(sub, o[k], `${path}.${k}`, out);
+      else if (s.additionalProperties !== true && path !== '.metadata') {
+        out.push(`${path}.${k}`);
+        delete o[k];
+      }
+    }
+  } else if (s.type === 'array' && Array.isArray(v) && s.items) {
+    v.forEach((x, i) => prune(s.items!, x, `${path}[${i}]`, out));
+  }
   return out;
 }

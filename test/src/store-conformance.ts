@@ -21,12 +21,23 @@ export interface StoreFactoryOptions {
 export type StoreFactory = (opts?: StoreFactoryOptions) => Promise<StoreUnderTest>;
 
 /** A valid object of each kind (name/namespace given). */
+const SAMPLE_CSR = `-----BEGIN CERTIFICATE REQUEST-----
+MIHXMH8CAQAwHTEbMBkGA1UEAwwSY29uZm9ybWFuY2Utc2FtcGxlMFkwEwYHKoZI
+zj0CAQYIKoZIzj0DAQcDQgAEQHQID4D/7bgFuRweIKkN8cswOHUi+iVwxKhksaV9
+4EblKiRlq+5FbZinHxFWaf5EBiGfFzFznHlmx/mc+gWdVKAAMAoGCCqGSM49BAMC
+A0gAMEUCIQDkxaSiyqi02T9hm6LQUJ6uNZkQNohXdAK5SuhnYnyLfAIgfsgVwNUA
+aS06oqsuzEcr/8wjgzS3U0HnDkyehzdmajs=
+-----END CERTIFICATE REQUEST-----
+`;
+
 export function sampleObject<K extends Kind>(kind: K, name: string, namespace = 'c1'): ObjectOfKind<K> {
   const ns = { name, namespace };
   const objects: { [P in Kind]: ObjectOfKind<P> } = {
     ManagedCluster: { apiVersion: 'cluster.open-cluster-management.io/v1', kind: 'ManagedCluster', metadata: { name }, spec: { hubAcceptsClient: true, leaseDurationSeconds: 60 } },
     ManagedClusterAddOn: { apiVersion: 'addon.open-cluster-management.io/v1alpha1', kind: 'ManagedClusterAddOn', metadata: ns, spec: { installNamespace: 'open-cluster-management-agent-addon' } },
-    ManagedProxyConfiguration: { apiVersion: 'proxy.open-cluster-management.io/v1alpha1', kind: 'ManagedProxyConfiguration', metadata: { name }, spec: { proxyServer: { replicas: 1 }, proxyAgent: { replicas: 1 } } },
+    // Valid against OCM's CRD: both images and authentication are required.
+    ManagedProxyConfiguration: { apiVersion: 'proxy.open-cluster-management.io/v1alpha1', kind: 'ManagedProxyConfiguration', metadata: { name },
+      spec: { authentication: { signer: { type: 'SelfSigned' } }, proxyServer: { image: 'example.com/cp:1', replicas: 1 }, proxyAgent: { image: 'example.com/cp:1', replicas: 1 } } },
     AddOnDeploymentConfig: { apiVersion: 'addon.open-cluster-management.io/v1alpha1', kind: 'AddOnDeploymentConfig', metadata: ns, spec: { proxyConfig: { httpProxy: 'http://proxy:3128', noProxy: 'localhost' } } },
     Lease: { apiVersion: 'coordination.k8s.io/v1', kind: 'Lease', metadata: ns, spec: { holderIdentity: 'agent-1', leaseDurationSeconds: 60, renewTime: '2025-01-02T03:04:05.123456Z' } },
     Secret: { apiVersion: 'v1', kind: 'Secret', metadata: ns, type: 'Opaque', data: { token: Buffer.from('not-a-real-token').toString('base64') } },
@@ -34,7 +45,8 @@ export function sampleObject<K extends Kind>(kind: K, name: string, namespace = 
     ManifestWork: { apiVersion: 'work.open-cluster-management.io/v1', kind: 'ManifestWork', metadata: ns, spec: { workload: { manifests: [{ apiVersion: 'v1', kind: 'Namespace', metadata: { name: 'x' } }] } } },
     Placement: { apiVersion: 'cluster.open-cluster-management.io/v1beta1', kind: 'Placement', metadata: ns, spec: { clusterSets: ['global'] } },
     PlacementDecision: { apiVersion: 'cluster.open-cluster-management.io/v1beta1', kind: 'PlacementDecision', metadata: { ...ns, labels: { 'cluster.open-cluster-management.io/placement': 'p' } } },
-    CertificateSigningRequest: { apiVersion: 'certificates.k8s.io/v1', kind: 'CertificateSigningRequest', metadata: { name }, spec: { request: Buffer.from('not-a-real-request').toString('base64'), signerName: 'example.com/signer', usages: ['client auth'] } },
+    // A real PKCS#10 request (its key was thrown away): the API server refuses anything else.
+    CertificateSigningRequest: { apiVersion: 'certificates.k8s.io/v1', kind: 'CertificateSigningRequest', metadata: { name }, spec: { request: Buffer.from(SAMPLE_CSR).toString('base64'), signerName: 'example.com/signer', usages: ['client auth'] } },
   };
   return structuredClone(objects[kind]) as ObjectOfKind<K>;
 }
@@ -52,7 +64,8 @@ function mutateBody<K extends Kind>(obj: ObjectOfKind<K>, n: number): ObjectOfKi
     case 'ClusterManagementAddOn': o.spec.addOnMeta = { displayName: `n-${n}` }; break;
     case 'ManifestWork': o.spec.workload.manifests = [{ apiVersion: 'v1', kind: 'Namespace', metadata: { name: `ns-${n}` } }]; break;
     case 'Placement': o.spec = { numberOfClusters: n }; break;
-    case 'CertificateSigningRequest': o.spec.expirationSeconds = 3600 + n; break;
+    // A CSR's spec is immutable: only its metadata can change (and that does not bump the generation).
+    case 'CertificateSigningRequest': o.metadata.labels = { n: String(n) }; break;
   }
   return o as ObjectOfKind<K>;
 }
@@ -109,7 +122,13 @@ export function storeConformance(name: string, factory: StoreFactory): void {
       const key = { name: 'obj-1', ...(created.metadata.namespace ? { namespace: created.metadata.namespace } : {}) };
       expect(await store.get(kind, key)).toEqual(created);
       const updated = await store.update(kind, mutateBody(created, 7));
-      expect(updated).toEqual({ ...mutateBody(created, 7), metadata: { ...created.metadata, resourceVersion: updated.metadata.resourceVersion, generation: 2 } });
+      const generation = kind === 'CertificateSigningRequest' ? 1 : 2;
+      const mutated = mutateBody(created, 7);
+      expect(updated).toEqual({ ...mutated, metadata: { ...mutated.metadata, resourceVersion: updated.metadata.resourceVersion, generation } });
+      if (kind === 'CertificateSigningRequest') {
+        const csr = updated as ObjectOfKind<'CertificateSigningRequest'>;
+        await rejects(store.update('CertificateSigningRequest', { ...csr, spec: { ...csr.spec, usages: ['server auth'] } }), InvalidError);
+      }
       expect(Number(updated.metadata.resourceVersion)).toBeGreaterThan(Number(created.metadata.resourceVersion));
       const list = await store.list(kind);
       expect(list.items).toEqual([updated]);

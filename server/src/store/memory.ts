@@ -291,6 +291,10 @@ export class MemoryStore implements Store {
       else (next as { status?: unknown }).status = status;
     } else {
       next = c;
+      // Kubernetes: a CSR's spec never changes after create (what was asked for is what gets judged).
+      if (kind === 'CertificateSigningRequest' && JSON.stringify((c as CertificateSigningRequest).spec) !== JSON.stringify((current as CertificateSigningRequest).spec)) {
+        throw new InvalidError(`${describeKey(kind, c.metadata)}: spec is immutable`);
+      }
       const m = next.metadata;
       const cur = current.metadata;
       m.uid = cur.uid;
