@@ -354,7 +354,8 @@ export class AddonManager {
       metadata: { name: PROXY_CONFIGURATION_NAME },
       // Valid against OCM's CRD (both images are required). No entrypoint: agents dial the hub's
       // --agent-entrypoint (OCM's PortForward would need a hub kubeconfig our agent does not use).
-      spec: { authentication: { signer: { type: 'SelfSigned' } }, proxyServer: { image: this.opts.agentImage ?? DEFAULT_AGENT_IMAGE }, proxyAgent: { image: this.opts.agentImage ?? DEFAULT_AGENT_IMAGE } },
+      // One agent replica, as `join` installs (OCM's CRD would default it to 3; our hub sees each agent's tunnels).
+      spec: { authentication: { signer: { type: 'SelfSigned' } }, proxyServer: { image: this.opts.agentImage ?? DEFAULT_AGENT_IMAGE }, proxyAgent: { image: this.opts.agentImage ?? DEFAULT_AGENT_IMAGE, replicas: 1 } },
     };
     await this.opts.store.create('ManagedProxyConfiguration', mpc).catch((err: unknown) => {
       if (!(err instanceof AlreadyExistsError)) throw err;
