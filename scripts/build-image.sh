@@ -49,7 +49,9 @@ for lib in $(ldd "$node_bin" | grep -o '/[^ ]*'); do
 done
 printf 'root:x:0:0:root:/root:/sbin/nologin\nnonroot:x:65532:65532:nonroot:/home/nonroot:/sbin/nologin\n' > "$rootfs/etc/passwd"
 printf 'root:x:0:\nnonroot:x:65532:\n' > "$rootfs/etc/group"
-chown 65532:65532 "$rootfs/home/nonroot"
+# Group 0 owns what the process may write, group-writable: OpenShift runs the image as an arbitrary UID in group 0.
+chown 65532:0 "$rootfs/home/nonroot"
+chmod 0775 "$rootfs/home/nonroot"
 
 echo "==> cluster-proxy into /app (npm install --offline: every dependency is in the tarball)"
 npm install -g --prefix "$rootfs/app" --offline --cache "$stage/npm-cache" --no-audit --no-fund --loglevel=error "$stage"/pack/*.tgz >/dev/null
@@ -61,7 +63,7 @@ buildah config \
   --entrypoint '["/usr/local/bin/node", "/app/lib/node_modules/cluster-proxy/bin/cluster-proxy.js"]' \
   --cmd '["--help"]' \
   --user 65532:65532 --workingdir /home/nonroot \
-  --env NODE_ENV=production --env PATH=/app/bin:/usr/local/bin \
+  --env NODE_ENV=production --env PATH=/app/bin:/usr/local/bin --env HOME=/home/nonroot \
   --label org.opencontainers.image.title=cluster-proxy --label "org.opencontainers.image.version=$VERSION" \
   "$container"
 buildah commit --quiet --format oci --rm "$container" "$TAG" >/dev/null

@@ -9,6 +9,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { parseAllDocuments } from 'yaml';
 import { runCommand } from '../src/fixtures/index.js';
 import { validateKubeObject } from '../src/kube-schemas.js';
+import { restrictedProblems, restrictedV2Problems, type PodSpecLike } from '../src/pod-security.js';
 import { createCA, renderAgentInstall, toYaml } from '@cluster-proxy/server';
 import { helmBinary, kubectlBinary, kubectlUnsupported } from './kubectl-binary.js';
 
@@ -109,6 +110,10 @@ describe.skipIf(kubectlUnsupported() !== null)('hub Helm chart', () => {
     expect(c.readinessProbe.httpGet).toEqual({ path: '/readyz?exclude=store', port: 'health' });
     expect(c.securityContext).toMatchObject({ allowPrivilegeEscalation: false, readOnlyRootFilesystem: true, capabilities: { drop: ['ALL'] } });
     expect(dep.spec.template.spec.securityContext).toMatchObject({ runAsNonRoot: true });
+    // Admitted under Kubernetes' restricted Pod Security Standard and OpenShift's restricted-v2 (no fixed UID).
+    const pod = dep.spec.template.spec as unknown as PodSpecLike;
+    expect(restrictedProblems(pod)).toEqual([]);
+    expect(restrictedV2Problems(pod)).toEqual([]);
     expect(c.resources).toHaveProperty('requests');
     const front = objs.find((o) => o.kind === 'Service' && o.metadata.name === 'cluster-proxy') as unknown as { spec: { ports: { port: number }[] } };
     expect(front.spec.ports.map((p) => p.port)).toEqual([8090, 8089]);
@@ -128,7 +133,7 @@ describe.skipIf(kubectlUnsupported() !== null)('hub Helm chart', () => {
     const objs = await template('agentInstall:\n  mode: manifestwork\n  installStrategy: Placements\n');
     for (const o of objs) validateKubeObject(o);
     const dep = objs.find((o) => o.kind === 'Deployment') as unknown as { spec: { template: { spec: { containers: { args: string[] }[] } } } };
-    expect(dep.spec.template.spec.containers[0]!.args).toEqual(expect.arrayContaining(['--agent-install=manifestwork', '--agent-install-namespace=open-cluster-management-agent-addon']));
+    expect(dep.spec.template.spec.containers[0]!.args).toEqual(expect.arrayContaining(['--agent-install=manifestwork', '--agent-install-namespace=open-cluster-management-cluster-proxy']));
     const cma = objs.find((o) => o.kind === 'ClusterManagementAddOn') as unknown as { metadata: { annotations: Record<string, string> }; spec: { installStrategy: unknown } };
     expect(cma.metadata.annotations['addon.open-cluster-management.io/lifecycle']).toBe('addon-manager');
     expect(cma.spec.installStrategy).toEqual({ type: 'Placements', placements: [{ name: 'cluster-proxy-placement', namespace: 'open-cluster-management-cluster-proxy' }] });
@@ -142,9 +147,14 @@ describe.skipIf(kubectlUnsupported() !== null)('hub Helm chart', () => {
     expect(verbs('manifestworks')).toEqual(expect.arrayContaining(['create', 'update', 'delete', 'watch']));
     expect(verbs('certificatesigningrequests/approval')).toEqual(['update']);
     expect(verbs('signers', 'open-cluster-management.io/proxy-agent-signer')).toEqual(['approve', 'sign']);
-    expect(verbs('signers', 'kubernetes.io/kube-apiserver-client')).toEqual(['approve']);
+    // No hub kubeconfig registration (nothing to approve for kube-apiserver-client); no Placement reads (OCM's
+    // addon-manager installs from them); ManagedClusters and addons read, only the addon's status written.
+    expect(verbs('signers', 'kubernetes.io/kube-apiserver-client')).toEqual([]);
     expect(rules.some((r) => r.resources.includes('signers') && !r.resourceNames)).toBe(false);
-    expect(verbs('placementdecisions')).toEqual(['get', 'list', 'watch']);
+    expect(verbs('placementdecisions')).toEqual([]);
+    expect(verbs('managedclusters')).toEqual(['get', 'list', 'watch']);
+    expect(verbs('managedclusteraddons')).toEqual(['get', 'list', 'watch']);
+    expect(verbs('managedclusteraddons/status')).toEqual(['update']);
     const manualStrategy = await template('agentInstall:\n  mode: manifestwork\n');
     expect((manualStrategy.find((o) => o.kind === 'ClusterManagementAddOn') as unknown as { spec: { installStrategy: unknown } }).spec.installStrategy).toEqual({ type: 'Manual' });
     expect(manualStrategy.some((o) => o.kind === 'Placement')).toBe(false);

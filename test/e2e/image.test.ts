@@ -18,6 +18,8 @@ const execFileP = promisify(execFile);
 const ROOT = new URL('../../', import.meta.url).pathname;
 const TAG = `localhost/cluster-proxy-test:${process.pid}`;
 const CLI_IN_IMAGE = '/app/lib/node_modules/cluster-proxy/bin/cluster-proxy.js';
+/** A UID from an OpenShift namespace's range (openshift.io/sa.scc.uid-range), in no /etc/passwd. */
+const ARBITRARY_UID = 1000770000;
 const BUILDAH_ENV = { ...process.env, STORAGE_DRIVER: 'vfs', BUILDAH_ISOLATION: 'chroot', CLUSTER_PROXY_IMAGE: TAG };
 
 async function buildah(args: string[]): Promise<string> {
@@ -99,9 +101,13 @@ describe('the OCI image, built with buildah and run with buildah run', () => {
     expect(uid).toBe('65532');
     const help = await buildah(['run', c, '--', '/usr/local/bin/node', CLI_IN_IMAGE, '--help']);
     expect(help).toContain('Usage: cluster-proxy COMMAND');
+    // OpenShift's restricted-v2 runs the pod as an arbitrary UID of the namespace's range, group 0.
+    const arbitrary = await buildah(['run', '--user', `${ARBITRARY_UID}:0`, c, '--', '/usr/local/bin/node', '-e', 'process.stdout.write(String(process.getuid()))']);
+    expect(arbitrary).toBe(String(ARBITRARY_UID));
+    expect(await buildah(['run', '--user', `${ARBITRARY_UID}:0`, c, '--', '/usr/local/bin/node', CLI_IN_IMAGE, '--help'])).toContain('Usage: cluster-proxy COMMAND');
   }, 120_000);
 
-  it('an agent in the image connects to a hub on the host; bytes go through it', async (ctx) => {
+  it('an agent in the image, as an arbitrary UID (OpenShift), connects to a hub on the host; bytes go through it', async (ctx) => {
     if (unavailable) return ctx.skip(unavailable);
     expect(built, 'the build test must pass first').toBe(true);
     pki = await createPki();
@@ -111,11 +117,11 @@ describe('the OCI image, built with buildah and run with buildah run', () => {
     const c = await buildah(['from', TAG]);
     containers.push(c);
     for (const [src, dest] of [[pki.caPath, '/pki/ca.crt'], [cert.certPath, '/pki/agent.crt'], [cert.keyPath, '/pki/agent.key']] as const) {
-      await buildah(['copy', '--chown', '65532:65532', c, src, dest]);
+      await buildah(['copy', '--chown', `${ARBITRARY_UID}:0`, c, src, dest]);
     }
     agent = spawnProcess({
       name: 'agent-in-image', command: 'buildah', env: BUILDAH_ENV,
-      args: ['run', c, '--', '/usr/local/bin/node', CLI_IN_IMAGE, 'agent', '--cluster', 'imaged', '--hub', `127.0.0.1:${hub.ports.agent}`, '--server-name', 'localhost',
+      args: ['run', '--user', `${ARBITRARY_UID}:0`, c, '--', '/usr/local/bin/node', CLI_IN_IMAGE, 'agent', '--cluster', 'imaged', '--hub', `127.0.0.1:${hub.ports.agent}`, '--server-name', 'localhost',
         '--ca-cert', '/pki/ca.crt', '--cert', '/pki/agent.crt', '--key', '/pki/agent.key', '--apiserver', `127.0.0.1:${echo.port}`,
         '--health-port', '0', '--drain-grace', '1s'],
     });

@@ -334,7 +334,9 @@ export class AddonManager {
   private async removeAddon(cluster: string): Promise<void> {
     this.downSince.delete(cluster);
     this.everSeen.delete(cluster);
-    for (const [kind, name] of [['ManagedClusterAddOn', ADDON_NAME], ['Lease', ADDON_NAME]] as const) {
+    // On an OCM hub the addon is OCM's addon-manager's to delete (the cluster namespace goes with the cluster).
+    const ours = this.installer ? [['Lease', ADDON_NAME]] as const : [['ManagedClusterAddOn', ADDON_NAME], ['Lease', ADDON_NAME]] as const;
+    for (const [kind, name] of ours) {
       await this.opts.store.delete(kind, { name, namespace: cluster }).catch((err: unknown) => {
         if (!(err instanceof NotFoundError)) throw err;
       });
