@@ -119,7 +119,7 @@ describe('scripts/install-cli.sh (run by quickstart.sh)', () => {
       expect(login.code, login.stderr).toBe(0);
       expect(login.stdout).toContain('Usage: cluster-proxy COMMAND');
       const linked = login.stdout.split('\n')[0]!;
-      expect(readlinkOrNull(linked)).toBe(path.join(ROOT, 'client/dist/cli/main.js'));
+      expect(readlinkOrNull(linked)).toBe(path.join(ROOT, 'cli/dist/main.js'));
     } finally {
       // Put back what was there (the test must not change the machine).
       for (const [c, was] of before) {

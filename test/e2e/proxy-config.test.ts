@@ -15,7 +15,7 @@ import { createNetnsLab, netnsUnavailableReason, type NetnsLab } from '../src/fi
 import { startSquid, type SquidProxy } from '../src/fixtures/squid.js';
 import { CLI } from '../src/harness.js';
 
-const CA_FILE = new URL('../../client/src/cli/testdata/proxy-config/proxy-ca.crt', import.meta.url).pathname;
+const CA_FILE = new URL('../../cli/src/testdata/proxy-config/proxy-ca.crt', import.meta.url).pathname;
 
 describe('proxy-config set, join, render --cluster: one source of truth with the agent manifests', () => {
   let dir = '';
