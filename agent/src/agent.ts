@@ -19,7 +19,7 @@ const NEW_TUNNEL_GRACE_MS = 5000;
 
 export interface AgentOptions {
   cluster: string;
-  /** Install namespace; the agent registers `<cluster>.<namespace>` too (SPEC §4). */
+  /** Install namespace; the agent registers `<cluster>.<namespace>` too (contract §4). */
   namespace: string;
   /** host:port of the hub's agent listener. */
   hubAddress: string;

@@ -1,4 +1,4 @@
-// The install story (issue 14 item 1), as a new user meets it:
+// The install story, as a new user meets it:
 //  - `node scripts/pack.mjs` packs the CLI into one tarball; `npm install -g` of it with an empty cache and
 //    --offline (so every dependency must be inside) gives a working `cluster-proxy`;
 //  - with that installed command on PATH, every `cluster-proxy …` line of the README's "Register a cluster"

@@ -1,4 +1,4 @@
-// `cluster-proxy proxy-config` end to end (issue 15), with real processes:
+// `cluster-proxy proxy-config` end to end (docs/egress-proxy.md), with real processes:
 //  1. a hub on the embedded store: `proxy-config set` stores the install-wide settings, `join` records the
 //     cluster's facts, and `render --cluster` writes exactly the env the agent's install manifests carry;
 //  2. the rendered `env` file given to a real curl inside a network namespace with the cluster's addresses

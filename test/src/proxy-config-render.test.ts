@@ -1,4 +1,4 @@
-// `cluster-proxy proxy-config render` output checked by the programs and schemas that read it (issue 15):
+// `cluster-proxy proxy-config render` output checked by the programs and schemas that read it (docs/egress-proxy.md):
 // the drop-ins by systemd's own `systemd-analyze verify`, the kubeadm patches against Cluster API's
 // v1beta1 schema (the fields we write, transcribed in fixtures/schemas), the Kyverno policy against
 // Kyverno's CRD schema (`@kubernetes-models/kyverno`). The real CLI process renders each.

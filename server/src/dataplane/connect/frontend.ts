@@ -1,4 +1,4 @@
-// HTTP CONNECT frontend (SPEC §5, default port 8089): curl, kubectl's proxy-url, Python, Java —
+// HTTP CONNECT frontend (contract §5, default port 8089): curl, kubectl's proxy-url, Python, Java —
 // anything that speaks an HTTP proxy — reaches a managed cluster through the tunnel.
 //
 // Listeners: TLS (client certificates signed by the hub CA authenticate; agent certificates are
