@@ -11,7 +11,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT="$(mkdir -p "${1:-.cluster-proxy/image}" && cd "${1:-.cluster-proxy/image}" && pwd)"
-VERSION="$(node -p "require('./client/package.json').version")"
+VERSION="$(node -p "require('./cli/package.json').version")"
 TAG="${CLUSTER_PROXY_IMAGE:-localhost/cluster-proxy:$VERSION}"
 export STORAGE_DRIVER=vfs BUILDAH_ISOLATION=chroot
 

@@ -5,7 +5,7 @@
 # For a copy that does not depend on this checkout: node scripts/pack.mjs, then npm install -g the tarball.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-target="$PWD/client/dist/cli/main.js"
+target="$PWD/cli/dist/main.js"
 [ -f "$target" ] || { echo "install-cli: $target is missing; run pnpm build first" >&2; exit 1; }
 chmod +x "$target"
 bin="${CLUSTER_PROXY_BIN_DIR:-}"

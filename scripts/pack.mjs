@@ -13,18 +13,20 @@ import { fileURLToPath } from 'node:url';
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 const out = path.resolve(process.argv[2] ?? path.join(root, '.cluster-proxy', 'pack'));
-const WORKSPACE = ['proto', 'server', 'agent', 'client'];
+const WORKSPACE = ['proto', 'server', 'agent', 'client', 'cli'];
+/** The file each package's build must have produced. */
+const BUILT = { proto: 'index.js', server: 'index.js', agent: 'index.js', client: 'index.js', cli: 'main.js' };
 const readJson = (file) => JSON.parse(readFileSync(file, 'utf8'));
 
 for (const pkg of WORKSPACE) {
-  if (!existsSync(path.join(root, pkg, 'dist', 'index.js'))) {
+  if (!existsSync(path.join(root, pkg, 'dist', BUILT[pkg]))) {
     console.error(`pack: ${pkg}/dist is missing; run "pnpm build" first`);
     process.exit(1);
   }
 }
 
-const client = readJson(path.join(root, 'client', 'package.json'));
-const version = client.version;
+const cli = readJson(path.join(root, 'cli', 'package.json'));
+const version = cli.version;
 
 // Every npm dependency of the workspace packages, at the version installed here (what the tests ran).
 const external = {};
@@ -78,8 +80,7 @@ try {
   manifest.bundleDependencies = Object.keys(manifest.dependencies);
   writeFileSync(path.join(stage, 'package.json'), `${JSON.stringify(manifest, null, 2)}\n`);
   mkdirSync(path.join(stage, 'bin'));
-  // A relative import: the client package exports only its SDK, not the CLI file.
-  writeFileSync(path.join(stage, 'bin', 'cluster-proxy.js'), "#!/usr/bin/env node\nimport '../node_modules/@cluster-proxy/client/dist/cli/main.js';\n", { mode: 0o755 });
+  writeFileSync(path.join(stage, 'bin', 'cluster-proxy.js'), "#!/usr/bin/env node\nimport '@cluster-proxy/cli';\n", { mode: 0o755 });
   cpSync(path.join(root, 'README.md'), path.join(stage, 'README.md'));
 
   mkdirSync(out, { recursive: true });

@@ -19,4 +19,4 @@ if ! command -v kubectl >/dev/null 2>&1; then
   fi
   [ -x "$bin" ] && export CLUSTER_PROXY_KUBECTL="$PWD/$bin"
 fi
-exec node client/dist/cli/main.js quickstart "$@"
+exec node cli/dist/main.js quickstart "$@"

@@ -4,7 +4,7 @@ import { X509Certificate, randomUUID } from 'node:crypto';
 import { clusterHostNames, formatIdentifiers, emptyIdentifiers, splitHostPort, DEFAULT_CONNECTION_WINDOW, type AgentIdentifiers } from '@cluster-proxy/proto';
 import type { Logger } from 'pino';
 import { Backoff } from './backoff.js';
-import { MuxUnsupportedError } from '@cluster-proxy/proto';
+import { GrpcCallError, GrpcStatus, MuxRefusedError, MuxUnsupportedError } from '@cluster-proxy/proto';
 import type { AgentTransport, EgressOptions } from './links.js';
 import { proxyFromEnvironment, redactProxyUrl } from './no-proxy.js';
 import { ServerConnection, type ConnectionSummary } from './server-connection.js';
@@ -19,7 +19,7 @@ const NEW_TUNNEL_GRACE_MS = 5000;
 
 export interface AgentOptions {
   cluster: string;
-  /** Install namespace; the agent registers `<cluster>.<namespace>` too (SPEC §4). */
+  /** Install namespace; the agent registers `<cluster>.<namespace>` too (contract §4). */
   namespace: string;
   /** host:port of the hub's agent listener. */
   hubAddress: string;
@@ -246,7 +246,7 @@ export class Agent {
       await conn.ready();
     } catch (err) {
       this.attempt = null;
-      if (/^ALREADY_EXISTS\b/.test((err as Error).message)) {
+      if ((err instanceof MuxRefusedError && err.code === 'ALREADY_EXISTS') || (err instanceof GrpcCallError && err.code === GrpcStatus.ALREADY_EXISTS)) {
         // Our server recognised a replica we hold (before registering it): same as a duplicate.
         this.metrics.tunnelConnects.inc({ result: 'duplicate' });
         this.schedule(DUPLICATE_RETRY_MIN_MS + Math.random() * DUPLICATE_RETRY_JITTER_MS);

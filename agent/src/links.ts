@@ -32,7 +32,7 @@ export interface LinkOptions {
   keepaliveTimeoutMs: number;
   /** Aborts a link that is still being opened. */
   signal: AbortSignal;
-  /** Reach the hub through this HTTP(S) CONNECT proxy (SPEC §8). */
+  /** Reach the hub through this HTTP(S) CONNECT proxy (contract §8). */
   egress?: EgressOptions;
 }
 

@@ -1,4 +1,4 @@
-// Every Prometheus metric of the agent, names and help texts in one place (SPEC §9). ANP's names
+// Every Prometheus metric of the agent, names and help texts in one place (contract §9). ANP's names
 // (`konnectivity_network_proxy_agent_*`) where ANP has the metric, ours under `cluster_proxy_agent_*`.
 // One Registry per Agent (prometheus.ts: the agent's own small exposition writer, not prom-client, for
 // its memory). Labels hold values from small fixed sets only: never addresses, server IDs or connection IDs.

@@ -1,5 +1,5 @@
 // `cluster-proxy noproxy check` and `noproxy explain`: audits a NO_PROXY value against a cluster's
-// facts. Pure functions plus text formatters; the CLI lives in client/src/cli/noproxy.ts.
+// facts. Pure functions plus text formatters; the CLI lives in cli/src/noproxy.ts.
 //
 // Three kinds of findings:
 //   - in-cluster traffic that would wrongly go through the proxy (pod/service CIDRs, the cluster

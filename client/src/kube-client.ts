@@ -8,13 +8,19 @@ import { joinHostPort } from '@cluster-proxy/proto';
 import { TunnelHttpAgent, TunnelHttpsAgent } from './http-agent.js';
 import type { Tunnel } from './tunnel.js';
 
+/** What undici passes to a connector for each new connection. */
 export interface ConnectorOptions {
+  /** Host to dial through the tunnel. */
   hostname: string;
+  /** Port, empty for the protocol's default. */
   port: string;
+  /** `http:` or `https:`. */
   protocol: string;
+  /** TLS server name, when it differs from `hostname`. */
   servername?: string;
 }
 
+/** How a connector hands undici the connected socket, or the error. */
 export type ConnectorCallback = (...args: [null, Duplex] | [Error, null]) => void;
 
 /**
@@ -56,6 +62,7 @@ export function tunnelConnector(tunnel: Tunnel, tlsOptions: tls.ConnectionOption
 
 /** The part of @kubernetes/client-node 1.x's KubeConfig that picks the agent for a request. */
 export interface AgentPickingKubeConfig {
+  /** Returns the agent for requests to `cluster`; {@link routeKubeConfigThroughTunnel} replaces it. */
   createAgent(cluster: { server?: string } | null | undefined, agentOptions: https.AgentOptions): http.Agent;
 }
 

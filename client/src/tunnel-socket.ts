@@ -8,6 +8,7 @@ import { MAX_DATA_CHUNK, PacketType, chunks, classifyDialError, packets, type Pa
 import { TunnelError } from './errors.js';
 import type { Leg, LegFactory } from './legs.js';
 
+/** Options of one dial ({@link Tunnel.connect}, {@link Tunnel.dial}). */
 export interface ConnectOptions {
   /** Abort a pending dial (reason `context`) or an open connection. */
   signal?: AbortSignal;
@@ -27,8 +28,16 @@ function randomDialID(): bigint {
   return randomBytes(8).readBigUInt64BE() >> 1n;
 }
 
+/**
+ * One tunneled TCP connection, shaped like `net.Socket`: a Duplex with backpressure both ways,
+ * half-close (`end()`; with our hub the other side still sends its reply), `setTimeout` and
+ * `destroy`, so HTTP clients and TLS run over it. Made by {@link Tunnel.connect} and {@link Tunnel.dial}.
+ * Connection states: connecting, then open, then closed.
+ */
 export class TunnelSocket extends Duplex {
+  /** The `host:port` this connection was dialed to. */
   readonly destination: string;
+  /** True until the agent reached the destination, as for `net.Socket`. */
   connecting = true;
   private state: SocketState = 'connecting';
   private connectID = 0;
@@ -42,8 +51,12 @@ export class TunnelSocket extends Duplex {
   private pendingWrite: { chunk: Buffer; callback: (err?: Error | null) => void } | null = null;
   private pendingFinal: ((err?: Error | null) => void) | null = null;
   private readonly signal: AbortSignal | undefined;
+  /** Bytes received from the destination. */
   bytesRead = 0;
+  /** Bytes sent towards the destination. */
   bytesWritten = 0;
+
+  /** @internal Made by Tunnel.connect. */
 
   constructor(destination: string, opts: ConnectOptions = {}, onSettled?: (s: TunnelSocket) => void) {
     super({ allowHalfOpen: opts.allowHalfOpen ?? false, readableHighWaterMark: 256 * 1024, writableHighWaterMark: 256 * 1024 });
@@ -56,7 +69,7 @@ export class TunnelSocket extends Duplex {
     else this.signal?.addEventListener('abort', this.onAbort, { once: true });
   }
 
-  /** Starts the dial on a leg from `factory` (the tunnel calls this once its transport is ready). */
+  /** @internal Starts the dial on a leg from `factory` (the tunnel calls this once its transport is ready). */
   attach(factory: LegFactory): void {
     if (this.state !== 'connecting' || this.leg) return;
     this.leg = factory.open(this.random, {
@@ -72,7 +85,7 @@ export class TunnelSocket extends Duplex {
     this.leg.send(packets.dialRequest(this.destination, this.random));
   }
 
-  /** The transport could not be set up: fail like a dial would. */
+  /** @internal The transport could not be set up: fail like a dial would. */
   failToStart(err: TunnelError): void {
     if (this.state === 'closed') return;
     this.clearDialTimer();
@@ -82,14 +95,17 @@ export class TunnelSocket extends Duplex {
 
   // ------------------------------------------------------------ net.Socket look-alike
 
+  /** True while the dial is in progress, as for `net.Socket`. */
   get pending(): boolean {
     return this.state === 'connecting';
   }
 
+  /** The destination `host:port` (the real peer is behind the agent). */
   get remoteAddress(): string {
     return this.destination;
   }
 
+  /** Emits `timeout` after `ms` without traffic either way (0 turns it off), as for `net.Socket`; the connection stays open. */
   setTimeout(ms: number, callback?: () => void): this {
     this.idleMs = ms;
     if (callback) this.once('timeout', callback);
@@ -97,22 +113,27 @@ export class TunnelSocket extends Duplex {
     return this;
   }
 
+  /** Accepted for `net.Socket` compatibility; every write is sent at once anyway. */
   setNoDelay(_noDelay?: boolean): this {
     return this; // every write is sent at once
   }
 
+  /** Accepted for `net.Socket` compatibility; the transport to the hub keeps itself alive. */
   setKeepAlive(_enable?: boolean, _delay?: number): this {
     return this; // the transport keeps itself alive
   }
 
+  /** Accepted for `net.Socket` compatibility; has no effect. */
   ref(): this {
     return this;
   }
 
+  /** Accepted for `net.Socket` compatibility; has no effect. */
   unref(): this {
     return this;
   }
 
+  /** An empty object: the local end of a tunneled connection has no address of its own. */
   address(): Record<string, never> {
     return {};
   }
@@ -175,10 +196,12 @@ export class TunnelSocket extends Duplex {
 
   // ------------------------------------------------------------ Duplex plumbing
 
+  /** @internal */
   override _read(): void {
     this.leg?.resumeReading();
   }
 
+  /** @internal */
   override _write(chunk: Buffer, _enc: BufferEncoding, callback: (err?: Error | null) => void): void {
     if (this.state === 'connecting') {
       this.pendingWrite = { chunk, callback };
@@ -208,6 +231,7 @@ export class TunnelSocket extends Duplex {
     else leg.whenWritable(() => callback());
   }
 
+  /** @internal */
   override _final(callback: (err?: Error | null) => void): void {
     if (this.state === 'connecting') {
       this.pendingFinal = callback;
@@ -236,6 +260,7 @@ export class TunnelSocket extends Duplex {
     }
   }
 
+  /** @internal */
   override _destroy(err: Error | null, callback: (err?: Error | null) => void): void {
     this.cleanupTimers();
     this.signal?.removeEventListener('abort', this.onAbort);

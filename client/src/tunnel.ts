@@ -9,14 +9,22 @@ import { MuxUnsupportedError } from '@cluster-proxy/proto';
 import { MuxLegFactory } from './mux-session.js';
 import { TunnelSocket, type ConnectOptions } from './tunnel-socket.js';
 
+/**
+ * How a {@link Tunnel} talks to the hub: `mux` multiplexes every connection over one TLS connection
+ * (our framed transport, per-connection credit); `grpc` opens one ANP `Proxy` stream per connection;
+ * `auto` tries `mux` and falls back to `grpc` against a hub that does not offer it.
+ */
 export type TunnelTransport = 'auto' | 'mux' | 'grpc';
 
+/** Where the hub's client frontend is and how to authenticate to it. */
 export interface TunnelOptions {
   /** `host:port` of the hub's client frontend (mTLS), or `unix:///path/to.sock` (plain gRPC). */
   address: string;
   /** PEM contents; required for TCP, ignored for a Unix socket. */
   caCert?: Buffer;
+  /** PEM client certificate signed by the hub CA (a hub user's, not an agent's); required for TCP. */
   cert?: Buffer;
+  /** PEM private key of `cert`; required for TCP. */
   key?: Buffer;
   /** TLS name to verify instead of the address host. */
   serverName?: string;
@@ -24,6 +32,12 @@ export interface TunnelOptions {
   transport?: TunnelTransport;
 }
 
+/**
+ * A reusable tunnel to the hub's client frontend, from which connections to services inside managed
+ * clusters are dialed. Against our hub every connection shares one multiplexed TLS connection; against
+ * any other ANP-compatible hub each connection gets its own gRPC `Proxy` stream on one HTTP/2 connection.
+ * Nothing is connected until the first dial.
+ */
 export class Tunnel {
   private readonly client: GrpcClient;
   private readonly grpcLegs: GrpcLegFactory;
@@ -32,6 +46,11 @@ export class Tunnel {
   private readonly open = new Set<TunnelSocket>();
   private closed = false;
 
+  /**
+   * A tunnel to the hub at `opts.address`; it connects on the first dial.
+   * @param opts Where the hub is and the credentials to present.
+   * @throws Error when a TCP address comes without `caCert`, `cert` and `key`.
+   */
   constructor(readonly opts: TunnelOptions) {
     const uds = opts.address.startsWith('unix:');
     if (!uds && (!opts.caCert || !opts.cert || !opts.key)) throw new Error(`connecting to ${opts.address} over TCP needs caCert, cert and key (mTLS)`);
@@ -50,7 +69,11 @@ export class Tunnel {
     this.mux = this.transport === 'grpc' ? null : new MuxLegFactory({ address: opts.address, caCert: opts.caCert!, cert: opts.cert!, key: opts.key!, serverName: opts.serverName });
   }
 
-  /** Like net.connect: returns at once, emits 'connect' when the agent reached the destination. */
+  /**
+   * Like `net.connect`: returns at once; the socket emits `connect` when the agent reached the
+   * destination, or `error` with a {@link TunnelError}. Writes made before then wait for the dial.
+   * @param destination `host:port` as the agent should dial it, e.g. `cluster1:443` for cluster1's apiserver.
+   */
   connect(destination: string, opts: ConnectOptions = {}): TunnelSocket {
     const socket = new TunnelSocket(destination, opts, (s) => this.open.delete(s));
     if (this.closed) {
@@ -65,7 +88,10 @@ export class Tunnel {
     return socket;
   }
 
-  /** Resolves with an open connection, or rejects with a TunnelError. */
+  /**
+   * Dials and waits: resolves with an open connection, or rejects with a {@link TunnelError}.
+   * @param destination `host:port` as the agent should dial it, e.g. `cluster1:443`.
+   */
   async dial(destination: string, opts: ConnectOptions = {}): Promise<TunnelSocket> {
     if (this.closed) throw new TunnelError('tunnelclosed', destination, `tunnel is closed; cannot dial ${destination}`);
     const socket = this.connect(destination, opts);
@@ -91,6 +117,7 @@ export class Tunnel {
     return socket;
   }
 
+  /** Connections of this tunnel that are dialing or open. */
   get openConnections(): number {
     return this.open.size;
   }

@@ -1,6 +1,7 @@
 // Per-connection flow control for connections multiplexed over one AgentService.Connect stream.
 //
-// ANP has none: a slow reader on one connection stalls the shared stream (ANP #180, #881). With the
+// ANP has none: a slow reader on one connection stalls the shared stream (ANP's issues
+// https://github.com/kubernetes-sigs/apiserver-network-proxy/issues/180 and …/issues/881). With the
 // "credit" capability each side may have at most `window` unacknowledged bytes in flight per
 // connection; the receiver returns credit as bytes leave its process. The shared stream is then
 // always read at once, so HTTP/2 never stalls it on behalf of one connection. See proto/README.md.

@@ -2,6 +2,7 @@ import { once } from 'node:events';
 import net from 'node:net';
 import { afterEach, describe, expect, it } from 'vitest';
 import { FramedPacketStream, FrameError, type Hello } from './framing.js';
+import { MuxRefusedError, refusalHello, refusalOf } from './mux-connect.js';
 import { encodePacketParts, encodePacket } from './codec.js';
 import { PacketType, packets, type Packet } from './packet.js';
 
@@ -140,5 +141,27 @@ describe('FramedPacketStream', () => {
     sb.resume();
     await new Promise((r) => setTimeout(r, 50));
     expect(got).toEqual([1, 2, 3, 4, 5]);
+  });
+});
+
+describe('refusal hello', () => {
+  it('carries a typed code across the wire, and the message reads CODE: text', async () => {
+    const { a, b } = await pair();
+    const sender = new FramedPacketStream(a, 1 << 20);
+    const receiver = new FramedPacketStream(b, 1 << 20);
+    const got = once(receiver, 'hello') as Promise<[Hello]>;
+    sender.sendHello(refusalHello('ALREADY_EXISTS', 'agent already holds a stream to server s1'));
+    const [hello] = await got;
+    const refused = refusalOf(hello);
+    expect(refused).toBeInstanceOf(MuxRefusedError);
+    expect(refused?.code).toBe('ALREADY_EXISTS');
+    expect(refused?.details).toBe('agent already holds a stream to server s1');
+    expect(refused?.message).toBe('ALREADY_EXISTS: agent already holds a stream to server s1');
+  });
+
+  it('is null for a metadata hello, UNKNOWN for a code it does not know', () => {
+    expect(refusalOf({ serverID: ['s1'] })).toBeNull();
+    expect(refusalOf({ error: ['no'], code: ['TEAPOT'] })?.code).toBe('UNKNOWN');
+    expect(refusalOf({ error: ['no'] })?.code).toBe('UNKNOWN');
   });
 });

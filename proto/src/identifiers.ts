@@ -51,7 +51,7 @@ export function serviceProxyHost(cluster: string): string {
   return `cluster-${createHash('sha256').update(cluster).digest('hex').slice(0, 48)}.open-cluster-management.proxy`;
 }
 
-/** The host identifiers an agent of cluster C installed in namespace N registers (SPEC §4). */
+/** The host identifiers an agent of cluster C installed in namespace N registers (contract §4). */
 export function clusterHostNames(cluster: string, namespace: string): string[] {
   return [cluster, `${cluster}.${namespace}`, serviceProxyHost(cluster)];
 }

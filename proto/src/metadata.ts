@@ -5,7 +5,7 @@ export const MD_AGENT_IDENTIFIERS = 'agentidentifiers';
 export const MD_SERVER_ID = 'serverid';
 export const MD_SERVER_COUNT = 'servercount';
 
-// Extensions (SPEC §3): unknown metadata is ignored by ANP peers, so these are safe to send.
+// Extensions (contract §3): unknown metadata is ignored by ANP peers, so these are safe to send.
 /** Comma-separated capabilities the sender supports; the server answers with the ones in effect. */
 export const MD_CAPABILITIES = 'cluster-proxy-capabilities';
 /** Per-connection receive window (bytes) the sender grants its peer when "credit" is in effect. */

@@ -26,7 +26,37 @@ export class MuxUnsupportedError extends Error {
   override name = 'MuxUnsupportedError';
 }
 
-/** Resolves with the open stream and the server's hello; a hello carrying `error` rejects. */
+/** Why a server refused a mux hello: a gRPC status name, as the gRPC transport would report it. */
+export type MuxRefusalCode = 'UNAVAILABLE' | 'UNAUTHENTICATED' | 'INVALID_ARGUMENT' | 'PERMISSION_DENIED' | 'ALREADY_EXISTS' | 'UNKNOWN';
+
+const REFUSAL_CODES: ReadonlySet<string> = new Set<MuxRefusalCode>(['UNAVAILABLE', 'UNAUTHENTICATED', 'INVALID_ARGUMENT', 'PERMISSION_DENIED', 'ALREADY_EXISTS', 'UNKNOWN']);
+
+/** Hello keys of a refusal: `error` holds the text, `code` the MuxRefusalCode. */
+export const HELLO_ERROR = 'error';
+export const HELLO_ERROR_CODE = 'code';
+
+/** The hello a server sends instead of its metadata when it refuses the peer. */
+export function refusalHello(code: MuxRefusalCode, message: string): Hello {
+  return { [HELLO_ERROR]: [message], [HELLO_ERROR_CODE]: [code] };
+}
+
+/** The server answered the hello with a refusal. The message reads `CODE: text`. */
+export class MuxRefusedError extends Error {
+  override name = 'MuxRefusedError';
+  constructor(readonly code: MuxRefusalCode, readonly details: string) {
+    super(`${code}: ${details}`);
+  }
+}
+
+/** The refusal a hello carries, or null when it is the server's metadata. */
+export function refusalOf(hello: Hello): MuxRefusedError | null {
+  const details = hello[HELLO_ERROR]?.[0];
+  if (details === undefined) return null;
+  const code = hello[HELLO_ERROR_CODE]?.[0];
+  return new MuxRefusedError(code !== undefined && REFUSAL_CODES.has(code) ? (code as MuxRefusalCode) : 'UNKNOWN', details);
+}
+
+/** Resolves with the open stream and the server's hello; a hello carrying a refusal rejects with MuxRefusedError. */
 export function connectMux(opts: MuxConnectOptions): Promise<{ stream: FramedPacketStream; hello: Hello }> {
   const hp = splitHostPort(opts.address);
   if (!hp) return Promise.reject(new Error(`address "${opts.address}" is not HOST:PORT`));
@@ -65,9 +95,9 @@ export function connectMux(opts: MuxConnectOptions): Promise<{ stream: FramedPac
       const stream = new FramedPacketStream(socket, MAX_MESSAGE_BYTES);
       stream.once('error', (err: Error) => fail(err));
       stream.once('hello', (hello: Hello) => {
-        const error = hello['error']?.[0];
-        if (error) {
-          fail(new Error(error));
+        const refused = refusalOf(hello);
+        if (refused) {
+          fail(refused);
           return;
         }
         if (settled) return;

@@ -1,4 +1,4 @@
-// The agent PROCESS behind a corporate egress proxy (issue 5, SPEC §8): real `cluster-proxy agent` and
+// The agent PROCESS behind a corporate egress proxy (contract §8): real `cluster-proxy agent` and
 // `cluster-proxy hub` processes, a real squid. The agent decides proxy/direct from HTTPS_PROXY/NO_PROXY
 // (process env, Go's rules), logs `egress: ...` once, and reaches the hub through a CONNECT tunnel.
 //

@@ -44,7 +44,7 @@ const canReset = (p: PathName): boolean => p !== 'connect-uds';
 const NO_RST = 'EOF (no RST on UDS)';
 /**
  * Uploads killed together. Eight concurrent uploads through one gRPC agent stall before the kill
- * (the hub waits for credit the agent never sends; issue 13 replaces that transport), so uploads
+ * (the hub waited for credit the agent never sent, first seen with grpc-js before our own gRPC on node:http2 replaced it), so uploads
  * are killed in pairs.
  */
 const UPLOAD_GROUP = Number(process.env['MATRIX_UPLOAD_GROUP'] ?? 2);

@@ -1,4 +1,4 @@
-// The OCI image (issue 14 item 2), built and run without a Docker daemon: `scripts/build-image.sh` (buildah,
+// The OCI image (deploy/README.md), built and run without a Docker daemon: `scripts/build-image.sh` (buildah,
 // vfs storage, chroot isolation, FROM scratch with this machine's Node runtime and the packed CLI), then
 // the image is run with `buildah run`: `--help` as the image's user, and an agent inside it that connects
 // to a real hub on the host and carries an echo through the tunnel.

@@ -1,4 +1,4 @@
-// The install story (issue 14 item 1), as a new user meets it:
+// The install story, as a new user meets it:
 //  - `node scripts/pack.mjs` packs the CLI into one tarball; `npm install -g` of it with an empty cache and
 //    --offline (so every dependency must be inside) gives a working `cluster-proxy`;
 //  - with that installed command on PATH, every `cluster-proxy …` line of the README's "Register a cluster"
@@ -119,7 +119,7 @@ describe('scripts/install-cli.sh (run by quickstart.sh)', () => {
       expect(login.code, login.stderr).toBe(0);
       expect(login.stdout).toContain('Usage: cluster-proxy COMMAND');
       const linked = login.stdout.split('\n')[0]!;
-      expect(readlinkOrNull(linked)).toBe(path.join(ROOT, 'client/dist/cli/main.js'));
+      expect(readlinkOrNull(linked)).toBe(path.join(ROOT, 'cli/dist/main.js'));
     } finally {
       // Put back what was there (the test must not change the machine).
       for (const [c, was] of before) {

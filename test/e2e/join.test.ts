@@ -1,4 +1,4 @@
-// Issue 6's "done when", as a user types it: `cluster-proxy hub` (embedded store, its own PKI),
+// Registering a cluster, as a user types it: `cluster-proxy hub` (embedded store, its own PKI),
 // `cluster-proxy join c1`, the agent started from the printed line → `get managedclusteraddons -A`
 // says Available True; the agent killed → False within the hub's tunnel-loss window; back → True.
 // Plus registration's error paths seen from the command line.

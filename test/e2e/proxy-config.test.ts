@@ -1,4 +1,4 @@
-// `cluster-proxy proxy-config` end to end (issue 15), with real processes:
+// `cluster-proxy proxy-config` end to end (docs/egress-proxy.md), with real processes:
 //  1. a hub on the embedded store: `proxy-config set` stores the install-wide settings, `join` records the
 //     cluster's facts, and `render --cluster` writes exactly the env the agent's install manifests carry;
 //  2. the rendered `env` file given to a real curl inside a network namespace with the cluster's addresses
@@ -15,7 +15,7 @@ import { createNetnsLab, netnsUnavailableReason, type NetnsLab } from '../src/fi
 import { startSquid, type SquidProxy } from '../src/fixtures/squid.js';
 import { CLI } from '../src/harness.js';
 
-const CA_FILE = new URL('../../client/src/cli/testdata/proxy-config/proxy-ca.crt', import.meta.url).pathname;
+const CA_FILE = new URL('../../cli/src/testdata/proxy-config/proxy-ca.crt', import.meta.url).pathname;
 
 describe('proxy-config set, join, render --cluster: one source of truth with the agent manifests', () => {
   let dir = '';

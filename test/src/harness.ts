@@ -9,7 +9,7 @@ import { Tunnel, type TunnelTransport } from '@cluster-proxy/client';
 import { createCA, issueAgentCert, issueClientCert, issueServerCert, writePemPair, type PemPair } from '@cluster-proxy/server';
 import { spawnProcess, waitFor, type ManagedProcess } from './fixtures/index.js';
 
-export const CLI = fileURLToPath(new URL('../../client/dist/cli/main.js', import.meta.url));
+export const CLI = fileURLToPath(new URL('../../cli/dist/main.js', import.meta.url));
 
 export interface CertFiles {
   certPath: string;

@@ -1,4 +1,4 @@
-// `cluster-proxy proxy-config render` output checked by the programs and schemas that read it (issue 15):
+// `cluster-proxy proxy-config render` output checked by the programs and schemas that read it (docs/egress-proxy.md):
 // the drop-ins by systemd's own `systemd-analyze verify`, the kubeadm patches against Cluster API's
 // v1beta1 schema (the fields we write, transcribed in fixtures/schemas), the Kyverno policy against
 // Kyverno's CRD schema (`@kubernetes-models/kyverno`). The real CLI process renders each.
@@ -15,7 +15,7 @@ import { runCommand } from './fixtures/index.js';
 import { CLI } from './harness.js';
 
 const SCHEMA_FILE = fileURLToPath(new URL('../../test/src/fixtures/schemas/capi-kubeadm-v1beta1.schema.json', import.meta.url));
-const CA_FILE = fileURLToPath(new URL('../../client/src/cli/testdata/proxy-config/proxy-ca.crt', import.meta.url));
+const CA_FILE = fileURLToPath(new URL('../../cli/src/testdata/proxy-config/proxy-ca.crt', import.meta.url));
 /** A password with characters systemd (%), YAML (:#) and the shell (') treat specially. */
 const PASSWORD = "p%w:d#'x";
 const INPUT = [
@@ -76,7 +76,7 @@ describe('systemd drop-ins', () => {
   });
 
   it('says why when systemd-analyze is missing here', () => {
-    if (!analyze) console.warn('systemd-analyze not installed: the drop-ins are checked by the systemd-style parser in client/src/cli/proxy-config.test.ts only');
+    if (!analyze) console.warn('systemd-analyze not installed: the drop-ins are checked by the systemd-style parser in cli/src/proxy-config.test.ts only');
     expect(true).toBe(true);
   });
 });

@@ -1,4 +1,4 @@
-// One conformance suite for every Store implementation (SPEC §6): registers vitest blocks for a
+// One conformance suite for every Store implementation (contract §6): registers vitest blocks for a
 // factory. Run from test/e2e/store-embedded.test.ts and test/e2e/store-kubernetes.test.ts.
 import { afterEach, describe, expect, it } from 'vitest';
 import {

@@ -49,7 +49,7 @@ function available(i: ClusterHealthInput): ConditionSpec {
   if (i.mode === 'tunnel') {
     if (i.tunnels > 0) {
       if (i.lease && leaseFresh(i.lease, i.now)) return ok;
-      // OCM's reasons only (SPEC §6: tools key on them); the message says it is the tunnel that decided.
+      // OCM's reasons only (contract §6: tools key on them); the message says it is the tunnel that decided.
       return { type: 'Available', status: 'True', reason: 'ManagedClusterAddOnLeaseUpdated', message: `cluster-proxy add-on is available: ${i.tunnels} agent tunnel(s) connected to the hub; the lease is ${i.lease ? 'not renewed yet' : 'not created yet'}.` };
     }
     if (i.tunnelDownSince !== null && i.now - i.tunnelDownSince >= i.tunnelLossGraceMs) {

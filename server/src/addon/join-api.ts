@@ -14,7 +14,7 @@ export interface JoinRequest {
   serverName?: string;
   image?: string;
   agentReplicas?: number;
-  /** Cluster-specific NO_PROXY facts (SPEC §8). */
+  /** Cluster-specific NO_PROXY facts (contract §8). */
   podCidr?: string;
   serviceCidr?: string;
   clusterDomain?: string;

@@ -1,4 +1,4 @@
-// The agent's install manifests for one managed cluster (SPEC §4, §8), with OCM's names where OCM has
+// The agent's install manifests for one managed cluster (contract §4, §8), with OCM's names where OCM has
 // them: Namespace, ServiceAccount, Role/RoleBinding (its lease and its credentials Secret), the hub CA
 // and bootstrap Secrets, the agent Deployment (proxy env on every container, probes on the health
 // port, locked-down security context, node placement) and the ExternalName Service CLUSTER → the

@@ -4,6 +4,7 @@
 import {
   CAP_CREDIT, CAP_HALF_CLOSE, CAP_SERVER_DRAIN, MD_AGENT_ID, MD_HELD_SERVERS, MD_AGENT_IDENTIFIERS, MD_CAPABILITIES, MD_SERVER_COUNT, MD_SERVER_ID, MD_WINDOW,
   parseCapabilities, parseIdentifiers, serviceProxyHost, type AgentIdentifiers, type FramedPacketStream, type Hello, type Packet,
+  refusalHello, type MuxRefusalCode,
 } from '@cluster-proxy/proto';
 import type { Logger } from 'pino';
 import type { PeerCertificate, TLSSocket } from 'node:tls';
@@ -61,7 +62,7 @@ export function checkIdentifiers(cluster: string, ids: AgentIdentifiers, grant: 
   if (ids.defaultRoute && !grant?.defaultRoute) throw new IdentityError(`agent of cluster "${cluster}" may not register default-route: not granted by the hub`);
 }
 
-export type Refusal = { code: 'UNAVAILABLE' | 'UNAUTHENTICATED' | 'INVALID_ARGUMENT' | 'PERMISSION_DENIED' | 'ALREADY_EXISTS'; message: string };
+export type Refusal = { code: Exclude<MuxRefusalCode, 'UNKNOWN'>; message: string };
 
 export interface Admission {
   backend: Omit<AgentBackendOptions, 'log'>;
@@ -154,7 +155,7 @@ export function onMuxAgentHello(opts: AgentListenerOptions, keepalive: { interva
     if (!('headers' in result)) {
       opts.log[result.code === 'ALREADY_EXISTS' ? 'debug' : 'warn']({ peer, code: result.code }, `agent refused: ${result.message}`);
       opts.core.metrics.agentRefusals.inc({ code: result.code });
-      stream.sendHello({ error: [`${result.code}: ${result.message}`] });
+      stream.sendHello(refusalHello(result.code, result.message));
       stream.end();
       return;
     }

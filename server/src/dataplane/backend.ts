@@ -250,7 +250,6 @@ export class AgentBackend implements Routable, ConnectionBackend {
     }
   };
 
-  /** Ends the stream (if still open) and fails every pending and open connection at once. */
   /** Shutdown notice to an agent that negotiated it: it stops counting this replica and finds the others. */
   sendServerDrain(): boolean {
     if (this.closedFlag || !this.serverDrain) return false;
@@ -258,6 +257,7 @@ export class AgentBackend implements Routable, ConnectionBackend {
     return true;
   }
 
+  /** Ends the stream (if still open) and fails every pending and open connection at once. */
   close(why: string, status?: GrpcStatusError): void {
     if (this.closedFlag) return;
     this.closedFlag = true;

@@ -1,5 +1,6 @@
-// What the proxy core needs from a client-facing leg (the gRPC Proxy stream now, HTTP CONNECT
-// later). Bytes towards the client go through `sink` so its backpressure reaches the agent as credit.
+// What the proxy core needs from a client-facing leg (a gRPC Proxy stream, a connection of our mux
+// transport, an HTTP CONNECT connection). Bytes towards the client go through `sink` so its backpressure
+// reaches the agent as credit.
 import type { ByteSink, DialFailureReason } from '@cluster-proxy/proto';
 
 export interface Frontend {

@@ -1,4 +1,4 @@
-// Every Prometheus metric of the proxy server, names and help texts in one place (SPEC §9).
+// Every Prometheus metric of the proxy server, names and help texts in one place (contract §9).
 // ANP's names (`konnectivity_network_proxy_server_*`) where ANP has the metric, with ANP's labels and
 // label values; ours under `cluster_proxy_server_*`. One Registry per ProxyServer (never prom-client's
 // global one), so two servers in one process (tests) do not collide. Labels only ever hold values

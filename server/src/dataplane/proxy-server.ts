@@ -7,7 +7,7 @@ import path from 'node:path';
 import {
   DEFAULT_CONNECTION_WINDOW, FRONTEND_STREAM_WINDOW, HTTP2_CONNECTION_WINDOW, HTTP2_STREAM_WINDOW, MAX_MESSAGE_BYTES, AGENT_CONNECT_PATH, PROXY_PATH,
   type FramedPacketStream, type Hello, type Packet,
-  HealthChecks, type HealthCheck,
+  HealthChecks, type HealthCheck, MuxRefusedError, refusalHello,
 } from '@cluster-proxy/proto';
 import type { Logger } from 'pino';
 import { makeAgentConnectHandler, onMuxAgentHello, type AgentListenerOptions, type Grant } from './agent-listener.js';
@@ -182,9 +182,11 @@ export class ProxyServer {
   /** A client of our SDK over the multiplexed transport. */
   private readonly onMuxClient = (stream: FramedPacketStream, _hello: Hello, socket: TLSSocket, peer: string): void => {
     if (!this.accepting || clusterFromSubject(socket.getPeerCertificate().subject)) {
-      const why = this.accepting ? 'PERMISSION_DENIED: agent certificates may not use the client frontend' : 'UNAVAILABLE: server is shutting down';
-      this.opts.log.warn({ peer }, `client refused: ${why}`);
-      stream.sendHello({ error: [why] });
+      const refusal = this.accepting
+        ? new MuxRefusedError('PERMISSION_DENIED', 'agent certificates may not use the client frontend')
+        : new MuxRefusedError('UNAVAILABLE', 'server is shutting down');
+      this.opts.log.warn({ peer }, `client refused: ${refusal.message}`);
+      stream.sendHello(refusalHello(refusal.code, refusal.details));
       stream.end();
       return;
     }

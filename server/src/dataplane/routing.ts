@@ -1,4 +1,4 @@
-// Which agent stream a dial goes to (SPEC §4): the destination host as an exact host/ipv4/ipv6
+// Which agent stream a dial goes to (contract §4): the destination host as an exact host/ipv4/ipv6
 // identifier ("destHost"), then agents whose cidr= identifiers contain an IP destination, then
 // default-route agents. Among candidates: skip draining agents, then pick the fewest open
 // connections (ANP picks at random).

@@ -1,5 +1,5 @@
 // `cluster-proxy proxy-config render`: the egress-proxy settings a whole managed cluster needs, not only
-// the agent (issue 15). containerd must pull images through the proxy, kubelet and kubeadm need it, and
+// the agent (docs/egress-proxy.md). containerd must pull images through the proxy, kubelet and kubeadm need it, and
 // every pod that talks outside needs a NO_PROXY with the cluster's own ranges. The values are the agent's
 // (proxy-settings.ts merges the install-wide ADC `proxyConfig` with the cluster part, in the same order and
 // de-duplication); this file only writes them in the shape each consumer reads. Pure functions: no I/O.

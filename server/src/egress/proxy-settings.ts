@@ -1,4 +1,4 @@
-// The agent's egress-proxy settings as the hub renders them (SPEC §8, issue 5 item 3): the install-wide
+// The agent's egress-proxy settings as the hub renders them (contract §8): the install-wide
 // proxy config (OCM's `AddOnDeploymentConfig.spec.proxyConfig`: httpProxy, httpsProxy, noProxy, caBundle)
 // plus what is specific to one cluster (pod and service CIDRs, cluster DNS domain, apiserver ClusterIP,
 // cloud metadata endpoints) merged into one NO_PROXY list, and rendered as upper- and lower-case env vars

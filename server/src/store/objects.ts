@@ -1,4 +1,4 @@
-// The hub's objects, with OCM's group/version/kind names and the fields we use (SPEC §6). Both stores
+// The hub's objects, with OCM's group/version/kind names and the fields we use (contract §6). Both stores
 // hold exactly these shapes, so a `kubectl get -o yaml` of the Kubernetes store and a
 // `cluster-proxy get -o yaml` of the embedded one look the same.
 

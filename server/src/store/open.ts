@@ -1,4 +1,4 @@
-// One entry point for the hub: the store named by its configuration (SPEC §6).
+// One entry point for the hub: the store named by its configuration (contract §6).
 import { join } from 'node:path';
 import { openEmbeddedStore, type EmbeddedStoreOptions } from './embedded.js';
 import type { Store } from './store.js';

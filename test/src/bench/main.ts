@@ -17,7 +17,7 @@ const USAGE = `Usage: pnpm bench [-- flags]   (or: node test/dist/bench/main.js 
 Runs every scenario against five paths on 127.0.0.1 - direct TCP, an OpenSSH "ssh -R" reverse
 tunnel, and cluster-proxy: "tunnel" (SDK -> hub -> agent over our mux transport), "tunnel-grpc"
 (the same over ANP's gRPC) and "connect" (HTTP CONNECT over TLS to the hub, mux agent) - and
-prints a table and issue 3's goals.
+prints a table and the goals of docs/goals.md.
 
 Flags:
   --json FILE          also write the figures as JSON to FILE

@@ -26,7 +26,7 @@ import { findSshTools, startSshd, startSshTunnel, type Sshd, type SshTools } fro
 export type PathName = 'direct' | 'ssh' | 'tunnel' | 'tunnel-grpc' | 'connect' | 'forward';
 export const PATH_NAMES: readonly PathName[] = ['direct', 'ssh', 'tunnel', 'tunnel-grpc', 'connect', 'forward'];
 export const PATH_LABELS: Readonly<Record<PathName, string>> = { direct: 'direct', ssh: 'ssh -R', tunnel: 'tunnel', 'tunnel-grpc': 'tunnel-grpc', connect: 'connect', forward: 'forward' };
-/** Our paths: the ones issue 3's goals are checked for (forward has its own goal: against the SDK path). */
+/** Our paths: the ones the goals of docs/goals.md are checked for (forward has its own goal: against the SDK path). */
 export const OUR_PATHS: readonly PathName[] = ['tunnel', 'tunnel-grpc', 'connect'];
 /** The columns of the goals table. */
 export const GOAL_PATHS: readonly PathName[] = ['tunnel', 'tunnel-grpc', 'connect', 'forward'];

@@ -1,4 +1,4 @@
-// Turning results into the printed table and the --json document, and checking issue 3's goals.
+// Turning results into the printed table and the --json document, and checking the goals of docs/goals.md.
 import { GOAL_PATHS, OUR_PATHS, PATH_LABELS, PATH_NAMES, type PathName } from './paths.js';
 
 export interface ResultRow {
@@ -23,7 +23,7 @@ export interface BenchReport {
   results: ResultRow[];
   /** Paths that could not be measured (per network), and why. */
   unavailable: Record<string, string>;
-  /** Goals from issue 3, checked for each of our paths. */
+  /** The goals of docs/goals.md, checked for each of our paths. */
   goals: GoalCheck[];
 }
 
@@ -99,7 +99,7 @@ export function formatTable(rows: readonly ResultRow[]): string {
   return table(header, body, 2);
 }
 
-// ---------------------------------------------------------------- goals (issues 3 and 13)
+// ---------------------------------------------------------------- goals (docs/goals.md)
 
 interface GoalSpec {
   goal: string;
@@ -127,10 +127,10 @@ const GOALS: readonly GoalSpec[] = [
   { goal: 'idle connection, hub', scenario: 'scale-conns', metric: 'hub KiB/conn', compare: 'value', op: '<=', bound: 16, unit: 'KiB' },
   { goal: 'idle connection, agent', scenario: 'scale-conns', metric: 'agent KiB/conn', compare: 'value', op: '<=', bound: 16, unit: 'KiB' },
   { goal: 'idle agent, hub', scenario: 'scale-agents', metric: 'hub KiB/agent', compare: 'value', op: '<=', bound: 100, unit: 'KiB', paths: ['tunnel', 'tunnel-grpc'] },
-  // Issue 13: the agent runs in every managed cluster; the hub on the embedded store.
+  // Footprint: the agent runs in every managed cluster; the hub on the embedded store.
   { goal: 'agent RSS at start', scenario: 'idle-rss', metric: 'agent start', compare: 'value', op: '<=', bound: 60, unit: 'MiB', paths: ['tunnel', 'tunnel-grpc'] },
   { goal: 'hub RSS at start (embedded store)', scenario: 'idle-rss', metric: 'hub start', compare: 'value', op: '<=', bound: 80, unit: 'MiB', paths: ['tunnel', 'tunnel-grpc'] },
-  // Issue 13: the ANP path (Go hub components, ANP agents) against our own transport.
+  // The ANP path (Go hub components, ANP agents) against our own transport; forward against the SDK path.
   ...(['throughput-up', 'throughput-down', 'throughput-8-up', 'throughput-8-down'] as const).flatMap((scenario): GoalSpec[] => [
     { goal: `${scenario}: gRPC vs mux`, scenario, metric: 'throughput', compare: 'tunnel', op: '>=', bound: 0.8, unit: 'x', paths: ['tunnel-grpc'] },
     { goal: `${scenario}: gRPC vs ssh -R`, scenario, metric: 'throughput', compare: 'ssh', op: '>=', bound: 0.7, unit: 'x', paths: ['tunnel-grpc'] },
@@ -147,7 +147,7 @@ function targetText(g: GoalSpec): string {
   return `${g.op} ${g.bound.toFixed(1)}x ${g.compare === 'ssh' ? 'ssh -R' : 'tunnel'}`;
 }
 
-/** Issue 3's goals for each of our paths, from the rows that were measured (others are left out). */
+/** The goals for each of our paths, from the rows that were measured (others are left out). */
 export function checkGoals(rows: readonly ResultRow[]): GoalCheck[] {
   const out: GoalCheck[] = [];
   for (const g of GOALS) {
@@ -164,7 +164,7 @@ export function checkGoals(rows: readonly ResultRow[]): GoalCheck[] {
 }
 
 function formatGoals(goals: readonly GoalCheck[]): string {
-  const header = ['goal (issues 3, 13)', 'target', ...GOAL_PATHS.map((p) => PATH_LABELS[p])];
+  const header = ['goal (docs/goals.md)', 'target', ...GOAL_PATHS.map((p) => PATH_LABELS[p])];
   const body = goals.map((g) => [
     g.goal,
     g.target,

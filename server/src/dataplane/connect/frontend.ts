@@ -1,4 +1,4 @@
-// HTTP CONNECT frontend (SPEC §5, default port 8089): curl, kubectl's proxy-url, Python, Java —
+// HTTP CONNECT frontend (contract §5, default port 8089): curl, kubectl's proxy-url, Python, Java —
 // anything that speaks an HTTP proxy — reaches a managed cluster through the tunnel.
 //
 // Listeners: TLS (client certificates signed by the hub CA authenticate; agent certificates are
@@ -20,7 +20,8 @@
 // Backpressure: client bytes go to ProxiedConnection.write(), which calls pause()/resume() as
 // credit towards the agent runs out/returns; we pause the socket. Bytes to the client go through
 // `sink.write(chunk, cb)` = socket.write(chunk, cb): the callback (bytes left our process) returns
-// credit to the agent. Bytes the client pipelines after the head (a TLS ClientHello) are held —
+// credit to the agent. Bytes the client pipelines after the head (a TLS ClientHello) are held while
+// the dial is pending (we stop reading past 64 KiB) and written into the tunnel once it is open.
 import { unlink } from 'node:fs/promises';
 import net from 'node:net';
 import path from 'node:path';

@@ -5,7 +5,7 @@ import type { Duplex } from 'node:stream';
 import { readFile } from 'node:fs/promises';
 import { splitHostPort } from '@cluster-proxy/proto';
 import type { Logger } from 'pino';
-import { Tunnel } from '../tunnel.js';
+import { Tunnel } from '@cluster-proxy/client';
 import { createLogger } from './logging.js';
 import { UsageError, helpText, parseFlags, required, str, type FlagSpecs } from './flags.js';
 

@@ -11,7 +11,7 @@ import { Agent } from '@cluster-proxy/agent';
 import { generateKeyPairSync } from 'node:crypto';
 import { LeaseRenewer } from '@cluster-proxy/agent';
 import { Hub, ensureHubPki, issueServerCert, openStore, readPemPair, signAgentPublicKey, writePemPair } from '@cluster-proxy/server';
-import { Tunnel } from '../tunnel.js';
+import { Tunnel } from '@cluster-proxy/client';
 import { serveForward } from './forward.js';
 import { createLogger } from './logging.js';
 import { buildKubeconfig, proxyUrl } from './kubeconfig.js';

@@ -1,5 +1,6 @@
 // Terminal output for humans: colour only on a TTY (and never with NO_COLOR or TERM=dumb),
 // progress lines on stderr, kubectl-style tables, and shell quoting for commands we print.
+import { accessSync, constants, realpathSync, statSync } from 'node:fs';
 import path from 'node:path';
 import type { Writable } from 'node:stream';
 
@@ -70,12 +71,38 @@ export function shq(s: string): string {
   return `'${s.replace(/'/g, `'\\''`)}'`;
 }
 
-/** How to run this CLI again in a printed command: `cluster-proxy` when installed as that, else
- * `node /abs/path/main.js` (works from any directory). */
-export function cliWords(argv1: string | undefined = process.argv[1]): string[] {
+/** How to run this CLI again in a printed command: `cluster-proxy` when that command, looked up on PATH as a
+ * shell would, is this very CLI (scripts/install-cli.sh's link, an `npm install -g`); else
+ * `node /abs/path/main.js`, which works from any directory. */
+export function cliWords(argv1: string | undefined = process.argv[1], searchPath: string = process.env['PATH'] ?? ''): string[] {
   if (!argv1) return ['cluster-proxy'];
-  if (path.basename(argv1) === 'cluster-proxy') return ['cluster-proxy'];
+  const self = realpathOrNull(argv1);
+  for (const dir of searchPath.split(path.delimiter)) {
+    if (dir === '') continue;
+    const candidate = path.join(dir, 'cluster-proxy');
+    if (!isExecutableFile(candidate)) continue;
+    // The first one on PATH is what the user's shell runs.
+    if (self !== null && realpathOrNull(candidate) === self) return ['cluster-proxy'];
+    break;
+  }
   return ['node', path.resolve(argv1)];
+}
+
+function realpathOrNull(p: string): string | null {
+  try {
+    return realpathSync(p);
+  } catch {
+    return null;
+  }
+}
+
+function isExecutableFile(p: string): boolean {
+  try {
+    accessSync(p, constants.X_OK);
+    return statSync(p).isFile();
+  } catch {
+    return false;
+  }
 }
 
 export function shellCommand(words: string[]): string {

@@ -1,4 +1,4 @@
-// Logs: pino, one event per line. JSON for machines (SPEC §9), or readable text for people: the
+// Logs: pino, one event per line. JSON for machines (contract §9), or readable text for people: the
 // default `--log-format auto` picks text when stdout is a terminal and JSON otherwise (pipes, files,
 // containers, our tests). Secrets never reach a log call; `redact` guards the obvious keys anyway.
 import { pino, type Logger } from 'pino';

@@ -166,7 +166,7 @@ describe('flag accessors', () => {
 
 // ------------------------------------------------------------------ the built CLI
 
-const CLI = fileURLToPath(new URL('../../dist/cli/main.js', import.meta.url));
+const CLI = fileURLToPath(new URL('../dist/main.js', import.meta.url));
 
 interface RunResult {
   code: number | null;
