@@ -23,8 +23,16 @@ for (const pkg of ['proto', 'client']) {
   }
 }
 
-/** Built files only: no tests, no source maps (the sources are not shipped). */
-const shipped = (f) => !/\.test\.(js|d\.ts)(\.map)?$/.test(f) && !f.endsWith('.map');
+/**
+ * Built files only: no tests, no source maps (the sources are not shipped), and only the output of a source
+ * that still exists (tsc -b never removes the output of a moved or deleted file from dist/).
+ */
+const shipped = (pkg) => (f) => {
+  if (/\.test\.(js|d\.ts)(\.map)?$/.test(f) || f.endsWith('.map')) return false;
+  const rel = path.relative(path.join(root, pkg, 'dist'), f);
+  if (!/\.(js|d\.ts)$/.test(rel)) return true; // a directory
+  return existsSync(path.join(root, pkg, 'src', rel.replace(/\.(js|d\.ts)$/, '.ts')));
+};
 
 /** The package.json npm should see: no workspace links, no dev or private fields. */
 function publishedManifest(manifest, version) {
@@ -49,7 +57,7 @@ if (external.length > 0 || Object.keys(proto.dependencies ?? {}).length > 0) {
 
 const stage = mkdtempSync(path.join(os.tmpdir(), 'cluster-proxy-pack-sdk-'));
 try {
-  cpSync(path.join(root, 'client', 'dist'), path.join(stage, 'dist'), { recursive: true, filter: shipped });
+  cpSync(path.join(root, 'client', 'dist'), path.join(stage, 'dist'), { recursive: true, filter: shipped('client') });
   cpSync(path.join(root, 'client', 'README.md'), path.join(stage, 'README.md'));
   const manifest = publishedManifest(client, client.version);
   manifest.bundleDependencies = [proto.name];
@@ -57,7 +65,7 @@ try {
 
   const protoDest = path.join(stage, 'node_modules', ...proto.name.split('/'));
   mkdirSync(protoDest, { recursive: true });
-  cpSync(path.join(root, 'proto', 'dist'), path.join(protoDest, 'dist'), { recursive: true, filter: shipped });
+  cpSync(path.join(root, 'proto', 'dist'), path.join(protoDest, 'dist'), { recursive: true, filter: shipped('proto') });
   cpSync(path.join(root, 'proto', 'README.md'), path.join(protoDest, 'README.md'));
   writeFileSync(path.join(protoDest, 'package.json'), `${JSON.stringify(publishedManifest(proto, client.version), null, 2)}\n`);
 
