@@ -4,7 +4,7 @@
 //   connecting → open → (ended either way) → closed
 import { randomBytes } from 'node:crypto';
 import { Duplex } from 'node:stream';
-import { MAX_DATA_CHUNK, PacketType, chunks, classifyDialError, packets, type Packet } from '@cluster-proxy/proto';
+import { MAX_DATA_CHUNK, PacketType, classifyDialError, packets, type Packet } from '@cluster-proxy/proto';
 import { TunnelError } from './errors.js';
 import type { Leg, LegFactory } from './legs.js';
 
@@ -214,21 +214,32 @@ export class TunnelSocket extends Duplex {
     this.sendData(this.leg, chunk, callback);
   }
 
-  private sendData(leg: Leg, chunk: Buffer, callback: (err?: Error | null) => void): void {
-    if (!leg.readyForData) {
-      // Wait before queueing: 128 connections writing at once must not put a chunk each on the shared transport.
-      leg.whenWritable(() => {
-        if (this.state !== 'open' || this.leg !== leg) callback(new TunnelError('closed', this.destination, `connection to ${this.destination} is closed`));
-        else this.sendData(leg, chunk, callback);
-      });
-      return;
+  /**
+   * Sends `chunk` from `offset` in MAX_DATA_CHUNK pieces, each only when the leg is ready for it (credit,
+   * and room on the shared transport): a 1 GiB write goes through piece by piece, never as one 1 GiB queue.
+   */
+  private sendData(leg: Leg, chunk: Buffer, callback: (err?: Error | null) => void, offset = 0): void {
+    while (offset < chunk.length) {
+      if (this.state !== 'open' || this.leg !== leg) {
+        callback(new TunnelError('closed', this.destination, `connection to ${this.destination} is closed`));
+        return;
+      }
+      if (!leg.readyForData) {
+        // Wait before queueing: 128 connections writing at once must not put a chunk each on the shared transport.
+        leg.whenWritable(() => this.sendData(leg, chunk, callback, offset));
+        return;
+      }
+      const piece = chunk.subarray(offset, offset + MAX_DATA_CHUNK);
+      offset += piece.length;
+      const ok = leg.send(packets.data(this.connectID, piece));
+      this.bytesWritten += piece.length;
+      this.touch();
+      if (!ok) {
+        leg.whenWritable(() => (offset < chunk.length ? this.sendData(leg, chunk, callback, offset) : callback()));
+        return;
+      }
     }
-    let ok = true;
-    for (const piece of chunks(chunk, MAX_DATA_CHUNK)) ok = leg.send(packets.data(this.connectID, piece));
-    this.bytesWritten += chunk.length;
-    this.touch();
-    if (ok) callback();
-    else leg.whenWritable(() => callback());
+    callback();
   }
 
   /** @internal */

@@ -4,7 +4,7 @@ import { once } from 'node:events';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { TunnelError, type Tunnel, type TunnelSocket } from '@cluster-proxy/client';
 import {
-  digestStream, killAllSpawned, payloadSha256, snapshotHandles, startBlackhole, startEchoServer, startSinkServer, startSourceServer,
+  digestStream, killAllSpawned, payloadBlock, payloadSha256, snapshotHandles, startBlackhole, startEchoServer, startSinkServer, startSourceServer,
   startStallServer, waitFor, waitForHandlesAtMost, writePayload, type Blackhole, type SinkServer, type SourceServer, type TcpTarget,
 } from '../src/fixtures/index.js';
 import { createPki, expectTablesEmpty, getStatus, startAgent, startHub, type AgentProcess, type HubProcess, type TestPki } from '../src/harness.js';
@@ -118,6 +118,32 @@ for (const transport of ['mux', 'grpc'] as const) {
           s.resume();
           return once(s, 'close');
         }));
+      });
+
+      it('one 96 MiB write() goes through piece by piece, intact, while another connection on the tunnel keeps answering', async () => {
+        // More than the shared transport's 64 MiB queue limit: sent all at once it would end the tunnel.
+        const size = 96 * MiB;
+        const block = payloadBlock();
+        const big = Buffer.concat(Array.from({ length: Math.ceil(size / block.length) }, () => block)).subarray(0, size);
+        const other = await tunnel.dial('c1:443');
+        const s = await tunnel.dial(`127.0.0.1:${sink.port}`);
+        const result = sink.nextResult(60_000);
+        const written = new Promise<void>((resolve, reject) => s.write(big, (err) => (err ? reject(err) : resolve())));
+        s.end();
+        // The neighbour connection round-trips while the big write is in flight.
+        let trips = 0;
+        let done = false;
+        void written.finally(() => { done = true; });
+        while (!done && trips < 1000) {
+          expect((await echoRoundTrip(other, Buffer.from(`trip-${trips}`))).toString()).toBe(`trip-${trips}`);
+          trips++;
+        }
+        await written;
+        expect(await result).toEqual({ bytes: size, sha256: payloadSha256(size) });
+        expect(trips).toBeGreaterThan(0);
+        other.destroy();
+        s.resume();
+        await once(s, 'close');
       });
 
       it('downloads 20 MiB intact (sha256)', async () => {

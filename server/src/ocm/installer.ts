@@ -20,12 +20,12 @@ import type { Logger } from 'pino';
 import { ManifestInputError } from '../addon/manifests.js';
 import type { ConditionSpec } from '../addon/conditions.js';
 import type { AddonInstallStatus } from '../addon/manager.js';
-import { DEPLOYMENT_CONFIG, HUB_NAMESPACE } from '../addon/hub-namespace.js';
+import { HUB_NAMESPACE } from '../addon/hub-namespace.js';
 import { CLUSTER_UID_URI_PREFIX, issueClientCert, type PemPair } from '../pki/certificates.js';
 import { renewalDue } from '../pki/rotation.js';
 import {
   ADDON_NAME, KINDS, PROXY_CONFIGURATION_NAME, type AddOnDeploymentConfig, type CertificateSigningRequest, type ClusterManagementAddOn,
-  type Condition, type CsrCondition, type Kind, type ManagedCluster, type ManagedClusterAddOn, type ManagedProxyConfiguration, type ManifestWork, type Secret,
+  type CsrCondition, type Kind, type ManagedCluster, type ManagedClusterAddOn, type ManagedProxyConfiguration, type ManifestWork, type Secret,
 } from '../store/objects.js';
 import { AlreadyExistsError, ConflictError, NotFoundError, type Store, type Watch } from '../store/store.js';
 import { canonicalJson, installNamespaceOf, renderAgentWork } from './agent-work.js';
@@ -347,12 +347,6 @@ export function clusterManagementAddOn(): ClusterManagementAddOn {
 
 const b64 = (s: string): string => Buffer.from(s).toString('base64');
 const b64d = (s: string | undefined): string => (s ? Buffer.from(s, 'base64').toString('utf8') : '');
-
-function ignore(cls: new (...a: never[]) => Error): (err: unknown) => void {
-  return (err) => {
-    if (!(err instanceof cls)) throw err;
-  };
-}
 
 /** Missing, unreadable, not from the current signer, or 80 % of its life gone (OCM's rotation rule). */
 function clientCertDue(pem: string, signer: PemPair, now: number): boolean {

@@ -8,8 +8,6 @@ export const AGENT_WORK_NAME = 'addon-cluster-proxy-deploy-0';
 /** Labels the klusterlet puts on an addon's CSRs (and addon-framework on its works). */
 export const CLUSTER_NAME_LABEL = 'open-cluster-management.io/cluster-name';
 export const ADDON_NAME_LABEL = 'open-cluster-management.io/addon-name';
-/** On a PlacementDecision: the Placement it belongs to. */
-export const PLACEMENT_LABEL = 'cluster.open-cluster-management.io/placement';
 export const LIFECYCLE_ANNOTATION = 'addon.open-cluster-management.io/lifecycle';
 /** On the agent Deployment: the ManagedProxyConfiguration generation rendered (OCM's e2e reads it). */
 export const CONFIGURATION_GENERATION_ANNOTATION = 'proxy.open-cluster-management.io/configuration-generation';
