@@ -4,6 +4,7 @@
 // OCM's ~5 minutes), and the agent's latest health report (Degraded, Progressing).
 import type { AgentHealthReport } from '@cluster-proxy/proto';
 import type { Condition, Lease } from '../store/objects.js';
+import { leaseHeld } from '../fleet/lease.js';
 
 /** OCM's grace: a lease counts as renewed for 5 lease durations. */
 export const LEASE_GRACE_FACTOR = 5;
@@ -39,9 +40,7 @@ export function addonConditions(input: ClusterHealthInput): ConditionSpec[] {
 }
 
 function leaseFresh(lease: Lease, now: number): boolean {
-  const renew = Date.parse(lease.spec.renewTime ?? '');
-  const duration = (lease.spec.leaseDurationSeconds ?? 60) * 1000;
-  return Number.isFinite(renew) && now < renew + LEASE_GRACE_FACTOR * duration;
+  return leaseHeld(lease, now, { defaultDurationS: 60, graceFactor: LEASE_GRACE_FACTOR });
 }
 
 function available(i: ClusterHealthInput): ConditionSpec {

@@ -9,6 +9,7 @@ import type { ProxyCore } from '../dataplane/proxy-core.js';
 import { ADDON_NAME, PROXY_CONFIGURATION_NAME, type AddonRegistration, type Lease, type ManagedClusterAddOn, type ManagedProxyConfiguration } from '../store/objects.js';
 import { AlreadyExistsError, ConflictError, NotFoundError, type Store, type Watch } from '../store/store.js';
 import { tunnelsOnOtherReplicas } from '../fleet/replicas.js';
+import { leaseHeld, microTime, writeLease } from '../fleet/lease.js';
 import { LEASE_GRACE_FACTOR, addonConditions, mergeConditions, type AgentReport, type ConditionSpec } from './conditions.js';
 import { HUB_NAMESPACE } from './hub-namespace.js';
 import { DEFAULT_INSTALL_NAMESPACE } from './join.js';
@@ -214,26 +215,19 @@ export class AddonManager {
    * fight over conditions; the others keep answering lease renewals and admin reads.
    */
   private async lead(now: number): Promise<boolean> {
-    const key = { name: MANAGER_LEASE, namespace: HUB_NAMESPACE };
     const durationS = Math.max(1, Math.ceil((this.periodMs * 3) / 1000));
     const renewTime = microTime(now);
-    try {
-      const current = await this.opts.store.get('Lease', key);
-      if (!current) {
-        await this.opts.store.create('Lease', { apiVersion: 'coordination.k8s.io/v1', kind: 'Lease', metadata: key, spec: { holderIdentity: this.opts.serverID, leaseDurationSeconds: durationS, acquireTime: renewTime, renewTime, leaseTransitions: 0 } });
-        return true;
-      }
+    let tookOver = false;
+    const led = await writeLease(this.opts.store, { name: MANAGER_LEASE, namespace: HUB_NAMESPACE }, (current) => {
+      const spec = { holderIdentity: this.opts.serverID, leaseDurationSeconds: durationS, renewTime };
+      if (!current) return { spec: { ...spec, acquireTime: renewTime, leaseTransitions: 0 } };
       const mine = current.spec.holderIdentity === this.opts.serverID;
-      const expired = now >= Date.parse(current.spec.renewTime ?? '') + (current.spec.leaseDurationSeconds ?? durationS) * 1000;
-      if (!mine && !expired) return false;
-      await this.opts.store.update('Lease', { ...current, spec: { ...current.spec, holderIdentity: this.opts.serverID, leaseDurationSeconds: durationS, renewTime,
-        ...(mine ? {} : { acquireTime: renewTime, leaseTransitions: (current.spec.leaseTransitions ?? 0) + 1 }) } });
-      if (!mine) this.opts.log.info('this replica now writes addon status (leader)');
-      return true;
-    } catch (err) {
-      if (err instanceof ConflictError || err instanceof AlreadyExistsError) return false;
-      throw err;
-    }
+      if (!mine && leaseHeld(current, now, { defaultDurationS: durationS })) return null;
+      tookOver = !mine;
+      return { spec: { ...current.spec, ...spec, ...(mine ? {} : { acquireTime: renewTime, leaseTransitions: (current.spec.leaseTransitions ?? 0) + 1 }) } };
+    });
+    if (led && tookOver) this.opts.log.info('this replica now writes addon status (leader)');
+    return led;
   }
 
   private async syncStatus(): Promise<void> {
@@ -292,27 +286,14 @@ export class AddonManager {
 
   private async renewLease(cluster: string, r: AgentReport): Promise<void> {
     const renewTime = microTime(r.receivedAt);
-    for (let attempt = 0; attempt < 3; attempt++) {
-      const current = await this.opts.store.get('Lease', { name: ADDON_NAME, namespace: cluster });
-      try {
-        if (!current) {
-          const lease: Lease = {
-            apiVersion: 'coordination.k8s.io/v1', kind: 'Lease', metadata: { name: ADDON_NAME, namespace: cluster },
-            spec: { holderIdentity: r.agentID, leaseDurationSeconds: r.leaseDurationSeconds, acquireTime: renewTime, renewTime, leaseTransitions: 0 },
-          };
-          lease.metadata.annotations = withReport({}, r);
-          await this.opts.store.create('Lease', lease);
-        } else {
-          const transitions = (current.spec.leaseTransitions ?? 0) + (current.spec.holderIdentity !== r.agentID ? 1 : 0);
-          await this.opts.store.update('Lease', { ...current, metadata: { ...current.metadata, annotations: withReport(current.metadata.annotations ?? {}, r) },
-            spec: { ...current.spec, holderIdentity: r.agentID, leaseDurationSeconds: r.leaseDurationSeconds, renewTime, leaseTransitions: transitions } });
-        }
-        return;
-      } catch (err) {
-        if (!(err instanceof ConflictError) && !(err instanceof AlreadyExistsError)) throw err;
-      }
-    }
-    throw new HubApiError(503, 'lease is being updated concurrently; retry');
+    const written = await writeLease(this.opts.store, { name: ADDON_NAME, namespace: cluster }, (current) => ({
+      annotations: withReport(current?.metadata.annotations ?? {}, r),
+      spec: current
+        ? { ...current.spec, holderIdentity: r.agentID, leaseDurationSeconds: r.leaseDurationSeconds, renewTime,
+          leaseTransitions: (current.spec.leaseTransitions ?? 0) + (current.spec.holderIdentity !== r.agentID ? 1 : 0) }
+        : { holderIdentity: r.agentID, leaseDurationSeconds: r.leaseDurationSeconds, acquireTime: renewTime, renewTime, leaseTransitions: 0 },
+    }), 3);
+    if (!written) throw new HubApiError(503, 'lease is being updated concurrently; retry');
   }
 
   private async ensureAddon(cluster: string): Promise<void> {
@@ -425,11 +406,6 @@ function worstReport(all: AgentReport[]): AgentReport | null {
   if (!latest) return null;
   const recent = all.filter((r) => latest.receivedAt - r.receivedAt < LEASE_GRACE_FACTOR * r.leaseDurationSeconds * 1000);
   return recent.find((r) => !r.apiserverReachable) ?? recent.find((r) => r.connectedServers < r.serverCount) ?? latest;
-}
-
-/** Kubernetes MicroTime: RFC 3339 with microseconds. */
-function microTime(ms: number): string {
-  return new Date(ms).toISOString().replace(/\.(\d{3})Z$/, '.$1000Z');
 }
 
 function parseReport(body: unknown, now: number): AgentReport {

@@ -6,7 +6,8 @@
 import type { Logger } from 'pino';
 import type { HubApi } from './hub-api.js';
 import type { Lease } from '../store/objects.js';
-import { AlreadyExistsError, ConflictError, NotFoundError, type Store } from '../store/store.js';
+import { NotFoundError, type Store } from '../store/store.js';
+import { leaseHeld, microTime, writeLease } from './lease.js';
 
 export const REPLICA_LEASE_PREFIX = 'cluster-proxy-server-';
 export const REPLICA_LABEL = 'proxy.open-cluster-management.io/server-replica';
@@ -37,8 +38,7 @@ export function tunnelsOnOtherReplicas(leases: readonly Lease[], selfID: string,
   const counts = new Map<string, number>();
   for (const l of leases) {
     if (l.metadata.labels?.[REPLICA_LABEL] !== 'true' || l.spec.holderIdentity === selfID) continue;
-    const renew = Date.parse(l.spec.renewTime ?? '');
-    if (!Number.isFinite(renew) || now >= renew + (l.spec.leaseDurationSeconds ?? 30) * 1000) continue;
+    if (!leaseHeld(l, now, { defaultDurationS: 30 })) continue;
     for (const c of (l.metadata.annotations?.[REPLICA_CLUSTERS_ANNOTATION] ?? '').split(',')) if (c) counts.set(c, (counts.get(c) ?? 0) + 1);
   }
   return counts;
@@ -125,21 +125,15 @@ export class ReplicaRegistry {
   }
 
   private async renew(): Promise<void> {
-    const renewTime = new Date(this.now()).toISOString().replace(/\.(\d{3})Z$/, '.$1000Z');
-    const key = { name: this.leaseName, namespace: this.opts.namespace };
-    const current = await this.opts.store.get('Lease', key);
+    const renewTime = microTime(this.now());
     const spec = { holderIdentity: this.opts.serverID, leaseDurationSeconds: Math.max(1, Math.ceil(this.durationMs / 1000)), renewTime };
-    const annotations = { [REPLICA_CLUSTERS_ANNOTATION]: [...new Set(this.opts.tunnelClusters?.() ?? [])].sort().join(',') };
-    try {
-      if (!current) {
-        const lease: Lease = { apiVersion: 'coordination.k8s.io/v1', kind: 'Lease', metadata: { ...key, labels: { [REPLICA_LABEL]: 'true' }, annotations }, spec: { ...spec, acquireTime: renewTime } };
-        await this.opts.store.create('Lease', lease);
-      } else {
-        await this.opts.store.update('Lease', { ...current, metadata: { ...current.metadata, annotations: { ...current.metadata.annotations, ...annotations } }, spec: { ...current.spec, ...spec } });
-      }
-    } catch (err) {
-      if (!(err instanceof ConflictError) && !(err instanceof AlreadyExistsError)) throw err;
-    }
+    const clusters = { [REPLICA_CLUSTERS_ANNOTATION]: [...new Set(this.opts.tunnelClusters?.() ?? [])].sort().join(',') };
+    // Losing a race to another write of our own lease is harmless: the next tick renews again.
+    await writeLease(this.opts.store, { name: this.leaseName, namespace: this.opts.namespace }, (current) => ({
+      labels: { [REPLICA_LABEL]: 'true' },
+      annotations: { ...current?.metadata.annotations, ...clusters },
+      spec: current ? { ...current.spec, ...spec } : { ...spec, acquireTime: renewTime },
+    }));
   }
 
   private refreshedAt = 0;
@@ -154,10 +148,7 @@ export class ReplicaRegistry {
   private async refresh(): Promise<void> {
     const { items } = await this.opts.store.list('Lease', { namespace: this.opts.namespace, labels: { [REPLICA_LABEL]: 'true' } });
     const now = this.now();
-    const live = items.filter((l) => {
-      const renew = Date.parse(l.spec.renewTime ?? '');
-      return Number.isFinite(renew) && now < renew + (l.spec.leaseDurationSeconds ?? 30) * 1000;
-    }).map((l) => l.spec.holderIdentity ?? '').filter(Boolean).sort();
+    const live = items.filter((l) => leaseHeld(l, now, { defaultDurationS: 30 })).map((l) => l.spec.holderIdentity ?? '').filter(Boolean).sort();
     if (live.join(',') !== this.live.join(',')) this.opts.log.info({ replicas: live }, `live proxy server replicas: ${live.length}`);
     this.live = live;
     this.refreshedAt = now;
