@@ -15,6 +15,7 @@ import {
   createCA, DEFAULT_AGENT_IMAGE, issueServerCert, type CertificateSigningRequest, type ManagedCluster, type ManagedClusterAddOn, type ManifestWork, type PemPair, type Store,
 } from '@cluster-proxy/server';
 import { Tunnel } from '@cluster-proxy/client';
+import { renderAgentWork } from '@cluster-proxy/server/ocm';
 import { killAllSpawned, snapshotHandles, startEchoServer, startFakeKubeApiServer, waitFor, waitForHandlesAtMost, type FakeKubeApiServer, type TcpTarget } from '../src/fixtures/index.js';
 import { KlusterletStandIn, type ManagedObject } from '../src/fixtures/klusterlet.js';
 import { OCM_ADDON_MANAGER_USER, OcmAddonManagerStandIn } from '../src/fixtures/ocm-addon-manager.js';
@@ -463,6 +464,38 @@ describe('OCM install mode (ManifestWork + CSR flow) beside OCM\'s addon-manager
     expect([...k.objects.keys()].filter((x) => x.includes('cluster-proxy-proxy-agent'))).toEqual([]);
     await waitFor(async () => (await hub.tables()).agents.length === 0, { timeoutMs: 15_000, message: 'hub still has agents' });
   }, 60_000);
+
+  it('upgrade: a work an earlier version of ours wrote (shared namespace, no deleteOption) moves to OCM\'s namespace and leaves the shared one and its other addons alone', async () => {
+    const shared = 'open-cluster-management-agent-addon';
+    await hub.stop();
+    await managedCluster('c4');
+    const k = klusterlets.get('c4')!;
+    const a = await store().create('ManagedClusterAddOn', { apiVersion: 'addon.open-cluster-management.io/v1alpha1', kind: 'ManagedClusterAddOn', metadata: { name: 'cluster-proxy', namespace: 'c4' }, spec: {} });
+    const mc = (await store().get('ManagedCluster', { name: 'c4' }))!;
+    const earlier = renderAgentWork({ addon: a, cluster: mc, mpc: null, adc: null, caBundle: await readFile(pki.caPath, 'utf8'), agentEntrypoint: `127.0.0.1:${hub.ports.agent}`,
+      image: DEFAULT_AGENT_IMAGE, defaultInstallNamespace: shared });
+    // As that version wrote it: no deleteOption, so OCM's work agent owns the namespace it applies.
+    await store().create('ManifestWork', { ...earlier, metadata: { ...earlier.metadata, annotations: {} }, spec: { workload: earlier.spec.workload } });
+    await waitFor(() => k.objects.has(`Namespace//${shared}`) || null, { timeoutMs: 15_000, message: 'the earlier work not applied' });
+    const other: ManagedObject = { apiVersion: 'apps/v1', kind: 'Deployment', metadata: { name: 'other-addon-agent', namespace: shared }, spec: {} };
+    k.objects.set(`Deployment/${shared}/other-addon-agent`, other);
+    hub = await startHub(pki, ['--store', 'kubernetes', '--kubeconfig', kubeconfig, '--agent-install', 'manifestwork', '--ca-key', caKeyPath, '--require-registration',
+      '--tunnel-loss-window', '2s', '--tls-reload-interval', '500ms', '--server-id', 'hub-a']);
+    // Released first (kept with an orphaning rule until applied), then dropped: the agent ends up in OCM's namespace.
+    await waitFor(async () => {
+      const w = await work('c4');
+      const names = w?.spec.workload.manifests.filter((m) => m['kind'] === 'Namespace').map((m) => (m['metadata'] as { name: string }).name);
+      return JSON.stringify(names) === JSON.stringify([AGENT_NS]) || null;
+    }, { timeoutMs: 20_000, message: 'the work did not move to OCM\'s namespace' });
+    await availableAndCompleted('c4');
+    await k.passesFrom(2);
+    expect(k.objects.has(`Namespace//${shared}`)).toBe(true);
+    expect(k.objects.get(`Deployment/${shared}/other-addon-agent`)).toEqual(other);
+    expect([...k.objects.keys()].filter((x) => x.startsWith(`Deployment/${shared}/cluster-proxy`))).toEqual([]);
+    expect(k.objects.has(`Deployment/${AGENT_NS}/cluster-proxy-proxy-agent`)).toBe(true);
+    await store().delete('ManagedClusterAddOn', { name: 'cluster-proxy', namespace: 'c4' });
+    await waitFor(async () => !(await work('c4')) || null, { timeoutMs: 15_000, message: 'c4 work not removed' });
+  }, 90_000);
 
   it('migration: a cluster running OCM\'s cluster-proxy switches to ours and back, then uninstalls; the namespace and other addons\' objects stay', async () => {
     const k = klusterlets.get('c2')!;

@@ -125,6 +125,28 @@ export function renderAgentWork(i: AgentWorkInput): ManifestWork {
   };
 }
 
+/**
+ * The work to write over `existing`: `desired`, except that a Namespace the existing work holds and the
+ * desired one drops (the install namespace moved, or a work written before we orphaned namespaces) is first
+ * kept with an orphaning rule, until the work agent has applied that. OCM's work agent decides at apply time
+ * whether it owns an object (deleteOption), and deletes an owned object that leaves the work: dropping the
+ * namespace straight away would delete it, and every other addon's agent in it.
+ */
+export function releasingNamespaces(desired: ManifestWork, existing: ManifestWork | null): ManifestWork {
+  if (!existing) return desired;
+  const isNs = (m: Record<string, unknown>): boolean => m['kind'] === 'Namespace' && m['apiVersion'] === 'v1';
+  const nameOf = (m: Record<string, unknown>): string => (m['metadata'] as { name: string }).name;
+  const wanted = new Set(desired.spec.workload.manifests.filter(isNs).map(nameOf));
+  const dropped = existing.spec.workload.manifests.filter((m) => isNs(m) && !wanted.has(nameOf(m)));
+  const applied = existing.status?.conditions?.some((c) => c.type === 'Applied' && c.status === 'True' && c.observedGeneration === existing.metadata.generation) ?? false;
+  const orphanedBy = (w: ManifestWork, name: string): boolean => w.spec.deleteOption?.propagationPolicy === 'Orphan'
+    || (w.spec.deleteOption?.propagationPolicy === 'SelectivelyOrphan' && (w.spec.deleteOption.selectivelyOrphans?.orphaningRules ?? []).some((r) => r.group === '' && r.resource === 'namespaces' && r.name === name));
+  const keep = dropped.filter((m) => !(applied && orphanedBy(existing, nameOf(m))));
+  if (keep.length === 0) return desired;
+  const rules = [...(desired.spec.deleteOption?.selectivelyOrphans?.orphaningRules ?? []), ...keep.map((m) => ({ group: '', resource: 'namespaces', name: nameOf(m) }))];
+  return { ...desired, spec: { workload: { manifests: [...keep, ...desired.spec.workload.manifests] }, deleteOption: { propagationPolicy: 'SelectivelyOrphan', selectivelyOrphans: { orphaningRules: rules } } } };
+}
+
 /** Go's json.Marshal of a map sorts its keys; so do we, so the annotation is byte-equal to OCM's. */
 function sortedKeys(m: Record<string, string>): Record<string, string> {
   return Object.fromEntries(Object.entries(m).sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)));

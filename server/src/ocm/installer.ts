@@ -28,7 +28,7 @@ import {
   type CsrCondition, type Kind, type ManagedCluster, type ManagedClusterAddOn, type ManagedProxyConfiguration, type ManifestWork, type Secret,
 } from '../store/objects.js';
 import { AlreadyExistsError, ConflictError, NotFoundError, type Store, type Watch } from '../store/store.js';
-import { canonicalJson, installNamespaceOf, renderAgentWork } from './agent-work.js';
+import { canonicalJson, installNamespaceOf, releasingNamespaces, renderAgentWork } from './agent-work.js';
 import { signCertificateRequest } from './csr-signer.js';
 import {
   ADDON_NAME_LABEL, AGENT_CERT_DAYS, AGENT_WORK_NAME, CLUSTER_NAME_LABEL, CONFIG_SPEC_HASH_ANNOTATION, LIFECYCLE_ANNOTATION, PROXY_AGENT_SIGNER, PROXY_CLIENT_COMMON_NAME, PROXY_CLIENT_GROUP,
@@ -183,7 +183,7 @@ export class OcmInstaller {
       return { registrations, supportedConfigs: SUPPORTED_CONFIGS, conditions: [...registered(),
         { type: 'ManifestApplied', status: 'False', reason: 'ManifestWorkApplyFailed', message: `failed to get manifest from agent interface: ${err.message}` }] };
     }
-    const work = await this.applyWork(desired, existing);
+    const work = await this.applyWork(releasingNamespaces(desired, existing), existing);
     return { registrations, supportedConfigs: SUPPORTED_CONFIGS, namespace, conditions: [...registered(), ...workConditions(work)] };
   }
 

@@ -7,7 +7,7 @@ import { describe, expect, it } from 'vitest';
 import * as x509 from '@peculiar/x509';
 import { createCA } from '../pki/certificates.js';
 import type { CertificateSigningRequest, ManagedCluster, ManagedClusterAddOn, ManifestWork } from '../store/objects.js';
-import { renderAgentWork, type AgentWorkInput } from './agent-work.js';
+import { releasingNamespaces, renderAgentWork, type AgentWorkInput } from './agent-work.js';
 import { signCertificateRequest, CertificateRequestError, readCertificateRequest } from './csr-signer.js';
 import { workConditions } from './installer.js';
 import { addonRegistrations, reviewCsr, signerOrganizationalUnit } from './registrations.js';
@@ -154,6 +154,26 @@ describe('agent work', () => {
     const w = renderAgentWork({ ...base, addon: { ...addon, status: { configReferences: refs } } });
     expect(w.metadata.annotations?.['open-cluster-management.io/config-spec-hash'])
       .toBe('{"addondeploymentconfigs.addon.open-cluster-management.io/c1/d":"h2","managedproxyconfigurations.proxy.open-cluster-management.io//cluster-proxy":"h1"}');
+  });
+
+  // OCM's work agent owns or orphans an object when it applies it (pkg/work/spoke/controllers/manifestcontroller/
+  // manifestwork_reconciler.go manageOwnerRef) and deletes an owned object that leaves the work.
+  it('a namespace the old work holds is released (kept, orphaned) before it is dropped, once the work agent applied that', () => {
+    const nsNames = (w: ManifestWork) => w.spec.workload.manifests.filter((m) => m['kind'] === 'Namespace').map((m) => (m['metadata'] as { name: string }).name);
+    const desired = renderAgentWork(base);
+    expect(releasingNamespaces(desired, null)).toBe(desired);
+    // A work our earlier version wrote: the shared namespace, no deleteOption (so the work agent owns it).
+    const old = renderAgentWork({ ...base, defaultInstallNamespace: 'open-cluster-management-agent-addon' });
+    const legacy: ManifestWork = { ...old, metadata: { ...old.metadata, generation: 3 }, spec: { workload: old.spec.workload } };
+    const step1 = releasingNamespaces(desired, legacy);
+    expect(nsNames(step1)).toEqual(['open-cluster-management-agent-addon', 'agents']);
+    expect(step1.spec.deleteOption?.selectivelyOrphans?.orphaningRules?.map((r) => r.name)).toEqual(['agents', 'open-cluster-management-agent-addon']);
+    // Written, not yet applied by the work agent: still kept.
+    const written: ManifestWork = { ...step1, metadata: { ...step1.metadata, generation: 4 } };
+    expect(nsNames(releasingNamespaces(desired, written))).toEqual(['open-cluster-management-agent-addon', 'agents']);
+    // Applied at its generation (the work agent took its owner reference off): now dropped.
+    const applied: ManifestWork = { ...written, status: { conditions: [{ type: 'Applied', status: 'True', reason: 'r', message: '', lastTransitionTime: 't', observedGeneration: 4 }] } };
+    expect(releasingNamespaces(desired, applied)).toBe(desired);
   });
 
   it('runs our image only, whatever image the MPC names (mirrors still apply)', () => {
