@@ -247,9 +247,13 @@ export class AddonManager {
       // A loss counts from when this hub saw tunnels go; a cluster never seen up is judged by its lease alone.
       else if (!this.downSince.has(cluster) && this.everSeen.has(cluster)) this.downSince.set(cluster, now);
       if (n > 0) this.everSeen.add(cluster);
+      // A lease last renewed before this addon was created belongs to an earlier one (disabled and enabled
+      // again): it says nothing about the agent being installed now.
+      const lease = leaseOf.get(cluster) ?? null;
+      const current = lease && !(Date.parse(lease.spec.renewTime ?? '') < Date.parse(addon.metadata.creationTimestamp ?? '')) ? lease : null;
       let specs = addonConditions({
-        lease: leaseOf.get(cluster) ?? null, mode: this.mode, tunnels: n, tunnelDownSince: this.downSince.get(cluster) ?? null,
-        tunnelLossGraceMs: Math.floor(this.windowMs / 2), report: worstReport(reportsOf(leaseOf.get(cluster) ?? null)), now,
+        lease: current, mode: this.mode, tunnels: n, tunnelDownSince: this.downSince.get(cluster) ?? null,
+        tunnelLossGraceMs: Math.floor(this.windowMs / 2), report: worstReport(reportsOf(current)), now,
       });
       const installed = this.installer?.statusOf(cluster);
       // On an OCM hub, Progressing is OCM's addon-manager's (rollout from the work's config-spec-hash):
