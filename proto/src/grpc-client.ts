@@ -259,8 +259,9 @@ export class GrpcClientCall extends EventEmitter {
 
   /**
    * Abandons the call: RST_STREAM CANCEL, reported as CANCELLED. After the server's status the call is
-   * complete, not cancelled: our side is ended (END_STREAM) if it was still open. (A reset of a stream
-   * the server already ended sends Node 20's HTTP/2 session into an endless loop once it is closed.)
+   * complete, not cancelled: our side is ended (END_STREAM) if it was still open, which is all it needs.
+   * (A reset there once sent a Node 20 HTTP/2 session on native TLS into an endless send loop in a full
+   * suite run; not reproduced in isolation on Node 20 or 24, and our sessions no longer run on native TLS.)
    */
   cancel(): void {
     if (this.cancelled) return;
