@@ -262,9 +262,12 @@ async function writeUntilFailure(conn: Duplex, stop: { stopped: boolean }): Prom
   });
 }
 
-/** The target's record of the connection opened after `before` connections. */
-async function targetConn(before: number): Promise<TargetConn> {
-  return waitFor(() => target.conns[before], { timeoutMs: 5000, intervalMs: 10, message: 'the target saw no connection' });
+/**
+ * The target's record of the first connection after `before` connections that sent `command` (the agents'
+ * health probes of their apiserver address land on the target too, at any time, without a command).
+ */
+async function targetConn(before: number, command: string): Promise<TargetConn> {
+  return waitFor(() => target.conns.slice(before).find((c) => c.command === command), { timeoutMs: 5000, intervalMs: 10, message: `the target saw no "${command}" connection` });
 }
 
 async function settle(conn: Duplex): Promise<void> {
@@ -359,7 +362,7 @@ async function uploadFinReply(p: PathName, a: AgentKind, size: number): Promise<
   conn.write('upload\n');
   await writePayload(conn, size);
   const out = await within(reader.done, 60_000, 'reply after FIN');
-  const rec = await targetConn(before);
+  const rec = await targetConn(before, 'upload');
   await waitFor(() => rec.closed, { timeoutMs: 10_000, intervalMs: 10, message: 'target connection closed' });
   expect(rec.bytesIn, 'every uploaded byte reached the target').toBe(size);
   expect(rec.sawEnd, 'the client\'s end reached the target as EOF').toBe(true);
@@ -445,7 +448,7 @@ for (const p of PATHS) {
           const reader = new Reader(conn);
           conn.write('source\n');
           await within(reader.until(2 * MiB), 30_000, 'download start');
-          const rec = await targetConn(before);
+          const rec = await targetConn(before, 'source');
           const t0 = performance.now();
           conn.destroy();
           await waitFor(() => rec.closed, { timeoutMs: PROMPT_MS, intervalMs: 5, message: 'the target did not see the abort' });
