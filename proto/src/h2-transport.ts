@@ -7,7 +7,8 @@
 // later write waits behind it for good. The HTTP/2 session stops reading while its write is pending, so it
 // never reads the reset either, and its destroy() waits for that write too: the session neither fails nor
 // closes, and its socket stays open. Through a JS stream every write is the TLS socket's own JS write,
-// whose failure destroys the socket with the error, and the session ends at once.
+// whose failure destroys the socket with the error, and the session ends at once. It costs about 40 % of
+// the gRPC throughput (Node's JS-stream HTTP/2 path, measured alike with or without our Duplex in between).
 import { Duplex } from 'node:stream';
 import type tls from 'node:tls';
 
