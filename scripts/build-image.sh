@@ -6,7 +6,7 @@
 # and the CLI installed from `node scripts/pack.mjs`'s tarball into /app. Result: the image
 # $CLUSTER_PROXY_IMAGE (default localhost/cluster-proxy:VERSION) in buildah's local storage, and
 # OUT_DIR/cluster-proxy.oci.tar (an OCI archive: `podman load`, `skopeo copy oci-archive:… docker://…`).
-# deploy/Dockerfile builds the same CLI on node:20-slim where Docker Hub is reachable (it is not on our
+# deploy/Dockerfile builds the same CLI on node:24-slim where Docker Hub is reachable (it is not on our
 # build machines).
 set -euo pipefail
 cd "$(dirname "$0")/.."

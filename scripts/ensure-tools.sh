@@ -1,15 +1,41 @@
 #!/usr/bin/env bash
-# Installs what the project needs on a fresh machine that has only Node 20 and npm:
-# pnpm (from the npm registry), node modules, and the Debian packages the tests and benchmarks use.
+# Installs what the project needs on a fresh machine that has only Node 20 and npm: Node 24 (npm's `node`
+# package ships the binary), pnpm (from the npm registry), node modules, and the Debian packages the tests
+# and benchmarks use. Sourced: everything after it (pnpm, vitest, the processes tests spawn, the bench)
+# runs on the Node it puts first on PATH.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+export PATH="$HOME/.local/bin:$PATH"
+
+# Node: the supported LTS line. A machine whose node is older gets this exact version inside the checkout
+# (.cluster-proxy/ is ignored by git), installed once and reused.
+NODE_VERSION=24.21.0
+NODE_MIN_MAJOR=24
+if [ "$(node -p 'process.versions.node.split(".")[0]' 2>/dev/null || echo 0)" -lt "$NODE_MIN_MAJOR" ]; then
+  node_dir="$PWD/.cluster-proxy/node-$NODE_VERSION"
+  if [ "$("$node_dir/node_modules/node/bin/node" --version 2>/dev/null)" != "v$NODE_VERSION" ]; then
+    echo "==> installing node $NODE_VERSION (npm's node package) into $node_dir"
+    rm -rf "$node_dir"
+    mkdir -p "$node_dir"
+    npm install --prefix "$node_dir" --no-save --no-audit --no-fund --loglevel=error "node@$NODE_VERSION" >/dev/null
+    [ "$("$node_dir/node_modules/node/bin/node" --version 2>/dev/null)" = "v$NODE_VERSION" ] \
+      || { echo "error: npm's node@$NODE_VERSION did not install a working node binary" >&2; return 1 2>/dev/null || exit 1; }
+  fi
+  # npm runs on the node first on PATH and would take that node's directory as its global prefix: keep the
+  # machine's (where `npm install -g` and scripts/install-cli.sh put commands on a login shell's PATH).
+  npm_prefix="${NPM_CONFIG_PREFIX:-$(npm prefix -g 2>/dev/null || true)}"
+  [ -n "$npm_prefix" ] && export NPM_CONFIG_PREFIX="$npm_prefix"
+  export PATH="$node_dir/node_modules/node/bin:$PATH"
+  hash -r
+fi
+echo "==> node $(node --version) ($(command -v node))"
 
 PNPM_VERSION=10.34.8
 if ! command -v pnpm >/dev/null 2>&1 || [ "$(pnpm --version 2>/dev/null)" != "$PNPM_VERSION" ]; then
   echo "==> installing pnpm $PNPM_VERSION"
   # corepack's signature check fails on some machines; npm is always there.
   npm install -g "pnpm@$PNPM_VERSION" >/dev/null 2>&1 || npm install -g --prefix "$HOME/.local" "pnpm@$PNPM_VERSION" >/dev/null
-  export PATH="$HOME/.local/bin:$PATH"
+  hash -r
 fi
 
 # Debian packages: python3 (blackhole fixture, Python client test), curl (real-client tests), squid

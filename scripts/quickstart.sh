@@ -3,7 +3,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/ensure-tools.sh
-export PATH="$HOME/.local/bin:$PATH"
 pnpm build >/dev/null
 # `cluster-proxy` for the README's next commands, in every new shell.
 bash scripts/install-cli.sh

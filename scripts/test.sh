@@ -4,7 +4,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/ensure-tools.sh
-export PATH="$HOME/.local/bin:$PATH"
 echo "==> build"
 pnpm build
 echo "==> test"

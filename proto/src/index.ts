@@ -13,6 +13,7 @@ export * from './health-checks.js';
 export * from './grpc-framing.js';
 export * from './grpc-client.js';
 export * from './session-watchdog.js';
+export * from './h2-transport.js';
 
 import { fileURLToPath } from 'node:url';
 /** Directory holding client.proto and agent.proto (for tools that load the .proto files). */

@@ -1,11 +1,9 @@
 // A dead HTTP/2 peer must end its gRPC calls, on both ends of a gRPC session (our server and our
 // client). A graceful close (GOAWAY) of a session whose peer is dead never completes, so the calls on
-// it would never end (grpc-js's keepalive did just that). And a peer that dies is not always noticed
-// from the socket: Node 20's HTTP/2 session stops reading while one of its writes is in flight, and
-// when that write fails (ECONNRESET from the dead peer) it neither reports the error nor reads again
-// (found by the conformance matrix: a SIGKILLed gRPC agent stayed routed for good). We ping every
-// session ourselves and destroy it when the peer does not answer: every call on it then ends with an
-// error.
+// it would never end (grpc-js's keepalive did just that). And a peer that vanishes without a reset (a
+// host gone, a network cut) is not noticed from the socket at all. We ping every session ourselves and
+// destroy it when the peer does not answer: every call on it then ends with an error. (A peer whose
+// kernel resets the connection is seen at once: see h2-transport.ts.)
 import type http2 from 'node:http2';
 
 export interface WatchdogOptions {

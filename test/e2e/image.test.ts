@@ -99,6 +99,8 @@ describe('the OCI image, built with buildah and run with buildah run', () => {
     containers.push(c);
     const uid = await buildah(['run', c, '--', '/usr/local/bin/node', '-e', 'process.stdout.write(String(process.getuid()))']);
     expect(uid).toBe('65532');
+    // The image ships the Node the suite runs on (scripts/ensure-tools.sh's, the supported LTS line).
+    expect(await buildah(['run', c, '--', '/usr/local/bin/node', '--version'])).toBe(process.version);
     const help = await buildah(['run', c, '--', '/usr/local/bin/node', CLI_IN_IMAGE, '--help']);
     expect(help).toContain('Usage: cluster-proxy COMMAND');
     // OpenShift's restricted-v2 runs the pod as an arbitrary UID of the namespace's range, group 0.

@@ -130,14 +130,17 @@ export async function startAgent(pki: TestPki, hub: HubProcess, opts: AgentStart
   };
 }
 
+/** A debug or health request that never answers fails after this, so a poll around it retries instead of hanging. */
+const LOCAL_HTTP_TIMEOUT_MS = 5000;
+
 export async function getJson(port: number, pathName: string): Promise<unknown> {
-  const res = await fetch(`http://127.0.0.1:${port}${pathName}`);
+  const res = await fetch(`http://127.0.0.1:${port}${pathName}`, { signal: AbortSignal.timeout(LOCAL_HTTP_TIMEOUT_MS) });
   if (!res.ok) throw new Error(`GET ${pathName} on port ${port}: HTTP ${res.status}`);
   return res.json();
 }
 
 export async function getStatus(port: number, pathName: string): Promise<{ status: number; body: string }> {
-  const res = await fetch(`http://127.0.0.1:${port}${pathName}`);
+  const res = await fetch(`http://127.0.0.1:${port}${pathName}`, { signal: AbortSignal.timeout(LOCAL_HTTP_TIMEOUT_MS) });
   return { status: res.status, body: await res.text() };
 }
 

@@ -10,9 +10,10 @@
 import { EventEmitter } from 'node:events';
 import http2 from 'node:http2';
 import type net from 'node:net';
+import type { Duplex } from 'node:stream';
 import type { PeerCertificate, TLSSocket } from 'node:tls';
 import {
-  GrpcMessageReader, GrpcStatus, encodeGrpcMessage, parseGrpcTimeout, watchSession, writeGrpcMessage,
+  GrpcMessageReader, GrpcStatus, encodeGrpcMessage, h2Transport, parseGrpcTimeout, watchSession, writeGrpcMessage,
   type GrpcFramingError, type Packet, type WatchdogOptions,
 } from '@cluster-proxy/proto';
 
@@ -227,7 +228,11 @@ export class GrpcServer {
   private readonly handlers = new Map<string, GrpcHandler>();
   private readonly sessions = new Set<http2.ServerHttp2Session>();
   /** Every connection handed to us, so shutdown can close them (see destroySockets). */
-  private readonly sockets = new Set<net.Socket>();
+  private readonly sockets = new Set<Duplex>();
+  /** The TLS socket under each injected session (its HTTP/2 runs on a JS stream: see h2-transport.ts in proto). */
+  private readonly tlsSockets = new WeakMap<http2.Http2Session, TLSSocket>();
+  /** The TLS socket being injected, while node:http2 creates its session (synchronously). */
+  private injecting: TLSSocket | undefined;
   private readonly calls = new Set<GrpcServerCall>();
   /** Waiting for the last call to end (shutdown). */
   private readonly callsDone = new Set<() => void>();
@@ -244,8 +249,13 @@ export class GrpcServer {
   }
 
   /** A connection that already negotiated "h2" (TLS terminated and the client verified by the caller). */
-  injectConnection(socket: net.Socket): void {
-    this.injector.emit('connection', socket);
+  injectConnection(socket: TLSSocket): void {
+    this.injecting = socket;
+    try {
+      this.injector.emit('connection', h2Transport(socket));
+    } finally {
+      this.injecting = undefined;
+    }
   }
 
   /** Also serves plain HTTP/2 on a Unix socket. */
@@ -300,12 +310,13 @@ export class GrpcServer {
       // refuse new streams on a busy agent session.
       maxSessionMemory: 64,
     });
-    h2.on('connection', (socket: net.Socket) => {
-      socket.setNoDelay?.(true);
+    h2.on('connection', (socket: Duplex) => {
+      (socket as net.Socket).setNoDelay?.(true);
       this.sockets.add(socket);
       socket.once('close', () => this.sockets.delete(socket));
     });
     h2.on('session', (session: http2.ServerHttp2Session) => {
+      if (this.injecting) this.tlsSockets.set(session, this.injecting);
       this.sessions.add(session);
       session.once('close', () => this.sessions.delete(session));
       session.on('error', () => {}); // its calls report it
@@ -328,7 +339,8 @@ export class GrpcServer {
       stream.end('gRPC requests only (POST, content-type application/grpc)\n');
       return;
     }
-    const socket = stream.session?.socket as net.Socket | undefined;
+    const session = stream.session;
+    const socket = (session && this.tlsSockets.get(session)) ?? (session?.socket as net.Socket | undefined);
     const call = new GrpcServerCall(stream, headers, socket, this.opts.maxMessageBytes);
     const handler = this.handlers.get(String(headers[':path'] ?? ''));
     if (!handler) {
