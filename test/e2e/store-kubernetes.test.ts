@@ -8,6 +8,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { openStore, type WatchEvent } from '@cluster-proxy/server';
 import { KubernetesStore } from '@cluster-proxy/server/kubernetes-store';
 import { snapshotHandles, startFakeKubeApiServer, waitFor, waitForHandlesAtMost, type FakeKubeApiServer } from '../src/fixtures/index.js';
+import type { FakeKubeApiServerOptions } from '../src/fixtures/kube-api-server.js';
 import { sampleObject, storeConformance } from '../src/store-conformance.js';
 
 let handles: Map<string, number>;
@@ -43,14 +44,28 @@ storeConformance('kubernetes (fake API server)', async (opts) => {
   };
 });
 
+/** A store on a fresh API server and a Lease watch recording its events and errors, for `body` to drive. */
+async function watchingLeases(opts: FakeKubeApiServerOptions,
+  body: (t: { api: FakeKubeApiServer; store: KubernetesStore; events: WatchEvent<'Lease'>[]; errors: Error[] }) => Promise<void>): Promise<void> {
+  const api = await startFakeKubeApiServer({ namespaces: ['c1'], ...opts });
+  const store = await kubeStore(api);
+  try {
+    const events: WatchEvent<'Lease'>[] = [];
+    const errors: Error[] = [];
+    const w = store.watch('Lease', {}, { onEvent: (e) => events.push(e), onError: (e) => errors.push(e) });
+    await body({ api, store, events, errors });
+    expect(errors).toEqual([]);
+    w.stop();
+    await waitFor(() => api.openWatches() === 0, { timeoutMs: 5000, message: 'watch closed on stop' });
+  } finally {
+    await store.close();
+    await api.close();
+  }
+}
+
 describe('kubernetes store watches', () => {
   it('resume after every watch connection is cut, with no event lost or repeated', async () => {
-    const api = await startFakeKubeApiServer({ namespaces: ['c1'] });
-    const store = await kubeStore(api);
-    try {
-      const events: WatchEvent<'Lease'>[] = [];
-      const errors: Error[] = [];
-      const w = store.watch('Lease', {}, { onEvent: (e) => events.push(e), onError: (e) => errors.push(e) });
+    await watchingLeases({}, async ({ api, store, events }) => {
       let lease = await store.create('Lease', sampleObject('Lease', 'l'));
       await waitFor(() => api.openWatches() === 1 && events.length === 1, { timeoutMs: 5000, message: 'watch open, first event' });
       for (let round = 0; round < 5; round++) {
@@ -63,22 +78,11 @@ describe('kubernetes store watches', () => {
       await waitFor(() => events.length >= 17, { timeoutMs: 5000, message: '17 events' });
       expect(events.map((e) => e.type)).toEqual(['ADDED', ...Array<string>(15).fill('MODIFIED'), 'DELETED']);
       expect(events.slice(1, 16).map((e) => e.object.spec.leaseTransitions)).toEqual(Array.from({ length: 15 }, (_, i) => i));
-      expect(errors).toEqual([]);
-      w.stop();
-      await waitFor(() => api.openWatches() === 0, { timeoutMs: 5000, message: 'watch closed on stop' });
-    } finally {
-      await store.close();
-      await api.close();
-    }
+    });
   });
 
   it('resume after the server ends every watch stream cleanly (as the apiserver does), with no event lost or repeated', async () => {
-    const api = await startFakeKubeApiServer({ namespaces: ['c1'], watchEndMs: 150, bookmarkMs: 50 });
-    const store = await kubeStore(api);
-    try {
-      const events: WatchEvent<'Lease'>[] = [];
-      const errors: Error[] = [];
-      const w = store.watch('Lease', {}, { onEvent: (e) => events.push(e), onError: (e) => errors.push(e) });
+    await watchingLeases({ watchEndMs: 150, bookmarkMs: 50 }, async ({ store, events }) => {
       let lease = await store.create('Lease', sampleObject('Lease', 'l'));
       for (let i = 0; i < 12; i++) {
         // Spread over several stream lifetimes (150 ms each).
@@ -88,12 +92,7 @@ describe('kubernetes store watches', () => {
       await waitFor(() => events.length >= 13, { timeoutMs: 5000, message: '13 events' });
       expect(events.map((e) => e.type)).toEqual(['ADDED', ...Array<string>(12).fill('MODIFIED')]);
       expect(events.slice(1).map((e) => e.object.spec.leaseTransitions)).toEqual(Array.from({ length: 12 }, (_, i) => i));
-      expect(errors).toEqual([]);
-      w.stop();
-    } finally {
-      await store.close();
-      await api.close();
-    }
+    });
   });
 
   it('a store whose API server is gone fails ping with UnavailableError', async () => {
