@@ -563,6 +563,9 @@ describe('OCM install mode (ManifestWork + CSR flow) beside OCM\'s addon-manager
     expect(k.objects.has(`Namespace//${AGENT_NS}`)).toBe(true);
     expect(k.objects.get(`ConfigMap/${AGENT_NS}/other-addon-config`)).toEqual(other);
     expect([...k.objects.keys()].filter((x) => ocmKeys.includes(x) && !x.startsWith('Namespace/'))).toEqual([]);
+    // Over the whole suite: nothing anyone wrote was pruned by a schema, and no status field had two writers.
+    expect(api.pruned()).toEqual([]);
+    expect(sharedFields()).toEqual([]);
   }, 120_000);
 });
 
