@@ -340,41 +340,48 @@ describe('OCM install mode (ManifestWork + CSR flow) beside OCM\'s addon-manager
   it('installStrategy Placements (OCM\'s addon-manager creates the addons): a selected cluster gets an agent; leaving the decision removes it', async () => {
     const cma = (await store().get('ClusterManagementAddOn', { name: 'cluster-proxy' }))!;
     await store().update('ClusterManagementAddOn', { ...cma, spec: { ...cma.spec, installStrategy: { type: 'Placements', placements: [{ name: 'cp-placement', namespace: 'default' }] } } });
-    await store().create('Placement', { apiVersion: 'cluster.open-cluster-management.io/v1beta1', kind: 'Placement', metadata: { name: 'cp-placement', namespace: 'default' }, spec: { clusterSets: ['global'] } });
-    const pd = await store().create('PlacementDecision', { apiVersion: 'cluster.open-cluster-management.io/v1beta1', kind: 'PlacementDecision',
-      metadata: { name: 'cp-placement-decision-1', namespace: 'default', labels: { 'cluster.open-cluster-management.io/placement': 'cp-placement' } } });
-    const decided = await store().updateStatus('PlacementDecision', { ...pd, status: { decisions: [{ clusterName: 'c1', reason: '' }, { clusterName: 'c2', reason: '' }] } });
-    const a = await availableAndCompleted('c2');
-    expect(a.metadata.ownerReferences?.[0]).toMatchObject({ kind: 'ClusterManagementAddOn', name: 'cluster-proxy', uid: cma.metadata.uid });
-    // Created by OCM's addon-manager, not by the hub.
-    expect(api.writes().filter((w) => w.kind === 'ManagedClusterAddOn' && w.verb === 'create' && w.namespace === 'c2').map((w) => w.user)).toEqual(expect.arrayContaining([OCM_ADDON_MANAGER_USER]));
-    expect(api.writes().some((w) => w.kind === 'ManagedClusterAddOn' && w.verb === 'create' && w.user === HUB_USER)).toBe(false);
-    // c2's Lease from its earlier agent is still fresh; it must not make the new addon Available before its agent is.
-    expect((await hub.tables()).agents.some((x) => x.cluster === 'c2')).toBe(true);
-    await roundTrip('c2');
-    const agent = klusterlets.get('c2')!.agents()[0]!;
-    await store().updateStatus('PlacementDecision', { ...decided, status: { decisions: [{ clusterName: 'c1', reason: '' }] } });
-    await waitFor(async () => !(await addon('c2')) && !(await work('c2')), { timeoutMs: 15_000, message: 'c2 addon/work not removed' });
-    await agent.proc.exited;
-    expect(klusterlets.get('c2')!.agents()).toEqual([]);
-    await waitFor(async () => !(await hub.tables()).agents.some((x) => x.cluster === 'c2'), { timeoutMs: 15_000, message: 'c2 tunnel still on the hub' });
-    expect(await work('c1')).not.toBeNull();
-    // Selected again while c2's klusterlet is down: the Lease the earlier agent renewed is still fresh, but it
-    // belongs to the earlier addon, so the new one is not Available until an agent of its own renews.
-    await klusterlets.get('c2')!.pause();
-    const again = (await store().get('PlacementDecision', { name: 'cp-placement-decision-1', namespace: 'default' }))!;
-    await store().updateStatus('PlacementDecision', { ...again, status: { decisions: [{ clusterName: 'c1', reason: '' }, { clusterName: 'c2', reason: '' }] } });
-    await waitFor(() => addon('c2'), { timeoutMs: 15_000, message: 'c2 addon not created again' });
-    await hubPasses(3);
-    expect(cond(await addon('c2'), 'Available')?.status).not.toBe('True');
-    klusterlets.get('c2')!.resume();
-    await availableAndCompleted('c2');
-    const latest = (await store().get('PlacementDecision', { name: 'cp-placement-decision-1', namespace: 'default' }))!;
-    await store().updateStatus('PlacementDecision', { ...latest, status: { decisions: [{ clusterName: 'c1', reason: '' }] } });
-    await waitFor(async () => !(await addon('c2')) && !(await work('c2')), { timeoutMs: 15_000, message: 'c2 addon/work not removed again' });
-    const back = (await store().get('ClusterManagementAddOn', { name: 'cluster-proxy' }))!;
-    await store().update('ClusterManagementAddOn', { ...back, spec: { ...back.spec, installStrategy: { type: 'Manual' } } });
-  }, 60_000);
+    try {
+      await store().create('Placement', { apiVersion: 'cluster.open-cluster-management.io/v1beta1', kind: 'Placement', metadata: { name: 'cp-placement', namespace: 'default' }, spec: { clusterSets: ['global'] } });
+      const pd = await store().create('PlacementDecision', { apiVersion: 'cluster.open-cluster-management.io/v1beta1', kind: 'PlacementDecision',
+        metadata: { name: 'cp-placement-decision-1', namespace: 'default', labels: { 'cluster.open-cluster-management.io/placement': 'cp-placement' } } });
+      const decided = await store().updateStatus('PlacementDecision', { ...pd, status: { decisions: [{ clusterName: 'c1', reason: '' }, { clusterName: 'c2', reason: '' }] } });
+      const a = await availableAndCompleted('c2');
+      expect(a.metadata.ownerReferences?.[0]).toMatchObject({ kind: 'ClusterManagementAddOn', name: 'cluster-proxy', uid: cma.metadata.uid });
+      // Created by OCM's addon-manager, not by the hub.
+      expect(api.writes().filter((w) => w.kind === 'ManagedClusterAddOn' && w.verb === 'create' && w.namespace === 'c2').map((w) => w.user)).toEqual(expect.arrayContaining([OCM_ADDON_MANAGER_USER]));
+      expect(api.writes().some((w) => w.kind === 'ManagedClusterAddOn' && w.verb === 'create' && w.user === HUB_USER)).toBe(false);
+      // c2's Lease from its earlier agent is still fresh; it must not make the new addon Available before its agent is.
+      expect((await hub.tables()).agents.some((x) => x.cluster === 'c2')).toBe(true);
+      await roundTrip('c2');
+      const agent = klusterlets.get('c2')!.agents()[0]!;
+      await store().updateStatus('PlacementDecision', { ...decided, status: { decisions: [{ clusterName: 'c1', reason: '' }] } });
+      await waitFor(async () => !(await addon('c2')) && !(await work('c2')), { timeoutMs: 15_000, message: 'c2 addon/work not removed' });
+      await agent.proc.exited;
+      expect(klusterlets.get('c2')!.agents()).toEqual([]);
+      await waitFor(async () => !(await hub.tables()).agents.some((x) => x.cluster === 'c2'), { timeoutMs: 15_000, message: 'c2 tunnel still on the hub' });
+      expect(await work('c1')).not.toBeNull();
+      // Selected again while c2's klusterlet is down: the Lease the earlier agent renewed is still fresh, but it
+      // belongs to the earlier addon, so the new one is not Available until an agent of its own renews.
+      await klusterlets.get('c2')!.pause();
+      const again = (await store().get('PlacementDecision', { name: 'cp-placement-decision-1', namespace: 'default' }))!;
+      await store().updateStatus('PlacementDecision', { ...again, status: { decisions: [{ clusterName: 'c1', reason: '' }, { clusterName: 'c2', reason: '' }] } });
+      await waitFor(() => addon('c2'), { timeoutMs: 15_000, message: 'c2 addon not created again' });
+      await hubPasses(3);
+      expect(cond(await addon('c2'), 'Available')?.status).not.toBe('True');
+      klusterlets.get('c2')!.resume();
+      await availableAndCompleted('c2');
+      const latest = (await store().get('PlacementDecision', { name: 'cp-placement-decision-1', namespace: 'default' }))!;
+      await store().updateStatus('PlacementDecision', { ...latest, status: { decisions: [{ clusterName: 'c1', reason: '' }] } });
+      await waitFor(async () => !(await addon('c2')) && !(await work('c2')), { timeoutMs: 15_000, message: 'c2 addon/work not removed again' });
+    } finally {
+      // Back to Manual whatever happened above, and c2 without the addon, so the tests after this one start clean.
+      klusterlets.get('c2')!.resume();
+      const back = (await store().get('ClusterManagementAddOn', { name: 'cluster-proxy' }))!;
+      await store().update('ClusterManagementAddOn', { ...back, spec: { ...back.spec, installStrategy: { type: 'Manual' } } });
+      await store().delete('ManagedClusterAddOn', { name: 'cluster-proxy', namespace: 'c2' }).catch(() => undefined);
+      await waitFor(async () => !(await work('c2')), { timeoutMs: 15_000, message: 'c2 work not removed' });
+    }
+  }, 90_000);
 
   it('two hub replicas beside OCM\'s addon-manager: one work per cluster, no rewrite, no field with two writers', async () => {
     hub2 = await startHub(pki, ['--store', 'kubernetes', '--kubeconfig', kubeconfig, '--agent-install', 'manifestwork', '--ca-key', caKeyPath,

@@ -247,10 +247,11 @@ export class AddonManager {
       // A loss counts from when this hub saw tunnels go; a cluster never seen up is judged by its lease alone.
       else if (!this.downSince.has(cluster) && this.everSeen.has(cluster)) this.downSince.set(cluster, now);
       if (n > 0) this.everSeen.add(cluster);
-      // A lease last renewed before this addon was created belongs to an earlier one (disabled and enabled
-      // again): it says nothing about the agent being installed now.
+      // On an OCM hub addons come and go (disabled, enabled again): a lease not renewed after this addon was
+      // created belongs to an earlier one and says nothing about the agent being installed now.
+      // (creationTimestamp has whole seconds: a renewal within that second cannot be placed, so it waits.)
       const lease = leaseOf.get(cluster) ?? null;
-      const current = lease && !(Date.parse(lease.spec.renewTime ?? '') < Date.parse(addon.metadata.creationTimestamp ?? '')) ? lease : null;
+      const current = lease && (!this.installer || Date.parse(lease.spec.renewTime ?? '') >= Date.parse(addon.metadata.creationTimestamp ?? '') + 1000) ? lease : null;
       let specs = addonConditions({
         lease: current, mode: this.mode, tunnels: n, tunnelDownSince: this.downSince.get(cluster) ?? null,
         tunnelLossGraceMs: Math.floor(this.windowMs / 2), report: worstReport(reportsOf(current)), now,
