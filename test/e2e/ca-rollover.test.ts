@@ -93,9 +93,15 @@ describe('hub CA rollover', () => {
     conn = await tunnel.dial('c1:443');
     await ping(conn, 'new link');
     expect(splitBundle(await readFile(pki('ca.crt'), 'utf8'))).toHaveLength(1);
-    // The agent's pre-rollover certificate (old CA) no longer gets in.
-    await expect(connectMux({ address: `127.0.0.1:${ports.agent}`, caCert: await readFile(pki('ca.crt')), cert: oldPair!.cert, key: oldPair!.key, serverName: 'localhost', hello: {}, timeoutMs: 5000 }))
-      .rejects.toThrow(/closed the connection/);
+    // The agent's pre-rollover certificate (old CA) no longer gets in: refused in the TLS handshake once the hub
+    // has picked up "finish" (its next --tls-reload-interval tick; a hello refusal would mean it still trusts it).
+    const caCert = await readFile(pki('ca.crt'));
+    const refused = await waitFor(async () => {
+      const err = await connectMux({ address: `127.0.0.1:${ports.agent}`, caCert, cert: oldPair!.cert, key: oldPair!.key, serverName: 'localhost', hello: {}, timeoutMs: 5000 })
+        .then((c) => { c.stream.destroy(); return null; }, (e: Error) => e);
+      return err && /closed the connection/.test(err.message) ? err : null;
+    }, { timeoutMs: 10_000, intervalMs: 100, message: 'an old-CA certificate still gets through the TLS handshake after finish' });
+    expect(refused.message).toMatch(/closed the connection/);
     await waitFor(async () => (await (await fetch(`http://127.0.0.1:${ports.admin}/debug/connections`)).json() as { agents: unknown[] }).agents.length === 1, { timeoutMs: 5000, message: 'one agent' });
   });
 });
