@@ -1,7 +1,7 @@
 // The agent: keeps one Connect stream per proxy-server replica (reached through one address, usually
 // a load balancer), reconnects with backoff, and drains on shutdown.
 import { X509Certificate, randomUUID } from 'node:crypto';
-import { clusterHostNames, formatIdentifiers, emptyIdentifiers, splitHostPort, DEFAULT_CONNECTION_WINDOW, type AgentIdentifiers } from '@cluster-proxy/proto';
+import { clusterHostNames, formatIdentifiers, emptyIdentifiers, splitHostPort, AGENT_MEMORY_BUDGET, INITIAL_CONNECTION_WINDOW, MAX_CONNECTION_WINDOW, MemoryBudget, throttleReporter, type AgentIdentifiers } from '@cluster-proxy/proto';
 import type { Logger } from 'pino';
 import { Backoff } from './backoff.js';
 import { GrpcCallError, GrpcStatus, MuxRefusedError, MuxUnsupportedError } from '@cluster-proxy/proto';
@@ -37,7 +37,12 @@ export interface AgentOptions {
   /** Extra identifiers beyond the cluster's own names (the hub must have granted them). */
   extraIdentifiers?: Partial<AgentIdentifiers>;
   dialTimeoutMs?: number;
+  /** Window granted to the hub per connection at first (default INITIAL_CONNECTION_WINDOW). */
   window?: number;
+  /** Bytes the agent may hold on behalf of the hub, all connections together (default 64 MiB). */
+  memoryBudget?: number;
+  /** Connections the agent holds at most, all links together (default: the budget / the initial window). */
+  maxConnections?: number;
   /** How long open connections may finish after SIGTERM before the agent exits. */
   drainGraceMs?: number;
   backoffInitialMs?: number;
@@ -83,13 +88,33 @@ export class Agent {
   private trust: Buffer;
   /** This agent's Prometheus registry and counters (served on /metrics of the health port). */
   readonly metrics: AgentMetrics;
+  /** What the agent holds on behalf of the hub, every link's connections together. */
+  readonly budget: MemoryBudget;
+  readonly maxConnections: number;
 
   constructor(private readonly opts: AgentOptions) {
     this.agentID = opts.agentID ?? randomUUID();
     this.credentials = { cert: opts.cert, key: opts.key };
     this.trust = opts.caCert;
     this.metrics = new AgentMetrics({ processMetrics: opts.processMetrics });
-    this.metrics.bind({ openServerConnections: () => this.servers.size, knownServerCount: () => this.knownServerCount, openEndpointConnections: () => this.openConnections });
+    const window = opts.window ?? INITIAL_CONNECTION_WINDOW;
+    const limit = opts.memoryBudget ?? AGENT_MEMORY_BUDGET;
+    const logThrottle = throttleReporter(30_000, (count) =>
+      opts.log.warn({ throttled: count, budget: limit, committed: this.budget.committed }, 'memory budget is short: connection windows are not growing (destinations slower than the hub, or many connections)'));
+    this.budget = new MemoryBudget(limit, {
+      maxWindow: MAX_CONNECTION_WINDOW,
+      onThrottle: (direction) => {
+        this.metrics.memoryThrottled.inc();
+        logThrottle(direction);
+      },
+    });
+    this.maxConnections = opts.maxConnections ?? Math.max(1, Math.floor(limit / window));
+    this.metrics.bind({
+      openServerConnections: () => this.servers.size,
+      knownServerCount: () => this.knownServerCount,
+      openEndpointConnections: () => this.openConnections,
+      memory: () => ({ limit, committed: this.budget.committed, held: this.budget.usageByDirection().reduce((n, u) => n + u.buffered, 0) }),
+    });
     const names = clusterHostNames(opts.cluster, opts.namespace);
     this.dialer = new TargetDialer({ clusterNames: names, apiserver: opts.apiserver, allow: opts.allow, dialTimeoutMs: opts.dialTimeoutMs ?? 5000 });
     const ids = { ...emptyIdentifiers(), ...opts.extraIdentifiers };
@@ -230,10 +255,12 @@ export class Agent {
       egress: this.egress,
       agentID: this.agentID,
       identifiers: this.identifiers,
-      window: this.opts.window ?? DEFAULT_CONNECTION_WINDOW,
+      window: this.opts.window ?? INITIAL_CONNECTION_WINDOW,
+      budget: this.budget,
       dialer: this.dialer,
       log: this.opts.log,
       isDraining: () => this.draining,
+      atCapacity: () => (this.openConnections >= this.maxConnections ? `agent holds ${this.maxConnections} connections, its limit (--max-connections)` : null),
       heldServers: [...this.servers.values()].filter((x) => !x.serverDraining).map((x) => x.serverID),
       nextConnectID: () => ++this.connectID,
       headerTimeoutMs: 15_000,

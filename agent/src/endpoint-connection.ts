@@ -3,7 +3,7 @@
 // Every path to `closed` goes through finish(), which sends CLOSE_RSP at most once and releases
 // the socket, timers and listeners.
 import type net from 'node:net';
-import { CreditReturn, LazyLog, MAX_DATA_CHUNK, MAX_MESSAGE_BYTES, SendCredit, chunks, packets, type StreamSender } from '@cluster-proxy/proto';
+import { LazyLog, MAX_DATA_CHUNK, MAX_MESSAGE_BYTES, ReceiveWindow, SendCredit, packets, type MemoryBudget, type StreamSender } from '@cluster-proxy/proto';
 import type { Logger } from 'pino';
 import type { AgentMetrics } from './metrics.js';
 
@@ -18,8 +18,10 @@ export interface EndpointOwner {
   readonly sender: StreamSender;
   readonly credit: boolean;
   readonly halfClose: boolean;
-  /** Window we granted the hub per connection. */
+  /** Window we grant the hub per connection at first (it grows from the budget). */
   readonly window: number;
+  /** The agent's memory budget, shared by every connection of every link. */
+  readonly budget: MemoryBudget;
   /** Window the hub granted us, or null without credit. */
   readonly peerWindow: number | null;
   forget(conn: EndpointConnection): void;
@@ -33,8 +35,10 @@ export class EndpointConnection {
   /** The hub sent HALF_CLOSE (we ended the socket). */
   private remoteEnded = false;
   private socket: net.Socket | null = null;
-  private writer: CreditReturn | null = null;
+  private writer: ReceiveWindow | null = null;
   private readonly sendCredit: SendCredit;
+  /** Destination bytes read beyond the hub's credit: the rest of one read, sent when credit comes. */
+  private unsent: Buffer | null = null;
   private flushTimer: NodeJS.Timeout | null = null;
   readonly abort = new AbortController();
   bytesIn = 0;
@@ -55,9 +59,11 @@ export class EndpointConnection {
     this.state = 'open';
     this.socket = socket;
     socket.setNoDelay(true);
-    this.writer = new CreditReturn({
+    this.writer = new ReceiveWindow({
       sink: socket,
-      window: this.owner.window,
+      initial: this.owner.window,
+      budget: this.owner.budget,
+      direction: 'to_endpoint',
       report: (bytes) => {
         if (this.owner.credit && this.state === 'open') this.owner.sender.send(packets.credit(this.connectID, bytes));
       },
@@ -80,17 +86,16 @@ export class EndpointConnection {
     this.bytesIn += data.length;
     this.owner.metrics.bytes.inc({ direction: 'to_endpoint' }, data.length);
     this.writer.write(data);
-    const buffered = this.writer.buffered;
     if (this.owner.credit) {
       // A peer that negotiated credit and overruns it is broken; cut only this connection.
-      if (buffered > this.owner.window + MAX_MESSAGE_BYTES) this.fail('flow-control window exceeded');
-    } else if (buffered > LEGACY_BACKLOG) {
+      if (this.writer.overrun > MAX_MESSAGE_BYTES) this.fail('flow-control window exceeded');
+    } else if (this.writer.buffered > LEGACY_BACKLOG) {
       this.owner.sender.holdReads(this);
     }
   }
 
   onCredit(bytes: number): void {
-    if (this.sendCredit.grant(bytes)) this.resumeReading();
+    if (this.sendCredit.grant(bytes) || this.unsent) this.resumeReading();
   }
 
   onHalfClose(): void {
@@ -119,19 +124,30 @@ export class EndpointConnection {
   private readonly onSocketData = (chunk: Buffer): void => {
     this.bytesOut += chunk.length;
     this.owner.metrics.bytes.inc({ direction: 'to_server' }, chunk.length);
-    for (const piece of chunks(chunk, MAX_DATA_CHUNK)) {
-      this.owner.sender.send(packets.data(this.connectID, piece));
-      this.sendCredit.consume(piece.length);
-    }
-    if (!this.sendCredit.canSend() || this.owner.sender.congested) {
+    this.sendWithinCredit(chunk);
+    if (this.unsent || !this.sendCredit.canSend() || this.owner.sender.congested) {
       this.socket?.pause();
       if (this.owner.sender.congested) this.owner.sender.whenWritable(this.resumeReading);
     }
   };
 
+  /** Sends as much of `data` as the hub's credit covers; keeps the rest for the next grant. */
+  private sendWithinCredit(data: Buffer): void {
+    let offset = 0;
+    while (offset < data.length) {
+      const n = this.sendCredit.allowance(Math.min(MAX_DATA_CHUNK, data.length - offset));
+      if (n === 0) break;
+      this.owner.sender.send(packets.data(this.connectID, data.subarray(offset, offset + n)));
+      this.sendCredit.consume(n);
+      offset += n;
+    }
+    this.unsent = offset < data.length ? data.subarray(offset) : null;
+  }
+
   private readonly resumeReading = (): void => {
     if (this.state !== 'open' || !this.socket) return;
-    if (!this.sendCredit.canSend()) return;
+    if (this.unsent) this.sendWithinCredit(this.unsent);
+    if (this.unsent || !this.sendCredit.canSend()) return;
     if (this.owner.sender.congested) {
       this.owner.sender.whenWritable(this.resumeReading);
       return;
@@ -139,8 +155,17 @@ export class EndpointConnection {
     this.socket.resume();
   };
 
+  /** The destination ended: what is left of its last read goes out now, whatever the credit (at most one read). */
+  private sendUnsent(): void {
+    if (!this.unsent) return;
+    this.owner.sender.send(packets.data(this.connectID, this.unsent));
+    this.sendCredit.consume(this.unsent.length);
+    this.unsent = null;
+  }
+
   private readonly onSocketEnd = (): void => {
     if (this.state !== 'open') return;
+    this.sendUnsent();
     if (!this.owner.halfClose) {
       // An ANP server has no half-close: EOF from the destination closes the connection (as ANP's agent does).
       this.finish('');
@@ -158,7 +183,9 @@ export class EndpointConnection {
   private readonly onSocketClose = (hadError: boolean): void => {
     if (this.flushTimer) clearTimeout(this.flushTimer);
     this.flushTimer = null;
-    if (this.state === 'open') this.finish(hadError ? 'connection to destination reset' : '');
+    if (this.state !== 'open') return;
+    if (!hadError) this.sendUnsent();
+    this.finish(hadError ? 'connection to destination reset' : '');
   };
 
   // ------------------------------------------------------------ teardown

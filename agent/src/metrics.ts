@@ -16,6 +16,8 @@ export interface AgentGaugeSource {
   openServerConnections(): number;
   knownServerCount(): number;
   openEndpointConnections(): number;
+  /** The memory budget: its limit, what the windows granted to the hub add up to, what is held now. */
+  memory(): { limit: number; committed: number; held: number };
 }
 
 export interface AgentMetricsOptions {
@@ -51,12 +53,17 @@ export class AgentMetrics {
     'Attempts to open a tunnel (server stream), by result (ok, error, duplicate: a replica we already hold)', ['result'] as const));
   readonly tunnelReconnects = this.registry.register(new Counter(`${OWN}tunnel_reconnects_total`,
     'Tunnels lost while running (not by our own stop or drain), after which the agent reconnects'));
+  readonly memoryThrottled = this.registry.register(new Counter(`${OWN}memory_budget_throttled_total`,
+    'Times a connection\'s window was kept from growing because the memory budget was short'));
 
   constructor(opts: AgentMetricsOptions = {}) {
     const src = (): AgentGaugeSource | null => this.source;
     this.registry.register(new Gauge(`${ANP}open_server_connections`, 'Tunnels (server streams) this agent holds', () => src()?.openServerConnections() ?? 0));
     this.registry.register(new Gauge(`${ANP}known_server_count`, 'Number of server replicas the agent believes exist (from the serverCount header)', () => src()?.knownServerCount() ?? 0));
     this.registry.register(new Gauge(`${ANP}open_endpoint_connections`, 'Connections to destinations (endpoints) open or being dialled', () => src()?.openEndpointConnections() ?? 0));
+    this.registry.register(new Gauge(`${OWN}memory_budget_bytes`, 'Bytes this agent may hold on behalf of the hub (--memory-budget)', () => src()?.memory().limit ?? 0));
+    this.registry.register(new Gauge(`${OWN}memory_committed_bytes`, 'Sum of the per-connection windows granted to the hub (what it may make us hold towards destinations)', () => src()?.memory().committed ?? 0));
+    this.registry.register(new Gauge(`${OWN}memory_held_bytes`, 'Bytes from the hub held now, not yet written to their destinations', () => src()?.memory().held ?? 0));
     if (opts.processMetrics) for (const m of processMetrics()) this.registry.register(m);
   }
 

@@ -5,7 +5,7 @@ import { EventEmitter } from 'node:events';
 import {
   GrpcCallError, grpcCodeName,
   CAP_CREDIT, CAP_HALF_CLOSE, CAP_SERVER_DRAIN, MD_HELD_SERVERS, MD_AGENT_ID, MD_AGENT_IDENTIFIERS, MD_CAPABILITIES, MD_SERVER_COUNT, MD_SERVER_ID, MD_WINDOW, PacketType,
-  LazyLog, StreamSender, packetTypeName, packets, parseCapabilities, tapWrites, type Packet,
+  LazyLog, StreamSender, packetTypeName, packets, parseCapabilities, tapWrites, type MemoryBudget, type Packet,
 } from '@cluster-proxy/proto';
 import { AgentMetrics } from './metrics.js';
 import type { Logger } from 'pino';
@@ -26,11 +26,16 @@ export interface ServerConnectionOptions {
   egress?: EgressOptions;
   agentID: string;
   identifiers: string;
+  /** Window we grant the hub per connection at first. */
   window: number;
+  /** The agent's memory budget (one per process, shared by every link). */
+  budget: MemoryBudget;
   dialer: TargetDialer;
   log: Logger;
   /** New dials are refused while this returns true. */
   isDraining: () => boolean;
+  /** Admission: a message when the agent holds as many connections as it may, else null. */
+  atCapacity: () => string | null;
   /** ServerIDs we already hold: our server refuses a duplicate before registering it. */
   heldServers?: string[];
   nextConnectID: () => number;
@@ -59,6 +64,7 @@ export class ServerConnection extends EventEmitter implements EndpointOwner {
   halfClose = false;
   peerWindow: number | null = null;
   readonly window: number;
+  readonly budget: MemoryBudget;
   private senderOrNull: StreamSender | null = null;
   private state: LinkState = 'connecting';
   private link: Link | null = null;
@@ -71,6 +77,7 @@ export class ServerConnection extends EventEmitter implements EndpointOwner {
   constructor(private readonly opts: ServerConnectionOptions) {
     super();
     this.window = opts.window;
+    this.budget = opts.budget;
     this.log = opts.log;
     this.metrics = opts.metrics ?? new AgentMetrics();
   }
@@ -237,6 +244,8 @@ export class ServerConnection extends EventEmitter implements EndpointOwner {
       this.sender.send(packets.dialResponse(random, 0, message, reason));
     };
     if (this.opts.isDraining()) return refuse('draining', 'agent is draining');
+    const full = this.opts.atCapacity();
+    if (full) return refuse('limit', full);
     if (this.byRandom.has(random)) return refuse('unknown', 'duplicate dial ID');
     let target;
     try {

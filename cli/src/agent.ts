@@ -5,7 +5,7 @@ import { splitHostPort } from '@cluster-proxy/proto';
 import type { Logger } from 'pino';
 import { parseIdentifiers } from '@cluster-proxy/proto';
 import { LOG_FORMAT_FLAG, createLogger, logUnhandledRejections } from './logging.js';
-import { UsageError, duration, helpText, list, parseFlags, port, required, str, type FlagSpecs } from './flags.js';
+import { UsageError, bytes, duration, optionalCount, helpText, list, parseFlags, port, required, str, type FlagSpecs } from './flags.js';
 
 export const agentFlags: FlagSpecs = {
   cluster: { type: 'string', help: 'name of the managed cluster this agent serves (required)' },
@@ -27,6 +27,8 @@ export const agentFlags: FlagSpecs = {
   'agent-id': { type: 'string', help: 'agent ID (default: random UUID)' },
   identifiers: { type: 'string', help: 'extra identifiers the hub granted, e.g. "default-route=true&cidr=10.0.0.0/8"' },
   'dial-timeout': { type: 'string', default: '5s', help: 'timeout for connecting to a destination' },
+  'memory-budget': { type: 'string', default: '64Mi', help: 'bytes the agent may hold for the hub, all connections together (windows grow from it; a destination that stops reading holds its share only)' },
+  'max-connections': { type: 'string', help: 'connections the agent holds at most; more dials are refused with reason "limit" (default: budget / 32 KiB initial window)' },
   'drain-grace': { type: 'string', default: '30s', help: 'on SIGTERM, how long open connections may finish' },
   'health-bind-address': { type: 'string', default: '0.0.0.0', help: 'address of the health listener' },
   'health-port': { type: 'string', default: '8093', help: '/healthz, /readyz, /metrics, /debug/connections' },
@@ -107,6 +109,8 @@ export async function runAgent(args: string[]): Promise<void> {
       agentID: str(flags, 'agent-id'),
       extraIdentifiers: extra ? parseIdentifiers(extra) : undefined,
       dialTimeoutMs: duration(flags, 'dial-timeout'),
+      memoryBudget: bytes(flags, 'memory-budget'),
+      maxConnections: optionalCount(flags, 'max-connections'),
       drainGraceMs: duration(flags, 'drain-grace'),
       keepaliveTimeMs: duration(flags, 'keepalive-time'),
       keepaliveTimeoutMs: duration(flags, 'keepalive-timeout'),

@@ -148,6 +148,24 @@ export function duration(flags: ParsedFlags, name: string): number {
   return Math.round(n * { ms: 1, s: 1000, m: 60_000, h: 3_600_000, d: 86_400_000 }[unit]!);
 }
 
+/** A size: "64Mi", "1Gi", "512Ki", "256M" or plain bytes. */
+export function bytes(flags: ParsedFlags, name: string): number {
+  const v = required(flags, name);
+  const m = /^(\d+(?:\.\d+)?)(Ki|Mi|Gi|K|M|G)?$/.exec(v.trim());
+  if (!m) throw new UsageError(`--${name} must be a size like 64Mi, 1Gi or 512Ki (or bytes), got "${v}"`);
+  const n = Math.floor(Number(m[1]) * { '': 1, Ki: 1024, Mi: 1024 ** 2, Gi: 1024 ** 3, K: 1e3, M: 1e6, G: 1e9 }[m[2] ?? '']!);
+  if (n < 1) throw new UsageError(`--${name} must be at least 1 byte, got "${v}"`);
+  return n;
+}
+
+/** A positive whole number, or undefined when the flag is unset. */
+export function optionalCount(flags: ParsedFlags, name: string): number | undefined {
+  const v = str(flags, name);
+  if (v === undefined || v === '') return undefined;
+  if (!/^\d+$/.test(v.trim()) || Number(v) < 1) throw new UsageError(`--${name} must be a whole number of at least 1, got "${v}"`);
+  return Number(v);
+}
+
 /** HOST:PORT (IPv6 in brackets) for a flag; the brackets are removed from the host. */
 export function hostPort(flags: ParsedFlags, name: string): { host: string; port: number } {
   const v = required(flags, name);

@@ -5,7 +5,8 @@ import type { DialFailureReason } from '@cluster-proxy/proto';
 /**
  * Why a dial or connection failed: `no_agent` (no agent serves the destination), `endpoint` (the agent
  * could not connect to it), `forbidden` (outside the agent's allowlist), `timeout`, `draining` (its agents
- * are shutting down), `dialclosed` (the hub or agent gave up the dial), `unknown`; and on our side
+ * are shutting down), `dialclosed` (the hub or agent gave up the dial), `limit` (a connection limit of the hub or the
+ * agent was reached; try later), `unknown`; and on our side
  * `context` (your AbortSignal), `tunnelclosed` (the tunnel to the hub failed or was closed), `closed`
  * (the connection was closed while in use) and `protocol` (the hub broke the protocol).
  */

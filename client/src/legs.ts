@@ -25,6 +25,8 @@ export interface Leg {
    * with many connections writing at once, each would otherwise queue a whole chunk on it.
    */
   readonly readyForData: boolean;
+  /** How many of `bytes` may go out now as DATA (the hub's credit on a shared connection; all of them on a stream of its own). */
+  allowance(bytes: number): number;
   /** Finished normally (our close was acknowledged, or the dial failed). */
   end(): void;
   /** Give up at once. */
@@ -73,6 +75,7 @@ export class GrpcLegFactory implements LegFactory {
       get readyForData() {
         return !call.writableNeedDrain;
       },
+      allowance: (bytes) => bytes,
       end: () => {
         if (!call.writableEnded) call.end();
         call.resume(); // let the status arrive

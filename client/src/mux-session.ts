@@ -98,6 +98,7 @@ class Session {
       get readyForData() {
         return e.credit.canSend() && !session.sender.congested;
       },
+      allowance: (bytes) => e.credit.allowance(bytes),
       end: forget,
       abort: forget,
     };

@@ -229,7 +229,8 @@ export class TunnelSocket extends Duplex {
         leg.whenWritable(() => this.sendData(leg, chunk, callback, offset));
         return;
       }
-      const piece = chunk.subarray(offset, offset + MAX_DATA_CHUNK);
+      // Within the hub's credit: a piece never overshoots what the hub granted this connection.
+      const piece = chunk.subarray(offset, offset + leg.allowance(Math.min(MAX_DATA_CHUNK, chunk.length - offset)));
       offset += piece.length;
       const ok = leg.send(packets.data(this.connectID, piece));
       this.bytesWritten += piece.length;

@@ -7,9 +7,10 @@ export type DialFailureReason =
   | 'timeout' // the dial did not complete within its deadline
   | 'draining' // the only agents for the destination are shutting down
   | 'dialclosed' // the hub or agent abandoned the dial (e.g. the agent disconnected)
+  | 'limit' // an admission limit was reached (the hub's or the agent's connection count)
   | 'unknown';
 
-const KNOWN: ReadonlySet<string> = new Set(['no_agent', 'endpoint', 'forbidden', 'timeout', 'draining', 'dialclosed', 'unknown']);
+const KNOWN: ReadonlySet<string> = new Set(['no_agent', 'endpoint', 'forbidden', 'timeout', 'draining', 'dialclosed', 'limit', 'unknown']);
 
 /** Reason from our extension field, or a best guess from an ANP peer's free-text error. */
 export function classifyDialError(reason: string, error: string): DialFailureReason {

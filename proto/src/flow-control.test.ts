@@ -3,7 +3,8 @@ import net from 'node:net';
 import { Writable } from 'node:stream';
 import { setImmediate as immediate } from 'node:timers/promises';
 import { afterEach, describe, expect, it } from 'vitest';
-import { CreditReturn, SendCredit, chunks } from './flow-control.js';
+import { ReceiveWindow, SendCredit, type ByteSink } from './flow-control.js';
+import { MemoryBudget } from './memory-budget.js';
 
 describe('SendCredit', () => {
   it('with a null window (peer without credit support) never blocks', () => {
@@ -96,12 +97,17 @@ class ControlledSink extends Writable {
   }
 }
 
-describe('CreditReturn', () => {
+/** A receive window that never grows (its budget's largest window is the initial one). */
+function fixedWindow(o: { sink: ByteSink; initial: number; report: (n: number) => void }): ReceiveWindow {
+  return new ReceiveWindow({ ...o, budget: new MemoryBudget(1e12, { maxWindow: o.initial }), direction: 'test' });
+}
+
+describe('ReceiveWindow at a fixed size', () => {
   it('reports credit only once the sink has taken the bytes, in batches of window/8', async () => {
     const sink = new ControlledSink(16);
     const reports: number[] = [];
     let flushed = 0;
-    const cr = new CreditReturn({ sink, window: 800, report: (n) => reports.push(n) }); // batch = 100
+    const cr = fixedWindow({ sink, initial: 800, report: (n) => reports.push(n) }); // batch = 100
     cr.onFlushed = () => flushed++;
     cr.write(Buffer.alloc(40));
     cr.write(Buffer.alloc(40));
@@ -124,7 +130,7 @@ describe('CreditReturn', () => {
   it('keeps credit flowing while data streams through the sink (no need for an empty buffer)', async () => {
     const sink = new ControlledSink(16);
     const reports: number[] = [];
-    const cr = new CreditReturn({ sink, window: 80, report: (n) => reports.push(n) }); // batch = 10
+    const cr = fixedWindow({ sink, initial: 80, report: (n) => reports.push(n) }); // batch = 10
     for (let i = 0; i < 10; i++) cr.write(Buffer.alloc(20));
     expect(cr.buffered).toBe(200);
     await sink.acceptOne();
@@ -143,7 +149,7 @@ describe('CreditReturn', () => {
     const sink = new ControlledSink(64);
     let reported = 0;
     let written = 0;
-    const cr = new CreditReturn({ sink, window: 8 * 50, report: (n) => { reported += n; } }); // batch = 50
+    const cr = fixedWindow({ sink, initial: 8 * 50, report: (n) => { reported += n; } }); // batch = 50
     for (let i = 0; i < 200; i++) {
       const size = 1 + ((i * 37) % 23);
       cr.write(Buffer.alloc(size, i));
@@ -168,7 +174,7 @@ describe('CreditReturn', () => {
     const sink = new ControlledSink(8);
     const reports: number[] = [];
     let flushed = 0;
-    const cr = new CreditReturn({ sink, window: 8, report: (n) => reports.push(n) }); // batch = 1
+    const cr = fixedWindow({ sink, initial: 8, report: (n) => reports.push(n) }); // batch = 1
     cr.onFlushed = () => flushed++;
     cr.write(Buffer.alloc(10));
     cr.write(Buffer.alloc(10));
@@ -187,7 +193,7 @@ describe('CreditReturn', () => {
     const sink = new ControlledSink(8);
     sink.on('error', () => {});
     const reports: number[] = [];
-    const cr = new CreditReturn({ sink, window: 8, report: (n) => reports.push(n) }); // batch = 1
+    const cr = fixedWindow({ sink, initial: 8, report: (n) => reports.push(n) }); // batch = 1
     cr.write(Buffer.alloc(10));
     cr.write(Buffer.alloc(10));
     sink.destroy(new Error('connection reset'));
@@ -219,7 +225,7 @@ describe('CreditReturn', () => {
       const window = 8 * 64 * 1024;
       let reported = 0;
       let written = 0;
-      const cr = new CreditReturn({ sink: client, window, report: (n) => { reported += n; } });
+      const cr = fixedWindow({ sink: client, initial: window, report: (n) => { reported += n; } });
       toClose.push(() => cr.dispose());
       const chunk = Buffer.alloc(64 * 1024, 1);
       // Write until the socket pushes back for good: kernel buffers are full, our side holds bytes.
@@ -255,32 +261,6 @@ describe('CreditReturn', () => {
       await new Promise<void>((resolve) => { const t = setInterval(() => { if (read === written) { clearInterval(t); resolve(); } }, 5); });
       expect(read).toBe(written);
     });
-  });
-});
-
-describe('chunks', () => {
-  it('yields views of at most `max` bytes that share the original memory', () => {
-    const buf = Buffer.from('abcdefghij');
-    const parts = [...chunks(buf, 4)];
-    expect(parts.map((p) => p.toString())).toEqual(['abcd', 'efgh', 'ij']);
-    for (const p of parts) expect(p.buffer).toBe(buf.buffer);
-    buf[0] = 'X'.charCodeAt(0);
-    expect(parts[0]!.toString()).toBe('Xbcd'); // a view, not a copy
-  });
-
-  it('yields the buffer itself when it fits, and exact multiples without an empty tail', () => {
-    const small = Buffer.from('abc');
-    const one = [...chunks(small, 3)];
-    expect(one).toHaveLength(1);
-    expect(one[0]).toBe(small);
-    expect([...chunks(Buffer.alloc(12), 4)].map((p) => p.length)).toEqual([4, 4, 4]);
-    const empty = [...chunks(Buffer.alloc(0), 4)];
-    expect(empty.map((p) => p.length)).toEqual([0]);
-  });
-
-  it('covers the whole buffer in order', () => {
-    const buf = Buffer.from(Array.from({ length: 1000 }, (_, i) => i % 251));
-    expect(Buffer.concat([...chunks(buf, 97)]).equals(buf)).toBe(true);
   });
 });
 

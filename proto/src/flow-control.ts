@@ -6,6 +6,8 @@
 // connection; the receiver returns credit as bytes leave its process. The shared stream is then
 // always read at once, so HTTP/2 never stalls it on behalf of one connection. See proto/README.md.
 
+import type { MemoryBudget } from './memory-budget.js';
+
 /** Sending side: how much more we may send on one connection. `null` window = peer has no credit
  * support (unmodified ANP), so only the shared stream's own backpressure applies. */
 export class SendCredit {
@@ -23,7 +25,7 @@ export class SendCredit {
     return this.available > 0;
   }
 
-  /** A chunk may overshoot the remaining credit; the overshoot is bounded by one chunk. */
+  /** Our senders stay within the credit (allowance()); an older peer's chunk may overshoot it by one chunk. */
   consume(bytes: number): void {
     if (!this.enabled) return;
     const had = this.available > 0;
@@ -42,6 +44,11 @@ export class SendCredit {
   get remaining(): number {
     return this.available;
   }
+
+  /** How many of `bytes` may be sent now: all of them without credit, else what the credit covers. */
+  allowance(bytes: number): number {
+    return this.enabled ? Math.max(0, Math.min(bytes, this.available)) : bytes;
+  }
 }
 
 /** Where received bytes go: a socket, or a gRPC call wrapped to take Buffers. The callback runs
@@ -50,27 +57,48 @@ export interface ByteSink {
   write(chunk: Buffer, callback: (err?: Error | null) => void): boolean;
 }
 
-export interface CreditReturnOptions {
+export interface ReceiveWindowOptions {
   sink: ByteSink;
-  /** The window we granted the sender; credit is reported in batches of window/8. */
-  window: number;
-  /** Called with bytes that left our buffers; the owner turns it into a CREDIT packet (or nothing
-   * for a peer without credit support). */
+  /** The window the sender starts with (announced in the handshake). */
+  initial: number;
+  /** Where the window is charged; growth comes from it. */
+  budget: MemoryBudget;
+  /** Gauge label: which way these bytes travel (to_agent, to_client, to_endpoint). */
+  direction: string;
+  /** Called with bytes of credit to return; the owner turns it into a CREDIT packet (or nothing for
+   * a peer without credit support). */
   report: (bytes: number) => void;
+  /** Count buffered bytes in the budget's gauge (default true; false when the sink counts them itself). */
+  gauge?: boolean;
 }
 
-/** Receiving side: writes chunks to the sink in order and returns credit as each chunk leaves the
- * sink's buffer (its write callback). Counting per chunk, rather than waiting for 'drain' (which
- * needs an empty buffer), keeps credit flowing while data streams through. The sink's own buffer
- * is the only queue; the sender's credit bounds it to one window. */
-export class CreditReturn {
+/**
+ * Receiving side of one connection: writes chunks to the sink in order and returns credit as each
+ * chunk leaves the sink's buffer (its write callback). Counting per chunk, rather than waiting for
+ * 'drain' (which needs an empty buffer), keeps credit flowing while data streams through.
+ *
+ * The window is what the sender may make us hold. It starts small and doubles, from the budget,
+ * each time a whole window has passed through while the sender was using its credit and the sink
+ * kept up (a bulk transfer), like TCP's receive autotuning; a sink that stops reading keeps the
+ * window it had, and an overdrawn budget takes flushed bytes back instead of returning them.
+ */
+export class ReceiveWindow {
+  private window: number;
+  /** Credit the sender still holds (granted − received); negative when it overshot. */
+  private outstanding: number;
   private pendingBytes = 0;
-  private unreported = 0;
+  private owed = 0;
+  /** Bytes flushed since the window last changed. */
+  private turnover = 0;
+  /** The least credit the sender had left since then (below one batch: it was waiting for us). */
+  private lowWater: number;
   private disposed = false;
-  private readonly threshold: number;
 
-  constructor(private readonly opts: CreditReturnOptions) {
-    this.threshold = Math.max(1, Math.floor(opts.window / 8));
+  constructor(private readonly opts: ReceiveWindowOptions) {
+    this.window = opts.initial;
+    this.outstanding = opts.initial;
+    this.lowWater = opts.initial;
+    opts.budget.commit(opts.direction, opts.initial);
   }
 
   /** Bytes handed to the sink that it has not yet flushed. */
@@ -78,42 +106,81 @@ export class CreditReturn {
     return this.pendingBytes;
   }
 
+  /** The window now (initial, grown or shrunk). */
+  get size(): number {
+    return this.window;
+  }
+
+  /** Bytes the sender sent beyond the credit we gave it. */
+  get overrun(): number {
+    return Math.max(0, -this.outstanding);
+  }
+
   /** Optional hook: the sink has flushed everything (used to lift stream-wide pressure). */
   onFlushed?: () => void;
 
   write(chunk: Buffer): void {
     const n = chunk.length;
+    this.outstanding -= n;
+    if (this.outstanding < this.lowWater) this.lowWater = this.outstanding;
     this.pendingBytes += n;
+    this.gauge(n);
     this.opts.sink.write(chunk, (err) => {
       if (this.disposed) return;
       this.pendingBytes -= n;
+      this.gauge(-n);
       if (err) return;
-      this.consumed(n);
+      this.flushed(n);
       if (this.pendingBytes === 0) this.onFlushed?.();
     });
   }
 
-  /** The connection is closed: late callbacks change nothing. */
+  /** The connection is closed: its window goes back to the budget; late callbacks change nothing. */
   dispose(): void {
+    if (this.disposed) return;
     this.disposed = true;
+    const { budget, direction } = this.opts;
+    budget.release(direction, this.window);
+    this.gauge(-this.pendingBytes);
+    budget.forget(this);
     this.pendingBytes = 0;
   }
 
-  private consumed(bytes: number): void {
-    this.unreported += bytes;
-    if (this.unreported >= this.threshold) {
-      const n = this.unreported;
-      this.unreported = 0;
+  private resized(): void {
+    this.turnover = 0;
+    this.lowWater = this.outstanding;
+  }
+
+  private gauge(delta: number): void {
+    if (this.opts.gauge !== false) this.opts.budget.held(this.opts.direction, delta);
+  }
+
+  private flushed(bytes: number): void {
+    const { budget, direction, initial } = this.opts;
+    budget.markMoving(this);
+    this.owed += bytes;
+    this.turnover += bytes;
+    if (budget.overdrawn && this.window > initial) {
+      const back = Math.min(this.owed, this.window - initial);
+      this.window -= back;
+      this.owed -= back;
+      this.resized();
+      budget.release(direction, back);
+    } else if (this.turnover >= this.window && this.lowWater < this.window / 8 && this.pendingBytes <= this.window / 2) {
+      // A whole window went through, the sender ran short of credit and the sink kept up: grow.
+      const more = budget.growth(direction, this.window, initial, this.window);
+      if (more > 0) {
+        this.window += more;
+        this.owed += more;
+        this.resized();
+        budget.commit(direction, more);
+      }
+    }
+    if (this.owed >= Math.max(1, Math.floor(this.window / 8))) {
+      const n = this.owed;
+      this.owed = 0;
+      this.outstanding += n;
       this.opts.report(n);
     }
   }
-}
-
-/** Splits a buffer into views of at most `max` bytes (no copies). */
-export function* chunks(buf: Buffer, max: number): Generator<Buffer> {
-  if (buf.length <= max) {
-    yield buf;
-    return;
-  }
-  for (let off = 0; off < buf.length; off += max) yield buf.subarray(off, Math.min(buf.length, off + max));
 }

@@ -20,3 +20,4 @@ import { fileURLToPath } from 'node:url';
 export const PROTO_DIR = fileURLToPath(new URL('..', import.meta.url));
 export * from './registration-proof.js';
 export * from './lazy-log.js';
+export * from './memory-budget.js';

@@ -8,17 +8,27 @@ export const MAX_DATA_CHUNK = 256 * 1024;
  * DATA per Write with no cap, so we accept a little more than that. Larger is a protocol error. */
 export const MAX_MESSAGE_BYTES = 4 * 1024 * 1024 + 1024;
 
-/** Default per-connection credit window. At 20 ms RTT, 4 MiB in flight allows ~200 MB/s. */
-export const DEFAULT_CONNECTION_WINDOW = 4 * 1024 * 1024;
+/** Per-connection credit window a connection starts with (announced in the handshake). Small, so
+ * that connections whose reader stops hold little; a connection that moves data grows its window
+ * from the process's memory budget (memory-budget.ts). */
+export const INITIAL_CONNECTION_WINDOW = 32 * 1024;
+
+/** Largest per-connection window. At 20 ms RTT, 4 MiB in flight allows ~200 MB/s. */
+export const MAX_CONNECTION_WINDOW = 4 * 1024 * 1024;
+
+/** Bytes a process holds on behalf of its peers, by default (flag `--memory-budget`). */
+export const AGENT_MEMORY_BUDGET = 64 * 1024 * 1024;
+export const HUB_MEMORY_BUDGET = 256 * 1024 * 1024;
 
 /** HTTP/2 windows we ask for on every session (stream and connection level). They only cap what
  * can be in flight; memory is bounded by the per-connection credit above, because every reader
  * consumes the shared stream at once. */
 export const HTTP2_STREAM_WINDOW = 32 * 1024 * 1024;
 export const HTTP2_CONNECTION_WINDOW = 64 * 1024 * 1024;
-/** Per-stream window on the hub's client frontend: one Proxy stream is one connection, and a paused
- * connection holds at most this much at the hub on top of its credit window. */
-export const FRONTEND_STREAM_WINDOW = 2 * 1024 * 1024;
+/** Receive window on the hub's gRPC client frontend, per stream and per session: one Proxy stream is
+ * one connection, and a connection whose destination stops reading holds at most this much at the
+ * hub (a konnectivity-client opens a session per connection). */
+export const FRONTEND_STREAM_WINDOW = 256 * 1024;
 
 /** Receive window our SDK asks for: enough for ~400 MB/s at 20 ms, and the most a client that
  * stops reading one connection holds in memory for it. */

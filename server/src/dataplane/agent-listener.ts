@@ -65,7 +65,7 @@ export function checkIdentifiers(cluster: string, ids: AgentIdentifiers, grant: 
 export type Refusal = { code: Exclude<MuxRefusalCode, 'UNKNOWN'>; message: string };
 
 export interface Admission {
-  backend: Omit<AgentBackendOptions, 'log'>;
+  backend: Omit<AgentBackendOptions, 'log' | 'budget'>;
   /** serverID, serverCount, capabilities and window, as response metadata. */
   headers: Record<string, string>;
 }
@@ -127,7 +127,7 @@ let streamNo = 0;
 /** Registers an admitted agent's channel with the core. */
 export function startBackend(opts: AgentListenerOptions, admission: Admission, channel: AgentChannel, peer: string): AgentBackend {
   const log = opts.log.child({ agentID: admission.backend.agentID, cluster: admission.backend.cluster });
-  const backend = new AgentBackend(channel, { ...admission.backend, log, metrics: opts.core.metrics }, ++streamNo);
+  const backend = new AgentBackend(channel, { ...admission.backend, log, metrics: opts.core.metrics, budget: opts.core.budget }, ++streamNo);
   opts.core.addBackend(backend);
   log.info({ peer, hosts: admission.backend.hosts, credit: admission.backend.credit, halfClose: admission.backend.halfClose, transport: channel.transport }, 'agent connected');
   return backend;

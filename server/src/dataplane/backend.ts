@@ -2,7 +2,7 @@
 // connections established through it. Connection IDs are the agent's; they are only looked up in
 // this stream's own tables, so IDs repeated by another stream (a reconnect, a duplicate agent
 // stream, an HA peer) can never collide.
-import { PacketType, StreamSender, packetTypeName, packets, tapWrites, type FramedPacketStream, type Packet, type PacketStream } from '@cluster-proxy/proto';
+import { PacketType, StreamSender, packetTypeName, packets, tapWrites, type FramedPacketStream, type MemoryBudget, type Packet, type PacketStream } from '@cluster-proxy/proto';
 import type { Logger } from 'pino';
 import { detachedServerMetrics, grpcCodeName, type ServerMetrics } from './metrics.js';
 import type { ConnectionBackend, ProxiedConnection } from './proxied-connection.js';
@@ -74,10 +74,12 @@ export interface AgentBackendOptions {
   halfClose: boolean;
   /** The agent understands DRAIN from the server (we are shutting down). */
   serverDrain?: boolean;
-  /** Window we grant the agent per connection. */
+  /** Window we grant the agent per connection at first. */
   window: number;
   /** Window the agent granted us, or null. */
   peerWindow: number | null;
+  /** The hub's memory budget (one per process). */
+  budget: MemoryBudget;
   log: Logger;
   metrics?: ServerMetrics;
 }
@@ -96,6 +98,7 @@ export class AgentBackend implements Routable, ConnectionBackend {
   readonly serverDrain: boolean;
   readonly window: number;
   readonly peerWindow: number | null;
+  readonly budget: MemoryBudget;
   readonly sender: StreamSender;
   readonly connectedAt = new Date();
   draining = false;
@@ -118,6 +121,7 @@ export class AgentBackend implements Routable, ConnectionBackend {
     this.serverDrain = opts.serverDrain ?? false;
     this.window = opts.window;
     this.peerWindow = opts.peerWindow;
+    this.budget = opts.budget;
     this.log = opts.log;
     this.metrics = opts.metrics ?? detachedServerMetrics();
     this.sender = new StreamSender(tapWrites(channel.stream, (p) => this.metrics.packet('to_agent', p)));

@@ -13,6 +13,7 @@ type FrontendState = 'await-dial' | 'dialing' | 'open' | 'done';
 
 export class GrpcFrontend implements Frontend {
   readonly halfClose: boolean;
+  readonly client: string;
   readonly sink: ByteSink;
   private state: FrontendState = 'await-dial';
   private conn: ProxiedConnection | null = null;
@@ -28,6 +29,8 @@ export class GrpcFrontend implements Frontend {
     private readonly onDone: (f: GrpcFrontend) => void,
   ) {
     this.lazyLog = new LazyLog(log, {});
+    const cn = call.peerCertificate()?.subject?.CN;
+    this.client = cn ? `certificate "${Array.isArray(cn) ? cn[0] : cn}"` : 'unix-socket';
     const caps = parseCapabilities(call.metadata.get(MD_CAPABILITIES).map(String).join(','));
     this.halfClose = caps.has(CAP_HALF_CLOSE);
     call.sendMetadata(this.halfClose ? { [MD_CAPABILITIES]: CAP_HALF_CLOSE } : {});

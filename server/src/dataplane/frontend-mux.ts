@@ -3,8 +3,8 @@
 // (the client grants us a window per connection, we grant it one), so one slow reader or writer
 // never stalls the others.
 import {
-  CAP_CREDIT, CAP_HALF_CLOSE, MD_CAPABILITIES, MD_WINDOW, PacketType, SendCredit, StreamSender, packetTypeName, packets, parseCapabilities, tapWrites,
-  type ByteSink, type DialFailureReason, type FramedPacketStream, type Hello, type Packet,
+  CAP_CREDIT, CAP_HALF_CLOSE, MAX_MESSAGE_BYTES, MD_CAPABILITIES, MD_WINDOW, PacketType, ReceiveWindow, SendCredit, StreamSender, packetTypeName, packets, parseCapabilities, tapWrites,
+  type ByteSink, type DialFailureReason, type FramedPacketStream, type Hello, type MemoryBudget, type Packet,
 } from '@cluster-proxy/proto';
 import type { Logger } from 'pino';
 import type { Frontend } from './frontend.js';
@@ -16,6 +16,9 @@ type ConnState = 'dialing' | 'open' | 'closed';
 
 class MuxFrontendConn implements Frontend {
   readonly halfClose = true;
+  get client(): string {
+    return this.session.client;
+  }
   state: ConnState = 'dialing';
   id = 0;
   proxied: ProxiedConnection | null = null;
@@ -24,9 +27,8 @@ class MuxFrontendConn implements Frontend {
   private readonly queue: { chunk: Buffer; cb: (err?: Error | null) => void }[] = [];
   private endAfterQueue = false;
   private closeAfterQueue: string | null = null;
-  private paused = false;
-  private withheld = 0;
-  private unreported = 0;
+  /** Client bytes: credit goes back to the client as they leave for the agent; null until open. */
+  private fromClient: ReceiveWindow | null = null;
   readonly sink: ByteSink;
 
   constructor(private readonly session: MuxFrontendSession, readonly random: bigint, readonly address: string) {
@@ -43,12 +45,12 @@ class MuxFrontendConn implements Frontend {
   // ------------------------------------------------------------ from the client
 
   onData(data: Buffer): void {
-    if (this.state !== 'open' || !this.proxied) return;
-    this.proxied.write(data);
-    // Credit goes back to the client once the bytes are on their way to the agent, unless the
-    // core paused us (no credit towards the agent): then it waits for resume().
-    if (this.paused) this.withheld += data.length;
-    else this.returnCredit(data.length);
+    if (this.state !== 'open' || !this.fromClient) return;
+    this.fromClient.write(data);
+    if (this.session.peerWindow !== null && this.fromClient.overrun > MAX_MESSAGE_BYTES) {
+      this.session.log.warn({ connectID: this.id }, 'client exceeded its flow-control window; closing the connection');
+      this.proxied?.close();
+    }
   }
 
   onCredit(bytes: number): void {
@@ -62,6 +64,19 @@ class MuxFrontendConn implements Frontend {
     if (this.state !== 'dialing') return;
     this.state = 'open';
     this.id = this.session.register(this);
+    // The bytes wait in the proxied connection until the agent's credit lets them go: that is where
+    // they are counted, and when they leave, the client gets its credit back.
+    const proxied = this.proxied;
+    this.fromClient = new ReceiveWindow({
+      sink: { write: (chunk, sent) => (proxied?.write(chunk, () => sent()), true) },
+      initial: this.session.window,
+      budget: this.session.budget,
+      direction: 'to_agent',
+      gauge: false,
+      report: (bytes) => {
+        if (this.state === 'open') this.session.sender.send(packets.credit(this.id, bytes));
+      },
+    });
     this.session.sender.send(packets.dialResponse(this.random, this.id));
   }
 
@@ -85,41 +100,37 @@ class MuxFrontendConn implements Frontend {
     this.flush();
   }
 
+  /** No credit towards the agent. A client with credit is held back by the credit it does not get
+   * back; one without (it did not negotiate it) can only be paused as a whole stream. */
   pause(): void {
-    this.paused = true;
+    if (this.session.peerWindow === null) this.session.sender.holdReads(this);
   }
 
   resume(): void {
-    if (!this.paused) return;
-    this.paused = false;
-    const n = this.withheld;
-    this.withheld = 0;
-    this.returnCredit(n);
+    this.session.sender.releaseReads(this);
   }
 
   // ------------------------------------------------------------ helpers
 
-  private returnCredit(bytes: number): void {
-    this.unreported += bytes;
-    if (this.unreported >= this.session.window / 8 && this.state === 'open') {
-      this.session.sender.send(packets.credit(this.id, this.unreported));
-      this.unreported = 0;
-    }
-  }
-
   private readonly flush = (): void => {
     const sender = this.session.sender;
-    while (this.queue.length > 0 && this.toClient.canSend()) {
+    while (this.queue.length > 0) {
       if (sender.congested) {
         sender.whenWritable(this.flush);
         return;
       }
-      const { chunk, cb } = this.queue.shift()!;
-      sender.send(packets.data(this.id, chunk));
-      this.toClient.consume(chunk.length);
-      cb();
+      const head = this.queue[0]!;
+      const n = this.toClient.allowance(head.chunk.length);
+      if (n === 0) return; // waiting for the client's credit
+      sender.send(packets.data(this.id, n < head.chunk.length ? head.chunk.subarray(0, n) : head.chunk));
+      this.toClient.consume(n);
+      if (n < head.chunk.length) {
+        head.chunk = head.chunk.subarray(n);
+        continue;
+      }
+      this.queue.shift();
+      head.cb();
     }
-    if (this.queue.length > 0) return; // waiting for the client's credit
     if (this.endAfterQueue && this.state === 'open') {
       this.endAfterQueue = false;
       sender.send(packets.halfClose(this.id));
@@ -127,14 +138,14 @@ class MuxFrontendConn implements Frontend {
     if (this.closeAfterQueue !== null && this.state === 'open') {
       this.state = 'closed';
       sender.send(packets.closeResponse(this.id, this.closeAfterQueue));
+      this.release();
       this.session.forget(this);
     }
   };
 
   /** The connection is gone with an error: queued bytes will never be delivered. */
   private drop(error: string): void {
-    this.queue.length = 0;
-    this.session.sender.cancelWaiter(this.flush);
+    this.release();
     if (this.state === 'open') this.session.sender.send(packets.closeResponse(this.id, error));
     this.state = 'closed';
     this.session.forget(this);
@@ -142,10 +153,16 @@ class MuxFrontendConn implements Frontend {
 
   /** The client went away: close our side. */
   abandon(): void {
-    this.queue.length = 0;
-    this.session.sender.cancelWaiter(this.flush);
+    this.release();
     this.state = 'closed';
     this.proxied?.close();
+  }
+
+  private release(): void {
+    this.queue.length = 0;
+    this.session.sender.cancelWaiter(this.flush);
+    this.session.sender.releaseReads(this);
+    this.fromClient?.dispose();
   }
 
   describe(): { state: string; connectID: number; address: string } {
@@ -157,6 +174,7 @@ export class MuxFrontendSession {
   readonly sender: StreamSender;
   readonly peerWindow: number | null;
   readonly metrics: ServerMetrics;
+  readonly budget: MemoryBudget;
   private readonly pending = new Map<bigint, MuxFrontendConn>();
   private readonly open = new Map<number, MuxFrontendConn>();
   private nextID = 0;
@@ -167,13 +185,16 @@ export class MuxFrontendSession {
     hello: Hello,
     private readonly core: ProxyCore,
     readonly window: number,
-    private readonly log: Logger,
+    readonly log: Logger,
     private readonly onDone: (s: MuxFrontendSession) => void,
+    /** Who the client is (its certificate), for the per-client connection limit. */
+    readonly client: string,
   ) {
     const caps = parseCapabilities((hello[MD_CAPABILITIES] ?? []).join(','));
     const w = Number(hello[MD_WINDOW]?.[0]);
     this.peerWindow = caps.has(CAP_CREDIT) && Number.isSafeInteger(w) && w > 0 ? w : null;
     this.metrics = core.metrics;
+    this.budget = core.budget;
     this.sender = new StreamSender(tapWrites(stream, (p) => this.metrics.packet('to_client', p)));
     stream.sendHello({ [MD_CAPABILITIES]: [`${CAP_CREDIT},${CAP_HALF_CLOSE}`], [MD_WINDOW]: [String(window)] });
     stream.on('data', this.onPacket);

@@ -5,6 +5,8 @@ import type { ByteSink, DialFailureReason } from '@cluster-proxy/proto';
 
 export interface Frontend {
   readonly sink: ByteSink;
+  /** Who the client is, for the per-client connection limit (a certificate's or token's name). */
+  readonly client: string;
   /** True if the client understands half-close (our SDK); ANP clients only know full close. */
   readonly halfClose: boolean;
   dialSucceeded(connectID: number): void;

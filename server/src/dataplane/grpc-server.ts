@@ -221,6 +221,8 @@ export interface GrpcServerOptions {
   connectionWindow: number;
   maxMessageBytes: number;
   watchdog: WatchdogOptions;
+  /** SETTINGS_MAX_CONCURRENT_STREAMS: streams one session may have open at once. */
+  maxConcurrentStreams: number;
 }
 
 /** The gRPC services of one listener (agent or frontend), fed with connections from a TlsPort or a Unix socket. */
@@ -305,7 +307,7 @@ export class GrpcServer {
 
   private createH2(): http2.Http2Server {
     const h2 = http2.createServer({
-      settings: { initialWindowSize: this.opts.streamWindow, enablePush: false },
+      settings: { initialWindowSize: this.opts.streamWindow, enablePush: false, maxConcurrentStreams: this.opts.maxConcurrentStreams },
       // Our frames are bounded by the message size; nghttp2's default session memory (10 MiB) would
       // refuse new streams on a busy agent session.
       maxSessionMemory: 64,

@@ -3,7 +3,7 @@
 // label values; ours under `cluster_proxy_server_*`. One Registry per ProxyServer (never prom-client's
 // global one), so two servers in one process (tests) do not collide. Labels only ever hold values
 // from small fixed sets: never addresses, agent IDs or connection IDs.
-import { PacketType, type DialFailureReason, type Packet } from '@cluster-proxy/proto';
+import { PacketType, type DialFailureReason, type DirectionUsage, type Packet } from '@cluster-proxy/proto';
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
 
 const ANP = 'konnectivity_network_proxy_server_';
@@ -40,6 +40,8 @@ export interface ServerGaugeSource {
   /** HTTP CONNECT client connections, in any state. */
   httpConnections(): number;
   serverCount(): number;
+  /** The memory budget: its limit, and per direction what the windows add up to and what is held now. */
+  memory(): { limit: number; directions: DirectionUsage[] };
 }
 
 export { grpcCodeName } from '@cluster-proxy/proto';
@@ -122,6 +124,18 @@ export class ServerMetrics {
     labelNames: ['code'] as const,
     registers: [this.registry],
   });
+  readonly memoryThrottled = new Counter({
+    name: `${OWN}memory_budget_throttled_total`,
+    help: 'Times a connection window was kept from growing because the memory budget was short, by direction (to_agent, to_client)',
+    labelNames: ['direction'] as const,
+    registers: [this.registry],
+  });
+  readonly admissionRefusals = new Counter({
+    name: `${OWN}admission_refusals_total`,
+    help: 'Dials refused because a connection limit was reached, by limit (hub: --max-connections, client: --max-connections-per-client)',
+    labelNames: ['limit'] as const,
+    registers: [this.registry],
+  });
   readonly connectRequests = new Counter({
     name: `${OWN}http_connect_requests_total`,
     help: 'HTTP CONNECT requests answered, by status code (200 = tunnel open)',
@@ -196,6 +210,26 @@ export class ServerMetrics {
       help: 'Number of server replicas this server tells agents to connect to',
       registers: r,
       collect() { this.set(src()?.serverCount() ?? 0); },
+    });
+    new Gauge({
+      name: `${OWN}memory_budget_bytes`,
+      help: 'Bytes this hub may hold on behalf of its peers (--memory-budget)',
+      registers: r,
+      collect() { this.set(src()?.memory().limit ?? 0); },
+    });
+    new Gauge({
+      name: `${OWN}memory_committed_bytes`,
+      help: 'Sum of the per-connection windows granted to peers, by direction (to_agent: client bytes towards agents; to_client: agent bytes towards clients)',
+      labelNames: ['direction'] as const,
+      registers: r,
+      collect() { for (const u of src()?.memory().directions ?? []) this.set({ direction: u.direction }, u.committed); },
+    });
+    new Gauge({
+      name: `${OWN}memory_held_bytes`,
+      help: 'Bytes held now on behalf of peers, not yet passed on, by direction (to_agent, to_client)',
+      labelNames: ['direction'] as const,
+      registers: r,
+      collect() { for (const u of src()?.memory().directions ?? []) this.set({ direction: u.direction }, u.buffered); },
     });
     if (opts.processMetrics) collectDefaultMetrics({ register: this.registry });
   }

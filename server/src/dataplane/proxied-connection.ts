@@ -4,7 +4,7 @@
 //   open     bytes flow both ways; either side may half-close
 //   closing  CLOSE_REQ sent to the agent, waiting for CLOSE_RSP (timer running)
 //   closed   removed from every table; the frontend has been told
-import { CreditReturn, LazyLog, MAX_DATA_CHUNK, MAX_MESSAGE_BYTES, SendCredit, chunks, classifyDialError, packets, type DialFailureReason, type StreamSender } from '@cluster-proxy/proto';
+import { LazyLog, MAX_DATA_CHUNK, MAX_MESSAGE_BYTES, ReceiveWindow, SendCredit, classifyDialError, packets, type DialFailureReason, type MemoryBudget, type StreamSender } from '@cluster-proxy/proto';
 import type { Logger } from 'pino';
 import type { Frontend } from './frontend.js';
 import type { ServerMetrics } from './metrics.js';
@@ -15,8 +15,10 @@ import type { ServerMetrics } from './metrics.js';
  */
 export interface ConnectionBackend {
   readonly cluster: string;
-  /** Window we grant the agent per connection. */
+  /** Window we grant the agent per connection at first (it grows from the budget). */
   readonly window: number;
+  /** The hub's memory budget. */
+  readonly budget: MemoryBudget;
   /** Window the agent granted us, or null (no credit). */
   readonly peerWindow: number | null;
   readonly credit: boolean;
@@ -44,7 +46,7 @@ export class ProxiedConnection {
   connectID = 0;
   private timer: NodeJS.Timeout | null = null;
   private toAgentCredit: SendCredit;
-  private toClient: CreditReturn | null = null;
+  private toClient: ReceiveWindow | null = null;
   private frontendPaused = false;
   /** The client sent HALF_CLOSE / the agent sent HALF_CLOSE. */
   private clientEnded = false;
@@ -52,16 +54,17 @@ export class ProxiedConnection {
   readonly startedAt = process.hrtime.bigint();
   bytesToAgent = 0;
   /**
-   * Client bytes beyond the agent's credit, in order. A paused client still delivers what it was
-   * granted (our window) or what its HTTP/2 stream window holds; more than twice the window (plus a
-   * message) is a client that ignores flow control.
+   * Client bytes beyond the agent's credit, in order, each with the frontend's callback for when it
+   * has gone to the agent (the mux frontend returns its client's credit then). A paused client still
+   * delivers what it was granted or what its HTTP/2 stream window holds; far more than the agent's
+   * largest window is a client that ignores flow control.
    */
-  private waiting: Buffer[] = [];
+  private waiting: { data: Buffer; sent?: () => void }[] = [];
   private waitingBytes = 0;
   /** Half-close or CLOSE_REQ held back until the waiting bytes are sent. */
   private afterWaiting: (() => void) | null = null;
   private get maxWaitingBytes(): number {
-    return 2 * this.backend.window + MAX_MESSAGE_BYTES;
+    return 2 * this.backend.budget.maxWindow + MAX_MESSAGE_BYTES;
   }
   bytesToClient = 0;
   private establishedAt = 0n;
@@ -77,6 +80,8 @@ export class ProxiedConnection {
     readonly dialID: bigint,
     readonly address: string,
     log: Logger,
+    /** Runs once, when the connection reaches `closed` (the core's admission counts). */
+    private readonly onClosed: () => void = () => {},
   ) {
     this.logs = new LazyLog(log, { dialID: String(dialID) });
     this.toAgentCredit = new SendCredit(backend.peerWindow, () => backend.metrics.flowControlStalls.inc({ direction: 'to_agent' }));
@@ -102,8 +107,7 @@ export class ProxiedConnection {
     this.backend.metrics.dialFailure('frontend_close');
     this.backend.sendDialClose(this);
     this.clearTimer();
-    this.state = 'closed';
-    this.backend.forget(this);
+    this.enterClosed();
   }
 
   onDialResponse(connectID: number, error: string, reason: string): void {
@@ -119,9 +123,11 @@ export class ProxiedConnection {
     this.establishedAt = process.hrtime.bigint();
     this.backend.metrics.dialDuration.observe(Number(this.establishedAt - this.startedAt) / 1e9);
     this.logs.bind({ connectID });
-    this.toClient = new CreditReturn({
+    this.toClient = new ReceiveWindow({
       sink: this.frontend.sink,
-      window: this.backend.window,
+      initial: this.backend.window,
+      budget: this.backend.budget,
+      direction: 'to_client',
       report: (bytes) => this.backend.sendCredit(this, bytes),
     });
     this.toClient.onFlushed = () => this.backend.sender.releaseReads(this);
@@ -131,8 +137,7 @@ export class ProxiedConnection {
 
   private failDial(reason: DialFailureReason, message: string): void {
     this.clearTimer();
-    this.state = 'closed';
-    this.backend.forget(this);
+    this.enterClosed();
     this.frontend.dialFailed(reason, message);
   }
 
@@ -141,45 +146,42 @@ export class ProxiedConnection {
   /**
    * Bytes from the client, sent to the agent as far as its credit reaches; the rest waits here until
    * CREDIT comes (a client keeps sending for a moment after pause(): what it was granted, or what its
-   * HTTP/2 window holds). Pauses the client when the credit or the stream runs out.
+   * HTTP/2 window holds). Pauses the client when the credit or the stream runs out. `sent` runs once
+   * the bytes have gone to the agent (never if the connection is dropped first).
    */
-  write(data: Buffer): void {
+  write(data: Buffer, sent?: () => void): void {
     if (this.state !== 'open' || this.clientEnded) return;
     this.backend.metrics.bytes.inc({ direction: 'to_agent' }, data.length);
-    this.waiting.push(data);
+    this.waiting.push({ data, sent });
     this.waitingBytes += data.length;
+    this.holding(data.length);
     this.sendWaiting();
     if (this.waitingBytes > this.maxWaitingBytes) {
       this.log.warn({ waiting: this.waitingBytes }, 'client kept sending after it was paused; closing the connection');
-      this.waiting = [];
-      this.waitingBytes = 0;
+      this.dropWaiting();
       this.close();
       return;
     }
     if (this.waitingBytes > 0 || !this.toAgentCredit.canSend() || this.backend.sender.congested) this.pauseFrontend();
   }
 
-  /**
-   * Sends waiting client bytes while the agent's credit lasts (a piece may overshoot it by one chunk, as
-   * designed); `all` sends everything regardless (the connection is closing).
-   */
+  /** Sends waiting client bytes while the agent's credit lasts; `all` sends everything regardless (the connection is closing). */
   private sendWaiting(all = false): void {
-    while (this.waiting.length > 0 && (all || this.toAgentCredit.canSend())) {
-      const data = this.waiting.shift()!;
-      this.waitingBytes -= data.length;
-      let offset = 0;
-      for (const piece of chunks(data, MAX_DATA_CHUNK)) {
-        if (!all && !this.toAgentCredit.canSend()) {
-          const rest = data.subarray(offset);
-          this.waiting.unshift(rest);
-          this.waitingBytes += rest.length;
-          break;
-        }
-        this.backend.sender.send(packets.data(this.connectID, piece));
-        this.toAgentCredit.consume(piece.length);
-        this.bytesToAgent += piece.length;
-        offset += piece.length;
+    while (this.waiting.length > 0) {
+      const head = this.waiting[0]!;
+      const n = all ? Math.min(MAX_DATA_CHUNK, head.data.length) : this.toAgentCredit.allowance(Math.min(MAX_DATA_CHUNK, head.data.length));
+      if (n === 0) break;
+      this.backend.sender.send(packets.data(this.connectID, head.data.subarray(0, n)));
+      this.toAgentCredit.consume(n);
+      this.bytesToAgent += n;
+      this.waitingBytes -= n;
+      this.holding(-n);
+      if (n < head.data.length) {
+        head.data = head.data.subarray(n);
+        continue;
       }
+      this.waiting.shift();
+      head.sent?.();
     }
     if (this.waitingBytes === 0 && this.afterWaiting) {
       const next = this.afterWaiting;
@@ -230,13 +232,12 @@ export class ProxiedConnection {
     this.bytesToClient += data.length;
     this.backend.metrics.bytes.inc({ direction: 'to_client' }, data.length);
     this.toClient.write(data);
-    const buffered = this.toClient.buffered;
     if (this.backend.credit) {
-      if (buffered > this.backend.window + MAX_MESSAGE_BYTES) {
+      if (this.toClient.overrun > MAX_MESSAGE_BYTES) {
         this.log.warn('agent exceeded its flow-control window; closing the connection');
         this.close();
       }
-    } else if (buffered > LEGACY_BACKLOG) {
+    } else if (this.toClient.buffered > LEGACY_BACKLOG) {
       this.backend.sender.holdReads(this);
     }
   }
@@ -300,16 +301,33 @@ export class ProxiedConnection {
   }
 
   private finish(error: string): void {
-    this.waiting = [];
-    this.waitingBytes = 0;
+    this.dropWaiting();
     this.afterWaiting = null;
     if (this.establishedAt !== 0n) this.backend.metrics.connectionDuration.observe(Number(process.hrtime.bigint() - this.establishedAt) / 1e9);
     this.clearTimer();
-    this.state = 'closed';
     this.releaseFrontendPressure();
     this.toClient?.dispose();
-    this.backend.forget(this);
+    this.enterClosed();
     this.frontend.closed(error);
+  }
+
+  /** Every way to `closed` ends here: out of the agent stream's tables and the core's counts. */
+  private enterClosed(): void {
+    if (this.state === 'closed') return;
+    this.state = 'closed';
+    this.backend.forget(this);
+    this.onClosed();
+  }
+
+  /** Waiting bytes count in the hub's gauge of what it holds (towards the agent). */
+  private holding(delta: number): void {
+    this.backend.budget.held('to_agent', delta);
+  }
+
+  private dropWaiting(): void {
+    this.holding(-this.waitingBytes);
+    this.waiting = [];
+    this.waitingBytes = 0;
   }
 
   private clearTimer(): void {

@@ -1,5 +1,6 @@
 // The hub's routing core, independent of how clients arrive: registered agent streams, the routing
 // table, and dialing a destination for a frontend.
+import { HUB_MEMORY_BUDGET, MAX_CONNECTION_WINDOW, MemoryBudget } from '@cluster-proxy/proto';
 import type { Logger } from 'pino';
 import { AgentBackend } from './backend.js';
 import { ServerMetrics } from './metrics.js';
@@ -13,6 +14,12 @@ export interface ProxyCoreOptions {
   log: Logger;
   /** Where the core's counters go (default: a registry of its own). */
   metrics?: ServerMetrics;
+  /** What the hub holds on behalf of peers (default: HUB_MEMORY_BUDGET). */
+  budget?: MemoryBudget;
+  /** Connections (pending or open) the hub holds at most; more dials are refused with `limit`. */
+  maxConnections?: number;
+  /** The same per client identity (certificate or token name). */
+  maxConnectionsPerClient?: number;
 }
 
 export class ProxyCore {
@@ -21,10 +28,23 @@ export class ProxyCore {
   readonly metrics: ServerMetrics;
   /** Set when the server shuts down: open connections finish, new dials are refused. */
   stopping = false;
+  readonly budget: MemoryBudget;
+  readonly maxConnections: number;
+  readonly maxConnectionsPerClient: number;
+  /** Connections pending or open, in all and per client. */
+  private connections = 0;
+  private readonly perClient = new Map<string, number>();
 
   constructor(private readonly opts: ProxyCoreOptions) {
     this.log = opts.log;
     this.metrics = opts.metrics ?? new ServerMetrics();
+    this.budget = opts.budget ?? new MemoryBudget(HUB_MEMORY_BUDGET, { maxWindow: MAX_CONNECTION_WINDOW });
+    this.maxConnections = opts.maxConnections ?? Number.MAX_SAFE_INTEGER;
+    this.maxConnectionsPerClient = opts.maxConnectionsPerClient ?? Number.MAX_SAFE_INTEGER;
+  }
+
+  get connectionCount(): number {
+    return this.connections;
   }
 
   addBackend(b: AgentBackend): void {
@@ -48,6 +68,12 @@ export class ProxyCore {
       frontend.dialFailed('draining', `this proxy server is shutting down; dial ${address} through another replica`);
       return null;
     }
+    const full = this.admission(frontend.client);
+    if (full) {
+      this.metrics.admissionRefusals.inc({ limit: full.limit });
+      frontend.dialFailed('limit', full.message);
+      return null;
+    }
     const r = this.routes.route(address);
     if (!('backend' in r)) {
       this.log.info({ address, reason: r.reason }, r.message);
@@ -55,9 +81,24 @@ export class ProxyCore {
       frontend.dialFailed(r.reason, r.message);
       return null;
     }
-    const conn = new ProxiedConnection(r.backend, frontend, r.backend.newDialID(), address, r.backend.logger);
+    const client = frontend.client;
+    this.connections++;
+    this.perClient.set(client, (this.perClient.get(client) ?? 0) + 1);
+    const conn = new ProxiedConnection(r.backend, frontend, r.backend.newDialID(), address, r.backend.logger, () => {
+      this.connections--;
+      const n = (this.perClient.get(client) ?? 1) - 1;
+      if (n > 0) this.perClient.set(client, n);
+      else this.perClient.delete(client);
+    });
     conn.startDial(this.opts.dialTimeoutMs);
     return conn;
+  }
+
+  /** Null when a new connection of `client` fits the limits, else which limit and what to say. */
+  private admission(client: string): { limit: 'hub' | 'client'; message: string } | null {
+    if (this.connections >= this.maxConnections) return { limit: 'hub', message: `this proxy server holds ${this.maxConnections} connections, its limit (--max-connections); try again later or another replica` };
+    if ((this.perClient.get(client) ?? 0) >= this.maxConnectionsPerClient) return { limit: 'client', message: `${client} holds ${this.maxConnectionsPerClient} connections through this proxy server, its limit per client (--max-connections-per-client)` };
+    return null;
   }
 
   /** Connection tables for /debug/connections and tests. */

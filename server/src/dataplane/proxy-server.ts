@@ -5,7 +5,7 @@ import { mkdir, rm, writeFile, rename } from 'node:fs/promises';
 import http from 'node:http';
 import path from 'node:path';
 import {
-  DEFAULT_CONNECTION_WINDOW, FRONTEND_STREAM_WINDOW, HTTP2_CONNECTION_WINDOW, HTTP2_STREAM_WINDOW, MAX_MESSAGE_BYTES, AGENT_CONNECT_PATH, PROXY_PATH,
+  FRONTEND_STREAM_WINDOW, HUB_MEMORY_BUDGET, INITIAL_CONNECTION_WINDOW, MAX_CONNECTION_WINDOW, MemoryBudget, throttleReporter, HTTP2_CONNECTION_WINDOW, HTTP2_STREAM_WINDOW, MAX_MESSAGE_BYTES, AGENT_CONNECT_PATH, PROXY_PATH,
   type FramedPacketStream, type Hello, type Packet,
   HealthChecks, type HealthCheck, MuxRefusedError, refusalHello,
 } from '@cluster-proxy/proto';
@@ -28,6 +28,10 @@ import { ServerMetrics } from './metrics.js';
  * dead peer is noticed within 15 s at most (at once when its socket reports the close).
  */
 const SESSION_WATCHDOG = { intervalMs: 5000, timeoutMs: 10_000 };
+/** HTTP/2 streams one session may have open: an agent needs one Connect stream (a few while one ends). */
+const AGENT_MAX_STREAMS = 8;
+/** A client session (our SDK over gRPC, or a konnectivity-client) opens a Proxy stream per connection. */
+const FRONTEND_MAX_STREAMS = 1024;
 
 export interface TlsFiles {
   /** PEM contents. */
@@ -50,7 +54,14 @@ export interface ProxyServerOptions {
   adminPort: number | null;
   tls: TlsFiles;
   dialTimeoutMs?: number;
+  /** Window granted to agents and mux clients per connection at first (default INITIAL_CONNECTION_WINDOW). */
   window?: number;
+  /** Bytes the hub may hold on behalf of its peers, all connections together (default HUB_MEMORY_BUDGET). */
+  memoryBudget?: number;
+  /** Connections the hub holds at most (default: the budget / two initial windows); CONNECT client connections too. */
+  maxConnections?: number;
+  /** Connections one client (certificate or token) holds at most (default: a quarter of maxConnections). */
+  maxConnectionsPerClient?: number;
   grants?: ReadonlyMap<string, Grant>;
   /** Where ports.json goes (chosen ports, for scripts and tests). */
   dataDir?: string;
@@ -84,6 +95,7 @@ export interface BoundPorts {
 
 export class ProxyServer {
   readonly serverID: string;
+  readonly maxConnections: number;
   readonly core: ProxyCore;
   private readonly agentServer: GrpcServer;
   private readonly frontendServer: GrpcServer;
@@ -125,17 +137,38 @@ export class ProxyServer {
     this.hubApi = new HubApi(opts.log);
     this.adminApi = new HubApi(opts.log);
     this.metrics = new ServerMetrics({ processMetrics: opts.processMetrics });
-    this.core = new ProxyCore({ dialTimeoutMs: opts.dialTimeoutMs ?? 10_000, log: opts.log, metrics: this.metrics });
+    const window = opts.window ?? INITIAL_CONNECTION_WINDOW;
+    const limit = opts.memoryBudget ?? HUB_MEMORY_BUDGET;
+    const logThrottle = throttleReporter(30_000, (count, direction) =>
+      opts.log.warn({ throttled: count, direction, budget: limit, committed: this.core.budget.committed }, 'memory budget is short: connection windows are not growing (slow readers, or many connections)'));
+    const budget = new MemoryBudget(limit, {
+      maxWindow: MAX_CONNECTION_WINDOW,
+      onThrottle: (direction) => {
+        this.metrics.memoryThrottled.inc({ direction });
+        logThrottle(direction);
+      },
+    });
+    // Every connection starts with an initial window each way: the default count fits the budget.
+    const maxConnections = opts.maxConnections ?? Math.max(1, Math.floor(limit / (2 * window)));
+    this.maxConnections = maxConnections;
+    this.core = new ProxyCore({
+      dialTimeoutMs: opts.dialTimeoutMs ?? 10_000, log: opts.log, metrics: this.metrics, budget,
+      maxConnections, maxConnectionsPerClient: opts.maxConnectionsPerClient ?? Math.max(1, Math.floor(maxConnections / 4)),
+    });
     this.readiness = new HealthChecks('readyz', [{ name: 'listeners', check: this.checkListeners }, ...(opts.readinessChecks ?? [])]);
     this.liveness = new HealthChecks('healthz', [{ name: 'ping', check: () => undefined }, ...(opts.livenessChecks ?? [])]);
     // gRPC on node:http2 (grpc-server.ts): large receive windows on our side too, and every session
     // pinged so a peer that died ends its calls (session-watchdog.ts).
-    this.agentServer = new GrpcServer({ streamWindow: HTTP2_STREAM_WINDOW, connectionWindow: HTTP2_CONNECTION_WINDOW, maxMessageBytes: MAX_MESSAGE_BYTES, watchdog: SESSION_WATCHDOG });
-    this.frontendServer = new GrpcServer({ streamWindow: FRONTEND_STREAM_WINDOW, connectionWindow: HTTP2_CONNECTION_WINDOW, maxMessageBytes: MAX_MESSAGE_BYTES, watchdog: SESSION_WATCHDOG });
+    // An agent opens one Connect stream per session; a client one Proxy stream per connection.
+    this.agentServer = new GrpcServer({ streamWindow: HTTP2_STREAM_WINDOW, connectionWindow: HTTP2_CONNECTION_WINDOW, maxMessageBytes: MAX_MESSAGE_BYTES, watchdog: SESSION_WATCHDOG, maxConcurrentStreams: AGENT_MAX_STREAMS });
+    this.frontendServer = new GrpcServer({
+      streamWindow: FRONTEND_STREAM_WINDOW, connectionWindow: FRONTEND_STREAM_WINDOW, maxMessageBytes: MAX_MESSAGE_BYTES, watchdog: SESSION_WATCHDOG,
+      maxConcurrentStreams: Math.min(maxConnections, FRONTEND_MAX_STREAMS),
+    });
     this.listenerOptions = {
       serverID: this.serverID,
       serverCount: () => opts.serverCount ?? 1,
-      window: opts.window ?? DEFAULT_CONNECTION_WINDOW,
+      window: opts.window ?? INITIAL_CONNECTION_WINDOW,
       grants: opts.grants ?? new Map(),
       core: this.core,
       log: opts.log,
@@ -161,6 +194,7 @@ export class ProxyServer {
       muxFrontends: () => this.muxClients.size,
       httpConnections: () => this.connect?.connections() ?? 0,
       serverCount: () => this.listenerOptions.serverCount(),
+      memory: () => ({ limit: this.core.budget.limit, directions: this.core.budget.usageByDirection() }),
     });
     this.agentServer.handle(AGENT_CONNECT_PATH, makeAgentConnectHandler(this.listenerOptions));
     this.frontendServer.handle(PROXY_PATH, this.handleProxy);
@@ -190,7 +224,9 @@ export class ProxyServer {
       stream.end();
       return;
     }
-    const session = new MuxFrontendSession(stream, _hello, this.core, this.opts.window ?? DEFAULT_CONNECTION_WINDOW, this.opts.log.child({ peer }), (done) => this.muxClients.delete(done));
+    const cn = socket.getPeerCertificate().subject?.CN;
+    const client = `certificate "${(Array.isArray(cn) ? cn[0] : cn) || 'unnamed-certificate'}"`;
+    const session = new MuxFrontendSession(stream, _hello, this.core, this.opts.window ?? INITIAL_CONNECTION_WINDOW, this.opts.log.child({ peer }), (done) => this.muxClients.delete(done), client);
     stream.startKeepalive(30_000, 10_000);
     this.muxClients.add(session);
   };
@@ -220,6 +256,7 @@ export class ProxyServer {
         tls: this.opts.connectPort != null ? { host: bindAddress, port: this.opts.connectPort, ...tls } : undefined,
         uds: this.opts.connectUds,
         plain: this.opts.connectPlain,
+        maxConnections: this.maxConnections,
       });
     }
     const health = this.opts.healthPort === null ? null : await this.listenHttp(bindAddress, this.opts.healthPort, this.healthHandler);

@@ -13,7 +13,7 @@
 import { randomUUID } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import {
-  AGENT_CONNECT_PATH, CAP_CREDIT, CAP_HALF_CLOSE, DEFAULT_CONNECTION_WINDOW, GrpcClient, HTTP2_CONNECTION_WINDOW, HTTP2_STREAM_WINDOW, MAX_MESSAGE_BYTES, MD_AGENT_ID,
+  AGENT_CONNECT_PATH, CAP_CREDIT, CAP_HALF_CLOSE, INITIAL_CONNECTION_WINDOW, GrpcClient, HTTP2_CONNECTION_WINDOW, HTTP2_STREAM_WINDOW, MAX_MESSAGE_BYTES, MD_AGENT_ID,
   MD_AGENT_IDENTIFIERS, MD_CAPABILITIES, MD_SERVER_ID, MD_WINDOW, clusterHostNames, connectMux, emptyIdentifiers, formatIdentifiers, type Hello,
 } from '@cluster-proxy/proto';
 import { exitWithParent } from './child-util.js';
@@ -46,7 +46,7 @@ async function main(): Promise<void> {
     [MD_AGENT_ID]: randomUUID(),
     [MD_AGENT_IDENTIFIERS]: identifiers,
     [MD_CAPABILITIES]: [CAP_CREDIT, CAP_HALF_CLOSE].join(','),
-    [MD_WINDOW]: String(DEFAULT_CONNECTION_WINDOW),
+    [MD_WINDOW]: String(INITIAL_CONNECTION_WINDOW),
   });
 
   let holding = 0;

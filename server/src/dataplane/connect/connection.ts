@@ -65,6 +65,11 @@ export class ConnectConnection implements Frontend, TrackedConnection {
     this.timer = setTimeout(this.onHeaderTimeout, shared.headerTimeoutMs);
   }
 
+  /** For the per-client connection limit (known once authenticated, before the dial). */
+  get client(): string {
+    return this.principal ? principalName(this.principal) : this.peer;
+  }
+
   describe(): ConnectConnectionInfo {
     return { state: this.state, listener: this.listener, peer: this.peer, principal: this.principal ? principalName(this.principal) : '', destination: this.destination, connectID: this.connectID };
   }

@@ -65,7 +65,7 @@ describe('tokenFromHeader', () => {
 describe('DIAL_FAILURE_STATUS', () => {
   it('maps every dial failure class', () => {
     expect(Object.fromEntries(Object.entries(DIAL_FAILURE_STATUS).map(([k, v]) => [k, v.status]))).toEqual({
-      no_agent: 503, draining: 503, endpoint: 502, forbidden: 403, timeout: 504, dialclosed: 502, unknown: 502,
+      no_agent: 503, draining: 503, endpoint: 502, forbidden: 403, timeout: 504, dialclosed: 502, limit: 503, unknown: 502,
     });
   });
 });

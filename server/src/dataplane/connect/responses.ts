@@ -19,6 +19,7 @@ export const DIAL_FAILURE_STATUS: Readonly<Record<DialFailureReason, { status: n
   forbidden: { status: 403, why: "the destination is not in the agent's allowlist" },
   timeout: { status: 504, why: 'the dial timed out' },
   dialclosed: { status: 502, why: 'the agent disconnected during the dial' },
+  limit: { status: 503, why: 'a connection limit of the hub or the agent was reached' },
   unknown: { status: 502, why: 'the dial failed' },
 };
 

@@ -1,0 +1,147 @@
+import { describe, expect, it } from 'vitest';
+import { ReceiveWindow, type ByteSink } from './flow-control.js';
+import { MemoryBudget, throttleReporter } from './memory-budget.js';
+
+const KiB = 1024;
+const MiB = 1024 * KiB;
+
+/** A sink whose writes complete when the round trip ends (fast) or never (stuck). */
+class Sink implements ByteSink {
+  private readonly pending: Array<() => void> = [];
+  fast = true;
+  write(_chunk: Buffer, cb: (err?: Error | null) => void): boolean {
+    this.pending.push(() => cb());
+    return true;
+  }
+  /** End of a round trip: a fast sink has taken everything. */
+  tick(): void {
+    if (this.fast) for (const cb of this.pending.splice(0)) cb();
+  }
+}
+
+/** One round trip of a sender that uses all the credit it has (in pieces of at most `piece`), up to `total`. */
+function pump(w: ReceiveWindow, credit: { n: number }, total: number, sink?: Sink, piece = 16 * KiB): number {
+  let sent = 0;
+  while (sent < total && credit.n > 0) {
+    const n = Math.min(piece, credit.n, total - sent);
+    credit.n -= n;
+    sent += n;
+    w.write(Buffer.alloc(n));
+  }
+  sink?.tick();
+  return sent;
+}
+
+function connection(budget: MemoryBudget, initial = 32 * KiB): { w: ReceiveWindow; sink: Sink; credit: { n: number } } {
+  const sink = new Sink();
+  const credit = { n: initial };
+  const w = new ReceiveWindow({ sink, initial, budget, direction: 'to_endpoint', report: (n) => { credit.n += n; } });
+  return { w, sink, credit };
+}
+
+describe('MemoryBudget and growing windows', () => {
+  it('a bulk transfer into a sink that keeps up grows its window to the largest, charged to the budget', () => {
+    const budget = new MemoryBudget(64 * MiB, { maxWindow: 4 * MiB });
+    const { w, credit, sink } = connection(budget);
+    expect(budget.committed).toBe(32 * KiB);
+    for (let i = 0; i < 200; i++) pump(w, credit, 8 * MiB, sink);
+    expect(w.size).toBe(4 * MiB);
+    expect(budget.committed).toBe(4 * MiB);
+    w.dispose();
+    expect(budget.committed).toBe(0);
+  });
+
+  it('a connection whose sink stops reading keeps its window: the sender is held by credit, nothing more is granted', () => {
+    const budget = new MemoryBudget(64 * MiB, { maxWindow: 4 * MiB });
+    const { w, sink, credit } = connection(budget);
+    sink.fast = false;
+    let sent = 0;
+    for (let i = 0; i < 100; i++) sent += pump(w, credit, 10 * MiB, sink);
+    expect(sent).toBe(32 * KiB); // the initial window, then no credit
+    expect(w.buffered).toBe(32 * KiB);
+    expect(budget.usageByDirection()).toEqual([{ direction: 'to_endpoint', committed: 32 * KiB, buffered: 32 * KiB }]);
+    w.dispose();
+    expect(budget.usageByDirection()).toEqual([{ direction: 'to_endpoint', committed: 0, buffered: 0 }]);
+  });
+
+  it('an idle connection or a sender that does not use its credit does not grow', () => {
+    const budget = new MemoryBudget(64 * MiB, { maxWindow: 4 * MiB });
+    const { w, credit, sink } = connection(budget);
+    // The sender sends a little at a time, far below its credit.
+    for (let i = 0; i < 1000; i++) pump(w, credit, 1 * KiB, sink);
+    expect(w.size).toBe(32 * KiB);
+    w.dispose();
+  });
+
+  it('1024 connections moving at once share the growth part fairly and stall within the budget; a bulk beside them still grows', () => {
+    let now = 0;
+    let throttles = 0;
+    const budget = new MemoryBudget(64 * MiB, { maxWindow: 4 * MiB, now: () => now, onThrottle: () => throttles++ });
+    const conns = Array.from({ length: 1024 }, () => connection(budget));
+    // Every destination takes data for a while (a kernel buffer filling), all at the same time...
+    for (let round = 0; round < 40; round++) for (const c of conns) pump(c.w, c.credit, 64 * KiB, c.sink);
+    // ...then stops reading: whatever they are sent from now on stays here.
+    for (const c of conns) c.sink.fast = false;
+    for (let round = 0; round < 10; round++) for (const c of conns) pump(c.w, c.credit, 64 * MiB, c.sink);
+    const stuck = conns.reduce((n, c) => n + c.w.buffered, 0);
+    expect(throttles).toBeGreaterThan(0);
+    // While they all moved, the reserve (a quarter of the limit) stayed untouched.
+    expect(stuck).toBeLessThanOrEqual(48 * MiB);
+    expect(budget.committed).toBeLessThanOrEqual(48 * MiB);
+    // Two quiet epochs later only the bulk is moving: it may grow into what is free.
+    now += 5000;
+    const bulk = connection(budget);
+    for (let i = 0; i < 200; i++) pump(bulk.w, bulk.credit, 8 * MiB, bulk.sink);
+    expect(bulk.w.size).toBe(4 * MiB);
+    bulk.w.dispose();
+    for (const c of conns) c.w.dispose();
+    expect(budget.committed).toBe(0);
+    expect(budget.usageByDirection()[0]!.buffered).toBe(0);
+  });
+
+  it('an overdrawn budget takes flushed bytes back from grown windows until it is within its limit', () => {
+    const budget = new MemoryBudget(8 * MiB, { maxWindow: 4 * MiB });
+    const a = connection(budget);
+    for (let i = 0; i < 100; i++) pump(a.w, a.credit, 8 * MiB, a.sink);
+    expect(a.w.size).toBe(4 * MiB);
+    // Other connections' initial windows are granted even when the budget is short.
+    const others = Array.from({ length: 200 }, () => connection(budget));
+    expect(budget.overdrawn).toBe(true);
+    for (let i = 0; i < 100; i++) pump(a.w, a.credit, 8 * MiB, a.sink);
+    expect(a.w.size).toBe(8 * MiB - 200 * 32 * KiB);
+    expect(budget.committed).toBe(8 * MiB);
+    expect(budget.overdrawn).toBe(false);
+    for (const o of [a, ...others]) o.w.dispose();
+    expect(budget.committed).toBe(0);
+  });
+
+  it('overrun counts what a sender sent beyond its credit', () => {
+    const budget = new MemoryBudget(8 * MiB, { maxWindow: 4 * MiB });
+    const { w, sink } = connection(budget);
+    sink.fast = false;
+    w.write(Buffer.alloc(32 * KiB));
+    expect(w.overrun).toBe(0);
+    w.write(Buffer.alloc(10));
+    expect(w.overrun).toBe(10);
+    w.dispose();
+  });
+
+  it('a budget must be positive', () => {
+    expect(() => new MemoryBudget(0, { maxWindow: 1 })).toThrow(/must be positive/);
+  });
+});
+
+describe('throttleReporter', () => {
+  it('reports at most once per interval, with the count since the last report', () => {
+    let now = 0;
+    const seen: Array<[number, string]> = [];
+    const r = throttleReporter(1000, (count, dir) => seen.push([count, dir]), () => now);
+    r('a');
+    r('a');
+    r('b');
+    expect(seen).toEqual([[1, 'a']]);
+    now = 1000;
+    r('b');
+    expect(seen).toEqual([[1, 'a'], [3, 'b']]);
+  });
+});

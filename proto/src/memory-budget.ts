@@ -1,0 +1,137 @@
+// The bytes one process may hold on behalf of its peers, shared by every connection's receive
+// window (flow-control.ts). A window starts at its initial size, grows only from what is free and
+// only up to a fair share among the connections that are moving data, and shrinks when the budget
+// is overdrawn. A connection that stops reading keeps what it was granted and no more, so N stuck
+// connections hold at most what the budget allows, never N full windows. While many connections
+// move, a reserve stays untouched; when only a few move (a bulk transfer beside stalled ones),
+// they may grow into it, so connections that stalled together cannot starve the ones that follow.
+
+export interface MemoryBudgetOptions {
+  /** Largest window one connection may grow to. */
+  maxWindow: number;
+  /** Part of the limit only a few moving connections may grow into (default 1/4): as many as it
+   * holds largest windows. */
+  reserveShare?: number;
+  /** A window wanted to grow and the budget said no (or less); the owner counts or logs it. */
+  onThrottle?: (direction: string) => void;
+  /** Clock for the "moving recently" epochs (tests). */
+  now?: () => number;
+}
+
+export interface DirectionUsage {
+  direction: string;
+  /** Sum of the windows granted to senders (what they may make us hold). */
+  committed: number;
+  /** Bytes actually held now: received, not yet passed on. */
+  buffered: number;
+}
+
+/** Connections that passed data on within this long count as moving (for the fair share). */
+const EPOCH_MS = 1000;
+
+export class MemoryBudget {
+  private committedBytes = 0;
+  private readonly usage = new Map<string, DirectionUsage>();
+  private moving = new Set<object>();
+  private movingBefore = new Set<object>();
+  private epochStart = 0;
+  private readonly now: () => number;
+
+  constructor(readonly limit: number, private readonly opts: MemoryBudgetOptions) {
+    if (!(limit > 0)) throw new Error(`memory budget must be positive, got ${limit}`);
+    this.now = opts.now ?? Date.now;
+  }
+
+  get maxWindow(): number {
+    return this.opts.maxWindow;
+  }
+
+  get committed(): number {
+    return this.committedBytes;
+  }
+
+  /** Committed beyond the limit (initial windows are granted even when it is short). */
+  get overdrawn(): boolean {
+    return this.committedBytes > this.limit;
+  }
+
+  commit(direction: string, bytes: number): void {
+    this.committedBytes += bytes;
+    this.entry(direction).committed += bytes;
+  }
+
+  release(direction: string, bytes: number): void {
+    this.committedBytes -= bytes;
+    this.entry(direction).committed -= bytes;
+  }
+
+  /** Bytes actually held changed by `delta` (the gauge; decisions use committed). */
+  held(direction: string, delta: number): void {
+    this.entry(direction).buffered += delta;
+  }
+
+  /** `conn` just passed data on. */
+  markMoving(conn: object): void {
+    this.rotate();
+    this.moving.add(conn);
+  }
+
+  forget(conn: object): void {
+    this.moving.delete(conn);
+    this.movingBefore.delete(conn);
+  }
+
+  /**
+   * How many bytes a window of `window` (initial `initial`) may grow by, at most `wanted`: no more
+   * than is free (outside the reserve unless few connections move), and no more than a fair share
+   * among the moving connections.
+   */
+  growth(direction: string, window: number, initial: number, wanted: number): number {
+    this.rotate();
+    const movingCount = Math.max(1, this.moving.size, this.movingBefore.size);
+    const reserve = (this.opts.reserveShare ?? 0.25) * this.limit;
+    const few = Math.max(1, Math.floor(reserve / this.opts.maxWindow));
+    const ceiling = movingCount <= few ? this.limit : this.limit - reserve;
+    const share = initial + (this.limit - reserve) / movingCount;
+    const room = Math.min(wanted, this.opts.maxWindow - window, share - window, ceiling - this.committedBytes);
+    const granted = Math.max(0, Math.floor(room));
+    if (granted < wanted && window < this.opts.maxWindow) this.opts.onThrottle?.(direction);
+    return granted;
+  }
+
+  usageByDirection(): DirectionUsage[] {
+    return [...this.usage.values()].map((u) => ({ ...u }));
+  }
+
+  private entry(direction: string): DirectionUsage {
+    let u = this.usage.get(direction);
+    if (!u) this.usage.set(direction, (u = { direction, committed: 0, buffered: 0 }));
+    return u;
+  }
+
+  private rotate(): void {
+    const t = this.now();
+    if (t - this.epochStart < EPOCH_MS) return;
+    // Two epochs without data: the older set is dropped.
+    this.movingBefore = t - this.epochStart < 2 * EPOCH_MS ? this.moving : new Set();
+    this.moving = new Set();
+    this.epochStart = t;
+  }
+}
+
+/**
+ * Turns throttle events into at most one `report` per interval (how many happened since the last
+ * one), for a log line that says the budget is short without flooding. No timer: events drive it.
+ */
+export function throttleReporter(intervalMs: number, report: (count: number, direction: string) => void, now: () => number = Date.now): (direction: string) => void {
+  let last = Number.NEGATIVE_INFINITY;
+  let count = 0;
+  return (direction) => {
+    count++;
+    const t = now();
+    if (t - last < intervalMs) return;
+    last = t;
+    report(count, direction);
+    count = 0;
+  };
+}
