@@ -5,7 +5,7 @@ import { OCM_DEFAULT_INSTALL_NAMESPACE, Hub, embeddedStoreDir, ensureHubPki, isV
 import type { Logger } from 'pino';
 import { DEFAULT_HUB_DATA_DIR } from './hub-files.js';
 import { LOG_FORMAT_FLAG, createLogger, logUnhandledRejections } from './logging.js';
-import { UsageError, duration, helpText, list, parseFlags, port, str, type FlagSpecs, type ParsedFlags } from './flags.js';
+import { UsageError, bytes, duration, helpText, optionalCount, list, parseFlags, port, str, type FlagSpecs, type ParsedFlags } from './flags.js';
 
 export const hubFlags: FlagSpecs = {
   'data-dir': { type: 'string', default: DEFAULT_HUB_DATA_DIR, help: 'state directory: PKI (if no cert flags), ports.json' },
@@ -38,6 +38,9 @@ export const hubFlags: FlagSpecs = {
   'server-id': { type: 'string', help: 'this replica\'s ID (default: random)' },
   'server-count': { type: 'string', default: '1', help: 'number of replicas agents should connect to' },
   'dial-timeout': { type: 'string', default: '10s', help: 'deadline for every pending dial' },
+  'memory-budget': { type: 'string', default: '256Mi', help: 'bytes the hub may hold for its peers, all connections together (windows grow from it; a reader that stops holds its share only)' },
+  'max-connections': { type: 'string', help: 'tunneled connections (and CONNECT client connections) the hub holds at most; more are refused with reason "limit" (default: budget / 64 KiB, two initial windows)' },
+  'max-connections-per-client': { type: 'string', help: 'the same per client certificate or token (default: a quarter of --max-connections)' },
   grant: { type: 'string', multiple: true, help: 'extra identifier for a cluster\'s agents: CLUSTER=host:NAME | cidr:CIDR | default-route' },
   store: { type: 'string', default: 'embedded', help: 'hub store: embedded (DATA_DIR/store, crash-safe) or kubernetes (the CRDs in deploy/)' },
   'agent-install': { type: 'string', default: 'manual', help: 'manual (admins apply "join" bundles) or manifestwork (the hub is OCM\'s addon manager: ManifestWorks, OCM\'s CSR flow; needs --store kubernetes)' },
@@ -133,6 +136,7 @@ export async function runHub(args: string[]): Promise<void> {
     tlsReloadIntervalMs: duration(flags, 'tls-reload-interval'), replicaLeaseDurationMs: duration(flags, 'replica-lease-duration'),
   } as const;
   const dialTimeoutMs = duration(flags, 'dial-timeout');
+  const limits = { memoryBudget: bytes(flags, 'memory-budget'), maxConnections: optionalCount(flags, 'max-connections'), maxConnectionsPerClient: optionalCount(flags, 'max-connections-per-client') };
   const shutdownGrace = duration(flags, 'shutdown-grace');
   const shutdownDelay = duration(flags, 'shutdown-delay');
 
@@ -168,6 +172,7 @@ export async function runHub(args: string[]): Promise<void> {
       frontendUds: str(flags, 'frontend-uds'),
       tls,
       dialTimeoutMs,
+      ...limits,
       connectUds: str(flags, 'connect-uds'),
       tokensFile: str(flags, 'tokens-file'),
       grants,

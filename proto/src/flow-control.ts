@@ -119,7 +119,9 @@ export class ReceiveWindow {
   /** Optional hook: the sink has flushed everything (used to lift stream-wide pressure). */
   onFlushed?: () => void;
 
-  write(chunk: Buffer): void {
+  write(data: Buffer): void {
+    // Behind a backlog the chunk will wait; a small view must not pin the large buffer it came in.
+    const chunk = this.pendingBytes > 0 ? compact(data) : data;
     const n = chunk.length;
     this.outstanding -= n;
     if (this.outstanding < this.lowWater) this.lowWater = this.outstanding;
@@ -183,4 +185,12 @@ export class ReceiveWindow {
       this.opts.report(n);
     }
   }
+}
+
+/**
+ * `data`, or a copy of it when it is a small view of a larger buffer (a payload cut out of a received
+ * chunk): held for long, the view would keep the whole chunk in memory, many times its own size.
+ */
+export function compact(data: Buffer): Buffer {
+  return data.byteLength * 2 < data.buffer.byteLength ? Buffer.from(data) : data;
 }

@@ -70,7 +70,7 @@ describe('renderAgentInstall', () => {
     expect(c.args).toEqual([
       'agent', '--cluster=cluster1', '--namespace=open-cluster-management-agent-addon', '--hub=proxy.hub.example.com:8091', '--server-name=hub.internal',
       '--ca-cert=/etc/cluster-proxy/hub-ca/ca.crt', '--bootstrap-token-file=/etc/cluster-proxy/bootstrap/token',
-      '--credentials-dir=/var/lib/cluster-proxy/credentials', '--credentials-secret=cluster-proxy-agent-credentials', '--apiserver=kubernetes.default.svc:443', '--health-port=8093',
+      '--credentials-dir=/var/lib/cluster-proxy/credentials', '--credentials-secret=cluster-proxy-agent-credentials', '--apiserver=kubernetes.default.svc:443', '--health-port=8093', '--memory-budget=64Mi',
     ]);
     expect(c['livenessProbe']).toMatchObject({ httpGet: { path: '/healthz', port: 8093 } });
     expect(c['readinessProbe']).toMatchObject({ httpGet: { path: '/readyz', port: 8093 } });
@@ -163,6 +163,18 @@ describe('renderAgentInstall', () => {
     expect(spec.imagePullSecrets).toEqual([{ name: 'regcred' }]);
     expect((spec.containers[0] as unknown as { resources: unknown }).resources).toEqual({ requests: { cpu: '10m', memory: '32Mi' }, limits: { memory: '128Mi' } });
     expect(podSpec(renderAgentInstall(base)).nodeSelector).toBeUndefined();
+  });
+
+  it('the agent memory budget follows from its memory limit (the default limit gives the default budget)', () => {
+    const budgetArg = (resources?: AgentInstallInput['resources']): string | undefined =>
+      (podSpec(renderAgentInstall({ ...base, resources })).containers[0] as unknown as { args: string[] }).args.find((a) => a.startsWith('--memory-budget='));
+    expect(budgetArg()).toBe('--memory-budget=64Mi');
+    expect((podSpec(renderAgentInstall(base)).containers[0] as unknown as { resources: { limits: { memory: string } } }).resources.limits.memory).toBe('192Mi');
+    expect(budgetArg({ limits: { memory: '512Mi' } })).toBe('--memory-budget=224Mi');
+    expect(budgetArg({ limits: { memory: '1Gi' } })).toBe('--memory-budget=480Mi');
+    expect(budgetArg({ limits: { memory: '268435456' } })).toBe('--memory-budget=96Mi');
+    expect(budgetArg({ limits: { memory: '64Mi' } })).toBe('--memory-budget=8Mi'); // a floor, not zero
+    expect(budgetArg({ requests: { memory: '32Mi' } })).toBe('--memory-budget=64Mi'); // no limit: the default
   });
 
   describe('bad input fails with the field named, before anything is rendered', () => {

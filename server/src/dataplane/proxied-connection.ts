@@ -4,7 +4,7 @@
 //   open     bytes flow both ways; either side may half-close
 //   closing  CLOSE_REQ sent to the agent, waiting for CLOSE_RSP (timer running)
 //   closed   removed from every table; the frontend has been told
-import { LazyLog, MAX_DATA_CHUNK, MAX_MESSAGE_BYTES, ReceiveWindow, SendCredit, classifyDialError, packets, type DialFailureReason, type MemoryBudget, type StreamSender } from '@cluster-proxy/proto';
+import { LazyLog, MAX_DATA_CHUNK, MAX_MESSAGE_BYTES, ReceiveWindow, SendCredit, classifyDialError, compact, packets, type DialFailureReason, type MemoryBudget, type StreamSender } from '@cluster-proxy/proto';
 import type { Logger } from 'pino';
 import type { Frontend } from './frontend.js';
 import type { ServerMetrics } from './metrics.js';
@@ -152,7 +152,8 @@ export class ProxiedConnection {
   write(data: Buffer, sent?: () => void): void {
     if (this.state !== 'open' || this.clientEnded) return;
     this.backend.metrics.bytes.inc({ direction: 'to_agent' }, data.length);
-    this.waiting.push({ data, sent });
+    // Bytes that will wait for credit must not pin the buffer they were cut from.
+    this.waiting.push({ data: this.waitingBytes > 0 || !this.toAgentCredit.canSend() ? compact(data) : data, sent });
     this.waitingBytes += data.length;
     this.holding(data.length);
     this.sendWaiting();

@@ -21,6 +21,11 @@ const LINGER_MS = 2000;
 /** After the tunnel closed cleanly: how long a client may take to read what is still queued for it
  * (at most one flow-control window) before we give up on it. */
 const FLUSH_TIMEOUT_MS = 60_000;
+/** A socket paused for lack of credit is out of the event loop: a client that leaves (FIN or reset)
+ * would go unnoticed for as long as its destination stalls. So it is read once in a while, one chunk
+ * at a time (kept for the agent, nothing lost), up to PROBE_ALLOWANCE until the credit comes back. */
+const PROBE_INTERVAL_MS = 5000;
+const PROBE_ALLOWANCE = 1024 * 1024;
 
 export class ConnectConnection implements Frontend, TrackedConnection {
   readonly halfClose = true; // a TCP socket can half-close
@@ -40,6 +45,9 @@ export class ConnectConnection implements Frontend, TrackedConnection {
   private remoteEnded_ = false;
   private corePaused = false;
   private timer: NodeJS.Timeout | null = null;
+  private probeTimer: NodeJS.Timeout | null = null;
+  /** Bytes read by probes since the core last resumed us. */
+  private probed = 0;
 
   constructor(private readonly socket: net.Socket, private readonly listener: ListenerKind, private readonly shared: ConnectShared) {
     this.peer = peerOf(socket) || listener;
@@ -100,6 +108,7 @@ export class ConnectConnection implements Frontend, TrackedConnection {
         return;
       case 'open':
       case 'half-closed':
+        if (this.corePaused) this.probed += chunk.length; // read by a probe
         if (!this.clientEnded) this.conn?.write(chunk);
         return;
       default:
@@ -128,6 +137,7 @@ export class ConnectConnection implements Frontend, TrackedConnection {
 
   private readonly onClose = (): void => {
     this.clearTimer();
+    this.stopProbe();
     const was = this.state;
     this.state = 'closed';
     this.shared.conns.delete(this);
@@ -320,11 +330,24 @@ export class ConnectConnection implements Frontend, TrackedConnection {
   pause(): void {
     this.corePaused = true;
     this.socket.pause();
+    if (this.probeTimer || this.probed >= PROBE_ALLOWANCE) return;
+    this.probeTimer = setTimeout(() => {
+      this.probeTimer = null;
+      // Reads until the next chunk (the core pauses us again if there is still no credit), EOF or reset.
+      if (this.corePaused && this.isTunnel()) this.socket.resume();
+    }, PROBE_INTERVAL_MS);
   }
 
   resume(): void {
     this.corePaused = false;
+    this.probed = 0;
+    this.stopProbe();
     if (this.isTunnel()) this.socket.resume();
+  }
+
+  private stopProbe(): void {
+    if (this.probeTimer) clearTimeout(this.probeTimer);
+    this.probeTimer = null;
   }
 
   // ------------------------------------------------------------ responses and teardown
