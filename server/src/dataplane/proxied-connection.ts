@@ -166,9 +166,17 @@ export class ProxiedConnection {
     if (this.waitingBytes > 0 || !this.toAgentCredit.canSend() || this.backend.sender.congested) this.pauseFrontend();
   }
 
-  /** Sends waiting client bytes while the agent's credit lasts; `all` sends everything regardless (the connection is closing). */
+  /**
+   * Sends waiting client bytes while the agent's credit lasts and the shared stream takes them (an
+   * agent without credit is held back by the stream alone); `all` sends everything regardless (the
+   * connection is closing).
+   */
   private sendWaiting(all = false): void {
     while (this.waiting.length > 0) {
+      if (!all && this.backend.sender.congested) {
+        this.backend.sender.whenWritable(this.onWritable);
+        break;
+      }
       const head = this.waiting[0]!;
       const n = all ? Math.min(MAX_DATA_CHUNK, head.data.length) : this.toAgentCredit.allowance(Math.min(MAX_DATA_CHUNK, head.data.length));
       if (n === 0) break;
@@ -296,7 +304,15 @@ export class ProxiedConnection {
     this.frontend.resume();
   };
 
+  /** The shared stream drained: what waited for it goes out, then the client may go on. */
+  private readonly onWritable = (): void => {
+    if (this.state !== 'open') return;
+    this.sendWaiting();
+    this.maybeResumeFrontend();
+  };
+
   private releaseFrontendPressure(): void {
+    this.backend.sender.cancelWaiter(this.onWritable);
     this.backend.sender.cancelWaiter(this.maybeResumeFrontend);
     this.backend.sender.releaseReads(this);
   }
