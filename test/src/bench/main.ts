@@ -96,7 +96,7 @@ async function runScenario(scenario: Scenario, set: PathSet, cfg: BenchConfig, s
     for (const f of failures.get(p) ?? []) notes.push(`${PATH_LABELS[p]} ${f}`);
   }
   if (scenario.appliesTo) notes.push(`n/a for ${PATH_NAMES.filter((p) => !applies(p)).map((p) => PATH_LABELS[p]).join(', ')}: ${scenario.appliesTo.otherwise}`);
-  return scenario.metrics.map((m, i) => {
+  return (scenario.metricsFor?.(cfg) ?? scenario.metrics).map((m, i) => {
     const values = {} as Record<PathName, number | null>;
     const perRound = {} as Record<PathName, number[]>;
     for (const p of PATH_NAMES) {
