@@ -10,7 +10,10 @@ import { cpuBusy, loadAverage, machineFacts } from './machine.js';
 import { startReaper, stopReaper } from './reaper.js';
 import { PATH_LABELS, PATH_NAMES, setupPaths, type Network, type PathName, type PathSet } from './paths.js';
 import { checkGoals, computeRatios, formatReport, type BenchReport, type ResultRow } from './report.js';
-import { FULL_CONFIG, QUICK_CONFIG, SCENARIOS, type BenchConfig, type PathRun, type Scenario } from './scenarios.js';
+import { FULL_CONFIG, QUICK_CONFIG, SCENARIOS as MAIN_SCENARIOS, type BenchConfig, type PathRun, type Scenario } from './scenarios.js';
+import { STUCK_DESTINATION } from './stuck.js';
+
+const SCENARIOS: readonly Scenario[] = [...MAIN_SCENARIOS, STUCK_DESTINATION];
 
 const USAGE = `Usage: pnpm bench [-- flags]   (or: node test/dist/bench/main.js [flags])
 
@@ -28,7 +31,7 @@ Flags:
 `;
 
 /** The whole run is aborted (and everything stopped) after this long. */
-const WATCHDOG_MS = { full: 14 * 60_000, quick: 4 * 60_000 };
+const WATCHDOG_MS = { full: 25 * 60_000, quick: 6 * 60_000 };
 
 const log = (message: string): void => void process.stderr.write(`[bench] ${message}\n`);
 
@@ -136,7 +139,8 @@ async function main(): Promise<number> {
   const machine = machineFacts(
     `${mode}: ${cfg.rounds} round(s) (rtt20 ${cfg.rtt20Rounds}, hol ${cfg.holRounds}, scale 1), throughput ~${cfg.throughputSeconds} s, rtt ${cfg.rttSeconds} s, `
     + `dial ${cfg.dialSeconds} s x${cfg.dialConcurrency}, hol ${2 * cfg.holStalled + 1} x ~${cfg.holSeconds} s, `
-    + `scale ${cfg.scaleConnections} connections (ssh -R ${cfg.scaleSshConnections}) / ${cfg.scaleAgents} agents`,
+    + `scale ${cfg.scaleConnections} connections (ssh -R ${cfg.scaleSshConnections}) / ${cfg.scaleAgents} agents, `
+    + `stuck up to ${cfg.stuckConnections} connections x ${cfg.stuckSeconds} s`,
   );
   const cleanup = new CleanupStack(log);
   let stopping = false;

@@ -53,6 +53,14 @@ export interface BenchConfig {
   scaleSettleMs: number;
   /** idle-rss: bytes echoed through one connection (so as many each way) between the first two readings. */
   idleRssBytes: number;
+  /** stuck-destination: the largest number of stuck connections (measured at 64, 256, 1024 up to this). */
+  stuckConnections: number;
+  /** stuck-destination: how long the clients keep writing into the stuck connections. */
+  stuckSeconds: number;
+  /** stuck-destination: the healthy bulk upload lasts about this long alone. */
+  stuckBulkSeconds: number;
+  /** stuck-destination: pause after the stuck clients left, before the "after" reading. */
+  stuckAfterMs: number;
 }
 
 export const FULL_CONFIG: BenchConfig = {
@@ -81,6 +89,10 @@ export const FULL_CONFIG: BenchConfig = {
   scaleAgentsConcurrency: 32,
   scaleSettleMs: 1000,
   idleRssBytes: GiB,
+  stuckConnections: 1024,
+  stuckSeconds: 20,
+  stuckBulkSeconds: 2,
+  stuckAfterMs: 10_000,
 };
 
 export const QUICK_CONFIG: BenchConfig = {
@@ -109,6 +121,10 @@ export const QUICK_CONFIG: BenchConfig = {
   scaleAgentsConcurrency: 25,
   scaleSettleMs: 200,
   idleRssBytes: 64 * MiB,
+  stuckConnections: 64,
+  stuckSeconds: 5,
+  stuckBulkSeconds: 0.5,
+  stuckAfterMs: 10_000,
 };
 
 export interface MetricSpec {
