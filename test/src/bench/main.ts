@@ -11,9 +11,10 @@ import { startReaper, stopReaper } from './reaper.js';
 import { PATH_LABELS, PATH_NAMES, setupPaths, type Network, type PathName, type PathSet } from './paths.js';
 import { checkGoals, computeRatios, formatReport, type BenchReport, type ResultRow } from './report.js';
 import { FULL_CONFIG, QUICK_CONFIG, SCENARIOS as MAIN_SCENARIOS, type BenchConfig, type PathRun, type Scenario } from './scenarios.js';
+import { BIG_WRITE } from './big-write.js';
 import { STUCK_DESTINATION } from './stuck.js';
 
-const SCENARIOS: readonly Scenario[] = [...MAIN_SCENARIOS, STUCK_DESTINATION];
+const SCENARIOS: readonly Scenario[] = [...MAIN_SCENARIOS, STUCK_DESTINATION, BIG_WRITE];
 
 const USAGE = `Usage: pnpm bench [-- flags]   (or: node test/dist/bench/main.js [flags])
 
@@ -140,7 +141,7 @@ async function main(): Promise<number> {
     `${mode}: ${cfg.rounds} round(s) (rtt20 ${cfg.rtt20Rounds}, hol ${cfg.holRounds}, scale 1), throughput ~${cfg.throughputSeconds} s, rtt ${cfg.rttSeconds} s, `
     + `dial ${cfg.dialSeconds} s x${cfg.dialConcurrency}, hol ${2 * cfg.holStalled + 1} x ~${cfg.holSeconds} s, `
     + `scale ${cfg.scaleConnections} connections (ssh -R ${cfg.scaleSshConnections}) / ${cfg.scaleAgents} agents, `
-    + `stuck up to ${cfg.stuckConnections} connections x ${cfg.stuckSeconds} s`,
+    + `stuck up to ${cfg.stuckConnections} connections x ${cfg.stuckSeconds} s, big write ${cfg.bigWriteBytes / 2 ** 20} MiB`,
   );
   const cleanup = new CleanupStack(log);
   let stopping = false;

@@ -146,7 +146,7 @@ const GOALS: readonly GoalSpec[] = [
   { goal: 'dials per second: forward vs SDK', scenario: 'dial-rate', metric: 'rate', compare: 'tunnel', op: '>=', bound: 0.9, unit: 'x', paths: ['forward'] },
   { goal: '64-byte round trip p50: gRPC vs mux', scenario: 'rtt-64', metric: 'p50', compare: 'tunnel', op: '<=', bound: 1.2, unit: 'x', paths: ['tunnel-grpc'] },
   { goal: 'idle gRPC connection, hub', scenario: 'scale-conns', metric: 'hub KiB/conn', compare: 'value', op: '<=', bound: 4, unit: 'KiB', paths: ['tunnel-grpc'] },
-  // Destinations that never read (stuck-destination at N=1024).
+  // Destinations that never read (stuck-destination at N=1024) and one enormous write (big-write).
   { goal: `${STUCK_GOAL_COUNT} stuck connections: hub peak RSS`, scenario: 'stuck-destination', metric: STUCK_AT('hub peak'), compare: 'value', op: '<=', bound: 256, unit: 'MiB' },
   { goal: `${STUCK_GOAL_COUNT} stuck connections: agent peak RSS`, scenario: 'stuck-destination', metric: STUCK_AT('agent peak'), compare: 'value', op: '<=', bound: 128, unit: 'MiB' },
   { goal: `${STUCK_GOAL_COUNT} stuck connections: nothing killed or lost`, scenario: 'stuck-destination', metric: STUCK_AT('lost'), compare: 'value', op: '<=', bound: 0, unit: 'count' },
@@ -154,6 +154,7 @@ const GOALS: readonly GoalSpec[] = [
   { goal: `${STUCK_GOAL_COUNT} stuck connections: hub RSS after - before`, scenario: 'stuck-destination', metric: STUCK_AT('hub after'), minus: STUCK_AT('hub before'), compare: 'value', op: '<=', bound: 20, unit: 'MiB' },
   { goal: `${STUCK_GOAL_COUNT} stuck connections: agent RSS after - before`, scenario: 'stuck-destination', metric: STUCK_AT('agent after'), minus: STUCK_AT('agent before'), compare: 'value', op: '<=', bound: 20, unit: 'MiB' },
   { goal: `${STUCK_GOAL_COUNT} stuck connections: tables empty after`, scenario: 'stuck-destination', metric: STUCK_AT('left'), compare: 'value', op: '<=', bound: 0, unit: 'count' },
+  { goal: 'big write: sha256 intact, other connection undisturbed', scenario: 'big-write', metric: 'faults', compare: 'value', op: '<=', bound: 0, unit: 'count', paths: ['tunnel', 'tunnel-grpc'] },
 ];
 
 function targetText(g: GoalSpec): string {
@@ -211,6 +212,7 @@ export function formatReport(report: BenchReport): string {
   if (report.results.some((r) => r.scenario.startsWith('rtt20-'))) out.push('rtt20-*: 20 ms RTT relay between client and target (direct), ssh and sshd (ssh -R), agent and hub (tunnel, tunnel-grpc, connect).');
   if (report.results.some((r) => r.scenario.startsWith('hol-'))) out.push('hol-*: bulk throughput next to a stalled connection on the same path, in % of the same transfer alone.');
   if (report.results.some((r) => r.scenario === 'stuck-destination')) out.push('stuck-destination: N connections whose destination never reads, fresh hub + agent per N; peak = highest VmRSS sampled every 100 ms, before/after = after a full GC (after: 10 s after the clients left); bulk kept = a healthy upload beside them in % of alone; accepted = bytes their writers handed over in all; lost = processes died + tunnels lost + stuck connections not opened or closed by the path; left = connections the hub\'s or the agent\'s table still lists after (the most in any one).');
+  if (report.results.some((r) => r.scenario === 'big-write')) out.push('big-write: one write() of a single Buffer through the SDK; echo p50/p99 = 64-byte round trips on another connection of the same Tunnel meanwhile; faults = sha256 or byte count wrong, or the echo connection closed or stuck.');
   if (report.results.some((r) => r.scenario === 'scale-conns')) out.push('scale-conns: hub = the hub (sshd session processes for ssh -R), agent = the agent (the ssh client for ssh -R).');
   if (report.goals.length > 0) {
     out.push('');

@@ -61,6 +61,8 @@ export interface BenchConfig {
   stuckBulkSeconds: number;
   /** stuck-destination: pause after the stuck clients left, before the "after" reading. */
   stuckAfterMs: number;
+  /** big-write: the size of the single write(). */
+  bigWriteBytes: number;
 }
 
 export const FULL_CONFIG: BenchConfig = {
@@ -93,6 +95,7 @@ export const FULL_CONFIG: BenchConfig = {
   stuckSeconds: 20,
   stuckBulkSeconds: 2,
   stuckAfterMs: 10_000,
+  bigWriteBytes: GiB,
 };
 
 export const QUICK_CONFIG: BenchConfig = {
@@ -125,6 +128,7 @@ export const QUICK_CONFIG: BenchConfig = {
   stuckSeconds: 5,
   stuckBulkSeconds: 0.5,
   stuckAfterMs: 10_000,
+  bigWriteBytes: 128 * MiB,
 };
 
 export interface MetricSpec {
