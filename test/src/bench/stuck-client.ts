@@ -2,15 +2,15 @@
 // destination that never reads, so it runs apart from the bench (with a raised open-files limit,
 // helpers.spawnNode) and its own memory is never measured.
 //
-//   node stuck-client.js '<json {spec, count, concurrency, seconds, quietMs, chunkBytes, perConnectionLimit}>'
+//   node stuck-client.js '<json {spec, count, concurrency, seconds, chunkBytes, perConnectionLimit}>'
 //
 // 1. opens `count` connections to `stall`, `concurrency` at a time; prints {"opened":N,"failed":F,...}
 // 2. writes to every one of them as fast as the path lets it (chunkBytes per write(); after a
-//    write() that returns false, the next one waits for 'drain'), never reading, for `seconds`; it
-//    ends earlier once every connection has waited for 'drain' for `quietMs` (every buffer on the
-//    way is full), or on SIGUSR1 (the bench's memory guard). A connection stops at
-//    `perConnectionLimit` bytes handed over (a path that never pushes back). Prints
-//    {"filled":BYTES,"stoppedBy":...} and keeps them open.
+//    write() that returns false, the next one waits for 'drain'), never reading, for `seconds` (or
+//    until SIGUSR1: the bench's memory guard). A connection stops at `perConnectionLimit` bytes
+//    handed over (a path that never pushes back). Prints {"filled":BYTES,"stoppedBy":...} and
+//    keeps them open. (No early end once all of them wait for 'drain': a busy path can pause every
+//    connection for seconds and then accept more.)
 // 3. on SIGUSR2: prints {"holding":N,"lost":L,...} (connections the path closed meanwhile, and
 //    why), closes everything, prints {"closed":N} and exits.
 // Exits on SIGTERM, or by itself when the bench goes away.
@@ -27,8 +27,6 @@ export interface StuckJob {
   count: number;
   concurrency: number;
   seconds: number;
-  /** Writing ends early once no connection has accepted anything for this long and all wait for 'drain'. */
-  quietMs: number;
   chunkBytes: number;
   perConnectionLimit: number;
 }
@@ -99,7 +97,7 @@ async function main(): Promise<void> {
   let stopWriting!: () => void;
   const stop = new Promise<void>((resolve) => (stopWriting = resolve));
   let stopped = false;
-  /** Why writing ended: time, quiet (every buffer full), guard (the bench's memory guard), or closed (every connection closed or capped). */
+  /** Why writing ended: time, guard (the bench's memory guard), or closed (every connection closed or capped). */
   let stoppedBy = 'closed';
   const stopFor = (reason: string): void => {
     if (stopped) return;
@@ -112,10 +110,6 @@ async function main(): Promise<void> {
   const fillBegin = performance.now();
   let lastGrowth = fillBegin;
   let capped = 0;
-  // Every open connection waits for a 'drain' that has not come for quietMs: every buffer on the way is full.
-  const quiet = setInterval(() => {
-    if (performance.now() - lastGrowth >= job.quietMs && held.every((h) => h.socket.destroyed || h.socket.writableNeedDrain)) stopFor('quiet');
-  }, 100);
   const fill = async (h: Held): Promise<void> => {
     let inTurn = 0;
     while (!stopped && !h.socket.destroyed) {
@@ -136,7 +130,6 @@ async function main(): Promise<void> {
   };
   await Promise.all(held.map(fill));
   clearTimeout(timer);
-  clearInterval(quiet);
   const handed = held.map((h) => h.handed);
   const blocked = held.filter((h) => !h.socket.destroyed && h.socket.writableNeedDrain).length;
   say({

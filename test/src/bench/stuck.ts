@@ -44,21 +44,23 @@ function stuckMetrics(counts: readonly number[]): MetricSpec[] {
 
 /** Bytes one write() of the stuck clients hands over (what an application copying a stream writes). */
 const STUCK_CHUNK_BYTES = 64 * 1024;
-/** Writing into the stuck connections ends early once none has accepted a byte for this long (all full). */
-const STUCK_QUIET_MS = 2000;
+/** A writer that accepted nothing in this last stretch of the writing time found every buffer on the way full. */
+const STUCK_FULL_MS = 2000;
 /** A stuck connection that took this much has no back-pressure at all: its client stops there. */
 const STUCK_CONNECTION_LIMIT = 256 * MiB;
 /** The stuck clients stop writing once hub + agent hold this share of the machine's available memory (at most 16 GiB). */
 const GUARD_SHARE = 0.6;
 const GUARD_MAX_KIB = 16 * 1024 * 1024;
 
-/** How the clients' writing ended (stuck-client.ts `stoppedBy`). */
-const FILL_ENDS: Readonly<Record<string, string>> = {
-  quiet: `all full (nothing accepted for ${STUCK_QUIET_MS / 1000} s)`,
-  time: 'time up, NOT all full yet',
-  guard: 'stopped by the memory guard',
-  closed: 'every connection closed or capped',
-};
+/** How the clients' writing ended (stuck-client.ts `stoppedBy`, `seconds`, `lastWriteAfter`). */
+function fillEnd(filled: Record<string, unknown>): string {
+  const seconds = Number(filled['seconds']);
+  const quiet = seconds - Number(filled['lastWriteAfter']);
+  const how = filled['stoppedBy'] === 'time'
+    ? quiet * 1000 >= STUCK_FULL_MS ? `all full (nothing accepted in the last ${quiet.toFixed(1)} s)` : 'still accepting when the time was up: NOT all full'
+    : filled['stoppedBy'] === 'guard' ? 'stopped by the memory guard' : 'every connection closed or capped';
+  return `${how} at ${seconds.toFixed(1)} s`;
+}
 
 const log = (message: string): void => void process.stderr.write(`[bench] ${message}\n`);
 
@@ -96,7 +98,7 @@ async function stuckOnce(path: StuckPath, n: number, cfg: BenchConfig): Promise<
     const guardKiB = Math.min(GUARD_MAX_KIB, GUARD_SHARE * (await memAvailableKiB()));
     const sampler = new RssSampler(rig, guardKiB, () => void child?.kill('SIGUSR1'));
     sampler.start();
-    const job: StuckJob = { spec: rig.spec, count: n, concurrency: 64, seconds: cfg.stuckSeconds, quietMs: STUCK_QUIET_MS, chunkBytes: STUCK_CHUNK_BYTES, perConnectionLimit: STUCK_CONNECTION_LIMIT };
+    const job: StuckJob = { spec: rig.spec, count: n, concurrency: 64, seconds: cfg.stuckSeconds, chunkBytes: STUCK_CHUNK_BYTES, perConnectionLimit: STUCK_CONNECTION_LIMIT };
     child = spawnHelper(`stuck-client-${path}-${n}`, 'stuck-client.js', job);
     const opened = await child.waitForJsonLine((o) => 'opened' in o, 60_000 + n * 100);
     const filled = await child.waitForJsonLine((o) => 'filled' in o, (cfg.stuckSeconds + 60) * 1000);
@@ -157,7 +159,7 @@ async function stuckOnce(path: StuckPath, n: number, cfg: BenchConfig): Promise<
     const heldText = typeof held === 'string' ? `tables unreadable while held (${held})` : `while held ${tablesText(held)}`;
     const summary = `N=${n}: ${openedCount} opened in ${Number(opened['seconds']).toFixed(1)} s (${String(opened['client'])}); `
       + `${per(Number(filled['filled']))} handed over in all (${per(Number(filled['min']))}–${per(Number(filled['max']))} per connection; last write() at ${Number(filled['lastWriteAfter']).toFixed(1)} s; `
-      + `${FILL_ENDS[String(filled['stoppedBy'])] ?? String(filled['stoppedBy'])} at ${Number(filled['seconds']).toFixed(1)} s with ${String(filled['open'])} open, ${String(filled['blocked'])} blocked); ${heldText}; `
+      + `${fillEnd(filled)} with ${String(filled['open'])} open, ${String(filled['blocked'])} blocked); ${heldText}; `
       + `hub ${mib(before.hub ?? 0)} → peak ${mib(sampler.peak.hub)} → ${end.hub === undefined ? 'gone' : mib(end.hub)}, `
       + `agent ${mib(before.agent ?? 0)} → peak ${mib(sampler.peak.agent)} → ${end.agent === undefined ? 'gone' : mib(end.agent)} (${sampler.samples} samples); `
       + `bulk ${describeBytes(bulkBytes)} alone ${soloMBps.toFixed(0)} MB/s, next to them ${stuckSeconds === undefined ? 'did not finish' : `${stuckMBps.toFixed(0)} MB/s`}`
