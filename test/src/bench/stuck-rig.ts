@@ -3,6 +3,7 @@
 // `tunnel-grpc`), so each measurement starts from clean processes. Also how they are watched: VmRSS
 // sampled every 100 ms, the hub's and the agent's connection tables, the agent's tunnel counters,
 // and whether either process died.
+import { rmSync } from 'node:fs';
 import { readFile, readdir, readlink } from 'node:fs/promises';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { createPki, getJson, type AgentTables } from '../harness.js';
@@ -132,6 +133,16 @@ async function agentHealthPort(cluster: BenchCluster): Promise<number> {
   });
 }
 
+/**
+ * The temp dirs of rigs not stopped yet. On SIGINT the bench exits once its own teardown stack has
+ * run, before a measurement's finally blocks could stop its rig: remove them at exit (the
+ * processes are SIGKILLed by the fixtures' exit hook).
+ */
+const liveDirs = new Set<string>();
+process.on('exit', () => {
+  for (const dir of liveDirs) rmSync(dir, { recursive: true, force: true });
+});
+
 export async function startStuckRig(path: StuckPath): Promise<StuckRig> {
   const steps: (() => Promise<unknown>)[] = [];
   const stopAll = async (): Promise<void> => {
@@ -140,7 +151,11 @@ export async function startStuckRig(path: StuckPath): Promise<StuckRig> {
   try {
     const pki = await createPki();
     removeOnDeath(pki.dir);
-    steps.push(pki.cleanup);
+    liveDirs.add(pki.dir);
+    steps.push(async () => {
+      await pki.cleanup();
+      liveDirs.delete(pki.dir);
+    });
     const targets = await startTargets();
     steps.push(targets.stop);
     const transport = path === 'tunnel-grpc' ? 'grpc' : 'mux';
