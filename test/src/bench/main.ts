@@ -25,7 +25,7 @@ prints a table and the goals of docs/goals.md.
 
 Flags:
   --json FILE          also write the figures as JSON to FILE
-  --quick              short measurements, one round, small scale counts (a smoke test, ~2.5 min)
+  --quick              short measurements, one round, small scale counts (a smoke test, ~3 min)
   --only NAME[,NAME]   run only these scenarios: ${SCENARIOS.map((s) => s.name).join(', ')}
   --cpu-prof DIR       every hub and agent writes a V8 CPU profile into DIR when it exits
   --help               show this help
