@@ -10,7 +10,11 @@ import { cpuBusy, loadAverage, machineFacts } from './machine.js';
 import { startReaper, stopReaper } from './reaper.js';
 import { PATH_LABELS, PATH_NAMES, setupPaths, type Network, type PathName, type PathSet } from './paths.js';
 import { checkGoals, computeRatios, formatReport, type BenchReport, type ResultRow } from './report.js';
-import { FULL_CONFIG, QUICK_CONFIG, SCENARIOS, type BenchConfig, type PathRun, type Scenario } from './scenarios.js';
+import { FULL_CONFIG, QUICK_CONFIG, SCENARIOS as MAIN_SCENARIOS, type BenchConfig, type PathRun, type Scenario } from './scenarios.js';
+import { BIG_WRITE } from './big-write.js';
+import { STUCK_DESTINATION } from './stuck.js';
+
+const SCENARIOS: readonly Scenario[] = [...MAIN_SCENARIOS, STUCK_DESTINATION, BIG_WRITE];
 
 const USAGE = `Usage: pnpm bench [-- flags]   (or: node test/dist/bench/main.js [flags])
 
@@ -21,14 +25,14 @@ prints a table and the goals of docs/goals.md.
 
 Flags:
   --json FILE          also write the figures as JSON to FILE
-  --quick              short measurements, one round, small scale counts (a smoke test, ~1 min)
+  --quick              short measurements, one round, small scale counts (a smoke test, ~3 min)
   --only NAME[,NAME]   run only these scenarios: ${SCENARIOS.map((s) => s.name).join(', ')}
   --cpu-prof DIR       every hub and agent writes a V8 CPU profile into DIR when it exits
   --help               show this help
 `;
 
 /** The whole run is aborted (and everything stopped) after this long. */
-const WATCHDOG_MS = { full: 14 * 60_000, quick: 4 * 60_000 };
+const WATCHDOG_MS = { full: 25 * 60_000, quick: 6 * 60_000 };
 
 const log = (message: string): void => void process.stderr.write(`[bench] ${message}\n`);
 
@@ -96,7 +100,7 @@ async function runScenario(scenario: Scenario, set: PathSet, cfg: BenchConfig, s
     for (const f of failures.get(p) ?? []) notes.push(`${PATH_LABELS[p]} ${f}`);
   }
   if (scenario.appliesTo) notes.push(`n/a for ${PATH_NAMES.filter((p) => !applies(p)).map((p) => PATH_LABELS[p]).join(', ')}: ${scenario.appliesTo.otherwise}`);
-  return scenario.metrics.map((m, i) => {
+  return (scenario.metricsFor?.(cfg) ?? scenario.metrics).map((m, i) => {
     const values = {} as Record<PathName, number | null>;
     const perRound = {} as Record<PathName, number[]>;
     for (const p of PATH_NAMES) {
@@ -136,7 +140,8 @@ async function main(): Promise<number> {
   const machine = machineFacts(
     `${mode}: ${cfg.rounds} round(s) (rtt20 ${cfg.rtt20Rounds}, hol ${cfg.holRounds}, scale 1), throughput ~${cfg.throughputSeconds} s, rtt ${cfg.rttSeconds} s, `
     + `dial ${cfg.dialSeconds} s x${cfg.dialConcurrency}, hol ${2 * cfg.holStalled + 1} x ~${cfg.holSeconds} s, `
-    + `scale ${cfg.scaleConnections} connections (ssh -R ${cfg.scaleSshConnections}) / ${cfg.scaleAgents} agents`,
+    + `scale ${cfg.scaleConnections} connections (ssh -R ${cfg.scaleSshConnections}) / ${cfg.scaleAgents} agents, `
+    + `stuck up to ${cfg.stuckConnections} connections x ${cfg.stuckSeconds} s, big write ${cfg.bigWriteBytes / 2 ** 20} MiB`,
   );
   const cleanup = new CleanupStack(log);
   let stopping = false;

@@ -1,5 +1,6 @@
 // Turning results into the printed table and the --json document, and checking the goals of docs/goals.md.
 import { GOAL_PATHS, OUR_PATHS, PATH_LABELS, PATH_NAMES, type PathName } from './paths.js';
+import { STUCK_GOAL_COUNT, stuckMetric } from './stuck.js';
 
 export interface ResultRow {
   scenario: string;
@@ -59,6 +60,7 @@ export function formatValue(value: number | null, unit: string): string {
   const abs = Math.abs(value);
   if (unit === 'ms') return abs >= 100 ? value.toFixed(0) : abs >= 10 ? value.toFixed(1) : value.toFixed(2);
   if (unit === '%') return value.toFixed(1);
+  if (unit === 'count') return value.toFixed(0);
   if (abs >= 100) return value.toFixed(0);
   if (abs >= 10) return value.toFixed(1);
   return value.toFixed(2);
@@ -111,7 +113,11 @@ interface GoalSpec {
   bound: number;
   unit: string;
   paths?: readonly PathName[];
+  /** With compare 'value': the figure is metric − this metric of the same scenario (e.g. RSS after − before). */
+  minus?: string;
 }
+
+const STUCK_AT = (figure: Parameters<typeof stuckMetric>[1]): string => stuckMetric(STUCK_GOAL_COUNT, figure);
 
 const GOALS: readonly GoalSpec[] = [
   { goal: 'one-connection throughput, up', scenario: 'throughput-up', metric: 'throughput', compare: 'ssh', op: '>=', bound: 1, unit: 'x' },
@@ -140,6 +146,15 @@ const GOALS: readonly GoalSpec[] = [
   { goal: 'dials per second: forward vs SDK', scenario: 'dial-rate', metric: 'rate', compare: 'tunnel', op: '>=', bound: 0.9, unit: 'x', paths: ['forward'] },
   { goal: '64-byte round trip p50: gRPC vs mux', scenario: 'rtt-64', metric: 'p50', compare: 'tunnel', op: '<=', bound: 1.2, unit: 'x', paths: ['tunnel-grpc'] },
   { goal: 'idle gRPC connection, hub', scenario: 'scale-conns', metric: 'hub KiB/conn', compare: 'value', op: '<=', bound: 4, unit: 'KiB', paths: ['tunnel-grpc'] },
+  // Destinations that never read (stuck-destination at N=1024) and one enormous write (big-write).
+  { goal: `${STUCK_GOAL_COUNT} stuck connections: hub peak RSS`, scenario: 'stuck-destination', metric: STUCK_AT('hub peak'), compare: 'value', op: '<=', bound: 256, unit: 'MiB' },
+  { goal: `${STUCK_GOAL_COUNT} stuck connections: agent peak RSS`, scenario: 'stuck-destination', metric: STUCK_AT('agent peak'), compare: 'value', op: '<=', bound: 128, unit: 'MiB' },
+  { goal: `${STUCK_GOAL_COUNT} stuck connections: nothing killed or lost`, scenario: 'stuck-destination', metric: STUCK_AT('lost'), compare: 'value', op: '<=', bound: 0, unit: 'count' },
+  { goal: `${STUCK_GOAL_COUNT} stuck connections: healthy bulk kept`, scenario: 'stuck-destination', metric: STUCK_AT('bulk kept'), compare: 'value', op: '>=', bound: 80, unit: '%' },
+  { goal: `${STUCK_GOAL_COUNT} stuck connections: hub RSS after - before`, scenario: 'stuck-destination', metric: STUCK_AT('hub after'), minus: STUCK_AT('hub before'), compare: 'value', op: '<=', bound: 20, unit: 'MiB' },
+  { goal: `${STUCK_GOAL_COUNT} stuck connections: agent RSS after - before`, scenario: 'stuck-destination', metric: STUCK_AT('agent after'), minus: STUCK_AT('agent before'), compare: 'value', op: '<=', bound: 20, unit: 'MiB' },
+  { goal: `${STUCK_GOAL_COUNT} stuck connections: tables empty after`, scenario: 'stuck-destination', metric: STUCK_AT('left'), compare: 'value', op: '<=', bound: 0, unit: 'count' },
+  { goal: 'big write: sha256 intact, other connection undisturbed', scenario: 'big-write', metric: 'faults', compare: 'value', op: '<=', bound: 0, unit: 'count', paths: ['tunnel', 'tunnel-grpc'] },
 ];
 
 function targetText(g: GoalSpec): string {
@@ -152,10 +167,16 @@ export function checkGoals(rows: readonly ResultRow[]): GoalCheck[] {
   const out: GoalCheck[] = [];
   for (const g of GOALS) {
     const row = rows.find((r) => r.scenario === g.scenario && r.metric === g.metric);
-    if (!row) continue;
+    const base = g.minus === undefined ? undefined : rows.find((r) => r.scenario === g.scenario && r.metric === g.minus);
+    if (!row || (g.minus !== undefined && !base)) continue;
     const paths: GoalCheck['paths'] = {};
+    const figure = (p: PathName): number | null => {
+      const v = row.values[p];
+      const b = base?.values[p];
+      return base === undefined ? v : v === null || b === null || b === undefined ? null : v - b;
+    };
     for (const p of g.paths ?? OUR_PATHS) {
-      const value = g.compare === 'value' ? row.values[p] : ratio(row.values[p], row.values[g.compare]);
+      const value = g.compare === 'value' ? figure(p) : ratio(row.values[p], row.values[g.compare]);
       paths[p] = { value, met: value === null ? null : g.op === '>=' ? value >= g.bound : value <= g.bound };
     }
     out.push({ goal: g.goal, scenario: g.scenario, metric: g.metric, target: targetText(g), paths });
@@ -172,8 +193,8 @@ function formatGoals(goals: readonly GoalCheck[]): string {
       const c = g.paths[p];
       if (!c) return '-';
       if (c.value === null || c.met === null) return 'n/a';
-      const unit = /(%|KiB|MiB)$/.exec(g.target)?.[1] ?? '';
-      const shown = /x (ssh|tunnel)/.test(g.target) ? `${c.value.toFixed(2)}x` : `${c.value.toFixed(1)} ${unit}`;
+      const unit = /(%|KiB|MiB|count)$/.exec(g.target)?.[1] ?? '';
+      const shown = /x (ssh|tunnel)/.test(g.target) ? `${c.value.toFixed(2)}x` : unit === 'count' ? c.value.toFixed(0) : `${c.value.toFixed(1)} ${unit}`;
       return `${shown} ${c.met ? 'met' : 'NOT met'}`;
     }),
   ]);
@@ -187,9 +208,11 @@ export function formatReport(report: BenchReport): string {
   out.push('');
   out.push(formatTable(report.results));
   out.push('');
-  out.push('Ratios are pair by pair (grpc = tunnel-grpc). MB/s, conn/s and %: higher is better; µs, ms, KiB and MiB: lower is better.');
+  out.push('Ratios are pair by pair (grpc = tunnel-grpc). MB/s, conn/s and %: higher is better; µs, ms, KiB, MiB and counts: lower is better.');
   if (report.results.some((r) => r.scenario.startsWith('rtt20-'))) out.push('rtt20-*: 20 ms RTT relay between client and target (direct), ssh and sshd (ssh -R), agent and hub (tunnel, tunnel-grpc, connect).');
   if (report.results.some((r) => r.scenario.startsWith('hol-'))) out.push('hol-*: bulk throughput next to a stalled connection on the same path, in % of the same transfer alone.');
+  if (report.results.some((r) => r.scenario === 'stuck-destination')) out.push('stuck-destination: N connections whose destination never reads, fresh hub + agent per N; peak = highest VmRSS sampled every 100 ms, before/after = after a full GC (after: 10 s after the clients left); bulk kept = a healthy upload beside them in % of alone; accepted = bytes their writers handed over in all; lost = processes died + tunnels lost + stuck connections not opened or closed by the path; left = connections the hub\'s or the agent\'s table still lists after (the most in any one).');
+  if (report.results.some((r) => r.scenario === 'big-write')) out.push('big-write: one write() of a single Buffer through the SDK; echo p50/p99 = 64-byte round trips on another connection of the same Tunnel meanwhile; faults = sha256 or byte count wrong, or the echo connection closed or stuck.');
   if (report.results.some((r) => r.scenario === 'scale-conns')) out.push('scale-conns: hub = the hub (sshd session processes for ssh -R), agent = the agent (the ssh client for ssh -R).');
   if (report.goals.length > 0) {
     out.push('');

@@ -53,6 +53,16 @@ export interface BenchConfig {
   scaleSettleMs: number;
   /** idle-rss: bytes echoed through one connection (so as many each way) between the first two readings. */
   idleRssBytes: number;
+  /** stuck-destination: the largest number of stuck connections (measured at 64, 256, 1024 up to this). */
+  stuckConnections: number;
+  /** stuck-destination: how long the clients keep writing into the stuck connections. */
+  stuckSeconds: number;
+  /** stuck-destination: the healthy bulk upload lasts about this long alone. */
+  stuckBulkSeconds: number;
+  /** stuck-destination: pause after the stuck clients left, before the "after" reading. */
+  stuckAfterMs: number;
+  /** big-write: the size of the single write(). */
+  bigWriteBytes: number;
 }
 
 export const FULL_CONFIG: BenchConfig = {
@@ -81,6 +91,11 @@ export const FULL_CONFIG: BenchConfig = {
   scaleAgentsConcurrency: 32,
   scaleSettleMs: 1000,
   idleRssBytes: GiB,
+  stuckConnections: 1024,
+  stuckSeconds: 20,
+  stuckBulkSeconds: 2,
+  stuckAfterMs: 10_000,
+  bigWriteBytes: GiB,
 };
 
 export const QUICK_CONFIG: BenchConfig = {
@@ -109,6 +124,11 @@ export const QUICK_CONFIG: BenchConfig = {
   scaleAgentsConcurrency: 25,
   scaleSettleMs: 200,
   idleRssBytes: 64 * MiB,
+  stuckConnections: 64,
+  stuckSeconds: 5,
+  stuckBulkSeconds: 0.5,
+  stuckAfterMs: 10_000,
+  bigWriteBytes: 128 * MiB,
 };
 
 export interface MetricSpec {
@@ -133,6 +153,8 @@ export interface Scenario {
   network: Network;
   description: string;
   metrics: readonly MetricSpec[];
+  /** The metrics for this configuration, where they depend on it (replaces `metrics`). */
+  metricsFor?: (cfg: BenchConfig) => readonly MetricSpec[];
   /** Rounds for this scenario (default cfg.rounds). */
   rounds?: (cfg: BenchConfig) => number;
   /** Paths it is measured on (default all); the others show n/a with this reason. */
@@ -140,9 +162,9 @@ export interface Scenario {
   forPath(dialer: Dialer, cfg: BenchConfig): PathRun;
 }
 
-const DIAL_TIMEOUT_MS = 10_000;
+export const DIAL_TIMEOUT_MS = 10_000;
 
-function withTimeout<T>(promise: Promise<T>, ms: number, what: string): Promise<T> {
+export function withTimeout<T>(promise: Promise<T>, ms: number, what: string): Promise<T> {
   let timer: NodeJS.Timeout | undefined;
   return Promise.race([
     promise,
@@ -152,7 +174,7 @@ function withTimeout<T>(promise: Promise<T>, ms: number, what: string): Promise<
   ]).finally(() => clearTimeout(timer));
 }
 
-function describeBytes(bytes: number): string {
+export function describeBytes(bytes: number): string {
   return bytes >= GiB ? `${(bytes / GiB).toFixed(2)} GiB` : `${(bytes / MiB).toFixed(bytes < 10 * MiB ? 1 : 0)} MiB`;
 }
 
@@ -160,7 +182,7 @@ function describeBytes(bytes: number): string {
 
 type Direction = 'up' | 'down';
 
-function parseSinkReply(text: string): { bytes: number; sha256?: string } {
+export function parseSinkReply(text: string): { bytes: number; sha256?: string } {
   const value: unknown = JSON.parse(text.trim());
   if (typeof value !== 'object' || value === null || typeof (value as { bytes?: unknown }).bytes !== 'number') {
     throw new Error(`unexpected sink reply ${JSON.stringify(text.slice(0, 200))}`);
@@ -176,7 +198,7 @@ function parseSinkReply(text: string): { bytes: number; sha256?: string } {
  * after our EOF) / every connection saw EOF (down). Dials happen before the clock starts. With
  * `hashed`, the sha256 of what arrived on each connection is checked as well.
  */
-async function transfer(dialer: Dialer, dir: Direction, bytes: number, hashed: boolean, timeoutMs: number, connections = 1): Promise<number> {
+export async function transfer(dialer: Dialer, dir: Direction, bytes: number, hashed: boolean, timeoutMs: number, connections = 1): Promise<number> {
   const each = bytes / connections;
   if (!Number.isInteger(each)) throw new Error(`internal: ${bytes} bytes do not split over ${connections} connections`);
   const what = `${dir} ${describeBytes(bytes)}${connections > 1 ? ` over ${connections} connections` : ''}${hashed ? ' (sha256)' : ''}`;
@@ -215,7 +237,7 @@ async function transfer(dialer: Dialer, dir: Direction, bytes: number, hashed: b
 }
 
 /** A byte count lasting about `seconds` at `rate` B/s, a multiple of `connections` MiB, within bounds. */
-function transferSize(rate: number, seconds: number, cfg: BenchConfig, connections = 1): number {
+export function transferSize(rate: number, seconds: number, cfg: BenchConfig, connections = 1): number {
   const unit = connections * MiB;
   const wanted = Math.round((rate * seconds) / unit) * unit;
   return Math.min(Math.floor(cfg.maxTransferBytes / unit) * unit, Math.max(Math.ceil(cfg.verifyBytes / unit) * unit, wanted));
@@ -432,7 +454,7 @@ function headOfLine(name: string, dir: Direction): Scenario {
 // ---------------------------------------------------------------- scale
 
 /** A helper child process speaking JSON lines; stopped with its scope. */
-function spawnHelper(name: string, file: string, job: object): ManagedProcess {
+export function spawnHelper(name: string, file: string, job: object): ManagedProcess {
   return reapOnDeath(spawnNode(name, [script(file), JSON.stringify(job)]));
 }
 
@@ -510,10 +532,10 @@ async function idleConnectionsCycle(path: PathName, rig: ScaleRig, cfg: BenchCon
   }
 }
 
-const mib = (kib: number): string => `${(kib / 1024).toFixed(1)} MiB`;
+export const mib = (kib: number): string => `${(kib / 1024).toFixed(1)} MiB`;
 
 /** The mean of one figure's rounds; null when no round succeeded. */
-function meanOrNull(xs: readonly number[]): number | null {
+export function meanOrNull(xs: readonly number[]): number | null {
   return xs.length === 0 ? null : xs.reduce((a, b) => a + b, 0) / xs.length;
 }
 

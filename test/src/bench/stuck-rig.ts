@@ -1,0 +1,258 @@
+// Fresh processes for one stuck-destination measurement: a throwaway PKI, a targets process, and a
+// hub + agent started with the gc hook (mux agent for `tunnel` and `connect`, gRPC agent for
+// `tunnel-grpc`), so each measurement starts from clean processes. Also how they are watched: VmRSS
+// sampled every 100 ms, the hub's and the agent's connection tables, the agent's tunnel counters,
+// and whether either process died.
+import { rmSync } from 'node:fs';
+import { readFile, readdir, readlink } from 'node:fs/promises';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { createPki, getJson, type AgentTables } from '../harness.js';
+import type { ManagedProcess } from '../fixtures/index.js';
+import type { ClientSpec } from './clients.js';
+import { startCluster, waitUntil, type BenchCluster } from './cluster.js';
+import { procStatusKiB, startTargets } from './helpers.js';
+import { removeOnDeath } from './reaper.js';
+
+export type StuckPath = 'tunnel' | 'tunnel-grpc' | 'connect';
+
+/** RSS of the hub and the agent in KiB; undefined for a process that is gone. */
+export interface RssPair {
+  hub: number | undefined;
+  agent: number | undefined;
+}
+
+export interface AgentCounters {
+  /** cluster_proxy_agent_tunnel_reconnects_total: tunnels lost while running. */
+  tunnelsLost: number;
+  /** cluster_proxy_agent_tunnel_connects_total{result="ok"}. */
+  tunnelsOpened: number;
+}
+
+export interface Tables {
+  hubRoutes: number;
+  hubFrontends: number;
+  agent: number;
+}
+
+export type OutputMark = Record<'hub' | 'agent', number>;
+
+/** Pino lines at level warn (40) or above printed by `proc` after line number `after`, as "msg (err)". */
+function warningsSince(proc: ManagedProcess, after: number): string[] {
+  const lines = proc.lines();
+  const fresh = lines.slice(Math.max(0, lines.length - (proc.lineCount() - after)));
+  const out: string[] = [];
+  for (const line of fresh) {
+    try {
+      const o = JSON.parse(line) as Record<string, unknown>;
+      if (typeof o['level'] !== 'number' || o['level'] < 40) continue;
+      const detail = o['err'] === undefined ? '' : ` (${typeof o['err'] === 'string' ? o['err'] : JSON.stringify(o['err'])})`;
+      out.push(`${String(o['msg'])}${detail}`);
+    } catch {
+      // not a log line (the gc hook's, or a stack trace)
+    }
+  }
+  return out;
+}
+
+export interface StuckRig {
+  cluster: BenchCluster;
+  /** How a client reaches every target through this hub and agent on the path. */
+  spec: ClientSpec;
+  /** Connections the hub lists towards the agent (established and pending) and at its frontends, and the agent lists. */
+  tables(): Promise<Tables>;
+  /** Where the hub's and the agent's output stands now, for warnings(). */
+  mark(): OutputMark;
+  /** Distinct warnings and errors the hub and the agent logged since `mark` (at most `limit`). */
+  warnings(mark: OutputMark, limit?: number): string[];
+  agentCounters(): Promise<AgentCounters>;
+  /** Full GC in whichever of hub and agent still runs, then VmRSS of both. */
+  gcAndRss(): Promise<RssPair>;
+  rss(): Promise<RssPair>;
+  /** "hub exited (signal SIGKILL)" and the like, for each of hub and agent that is not running. */
+  deaths(): Promise<string[]>;
+  stop(): Promise<void>;
+}
+
+/** TCP ports a process listens on, from /proc (its socket inodes matched against net/tcp and tcp6). */
+export async function listeningPorts(pid: number): Promise<number[]> {
+  const inodes = new Set<string>();
+  for (const fd of await readdir(`/proc/${pid}/fd`)) {
+    try {
+      const m = /^socket:\[(\d+)\]$/.exec(await readlink(`/proc/${pid}/fd/${fd}`));
+      if (m?.[1] !== undefined) inodes.add(m[1]);
+    } catch {
+      // closed meanwhile
+    }
+  }
+  const ports: number[] = [];
+  for (const table of ['tcp', 'tcp6']) {
+    let text = '';
+    try {
+      text = await readFile(`/proc/${pid}/net/${table}`, 'utf8');
+    } catch {
+      continue;
+    }
+    // sl local_address rem_address st tx_queue:rx_queue tr:tm->when retrnsmt uid timeout inode
+    for (const line of text.split('\n').slice(1)) {
+      const f = line.trim().split(/\s+/);
+      const port = f[1]?.split(':')[1];
+      if (f[3] === '0A' && f[9] !== undefined && inodes.has(f[9]) && port !== undefined) ports.push(parseInt(port, 16));
+    }
+  }
+  return ports;
+}
+
+/** The sum of a Prometheus metric's samples whose label text contains `labels` (all of them if empty). */
+export function metricSum(exposition: string, name: string, labels = ''): number {
+  let sum = 0;
+  for (const line of exposition.split('\n')) {
+    if (!line.startsWith(name) || !/^[{ ]/.test(line.slice(name.length))) continue;
+    if (labels && !line.slice(name.length).includes(labels)) continue;
+    sum += Number(line.slice(line.lastIndexOf(' ') + 1));
+  }
+  return sum;
+}
+
+async function getText(port: number, pathName: string): Promise<string> {
+  const res = await fetch(`http://127.0.0.1:${port}${pathName}`, { signal: AbortSignal.timeout(5000) });
+  if (!res.ok) throw new Error(`GET ${pathName} on port ${port}: HTTP ${res.status}`);
+  return res.text();
+}
+
+/**
+ * The agent runs with `--health-port 0 --log-level warn`, so it never logs its port: find the one
+ * of its listening ports that answers /debug/connections.
+ */
+async function agentHealthPort(cluster: BenchCluster): Promise<number> {
+  return waitUntil('the agent health port', cluster.agent, 10_000, async () => {
+    for (const port of await listeningPorts(cluster.agentPid)) {
+      const body = await getJson(port, '/debug/connections').catch(() => undefined);
+      if (typeof body === 'object' && body !== null && Array.isArray((body as AgentTables).servers)) return port;
+    }
+    return undefined;
+  });
+}
+
+/**
+ * The temp dirs of rigs not stopped yet. On SIGINT the bench exits once its own teardown stack has
+ * run, before a measurement's finally blocks could stop its rig: remove them at exit (the
+ * processes are SIGKILLed by the fixtures' exit hook).
+ */
+const liveDirs = new Set<string>();
+process.on('exit', () => {
+  for (const dir of liveDirs) rmSync(dir, { recursive: true, force: true });
+});
+
+export async function startStuckRig(path: StuckPath): Promise<StuckRig> {
+  const steps: (() => Promise<unknown>)[] = [];
+  const stopAll = async (): Promise<void> => {
+    for (const stop of steps.reverse()) await stop().catch(() => {});
+  };
+  try {
+    const pki = await createPki();
+    removeOnDeath(pki.dir);
+    liveDirs.add(pki.dir);
+    steps.push(async () => {
+      await pki.cleanup();
+      liveDirs.delete(pki.dir);
+    });
+    const targets = await startTargets();
+    steps.push(targets.stop);
+    const transport = path === 'tunnel-grpc' ? 'grpc' : 'mux';
+    const cluster = await startCluster(pki, { label: `stuck-${path}`, transport, gcHook: true, onStarted: (_name, stop) => void steps.push(stop) });
+    const healthPort = await agentHealthPort(cluster);
+    const procs = { hub: cluster.hub.proc, agent: cluster.agent };
+    const rss = async (): Promise<RssPair> => ({ hub: await procStatusKiB(cluster.hub.pid, 'VmRSS'), agent: await procStatusKiB(cluster.agentPid, 'VmRSS') });
+    return {
+      cluster,
+      // CONNECT clients resume TLS sessions: a thousand full RSA handshakes cost seconds on 2 cores,
+      // and what is measured is the memory of open connections, not the dial.
+      spec: path === 'connect' ? { ...cluster.connectSpec(targets.ports), resume: true } : cluster.tunnelSpec(targets.ports),
+      tables: async () => {
+        const hub = await cluster.hub.tables();
+        const agent = (await getJson(healthPort, '/debug/connections')) as AgentTables;
+        return {
+          hubRoutes: hub.agents.reduce((n, a) => n + a.established.length + a.pending, 0),
+          hubFrontends: hub.frontends.length,
+          agent: agent.servers.reduce((n, s) => n + s.connections.length, 0),
+        };
+      },
+      mark: () => ({ hub: procs.hub.lineCount(), agent: procs.agent.lineCount() }),
+      warnings: (mark, limit = 3) => {
+        const all = (['hub', 'agent'] as const).flatMap((side) => warningsSince(procs[side], mark[side]).map((w) => `${side}: ${w}`));
+        const distinct = [...new Set(all)];
+        return distinct.length > limit ? [...distinct.slice(0, limit), `${distinct.length - limit} more`] : distinct;
+      },
+      agentCounters: async () => {
+        const text = await getText(healthPort, '/metrics');
+        return { tunnelsLost: metricSum(text, 'cluster_proxy_agent_tunnel_reconnects_total'), tunnelsOpened: metricSum(text, 'cluster_proxy_agent_tunnel_connects_total', 'result="ok"') };
+      },
+      gcAndRss: async () => {
+        if (procs.hub.isRunning() && procs.agent.isRunning()) await cluster.gc();
+        await sleep(200);
+        return rss();
+      },
+      rss,
+      deaths: async () => {
+        const out: string[] = [];
+        for (const [side, proc] of Object.entries(procs)) {
+          if (proc.isRunning()) continue;
+          const { code, signal } = await Promise.race([proc.exited, sleep(2000).then(() => ({ code: null, signal: null }))]);
+          out.push(`${side} exited (${signal !== null ? `signal ${signal}` : `code ${code}`})`);
+        }
+        return out;
+      },
+      stop: stopAll,
+    };
+  } catch (err) {
+    await stopAll();
+    throw err;
+  }
+}
+
+/**
+ * Samples VmRSS of the hub and the agent every 100 ms and keeps the peaks. `guardKiB` protects the
+ * machine from a path that buffers without bound: once hub + agent exceed it, `onGuard` runs (once).
+ */
+export class RssSampler {
+  readonly peak = { hub: 0, agent: 0 };
+  samples = 0;
+  guarded = false;
+  private timer: NodeJS.Timeout | undefined;
+  private busy = false;
+
+  constructor(private readonly rig: StuckRig, private readonly guardKiB: number, private readonly onGuard: () => void) {}
+
+  start(): void {
+    this.timer = setInterval(() => void this.sample(), 100);
+  }
+
+  private async sample(): Promise<void> {
+    if (this.busy) return;
+    this.busy = true;
+    try {
+      const { hub, agent } = await this.rig.rss();
+      this.samples++;
+      this.peak.hub = Math.max(this.peak.hub, hub ?? 0);
+      this.peak.agent = Math.max(this.peak.agent, agent ?? 0);
+      if (!this.guarded && (hub ?? 0) + (agent ?? 0) > this.guardKiB) {
+        this.guarded = true;
+        this.onGuard();
+      }
+    } finally {
+      this.busy = false;
+    }
+  }
+
+  async stop(): Promise<void> {
+    clearInterval(this.timer);
+    while (this.busy) await sleep(10);
+    await this.sample();
+  }
+}
+
+/** MemAvailable of the machine in KiB (0 if unknown). */
+export async function memAvailableKiB(): Promise<number> {
+  const m = /^MemAvailable:\s+(\d+) kB/m.exec(await readFile('/proc/meminfo', 'utf8').catch(() => ''));
+  return m?.[1] === undefined ? 0 : Number(m[1]);
+}

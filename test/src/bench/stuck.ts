@@ -1,0 +1,226 @@
+// stuck-destination: N connections (64, 256, 1024) to a destination that never reads, every one
+// written into as fast as the path lets it: what hub and agent hold meanwhile (peak RSS), whether a
+// healthy bulk upload still gets through beside them, and whether everything is given back once
+// the clients leave. Fresh hub + agent for each path and N.
+import { setTimeout as sleep } from 'node:timers/promises';
+import type { ManagedProcess } from '../fixtures/index.js';
+import { openClient } from './clients.js';
+import { errorMessage } from './io.js';
+import type { Dialer, PathName } from './paths.js';
+import { describeBytes, mib, spawnHelper, transfer, transferSize, type BenchConfig, type MetricSpec, type PathRun, type Scenario } from './scenarios.js';
+import { mbPerSecond, MiB } from './stats.js';
+import type { StuckJob } from './stuck-client.js';
+import { memAvailableKiB, RssSampler, startStuckRig, type StuckPath, type Tables } from './stuck-rig.js';
+
+/** The numbers of stuck connections measured (those up to cfg.stuckConnections). */
+export const STUCK_COUNTS: readonly number[] = [64, 256, 1024];
+/** The goals of docs/goals.md are checked at this N. */
+export const STUCK_GOAL_COUNT = 1024;
+
+const stuckCounts = (cfg: BenchConfig): number[] => STUCK_COUNTS.filter((n) => n <= cfg.stuckConnections);
+
+/** The figures of one stuck-destination measurement, in table order (each a metric per N). */
+const STUCK_FIGURES = [
+  { key: 'hub peak', unit: 'MiB', better: 'lower' },
+  { key: 'agent peak', unit: 'MiB', better: 'lower' },
+  { key: 'hub before', unit: 'MiB', better: 'lower' },
+  { key: 'hub after', unit: 'MiB', better: 'lower' },
+  { key: 'agent before', unit: 'MiB', better: 'lower' },
+  { key: 'agent after', unit: 'MiB', better: 'lower' },
+  { key: 'bulk kept', unit: '%', better: 'higher' },
+  { key: 'accepted', unit: 'MiB', better: 'lower' },
+  { key: 'lost', unit: 'count', better: 'lower' },
+  { key: 'left', unit: 'count', better: 'lower' },
+] as const;
+
+type StuckFigure = (typeof STUCK_FIGURES)[number]['key'];
+
+/** The metric name of one figure at N stuck connections, e.g. "N=1024 hub peak". */
+export const stuckMetric = (n: number, figure: StuckFigure): string => `N=${n} ${figure}`;
+
+function stuckMetrics(counts: readonly number[]): MetricSpec[] {
+  return counts.flatMap((n) => STUCK_FIGURES.map((f) => ({ metric: stuckMetric(n, f.key), unit: f.unit, better: f.better })));
+}
+
+/** Bytes one write() of the stuck clients hands over (what an application copying a stream writes). */
+const STUCK_CHUNK_BYTES = 64 * 1024;
+/** A writer that accepted nothing in this last stretch of the writing time found every buffer on the way full. */
+const STUCK_FULL_MS = 2000;
+/** A stuck connection that took this much has no back-pressure at all: its client stops there. */
+const STUCK_CONNECTION_LIMIT = 256 * MiB;
+/** The stuck clients stop writing once hub + agent hold this share of the machine's available memory (at most 16 GiB). */
+const GUARD_SHARE = 0.6;
+const GUARD_MAX_KIB = 16 * 1024 * 1024;
+
+/** How the clients' writing ended (stuck-client.ts `stoppedBy`, `seconds`, `lastWriteAfter`). */
+function fillEnd(filled: Record<string, unknown>): string {
+  const seconds = Number(filled['seconds']);
+  const quiet = seconds - Number(filled['lastWriteAfter']);
+  const how = filled['stoppedBy'] === 'time'
+    ? quiet * 1000 >= STUCK_FULL_MS ? `all full (nothing accepted in the last ${quiet.toFixed(1)} s)` : 'still accepting when the time was up: NOT all full'
+    : filled['stoppedBy'] === 'guard' ? 'stopped by the memory guard' : 'every connection closed or capped';
+  return `${how} at ${seconds.toFixed(1)} s`;
+}
+
+const log = (message: string): void => void process.stderr.write(`[bench] ${message}\n`);
+
+interface StuckResult {
+  figures: Partial<Record<StuckFigure, number>>;
+  summary: string;
+}
+
+/**
+ * One measurement on fresh processes: healthy bulk alone; settle, GC, RSS "before"; a child opens
+ * `n` connections to `stall` and writes into them for stuckSeconds (RSS sampled every 100 ms); the
+ * same bulk next to them; the child closes them and exits; stuckAfterMs later GC, RSS "after" and
+ * the connection tables.
+ */
+async function stuckOnce(path: StuckPath, n: number, cfg: BenchConfig): Promise<StuckResult> {
+  const rig = await startStuckRig(path);
+  const bulk = openClient(rig.spec);
+  const dialer: Dialer = { path, network: 'lan', dial: (target, timeoutMs) => bulk.dial(target, timeoutMs) };
+  let child: ManagedProcess | undefined;
+  const figures: StuckResult['figures'] = {};
+  const notes: string[] = [];
+  try {
+    // The healthy bulk alone, before the "before" reading: its own buffers are not charged to the stuck connections.
+    const calibration = transferSize(0, 0, cfg);
+    const rate = calibration / (await transfer(dialer, 'up', calibration, false, 60_000));
+    const bulkBytes = transferSize(rate, cfg.stuckBulkSeconds, cfg);
+    const soloSeconds = await transfer(dialer, 'up', bulkBytes, false, (5 * cfg.stuckBulkSeconds + 20) * 1000);
+    await sleep(cfg.scaleSettleMs);
+    const before = await rig.gcAndRss();
+    figures['hub before'] = (before.hub ?? 0) / 1024;
+    figures['agent before'] = (before.agent ?? 0) / 1024;
+    const counters = await rig.agentCounters();
+    const mark = rig.mark();
+
+    const guardKiB = Math.min(GUARD_MAX_KIB, GUARD_SHARE * (await memAvailableKiB()));
+    const sampler = new RssSampler(rig, guardKiB, () => void child?.kill('SIGUSR1'));
+    sampler.start();
+    const job: StuckJob = { spec: rig.spec, count: n, concurrency: 64, seconds: cfg.stuckSeconds, chunkBytes: STUCK_CHUNK_BYTES, perConnectionLimit: STUCK_CONNECTION_LIMIT };
+    child = spawnHelper(`stuck-client-${path}-${n}`, 'stuck-client.js', job);
+    const opened = await child.waitForJsonLine((o) => 'opened' in o, 60_000 + n * 100);
+    const filled = await child.waitForJsonLine((o) => 'filled' in o, (cfg.stuckSeconds + 60) * 1000);
+    const held = await rig.tables().catch((err: unknown) => errorMessage(err));
+
+    const bulkTimeoutMs = Math.max(30, 15 * soloSeconds) * 1000;
+    let stuckSeconds: number | undefined;
+    try {
+      stuckSeconds = await transfer(dialer, 'up', bulkBytes, false, bulkTimeoutMs);
+    } catch (err) {
+      notes.push(`the bulk next to them FAILED: ${errorMessage(err)}`);
+    }
+    bulk.close();
+    const soloMBps = mbPerSecond(bulkBytes, soloSeconds);
+    const stuckMBps = stuckSeconds === undefined ? 0 : mbPerSecond(bulkBytes, stuckSeconds);
+    figures['bulk kept'] = (100 * stuckMBps) / soloMBps;
+
+    const after = child.lineCount();
+    child.kill('SIGUSR2');
+    const holding = await child.waitForJsonLine((o) => 'holding' in o, 30_000, { after });
+    await child.waitForJsonLine((o) => 'closed' in o, 60_000, { after });
+    await child.stop(10_000);
+    await sampler.stop();
+    figures['hub peak'] = sampler.peak.hub / 1024;
+    figures['agent peak'] = sampler.peak.agent / 1024;
+
+    await sleep(cfg.stuckAfterMs);
+    const deaths = await rig.deaths();
+    const end = await rig.gcAndRss();
+    if (end.hub !== undefined) figures['hub after'] = end.hub / 1024;
+    if (end.agent !== undefined) figures['agent after'] = end.agent / 1024;
+    const left = await rig.tables().catch(() => undefined);
+    // Connections still listed: the most any one table (hub routes, hub frontends, agent) holds.
+    const listed = (t: Tables): number => Math.max(t.hubRoutes, t.hubFrontends, t.agent);
+    if (left) figures.left = listed(left);
+    const countersAfter = deaths.length === 0 ? await rig.agentCounters().catch(() => undefined) : undefined;
+
+    const openedCount = Number(opened['opened']);
+    const lostByPath = Number(holding['lost']);
+    const tunnelsLost = countersAfter ? countersAfter.tunnelsLost - counters.tunnelsLost : 0;
+    const tunnelsReopened = countersAfter ? countersAfter.tunnelsOpened - counters.tunnelsOpened : 0;
+    figures.lost = deaths.length + Math.max(tunnelsLost, tunnelsReopened) + (n - openedCount) + lostByPath;
+    figures.accepted = Number(filled['filled']) / MiB;
+
+    if (deaths.length > 0) notes.push(`DIED: ${deaths.join(', ')}`);
+    if (tunnelsLost > 0 || tunnelsReopened > 0) notes.push(`the agent LOST its tunnel ${tunnelsLost} time(s) (${tunnelsReopened} reconnect(s))`);
+    if (openedCount < n) notes.push(`only ${openedCount} of ${n} connections opened (${String(opened['failed'])} dials failed: ${String(opened['firstError'])})`);
+    if (lostByPath > 0) notes.push(`${lostByPath} stuck connection(s) CLOSED by the path (${String(holding['firstError']) || 'no error'})`);
+    if (filled['stoppedBy'] === 'guard') notes.push(`the clients stopped writing early: hub + agent passed ${mib(guardKiB)}`);
+    if (Number(filled['capped']) > 0) notes.push(`${String(filled['capped'])} connection(s) still accepted after ${describeBytes(STUCK_CONNECTION_LIMIT)} (no back-pressure)`);
+    const tablesText = (t: Tables): string => `the hub lists ${t.hubRoutes} (frontends ${t.hubFrontends}), the agent ${t.agent}`;
+    if (!left) notes.push('the connection tables could not be read after');
+    else if (listed(left) > 0) notes.push(`${cfg.stuckAfterMs / 1000} s after: ${tablesText(left)}`);
+    const warnings = rig.warnings(mark);
+    if (warnings.length > 0) notes.push(`logged: ${warnings.join('; ')}`);
+
+    const per = (b: number): string => describeBytes(b);
+    const heldText = typeof held === 'string' ? `tables unreadable while held (${held})` : `while held ${tablesText(held)}`;
+    const summary = `N=${n}: ${openedCount} opened in ${Number(opened['seconds']).toFixed(1)} s (${String(opened['client'])}); `
+      + `${per(Number(filled['filled']))} handed over in all (${per(Number(filled['min']))}–${per(Number(filled['max']))} per connection; last write() at ${Number(filled['lastWriteAfter']).toFixed(1)} s; `
+      + `${fillEnd(filled)} with ${String(filled['open'])} open, ${String(filled['blocked'])} blocked); ${heldText}; `
+      + `hub ${mib(before.hub ?? 0)} → peak ${mib(sampler.peak.hub)} → ${end.hub === undefined ? 'gone' : mib(end.hub)}, `
+      + `agent ${mib(before.agent ?? 0)} → peak ${mib(sampler.peak.agent)} → ${end.agent === undefined ? 'gone' : mib(end.agent)} (${sampler.samples} samples); `
+      + `bulk ${describeBytes(bulkBytes)} alone ${soloMBps.toFixed(0)} MB/s, next to them ${stuckSeconds === undefined ? 'did not finish' : `${stuckMBps.toFixed(0)} MB/s`}`
+      + (notes.length > 0 ? `; ${notes.join('; ')}` : '');
+    return { figures, summary };
+  } finally {
+    bulk.close();
+    await child?.stop(5000);
+    await rig.stop();
+  }
+}
+
+class StuckRun implements PathRun {
+  private readonly figures = new Map<string, number>();
+  private readonly notesList: string[] = [];
+
+  constructor(private readonly path: StuckPath, private readonly cfg: BenchConfig) {}
+
+  async measure(): Promise<string> {
+    const failed: string[] = [];
+    for (const n of stuckCounts(this.cfg)) {
+      try {
+        const { figures, summary } = await stuckOnce(this.path, n, this.cfg);
+        for (const [figure, value] of Object.entries(figures)) this.figures.set(stuckMetric(n, figure as StuckFigure), value);
+        this.notesList.push(summary);
+        log(`stuck-destination ${this.path} ${summary}`);
+      } catch (err) {
+        failed.push(`N=${n}: ${errorMessage(err)}`);
+        log(`stuck-destination ${this.path} N=${n}: FAILED: ${errorMessage(err)}`);
+      }
+    }
+    if (failed.length > 0) throw new Error(failed.join('; '));
+    return `N=${stuckCounts(this.cfg).join(', ')} done`;
+  }
+
+  values(): (number | null)[] {
+    return stuckMetrics(stuckCounts(this.cfg)).map((m) => this.figures.get(m.metric) ?? null);
+  }
+
+  roundValues(): number[][] {
+    return this.values().map((v) => (v === null ? [] : [v]));
+  }
+
+  notes(): string[] {
+    return this.notesList;
+  }
+}
+
+const STUCK_PATHS: readonly StuckPath[] = ['tunnel', 'tunnel-grpc', 'connect'];
+const isStuckPath = (p: PathName): p is StuckPath => (STUCK_PATHS as readonly PathName[]).includes(p);
+
+export const STUCK_DESTINATION: Scenario = {
+  name: 'stuck-destination',
+  network: 'lan',
+  description: 'N connections to a destination that never reads, written into as fast as the path allows (fresh hub + agent per N): peak RSS, a healthy bulk beside them, RSS and tables after',
+  metrics: stuckMetrics(STUCK_COUNTS),
+  metricsFor: (cfg) => stuckMetrics(stuckCounts(cfg)),
+  rounds: () => 1,
+  appliesTo: { paths: STUCK_PATHS, otherwise: 'no hub or agent in between (direct, ssh -R); forward is the tunnel path behind one more process' },
+  forPath: (dialer, cfg) => {
+    if (!isStuckPath(dialer.path)) throw new Error(`stuck-destination does not apply to ${dialer.path}`);
+    return new StuckRun(dialer.path, cfg);
+  },
+};
