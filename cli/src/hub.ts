@@ -40,7 +40,7 @@ export const hubFlags: FlagSpecs = {
   'dial-timeout': { type: 'string', default: '10s', help: 'deadline for every pending dial' },
   'memory-budget': { type: 'string', default: '256Mi', help: 'bytes the hub may hold for its peers, all connections together (windows grow from it; a reader that stops holds its share only)' },
   'max-connections': { type: 'string', help: 'tunneled connections (and CONNECT client connections) the hub holds at most; more are refused with reason "limit" (default: budget / 64 KiB, two initial windows)' },
-  'max-connections-per-client': { type: 'string', help: 'the same per client certificate or token (default: a quarter of --max-connections)' },
+  'max-connections-per-client': { type: 'string', help: 'the same per client certificate or token (default: half of --max-connections)' },
   grant: { type: 'string', multiple: true, help: 'extra identifier for a cluster\'s agents: CLUSTER=host:NAME | cidr:CIDR | default-route' },
   store: { type: 'string', default: 'embedded', help: 'hub store: embedded (DATA_DIR/store, crash-safe) or kubernetes (the CRDs in deploy/)' },
   'agent-install': { type: 'string', default: 'manual', help: 'manual (admins apply "join" bundles) or manifestwork (the hub is OCM\'s addon manager: ManifestWorks, OCM\'s CSR flow; needs --store kubernetes)' },

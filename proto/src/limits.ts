@@ -28,7 +28,7 @@ export const HTTP2_CONNECTION_WINDOW = 64 * 1024 * 1024;
 /** Receive window on the hub's gRPC client frontend, per stream and per session: one Proxy stream is
  * one connection, and a connection whose destination stops reading holds at most this much at the
  * hub (a konnectivity-client opens a session per connection). */
-export const FRONTEND_STREAM_WINDOW = 256 * 1024;
+export const FRONTEND_STREAM_WINDOW = 64 * 1024;
 
 /** Receive window our SDK asks for: enough for ~400 MB/s at 20 ms, and the most a client that
  * stops reading one connection holds in memory for it. */

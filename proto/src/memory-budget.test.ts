@@ -85,9 +85,10 @@ describe('MemoryBudget and growing windows', () => {
     for (let round = 0; round < 10; round++) for (const c of conns) pump(c.w, c.credit, 64 * MiB, c.sink);
     const stuck = conns.reduce((n, c) => n + c.w.buffered, 0);
     expect(throttles).toBeGreaterThan(0);
-    // While they all moved, the reserve (a quarter of the limit) stayed untouched.
-    expect(stuck).toBeLessThanOrEqual(48 * MiB);
-    expect(budget.committed).toBeLessThanOrEqual(48 * MiB);
+    // While they all moved, the reserve (half the limit) stayed untouched, but for what the first
+    // few grew before the others started moving.
+    expect(stuck).toBeLessThanOrEqual(36 * MiB);
+    expect(budget.committed).toBeLessThanOrEqual(36 * MiB);
     // Two quiet epochs later only the bulk is moving: it may grow into what is free.
     now += 5000;
     const bulk = connection(budget);

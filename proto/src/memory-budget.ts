@@ -9,8 +9,8 @@
 export interface MemoryBudgetOptions {
   /** Largest window one connection may grow to. */
   maxWindow: number;
-  /** Part of the limit only a few moving connections may grow into (default 1/4): as many as it
-   * holds largest windows. */
+  /** Part of the limit only a few moving connections may grow into (default 1/2): as many as it
+   * holds largest windows. While many move, they share the rest. */
   reserveShare?: number;
   /** A window wanted to grow and the budget said no (or less); the owner counts or logs it. */
   onThrottle?: (direction: string) => void;
@@ -89,7 +89,7 @@ export class MemoryBudget {
   growth(direction: string, window: number, initial: number, wanted: number): number {
     this.rotate();
     const movingCount = Math.max(1, this.moving.size, this.movingBefore.size);
-    const reserve = (this.opts.reserveShare ?? 0.25) * this.limit;
+    const reserve = (this.opts.reserveShare ?? 0.5) * this.limit;
     const few = Math.max(1, Math.floor(reserve / this.opts.maxWindow));
     const ceiling = movingCount <= few ? this.limit : this.limit - reserve;
     const share = initial + (this.limit - reserve) / movingCount;

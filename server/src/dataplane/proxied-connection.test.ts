@@ -2,7 +2,7 @@
 // hub paused it, but the agent must never receive more than its credit (plus one chunk), or it cuts
 // the connection. Driven packet by packet with a recording backend and frontend.
 import pino from 'pino';
-import { describe, expect, it } from 'vitest';
+import { describe, expect, it, vi } from 'vitest';
 import { MAX_CONNECTION_WINDOW, MemoryBudget, PacketType, type Packet } from '@cluster-proxy/proto';
 import type { AgentBackend } from './backend.js';
 import type { Frontend } from './frontend.js';
@@ -55,7 +55,7 @@ describe('ProxiedConnection: client bytes towards an agent with credit', () => {
     conn.close();
   });
 
-  it('a half-close waits for the bytes before it; a close sends them at once, then CLOSE_REQ', () => {
+  it('a half-close waits for the bytes before it; so does a close, then CLOSE_REQ', () => {
     const { conn, events, dataBytes } = setup();
     conn.write(Buffer.alloc(2 * WINDOW));
     conn.endWrite();
@@ -64,11 +64,35 @@ describe('ProxiedConnection: client bytes towards an agent with credit', () => {
     expect(dataBytes()).toBe(2 * WINDOW);
     expect(events).toContain('HALF_CLOSE');
 
+    // A close: what waits goes first, within the credit, then CLOSE_REQ.
     const second = setup();
     second.conn.write(Buffer.alloc(2 * WINDOW));
     second.conn.close();
+    expect(second.dataBytes()).toBe(WINDOW);
+    expect(second.events).not.toContain('CLOSE_REQ');
+    second.conn.onCredit(WINDOW);
     expect(second.dataBytes()).toBe(2 * WINDOW);
     expect(second.events).toContain('CLOSE_REQ');
+  });
+
+  it('a close whose last bytes get no credit (a destination that stopped reading) drops them after a while and sends CLOSE_REQ', () => {
+    vi.useFakeTimers();
+    try {
+      const { conn, events, dataBytes } = setup();
+      conn.write(Buffer.alloc(2 * WINDOW));
+      conn.close();
+      expect(dataBytes()).toBe(WINDOW);
+      vi.advanceTimersByTime(4999);
+      expect(events).not.toContain('CLOSE_REQ');
+      vi.advanceTimersByTime(1);
+      expect(events).toContain('CLOSE_REQ');
+      conn.onCredit(WINDOW); // late credit: nothing more goes out
+      expect(dataBytes()).toBe(WINDOW);
+      conn.onCloseResponse('');
+      expect(events.at(-1)).toBe('closed:');
+    } finally {
+      vi.useRealTimers();
+    }
   });
 
   it('a client that keeps sending far beyond any window is cut off (nothing buffered without bound)', () => {

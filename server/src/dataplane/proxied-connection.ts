@@ -2,7 +2,8 @@
 // stream. States:
 //   pending  DIAL_REQ sent, waiting for DIAL_RSP (deadline timer running)
 //   open     bytes flow both ways; either side may half-close
-//   closing  CLOSE_REQ sent to the agent, waiting for CLOSE_RSP (timer running)
+//   closing  the client closed: what still waits for credit goes first (CLOSE_FLUSH_MS at most),
+//            then CLOSE_REQ to the agent, waiting for CLOSE_RSP (timer running)
 //   closed   removed from every table; the frontend has been told
 import { LazyLog, MAX_DATA_CHUNK, MAX_MESSAGE_BYTES, ReceiveWindow, SendCredit, classifyDialError, compact, packets, type DialFailureReason, type MemoryBudget, type StreamSender } from '@cluster-proxy/proto';
 import type { Logger } from 'pino';
@@ -38,6 +39,9 @@ export type ProxiedState = 'pending' | 'open' | 'closing' | 'closed';
 
 /** How long we wait for the agent's CLOSE_RSP before dropping our half anyway. */
 const CLOSE_ACK_TIMEOUT_MS = 10_000;
+/** After the client closed, how long its last bytes may wait for the agent's credit before they are
+ * dropped (an ANP client closes right after its last write; a stuck destination must not hold on). */
+const CLOSE_FLUSH_MS = 5000;
 /** Unflushed bytes per connection we accept from an agent without credit before pausing its stream. */
 const LEGACY_BACKLOG = 4 * 1024 * 1024;
 
@@ -168,17 +172,16 @@ export class ProxiedConnection {
 
   /**
    * Sends waiting client bytes while the agent's credit lasts and the shared stream takes them (an
-   * agent without credit is held back by the stream alone); `all` sends everything regardless (the
-   * connection is closing).
+   * agent without credit is held back by the stream alone).
    */
-  private sendWaiting(all = false): void {
+  private sendWaiting(): void {
     while (this.waiting.length > 0) {
-      if (!all && this.backend.sender.congested) {
+      if (this.backend.sender.congested) {
         this.backend.sender.whenWritable(this.onWritable);
         break;
       }
       const head = this.waiting[0]!;
-      const n = all ? Math.min(MAX_DATA_CHUNK, head.data.length) : this.toAgentCredit.allowance(Math.min(MAX_DATA_CHUNK, head.data.length));
+      const n = this.toAgentCredit.allowance(Math.min(MAX_DATA_CHUNK, head.data.length));
       if (n === 0) break;
       this.backend.sender.send(packets.data(this.connectID, head.data.subarray(0, n)));
       this.toAgentCredit.consume(n);
@@ -222,17 +225,34 @@ export class ProxiedConnection {
     if (this.state !== 'open') return;
     this.state = 'closing';
     this.releaseFrontendPressure();
-    // Bytes still waiting for credit go out now, before CLOSE_REQ: a close must not wait on a
-    // destination that stopped reading, and an ANP client closes right after its last write.
-    this.afterWaiting = null;
-    this.sendWaiting(true);
+    // Bytes still waiting go first, within the agent's credit: never past it (the agent would hold
+    // them, or the link would), and not for long when the destination stopped reading.
+    this.afterWaiting = this.sendCloseRequest;
+    if (this.waitingBytes === 0) {
+      this.afterWaiting = null;
+      this.sendCloseRequest();
+      return;
+    }
+    this.timer = setTimeout(() => {
+      this.timer = null;
+      this.log.info({ dropped: this.waitingBytes }, 'closed by the client; its last bytes got no credit in time and are dropped');
+      this.dropWaiting();
+      this.afterWaiting = null;
+      this.sendCloseRequest();
+    }, CLOSE_FLUSH_MS);
+    this.sendWaiting();
+  }
+
+  private readonly sendCloseRequest = (): void => {
+    if (this.state !== 'closing') return;
+    this.clearTimer();
     this.backend.sendCloseRequest(this);
     this.timer = setTimeout(() => {
       this.timer = null;
       this.log.warn('agent did not acknowledge CLOSE_REQ; dropping the connection');
       this.finish('agent did not acknowledge close');
     }, CLOSE_ACK_TIMEOUT_MS);
-  }
+  };
 
   // ------------------------------------------------------------ agent → client
 
@@ -253,7 +273,7 @@ export class ProxiedConnection {
 
   onCredit(bytes: number): void {
     const unblocked = this.toAgentCredit.grant(bytes);
-    if (this.waitingBytes > 0 && this.state === 'open') this.sendWaiting();
+    if (this.waitingBytes > 0 && (this.state === 'open' || this.state === 'closing')) this.sendWaiting();
     if (unblocked) this.maybeResumeFrontend();
   }
 
@@ -306,7 +326,7 @@ export class ProxiedConnection {
 
   /** The shared stream drained: what waited for it goes out, then the client may go on. */
   private readonly onWritable = (): void => {
-    if (this.state !== 'open') return;
+    if (this.state !== 'open' && this.state !== 'closing') return;
     this.sendWaiting();
     this.maybeResumeFrontend();
   };

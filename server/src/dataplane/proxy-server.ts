@@ -60,7 +60,7 @@ export interface ProxyServerOptions {
   memoryBudget?: number;
   /** Connections the hub holds at most (default: the budget / two initial windows); CONNECT client connections too. */
   maxConnections?: number;
-  /** Connections one client (certificate or token) holds at most (default: a quarter of maxConnections). */
+  /** Connections one client (certificate or token) holds at most (default: half of maxConnections). */
   maxConnectionsPerClient?: number;
   grants?: ReadonlyMap<string, Grant>;
   /** Where ports.json goes (chosen ports, for scripts and tests). */
@@ -153,7 +153,7 @@ export class ProxyServer {
     this.maxConnections = maxConnections;
     this.core = new ProxyCore({
       dialTimeoutMs: opts.dialTimeoutMs ?? 10_000, log: opts.log, metrics: this.metrics, budget,
-      maxConnections, maxConnectionsPerClient: opts.maxConnectionsPerClient ?? Math.max(1, Math.floor(maxConnections / 4)),
+      maxConnections, maxConnectionsPerClient: opts.maxConnectionsPerClient ?? Math.max(1, Math.floor(maxConnections / 2)),
     });
     this.readiness = new HealthChecks('readyz', [{ name: 'listeners', check: this.checkListeners }, ...(opts.readinessChecks ?? [])]);
     this.liveness = new HealthChecks('healthz', [{ name: 'ping', check: () => undefined }, ...(opts.livenessChecks ?? [])]);

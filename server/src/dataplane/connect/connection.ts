@@ -108,8 +108,13 @@ export class ConnectConnection implements Frontend, TrackedConnection {
         return;
       case 'open':
       case 'half-closed':
-        if (this.corePaused) this.probed += chunk.length; // read by a probe
         if (!this.clientEnded) this.conn?.write(chunk);
+        if (this.corePaused) {
+          // Read by a probe: one chunk, then paused again until the next probe.
+          this.probed += chunk.length;
+          this.socket.pause();
+          this.scheduleProbe();
+        }
         return;
       default:
         return; // refusing / closed: discard
@@ -330,10 +335,14 @@ export class ConnectConnection implements Frontend, TrackedConnection {
   pause(): void {
     this.corePaused = true;
     this.socket.pause();
+    this.scheduleProbe();
+  }
+
+  private scheduleProbe(): void {
     if (this.probeTimer || this.probed >= PROBE_ALLOWANCE) return;
     this.probeTimer = setTimeout(() => {
       this.probeTimer = null;
-      // Reads until the next chunk (the core pauses us again if there is still no credit), EOF or reset.
+      // Reads until the next chunk, EOF or reset.
       if (this.corePaused && this.isTunnel()) this.socket.resume();
     }, PROBE_INTERVAL_MS);
   }
