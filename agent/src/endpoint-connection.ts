@@ -1,7 +1,20 @@
 // One tunneled connection as the agent sees it: a TCP socket to the destination, bridged to a
-// connectID on one server stream. States: dialing → open → (half-closed either way) → closed.
-// Every path to `closed` goes through finish(), which sends CLOSE_RSP at most once and releases
-// the socket, timers and listeners.
+// connectID on one server stream. States:
+//   dialing            the dial is in progress (no socket yet)
+//   open               bytes flow both ways
+//   destination-ended  the destination sent EOF and we sent HALF_CLOSE; the hub's bytes still go to it
+//   hub-ended          the hub sent HALF_CLOSE and we ended the socket; the destination's bytes still go to the hub
+//   both-ended         both of the above: waiting for the socket to close, then CLOSE_RSP
+//   closing            CLOSE_RSP sent; the socket flushes what the destination has not read (bounded)
+//   closed             nothing left: socket, timer and listeners released
+//
+//   dialing ──attach──▶ open ──destination EOF──▶ destination-ended ──HALF_CLOSE──▶ both-ended
+//                         └────HALF_CLOSE────▶ hub-ended
+//   dialing, open, *-ended ──CLOSE_REQ or DIAL_CLS, an error, the socket closing──▶ closing ──socket closed──▶ closed
+//   hub-ended ──destination EOF (HALF_CLOSE first)──▶ closing
+//   closing is skipped when nothing is left to flush; destroy() (the stream gone) goes to closed from any state.
+//   A failed dial: the owner answers DIAL_RSP and marks the connection closed (nothing was started).
+// finish() sends CLOSE_RSP on the way out; a CLOSE_REQ after that is acknowledged again.
 import type net from 'node:net';
 import { LazyLog, MAX_DATA_CHUNK, MAX_MESSAGE_BYTES, ReceiveWindow, SendCredit, packets, type MemoryBudget, type StreamSender } from '@cluster-proxy/proto';
 import type { Logger } from 'pino';
@@ -12,7 +25,7 @@ const LEGACY_BACKLOG = 4 * 1024 * 1024;
 /** After CLOSE_REQ we flush what the destination has not read yet, but not forever. */
 const CLOSE_FLUSH_MS = 2000;
 
-export type EndpointState = 'dialing' | 'open' | 'closed';
+export type EndpointState = 'dialing' | 'open' | 'destination-ended' | 'hub-ended' | 'both-ended' | 'closing' | 'closed';
 
 export interface EndpointOwner {
   readonly sender: StreamSender;
@@ -29,11 +42,8 @@ export interface EndpointOwner {
 }
 
 export class EndpointConnection {
+  /** Set to `closed` by the owner when the dial fails (it answers DIAL_RSP itself). */
   state: EndpointState = 'dialing';
-  /** The destination sent FIN (we sent HALF_CLOSE). */
-  private localEnded = false;
-  /** The hub sent HALF_CLOSE (we ended the socket). */
-  private remoteEnded = false;
   private socket: net.Socket | null = null;
   private writer: ReceiveWindow | null = null;
   private readonly sendCredit: SendCredit;
@@ -56,6 +66,14 @@ export class EndpointConnection {
 
   /** The dial succeeded: start pumping. */
   attach(socket: net.Socket): void {
+    switch (this.state) {
+      case 'dialing':
+        break;
+      default:
+        // The owner attaches only while dialing; a socket that comes later is not wanted.
+        socket.destroy();
+        return;
+    }
     this.state = 'open';
     this.socket = socket;
     socket.setNoDelay(true);
@@ -64,9 +82,7 @@ export class EndpointConnection {
       initial: this.owner.window,
       budget: this.owner.budget,
       direction: 'to_endpoint',
-      report: (bytes) => {
-        if (this.owner.credit && this.state === 'open') this.owner.sender.send(packets.credit(this.connectID, bytes));
-      },
+      report: this.reportCredit,
     });
     this.writer.onFlushed = () => this.owner.sender.releaseReads(this);
     socket.on('data', this.onSocketData);
@@ -78,55 +94,98 @@ export class EndpointConnection {
   // ------------------------------------------------------------ from the hub
 
   onData(data: Buffer): void {
-    if (this.state !== 'open' || !this.writer) return;
-    if (this.remoteEnded) {
-      this.fail('DATA after HALF_CLOSE');
-      return;
+    switch (this.state) {
+      case 'open':
+      case 'destination-ended':
+        break;
+      case 'hub-ended':
+      case 'both-ended':
+        this.fail('DATA after HALF_CLOSE');
+        return;
+      case 'dialing': // no connection yet: the hub has no DIAL_RSP
+      case 'closing':
+      case 'closed':
+        return;
     }
+    const writer = this.writer!;
     this.bytesIn += data.length;
     this.owner.metrics.bytes.inc({ direction: 'to_endpoint' }, data.length);
-    this.writer.write(data);
+    writer.write(data);
     if (this.owner.credit) {
       // A peer that negotiated credit and overruns it is broken; cut only this connection.
-      if (this.writer.overrun > MAX_MESSAGE_BYTES) this.fail('flow-control window exceeded');
-    } else if (this.writer.buffered > LEGACY_BACKLOG) {
+      if (writer.overrun > MAX_MESSAGE_BYTES) this.fail('flow-control window exceeded');
+    } else if (writer.buffered > LEGACY_BACKLOG) {
       this.owner.sender.holdReads(this);
     }
   }
 
   onCredit(bytes: number): void {
-    if (this.sendCredit.grant(bytes) || this.unsent) this.resumeReading();
+    const unblocked = this.sendCredit.grant(bytes);
+    // Nothing more to read from the destination (not yet, or no longer): the credit is only counted.
+    if (this.readingDestination() && (unblocked || this.unsent)) this.resumeReading();
   }
 
   onHalfClose(): void {
-    if (this.state !== 'open' || this.remoteEnded) return;
-    this.remoteEnded = true;
-    this.socket?.end();
+    switch (this.state) {
+      case 'open':
+        this.state = 'hub-ended';
+        this.socket!.end();
+        return;
+      case 'destination-ended':
+        this.state = 'both-ended';
+        this.socket!.end();
+        return;
+      default:
+        // Not open yet, a repeated HALF_CLOSE, or closing already: ignored.
+        return;
+    }
   }
 
-  /** CLOSE_REQ from the hub: acknowledge at once, flush what we hold to the destination, close. */
+  /** CLOSE_REQ (or DIAL_CLS) from the hub: acknowledge at once, flush what we hold to the destination, close. */
   onCloseRequest(): void {
-    if (this.state === 'closed') {
-      this.owner.sender.send(packets.closeResponse(this.connectID));
-      return;
+    switch (this.state) {
+      case 'closing':
+      case 'closed':
+        // Acknowledged already; acknowledge again.
+        this.owner.sender.send(packets.closeResponse(this.connectID));
+        return;
+      default:
+        this.finish('');
     }
-    this.finish('');
   }
 
   /** The server stream is gone: nobody to answer to. */
   destroy(): void {
-    this.abort.abort();
-    this.release();
+    switch (this.state) {
+      case 'closed':
+        return;
+      default:
+        this.abort.abort();
+        this.release();
+    }
   }
 
   // ------------------------------------------------------------ from the destination
 
+  /** Whether the destination is still read: its EOF not seen, the connection not closing. */
+  private readingDestination(): boolean {
+    switch (this.state) {
+      case 'open':
+      case 'hub-ended':
+        return true;
+      default:
+        return false;
+    }
+  }
+
   private readonly onSocketData = (chunk: Buffer): void => {
+    // After EOF no data comes; from closing on the listener is gone.
+    if (!this.readingDestination()) return;
     this.bytesOut += chunk.length;
     this.owner.metrics.bytes.inc({ direction: 'to_server' }, chunk.length);
     this.sendWithinCredit(chunk);
     if (this.unsent || !this.sendCredit.canSend() || this.owner.sender.congested) {
-      this.socket?.pause();
+      this.socket!.pause();
       if (this.owner.sender.congested) this.owner.sender.whenWritable(this.resumeReading);
     }
   };
@@ -144,15 +203,17 @@ export class EndpointConnection {
     this.unsent = offset < data.length ? data.subarray(offset) : null;
   }
 
+  /** Credit came or the stream drained: send what is left of the last read, then read on if we may. */
   private readonly resumeReading = (): void => {
-    if (this.state !== 'open' || !this.socket) return;
+    // Reading is over (EOF seen, or closing): a late wake-up is ignored.
+    if (!this.readingDestination()) return;
     if (this.unsent) this.sendWithinCredit(this.unsent);
     if (this.unsent || !this.sendCredit.canSend()) return;
     if (this.owner.sender.congested) {
       this.owner.sender.whenWritable(this.resumeReading);
       return;
     }
-    this.socket.resume();
+    this.socket!.resume();
   };
 
   /** The destination ended: what is left of its last read goes out now, whatever the credit (at most one read). */
@@ -164,28 +225,69 @@ export class EndpointConnection {
   }
 
   private readonly onSocketEnd = (): void => {
-    if (this.state !== 'open') return;
-    this.sendUnsent();
-    if (!this.owner.halfClose) {
-      // An ANP server has no half-close: EOF from the destination closes the connection (as ANP's agent does).
-      this.finish('');
-      return;
+    switch (this.state) {
+      case 'open':
+        this.sendUnsent();
+        if (!this.owner.halfClose) {
+          // An ANP server has no half-close: EOF from the destination closes the connection (as ANP's agent does).
+          this.finish('');
+          return;
+        }
+        this.state = 'destination-ended';
+        this.owner.sender.send(packets.halfClose(this.connectID));
+        return;
+      case 'hub-ended':
+        this.sendUnsent();
+        if (this.owner.halfClose) this.owner.sender.send(packets.halfClose(this.connectID));
+        this.finish('');
+        return;
+      default:
+        // EOF comes once, and not after we closed: ignored.
+        return;
     }
-    this.localEnded = true;
-    this.owner.sender.send(packets.halfClose(this.connectID));
-    if (this.remoteEnded) this.finish('');
   };
 
   private readonly onSocketError = (err: Error): void => {
+    // In every state ('close' follows); the listener stays on the socket so that a late error is never unhandled.
     this.logs.log.debug({ err: err.message }, 'destination socket error');
   };
 
   private readonly onSocketClose = (hadError: boolean): void => {
-    if (this.flushTimer) clearTimeout(this.flushTimer);
-    this.flushTimer = null;
-    if (this.state !== 'open') return;
-    if (!hadError) this.sendUnsent();
-    this.finish(hadError ? 'connection to destination reset' : '');
+    switch (this.state) {
+      case 'open':
+      case 'destination-ended':
+      case 'hub-ended':
+      case 'both-ended':
+        if (!hadError) this.sendUnsent();
+        this.finish(hadError ? 'connection to destination reset' : '');
+        return;
+      case 'closing':
+        // The flush is over (or cut short by the timer).
+        this.enterClosed();
+        return;
+      case 'dialing':
+      case 'closed':
+        return;
+    }
+  };
+
+  /** Closing: the destination has read everything; no need to wait for its FIN. */
+  private readonly onSocketFinish = (): void => {
+    this.socket?.destroy();
+  };
+
+  /** The destination took bytes off the window: return the credit while the hub may still send. */
+  private readonly reportCredit = (bytes: number): void => {
+    switch (this.state) {
+      case 'open':
+      case 'destination-ended':
+      case 'hub-ended':
+      case 'both-ended':
+        if (this.owner.credit) this.owner.sender.send(packets.credit(this.connectID, bytes));
+        return;
+      default:
+        return;
+    }
   };
 
   // ------------------------------------------------------------ teardown
@@ -195,40 +297,55 @@ export class EndpointConnection {
     this.finish(why);
   }
 
-  /** Sends CLOSE_RSP once, then lets the socket flush (bounded) and close. */
+  /** Sends CLOSE_RSP (once: from any state before closing), then lets the socket flush (bounded) and close. */
   private finish(error: string): void {
-    if (this.state === 'closed') return;
-    const wasOpen = this.state === 'open';
-    this.state = 'closed';
+    const socket = this.state === 'dialing' ? null : this.socket;
+    const flush = socket !== null && !socket.destroyed && error === '' && socket.writableLength > 0;
+    this.state = flush ? 'closing' : 'closed';
     this.owner.sender.send(packets.closeResponse(this.connectID, error));
     this.owner.forget(this);
     this.owner.sender.cancelWaiter(this.resumeReading);
     this.owner.sender.releaseReads(this);
     this.writer?.dispose();
-    if (!wasOpen) this.abort.abort(); // a dial still in progress is abandoned
-    const socket = this.socket;
-    if (!socket || !wasOpen || socket.destroyed) {
+    if (!socket) {
+      this.abort.abort(); // a dial still in progress is abandoned
+      this.release();
+      return;
+    }
+    if (socket.destroyed) {
       this.release();
       return;
     }
     socket.removeListener('data', this.onSocketData);
-    if (error !== '' || socket.writableLength === 0) {
+    if (!flush) {
       socket.destroy();
+      this.enterClosed();
       return;
     }
     socket.end();
-    socket.once('finish', () => socket.destroy());
+    socket.once('finish', this.onSocketFinish);
     this.flushTimer = setTimeout(() => socket.destroy(), CLOSE_FLUSH_MS);
     this.flushTimer.unref();
   }
 
+  /** Straight to closed: the window, the stream's waiter and read hold, the socket. */
   private release(): void {
-    this.state = 'closed';
     this.writer?.dispose();
     this.owner.sender.cancelWaiter(this.resumeReading);
     this.owner.sender.releaseReads(this);
+    this.socket?.destroy();
+    this.enterClosed();
+  }
+
+  private enterClosed(): void {
+    this.state = 'closed';
     if (this.flushTimer) clearTimeout(this.flushTimer);
     this.flushTimer = null;
-    this.socket?.destroy();
+    const socket = this.socket;
+    if (!socket) return;
+    socket.removeListener('data', this.onSocketData);
+    socket.removeListener('end', this.onSocketEnd);
+    socket.removeListener('close', this.onSocketClose);
+    socket.removeListener('finish', this.onSocketFinish);
   }
 }

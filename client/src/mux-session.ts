@@ -1,6 +1,18 @@
 // One multiplexed TLS connection from the SDK to our hub's frontend (ALPN "cluster-proxy-mux/1"),
 // carrying every connection of a Tunnel with per-connection credit both ways. Opened on first use;
 // when it breaks, its connections fail and the next dial opens a new one.
+//
+// One connection's share of it (MuxLeg, the Leg a TunnelSocket sends through), states:
+//   dialing  DIAL_REQ sent, waiting for DIAL_RSP (found by its dial ID)
+//   open     connected (found by its connectID); credit for what the reader took goes back to the hub
+//   held     the reader refused bytes: credit for them and what follows is withheld until it reads again
+//   closed   out of the session's tables; nothing of it goes out any more
+//
+//   dialing ──DIAL_RSP──▶ open ──reader refuses bytes──▶ held ──reader reads again (credit returned)──▶ open
+//   dialing ──DIAL_RSP with an error──▶ closed
+//   open, held ──CLOSE_RSP──▶ closed
+//   any ──end() / abort() (the socket is done), the connection to the hub broken──▶ closed
+// Half-close is the socket's business: HALF_CLOSE goes through here both ways and changes nothing.
 import {
   CAP_CREDIT, CAP_HALF_CLOSE, CLIENT_HTTP2_WINDOW, MD_CAPABILITIES, MD_WINDOW, PacketType, SendCredit, StreamSender, connectMux, packets,
   parseCapabilities, type FramedPacketStream, type Packet,
@@ -18,23 +30,194 @@ export interface MuxOptions {
   connectTimeoutMs?: number;
 }
 
+export type MuxLegState = 'dialing' | 'open' | 'held' | 'closed';
 
-interface Entry {
-  h: LegHandlers;
-  credit: SendCredit;
-  waiting: (() => void)[];
-  unreported: number;
-  withheld: number;
-  paused: boolean;
-  connectID: number;
+export class MuxLeg implements Leg {
+  state: MuxLegState = 'dialing';
+  connectID = 0;
+  private readonly credit: SendCredit;
+  /** whenWritable() callers waiting for the hub's credit. */
+  private waiting: (() => void)[] = [];
+  /** Credit earned by the reader, not yet returned (it goes back in batches of window/8). */
+  private unreported = 0;
+  /** Bytes received while held: their credit goes back when the reader reads again. */
+  private withheld = 0;
+
+  constructor(private readonly session: Session, readonly random: bigint, private readonly h: LegHandlers) {
+    this.credit = new SendCredit(session.peerWindow);
+  }
+
+  // ------------------------------------------------------------ from the hub (the session routes)
+
+  onDialResponse(p: Extract<Packet, { type: PacketType.DIAL_RSP }>): void {
+    switch (this.state) {
+      case 'dialing':
+        if (p.dialResponse.connectID !== 0 && p.dialResponse.error === '') {
+          this.state = 'open';
+          this.connectID = p.dialResponse.connectID;
+          this.session.opened(this);
+        } else this.enterClosed();
+        this.h.onPacket(p);
+        return;
+      default:
+        return; // the session looks dials up only while dialing
+    }
+  }
+
+  /** Whether the hub knows it by its connectID (the session routes CREDIT, DATA, HALF_CLOSE and CLOSE_RSP only then). */
+  private connected(): boolean {
+    switch (this.state) {
+      case 'open':
+      case 'held':
+        return true;
+      default:
+        return false;
+    }
+  }
+
+  onCredit(bytes: number): void {
+    if (!this.connected()) return;
+    this.credit.grant(bytes);
+    if (this.credit.canSend()) {
+      const waiting = this.waiting.splice(0);
+      for (const cb of waiting) this.session.sender.whenWritable(cb);
+    }
+  }
+
+  /** DATA and HALF_CLOSE, for the socket. */
+  onPacket(p: Packet): void {
+    if (this.connected()) this.h.onPacket(p);
+  }
+
+  onCloseResponse(p: Packet): void {
+    if (!this.connected()) return;
+    this.enterClosed();
+    this.h.onPacket(p);
+  }
+
+  /** The connection to the hub broke. */
+  onSessionFailed(why: string): void {
+    switch (this.state) {
+      case 'closed':
+        return;
+      default:
+        this.enterClosed();
+        this.h.onFailure(why);
+    }
+  }
+
+  // ------------------------------------------------------------ Leg (from the socket)
+
+  get halfClose(): boolean {
+    return this.session.halfClose;
+  }
+
+  send(p: Packet): boolean {
+    switch (this.state) {
+      case 'closed':
+        return false; // the socket sends nothing once its leg is done
+      default:
+        this.session.sender.send(p);
+        if (p.type !== PacketType.DATA) return true;
+        this.credit.consume(p.data.data.length);
+        return this.credit.canSend() && !this.session.sender.congested;
+    }
+  }
+
+  whenWritable(cb: () => void): void {
+    switch (this.state) {
+      case 'closed':
+        return; // nothing will be sent: the socket's write fails on its own close
+      default:
+        if (!this.credit.canSend()) this.waiting.push(cb);
+        else this.session.sender.whenWritable(cb);
+    }
+  }
+
+  received(bytes: number, accepted: boolean): void {
+    switch (this.state) {
+      case 'open':
+        if (accepted) this.returnCredit(bytes);
+        else {
+          this.state = 'held';
+          this.withheld += bytes;
+        }
+        return;
+      case 'held':
+        this.withheld += bytes;
+        return;
+      case 'dialing':
+      case 'closed':
+        return; // no DATA reaches the socket then
+    }
+  }
+
+  resumeReading(): void {
+    switch (this.state) {
+      case 'held': {
+        this.state = 'open';
+        const n = this.withheld;
+        this.withheld = 0;
+        this.returnCredit(n);
+        return;
+      }
+      default:
+        return; // nothing withheld (closed: the hub has forgotten the connection)
+    }
+  }
+
+  get backedUp(): boolean {
+    return false; // control packets never wait behind credit
+  }
+
+  get readyForData(): boolean {
+    return this.credit.canSend() && !this.session.sender.congested;
+  }
+
+  allowance(bytes: number): number {
+    return this.credit.allowance(bytes);
+  }
+
+  end(): void {
+    this.forget();
+  }
+
+  abort(): void {
+    this.forget();
+  }
+
+  // ------------------------------------------------------------ helpers
+
+  private forget(): void {
+    switch (this.state) {
+      case 'closed':
+        return;
+      default:
+        this.session.forget(this);
+        this.enterClosed();
+    }
+  }
+
+  private enterClosed(): void {
+    this.state = 'closed';
+    this.waiting = [];
+  }
+
+  private returnCredit(bytes: number): void {
+    this.unreported += bytes;
+    if (this.unreported >= this.session.window / 8) {
+      this.session.sender.send(packets.credit(this.connectID, this.unreported));
+      this.unreported = 0;
+    }
+  }
 }
 
-class Session {
+export class Session {
   readonly sender: StreamSender;
   halfClose = false;
   peerWindow: number | null = null;
-  private readonly byRandom = new Map<bigint, Entry>();
-  private readonly byID = new Map<number, Entry>();
+  private readonly byRandom = new Map<bigint, MuxLeg>();
+  private readonly byID = new Map<number, MuxLeg>();
   broken: string | null = null;
 
   constructor(readonly stream: FramedPacketStream, readonly window: number) {
@@ -51,106 +234,54 @@ class Session {
   }
 
   open(random: bigint, h: LegHandlers): Leg {
-    const e: Entry = { h, credit: new SendCredit(this.peerWindow), waiting: [], unreported: 0, withheld: 0, paused: false, connectID: 0 };
-    this.byRandom.set(random, e);
-    const forget = (): void => {
-      if (this.byRandom.get(random) === e) this.byRandom.delete(random);
-      if (e.connectID && this.byID.get(e.connectID) === e) this.byID.delete(e.connectID);
-    };
-    const returnCredit = (bytes: number): void => {
-      e.unreported += bytes;
-      if (e.unreported >= this.window / 8 && e.connectID) {
-        this.sender.send(packets.credit(e.connectID, e.unreported));
-        e.unreported = 0;
-      }
-    };
-    const session = this;
-    return {
-      get halfClose() {
-        return session.halfClose;
-      },
-      send: (p) => {
-        this.sender.send(p);
-        if (p.type !== PacketType.DATA) return true;
-        e.credit.consume(p.data.data.length);
-        return e.credit.canSend() && !this.sender.congested;
-      },
-      whenWritable: (cb) => {
-        if (!e.credit.canSend()) e.waiting.push(cb);
-        else this.sender.whenWritable(cb);
-      },
-      received: (bytes, accepted) => {
-        if (e.paused || !accepted) {
-          e.paused = true;
-          e.withheld += bytes;
-        } else returnCredit(bytes);
-      },
-      resumeReading: () => {
-        if (!e.paused) return;
-        e.paused = false;
-        const n = e.withheld;
-        e.withheld = 0;
-        returnCredit(n);
-      },
-      get backedUp() {
-        return false; // control packets never wait behind credit
-      },
-      get readyForData() {
-        return e.credit.canSend() && !session.sender.congested;
-      },
-      allowance: (bytes) => e.credit.allowance(bytes),
-      end: forget,
-      abort: forget,
-    };
+    const leg = new MuxLeg(this, random, h);
+    this.byRandom.set(random, leg);
+    return leg;
+  }
+
+  /** `leg` got its connectID: packets find it by that from now on. */
+  opened(leg: MuxLeg): void {
+    this.byID.set(leg.connectID, leg);
+  }
+
+  forget(leg: MuxLeg): void {
+    if (this.byRandom.get(leg.random) === leg) this.byRandom.delete(leg.random);
+    if (leg.connectID && this.byID.get(leg.connectID) === leg) this.byID.delete(leg.connectID);
   }
 
   private readonly onPacket = (p: Packet): void => {
     switch (p.type) {
       case PacketType.DIAL_RSP: {
-        const e = this.byRandom.get(p.dialResponse.random);
-        if (!e) {
+        const leg = this.byRandom.get(p.dialResponse.random);
+        if (!leg) {
           // We gave up on this dial after the hub had connected it: close what it opened.
           if (p.dialResponse.connectID !== 0) this.sender.send(packets.closeRequest(p.dialResponse.connectID));
           return;
         }
         this.byRandom.delete(p.dialResponse.random);
-        if (p.dialResponse.connectID !== 0 && p.dialResponse.error === '') {
-          e.connectID = p.dialResponse.connectID;
-          this.byID.set(e.connectID, e);
-        }
-        e.h.onPacket(p);
+        leg.onDialResponse(p);
         return;
       }
-      case PacketType.CREDIT: {
-        const e = this.byID.get(p.credit.connectID);
-        if (!e) return;
-        e.credit.grant(p.credit.bytes);
-        if (e.credit.canSend()) {
-          const waiting = e.waiting.splice(0);
-          for (const cb of waiting) this.sender.whenWritable(cb);
-        }
+      case PacketType.CREDIT:
+        this.byID.get(p.credit.connectID)?.onCredit(p.credit.bytes);
         return;
-      }
       case PacketType.DATA:
-        this.route(p.data.connectID, p);
+        this.byID.get(p.data.connectID)?.onPacket(p);
         return;
       case PacketType.HALF_CLOSE:
-        this.route(p.halfClose.connectID, p);
+        this.byID.get(p.halfClose.connectID)?.onPacket(p);
         return;
       case PacketType.CLOSE_RSP: {
-        const e = this.byID.get(p.closeResponse.connectID);
-        if (e) this.byID.delete(p.closeResponse.connectID);
-        e?.h.onPacket(p);
+        const leg = this.byID.get(p.closeResponse.connectID);
+        if (!leg) return;
+        this.byID.delete(p.closeResponse.connectID);
+        leg.onCloseResponse(p);
         return;
       }
       default:
         return;
     }
   };
-
-  private route(connectID: number, p: Packet): void {
-    this.byID.get(connectID)?.h.onPacket(p);
-  }
 
   fail(why: string): void {
     if (this.broken) return;
@@ -160,7 +291,7 @@ class Session {
     const all = [...this.byRandom.values(), ...this.byID.values()];
     this.byRandom.clear();
     this.byID.clear();
-    for (const e of all) e.h.onFailure(why);
+    for (const leg of all) leg.onSessionFailed(why);
   }
 }
 

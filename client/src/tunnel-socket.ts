@@ -1,10 +1,26 @@
 // A tunneled TCP connection, shaped like net.Socket: a Duplex with connect/timeout/half-close
 // semantics, so HTTP clients and TLS can run over it. A "leg" carries its packets to the hub: its
-// own gRPC stream, or a share of a multiplexed connection (legs.ts).
-//   connecting → open → (ended either way) → closed
+// own gRPC stream, or a share of a multiplexed connection (legs.ts). States:
+//   starting     waiting for the tunnel's transport (no leg yet)
+//   dialing      DIAL_REQ sent on a leg, waiting for DIAL_RSP; writes and end() wait (timer running)
+//   open         bytes flow both ways
+//   read-ended   the hub sent HALF_CLOSE (the destination's FIN): our readable has ended; we still write
+//   write-ended  we sent HALF_CLOSE (end()): the destination still sends
+//   ended        both: the hub's CLOSE_RSP comes once the destination's socket has closed
+//   closing      we sent CLOSE_REQ (destroy(), or end() towards a hub without half-close); waiting for
+//                CLOSE_RSP (timer running)
+//   closed       the leg is finished (ended or aborted); every timer stopped
+//
+//   starting ──attach──▶ dialing ──DIAL_RSP──▶ open ──HALF_CLOSE──▶ read-ended ──end()──▶ ended
+//                                                └───end()───▶ write-ended ──HALF_CLOSE──▶ ended
+//   open, read-ended, write-ended, ended ──destroy()──▶ closing ──CLOSE_RSP, 5 s, leg broken──▶ closed
+//   open, read-ended, write-ended, ended ──CLOSE_RSP (the destination closed), an error, leg broken──▶ closed
+//   starting, dialing ──dial timeout, abort, DIAL_RSP with an error, destroy(), no transport──▶ closed
+// The Duplex has its own end: a closed connection still hands over what was read; the abort signal's
+// listener goes when the Duplex is destroyed (as net.Socket's does).
 import { randomBytes } from 'node:crypto';
 import { Duplex } from 'node:stream';
-import { MAX_DATA_CHUNK, PacketType, classifyDialError, packets, type Packet } from '@cluster-proxy/proto';
+import { MAX_DATA_CHUNK, PacketType, classifyDialError, packets, type DialResponse, type Packet } from '@cluster-proxy/proto';
 import { TunnelError } from './errors.js';
 import type { Leg, LegFactory } from './legs.js';
 
@@ -18,7 +34,7 @@ export interface ConnectOptions {
   allowHalfOpen?: boolean;
 }
 
-type SocketState = 'connecting' | 'open' | 'closed';
+type SocketState = 'starting' | 'dialing' | 'open' | 'read-ended' | 'write-ended' | 'ended' | 'closing' | 'closed';
 
 /** After we close, how long we wait for the hub's CLOSE_RSP before giving up on it. */
 const CLOSE_ACK_MS = 5000;
@@ -39,11 +55,10 @@ export class TunnelSocket extends Duplex {
   readonly destination: string;
   /** True until the agent reached the destination, as for `net.Socket`. */
   connecting = true;
-  private state: SocketState = 'connecting';
+  private state: SocketState = 'starting';
   private connectID = 0;
   private readonly random = randomDialID();
   private leg: Leg | null = null;
-  private readEnded = false;
   private dialTimer: NodeJS.Timeout | null = null;
   private idleTimer: NodeJS.Timeout | null = null;
   private idleMs = 0;
@@ -64,40 +79,42 @@ export class TunnelSocket extends Duplex {
     this.signal = opts.signal;
     this.once('close', () => onSettled?.(this));
     const timeoutMs = opts.timeoutMs ?? 30_000;
-    this.dialTimer = setTimeout(() => this.abandonDial(new TunnelError('timeout', destination, `dial ${destination} timed out after ${timeoutMs} ms`)), timeoutMs);
+    this.dialTimer = setTimeout(() => this.onDialTimeout(new TunnelError('timeout', destination, `dial ${destination} timed out after ${timeoutMs} ms`)), timeoutMs);
     if (this.signal?.aborted) queueMicrotask(this.onAbort);
     else this.signal?.addEventListener('abort', this.onAbort, { once: true });
   }
 
   /** @internal Starts the dial on a leg from `factory` (the tunnel calls this once its transport is ready). */
   attach(factory: LegFactory): void {
-    if (this.state !== 'connecting' || this.leg) return;
-    this.leg = factory.open(this.random, {
-      onPacket: this.onPacket,
-      onFailure: (message) => {
-        if (this.state === 'closed') {
-          this.leg?.abort();
-          return;
-        }
-        this.fail(new TunnelError('tunnelclosed', this.destination, `tunnel to ${this.destination} failed: ${message}`));
-      },
-    });
-    this.leg.send(packets.dialRequest(this.destination, this.random));
+    switch (this.state) {
+      case 'starting':
+        break;
+      default:
+        return; // closed before the transport was ready
+    }
+    const leg = factory.open(this.random, { onPacket: this.onPacket, onFailure: this.onLegFailure });
+    this.leg = leg;
+    this.state = 'dialing';
+    leg.send(packets.dialRequest(this.destination, this.random));
   }
 
   /** @internal The transport could not be set up: fail like a dial would. */
   failToStart(err: TunnelError): void {
-    if (this.state === 'closed') return;
-    this.clearDialTimer();
-    this.state = 'closed';
-    this.destroy(err);
+    switch (this.state) {
+      case 'starting':
+        this.enterClosed();
+        this.destroy(err);
+        return;
+      default:
+        return; // the tunnel calls it only instead of attach(); closed already
+    }
   }
 
   // ------------------------------------------------------------ net.Socket look-alike
 
   /** True while the dial is in progress, as for `net.Socket`. */
   get pending(): boolean {
-    return this.state === 'connecting';
+    return this.state === 'starting' || this.state === 'dialing';
   }
 
   /** The destination `host:port` (the real peer is behind the agent). */
@@ -142,55 +159,119 @@ export class TunnelSocket extends Duplex {
 
   private readonly onPacket = (p: Packet): void => {
     switch (p.type) {
-      case PacketType.DIAL_RSP: {
-        if (this.state !== 'connecting' || p.dialResponse.random !== this.random) return;
-        this.clearDialTimer();
-        const r = p.dialResponse;
-        if (r.error !== '' || r.connectID === 0) {
-          const reason = classifyDialError(r.reason, r.error);
-          this.fail(new TunnelError(reason, this.destination, `dial ${this.destination} failed (${reason}): ${r.error || 'no connection ID'}`));
-          return;
-        }
-        this.connectID = r.connectID;
-        this.state = 'open';
-        this.connecting = false;
-        this.touch();
-        this.emit('connect');
-        this.emit('ready');
-        this.flushPending();
+      case PacketType.DIAL_RSP:
+        this.onDialResponse(p.dialResponse);
         return;
-      }
-      case PacketType.DATA: {
-        if (this.state !== 'open' || this.readEnded) return;
-        const n = p.data.data.length;
-        this.bytesRead += n;
-        this.touch();
-        this.leg?.received(n, this.push(p.data.data));
+      case PacketType.DATA:
+        this.onData(p.data.data);
         return;
-      }
       case PacketType.HALF_CLOSE:
-        if (this.state === 'open') this.endReadable();
+        this.onHalfClose();
         return;
       case PacketType.CLOSE_RSP:
-        if (this.state === 'closed') {
-          this.finishLeg(); // the acknowledgement of our CLOSE_REQ
-          return;
-        }
-        if (p.closeResponse.error) {
-          this.fail(new TunnelError('tunnelclosed', this.destination, `connection to ${this.destination} closed by the hub: ${p.closeResponse.error}`));
-          return;
-        }
-        // The destination closed the connection: deliver what was read, refuse further writes.
-        this.state = 'closed';
-        this.cleanupTimers();
-        this.finishLeg();
-        this.endReadable();
-        if (this.pendingWrite) this.pendingWrite.callback(new TunnelError('closed', this.destination, `connection to ${this.destination} was closed by the destination`));
-        this.pendingWrite = null;
-        if (!this.writableEnded) this.end();
+        this.onCloseResponse(p.closeResponse.error);
         return;
       default:
         return;
+    }
+  };
+
+  private onDialResponse(r: DialResponse): void {
+    switch (this.state) {
+      case 'dialing':
+        if (r.random !== this.random) return; // another dial's: ignored
+        break;
+      default:
+        return; // answered already, or given up
+    }
+    this.clearDialTimer();
+    if (r.error !== '' || r.connectID === 0) {
+      const reason = classifyDialError(r.reason, r.error);
+      this.fail(new TunnelError(reason, this.destination, `dial ${this.destination} failed (${reason}): ${r.error || 'no connection ID'}`));
+      return;
+    }
+    this.connectID = r.connectID;
+    this.state = 'open';
+    this.connecting = false;
+    this.touch();
+    this.emit('connect');
+    this.emit('ready');
+    this.flushPending();
+  }
+
+  private onData(data: Uint8Array): void {
+    switch (this.state) {
+      case 'open':
+      case 'write-ended':
+        break;
+      default:
+        return; // not connected yet, after the hub's HALF_CLOSE, or after the close: ignored
+    }
+    const n = data.length;
+    this.bytesRead += n;
+    this.touch();
+    this.leg!.received(n, this.push(data));
+  }
+
+  private onHalfClose(): void {
+    switch (this.state) {
+      case 'open':
+        this.state = 'read-ended';
+        this.push(null);
+        return;
+      case 'write-ended':
+        this.state = 'ended';
+        this.push(null);
+        return;
+      default:
+        return; // before the dial's answer, repeated, or after the close: ignored
+    }
+  }
+
+  private onCloseResponse(error: string): void {
+    let readable: boolean;
+    switch (this.state) {
+      case 'closing':
+        this.finishLeg(); // the acknowledgement of our CLOSE_REQ
+        return;
+      case 'starting':
+      case 'closed':
+        return; // no leg yet; or finished already
+      case 'dialing':
+      case 'open':
+      case 'write-ended':
+        readable = true;
+        break;
+      case 'read-ended':
+      case 'ended':
+        readable = false;
+        break;
+    }
+    if (error) {
+      this.fail(new TunnelError('tunnelclosed', this.destination, `connection to ${this.destination} closed by the hub: ${error}`));
+      return;
+    }
+    // The destination closed the connection: deliver what was read, refuse further writes.
+    this.finishLeg();
+    if (readable) this.push(null);
+    if (this.pendingWrite) this.pendingWrite.callback(new TunnelError('closed', this.destination, `connection to ${this.destination} was closed by the destination`));
+    this.pendingWrite = null;
+    if (!this.writableEnded) this.end();
+  }
+
+  /** The leg broke (stream error, hub gone), or ended after we were done with it. */
+  private readonly onLegFailure = (message: string): void => {
+    switch (this.state) {
+      case 'starting':
+        return; // no leg yet
+      case 'closing':
+      case 'closed':
+        // Our close needs no answer any more (or it came): let the leg go.
+        this.enterClosed();
+        this.leg?.abort();
+        return;
+      default:
+        this.fail(new TunnelError('tunnelclosed', this.destination, `tunnel to ${this.destination} failed: ${message}`));
     }
   };
 
@@ -198,20 +279,41 @@ export class TunnelSocket extends Duplex {
 
   /** @internal */
   override _read(): void {
-    this.leg?.resumeReading();
+    switch (this.state) {
+      case 'starting':
+      case 'closed':
+        return; // no leg yet; or nothing more comes
+      default:
+        this.leg!.resumeReading();
+    }
   }
 
   /** @internal */
   override _write(chunk: Buffer, _enc: BufferEncoding, callback: (err?: Error | null) => void): void {
-    if (this.state === 'connecting') {
-      this.pendingWrite = { chunk, callback };
-      return;
+    switch (this.state) {
+      case 'starting':
+      case 'dialing':
+        this.pendingWrite = { chunk, callback };
+        return;
+      case 'open':
+      case 'read-ended':
+        this.sendData(this.leg!, chunk, callback);
+        return;
+      default:
+        // Closed (no write follows end(), so never ended here).
+        callback(new TunnelError('closed', this.destination, `connection to ${this.destination} is closed`));
     }
-    if (this.state !== 'open' || !this.leg) {
-      callback(new TunnelError('closed', this.destination, `connection to ${this.destination} is closed`));
-      return;
+  }
+
+  /** Whether DATA may still go out (a write's pieces ask again after each wait). */
+  private sending(leg: Leg): boolean {
+    switch (this.state) {
+      case 'open':
+      case 'read-ended':
+        return this.leg === leg;
+      default:
+        return false;
     }
-    this.sendData(this.leg, chunk, callback);
   }
 
   /**
@@ -220,7 +322,7 @@ export class TunnelSocket extends Duplex {
    */
   private sendData(leg: Leg, chunk: Buffer, callback: (err?: Error | null) => void, offset = 0): void {
     while (offset < chunk.length) {
-      if (this.state !== 'open' || this.leg !== leg) {
+      if (!this.sending(leg)) {
         callback(new TunnelError('closed', this.destination, `connection to ${this.destination} is closed`));
         return;
       }
@@ -245,19 +347,36 @@ export class TunnelSocket extends Duplex {
 
   /** @internal */
   override _final(callback: (err?: Error | null) => void): void {
-    if (this.state === 'connecting') {
-      this.pendingFinal = callback;
-      return;
+    switch (this.state) {
+      case 'starting':
+      case 'dialing':
+        this.pendingFinal = callback;
+        return;
+      default:
+        this.sendEnd();
+        callback();
     }
-    this.sendEnd();
-    callback();
   }
 
+  /** Our side is done: HALF_CLOSE, or towards a hub without half-close, the close. */
   private sendEnd(): void {
-    if (this.state !== 'open' || !this.leg) return;
+    const leg = this.leg!;
+    switch (this.state) {
+      case 'open':
+        if (!leg.halfClose) break;
+        this.state = 'write-ended';
+        leg.send(packets.halfClose(this.connectID));
+        return;
+      case 'read-ended':
+        if (!leg.halfClose) break;
+        this.state = 'ended';
+        leg.send(packets.halfClose(this.connectID));
+        return;
+      default:
+        return; // closing or closed: nothing to end
+    }
     // Half-close needs our hub; towards an ANP hub, ending our side closes the connection.
-    if (this.leg.halfClose) this.leg.send(packets.halfClose(this.connectID));
-    else this.closeConnection();
+    this.closeConnection();
   }
 
   private flushPending(): void {
@@ -274,17 +393,28 @@ export class TunnelSocket extends Duplex {
 
   /** @internal */
   override _destroy(err: Error | null, callback: (err?: Error | null) => void): void {
-    this.cleanupTimers();
+    this.clearDialTimer();
+    this.clearIdleTimer();
     this.signal?.removeEventListener('abort', this.onAbort);
-    if (this.state === 'connecting') {
-      if (this.leg) {
-        this.leg.send(packets.closeDial(this.random));
-        this.leg.end();
-      }
-    } else if (this.state === 'open') {
-      this.closeConnection();
+    switch (this.state) {
+      case 'starting':
+        this.enterClosed();
+        break;
+      case 'dialing':
+        this.leg!.send(packets.closeDial(this.random));
+        this.leg!.end();
+        this.enterClosed();
+        break;
+      case 'open':
+      case 'read-ended':
+      case 'write-ended':
+      case 'ended':
+        this.closeConnection();
+        break;
+      case 'closing':
+      case 'closed':
+        break; // the close is under way, or over
     }
-    this.state = 'closed';
     if (this.pendingWrite) this.pendingWrite.callback(err ?? new TunnelError('closed', this.destination, `connection to ${this.destination} destroyed`));
     this.pendingWrite = null;
     callback(err);
@@ -293,53 +423,84 @@ export class TunnelSocket extends Duplex {
   // ------------------------------------------------------------ teardown
 
   private readonly onAbort = (): void => {
-    if (this.state === 'connecting') this.abandonDial(new TunnelError('context', this.destination, `dial ${this.destination} cancelled`));
-    else this.destroy(new TunnelError('context', this.destination, `connection to ${this.destination} cancelled`));
+    switch (this.state) {
+      case 'starting':
+      case 'dialing':
+        this.destroy(new TunnelError('context', this.destination, `dial ${this.destination} cancelled`));
+        return;
+      default:
+        // Open or closed: the Duplex goes (a closed connection's unread bytes with it).
+        this.destroy(new TunnelError('context', this.destination, `connection to ${this.destination} cancelled`));
+    }
   };
 
-  private abandonDial(err: TunnelError): void {
-    if (this.state !== 'connecting') return;
-    this.destroy(err);
+  private onDialTimeout(err: TunnelError): void {
+    switch (this.state) {
+      case 'starting':
+      case 'dialing':
+        this.destroy(err);
+        return;
+      default:
+        return; // the timer stops with the dial
+    }
   }
 
   /** Full close: CLOSE_REQ, then wait (bounded) for the hub's CLOSE_RSP. */
   private closeConnection(): void {
-    if (this.state !== 'open' || !this.leg) return;
-    this.state = 'closed';
-    if (this.leg.backedUp) {
+    const leg = this.leg!;
+    if (leg.backedUp) {
       // Our unsent data would hold a CLOSE_REQ back (the hub paused this stream for lack of credit):
       // abort instead; the hub treats a cancelled stream as a close, like a TCP reset.
-      this.leg.abort();
+      this.enterClosed();
+      leg.abort();
       return;
     }
-    this.leg.send(packets.closeRequest(this.connectID));
-    this.leg.resumeReading();
-    this.closeTimer = setTimeout(() => this.leg?.abort(), CLOSE_ACK_MS);
+    this.state = 'closing';
+    leg.send(packets.closeRequest(this.connectID));
+    leg.resumeReading();
+    this.closeTimer = setTimeout(this.onCloseTimeout, CLOSE_ACK_MS);
   }
 
+  private readonly onCloseTimeout = (): void => {
+    this.closeTimer = null;
+    switch (this.state) {
+      case 'closing':
+        this.enterClosed();
+        this.leg!.abort();
+        return;
+      default:
+        return; // the timer stops with closing
+    }
+  };
+
   private fail(err: TunnelError): void {
-    this.clearDialTimer();
-    this.state = 'closed';
     this.finishLeg();
     this.destroy(err);
   }
 
+  /** Closed, and the leg finished normally. */
   private finishLeg(): void {
-    if (this.closeTimer) clearTimeout(this.closeTimer);
-    this.closeTimer = null;
+    this.enterClosed();
     this.leg?.end();
   }
 
-  private endReadable(): void {
-    if (this.readEnded) return;
-    this.readEnded = true;
-    this.push(null);
+  private enterClosed(): void {
+    this.state = 'closed';
+    this.clearDialTimer();
+    this.clearIdleTimer();
+    if (this.closeTimer) clearTimeout(this.closeTimer);
+    this.closeTimer = null;
   }
 
   private touch(): void {
+    switch (this.state) {
+      case 'closed':
+        return; // no timer starts once closed
+      default:
+        break;
+    }
     if (this.idleMs <= 0) {
-      if (this.idleTimer) clearTimeout(this.idleTimer);
-      this.idleTimer = null;
+      this.clearIdleTimer();
       return;
     }
     if (this.idleTimer) this.idleTimer.refresh();
@@ -354,8 +515,7 @@ export class TunnelSocket extends Duplex {
     this.dialTimer = null;
   }
 
-  private cleanupTimers(): void {
-    this.clearDialTimer();
+  private clearIdleTimer(): void {
     if (this.idleTimer) clearTimeout(this.idleTimer);
     this.idleTimer = null;
   }

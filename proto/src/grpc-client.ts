@@ -7,9 +7,26 @@
 // One GrpcClient holds at most one HTTP/2 session at a time, opened on the first call and again after
 // the server went away (GOAWAY or a broken connection); calls on the old session finish there.
 //
-// A call's life: open (request sent) → streaming (response headers arrived: 'metadata') → finished
-// (status known: 'end' + 'status' for OK, 'error' + 'status' otherwise) → closed (stream gone).
-// Packets that arrived before the status are delivered first, also across pause()/resume().
+// One call (GrpcClientCall), states:
+//   failing    no stream (the client is closed, or the request failed): the status follows on the next tick
+//   open       request sent, no response headers yet
+//   streaming  response headers arrived ('metadata'): packets flow both ways
+//   ending     the status is known (trailers with END_STREAM, an HTTP or framing error) but not delivered:
+//              the packets before it go first, and the server's input must be over
+//   closing    the stream has closed; the packets and the status before it wait for the paused reader
+//   finished   the status is delivered ('end' + 'status' for OK, 'error' + 'status' otherwise); the
+//              stream has not closed yet
+//   closed     status delivered and stream closed ('close')
+//
+//   open ──headers──▶ streaming ──trailers + END_STREAM──▶ ending ──reader took all──▶ finished ──stream closed──▶ closed
+//   open ──HTTP error, not gRPC──▶ ending;   streaming ──framing error──▶ ending
+//   open, streaming, ending ──stream closed──▶ closing ──reader took all──▶ closed
+//   open, streaming, ending ──cancel()──▶ finished;   closing ──cancel()──▶ closed
+//   failing ──next tick──▶ closed;   failing ──cancel()──▶ finished ──next tick──▶ closed
+// Our END_STREAM (end()) is the HTTP/2 stream's own: write() fails after it as it would on the stream.
+// No timers; the stream's listeners go with the stream, which emits nothing after its 'close'.
+// Packets that arrived before the status are delivered first, also across pause()/resume() (the
+// Inbox below: the reader's own flowing/paused state).
 import { EventEmitter } from 'node:events';
 import http2 from 'node:http2';
 import net from 'node:net';
@@ -179,18 +196,50 @@ export class GrpcClient {
   }
 }
 
+/**
+ * Packets decoded but not yet handed to the call's reader, who may pause them. States:
+ *   flowing  packets are handed over as they come
+ *   paused   packets wait here (the HTTP/2 stream is paused as well, so only the rest of a chunk does)
+ */
+class Inbox {
+  state: 'flowing' | 'paused' = 'flowing';
+  /** In arrival order (the message reader appends to it). */
+  readonly packets: Packet[] = [];
+
+  pause(): void {
+    this.state = 'paused';
+  }
+
+  resume(): void {
+    this.state = 'flowing';
+  }
+
+  /** The call is cancelled: nothing more is handed over, and nothing stays paused. */
+  clear(): void {
+    this.packets.length = 0;
+    this.state = 'flowing';
+  }
+
+  /** Hands packets to `deliver` while flowing; true once the reader has taken every one. */
+  drain(deliver: (p: Packet) => void): boolean {
+    while (this.state === 'flowing' && this.packets.length > 0) deliver(this.packets.shift()!);
+    return this.state === 'flowing' && this.packets.length === 0;
+  }
+}
+
+export type GrpcCallState = 'failing' | 'open' | 'streaming' | 'ending' | 'closing' | 'finished' | 'closed';
+
 /** A client-side bidi call (the events and methods grpc-js's ClientDuplexStream has that we use). */
 export class GrpcClientCall extends EventEmitter {
+  state: GrpcCallState;
   private readonly stream: http2.ClientHttp2Stream | null;
   private readonly reader: GrpcMessageReader;
-  private readonly queue: Packet[] = [];
-  private paused = false;
+  private readonly inbox = new Inbox();
+  /** The status the server's trailers carry (the call ends with it at END_STREAM or the stream's close). */
   private trailers: GrpcCallStatus | null = null;
-  /** The status, once known; delivered after every queued packet. */
-  private final: GrpcCallStatus | null = null;
-  private delivered = false;
-  private cancelled = false;
-  private streamClosed = false;
+  /** The status, from ending on. */
+  private status: GrpcCallStatus | null = null;
+  /** Why the connection failed, if it did (the status when the stream closes without one). */
   private streamError: string | null = null;
 
   /** A call that failed before it started (emits 'error' and 'status' on the next tick). */
@@ -204,6 +253,7 @@ export class GrpcClientCall extends EventEmitter {
     super();
     this.reader = new GrpcMessageReader(maxMessageBytes);
     if (!session) {
+      this.state = 'failing';
       this.stream = null;
       return;
     }
@@ -214,23 +264,19 @@ export class GrpcClientCall extends EventEmitter {
         'user-agent': 'cluster-proxy', 'grpc-accept-encoding': 'identity', ...metadata,
       });
     } catch (err) {
+      this.state = 'failing';
       this.stream = null;
       process.nextTick(() => this.fail(GrpcStatus.UNAVAILABLE, (err as Error).message));
       return;
     }
+    this.state = 'open';
     this.stream = stream;
     stream.on('response', (headers) => this.onResponse(headers));
-    stream.on('trailers', (headers) => {
-      this.trailers = statusFrom(headers);
-    });
+    stream.on('trailers', (headers) => this.onTrailers(headers));
     stream.on('data', (chunk: Buffer) => this.onData(chunk));
     stream.on('end', () => this.onEnd());
     stream.on('drain', () => this.emit('drain'));
-    stream.on('error', (err: NodeJS.ErrnoException) => {
-      // A stream-level reset (the peer's RST_STREAM) is mapped from its code on 'close'; anything
-      // else (refused, TLS, the session destroyed) means the connection failed.
-      if (err.code !== 'ERR_HTTP2_STREAM_ERROR') this.streamError ??= err.message;
-    });
+    stream.on('error', (err: NodeJS.ErrnoException) => this.onStreamError(err));
     stream.on('close', () => this.onClose());
   }
 
@@ -244,17 +290,29 @@ export class GrpcClientCall extends EventEmitter {
 
   write(p: Packet, callback?: (err?: Error | null) => void): boolean {
     const s = this.stream;
-    if (!s || this.final || s.destroyed || s.writableEnded) {
-      if (callback) process.nextTick(callback, new Error('call ended'));
-      return false;
+    switch (this.state) {
+      case 'open':
+      case 'streaming':
+        if (s && !s.destroyed && !s.writableEnded) return writeGrpcMessage(s, p, callback);
+        break;
+      default:
+        break; // the call is over (or never started)
     }
-    return writeGrpcMessage(s, p, callback);
+    if (callback) process.nextTick(callback, new Error('call ended'));
+    return false;
   }
 
   /** Half-closes our side (END_STREAM). */
   end(): void {
     const s = this.stream;
-    if (s && !s.destroyed && !s.writableEnded) s.end();
+    switch (this.state) {
+      case 'failing':
+      case 'closing':
+      case 'closed':
+        return; // no stream, or gone
+      default:
+        if (s && !s.destroyed && !s.writableEnded) s.end();
+    }
   }
 
   /**
@@ -264,67 +322,119 @@ export class GrpcClientCall extends EventEmitter {
    * suite run; not reproduced in isolation on Node 20 or 24, and our sessions no longer run on native TLS.)
    */
   cancel(): void {
-    if (this.cancelled) return;
-    this.cancelled = true;
     const s = this.stream;
-    if (s && !s.destroyed) {
-      if (!this.final) s.close(NGHTTP2_CANCEL);
-      else if (!s.writableEnded) s.end();
+    switch (this.state) {
+      case 'failing':
+        this.inbox.clear();
+        this.deliver({ code: GrpcStatus.CANCELLED, details: 'Cancelled on client', metadata: {} }, 'finished');
+        return;
+      case 'open':
+      case 'streaming':
+        if (s && !s.destroyed) s.close(NGHTTP2_CANCEL);
+        this.inbox.clear();
+        this.deliver({ code: GrpcStatus.CANCELLED, details: 'Cancelled on client', metadata: {} }, 'finished');
+        return;
+      case 'ending':
+        this.endOurSide();
+        this.inbox.clear();
+        this.deliver(this.status!, 'finished');
+        return;
+      case 'closing':
+        this.inbox.clear();
+        this.deliver(this.status!, 'closed');
+        return;
+      case 'finished':
+        this.endOurSide();
+        return;
+      case 'closed':
+        return;
     }
-    this.queue.length = 0;
-    this.paused = false;
-    this.finish(this.final ?? { code: GrpcStatus.CANCELLED, details: 'Cancelled on client', metadata: {} });
   }
 
   pause(): this {
-    this.paused = true;
+    this.inbox.pause();
     this.stream?.pause();
     return this;
   }
 
   resume(): this {
-    this.paused = false;
+    this.inbox.resume();
     this.flush();
-    if (!this.paused) this.stream?.resume();
+    if (this.inbox.state === 'flowing') this.stream?.resume();
     return this;
   }
 
-  /** A call without a stream: reports the status and is closed. */
+  /** The call never had a stream (next tick after it was made): it reports the status and is closed. */
   private fail(code: number, details: string): void {
-    this.streamClosed = true;
-    this.finish({ code, details, metadata: {} });
+    switch (this.state) {
+      case 'failing':
+        this.deliver({ code, details, metadata: {} }, 'closed');
+        return;
+      case 'finished':
+        this.enterClosed(); // cancelled first: the status is out
+        return;
+      default:
+        return; // only a call without a stream fails this way
+    }
   }
 
   private onResponse(headers: http2.IncomingHttpHeaders & http2.IncomingHttpStatusHeader): void {
+    switch (this.state) {
+      case 'open':
+        break;
+      default:
+        return; // one response per stream; cancelled before it came: ignored
+    }
     const httpStatus = Number(headers[':status']);
     if (headers['grpc-status'] !== undefined) {
-      // Trailers-only: the status came with the headers.
+      // Trailers-only: the status came with the headers (no transition: END_STREAM or the close delivers it).
       this.trailers = statusFrom(headers);
       return;
     }
     if (httpStatus !== 200) {
-      this.final = { code: grpcStatusFromHttp(httpStatus), details: `Received HTTP status code ${httpStatus}`, metadata: {} };
-      this.stream?.close(NGHTTP2_CANCEL);
+      this.state = 'ending';
+      this.status = { code: grpcStatusFromHttp(httpStatus), details: `Received HTTP status code ${httpStatus}`, metadata: {} };
+      this.stream!.close(NGHTTP2_CANCEL);
       return;
     }
     const contentType = String(headers['content-type'] ?? '');
     if (!contentType.startsWith('application/grpc')) {
-      this.final = { code: GrpcStatus.UNKNOWN, details: `unexpected content-type "${contentType}"`, metadata: {} };
-      this.stream?.close(NGHTTP2_CANCEL);
+      this.state = 'ending';
+      this.status = { code: GrpcStatus.UNKNOWN, details: `unexpected content-type "${contentType}"`, metadata: {} };
+      this.stream!.close(NGHTTP2_CANCEL);
       return;
     }
+    this.state = 'streaming';
     this.emit('metadata', metadataFrom(headers));
   }
 
+  private onTrailers(headers: http2.IncomingHttpHeaders): void {
+    switch (this.state) {
+      case 'open':
+      case 'streaming':
+        this.trailers = statusFrom(headers);
+        return;
+      default:
+        return; // the status is settled already
+    }
+  }
+
   private onData(chunk: Buffer): void {
-    if (this.final || this.cancelled) return;
+    switch (this.state) {
+      case 'open': // (HTTP/2 delivers the headers first)
+      case 'streaming':
+        break;
+      default:
+        return; // after the status, or cancelled: dropped
+    }
     try {
-      this.reader.push(chunk, this.queue);
+      this.reader.push(chunk, this.inbox.packets);
     } catch (err) {
       const e = err as GrpcFramingError;
-      this.final = { code: e.code, details: e.message, metadata: {} };
+      this.state = 'ending';
+      this.status = { code: e.code, details: e.message, metadata: {} };
       this.reader.clear();
-      this.stream?.close(NGHTTP2_CANCEL);
+      this.stream!.close(NGHTTP2_CANCEL);
       return;
     }
     this.flush();
@@ -332,48 +442,110 @@ export class GrpcClientCall extends EventEmitter {
 
   /** The server's END_STREAM: with trailers, the status; without, 'close' decides (a dying connection ends streams too). */
   private onEnd(): void {
-    if (this.final || !this.trailers) return;
-    this.final = this.trailers;
-    this.flush();
+    switch (this.state) {
+      case 'open':
+      case 'streaming':
+        if (!this.trailers) return;
+        this.state = 'ending';
+        this.status = this.trailers;
+        this.flush();
+        return;
+      default:
+        return; // the status is known already
+    }
+  }
+
+  private onStreamError(err: NodeJS.ErrnoException): void {
+    switch (this.state) {
+      case 'open':
+      case 'streaming':
+        // A stream-level reset (the peer's RST_STREAM) is mapped from its code on 'close'; anything
+        // else (refused, TLS, the session destroyed) means the connection failed.
+        if (err.code !== 'ERR_HTTP2_STREAM_ERROR') this.streamError ??= err.message;
+        return;
+      default:
+        return; // the status is known already; 'close' follows
+    }
   }
 
   private onClose(): void {
-    this.streamClosed = true;
-    if (!this.final) {
-      const stream = this.stream!;
-      const code = stream.rstCode;
-      const sessionGone = this.session?.destroyed ?? true;
-      if (this.trailers) this.final = this.trailers;
-      else if (this.streamError !== null || sessionGone) {
-        // The connection failed or closed (refused, TLS, the server gone, a ping timeout).
-        this.final = { code: GrpcStatus.UNAVAILABLE, details: this.streamError ?? 'connection closed', metadata: {} };
-      } else if (stream.readableEnded) {
-        this.final = this.reader.pending > 0
-          ? { code: GrpcStatus.INTERNAL, details: 'stream ended inside a message', metadata: {} }
-          : { code: GrpcStatus.UNKNOWN, details: 'server ended the stream without a status', metadata: {} };
-      } else {
-        this.final = { code: rstStatus(code), details: `Received RST_STREAM with code ${code ?? 'unknown'}`, metadata: {} };
-      }
+    switch (this.state) {
+      case 'open':
+      case 'streaming':
+        this.state = 'closing';
+        this.status = this.statusAtClose();
+        this.flush();
+        return;
+      case 'ending':
+        this.state = 'closing';
+        this.flush();
+        return;
+      case 'finished':
+        this.enterClosed();
+        return;
+      default:
+        return; // a stream closes once
     }
-    if (this.delivered) this.emit('close');
-    else this.flush();
+  }
+
+  /** The status of a stream that closed before it had one. */
+  private statusAtClose(): GrpcCallStatus {
+    const stream = this.stream!;
+    const code = stream.rstCode;
+    const sessionGone = this.session?.destroyed ?? true;
+    if (this.trailers) return this.trailers;
+    if (this.streamError !== null || sessionGone) {
+      // The connection failed or closed (refused, TLS, the server gone, a ping timeout).
+      return { code: GrpcStatus.UNAVAILABLE, details: this.streamError ?? 'connection closed', metadata: {} };
+    }
+    if (stream.readableEnded) {
+      return this.reader.pending > 0
+        ? { code: GrpcStatus.INTERNAL, details: 'stream ended inside a message', metadata: {} }
+        : { code: GrpcStatus.UNKNOWN, details: 'server ended the stream without a status', metadata: {} };
+    }
+    return { code: rstStatus(code), details: `Received RST_STREAM with code ${code ?? 'unknown'}`, metadata: {} };
   }
 
   /** Hands queued packets to the reader while it is not paused, then the status once all are out. */
   private flush(): void {
-    while (!this.paused && this.queue.length > 0 && !this.cancelled) this.emit('data', this.queue.shift()!);
-    const inputDone = this.streamClosed || (this.stream?.readableEnded ?? true);
-    if (!this.paused && this.queue.length === 0 && this.final && inputDone) this.finish(this.final);
+    if (!this.inbox.drain(this.emitPacket)) return;
+    switch (this.state) {
+      case 'ending':
+        // Trailers come with END_STREAM; after an error the stream's close ends the input.
+        if (this.stream!.readableEnded) this.deliver(this.status!, 'finished');
+        return;
+      case 'closing':
+        this.deliver(this.status!, 'closed');
+        return;
+      default:
+        return; // no status yet, or delivered
+    }
   }
 
-  private finish(status: GrpcCallStatus): void {
-    if (this.delivered) return;
-    this.delivered = true;
-    this.final = status;
+  private readonly emitPacket = (p: Packet): void => {
+    this.emit('data', p);
+  };
+
+  /** Reports the status: 'end' or 'error', then 'status', then 'close' if the stream is gone. */
+  private deliver(status: GrpcCallStatus, next: 'finished' | 'closed'): void {
+    this.state = next;
+    this.status = status;
     if (status.code === GrpcStatus.OK) this.emit('end');
     else if (this.listenerCount('error') > 0) this.emit('error', new GrpcCallError(status.code, status.details));
     this.emit('status', status);
-    if (this.streamClosed) this.emit('close');
+    if (next === 'closed') this.emit('close');
+  }
+
+  /** The status was delivered before; now the stream is gone too. */
+  private enterClosed(): void {
+    this.state = 'closed';
+    this.emit('close');
+  }
+
+  /** After the status our side only needs ending (END_STREAM), not a reset. */
+  private endOurSide(): void {
+    const s = this.stream;
+    if (s && !s.destroyed && !s.writableEnded) s.end();
   }
 }
 

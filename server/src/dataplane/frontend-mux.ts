@@ -2,6 +2,24 @@
 // many connections. Each connection is a Frontend for the core; per-connection credit runs both ways
 // (the client grants us a window per connection, we grant it one), so one slow reader or writer
 // never stalls the others.
+//
+// One connection (MuxFrontendConn), states:
+//   dialing         DIAL_REQ taken; the core is dialing
+//   open            bytes flow both ways
+//   ending          the destination ended: HALF_CLOSE goes to the client behind the queued bytes
+//   ended           HALF_CLOSE sent; the client's bytes still go to the destination
+//   closing         the core closed cleanly: CLOSE_RSP goes to the client behind the queued bytes
+//   ending-closing  both: HALF_CLOSE, then CLOSE_RSP, behind the queued bytes
+//   closed          forgotten by the session; queue, waiter, read hold and window released
+//
+//   dialing ──dialSucceeded (DIAL_RSP)──▶ open ──remoteEnded──▶ ending ──queue sent (HALF_CLOSE)──▶ ended
+//   open, ended ──closed('')──▶ closing ──queue sent (CLOSE_RSP)──▶ closed
+//   ending ──closed('')──▶ ending-closing ──queue sent (HALF_CLOSE, CLOSE_RSP)──▶ closed
+//   dialing ──dialFailed (DIAL_RSP with the error)──▶ closed
+//   open, ending, ended ──closed(error): the queue is dropped, CLOSE_RSP(error)──▶ closed
+//   any ──abandon (DIAL_CLS, the client gone)──▶ closed
+// The client's HALF_CLOSE and CLOSE_REQ go to the core (ProxiedConnection): their outcome comes back
+// here as closed().
 import {
   CAP_CREDIT, CAP_HALF_CLOSE, MAX_MESSAGE_BYTES, MD_CAPABILITIES, MD_WINDOW, PacketType, ReceiveWindow, SendCredit, StreamSender, packetTypeName, packets, parseCapabilities, tapWrites,
   type ByteSink, type DialFailureReason, type FramedPacketStream, type Hello, type MemoryBudget, type Packet,
@@ -12,42 +30,45 @@ import type { ServerMetrics } from './metrics.js';
 import type { ProxiedConnection } from './proxied-connection.js';
 import type { ProxyCore } from './proxy-core.js';
 
-type ConnState = 'dialing' | 'open' | 'closed';
+export type MuxConnState = 'dialing' | 'open' | 'ending' | 'ended' | 'closing' | 'ending-closing' | 'closed';
 
-class MuxFrontendConn implements Frontend {
+export class MuxFrontendConn implements Frontend {
   readonly halfClose = true;
   get client(): string {
     return this.session.client;
   }
-  state: ConnState = 'dialing';
+  state: MuxConnState = 'dialing';
   id = 0;
   proxied: ProxiedConnection | null = null;
   private readonly toClient: SendCredit;
   /** Chunks from the destination waiting for the client's credit (bounded by the agent's window). */
   private readonly queue: { chunk: Buffer; cb: (err?: Error | null) => void }[] = [];
-  private endAfterQueue = false;
-  private closeAfterQueue: string | null = null;
   /** Client bytes: credit goes back to the client as they leave for the agent; null until open. */
   private fromClient: ReceiveWindow | null = null;
   readonly sink: ByteSink;
 
   constructor(private readonly session: MuxFrontendSession, readonly random: bigint, readonly address: string) {
     this.toClient = new SendCredit(session.peerWindow, () => session.metrics.flowControlStalls.inc({ direction: 'to_client' }));
-    this.sink = {
-      write: (chunk, cb) => {
-        this.queue.push({ chunk, cb });
-        this.flush();
-        return true;
-      },
-    };
+    this.sink = { write: (chunk, cb) => this.onDestinationBytes(chunk, cb) };
   }
 
   // ------------------------------------------------------------ from the client
 
   onData(data: Buffer): void {
-    if (this.state !== 'open' || !this.fromClient) return;
-    this.fromClient.write(data);
-    if (this.session.peerWindow !== null && this.fromClient.overrun > MAX_MESSAGE_BYTES) {
+    switch (this.state) {
+      case 'open':
+      case 'ending':
+      case 'ended':
+      case 'closing':
+      case 'ending-closing':
+        break;
+      case 'dialing': // not registered yet: the session answers an unknown connectID
+      case 'closed':
+        return;
+    }
+    const fromClient = this.fromClient!;
+    fromClient.write(data);
+    if (this.session.peerWindow !== null && fromClient.overrun > MAX_MESSAGE_BYTES) {
       this.session.log.warn({ connectID: this.id }, 'client exceeded its flow-control window; closing the connection');
       this.proxied?.close();
     }
@@ -58,10 +79,27 @@ class MuxFrontendConn implements Frontend {
     this.flush();
   }
 
-  // ------------------------------------------------------------ Frontend
+  /** The client went away (DIAL_CLS, or its connection is gone): close our side. */
+  abandon(): void {
+    switch (this.state) {
+      case 'closed':
+        return;
+      default:
+        this.release();
+        this.state = 'closed';
+        this.proxied?.close();
+    }
+  }
+
+  // ------------------------------------------------------------ Frontend (from the core)
 
   dialSucceeded(_connectID: number): void {
-    if (this.state !== 'dialing') return;
+    switch (this.state) {
+      case 'dialing':
+        break;
+      default:
+        return; // abandoned while dialing: the core was told to close
+    }
     this.state = 'open';
     this.id = this.session.register(this);
     // The bytes wait in the proxied connection until the agent's credit lets them go: that is where
@@ -73,55 +111,134 @@ class MuxFrontendConn implements Frontend {
       budget: this.session.budget,
       direction: 'to_agent',
       gauge: false,
-      report: (bytes) => {
-        if (this.state === 'open') this.session.sender.send(packets.credit(this.id, bytes));
-      },
+      report: this.reportCredit,
     });
     this.session.sender.send(packets.dialResponse(this.random, this.id));
   }
 
   dialFailed(reason: DialFailureReason, message: string): void {
-    if (this.state === 'closed') return;
-    this.state = 'closed';
-    this.session.forget(this);
-    this.session.sender.send(packets.dialResponse(this.random, 0, message, reason));
+    switch (this.state) {
+      case 'dialing':
+        this.state = 'closed';
+        this.session.forget(this);
+        this.session.sender.send(packets.dialResponse(this.random, 0, message, reason));
+        return;
+      default:
+        return; // the core fails only dials in progress; abandoned: nobody to tell
+    }
   }
 
   remoteEnded(): void {
-    this.endAfterQueue = true;
-    this.flush();
+    switch (this.state) {
+      case 'open':
+        this.state = 'ending';
+        this.flush();
+        return;
+      default:
+        return; // the core reports the destination's end once, and only while open
+    }
   }
 
   closed(error: string): void {
-    if (this.state === 'closed') return;
-    if (error !== '') this.drop(error);
-    // A clean close delivers what is queued first.
-    this.closeAfterQueue = error;
-    this.flush();
+    switch (this.state) {
+      case 'open':
+      case 'ended':
+      case 'ending':
+        if (error !== '') {
+          this.drop(error);
+          return;
+        }
+        // A clean close delivers what is queued first (and a HALF_CLOSE still owed, before it).
+        this.state = this.state === 'ending' ? 'ending-closing' : 'closing';
+        this.flush();
+        return;
+      case 'dialing':
+        // Not expected (a dial's end comes through dialFailed): forget the connection.
+        this.drop(error);
+        return;
+      case 'closing':
+      case 'ending-closing':
+      case 'closed':
+        return; // closed once already
+    }
   }
 
   /** No credit towards the agent. A client with credit is held back by the credit it does not get
    * back; one without (it did not negotiate it) can only be paused as a whole stream. */
   pause(): void {
-    if (this.session.peerWindow === null) this.session.sender.holdReads(this);
+    switch (this.state) {
+      case 'open':
+      case 'ending':
+      case 'ended':
+        if (this.session.peerWindow === null) this.session.sender.holdReads(this);
+        return;
+      default:
+        return; // the core pauses only open connections; a hold taken now would never be lifted
+    }
   }
 
   resume(): void {
-    this.session.sender.releaseReads(this);
+    switch (this.state) {
+      case 'closed':
+        return; // released already
+      default:
+        this.session.sender.releaseReads(this);
+    }
   }
 
-  // ------------------------------------------------------------ helpers
+  // ------------------------------------------------------------ towards the client
 
+  /** The core's bytes for the client: queued, sent as the client's credit allows. */
+  private onDestinationBytes(chunk: Buffer, cb: (err?: Error | null) => void): boolean {
+    switch (this.state) {
+      case 'dialing':
+      case 'closed':
+        return true; // nothing to send them on (dropped, as a closed connection's queue is)
+      default:
+        this.queue.push({ chunk, cb });
+        this.flush();
+        return true;
+    }
+  }
+
+  /** Sends queued bytes within the client's credit; once none are left, what waited behind them. */
   private readonly flush = (): void => {
+    switch (this.state) {
+      case 'dialing':
+      case 'closed':
+        return; // nothing queued
+      default:
+        if (!this.sendQueued()) return;
+    }
+    const sender = this.session.sender;
+    switch (this.state) {
+      case 'ending':
+        this.state = 'ended';
+        sender.send(packets.halfClose(this.id));
+        return;
+      case 'ending-closing':
+        sender.send(packets.halfClose(this.id));
+        this.closeAfterQueue();
+        return;
+      case 'closing':
+        this.closeAfterQueue();
+        return;
+      default:
+        return;
+    }
+  };
+
+  /** True when the queue is empty; false while the client's credit or the stream holds some back. */
+  private sendQueued(): boolean {
     const sender = this.session.sender;
     while (this.queue.length > 0) {
       if (sender.congested) {
         sender.whenWritable(this.flush);
-        return;
+        return false;
       }
       const head = this.queue[0]!;
       const n = this.toClient.allowance(head.chunk.length);
-      if (n === 0) return; // waiting for the client's credit
+      if (n === 0) return false; // waiting for the client's credit
       sender.send(packets.data(this.id, n < head.chunk.length ? head.chunk.subarray(0, n) : head.chunk));
       this.toClient.consume(n);
       if (n < head.chunk.length) {
@@ -131,31 +248,29 @@ class MuxFrontendConn implements Frontend {
       this.queue.shift();
       head.cb();
     }
-    if (this.endAfterQueue && this.state === 'open') {
-      this.endAfterQueue = false;
-      sender.send(packets.halfClose(this.id));
-    }
-    if (this.closeAfterQueue !== null && this.state === 'open') {
-      this.state = 'closed';
-      sender.send(packets.closeResponse(this.id, this.closeAfterQueue));
-      this.release();
-      this.session.forget(this);
-    }
+    return true;
+  }
+
+  private closeAfterQueue(): void {
+    this.state = 'closed';
+    this.session.sender.send(packets.closeResponse(this.id, ''));
+    this.release();
+    this.session.forget(this);
+  }
+
+  /** Client bytes left for the agent: the client gets their credit back while it may still send. */
+  private readonly reportCredit = (bytes: number): void => {
+    // Not before open (no window then), nor once closed (the window is disposed).
+    if (this.state !== 'closed') this.session.sender.send(packets.credit(this.id, bytes));
   };
 
   /** The connection is gone with an error: queued bytes will never be delivered. */
   private drop(error: string): void {
+    const wasOpen = this.state !== 'dialing';
     this.release();
-    if (this.state === 'open') this.session.sender.send(packets.closeResponse(this.id, error));
+    if (wasOpen) this.session.sender.send(packets.closeResponse(this.id, error));
     this.state = 'closed';
     this.session.forget(this);
-  }
-
-  /** The client went away: close our side. */
-  abandon(): void {
-    this.release();
-    this.state = 'closed';
-    this.proxied?.close();
   }
 
   private release(): void {
@@ -254,6 +369,7 @@ export class MuxFrontendSession {
         this.open.get(p.credit.connectID)?.onCredit(p.credit.bytes);
         return;
       case PacketType.HALF_CLOSE:
+        // The client will send no more: the core passes it on (and ignores its later DATA).
         this.open.get(p.halfClose.connectID)?.proxied?.endWrite();
         return;
       case PacketType.CLOSE_REQ: {
