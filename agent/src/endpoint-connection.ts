@@ -13,7 +13,7 @@
 //   dialing, open, *-ended ──CLOSE_REQ or DIAL_CLS, an error, the socket closing──▶ closing ──socket closed──▶ closed
 //   hub-ended ──destination EOF (HALF_CLOSE first)──▶ closing
 //   closing is skipped when nothing is left to flush; destroy() (the stream gone) goes to closed from any state.
-//   A failed dial: the owner answers DIAL_RSP and marks the connection closed (nothing was started).
+//   A failed dial: dialFailed() (the owner answers DIAL_RSP; nothing was started).
 // finish() sends CLOSE_RSP on the way out; a CLOSE_REQ after that is acknowledged again.
 import type net from 'node:net';
 import { LazyLog, MAX_DATA_CHUNK, MAX_MESSAGE_BYTES, ReceiveWindow, SendCredit, packets, type MemoryBudget, type StreamSender } from '@cluster-proxy/proto';
@@ -43,7 +43,11 @@ export interface EndpointOwner {
 
 export class EndpointConnection {
   /** Set to `closed` by the owner when the dial fails (it answers DIAL_RSP itself). */
-  state: EndpointState = 'dialing';
+  private stateNow: EndpointState = 'dialing';
+
+  get state(): EndpointState {
+    return this.stateNow;
+  }
   private socket: net.Socket | null = null;
   private writer: ReceiveWindow | null = null;
   private readonly sendCredit: SendCredit;
@@ -65,6 +69,11 @@ export class EndpointConnection {
   }
 
   /** The dial succeeded: start pumping. */
+  /** The dial failed before anything was started: the owner answers the hub with DIAL_RSP. */
+  dialFailed(): void {
+    if (this.stateNow === 'dialing') this.stateNow = 'closed';
+  }
+
   attach(socket: net.Socket): void {
     switch (this.state) {
       case 'dialing':
@@ -74,7 +83,7 @@ export class EndpointConnection {
         socket.destroy();
         return;
     }
-    this.state = 'open';
+    this.stateNow = 'open';
     this.socket = socket;
     socket.setNoDelay(true);
     this.writer = new ReceiveWindow({
@@ -128,11 +137,11 @@ export class EndpointConnection {
   onHalfClose(): void {
     switch (this.state) {
       case 'open':
-        this.state = 'hub-ended';
+        this.stateNow = 'hub-ended';
         this.socket!.end();
         return;
       case 'destination-ended':
-        this.state = 'both-ended';
+        this.stateNow = 'both-ended';
         this.socket!.end();
         return;
       default:
@@ -233,7 +242,7 @@ export class EndpointConnection {
           this.finish('');
           return;
         }
-        this.state = 'destination-ended';
+        this.stateNow = 'destination-ended';
         this.owner.sender.send(packets.halfClose(this.connectID));
         return;
       case 'hub-ended':
@@ -301,7 +310,7 @@ export class EndpointConnection {
   private finish(error: string): void {
     const socket = this.state === 'dialing' ? null : this.socket;
     const flush = socket !== null && !socket.destroyed && error === '' && socket.writableLength > 0;
-    this.state = flush ? 'closing' : 'closed';
+    this.stateNow = flush ? 'closing' : 'closed';
     this.owner.sender.send(packets.closeResponse(this.connectID, error));
     this.owner.forget(this);
     this.owner.sender.cancelWaiter(this.resumeReading);
@@ -338,7 +347,7 @@ export class EndpointConnection {
   }
 
   private enterClosed(): void {
-    this.state = 'closed';
+    this.stateNow = 'closed';
     if (this.flushTimer) clearTimeout(this.flushTimer);
     this.flushTimer = null;
     const socket = this.socket;

@@ -275,7 +275,7 @@ export class ServerConnection extends EventEmitter implements EndpointOwner {
       (err: unknown) => {
         if (conn.state !== 'dialing') return; // abandoned: CLOSE_RSP already sent
         this.forget(conn);
-        conn.state = 'closed';
+        conn.dialFailed();
         const f = err instanceof DialFailure ? err : new DialFailure('unknown', String(err));
         this.metrics.endpointDialFailures.inc({ reason: f.reason });
         logs.log.info({ address, reason: f.reason }, f.message);
