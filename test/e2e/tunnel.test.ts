@@ -267,7 +267,8 @@ for (const transport of ['mux', 'grpc'] as const) {
           expect(stalled!.bytesToAgent).toBeLessThan(24 * MiB);
           a.destroy();
         } finally {
-          await waitFor(async () => (await hub.tables()).agents.every((x) => x.established.length === 0), { timeoutMs: 5000, message: 'stalled connection closed' });
+          // The hub gives the bytes A still had waiting 2 s to get credit before it closes towards the agent.
+          await waitFor(async () => (await hub.tables()).agents.every((x) => x.established.length === 0), { timeoutMs: 10_000, message: 'stalled connection closed' });
           await stall.close();
         }
       });

@@ -82,7 +82,7 @@ describe('ProxiedConnection: client bytes towards an agent with credit', () => {
       conn.write(Buffer.alloc(2 * WINDOW));
       conn.close();
       expect(dataBytes()).toBe(WINDOW);
-      vi.advanceTimersByTime(4999);
+      vi.advanceTimersByTime(1999);
       expect(events).not.toContain('CLOSE_REQ');
       vi.advanceTimersByTime(1);
       expect(events).toContain('CLOSE_REQ');

@@ -41,7 +41,7 @@ export type ProxiedState = 'pending' | 'open' | 'closing' | 'closed';
 const CLOSE_ACK_TIMEOUT_MS = 10_000;
 /** After the client closed, how long its last bytes may wait for the agent's credit before they are
  * dropped (an ANP client closes right after its last write; a stuck destination must not hold on). */
-const CLOSE_FLUSH_MS = 5000;
+const CLOSE_FLUSH_MS = 2000;
 /** Unflushed bytes per connection we accept from an agent without credit before pausing its stream. */
 const LEGACY_BACKLOG = 4 * 1024 * 1024;
 
