@@ -8,6 +8,9 @@
 
 import type { MemoryBudget } from './memory-budget.js';
 
+/** A window that turned over within this long belongs to a connection moving data fast. */
+const QUICK_TURNOVER_MS = 50;
+
 /** Sending side: how much more we may send on one connection. `null` window = peer has no credit
  * support (unmodified ANP), so only the shared stream's own backpressure applies. */
 export class SendCredit {
@@ -77,7 +80,7 @@ export interface ReceiveWindowOptions {
  * chunk leaves the sink's buffer (its write callback). Counting per chunk, rather than waiting for
  * 'drain' (which needs an empty buffer), keeps credit flowing while data streams through.
  *
- * The window is what the sender may make us hold. It starts small and doubles, from the budget,
+ * The window is what the sender may make us hold. It starts small and grows fourfold, from the budget,
  * each time a whole window has passed through while the sender was using its credit and the sink
  * kept up (a bulk transfer), like TCP's receive autotuning; a sink that stops reading keeps the
  * window it had, and an overdrawn budget takes flushed bytes back instead of returning them.
@@ -90,8 +93,9 @@ export class ReceiveWindow {
   private owed = 0;
   /** Bytes flushed since the window last changed. */
   private turnover = 0;
-  /** The least credit the sender had left since then (below one batch: it was waiting for us). */
+  /** The least credit the sender had left since then, and when that began. */
   private lowWater: number;
+  private resizedAt = Date.now();
   private disposed = false;
 
   constructor(private readonly opts: ReceiveWindowOptions) {
@@ -119,9 +123,7 @@ export class ReceiveWindow {
   /** Optional hook: the sink has flushed everything (used to lift stream-wide pressure). */
   onFlushed?: () => void;
 
-  write(data: Buffer): void {
-    // Behind a backlog the chunk will wait; a small view must not pin the large buffer it came in.
-    const chunk = this.pendingBytes > 0 ? compact(data) : data;
+  write(chunk: Buffer): void {
     const n = chunk.length;
     this.outstanding -= n;
     if (this.outstanding < this.lowWater) this.lowWater = this.outstanding;
@@ -151,6 +153,7 @@ export class ReceiveWindow {
   private resized(): void {
     this.turnover = 0;
     this.lowWater = this.outstanding;
+    this.resizedAt = Date.now();
   }
 
   private gauge(delta: number): void {
@@ -168,9 +171,11 @@ export class ReceiveWindow {
       this.owed -= back;
       this.resized();
       budget.release(direction, back);
-    } else if (this.turnover >= this.window && this.lowWater < this.window / 8 && this.pendingBytes <= this.window / 2) {
-      // A whole window went through, the sender ran short of credit and the sink kept up: grow.
-      const more = budget.growth(direction, this.window, initial, this.window);
+    } else if (this.turnover >= this.window && this.pendingBytes <= this.window / 2 && (this.lowWater <= this.window / 2 || Date.now() - this.resizedAt <= QUICK_TURNOVER_MS)) {
+      // A whole window went through and the sink kept up, and the sender used most of its credit (a
+      // long round trip) or the window turned over quickly (a short one, with credit always on its
+      // way): a bulk transfer. Grow fourfold: it reaches the largest window within a few MiB.
+      const more = budget.growth(direction, this.window, initial, 3 * this.window);
       if (more > 0) {
         this.window += more;
         this.owed += more;
@@ -185,12 +190,4 @@ export class ReceiveWindow {
       this.opts.report(n);
     }
   }
-}
-
-/**
- * `data`, or a copy of it when it is a small view of a larger buffer (a payload cut out of a received
- * chunk): held for long, the view would keep the whole chunk in memory, many times its own size.
- */
-export function compact(data: Buffer): Buffer {
-  return data.byteLength * 2 < data.buffer.byteLength ? Buffer.from(data) : data;
 }

@@ -1,4 +1,4 @@
-import { describe, expect, it } from 'vitest';
+import { describe, expect, it, vi } from 'vitest';
 import { ReceiveWindow, type ByteSink } from './flow-control.js';
 import { MemoryBudget, throttleReporter } from './memory-budget.js';
 
@@ -66,11 +66,19 @@ describe('MemoryBudget and growing windows', () => {
 
   it('an idle connection or a sender that does not use its credit does not grow', () => {
     const budget = new MemoryBudget(64 * MiB, { maxWindow: 4 * MiB });
-    const { w, credit, sink } = connection(budget);
-    // The sender sends a little at a time, far below its credit.
-    for (let i = 0; i < 1000; i++) pump(w, credit, 1 * KiB, sink);
-    expect(w.size).toBe(32 * KiB);
-    w.dispose();
+    vi.useFakeTimers();
+    try {
+      const { w, credit, sink } = connection(budget);
+      // The sender sends a little at a time, far below its credit, 1 KiB every 100 ms.
+      for (let i = 0; i < 1000; i++) {
+        pump(w, credit, 1 * KiB, sink);
+        vi.advanceTimersByTime(100);
+      }
+      expect(w.size).toBe(32 * KiB);
+      w.dispose();
+    } finally {
+      vi.useRealTimers();
+    }
   });
 
   it('1024 connections moving at once share the growth part fairly and stall within the budget; a bulk beside them still grows', () => {

@@ -5,7 +5,7 @@
 //   closing  the client closed: what still waits for credit goes first (CLOSE_FLUSH_MS at most),
 //            then CLOSE_REQ to the agent, waiting for CLOSE_RSP (timer running)
 //   closed   removed from every table; the frontend has been told
-import { LazyLog, MAX_DATA_CHUNK, MAX_MESSAGE_BYTES, ReceiveWindow, SendCredit, classifyDialError, compact, packets, type DialFailureReason, type MemoryBudget, type StreamSender } from '@cluster-proxy/proto';
+import { LazyLog, MAX_DATA_CHUNK, MAX_MESSAGE_BYTES, ReceiveWindow, SendCredit, classifyDialError, packets, type DialFailureReason, type MemoryBudget, type StreamSender } from '@cluster-proxy/proto';
 import type { Logger } from 'pino';
 import type { Frontend } from './frontend.js';
 import type { ServerMetrics } from './metrics.js';
@@ -156,8 +156,7 @@ export class ProxiedConnection {
   write(data: Buffer, sent?: () => void): void {
     if (this.state !== 'open' || this.clientEnded) return;
     this.backend.metrics.bytes.inc({ direction: 'to_agent' }, data.length);
-    // Bytes that will wait for credit must not pin the buffer they were cut from.
-    this.waiting.push({ data: this.waitingBytes > 0 || !this.toAgentCredit.canSend() ? compact(data) : data, sent });
+    this.waiting.push({ data, sent });
     this.waitingBytes += data.length;
     this.holding(data.length);
     this.sendWaiting();
@@ -176,7 +175,7 @@ export class ProxiedConnection {
    */
   private sendWaiting(): void {
     while (this.waiting.length > 0) {
-      if (this.backend.sender.congested) {
+      if (this.backend.sender.congested && !this.backend.credit) {
         this.backend.sender.whenWritable(this.onWritable);
         break;
       }

@@ -350,7 +350,8 @@ export class ConnectConnection implements Frontend, TrackedConnection {
   resume(): void {
     this.corePaused = false;
     this.probed = 0;
-    this.stopProbe();
+    // The probe timer stays: pause and resume come by the thousand in a bulk transfer, and it does
+    // nothing when it finds the socket flowing.
     if (this.isTunnel()) this.socket.resume();
   }
 
