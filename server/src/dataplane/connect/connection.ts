@@ -23,10 +23,9 @@ const LINGER_MS = 2000;
 const FLUSH_TIMEOUT_MS = 60_000;
 /** A socket paused for lack of credit is out of the event loop: a client that leaves (FIN or reset)
  * would go unnoticed for as long as its destination stalls. So it is read once in a while, one chunk
- * at a time (kept for the agent, nothing lost), up to PROBE_ALLOWANCE until the credit comes back, and
- * while all probes together hold less than their share of the hub's budget. */
+ * at a time (kept for the agent, nothing lost), up to PROBE_ALLOWANCE until the credit comes back. */
 const PROBE_INTERVAL_MS = 5000;
-const PROBE_ALLOWANCE = 256 * 1024;
+const PROBE_ALLOWANCE = 1024 * 1024;
 
 export class ConnectConnection implements Frontend, TrackedConnection {
   readonly halfClose = true; // a TCP socket can half-close
@@ -113,7 +112,6 @@ export class ConnectConnection implements Frontend, TrackedConnection {
         if (this.corePaused) {
           // Read by a probe: one chunk, then paused again until the next probe.
           this.probed += chunk.length;
-          this.shared.probes.bytes += chunk.length;
           this.socket.pause();
           this.scheduleProbe();
         }
@@ -341,7 +339,7 @@ export class ConnectConnection implements Frontend, TrackedConnection {
   }
 
   private scheduleProbe(): void {
-    if (this.probeTimer || this.probed >= PROBE_ALLOWANCE || this.shared.probes.bytes >= this.shared.probes.limit) return;
+    if (this.probeTimer || this.probed >= PROBE_ALLOWANCE) return;
     this.probeTimer = setTimeout(() => {
       this.probeTimer = null;
       // Reads until the next chunk, EOF or reset.
@@ -351,7 +349,7 @@ export class ConnectConnection implements Frontend, TrackedConnection {
 
   resume(): void {
     this.corePaused = false;
-    this.releaseProbed();
+    this.probed = 0;
     // The probe timer stays: pause and resume come by the thousand in a bulk transfer, and it does
     // nothing when it finds the socket flowing.
     if (this.isTunnel()) this.socket.resume();
@@ -360,12 +358,6 @@ export class ConnectConnection implements Frontend, TrackedConnection {
   private stopProbe(): void {
     if (this.probeTimer) clearTimeout(this.probeTimer);
     this.probeTimer = null;
-    this.releaseProbed();
-  }
-
-  private releaseProbed(): void {
-    this.shared.probes.bytes -= this.probed;
-    this.probed = 0;
   }
 
   // ------------------------------------------------------------ responses and teardown

@@ -96,8 +96,6 @@ export async function startConnectFrontend(opts: ConnectFrontendOptions): Promis
     maxHeaderBytes: opts.maxHeaderBytes ?? DEFAULT_MAX_HEADER_BYTES,
     plainAllowsTokens: opts.plain?.allowTokens ?? false,
     conns,
-    // Probes read what paused clients sent: an eighth of the hub's budget for all of them.
-    probes: { bytes: 0, limit: Math.floor(opts.core.budget.limit / 8) },
   };
   const maxConnections = opts.maxConnections ?? Number.POSITIVE_INFINITY;
   const servers: net.Server[] = [];

@@ -43,6 +43,4 @@ export interface ConnectShared {
   maxHeaderBytes: number;
   plainAllowsTokens: boolean;
   conns: Set<TrackedConnection>;
-  /** Bytes read by probes of paused sockets, all connections together, and the most there may be. */
-  probes: { bytes: number; limit: number };
 }
