@@ -23,9 +23,10 @@ const LINGER_MS = 2000;
 const FLUSH_TIMEOUT_MS = 60_000;
 /** A socket paused for lack of credit is out of the event loop: a client that leaves (FIN or reset)
  * would go unnoticed for as long as its destination stalls. So it is read once in a while, one chunk
- * at a time (kept for the agent, nothing lost), up to PROBE_ALLOWANCE until the credit comes back. */
+ * at a time (kept for the agent, nothing lost), up to PROBE_ALLOWANCE until the credit comes back. A
+ * probe that finds nothing to read leaves the socket flowing: it then sees the client's end at once. */
 const PROBE_INTERVAL_MS = 5000;
-const PROBE_ALLOWANCE = 1024 * 1024;
+const PROBE_ALLOWANCE = 128 * 1024;
 
 export class ConnectConnection implements Frontend, TrackedConnection {
   readonly halfClose = true; // a TCP socket can half-close
