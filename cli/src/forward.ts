@@ -63,7 +63,7 @@ export function pipeForward(local: net.Socket, remote: Duplex, destination: stri
   remote.once('error', (err: Error) => {
     log.warn({ destination }, err.message);
     local.unpipe(remote);
-    if (!local.destroyed) local.resetAndDestroy();
+    resetLocal(local);
   });
   // The local client reset, or went away before sending its FIN: abort the tunneled connection
   // (the destination sees it). After its FIN, the remote leg finishes sending and closes by itself.
@@ -75,15 +75,27 @@ export function pipeForward(local: net.Socket, remote: Duplex, destination: stri
     if (local.destroyed || remote.errored) return;
     if (!remote.readableEnded) {
       // Closed without an orderly end of its bytes: never let the client read that as complete.
-      local.resetAndDestroy();
+      resetLocal(local);
       return;
     }
     // The destination closed: the client still gets what is queued and our FIN (through the pipe);
     // what it sends from now on has nowhere to go, so it gets a reset, as TCP answers a closed socket.
     local.unpipe(remote);
-    local.once('data', () => local.resetAndDestroy());
+    local.once('data', () => resetLocal(local));
     local.resume(); // unpipe() paused it
   });
+}
+
+/**
+ * A TCP reset, whatever is still queued for the client; a close if our FIN is already under way
+ * (end() called, every byte written, no 'finish' yet): libuv refuses a reset then, and Node would
+ * drop the handle without closing it (no 'close', a leaked descriptor). The client's stream is
+ * complete by then, and bytes it still sends get a reset from the kernel.
+ */
+function resetLocal(local: net.Socket): void {
+  if (local.destroyed) return;
+  if (local.writableEnded && local.writableLength === 0 && !local.writableFinished) local.destroy();
+  else local.resetAndDestroy();
 }
 
 export async function runForward(args: string[]): Promise<void> {

@@ -9,19 +9,51 @@ const UDS_MODE = 0o660;
 
 /**
  * RST for a TCP client, TLS included (it learns the stream is incomplete; a FIN, or a TLS
- * close_notify, would read as a complete stream). A Unix socket has no reset: it just closes.
+ * close_notify, would read as a complete stream), whatever is still queued for it. A Unix socket
+ * has no reset: it just closes. So does a socket whose FIN is already under way (see finEnRoute).
  */
 export function resetSocket(s: net.Socket): void {
   if (s.destroyed) return;
+  if (finEnRoute(s)) {
+    s.destroy();
+    return;
+  }
+  if (!(s instanceof tls.TLSSocket)) {
+    try {
+      s.resetAndDestroy();
+    } catch {
+      s.destroy(); // not a TCP handle (a Unix socket): a close is all there is
+    }
+    return;
+  }
   // A TLS socket's TCP connection is the net.Socket it wraps (`_parent`, set by node:tls for
   // server-side sockets); resetAndDestroy() works only on that TCP handle.
-  const raw = s instanceof tls.TLSSocket ? (s as tls.TLSSocket & { _parent?: unknown })._parent : s;
-  try {
-    if (raw instanceof net.Socket && !raw.destroyed) raw.resetAndDestroy();
-  } catch {
-    // Not a TCP handle (a Unix socket): a close is all there is.
+  const raw = (s as tls.TLSSocket & { _parent?: unknown })._parent;
+  if (!(raw instanceof net.Socket)) {
+    s.destroy();
+    return;
   }
-  s.destroy();
+  if (raw.destroyed) return; // reset already: the TLS socket follows its close (below)
+  // The TLS socket is destroyed once its TCP socket has closed (node:tls does so too), not now:
+  // destroying it in the turn of the reset frees its TLS state while a write made in that turn is
+  // still to complete, and Node crashes (SIGSEGV, Node 20 and 24).
+  try {
+    raw.resetAndDestroy();
+    raw.once('close', () => s.destroy());
+  } catch {
+    s.destroy(); // not over TCP
+  }
+}
+
+/**
+ * end() was called and every byte written: the shutdown (our FIN, after a TLS close_notify) is in
+ * progress until 'finish'. libuv refuses a reset meanwhile (EINVAL), and Node then drops the TCP
+ * handle without closing it: no 'close' ever, a leaked descriptor, and the client stays half-open.
+ * The client's stream is complete by then, so a plain close loses nothing (and bytes it still
+ * sends are answered with a reset by the kernel).
+ */
+export function finEnRoute(s: net.Socket): boolean {
+  return s.writableEnded && s.writableLength === 0 && !s.writableFinished;
 }
 
 export function peerOf(s: net.Socket): string {
