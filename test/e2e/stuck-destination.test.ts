@@ -180,12 +180,14 @@ describe('destinations that never read', () => {
       const hubScrape = await scrape(hub.ports.health);
       if (process.env['STUCK_DEBUG']) for (const port of [hub.ports.health, muxAgent.healthPort]) console.info((await (await fetch(`http://127.0.0.1:${port}/metrics`)).text()).split('\n').filter((l) => /memory_|heap_size|external|resident|array_buffers/.test(l) && !l.startsWith('#')).join('\n'));
       expect(hubScrape.value('cluster_proxy_server_memory_committed_bytes')).toBeLessThanOrEqual(HUB_BUDGET_MIB * MiB);
-      // Without budgets each stuck connection held ~4 MiB on the agent and ~2.5 MiB on the hub.
+      // Without budgets each stuck connection held ~4 MiB on the agent and ~2.5 MiB on the hub: ~290 MiB on
+      // the mux agent (72 connections), ~260 on the gRPC agent, ~280 on the hub. What is left beyond the
+      // budgets is memory Node and the allocator keep after moving ~300 MiB (40–100 MiB here, more under load).
       const total = handed.reduce((n, b) => n + b, 0);
       console.info(`stuck: ${stuck.length} connections took ${(total / MiB).toFixed(0)} MiB before blocking; RSS MiB before → peak: hub ${before.hub.toFixed(0)} → ${peak.hub.toFixed(0)}, mux agent ${before.mux.toFixed(0)} → ${peak.mux.toFixed(0)}, grpc agent ${before.grpc.toFixed(0)} → ${peak.grpc.toFixed(0)}`);
-      expect(peak.mux - before.mux).toBeLessThan(3 * AGENT_BUDGET_MIB + 32);
-      expect(peak.grpc - before.grpc).toBeLessThan(3 * AGENT_BUDGET_MIB + 32);
-      expect(peak.hub - before.hub).toBeLessThan(3 * HUB_BUDGET_MIB + 32);
+      expect(peak.mux - before.mux).toBeLessThan(128);
+      expect(peak.grpc - before.grpc).toBeLessThan(128);
+      expect(peak.hub - before.hub).toBeLessThan(160);
 
       // Nothing was dropped: every stuck connection is still open, both tunnels too.
       const tables = await hub.tables();

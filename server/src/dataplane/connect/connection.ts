@@ -26,7 +26,7 @@ const FLUSH_TIMEOUT_MS = 60_000;
  * at a time (kept for the agent, nothing lost), up to PROBE_ALLOWANCE until the credit comes back. A
  * probe that finds nothing to read leaves the socket flowing: it then sees the client's end at once. */
 const PROBE_INTERVAL_MS = 5000;
-const PROBE_ALLOWANCE = 128 * 1024;
+const PROBE_ALLOWANCE = 256 * 1024;
 
 export class ConnectConnection implements Frontend, TrackedConnection {
   readonly halfClose = true; // a TCP socket can half-close
@@ -47,7 +47,7 @@ export class ConnectConnection implements Frontend, TrackedConnection {
   private corePaused = false;
   private timer: NodeJS.Timeout | null = null;
   private probeTimer: NodeJS.Timeout | null = null;
-  /** Bytes read by probes since the core last resumed us. */
+  /** Bytes read by probes since the core last resumed us, and the wait before the next probe. */
   private probed = 0;
 
   constructor(private readonly socket: net.Socket, private readonly listener: ListenerKind, private readonly shared: ConnectShared) {
@@ -343,8 +343,9 @@ export class ConnectConnection implements Frontend, TrackedConnection {
     if (this.probeTimer || this.probed >= PROBE_ALLOWANCE) return;
     this.probeTimer = setTimeout(() => {
       this.probeTimer = null;
+      if (!this.corePaused || !this.isTunnel()) return;
       // Reads until the next chunk, EOF or reset.
-      if (this.corePaused && this.isTunnel()) this.socket.resume();
+      this.socket.resume();
     }, PROBE_INTERVAL_MS);
   }
 
