@@ -81,9 +81,10 @@ export interface ReceiveWindowOptions {
  * 'drain' (which needs an empty buffer), keeps credit flowing while data streams through.
  *
  * The window is what the sender may make us hold. It starts small and grows fourfold, from the budget,
- * each time a whole window has passed through while the sender was using its credit and the sink
- * kept up (a bulk transfer), like TCP's receive autotuning; a sink that stops reading keeps the
- * window it had, and an overdrawn budget takes flushed bytes back instead of returning them.
+ * each time a whole window has passed through quickly, or while the sender used most of its credit,
+ * and the sink kept up (a bulk transfer), in the spirit of TCP's receive autotuning; a sink that stops
+ * reading keeps the window it had, and an overdrawn budget takes flushed bytes back instead of
+ * returning them.
  */
 export class ReceiveWindow {
   private window: number;
