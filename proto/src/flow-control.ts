@@ -163,7 +163,6 @@ export class ReceiveWindow {
 
   private flushed(bytes: number): void {
     const { budget, direction, initial } = this.opts;
-    budget.markMoving(this);
     this.owed += bytes;
     this.turnover += bytes;
     if (budget.overdrawn && this.window > initial) {
@@ -185,6 +184,8 @@ export class ReceiveWindow {
       }
     }
     if (this.owed >= Math.max(1, Math.floor(this.window / 8))) {
+      // Moving: once per credit batch is enough for the fair share (it looks at the last second or two).
+      budget.markMoving(this);
       const n = this.owed;
       this.owed = 0;
       this.outstanding += n;

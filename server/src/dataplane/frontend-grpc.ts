@@ -3,6 +3,7 @@
 //   await-dial → DIAL_REQ → dialing → DIAL_RSP ok → open → CLOSE_REQ/CLOSE_RSP → done
 import { CAP_HALF_CLOSE, LazyLog, MD_CAPABILITIES, PacketType, packetTypeName, packets, parseCapabilities, type ByteSink, type DialFailureReason, type Packet } from '@cluster-proxy/proto';
 import type { Logger } from 'pino';
+import { certificatePrincipal, principalName } from './connect/responses.js';
 import type { Frontend } from './frontend.js';
 import { GrpcStatus, type GrpcServerCall } from './grpc-server.js';
 import { grpcCodeName } from './metrics.js';
@@ -29,8 +30,8 @@ export class GrpcFrontend implements Frontend {
     private readonly onDone: (f: GrpcFrontend) => void,
   ) {
     this.lazyLog = new LazyLog(log, {});
-    const cn = call.peerCertificate()?.subject?.CN;
-    this.client = cn ? `certificate "${Array.isArray(cn) ? cn[0] : cn}"` : 'unix-socket';
+    const cert = call.peerCertificate();
+    this.client = cert ? principalName(certificatePrincipal(cert.subject?.CN)) : 'unix-socket';
     const caps = parseCapabilities(call.metadata.get(MD_CAPABILITIES).map(String).join(','));
     this.halfClose = caps.has(CAP_HALF_CLOSE);
     call.sendMetadata(this.halfClose ? { [MD_CAPABILITIES]: CAP_HALF_CLOSE } : {});

@@ -43,10 +43,6 @@ export class ProxyCore {
     this.maxConnectionsPerClient = opts.maxConnectionsPerClient ?? Number.MAX_SAFE_INTEGER;
   }
 
-  get connectionCount(): number {
-    return this.connections;
-  }
-
   addBackend(b: AgentBackend): void {
     this.routes.add(b);
     this.metrics.tunnelConnects.inc({ transport: b.transport });

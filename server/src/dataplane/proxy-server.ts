@@ -15,6 +15,7 @@ import { TlsPort } from './tls-port.js';
 import { HubApi } from '../fleet/hub-api.js';
 import { MuxFrontendSession } from './frontend-mux.js';
 import { startConnectFrontend, type ConnectFrontend } from './connect/frontend.js';
+import { certificatePrincipal, principalName } from './connect/responses.js';
 import { TokenStore } from '../fleet/tokens.js';
 import type { TLSSocket } from 'node:tls';
 import { GrpcFrontend } from './frontend-grpc.js';
@@ -224,8 +225,7 @@ export class ProxyServer {
       stream.end();
       return;
     }
-    const cn = socket.getPeerCertificate().subject?.CN;
-    const client = `certificate "${(Array.isArray(cn) ? cn[0] : cn) || 'unnamed-certificate'}"`;
+    const client = principalName(certificatePrincipal(socket.getPeerCertificate().subject?.CN));
     const session = new MuxFrontendSession(stream, _hello, this.core, this.opts.window ?? INITIAL_CONNECTION_WINDOW, this.opts.log.child({ peer }), (done) => this.muxClients.delete(done), client);
     stream.startKeepalive(30_000, 10_000);
     this.muxClients.add(session);

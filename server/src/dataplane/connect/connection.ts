@@ -9,7 +9,7 @@ import { tokenAllowsCluster } from '../../fleet/tokens.js';
 import type { Frontend } from '../frontend.js';
 import type { ProxiedConnection } from '../proxied-connection.js';
 import { findHeadEnd, parseAuthority, parseHead, tokenFromHeader } from './request.js';
-import { DIAL_FAILURE_STATUS, PROXY_AUTHENTICATE, STATUS_TEXT, oneLine, principalName, printable } from './responses.js';
+import { DIAL_FAILURE_STATUS, PROXY_AUTHENTICATE, STATUS_TEXT, certificatePrincipal, oneLine, principalName, printable } from './responses.js';
 import { peerOf, resetSocket } from './sockets.js';
 import type { ConnectConnectionInfo, ConnectShared, ConnectState, ListenerKind, Principal, TrackedConnection } from './types.js';
 
@@ -254,7 +254,7 @@ export class ConnectConnection implements Frontend, TrackedConnection {
         if (s.authorized) {
           // Agents share the CA with hub users; an agent certificate must not open connections into other clusters.
           if (clusterFromSubject(cert.subject)) return { status: 403, message: 'agent certificates may not use the client frontend', reason: 'agent_certificate' };
-          return { principal: { kind: 'certificate', name: firstValue(cert.subject?.CN) || 'unnamed-certificate' } };
+          return { principal: certificatePrincipal(cert.subject?.CN) };
         }
         certNote = ` (the client certificate was not accepted: ${oneLine(String(s.authorizationError ?? 'not verified'))})`;
       }
@@ -410,8 +410,4 @@ export class ConnectConnection implements Frontend, TrackedConnection {
     if (this.timer) clearTimeout(this.timer);
     this.timer = null;
   }
-}
-
-function firstValue(v: string | string[] | undefined): string {
-  return Array.isArray(v) ? (v[0] ?? '') : (v ?? '');
 }

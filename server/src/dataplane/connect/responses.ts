@@ -35,6 +35,16 @@ export const STATUS_TEXT: Readonly<Record<number, string>> = {
   504: 'Gateway Timeout',
 };
 
+/** A certificate subject field (node:tls gives an array when a name repeats): its first value. */
+function firstValue(v: string | string[] | undefined): string {
+  return Array.isArray(v) ? (v[0] ?? '') : (v ?? '');
+}
+
+/** Who a client certificate names, as every frontend shows it (messages, the per-client limit). */
+export function certificatePrincipal(cn: string | string[] | undefined): Principal {
+  return { kind: 'certificate', name: firstValue(cn) || 'unnamed-certificate' };
+}
+
 export function principalName(p: Principal): string {
   switch (p.kind) {
     case 'certificate':
