@@ -169,10 +169,11 @@ describe('renderAgentInstall', () => {
     const budgetArg = (resources?: AgentInstallInput['resources']): string | undefined =>
       (podSpec(renderAgentInstall({ ...base, resources })).containers[0] as unknown as { args: string[] }).args.find((a) => a.startsWith('--memory-budget='));
     expect(budgetArg()).toBe('--memory-budget=64Mi');
-    expect((podSpec(renderAgentInstall(base)).containers[0] as unknown as { resources: { limits: { memory: string } } }).resources.limits.memory).toBe('192Mi');
-    expect(budgetArg({ limits: { memory: '512Mi' } })).toBe('--memory-budget=224Mi');
-    expect(budgetArg({ limits: { memory: '1Gi' } })).toBe('--memory-budget=480Mi');
-    expect(budgetArg({ limits: { memory: '268435456' } })).toBe('--memory-budget=96Mi');
+    expect((podSpec(renderAgentInstall(base)).containers[0] as unknown as { resources: { limits: { memory: string } } }).resources.limits.memory).toBe('256Mi');
+    expect(budgetArg({ limits: { memory: '512Mi' } })).toBe('--memory-budget=166Mi');
+    expect(budgetArg({ limits: { memory: '1Gi' } })).toBe('--memory-budget=371Mi');
+    expect(budgetArg({ limits: { memory: '268435456' } })).toBe('--memory-budget=64Mi');
+    expect(budgetArg({ limits: { memory: '192Mi' } })).toBe('--memory-budget=38Mi');
     expect(budgetArg({ limits: { memory: '64Mi' } })).toBe('--memory-budget=8Mi'); // a floor, not zero
     expect(budgetArg({ requests: { memory: '32Mi' } })).toBe('--memory-budget=64Mi'); // no limit: the default
   });
