@@ -10,6 +10,12 @@ import type { MemoryBudget } from './memory-budget.js';
 
 /** A window that turned over within this long belongs to a connection moving data fast. */
 const QUICK_TURNOVER_MS = 50;
+/**
+ * A window grows only if it turned over within this long: no window is more than a second of what
+ * its connection moves. A destination that stopped reading still trickles now and then (the kernel
+ * making room in its full receive buffer); without this, a thousand of them grew their windows.
+ */
+const GROWTH_TURNOVER_MS = 1000;
 
 /** Sending side: how much more we may send on one connection. `null` window = peer has no credit
  * support (unmodified ANP), so only the shared stream's own backpressure applies. */
@@ -96,7 +102,7 @@ export class ReceiveWindow {
   private turnover = 0;
   /** The least credit the sender had left since then, and when that began. */
   private lowWater: number;
-  private resizedAt = Date.now();
+  private measuringSince = Date.now();
   private disposed = false;
 
   constructor(private readonly opts: ReceiveWindowOptions) {
@@ -151,10 +157,11 @@ export class ReceiveWindow {
     this.pendingBytes = 0;
   }
 
-  private resized(): void {
+  /** Starts a new turnover measurement (after a resize, or when the last one took too long). */
+  private startMeasuring(): void {
     this.turnover = 0;
     this.lowWater = this.outstanding;
-    this.resizedAt = Date.now();
+    this.measuringSince = Date.now();
   }
 
   private gauge(delta: number): void {
@@ -169,24 +176,27 @@ export class ReceiveWindow {
       const back = Math.min(this.owed, this.window - initial);
       this.window -= back;
       this.owed -= back;
-      this.resized();
+      this.startMeasuring();
       budget.release(direction, back);
-    } else if (this.turnover >= this.window && this.pendingBytes <= this.window / 2 && (this.lowWater <= this.window / 2 || Date.now() - this.resizedAt <= QUICK_TURNOVER_MS)) {
-      // A whole window went through and the sink kept up, and the sender used most of its credit (a
-      // long round trip) or the window turned over quickly (a short one, with credit always on its
-      // way): a bulk transfer. Grow fourfold: it reaches the largest window within a few MiB.
-      const more = budget.growth(direction, this.window, initial, 3 * this.window);
+    } else if (this.turnover >= this.window) {
+      // A whole window went through within a second and the sink kept up, and the sender used most of
+      // its credit (a long round trip) or the window turned over quickly (a short one, with credit
+      // always on its way): a bulk transfer. Grow fourfold: it reaches the largest window within a
+      // few MiB. Otherwise measure again from here.
+      const took = Date.now() - this.measuringSince;
+      const bulk = took <= GROWTH_TURNOVER_MS && this.pendingBytes <= this.window / 2 && (this.lowWater <= this.window / 2 || took <= QUICK_TURNOVER_MS);
+      const more = bulk ? budget.growth(direction, this.window, initial, 3 * this.window) : 0;
       if (more > 0) {
         this.window += more;
         this.owed += more;
-        this.resized();
         budget.commit(direction, more);
       }
+      this.startMeasuring();
     }
     if (this.owed >= Math.max(1, Math.floor(this.window / 8))) {
       // Moving: once per credit batch is enough for the fair share (it looks at the last second or two).
-      budget.markMoving(this);
       const n = this.owed;
+      budget.markMoving(this, n);
       this.owed = 0;
       this.outstanding += n;
       this.opts.report(n);

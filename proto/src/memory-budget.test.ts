@@ -17,6 +17,10 @@ class Sink implements ByteSink {
   tick(): void {
     if (this.fast) for (const cb of this.pending.splice(0)) cb();
   }
+  /** A stalled sink takes one piece now and then (the kernel making room in a full receive buffer). */
+  trickle(): void {
+    this.pending.shift()?.();
+  }
 }
 
 /** One round trip of a sender that uses all the credit it has (in pieces of at most `piece`), up to `total`. */
@@ -106,6 +110,42 @@ describe('MemoryBudget and growing windows', () => {
     for (const c of conns) c.w.dispose();
     expect(budget.committed).toBe(0);
     expect(budget.usageByDirection()[0]!.buffered).toBe(0);
+  });
+
+  it('stalled connections that still trickle neither grow nor count as moving: a bulk beside them grows as beside quiet ones', () => {
+    vi.useFakeTimers();
+    try {
+      const budget = new MemoryBudget(64 * MiB, { maxWindow: 4 * MiB });
+      const conns = Array.from({ length: 1024 }, () => connection(budget));
+      for (let round = 0; round < 40; round++) for (const c of conns) pump(c.w, c.credit, 64 * KiB, c.sink);
+      for (const c of conns) c.sink.fast = false;
+      for (let round = 0; round < 10; round++) for (const c of conns) pump(c.w, c.credit, 64 * MiB, c.sink);
+      const stalled = budget.committed;
+      vi.advanceTimersByTime(5000);
+      const bulk = connection(budget);
+      for (let i = 0; i < 200; i++) {
+        // Every second, every stalled connection passes a piece on and is sent as much again.
+        if (i % 10 === 0) {
+          vi.advanceTimersByTime(1000);
+          for (const c of conns) {
+            c.sink.trickle();
+            pump(c.w, c.credit, 64 * MiB, c.sink);
+          }
+        }
+        pump(bulk.w, bulk.credit, 8 * MiB, bulk.sink);
+      }
+      expect(bulk.w.size).toBe(4 * MiB);
+      expect(budget.committed).toBe(stalled + 4 * MiB);
+      // Had each trickle counted as moving, the bulk could have grown to 64 KiB at most (the growth part over 1,024).
+      const counting = new MemoryBudget(64 * MiB, { maxWindow: 4 * MiB, minMovingBytes: 1 });
+      for (let i = 0; i < 1024; i++) counting.markMoving({}, 16 * KiB);
+      expect(counting.growth('to_endpoint', 32 * KiB, 32 * KiB, 96 * KiB)).toBeLessThanOrEqual(32 * KiB);
+      bulk.w.dispose();
+      for (const c of conns) c.w.dispose();
+      expect(budget.committed).toBe(0);
+    } finally {
+      vi.useRealTimers();
+    }
   });
 
   it('an overdrawn budget takes flushed bytes back from grown windows until it is within its limit', () => {

@@ -14,6 +14,8 @@ export interface MemoryBudgetOptions {
   reserveShare?: number;
   /** A window wanted to grow and the budget said no (or less); the owner counts or logs it. */
   onThrottle?: (direction: string) => void;
+  /** Bytes a connection must pass on within an epoch to count as moving (default 64 KiB). */
+  minMovingBytes?: number;
   /** Clock for the "moving recently" epochs (tests). */
   now?: () => number;
 }
@@ -28,10 +30,18 @@ export interface DirectionUsage {
 
 /** Connections that passed data on within this long count as moving (for the fair share). */
 const EPOCH_MS = 1000;
+/**
+ * What a connection must pass on within an epoch to count as moving. A destination that stopped
+ * reading still trickles (the kernel makes a little room in its full receive buffer now and then):
+ * a thousand of those counted as moving would leave a bulk beside them a thousandth of the budget.
+ */
+const MIN_MOVING_BYTES = 64 * 1024;
 
 export class MemoryBudget {
   private committedBytes = 0;
   private readonly usage = new Map<string, DirectionUsage>();
+  /** Bytes each connection passed on in this epoch, and those over the threshold in this and the last. */
+  private passed = new Map<object, number>();
   private moving = new Set<object>();
   private movingBefore = new Set<object>();
   private epochStart = 0;
@@ -70,13 +80,16 @@ export class MemoryBudget {
     this.entry(direction).buffered += delta;
   }
 
-  /** `conn` just passed data on. */
-  markMoving(conn: object): void {
+  /** `conn` just passed `bytes` on. */
+  markMoving(conn: object, bytes: number): void {
     this.rotate();
-    this.moving.add(conn);
+    const total = (this.passed.get(conn) ?? 0) + bytes;
+    this.passed.set(conn, total);
+    if (total >= (this.opts.minMovingBytes ?? MIN_MOVING_BYTES)) this.moving.add(conn);
   }
 
   forget(conn: object): void {
+    this.passed.delete(conn);
     this.moving.delete(conn);
     this.movingBefore.delete(conn);
   }
@@ -115,6 +128,7 @@ export class MemoryBudget {
     // Two epochs without data: the older set is dropped.
     this.movingBefore = t - this.epochStart < 2 * EPOCH_MS ? this.moving : new Set();
     this.moving = new Set();
+    this.passed = new Map();
     this.epochStart = t;
   }
 }
