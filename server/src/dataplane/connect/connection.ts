@@ -10,7 +10,7 @@ import type { Frontend } from '../frontend.js';
 import type { ProxiedConnection } from '../proxied-connection.js';
 import { findHeadEnd, parseAuthority, parseHead, tokenFromHeader } from './request.js';
 import { DIAL_FAILURE_STATUS, PROXY_AUTHENTICATE, STATUS_TEXT, certificatePrincipal, oneLine, principalName, printable } from './responses.js';
-import { peerOf, resetSocket } from './sockets.js';
+import { peerOf, peerReset, resetSocket } from './sockets.js';
 import type { ConnectConnectionInfo, ConnectShared, ConnectState, ListenerKind, Principal, TrackedConnection } from './types.js';
 
 /** Bytes the client may send after the head while the dial is pending before we stop reading. */
@@ -22,9 +22,11 @@ const LINGER_MS = 2000;
  * (at most one flow-control window) before we give up on it. */
 const FLUSH_TIMEOUT_MS = 60_000;
 /** A socket paused for lack of credit is out of the event loop: a client that leaves (FIN or reset)
- * would go unnoticed for as long as its destination stalls. So it is read once in a while, one chunk
- * at a time (kept for the agent, nothing lost), up to PROBE_ALLOWANCE until the credit comes back. A
- * probe that finds nothing to read leaves the socket flowing: it then sees the client's end at once. */
+ * would go unnoticed for as long as its destination stalls. So once in a while the kernel is asked
+ * whether the client reset the connection (no read needed), and the socket is read one chunk at a
+ * time (kept for the agent, nothing lost), up to PROBE_ALLOWANCE until the credit comes back. A probe
+ * that finds nothing to read leaves the socket flowing: it then sees the client's end at once. A FIN
+ * behind more than the allowance is seen when the destination reads again. */
 const PROBE_INTERVAL_MS = 5000;
 const PROBE_ALLOWANCE = 256 * 1024;
 
@@ -340,12 +342,18 @@ export class ConnectConnection implements Frontend, TrackedConnection {
   }
 
   private scheduleProbe(): void {
-    if (this.probeTimer || this.probed >= PROBE_ALLOWANCE) return;
+    if (this.probeTimer) return;
     this.probeTimer = setTimeout(() => {
       this.probeTimer = null;
       if (!this.corePaused || !this.isTunnel()) return;
-      // Reads until the next chunk, EOF or reset.
-      this.socket.resume();
+      if (this.listener !== 'uds' && peerReset(this.socket)) {
+        this.log.debug({ destination: this.destination }, 'client reset the connection while it waited for credit');
+        this.socket.destroy();
+        return;
+      }
+      // Reads until the next chunk, EOF or reset; past the allowance only the kernel is asked.
+      if (this.probed < PROBE_ALLOWANCE) this.socket.resume();
+      else this.scheduleProbe();
     }, PROBE_INTERVAL_MS);
   }
 

@@ -46,6 +46,21 @@ export function resetSocket(s: net.Socket): void {
 }
 
 /**
+ * Whether a TCP client's connection was reset, asked without reading: once a reset arrived the kernel
+ * knows no peer any more (getpeername fails with ENOTCONN), while reading would first have to take
+ * every byte queued before it. A FIN does not show this way (the peer stays known until we close).
+ * Only for TCP (plain or under TLS): the caller leaves Unix sockets out.
+ */
+export function peerReset(s: net.Socket): boolean {
+  const tcp = s instanceof tls.TLSSocket ? (s as tls.TLSSocket & { _parent?: unknown })._parent : s;
+  if (!(tcp instanceof net.Socket) || tcp.destroyed) return false;
+  // The TCP handle's own getpeername: net.Socket's remoteAddress is read once and cached.
+  const handle = (tcp as net.Socket & { _handle?: { getpeername?: (out: object) => number } | null })._handle;
+  if (typeof handle?.getpeername !== 'function') return false;
+  return handle.getpeername({}) !== 0;
+}
+
+/**
  * end() was called and every byte written: the shutdown (our FIN, after a TLS close_notify) is in
  * progress until 'finish'. libuv refuses a reset meanwhile (EINVAL), and Node then drops the TCP
  * handle without closing it: no 'close' ever, a leaked descriptor, and the client stays half-open.
