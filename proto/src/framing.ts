@@ -88,6 +88,11 @@ export class FramedPacketStream extends EventEmitter {
     this.keepaliveTimer = null;
   }
 
+  /** Bytes queued in the socket, not yet handed to the kernel. */
+  get writableLength(): number {
+    return this.socket.writableLength;
+  }
+
   /** Queues one packet; false when the socket buffer is over its high-water mark ('drain' follows). */
   write(packet: Packet): boolean {
     if (this.closed) return false;

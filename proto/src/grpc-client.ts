@@ -284,6 +284,11 @@ export class GrpcClientCall extends EventEmitter {
     return this.stream?.writableEnded ?? true;
   }
 
+  /** Bytes written to the stream and not yet sent. */
+  get writableLength(): number {
+    return this.stream?.writableLength ?? 0;
+  }
+
   get writableNeedDrain(): boolean {
     return this.stream?.writableNeedDrain ?? false;
   }

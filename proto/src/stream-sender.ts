@@ -5,6 +5,8 @@ import type { Packet } from './packet.js';
 
 export interface PacketStream {
   write(packet: Packet): boolean;
+  /** Bytes written and not yet handed to the network. */
+  readonly writableLength: number;
   once(event: 'drain', listener: () => void): unknown;
   removeListener(event: 'drain', listener: () => void): unknown;
   pause(): unknown;
@@ -22,6 +24,11 @@ export class StreamSender {
   /** True while the stream's buffer is full; senders should pause their sources. */
   get congested(): boolean {
     return this.congestedFlag;
+  }
+
+  /** Bytes queued on the stream, not yet handed to the network. */
+  get queued(): number {
+    return this.stream.writableLength;
   }
 
   send(packet: Packet): void {
@@ -89,6 +96,9 @@ export function tapWrites(stream: PacketStream, onWrite: (p: Packet) => void): P
     write: (p) => {
       onWrite(p);
       return stream.write(p);
+    },
+    get writableLength() {
+      return stream.writableLength;
     },
     once: (event, listener) => stream.once(event, listener),
     removeListener: (event, listener) => stream.removeListener(event, listener),

@@ -97,6 +97,11 @@ export class GrpcServerCall extends EventEmitter {
     return this.ended;
   }
 
+  /** Bytes written to the stream and not yet sent (HTTP/2 flow control holds them back too). */
+  get writableLength(): number {
+    return this.stream.writableLength;
+  }
+
   getPeer(): string {
     return this.socket?.remoteAddress ? `${this.socket.remoteAddress}:${this.socket.remotePort}` : 'unix';
   }

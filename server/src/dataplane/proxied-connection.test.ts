@@ -14,7 +14,8 @@ const WINDOW = 1024 * 1024;
 function setup(opts: { clientHalfClose?: boolean } = {}) {
   const sent: Packet[] = [];
   const events: string[] = [];
-  const sender = { send: (p: Packet) => { sent.push(p); }, congested: false, whenWritable: () => {}, cancelWaiter: () => {}, releaseReads: () => {}, holdReads: () => {} };
+  const waiters: Array<() => void> = [];
+  const sender = { send: (p: Packet) => { sent.push(p); }, congested: false, queued: 0, whenWritable: (w: () => void) => { waiters.push(w); }, cancelWaiter: () => {}, releaseReads: () => {}, holdReads: () => {} };
   const backend = {
     agentID: 'a1', peerWindow: WINDOW, window: WINDOW, budget: new MemoryBudget(256 * 1024 * 1024, { maxWindow: MAX_CONNECTION_WINDOW }), credit: true, halfClose: true, metrics: new ServerMetrics(), sender,
     sendDialRequest: () => {}, sendDialClose: () => {}, forget: () => {}, established: () => {},
@@ -33,7 +34,13 @@ function setup(opts: { clientHalfClose?: boolean } = {}) {
   conn.onDialResponse(7, '', '');
   const dataBytes = (): number => sent.filter((p) => p.type === PacketType.DATA).reduce((n, p) => n + (p as { data: { data: Uint8Array } }).data.data.length, 0);
   const dataInOrder = (): Buffer => Buffer.concat(sent.filter((p) => p.type === PacketType.DATA).map((p) => Buffer.from((p as { data: { data: Uint8Array } }).data.data)));
-  return { conn, events, dataBytes, dataInOrder };
+  /** The shared stream drained: its waiters run. */
+  const drain = (): void => {
+    sender.congested = false;
+    sender.queued = 0;
+    for (const w of waiters.splice(0)) w();
+  };
+  return { conn, events, dataBytes, dataInOrder, sender, drain };
 }
 
 describe('ProxiedConnection: client bytes towards an agent with credit', () => {
@@ -52,6 +59,21 @@ describe('ProxiedConnection: client bytes towards an agent with credit', () => {
     expect(dataBytes()).toBe(input.length);
     expect(dataInOrder().equals(input)).toBe(true);
     expect(events.at(-1)).toBe('resume');
+    conn.close();
+  });
+
+  it('credit or not, bytes wait once the shared stream holds 8 MiB the agent has not read; they go when it drains', () => {
+    const { conn, dataBytes, sender, drain } = setup();
+    conn.onCredit(64 * WINDOW); // the agent granted far more than the stream should hold
+    sender.congested = true;
+    sender.queued = 4 * WINDOW; // congested, but below the limit: credit is what counts
+    conn.write(Buffer.alloc(WINDOW));
+    expect(dataBytes()).toBe(WINDOW);
+    sender.queued = 8 * WINDOW;
+    conn.write(Buffer.alloc(WINDOW));
+    expect(dataBytes()).toBe(WINDOW);
+    drain();
+    expect(dataBytes()).toBe(2 * WINDOW);
     conn.close();
   });
 

@@ -42,6 +42,13 @@ const CLOSE_ACK_TIMEOUT_MS = 10_000;
 /** After the client closed, how long its last bytes may wait for the agent's credit before they are
  * dropped (an ANP client closes right after its last write; a stuck destination must not hold on). */
 const CLOSE_FLUSH_MS = 2000;
+/**
+ * With credit, the agent's grants bound what we send it, but what it granted waits in our socket
+ * buffer until it reads: past this much queued on the shared stream, connections wait for it to drain
+ * as they do for an agent without credit. (A busy agent once granted its whole 64 MiB budget, all of it
+ * sat in the hub's buffer, and the hub cut the stream as not reading.)
+ */
+const CREDIT_STREAM_QUEUE_LIMIT = 8 * 1024 * 1024;
 /** Unflushed bytes per connection we accept from an agent without credit before pausing its stream. */
 const LEGACY_BACKLOG = 4 * 1024 * 1024;
 
@@ -175,7 +182,8 @@ export class ProxiedConnection {
    */
   private sendWaiting(): void {
     while (this.waiting.length > 0) {
-      if (this.backend.sender.congested && !this.backend.credit) {
+      const sender = this.backend.sender;
+      if (sender.congested && (!this.backend.credit || sender.queued >= CREDIT_STREAM_QUEUE_LIMIT)) {
         this.backend.sender.whenWritable(this.onWritable);
         break;
       }
