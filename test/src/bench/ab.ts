@@ -16,7 +16,7 @@ import { startCluster } from './cluster.js';
 import { CPU_FIGURE_LABELS, CPU_UNIT, type CpuFigure, type PathProcesses } from './cpu.js';
 import { startTargets, type TargetName } from './helpers.js';
 import { connectTcp, errorMessage, Pinger } from './io.js';
-import { cpuBusy, loadAverage, machineFacts } from './machine.js';
+import { cpuBusy, describeTcpMemory, loadAverage, machineFacts, tcpMemory } from './machine.js';
 import type { Dialer } from './paths.js';
 import { removeOnDeath, startReaper, stopReaper } from './reaper.js';
 import { FULL_CONFIG, ThroughputRun, type BenchConfig, type Direction } from './scenarios.js';
@@ -108,6 +108,13 @@ async function probe(dialer: Dialer): Promise<void> {
   }
 }
 
+function median(values: readonly number[]): number | null {
+  const v = [...values].sort((x, y) => x - y);
+  if (v.length === 0) return null;
+  const mid = Math.floor(v.length / 2);
+  return v.length % 2 === 1 ? (v[mid] ?? null) : ((v[mid - 1] ?? 0) + (v[mid] ?? 0)) / 2;
+}
+
 function fmt(value: number | null, digits = 2): string {
   return value === null || !Number.isFinite(value) ? 'n/a' : value.toFixed(digits);
 }
@@ -180,6 +187,7 @@ async function main(): Promise<number> {
     const machine = machineFacts(`ab: ${rounds} round(s), transfers ~${seconds} s`);
     const busy = await cpuBusy(1000);
     machine['busy before start'] = busy === undefined ? 'n/a' : `${(busy * 100).toFixed(0)}% of all cores (load average ${loadAverage()})`;
+    machine['tcp memory'] = describeTcpMemory(await tcpMemory());
 
     const targets = await startTargets();
     register('targets', targets.stop);
@@ -238,12 +246,13 @@ async function main(): Promise<number> {
       machine[`build ${build.name}`] = `${build.commit} ${build.dir}`;
     }
 
-    const loads: { round: number; before: string; after: string }[] = [];
+    const loads: { round: number; before: string; after: string; tcpPressureMs: number | null }[] = [];
     for (let round = 0; round < rounds && !stopping; round++) {
       // Alternate the order of subjects and of directions, so neither always runs first.
       const order = round % 2 === 0 ? subjects : [...subjects].reverse();
       const dirs: Direction[] = round % 2 === 0 ? ['up', 'down'] : ['down', 'up'];
       const before = (await readFile('/proc/loadavg', 'utf8')).trim();
+      const tcpBefore = await tcpMemory();
       for (const subject of order) {
         for (const dir of dirs) {
           if (stopping) break;
@@ -252,8 +261,11 @@ async function main(): Promise<number> {
         }
       }
       const after = (await readFile('/proc/loadavg', 'utf8')).trim();
-      loads.push({ round: round + 1, before, after });
-      log(`round ${round + 1}: /proc/loadavg ${before} -> ${after}`);
+      const tcpAfter = await tcpMemory();
+      // Under TCP memory pressure the proxies' throughput (and batch sizes) collapse: such a round is flagged.
+      const tcpPressureMs = tcpBefore && tcpAfter && Number.isFinite(tcpAfter.pressureMs - tcpBefore.pressureMs) ? tcpAfter.pressureMs - tcpBefore.pressureMs : null;
+      loads.push({ round: round + 1, before, after, tcpPressureMs });
+      log(`round ${round + 1}: /proc/loadavg ${before} -> ${after}; TCP memory pressure ${tcpPressureMs ?? 'n/a'} ms`);
     }
     if (stopping) return 1;
     machine['load after'] = loadAverage();
@@ -291,7 +303,16 @@ async function main(): Promise<number> {
         const b = reference.runs[dir];
         const cpuRatio = (a.cpu?.perGiB('proxy') ?? NaN) / (b.cpu?.perGiB('proxy') ?? NaN);
         const mbRatio = (a.values()[0] ?? NaN) / (b.values()[0] ?? NaN);
-        ratios.push(`${subject.name}/${reference.name} ${dir}: hub+agent CPU/GiB ${fmt(cpuRatio)}x, client ${fmt((a.cpu?.perGiB('client') ?? NaN) / (b.cpu?.perGiB('client') ?? NaN))}x, MB/s ${fmt(mbRatio)}x`);
+        // Round by round the two ran seconds apart, under about the same load: the median of those
+        // ratios is steadier than the ratio of totals on a busy machine.
+        const perRound = (x: number[], y: number[]): number[] => x.map((v, i) => v / (y[i] ?? NaN)).filter(Number.isFinite);
+        const cpuRounds = perRound(a.cpu?.perRound('proxy') ?? [], b.cpu?.perRound('proxy') ?? []);
+        const mbRounds = perRound(a.roundValues()[0] ?? [], b.roundValues()[0] ?? []);
+        const calm = (r: number[]): number[] => r.filter((_, i) => loads[i]?.tcpPressureMs === 0);
+        const calmText = (r: number[]): string => (loads.some((l) => l.tcpPressureMs !== 0) ? `, without TCP pressure ${fmt(median(calm(r)))}x` : '');
+        ratios.push(`${subject.name}/${reference.name} ${dir}: hub+agent CPU/GiB ${fmt(cpuRatio)}x (per round ${cpuRounds.map((r) => r.toFixed(2)).join(' ')}, median ${fmt(median(cpuRounds))}x${calmText(cpuRounds)}), `
+          + `client ${fmt((a.cpu?.perGiB('client') ?? NaN) / (b.cpu?.perGiB('client') ?? NaN))}x, `
+          + `MB/s ${fmt(mbRatio)}x (per round ${mbRounds.map((r) => r.toFixed(2)).join(' ')}, median ${fmt(median(mbRounds))}x${calmText(mbRounds)})`);
       }
     }
     const out = [
@@ -302,7 +323,7 @@ async function main(): Promise<number> {
       '',
       ...ratios,
       '',
-      ...loads.map((l) => `round ${l.round}: /proc/loadavg ${l.before} -> ${l.after}`),
+      ...loads.map((l) => `round ${l.round}: /proc/loadavg ${l.before} -> ${l.after}; ${l.tcpPressureMs ?? 'n/a'} ms under TCP memory pressure`),
       ...subjects.flatMap((s) => (['up', 'down'] as const).map((dir) => `note ${s.name} ${dir}: ${s.runs[dir].notes().join('; ')}`)),
     ];
     process.stdout.write(`${out.join('\n')}\n`);
