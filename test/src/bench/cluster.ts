@@ -51,9 +51,9 @@ export interface BenchCluster {
   gc(): Promise<{ hub: number; agent: number }>;
   /**
    * One `cluster-proxy forward` process per target (what an admin runs): resolves with the local
-   * port each serves. Each process is registered with `onStarted` so it is stopped with the rest.
+   * port each serves, and its PID. Each process is registered with `onStarted` so it is stopped with the rest.
    */
-  forwards(targets: Partial<Record<TargetName, number>>, onStarted: (name: string, stop: () => Promise<void>) => void): Promise<Partial<Record<TargetName, number>>>;
+  forwards(targets: Partial<Record<TargetName, number>>, onStarted: (name: string, stop: () => Promise<void>) => void): Promise<{ ports: Partial<Record<TargetName, number>>; pids: Partial<Record<TargetName, number>> }>;
   stop(): Promise<void>;
 }
 
@@ -62,6 +62,8 @@ export interface ProcessOptions {
   gcHook?: boolean;
   /** Write a CPU profile per process into this directory on exit. */
   cpuProfDir?: string;
+  /** The `cluster-proxy` entry script of another build (ab.ts compares builds); default this checkout's. */
+  cli?: string;
 }
 
 export interface ClusterOptions extends ProcessOptions {
@@ -132,7 +134,7 @@ export async function startBenchHub(pki: TestPki, opts: HubOptions): Promise<Ben
   const dataDir = await mkdtemp(path.join(pki.dir, `hub-${label}-`));
   const proc = reapOnDeath(spawnNode(`hub-${label}`, [
     ...nodeFlags(`hub-${label}`, opts),
-    CLI, 'hub', '--data-dir', dataDir, '--bind-address', '127.0.0.1', '--agent-port', '0', '--frontend-port', '0', '--health-port', '0', '--admin-port', '0',
+    opts.cli ?? CLI, 'hub', '--data-dir', dataDir, '--bind-address', '127.0.0.1', '--agent-port', '0', '--frontend-port', '0', '--health-port', '0', '--admin-port', '0',
     '--connect-port', '0',
     '--ca-cert', pki.caPath, '--server-cert', pki.server.certPath, '--server-key', pki.server.keyPath,
     ...(opts.grants ?? []).flatMap((g) => ['--grant', g]), '--log-level', 'warn',
@@ -156,7 +158,7 @@ async function startAgent(pki: TestPki, label: string, hubAddress: string, opts:
   const cert = await pki.agent(BENCH_CLUSTER);
   return reapOnDeath(spawnNode(`agent-${label}`, [
     ...nodeFlags(`agent-${label}`, opts),
-    CLI, 'agent', '--cluster', BENCH_CLUSTER, '--hub', hubAddress, '--server-name', 'localhost', '--transport', opts.transport,
+    opts.cli ?? CLI, 'agent', '--cluster', BENCH_CLUSTER, '--hub', hubAddress, '--server-name', 'localhost', '--transport', opts.transport,
     '--ca-cert', pki.caPath, '--cert', cert.certPath, '--key', cert.keyPath,
     '--allow', '127.0.0.1:*', '--identifiers', 'cidr=127.0.0.0/8',
     '--health-bind-address', '127.0.0.1', '--health-port', '0', '--drain-grace', '1s', '--log-level', 'warn',
@@ -191,17 +193,19 @@ export async function startCluster(pki: TestPki, opts: ClusterOptions): Promise<
     },
     forwards: async (targets, started) => {
       const ports: Partial<Record<TargetName, number>> = {};
+      const pids: Partial<Record<TargetName, number>> = {};
       for (const [name, port] of Object.entries(targets) as [TargetName, number][]) {
         const proc = reapOnDeath(spawnNode(`forward-${label}-${name}`, [
           ...nodeFlags(`forward-${label}-${name}`, opts),
-          CLI, 'forward', BENCH_CLUSTER, `127.0.0.1:${port}`, '--listen', '127.0.0.1:0', '--frontend', `127.0.0.1:${hub.ports.frontend}`,
+          opts.cli ?? CLI, 'forward', BENCH_CLUSTER, `127.0.0.1:${port}`, '--listen', '127.0.0.1:0', '--frontend', `127.0.0.1:${hub.ports.frontend}`,
           '--server-name', 'localhost', '--ca-cert', tls.caPath, '--cert', tls.certPath, '--key', tls.keyPath, '--log-level', 'info',
         ]));
         started(`forward-${label}-${name}`, async () => void (await proc.stop(8000)));
         const line = await proc.waitForJsonLine((o) => o['msg'] === 'forwarding', READY_TIMEOUT_MS);
         ports[name] = Number(/:(\d+)$/.exec(String(line['listen']))?.[1]);
+        pids[name] = pidOf(proc);
       }
-      return ports;
+      return { ports, pids };
     },
     stop: async () => {
       await agent.stop(8000);

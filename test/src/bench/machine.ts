@@ -56,3 +56,44 @@ export async function cpuBusy(ms: number): Promise<number | undefined> {
 export function loadAverage(): string {
   return os.loadavg().map((l) => l.toFixed(2)).join(' ');
 }
+
+/** The kernel's TCP buffer memory: pages in use, the tcp_mem thresholds, and ms spent under pressure so far. */
+export interface TcpMemory {
+  pages: number;
+  /** tcp_mem[1]: above it the kernel is under memory pressure and caps every socket's buffers. */
+  pressurePages: number;
+  /** TcpExtTCPMemoryPressuresChrono: total ms spent under pressure since boot. */
+  pressureMs: number;
+}
+
+/**
+ * Reads /proc/net/sockstat, /proc/sys/net/ipv4/tcp_mem and /proc/net/netstat; undefined where
+ * unavailable. Under TCP memory pressure (another test holding thousands of full loopback
+ * sockets) every socket buffer is capped and a proxy path with several hops slows down far more
+ * than the CPU load suggests: a run under pressure is not comparable.
+ */
+export async function tcpMemory(): Promise<TcpMemory | undefined> {
+  try {
+    const [sockstat, tcpMem, netstat] = await Promise.all([
+      readFile('/proc/net/sockstat', 'utf8'),
+      readFile('/proc/sys/net/ipv4/tcp_mem', 'utf8'),
+      readFile('/proc/net/netstat', 'utf8'),
+    ]);
+    const pages = Number(/^TCP:.* mem (\d+)/m.exec(sockstat)?.[1]);
+    const pressurePages = Number(tcpMem.trim().split(/\s+/)[1]);
+    // Two "TcpExt:" lines: the field names, then their values.
+    const [names, values] = netstat.split('\n').filter((l) => l.startsWith('TcpExt:')).map((l) => l.trim().split(/\s+/));
+    const at = names?.indexOf('TCPMemoryPressuresChrono') ?? -1;
+    const pressureMs = at > 0 ? Number(values?.[at]) : Number.NaN;
+    if (!Number.isFinite(pages) || !Number.isFinite(pressurePages)) return undefined;
+    return { pages, pressurePages, pressureMs };
+  } catch {
+    return undefined;
+  }
+}
+
+export function describeTcpMemory(m: TcpMemory | undefined): string {
+  if (!m) return 'n/a';
+  const underPressure = m.pages >= m.pressurePages;
+  return `${m.pages} pages of ${m.pressurePages} (pressure threshold)${underPressure ? ' UNDER PRESSURE: every socket buffer is capped' : ''}`;
+}

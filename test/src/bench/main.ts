@@ -6,7 +6,7 @@ import path from 'node:path';
 import { parseArgs } from 'node:util';
 import { CleanupStack } from './cleanup.js';
 import { errorMessage } from './io.js';
-import { cpuBusy, loadAverage, machineFacts } from './machine.js';
+import { cpuBusy, describeTcpMemory, loadAverage, machineFacts, tcpMemory } from './machine.js';
 import { startReaper, stopReaper } from './reaper.js';
 import { PATH_LABELS, PATH_NAMES, setupPaths, type Network, type PathName, type PathSet } from './paths.js';
 import { checkGoals, computeRatios, formatReport, type BenchReport, type ResultRow } from './report.js';
@@ -169,6 +169,9 @@ async function main(): Promise<number> {
     const busy = await cpuBusy(options.quick ? 500 : 1000);
     machine['busy before start'] = busy === undefined ? 'n/a' : `${(busy * 100).toFixed(0)}% of all cores (load average ${loadAverage()})`;
     if (busy !== undefined && busy > 0.15) log(`WARNING: the machine is already ${(busy * 100).toFixed(0)}% busy before the benchmark starts; figures will be noisy`);
+    const tcp = await tcpMemory();
+    machine['tcp memory'] = describeTcpMemory(tcp);
+    if (tcp && tcp.pages >= tcp.pressurePages) log('WARNING: the kernel is under TCP memory pressure (another process holds full socket buffers); throughput through the proxies will be far lower');
     const networks = new Set<Network>(options.scenarios.map((s) => s.network));
     if (options.cpuProf !== undefined) {
       await mkdir(options.cpuProf, { recursive: true });
@@ -193,6 +196,9 @@ async function main(): Promise<number> {
     if (stopping) return 1;
     machine['duration'] = `${((performance.now() - began) / 1000).toFixed(0)} s`;
     machine['load after'] = loadAverage();
+    const tcpAfter = await tcpMemory();
+    const pressured = tcp && tcpAfter ? (tcpAfter.pressureMs - tcp.pressureMs) / 1000 : Number.NaN;
+    machine['tcp memory after'] = `${describeTcpMemory(tcpAfter)}${Number.isFinite(pressured) ? `; ${pressured.toFixed(0)} s under pressure during the run` : ''}`;
     const report: BenchReport = {
       machine,
       config: { mode, ...cfg, scenarios: options.scenarios.map((s) => s.name).join(',') },

@@ -18,7 +18,8 @@ import { createPki } from '../harness.js';
 import type { CleanupStack, LogFn } from './cleanup.js';
 import { openClient, type Client, type ClientSpec, type TlsFiles } from './clients.js';
 import { startBenchHub, startCluster, type AgentTransport, type BenchCluster, type ProcessOptions } from './cluster.js';
-import { descendants, startRelays, startTargets, type TargetName, type TargetPorts } from './helpers.js';
+import type { PathProcesses } from './cpu.js';
+import { startRelays, startTargets, type TargetName, type TargetPorts } from './helpers.js';
 import { errorMessage, Pinger } from './io.js';
 import { removeOnDeath } from './reaper.js';
 import { findSshTools, startSshd, startSshTunnel, type Sshd, type SshTools } from './sshd.js';
@@ -73,6 +74,8 @@ export interface Dialer {
   scaleConns?: () => Promise<ScaleRig>;
   /** lan only, where it applies: a fresh hub for scale-agents. */
   scaleAgents?: () => Promise<AgentsRig>;
+  /** lan only: the processes a connection to `target` crosses besides the client (CPU accounting). */
+  processes?: (target: TargetName) => PathProcesses;
 }
 
 export type PathSlot = { ok: true; dialer: Dialer } | { ok: false; reason: string };
@@ -133,6 +136,9 @@ export async function setupPaths(networks: ReadonlySet<Network>, cleanup: Cleanu
   const targets = await startTargets();
   register('targets', targets.stop);
   const targetPorts: TargetPorts = targets.ports;
+  const targetPid = targets.proc.pid;
+  if (targetPid === undefined) throw new Error('the targets process has no pid');
+  const target = [targetPid];
   const targetMap: Record<string, number> = { ...targetPorts };
 
   const pki = await createPki();
@@ -173,23 +179,22 @@ export async function setupPaths(networks: ReadonlySet<Network>, cleanup: Cleanu
     return attempt(`ssh -R (${network})`, log, async () => {
       const tunnel = await startSshTunnel(tools, server, { label: network, sshPort: await sshPort(server.port), targets: targetMap }, register);
       const client = useClient(`ssh-${network}`, { kind: 'tcp', ports: tunnel.remotePorts });
-      return dialerFor('ssh', network, client, network === 'lan' ? { scaleConns: () => sshScaleRig(tools, server) } : {});
+      const sshPid = tunnel.proc.pid;
+      const processes = sshPid === undefined ? undefined : (): PathProcesses => ({ hub: tunnel.sessionPids, agent: [sshPid], target });
+      return dialerFor('ssh', network, client, network === 'lan' ? { scaleConns: () => sshScaleRig(tools, server), processes } : {});
     });
   };
 
   // One ssh -R connection of its own (only echo forwarded): what 10,000 channels cost sshd's
   // session processes and the ssh client.
   const sshScaleRig = async (tools: SshTools, server: Sshd): Promise<ScaleRig> => {
-    const sshdPid = server.proc.pid;
-    if (sshdPid === undefined) throw new Error('sshd has no pid');
-    const before = new Set(await descendants(sshdPid));
     const steps: (() => Promise<void>)[] = [];
     const tunnel = await startSshTunnel(tools, server, { label: 'scale', sshPort: server.port, targets: { echo: targetPorts.echo } }, (_name, stop) => void steps.push(stop));
-    const sessionPids = (await descendants(sshdPid)).filter((p) => !before.has(p));
+    const { sessionPids } = tunnel;
     const sshPid = tunnel.proc.pid;
-    if (sessionPids.length === 0 || sshPid === undefined) {
+    if (sshPid === undefined) {
       await tunnel.stop();
-      throw new Error('could not find the sshd session processes of the scale connection');
+      throw new Error('the ssh client of the scale connection has no pid');
     }
     return {
       spec: { kind: 'tcp', ports: tunnel.remotePorts },
@@ -248,13 +253,16 @@ export async function setupPaths(networks: ReadonlySet<Network>, cleanup: Cleanu
     };
   };
 
+  const clusterProcesses = (cluster: BenchCluster) => (): PathProcesses => ({ hub: [cluster.hub.pid], agent: [cluster.agentPid], target });
+
   const tunnelSlots = async (network: Network, agentHubAddress?: (label: string) => (port: number) => Promise<string>): Promise<Pick<PathSet, 'tunnel' | 'tunnel-grpc' | 'connect' | 'forward'>> => {
     const lan = network === 'lan';
     let mux: BenchCluster | undefined;
     const tunnel = await attempt(`tunnel (${network})`, log, async () => {
       mux = await startCluster(pki, { ...processOptions, label: network, transport: 'mux', agentHubAddress: agentHubAddress?.('relay-tunnel'), onStarted: register });
       const client = useClient(`tunnel-${network}`, mux.tunnelSpec(targetPorts));
-      const dialer = dialerFor('tunnel', network, client, lan ? { scaleConns: () => clusterRig('scale-tunnel', 'mux', 'tunnel'), scaleAgents: () => agentsRig('scale-agents-mux', 'mux') } : {});
+      const processes = clusterProcesses(mux);
+      const dialer = dialerFor('tunnel', network, client, lan ? { scaleConns: () => clusterRig('scale-tunnel', 'mux', 'tunnel'), scaleAgents: () => agentsRig('scale-agents-mux', 'mux'), processes } : {});
       await probe(dialer);
       if (client.describe() !== 'SDK transport mux') throw new Error(`expected the SDK to use the mux transport, it uses: ${client.describe()}`);
       return dialer;
@@ -263,18 +271,22 @@ export async function setupPaths(networks: ReadonlySet<Network>, cleanup: Cleanu
       ? { ok: false, reason: `connect (${network}): needs the tunnel path's hub, which did not start` }
       : await attempt(`connect (${network})`, log, async () => {
         const client = useClient(`connect-${network}`, mux!.connectSpec(targetPorts));
-        return dialerFor('connect', network, client, lan ? { scaleConns: () => clusterRig('scale-connect', 'mux', 'connect') } : {});
+        return dialerFor('connect', network, client, lan ? { scaleConns: () => clusterRig('scale-connect', 'mux', 'connect'), processes: clusterProcesses(mux!) } : {});
       });
     const forward: PathSlot = !mux
       ? { ok: false, reason: `forward (${network}): needs the tunnel path's hub, which did not start` }
       : await attempt(`forward (${network})`, log, async () => {
-        const ports = await mux!.forwards(targetPorts, register);
-        return dialerFor('forward', network, useClient(`forward-${network}`, { kind: 'tcp', ports }));
+        const { ports, pids } = await mux!.forwards(targetPorts, register);
+        const hubAndAgent = clusterProcesses(mux!);
+        // Only the forward process of the target in use: the others idle meanwhile.
+        const processes = (to: TargetName): PathProcesses => ({ ...hubAndAgent(), forward: pids[to] === undefined ? [] : [pids[to]], target });
+        return dialerFor('forward', network, useClient(`forward-${network}`, { kind: 'tcp', ports }), lan ? { processes } : {});
       });
     const grpc = await attempt(`tunnel-grpc (${network})`, log, async () => {
       const cluster = await startCluster(pki, { ...processOptions, label: `${network}-grpc`, transport: 'grpc', agentHubAddress: agentHubAddress?.('relay-tunnel-grpc'), onStarted: register });
       const client = useClient(`tunnel-grpc-${network}`, cluster.tunnelSpec(targetPorts));
-      const dialer = dialerFor('tunnel-grpc', network, client, lan ? { scaleConns: () => clusterRig('scale-grpc', 'grpc', 'tunnel'), scaleAgents: () => agentsRig('scale-agents-grpc', 'grpc') } : {});
+      const processes = clusterProcesses(cluster);
+      const dialer = dialerFor('tunnel-grpc', network, client, lan ? { scaleConns: () => clusterRig('scale-grpc', 'grpc', 'tunnel'), scaleAgents: () => agentsRig('scale-agents-grpc', 'grpc'), processes } : {});
       await probe(dialer);
       if (client.describe() !== 'SDK transport grpc') throw new Error(`expected the SDK to use gRPC, it uses: ${client.describe()}`);
       return dialer;
@@ -284,7 +296,7 @@ export async function setupPaths(networks: ReadonlySet<Network>, cleanup: Cleanu
 
   if (networks.has('lan')) {
     log('setting up lan paths (direct, ssh -R, tunnel, tunnel-grpc, connect, forward) ...');
-    const direct = await attempt('direct (lan)', log, async () => dialerFor('direct', 'lan', useClient('direct-lan', { kind: 'tcp', ports: targetPorts })));
+    const direct = await attempt('direct (lan)', log, async () => dialerFor('direct', 'lan', useClient('direct-lan', { kind: 'tcp', ports: targetPorts }), { processes: () => ({ target }) }));
     const ssh = await sshSlot('lan', async (port) => port);
     sets.set('lan', { direct, ssh, ...(await tunnelSlots('lan')) });
   }

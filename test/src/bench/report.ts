@@ -1,6 +1,7 @@
 // Turning results into the printed table and the --json document, and checking the goals of docs/goals.md.
 import { GOAL_PATHS, OUR_PATHS, PATH_LABELS, PATH_NAMES, type PathName } from './paths.js';
 import { STUCK_GOAL_COUNT, stuckMetric } from './stuck.js';
+import { CLOCK_TICKS, CPU_UNIT } from './cpu.js';
 
 export interface ResultRow {
   scenario: string;
@@ -61,6 +62,7 @@ export function formatValue(value: number | null, unit: string): string {
   if (unit === 'ms') return abs >= 100 ? value.toFixed(0) : abs >= 10 ? value.toFixed(1) : value.toFixed(2);
   if (unit === '%') return value.toFixed(1);
   if (unit === 'count') return value.toFixed(0);
+  if (unit === CPU_UNIT) return abs >= 10 ? value.toFixed(1) : abs >= 1 ? value.toFixed(2) : value.toFixed(3);
   if (abs >= 100) return value.toFixed(0);
   if (abs >= 10) return value.toFixed(1);
   return value.toFixed(2);
@@ -208,8 +210,11 @@ export function formatReport(report: BenchReport): string {
   out.push('');
   out.push(formatTable(report.results));
   out.push('');
-  out.push('Ratios are pair by pair (grpc = tunnel-grpc). MB/s, conn/s and %: higher is better; µs, ms, KiB, MiB and counts: lower is better.');
+  out.push('Ratios are pair by pair (grpc = tunnel-grpc). MB/s, conn/s and %: higher is better; µs, ms, KiB, MiB, s/GiB and counts: lower is better.');
   if (report.results.some((r) => r.scenario.startsWith('rtt20-'))) out.push('rtt20-*: 20 ms RTT relay between client and target (direct), ssh and sshd (ssh -R), agent and hub (tunnel, tunnel-grpc, connect).');
+  if (report.results.some((r) => r.unit === CPU_UNIT)) {
+    out.push(`CPU ${CPU_UNIT}: CPU seconds (user + system, all threads) per GiB moved during the timed transfers, per process: client = the bench process itself (it is the client on every path; process.cpuUsage()), hub|sshd = the hub (ssh -R: sshd's session process), agent|ssh = the agent (ssh -R: the ssh client), forward = the \`cluster-proxy forward\` process, target = the targets process; others from /proc/PID/stat in ${1000 / CLOCK_TICKS} ms ticks (error bounds in the notes). hub+agent|sshd+ssh = the proxy processes together; its tunnel/ssh, grpc/ssh and connect/ssh columns are our proxies' CPU per GiB over OpenSSH's.`);
+  }
   if (report.results.some((r) => r.scenario.startsWith('hol-'))) out.push('hol-*: bulk throughput next to a stalled connection on the same path, in % of the same transfer alone.');
   if (report.results.some((r) => r.scenario === 'stuck-destination')) out.push('stuck-destination: N connections whose destination never reads, fresh hub + agent per N; peak = highest VmRSS sampled every 100 ms, before/after = after a full GC (after: 10 s after the clients left); bulk kept = a healthy upload beside them in % of alone; accepted = bytes their writers handed over in all; lost = processes died + tunnels lost + stuck connections not opened or closed by the path; left = connections the hub\'s or the agent\'s table still lists after (the most in any one).');
   if (report.results.some((r) => r.scenario === 'big-write')) out.push('big-write: one write() of a single Buffer through the SDK; echo p50/p99 = 64-byte round trips on another connection of the same Tunnel meanwhile; faults = sha256 or byte count wrong, or the echo connection closed or stuck.');

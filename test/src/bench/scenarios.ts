@@ -5,6 +5,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { digestStream, payloadBlock, payloadSha256, writePayload, type ManagedProcess } from '../fixtures/index.js';
 import { rssKiB, script, spawnNode } from './helpers.js';
 import { countToEnd, errorMessage, Pinger, readToEnd, SocketScope } from './io.js';
+import { CPU_FIGURE_LABELS, CPU_FIGURES, CPU_UNIT, CpuTally, withCpu, type CpuSample } from './cpu.js';
 import { openClient } from './clients.js';
 import type { Dialer, Network, PathName, ScaleRig } from './paths.js';
 import { reapOnDeath } from './reaper.js';
@@ -180,7 +181,7 @@ export function describeBytes(bytes: number): string {
 
 // ---------------------------------------------------------------- throughput
 
-type Direction = 'up' | 'down';
+export type Direction = 'up' | 'down';
 
 export function parseSinkReply(text: string): { bytes: number; sha256?: string } {
   const value: unknown = JSON.parse(text.trim());
@@ -243,14 +244,19 @@ export function transferSize(rate: number, seconds: number, cfg: BenchConfig, co
   return Math.min(Math.floor(cfg.maxTransferBytes / unit) * unit, Math.max(Math.ceil(cfg.verifyBytes / unit) * unit, wanted));
 }
 
-class ThroughputRun implements PathRun {
+export class ThroughputRun implements PathRun {
   /** Bytes per second seen last; sizes the next timed transfer so it lasts about throughputSeconds. */
   private rate: number | undefined;
   private bytes = 0;
   private seconds = 0;
   private readonly perRound: number[] = [];
+  /** CPU per GiB of the recorded transfers, where the path says which processes it crosses. */
+  readonly cpu: CpuTally | undefined;
 
-  constructor(private readonly dialer: Dialer, private readonly dir: Direction, private readonly cfg: BenchConfig, private readonly connections = 1) {}
+  /** With `cpu`, the values also hold CPU seconds per GiB (CPU_FIGURES, after the MB/s). */
+  constructor(private readonly dialer: Dialer, private readonly dir: Direction, private readonly cfg: BenchConfig, private readonly connections = 1, cpu = false) {
+    this.cpu = cpu ? new CpuTally() : undefined;
+  }
 
   async measure(): Promise<string> {
     const { cfg, connections } = this;
@@ -264,7 +270,13 @@ class ThroughputRun implements PathRun {
     for (let attempt = 1; ; attempt++) {
       const bytes = transferSize(this.rate, cfg.throughputSeconds, cfg, connections);
       const timeoutMs = (3 * cfg.throughputSeconds + 15) * 1000;
-      const seconds = await transfer(this.dialer, this.dir, bytes, false, timeoutMs, connections);
+      const timed = (): Promise<number> => transfer(this.dialer, this.dir, bytes, false, timeoutMs, connections);
+      // Read around every attempt; only the recorded one's figures are kept.
+      const procs = this.cpu ? this.dialer.processes?.(this.dir === 'up' ? 'sink' : 'source') : undefined;
+      let cpu: CpuSample | undefined;
+      let seconds: number;
+      if (procs) ({ result: seconds, cpu } = await withCpu(procs, timed));
+      else seconds = await timed();
       this.rate = bytes / seconds;
       // A calibration from a short (or hashed) transfer can be far off: retry once or twice so the
       // recorded transfer lasts about as long as intended.
@@ -274,33 +286,41 @@ class ThroughputRun implements PathRun {
         this.seconds += seconds;
         const mbps = mbPerSecond(bytes, seconds);
         this.perRound.push(mbps);
-        return `${verified}${describeBytes(bytes)} in ${seconds.toFixed(2)} s = ${mbps.toFixed(1)} MB/s`;
+        if (cpu) this.cpu?.add(bytes, cpu);
+        const cpuText = cpu ? `; CPU s: ${Object.entries(cpu.seconds).map(([role, s]) => `${role} ${s.toFixed(2)}`).join(', ')}` : '';
+        return `${verified}${describeBytes(bytes)} in ${seconds.toFixed(2)} s = ${mbps.toFixed(1)} MB/s${cpuText}`;
       }
     }
   }
 
   values(): (number | null)[] {
-    return [this.seconds > 0 ? mbPerSecond(this.bytes, this.seconds) : null];
+    const { cpu } = this;
+    return [this.seconds > 0 ? mbPerSecond(this.bytes, this.seconds) : null, ...(cpu ? CPU_FIGURES.map((f) => cpu.perGiB(f)) : [])];
   }
 
   roundValues(): number[][] {
-    return [this.perRound];
+    const { cpu } = this;
+    return [this.perRound, ...(cpu ? CPU_FIGURES.map((f) => cpu.perRound(f)) : [])];
   }
 
   notes(): string[] {
-    return [];
+    return this.cpu && this.cpu.perGiB('client') !== null ? [this.cpu.note()] : [];
   }
 }
 
-function throughput(name: string, network: Network, dir: Direction, connections = 1): Scenario {
+/** The CPU rows of a throughput scenario, after its MB/s. */
+export const CPU_METRICS: readonly MetricSpec[] = CPU_FIGURES.map((f) => ({ metric: CPU_FIGURE_LABELS[f], unit: CPU_UNIT, better: 'lower' }));
+
+/** With `cpu`, also CPU seconds per GiB of every process on the path (lan paths know their processes). */
+function throughput(name: string, network: Network, dir: Direction, connections = 1, cpu = false): Scenario {
   const towards = dir === 'up' ? 'client → target (sink)' : 'target (source) → client';
   return {
     name,
     network,
-    description: `${connections === 1 ? 'one connection' : `${connections} connections at once`}, bulk ${towards}${network === 'rtt20' ? ', 20 ms RTT on the tunnelled link' : ''}`,
-    metrics: [{ metric: 'throughput', unit: 'MB/s', better: 'higher' }],
+    description: `${connections === 1 ? 'one connection' : `${connections} connections at once`}, bulk ${towards}${network === 'rtt20' ? ', 20 ms RTT on the tunnelled link' : ''}${cpu ? ', CPU per GiB of each process' : ''}`,
+    metrics: [{ metric: 'throughput', unit: 'MB/s', better: 'higher' }, ...(cpu ? CPU_METRICS : [])],
     rounds: network === 'rtt20' ? (cfg) => cfg.rtt20Rounds : undefined,
-    forPath: (dialer, cfg) => new ThroughputRun(dialer, dir, cfg, connections),
+    forPath: (dialer, cfg) => new ThroughputRun(dialer, dir, cfg, connections, cpu),
   };
 }
 
@@ -864,8 +884,8 @@ function dialRate(name: string, network: Network): Scenario {
 }
 
 export const SCENARIOS: readonly Scenario[] = [
-  throughput('throughput-up', 'lan', 'up'),
-  throughput('throughput-down', 'lan', 'down'),
+  throughput('throughput-up', 'lan', 'up', 1, true),
+  throughput('throughput-down', 'lan', 'down', 1, true),
   throughput('throughput-8-up', 'lan', 'up', 8),
   throughput('throughput-8-down', 'lan', 'down', 8),
   {

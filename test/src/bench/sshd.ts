@@ -11,7 +11,7 @@ import { promisify } from 'node:util';
 import { reapOnDeath, removeOnDeath } from './reaper.js';
 import { spawnProcess, type ManagedProcess } from '../fixtures/index.js';
 import type { LogFn } from './cleanup.js';
-import { freePort, probeConnect } from './helpers.js';
+import { descendants, freePort, probeConnect } from './helpers.js';
 
 const run = promisify(execFile);
 
@@ -145,6 +145,8 @@ export interface SshTunnel {
   proc: ManagedProcess;
   /** Remote (sshd-side) port per forwarded target name. */
   remotePorts: Record<string, number>;
+  /** The processes sshd forked for this connection (the session: they carry its channels). */
+  sessionPids: number[];
   stop(): Promise<void>;
 }
 
@@ -158,6 +160,10 @@ export async function startSshTunnel(
   opts: { label: string; sshPort: number; targets: Record<string, number> },
   onStarted: (name: string, stop: () => Promise<void>) => void,
 ): Promise<SshTunnel> {
+  const sshdPid = sshd.proc.pid;
+  if (sshdPid === undefined) throw new Error('sshd has no pid');
+  // Callers start tunnels one at a time, so what sshd forked meanwhile is this connection's session.
+  const before = new Set(await descendants(sshdPid));
   const remotePorts: Record<string, number> = {};
   const forwards: string[] = [];
   for (const [name, targetPort] of Object.entries(opts.targets)) {
@@ -186,5 +192,11 @@ export async function startSshTunnel(
       }
     }
   }
-  return { proc, remotePorts, stop: async () => void (await proc.stop(3000)) };
+  // Once the remote ports accept, the session (and its privilege-separated child, if any) exists.
+  const sessionPids = (await descendants(sshdPid)).filter((p) => !before.has(p));
+  if (sessionPids.length === 0) {
+    await proc.stop(3000);
+    throw new Error(`ssh-${opts.label}: no sshd session process found`);
+  }
+  return { proc, remotePorts, sessionPids, stop: async () => void (await proc.stop(3000)) };
 }
