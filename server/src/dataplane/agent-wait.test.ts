@@ -65,18 +65,43 @@ describe('AgentWaits', () => {
       expect(waits.wait(`${host}:443`, frontend(), () => ready.push(host))).not.toBeNull();
     }
     expect(waits.size).toBe(3);
-    waits.agentConnected(); // an agent that serves none of them
+    waits.agentConnected({ hosts: ['c2'], defaultRoute: false }); // an agent that serves none of them
     expect(ready).toEqual([]);
     here.add('c1');
-    waits.agentConnected();
+    waits.agentConnected({ hosts: ['c1'], defaultRoute: false });
     expect(ready).toEqual(['c1']);
     here.add('c1.open-cluster-management-agent-addon');
     here.add(serviceProxyHost('c1'));
-    waits.agentConnected();
+    waits.agentConnected({ hosts: ['C1.open-cluster-management-agent-addon', serviceProxyHost('c1')], defaultRoute: false });
     expect(ready).toHaveLength(3);
     expect(waits.size).toBe(0);
     expect(vi.getTimerCount()).toBe(0);
     expect(await results()).toEqual({ connected: 3 });
+  });
+
+  it('a default-route agent serves any waiting dial the routing table now sends to it', () => {
+    const { waits, here } = setup({ elsewhere: ['c1', 'c2'] });
+    const ready: string[] = [];
+    waits.wait('c1:443', frontend(), () => ready.push('c1'));
+    waits.wait('c2:443', frontend(), () => ready.push('c2'));
+    here.add('c2'); // stands for "routable now"
+    waits.agentConnected({ hosts: [], defaultRoute: true });
+    expect(ready).toEqual(['c2']);
+    expect(waits.size).toBe(1);
+    waits.stop();
+  });
+
+  it('a frontend that throws when its dial goes on fails that dial only', () => {
+    const { waits, here } = setup();
+    const f = frontend();
+    const other: string[] = [];
+    waits.wait('c1:443', f, () => { throw new Error('frontend bug'); });
+    waits.wait('c1:443', frontend(), () => other.push('ok'));
+    here.add('c1');
+    waits.agentConnected({ hosts: ['c1'], defaultRoute: false });
+    expect(f.failed).toEqual([{ reason: 'unknown', message: 'dial to c1:443 failed: frontend bug' }]);
+    expect(other).toEqual(['ok']);
+    expect(waits.size).toBe(0);
   });
 
   it('no agent within the wait: the usual reason, a message that says why it took a while', async () => {
@@ -104,7 +129,7 @@ describe('AgentWaits', () => {
     w.cancel();
     expect(vi.getTimerCount()).toBe(0);
     here.add('c1');
-    waits.agentConnected();
+    waits.agentConnected({ hosts: ['c1'], defaultRoute: false });
     vi.advanceTimersByTime(10_000);
     expect(ready).toBe(false);
     expect(f.failed).toEqual([]);

@@ -4,7 +4,7 @@
 // tunnel to one of its agents) waits here for one to connect to this replica, bounded in time
 // (--agent-wait) and in count (--agent-wait-max-dials), instead of failing at once with "No agent
 // available". A cluster no live replica holds a tunnel to fails at once, as before.
-import { serviceProxyHost, splitHostPort } from '@cluster-proxy/proto';
+import { serviceProxyHost, splitHostPort, throttleReporter } from '@cluster-proxy/proto';
 import type { Logger } from 'pino';
 import type { Frontend } from './frontend.js';
 import type { ServerMetrics } from './metrics.js';
@@ -33,6 +33,8 @@ export interface AgentWait {
 
 interface Waiter {
   address: string;
+  /** The destination's host, lower case: an agent that registers it may serve the dial. */
+  host: string;
   cluster: string;
   frontend: Frontend;
   ready: () => void;
@@ -44,14 +46,29 @@ interface Waiter {
 const DNS_LABEL = /^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$/;
 const NONE: ReadonlySet<string> = new Set();
 
+/** What agentConnected() needs of the agent that connected. */
+export interface ConnectedAgent {
+  readonly hosts: readonly string[];
+  readonly defaultRoute: boolean;
+}
+
+/** One "too many waiting" warning per this interval at most (with the count since the last one). */
+const FULL_WARNING_INTERVAL_MS = 30_000;
+
 export class AgentWaits {
-  private readonly waiters = new Set<Waiter>();
+  /** By destination host: an agent's connect looks only at the dials it may serve. */
+  private readonly waiters = new Map<string, Set<Waiter>>();
+  private count = 0;
+  private readonly warnFull: (cluster: string) => void;
   private elsewhere: () => ReadonlySet<string> = () => NONE;
   /** serviceProxyHost(cluster) → cluster, for the set it was built from. */
   private serviceHosts: { from: ReadonlySet<string>; byHost: Map<string, string> } | null = null;
   private stopped = false;
 
-  constructor(private readonly opts: AgentWaitOptions) {}
+  constructor(private readonly opts: AgentWaitOptions) {
+    this.warnFull = throttleReporter(FULL_WARNING_INTERVAL_MS, (n, cluster) =>
+      opts.log.warn({ notHeld: n, waiting: this.count, max: opts.maxWaiting }, `dials not held for an agent (the last for ${cluster}): ${opts.maxWaiting} wait already (--agent-wait-max-dials); they failed at once`));
+  }
 
   /** Where the clusters with a live agent on another replica come from (the replica registry's last store read). */
   setAgentsElsewhere(source: () => ReadonlySet<string>): void {
@@ -60,7 +77,7 @@ export class AgentWaits {
 
   /** Dials waiting now. */
   get size(): number {
-    return this.waiters.size;
+    return this.count;
   }
 
   /**
@@ -71,34 +88,46 @@ export class AgentWaits {
    */
   wait(address: string, frontend: Frontend, ready: () => void): AgentWait | null {
     if (this.opts.waitMs <= 0 || this.stopped || this.opts.routable(address)) return null;
-    const hp = splitHostPort(address);
-    const cluster = hp ? this.clusterWithAgentElsewhere(hp.host.toLowerCase()) : null;
-    if (!cluster) return null;
-    if (this.waiters.size >= this.opts.maxWaiting) {
+    const host = splitHostPort(address)?.host.toLowerCase();
+    const cluster = host ? this.clusterWithAgentElsewhere(host) : null;
+    if (!host || !cluster) return null;
+    if (this.count >= this.opts.maxWaiting) {
       this.opts.metrics.agentWaits.inc({ result: 'full' });
-      this.opts.log.warn({ address, waiting: this.waiters.size }, `not waiting for an agent of ${cluster}: ${this.waiters.size} dials wait already (--agent-wait-max-dials)`);
+      this.warnFull(cluster);
       return null;
     }
-    const w: Waiter = { address, cluster, frontend, ready, since: Date.now(), timer: setTimeout(() => this.expire(w), this.opts.waitMs) };
-    this.waiters.add(w);
+    const w: Waiter = { address, host, cluster, frontend, ready, since: Date.now(), timer: setTimeout(() => this.expire(w), this.opts.waitMs) };
+    let set = this.waiters.get(host);
+    if (!set) this.waiters.set(host, (set = new Set()));
+    set.add(w);
+    this.count++;
     this.opts.log.debug({ address, cluster }, 'no agent here yet; waiting for one of the cluster (other replicas hold its tunnels)');
     return { cancel: () => this.end(w, 'cancelled') };
   }
 
-  /** An agent connected: the dials it can serve go on. */
-  agentConnected(): void {
-    for (const w of [...this.waiters]) {
-      if (!this.opts.routable(w.address)) continue;
+  /** An agent connected: the dials it can serve go on (those for its host names; any, for a default route). */
+  agentConnected(agent: ConnectedAgent): void {
+    if (this.count === 0) return;
+    const candidates = agent.defaultRoute ? [...this.waiters.values()].flatMap((set) => [...set]) : agent.hosts.flatMap((h) => [...(this.waiters.get(h.toLowerCase()) ?? [])]);
+    for (const w of candidates) {
+      // Still waiting (an earlier dial's frontend may have cancelled it), and served now.
+      if (!this.waiters.get(w.host)?.has(w) || !this.opts.routable(w.address)) continue;
       this.end(w, 'connected');
       this.opts.log.debug({ address: w.address, waitedMs: Date.now() - w.since }, 'an agent of the cluster connected; dialing');
-      w.ready();
+      try {
+        w.ready();
+      } catch (err) {
+        // A frontend's bug must cost its dial, not the agent's registration that is running this.
+        this.opts.log.error({ address: w.address, err: (err as Error).message }, 'dial after waiting for an agent failed');
+        w.frontend.dialFailed('unknown', `dial to ${w.address} failed: ${(err as Error).message}`);
+      }
     }
   }
 
   /** The server is shutting down: every waiting dial fails now, and none waits from here on. */
   stop(): void {
     this.stopped = true;
-    for (const w of [...this.waiters]) {
+    for (const w of [...this.waiters.values()].flatMap((set) => [...set])) {
       this.end(w, 'shutdown');
       this.opts.metrics.dialFailure('draining');
       w.frontend.dialFailed('draining', `this proxy server is shutting down; dial ${w.address} through another replica`);
@@ -106,7 +135,7 @@ export class AgentWaits {
   }
 
   private expire(w: Waiter): void {
-    if (!this.waiters.has(w)) return;
+    if (!this.waiters.get(w.host)?.has(w)) return;
     this.end(w, 'timeout');
     const message = `No agent available for ${w.address}: none of cluster ${w.cluster} connected to this proxy server within ${this.opts.waitMs} ms (other replicas had one)`;
     this.opts.log.info({ address: w.address, reason: 'no_agent' }, message);
@@ -116,7 +145,10 @@ export class AgentWaits {
 
   /** Out of the table, timer stopped, counted; idempotent (a cancel after the end is a no-op). */
   private end(w: Waiter, result: Exclude<AgentWaitResult, 'full'>): void {
-    if (!this.waiters.delete(w)) return;
+    const set = this.waiters.get(w.host);
+    if (!set?.delete(w)) return;
+    if (set.size === 0) this.waiters.delete(w.host);
+    this.count--;
     clearTimeout(w.timer);
     this.opts.metrics.agentWaits.inc({ result });
   }

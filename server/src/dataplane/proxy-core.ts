@@ -70,7 +70,7 @@ export class ProxyCore {
   addBackend(b: AgentBackend): void {
     this.routes.add(b);
     this.metrics.tunnelConnects.inc({ transport: b.transport });
-    this.agentWaits.agentConnected();
+    this.agentWaits.agentConnected(b);
     b.whenClosed(() => {
       this.routes.remove(b);
       this.metrics.tunnelDisconnects.inc({ transport: b.transport });
