@@ -38,6 +38,8 @@ export const hubFlags: FlagSpecs = {
   'server-id': { type: 'string', help: 'this replica\'s ID (default: random)' },
   'server-count': { type: 'string', default: '1', help: 'number of replicas agents should connect to' },
   'dial-timeout': { type: 'string', default: '10s', help: 'deadline for every pending dial' },
+  'agent-wait': { type: 'string', default: '5s', help: 'how long a dial with no agent here waits for one of its cluster to connect, when another replica holds a tunnel to it (a restarted replica, a reconnecting agent); 0s: fail at once' },
+  'agent-wait-max-dials': { type: 'string', help: 'dials waiting so at once at most; more fail at once (default: --max-connections)' },
   'memory-budget': { type: 'string', default: '256Mi', help: 'bytes the hub may hold for its peers, all connections together (windows grow from it; a reader that stops holds its share only)' },
   'max-connections': { type: 'string', help: 'tunneled connections (and CONNECT client connections) the hub holds at most; more are refused with reason "limit" (default: budget / 64 KiB, two initial windows)' },
   'max-connections-per-client': { type: 'string', help: 'the same per client certificate or token (default: half of --max-connections)' },
@@ -136,6 +138,7 @@ export async function runHub(args: string[]): Promise<void> {
     tlsReloadIntervalMs: duration(flags, 'tls-reload-interval'), replicaLeaseDurationMs: duration(flags, 'replica-lease-duration'),
   } as const;
   const dialTimeoutMs = duration(flags, 'dial-timeout');
+  const agentWait = { agentWaitMs: duration(flags, 'agent-wait'), maxWaitingDials: optionalCount(flags, 'agent-wait-max-dials') };
   const limits = { memoryBudget: bytes(flags, 'memory-budget'), maxConnections: optionalCount(flags, 'max-connections'), maxConnectionsPerClient: optionalCount(flags, 'max-connections-per-client') };
   const shutdownGrace = duration(flags, 'shutdown-grace');
   const shutdownDelay = duration(flags, 'shutdown-delay');
@@ -172,6 +175,7 @@ export async function runHub(args: string[]): Promise<void> {
       frontendUds: str(flags, 'frontend-uds'),
       tls,
       dialTimeoutMs,
+      ...agentWait,
       ...limits,
       connectUds: str(flags, 'connect-uds'),
       tokensFile: str(flags, 'tokens-file'),

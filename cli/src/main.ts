@@ -42,17 +42,38 @@ async function main(argv: string[]): Promise<number> {
   return 0;
 }
 
+/**
+ * Resolves once everything written to `stream` so far has reached the OS. Writes to a pipe are
+ * asynchronous in Node: exiting with bytes still queued cuts `get ... -o json | jq` off at the pipe's
+ * capacity (64 KiB). A zero-length write queues behind the pending ones, so its callback means all
+ * earlier ones are done. A reader that went away (`| head`: EPIPE) ends the wait too, quietly, as
+ * SIGPIPE ends Go and C tools.
+ */
+function flushed(stream: NodeJS.WriteStream): Promise<void> {
+  if (stream.writableLength === 0 || stream.destroyed || stream.writableEnded) return Promise.resolve();
+  return new Promise((resolve) => {
+    stream.once('error', () => resolve());
+    stream.write('', () => resolve());
+  });
+}
+
+/** Every command ends here: exit only once stdout and stderr are flushed. */
+async function exit(code: number): Promise<never> {
+  await Promise.all([flushed(process.stdout), flushed(process.stderr)]);
+  process.exit(code);
+}
+
 main(process.argv.slice(2)).then(
-  (code) => process.exit(code),
+  (code) => exit(code),
   (err: unknown) => {
     if (err instanceof UsageError) {
       process.stderr.write(`cluster-proxy: ${err.message}\n`);
-      process.exit(2);
+      return exit(2);
     }
     // Not a user mistake: keep the stack for a bug report, but lead with one line.
     const e = err as Error;
     process.stderr.write(`cluster-proxy: ${e.message}\n`);
     if (process.env['CLUSTER_PROXY_DEBUG']) process.stderr.write(`${e.stack}\n`);
-    process.exit(1);
+    return exit(1);
   },
 );

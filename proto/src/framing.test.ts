@@ -51,6 +51,29 @@ describe('FramedPacketStream', () => {
     expect(got).toEqual(sent);
   });
 
+  it('packets right behind the hello wait for the first \'data\' listener, attached ticks later (a dial sent to a newly connected agent)', async () => {
+    const { a, b } = await pair();
+    const sb = new FramedPacketStream(b, 1 << 20);
+    const dial = packets.dialRequest('c1:443', 7n);
+    // One write: the hello and the packet arrive in one chunk and are parsed in one go.
+    a.write(Buffer.concat([frame(0, Buffer.from('{}')), frame(1, Buffer.concat(encodePacketParts(dial)))]));
+    await once(sb, 'hello');
+    await new Promise((r) => setImmediate(r));
+    const [got] = (await once(sb, 'data')) as [Packet];
+    expect(got).toEqual(dial);
+  }, 5000);
+
+  it('a stream ended without a reader still sees its peer close', async () => {
+    const { a, b } = await pair();
+    const sb = new FramedPacketStream(b, 1 << 20);
+    a.write(Buffer.concat([frame(0, Buffer.from('{}')), frame(1, Buffer.concat(encodePacketParts(packets.dialRequest('c1:443', 1n))))]));
+    await once(sb, 'hello');
+    const closed = once(sb, 'close');
+    sb.end();
+    a.end();
+    await closed;
+  });
+
   it('reassembles frames split at every byte boundary', async () => {
     const { a, b } = await pair();
     const sb = new FramedPacketStream(b, 1 << 20);

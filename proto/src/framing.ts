@@ -37,12 +37,19 @@ export class FrameError extends Error {
 
 /**
  * Emits 'hello' (Hello) once, then 'data' (Packet) per frame, 'end' when the peer finished,
- * 'error' (Error) on a broken frame or socket, and 'close' once.
+ * 'error' (Error) on a broken frame or socket, and 'close' once. A packet that arrives before any
+ * 'data' listener is attached is held (and reading stops) until one is: a reader learns of the hello
+ * through a promise (connectMux) and listens a few ticks later, while the peer may send its first
+ * packet right behind its hello (a hub sends a dial that waited for this agent at once).
  */
 export class FramedPacketStream extends EventEmitter {
   private readonly received = new ChunkQueue();
   private sawHello = false;
   private paused = false;
+  /** A packet decoded while nobody listened for packets; nothing more is read until it is delivered. */
+  private held: Packet | null = null;
+  /** end() was called: packets nobody listens for are dropped rather than held. */
+  private ending = false;
   private corked = false;
   private closed = false;
   private keepaliveTimer: NodeJS.Timeout | null = null;
@@ -56,6 +63,10 @@ export class FramedPacketStream extends EventEmitter {
     socket.on('error', (err: Error) => this.fail(err));
     socket.on('close', () => this.onClose());
     socket.on('drain', this.onFlushed);
+    this.on('newListener', (event: string) => {
+      // The listener is added after this event returns: hand it the held packet just after.
+      if (event === 'data' && this.held) queueMicrotask(() => this.continueReading());
+    });
   }
 
   get isClosed(): boolean {
@@ -147,15 +158,25 @@ export class FramedPacketStream extends EventEmitter {
   resume(): this {
     if (!this.paused) return this;
     this.paused = false;
-    this.safeParse();
-    if (!this.paused) this.socket.resume();
+    this.continueReading();
     return this;
+  }
+
+  private continueReading(): void {
+    this.safeParse();
+    if (!this.paused && !this.held && !this.closed) this.socket.resume();
   }
 
   /** Finish our side after what is queued. */
   end(): void {
     if (this.closed) return;
     this.socket.end();
+    this.ending = true;
+    // Nobody will read a held packet (a refused peer): keep reading, so the peer's close is seen.
+    if (this.held) {
+      this.held = null;
+      this.continueReading();
+    }
   }
 
   destroy(err?: Error): void {
@@ -178,7 +199,12 @@ export class FramedPacketStream extends EventEmitter {
   }
 
   private parse(): void {
-    while (!this.paused && !this.closed && this.received.length >= 4) {
+    if (this.held && !this.paused && !this.closed && this.listenerCount('data') > 0) {
+      const p = this.held;
+      this.held = null;
+      this.emit('data', p);
+    }
+    while (!this.paused && !this.held && !this.closed && this.received.length >= 4) {
       const length = this.received.peek(4).readUInt32BE(0);
       const limit = (this.sawHello ? this.maxFrameBytes : MAX_HELLO_BYTES) + 1;
       if (length > limit) {
@@ -229,9 +255,13 @@ export class FramedPacketStream extends EventEmitter {
         this.fail(err instanceof PacketDecodeError ? new FrameError(`malformed packet: ${err.message}`) : (err as Error));
         return;
       }
+      if (this.listenerCount('data') === 0 && !this.ending) {
+        this.held = packet;
+        break;
+      }
       this.emit('data', packet);
     }
-    if (this.paused) this.socket.pause();
+    if (this.paused || this.held) this.socket.pause();
   }
 
   private fail(err: Error): void {

@@ -105,6 +105,22 @@ describe('GrpcClientCall: the whole call', () => {
     expect(took()).toEqual([]);
   });
 
+  it('packets right behind the headers wait for the first \'data\' listener, attached ticks later (a dial sent to a newly connected agent)', async () => {
+    const stream = new FakeStream();
+    const session = { destroyed: false, request: () => stream } as unknown as http2.ClientHttp2Session;
+    const call = new GrpcClientCall(session, '/AgentService/Connect', {}, 1 << 16);
+    const metadata = new Promise((r) => call.once('metadata', r));
+    stream.respond();
+    stream.send(d(1));
+    await metadata;
+    expect(stream.did).toEqual(['pause']);
+    const got: Packet[] = [];
+    call.on('data', (p: Packet) => got.push(p));
+    await Promise.resolve();
+    expect(got).toEqual([d(1)]);
+    expect(stream.did).toEqual(['pause', 'resume']);
+  });
+
   it('a paused reader: the packets and the status wait (ending, then closing when the stream goes), all in order on resume', () => {
     const { call, stream, took } = setup();
     stream.respond();

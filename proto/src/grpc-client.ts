@@ -278,6 +278,10 @@ export class GrpcClientCall extends EventEmitter {
     stream.on('drain', () => this.emit('drain'));
     stream.on('error', (err: NodeJS.ErrnoException) => this.onStreamError(err));
     stream.on('close', () => this.onClose());
+    this.on('newListener', (event: string) => {
+      // The listener is added after this event returns: hand it the waiting packets just after.
+      if (event === 'data' && this.inbox.packets.length > 0) queueMicrotask(() => this.continueReading());
+    });
   }
 
   get writableEnded(): boolean {
@@ -364,9 +368,13 @@ export class GrpcClientCall extends EventEmitter {
 
   resume(): this {
     this.inbox.resume();
-    this.flush();
-    if (this.inbox.state === 'flowing') this.stream?.resume();
+    this.continueReading();
     return this;
+  }
+
+  private continueReading(): void {
+    this.flush();
+    if (this.inbox.state === 'flowing' && this.inbox.packets.length === 0) this.stream?.resume();
   }
 
   /** The call never had a stream (next tick after it was made): it reports the status and is closed. */
@@ -513,6 +521,12 @@ export class GrpcClientCall extends EventEmitter {
 
   /** Hands queued packets to the reader while it is not paused, then the status once all are out. */
   private flush(): void {
+    // Packets wait for a reader (and reading stops): an agent listens a few ticks after the response
+    // headers, and the hub may send a packet right behind them (a dial that waited for this agent).
+    if (this.inbox.packets.length > 0 && this.listenerCount('data') === 0) {
+      this.stream?.pause();
+      return;
+    }
     if (!this.inbox.drain(this.emitPacket)) return;
     switch (this.state) {
       case 'ending':

@@ -65,6 +65,8 @@ export class Hub {
     this.replicas = new ReplicaRegistry({ store: opts.store, namespace: HUB_NAMESPACE, serverID: this.server.serverID, leaseDurationMs: opts.replicaLeaseDurationMs, log: opts.log,
       tunnelClusters: () => this.server.core.routes.backends().map((b) => b.cluster) });
     this.replicas.registerRoutes(this.server.hubApi);
+    // A dial for a cluster that other replicas reach waits for its agent here (a restart, a reconnect).
+    this.server.core.agentWaits.setAgentsElsewhere(() => this.replicas.clustersElsewhere);
     const configured = opts.server.serverCount ?? 1;
     // The live replicas once known; the configured count (--server-count) until the first read.
     this.server.setServerCount(() => (this.replicas.known ? this.replicas.count : configured));

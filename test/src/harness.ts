@@ -58,8 +58,9 @@ export interface HubProcess {
   stop(): Promise<void>;
 }
 
-export async function startHub(pki: TestPki, extraArgs: string[] = []): Promise<HubProcess> {
-  const dataDir = await mkdtemp(path.join(pki.dir, 'hub-'));
+/** `opts.dataDir`: a data directory prepared beforehand (e.g. a store filled in advance); default a new one. */
+export async function startHub(pki: TestPki, extraArgs: string[] = [], opts: { dataDir?: string } = {}): Promise<HubProcess> {
+  const dataDir = opts.dataDir ?? (await mkdtemp(path.join(pki.dir, 'hub-')));
   const proc = spawnProcess({
     name: 'hub',
     command: process.execPath,

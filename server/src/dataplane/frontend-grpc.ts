@@ -9,6 +9,7 @@ import { GrpcStatus, type GrpcServerCall } from './grpc-server.js';
 import { grpcCodeName } from './metrics.js';
 import type { ProxyCore } from './proxy-core.js';
 import type { ProxiedConnection } from './proxied-connection.js';
+import type { AgentWait } from './agent-wait.js';
 
 type FrontendState = 'await-dial' | 'dialing' | 'open' | 'done';
 
@@ -18,6 +19,9 @@ export class GrpcFrontend implements Frontend {
   readonly sink: ByteSink;
   private state: FrontendState = 'await-dial';
   private conn: ProxiedConnection | null = null;
+  /** The dial waits for an agent of its cluster to connect to this replica (agent-wait.ts). */
+  private agentWait: AgentWait | null = null;
+  private address = '';
   private clientRandom = 0n;
   private connectID = 0;
   /** Child logger made only if this connection logs (pino's child() per dial shows in the dial rate). */
@@ -62,7 +66,7 @@ export class GrpcFrontend implements Frontend {
   }
 
   get description(): { state: FrontendState; connectID: number; address: string } {
-    return { state: this.state, connectID: this.connectID, address: this.conn?.address ?? '' };
+    return { state: this.state, connectID: this.connectID, address: this.address };
   }
 
   private send(p: Packet): void {
@@ -78,7 +82,8 @@ export class GrpcFrontend implements Frontend {
         this.clientRandom = p.dialRequest.random;
         this.lazyLog.bind({ clientDialID: String(p.dialRequest.random) });
         this.state = 'dialing';
-        this.conn = this.core.dial(p.dialRequest.address, p.dialRequest.protocol, this);
+        this.address = p.dialRequest.address;
+        this.dial(p.dialRequest.address, p.dialRequest.protocol);
         return;
       case PacketType.DATA:
         if (this.state !== 'open' || !this.conn) {
@@ -108,6 +113,15 @@ export class GrpcFrontend implements Frontend {
         this.lazyLog.log.warn({ type: packetTypeName(p.type) }, 'unexpected packet from client, ignored');
     }
   };
+
+  /** At once, or once an agent of the destination's cluster has connected here. */
+  private dial(address: string, protocol: string): void {
+    this.agentWait = this.core.awaitAgent(address, protocol, this, () => {
+      this.agentWait = null;
+      if (this.state === 'dialing') this.conn = this.core.dial(address, protocol, this);
+    });
+    if (!this.agentWait) this.conn = this.core.dial(address, protocol, this);
+  }
 
   // ------------------------------------------------------------ Frontend (called by the core)
 
@@ -147,6 +161,8 @@ export class GrpcFrontend implements Frontend {
 
   private protocolError(message: string): void {
     this.lazyLog.log.warn(`client protocol error: ${message}`);
+    this.agentWait?.cancel();
+    this.agentWait = null;
     this.conn?.close();
     if (this.state === 'done') return;
     this.state = 'done';
@@ -165,8 +181,10 @@ export class GrpcFrontend implements Frontend {
   private finish(): void {
     if (this.state === 'done') return;
     this.state = 'done';
-    // Whatever we leave, the connection must not outlive the stream: a pending dial is abandoned,
-    // an open connection closed (a no-op when it is already closed).
+    // Whatever we leave, the connection must not outlive the stream: a dial waiting for an agent or
+    // pending at one is abandoned, an open connection closed (a no-op when it is already closed).
+    this.agentWait?.cancel();
+    this.agentWait = null;
     this.conn?.close();
     this.call.removeListener('data', this.onPacket);
     if (!this.call.writableEnded) this.call.end();

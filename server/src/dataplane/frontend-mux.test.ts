@@ -51,6 +51,7 @@ function setup(opts: { clientCredit?: boolean } = {}) {
   const core = {
     metrics: new ServerMetrics(),
     budget: new MemoryBudget(256 * 1024 * 1024, { maxWindow: MAX_CONNECTION_WINDOW }),
+    awaitAgent: () => null, // an agent is always there: dial at once
     dial: (_address: string, _protocol: string, frontend: MuxFrontendConn) => ((conn = frontend), proxied),
   } as unknown as ProxyCore;
   const caps = opts.clientCredit === false ? [CAP_HALF_CLOSE] : [CAP_CREDIT, CAP_HALF_CLOSE];

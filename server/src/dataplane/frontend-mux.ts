@@ -28,6 +28,7 @@ import type { Logger } from 'pino';
 import type { Frontend } from './frontend.js';
 import type { ServerMetrics } from './metrics.js';
 import type { ProxiedConnection } from './proxied-connection.js';
+import type { AgentWait } from './agent-wait.js';
 import type { ProxyCore } from './proxy-core.js';
 
 export type MuxConnState = 'dialing' | 'open' | 'ending' | 'ended' | 'closing' | 'ending-closing' | 'closed';
@@ -40,6 +41,8 @@ export class MuxFrontendConn implements Frontend {
   state: MuxConnState = 'dialing';
   id = 0;
   proxied: ProxiedConnection | null = null;
+  /** The dial waits for an agent of its cluster to connect to this replica (agent-wait.ts). */
+  agentWait: AgentWait | null = null;
   private readonly toClient: SendCredit;
   /** Chunks from the destination waiting for the client's credit (bounded by the agent's window). */
   private readonly queue: { chunk: Buffer; cb: (err?: Error | null) => void }[] = [];
@@ -87,6 +90,8 @@ export class MuxFrontendConn implements Frontend {
       default:
         this.release();
         this.state = 'closed';
+        this.agentWait?.cancel();
+        this.agentWait = null;
         this.proxied?.close();
     }
   }
@@ -349,7 +354,12 @@ export class MuxFrontendSession {
         }
         const conn = new MuxFrontendConn(this, random, address);
         this.pending.set(random, conn);
-        conn.proxied = this.core.dial(address, protocol, conn);
+        // At once, or once an agent of the destination's cluster has connected here.
+        conn.agentWait = this.core.awaitAgent(address, protocol, conn, () => {
+          conn.agentWait = null;
+          if (conn.state === 'dialing') conn.proxied = this.core.dial(address, protocol, conn);
+        });
+        if (!conn.agentWait) conn.proxied = this.core.dial(address, protocol, conn);
         return;
       }
       case PacketType.DIAL_CLS: {

@@ -32,6 +32,8 @@ export interface ServerGaugeSource {
   /** Distinct identifiers per routing strategy (ANP's ready_backends). */
   readyBackends(): { destHost: number; cidr: number; defaultRoute: number };
   pendingDials(): number;
+  /** Dials waiting for an agent of their cluster to connect to this replica (agent-wait.ts). */
+  waitingDials(): number;
   established(): number;
   /** gRPC ProxyService.Proxy streams of clients. */
   grpcFrontends(): number;
@@ -136,6 +138,12 @@ export class ServerMetrics {
     labelNames: ['limit'] as const,
     registers: [this.registry],
   });
+  readonly agentWaits = new Counter({
+    name: `${OWN}agent_waits_total`,
+    help: 'Dials with no agent here whose cluster has one on another replica, by how the wait for it to connect here ended (connected, timeout, cancelled, shutdown; full: not held, too many waiting)',
+    labelNames: ['result'] as const,
+    registers: [this.registry],
+  });
   readonly connectRequests = new Counter({
     name: `${OWN}http_connect_requests_total`,
     help: 'HTTP CONNECT requests answered, by status code (200 = tunnel open)',
@@ -170,6 +178,12 @@ export class ServerMetrics {
       help: 'Dials sent to agents and not yet answered',
       registers: r,
       collect() { this.set(src()?.pendingDials() ?? 0); },
+    });
+    new Gauge({
+      name: `${OWN}agent_waiting_dials`,
+      help: 'Dials waiting now for an agent of their cluster to connect to this replica (--agent-wait)',
+      registers: r,
+      collect() { this.set(src()?.waitingDials() ?? 0); },
     });
     new Gauge({
       name: `${ANP}established_connections`,

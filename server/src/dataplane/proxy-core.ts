@@ -2,6 +2,7 @@
 // table, and dialing a destination for a frontend.
 import { HUB_MEMORY_BUDGET, MAX_CONNECTION_WINDOW, MemoryBudget } from '@cluster-proxy/proto';
 import type { Logger } from 'pino';
+import { AgentWaits, DEFAULT_AGENT_WAIT_MS, type AgentWait } from './agent-wait.js';
 import { AgentBackend } from './backend.js';
 import { ServerMetrics } from './metrics.js';
 import type { Frontend } from './frontend.js';
@@ -20,14 +21,20 @@ export interface ProxyCoreOptions {
   maxConnections?: number;
   /** The same per client identity (certificate or token name). */
   maxConnectionsPerClient?: number;
+  /** How long a dial waits for an agent of its cluster that another replica has (agent-wait.ts); 0: never. */
+  agentWaitMs?: number;
+  /** Dials waiting so at once at most (default: maxConnections). */
+  maxWaitingDials?: number;
 }
 
 export class ProxyCore {
   readonly routes = new RoutingTable<AgentBackend>();
   private readonly log: Logger;
   readonly metrics: ServerMetrics;
-  /** Set when the server shuts down: open connections finish, new dials are refused. */
-  stopping = false;
+  /** Set by stop(): open connections finish, new dials are refused. */
+  private stopping_ = false;
+  /** Dials waiting for an agent to connect to this replica. */
+  readonly agentWaits: AgentWaits;
   readonly budget: MemoryBudget;
   readonly maxConnections: number;
   readonly maxConnectionsPerClient: number;
@@ -41,15 +48,45 @@ export class ProxyCore {
     this.budget = opts.budget ?? new MemoryBudget(HUB_MEMORY_BUDGET, { maxWindow: MAX_CONNECTION_WINDOW });
     this.maxConnections = opts.maxConnections ?? Number.MAX_SAFE_INTEGER;
     this.maxConnectionsPerClient = opts.maxConnectionsPerClient ?? Number.MAX_SAFE_INTEGER;
+    this.agentWaits = new AgentWaits({
+      waitMs: opts.agentWaitMs ?? DEFAULT_AGENT_WAIT_MS,
+      maxWaiting: opts.maxWaitingDials ?? this.maxConnections,
+      routable: (address) => 'backend' in this.routes.route(address),
+      metrics: this.metrics,
+      log: this.log,
+    });
+  }
+
+  get stopping(): boolean {
+    return this.stopping_;
+  }
+
+  /** The server shuts down: new dials are refused, dials waiting for an agent fail now. */
+  stop(): void {
+    this.stopping_ = true;
+    this.agentWaits.stop();
   }
 
   addBackend(b: AgentBackend): void {
     this.routes.add(b);
     this.metrics.tunnelConnects.inc({ transport: b.transport });
+    this.agentWaits.agentConnected(b);
     b.whenClosed(() => {
       this.routes.remove(b);
       this.metrics.tunnelDisconnects.inc({ transport: b.transport });
     });
+  }
+
+  /**
+   * Before dial(): null means dial now. Otherwise no agent here serves `address` yet but another replica
+   * holds a tunnel to its cluster: `ready` runs when one connects here (then dial() in the same turn),
+   * or the frontend hears dialFailed when none does in time or the server stops. A frontend whose
+   * client goes away cancels the wait.
+   */
+  awaitAgent(address: string, protocol: string, frontend: Frontend, ready: () => void): AgentWait | null {
+    // What dial() refuses at once is refused at once: no wait for a dial that cannot succeed.
+    if (protocol !== 'tcp' || this.stopping_ || this.admission(frontend.client)) return null;
+    return this.agentWaits.wait(address, frontend, ready);
   }
 
   /** Starts a dial; the frontend hears the outcome through dialSucceeded/dialFailed. */
@@ -59,7 +96,7 @@ export class ProxyCore {
       frontend.dialFailed('endpoint', `protocol "${protocol}" is not supported, only tcp`);
       return null;
     }
-    if (this.stopping) {
+    if (this.stopping_) {
       this.metrics.routeFailure('draining');
       frontend.dialFailed('draining', `this proxy server is shutting down; dial ${address} through another replica`);
       return null;

@@ -63,6 +63,13 @@ export interface ProxyServerOptions {
   maxConnections?: number;
   /** Connections one client (certificate or token) holds at most (default: half of maxConnections). */
   maxConnectionsPerClient?: number;
+  /**
+   * How long a dial with no agent here waits for one of its cluster to connect, when another replica
+   * holds a tunnel to it (default DEFAULT_AGENT_WAIT_MS; 0: fail at once). See agent-wait.ts.
+   */
+  agentWaitMs?: number;
+  /** Dials waiting so at once at most (default: maxConnections). */
+  maxWaitingDials?: number;
   grants?: ReadonlyMap<string, Grant>;
   /** Where ports.json goes (chosen ports, for scripts and tests). */
   dataDir?: string;
@@ -155,6 +162,7 @@ export class ProxyServer {
     this.core = new ProxyCore({
       dialTimeoutMs: opts.dialTimeoutMs ?? 10_000, log: opts.log, metrics: this.metrics, budget,
       maxConnections, maxConnectionsPerClient: opts.maxConnectionsPerClient ?? Math.max(1, Math.floor(maxConnections / 2)),
+      agentWaitMs: opts.agentWaitMs, maxWaitingDials: opts.maxWaitingDials,
     });
     this.readiness = new HealthChecks('readyz', [{ name: 'listeners', check: this.checkListeners }, ...(opts.readinessChecks ?? [])]);
     this.liveness = new HealthChecks('healthz', [{ name: 'ping', check: () => undefined }, ...(opts.livenessChecks ?? [])]);
@@ -190,6 +198,7 @@ export class ProxyServer {
         };
       },
       pendingDials: () => this.core.routes.backends().reduce((n, b) => n + b.pendingCount, 0),
+      waitingDials: () => this.core.agentWaits.size,
       established: () => this.core.routes.backends().reduce((n, b) => n + b.establishedCount, 0),
       grpcFrontends: () => this.frontends.size,
       muxFrontends: () => this.muxClients.size,
@@ -319,7 +328,7 @@ export class ProxyServer {
       await new Promise((r) => setTimeout(r, delayMs));
     }
     this.accepting = false;
-    this.core.stopping = true;
+    this.core.stop();
     // Agents that understand it stop counting this replica and find the others while we finish.
     let told = 0;
     for (const b of this.core.routes.backends()) if (b.sendServerDrain()) told++;

@@ -47,6 +47,7 @@ export function tunnelsOnOtherReplicas(leases: readonly Lease[], selfID: string,
 export class ReplicaRegistry {
   private timer: NodeJS.Timeout | null = null;
   private live: string[] = [];
+  private elsewhere: ReadonlySet<string> = new Set();
   private stopped = false;
   private readonly durationMs: number;
   private readonly now: () => number;
@@ -66,6 +67,15 @@ export class ReplicaRegistry {
 
   get count(): number {
     return Math.max(1, this.serverIDs.length);
+  }
+
+  /**
+   * Clusters another live replica holds an agent tunnel to, as of the last store read (every third of
+   * the lease duration, and on agents' replica-list requests): a dial for one of them that finds no
+   * agent here waits for it to connect (dataplane/agent-wait.ts). The same set object until it changes.
+   */
+  get clustersElsewhere(): ReadonlySet<string> {
+    return this.elsewhere;
   }
 
   /** Whether the store has been read at least once (until then the configured count stands). */
@@ -151,6 +161,8 @@ export class ReplicaRegistry {
     const live = items.filter((l) => leaseHeld(l, now, { defaultDurationS: 30 })).map((l) => l.spec.holderIdentity ?? '').filter(Boolean).sort();
     if (live.join(',') !== this.live.join(',')) this.opts.log.info({ replicas: live }, `live proxy server replicas: ${live.length}`);
     this.live = live;
+    const elsewhere = [...tunnelsOnOtherReplicas(items, this.opts.serverID, now).keys()].sort();
+    if (elsewhere.join(',') !== [...this.elsewhere].join(',')) this.elsewhere = new Set(elsewhere);
     this.refreshedAt = now;
   }
 }

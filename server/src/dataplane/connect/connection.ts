@@ -8,6 +8,7 @@ import { clusterFromSubject } from '../../pki/agent-identity.js';
 import { tokenAllowsCluster } from '../../fleet/tokens.js';
 import type { Frontend } from '../frontend.js';
 import type { ProxiedConnection } from '../proxied-connection.js';
+import type { AgentWait } from '../agent-wait.js';
 import { findHeadEnd, parseAuthority, parseHead, tokenFromHeader } from './request.js';
 import { DIAL_FAILURE_STATUS, PROXY_AUTHENTICATE, STATUS_TEXT, certificatePrincipal, oneLine, principalName, printable } from './responses.js';
 import { peerOf, peerReset, resetSocket } from './sockets.js';
@@ -41,6 +42,8 @@ export class ConnectConnection implements Frontend, TrackedConnection {
   private pending: Buffer[] = [];
   private pendingBytes = 0;
   private conn: ProxiedConnection | null = null;
+  /** The dial waits for an agent of its cluster to connect to this replica. */
+  private agentWait: AgentWait | null = null;
   private connectID = 0;
   private destination = '';
   private principal: Principal | null = null;
@@ -151,7 +154,9 @@ export class ConnectConnection implements Frontend, TrackedConnection {
     this.shared.conns.delete(this);
     this.pending = [];
     this.head = null;
-    // A pending dial is abandoned, an open connection closed (a no-op once the core closed it).
+    // A waiting or pending dial is abandoned, an open connection closed (a no-op once the core closed it).
+    this.agentWait?.cancel();
+    this.agentWait = null;
     const conn = this.conn;
     this.conn = null;
     conn?.close();
@@ -218,6 +223,18 @@ export class ConnectConnection implements Frontend, TrackedConnection {
     }
     this.principal = auth.principal;
 
+    // Pipelined bytes are kept from here on; the dial goes at once, or once an agent of the
+    // destination's cluster has connected to this replica (agent-wait.ts).
+    this.state = 'dialing';
+    const principal = auth.principal;
+    this.agentWait = this.shared.core.awaitAgent(address, 'tcp', this, () => {
+      this.agentWait = null;
+      if (this.state === 'dialing') this.authorizeAndDial(address, principal);
+    });
+    if (!this.agentWait) this.authorizeAndDial(address, principal);
+  }
+
+  private authorizeAndDial(address: string, principal: Principal): void {
     // Authorize on the cluster the destination routes to. core.dial() routes again in the same
     // synchronous turn, so it sees the same table and picks the same agent (checked below).
     const route = this.shared.core.routes.route(address);
@@ -226,14 +243,13 @@ export class ConnectConnection implements Frontend, TrackedConnection {
       return this.dialFailed(route.reason, route.message);
     }
     const cluster = route.backend.cluster;
-    if (auth.principal.kind === 'token' && !tokenAllowsCluster(auth.principal, cluster)) {
-      return this.refuse(403, `token "${auth.principal.name}" may not reach cluster ${cluster}`, 'not_authorized');
+    if (principal.kind === 'token' && !tokenAllowsCluster(principal, cluster)) {
+      return this.refuse(403, `token "${principal.name}" may not reach cluster ${cluster}`, 'not_authorized');
     }
-    if (!this.shared.authorize(auth.principal, cluster)) {
-      return this.refuse(403, `${principalName(auth.principal)} may not reach cluster ${cluster}`, 'not_authorized');
+    if (!this.shared.authorize(principal, cluster)) {
+      return this.refuse(403, `${principalName(principal)} may not reach cluster ${cluster}`, 'not_authorized');
     }
 
-    this.state = 'dialing';
     const conn = this.shared.core.dial(address, 'tcp', this);
     if (!conn || this.state !== 'dialing') return; // dialFailed already answered
     if (conn.backend.cluster !== cluster) {
