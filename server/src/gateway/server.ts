@@ -19,6 +19,8 @@ import { forward } from './forward.js';
 import { parseGatewayTarget } from './paths.js';
 
 const DEFAULT_MAX_HEADER_BYTES = 16 * 1024;
+/** First segments of apiserver paths: a request starting with one most likely lost its cluster prefix. */
+const KUBE_ROOTS = new Set(['api', 'apis', 'version', 'openapi', 'healthz', 'livez', 'readyz', 'metrics', 'logs', '.well-known']);
 const DEFAULT_HEADER_TIMEOUT_MS = 10_000;
 
 export interface GatewayOptions {
@@ -113,7 +115,11 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
       if (!callerMayReach(caller, target.cluster)) return fail(403, `${caller.name} may not reach cluster ${target.cluster}`, 'not_authorized');
       if (!opts.core.hasCluster(target.cluster)) {
         const known = opts.clusterKnown ? await opts.clusterKnown(target.cluster).catch(() => false) : false;
-        if (!known) return fail(404, `cluster ${target.cluster} is not known to this hub`, 'unknown_cluster');
+        if (!known) {
+          // `kubectl get --raw` replaces the server URL's path (client-go's RequestURI): say so.
+          const hint = KUBE_ROOTS.has(target.cluster) ? ` (the path has no /CLUSTER prefix? kubectl get --raw drops the server URL's path: use --raw /CLUSTER${printable(req.url ?? '')})` : '';
+          return fail(404, `cluster ${target.cluster} is not known to this hub${hint}`, 'unknown_cluster');
+        }
         audit.clusterLabel = target.cluster;
         return fail(503, `no agent of cluster ${target.cluster} is connected`, 'no_agent');
       }
@@ -125,8 +131,10 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
       if (!res.headersSent) fail(500, 'internal error in the gateway', 'internal');
       else res.destroy();
       audit.status ||= 500;
+    } finally {
+      // Every answer, refusals included, is one audit line and one count.
+      record(req, started, audit);
     }
-    record(req, started, audit);
   };
 
   server.on('request', (req: http.IncomingMessage, res: http.ServerResponse) => {
