@@ -9,6 +9,8 @@ import type { AgentTransport, EgressOptions } from './links.js';
 import { proxyFromEnvironment, redactProxyUrl } from './no-proxy.js';
 import { ServerConnection, type ConnectionSummary } from './server-connection.js';
 import { TargetDialer } from './target-dialer.js';
+import { ImpersonatingProxy } from './impersonating-proxy.js';
+import { fromKubeconfig, loadKubeRestConfig } from './kube-rest.js';
 import { AgentMetrics } from './metrics.js';
 
 /** After a duplicate (the balancer sent us to a replica we already hold), dial again after 100–600 ms. */
@@ -54,6 +56,12 @@ export interface AgentOptions {
   /** CA bundle for an https:// egress proxy. */
   proxyCa?: Buffer;
   proxyConnectTimeoutMs?: number;
+  /**
+   * The hub's HTTP gateway: where the apiserver and the agent's own credentials for it come from
+   * (`kubeconfig`; default as kube-rest.ts finds them: $KUBECONFIG, ~/.kube/config, the service
+   * account), or false to refuse the gateway's reserved destination. Default: on.
+   */
+  gateway?: { kubeconfig?: string } | false;
   /** Export the process metrics too (CPU, memory, fds; the CLI sets it). */
   processMetrics?: boolean;
   log: Logger;
@@ -70,6 +78,8 @@ export class Agent {
   readonly agentID: string;
   private readonly servers = new Map<string, ServerConnection>();
   private readonly dialer: TargetDialer;
+  /** The in-process handler behind the hub gateway's reserved destination (null: refused). */
+  private readonly gateway: ImpersonatingProxy | null;
   private readonly identifiers: string;
   private readonly backoff: Backoff;
   /** Starts as configured ('auto' means mux first); an ANP server turns it to 'grpc'. */
@@ -116,7 +126,13 @@ export class Agent {
       memory: () => ({ limit, committed: this.budget.committed, held: this.budget.usageByDirection().reduce((n, u) => n + u.buffered, 0) }),
     });
     const names = clusterHostNames(opts.cluster, opts.namespace);
-    this.dialer = new TargetDialer({ clusterNames: names, apiserver: opts.apiserver, allow: opts.allow, dialTimeoutMs: opts.dialTimeoutMs ?? 5000 });
+    const gw = opts.gateway ?? {};
+    this.gateway = gw === false ? null : new ImpersonatingProxy({
+      cluster: opts.cluster, log: opts.log, trust: () => this.trust,
+      kube: () => (gw.kubeconfig ? fromKubeconfig(gw.kubeconfig) : loadKubeRestConfig()),
+    });
+    const gateway = this.gateway;
+    this.dialer = new TargetDialer({ clusterNames: names, apiserver: opts.apiserver, allow: opts.allow, dialTimeoutMs: opts.dialTimeoutMs ?? 5000, ...(gateway ? { gateway: () => gateway.connect() } : {}) });
     const ids = { ...emptyIdentifiers(), ...opts.extraIdentifiers };
     ids.host = [...names, ...(opts.extraIdentifiers?.host ?? [])];
     this.identifiers = formatIdentifiers(ids);
@@ -205,6 +221,7 @@ export class Agent {
     this.attempt?.close();
     for (const s of [...this.servers.values()]) s.close();
     this.servers.clear();
+    this.gateway?.close();
   }
 
   /** HTTPS_PROXY / NO_PROXY with Go's rules, decided once and logged (without the password). */

@@ -1,7 +1,8 @@
 // Turns a DialRequest address into a TCP connection: maps the cluster's own names to its
 // apiserver, enforces the allowlist, and dials with a timeout.
 import net from 'node:net';
-import { joinHostPort, splitHostPort, type DialFailureReason } from '@cluster-proxy/proto';
+import type { Duplex } from 'node:stream';
+import { isGatewayHost, joinHostPort, splitHostPort, type DialFailureReason } from '@cluster-proxy/proto';
 import { Allowlist } from './allowlist.js';
 
 export interface TargetDialerOptions {
@@ -12,6 +13,8 @@ export interface TargetDialerOptions {
   /** Extra destinations the hub configured (see allowlist.ts for the syntax). */
   allow: readonly string[];
   dialTimeoutMs: number;
+  /** Serves the hub gateway's reserved destination in process (impersonating-proxy.ts); unset: refused. */
+  gateway?: () => Duplex;
 }
 
 export class DialFailure extends Error {
@@ -24,6 +27,8 @@ export class DialFailure extends Error {
 export interface ResolvedTarget {
   host: string;
   port: number;
+  /** The hub gateway's reserved destination: an in-process handler, no TCP dial. */
+  virtual?: 'gateway';
 }
 
 export class TargetDialer {
@@ -44,6 +49,11 @@ export class TargetDialer {
     if (protocol !== 'tcp') throw new DialFailure('forbidden', `protocol "${protocol}" is not supported, only tcp`);
     const hp = splitHostPort(address);
     if (!hp) throw new DialFailure('endpoint', `address "${address}" is not HOST:PORT`);
+    // Before the allowlist: `*` must not make the reserved name a TCP destination.
+    if (isGatewayHost(hp.host)) {
+      if (!this.opts.gateway) throw new DialFailure('forbidden', 'this agent does not serve the HTTP gateway');
+      return { host: hp.host, port: hp.port, virtual: 'gateway' };
+    }
     // Dialing C:443 reaches the apiserver, as OCM's ExternalName Service C does inside the cluster.
     // Another port of C means that port on the apiserver's host, and the allowlist must say so.
     const target = this.names.has(hp.host) ? (hp.port === 443 ? { ...this.apiserver } : { host: this.apiserver.host, port: hp.port }) : hp;
@@ -55,6 +65,10 @@ export class TargetDialer {
 
   /** Connects; rejects with DialFailure('endpoint' | 'timeout') on failure or `signal` abort. */
   dial(target: ResolvedTarget, signal: AbortSignal): Promise<net.Socket> {
+    if (target.virtual === 'gateway' && this.opts.gateway) {
+      // An in-memory pair with the socket calls the endpoint connection makes (impersonating-proxy.ts).
+      return Promise.resolve(this.opts.gateway() as net.Socket);
+    }
     return new Promise((resolve, reject) => {
       const where = joinHostPort(target.host, target.port);
       const socket = net.connect({ host: target.host, port: target.port, allowHalfOpen: true });

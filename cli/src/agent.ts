@@ -5,7 +5,7 @@ import { splitHostPort } from '@cluster-proxy/proto';
 import type { Logger } from 'pino';
 import { parseIdentifiers } from '@cluster-proxy/proto';
 import { LOG_FORMAT_FLAG, createLogger, logUnhandledRejections } from './logging.js';
-import { UsageError, bytes, duration, optionalCount, helpText, list, parseFlags, port, required, str, type FlagSpecs } from './flags.js';
+import { UsageError, bytes, duration, optionalCount, helpText, list, parseFlags, port, required, str, type FlagSpecs, type ParsedFlags } from './flags.js';
 
 export const agentFlags: FlagSpecs = {
   cluster: { type: 'string', help: 'name of the managed cluster this agent serves (required)' },
@@ -24,6 +24,8 @@ export const agentFlags: FlagSpecs = {
   transport: { type: 'string', default: 'auto', help: 'auto (our framed TLS transport, gRPC for an ANP hub), mux or grpc' },
   apiserver: { type: 'string', default: 'kubernetes.default.svc:443', help: 'where CLUSTER:443 goes' },
   allow: { type: 'string', multiple: true, help: 'extra allowed destination: HOST:PORT, HOST:*, CIDR:PORT, *.DOMAIN:PORT or *' },
+  gateway: { type: 'string', default: 'on', help: 'serve the hub\'s HTTP gateway (requests as the hub user, by impersonation): on or off' },
+  'gateway-kubeconfig': { type: 'string', help: 'the gateway\'s apiserver and the agent\'s own credentials for it (default: KUBECONFIG, ~/.kube/config, else the pod\'s service account)' },
   'agent-id': { type: 'string', help: 'agent ID (default: random UUID)' },
   identifiers: { type: 'string', help: 'extra identifiers the hub granted, e.g. "default-route=true&cidr=10.0.0.0/8"' },
   'dial-timeout': { type: 'string', default: '5s', help: 'timeout for connecting to a destination' },
@@ -116,6 +118,7 @@ export async function runAgent(args: string[]): Promise<void> {
       keepaliveTimeoutMs: duration(flags, 'keepalive-timeout'),
       proxyCa: str(flags, 'proxy-ca') ? await read('proxy-ca') : undefined,
       proxyConnectTimeoutMs: duration(flags, 'proxy-connect-timeout'),
+      gateway: gatewayOption(flags),
       processMetrics: true,
       log,
     });
@@ -206,4 +209,13 @@ async function bootstrapUntilDone(creds: CredentialsManager, log: Logger, stoppe
     delay = Math.min(delay * 2, 30_000);
   }
   return null;
+}
+
+/** --gateway on|off and --gateway-kubeconfig. */
+function gatewayOption(flags: ParsedFlags): { kubeconfig?: string } | false {
+  const v = str(flags, 'gateway');
+  if (v !== 'on' && v !== 'off') throw new UsageError(`--gateway must be on or off, not "${v}"`);
+  if (v === 'off') return false;
+  const kubeconfig = str(flags, 'gateway-kubeconfig');
+  return kubeconfig ? { kubeconfig } : {};
 }

@@ -16,6 +16,7 @@ export const hubFlags: FlagSpecs = {
   'health-port': { type: 'string', default: '8092', help: '/healthz, /readyz and /metrics' },
   'admin-port': { type: 'string', default: '8095', help: 'loopback admin: /metrics, /debug/connections' },
   'connect-port': { type: 'string', default: '8089', help: 'HTTP CONNECT frontend over TLS (client certificate or token); 0 picks a free port, "off" disables it' },
+  'gateway-port': { type: 'string', help: 'HTTP gateway over TLS: https://HUB:PORT/CLUSTER/PATH to the cluster\'s apiserver as the authenticated hub user (docs/gateway.md); off unless set; 0 picks a free port' },
   'connect-uds': { type: 'string', help: 'also serve HTTP CONNECT on this Unix socket (0660; no credentials needed)' },
   'connect-plain': { type: 'string', help: 'also serve HTTP CONNECT in plain TCP on this loopback HOST:PORT' },
   'connect-plain-allow-tokens': { type: 'boolean', help: 'accept tokens on --connect-plain (they travel unencrypted on loopback)' },
@@ -131,6 +132,7 @@ export async function runHub(args: string[]): Promise<void> {
     adminPort: port(flags, 'admin-port'),
     connectPort: str(flags, 'connect-port') === 'off' ? null : port(flags, 'connect-port'),
     connectPlain: connectPlain(flags),
+    gatewayPort: str(flags, 'gateway-port') === undefined || str(flags, 'gateway-port') === 'off' ? null : port(flags, 'gateway-port'),
   };
   const grants = parseGrants(list(flags, 'grant'));
   const timing = {

@@ -21,3 +21,5 @@ export const PROTO_DIR = fileURLToPath(new URL('..', import.meta.url));
 export * from './registration-proof.js';
 export * from './lazy-log.js';
 export * from './memory-budget.js';
+export * from './gateway-identity.js';
+export * from './http-headers.js';

@@ -72,6 +72,8 @@ export class Hub {
     this.server.setServerCount(() => (this.replicas.known ? this.replicas.count : configured));
     this.registry = new ClusterRegistry(opts.store, this.server.core, opts.log, opts.requireRegistration ?? false);
     this.server.setAgentRegistry(this.registry);
+    // The gateway tells a registered cluster without an agent (503) from an unknown name (404).
+    this.server.clusterKnown = async (cluster) => (await opts.store.get('ManagedCluster', { name: cluster })) !== null;
     this.signer = opts.signer;
     this.manager = new AddonManager({
       store: opts.store, core: this.server.core, log: opts.log, serverID: this.server.serverID,

@@ -52,7 +52,7 @@ export interface HubTables {
 export interface HubProcess {
   proc: ManagedProcess;
   dataDir: string;
-  ports: { agent: number; frontend: number; admin: number; health: number; frontendUds: string | null; connect: number | null; serverID: string };
+  ports: { agent: number; frontend: number; admin: number; health: number; frontendUds: string | null; connect: number | null; gateway?: number | null; serverID: string };
   tunnel(transport?: TunnelTransport): Tunnel;
   tables(): Promise<HubTables>;
   stop(): Promise<void>;

@@ -151,6 +151,19 @@ export class ServerMetrics {
     registers: [this.registry],
   });
 
+  readonly gatewayRequests = new Counter({
+    name: `${OWN}gateway_requests_total`,
+    help: 'HTTP gateway requests answered, by cluster (empty until the cluster is known to exist) and status code',
+    labelNames: ['cluster', 'code'] as const,
+    registers: [this.registry],
+  });
+  readonly gatewayDuration = new Histogram({
+    name: `${OWN}gateway_request_duration_seconds`,
+    help: 'HTTP gateway requests, from the request head to the end of the response (watches included)',
+    buckets: [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 1800],
+    registers: [this.registry],
+  });
+
   constructor(opts: ServerMetricsOptions = {}) {
     const r = [this.registry];
     const src = (): ServerGaugeSource | null => this.source;

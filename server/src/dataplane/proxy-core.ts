@@ -1,6 +1,6 @@
 // The hub's routing core, independent of how clients arrive: registered agent streams, the routing
 // table, and dialing a destination for a frontend.
-import { HUB_MEMORY_BUDGET, MAX_CONNECTION_WINDOW, MemoryBudget } from '@cluster-proxy/proto';
+import { GATEWAY_DESTINATION, HUB_MEMORY_BUDGET, MAX_CONNECTION_WINDOW, MemoryBudget, isGatewayHost, splitHostPort } from '@cluster-proxy/proto';
 import type { Logger } from 'pino';
 import { AgentWaits, DEFAULT_AGENT_WAIT_MS, type AgentWait } from './agent-wait.js';
 import { AgentBackend } from './backend.js';
@@ -91,6 +91,31 @@ export class ProxyCore {
 
   /** Starts a dial; the frontend hears the outcome through dialSucceeded/dialFailed. */
   dial(address: string, protocol: string, frontend: Frontend): ProxiedConnection | null {
+    // The agents' in-process gateway handler believes only signed identities, but no client but the
+    // hub's own gateway (dialGateway) may even reach it (docs/gateway.md).
+    const hp = splitHostPort(address);
+    if (hp && isGatewayHost(hp.host)) {
+      this.metrics.dialFailure('bad_request');
+      frontend.dialFailed('forbidden', `${address} is reserved for the hub's HTTP gateway`);
+      return null;
+    }
+    return this.dialChecked(address, protocol, frontend, null);
+  }
+
+  /**
+   * The HTTP gateway's dial: the reserved destination on an agent of `cluster` (picked as a dial to
+   * the cluster's apiserver name would pick it). Only the gateway calls this.
+   */
+  dialGateway(cluster: string, frontend: Frontend): ProxiedConnection | null {
+    return this.dialChecked(GATEWAY_DESTINATION, 'tcp', frontend, cluster);
+  }
+
+  /** Whether an agent of `cluster` is registered (draining or not). */
+  hasCluster(cluster: string): boolean {
+    return this.routes.backends().some((b) => b.cluster === cluster);
+  }
+
+  private dialChecked(address: string, protocol: string, frontend: Frontend, gatewayCluster: string | null): ProxiedConnection | null {
     if (protocol !== 'tcp') {
       this.metrics.dialFailure('bad_request');
       frontend.dialFailed('endpoint', `protocol "${protocol}" is not supported, only tcp`);
@@ -107,7 +132,13 @@ export class ProxyCore {
       frontend.dialFailed('limit', full.message);
       return null;
     }
-    const r = this.routes.route(address);
+    // The gateway routes by the cluster's own name (every agent registers it) and checks the result.
+    const r = this.routes.route(gatewayCluster === null ? address : `${gatewayCluster}:443`);
+    if ('backend' in r && gatewayCluster !== null && r.backend.cluster !== gatewayCluster) {
+      this.metrics.routeFailure('no_agent');
+      frontend.dialFailed('no_agent', `no agent of cluster ${gatewayCluster} is connected`);
+      return null;
+    }
     if (!('backend' in r)) {
       this.log.info({ address, reason: r.reason }, r.message);
       this.metrics.routeFailure(r.reason);

@@ -17,6 +17,7 @@ import { MuxFrontendSession } from './frontend-mux.js';
 import { startConnectFrontend, type ConnectFrontend } from './connect/frontend.js';
 import { certificatePrincipal, principalName } from './connect/responses.js';
 import { TokenStore } from '../fleet/tokens.js';
+import { startGateway, type Gateway } from '../gateway/server.js';
 import type { TLSSocket } from 'node:tls';
 import { GrpcFrontend } from './frontend-grpc.js';
 import { GrpcServer, GrpcStatus, type GrpcServerCall } from './grpc-server.js';
@@ -78,8 +79,10 @@ export interface ProxyServerOptions {
   connectUds?: string;
   /** Plain-TCP CONNECT frontend, loopback only. */
   connectPlain?: { host: string; port: number; allowTokens?: boolean };
-  /** CONNECT bearer tokens (default <dataDir>/tokens.json). */
+  /** CONNECT and gateway bearer tokens (default <dataDir>/tokens.json). */
   tokensFile?: string;
+  /** HTTP gateway over TLS (docs/gateway.md); null/undefined = off. */
+  gatewayPort?: number | null;
   /** Extra /readyz checks besides `listeners` (e.g. `store`); more can be added on `readiness`. */
   readinessChecks?: HealthCheck[];
   /** Extra /healthz checks besides `ping`. */
@@ -99,6 +102,7 @@ export interface BoundPorts {
   connect: number | null;
   connectUds: string | null;
   connectPlain: number | null;
+  gateway: number | null;
 }
 
 export class ProxyServer {
@@ -124,6 +128,9 @@ export class ProxyServer {
   private frontendPort: TlsPort | null = null;
   private readonly muxClients = new Set<MuxFrontendSession>();
   private connect: ConnectFrontend | null = null;
+  private gateway: Gateway | null = null;
+  /** Whether a cluster is registered (the hub's store); the gateway answers 503 for it rather than 404. */
+  clusterKnown: ((cluster: string) => Promise<boolean>) | null = null;
   /** Agent-facing HTTP API on the agent port (bootstrap, renewal, leases); routes added by the addon manager. */
   readonly hubApi: HubApi;
   /** JSON API on the loopback admin port under /v1/ (join, delete, object views); routes added by the addon manager. */
@@ -256,12 +263,21 @@ export class ProxyServer {
       await this.frontendServer.listenUnix(path.resolve(this.opts.frontendUds));
       uds = path.resolve(this.opts.frontendUds);
     }
-    if (this.opts.connectPort != null || this.opts.connectUds || this.opts.connectPlain) {
+    if (this.opts.connectPort != null || this.opts.connectUds || this.opts.connectPlain || this.opts.gatewayPort != null) {
       this.tokens = await TokenStore.open(this.opts.tokensFile ?? path.join(this.opts.dataDir ?? '.', 'tokens.json'), { log: this.opts.log });
+    }
+    if (this.opts.gatewayPort != null) {
+      this.gateway = await startGateway({
+        core: this.core, log: this.opts.log, tokens: this.tokens!,
+        tls: { host: bindAddress, port: this.opts.gatewayPort, ...tls },
+        clusterKnown: (cluster) => this.clusterKnown?.(cluster) ?? Promise.resolve(false),
+      });
+    }
+    if (this.opts.connectPort != null || this.opts.connectUds || this.opts.connectPlain) {
       this.connect = await startConnectFrontend({
         core: this.core,
         log: this.opts.log,
-        tokens: this.tokens,
+        tokens: this.tokens!,
         tls: this.opts.connectPort != null ? { host: bindAddress, port: this.opts.connectPort, ...tls } : undefined,
         uds: this.opts.connectUds,
         plain: this.opts.connectPlain,
@@ -273,6 +289,7 @@ export class ProxyServer {
     this.ports = {
       serverID: this.serverID, agent, frontend, frontendUds: uds, health, admin,
       connect: this.connect?.ports.tls ?? null, connectUds: this.connect?.ports.uds ?? null, connectPlain: this.connect?.ports.plain ?? null,
+      gateway: this.gateway?.port ?? null,
     };
     if (this.opts.dataDir) await writeJsonAtomic(path.join(this.opts.dataDir, 'ports.json'), this.ports);
     this.ready = true;
@@ -289,6 +306,7 @@ export class ProxyServer {
     this.agentPort?.setTls(m);
     this.frontendPort?.setTls(m);
     this.connect?.setTls(m);
+    this.gateway?.setTls(m);
     this.opts.log.info('TLS certificate and CA bundle reloaded; open connections keep their sessions');
   }
 
@@ -339,12 +357,13 @@ export class ProxyServer {
     if (this.openConnections() > 0) this.opts.log.warn({ open: this.openConnections() }, 'grace period over; closing the remaining connections');
     graceMs = Math.max(0, Math.min(graceMs, deadline - Date.now()));
     const connectStopped = this.connect?.stop(graceMs) ?? Promise.resolve();
+    const gatewayStopped = this.gateway?.stop(graceMs) ?? Promise.resolve();
     const frontendsDone = this.frontendServer.shutdown();
     const agentsDone = this.agentServer.shutdown();
     let timer: NodeJS.Timeout | undefined;
     const timeout = new Promise<void>((r) => { timer = setTimeout(r, graceMs); });
     // Agent streams never end by themselves; after the frontends had their chance, close them.
-    await Promise.race([Promise.all([frontendsDone, connectStopped]), timeout]);
+    await Promise.race([Promise.all([frontendsDone, connectStopped, gatewayStopped]), timeout]);
     for (const b of this.core.routes.backends()) b.close('server shutting down');
     const agentPortClosed = this.agentPort?.close();
     this.hubApi.close();
@@ -353,7 +372,7 @@ export class ProxyServer {
     clearTimeout(timer);
     this.frontendServer.forceShutdown();
     this.agentServer.forceShutdown();
-    await Promise.all([agentPortClosed, frontendPortClosed, connectStopped]);
+    await Promise.all([agentPortClosed, frontendPortClosed, connectStopped, gatewayStopped]);
     await Promise.all(this.httpServers.map((s) => new Promise<void>((r) => { s.close(() => r()); s.closeAllConnections(); })));
     this.httpServers = [];
     if (this.opts.frontendUds) await rm(this.opts.frontendUds, { force: true });

@@ -3,7 +3,7 @@
 // default-route agents. Among candidates: skip draining agents, then pick the fewest open
 // connections (ANP picks at random).
 import { BlockList, isIP } from 'node:net';
-import { splitHostPort, type DialFailureReason } from '@cluster-proxy/proto';
+import { isGatewayHost, splitHostPort, type DialFailureReason } from '@cluster-proxy/proto';
 
 export interface Routable {
   readonly key: string;
@@ -64,6 +64,8 @@ export class RoutingTable<B extends Routable> {
   route(address: string): RouteResult<B> {
     const hp = splitHostPort(address);
     if (!hp) return { reason: 'endpoint', message: `invalid destination "${address}": expected HOST:PORT` };
+    // Never a route to the agents' gateway handler: the gateway picks its agent by cluster (ProxyCore.dialGateway).
+    if (isGatewayHost(hp.host)) return { reason: 'forbidden', message: `${address} is reserved for the hub's HTTP gateway` };
     const candidates: B[] = [];
     const exact = this.byHost.get(hp.host);
     if (exact) candidates.push(...exact);

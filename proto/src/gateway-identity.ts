@@ -1,0 +1,88 @@
+// The HTTP gateway's hand-off of a caller's identity from the hub to an agent (docs/gateway.md).
+//
+// The hub's gateway dials GATEWAY_DESTINATION on the cluster's agent (the hub refuses that address
+// to every other client) and sends one HTTP/1.1 request over it carrying an identity assertion:
+// `base64url(json payload) "." base64url(signature)`, signed with the hub's serving key, plus the
+// serving certificate that signed it. The agent believes an assertion only if the certificate chains
+// to the hub CA it trusts and is a *serving* certificate (serverAuth: hub users and agents get
+// clientAuth-only certificates from the same CA), the signature holds, it names the agent's own
+// cluster and it has not expired. So even a dial that got past the hub's refusal cannot make the
+// agent impersonate anyone: it would need the hub's private key.
+import { X509Certificate, createPrivateKey, sign, verify } from 'node:crypto';
+
+/** The reserved virtual destination the agent serves in process (`.invalid` never resolves: RFC 2606). */
+export const GATEWAY_HOST = 'cluster-proxy-gateway.invalid';
+export const GATEWAY_DESTINATION = `${GATEWAY_HOST}:443`;
+/** Request headers from hub to agent (never from a caller: the hub sets them, the agent strips them). */
+export const IDENTITY_HEADER = 'x-cluster-proxy-identity';
+export const IDENTITY_SIGNER_HEADER = 'x-cluster-proxy-identity-signer';
+/** How long an assertion is good for: it is used within a second of being made. */
+export const IDENTITY_TTL_MS = 60_000;
+/** Clock skew between hub and agent we tolerate on `iat`. */
+const SKEW_MS = 30_000;
+const SERVER_AUTH_OID = '1.3.6.1.5.5.7.3.1';
+const AUDIENCE = 'cluster-proxy-agent-gateway';
+
+/** Who the caller is, as the agent will impersonate them. */
+export interface GatewayIdentity {
+  user: string;
+  groups: string[];
+  uid?: string;
+}
+
+interface AssertionPayload extends GatewayIdentity {
+  aud: string;
+  cluster: string;
+  iat: number;
+  exp: number;
+}
+
+/** True if `host` (any case, with or without a trailing dot) names the reserved destination. */
+export function isGatewayHost(host: string): boolean {
+  return host.toLowerCase().replace(/\.$/, '') === GATEWAY_HOST;
+}
+
+/** The two header values the hub sends: the signed assertion and its signer (DER, base64). */
+export function signIdentity(identity: GatewayIdentity, cluster: string, servingCertPem: string | Buffer, servingKeyPem: string | Buffer, now = Date.now()): { assertion: string; signer: string } {
+  const payload: AssertionPayload = { aud: AUDIENCE, cluster, user: identity.user, groups: identity.groups, ...(identity.uid ? { uid: identity.uid } : {}), iat: now, exp: now + IDENTITY_TTL_MS };
+  const body = Buffer.from(JSON.stringify(payload)).toString('base64url');
+  const sig = sign('sha256', Buffer.from(body), createPrivateKey(servingKeyPem)).toString('base64url');
+  // The first certificate of the file is the leaf (a chain may follow it).
+  const leaf = new X509Certificate(servingCertPem);
+  return { assertion: `${body}.${sig}`, signer: leaf.raw.toString('base64') };
+}
+
+/** The identity, or why the assertion is not believed (one line, safe to log: no secrets in it). */
+export function verifyIdentity(assertion: string, signerB64: string, trustedCas: readonly X509Certificate[], cluster: string, now = Date.now()): GatewayIdentity | { error: string } {
+  const dot = assertion.indexOf('.');
+  if (dot <= 0) return { error: 'malformed identity assertion' };
+  let signer: X509Certificate;
+  try {
+    signer = new X509Certificate(Buffer.from(signerB64, 'base64'));
+  } catch {
+    return { error: 'the identity signer is not a certificate' };
+  }
+  const issuer = trustedCas.find((ca) => signer.checkIssued(ca) && signer.verify(ca.publicKey));
+  if (!issuer) return { error: 'the identity signer is not issued by the hub CA' };
+  if (!(signer.keyUsage ?? []).includes(SERVER_AUTH_OID)) return { error: 'the identity signer is not a hub serving certificate' };
+  if (Date.parse(signer.validFrom) > now + SKEW_MS || Date.parse(signer.validTo) < now) return { error: 'the identity signer is not valid now' };
+  const body = assertion.slice(0, dot);
+  if (!verify('sha256', Buffer.from(body), signer.publicKey, Buffer.from(assertion.slice(dot + 1), 'base64url'))) return { error: 'bad identity signature' };
+  let p: Partial<AssertionPayload>;
+  try {
+    p = JSON.parse(Buffer.from(body, 'base64url').toString('utf8')) as Partial<AssertionPayload>;
+  } catch {
+    return { error: 'malformed identity payload' };
+  }
+  if (p.aud !== AUDIENCE) return { error: 'identity assertion for another audience' };
+  if (p.cluster !== cluster) return { error: `identity assertion for cluster ${JSON.stringify(String(p.cluster))}, not ${cluster}` };
+  if (typeof p.iat !== 'number' || typeof p.exp !== 'number' || p.exp < now || p.iat > now + SKEW_MS) return { error: 'identity assertion expired or not yet valid' };
+  if (typeof p.user !== 'string' || p.user === '' || !Array.isArray(p.groups) || !p.groups.every((g) => typeof g === 'string')) return { error: 'identity assertion without a user' };
+  return { user: p.user, groups: p.groups, ...(typeof p.uid === 'string' && p.uid !== '' ? { uid: p.uid } : {}) };
+}
+
+/** The certificates of a PEM bundle (the agent's hub CA trust, two CAs during a rollover). */
+export function certificatesOf(bundle: string | Buffer): X509Certificate[] {
+  const text = bundle.toString();
+  return [...text.matchAll(/-----BEGIN CERTIFICATE-----[\s\S]+?-----END CERTIFICATE-----/g)].map((m) => new X509Certificate(m[0]));
+}

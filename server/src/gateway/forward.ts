@@ -1,0 +1,121 @@
+// One authenticated gateway request, forwarded to the agent of its cluster: over a connection through
+// the agent's tunnel (TunnelSocket: the core's in-process dial, no new tunnel), as HTTP/1.1 to the
+// agent's reserved destination, with the caller's identity signed by the hub (proto gateway-identity.ts)
+// and none of the caller's credentials. Bodies stream both ways through pipeline(), which honours
+// backpressure (write() → false → wait for 'drain'); nothing is buffered whole.
+import http from 'node:http';
+import { pipeline } from 'node:stream';
+import { GATEWAY_HOST, IDENTITY_HEADER, IDENTITY_SIGNER_HEADER, appendForwardedFor, endToEndHeaders, isImpersonationHeader, signIdentity, type DialFailureReason } from '@cluster-proxy/proto';
+import type { ProxyCore } from '../dataplane/proxy-core.js';
+import type { GatewayCaller } from './auth.js';
+import { GatewayDialError, TunnelSocket } from './tunnel-socket.js';
+
+/** What a dial failure becomes for the caller. */
+const DIAL_STATUS: Readonly<Record<DialFailureReason, { status: number; why: string }>> = {
+  no_agent: { status: 503, why: 'no agent of this cluster is connected' },
+  draining: { status: 503, why: "this cluster's agents are shutting down" },
+  limit: { status: 503, why: 'a connection limit of the hub or the agent was reached' },
+  timeout: { status: 504, why: 'the agent did not answer in time' },
+  forbidden: { status: 502, why: 'the agent does not serve the gateway (an older agent?)' },
+  endpoint: { status: 502, why: 'the agent could not serve the request' },
+  dialclosed: { status: 502, why: 'the agent disconnected' },
+  unknown: { status: 502, why: 'the agent could not be reached' },
+};
+
+export interface ForwardResult {
+  status: number;
+  bytesIn: number;
+  bytesOut: number;
+  /** Why the request ended without a complete answer (one line), if it did. */
+  error?: string;
+}
+
+export interface ForwardContext {
+  core: ProxyCore;
+  /** The hub's serving certificate and key (they sign the identity the agent believes). */
+  signing: () => { cert: Buffer; key: Buffer };
+  /** A one-line error answer (used while nothing was sent yet). */
+  refuse: (res: http.ServerResponse, status: number, message: string) => void;
+}
+
+/** Caller headers the gateway never passes on: its credentials and our own hand-off headers. */
+function dropFromCaller(name: string): boolean {
+  return name === 'authorization' || name === 'host' || name === IDENTITY_HEADER || name === IDENTITY_SIGNER_HEADER || isImpersonationHeader(name);
+}
+
+export function forward(ctx: ForwardContext, caller: GatewayCaller, cluster: string, path: string, req: http.IncomingMessage, res: http.ServerResponse): Promise<ForwardResult> {
+  return new Promise((resolve) => {
+    let bytesIn = 0;
+    let bytesOut = 0;
+    let done = false;
+    const finish = (status: number, error?: string): void => {
+      if (done) return;
+      done = true;
+      resolve({ status, bytesIn, bytesOut, ...(error ? { error } : {}) });
+    };
+
+    const { cert, key } = ctx.signing();
+    const identity = signIdentity({ user: caller.user, groups: caller.groups, ...(caller.uid ? { uid: caller.uid } : {}) }, cluster, cert, key);
+    const headers: Record<string, string | string[]> = endToEndHeaders(req.headersDistinct, dropFromCaller);
+    headers['host'] = GATEWAY_HOST;
+    headers['x-forwarded-for'] = appendForwardedFor(req.headersDistinct['x-forwarded-for'], req.socket.remoteAddress ?? 'unknown');
+    headers[IDENTITY_HEADER] = identity.assertion;
+    headers[IDENTITY_SIGNER_HEADER] = identity.signer;
+    // One request per tunneled connection: it ends with the response, nothing idles in the tables.
+    headers['connection'] = 'close';
+    // A chunked body stays chunked (no length to give); node's client frames it.
+    if (req.headers['transfer-encoding']) headers['transfer-encoding'] = 'chunked';
+
+    const upstream = http.request({
+      method: req.method,
+      path,
+      headers,
+      createConnection: ((_opts: unknown, oncreate: (err: Error | null, socket?: TunnelSocket) => void) => {
+        new TunnelSocket(ctx.core, cluster, caller.name, (err, socket) => (err ? oncreate(err) : oncreate(null, socket)));
+        return undefined; // the socket comes through oncreate, once the agent accepted the dial
+      }) as unknown as http.RequestOptions['createConnection'],
+    });
+
+    upstream.on('response', (up) => {
+      const out = endToEndHeaders(up.headersDistinct);
+      res.writeHead(up.statusCode ?? 502, out);
+      // A watch's headers go out now, not with its first event.
+      res.flushHeaders();
+      up.on('data', (chunk: Buffer) => (bytesOut += chunk.length));
+      pipeline(up, res, (err) => {
+        if (err) {
+          // Truncated: the caller must see a broken response, not a clean end.
+          res.destroy();
+          finish(up.statusCode ?? 502, `response cut off: ${err.message}`);
+        } else finish(up.statusCode ?? 502);
+      });
+    });
+    upstream.on('error', (err) => {
+      if (res.headersSent) {
+        res.destroy();
+        finish(res.statusCode, `upstream failed: ${err.message}`);
+        return;
+      }
+      const m = err instanceof GatewayDialError ? DIAL_STATUS[err.reason] : { status: 502, why: 'the agent connection failed' };
+      ctx.refuse(res, m.status, `${m.why}: ${err.message}`);
+      finish(m.status, err.message);
+    });
+
+    req.on('data', (chunk: Buffer) => (bytesIn += chunk.length));
+    pipeline(req, upstream, (err) => {
+      if (err && !done) {
+        upstream.destroy();
+        if (!res.headersSent && !res.destroyed) ctx.refuse(res, 400, `the request body was cut off: ${err.message}`);
+        else res.destroy();
+        finish(res.headersSent ? res.statusCode : 400, `request body cut off: ${err.message}`);
+      }
+    });
+    // The caller left: stop the upstream request (its tunnel connection closes with it).
+    res.on('close', () => {
+      if (!res.writableFinished) {
+        upstream.destroy();
+        finish(res.headersSent ? res.statusCode : 499, 'the caller went away');
+      }
+    });
+  });
+}

@@ -1,0 +1,206 @@
+// The hub's HTTP gateway (`--gateway-port`, docs/gateway.md): `https://HUB:PORT/<cluster>/<kube path>`
+// to that cluster's kube-apiserver, through the agent's tunnel. Each request:
+//   target checked (paths.ts, 400) → upgrade refused (501) → caller authenticated (auth.ts, 401) →
+//   caller's Impersonate-* refused (400) → token scope (403) → cluster known? (404) → agent
+//   connected? (503) → forwarded (forward.ts) → one audit line and the metrics.
+// TLS with the hub's serving certificate, client certificates optional (tokens otherwise), as the
+// CONNECT frontend's TLS listener. No request timeout: watches and `logs -f` run for hours.
+import http from 'node:http';
+import https from 'node:https';
+import type net from 'node:net';
+import type { Logger } from 'pino';
+import { isImpersonationHeader } from '@cluster-proxy/proto';
+import type { ProxyCore } from '../dataplane/proxy-core.js';
+import { closeServer, listen, peerOf } from '../dataplane/connect/sockets.js';
+import { STATUS_TEXT, oneLine, printable } from '../dataplane/connect/responses.js';
+import type { TokenStore } from '../fleet/tokens.js';
+import { authenticate, callerMayReach, certificateSource, hubTokenSource, isFailure, type AuthSource, type GatewayCaller } from './auth.js';
+import { forward } from './forward.js';
+import { parseGatewayTarget } from './paths.js';
+
+const DEFAULT_MAX_HEADER_BYTES = 16 * 1024;
+/** First segments of apiserver paths: a request starting with one most likely lost its cluster prefix. */
+const KUBE_ROOTS = new Set(['api', 'apis', 'version', 'openapi', 'healthz', 'livez', 'readyz', 'metrics', 'logs', '.well-known']);
+const DEFAULT_HEADER_TIMEOUT_MS = 10_000;
+
+export interface GatewayOptions {
+  core: ProxyCore;
+  log: Logger;
+  tls: { host: string; port: number; caCert: Buffer; cert: Buffer; key: Buffer };
+  tokens: TokenStore;
+  /** A cluster the hub knows (registered) though no agent of it may be connected: 503 rather than 404. */
+  clusterKnown?: (cluster: string) => Promise<boolean>;
+  /** Default: hub tokens, then client certificates. */
+  authSources?: readonly AuthSource[];
+  /** Largest request head; beyond it 431. Default 16 KiB. */
+  maxHeaderBytes?: number;
+  headerTimeoutMs?: number;
+}
+
+export interface Gateway {
+  readonly port: number;
+  /** Requests being served now. */
+  requests(): number;
+  setTls(tls: { caCert: Buffer; cert: Buffer; key: Buffer }): void;
+  /** Stops listening; requests in flight get up to `graceMs`, then every connection is closed. */
+  stop(graceMs?: number): Promise<void>;
+}
+
+interface Audit {
+  user?: string;
+  groups?: string[];
+  cluster?: string;
+  /** The cluster as a metric label: only once known to exist (no label per made-up name). */
+  clusterLabel: string;
+  status: number;
+  bytesIn: number;
+  bytesOut: number;
+  error?: string;
+  reason?: string;
+}
+
+export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
+  const log = opts.log.child({ component: 'gateway' });
+  const metrics = opts.core.metrics;
+  const sources = opts.authSources ?? [hubTokenSource(opts.tokens), certificateSource()];
+  let material = { cert: opts.tls.cert, key: opts.tls.key };
+  let inFlight = 0;
+  const maxHeaderBytes = opts.maxHeaderBytes ?? DEFAULT_MAX_HEADER_BYTES;
+
+  const server = https.createServer({
+    ca: opts.tls.caCert, cert: opts.tls.cert, key: opts.tls.key,
+    requestCert: true, rejectUnauthorized: false, // no certificate = token auth; checked per request
+    ALPNProtocols: ['http/1.1'],
+    maxHeaderSize: maxHeaderBytes,
+    headersTimeout: opts.headerTimeoutMs ?? DEFAULT_HEADER_TIMEOUT_MS,
+    requestTimeout: 0,
+  });
+
+  const record = (req: http.IncomingMessage, started: bigint, a: Audit): void => {
+    const seconds = Number(process.hrtime.bigint() - started) / 1e9;
+    metrics.gatewayRequests.inc({ cluster: a.clusterLabel, code: String(a.status) });
+    metrics.gatewayDuration.observe(seconds);
+    // The path without its query (a query may carry a value nobody should find in logs).
+    const target = req.url ?? '';
+    const q = target.indexOf('?');
+    log.info({
+      user: a.user, groups: a.groups, cluster: a.cluster, method: printable(req.method ?? '', 20), path: printable(q < 0 ? target : target.slice(0, q)),
+      status: a.status, bytesIn: a.bytesIn, bytesOut: a.bytesOut, durationMs: Math.round(seconds * 1000), peer: peerOf(req.socket),
+      ...(a.reason ? { reason: a.reason } : {}), ...(a.error ? { error: oneLine(a.error) } : {}),
+    }, 'gateway request');
+  };
+
+  const handle = async (req: http.IncomingMessage, res: http.ServerResponse): Promise<void> => {
+    const started = process.hrtime.bigint();
+    const audit: Audit = { clusterLabel: '', status: 0, bytesIn: 0, bytesOut: 0 };
+    const fail = (status: number, message: string, reason: string, extra: Record<string, string> = {}): void => {
+      refuse(res, status, message, extra);
+      audit.status = status;
+      audit.reason = reason;
+      // A refused request's body is not read; the connection closes after the answer.
+      req.resume();
+    };
+    try {
+      if (req.headers.upgrade) return fail(501, 'protocol upgrades (exec, attach, port-forward, WebSocket) are not supported by the gateway yet', 'upgrade');
+      const target = parseGatewayTarget(req.url);
+      if ('error' in target) return fail(400, target.error, 'bad_path');
+      const auth = await authenticate(req, sources);
+      if (isFailure(auth)) return fail(auth.status, auth.message, 'unauthenticated', auth.status === 401 ? { 'www-authenticate': 'Bearer realm="cluster-proxy"' } : {});
+      const caller: GatewayCaller = auth;
+      audit.user = caller.user;
+      audit.groups = caller.groups;
+      audit.cluster = target.cluster;
+      const impersonating = Object.keys(req.headers).find(isImpersonationHeader);
+      if (impersonating) return fail(400, `${printable(impersonating)}: the gateway impersonates the authenticated caller itself; callers may not send Impersonate-* headers`, 'impersonation');
+      if (!callerMayReach(caller, target.cluster)) return fail(403, `${caller.name} may not reach cluster ${target.cluster}`, 'not_authorized');
+      if (!opts.core.hasCluster(target.cluster)) {
+        const known = opts.clusterKnown ? await opts.clusterKnown(target.cluster).catch(() => false) : false;
+        if (!known) {
+          // `kubectl get --raw` replaces the server URL's path (client-go's RequestURI): say so.
+          const hint = KUBE_ROOTS.has(target.cluster) ? ` (the path has no /CLUSTER prefix? kubectl get --raw drops the server URL's path: use --raw /CLUSTER${printable(req.url ?? '')})` : '';
+          return fail(404, `cluster ${target.cluster} is not known to this hub${hint}`, 'unknown_cluster');
+        }
+        audit.clusterLabel = target.cluster;
+        return fail(503, `no agent of cluster ${target.cluster} is connected`, 'no_agent');
+      }
+      audit.clusterLabel = target.cluster;
+      const r = await forward({ core: opts.core, signing: () => material, refuse: (rs, status, message) => refuse(rs, status, message) }, caller, target.cluster, target.path, req, res);
+      Object.assign(audit, { status: r.status, bytesIn: r.bytesIn, bytesOut: r.bytesOut, ...(r.error ? { error: r.error } : {}) });
+    } catch (err) {
+      log.error({ err: (err as Error).message }, 'gateway request failed unexpectedly');
+      if (!res.headersSent) fail(500, 'internal error in the gateway', 'internal');
+      else res.destroy();
+      audit.status ||= 500;
+    } finally {
+      // Every answer, refusals included, is one audit line and one count.
+      record(req, started, audit);
+    }
+  };
+
+  server.on('request', (req: http.IncomingMessage, res: http.ServerResponse) => {
+    inFlight++;
+    res.once('close', () => inFlight--);
+    void handle(req, res);
+  });
+  // kubectl exec/attach/port-forward and WebSockets: not piped through yet (docs/gateway.md).
+  server.on('upgrade', (req: http.IncomingMessage, socket: net.Socket) => {
+    const started = process.hrtime.bigint();
+    rawRefusal(socket, 501, 'protocol upgrades (exec, attach, port-forward, WebSocket) are not supported by the gateway yet');
+    record(req, started, { clusterLabel: '', status: 501, bytesIn: 0, bytesOut: 0, reason: 'upgrade' });
+  });
+  server.on('clientError', (err: NodeJS.ErrnoException, socket: net.Socket) => {
+    const tooLarge = err.code === 'HPE_HEADER_OVERFLOW';
+    if (!tooLarge) log.debug({ peer: peerOf(socket), err: oneLine(err.message) }, 'malformed gateway request');
+    if (tooLarge) metrics.gatewayRequests.inc({ cluster: '', code: '431' });
+    rawRefusal(socket, tooLarge ? 431 : err.code === 'ERR_HTTP_REQUEST_TIMEOUT' ? 408 : 400, tooLarge ? `the request head is larger than ${maxHeaderBytes} bytes` : 'malformed HTTP request');
+  });
+  server.on('tlsClientError', (err, s) => {
+    log.info({ peer: peerOf(s) }, `gateway TLS handshake failed: ${oneLine(err.message)}`);
+    s.destroy();
+  });
+
+  const port = await listen(server, { host: opts.tls.host, port: opts.tls.port });
+  log.info({ port }, 'gateway listening');
+  let stopped: Promise<void> | null = null;
+  return {
+    port,
+    requests: () => inFlight,
+    setTls: (m) => {
+      material = { cert: m.cert, key: m.key };
+      server.setSecureContext({ ca: m.caCert, cert: m.cert, key: m.key });
+    },
+    stop(graceMs = 0): Promise<void> {
+      stopped ??= (async () => {
+        const closed = closeServer(server);
+        server.closeIdleConnections();
+        const deadline = Date.now() + graceMs;
+        while (inFlight > 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, Math.min(50, deadline - Date.now())));
+        server.closeAllConnections();
+        await closed;
+      })();
+      return stopped;
+    },
+  };
+}
+
+/** A one-line text answer; the connection closes after it. */
+function refuse(res: http.ServerResponse, status: number, message: string, extra: Record<string, string> = {}): void {
+  if (res.headersSent || res.destroyed) {
+    res.destroy();
+    return;
+  }
+  const body = `${oneLine(message)}\n`;
+  res.shouldKeepAlive = false;
+  res.writeHead(status, { 'content-type': 'text/plain; charset=utf-8', 'content-length': Buffer.byteLength(body), 'x-content-type-options': 'nosniff', ...extra });
+  res.end(body);
+}
+
+/** The same, written on a socket node:http no longer drives (bad head, upgrade). */
+function rawRefusal(socket: net.Socket, status: number, message: string): void {
+  if (!socket.writable) {
+    socket.destroy();
+    return;
+  }
+  const body = `${oneLine(message)}\n`;
+  socket.end(`HTTP/1.1 ${status} ${STATUS_TEXT[status] ?? (status === 501 ? 'Not Implemented' : 'Error')}\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`);
+}
