@@ -5,6 +5,7 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { ManagedProcess } from '../fixtures/index.js';
 import { openClient } from './clients.js';
+import { describeTcpMemory, tcpMemory } from './machine.js';
 import { errorMessage } from './io.js';
 import type { Dialer, PathName } from './paths.js';
 import { describeBytes, mib, spawnHelper, transfer, transferSize, type BenchConfig, type MetricSpec, type PathRun, type Scenario } from './scenarios.js';
@@ -103,6 +104,9 @@ async function stuckOnce(path: StuckPath, n: number, cfg: BenchConfig): Promise<
     const opened = await child.waitForJsonLine((o) => 'opened' in o, 60_000 + n * 100);
     const filled = await child.waitForJsonLine((o) => 'filled' in o, (cfg.stuckSeconds + 60) * 1000);
     const held = await rig.tables().catch((err: unknown) => errorMessage(err));
+    // The stuck connections' bytes sit mostly in kernel buffers (both ends are on this machine): past
+    // tcp_mem's pressure threshold the kernel caps every socket, the bulk's included.
+    const kernelTcp = await tcpMemory();
 
     const bulkTimeoutMs = Math.max(30, 15 * soloSeconds) * 1000;
     let stuckSeconds: number | undefined;
@@ -162,7 +166,7 @@ async function stuckOnce(path: StuckPath, n: number, cfg: BenchConfig): Promise<
       + `${fillEnd(filled)} with ${String(filled['open'])} open, ${String(filled['blocked'])} blocked); ${heldText}; `
       + `hub ${mib(before.hub ?? 0)} → peak ${mib(sampler.peak.hub)} → ${end.hub === undefined ? 'gone' : mib(end.hub)}, `
       + `agent ${mib(before.agent ?? 0)} → peak ${mib(sampler.peak.agent)} → ${end.agent === undefined ? 'gone' : mib(end.agent)} (${sampler.samples} samples); `
-      + `bulk ${describeBytes(bulkBytes)} alone ${soloMBps.toFixed(0)} MB/s, next to them ${stuckSeconds === undefined ? 'did not finish' : `${stuckMBps.toFixed(0)} MB/s`}`
+      + `bulk ${describeBytes(bulkBytes)} alone ${soloMBps.toFixed(0)} MB/s, next to them ${stuckSeconds === undefined ? 'did not finish' : `${stuckMBps.toFixed(0)} MB/s`} (kernel TCP memory while held: ${describeTcpMemory(kernelTcp)})`
       + (notes.length > 0 ? `; ${notes.join('; ')}` : '');
     return { figures, summary };
   } finally {
