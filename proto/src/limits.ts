@@ -25,9 +25,9 @@ export const HUB_MEMORY_BUDGET = 256 * 1024 * 1024;
  * consumes the shared stream at once. */
 export const HTTP2_STREAM_WINDOW = 32 * 1024 * 1024;
 export const HTTP2_CONNECTION_WINDOW = 64 * 1024 * 1024;
-/** Receive window on the hub's gRPC client frontend, per stream and per session: one Proxy stream is
- * one connection, and a connection whose destination stops reading holds at most this much at the
- * hub (a konnectivity-client opens a session per connection). */
+/** Receive window a stream of the hub's gRPC client frontend starts with: one Proxy stream is one
+ * connection, and a connection whose destination stops reading holds at most this much at the hub
+ * unless its session grew it from the budget while it moved data (session-window.ts in server). */
 export const FRONTEND_STREAM_WINDOW = 64 * 1024;
 
 /** Receive window our SDK asks for: enough for ~400 MB/s at 20 ms, and the most a client that

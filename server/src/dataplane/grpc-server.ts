@@ -16,6 +16,7 @@ import {
   GrpcMessageReader, GrpcStatus, encodeGrpcMessage, h2Transport, parseGrpcTimeout, watchSession, writeGrpcMessage,
   type GrpcFramingError, type Packet, type WatchdogOptions,
 } from '@cluster-proxy/proto';
+import { SessionWindow, type SessionWindowOptions } from './session-window.js';
 
 export { GrpcStatus };
 
@@ -43,6 +44,8 @@ export class GrpcServerCall extends EventEmitter {
   private resetByUs = false;
   private paused = false;
   private readonly reader: GrpcMessageReader;
+  /** Told what the call read and when it stopped reading (the session's window grows from that). */
+  flow: Pick<SessionWindow, 'consumed' | 'paused'> | undefined;
   private readonly queue: Packet[] = [];
   private deadline: NodeJS.Timeout | null = null;
   private status = { code: GrpcStatus.OK as number, details: '' };
@@ -168,6 +171,7 @@ export class GrpcServerCall extends EventEmitter {
   }
 
   pause(): this {
+    if (!this.paused) this.flow?.paused();
     this.paused = true;
     this.stream.pause();
     return this;
@@ -193,6 +197,7 @@ export class GrpcServerCall extends EventEmitter {
 
   private onData(chunk: Buffer): void {
     if (this.cancelledFlag) return;
+    this.flow?.consumed(chunk.length);
     try {
       this.reader.push(chunk, this.queue);
     } catch (err) {
@@ -224,6 +229,8 @@ export interface GrpcServerOptions {
   streamWindow: number;
   /** Connection receive window per session. */
   connectionWindow: number;
+  /** Lets a session with one stream grow its stream window from a budget (session-window.ts); fixed without. */
+  sessionWindow?: Omit<SessionWindowOptions, 'initial'>;
   maxMessageBytes: number;
   watchdog: WatchdogOptions;
   /** SETTINGS_MAX_CONCURRENT_STREAMS: streams one session may have open at once. */
@@ -241,6 +248,7 @@ export class GrpcServer {
   /** The TLS socket being injected, while node:http2 creates its session (synchronously). */
   private injecting: TLSSocket | undefined;
   private readonly calls = new Set<GrpcServerCall>();
+  private readonly sessionWindows = new WeakMap<http2.Http2Session, SessionWindow>();
   /** Waiting for the last call to end (shutdown). */
   private readonly callsDone = new Set<() => void>();
   private readonly injector: http2.Http2Server;
@@ -333,6 +341,11 @@ export class GrpcServer {
         /* closing already */
       }
       watchSession(session, this.opts.watchdog);
+      if (this.opts.sessionWindow) {
+        const window = new SessionWindow(session, { ...this.opts.sessionWindow, initial: this.opts.streamWindow });
+        this.sessionWindows.set(session, window);
+        session.once('close', () => window.close());
+      }
     });
     h2.on('stream', (stream, headers) => this.onStream(stream, headers));
     return h2;
@@ -349,6 +362,12 @@ export class GrpcServer {
     const session = stream.session;
     const socket = (session && this.tlsSockets.get(session)) ?? (session?.socket as net.Socket | undefined);
     const call = new GrpcServerCall(stream, headers, socket, this.opts.maxMessageBytes);
+    const window = session && this.sessionWindows.get(session);
+    if (window) {
+      window.streamOpened();
+      stream.once('close', () => window.streamClosed());
+      call.flow = window;
+    }
     const handler = this.handlers.get(String(headers[':path'] ?? ''));
     if (!handler) {
       call.endWithStatus(GrpcStatus.UNIMPLEMENTED, `unknown method ${String(headers[':path'])}`);

@@ -178,7 +178,8 @@ export class ProxyServer {
     // An agent opens one Connect stream per session; a client one Proxy stream per connection.
     this.agentServer = new GrpcServer({ streamWindow: HTTP2_STREAM_WINDOW, connectionWindow: HTTP2_CONNECTION_WINDOW, maxMessageBytes: MAX_MESSAGE_BYTES, watchdog: SESSION_WATCHDOG, maxConcurrentStreams: AGENT_MAX_STREAMS });
     this.frontendServer = new GrpcServer({
-      streamWindow: FRONTEND_STREAM_WINDOW, connectionWindow: FRONTEND_STREAM_WINDOW, maxMessageBytes: MAX_MESSAGE_BYTES, watchdog: SESSION_WATCHDOG,
+      streamWindow: FRONTEND_STREAM_WINDOW, connectionWindow: HTTP2_CONNECTION_WINDOW, maxMessageBytes: MAX_MESSAGE_BYTES, watchdog: SESSION_WATCHDOG,
+      sessionWindow: { max: MAX_CONNECTION_WINDOW, budget, direction: 'to_agent' },
       maxConcurrentStreams: Math.min(maxConnections, FRONTEND_MAX_STREAMS),
     });
     this.listenerOptions = {

@@ -1,0 +1,78 @@
+// SessionWindow: a session with one stream grows its window from the budget while the stream moves and
+// the hub keeps reading; a second stream puts it back; a stalled stream keeps what it had; close returns it.
+import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
+import { MemoryBudget } from '@cluster-proxy/proto';
+import { SessionWindow } from './session-window.js';
+
+const KiB = 1024;
+const MiB = 1024 * KiB;
+
+function setup(limit = 256 * MiB) {
+  const settings: number[] = [];
+  const session = { destroyed: false, settings: (s: { initialWindowSize?: number }) => { settings.push(s.initialWindowSize!); } };
+  const budget = new MemoryBudget(limit, { maxWindow: 4 * MiB });
+  const w = new SessionWindow(session as never, { initial: 64 * KiB, max: 4 * MiB, budget, direction: 'to_agent' });
+  /** The hub reads `total` bytes in pieces of 16 KiB, `ms` apart. */
+  const read = (total: number, ms = 0): void => {
+    for (let n = 0; n < total; n += 16 * KiB) {
+      w.consumed(16 * KiB);
+      if (ms) vi.advanceTimersByTime(ms);
+    }
+  };
+  return { w, budget, settings, read };
+}
+
+describe('SessionWindow', () => {
+  beforeEach(() => void vi.useFakeTimers());
+  afterEach(() => void vi.useRealTimers());
+
+  it('one stream moving data: the window grows fourfold to the largest, announced in SETTINGS, charged to the budget', () => {
+    const { w, budget, settings, read } = setup();
+    w.streamOpened();
+    read(16 * MiB);
+    expect(w.size).toBe(4 * MiB);
+    expect(settings).toEqual([256 * KiB, 1 * MiB, 4 * MiB]);
+    expect(budget.committed).toBe(4 * MiB - 64 * KiB);
+    w.close();
+    expect(budget.committed).toBe(0);
+  });
+
+  it('a slow stream (a window takes more than a second) does not grow; a paused one starts measuring again', () => {
+    const { w, settings, read } = setup();
+    w.streamOpened();
+    read(1 * MiB, 400); // each 64 KiB takes 1.2 s
+    expect(settings).toEqual([]);
+    read(48 * KiB);
+    w.paused(); // the destination stalled: what was read before says nothing
+    read(16 * KiB);
+    expect(settings).toEqual([]);
+    read(64 * KiB);
+    expect(settings).toEqual([256 * KiB]);
+  });
+
+  it('a second stream on the session puts the window back (it is every stream\'s); down to one, it may grow again', () => {
+    const { w, budget, settings, read } = setup();
+    w.streamOpened();
+    read(1 * MiB);
+    expect(w.size).toBe(1 * MiB);
+    w.streamOpened();
+    expect(w.size).toBe(64 * KiB);
+    expect(settings.at(-1)).toBe(64 * KiB);
+    expect(budget.committed).toBe(0);
+    read(8 * MiB);
+    expect(w.size).toBe(64 * KiB); // shared: no growth
+    w.streamClosed();
+    read(1 * MiB);
+    expect(w.size).toBeGreaterThan(64 * KiB);
+    w.close();
+    expect(budget.committed).toBe(0);
+  });
+
+  it('growth only from the budget: a short one leaves the window where it is', () => {
+    const { w, settings, read } = setup(1 * MiB);
+    w.streamOpened();
+    read(16 * MiB);
+    expect(w.size).toBeLessThanOrEqual(64 * KiB + 1 * MiB);
+    expect(settings.length).toBeLessThanOrEqual(2);
+  });
+});
