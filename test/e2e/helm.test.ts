@@ -104,7 +104,8 @@ describe.skipIf(kubectlUnsupported() !== null)('hub Helm chart', () => {
     const dep = objs.find((o) => o.kind === 'Deployment') as unknown as { spec: { template: { spec: { securityContext: Record<string, unknown>; containers: C[] } } } };
     const c = dep.spec.template.spec.containers[0]!;
     const ports = Object.fromEntries(c.ports.map((p) => [p.name, p.containerPort]));
-    expect(ports).toEqual({ frontend: 8090, agent: 8091, health: 8092, connect: 8089 });
+    expect(ports).toEqual({ frontend: 8090, agent: 8091, health: 8092, connect: 8089, gateway: 9092 });
+    expect(c.args).toContain('--gateway-port=9092');
     expect(ports[c.livenessProbe.httpGet.port]).toBe(8092);
     expect(c.livenessProbe.httpGet.path).toBe('/healthz');
     expect(c.readinessProbe.httpGet).toEqual({ path: '/readyz?exclude=store', port: 'health' });
@@ -116,7 +117,13 @@ describe.skipIf(kubectlUnsupported() !== null)('hub Helm chart', () => {
     expect(restrictedV2Problems(pod)).toEqual([]);
     expect(c.resources).toHaveProperty('requests');
     const front = objs.find((o) => o.kind === 'Service' && o.metadata.name === 'cluster-proxy') as unknown as { spec: { ports: { port: number }[] } };
-    expect(front.spec.ports.map((p) => p.port)).toEqual([8090, 8089]);
+    expect(front.spec.ports.map((p) => p.port)).toEqual([8090, 8089, 9092]);
+    // The gateway off: no flag, no port.
+    const off = await template('frontend:\n  service:\n    gatewayPort: 0\n');
+    const offDep = off.find((o) => o.kind === 'Deployment') as unknown as { spec: { template: { spec: { containers: C[] } } } };
+    expect(offDep.spec.template.spec.containers[0]!.args.some((a) => a.startsWith('--gateway-port'))).toBe(false);
+    expect(offDep.spec.template.spec.containers[0]!.ports.map((p) => p.name)).not.toContain('gateway');
+    expect((off.find((o) => o.kind === 'Service' && o.metadata.name === 'cluster-proxy') as unknown as { spec: { ports: { port: number }[] } }).spec.ports.map((p) => p.port)).toEqual([8090, 8089]);
     const role = objs.find((o) => o.kind === 'ClusterRole') as unknown as { rules: { resources: string[] }[] };
     const resources = role.rules.flatMap((r) => r.resources);
     for (const r of ['managedclusters', 'managedclusteraddons/status', 'addondeploymentconfigs', 'managedproxyconfigurations/status', 'leases', 'secrets', 'namespaces']) expect(resources).toContain(r);
