@@ -38,6 +38,7 @@ export interface HubPorts {
   frontend?: number | null;
   admin?: number | null;
   connect?: number | null;
+  gateway?: number | null;
 }
 
 export function readHubPorts(dataDir: string): HubPorts | null {

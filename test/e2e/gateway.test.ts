@@ -299,6 +299,27 @@ describe('HTTP gateway', () => {
       expect(seen.headers['authorization']).toEqual([`Bearer ${SA_TOKEN}`]);
     });
 
+    it('cluster-proxy kubeconfig CLUSTER --via gateway: a kubeconfig with the gateway URL, the hub CA and a token for CLUSTER that kubectl uses as is', async () => {
+      const file = path.join(tmp, 'via-gateway.kubeconfig');
+      // (This test hub's CA is not under its data dir, as a hub started with --ca-cert's would be.)
+      const made = await cli(['kubeconfig', 'cluster1', '--via', 'gateway', '--out', file, '--data-dir', hub.dataDir, '--hub-ca', pki.caPath]);
+      expect(made.code, made.stderr).toBe(0);
+      expect(made.stderr).toMatch(/via the hub's HTTP gateway 127\.0\.0\.1:\d+; issued token "kubeconfig-cluster1-[0-9a-f]{6}"/);
+      expect(made.stderr).toContain('kubectl --kubeconfig');
+      const pods = await kubectl(file, ['get', 'pods', '-n', 'kube-system', '-o', 'name']);
+      expect(pods.code, pods.stderr).toBe(0);
+      expect(pods.stdout.trim()).toBe('pod/demo-pod');
+      expect(lastRequest().headers['impersonate-user']?.[0]).toMatch(/^cluster-proxy:token:kubeconfig-cluster1-[0-9a-f]{6}$/);
+      expect(lastRequest().headers['authorization']).toEqual([`Bearer ${SA_TOKEN}`]);
+      // What does not apply is refused, one line each; a hub without a gateway port says how to get one.
+      const wrong = await cli(['kubeconfig', 'cluster1', '--via', 'gateway', '--apiserver-token', 'x', '--data-dir', hub.dataDir]);
+      expect(wrong.code).toBe(2);
+      expect(wrong.stderr.trim()).toMatch(/^cluster-proxy: --apiserver-token does not apply to --via gateway/);
+      const noGateway = await cli(['kubeconfig', 'cluster1', '--via', 'gateway', '--data-dir', tmp]);
+      expect(noGateway.code).toBe(2);
+      expect(noGateway.stderr).toMatch(/no gateway port in .*ports\.json: start the hub with --gateway-port, or pass --gateway HOST:PORT/);
+    });
+
     it('a bad token: kubectl reports Unauthorized', async () => {
       const file = await kubeconfig('bad', { token: 'B'.repeat(43) });
       const r = await kubectl(file, ['get', '--raw', '/cluster1/version']);
