@@ -110,7 +110,7 @@ export class Hub {
       revokeBootstrapTokens: (cluster) => revokeBootstrapTokens(store, cluster),
       renderManifests: async (input) => {
         const config = await store.get('AddOnDeploymentConfig', DEPLOYMENT_CONFIG);
-        return manifestsToYaml(renderAgentInstall({ ...input, proxyConfig: proxyConfigOf(config), nodePlacement: config?.spec.nodePlacement }));
+        return manifestsToYaml(renderAgentInstall({ ...input, proxyConfig: proxyConfigOf(config), nodePlacement: config?.spec.nodePlacement, gateway: this.opts.server.gatewayPort != null }));
       },
       caBundle,
       defaults: () => ({ agentEntrypoint: this.agentEntrypoint(), serverName: this.opts.serverName, image: this.opts.agentImage }),
@@ -153,6 +153,7 @@ export class Hub {
       agentEntrypoint: () => this.agentEntrypoint(),
       serverName: this.opts.serverName, agentImage: this.opts.agentImage ?? DEFAULT_AGENT_IMAGE,
       defaultInstallNamespace: this.opts.agentInstallNamespace ?? OCM_DEFAULT_INSTALL_NAMESPACE,
+      gateway: this.opts.server.gatewayPort != null,
     }));
   }
 

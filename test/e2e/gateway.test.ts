@@ -3,7 +3,7 @@
 // come from a kubeconfig (--gateway-kubeconfig, a token the "apiserver" sees), the real kubectl v1.33
 // with `server: https://127.0.0.1:PORT/cluster1`, and node:https for the error cases.
 import { createHash } from 'node:crypto';
-import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { mkdtemp, readdir, readFile, rm, writeFile } from 'node:fs/promises';
 import https from 'node:https';
 import os from 'node:os';
 import path from 'node:path';
@@ -326,6 +326,17 @@ describe('HTTP gateway', () => {
       expect(r.code).not.toBe(0);
       expect(r.stderr).toMatch(/You must be logged in to the server/);
     });
+  });
+
+  it('join on a hub with the gateway: the install manifests grant the agent impersonation (users, groups, uids) and nothing more', async () => {
+    const dir = path.join(tmp, 'cluster3-bundle');
+    const texts = await Promise.all((await readdir(dir)).map((f) => readFile(path.join(dir, f), 'utf8')));
+    const manifests = texts.find((t) => t.includes('kind: Deployment'));
+    expect(manifests, 'the bundle has the install manifests').toBeDefined();
+    expect(manifests).toContain('kind: ClusterRole\n');
+    expect(manifests).toContain('kind: ClusterRoleBinding\n');
+    expect(manifests).toMatch(/name: cluster-proxy-gateway-impersonator/);
+    expect(manifests!.match(/verbs:\n\s+- impersonate/g)?.length).toBe(2);
   });
 
   it('afterwards the hub\'s and the agent\'s connection tables are empty', async () => {

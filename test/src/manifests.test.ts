@@ -23,6 +23,7 @@ const variants: [string, AgentInstallInput][] = [
   ['without a proxy', base],
   ['with an https proxy', withProxy],
   ['with an http proxy', { ...withProxy, proxyConfig: { ...withProxy.proxyConfig, httpsProxy: 'http://proxy.corp.example:3128' } }],
+  ['with the HTTP gateway (the right to impersonate)', { ...base, gateway: true }],
   ['with node placement, pull secrets, an IPv6 hub and a server name', {
     ...base, agentEntrypoint: '[fd00::10]:8091', serverName: 'hub.internal', imagePullSecrets: ['regcred'],
     nodePlacement: { nodeSelector: { 'kubernetes.io/os': 'linux' }, tolerations: [{ key: 'node-role.kubernetes.io/infra', operator: 'Exists', effect: 'NoSchedule' }, { operator: 'Exists', effect: 'NoExecute', tolerationSeconds: 30 }] },
@@ -38,7 +39,8 @@ describe('agent install manifests', () => {
       for (const o of objs) validateKubeObject(o);
       const docs = parseAllDocuments(manifestsToYaml(objs)).map((d) => d.toJSON() as KubeManifest);
       expect(docs).toEqual(objs);
-      for (const o of objs) if (o.kind !== 'Namespace') expect(o.metadata.namespace, `${o.kind} ${o.metadata.name}`).toBe(input.installNamespace);
+      const clusterScoped = new Set(['Namespace', 'ClusterRole', 'ClusterRoleBinding']);
+      for (const o of objs) if (!clusterScoped.has(o.kind)) expect(o.metadata.namespace, `${o.kind} ${o.metadata.name}`).toBe(input.installNamespace);
     });
   }
 

@@ -61,6 +61,24 @@ describe('renderAgentInstall', () => {
     ]);
   });
 
+  it('a hub with the HTTP gateway: the agent may impersonate users, groups and uids cluster-wide, nothing more; without it, no such right', () => {
+    expect(renderAgentInstall(base).some((o) => o.kind.startsWith('ClusterRole'))).toBe(false);
+    const objs = renderAgentInstall({ ...base, installNamespace: 'agents', gateway: true });
+    const role = find(objs, 'ClusterRole', 'cluster-proxy-gateway-impersonator') as unknown as { metadata: { namespace?: string }; rules: unknown[] };
+    expect(role.metadata.namespace).toBeUndefined();
+    expect(role.rules).toEqual([
+      { apiGroups: [''], resources: ['users', 'groups'], verbs: ['impersonate'] },
+      { apiGroups: ['authentication.k8s.io'], resources: ['uids'], verbs: ['impersonate'] },
+    ]);
+    const binding = find(objs, 'ClusterRoleBinding', 'cluster-proxy-gateway-impersonator') as unknown as { roleRef: unknown; subjects: unknown[] };
+    expect(binding.roleRef).toEqual({ apiGroup: 'rbac.authorization.k8s.io', kind: 'ClusterRole', name: 'cluster-proxy-gateway-impersonator' });
+    expect(binding.subjects).toEqual([{ kind: 'ServiceAccount', name: 'cluster-proxy', namespace: 'agents' }]);
+    // Applied after the ServiceAccount it binds, before the Deployment that uses it.
+    const order = objs.map((o) => o.kind);
+    expect(order.indexOf('ClusterRoleBinding')).toBeGreaterThan(order.indexOf('ServiceAccount'));
+    expect(order.indexOf('ClusterRoleBinding')).toBeLessThan(order.indexOf('Deployment'));
+  });
+
   it('the agent Deployment: image, replicas, args, probes on 8093, locked-down security context, the ExternalName Service', () => {
     const objs = renderAgentInstall({ ...base, serverName: 'hub.internal' });
     const dep = find(objs, 'Deployment') as unknown as { spec: { replicas: number } };

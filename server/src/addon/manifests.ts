@@ -71,6 +71,12 @@ export interface AgentInstallInput extends ManifestInput {
   /** Replaces the default requests/limits of the agent container. */
   resources?: ResourceRequirements;
   /**
+   * The hub serves the HTTP gateway: the agent's service account may impersonate users, groups and
+   * uids (docs/gateway.md), so the cluster's own RBAC decides what the hub's users may do. Only then:
+   * impersonation is a strong right to grant.
+   */
+  gateway?: boolean;
+  /**
    * `--credentials-secret`: the agent also keeps its key, certificate and hub CA bundle in Secret
    * `cluster-proxy-agent-credentials`, so a rescheduled pod or a second replica reuses them (the
    * bootstrap token is single use and the credentials directory is an emptyDir). Default true.
@@ -329,6 +335,28 @@ function proxyField<T>(fn: () => T): T {
  * The objects to `kubectl apply` in the managed cluster, in apply order (Namespace first). Deterministic:
  * the same input renders the same objects in the same order. Throws ManifestInputError on bad input.
  */
+/** Cluster-wide: impersonation has no namespace. Named for the install namespace, which is one per cluster. */
+export const GATEWAY_IMPERSONATOR = 'cluster-proxy-gateway-impersonator';
+
+/** The right to call the apiserver as a hub user: impersonate users, groups and uids, nothing else. */
+function gatewayImpersonation(ns: string, labels: Record<string, string>): KubeManifest[] {
+  const metadata = { name: GATEWAY_IMPERSONATOR, labels };
+  return [
+    {
+      apiVersion: 'rbac.authorization.k8s.io/v1', kind: 'ClusterRole', metadata,
+      rules: [
+        { apiGroups: [''], resources: ['users', 'groups'], verbs: ['impersonate'] },
+        { apiGroups: ['authentication.k8s.io'], resources: ['uids'], verbs: ['impersonate'] },
+      ],
+    },
+    {
+      apiVersion: 'rbac.authorization.k8s.io/v1', kind: 'ClusterRoleBinding', metadata,
+      roleRef: { apiGroup: 'rbac.authorization.k8s.io', kind: 'ClusterRole', name: GATEWAY_IMPERSONATOR },
+      subjects: [{ kind: 'ServiceAccount', name: AGENT_SERVICE_ACCOUNT, namespace: ns }],
+    },
+  ];
+}
+
 export function renderAgentInstall(input: AgentInstallInput | OcmAgentInstallInput): KubeManifest[] {
   const cluster = checkCluster(input.cluster);
   const ns = checkNamespace(input.installNamespace);
@@ -417,6 +445,7 @@ export function renderAgentInstall(input: AgentInstallInput | OcmAgentInstallInp
       roleRef: { apiGroup: 'rbac.authorization.k8s.io', kind: 'Role', name: AGENT_ROLE },
       subjects: [{ kind: 'ServiceAccount', name: AGENT_SERVICE_ACCOUNT, namespace: ns }],
     },
+    ...(input.gateway ? gatewayImpersonation(ns, labels) : []),
     { apiVersion: 'v1', kind: 'Secret', metadata: meta(caSecret), type: 'Opaque', data: { 'ca.crt': b64(caBundle) } },
     ...(token !== null ? [{ apiVersion: 'v1', kind: 'Secret', metadata: meta(BOOTSTRAP_SECRET), type: 'Opaque', data: { token: b64(token) } }] : []),
     {

@@ -25,6 +25,8 @@ export interface AgentWorkInput {
   /** Our agent image (the hub's --agent-image); a different image named by the MPC is never run with our arguments. */
   image?: string;
   defaultInstallNamespace: string;
+  /** The hub serves the HTTP gateway: the agent may impersonate. */
+  gateway?: boolean;
 }
 
 /**
@@ -104,6 +106,7 @@ export function renderAgentWork(i: AgentWorkInput): ManifestWork {
     ...(i.adc?.spec.nodePlacement ? { nodePlacement: i.adc.spec.nodePlacement } : {}),
     ...(i.mpc?.spec.proxyAgent.imagePullSecrets ? { imagePullSecrets: i.mpc.spec.proxyAgent.imagePullSecrets } : {}),
     ...(resources ? { resources } : {}),
+    ...(i.gateway ? { gateway: true } : {}),
   });
   const hash = createHash('sha256').update(JSON.stringify(manifests)).digest('hex').slice(0, 16);
   const deleteOption = deleteOptionOf(manifests);

@@ -50,6 +50,8 @@ export interface OcmInstallerOptions {
   agentImage: string;
   /** Where agents go when neither the AddOnDeploymentConfig nor the addon names a namespace. */
   defaultInstallNamespace: string;
+  /** The hub serves the HTTP gateway: agents get the right to impersonate (manifests.ts). */
+  gateway?: boolean;
   now?: () => number;
 }
 
@@ -175,6 +177,7 @@ export class OcmInstaller {
       desired = renderAgentWork({
         addon, cluster: mc, mpc: ctx.mpc, adc, caBundle: this.opts.caBundle(), agentEntrypoint: this.opts.agentEntrypoint(),
         serverName: this.opts.serverName, image: this.opts.agentImage, defaultInstallNamespace: this.opts.defaultInstallNamespace,
+        gateway: this.opts.gateway === true,
       });
     } catch (err) {
       if (!(err instanceof ManifestInputError)) throw err;
