@@ -16,7 +16,7 @@ import { readFile } from 'node:fs/promises';
 import http from 'node:http';
 import https from 'node:https';
 import { Duplex, duplexPair, pipeline } from 'node:stream';
-import { IDENTITY_HEADER, IDENTITY_SIGNER_HEADER, certificatesOf, endToEndHeaders, isImpersonationHeader, verifyIdentity, type GatewayIdentity } from '@cluster-proxy/proto';
+import { IDENTITY_HEADER, IDENTITY_SIGNER_HEADER, certificatesOf, endToEndHeaders, isImpersonationHeader, requestLine, verifyIdentity, type GatewayIdentity } from '@cluster-proxy/proto';
 import type { Logger } from 'pino';
 import type { KubeRestConfig } from './kube-rest.js';
 
@@ -83,7 +83,7 @@ export class ImpersonatingProxy {
     const assertion = req.headers[IDENTITY_HEADER];
     const signer = req.headers[IDENTITY_SIGNER_HEADER];
     const identity: GatewayIdentity | { error: string } = typeof assertion === 'string' && typeof signer === 'string'
-      ? verifyIdentity(assertion, signer, this.trustedCas(), this.opts.cluster)
+      ? verifyIdentity(assertion, signer, this.trustedCas(), this.opts.cluster, requestLine(req.method, req.url))
       : { error: 'no identity assertion' };
     if ('error' in identity) {
       this.log.warn({ reason: identity.error }, 'gateway request refused: the identity was not signed by the hub');

@@ -6,8 +6,9 @@
 // serving certificate that signed it. The agent believes an assertion only if the certificate chains
 // to the hub CA it trusts and is a *serving* certificate (serverAuth: hub users and agents get
 // clientAuth-only certificates from the same CA), the signature holds, it names the agent's own
-// cluster and it has not expired. So even a dial that got past the hub's refusal cannot make the
-// agent impersonate anyone: it would need the hub's private key.
+// cluster and the very request it came with (method and target), and it has not expired. So even a
+// dial that got past the hub's refusal cannot make the agent impersonate anyone: it would need the
+// hub's private key; and an assertion read off the wire is good for that one request only.
 import { X509Certificate, createPrivateKey, sign, verify } from 'node:crypto';
 
 /** The reserved virtual destination the agent serves in process (`.invalid` never resolves: RFC 2606). */
@@ -33,6 +34,8 @@ export interface GatewayIdentity {
 interface AssertionPayload extends GatewayIdentity {
   aud: string;
   cluster: string;
+  /** The one request it is for: "METHOD /path?query" (a captured assertion is good for nothing else). */
+  req: string;
   iat: number;
   exp: number;
 }
@@ -42,9 +45,14 @@ export function isGatewayHost(host: string): boolean {
   return host.toLowerCase().replace(/\.$/, '') === GATEWAY_HOST;
 }
 
-/** The two header values the hub sends: the signed assertion and its signer (DER, base64). */
-export function signIdentity(identity: GatewayIdentity, cluster: string, servingCertPem: string | Buffer, servingKeyPem: string | Buffer, now = Date.now()): { assertion: string; signer: string } {
-  const payload: AssertionPayload = { aud: AUDIENCE, cluster, user: identity.user, groups: identity.groups, ...(identity.uid ? { uid: identity.uid } : {}), iat: now, exp: now + IDENTITY_TTL_MS };
+/** What an assertion is bound to: the request line's method and target. */
+export function requestLine(method: string | undefined, target: string | undefined): string {
+  return `${method ?? ''} ${target ?? ''}`;
+}
+
+/** The two header values the hub sends for `request` (requestLine()): the signed assertion and its signer (DER, base64). */
+export function signIdentity(identity: GatewayIdentity, cluster: string, request: string, servingCertPem: string | Buffer, servingKeyPem: string | Buffer, now = Date.now()): { assertion: string; signer: string } {
+  const payload: AssertionPayload = { aud: AUDIENCE, cluster, req: request, user: identity.user, groups: identity.groups, ...(identity.uid ? { uid: identity.uid } : {}), iat: now, exp: now + IDENTITY_TTL_MS };
   const body = Buffer.from(JSON.stringify(payload)).toString('base64url');
   const sig = sign('sha256', Buffer.from(body), createPrivateKey(servingKeyPem)).toString('base64url');
   // The first certificate of the file is the leaf (a chain may follow it).
@@ -52,8 +60,8 @@ export function signIdentity(identity: GatewayIdentity, cluster: string, serving
   return { assertion: `${body}.${sig}`, signer: leaf.raw.toString('base64') };
 }
 
-/** The identity, or why the assertion is not believed (one line, safe to log: no secrets in it). */
-export function verifyIdentity(assertion: string, signerB64: string, trustedCas: readonly X509Certificate[], cluster: string, now = Date.now()): GatewayIdentity | { error: string } {
+/** The identity, or why the assertion is not believed for `request` (one line, safe to log: no secrets in it). */
+export function verifyIdentity(assertion: string, signerB64: string, trustedCas: readonly X509Certificate[], cluster: string, request: string, now = Date.now()): GatewayIdentity | { error: string } {
   const dot = assertion.indexOf('.');
   if (dot <= 0) return { error: 'malformed identity assertion' };
   let signer: X509Certificate;
@@ -76,6 +84,7 @@ export function verifyIdentity(assertion: string, signerB64: string, trustedCas:
   }
   if (p.aud !== AUDIENCE) return { error: 'identity assertion for another audience' };
   if (p.cluster !== cluster) return { error: `identity assertion for cluster ${JSON.stringify(String(p.cluster))}, not ${cluster}` };
+  if (p.req !== request) return { error: 'identity assertion for another request' };
   if (typeof p.iat !== 'number' || typeof p.exp !== 'number' || p.exp < now || p.iat > now + SKEW_MS) return { error: 'identity assertion expired or not yet valid' };
   if (typeof p.user !== 'string' || p.user === '' || !Array.isArray(p.groups) || !p.groups.every((g) => typeof g === 'string')) return { error: 'identity assertion without a user' };
   return { user: p.user, groups: p.groups, ...(typeof p.uid === 'string' && p.uid !== '' ? { uid: p.uid } : {}) };

@@ -5,7 +5,7 @@
 // backpressure (write() → false → wait for 'drain'); nothing is buffered whole.
 import http from 'node:http';
 import { pipeline } from 'node:stream';
-import { GATEWAY_HOST, IDENTITY_HEADER, IDENTITY_SIGNER_HEADER, appendForwardedFor, endToEndHeaders, isImpersonationHeader, signIdentity, type DialFailureReason } from '@cluster-proxy/proto';
+import { GATEWAY_HOST, IDENTITY_HEADER, IDENTITY_SIGNER_HEADER, appendForwardedFor, endToEndHeaders, isImpersonationHeader, requestLine, signIdentity, type DialFailureReason } from '@cluster-proxy/proto';
 import type { ProxyCore } from '../dataplane/proxy-core.js';
 import type { GatewayCaller } from './auth.js';
 import { GatewayDialError, TunnelSocket } from './tunnel-socket.js';
@@ -55,7 +55,7 @@ export function forward(ctx: ForwardContext, caller: GatewayCaller, cluster: str
     };
 
     const { cert, key } = ctx.signing();
-    const identity = signIdentity({ user: caller.user, groups: caller.groups, ...(caller.uid ? { uid: caller.uid } : {}) }, cluster, cert, key);
+    const identity = signIdentity({ user: caller.user, groups: caller.groups, ...(caller.uid ? { uid: caller.uid } : {}) }, cluster, requestLine(req.method, path), cert, key);
     const headers: Record<string, string | string[]> = endToEndHeaders(req.headersDistinct, dropFromCaller);
     headers['host'] = GATEWAY_HOST;
     headers['x-forwarded-for'] = appendForwardedFor(req.headersDistinct['x-forwarded-for'], req.socket.remoteAddress ?? 'unknown');
