@@ -117,6 +117,15 @@ export async function tokenForKubeconfig(store: TokenStore, cluster: string, ttl
   return issueToken(store, { name, clusters: [cluster], ttlSeconds: ttl });
 }
 
+/** --token, or a new token for CLUSTER issued in the hub's token file (revoked again if the kubeconfig cannot be written). */
+async function tokenOf(flags: ParsedFlags, cluster: string, ttl: number | undefined): Promise<{ token: string; issued?: { name: string; store: TokenStore }; note: string }> {
+  const given = str(flags, 'token');
+  if (given) return { token: given, note: '' };
+  const store = await openTokenStore(flags);
+  const t = await tokenForKubeconfig(store, cluster, ttl);
+  return { token: t.token, issued: { name: t.name, store }, note: `; issued token "${t.name}" for ${cluster} in ${tokensFile(flags)}, ${t.expiresAt ? `expires ${t.expiresAt}` : 'never expires'}` };
+}
+
 async function checkCluster(flags: ParsedFlags, cluster: string, progress: Progress): Promise<void> {
   if (flags['no-check']) return;
   const admin = adminAddress(flags);
@@ -169,17 +178,11 @@ export async function runKubeconfig(args: string[]): Promise<void> {
     const hubCaFile = str(flags, 'hub-ca') ?? path.join(dataDir, 'pki', 'ca.crt');
     const hubCa = apiserverCa ? await readPem(hubCaFile, str(flags, 'hub-ca') ? '--hub-ca' : 'the hub CA', str(flags, 'hub-ca') ? '' : ' (pass --hub-ca FILE or the hub\'s --data-dir)') : undefined;
     await checkCluster(flags, cluster, progress);
-    let token = str(flags, 'token');
-    let user = str(flags, 'user') ?? 'cluster-proxy';
-    let expiry = '';
-    if (!token) {
-      const store = await openTokenStore(flags);
-      const t = await tokenForKubeconfig(store, cluster, ttl);
-      token = t.token;
-      user = str(flags, 'user') ?? t.name;
-      issued = { name: t.name, store };
-      expiry = `; issued token "${t.name}" for ${cluster} in ${tokensFile(flags)}, ${t.expiresAt ? `expires ${t.expiresAt}` : 'never expires'}`;
-    }
+    const t = await tokenOf(flags, cluster, ttl);
+    issued = t.issued;
+    const token = t.token;
+    const user = str(flags, 'user') ?? t.issued?.name ?? 'cluster-proxy';
+    const expiry = t.note;
     yaml = buildKubeconfig({ cluster, context, server: `https://${cluster}`, proxyUrl: proxyUrl(user, token, connect.host, connect.port), userToken, caPems: apiserverCa && hubCa ? [hubCa, apiserverCa] : [] });
     if (!apiserverCa) {
       warnings.push('no --apiserver-ca: the kubeconfig has insecure-skip-tls-verify: true, and kubectl then verifies neither the apiserver nor the hub (Go uses one TLS config for both); pass --apiserver-ca FILE to verify both');
@@ -198,15 +201,10 @@ export async function runKubeconfig(args: string[]): Promise<void> {
     const hubCaFile = str(flags, 'hub-ca') ?? path.join(dataDir, 'pki', 'ca.crt');
     const hubCa = await readPem(hubCaFile, str(flags, 'hub-ca') ? '--hub-ca' : 'the hub CA', str(flags, 'hub-ca') ? '' : ' (pass --hub-ca FILE or the hub\'s --data-dir)');
     await checkCluster(flags, cluster, progress);
-    let token = str(flags, 'token');
-    let expiry = '';
-    if (!token) {
-      const store = await openTokenStore(flags);
-      const t = await tokenForKubeconfig(store, cluster, ttl);
-      token = t.token;
-      issued = { name: t.name, store };
-      expiry = `; issued token "${t.name}" for ${cluster} in ${tokensFile(flags)}, ${t.expiresAt ? `expires ${t.expiresAt}` : 'never expires'}; the cluster sees user "cluster-proxy:token:${t.name}"`;
-    }
+    const t = await tokenOf(flags, cluster, ttl);
+    issued = t.issued;
+    const token = t.token;
+    const expiry = t.issued ? `${t.note}; the cluster sees user "cluster-proxy:token:${t.issued.name}"` : '';
     const h = gateway.host.includes(':') ? `[${gateway.host}]` : gateway.host;
     // The hub's certificate names localhost, not 127.0.0.1, in a local hub's PKI.
     const tlsServerName = gateway.host === '127.0.0.1' || gateway.host === '::1' ? 'localhost' : undefined;

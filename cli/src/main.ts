@@ -1,5 +1,7 @@
 #!/usr/bin/env node
 // The `cluster-proxy` command.
+// The flush alone, not the protocol library's index: this file stays light for every command.
+import { stdioFlushed } from '@cluster-proxy/proto/stdio-flushed';
 import { UsageError } from './flags.js';
 
 // Each command is imported only when it runs: `cluster-proxy agent` must not load hub code
@@ -42,24 +44,9 @@ async function main(argv: string[]): Promise<number> {
   return 0;
 }
 
-/**
- * Resolves once everything written to `stream` so far has reached the OS. Writes to a pipe are
- * asynchronous in Node: exiting with bytes still queued cuts `get ... -o json | jq` off at the pipe's
- * capacity (64 KiB). A zero-length write queues behind the pending ones, so its callback means all
- * earlier ones are done. A reader that went away (`| head`: EPIPE) ends the wait too, quietly, as
- * SIGPIPE ends Go and C tools.
- */
-function flushed(stream: NodeJS.WriteStream): Promise<void> {
-  if (stream.writableLength === 0 || stream.destroyed || stream.writableEnded) return Promise.resolve();
-  return new Promise((resolve) => {
-    stream.once('error', () => resolve());
-    stream.write('', () => resolve());
-  });
-}
-
 /** Every command ends here: exit only once stdout and stderr are flushed. */
 async function exit(code: number): Promise<never> {
-  await Promise.all([flushed(process.stdout), flushed(process.stderr)]);
+  await stdioFlushed();
   process.exit(code);
 }
 

@@ -23,3 +23,4 @@ export * from './lazy-log.js';
 export * from './memory-budget.js';
 export * from './gateway-identity.js';
 export * from './http-headers.js';
+export * from './stdio-flushed.js';

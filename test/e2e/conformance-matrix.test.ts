@@ -18,7 +18,7 @@ import { fileURLToPath } from 'node:url';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import type { Tunnel } from '@cluster-proxy/client';
 import {
-  killAllSpawned, payloadBlock, payloadSha256, runCommand, snapshotHandles, spawnProcess, waitFor, waitForHandlesAtMost, writePayload, type ManagedProcess,
+  connectThrough, killAllSpawned, payloadBlock, payloadSha256, runCommand, snapshotHandles, spawnProcess, waitFor, waitForHandlesAtMost, writePayload, type ManagedProcess,
 } from '../src/fixtures/index.js';
 import { AnpClientConn } from '../src/fixtures/anp-peers.js';
 import { RESET_AS_EOF_NOTE, libuvReportsQueuedReset } from '../src/fixtures/reset-probe.js';
@@ -99,40 +99,6 @@ async function startForward(kind: AgentKind, h: HubProcess): Promise<{ proc: Man
 
 // ------------------------------------------------------------ client paths
 
-async function connectVia(socket: net.Socket, dest: string, auth: string | null): Promise<Duplex> {
-  await new Promise<void>((resolve, reject) => {
-    socket.once('error', reject);
-    socket.once(socket instanceof tls.TLSSocket ? 'secureConnect' : 'connect', () => {
-      socket.off('error', reject);
-      resolve();
-    });
-  });
-  socket.write(`CONNECT ${dest} HTTP/1.1\r\nHost: ${dest}\r\n${auth ? `Proxy-Authorization: ${auth}\r\n` : ''}\r\n`);
-  let head = Buffer.alloc(0);
-  await new Promise<void>((resolve, reject) => {
-    const onData = (chunk: Buffer): void => {
-      head = Buffer.concat([head, chunk]);
-      const end = head.indexOf('\r\n\r\n');
-      if (end < 0) return;
-      socket.off('data', onData);
-      socket.off('error', reject);
-      socket.pause();
-      const status = head.subarray(0, head.indexOf('\r\n')).toString();
-      if (!/^HTTP\/1\.1 200/.test(status)) {
-        socket.destroy();
-        reject(new Error(`CONNECT answered ${status}`));
-        return;
-      }
-      const rest = head.subarray(end + 4);
-      if (rest.length > 0) socket.unshift(rest);
-      resolve();
-    };
-    socket.on('data', onData);
-    socket.once('error', reject);
-  });
-  return socket;
-}
-
 async function openPath(p: PathName, kind: AgentKind, h: { tunnelMux: Tunnel; tunnelGrpc: Tunnel; hub: HubProcess; forwardPort: number }): Promise<Duplex> {
   const dest = `${cluster(kind)}:443`;
   const tlsOpts = { ca: pki.ca.certPem, servername: 'localhost', allowHalfOpen: true } as const;
@@ -164,16 +130,16 @@ async function openPath(p: PathName, kind: AgentKind, h: { tunnelMux: Tunnel; tu
       break;
     }
     case 'connect-tls-cert':
-      conn = await connectVia(tls.connect({ ...tlsOpts, port: connectPorts.tls, host: '127.0.0.1', cert: readFileSync(pki.client.certPath), key: readFileSync(pki.client.keyPath) }), dest, null);
+      conn = await connectThrough(tls.connect({ ...tlsOpts, port: connectPorts.tls, host: '127.0.0.1', cert: readFileSync(pki.client.certPath), key: readFileSync(pki.client.keyPath) }), dest);
       break;
     case 'connect-tls-token':
-      conn = await connectVia(tls.connect({ ...tlsOpts, port: connectPorts.tls, host: '127.0.0.1' }), dest, `Bearer ${token}`);
+      conn = await connectThrough(tls.connect({ ...tlsOpts, port: connectPorts.tls, host: '127.0.0.1' }), dest, { auth: `Bearer ${token}` });
       break;
     case 'connect-uds':
-      conn = await connectVia(net.connect({ path: connectPorts.uds, allowHalfOpen: true }), dest, null);
+      conn = await connectThrough(net.connect({ path: connectPorts.uds, allowHalfOpen: true }), dest);
       break;
     case 'connect-plain':
-      conn = await connectVia(net.connect({ host: '127.0.0.1', port: connectPorts.plain, allowHalfOpen: true }), dest, `Bearer ${token}`);
+      conn = await connectThrough(net.connect({ host: '127.0.0.1', port: connectPorts.plain, allowHalfOpen: true }), dest, { auth: `Bearer ${token}` });
       break;
   }
   open.add(conn);

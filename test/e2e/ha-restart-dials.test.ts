@@ -6,7 +6,6 @@
 // say c1 has live agents) instead of failing with "No agent available". Agents frozen (SIGSTOP) while
 // the replica restarts make the wait certain; the replica stopped while dials wait fails them at once;
 // a cluster no replica has an agent of still fails at once, with the usual reason.
-import { once } from 'node:events';
 import { mkdtemp, readFile } from 'node:fs/promises';
 import type net from 'node:net';
 import path from 'node:path';
@@ -16,7 +15,7 @@ import type { Tunnel } from '@cluster-proxy/client';
 import { echoRoundTripForTest } from '../src/join-helpers.js';
 import { AnpClientConn, type AnpTls } from '../src/fixtures/anp-peers.js';
 import {
-  freeLoopbackPort, killAllSpawned, runCommand, startEchoServer, startFakeKubeApiServer, startHaproxy, waitFor,
+  connectThrough, freeLoopbackPort, killAllSpawned, runCommand, startEchoServer, startFakeKubeApiServer, startHaproxy, waitFor,
   type FakeKubeApiServer, type Haproxy, type TcpTarget,
 } from '../src/fixtures/index.js';
 import { CLI, createPki, getJson, getStatus, startAgent, startHub, type AgentProcess, type HubProcess, type TestPki } from '../src/harness.js';
@@ -72,31 +71,6 @@ describe('a restarted hub replica: dials wait for the agents of their cluster in
     tunnels.clear();
   };
 
-  /** HTTP CONNECT over TLS with the client certificate; resolves with the tunnel once the hub answered 200. */
-  const connectTunnel = async (h: HubProcess, destination: string): Promise<net.Socket> => {
-    const s = tls.connect({ host: '127.0.0.1', port: h.ports.connect!, servername: 'localhost', ca: anpTls.ca, cert: anpTls.cert, key: anpTls.key });
-    try {
-      await once(s, 'secureConnect');
-      s.write(`CONNECT ${destination} HTTP/1.1\r\nHost: ${destination}\r\n\r\n`);
-      let got = Buffer.alloc(0);
-      while (got.indexOf('\r\n\r\n') < 0) {
-        const [chunk] = (await Promise.race([once(s, 'data'), once(s, 'end').then(() => [Buffer.alloc(0)])])) as [Buffer];
-        if (chunk.length === 0) throw new Error(`CONNECT ${destination}: the hub closed without an answer`);
-        got = Buffer.concat([got, chunk]);
-      }
-      const head = got.subarray(0, got.indexOf('\r\n\r\n')).toString('latin1');
-      if (!head.startsWith('HTTP/1.1 200 ')) {
-        const rest = [got.subarray(got.indexOf('\r\n\r\n') + 4)];
-        if (!s.readableEnded) for await (const c of s) rest.push(c as Buffer);
-        throw new Error(`CONNECT ${destination}: ${head.split('\r\n')[0]}: ${Buffer.concat(rest).toString('utf8').trim()}`);
-      }
-      return s;
-    } catch (err) {
-      s.destroy();
-      throw err;
-    }
-  };
-
   /** One dial of `destination` through replica `h` with `client`, and one echo round trip over it. */
   const dialVia = async (h: HubProcess, client: Client, destination = 'c1:443'): Promise<void> => {
     let s: net.Socket | AnpClientConn | Awaited<ReturnType<Tunnel['dial']>>;
@@ -109,7 +83,9 @@ describe('a restarted hub replica: dials wait for the agents of their cluster in
         throw err;
       }
       s = c;
-    } else if (client === 'connect') s = await connectTunnel(h, destination);
+    } else if (client === 'connect') {
+      s = await connectThrough(tls.connect({ host: '127.0.0.1', port: h.ports.connect!, servername: 'localhost', ca: anpTls.ca, cert: anpTls.cert, key: anpTls.key }), destination);
+    }
     else s = await tunnel(h, client).dial(destination, { timeoutMs: 60_000 });
     try {
       expect((await echoRoundTripForTest(s, Buffer.from(`hi ${client}`))).toString()).toBe(`hi ${client}`);

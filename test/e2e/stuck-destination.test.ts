@@ -13,7 +13,7 @@ import { Tunnel, TunnelError } from '@cluster-proxy/client';
 import { issueClientCert, writePemPair } from '@cluster-proxy/server';
 import { createPki, expectTablesEmpty, startAgent, startHub, type AgentProcess, type HubProcess, type TestPki } from '../src/harness.js';
 import { scrape } from '../src/metrics-text.js';
-import { killAllSpawned, payloadSha256, startStallOrSinkServer, waitFor, writePayload, type TcpTarget } from '../src/fixtures/index.js';
+import { connectThrough, killAllSpawned, payloadSha256, startStallOrSinkServer, waitFor, writePayload, type TcpTarget } from '../src/fixtures/index.js';
 import { AnpClientConn } from '../src/fixtures/anp-peers.js';
 
 const MiB = 1024 * 1024;
@@ -39,26 +39,7 @@ async function connectThroughHub(hub: HubProcess, pki: TestPki, target: string):
   raw.on('error', () => {});
   const socket = tls.connect({ socket: raw, servername: 'localhost', ca: pki.ca.certPem, cert: readFileSync(pki.client.certPath), key: readFileSync(pki.client.keyPath) });
   tcpUnder.set(socket, raw);
-  await new Promise<void>((resolve, reject) => {
-    socket.once('error', reject);
-    socket.once('secureConnect', () => resolve());
-  });
-  socket.write(`CONNECT ${target} HTTP/1.1\r\nHost: ${target}\r\n\r\n`);
-  let head = Buffer.alloc(0);
-  while (!head.includes('\r\n\r\n')) {
-    const chunk = await new Promise<Buffer>((resolve, reject) => {
-      socket.once('data', resolve);
-      socket.once('error', reject);
-    });
-    head = Buffer.concat([head, chunk]);
-  }
-  const status = head.subarray(0, head.indexOf('\r\n')).toString();
-  if (!/^HTTP\/1\.1 200/.test(status)) {
-    socket.destroy();
-    throw new Error(`CONNECT ${target}: ${status}`);
-  }
-  socket.on('error', () => {});
-  return socket;
+  return connectThrough(socket, target) as Promise<tls.TLSSocket>;
 }
 
 /**

@@ -11,14 +11,14 @@ import type { Duplex } from 'node:stream';
 import { pathToFileURL } from 'node:url';
 import { parseArgs } from 'node:util';
 import { createPki } from '../harness.js';
-import { CleanupStack } from './cleanup.js';
 import { startCluster } from './cluster.js';
 import { CPU_FIGURE_LABELS, CPU_UNIT, type CpuFigure, type PathProcesses } from './cpu.js';
 import { startTargets, type TargetName } from './helpers.js';
 import { connectTcp, errorMessage, Pinger } from './io.js';
 import { cpuBusy, describeTcpMemory, loadAverage, machineFacts, tcpMemory } from './machine.js';
 import type { Dialer } from './paths.js';
-import { removeOnDeath, startReaper, stopReaper } from './reaper.js';
+import { removeOnDeath } from './reaper.js';
+import { runToExit, startBenchRun } from './run.js';
 import { FULL_CONFIG, ThroughputRun, type BenchConfig, type Direction } from './scenarios.js';
 import { findSshTools, startSshd, startSshTunnel } from './sshd.js';
 
@@ -164,25 +164,10 @@ async function main(): Promise<number> {
   }
   const cfg: BenchConfig = { ...FULL_CONFIG, throughputSeconds: seconds };
 
-  const cleanup = new CleanupStack(log);
-  let stopping = false;
-  const abort = (why: string, code: number): void => {
-    if (stopping) process.exit(code);
-    stopping = true;
-    log(`${why}: stopping everything ...`);
-    void cleanup.unwind().finally(() => {
-      stopReaper();
-      process.exit(code);
-    });
-  };
-  process.on('SIGINT', () => abort('SIGINT', 130));
-  process.on('SIGTERM', () => abort('SIGTERM', 143));
   // Set-up, then per round and subject two calibrated transfers of `seconds` (a hashed one first).
-  const watchdogMs = (120 + rounds * (builds.length + 1) * (8 * seconds + 20)) * 1000;
-  const watchdog = setTimeout(() => abort(`watchdog: the run took longer than ${(watchdogMs / 60_000).toFixed(1)} min`, 1), watchdogMs);
-  watchdog.unref();
-  startReaper();
-  const register = (name: string, stop: () => Promise<void>): void => cleanup.add(name, stop);
+  const run = startBenchRun(log, (120 + rounds * (builds.length + 1) * (8 * seconds + 20)) * 1000);
+  const { stopping } = run;
+  const register = (name: string, stop: () => Promise<void>): void => run.cleanup.add(name, stop);
   try {
     const machine = machineFacts(`ab: ${rounds} round(s), transfers ~${seconds} s`);
     const busy = await cpuBusy(1000);
@@ -247,7 +232,7 @@ async function main(): Promise<number> {
     }
 
     const loads: { round: number; before: string; after: string; tcpPressureMs: number | null }[] = [];
-    for (let round = 0; round < rounds && !stopping; round++) {
+    for (let round = 0; round < rounds && !stopping(); round++) {
       // Alternate the order of subjects and of directions, so neither always runs first.
       const order = round % 2 === 0 ? subjects : [...subjects].reverse();
       const dirs: Direction[] = round % 2 === 0 ? ['up', 'down'] : ['down', 'up'];
@@ -255,7 +240,7 @@ async function main(): Promise<number> {
       const tcpBefore = await tcpMemory();
       for (const subject of order) {
         for (const dir of dirs) {
-          if (stopping) break;
+          if (stopping()) break;
           log(`round ${round + 1}/${rounds} ${subject.name} ${dir}: ${await subject.runs[dir].measure()}`);
           await new Promise((resolve) => setTimeout(resolve, cfg.settleMs));
         }
@@ -267,7 +252,7 @@ async function main(): Promise<number> {
       loads.push({ round: round + 1, before, after, tcpPressureMs });
       log(`round ${round + 1}: /proc/loadavg ${before} -> ${after}; TCP memory pressure ${tcpPressureMs ?? 'n/a'} ms`);
     }
-    if (stopping) return 1;
+    if (stopping()) return 1;
     machine['load after'] = loadAverage();
 
     const header = ['subject', 'dir', 'MB/s', ...FIGURES.map((f) => `${CPU_FIGURE_LABELS[f].replace('CPU ', '')} ${CPU_UNIT}`), 'hub+agent per round', 'MB/s per round'];
@@ -333,17 +318,8 @@ async function main(): Promise<number> {
     }
     return 0;
   } finally {
-    clearTimeout(watchdog);
-    log('stopping processes ...');
-    await cleanup.unwind();
-    stopReaper();
+    await run.finish();
   }
 }
 
-main().then(
-  (code) => process.exit(code),
-  (err: unknown) => {
-    log(`error: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}`);
-    process.exit(1);
-  },
-);
+runToExit(main, log);

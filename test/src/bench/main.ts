@@ -4,10 +4,9 @@
 import { mkdir, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
-import { CleanupStack } from './cleanup.js';
 import { errorMessage } from './io.js';
 import { cpuBusy, describeTcpMemory, loadAverage, machineFacts, tcpMemory } from './machine.js';
-import { startReaper, stopReaper } from './reaper.js';
+import { runToExit, startBenchRun } from './run.js';
 import { PATH_LABELS, PATH_NAMES, setupPaths, type Network, type PathName, type PathSet } from './paths.js';
 import { checkGoals, computeRatios, formatReport, type BenchReport, type ResultRow } from './report.js';
 import { FULL_CONFIG, QUICK_CONFIG, SCENARIOS as MAIN_SCENARIOS, type BenchConfig, type PathRun, type Scenario } from './scenarios.js';
@@ -143,27 +142,10 @@ async function main(): Promise<number> {
     + `scale ${cfg.scaleConnections} connections (ssh -R ${cfg.scaleSshConnections}) / ${cfg.scaleAgents} agents, `
     + `stuck up to ${cfg.stuckConnections} connections x ${cfg.stuckSeconds} s, big write ${cfg.bigWriteBytes / 2 ** 20} MiB`,
   );
-  const cleanup = new CleanupStack(log);
-  let stopping = false;
-  const abort = (why: string, code: number): void => {
-    if (stopping) {
-      log(`${why} again: exiting without waiting for cleanup`);
-      process.exit(code);
-    }
-    stopping = true;
-    log(`${why}: stopping everything ...`);
-    void cleanup.unwind().finally(() => {
-      stopReaper();
-      process.exit(code);
-    });
-  };
-  process.on('SIGINT', () => abort('SIGINT', 130));
-  process.on('SIGTERM', () => abort('SIGTERM', 143));
-  const watchdog = setTimeout(() => abort(`watchdog: the run took longer than ${WATCHDOG_MS[mode] / 60_000} min`, 1), WATCHDOG_MS[mode]);
-  watchdog.unref();
+  const run = startBenchRun(log, WATCHDOG_MS[mode]);
+  const { cleanup, stopping } = run;
 
   const began = performance.now();
-  startReaper();
   try {
     // Other work on the machine (a test run, a build) skews every figure: say so up front.
     const busy = await cpuBusy(options.quick ? 500 : 1000);
@@ -190,10 +172,10 @@ async function main(): Promise<number> {
     const results: ResultRow[] = [];
     for (const scenario of options.scenarios) {
       const set = sets.get(scenario.network);
-      if (stopping || !set) continue;
-      results.push(...(await runScenario(scenario, set, cfg, () => stopping)));
+      if (stopping() || !set) continue;
+      results.push(...(await runScenario(scenario, set, cfg, stopping)));
     }
-    if (stopping) return 1;
+    if (stopping()) return 1;
     machine['duration'] = `${((performance.now() - began) / 1000).toFixed(0)} s`;
     machine['load after'] = loadAverage();
     const tcpAfter = await tcpMemory();
@@ -215,17 +197,8 @@ async function main(): Promise<number> {
     }
     return 0;
   } finally {
-    clearTimeout(watchdog);
-    log('stopping processes and servers ...');
-    await cleanup.unwind();
-    stopReaper();
+    await run.finish();
   }
 }
 
-main().then(
-  (code) => process.exit(code),
-  (err: unknown) => {
-    log(`error: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}`);
-    process.exit(1);
-  },
-);
+runToExit(main, log);
