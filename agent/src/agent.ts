@@ -9,7 +9,7 @@ import type { AgentTransport, EgressOptions } from './links.js';
 import { proxyFromEnvironment, redactProxyUrl } from './no-proxy.js';
 import { ServerConnection, type ConnectionSummary } from './server-connection.js';
 import { TargetDialer } from './target-dialer.js';
-import { ImpersonatingProxy } from './impersonating-proxy.js';
+import { ImpersonatingProxy } from './gateway/impersonating-proxy.js';
 import { fromKubeconfig, loadKubeRestConfig } from './kube-rest.js';
 import { AgentMetrics } from './metrics.js';
 

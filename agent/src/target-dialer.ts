@@ -13,7 +13,7 @@ export interface TargetDialerOptions {
   /** Extra destinations the hub configured (see allowlist.ts for the syntax). */
   allow: readonly string[];
   dialTimeoutMs: number;
-  /** Serves the hub gateway's reserved destination in process (impersonating-proxy.ts); unset: refused. */
+  /** Serves the hub gateway's reserved destination in process (gateway/impersonating-proxy.ts); unset: refused. */
   gateway?: () => Duplex;
 }
 
@@ -66,7 +66,7 @@ export class TargetDialer {
   /** Connects; rejects with DialFailure('endpoint' | 'timeout') on failure or `signal` abort. */
   dial(target: ResolvedTarget, signal: AbortSignal): Promise<net.Socket> {
     if (target.virtual === 'gateway' && this.opts.gateway) {
-      // An in-memory pair with the socket calls the endpoint connection makes (impersonating-proxy.ts).
+      // An in-memory pair with the socket calls the endpoint connection makes (gateway/impersonating-proxy.ts).
       return Promise.resolve(this.opts.gateway() as net.Socket);
     }
     return new Promise((resolve, reject) => {

@@ -24,3 +24,4 @@ export * from './memory-budget.js';
 export * from './gateway-identity.js';
 export * from './http-headers.js';
 export * from './stdio-flushed.js';
+export * from './http-upgrade.js';

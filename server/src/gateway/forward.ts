@@ -11,7 +11,7 @@ import type { GatewayCaller } from './auth.js';
 import { GatewayDialError, TunnelSocket } from './tunnel-socket.js';
 
 /** What a dial failure becomes for the caller. */
-const DIAL_STATUS: Readonly<Record<DialFailureReason, { status: number; why: string }>> = {
+export const DIAL_STATUS: Readonly<Record<DialFailureReason, { status: number; why: string }>> = {
   no_agent: { status: 503, why: 'no agent of this cluster is connected' },
   draining: { status: 503, why: "this cluster's agents are shutting down" },
   limit: { status: 503, why: 'a connection limit of the hub or the agent was reached' },
@@ -43,6 +43,21 @@ function dropFromCaller(name: string): boolean {
   return name === 'authorization' || name === 'host' || name === IDENTITY_HEADER || name === IDENTITY_SIGNER_HEADER || isImpersonationHeader(name);
 }
 
+/**
+ * The headers the agent gets for `req`: the caller's end-to-end headers less its credentials, our
+ * X-Forwarded-For, and the identity assertion bound to this method and target.
+ */
+export function upstreamHeaders(ctx: Pick<ForwardContext, 'signing'>, caller: GatewayCaller, cluster: string, path: string, req: http.IncomingMessage): Record<string, string | string[]> {
+  const { cert, key } = ctx.signing();
+  const identity = signIdentity({ user: caller.user, groups: caller.groups, ...(caller.uid ? { uid: caller.uid } : {}) }, cluster, requestLine(req.method, path), cert, key);
+  const headers: Record<string, string | string[]> = endToEndHeaders(req.headersDistinct, dropFromCaller);
+  headers['host'] = GATEWAY_HOST;
+  headers['x-forwarded-for'] = appendForwardedFor(req.headersDistinct['x-forwarded-for'], req.socket.remoteAddress ?? 'unknown');
+  headers[IDENTITY_HEADER] = identity.assertion;
+  headers[IDENTITY_SIGNER_HEADER] = identity.signer;
+  return headers;
+}
+
 export function forward(ctx: ForwardContext, caller: GatewayCaller, cluster: string, path: string, req: http.IncomingMessage, res: http.ServerResponse): Promise<ForwardResult> {
   return new Promise((resolve) => {
     let bytesIn = 0;
@@ -54,13 +69,7 @@ export function forward(ctx: ForwardContext, caller: GatewayCaller, cluster: str
       resolve({ status, bytesIn, bytesOut, ...(error ? { error } : {}) });
     };
 
-    const { cert, key } = ctx.signing();
-    const identity = signIdentity({ user: caller.user, groups: caller.groups, ...(caller.uid ? { uid: caller.uid } : {}) }, cluster, requestLine(req.method, path), cert, key);
-    const headers: Record<string, string | string[]> = endToEndHeaders(req.headersDistinct, dropFromCaller);
-    headers['host'] = GATEWAY_HOST;
-    headers['x-forwarded-for'] = appendForwardedFor(req.headersDistinct['x-forwarded-for'], req.socket.remoteAddress ?? 'unknown');
-    headers[IDENTITY_HEADER] = identity.assertion;
-    headers[IDENTITY_SIGNER_HEADER] = identity.signer;
+    const headers = upstreamHeaders(ctx, caller, cluster, path, req);
     // One request per tunneled connection: it ends with the response, nothing idles in the tables.
     headers['connection'] = 'close';
     // A chunked body stays chunked (no length to give); node's client frames it.

@@ -1,22 +1,26 @@
 // The hub's HTTP gateway (`--gateway-port`, docs/gateway.md): `https://HUB:PORT/<cluster>/<kube path>`
-// to that cluster's kube-apiserver, through the agent's tunnel. Each request:
-//   target checked (paths.ts, 400) → upgrade refused (501) → caller authenticated (auth.ts, 401) →
+// to that cluster's kube-apiserver, through the agent's tunnel. Each request, plain or upgrade:
+//   target checked (paths.ts, 400) → caller authenticated (auth.ts, 401) →
 //   caller's Impersonate-* refused (400) → token scope (403) → cluster known? (404) → agent
-//   connected? (503) → forwarded (forward.ts) → one audit line and the metrics.
+//   connected? (503) → forwarded (forward.ts; upgrades, upgrade.ts: spliced after the 101) → one
+//   audit line and the metrics (an upgraded session's at its end).
 // TLS with the hub's serving certificate, client certificates optional (tokens otherwise), as the
 // CONNECT frontend's TLS listener. No request timeout: watches and `logs -f` run for hours.
 import http from 'node:http';
 import https from 'node:https';
 import type net from 'node:net';
+import type { Duplex } from 'node:stream';
 import type { Logger } from 'pino';
 import { isImpersonationHeader } from '@cluster-proxy/proto';
 import type { ProxyCore } from '../dataplane/proxy-core.js';
 import { closeServer, listen, peerOf } from '../dataplane/connect/sockets.js';
-import { STATUS_TEXT, oneLine, printable } from '../dataplane/connect/responses.js';
+import { oneLine, printable } from '../dataplane/connect/responses.js';
 import type { TokenStore } from '../fleet/tokens.js';
 import { authenticate, callerMayReach, certificateSource, hubTokenSource, isFailure, type AuthSource, type GatewayCaller } from './auth.js';
 import { forward } from './forward.js';
 import { parseGatewayTarget } from './paths.js';
+import { forwardUpgrade } from './upgrade.js';
+import type { Splice } from '@cluster-proxy/proto';
 
 const DEFAULT_MAX_HEADER_BYTES = 16 * 1024;
 /** First segments of apiserver paths: a request starting with one most likely lost its cluster prefix. */
@@ -39,10 +43,10 @@ export interface GatewayOptions {
 
 export interface Gateway {
   readonly port: number;
-  /** Requests being served now. */
+  /** Requests being served now, upgraded sessions included. */
   requests(): number;
   setTls(tls: { caCert: Buffer; cert: Buffer; key: Buffer }): void;
-  /** Stops listening; requests in flight get up to `graceMs`, then every connection is closed. */
+  /** Stops listening; requests in flight and upgraded sessions get up to `graceMs`, then every connection is closed. */
   stop(graceMs?: number): Promise<void>;
 }
 
@@ -57,7 +61,12 @@ interface Audit {
   bytesOut: number;
   error?: string;
   reason?: string;
+  /** The protocol asked for, on an upgrade request. */
+  upgrade?: string;
 }
+
+/** What a request is answered on: node's response, or the raw socket of an upgrade request. */
+type Exchange = { kind: 'request'; res: http.ServerResponse } | { kind: 'upgrade'; socket: net.Socket; head: Buffer };
 
 export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
   const log = opts.log.child({ component: 'gateway' });
@@ -65,6 +74,9 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
   const sources = opts.authSources ?? [hubTokenSource(opts.tokens), certificateSource()];
   let material = { cert: opts.tls.cert, key: opts.tls.key };
   let inFlight = 0;
+  /** Upgraded sessions and upgrade requests waiting for their answer: node's closeAllConnections() no longer sees their sockets. */
+  const upgrades = new Set<net.Socket>();
+  const sessions = new Set<Splice>();
   const maxHeaderBytes = opts.maxHeaderBytes ?? DEFAULT_MAX_HEADER_BYTES;
 
   const server = https.createServer({
@@ -86,22 +98,22 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
     log.info({
       user: a.user, groups: a.groups, cluster: a.cluster, method: printable(req.method ?? '', 20), path: printable(q < 0 ? target : target.slice(0, q)),
       status: a.status, bytesIn: a.bytesIn, bytesOut: a.bytesOut, durationMs: Math.round(seconds * 1000), peer: peerOf(req.socket),
-      ...(a.reason ? { reason: a.reason } : {}), ...(a.error ? { error: oneLine(a.error) } : {}),
+      ...(a.upgrade ? { upgrade: printable(a.upgrade, 64) } : {}), ...(a.reason ? { reason: a.reason } : {}), ...(a.error ? { error: oneLine(a.error) } : {}),
     }, 'gateway request');
   };
 
-  const handle = async (req: http.IncomingMessage, res: http.ServerResponse): Promise<void> => {
+  const handle = async (req: http.IncomingMessage, ex: Exchange): Promise<void> => {
     const started = process.hrtime.bigint();
-    const audit: Audit = { clusterLabel: '', status: 0, bytesIn: 0, bytesOut: 0 };
+    const audit: Audit = { clusterLabel: '', status: 0, bytesIn: 0, bytesOut: 0, ...(ex.kind === 'upgrade' ? { upgrade: req.headers.upgrade ?? '' } : {}) };
     const fail = (status: number, message: string, reason: string, extra: Record<string, string> = {}): void => {
-      refuse(res, status, message, extra);
+      if (ex.kind === 'request') refuse(ex.res, status, message, extra);
+      else rawRefusal(ex.socket, status, message, extra);
       audit.status = status;
       audit.reason = reason;
       // A refused request's body is not read; the connection closes after the answer.
       req.resume();
     };
     try {
-      if (req.headers.upgrade) return fail(501, 'protocol upgrades (exec, attach, port-forward, WebSocket) are not supported by the gateway yet', 'upgrade');
       const target = parseGatewayTarget(req.url);
       if ('error' in target) return fail(400, target.error, 'bad_path');
       const auth = await authenticate(req, sources);
@@ -124,12 +136,23 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
         return fail(503, `no agent of cluster ${target.cluster} is connected`, 'no_agent');
       }
       audit.clusterLabel = target.cluster;
-      const r = await forward({ core: opts.core, signing: () => material, refuse: (rs, status, message) => refuse(rs, status, message) }, caller, target.cluster, target.path, req, res);
+      const r = ex.kind === 'request'
+        ? await forward({ core: opts.core, signing: () => material, refuse: (rs, status, message) => refuse(rs, status, message) }, caller, target.cluster, target.path, req, ex.res)
+        : await forwardUpgrade({
+          core: opts.core, signing: () => material, refuse: (s, status, message) => rawRefusal(s, status, message),
+          opened: (session) => {
+            sessions.add(session);
+            void session.done.then(() => sessions.delete(session));
+          },
+        }, caller, target.cluster, target.path, req, ex.socket, ex.head);
       Object.assign(audit, { status: r.status, bytesIn: r.bytesIn, bytesOut: r.bytesOut, ...(r.error ? { error: r.error } : {}) });
     } catch (err) {
       log.error({ err: (err as Error).message }, 'gateway request failed unexpectedly');
-      if (!res.headersSent) fail(500, 'internal error in the gateway', 'internal');
-      else res.destroy();
+      if (ex.kind === 'upgrade') {
+        if (audit.status === 0) fail(500, 'internal error in the gateway', 'internal');
+        else ex.socket.destroy();
+      } else if (!ex.res.headersSent) fail(500, 'internal error in the gateway', 'internal');
+      else ex.res.destroy();
       audit.status ||= 500;
     } finally {
       // Every answer, refusals included, is one audit line and one count.
@@ -140,13 +163,16 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
   server.on('request', (req: http.IncomingMessage, res: http.ServerResponse) => {
     inFlight++;
     res.once('close', () => inFlight--);
-    void handle(req, res);
+    void handle(req, { kind: 'request', res });
   });
-  // kubectl exec/attach/port-forward and WebSockets: not piped through yet (docs/gateway.md).
-  server.on('upgrade', (req: http.IncomingMessage, socket: net.Socket) => {
-    const started = process.hrtime.bigint();
-    rawRefusal(socket, 501, 'protocol upgrades (exec, attach, port-forward, WebSocket) are not supported by the gateway yet');
-    record(req, started, { clusterLabel: '', status: 501, bytesIn: 0, bytesOut: 0, reason: 'upgrade' });
+  // kubectl exec/attach/port-forward (WebSocket, SPDY/3.1): the same checks, then spliced (upgrade.ts).
+  // In flight from the head until the session closed, so a draining hub gives it the grace period.
+  server.on('upgrade', (req: http.IncomingMessage, socket: net.Socket, head: Buffer) => {
+    inFlight++;
+    // Until it closes (a refused caller may keep its end open): closed by stop() if still there.
+    upgrades.add(socket);
+    socket.once('close', () => upgrades.delete(socket));
+    void handle(req, { kind: 'upgrade', socket, head }).finally(() => inFlight--);
   });
   server.on('clientError', (err: NodeJS.ErrnoException, socket: net.Socket) => {
     const tooLarge = err.code === 'HPE_HEADER_OVERFLOW';
@@ -176,6 +202,9 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
         const deadline = Date.now() + graceMs;
         while (inFlight > 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, Math.min(50, deadline - Date.now())));
         server.closeAllConnections();
+        // Upgraded sockets are no longer node's connections: closed here, each session still audited.
+        for (const s of sessions) s.close('the gateway is shutting down');
+        for (const s of upgrades) s.destroy();
         await closed;
       })();
       return stopped;
@@ -196,11 +225,12 @@ function refuse(res: http.ServerResponse, status: number, message: string, extra
 }
 
 /** The same, written on a socket node:http no longer drives (bad head, upgrade). */
-function rawRefusal(socket: net.Socket, status: number, message: string): void {
+function rawRefusal(socket: Duplex, status: number, message: string, extra: Record<string, string> = {}): void {
   if (!socket.writable) {
     socket.destroy();
     return;
   }
   const body = `${oneLine(message)}\n`;
-  socket.end(`HTTP/1.1 ${status} ${STATUS_TEXT[status] ?? (status === 501 ? 'Not Implemented' : 'Error')}\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`);
+  const more = Object.entries(extra).map(([k, v]) => `${k}: ${v}\r\n`).join('');
+  socket.end(`HTTP/1.1 ${status} ${http.STATUS_CODES[status] ?? 'Error'}\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: ${Buffer.byteLength(body)}\r\nX-Content-Type-Options: nosniff\r\n${more}Connection: close\r\n\r\n${body}`);
 }

@@ -8,7 +8,9 @@
 //   - calls the apiserver over TLS (the cluster CA) with its own credentials, found where the agent's
 //     other Kubernetes calls find them (kube-rest.ts: in a pod the service account; the token file is
 //     read on every request, kubelet rotates it), and Impersonate-User / -Group / -Uid;
-//   - streams both bodies with pipeline() (backpressure, nothing buffered whole).
+//   - streams both bodies with pipeline() (backpressure, nothing buffered whole);
+//   - upgrades (exec, attach, port-forward: WebSocket, SPDY/3.1) the same way up to the apiserver's 101,
+//     then splices the two byte streams (upgrade.ts).
 // So the cluster's own RBAC decides what the hub user may do; the agent's service account needs
 // `impersonate` on users, groups and uids (agent/README.md).
 import { X509Certificate } from 'node:crypto';
@@ -18,7 +20,15 @@ import https from 'node:https';
 import { Duplex, duplexPair, pipeline } from 'node:stream';
 import { IDENTITY_HEADER, IDENTITY_SIGNER_HEADER, certificatesOf, endToEndHeaders, isImpersonationHeader, requestLine, verifyIdentity, type GatewayIdentity } from '@cluster-proxy/proto';
 import type { Logger } from 'pino';
-import type { KubeRestConfig } from './kube-rest.js';
+import type { KubeRestConfig } from '../kube-rest.js';
+import { rawAnswer, upgradeToApiserver } from './upgrade.js';
+
+/** A request the agent will send on: where, and with which headers (the impersonation ones included). */
+export interface Prepared {
+  kube: KubeRestConfig;
+  headers: Record<string, string | string[]>;
+  identity: GatewayIdentity;
+}
 
 export interface ImpersonatingProxyOptions {
   cluster: string;
@@ -45,11 +55,14 @@ export class ImpersonatingProxy {
   private trusted: { bundle: Buffer; certs: X509Certificate[] } | null = null;
   private kubeConfig: Promise<KubeRestConfig> | null = null;
   private readonly log: Logger;
+  /** Upgrade requests and their sessions (node's closeAllConnections() no longer sees them). */
+  private readonly upgraded = new Set<Duplex>();
 
   constructor(private readonly opts: ImpersonatingProxyOptions) {
     this.log = opts.log.child({ component: 'gateway' });
     // No request timeout: a watch or `logs -f` runs as long as the caller wants.
     this.server = http.createServer({ requestTimeout: 0, headersTimeout: 15_000, keepAliveTimeout: 0 }, (req, res) => void this.handle(req, res));
+    this.server.on('upgrade', (req: http.IncomingMessage, socket: Duplex, head: Buffer) => void this.upgrade(req, socket, head));
   }
 
   /** One tunneled connection to the reserved destination: returns the end the tunnel writes into. */
@@ -61,6 +74,7 @@ export class ImpersonatingProxy {
 
   close(): void {
     this.server.closeAllConnections();
+    for (const s of this.upgraded) s.destroy();
     this.apiAgent.destroy();
   }
 
@@ -79,7 +93,8 @@ export class ImpersonatingProxy {
     return this.kubeConfig;
   }
 
-  private async handle(req: http.IncomingMessage, res: http.ServerResponse): Promise<void> {
+  /** The identity checked and the outgoing headers made, or the refusal (status and one line). */
+  private async prepare(req: http.IncomingMessage): Promise<Prepared | { status: number; message: string }> {
     const assertion = req.headers[IDENTITY_HEADER];
     const signer = req.headers[IDENTITY_SIGNER_HEADER];
     const identity: GatewayIdentity | { error: string } = typeof assertion === 'string' && typeof signer === 'string'
@@ -87,7 +102,7 @@ export class ImpersonatingProxy {
       : { error: 'no identity assertion' };
     if ('error' in identity) {
       this.log.warn({ reason: identity.error }, 'gateway request refused: the identity was not signed by the hub');
-      return this.refuse(req, res, 403, `the agent refused the request: ${identity.error}`);
+      return { status: 403, message: `the agent refused the request: ${identity.error}` };
     }
     let kube: KubeRestConfig;
     let token: string | undefined;
@@ -95,7 +110,7 @@ export class ImpersonatingProxy {
       kube = await this.kube();
       token = kube.tokenFile ? (await readFile(kube.tokenFile, 'utf8')).trim() : kube.token;
     } catch (err) {
-      return this.refuse(req, res, 502, `the agent has no Kubernetes API credentials: ${(err as Error).message}`);
+      return { status: 502, message: `the agent has no Kubernetes API credentials: ${(err as Error).message}` };
     }
     const headers: Record<string, string | string[]> = endToEndHeaders(req.headersDistinct, (name) =>
       name === 'authorization' || name === 'host' || name === IDENTITY_HEADER || name === IDENTITY_SIGNER_HEADER || isImpersonationHeader(name));
@@ -103,8 +118,27 @@ export class ImpersonatingProxy {
     headers['impersonate-user'] = identity.user;
     if (identity.groups.length > 0) headers['impersonate-group'] = identity.groups;
     if (identity.uid) headers['impersonate-uid'] = identity.uid;
-    if (req.headers['transfer-encoding']) headers['transfer-encoding'] = 'chunked';
     headers['host'] = kube.server.host;
+    return { kube, headers, identity };
+  }
+
+  private async upgrade(req: http.IncomingMessage, socket: Duplex, head: Buffer): Promise<void> {
+    socket.on('error', () => {}); // the tunnel's end: reported through 'close' / the splice
+    this.upgraded.add(socket);
+    socket.once('close', () => this.upgraded.delete(socket));
+    const p = await this.prepare(req);
+    if ('status' in p) {
+      rawAnswer(socket, p.status, p.message);
+      return;
+    }
+    upgradeToApiserver(p, req, socket, head, this.log);
+  }
+
+  private async handle(req: http.IncomingMessage, res: http.ServerResponse): Promise<void> {
+    const p = await this.prepare(req);
+    if ('status' in p) return this.refuse(req, res, p.status, p.message);
+    const { kube, headers } = p;
+    if (req.headers['transfer-encoding']) headers['transfer-encoding'] = 'chunked';
 
     const upstream = https.request({
       protocol: 'https:',

@@ -1,0 +1,110 @@
+// One authenticated upgrade request (kubectl exec, attach, port-forward; WebSocket or SPDY/3.1), forwarded
+// to the agent of its cluster like a plain request (forward.ts: the same tunneled connection, identity
+// assertion and header rules) and then, on 101, spliced: the gateway does not speak the upgraded
+// protocol, it moves bytes both ways with backpressure and half-close (proto http-upgrade.ts).
+//
+//   pending (head sent, waiting for the agent's answer) ──101──► open … closed (the splice's states)
+//      └──any other answer: passed back as it is, the connection closes after it
+//      └──dial failed or the agent broke: a one-line refusal (forward.ts's statuses)
+import http from 'node:http';
+import type net from 'node:net';
+import { pipeline, type Duplex } from 'node:stream';
+import { endToEndHeaders, responseHead, splice, type Splice } from '@cluster-proxy/proto';
+import type { GatewayCaller } from './auth.js';
+import { DIAL_STATUS, upstreamHeaders, type ForwardContext } from './forward.js';
+import { GatewayDialError, TunnelSocket } from './tunnel-socket.js';
+
+export interface UpgradeResult {
+  status: number;
+  bytesIn: number;
+  bytesOut: number;
+  error?: string;
+}
+
+export interface UpgradeContext extends Pick<ForwardContext, 'core' | 'signing'> {
+  /** A one-line error answer on the raw socket (while nothing was sent yet). */
+  refuse: (socket: Duplex, status: number, message: string) => void;
+  /** The session after its 101, so a stopping gateway can close it. */
+  opened?: (session: Splice) => void;
+}
+
+export function forwardUpgrade(ctx: UpgradeContext, caller: GatewayCaller, cluster: string, path: string, req: http.IncomingMessage, socket: net.Socket, head: Buffer): Promise<UpgradeResult> {
+  return new Promise((resolve) => {
+    let done = false;
+    const finish = (r: UpgradeResult): void => {
+      if (done) return;
+      done = true;
+      socket.off('close', callerLeft);
+      resolve(r);
+    };
+    // Both directions are ours to end (a caller's FIN must not end our side before the agent's answer).
+    socket.allowHalfOpen = true;
+    socket.on('error', () => {}); // reported through 'close' / the splice
+    const callerLeft = (): void => {
+      upstream.destroy();
+      finish({ status: 499, bytesIn: 0, bytesOut: 0, error: 'the caller went away before the upgrade' });
+    };
+
+    const headers = upstreamHeaders(ctx, caller, cluster, path, req);
+    // An upgrade carries no body: what follows the head belongs to the upgraded protocol.
+    delete headers['content-length'];
+    delete headers['transfer-encoding'];
+    headers['connection'] = 'Upgrade';
+    headers['upgrade'] = req.headersDistinct['upgrade'] ?? [];
+
+    const upstream = http.request({
+      method: req.method,
+      path,
+      headers,
+      createConnection: ((_opts: unknown, oncreate: (err: Error | null, s?: TunnelSocket) => void) => {
+        new TunnelSocket(ctx.core, cluster, caller.name, (err, s) => (err ? oncreate(err) : oncreate(null, s)));
+        return undefined;
+      }) as unknown as http.RequestOptions['createConnection'],
+    });
+    socket.once('close', callerLeft);
+
+    let answered = false;
+    upstream.on('upgrade', (res: http.IncomingMessage, tunnel: Duplex, upHead: Buffer) => {
+      answered = true;
+      socket.off('close', callerLeft);
+      if (socket.destroyed) {
+        tunnel.destroy();
+        finish({ status: 499, bytesIn: 0, bytesOut: 0, error: 'the caller went away before the upgrade' });
+        return;
+      }
+      const status = res.statusCode ?? 101;
+      socket.write(responseHead(status, res.statusMessage ?? 'Switching Protocols', res.rawHeaders));
+      if (upHead.length > 0) socket.write(upHead);
+      // Bytes the caller sent before our 101 (protocols wait for it; kept in order all the same).
+      if (head.length > 0) tunnel.write(head);
+      const session = splice(socket, tunnel);
+      ctx.opened?.(session);
+      void session.done.then((r) => finish({ status, bytesIn: head.length + r.aToB, bytesOut: upHead.length + r.bToA, ...(r.error ? { error: r.error } : {}) }));
+    });
+
+    // Not upgraded (the apiserver's 400/403/404…, or the agent's own refusal): passed back as it is.
+    upstream.on('response', (res) => {
+      answered = true;
+      socket.off('close', callerLeft);
+      const out: Record<string, string[]> = endToEndHeaders(res.headersDistinct);
+      out['connection'] = ['close'];
+      const status = res.statusCode ?? 502;
+      const raw: string[] = [];
+      for (const [k, vs] of Object.entries(out)) for (const v of vs) raw.push(k, v);
+      socket.write(responseHead(status, res.statusMessage ?? '', raw));
+      let bytesOut = 0;
+      res.on('data', (c: Buffer) => (bytesOut += c.length));
+      // Without a length the body ends with the connection (the framing was the agent's).
+      pipeline(res, socket, (err) => finish({ status, bytesIn: 0, bytesOut, ...(err ? { error: `response cut off: ${err.message}` } : {}) }));
+    });
+
+    upstream.on('error', (err) => {
+      socket.off('close', callerLeft);
+      if (answered) return; // after a 101 or an answer the splice or the pipeline reports
+      const m = err instanceof GatewayDialError ? DIAL_STATUS[err.reason] : { status: 502, why: 'the agent connection failed' };
+      ctx.refuse(socket, m.status, `${m.why}: ${err.message}`);
+      finish({ status: m.status, bytesIn: 0, bytesOut: 0, error: err.message });
+    });
+    upstream.end();
+  });
+}
