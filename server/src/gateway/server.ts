@@ -168,6 +168,8 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
   // kubectl exec/attach/port-forward (WebSocket, SPDY/3.1): the same checks, then spliced (upgrade.ts).
   // In flight from the head until the session closed, so a draining hub gives it the grace period.
   server.on('upgrade', (req: http.IncomingMessage, socket: net.Socket, head: Buffer) => {
+    // node:http took its own 'error' listener off the socket: without one a reset would throw.
+    socket.on('error', (err: NodeJS.ErrnoException) => log.debug({ peer: peerOf(socket), err: oneLine(err.message) }, 'gateway upgrade socket failed'));
     inFlight++;
     // Until it closes (a refused caller may keep its end open): closed by stop() if still there.
     upgrades.add(socket);

@@ -39,7 +39,6 @@ export function forwardUpgrade(ctx: UpgradeContext, caller: GatewayCaller, clust
     };
     // Both directions are ours to end (a caller's FIN must not end our side before the agent's answer).
     socket.allowHalfOpen = true;
-    socket.on('error', () => {}); // reported through 'close' / the splice
     const callerLeft = (): void => {
       upstream.destroy();
       finish({ status: 499, bytesIn: 0, bytesOut: 0, error: 'the caller went away before the upgrade' });
