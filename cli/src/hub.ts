@@ -17,6 +17,7 @@ export const hubFlags: FlagSpecs = {
   'admin-port': { type: 'string', default: '8095', help: 'loopback admin: /metrics, /debug/connections' },
   'connect-port': { type: 'string', default: '8089', help: 'HTTP CONNECT frontend over TLS (client certificate or token); 0 picks a free port, "off" disables it' },
   'gateway-port': { type: 'string', help: 'HTTP gateway over TLS: https://HUB:PORT/CLUSTER/PATH to the cluster\'s apiserver as the authenticated hub user (docs/gateway.md); off unless set; 0 picks a free port' },
+  'gateway-services': { type: 'string', help: 'YAML/JSON list of in-cluster Services the gateway\'s proxy-service form may reach (namespace, service, port?, protocol?, clusters?, caFile?); re-read on change; none without it' },
   'connect-uds': { type: 'string', help: 'also serve HTTP CONNECT on this Unix socket (0660; no credentials needed)' },
   'connect-plain': { type: 'string', help: 'also serve HTTP CONNECT in plain TCP on this loopback HOST:PORT' },
   'connect-plain-allow-tokens': { type: 'boolean', help: 'accept tokens on --connect-plain (they travel unencrypted on loopback)' },
@@ -125,6 +126,7 @@ export async function runHub(args: string[]): Promise<void> {
   if (entrypoint !== undefined && !/^(\[[0-9a-fA-F:.]+\]|[^\s:/[\]]+):\d{1,5}$/.test(entrypoint)) throw new UsageError(`--agent-entrypoint "${entrypoint}" is not HOST:PORT`);
   const serverCount = Number(str(flags, 'server-count'));
   if (!Number.isInteger(serverCount) || serverCount < 1) throw new UsageError('--server-count must be a positive integer');
+  if (str(flags, 'gateway-services') !== undefined && (str(flags, 'gateway-port') === undefined || str(flags, 'gateway-port') === 'off')) throw new UsageError('--gateway-services needs --gateway-port');
   const listeners = {
     agentPort: port(flags, 'agent-port'),
     frontendPort: port(flags, 'frontend-port'),
@@ -133,6 +135,7 @@ export async function runHub(args: string[]): Promise<void> {
     connectPort: str(flags, 'connect-port') === 'off' ? null : port(flags, 'connect-port'),
     connectPlain: connectPlain(flags),
     gatewayPort: str(flags, 'gateway-port') === undefined || str(flags, 'gateway-port') === 'off' ? null : port(flags, 'gateway-port'),
+    gatewayServicesFile: str(flags, 'gateway-services'),
   };
   const grants = parseGrants(list(flags, 'grant'));
   const timing = {

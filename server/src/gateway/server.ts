@@ -1,8 +1,8 @@
 // The hub's HTTP gateway (`--gateway-port`, docs/gateway.md): `https://HUB:PORT/<cluster>/<kube path>`
 // to that cluster's kube-apiserver, through the agent's tunnel. Each request:
 //   target checked (paths.ts, 400) → upgrade refused (501) → caller authenticated (auth.ts, 401) →
-//   caller's Impersonate-* refused (400) → token scope (403) → cluster known? (404) → agent
-//   connected? (503) → forwarded (forward.ts) → one audit line and the metrics.
+//   caller's Impersonate-* refused (400) → token scope (403) → a Service on the allowlist? (403) →
+//   cluster known? (404) → agent connected? (503) → forwarded (forward.ts) → one audit line and metrics.
 // TLS with the hub's serving certificate, client certificates optional (tokens otherwise), as the
 // CONNECT frontend's TLS listener. No request timeout: watches and `logs -f` run for hours.
 import http from 'node:http';
@@ -17,6 +17,7 @@ import type { TokenStore } from '../fleet/tokens.js';
 import { authenticate, callerMayReach, certificateSource, hubTokenSource, isFailure, type AuthSource, type GatewayCaller } from './auth.js';
 import { forward } from './forward.js';
 import { parseGatewayTarget } from './paths.js';
+import type { ServiceAllowlist } from './service-allowlist.js';
 
 const DEFAULT_MAX_HEADER_BYTES = 16 * 1024;
 /** First segments of apiserver paths: a request starting with one most likely lost its cluster prefix. */
@@ -30,6 +31,8 @@ export interface GatewayOptions {
   tokens: TokenStore;
   /** A cluster the hub knows (registered) though no agent of it may be connected: 503 rather than 404. */
   clusterKnown?: (cluster: string) => Promise<boolean>;
+  /** Services the proxy-service form may reach; none without it. */
+  services?: ServiceAllowlist;
   /** Default: hub tokens, then client certificates. */
   authSources?: readonly AuthSource[];
   /** Largest request head; beyond it 431. Default 16 KiB. */
@@ -113,6 +116,12 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
       const impersonating = Object.keys(req.headers).find(isImpersonationHeader);
       if (impersonating) return fail(400, `${printable(impersonating)}: the gateway impersonates the authenticated caller itself; callers may not send Impersonate-* headers`, 'impersonation');
       if (!callerMayReach(caller, target.cluster)) return fail(403, `${caller.name} may not reach cluster ${target.cluster}`, 'not_authorized');
+      // The proxy-service form: default deny, per cluster (service-allowlist.ts).
+      const allowed = target.service ? opts.services?.allowed(target.cluster, target.service) ?? null : null;
+      if (target.service && !allowed) {
+        const t = target.service;
+        return fail(403, `service ${t.namespace}/${t.name} (${t.protocol}, port ${t.port}) is not in the gateway's service allowlist for cluster ${target.cluster}`, 'service_not_allowed');
+      }
       if (!opts.core.hasCluster(target.cluster)) {
         const known = opts.clusterKnown ? await opts.clusterKnown(target.cluster).catch(() => false) : false;
         if (!known) {
@@ -124,7 +133,8 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
         return fail(503, `no agent of cluster ${target.cluster} is connected`, 'no_agent');
       }
       audit.clusterLabel = target.cluster;
-      const r = await forward({ core: opts.core, signing: () => material, refuse: (rs, status, message) => refuse(rs, status, message) }, caller, target.cluster, target.path, req, res);
+      const service = target.service ? { target: target.service, ...(allowed?.ca ? { ca: allowed.ca } : {}) } : undefined;
+      const r = await forward({ core: opts.core, signing: () => material, refuse: (rs, status, message) => refuse(rs, status, message) }, caller, target.cluster, target.path, req, res, service);
       Object.assign(audit, { status: r.status, bytesIn: r.bytesIn, bytesOut: r.bytesOut, ...(r.error ? { error: r.error } : {}) });
     } catch (err) {
       log.error({ err: (err as Error).message }, 'gateway request failed unexpectedly');
