@@ -27,4 +27,5 @@ export { Hub, HUB_NAMESPACE, type HubOptions } from './hub.js';
 export { ReplicaRegistry, REPLICA_LEASE_PREFIX, REPLICA_LABEL, type ReplicaRegistryOptions } from './fleet/replicas.js';
 export { startGateway, type Gateway, type GatewayOptions } from './gateway/server.js';
 export { authenticate, certificateSource, hubTokenSource, type AuthSource, type AuthOutcome, type AuthFailure, type GatewayCaller } from './gateway/auth.js';
-export { parseGatewayTarget, type GatewayTarget } from './gateway/paths.js';
+export { parseGatewayTarget, type GatewayTarget, type ServiceTarget } from './gateway/paths.js';
+export { parseServiceAllowlist, allowedEntry, ServiceAllowlistError, type AllowedService } from './gateway/service-allowlist.js';

@@ -6,11 +6,11 @@ import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { parseAllDocuments } from 'yaml';
+import { parseAllDocuments, stringify } from 'yaml';
 import { runCommand } from '../src/fixtures/index.js';
 import { validateKubeObject } from '../src/kube-schemas.js';
 import { restrictedProblems, restrictedV2Problems, type PodSpecLike } from '../src/pod-security.js';
-import { createCA, renderAgentInstall, toYaml } from '@cluster-proxy/server';
+import { createCA, parseServiceAllowlist, renderAgentInstall, toYaml } from '@cluster-proxy/server';
 import { helmBinary, kubectlBinary, kubectlUnsupported } from './kubectl-binary.js';
 
 const CHART = fileURLToPath(new URL('../../deploy/charts/cluster-proxy', import.meta.url));
@@ -106,6 +106,12 @@ describe.skipIf(kubectlUnsupported() !== null)('hub Helm chart', () => {
     const ports = Object.fromEntries(c.ports.map((p) => [p.name, p.containerPort]));
     expect(ports).toEqual({ frontend: 8090, agent: 8091, health: 8092, connect: 8089, gateway: 9092 });
     expect(c.args).toContain('--gateway-port=9092');
+    // The Service allowlist: an empty list by default (deny all), mounted as a directory so edits reach the hub.
+    expect(c.args).toContain('--gateway-services=/etc/cluster-proxy/gateway/services.yaml');
+    const mounts = (c as unknown as { volumeMounts: { name: string; mountPath: string; subPath?: string }[] }).volumeMounts;
+    expect(mounts.find((m) => m.name === 'gateway-services')).toEqual({ name: 'gateway-services', mountPath: '/etc/cluster-proxy/gateway', readOnly: true });
+    const servicesCm = objs.find((o) => o.kind === 'ConfigMap' && o.metadata.name === 'cluster-proxy-gateway-services') as unknown as { data: Record<string, string> };
+    expect(parseServiceAllowlist(servicesCm.data['services.yaml']!, () => Buffer.alloc(0))).toEqual([]);
     expect(ports[c.livenessProbe.httpGet.port]).toBe(8092);
     expect(c.livenessProbe.httpGet.path).toBe('/healthz');
     expect(c.readinessProbe.httpGet).toEqual({ path: '/readyz?exclude=store', port: 'health' });
@@ -118,8 +124,20 @@ describe.skipIf(kubectlUnsupported() !== null)('hub Helm chart', () => {
     expect(c.resources).toHaveProperty('requests');
     const front = objs.find((o) => o.kind === 'Service' && o.metadata.name === 'cluster-proxy') as unknown as { spec: { ports: { port: number }[] } };
     expect(front.spec.ports.map((p) => p.port)).toEqual([8090, 8089, 9092]);
+    // Listed Services and their CAs: the hub's own parser takes the rendered list, caFile names a key beside it.
+    const ca = createCA({ commonName: 'svc-ca' }).certPem;
+    const listed = await template(stringify({ gateway: { services: [{ namespace: 'monitoring', service: 'prometheus', port: 9090, protocol: 'http', clusters: ['c1'] }, { namespace: 'pay', service: 'api', protocol: 'https', caFile: 'pay-ca.crt' }], serviceCAs: { 'pay-ca.crt': ca } } }));
+    for (const o of listed) validateKubeObject(o);
+    const cm = (listed.find((o) => o.kind === 'ConfigMap' && o.metadata.name === 'cluster-proxy-gateway-services') as unknown as { data: Record<string, string> }).data;
+    const entries = parseServiceAllowlist(cm['services.yaml']!, (f) => Buffer.from(cm[f]!));
+    expect(entries.map(({ ca: _ca, ...e }) => e)).toEqual([
+      { namespace: 'monitoring', service: 'prometheus', port: 9090, protocol: 'http', clusters: ['c1'] },
+      { namespace: 'pay', service: 'api', protocol: 'https' },
+    ]);
+    expect(entries[1]!.ca?.toString().replace(/\r/g, '').trim()).toBe(ca.replace(/\r/g, '').trim());
     // The gateway off: no flag, no port.
     const off = await template('frontend:\n  service:\n    gatewayPort: 0\n');
+    expect(off.some((o) => o.kind === 'ConfigMap' && o.metadata.name === 'cluster-proxy-gateway-services')).toBe(false);
     const offDep = off.find((o) => o.kind === 'Deployment') as unknown as { spec: { template: { spec: { containers: C[] } } } };
     expect(offDep.spec.template.spec.containers[0]!.args.some((a) => a.startsWith('--gateway-port'))).toBe(false);
     expect(offDep.spec.template.spec.containers[0]!.ports.map((p) => p.name)).not.toContain('gateway');
