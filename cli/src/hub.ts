@@ -1,7 +1,7 @@
 // `cluster-proxy hub`: the proxy server.
 import { readFile } from 'node:fs/promises';
 import path from 'node:path';
-import { OCM_DEFAULT_INSTALL_NAMESPACE, Hub, embeddedStoreDir, ensureHubPki, isValidCidr, openStore, type Grant, type Store } from '@cluster-proxy/server';
+import { OCM_DEFAULT_INSTALL_NAMESPACE, Hub, ServiceAllowlistError, embeddedStoreDir, ensureHubPki, isValidCidr, openStore, type Grant, type Store } from '@cluster-proxy/server';
 import type { Logger } from 'pino';
 import { DEFAULT_HUB_DATA_DIR } from './hub-files.js';
 import { LOG_FORMAT_FLAG, createLogger, logUnhandledRejections } from './logging.js';
@@ -18,6 +18,7 @@ export const hubFlags: FlagSpecs = {
   'connect-port': { type: 'string', default: '8089', help: 'HTTP CONNECT frontend over TLS (client certificate or token); 0 picks a free port, "off" disables it' },
   'gateway-port': { type: 'string', help: 'HTTP gateway over TLS: https://HUB:PORT/CLUSTER/PATH to the cluster\'s apiserver as the authenticated hub user (docs/gateway.md); off unless set; 0 picks a free port' },
   'gateway-services': { type: 'string', help: 'YAML/JSON list of in-cluster Services the gateway\'s proxy-service form may reach (namespace, service, port?, protocol?, clusters?, caFile?); re-read on change; none without it' },
+  'cluster-profiles-gateway-url': { type: 'string', help: 'with --agent-install manifestwork and --gateway-port: write the gateway into OCM\'s ClusterProfiles (Cluster Inventory API) as access provider "open-cluster-management", at this URL (e.g. https://cluster-proxy.NS.svc:9092); off unless set' },
   'connect-uds': { type: 'string', help: 'also serve HTTP CONNECT on this Unix socket (0660; no credentials needed)' },
   'connect-plain': { type: 'string', help: 'also serve HTTP CONNECT in plain TCP on this loopback HOST:PORT' },
   'connect-plain-allow-tokens': { type: 'boolean', help: 'accept tokens on --connect-plain (they travel unencrypted on loopback)' },
@@ -118,6 +119,18 @@ export async function runHub(args: string[]): Promise<void> {
   if (agentInstall === 'manifestwork' && str(flags, 'store') !== 'kubernetes') {
     throw new UsageError('--agent-install manifestwork needs --store kubernetes (ManifestWorks and CSRs live in the OCM hub\'s API); the embedded store installs agents with "cluster-proxy join" only (--agent-install manual)');
   }
+  const profilesUrl = str(flags, 'cluster-profiles-gateway-url');
+  if (profilesUrl !== undefined) {
+    if (agentInstall !== 'manifestwork') throw new UsageError('--cluster-profiles-gateway-url needs --agent-install manifestwork (ClusterProfiles are OCM\'s)');
+    if (str(flags, 'gateway-port') === undefined || str(flags, 'gateway-port') === 'off') throw new UsageError('--cluster-profiles-gateway-url needs --gateway-port (it advertises the gateway)');
+    let u: URL | null = null;
+    try {
+      u = new URL(profilesUrl);
+    } catch {
+      // reported below
+    }
+    if (!u || u.protocol !== 'https:' || u.search || u.hash || (u.pathname !== '/' && u.pathname !== '')) throw new UsageError(`--cluster-profiles-gateway-url "${profilesUrl}" must be https://HOST[:PORT] (the cluster name is appended)`);
+  }
   const installNamespace = str(flags, 'agent-install-namespace')!;
   if (!/^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$/.test(installNamespace)) throw new UsageError(`--agent-install-namespace "${installNamespace}" is not a namespace name`);
   const healthMode = str(flags, 'health-mode');
@@ -171,6 +184,7 @@ export async function runHub(args: string[]): Promise<void> {
     requireRegistration: flags['require-registration'] === true,
     agentEntrypoint: entrypoint, serverName: str(flags, 'agent-server-name'), agentImage: str(flags, 'agent-image'),
     agentInstall, agentInstallNamespace: installNamespace,
+    ...(profilesUrl ? { clusterProfilesGatewayUrl: profilesUrl.replace(/\/+$/, '') } : {}),
     ...timing, tlsFiles: files, managedPkiDir,
     server: {
       ...listeners,
@@ -193,6 +207,8 @@ export async function runHub(args: string[]): Promise<void> {
   } catch (err) {
     await hub.stop(0).catch(() => {});
     await store.close();
+    // A flag's file that is missing or broken is the command line's error, as for the TLS files.
+    if (err instanceof ServiceAllowlistError) throw new UsageError(err.message);
     throw err;
   }
   await new Promise<void>((resolve) => {

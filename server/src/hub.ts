@@ -47,6 +47,8 @@ export interface HubOptions {
   agentInstall?: 'manual' | 'manifestwork';
   /** Agent namespace when no AddOnDeploymentConfig names one (manifestwork mode). */
   agentInstallNamespace?: string;
+  /** Manifestwork mode with the gateway: write it as an access provider into OCM's ClusterProfiles, at this URL. */
+  clusterProfilesGatewayUrl?: string;
   /** A replica that stops renewing its lease for this long counts as gone (default 30 s). */
   replicaLeaseDurationMs?: number;
   log: Logger;
@@ -154,6 +156,7 @@ export class Hub {
       serverName: this.opts.serverName, agentImage: this.opts.agentImage ?? DEFAULT_AGENT_IMAGE,
       defaultInstallNamespace: this.opts.agentInstallNamespace ?? OCM_DEFAULT_INSTALL_NAMESPACE,
       gateway: this.opts.server.gatewayPort != null,
+      ...(this.opts.clusterProfilesGatewayUrl ? { clusterProfiles: { gatewayUrl: this.opts.clusterProfilesGatewayUrl, caBundle: () => this.caBundle() } } : {}),
     }));
   }
 

@@ -180,6 +180,15 @@ describe.skipIf(kubectlUnsupported() !== null)('hub Helm chart', () => {
     expect(verbs('managedclusters')).toEqual(['get', 'list', 'watch']);
     expect(verbs('managedclusteraddons')).toEqual(['get', 'list', 'watch']);
     expect(verbs('managedclusteraddons/status')).toEqual(['update']);
+    // ClusterProfiles off by default; on: the gateway's in-cluster URL (a name the serving certificate has) and status-only RBAC.
+    expect(verbs('clusterprofiles')).toEqual([]);
+    expect(dep.spec.template.spec.containers[0]!.args.some((a) => a.startsWith('--cluster-profiles'))).toBe(false);
+    const profiles = await template('agentInstall:\n  mode: manifestwork\n  clusterProfiles: true\n');
+    const pRules = (profiles.find((o) => o.kind === 'ClusterRole') as unknown as { rules: Rule[] }).rules;
+    expect(pRules.filter((r) => r.resources.includes('clusterprofiles')).flatMap((r) => r.verbs)).toEqual(['get', 'list', 'watch']);
+    expect(pRules.filter((r) => r.resources.includes('clusterprofiles/status')).flatMap((r) => r.verbs)).toEqual(['update']);
+    const pArgs = (profiles.find((o) => o.kind === 'Deployment') as unknown as { spec: { template: { spec: { containers: { args: string[] }[] } } } }).spec.template.spec.containers[0]!.args;
+    expect(pArgs).toContain('--cluster-profiles-gateway-url=https://cluster-proxy.open-cluster-management-cluster-proxy.svc:9092');
     const manualStrategy = await template('agentInstall:\n  mode: manifestwork\n');
     expect((manualStrategy.find((o) => o.kind === 'ClusterManagementAddOn') as unknown as { spec: { installStrategy: unknown } }).spec.installStrategy).toEqual({ type: 'Manual' });
     expect(manualStrategy.some((o) => o.kind === 'Placement')).toBe(false);
@@ -199,6 +208,8 @@ describe.skipIf(kubectlUnsupported() !== null)('hub Helm chart', () => {
     await bad('replicas: 3\npodDisruptionBudget:\n  minAvailable: 2\n', /set minAvailable or maxUnavailable, not both/);
     await bad('agentInstall:\n  mode: helm\n', /agentInstall\/mode/);
     await bad('agentInstall:\n  installStrategy: Sometimes\n', /agentInstall\/installStrategy/);
+    await bad('gateway:\n  services:\n    - { service: prometheus }\n', /gateway\/services\/0.*namespace/);
+    await bad('gateway:\n  services:\n    - { namespace: m, service: p, protocol: tcp }\n', /gateway\/services\/0\/protocol/);
   });
 
   it('preferred anti-affinity by default when replicated', async () => {
