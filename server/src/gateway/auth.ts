@@ -73,7 +73,7 @@ export async function authenticate(req: http.IncomingMessage, sources: readonly 
   }
   if (header !== undefined) {
     // A bearer token no source took as its own.
-    return { status: 401, message: kinds.length <= 1 ? 'the token is invalid, expired or revoked' : `the token is neither ${kinds.map((k) => `a ${k}`).join(' nor ')}` };
+    return { status: 401, message: kinds.length <= 1 ? 'the token is invalid, expired or revoked' : `the token is neither ${kinds.map((k) => `${/^[aeiouAEIOU]/.test(k) ? 'an' : 'a'} ${k}`).join(' nor ')}` };
   }
   const tlsSocket = req.socket as tls.TLSSocket;
   const note = tlsSocket.getPeerCertificate && Object.keys(tlsSocket.getPeerCertificate()).length > 0 && !tlsSocket.authorized
