@@ -55,7 +55,7 @@ const jwt = (iss: string): Promise<string> => new SignJWT({ iss, sub: 'x', aud: 
 describe('gateway access: the sources in order', () => {
   it('embedded store, no OIDC: hub tokens and certificates, scope authorization, the old messages', async () => {
     const a = await buildGatewayAccess({}, { tokens, log });
-    expect(a.summary).toEqual({ authentication: ['token', 'certificate'], authorization: 'scope' });
+    expect(a.summary).toEqual({ authentication: ['token', 'certificate'], authorizationMode: 'scope' });
     expect(await authenticate(request(`Bearer ${hubToken}`), a.sources)).toMatchObject({ user: 'cluster-proxy:token:bob', clusters: ['c1'] });
     expect(await authenticate(request('Bearer nope'), a.sources)).toEqual({ status: 401, message: 'the token is invalid, expired or revoked' });
     expect(await authenticate(request(), a.sources)).toEqual({ status: 401, message: 'no credentials: present a client certificate of the hub CA or send Authorization: Bearer <hub token>' });
@@ -83,7 +83,7 @@ describe('gateway access: the sources in order', () => {
     const reviews = new FakeReviews();
     reviews.users.set('sa-token', { username: 'system:serviceaccount:team:ci', uid: 'u-1', groups: ['system:serviceaccounts', 'system:serviceaccounts:team', 'system:authenticated', 'devs'], extra: { 'authentication.kubernetes.io/pod-name': ['p'] } });
     const a = await buildGatewayAccess({ oidc: { issuerUrl: 'https://issuer.example', clientId: 'gw' } }, { tokens, log, hubReviews: () => Promise.resolve(reviews) });
-    expect(a.summary).toMatchObject({ authentication: ['token', 'oidc', 'tokenreview', 'certificate'], authorization: 'subjectaccessreview' });
+    expect(a.summary).toMatchObject({ authentication: ['token', 'oidc', 'tokenreview', 'certificate'], authorizationMode: 'subjectaccessreview' });
     const sa = await authenticate(request('Bearer sa-token'), a.sources);
     expect(sa).toEqual({
       user: 'cluster:hub:system:serviceaccount:team:ci', groups: ['cluster:hub:system:serviceaccounts', 'cluster:hub:system:serviceaccounts:team', 'devs'], uid: 'u-1',
@@ -125,7 +125,7 @@ describe('gateway access: the sources in order', () => {
   it('subjectaccessreview without the hub\'s API server is a configuration error', async () => {
     await expect(buildGatewayAccess({ authorization: 'subjectaccessreview' }, { tokens, log })).rejects.toThrow(/needs the hub's Kubernetes API/);
     const scoped: GatewayAccess = await buildGatewayAccess({ authorization: 'scope' }, { tokens, log, hubReviews: () => Promise.resolve(new FakeReviews()) });
-    expect(scoped.summary).toMatchObject({ authorization: 'scope', authentication: ['token', 'tokenreview', 'certificate'] });
+    expect(scoped.summary).toMatchObject({ authorizationMode: 'scope', authentication: ['token', 'tokenreview', 'certificate'] });
   });
 
   it('a failure is never a fall-through: a bad hub-shaped token with OIDC and TokenReview behind it is 401 at once', async () => {

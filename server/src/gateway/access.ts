@@ -47,7 +47,7 @@ export async function buildGatewayAccess(config: GatewayAccessConfig, deps: Gate
   return {
     sources,
     authorizer,
-    summary: { authentication: sources.map((s) => s.name), authorization: mode, ...(config.oidc ? { oidcIssuer: config.oidc.issuerUrl } : {}) },
+    summary: { authentication: sources.map((s) => s.name), authorizationMode: mode, ...(config.oidc ? { oidcIssuer: config.oidc.issuerUrl } : {}) },
     close: () => verifier?.close(),
   };
 }
