@@ -76,6 +76,9 @@ export class Hub {
     this.server.setAgentRegistry(this.registry);
     // The gateway tells a registered cluster without an agent (503) from an unknown name (404).
     this.server.clusterKnown = async (cluster) => (await opts.store.get('ManagedCluster', { name: cluster })) !== null;
+    // TokenReview and SubjectAccessReview for the gateway: the hub's own API server, on --store kubernetes only
+    // (the client module loads only then).
+    if (opts.store.kind === 'kubernetes') this.server.hubReviews = async () => (await import('./gateway/kube-reviews.js')).hubReviewsOf(opts.store);
     this.signer = opts.signer;
     this.manager = new AddonManager({
       store: opts.store, core: this.server.core, log: opts.log, serverID: this.server.serverID,

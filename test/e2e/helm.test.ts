@@ -145,6 +145,9 @@ describe.skipIf(kubectlUnsupported() !== null)('hub Helm chart', () => {
     const role = objs.find((o) => o.kind === 'ClusterRole') as unknown as { rules: { resources: string[] }[] };
     const resources = role.rules.flatMap((r) => r.resources);
     for (const r of ['managedclusters', 'managedclusteraddons/status', 'addondeploymentconfigs', 'managedproxyconfigurations/status', 'leases', 'secrets', 'namespaces']) expect(resources).toContain(r);
+    // The gateway's reviews on the hub's API server, only with the gateway.
+    for (const r of ['tokenreviews', 'subjectaccessreviews']) expect(resources).toContain(r);
+    expect((off.find((o) => o.kind === 'ClusterRole') as unknown as { rules: { resources: string[] }[] }).rules.flatMap((r) => r.resources)).not.toContain('tokenreviews');
     // The store reads a namespace before creating it (RBAC is checked before existence).
     expect((role.rules as { resources: string[]; verbs: string[] }[]).find((r) => r.resources.includes('namespaces'))!.verbs).toEqual(expect.arrayContaining(['get', 'create']));
     // SIGTERM grace: the pod outlives the hub's own grace period.

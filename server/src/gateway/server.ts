@@ -1,8 +1,9 @@
 // The hub's HTTP gateway (`--gateway-port`, docs/gateway.md): `https://HUB:PORT/<cluster>/<kube path>`
 // to that cluster's kube-apiserver, through the agent's tunnel. Each request:
 //   target checked (paths.ts, 400) → upgrade refused (501) → caller authenticated (auth.ts, 401) →
-//   caller's Impersonate-* refused (400) → token scope (403) → a Service on the allowlist? (403) →
-//   cluster known? (404) → agent connected? (503) → forwarded (forward.ts) → one audit line and metrics.
+//   caller's Impersonate-* refused (400) → may reach the cluster? (authorization.ts, 403) → a Service on
+//   the allowlist? (403) → cluster known? (404) → agent connected? (503) → forwarded (forward.ts) → one audit
+//   line and metrics.
 // TLS with the hub's serving certificate, client certificates optional (tokens otherwise), as the
 // CONNECT frontend's TLS listener. No request timeout: watches and `logs -f` run for hours.
 import http from 'node:http';
@@ -14,7 +15,8 @@ import type { ProxyCore } from '../dataplane/proxy-core.js';
 import { closeServer, listen, peerOf } from '../dataplane/connect/sockets.js';
 import { STATUS_TEXT, oneLine, printable } from '../dataplane/connect/responses.js';
 import type { TokenStore } from '../fleet/tokens.js';
-import { authenticate, callerMayReach, certificateSource, hubTokenSource, isFailure, type AuthSource, type GatewayCaller } from './auth.js';
+import { authenticate, certificateSource, hubTokenSource, isFailure, type AuthSource, type GatewayCaller } from './auth.js';
+import { scopeAuthorizer, type GatewayAuthorizer } from './authorization.js';
 import { forward } from './forward.js';
 import { parseGatewayTarget } from './paths.js';
 import type { ServiceAllowlist } from './service-allowlist.js';
@@ -33,8 +35,10 @@ export interface GatewayOptions {
   clusterKnown?: (cluster: string) => Promise<boolean>;
   /** Services the proxy-service form may reach; none without it. */
   services?: ServiceAllowlist;
-  /** Default: hub tokens, then client certificates. */
+  /** Default: hub tokens, then client certificates (access.ts builds the hub's list). */
   authSources?: readonly AuthSource[];
+  /** Who may reach which cluster. Default: a credential's own scope (hub tokens' clusters). */
+  authorizer?: GatewayAuthorizer;
   /** Largest request head; beyond it 431. Default 16 KiB. */
   maxHeaderBytes?: number;
   headerTimeoutMs?: number;
@@ -66,6 +70,7 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
   const log = opts.log.child({ component: 'gateway' });
   const metrics = opts.core.metrics;
   const sources = opts.authSources ?? [hubTokenSource(opts.tokens), certificateSource()];
+  const authorizer = opts.authorizer ?? scopeAuthorizer();
   let material = { cert: opts.tls.cert, key: opts.tls.key };
   let inFlight = 0;
   const maxHeaderBytes = opts.maxHeaderBytes ?? DEFAULT_MAX_HEADER_BYTES;
@@ -115,7 +120,8 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
       audit.cluster = target.cluster;
       const impersonating = Object.keys(req.headers).find(isImpersonationHeader);
       if (impersonating) return fail(400, `${printable(impersonating)}: the gateway impersonates the authenticated caller itself; callers may not send Impersonate-* headers`, 'impersonation');
-      if (!callerMayReach(caller, target.cluster)) return fail(403, `${caller.name} may not reach cluster ${target.cluster}`, 'not_authorized');
+      const decision = await authorizer.authorize(caller, target.cluster);
+      if (!decision.allowed) return fail(decision.status, decision.message, decision.status === 403 ? 'not_authorized' : 'authorization_unavailable');
       // The proxy-service form: default deny, per cluster (service-allowlist.ts).
       const allowed = target.service ? opts.services?.allowed(target.cluster, target.service) ?? null : null;
       if (target.service && !allowed) {
