@@ -9,7 +9,7 @@
 // cluster and the very request it came with (method and target), and it has not expired. So even a
 // dial that got past the hub's refusal cannot make the agent impersonate anyone: it would need the
 // hub's private key; and an assertion read off the wire is good for that one request only.
-import { X509Certificate, createPrivateKey, sign, verify } from 'node:crypto';
+import { X509Certificate, createPrivateKey, sign, verify, type KeyObject } from 'node:crypto';
 
 /** The reserved virtual destination the agent serves in process (`.invalid` never resolves: RFC 2606). */
 export const GATEWAY_HOST = 'cluster-proxy-gateway.invalid';
@@ -54,28 +54,65 @@ export function requestLine(method: string | undefined, target: string | undefin
 export function signIdentity(identity: GatewayIdentity, cluster: string, request: string, servingCertPem: string | Buffer, servingKeyPem: string | Buffer, now = Date.now()): { assertion: string; signer: string } {
   const payload: AssertionPayload = { aud: AUDIENCE, cluster, req: request, user: identity.user, groups: identity.groups, ...(identity.uid ? { uid: identity.uid } : {}), iat: now, exp: now + IDENTITY_TTL_MS };
   const body = Buffer.from(JSON.stringify(payload)).toString('base64url');
-  const sig = sign('sha256', Buffer.from(body), createPrivateKey(servingKeyPem)).toString('base64url');
+  const { key, signer } = signingMaterial(servingCertPem, servingKeyPem);
+  const sig = sign('sha256', Buffer.from(body), key).toString('base64url');
+  return { assertion: `${body}.${sig}`, signer };
+}
+
+/** The parsed key and the leaf's DER of the last serving pair: parsed once, not per request (they change only on a reload). */
+let lastSigning: { cert: string | Buffer; keyPem: string | Buffer; key: KeyObject; signer: string } | null = null;
+
+function signingMaterial(certPem: string | Buffer, keyPem: string | Buffer): { key: KeyObject; signer: string } {
+  const same = (a: string | Buffer, b: string | Buffer): boolean => a === b || (Buffer.isBuffer(a) && Buffer.isBuffer(b) && a.equals(b));
+  if (lastSigning && same(lastSigning.cert, certPem) && same(lastSigning.keyPem, keyPem)) return lastSigning;
   // The first certificate of the file is the leaf (a chain may follow it).
-  const leaf = new X509Certificate(servingCertPem);
-  return { assertion: `${body}.${sig}`, signer: leaf.raw.toString('base64') };
+  lastSigning = { cert: certPem, keyPem, key: createPrivateKey(keyPem), signer: new X509Certificate(certPem).raw.toString('base64') };
+  return lastSigning;
+}
+
+/** A signer already checked against a trust bundle: its certificate, validity and whether it passed. */
+interface CheckedSigner {
+  trust: readonly X509Certificate[];
+  cert: X509Certificate;
+  notBefore: number;
+  notAfter: number;
+  error?: string;
+}
+
+/** Signers seen lately (the hub replicas' serving certificates): chain and usage are checked once each. */
+const checkedSigners = new Map<string, CheckedSigner>();
+const CHECKED_SIGNERS_MAX = 32;
+
+function checkSigner(signerB64: string, trustedCas: readonly X509Certificate[]): { checked: CheckedSigner } | { error: string } {
+  const known = checkedSigners.get(signerB64);
+  // Valid for the same trust bundle only (a CA rollover hands the agent a new one).
+  if (known && known.trust === trustedCas) return { checked: known };
+  let cert: X509Certificate;
+  try {
+    cert = new X509Certificate(Buffer.from(signerB64, 'base64'));
+  } catch {
+    return { error: 'the identity signer is not a certificate' };
+  }
+  const issuer = trustedCas.find((ca) => cert.checkIssued(ca) && cert.verify(ca.publicKey));
+  const error = !issuer ? 'the identity signer is not issued by the hub CA'
+    : !(cert.keyUsage ?? []).includes(SERVER_AUTH_OID) ? 'the identity signer is not a hub serving certificate' : undefined;
+  const checked: CheckedSigner = { trust: trustedCas, cert, notBefore: Date.parse(cert.validFrom), notAfter: Date.parse(cert.validTo), ...(error ? { error } : {}) };
+  if (checkedSigners.size >= CHECKED_SIGNERS_MAX) checkedSigners.delete(checkedSigners.keys().next().value!);
+  checkedSigners.set(signerB64, checked);
+  return { checked };
 }
 
 /** The identity, or why the assertion is not believed for `request` (one line, safe to log: no secrets in it). */
 export function verifyIdentity(assertion: string, signerB64: string, trustedCas: readonly X509Certificate[], cluster: string, request: string, now = Date.now()): GatewayIdentity | { error: string } {
   const dot = assertion.indexOf('.');
   if (dot <= 0) return { error: 'malformed identity assertion' };
-  let signer: X509Certificate;
-  try {
-    signer = new X509Certificate(Buffer.from(signerB64, 'base64'));
-  } catch {
-    return { error: 'the identity signer is not a certificate' };
-  }
-  const issuer = trustedCas.find((ca) => signer.checkIssued(ca) && signer.verify(ca.publicKey));
-  if (!issuer) return { error: 'the identity signer is not issued by the hub CA' };
-  if (!(signer.keyUsage ?? []).includes(SERVER_AUTH_OID)) return { error: 'the identity signer is not a hub serving certificate' };
-  if (Date.parse(signer.validFrom) > now + SKEW_MS || Date.parse(signer.validTo) < now) return { error: 'the identity signer is not valid now' };
+  const result = checkSigner(signerB64, trustedCas);
+  if ('error' in result) return { error: result.error };
+  const s = result.checked;
+  if (s.error) return { error: s.error };
+  if (s.notBefore > now + SKEW_MS || s.notAfter < now) return { error: 'the identity signer is not valid now' };
   const body = assertion.slice(0, dot);
-  if (!verify('sha256', Buffer.from(body), signer.publicKey, Buffer.from(assertion.slice(dot + 1), 'base64url'))) return { error: 'bad identity signature' };
+  if (!verify('sha256', Buffer.from(body), s.cert.publicKey, Buffer.from(assertion.slice(dot + 1), 'base64url'))) return { error: 'bad identity signature' };
   let p: Partial<AssertionPayload>;
   try {
     p = JSON.parse(Buffer.from(body, 'base64url').toString('utf8')) as Partial<AssertionPayload>;
