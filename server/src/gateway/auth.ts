@@ -143,15 +143,23 @@ export function certificateSource(): AuthSource {
       if (req.headers.authorization !== undefined) return null;
       const s = req.socket as tls.TLSSocket;
       if (typeof s.getPeerCertificate !== 'function' || !s.authorized) return null;
-      const cert = s.getPeerCertificate();
-      if (!cert || Object.keys(cert).length === 0) return null;
-      if (clusterFromSubject(cert.subject)) return { status: 403, message: 'agent certificates may not use the gateway' };
-      const principal = certificatePrincipal(cert.subject?.CN);
-      const o = cert.subject?.O as string | string[] | undefined;
-      const groups = (Array.isArray(o) ? o : o ? [o] : []).filter((g) => g !== '');
-      return { user: principal.name, groups, source: 'certificate', name: `certificate "${principal.name}"`, clusters: '*' };
+      // One TLS connection carries many keep-alive requests: its certificate is read once.
+      let outcome = byConnection.get(s);
+      if (outcome === undefined) byConnection.set(s, (outcome = certificateCaller(s.getPeerCertificate())));
+      return outcome;
     },
   };
+}
+
+const byConnection = new WeakMap<tls.TLSSocket, AuthOutcome | null>();
+
+function certificateCaller(cert: tls.PeerCertificate | undefined): AuthOutcome | null {
+  if (!cert || Object.keys(cert).length === 0) return null;
+  if (clusterFromSubject(cert.subject)) return { status: 403, message: 'agent certificates may not use the gateway' };
+  const principal = certificatePrincipal(cert.subject?.CN);
+  const o = cert.subject?.O as string | string[] | undefined;
+  const groups = (Array.isArray(o) ? o : o ? [o] : []).filter((g) => g !== '');
+  return { user: principal.name, groups, source: 'certificate', name: `certificate "${principal.name}"`, clusters: '*' };
 }
 
 /** Whether the credential may reach `cluster` (a token is limited to the clusters it was issued for). */
