@@ -1,7 +1,8 @@
 // `cluster-proxy hub`: the proxy server.
 import { readFile } from 'node:fs/promises';
 import path from 'node:path';
-import { OCM_DEFAULT_INSTALL_NAMESPACE, Hub, embeddedStoreDir, ensureHubPki, isValidCidr, openStore, type Grant, type Store } from '@cluster-proxy/server';
+import { AUTHORIZATION_MODES, OCM_DEFAULT_INSTALL_NAMESPACE, OIDC_SIGNING_ALGS, Hub, ServiceAllowlistError, checkOidcConfig, embeddedStoreDir, ensureHubPki, isValidCidr, openStore,
+  type AuthorizationMode, type GatewayAccessConfig, type Grant, type OidcConfig, type Store } from '@cluster-proxy/server';
 import type { Logger } from 'pino';
 import { DEFAULT_HUB_DATA_DIR } from './hub-files.js';
 import { LOG_FORMAT_FLAG, createLogger, logUnhandledRejections } from './logging.js';
@@ -17,6 +18,18 @@ export const hubFlags: FlagSpecs = {
   'admin-port': { type: 'string', default: '8095', help: 'loopback admin: /metrics, /debug/connections' },
   'connect-port': { type: 'string', default: '8089', help: 'HTTP CONNECT frontend over TLS (client certificate or token); 0 picks a free port, "off" disables it' },
   'gateway-port': { type: 'string', help: 'HTTP gateway over TLS: https://HUB:PORT/CLUSTER/PATH to the cluster\'s apiserver as the authenticated hub user (docs/gateway.md); off unless set; 0 picks a free port' },
+  'gateway-services': { type: 'string', help: 'YAML/JSON list of in-cluster Services the gateway\'s proxy-service form may reach (namespace, service, port?, protocol?, clusters?, caFile?); re-read on change; none without it' },
+  'cluster-profiles-gateway-url': { type: 'string', help: 'with --agent-install manifestwork and --gateway-port: write the gateway into OCM\'s ClusterProfiles (Cluster Inventory API) as access provider "open-cluster-management", at this URL (e.g. https://cluster-proxy.NS.svc:9092); off unless set' },
+  'gateway-authorization': { type: 'string', help: 'who may reach which cluster through the gateway: scope (a hub token its clusters, other callers every cluster; default on the embedded store) or subjectaccessreview (also a SubjectAccessReview on the hub: get managedclusters/proxy NAME; default with --store kubernetes)' },
+  'oidc-issuer-url': { type: 'string', help: 'gateway: accept OIDC ID tokens of this issuer (https; discovery and JWKS from it), as kube-apiserver\'s flag' },
+  'oidc-client-id': { type: 'string', help: 'gateway: the audience ID tokens must carry (required with --oidc-issuer-url)' },
+  'oidc-username-claim': { type: 'string', default: 'sub', help: 'gateway: the claim that names the user' },
+  'oidc-username-prefix': { type: 'string', help: 'gateway: prefix of OIDC usernames (default ISSUER# unless the claim is email; - for none)' },
+  'oidc-groups-claim': { type: 'string', help: 'gateway: the claim that lists the user\'s groups (default: no groups)' },
+  'oidc-groups-prefix': { type: 'string', help: 'gateway: prefix of OIDC group names' },
+  'oidc-required-claim': { type: 'string', multiple: true, help: 'gateway: KEY=VALUE an ID token must carry' },
+  'oidc-ca-file': { type: 'string', help: 'gateway: CA bundle (PEM) for the issuer\'s TLS certificate (default: the system\'s)' },
+  'oidc-signing-algs': { type: 'string', default: 'RS256', help: `gateway: comma-separated algorithms ID tokens may be signed with (${OIDC_SIGNING_ALGS.join(', ')})` },
   'connect-uds': { type: 'string', help: 'also serve HTTP CONNECT on this Unix socket (0660; no credentials needed)' },
   'connect-plain': { type: 'string', help: 'also serve HTTP CONNECT in plain TCP on this loopback HOST:PORT' },
   'connect-plain-allow-tokens': { type: 'boolean', help: 'accept tokens on --connect-plain (they travel unencrypted on loopback)' },
@@ -83,6 +96,46 @@ function connectPlain(flags: ParsedFlags): { host: string; port: number; allowTo
   return { host, port: Number(m[2]), allowTokens: flags['connect-plain-allow-tokens'] === true };
 }
 
+const OIDC_FLAGS = ['oidc-issuer-url', 'oidc-client-id', 'oidc-username-claim', 'oidc-username-prefix', 'oidc-groups-claim', 'oidc-groups-prefix', 'oidc-required-claim', 'oidc-ca-file', 'oidc-signing-algs'];
+
+/** The gateway's --oidc-* and --gateway-authorization flags, checked (one-line usage errors); the CA file is read later. */
+export function gatewayAccessFlags(flags: ParsedFlags, gatewayOn: boolean): { config: Omit<GatewayAccessConfig, 'oidc'>; oidc?: Omit<OidcConfig, 'caCert'>; oidcCaFile?: string } {
+  const given = (f: string): boolean => {
+    const v = flags[f];
+    // Flags with a default count as given only when they differ from it.
+    const def = hubFlags[f]?.default;
+    return Array.isArray(v) ? v.length > 0 : v !== undefined && v !== def;
+  };
+  const issuer = str(flags, 'oidc-issuer-url');
+  const stray = OIDC_FLAGS.filter((f) => f !== 'oidc-issuer-url' && given(f));
+  if (!issuer && stray.length > 0) throw new UsageError(`--${stray[0]} goes with --oidc-issuer-url`);
+  const mode = str(flags, 'gateway-authorization');
+  if (mode !== undefined && !(AUTHORIZATION_MODES as readonly string[]).includes(mode)) throw new UsageError(`--gateway-authorization must be ${AUTHORIZATION_MODES.join(' or ')}, got "${mode}"`);
+  if (mode === 'subjectaccessreview' && str(flags, 'store') !== 'kubernetes') throw new UsageError('--gateway-authorization subjectaccessreview needs --store kubernetes (the SubjectAccessReview goes to the hub\'s API server)');
+  if (!gatewayOn && (issuer || mode)) throw new UsageError(`--${issuer ? 'oidc-issuer-url' : 'gateway-authorization'} configures the HTTP gateway: it goes with --gateway-port`);
+  const config: Omit<GatewayAccessConfig, 'oidc'> = mode ? { authorization: mode as AuthorizationMode } : {};
+  if (!issuer) return { config };
+  const requiredClaims: Record<string, string> = {};
+  for (const v of list(flags, 'oidc-required-claim')) {
+    const eq = v.indexOf('=');
+    if (eq <= 0) throw new UsageError(`--oidc-required-claim "${v}" must be KEY=VALUE`);
+    requiredClaims[v.slice(0, eq)] = v.slice(eq + 1);
+  }
+  const oidc: Omit<OidcConfig, 'caCert'> = {
+    issuerUrl: issuer,
+    clientId: str(flags, 'oidc-client-id') ?? '',
+    usernameClaim: str(flags, 'oidc-username-claim') ?? 'sub',
+    ...(str(flags, 'oidc-username-prefix') !== undefined ? { usernamePrefix: str(flags, 'oidc-username-prefix')! } : {}),
+    ...(str(flags, 'oidc-groups-claim') ? { groupsClaim: str(flags, 'oidc-groups-claim')! } : {}),
+    ...(str(flags, 'oidc-groups-prefix') !== undefined ? { groupsPrefix: str(flags, 'oidc-groups-prefix')! } : {}),
+    ...(Object.keys(requiredClaims).length > 0 ? { requiredClaims } : {}),
+    signingAlgs: (str(flags, 'oidc-signing-algs') ?? 'RS256').split(',').map((a) => a.trim()).filter(Boolean),
+  };
+  const problem = checkOidcConfig(oidc);
+  if (problem) throw new UsageError(problem);
+  return { config, oidc, ...(str(flags, 'oidc-ca-file') ? { oidcCaFile: str(flags, 'oidc-ca-file')! } : {}) };
+}
+
 async function openHubStore(flags: ParsedFlags, dataDir: string, log: Logger): Promise<Store> {
   const kind = str(flags, 'store');
   if (kind !== 'embedded' && kind !== 'kubernetes') throw new UsageError(`--store must be embedded or kubernetes, got "${kind}"`);
@@ -117,6 +170,18 @@ export async function runHub(args: string[]): Promise<void> {
   if (agentInstall === 'manifestwork' && str(flags, 'store') !== 'kubernetes') {
     throw new UsageError('--agent-install manifestwork needs --store kubernetes (ManifestWorks and CSRs live in the OCM hub\'s API); the embedded store installs agents with "cluster-proxy join" only (--agent-install manual)');
   }
+  const profilesUrl = str(flags, 'cluster-profiles-gateway-url');
+  if (profilesUrl !== undefined) {
+    if (agentInstall !== 'manifestwork') throw new UsageError('--cluster-profiles-gateway-url needs --agent-install manifestwork (ClusterProfiles are OCM\'s)');
+    if (str(flags, 'gateway-port') === undefined || str(flags, 'gateway-port') === 'off') throw new UsageError('--cluster-profiles-gateway-url needs --gateway-port (it advertises the gateway)');
+    let u: URL | null = null;
+    try {
+      u = new URL(profilesUrl);
+    } catch {
+      // reported below
+    }
+    if (!u || u.protocol !== 'https:' || u.search || u.hash || (u.pathname !== '/' && u.pathname !== '')) throw new UsageError(`--cluster-profiles-gateway-url "${profilesUrl}" must be https://HOST[:PORT] (the cluster name is appended)`);
+  }
   const installNamespace = str(flags, 'agent-install-namespace')!;
   if (!/^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$/.test(installNamespace)) throw new UsageError(`--agent-install-namespace "${installNamespace}" is not a namespace name`);
   const healthMode = str(flags, 'health-mode');
@@ -125,6 +190,7 @@ export async function runHub(args: string[]): Promise<void> {
   if (entrypoint !== undefined && !/^(\[[0-9a-fA-F:.]+\]|[^\s:/[\]]+):\d{1,5}$/.test(entrypoint)) throw new UsageError(`--agent-entrypoint "${entrypoint}" is not HOST:PORT`);
   const serverCount = Number(str(flags, 'server-count'));
   if (!Number.isInteger(serverCount) || serverCount < 1) throw new UsageError('--server-count must be a positive integer');
+  if (str(flags, 'gateway-services') !== undefined && (str(flags, 'gateway-port') === undefined || str(flags, 'gateway-port') === 'off')) throw new UsageError('--gateway-services needs --gateway-port');
   const listeners = {
     agentPort: port(flags, 'agent-port'),
     frontendPort: port(flags, 'frontend-port'),
@@ -133,8 +199,10 @@ export async function runHub(args: string[]): Promise<void> {
     connectPort: str(flags, 'connect-port') === 'off' ? null : port(flags, 'connect-port'),
     connectPlain: connectPlain(flags),
     gatewayPort: str(flags, 'gateway-port') === undefined || str(flags, 'gateway-port') === 'off' ? null : port(flags, 'gateway-port'),
+    gatewayServicesFile: str(flags, 'gateway-services'),
   };
   const grants = parseGrants(list(flags, 'grant'));
+  const access = gatewayAccessFlags(flags, listeners.gatewayPort !== null);
   const timing = {
     healthMode, tunnelLossWindowMs: duration(flags, 'tunnel-loss-window'), agentCertValidityDays: duration(flags, 'agent-cert-validity') / 86_400_000,
     tlsReloadIntervalMs: duration(flags, 'tls-reload-interval'), replicaLeaseDurationMs: duration(flags, 'replica-lease-duration'),
@@ -163,11 +231,18 @@ export async function runHub(args: string[]): Promise<void> {
   const caCert = await read(files.ca, 'CA certificate');
   const signer = files.caKey ? { certPem: firstCertificate(caCert.toString('utf8'), files.ca), keyPem: (await read(files.caKey, 'CA key')).toString('utf8') } : undefined;
   const tls = { caCert, cert: await read(files.cert, 'server certificate'), key: await read(files.key, 'server key') };
+  let gatewayAccess: GatewayAccessConfig = access.config;
+  if (access.oidc) {
+    const caCert = access.oidcCaFile ? await read(access.oidcCaFile, 'OIDC CA file') : undefined;
+    if (caCert && !caCert.toString('utf8').includes('-----BEGIN CERTIFICATE-----')) throw new UsageError(`--oidc-ca-file ${access.oidcCaFile} holds no PEM certificate`);
+    gatewayAccess = { ...gatewayAccess, oidc: { ...access.oidc, ...(caCert ? { caCert } : {}) } };
+  }
   const store = await openHubStore(flags, dataDir, log);
   const hub = new Hub({ store, signer, log,
     requireRegistration: flags['require-registration'] === true,
     agentEntrypoint: entrypoint, serverName: str(flags, 'agent-server-name'), agentImage: str(flags, 'agent-image'),
     agentInstall, agentInstallNamespace: installNamespace,
+    ...(profilesUrl ? { clusterProfilesGatewayUrl: profilesUrl.replace(/\/+$/, '') } : {}),
     ...timing, tlsFiles: files, managedPkiDir,
     server: {
       ...listeners,
@@ -182,6 +257,7 @@ export async function runHub(args: string[]): Promise<void> {
       connectUds: str(flags, 'connect-uds'),
       tokensFile: str(flags, 'tokens-file'),
       grants,
+      gatewayAccess,
       dataDir,
       processMetrics: true,
     } });
@@ -190,6 +266,8 @@ export async function runHub(args: string[]): Promise<void> {
   } catch (err) {
     await hub.stop(0).catch(() => {});
     await store.close();
+    // A flag's file that is missing or broken is the command line's error, as for the TLS files.
+    if (err instanceof ServiceAllowlistError) throw new UsageError(err.message);
     throw err;
   }
   await new Promise<void>((resolve) => {

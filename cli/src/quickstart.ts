@@ -1,6 +1,6 @@
-// `cluster-proxy quickstart`: a hub (with its HTTP CONNECT frontend on TLS), two demo clusters (an
-// agent each, in front of a demo HTTPS "apiserver"), a token, a kubeconfig per cluster and a local
-// forward per cluster, so a newcomer can curl and kubectl through the tunnel at once. Everything runs
+// `cluster-proxy quickstart`: a hub (with its HTTP CONNECT frontend and HTTP gateway on TLS), two demo
+// clusters (an agent each, in front of a demo HTTPS "apiserver"), a token, kubeconfigs per cluster (CONNECT
+// and gateway) and a local forward per cluster, so a newcomer can curl and kubectl through the tunnel at once. Everything runs
 // in this process on loopback; DIR/quickstart.json says where. Ctrl+C stops it (exit code 0).
 import { constants as fsConstants } from 'node:fs';
 import { access, mkdir, readFile, rm, writeFile } from 'node:fs/promises';
@@ -41,19 +41,32 @@ const DEMO_APISERVER_TOKEN = 'demo';
 
 /** What DIR/quickstart.json holds (absolute paths, loopback addresses). */
 export interface QuickstartInfo {
-  hub: { serverID: string; agent: string; frontend: string; frontendUds: string | null; connect: string; health: string; admin: string };
+  hub: { serverID: string; agent: string; frontend: string; frontendUds: string | null; connect: string; gateway: string; health: string; admin: string };
   ca: string;
   client: { cert: string; key: string };
   token: { name: string; id: string; value: string };
   clusterNames: string[];
-  clusters: Record<string, { apiserver: string; forward: string; kubeconfig: string }>;
-  commands: { curl: string[]; kubectl: string[]; forward: string; forwardCurl: string };
+  clusters: Record<string, { apiserver: string; forward: string; kubeconfig: string; gatewayKubeconfig: string }>;
+  commands: { curl: string[]; kubectl: string[]; forward: string; forwardCurl: string; gatewayCurl: string[]; gatewayKubectl: string[] };
 }
 
-/** A tiny HTTPS server that answers like a kube-apiserver on /version and /healthz. */
+/**
+ * A tiny HTTPS server that answers like a kube-apiserver on /version, /healthz and SelfSubjectReview
+ * (`kubectl auth whoami`): the token's user, or whom the request impersonates (the gateway's caller).
+ */
 function startDemoApiserver(cluster: string, tls: { certPem: string; keyPem: string }): Promise<https.Server> {
   const server = https.createServer({ cert: tls.certPem, key: tls.keyPem }, (req, res) => {
     const url = (req.url ?? '/').split('?')[0];
+    if (url === '/apis/authentication.k8s.io/v1/selfsubjectreviews' && req.method === 'POST') {
+      req.resume();
+      const user = req.headers['impersonate-user'];
+      const userInfo = typeof user === 'string'
+        ? { username: user, groups: [...(req.headersDistinct['impersonate-group'] ?? []), 'system:authenticated'] }
+        : { username: 'demo-admin', groups: ['system:masters', 'system:authenticated'] };
+      res.writeHead(201, { 'content-type': 'application/json' });
+      res.end(JSON.stringify({ kind: 'SelfSubjectReview', apiVersion: 'authentication.k8s.io/v1', metadata: { creationTimestamp: null }, status: { userInfo } }));
+      return;
+    }
     if (url === '/healthz' || url === '/readyz' || url === '/livez') {
       res.writeHead(200, { 'content-type': 'text/plain' });
       res.end('ok');
@@ -65,7 +78,7 @@ function startDemoApiserver(cluster: string, tls: { certPem: string; keyPem: str
       return;
     }
     res.writeHead(404, { 'content-type': 'application/json' });
-    res.end(JSON.stringify({ kind: 'Status', apiVersion: 'v1', status: 'Failure', reason: 'NotFound', code: 404, message: `demo apiserver of ${cluster} only serves /version and /healthz` }));
+    res.end(JSON.stringify({ kind: 'Status', apiVersion: 'v1', status: 'Failure', reason: 'NotFound', code: 404, message: `demo apiserver of ${cluster} only serves /version, /healthz and SelfSubjectReviews` }));
   });
   return new Promise((resolve, reject) => {
     server.once('error', reject);
@@ -147,10 +160,10 @@ export async function runQuickstart(args: string[]): Promise<void> {
     closers.push(() => hubStore.close());
     const hub = new Hub({
       store: hubStore, signer: ca, log: log.child({ component: 'hub' }), tlsFiles: { ca: pki.caCert, cert: pki.serverCert, key: pki.serverKey, caKey: pki.caKey }, managedPkiDir: pkiDir,
-      server: { bindAddress: '127.0.0.1', agentPort: 0, frontendPort: 0, frontendUds: udsPath.length < 100 ? udsPath : undefined, healthPort: 0, adminPort: 0, connectPort: 0, tls, dataDir: dir },
+      server: { bindAddress: '127.0.0.1', agentPort: 0, frontendPort: 0, frontendUds: udsPath.length < 100 ? udsPath : undefined, healthPort: 0, adminPort: 0, connectPort: 0, gatewayPort: 0, tls, dataDir: dir },
     });
     const server = hub.server;
-    const ports = await progress.step('Starting the hub (agent listener, gRPC and HTTP CONNECT frontends, addon manager, embedded store)', () => hub.start(), (p) => `CONNECT on 127.0.0.1:${p.connect}`);
+    const ports = await progress.step('Starting the hub (agent listener, gRPC and HTTP CONNECT frontends, HTTP gateway, addon manager, embedded store)', () => hub.start(), (p) => `CONNECT on 127.0.0.1:${p.connect}, gateway on 127.0.0.1:${p.gateway}`);
     closers.push(() => hub.stop(2000));
     check();
 
@@ -172,9 +185,12 @@ export async function runQuickstart(args: string[]): Promise<void> {
         const creds = { certPem: signAgentPublicKey(ca, { cluster, publicKeyPem: keys.publicKey, clusterUid: mc.metadata.uid }), keyPem: keys.privateKey };
         await writePemPair(path.join(dir, 'agents'), cluster, creds);
         const agentLog = log.child({ component: 'agent', cluster });
+        // The agent's own credentials for its apiserver (a pod's service account, in a real cluster): the gateway's requests use them.
+        const agentKubeconfig = path.join(dir, 'agents', `${cluster}-apiserver.kubeconfig`);
+        await writeFile(agentKubeconfig, buildKubeconfig({ cluster, server: `https://${apiservers[cluster]!}`, caPems: [tls.caCert.toString('utf8')], userToken: DEMO_APISERVER_TOKEN }), { mode: 0o600 });
         const agent = new Agent({
           cluster, namespace: 'open-cluster-management-agent-addon', hubAddress: `127.0.0.1:${ports.agent}`, serverName: 'localhost', caCert: tls.caCert,
-          cert: Buffer.from(creds.certPem), key: Buffer.from(creds.keyPem), apiserver: apiservers[cluster]!, allow: [], log: agentLog,
+          cert: Buffer.from(creds.certPem), key: Buffer.from(creds.keyPem), apiserver: apiservers[cluster]!, allow: [], log: agentLog, gateway: { kubeconfig: agentKubeconfig },
         });
         agent.start();
         const lease = new LeaseRenewer({ agent, hub: { address: `127.0.0.1:${ports.agent}`, caCert: tls.caCert, serverName: 'localhost' }, apiserver: apiservers[cluster]!, leaseDurationMs: 60_000, log: agentLog });
@@ -231,9 +247,12 @@ export async function runQuickstart(args: string[]): Promise<void> {
       // (the https proxy) and the apiserver: no insecure-skip-tls-verify.
       await writeFile(kubeconfig, buildKubeconfig({ cluster, server: `https://${cluster}`, proxyUrl: proxyUrl(TOKEN_NAME, token.token, '127.0.0.1', ports.connect!), caPems: [caPem],
         userToken: DEMO_APISERVER_TOKEN }), { mode: 0o600 });
+      // Through the gateway: the cluster's apiserver sees the token's user, by impersonation.
+      const gatewayKubeconfig = path.join(dir, `${cluster}-gateway.kubeconfig`);
+      await writeFile(gatewayKubeconfig, buildKubeconfig({ cluster, server: `https://127.0.0.1:${ports.gateway}/${cluster}`, caPems: [caPem], userToken: token.token }), { mode: 0o600 });
       const fwd = await serveForward(tunnel, `${cluster}:443`, { host: '127.0.0.1', port: 0 }, log);
       closers.push(() => new Promise<void>((r) => fwd.close(() => r())));
-      clusters[cluster] = { apiserver: apiservers[cluster]!, forward: `127.0.0.1:${(fwd.address() as net.AddressInfo).port}`, kubeconfig };
+      clusters[cluster] = { apiserver: apiservers[cluster]!, forward: `127.0.0.1:${(fwd.address() as net.AddressInfo).port}`, kubeconfig, gatewayKubeconfig };
     }
     check();
 
@@ -248,11 +267,13 @@ export async function runQuickstart(args: string[]): Promise<void> {
       forward: shellCommand([...cli, 'forward', 'cluster2', 'cluster2:443', '--listen', `127.0.0.1:${fwdPort}`, '--frontend', `127.0.0.1:${ports.frontend}`,
         '--server-name', 'localhost', '--ca-cert', pki.caCert, '--cert', pki.clientCert, '--key', pki.clientKey]),
       forwardCurl: shellCommand(['curl', '-sS', '--cacert', pki.caCert, `https://127.0.0.1:${fwdPort}/version`]),
+      gatewayCurl: QUICKSTART_CLUSTERS.map((c) => shellCommand(['curl', '-sS', '--cacert', pki.caCert, '-H', `Authorization: Bearer ${token.token}`, `https://127.0.0.1:${ports.gateway}/${c}/version`])),
+      gatewayKubectl: QUICKSTART_CLUSTERS.map((c) => shellCommand([kubectlCommand(), '--kubeconfig', clusters[c]!.gatewayKubeconfig, 'auth', 'whoami'])),
     };
     const info: QuickstartInfo = {
       hub: {
         serverID: ports.serverID, agent: `127.0.0.1:${ports.agent}`, frontend: `127.0.0.1:${ports.frontend}`, frontendUds: ports.frontendUds,
-        connect, health: `127.0.0.1:${ports.health}`, admin: `127.0.0.1:${ports.admin}`,
+        connect, gateway: `127.0.0.1:${ports.gateway}`, health: `127.0.0.1:${ports.health}`, admin: `127.0.0.1:${ports.admin}`,
       },
       ca: pki.caCert,
       client: { cert: pki.clientCert, key: pki.clientKey },
@@ -278,6 +299,10 @@ export async function runQuickstart(args: string[]): Promise<void> {
       p.bold('kubectl with a generated kubeconfig (proxy-url to the same frontend):'),
       ...commands.kubectl.map((c) => `  ${c}`),
       ...kubectlNote,
+      '',
+      p.bold('The HTTP gateway, https://HUB/CLUSTER/PATH: the cluster sees the token\'s user (kubectl auth whoami says who):'),
+      ...commands.gatewayCurl.map((c) => `  ${c}`),
+      ...commands.gatewayKubectl.map((c) => `  ${c}`),
       '',
       p.bold('A local port forwarded through the tunnel (client certificate); run it in another terminal, then curl it:'),
       `  ${commands.forward}`,

@@ -2,14 +2,16 @@
 //
 // The hub's gateway dials GATEWAY_DESTINATION on the cluster's agent (the hub refuses that address
 // to every other client) and sends one HTTP/1.1 request over it carrying an identity assertion:
-// `base64url(json payload) "." base64url(signature)`, signed with the hub's serving key, plus the
-// serving certificate that signed it. The agent believes an assertion only if the certificate chains
-// to the hub CA it trusts and is a *serving* certificate (serverAuth: hub users and agents get
-// clientAuth-only certificates from the same CA), the signature holds, it names the agent's own
-// cluster and the very request it came with (method and target), and it has not expired. So even a
-// dial that got past the hub's refusal cannot make the agent impersonate anyone: it would need the
-// hub's private key; and an assertion read off the wire is good for that one request only.
-import { X509Certificate, createPrivateKey, sign, verify } from 'node:crypto';
+// `base64url(json payload) "." base64url(signature)`, signed with an Ed25519 key the hub made in memory,
+// plus the signer: the hub's serving certificate and that key's delegation (the key, valid for an hour,
+// signed with the serving key). The agent believes an assertion only if the certificate chains to the
+// hub CA it trusts and is a *serving* certificate (serverAuth: hub users and agents get clientAuth-only
+// certificates from the same CA), the delegation and the assertion's signatures hold, it names the
+// agent's own cluster and the very request it came with (method and target), and neither has expired.
+// So even a dial that got past the hub's refusal cannot make the agent impersonate anyone: it would need
+// the hub's private key (or the in-memory key it certified); an assertion read off the wire is good for
+// that one request only. Certificate, chain and delegation are checked once per signer, not per request.
+import { X509Certificate, createPrivateKey, createPublicKey, generateKeyPairSync, sign, verify, type KeyObject } from 'node:crypto';
 
 /** The reserved virtual destination the agent serves in process (`.invalid` never resolves: RFC 2606). */
 export const GATEWAY_HOST = 'cluster-proxy-gateway.invalid';
@@ -23,6 +25,9 @@ export const IDENTITY_TTL_MS = 60_000;
 const SKEW_MS = 30_000;
 const SERVER_AUTH_OID = '1.3.6.1.5.5.7.3.1';
 const AUDIENCE = 'cluster-proxy-agent-gateway';
+const DELEGATION_AUDIENCE = 'cluster-proxy-agent-gateway-key';
+/** How long the hub's per-request signing key is certified for (renewed at half of it). */
+export const DELEGATION_TTL_MS = 60 * 60_000;
 
 /** Who the caller is, as the agent will impersonate them. */
 export interface GatewayIdentity {
@@ -50,32 +55,96 @@ export function requestLine(method: string | undefined, target: string | undefin
   return `${method ?? ''} ${target ?? ''}`;
 }
 
-/** The two header values the hub sends for `request` (requestLine()): the signed assertion and its signer (DER, base64). */
+/** The two header values the hub sends for `request` (requestLine()): the signed assertion and its signer. */
 export function signIdentity(identity: GatewayIdentity, cluster: string, request: string, servingCertPem: string | Buffer, servingKeyPem: string | Buffer, now = Date.now()): { assertion: string; signer: string } {
   const payload: AssertionPayload = { aud: AUDIENCE, cluster, req: request, user: identity.user, groups: identity.groups, ...(identity.uid ? { uid: identity.uid } : {}), iat: now, exp: now + IDENTITY_TTL_MS };
   const body = Buffer.from(JSON.stringify(payload)).toString('base64url');
-  const sig = sign('sha256', Buffer.from(body), createPrivateKey(servingKeyPem)).toString('base64url');
+  const { key, signer } = delegatedKey(servingCertPem, servingKeyPem, now);
+  const sig = sign(null, Buffer.from(body), key).toString('base64url');
+  return { assertion: `${body}.${sig}`, signer };
+}
+
+/**
+ * The per-request key: an Ed25519 key made in the hub's memory and certified by its serving key for
+ * DELEGATION_TTL_MS. An RSA signature costs the hub about a millisecond; this one, tens of microseconds.
+ * The signer header is `<serving certificate, DER base64>.<delegation body>.<delegation signature>`.
+ */
+let delegation: { cert: string | Buffer; keyPem: string | Buffer; key: KeyObject; signer: string; renewAt: number } | null = null;
+
+function delegatedKey(certPem: string | Buffer, keyPem: string | Buffer, now: number): { key: KeyObject; signer: string } {
+  const same = (a: string | Buffer, b: string | Buffer): boolean => a === b || (Buffer.isBuffer(a) && Buffer.isBuffer(b) && a.equals(b));
+  if (delegation && same(delegation.cert, certPem) && same(delegation.keyPem, keyPem) && now < delegation.renewAt) return delegation;
+  const ephemeral = generateKeyPairSync('ed25519');
+  const body = Buffer.from(JSON.stringify({
+    aud: DELEGATION_AUDIENCE, key: ephemeral.publicKey.export({ type: 'spki', format: 'der' }).toString('base64'), iat: now, exp: now + DELEGATION_TTL_MS,
+  })).toString('base64url');
+  const sig = sign('sha256', Buffer.from(body), createPrivateKey(keyPem)).toString('base64url');
   // The first certificate of the file is the leaf (a chain may follow it).
-  const leaf = new X509Certificate(servingCertPem);
-  return { assertion: `${body}.${sig}`, signer: leaf.raw.toString('base64') };
+  const leaf = new X509Certificate(certPem).raw.toString('base64');
+  // Renewed at half its life, so an agent never sees one close to expiry.
+  delegation = { cert: certPem, keyPem, key: ephemeral.privateKey, signer: `${leaf}.${body}.${sig}`, renewAt: now + DELEGATION_TTL_MS / 2 };
+  return delegation;
+}
+
+/** A signer header already checked against a trust bundle: the delegated key and until when it holds. */
+interface CheckedSigner {
+  trust: readonly X509Certificate[];
+  key?: KeyObject;
+  /** The delegation's and the certificate's validity together. */
+  notBefore: number;
+  notAfter: number;
+  error?: string;
+}
+
+/** Signers seen lately (hub replicas' delegations): chain, usage and delegation are checked once each. */
+const checkedSigners = new Map<string, CheckedSigner>();
+const CHECKED_SIGNERS_MAX = 32;
+
+function checkSigner(signerHeader: string, trustedCas: readonly X509Certificate[]): CheckedSigner {
+  const known = checkedSigners.get(signerHeader);
+  // Valid for the same trust bundle only (a CA rollover hands the agent a new one).
+  if (known && known.trust === trustedCas) return known;
+  const checked = { trust: trustedCas, ...checkSignerNow(signerHeader, trustedCas) };
+  if (checkedSigners.size >= CHECKED_SIGNERS_MAX) checkedSigners.delete(checkedSigners.keys().next().value!);
+  checkedSigners.set(signerHeader, checked);
+  return checked;
+}
+
+function checkSignerNow(signerHeader: string, trustedCas: readonly X509Certificate[]): Omit<CheckedSigner, 'trust'> {
+  const bad = (error: string): Omit<CheckedSigner, 'trust'> => ({ notBefore: 0, notAfter: 0, error });
+  const [certB64, body, sig, ...rest] = signerHeader.split('.');
+  if (!certB64 || !body || !sig || rest.length > 0) return bad('malformed identity signer');
+  let cert: X509Certificate;
+  try {
+    cert = new X509Certificate(Buffer.from(certB64, 'base64'));
+  } catch {
+    return bad('the identity signer is not a certificate');
+  }
+  if (!trustedCas.some((ca) => cert.checkIssued(ca) && cert.verify(ca.publicKey))) return bad('the identity signer is not issued by the hub CA');
+  if (!(cert.keyUsage ?? []).includes(SERVER_AUTH_OID)) return bad('the identity signer is not a hub serving certificate');
+  if (!verify('sha256', Buffer.from(body), cert.publicKey, Buffer.from(sig, 'base64url'))) return bad('bad identity key delegation signature');
+  let d: { aud?: unknown; key?: unknown; iat?: unknown; exp?: unknown };
+  let key: KeyObject;
+  try {
+    d = JSON.parse(Buffer.from(body, 'base64url').toString('utf8')) as typeof d;
+    if (d.aud !== DELEGATION_AUDIENCE || typeof d.key !== 'string' || typeof d.iat !== 'number' || typeof d.exp !== 'number') return bad('malformed identity key delegation');
+    key = createPublicKey({ key: Buffer.from(d.key, 'base64'), format: 'der', type: 'spki' });
+  } catch {
+    return bad('malformed identity key delegation');
+  }
+  if (key.asymmetricKeyType !== 'ed25519') return bad('the identity key is not Ed25519');
+  return { key, notBefore: Math.max(Date.parse(cert.validFrom), d.iat - SKEW_MS), notAfter: Math.min(Date.parse(cert.validTo), d.exp) };
 }
 
 /** The identity, or why the assertion is not believed for `request` (one line, safe to log: no secrets in it). */
-export function verifyIdentity(assertion: string, signerB64: string, trustedCas: readonly X509Certificate[], cluster: string, request: string, now = Date.now()): GatewayIdentity | { error: string } {
+export function verifyIdentity(assertion: string, signerHeader: string, trustedCas: readonly X509Certificate[], cluster: string, request: string, now = Date.now()): GatewayIdentity | { error: string } {
   const dot = assertion.indexOf('.');
   if (dot <= 0) return { error: 'malformed identity assertion' };
-  let signer: X509Certificate;
-  try {
-    signer = new X509Certificate(Buffer.from(signerB64, 'base64'));
-  } catch {
-    return { error: 'the identity signer is not a certificate' };
-  }
-  const issuer = trustedCas.find((ca) => signer.checkIssued(ca) && signer.verify(ca.publicKey));
-  if (!issuer) return { error: 'the identity signer is not issued by the hub CA' };
-  if (!(signer.keyUsage ?? []).includes(SERVER_AUTH_OID)) return { error: 'the identity signer is not a hub serving certificate' };
-  if (Date.parse(signer.validFrom) > now + SKEW_MS || Date.parse(signer.validTo) < now) return { error: 'the identity signer is not valid now' };
+  const s = checkSigner(signerHeader, trustedCas);
+  if (s.error || !s.key) return { error: s.error ?? 'malformed identity signer' };
+  if (s.notBefore > now + SKEW_MS || s.notAfter < now) return { error: 'the identity signer is not valid now' };
   const body = assertion.slice(0, dot);
-  if (!verify('sha256', Buffer.from(body), signer.publicKey, Buffer.from(assertion.slice(dot + 1), 'base64url'))) return { error: 'bad identity signature' };
+  if (!verify(null, Buffer.from(body), s.key, Buffer.from(assertion.slice(dot + 1), 'base64url'))) return { error: 'bad identity signature' };
   let p: Partial<AssertionPayload>;
   try {
     p = JSON.parse(Buffer.from(body, 'base64url').toString('utf8')) as Partial<AssertionPayload>;

@@ -47,6 +47,8 @@ export interface HubOptions {
   agentInstall?: 'manual' | 'manifestwork';
   /** Agent namespace when no AddOnDeploymentConfig names one (manifestwork mode). */
   agentInstallNamespace?: string;
+  /** Manifestwork mode with the gateway: write it as an access provider into OCM's ClusterProfiles, at this URL. */
+  clusterProfilesGatewayUrl?: string;
   /** A replica that stops renewing its lease for this long counts as gone (default 30 s). */
   replicaLeaseDurationMs?: number;
   log: Logger;
@@ -74,6 +76,9 @@ export class Hub {
     this.server.setAgentRegistry(this.registry);
     // The gateway tells a registered cluster without an agent (503) from an unknown name (404).
     this.server.clusterKnown = async (cluster) => (await opts.store.get('ManagedCluster', { name: cluster })) !== null;
+    // TokenReview and SubjectAccessReview for the gateway: the hub's own API server, on --store kubernetes only
+    // (the client module loads only then).
+    if (opts.store.kind === 'kubernetes') this.server.hubReviews = async () => (await import('./gateway/kube-reviews.js')).hubReviewsOf(opts.store);
     this.signer = opts.signer;
     this.manager = new AddonManager({
       store: opts.store, core: this.server.core, log: opts.log, serverID: this.server.serverID,
@@ -154,6 +159,7 @@ export class Hub {
       serverName: this.opts.serverName, agentImage: this.opts.agentImage ?? DEFAULT_AGENT_IMAGE,
       defaultInstallNamespace: this.opts.agentInstallNamespace ?? OCM_DEFAULT_INSTALL_NAMESPACE,
       gateway: this.opts.server.gatewayPort != null,
+      ...(this.opts.clusterProfilesGatewayUrl ? { clusterProfiles: { gatewayUrl: this.opts.clusterProfilesGatewayUrl, caBundle: () => this.caBundle() } } : {}),
     }));
   }
 

@@ -26,5 +26,11 @@ export {
 export { Hub, HUB_NAMESPACE, type HubOptions } from './hub.js';
 export { ReplicaRegistry, REPLICA_LEASE_PREFIX, REPLICA_LABEL, type ReplicaRegistryOptions } from './fleet/replicas.js';
 export { startGateway, type Gateway, type GatewayOptions } from './gateway/server.js';
-export { authenticate, certificateSource, hubTokenSource, type AuthSource, type AuthOutcome, type AuthFailure, type GatewayCaller } from './gateway/auth.js';
-export { parseGatewayTarget, type GatewayTarget } from './gateway/paths.js';
+export { authenticate, certificateSource, hubTokenSource, oidcSource, tokenReviewSource, type AuthSource, type AuthOutcome, type AuthFailure, type GatewayCaller } from './gateway/auth.js';
+export { buildGatewayAccess, type GatewayAccess, type GatewayAccessConfig } from './gateway/access.js';
+export { AUTHORIZATION_MODES, PROXY_ACCESS, scopeAuthorizer, subjectAccessReviewAuthorizer, type AuthorizationMode, type Decision, type GatewayAuthorizer } from './gateway/authorization.js';
+export { OIDC_SIGNING_ALGS, OidcVerifier, checkOidcConfig, peekJwt, usernamePrefixOf, type OidcConfig, type OidcIdentity, type OidcResult, type OidcRuntimeOptions } from './gateway/oidc.js';
+export { TokenReviewer, hubName, HUB_IDENTITY_PREFIX } from './gateway/token-review.js';
+export type { HubReviews, SubjectAccessReviewSpec, SubjectAccessReviewStatus, TokenReviewStatus, ReviewedUser } from './gateway/kube-reviews.js';
+export { parseGatewayTarget, type GatewayTarget, type ServiceTarget } from './gateway/paths.js';
+export { parseServiceAllowlist, allowedEntry, ServiceAllowlistError, type AllowedService } from './gateway/service-allowlist.js';

@@ -125,6 +125,29 @@ describe('HTTP gateway', () => {
     expect(api.requests.length).toBe(before);
   });
 
+  it('header tricks: a forged identity is replaced, a bare CR or a folded line is a malformed request (400), nothing forwarded', async () => {
+    // The hub's own hand-off headers, sent by a caller: dropped, the real caller's identity goes instead.
+    const forged = await gw('/cluster1/version', { cert: true, headers: { 'x-cluster-proxy-identity': 'eyJ1c2VyIjoiYWRtaW4ifQ.AAAA', 'x-cluster-proxy-identity-signer': 'AAAA' } });
+    expect(forged.status, forged.body.toString()).toBe(200);
+    expect(lastRequest().headers['impersonate-user']).toEqual(['alice']);
+    // Header lines that a lenient parser (or a proxy behind us) could read as a second header.
+    const before = api.requests.length;
+    for (const injected of ['X-Note: a\rImpersonate-User: system:admin\r\n', 'X-Note: a\r\n Impersonate-User: system:admin\r\n', 'X-Note: a\nImpersonate-User: system:admin\r\n']) {
+      const answer = await new Promise<string>((resolve, reject) => {
+        const s = tls.connect({ host: '127.0.0.1', port, servername: 'localhost', ca: pki.ca.certPem, cert: userCert.cert, key: userCert.key }, () => {
+          s.write(`GET /cluster1/version HTTP/1.1\r\nHost: hub\r\n${injected}\r\n`);
+        });
+        let text = '';
+        s.on('data', (d: Buffer) => (text += d.toString()));
+        s.on('end', () => resolve(text));
+        s.on('error', reject);
+      });
+      expect(answer.split('\r\n')[0], JSON.stringify(injected)).toBe('HTTP/1.1 400 Bad Request');
+      expect(answer.endsWith('\n') && answer.slice(answer.indexOf('\r\n\r\n') + 4).split('\n').length, JSON.stringify(injected)).toBe(2);
+    }
+    expect(api.requests.length).toBe(before);
+  });
+
   it('401 without credentials or with a bad token, one line, nothing forwarded', async () => {
     const before = api.requests.length;
     const none = await gw('/cluster1/version');

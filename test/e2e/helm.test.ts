@@ -6,11 +6,11 @@ import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { parseAllDocuments } from 'yaml';
+import { parseAllDocuments, stringify } from 'yaml';
 import { runCommand } from '../src/fixtures/index.js';
 import { validateKubeObject } from '../src/kube-schemas.js';
 import { restrictedProblems, restrictedV2Problems, type PodSpecLike } from '../src/pod-security.js';
-import { createCA, renderAgentInstall, toYaml } from '@cluster-proxy/server';
+import { createCA, parseServiceAllowlist, renderAgentInstall, toYaml } from '@cluster-proxy/server';
 import { helmBinary, kubectlBinary, kubectlUnsupported } from './kubectl-binary.js';
 
 const CHART = fileURLToPath(new URL('../../deploy/charts/cluster-proxy', import.meta.url));
@@ -106,6 +106,12 @@ describe.skipIf(kubectlUnsupported() !== null)('hub Helm chart', () => {
     const ports = Object.fromEntries(c.ports.map((p) => [p.name, p.containerPort]));
     expect(ports).toEqual({ frontend: 8090, agent: 8091, health: 8092, connect: 8089, gateway: 9092 });
     expect(c.args).toContain('--gateway-port=9092');
+    // The Service allowlist: an empty list by default (deny all), mounted as a directory so edits reach the hub.
+    expect(c.args).toContain('--gateway-services=/etc/cluster-proxy/gateway/services.yaml');
+    const mounts = (c as unknown as { volumeMounts: { name: string; mountPath: string; subPath?: string }[] }).volumeMounts;
+    expect(mounts.find((m) => m.name === 'gateway-services')).toEqual({ name: 'gateway-services', mountPath: '/etc/cluster-proxy/gateway', readOnly: true });
+    const servicesCm = objs.find((o) => o.kind === 'ConfigMap' && o.metadata.name === 'cluster-proxy-gateway-services') as unknown as { data: Record<string, string> };
+    expect(parseServiceAllowlist(servicesCm.data['services.yaml']!, () => Buffer.alloc(0))).toEqual([]);
     expect(ports[c.livenessProbe.httpGet.port]).toBe(8092);
     expect(c.livenessProbe.httpGet.path).toBe('/healthz');
     expect(c.readinessProbe.httpGet).toEqual({ path: '/readyz?exclude=store', port: 'health' });
@@ -118,8 +124,20 @@ describe.skipIf(kubectlUnsupported() !== null)('hub Helm chart', () => {
     expect(c.resources).toHaveProperty('requests');
     const front = objs.find((o) => o.kind === 'Service' && o.metadata.name === 'cluster-proxy') as unknown as { spec: { ports: { port: number }[] } };
     expect(front.spec.ports.map((p) => p.port)).toEqual([8090, 8089, 9092]);
+    // Listed Services and their CAs: the hub's own parser takes the rendered list, caFile names a key beside it.
+    const ca = createCA({ commonName: 'svc-ca' }).certPem;
+    const listed = await template(stringify({ gateway: { services: [{ namespace: 'monitoring', service: 'prometheus', port: 9090, protocol: 'http', clusters: ['c1'] }, { namespace: 'pay', service: 'api', protocol: 'https', caFile: 'pay-ca.crt' }], serviceCAs: { 'pay-ca.crt': ca } } }));
+    for (const o of listed) validateKubeObject(o);
+    const cm = (listed.find((o) => o.kind === 'ConfigMap' && o.metadata.name === 'cluster-proxy-gateway-services') as unknown as { data: Record<string, string> }).data;
+    const entries = parseServiceAllowlist(cm['services.yaml']!, (f) => Buffer.from(cm[f]!));
+    expect(entries.map(({ ca: _ca, ...e }) => e)).toEqual([
+      { namespace: 'monitoring', service: 'prometheus', port: 9090, protocol: 'http', clusters: ['c1'] },
+      { namespace: 'pay', service: 'api', protocol: 'https' },
+    ]);
+    expect(entries[1]!.ca?.toString().replace(/\r/g, '').trim()).toBe(ca.replace(/\r/g, '').trim());
     // The gateway off: no flag, no port.
     const off = await template('frontend:\n  service:\n    gatewayPort: 0\n');
+    expect(off.some((o) => o.kind === 'ConfigMap' && o.metadata.name === 'cluster-proxy-gateway-services')).toBe(false);
     const offDep = off.find((o) => o.kind === 'Deployment') as unknown as { spec: { template: { spec: { containers: C[] } } } };
     expect(offDep.spec.template.spec.containers[0]!.args.some((a) => a.startsWith('--gateway-port'))).toBe(false);
     expect(offDep.spec.template.spec.containers[0]!.ports.map((p) => p.name)).not.toContain('gateway');
@@ -127,6 +145,9 @@ describe.skipIf(kubectlUnsupported() !== null)('hub Helm chart', () => {
     const role = objs.find((o) => o.kind === 'ClusterRole') as unknown as { rules: { resources: string[] }[] };
     const resources = role.rules.flatMap((r) => r.resources);
     for (const r of ['managedclusters', 'managedclusteraddons/status', 'addondeploymentconfigs', 'managedproxyconfigurations/status', 'leases', 'secrets', 'namespaces']) expect(resources).toContain(r);
+    // The gateway's reviews on the hub's API server, only with the gateway.
+    for (const r of ['tokenreviews', 'subjectaccessreviews']) expect(resources).toContain(r);
+    expect((off.find((o) => o.kind === 'ClusterRole') as unknown as { rules: { resources: string[] }[] }).rules.flatMap((r) => r.resources)).not.toContain('tokenreviews');
     // The store reads a namespace before creating it (RBAC is checked before existence).
     expect((role.rules as { resources: string[]; verbs: string[] }[]).find((r) => r.resources.includes('namespaces'))!.verbs).toEqual(expect.arrayContaining(['get', 'create']));
     // SIGTERM grace: the pod outlives the hub's own grace period.
@@ -162,6 +183,15 @@ describe.skipIf(kubectlUnsupported() !== null)('hub Helm chart', () => {
     expect(verbs('managedclusters')).toEqual(['get', 'list', 'watch']);
     expect(verbs('managedclusteraddons')).toEqual(['get', 'list', 'watch']);
     expect(verbs('managedclusteraddons/status')).toEqual(['update']);
+    // ClusterProfiles off by default; on: the gateway's in-cluster URL (a name the serving certificate has) and status-only RBAC.
+    expect(verbs('clusterprofiles')).toEqual([]);
+    expect(dep.spec.template.spec.containers[0]!.args.some((a) => a.startsWith('--cluster-profiles'))).toBe(false);
+    const profiles = await template('agentInstall:\n  mode: manifestwork\n  clusterProfiles: true\n');
+    const pRules = (profiles.find((o) => o.kind === 'ClusterRole') as unknown as { rules: Rule[] }).rules;
+    expect(pRules.filter((r) => r.resources.includes('clusterprofiles')).flatMap((r) => r.verbs)).toEqual(['get', 'list', 'watch']);
+    expect(pRules.filter((r) => r.resources.includes('clusterprofiles/status')).flatMap((r) => r.verbs)).toEqual(['update']);
+    const pArgs = (profiles.find((o) => o.kind === 'Deployment') as unknown as { spec: { template: { spec: { containers: { args: string[] }[] } } } }).spec.template.spec.containers[0]!.args;
+    expect(pArgs).toContain('--cluster-profiles-gateway-url=https://cluster-proxy.open-cluster-management-cluster-proxy.svc:9092');
     const manualStrategy = await template('agentInstall:\n  mode: manifestwork\n');
     expect((manualStrategy.find((o) => o.kind === 'ClusterManagementAddOn') as unknown as { spec: { installStrategy: unknown } }).spec.installStrategy).toEqual({ type: 'Manual' });
     expect(manualStrategy.some((o) => o.kind === 'Placement')).toBe(false);
@@ -181,6 +211,8 @@ describe.skipIf(kubectlUnsupported() !== null)('hub Helm chart', () => {
     await bad('replicas: 3\npodDisruptionBudget:\n  minAvailable: 2\n', /set minAvailable or maxUnavailable, not both/);
     await bad('agentInstall:\n  mode: helm\n', /agentInstall\/mode/);
     await bad('agentInstall:\n  installStrategy: Sometimes\n', /agentInstall\/installStrategy/);
+    await bad('gateway:\n  services:\n    - { service: prometheus }\n', /gateway\/services\/0.*namespace/);
+    await bad('gateway:\n  services:\n    - { namespace: m, service: p, protocol: tcp }\n', /gateway\/services\/0\/protocol/);
   });
 
   it('preferred anti-affinity by default when replicated', async () => {

@@ -72,12 +72,18 @@ describe('hub store at start-up and in /readyz', () => {
     }
   });
 
-  it('--store must be embedded or kubernetes; --kubeconfig needs --store kubernetes; --agent-install manifestwork needs it too', async () => {
+  it('--store must be embedded or kubernetes; --kubeconfig needs --store kubernetes; --agent-install manifestwork needs it too; the gateway\'s flags go together', async () => {
     const dir = await mkdtemp(path.join(pki.dir, 'bad-'));
     for (const [extra, want] of [[['--store', 'etcd'], /--store must be embedded or kubernetes/], [['--kubeconfig', 'x'], /go with --store kubernetes/],
       [['--agent-install', 'manifestwork'], /--agent-install manifestwork needs --store kubernetes .*embedded store installs agents with "cluster-proxy join" only/],
       [['--agent-install', 'helm'], /--agent-install must be manual or manifestwork, got "helm"/],
-      [['--store', 'kubernetes', '--agent-install', 'manifestwork', '--agent-install-namespace', 'Bad_NS'], /--agent-install-namespace "Bad_NS" is not a namespace name/]] as const) {
+      [['--store', 'kubernetes', '--agent-install', 'manifestwork', '--agent-install-namespace', 'Bad_NS'], /--agent-install-namespace "Bad_NS" is not a namespace name/],
+      [['--gateway-port', '0', '--cluster-profiles-gateway-url', 'https://gw:9092'], /--cluster-profiles-gateway-url needs --agent-install manifestwork/],
+      [['--store', 'kubernetes', '--agent-install', 'manifestwork', '--cluster-profiles-gateway-url', 'https://gw:9092'], /--cluster-profiles-gateway-url needs --gateway-port/],
+      [['--store', 'kubernetes', '--agent-install', 'manifestwork', '--gateway-port', '0', '--cluster-profiles-gateway-url', 'http://gw:9092'], /must be https:\/\/HOST\[:PORT\]/],
+      [['--store', 'kubernetes', '--agent-install', 'manifestwork', '--gateway-port', '0', '--cluster-profiles-gateway-url', 'https://gw:9092/c1'], /must be https:\/\/HOST\[:PORT\]/],
+      [['--gateway-services', 'services.yaml'], /--gateway-services needs --gateway-port/],
+      [['--gateway-port', '0', '--gateway-services', '/nonexistent/services.yaml'], /--gateway-services \/nonexistent\/services.yaml: no such file/]] as const) {
       const r = await runCommand(process.execPath, hubArgs(dir, [...extra]), { timeoutMs: 20_000 });
       expect(r.code).toBe(2);
       expect(r.stderr).toMatch(want);

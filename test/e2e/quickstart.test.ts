@@ -15,13 +15,13 @@ import { kubectlBinary, kubectlUnsupported } from './kubectl-binary.js';
 const REPO = fileURLToPath(new URL('../..', import.meta.url));
 
 interface QuickstartInfo {
-  hub: { serverID: string; agent: string; frontend: string; frontendUds: string | null; connect: string; health: string; admin: string };
+  hub: { serverID: string; agent: string; frontend: string; frontendUds: string | null; connect: string; gateway: string; health: string; admin: string };
   ca: string;
   client: { cert: string; key: string };
   token: { name: string; id: string; value: string };
   clusterNames: string[];
-  clusters: Record<string, { apiserver: string; forward: string; kubeconfig: string }>;
-  commands: { curl: string[]; kubectl: string[]; forward: string; forwardCurl: string };
+  clusters: Record<string, { apiserver: string; forward: string; kubeconfig: string; gatewayKubeconfig: string }>;
+  commands: { curl: string[]; kubectl: string[]; forward: string; forwardCurl: string; gatewayCurl: string[]; gatewayKubectl: string[] };
 }
 
 let dir: string;
@@ -101,7 +101,7 @@ describe('cluster-proxy quickstart', () => {
 
   it('writes quickstart.json with every listener, the CA, client credentials, token and clusters', async () => {
     expect(info.clusterNames).toEqual(['cluster1', 'cluster2']);
-    for (const addr of [info.hub.agent, info.hub.frontend, info.hub.connect, info.hub.health, info.hub.admin]) {
+    for (const addr of [info.hub.agent, info.hub.frontend, info.hub.connect, info.hub.gateway, info.hub.health, info.hub.admin]) {
       expect(addr).toMatch(/^127\.0\.0\.1:\d+$/);
       expect(await connectable(addr), addr).toBe(true);
     }
@@ -120,6 +120,33 @@ describe('cluster-proxy quickstart', () => {
     expect(info.hub.admin).toBe(`127.0.0.1:${ports.admin}`);
   });
 
+  it('the printed gateway curl lines reach both clusters\' apiservers through the HTTP gateway', async () => {
+    const lines = printed('curl').filter((l) => l.includes(`https://${info.hub.gateway}/`));
+    expect(lines).toEqual(info.commands.gatewayCurl);
+    expect(lines).toHaveLength(2);
+    for (const [i, cluster] of ['cluster1', 'cluster2'].entries()) {
+      expect(lines[i]).toContain(`https://${info.hub.gateway}/${cluster}/version`);
+      const r = await paste(lines[i]!);
+      expect(r.code, r.stderr).toBe(0);
+      expect(JSON.parse(r.stdout)).toMatchObject({ gitVersion: 'v1.33.0-demo', cluster });
+    }
+  });
+
+  it.skipIf(kubectlSkip !== null)('the printed `kubectl auth whoami` lines: through the gateway the cluster sees the token\'s user, through CONNECT the apiserver token\'s', async () => {
+    const lines = printed('kubectl').filter((l) => l.endsWith(' auth whoami'));
+    expect(lines).toEqual(info.commands.gatewayKubectl);
+    for (const [i, cluster] of ['cluster1', 'cluster2'].entries()) {
+      expect(lines[i]).toBe(`kubectl --kubeconfig ${info.clusters[cluster]!.gatewayKubeconfig} auth whoami`);
+      const r = await paste(lines[i]!);
+      expect(r.code, r.stderr).toBe(0);
+      expect(r.stdout).toMatch(/Username\s+cluster-proxy:token:quickstart/);
+      expect(r.stdout).toMatch(/Groups\s+\[cluster-proxy:tokens system:authenticated\]/);
+    }
+    const direct = await paste(`kubectl --kubeconfig ${info.clusters['cluster1']!.kubeconfig} auth whoami`);
+    expect(direct.code, direct.stderr).toBe(0);
+    expect(direct.stdout).toMatch(/Username\s+demo-admin/);
+  });
+
   it('the printed curl lines reach both clusters through the CONNECT frontend', async () => {
     const lines = printed('curl').filter((l) => l.includes('--proxy '));
     expect(lines).toHaveLength(2);
@@ -133,7 +160,7 @@ describe('cluster-proxy quickstart', () => {
   });
 
   it.skipIf(kubectlSkip !== null)('the printed kubectl lines reach both clusters (kubectl v1.33, https proxy-url)', async () => {
-    const lines = printed('kubectl');
+    const lines = printed('kubectl').filter((l) => l.endsWith(' get --raw /version'));
     expect(lines).toHaveLength(2);
     for (const [i, cluster] of ['cluster1', 'cluster2'].entries()) {
       expect(lines[i]).toBe(`kubectl --kubeconfig ${info.clusters[cluster]!.kubeconfig} get --raw /version`);
@@ -153,7 +180,7 @@ describe('cluster-proxy quickstart', () => {
     try {
       fwd = spawnProcess({ name: 'forward', command: 'bash', args: ['-c', `exec ${forwardLine}`], cwd: elsewhere, env });
       await fwd.waitForLine((l) => l.startsWith('Forwarding '), 15_000);
-      const curlLine = printed('curl').find((l) => !l.includes('--proxy '))!;
+      const curlLine = printed('curl').find((l) => !l.includes('--proxy ') && !l.includes('Authorization'))!;
       expect(curlLine).toBe(info.commands.forwardCurl);
       const r = await paste(curlLine);
       expect(r.code, r.stderr).toBe(0);

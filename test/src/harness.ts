@@ -107,17 +107,17 @@ export interface AgentStartOptions {
   args?: string[];
   /** Wait until it reports a server connection (default true). */
   waitConnected?: boolean;
+  /** Runs the agent under another command (e.g. `unshare` with a private /etc/hosts). */
+  wrap?: (command: string, args: string[]) => { command: string; args: string[] };
 }
 
 export async function startAgent(pki: TestPki, hub: HubProcess, opts: AgentStartOptions): Promise<AgentProcess> {
   const cert = opts.cert ?? (await pki.agent(opts.cluster));
-  const proc = spawnProcess({
-    name: `agent-${opts.cluster}`,
-    command: process.execPath,
-    args: [CLI, 'agent', '--cluster', opts.cluster, '--hub', `127.0.0.1:${hub.ports.agent}`, '--server-name', 'localhost',
-      '--ca-cert', pki.caPath, '--cert', cert.certPath, '--key', cert.keyPath, '--apiserver', opts.apiserver,
-      '--health-bind-address', '127.0.0.1', '--health-port', '0', ...(opts.args ?? [])],
-  });
+  const args = [CLI, 'agent', '--cluster', opts.cluster, '--hub', `127.0.0.1:${hub.ports.agent}`, '--server-name', 'localhost',
+    '--ca-cert', pki.caPath, '--cert', cert.certPath, '--key', cert.keyPath, '--apiserver', opts.apiserver,
+    '--health-bind-address', '127.0.0.1', '--health-port', '0', ...(opts.args ?? [])];
+  const command = opts.wrap ? opts.wrap(process.execPath, args) : { command: process.execPath, args };
+  const proc = spawnProcess({ name: `agent-${opts.cluster}`, ...command });
   const up = await proc.waitForJsonLine((o) => o['msg'] === 'agent health listener up', 15_000);
   const healthPort = Number(up['healthPort']);
   if (opts.waitConnected ?? true) await proc.waitForJsonLine((o) => o['msg'] === 'connected to proxy server', 15_000);

@@ -1,6 +1,6 @@
 // Validates Kubernetes objects against the upstream OpenAPI schemas shipped in `kubernetes-models`
 // (one model class per apiVersion/kind). Used for the agent install manifests and the Helm chart.
-import { Namespace, Secret, Service, ServiceAccount } from 'kubernetes-models/v1';
+import { ConfigMap, Namespace, Secret, Service, ServiceAccount } from 'kubernetes-models/v1';
 import { Deployment } from 'kubernetes-models/apps/v1';
 import { ClusterRole, ClusterRoleBinding, Role, RoleBinding } from 'kubernetes-models/rbac.authorization.k8s.io/v1';
 import { PodDisruptionBudget } from 'kubernetes-models/policy/v1';
@@ -12,6 +12,7 @@ import { objectProblems, type Schema } from './crd-schema.js';
 type Model = new (data: never) => { validate(): void };
 
 const MODELS: Record<string, Model> = {
+  'v1/ConfigMap': ConfigMap as unknown as Model,
   'v1/Namespace': Namespace as unknown as Model,
   'v1/Secret': Secret as unknown as Model,
   'v1/Service': Service as unknown as Model,

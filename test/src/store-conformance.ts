@@ -47,6 +47,7 @@ export function sampleObject<K extends Kind>(kind: K, name: string, namespace = 
     PlacementDecision: { apiVersion: 'cluster.open-cluster-management.io/v1beta1', kind: 'PlacementDecision', metadata: { ...ns, labels: { 'cluster.open-cluster-management.io/placement': 'p' } } },
     // A real PKCS#10 request (its key was thrown away): the API server refuses anything else.
     CertificateSigningRequest: { apiVersion: 'certificates.k8s.io/v1', kind: 'CertificateSigningRequest', metadata: { name }, spec: { request: Buffer.from(SAMPLE_CSR).toString('base64'), signerName: 'example.com/signer', usages: ['client auth'] } },
+    ClusterProfile: { apiVersion: 'multicluster.x-k8s.io/v1alpha1', kind: 'ClusterProfile', metadata: ns, spec: { clusterManager: { name: 'open-cluster-management' } } },
   };
   return structuredClone(objects[kind]) as ObjectOfKind<K>;
 }
@@ -66,12 +67,13 @@ function mutateBody<K extends Kind>(obj: ObjectOfKind<K>, n: number): ObjectOfKi
     case 'Placement': o.spec = { numberOfClusters: n }; break;
     // A CSR's spec is immutable: only its metadata can change (and that does not bump the generation).
     case 'CertificateSigningRequest': o.metadata.labels = { n: String(n) }; break;
+    case 'ClusterProfile': o.spec.displayName = `n-${n}`; break;
   }
   return o as ObjectOfKind<K>;
 }
 
 const ALL_KINDS: Kind[] = ['ManagedCluster', 'ManagedClusterAddOn', 'ManagedProxyConfiguration', 'AddOnDeploymentConfig', 'Lease', 'Secret',
-  'ClusterManagementAddOn', 'ManifestWork', 'Placement', 'CertificateSigningRequest'];
+  'ClusterManagementAddOn', 'ManifestWork', 'Placement', 'CertificateSigningRequest', 'ClusterProfile'];
 // PlacementDecision is left out: it has no spec (status only), so an update never bumps its generation.
 
 async function rejects(p: Promise<unknown>, cls: new (...a: never[]) => StoreError): Promise<StoreError> {

@@ -103,11 +103,12 @@ export class ProxyCore {
   }
 
   /**
-   * The HTTP gateway's dial: the reserved destination on an agent of `cluster` (picked as a dial to
-   * the cluster's apiserver name would pick it). Only the gateway calls this.
+   * The HTTP gateway's dial: the reserved destination (or, for the proxy-service form, a Service's
+   * `name.ns.svc:port`, which the agent's own allowlist still checks) on an agent of `cluster`, picked
+   * as a dial to the cluster's apiserver name would pick it. Only the gateway calls this.
    */
-  dialGateway(cluster: string, frontend: Frontend): ProxiedConnection | null {
-    return this.dialChecked(GATEWAY_DESTINATION, 'tcp', frontend, cluster);
+  dialGateway(cluster: string, frontend: Frontend, address: string = GATEWAY_DESTINATION): ProxiedConnection | null {
+    return this.dialChecked(address, 'tcp', frontend, cluster);
   }
 
   /** Whether an agent of `cluster` is registered (draining or not). */

@@ -18,6 +18,9 @@ import { startConnectFrontend, type ConnectFrontend } from './connect/frontend.j
 import { certificatePrincipal, principalName } from './connect/responses.js';
 import { TokenStore } from '../fleet/tokens.js';
 import { startGateway, type Gateway } from '../gateway/server.js';
+import { ServiceAllowlist } from '../gateway/service-allowlist.js';
+import { buildGatewayAccess, type GatewayAccess, type GatewayAccessConfig } from '../gateway/access.js';
+import type { HubReviews } from '../gateway/kube-reviews.js';
 import type { TLSSocket } from 'node:tls';
 import { GrpcFrontend } from './frontend-grpc.js';
 import { GrpcServer, GrpcStatus, type GrpcServerCall } from './grpc-server.js';
@@ -83,6 +86,10 @@ export interface ProxyServerOptions {
   tokensFile?: string;
   /** HTTP gateway over TLS (docs/gateway.md); null/undefined = off. */
   gatewayPort?: number | null;
+  /** Services the gateway's proxy-service form may reach (service-allowlist.ts); none without it. */
+  gatewayServicesFile?: string;
+  /** The gateway's OIDC issuer and authorization mode (docs/gateway.md). */
+  gatewayAccess?: GatewayAccessConfig;
   /** Extra /readyz checks besides `listeners` (e.g. `store`); more can be added on `readiness`. */
   readinessChecks?: HealthCheck[];
   /** Extra /healthz checks besides `ping`. */
@@ -129,8 +136,12 @@ export class ProxyServer {
   private readonly muxClients = new Set<MuxFrontendSession>();
   private connect: ConnectFrontend | null = null;
   private gateway: Gateway | null = null;
+  private gatewayServices: ServiceAllowlist | null = null;
   /** Whether a cluster is registered (the hub's store); the gateway answers 503 for it rather than 404. */
   clusterKnown: ((cluster: string) => Promise<boolean>) | null = null;
+  /** The hub's API server reviews for the gateway (TokenReview, SubjectAccessReview): set by the hub on --store kubernetes. */
+  hubReviews: (() => Promise<HubReviews | null>) | null = null;
+  private gatewayAccess: GatewayAccess | null = null;
   /** Agent-facing HTTP API on the agent port (bootstrap, renewal, leases); routes added by the addon manager. */
   readonly hubApi: HubApi;
   /** JSON API on the loopback admin port under /v1/ (join, delete, object views); routes added by the addon manager. */
@@ -268,8 +279,13 @@ export class ProxyServer {
       this.tokens = await TokenStore.open(this.opts.tokensFile ?? path.join(this.opts.dataDir ?? '.', 'tokens.json'), { log: this.opts.log });
     }
     if (this.opts.gatewayPort != null) {
+      this.gatewayServices = this.opts.gatewayServicesFile ? await ServiceAllowlist.open({ file: this.opts.gatewayServicesFile, log: this.opts.log }) : null;
+      this.gatewayAccess = await buildGatewayAccess(this.opts.gatewayAccess ?? {}, { tokens: this.tokens!, log: this.opts.log, ...(this.hubReviews ? { hubReviews: this.hubReviews } : {}) });
+      this.opts.log.info(this.gatewayAccess.summary, 'gateway access');
       this.gateway = await startGateway({
         core: this.core, log: this.opts.log, tokens: this.tokens!,
+        ...(this.gatewayServices ? { services: this.gatewayServices } : {}),
+        authSources: this.gatewayAccess.sources, authorizer: this.gatewayAccess.authorizer,
         tls: { host: bindAddress, port: this.opts.gatewayPort, ...tls },
         clusterKnown: (cluster) => this.clusterKnown?.(cluster) ?? Promise.resolve(false),
       });
@@ -359,6 +375,7 @@ export class ProxyServer {
     graceMs = Math.max(0, Math.min(graceMs, deadline - Date.now()));
     const connectStopped = this.connect?.stop(graceMs) ?? Promise.resolve();
     const gatewayStopped = this.gateway?.stop(graceMs) ?? Promise.resolve();
+    this.gatewayServices?.close();
     const frontendsDone = this.frontendServer.shutdown();
     const agentsDone = this.agentServer.shutdown();
     let timer: NodeJS.Timeout | undefined;
@@ -374,6 +391,7 @@ export class ProxyServer {
     this.frontendServer.forceShutdown();
     this.agentServer.forceShutdown();
     await Promise.all([agentPortClosed, frontendPortClosed, connectStopped, gatewayStopped]);
+    this.gatewayAccess?.close();
     await Promise.all(this.httpServers.map((s) => new Promise<void>((r) => { s.close(() => r()); s.closeAllConnections(); })));
     this.httpServers = [];
     if (this.opts.frontendUds) await rm(this.opts.frontendUds, { force: true });

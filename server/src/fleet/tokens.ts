@@ -230,6 +230,11 @@ export class TokenStore {
 }
 
 /** Whether a principal holding `clusters` may reach `cluster`. */
+/** Whether a string has the shape of a hub token's secret (it may still be unknown or revoked). */
+export function looksLikeHubToken(token: string): boolean {
+  return TOKEN_SHAPE.test(token);
+}
+
 export function tokenAllowsCluster(p: Pick<TokenPrincipal, 'clusters'>, cluster: string): boolean {
   return p.clusters === '*' || p.clusters.includes(cluster);
 }

@@ -4,10 +4,12 @@
 // and none of the caller's credentials. Bodies stream both ways through pipeline(), which honours
 // backpressure (write() → false → wait for 'drain'); nothing is buffered whole.
 import http from 'node:http';
-import { pipeline } from 'node:stream';
+import { pipeline, type Duplex } from 'node:stream';
+import tls from 'node:tls';
 import { GATEWAY_HOST, IDENTITY_HEADER, IDENTITY_SIGNER_HEADER, appendForwardedFor, endToEndHeaders, isImpersonationHeader, requestLine, signIdentity, type DialFailureReason } from '@cluster-proxy/proto';
 import type { ProxyCore } from '../dataplane/proxy-core.js';
 import type { GatewayCaller } from './auth.js';
+import type { ServiceTarget } from './paths.js';
 import { GatewayDialError, TunnelSocket } from './tunnel-socket.js';
 
 /** What a dial failure becomes for the caller. */
@@ -43,22 +45,28 @@ function dropFromCaller(name: string): boolean {
   return name === 'authorization' || name === 'host' || name === IDENTITY_HEADER || name === IDENTITY_SIGNER_HEADER || isImpersonationHeader(name);
 }
 
-/**
- * The headers the agent gets for `req`: the caller's end-to-end headers less its credentials, our
- * X-Forwarded-For, and the identity assertion bound to this method and target.
- */
-export function upstreamHeaders(ctx: Pick<ForwardContext, 'signing'>, caller: GatewayCaller, cluster: string, path: string, req: http.IncomingMessage): Record<string, string | string[]> {
+/** The proxy-service form's destination: a Service, reached directly (no identity, no impersonation). */
+export interface ServiceDestination {
+  target: ServiceTarget;
+  /** CA of the Service's certificate (https); default: Node's public roots. */
+  ca?: Buffer;
+}
+
+/** The identity assertion for the agent, bound to this request's method and target (upgrades too). */
+export function identityHeaders(ctx: Pick<ForwardContext, 'signing'>, caller: GatewayCaller, cluster: string, path: string, req: http.IncomingMessage): Record<string, string> {
   const { cert, key } = ctx.signing();
   const identity = signIdentity({ user: caller.user, groups: caller.groups, ...(caller.uid ? { uid: caller.uid } : {}) }, cluster, requestLine(req.method, path), cert, key);
+  return { [IDENTITY_HEADER]: identity.assertion, [IDENTITY_SIGNER_HEADER]: identity.signer };
+}
+
+/** The caller's end-to-end headers for the agent: less its credentials, with our X-Forwarded-For. */
+export function callerHeaders(req: http.IncomingMessage): Record<string, string | string[]> {
   const headers: Record<string, string | string[]> = endToEndHeaders(req.headersDistinct, dropFromCaller);
-  headers['host'] = GATEWAY_HOST;
   headers['x-forwarded-for'] = appendForwardedFor(req.headersDistinct['x-forwarded-for'], req.socket.remoteAddress ?? 'unknown');
-  headers[IDENTITY_HEADER] = identity.assertion;
-  headers[IDENTITY_SIGNER_HEADER] = identity.signer;
   return headers;
 }
 
-export function forward(ctx: ForwardContext, caller: GatewayCaller, cluster: string, path: string, req: http.IncomingMessage, res: http.ServerResponse): Promise<ForwardResult> {
+export function forward(ctx: ForwardContext, caller: GatewayCaller, cluster: string, path: string, req: http.IncomingMessage, res: http.ServerResponse, service?: ServiceDestination): Promise<ForwardResult> {
   return new Promise((resolve) => {
     let bytesIn = 0;
     let bytesOut = 0;
@@ -69,7 +77,10 @@ export function forward(ctx: ForwardContext, caller: GatewayCaller, cluster: str
       resolve({ status, bytesIn, bytesOut, ...(error ? { error } : {}) });
     };
 
-    const headers = upstreamHeaders(ctx, caller, cluster, path, req);
+    const headers = callerHeaders(req);
+    const host = service ? serviceHost(service.target) : GATEWAY_HOST;
+    headers['host'] = service ? `${host}:${service.target.port}` : host;
+    if (!service) Object.assign(headers, identityHeaders(ctx, caller, cluster, path, req));
     // One request per tunneled connection: it ends with the response, nothing idles in the tables.
     headers['connection'] = 'close';
     // A chunked body stays chunked (no length to give); node's client frames it.
@@ -79,8 +90,13 @@ export function forward(ctx: ForwardContext, caller: GatewayCaller, cluster: str
       method: req.method,
       path,
       headers,
-      createConnection: ((_opts: unknown, oncreate: (err: Error | null, socket?: TunnelSocket) => void) => {
-        new TunnelSocket(ctx.core, cluster, caller.name, (err, socket) => (err ? oncreate(err) : oncreate(null, socket)));
+      createConnection: ((_opts: unknown, oncreate: (err: Error | null, socket?: Duplex) => void) => {
+        const address = service ? `${host}:${service.target.port}` : undefined;
+        new TunnelSocket(ctx.core, cluster, caller.name, (err, socket) => {
+          if (err) oncreate(err);
+          else if (service?.target.protocol === 'https') startServiceTls(socket, host, service.ca, oncreate);
+          else oncreate(null, socket);
+        }, address);
         return undefined; // the socket comes through oncreate, once the agent accepted the dial
       }) as unknown as http.RequestOptions['createConnection'],
     });
@@ -105,7 +121,11 @@ export function forward(ctx: ForwardContext, caller: GatewayCaller, cluster: str
         finish(res.statusCode, `upstream failed: ${err.message}`);
         return;
       }
-      const m = err instanceof GatewayDialError ? DIAL_STATUS[err.reason] : { status: 502, why: 'the agent connection failed' };
+      const m = err instanceof GatewayDialError && service && err.reason === 'forbidden'
+        ? { status: 403, why: `the cluster's agent does not allow ${host}:${service.target.port} (its --allow list)` }
+        : err instanceof GatewayDialError ? DIAL_STATUS[err.reason]
+        : err instanceof ServiceTlsError ? { status: 502, why: 'TLS to the service failed' }
+        : { status: 502, why: service ? 'the service connection failed' : 'the agent connection failed' };
       ctx.refuse(res, m.status, `${m.why}: ${err.message}`);
       finish(m.status, err.message);
     });
@@ -126,5 +146,29 @@ export function forward(ctx: ForwardContext, caller: GatewayCaller, cluster: str
         finish(res.headersSent ? res.statusCode : 499, 'the caller went away');
       }
     });
+  });
+}
+
+/** A Service's in-cluster name, as its certificate names it. */
+export function serviceHost(t: ServiceTarget): string {
+  return `${t.name}.${t.namespace}.svc`;
+}
+
+class ServiceTlsError extends Error {
+  override name = 'ServiceTlsError';
+}
+
+/** TLS to an https Service over its tunneled connection, verified as `name.ns.svc`. */
+function startServiceTls(socket: TunnelSocket, host: string, ca: Buffer | undefined, done: (err: Error | null, socket?: Duplex) => void): void {
+  const t = tls.connect({ socket, servername: host, ...(ca ? { ca } : {}), ALPNProtocols: ['http/1.1'] });
+  const failed = (err: Error): void => {
+    t.destroy();
+    socket.destroy();
+    done(new ServiceTlsError(`${err.message}${ca ? '' : ' (no caFile for this service in the gateway\'s service allowlist: its certificate must chain to a public root)'}`));
+  };
+  t.once('error', failed);
+  t.once('secureConnect', () => {
+    t.off('error', failed);
+    done(null, t);
   });
 }

@@ -1,7 +1,7 @@
 // The gateway's pure parts: the request target, and the hub-signed identity the agent believes.
-import { X509Certificate } from 'node:crypto';
+import { X509Certificate, generateKeyPairSync, sign } from 'node:crypto';
 import { describe, expect, it } from 'vitest';
-import { IDENTITY_TTL_MS, certificatesOf, requestLine, signIdentity, verifyIdentity } from '@cluster-proxy/proto';
+import { DELEGATION_TTL_MS, IDENTITY_TTL_MS, certificatesOf, requestLine, signIdentity, verifyIdentity } from '@cluster-proxy/proto';
 import { createCA, issueClientCert, issueServerCert } from '../pki/certificates.js';
 import { parseGatewayTarget } from './paths.js';
 
@@ -56,5 +56,23 @@ describe('gateway identity assertion', () => {
     const byOther = signIdentity(who, 'c1', GET, otherServing.certPem, otherServing.keyPem);
     expect(verifyIdentity(byOther.assertion, byOther.signer, trust, 'c1', GET)).toEqual({ error: 'the identity signer is not issued by the hub CA' });
     expect(new X509Certificate(serving.certPem).keyUsage).toContain('1.3.6.1.5.5.7.3.1');
+  });
+  it('the per-request key: its delegation must be signed by the serving key, and it expires', () => {
+    const a = signIdentity(who, 'c1', GET, serving.certPem, serving.keyPem);
+    const [cert, body, sig] = a.signer.split('.');
+    // Another Ed25519 key in the delegation: the serving key never signed it.
+    const mine = generateKeyPairSync('ed25519');
+    const swapped = Buffer.from(JSON.stringify({ ...JSON.parse(Buffer.from(body!, 'base64url').toString()), key: mine.publicKey.export({ type: 'spki', format: 'der' }).toString('base64') })).toString('base64url');
+    const [payload] = a.assertion.split('.');
+    const mySig = sign(null, Buffer.from(payload!), mine.privateKey).toString('base64url');
+    expect(verifyIdentity(`${payload}.${mySig}`, `${cert}.${swapped}.${sig}`, trust, 'c1', GET)).toEqual({ error: 'bad identity key delegation signature' });
+    expect(verifyIdentity(a.assertion, `${cert}.${body}`, trust, 'c1', GET)).toEqual({ error: 'malformed identity signer' });
+    // Past the delegation's hour the signer itself is refused.
+    expect(verifyIdentity(a.assertion, a.signer, trust, 'c1', GET, Date.now() + DELEGATION_TTL_MS + 60_000)).toEqual({ error: 'the identity signer is not valid now' });
+    // The hub makes a new key before then: one signer per half hour, not per request.
+    expect(signIdentity(who, 'c1', GET, serving.certPem, serving.keyPem).signer).toBe(a.signer);
+    const renewed = signIdentity(who, 'c1', GET, serving.certPem, serving.keyPem, Date.now() + DELEGATION_TTL_MS / 2 + 1000);
+    expect(renewed.signer).not.toBe(a.signer);
+    expect(verifyIdentity(renewed.assertion, renewed.signer, trust, 'c1', GET, Date.now() + DELEGATION_TTL_MS / 2 + 1000)).toEqual(who);
   });
 });

@@ -1,9 +1,9 @@
 // The hub's HTTP gateway (`--gateway-port`, docs/gateway.md): `https://HUB:PORT/<cluster>/<kube path>`
 // to that cluster's kube-apiserver, through the agent's tunnel. Each request, plain or upgrade:
 //   target checked (paths.ts, 400) → caller authenticated (auth.ts, 401) →
-//   caller's Impersonate-* refused (400) → token scope (403) → cluster known? (404) → agent
-//   connected? (503) → forwarded (forward.ts; upgrades, upgrade.ts: spliced after the 101) → one
-//   audit line and the metrics (an upgraded session's at its end).
+//   caller's Impersonate-* refused (400) → may reach the cluster? (authorization.ts, 403) → a Service on
+//   the allowlist? (403) → cluster known? (404) → agent connected? (503) → forwarded (forward.ts;
+//   upgrades: upgrade.ts, spliced after the 101) → one audit line and metrics (an upgraded session's at its end).
 // TLS with the hub's serving certificate, client certificates optional (tokens otherwise), as the
 // CONNECT frontend's TLS listener. No request timeout: watches and `logs -f` run for hours.
 import http from 'node:http';
@@ -16,11 +16,13 @@ import type { ProxyCore } from '../dataplane/proxy-core.js';
 import { closeServer, listen, peerOf } from '../dataplane/connect/sockets.js';
 import { oneLine, printable } from '../dataplane/connect/responses.js';
 import type { TokenStore } from '../fleet/tokens.js';
-import { authenticate, callerMayReach, certificateSource, hubTokenSource, isFailure, type AuthSource, type GatewayCaller } from './auth.js';
+import { authenticate, certificateSource, hubTokenSource, isFailure, type AuthSource, type GatewayCaller } from './auth.js';
+import { scopeAuthorizer, type GatewayAuthorizer } from './authorization.js';
 import { forward } from './forward.js';
 import { parseGatewayTarget } from './paths.js';
 import { forwardUpgrade } from './upgrade.js';
 import type { Splice } from '@cluster-proxy/proto';
+import type { ServiceAllowlist } from './service-allowlist.js';
 
 const DEFAULT_MAX_HEADER_BYTES = 16 * 1024;
 /** First segments of apiserver paths: a request starting with one most likely lost its cluster prefix. */
@@ -34,8 +36,12 @@ export interface GatewayOptions {
   tokens: TokenStore;
   /** A cluster the hub knows (registered) though no agent of it may be connected: 503 rather than 404. */
   clusterKnown?: (cluster: string) => Promise<boolean>;
-  /** Default: hub tokens, then client certificates. */
+  /** Services the proxy-service form may reach; none without it. */
+  services?: ServiceAllowlist;
+  /** Default: hub tokens, then client certificates (access.ts builds the hub's list). */
   authSources?: readonly AuthSource[];
+  /** Who may reach which cluster. Default: a credential's own scope (hub tokens' clusters). */
+  authorizer?: GatewayAuthorizer;
   /** Largest request head; beyond it 431. Default 16 KiB. */
   maxHeaderBytes?: number;
   headerTimeoutMs?: number;
@@ -72,6 +78,7 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
   const log = opts.log.child({ component: 'gateway' });
   const metrics = opts.core.metrics;
   const sources = opts.authSources ?? [hubTokenSource(opts.tokens), certificateSource()];
+  const authorizer = opts.authorizer ?? scopeAuthorizer();
   let material = { cert: opts.tls.cert, key: opts.tls.key };
   let inFlight = 0;
   /** Upgraded sessions and upgrade requests waiting for their answer: node's closeAllConnections() no longer sees their sockets. */
@@ -124,7 +131,14 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
       audit.cluster = target.cluster;
       const impersonating = Object.keys(req.headers).find(isImpersonationHeader);
       if (impersonating) return fail(400, `${printable(impersonating)}: the gateway impersonates the authenticated caller itself; callers may not send Impersonate-* headers`, 'impersonation');
-      if (!callerMayReach(caller, target.cluster)) return fail(403, `${caller.name} may not reach cluster ${target.cluster}`, 'not_authorized');
+      const decision = await authorizer.authorize(caller, target.cluster);
+      if (!decision.allowed) return fail(decision.status, decision.message, decision.status === 403 ? 'not_authorized' : 'authorization_unavailable');
+      // The proxy-service form: default deny, per cluster (service-allowlist.ts).
+      const allowed = target.service ? opts.services?.allowed(target.cluster, target.service) ?? null : null;
+      if (target.service && !allowed) {
+        const t = target.service;
+        return fail(403, `service ${t.namespace}/${t.name} (${t.protocol}, port ${t.port}) is not in the gateway's service allowlist for cluster ${target.cluster}`, 'service_not_allowed');
+      }
       if (!opts.core.hasCluster(target.cluster)) {
         const known = opts.clusterKnown ? await opts.clusterKnown(target.cluster).catch(() => false) : false;
         if (!known) {
@@ -136,8 +150,10 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
         return fail(503, `no agent of cluster ${target.cluster} is connected`, 'no_agent');
       }
       audit.clusterLabel = target.cluster;
+      const service = target.service ? { target: target.service, ...(allowed?.ca ? { ca: allowed.ca } : {}) } : undefined;
+      if (ex.kind === 'upgrade' && service) return fail(501, 'upgrades (WebSocket, SPDY) through the proxy-service form are not supported yet', 'upgrade_to_service');
       const r = ex.kind === 'request'
-        ? await forward({ core: opts.core, signing: () => material, refuse: (rs, status, message) => refuse(rs, status, message) }, caller, target.cluster, target.path, req, ex.res)
+        ? await forward({ core: opts.core, signing: () => material, refuse: (rs, status, message) => refuse(rs, status, message) }, caller, target.cluster, target.path, req, ex.res, service)
         : await forwardUpgrade({
           core: opts.core, signing: () => material, refuse: (s, status, message) => rawRefusal(s, status, message),
           opened: (session) => {

@@ -43,6 +43,8 @@ export class TunnelSocket extends Duplex {
     /** For the per-client connection limit: who the gateway's caller is. */
     readonly client: string,
     private readonly onDialed: (err: GatewayDialError | null, socket: TunnelSocket) => void,
+    /** Default: the agent's reserved gateway destination; a Service's `name.ns.svc:port` otherwise. */
+    address?: string,
   ) {
     super({ allowHalfOpen: true });
     const sink: ByteSink = {
@@ -72,7 +74,7 @@ export class TunnelSocket extends Duplex {
       },
       resume: () => this.coreResumed(),
     };
-    this.conn = core.dialGateway(cluster, this.leg);
+    this.conn = core.dialGateway(cluster, this.leg, address);
   }
 
   // ------------------------------------------------------------ what node:http calls on a socket

@@ -9,9 +9,9 @@
 import http from 'node:http';
 import type net from 'node:net';
 import { pipeline, type Duplex } from 'node:stream';
-import { endToEndHeaders, responseHead, splice, type Splice } from '@cluster-proxy/proto';
+import { GATEWAY_HOST, endToEndHeaders, responseHead, splice, type Splice } from '@cluster-proxy/proto';
 import type { GatewayCaller } from './auth.js';
-import { DIAL_STATUS, upstreamHeaders, type ForwardContext } from './forward.js';
+import { DIAL_STATUS, callerHeaders, identityHeaders, type ForwardContext } from './forward.js';
 import { GatewayDialError, TunnelSocket } from './tunnel-socket.js';
 
 export interface UpgradeResult {
@@ -44,7 +44,7 @@ export function forwardUpgrade(ctx: UpgradeContext, caller: GatewayCaller, clust
       finish({ status: 499, bytesIn: 0, bytesOut: 0, error: 'the caller went away before the upgrade' });
     };
 
-    const headers = upstreamHeaders(ctx, caller, cluster, path, req);
+    const headers: Record<string, string | string[]> = { ...callerHeaders(req), host: GATEWAY_HOST, ...identityHeaders(ctx, caller, cluster, path, req) };
     // An upgrade carries no body: what follows the head belongs to the upgraded protocol.
     delete headers['content-length'];
     delete headers['transfer-encoding'];

@@ -29,6 +29,7 @@ import {
 } from '../store/objects.js';
 import { AlreadyExistsError, ConflictError, NotFoundError, type Store, type Watch } from '../store/store.js';
 import { canonicalJson, installNamespaceOf, releasingNamespaces, renderAgentWork } from './agent-work.js';
+import { ClusterProfileWriter, type ClusterProfileOptions } from './cluster-profiles.js';
 import { signCertificateRequest } from './csr-signer.js';
 import {
   ADDON_NAME_LABEL, AGENT_CERT_DAYS, AGENT_WORK_NAME, CLUSTER_NAME_LABEL, CONFIG_SPEC_HASH_ANNOTATION, LIFECYCLE_ANNOTATION, PROXY_AGENT_SIGNER, PROXY_CLIENT_COMMON_NAME, PROXY_CLIENT_GROUP,
@@ -52,6 +53,8 @@ export interface OcmInstallerOptions {
   defaultInstallNamespace: string;
   /** The hub serves the HTTP gateway: agents get the right to impersonate (manifests.ts). */
   gateway?: boolean;
+  /** Write the gateway as an access provider into OCM's ClusterProfiles (cluster-profiles.ts). */
+  clusterProfiles?: ClusterProfileOptions;
   now?: () => number;
 }
 
@@ -79,8 +82,11 @@ export class OcmInstaller {
   private loggedPending = new Set<string>();
   private mpcConditions: ConditionSpec[] = [];
 
+  private readonly profiles: ClusterProfileWriter | null;
+
   constructor(private readonly opts: OcmInstallerOptions) {
     this.now = opts.now ?? Date.now;
+    this.profiles = opts.clusterProfiles ? new ClusterProfileWriter(opts.store, opts.log, opts.clusterProfiles) : null;
   }
 
   /** Watches what a pass depends on; `kick` asks the addon manager for a pass. Idempotent. */
@@ -88,6 +94,7 @@ export class OcmInstaller {
     if (this.started || this.stopped) return;
     this.started = true;
     for (const kind of WATCHED) this.watchKind(kind, kick);
+    if (this.profiles) this.watchKind('ClusterProfile', kick);
   }
 
   private watchKind(kind: Kind, kick: () => void): void {
@@ -159,6 +166,7 @@ export class OcmInstaller {
     this.status = status;
     await this.reviewCsrs(clusters, new Set(addons.map((a) => a.metadata.namespace!)), signer);
     await this.ensureHubSecrets(mpc, signer);
+    await this.profiles?.sync();
   }
 
   private async syncAddon(addon: ManagedClusterAddOn, mc: ManagedCluster | null, existing: ManifestWork | null,

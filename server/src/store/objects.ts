@@ -224,8 +224,31 @@ export interface CertificateSigningRequest extends KubeObject {
   status?: { conditions?: CsrCondition[]; certificate?: string };
 }
 
+/** A kubeconfig `cluster` (clientcmd v1 field names), as an access provider hands it out. */
+export interface KubeconfigCluster {
+  server: string;
+  'certificate-authority-data'?: string;
+  'tls-server-name'?: string;
+  'proxy-url'?: string;
+  extensions?: { name: string; extension: Record<string, unknown> }[];
+}
+
+// multicluster.x-k8s.io/v1alpha1 (SIG-Multicluster's Cluster Inventory API), namespaced: how consumers find
+// a cluster and how to reach it. A cluster manager (OCM) creates them; access providers fill in
+// status.accessProviders.
+export interface ClusterProfile extends KubeObject {
+  apiVersion: 'multicluster.x-k8s.io/v1alpha1';
+  kind: 'ClusterProfile';
+  spec: { clusterManager: { name: string }; displayName?: string };
+  status?: {
+    accessProviders?: { name: string; cluster?: KubeconfigCluster }[];
+    conditions?: Condition[];
+    [field: string]: unknown;
+  };
+}
+
 export type HubObject = ManagedCluster | ManagedClusterAddOn | ManagedProxyConfiguration | AddOnDeploymentConfig | Lease | Secret
-  | ClusterManagementAddOn | ManifestWork | Placement | PlacementDecision | CertificateSigningRequest;
+  | ClusterManagementAddOn | ManifestWork | Placement | PlacementDecision | CertificateSigningRequest | ClusterProfile;
 
 /** The kinds a store holds, keyed by `kind`, with what the Kubernetes API needs to address them. */
 export interface KindInfo {
@@ -252,6 +275,7 @@ export const KINDS = {
   Placement: { apiVersion: 'cluster.open-cluster-management.io/v1beta1', group: 'cluster.open-cluster-management.io', version: 'v1beta1', plural: 'placements', namespaced: true, hasStatus: true },
   PlacementDecision: { apiVersion: 'cluster.open-cluster-management.io/v1beta1', group: 'cluster.open-cluster-management.io', version: 'v1beta1', plural: 'placementdecisions', namespaced: true, hasStatus: true },
   CertificateSigningRequest: { apiVersion: 'certificates.k8s.io/v1', group: 'certificates.k8s.io', version: 'v1', plural: 'certificatesigningrequests', namespaced: false, hasStatus: true },
+  ClusterProfile: { apiVersion: 'multicluster.x-k8s.io/v1alpha1', group: 'multicluster.x-k8s.io', version: 'v1alpha1', plural: 'clusterprofiles', namespaced: true, hasStatus: true },
 } as const satisfies Record<HubObject['kind'], KindInfo>;
 
 export type Kind = keyof typeof KINDS;

@@ -26,6 +26,7 @@ export interface HubPorts {
   admin: number;
   health: number;
   connect: number | null;
+  gateway?: number | null;
 }
 
 export interface BenchHub {
@@ -78,6 +79,9 @@ export interface ClusterOptions extends ProcessOptions {
   agentHubAddress?: (hubAgentPort: number) => Promise<string>;
   /** Registered as each process is started, so it is stopped even if a later step fails. */
   onStarted?: (name: string, stop: () => Promise<void>) => void;
+  /** More `cluster-proxy hub` / `agent` flags (e.g. the gateway's). */
+  hubArgs?: string[];
+  agentArgs?: string[];
 }
 
 const READY_TIMEOUT_MS = 15_000;
@@ -125,6 +129,7 @@ export interface HubOptions extends ProcessOptions {
   label: string;
   /** Extra `--grant` values. */
   grants?: string[];
+  hubArgs?: string[];
   onStarted?: (name: string, stop: () => Promise<void>) => void;
 }
 
@@ -137,7 +142,7 @@ export async function startBenchHub(pki: TestPki, opts: HubOptions): Promise<Ben
     opts.cli ?? CLI, 'hub', '--data-dir', dataDir, '--bind-address', '127.0.0.1', '--agent-port', '0', '--frontend-port', '0', '--health-port', '0', '--admin-port', '0',
     '--connect-port', '0',
     '--ca-cert', pki.caPath, '--server-cert', pki.server.certPath, '--server-key', pki.server.keyPath,
-    ...(opts.grants ?? []).flatMap((g) => ['--grant', g]), '--log-level', 'warn',
+    ...(opts.grants ?? []).flatMap((g) => ['--grant', g]), '--log-level', 'warn', ...(opts.hubArgs ?? []),
   ]));
   opts.onStarted?.(`hub-${label}`, async () => void (await proc.stop(8000)));
   // ports.json is written (atomically) once every listener is bound.
@@ -161,7 +166,7 @@ async function startAgent(pki: TestPki, label: string, hubAddress: string, opts:
     opts.cli ?? CLI, 'agent', '--cluster', BENCH_CLUSTER, '--hub', hubAddress, '--server-name', 'localhost', '--transport', opts.transport,
     '--ca-cert', pki.caPath, '--cert', cert.certPath, '--key', cert.keyPath,
     '--allow', '127.0.0.1:*', '--identifiers', 'cidr=127.0.0.0/8',
-    '--health-bind-address', '127.0.0.1', '--health-port', '0', '--drain-grace', '1s', '--log-level', 'warn',
+    '--health-bind-address', '127.0.0.1', '--health-port', '0', '--drain-grace', '1s', '--log-level', 'warn', ...(opts.agentArgs ?? []),
   ]));
 }
 

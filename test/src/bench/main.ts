@@ -11,9 +11,10 @@ import { PATH_LABELS, PATH_NAMES, setupPaths, type Network, type PathName, type 
 import { checkGoals, computeRatios, formatReport, type BenchReport, type ResultRow } from './report.js';
 import { FULL_CONFIG, QUICK_CONFIG, SCENARIOS as MAIN_SCENARIOS, type BenchConfig, type PathRun, type Scenario } from './scenarios.js';
 import { BIG_WRITE } from './big-write.js';
+import { GATEWAY } from './gateway.js';
 import { STUCK_DESTINATION } from './stuck.js';
 
-const SCENARIOS: readonly Scenario[] = [...MAIN_SCENARIOS, STUCK_DESTINATION, BIG_WRITE];
+const SCENARIOS: readonly Scenario[] = [...MAIN_SCENARIOS, STUCK_DESTINATION, BIG_WRITE, GATEWAY];
 
 const USAGE = `Usage: pnpm bench [-- flags]   (or: node test/dist/bench/main.js [flags])
 

@@ -1,0 +1,211 @@
+// gateway: small kube-style GETs (GET /version, ~150 bytes) per second, C at a time on keep-alive
+// connections, three ways to one HTTPS "apiserver":
+//   direct   - straight to it (the baseline)
+//   CONNECT  - through the hub's CONNECT frontend, TLS to the apiserver inside (kubectl's proxy-url): one
+//              tunnel per client connection, many requests on it
+//   gateway  - https://HUB/bench/version with a client certificate: the hub authenticates each request,
+//              signs the identity, dials the agent's reserved destination (one tunneled connection per
+//              request), the agent calls the apiserver impersonating the caller
+// Figures: requests per second, p99 latency, and the hub's and agent's CPU per 1,000 requests. Fresh
+// hub + agent per round. Shown in the connect column (the hub's HTTP frontends); other paths n/a.
+import { readFileSync } from 'node:fs';
+import { writeFile } from 'node:fs/promises';
+import http from 'node:http';
+import https from 'node:https';
+import type net from 'node:net';
+import path from 'node:path';
+import tls from 'node:tls';
+import { issueServerCert } from '@cluster-proxy/server';
+import { connectThrough } from '../fixtures/connect-client.js';
+import { createPki, type TestPki } from '../harness.js';
+import { startCluster, type BenchCluster } from './cluster.js';
+import { withCpu } from './cpu.js';
+import { errorMessage } from './io.js';
+import type { Dialer } from './paths.js';
+import type { BenchConfig, MetricSpec, PathRun, Scenario } from './scenarios.js';
+import { Samples } from './stats.js';
+
+const MODES = ['direct', 'CONNECT', 'gateway'] as const;
+type Mode = (typeof MODES)[number];
+/** Requests in flight at once (each loop sends its next request when the last one answered). */
+const CONCURRENCY = 16;
+const REQUEST_TIMEOUT_MS = 10_000;
+
+const METRICS: readonly MetricSpec[] = [
+  ...MODES.map((m) => ({ metric: `GET/s ${m}`, unit: 'req/s', better: 'higher' as const })),
+  ...MODES.map((m) => ({ metric: `GET p99 ${m}`, unit: 'ms', better: 'lower' as const })),
+  ...(['CONNECT', 'gateway'] as const).map((m) => ({ metric: `hub+agent CPU ${m}`, unit: 'ms/1k GETs', better: 'lower' as const })),
+];
+
+const log = (message: string): void => void process.stderr.write(`[bench] ${message}\n`);
+
+/** A small HTTPS "apiserver": GET /version, as kube-apiserver answers it. */
+async function startApiserver(pair: { certPem: string; keyPem: string }): Promise<{ port: number; close(): Promise<void> }> {
+  const body = JSON.stringify({ major: '1', minor: '33', gitVersion: 'v1.33.0-bench', gitCommit: '0'.repeat(40), platform: 'linux/amd64' });
+  const server = https.createServer({ cert: pair.certPem, key: pair.keyPem, keepAliveTimeout: 60_000 }, (req, res) => {
+    req.resume();
+    res.writeHead(200, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) });
+    res.end(body);
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  return {
+    port: (server.address() as net.AddressInfo).port,
+    close: () => new Promise<void>((resolve) => {
+      server.closeAllConnections();
+      server.close(() => resolve());
+    }),
+  };
+}
+
+interface Rig {
+  pki: TestPki;
+  cluster: BenchCluster;
+  apiPort: number;
+  stop(): Promise<void>;
+}
+
+async function startRig(): Promise<Rig> {
+  const steps: (() => Promise<unknown>)[] = [];
+  const stop = async (): Promise<void> => {
+    for (const s of steps.reverse()) await s().catch(() => {});
+  };
+  try {
+    const pki = await createPki();
+    steps.push(() => pki.cleanup());
+    const api = await startApiserver(issueServerCert(pki.ca, { commonName: 'bench-apiserver', ipAddresses: ['127.0.0.1'] }));
+    steps.push(() => api.close());
+    // The agent's own credentials for its apiserver (what a service account gives it in a pod).
+    const kubeconfig = path.join(pki.dir, 'agent-apiserver.kubeconfig');
+    await writeFile(kubeconfig, JSON.stringify({
+      apiVersion: 'v1', kind: 'Config', 'current-context': 'sa',
+      clusters: [{ name: 'c', cluster: { server: `https://127.0.0.1:${api.port}`, 'certificate-authority': pki.caPath } }],
+      users: [{ name: 'sa', user: { token: 'bench-agent-token' } }],
+      contexts: [{ name: 'sa', context: { cluster: 'c', user: 'sa' } }],
+    }));
+    const cluster = await startCluster(pki, {
+      label: 'gateway', transport: 'mux', hubArgs: ['--gateway-port', '0'], agentArgs: ['--gateway-kubeconfig', kubeconfig],
+      onStarted: (_name, s) => void steps.push(s),
+    });
+    if (cluster.hub.ports.gateway == null) throw new Error('the bench hub has no gateway port');
+    return { pki, cluster, apiPort: api.port, stop };
+  } catch (err) {
+    await stop();
+    throw err;
+  }
+}
+
+/** The keep-alive pool each mode's requests go through. */
+function agentFor(mode: Mode, rig: Rig): { agent: https.Agent; target: { host: string; port: number; path: string } } {
+  const ca = readFileSync(rig.pki.caPath);
+  const cert = readFileSync(rig.pki.client.certPath);
+  const key = readFileSync(rig.pki.client.keyPath);
+  if (mode === 'direct') return { agent: new https.Agent({ keepAlive: true, maxSockets: CONCURRENCY, ca }), target: { host: '127.0.0.1', port: rig.apiPort, path: '/version' } };
+  if (mode === 'gateway') {
+    return {
+      agent: new https.Agent({ keepAlive: true, maxSockets: CONCURRENCY, ca, cert, key, servername: 'localhost' }),
+      target: { host: '127.0.0.1', port: rig.cluster.hub.ports.gateway!, path: '/bench/version' },
+    };
+  }
+  // CONNECT: each pooled connection is a tunnel through the hub, TLS to the apiserver inside it.
+  const connectPort = rig.cluster.hub.ports.connect!;
+  const agent = new https.Agent({ keepAlive: true, maxSockets: CONCURRENCY, ca });
+  (agent as unknown as { createConnection: (o: tls.ConnectionOptions, cb: (err: Error | null, s?: net.Socket) => void) => undefined }).createConnection = (o, cb) => {
+    const toHub = tls.connect({ host: '127.0.0.1', port: connectPort, servername: 'localhost', ca, cert, key });
+    connectThrough(toHub, `127.0.0.1:${rig.apiPort}`).then((tunnel) => {
+      const inner = tls.connect({ socket: tunnel, servername: '127.0.0.1', ca });
+      inner.once('secureConnect', () => cb(null, inner));
+      inner.once('error', (err) => cb(err));
+    }, (err: Error) => cb(err));
+    return undefined;
+  };
+  return { agent, target: { host: '127.0.0.1', port: rig.apiPort, path: '/version' } };
+}
+
+function get(agent: https.Agent, target: { host: string; port: number; path: string }): Promise<void> {
+  return new Promise((resolve, reject) => {
+    const req = https.request({ ...target, agent, servername: target.path === '/bench/version' ? 'localhost' : '127.0.0.1', timeout: REQUEST_TIMEOUT_MS }, (res: http.IncomingMessage) => {
+      res.resume();
+      res.once('end', () => (res.statusCode === 200 ? resolve() : reject(new Error(`HTTP ${res.statusCode}`))));
+      res.once('error', reject);
+    });
+    req.once('timeout', () => req.destroy(new Error(`no answer within ${REQUEST_TIMEOUT_MS} ms`)));
+    req.once('error', reject);
+    req.end();
+  });
+}
+
+/** CONCURRENCY loops of sequential GETs for `seconds`; latencies in ms. */
+async function load(agent: https.Agent, target: { host: string; port: number; path: string }, seconds: number): Promise<{ count: number; seconds: number; latencies: Samples }> {
+  const latencies = new Samples();
+  const began = performance.now();
+  const end = began + seconds * 1000;
+  await Promise.all(Array.from({ length: CONCURRENCY }, async () => {
+    while (performance.now() < end) {
+      const t = performance.now();
+      await get(agent, target);
+      latencies.add(performance.now() - t);
+    }
+  }));
+  return { count: latencies.count, seconds: (performance.now() - began) / 1000, latencies };
+}
+
+class GatewayRun implements PathRun {
+  private readonly rounds: number[][] = METRICS.map(() => []);
+  private readonly notesList: string[] = [];
+
+  constructor(private readonly cfg: BenchConfig) {}
+
+  async measure(): Promise<string> {
+    const rig = await startRig();
+    const procs = { hub: [rig.cluster.hub.pid], agent: [rig.cluster.agentPid] };
+    const seconds = Math.max(1, this.cfg.throughputSeconds * 2);
+    const summary: string[] = [];
+    try {
+      for (const mode of MODES) {
+        const { agent, target } = agentFor(mode, rig);
+        try {
+          await load(agent, target, Math.min(0.5, seconds / 4)); // warm-up: connections, JIT
+          const { result, cpu } = await withCpu(procs, () => load(agent, target, seconds));
+          const rate = result.count / result.seconds;
+          const p99 = result.latencies.percentile(99);
+          this.rounds[MODES.indexOf(mode)]!.push(rate);
+          this.rounds[MODES.length + MODES.indexOf(mode)]!.push(p99);
+          if (mode !== 'direct') {
+            const cpuMs = (((cpu.seconds.hub ?? 0) + (cpu.seconds.agent ?? 0)) * 1000 * 1000) / result.count;
+            this.rounds[2 * MODES.length + (mode === 'CONNECT' ? 0 : 1)]!.push(cpuMs);
+          }
+          summary.push(`${mode} ${rate.toFixed(0)}/s p99 ${p99.toFixed(1)} ms`);
+        } catch (err) {
+          this.notesList.push(`${mode}: ${errorMessage(err)}`);
+          log(`gateway: ${mode} failed: ${errorMessage(err)}`);
+        } finally {
+          agent.destroy();
+        }
+      }
+    } finally {
+      await rig.stop();
+    }
+    return summary.join(', ');
+  }
+
+  values(): (number | null)[] {
+    return this.rounds.map((r) => (r.length === 0 ? null : r.reduce((a, b) => a + b, 0) / r.length));
+  }
+
+  roundValues(): number[][] {
+    return this.rounds;
+  }
+
+  notes(): string[] {
+    return [`${CONCURRENCY} requests in flight on keep-alive connections; the gateway opens one tunneled connection per request (no pool between hub and agent)`, ...this.notesList];
+  }
+}
+
+export const GATEWAY: Scenario = {
+  name: 'gateway',
+  network: 'lan',
+  description: `GET /version per second, ${CONCURRENCY} at a time, to an HTTPS apiserver: directly, through CONNECT (kubectl proxy-url), and through the HTTP gateway (authenticated, impersonated)`,
+  metrics: METRICS,
+  appliesTo: { paths: ['connect'], otherwise: 'an HTTP scenario of the hub\'s own frontends: all three ways are in the connect column' },
+  forPath: (_dialer: Dialer, cfg: BenchConfig) => new GatewayRun(cfg),
+};
