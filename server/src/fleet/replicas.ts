@@ -94,8 +94,7 @@ export class ReplicaRegistry {
       // Agents drop tunnels to replicas missing from this list, so answer from a fresh read: a list
       // from before a replica (re)started would make them close the tunnel they just opened to it.
       if (this.now() - this.refreshedAt > LIST_MAX_AGE_MS) await this.refreshOnce().catch(() => {});
-      const agents = this.opts.tunnelClusters?.().length ?? 0;
-      return { status: 200, body: { serverCount: this.count, replicas: this.serverIDs.map((serverID) => ({ serverID })), syncIntervalSeconds: Math.ceil(agents / REPLICA_SYNC_BUDGET_PER_SECOND) } };
+      return { status: 200, body: { serverCount: this.count, replicas: this.serverIDs.map((serverID) => ({ serverID })), syncIntervalSeconds: Math.ceil(this.agents / REPLICA_SYNC_BUDGET_PER_SECOND) } };
     }, { agentOnly: true });
   }
 
@@ -154,6 +153,8 @@ export class ReplicaRegistry {
   }
 
   private refreshedAt = 0;
+  /** Agents connected here, as of the last refresh (counting them per request would cost O(agents) each). */
+  private agents = 0;
   private refreshing: Promise<void> | null = null;
 
   /** One store read at a time, shared by the renewal loop and concurrent API requests. */
@@ -170,6 +171,7 @@ export class ReplicaRegistry {
     this.live = live;
     const elsewhere = [...tunnelsOnOtherReplicas(items, this.opts.serverID, now).keys()].sort();
     if (elsewhere.join(',') !== [...this.elsewhere].join(',')) this.elsewhere = new Set(elsewhere);
+    this.agents = this.opts.tunnelClusters?.().length ?? 0;
     this.refreshedAt = now;
   }
 }
