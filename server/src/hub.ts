@@ -87,7 +87,8 @@ export class Hub {
     this.server.clusterKnown = async (cluster) => (await opts.store.get('ManagedCluster', { name: cluster })) !== null;
     // TokenReview and SubjectAccessReview for the gateway: the hub's own API server, on --store kubernetes only
     // (the client module loads only then).
-    if (opts.store.kind === 'kubernetes') this.server.hubReviews = async () => (await import('./gateway/kube-reviews.js')).hubReviewsOf(opts.store);
+    // The store itself, not its counting wrapper: the reviews use its Kubernetes client.
+    if (options.store.kind === 'kubernetes') this.server.hubReviews = async () => (await import('./gateway/kube-reviews.js')).hubReviewsOf(options.store);
     this.signer = opts.signer;
     this.manager = new AddonManager({
       store: opts.store, core: this.server.core, log: opts.log, serverID: this.server.serverID,
