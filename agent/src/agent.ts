@@ -12,6 +12,7 @@ import { TargetDialer } from './target-dialer.js';
 import { ImpersonatingProxy } from './gateway/impersonating-proxy.js';
 import { fromKubeconfig, loadKubeRestConfig } from './kube-rest.js';
 import { AgentMetrics } from './metrics.js';
+import { HubSessionCache } from './hub-client.js';
 
 /** After a duplicate (the balancer sent us to a replica we already hold), dial again after 100–600 ms. */
 const DUPLICATE_RETRY_MIN_MS = 100;
@@ -101,6 +102,8 @@ export class Agent {
   /** What the agent holds on behalf of the hub, every link's connections together. */
   readonly budget: MemoryBudget;
   readonly maxConnections: number;
+  /** TLS session for the hub API (lease renewals, replica syncs), resumed while the identity stays the same. */
+  readonly hubSessions = new HubSessionCache();
 
   constructor(private readonly opts: AgentOptions) {
     this.agentID = opts.agentID ?? randomUUID();

@@ -18,6 +18,27 @@ export interface HubClientOptions {
   serverName?: string;
   egress?: EgressOptions;
   timeoutMs?: number;
+  /** Resume the TLS session of an earlier request (no certificate signing or checking on either side). */
+  sessions?: HubSessionCache;
+}
+
+/**
+ * The last TLS session an agent had with the hub API, for the identity it was made with. A lease renewal
+ * and a replica sync every few seconds from each of thousands of agents each cost the hub a full handshake
+ * (an RSA signature, a certificate chain check) otherwise; resumed, they cost it a key exchange.
+ */
+export class HubSessionCache {
+  private entry: { cert: Buffer; caCert: Buffer; session: Buffer } | null = null;
+
+  /** The session made with this certificate and trust, if any (a renewed certificate starts afresh). */
+  get(cert: Buffer | undefined, caCert: Buffer): Buffer | undefined {
+    const e = this.entry;
+    return e && cert && e.cert.equals(cert) && e.caCert.equals(caCert) ? e.session : undefined;
+  }
+
+  set(cert: Buffer | undefined, caCert: Buffer, session: Buffer): void {
+    this.entry = cert ? { cert, caCert, session } : null;
+  }
 }
 
 const MAX_ANSWER_BYTES = 1 << 20;
@@ -47,13 +68,20 @@ export async function hubRequest(opts: HubClientOptions, method: 'GET' | 'POST',
       port: hp.port,
       headers: { 'content-type': 'application/json', ...(payload ? { 'content-length': payload.length } : {}) },
       signal,
-      createConnection: () => tls.connect({
-        ...(tunnel ? { socket: tunnel } : { host: hp.host, port: hp.port }),
-        ca: opts.caCert,
-        ...(opts.cert && opts.key ? { cert: opts.cert, key: opts.key } : {}),
-        servername: serverName,
-        ALPNProtocols: ['http/1.1'],
-      }),
+      createConnection: () => {
+        const session = opts.sessions?.get(opts.cert, opts.caCert);
+        const socket = tls.connect({
+          ...(tunnel ? { socket: tunnel } : { host: hp.host, port: hp.port }),
+          ca: opts.caCert,
+          ...(opts.cert && opts.key ? { cert: opts.cert, key: opts.key } : {}),
+          servername: serverName,
+          ALPNProtocols: ['http/1.1'],
+          ...(session ? { session } : {}),
+        });
+        const sessions = opts.sessions;
+        if (sessions) socket.on('session', (s: Buffer) => sessions.set(opts.cert, opts.caCert, s));
+        return socket;
+      },
     }, (res) => {
       const chunks: Buffer[] = [];
       let size = 0;

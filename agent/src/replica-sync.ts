@@ -16,6 +16,8 @@ export class ReplicaSync {
   private timer: NodeJS.Timeout | null = null;
   private stopped = false;
   private unsupported = false;
+  /** The hub's syncIntervalSeconds (it stretches the interval so a large fleet's syncs stay within its budget). */
+  private hintMs = 0;
 
   constructor(private readonly opts: ReplicaSyncOptions) {}
 
@@ -31,10 +33,12 @@ export class ReplicaSync {
 
   private schedule(): void {
     if (this.stopped || this.unsupported) return;
+    // Stretched by the hub's hint, with ±10 % jitter so a fleet that started together drifts apart.
+    const ms = Math.max(this.opts.intervalMs, this.hintMs) * (0.9 + Math.random() * 0.2);
     this.timer = setTimeout(() => {
       this.timer = null;
       void this.sync().finally(() => this.schedule());
-    }, this.opts.intervalMs);
+    }, ms);
   }
 
   private async sync(): Promise<void> {
@@ -42,7 +46,10 @@ export class ReplicaSync {
     if (agent.connectedServers === 0) return;
     try {
       const creds = agent.currentCredentials;
-      const answer = (await hubRequest({ ...this.opts.hub, caCert: agent.currentTrust, cert: creds.cert, key: creds.key }, 'GET', '/v1/replicas')) as { serverCount?: unknown; replicas?: unknown };
+      const answer = (await hubRequest({ ...this.opts.hub, caCert: agent.currentTrust, cert: creds.cert, key: creds.key, sessions: agent.hubSessions }, 'GET', '/v1/replicas')) as { serverCount?: unknown; replicas?: unknown; syncIntervalSeconds?: unknown };
+      const hint = answer?.syncIntervalSeconds;
+      // At most an hour, whatever a hub says.
+      this.hintMs = typeof hint === 'number' && Number.isFinite(hint) && hint > 0 ? Math.min(hint, 3600) * 1000 : 0;
       const ids = Array.isArray(answer?.replicas) ? answer.replicas.map((r) => (r as { serverID?: unknown }).serverID).filter((x): x is string => typeof x === 'string') : null;
       if (!ids || typeof answer.serverCount !== 'number') throw new Error('hub sent a replica list without serverCount/replicas');
       agent.setReplicas(ids, answer.serverCount);

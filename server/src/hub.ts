@@ -14,6 +14,8 @@ import { ClusterRegistry, createBootstrapToken, registerRegistrationRoutes, revo
 import { ReplicaRegistry } from './fleet/replicas.js';
 import type { AddOnDeploymentConfig } from './store/objects.js';
 import type { Store } from './store/store.js';
+import { countingStore } from './store/counting.js';
+import { Counter } from 'prom-client';
 
 import { DEPLOYMENT_CONFIG, HUB_NAMESPACE } from './addon/hub-namespace.js';
 
@@ -62,8 +64,15 @@ export class Hub {
   private readonly reloader: TlsReloader | null;
   readonly replicas: ReplicaRegistry;
 
-  constructor(private readonly opts: HubOptions) {
+  private readonly opts: HubOptions;
+
+  constructor(options: HubOptions) {
+    // Every store request of the hub is counted (cluster_proxy_server_store_requests_total): what a fleet costs the store.
+    const storeRequests = new Counter({ name: 'cluster_proxy_server_store_requests_total', help: 'Requests this hub made of its store, by verb and kind', labelNames: ['verb', 'kind'], registers: [] });
+    const opts: HubOptions = { ...options, store: countingStore(options.store, (verb, kind) => storeRequests.inc({ verb, kind })) };
+    this.opts = opts;
     this.server = new ProxyServer({ ...opts.server, log: opts.log, readinessChecks: [{ name: 'store', check: () => opts.store.ping() }] });
+    this.server.metrics.registry.registerMetric(storeRequests);
     this.replicas = new ReplicaRegistry({ store: opts.store, namespace: HUB_NAMESPACE, serverID: this.server.serverID, leaseDurationMs: opts.replicaLeaseDurationMs, log: opts.log,
       tunnelClusters: () => this.server.core.routes.backends().map((b) => b.cluster) });
     this.replicas.registerRoutes(this.server.hubApi);
@@ -78,7 +87,8 @@ export class Hub {
     this.server.clusterKnown = async (cluster) => (await opts.store.get('ManagedCluster', { name: cluster })) !== null;
     // TokenReview and SubjectAccessReview for the gateway: the hub's own API server, on --store kubernetes only
     // (the client module loads only then).
-    if (opts.store.kind === 'kubernetes') this.server.hubReviews = async () => (await import('./gateway/kube-reviews.js')).hubReviewsOf(opts.store);
+    // The store itself, not its counting wrapper: the reviews use its Kubernetes client.
+    if (options.store.kind === 'kubernetes') this.server.hubReviews = async () => (await import('./gateway/kube-reviews.js')).hubReviewsOf(options.store);
     this.signer = opts.signer;
     this.manager = new AddonManager({
       store: opts.store, core: this.server.core, log: opts.log, serverID: this.server.serverID,

@@ -5,13 +5,12 @@
 // OCM's repository ships (hack/crd/cluster-inventory/, in fixtures/schemas). The profiles are created the
 // way OCM's registration creates them (labels x-k8s.io/cluster-manager and open-cluster-management.io/cluster-name).
 import { X509Certificate } from 'node:crypto';
-import { writeFile } from 'node:fs/promises';
 import https from 'node:https';
 import type tls from 'node:tls';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { issueServerCert, type ClusterProfile, type Store } from '@cluster-proxy/server';
-import { killAllSpawned, runCommand, startFakeKubeApiServer, startRecordingApiserver, waitFor, type FakeKubeApiServer, type RecordingApiserver } from '../src/fixtures/index.js';
+import { killAllSpawned, runCommand, writeAgentKubeconfig, startFakeKubeApiServer, startRecordingApiserver, waitFor, type FakeKubeApiServer, type RecordingApiserver } from '../src/fixtures/index.js';
 import { CLI, createPki, startAgent, startHub, type AgentProcess, type HubProcess, type TestPki } from '../src/harness.js';
 
 const HUB_USER = 'system:serviceaccount:open-cluster-management-cluster-proxy:cluster-proxy';
@@ -100,13 +99,7 @@ describe('ClusterProfile access provider (OCM hub, gateway on)', () => {
   });
 
   it('a consumer builds its client from the provider (path and CA) and its own credential, and reaches the cluster as itself', async () => {
-    const agentKubeconfig = path.join(pki.dir, 'agent.kubeconfig');
-    await writeFile(agentKubeconfig, JSON.stringify({
-      apiVersion: 'v1', kind: 'Config', 'current-context': 'sa',
-      clusters: [{ name: 'c', cluster: { server: `https://${apiserver.address}`, 'certificate-authority': pki.caPath } }],
-      users: [{ name: 'sa', user: { token: 'agent-sa-token' } }],
-      contexts: [{ name: 'sa', context: { cluster: 'c', user: 'sa' } }],
-    }));
+    const agentKubeconfig = await writeAgentKubeconfig(path.join(pki.dir, 'agent.kubeconfig'), { server: `https://${apiserver.address}`, caPath: pki.caPath, token: 'agent-sa-token' });
     agent = await startAgent(pki, hub, { cluster: 'c1', apiserver: apiserver.address, args: ['--gateway-kubeconfig', agentKubeconfig] });
     const provider = ours(await get('c1'))!;
     const issued = await runCommand(process.execPath, [CLI, 'token', 'issue', '--name', 'inventory-consumer', '--cluster', 'c1', '--data-dir', hub.dataDir], { timeoutMs: 20_000 });

@@ -11,7 +11,7 @@ import path from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { issueClientCert, issueServerCert } from '@cluster-proxy/server';
 import {
-  killAllSpawned, runCommand, startFakeKubeApiServer, startOidcIssuer, startRecordingApiserver,
+  killAllSpawned, runCommand, startFakeKubeApiServer, startOidcIssuer, startRecordingApiserver, writeAgentKubeconfig,
   type FakeKubeApiServer, type OidcIssuer, type RecordingApiserver, type RunResult,
 } from '../src/fixtures/index.js';
 import { CLI, createPki, expectTablesEmpty, startAgent, startHub, type AgentProcess, type HubProcess, type TestPki } from '../src/harness.js';
@@ -85,13 +85,7 @@ beforeAll(async () => {
     '--oidc-required-claim', 'tenant=blue', '--oidc-ca-file', pki.caPath];
   hub = await startHub(pki, ['--gateway-port', '0', '--store', 'kubernetes', '--kubeconfig', kubeconfig, ...oidcFlags]);
   embedded = await startHub(pki, ['--gateway-port', '0', ...oidcFlags]);
-  const agentKubeconfig = path.join(tmp, 'agent.kubeconfig');
-  await writeFile(agentKubeconfig, JSON.stringify({
-    apiVersion: 'v1', kind: 'Config', 'current-context': 'sa',
-    clusters: [{ name: 'c', cluster: { server: `https://${recorder.address}`, 'certificate-authority': pki.caPath } }],
-    users: [{ name: 'sa', user: { token: SA_TOKEN } }],
-    contexts: [{ name: 'sa', context: { cluster: 'c', user: 'sa' } }],
-  }));
+  const agentKubeconfig = await writeAgentKubeconfig(path.join(tmp, 'agent.kubeconfig'), { server: `https://${recorder.address}`, caPath: pki.caPath, token: SA_TOKEN });
   agent = await startAgent(pki, hub, { cluster: 'cluster1', apiserver: recorder.address, args: ['--gateway-kubeconfig', agentKubeconfig] });
   const u = issueClientCert(pki.ca, { commonName: 'dora', organization: ['ops'] });
   cert = { cert: Buffer.from(u.certPem), key: Buffer.from(u.keyPem) };

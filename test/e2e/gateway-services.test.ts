@@ -11,7 +11,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createCA, issueServerCert } from '@cluster-proxy/server';
-import { killAllSpawned, runCommand, startRecordingApiserver, waitFor, type RecordingApiserver } from '../src/fixtures/index.js';
+import { killAllSpawned, runCommand, writeAgentKubeconfig, startRecordingApiserver, waitFor, type RecordingApiserver } from '../src/fixtures/index.js';
 import { CLI, createPki, expectTablesEmpty, startAgent, startHub, type AgentProcess, type HubProcess, type TestPki } from '../src/harness.js';
 
 /** A private mount namespace needs CAP_SYS_ADMIN; without it the agent could not resolve the names. */
@@ -104,13 +104,7 @@ beforeAll(async () => {
 
   const hosts = path.join(tmp, 'hosts');
   await writeFile(hosts, '127.0.0.1 localhost\n127.0.0.1 hello.demo.svc secure.demo.svc untrusted.demo.svc not-on-agent.demo.svc\n');
-  const agentKubeconfig = path.join(tmp, 'agent.kubeconfig');
-  await writeFile(agentKubeconfig, JSON.stringify({
-    apiVersion: 'v1', kind: 'Config', 'current-context': 'sa',
-    clusters: [{ name: 'c', cluster: { server: `https://${api.address}`, 'certificate-authority': pki.caPath } }],
-    users: [{ name: 'sa', user: { token: SA_TOKEN } }],
-    contexts: [{ name: 'sa', context: { cluster: 'c', user: 'sa' } }],
-  }));
+  const agentKubeconfig = await writeAgentKubeconfig(path.join(tmp, 'agent.kubeconfig'), { server: `https://${api.address}`, caPath: pki.caPath, token: SA_TOKEN });
   agent = await startAgent(pki, hub, {
     cluster: 'cluster1', apiserver: api.address,
     args: ['--gateway-kubeconfig', agentKubeconfig, '--allow', `hello.demo.svc:${plain.port}`, '--allow', `secure.demo.svc:${secure.port}`, '--allow', `untrusted.demo.svc:${secure.port}`],

@@ -10,7 +10,7 @@ import path from 'node:path';
 import tls from 'node:tls';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { issueClientCert, issueServerCert, writePemPair } from '@cluster-proxy/server';
-import { killAllSpawned, payloadSha256, runCommand, startRecordingApiserver, waitFor, type RecordingApiserver, type RunResult } from '../src/fixtures/index.js';
+import { killAllSpawned, payloadSha256, writeAgentKubeconfig, runCommand, startRecordingApiserver, waitFor, type RecordingApiserver, type RunResult } from '../src/fixtures/index.js';
 import { CLI, createPki, expectTablesEmpty, getStatus, startAgent, startHub, type AgentProcess, type HubProcess, type TestPki } from '../src/harness.js';
 import { kubectlBinary, kubectlUnsupported } from './kubectl-binary.js';
 
@@ -60,13 +60,7 @@ beforeAll(async () => {
   hub = await startHub(pki, ['--gateway-port', '0', '--ca-key', path.join(pki.dir, 'ca.key')]);
   port = hub.ports.gateway!;
   // The agent's own credentials for its apiserver, as a pod's service account would give them.
-  const agentKubeconfig = path.join(tmp, 'agent.kubeconfig');
-  await writeFile(agentKubeconfig, JSON.stringify({
-    apiVersion: 'v1', kind: 'Config', 'current-context': 'sa',
-    clusters: [{ name: 'c', cluster: { server: `https://${api.address}`, 'certificate-authority': pki.caPath } }],
-    users: [{ name: 'sa', user: { token: SA_TOKEN } }],
-    contexts: [{ name: 'sa', context: { cluster: 'c', user: 'sa' } }],
-  }));
+  const agentKubeconfig = await writeAgentKubeconfig(path.join(tmp, 'agent.kubeconfig'), { server: `https://${api.address}`, caPath: pki.caPath, token: SA_TOKEN });
   agent = await startAgent(pki, hub, { cluster: 'cluster1', apiserver: api.address, args: ['--gateway-kubeconfig', agentKubeconfig] });
   const u = issueClientCert(pki.ca, { commonName: 'alice', organization: ['team-a', 'viewers'] });
   const files = await writePemPair(tmp, 'alice', u);

@@ -69,6 +69,15 @@ describe('Degraded and Progressing', () => {
   });
 });
 
+describe('leaseSlackMs (tunnel mode: unchanged renewals are written only every so often)', () => {
+  it('a stored lease and report older than OCM\'s grace but within the slack still count as renewed', () => {
+    const old = { mode: 'tunnel' as const, tunnels: 1, lease: lease(900_000), report: report({ receivedAt: T0 - 900_000 }), leaseSlackMs: 20 * 60_000 };
+    expect(cond(input(old), 'Available')).toMatchObject({ status: 'True', message: 'cluster-proxy add-on is available.' });
+    expect(cond(input(old), 'Degraded')).toMatchObject({ status: 'False', reason: 'AsExpected' });
+    expect(cond(input({ ...old, leaseSlackMs: 0 }), 'Degraded').status).toBe('Unknown');
+  });
+});
+
 describe('mergeConditions', () => {
   it('moves lastTransitionTime only when the status changes and reports whether anything changed', () => {
     const t1 = new Date('2026-11-23T10:00:00Z');

@@ -26,6 +26,11 @@ export interface ClusterHealthInput {
   tunnelLossGraceMs: number;
   report: AgentReport | null;
   now: number;
+  /**
+   * How much older than OCM's rule a stored lease and its report may be and still count as renewed
+   * (default 0): in 'tunnel' mode the hub writes a renewal that changes nothing only every so often.
+   */
+  leaseSlackMs?: number;
 }
 
 export type ConditionSpec = Omit<Condition, 'lastTransitionTime'>;
@@ -39,15 +44,15 @@ export function addonConditions(input: ClusterHealthInput): ConditionSpec[] {
   return [a, d, progressing(input)];
 }
 
-function leaseFresh(lease: Lease, now: number): boolean {
-  return leaseHeld(lease, now, { defaultDurationS: 60, graceFactor: LEASE_GRACE_FACTOR });
+function leaseFresh(lease: Lease, now: number, slackMs = 0): boolean {
+  return leaseHeld(lease, now - slackMs, { defaultDurationS: 60, graceFactor: LEASE_GRACE_FACTOR });
 }
 
 function available(i: ClusterHealthInput): ConditionSpec {
   const ok = { type: 'Available', status: 'True', reason: 'ManagedClusterAddOnLeaseUpdated', message: 'cluster-proxy add-on is available.' } as const;
   if (i.mode === 'tunnel') {
     if (i.tunnels > 0) {
-      if (i.lease && leaseFresh(i.lease, i.now)) return ok;
+      if (i.lease && leaseFresh(i.lease, i.now, i.leaseSlackMs)) return ok;
       // OCM's reasons only (contract §6: tools key on them); the message says it is the tunnel that decided.
       return { type: 'Available', status: 'True', reason: 'ManagedClusterAddOnLeaseUpdated', message: `cluster-proxy add-on is available: ${i.tunnels} agent tunnel(s) connected to the hub; the lease is ${i.lease ? 'not renewed yet' : 'not created yet'}.` };
     }
@@ -58,14 +63,14 @@ function available(i: ClusterHealthInput): ConditionSpec {
     }
   }
   if (!i.lease) return { type: 'Available', status: 'Unknown', reason: 'ManagedClusterAddOnLeaseNotFound', message: 'The status of cluster-proxy add-on is unknown.' };
-  if (leaseFresh(i.lease, i.now)) return ok;
+  if (leaseFresh(i.lease, i.now, i.leaseSlackMs)) return ok;
   return { type: 'Available', status: 'False', reason: 'ManagedClusterAddOnLeaseUpdateStopped', message: 'cluster-proxy add-on is not available.' };
 }
 
 function reportFresh(i: ClusterHealthInput): AgentReport | null {
   const r = i.report;
   if (!r) return null;
-  return i.now - r.receivedAt < LEASE_GRACE_FACTOR * r.leaseDurationSeconds * 1000 ? r : null;
+  return i.now - r.receivedAt < LEASE_GRACE_FACTOR * r.leaseDurationSeconds * 1000 + (i.leaseSlackMs ?? 0) ? r : null;
 }
 
 function degraded(i: ClusterHealthInput): ConditionSpec {

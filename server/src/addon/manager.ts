@@ -71,6 +71,12 @@ const REPORT_FIELDS: Record<keyof Omit<AgentReport, 'receivedAt' | 'apiserverErr
   agentID: 'string', leaseDurationSeconds: 'number', connectedServers: 'number', serverCount: 'number', apiserverReachable: 'boolean', version: 'string', phase: 'string',
 };
 const MAX_AGENTS_PER_CLUSTER = 16;
+/**
+ * In 'tunnel' mode a renewal that reports what the stored lease already says is written only once the
+ * stored one is this old (the tunnels say whether the agent is there): 5,000 agents renewing every
+ * minute would otherwise cost the store 10,000 requests a minute. A change is written at once.
+ */
+export const LEASE_REFRESH_MS = 20 * 60_000;
 
 export class AddonManager {
   private readonly mode: 'tunnel' | 'lease';
@@ -85,6 +91,10 @@ export class AddonManager {
   private installer: AddonInstaller | null = null;
   /** Since when each cluster has had no tunnel to this hub. */
   private readonly downSince = new Map<string, number>();
+  /** Per cluster/agent: what its last written renewal reported, and when it was written. */
+  private readonly lastWrite = new Map<string, { content: string; at: number }>();
+  /** When start() ran: a cluster no replica has had a tunnel for since then is down from then on. */
+  private startedAt = 0;
 
   constructor(private readonly opts: AddonManagerOptions) {
     this.mode = opts.healthMode ?? 'tunnel';
@@ -109,8 +119,8 @@ export class AddonManager {
     hubApi.route('POST', '/v1/lease', async (req) => {
       const cluster = req.caller.agent!.cluster;
       const report = parseReport(req.body, this.now());
-      await this.renewLease(cluster, report);
-      this.kick();
+      // A status pass only when the store changed: at 5,000 agents renewals come 80 a second.
+      if (await this.renewLease(cluster, report)) this.kick();
       const renew = req.caller.certificate && this.opts.shouldRenew ? this.opts.shouldRenew(req.caller.certificate) : false;
       return { status: 200, body: { leaseDurationSeconds: report.leaseDurationSeconds, ...(this.opts.caBundle ? { caBundle: this.opts.caBundle() } : {}), ...(renew ? { renewCertificate: true } : {}) } };
     }, { agentOnly: true });
@@ -144,6 +154,7 @@ export class AddonManager {
   }
 
   async start(): Promise<void> {
+    this.startedAt ||= this.now();
     await this.ensureProxyConfiguration();
     const list = await this.opts.store.list('ManagedCluster');
     if (!this.installer) for (const mc of list.items) await this.ensureAddon(mc.metadata.name);
@@ -244,8 +255,11 @@ export class AddonManager {
       const cluster = addon.metadata.namespace!;
       const n = tunnels.get(cluster) ?? 0;
       if (n > 0) this.downSince.delete(cluster);
-      // A loss counts from when this hub saw tunnels go; a cluster never seen up is judged by its lease alone.
+      // A loss counts from when this hub saw tunnels go; a cluster never seen up is judged by its lease alone,
+      // except one that had a lease (an agent was there once) and no tunnel anywhere since two windows after our
+      // start (time for a fleet to come back after a restart; its stored lease may be up to LEASE_REFRESH_MS old).
       else if (!this.downSince.has(cluster) && this.everSeen.has(cluster)) this.downSince.set(cluster, now);
+      else if (!this.downSince.has(cluster) && this.mode === 'tunnel' && leaseOf.has(cluster)) this.downSince.set(cluster, this.startedAt + 2 * this.windowMs);
       if (n > 0) this.everSeen.add(cluster);
       // On an OCM hub addons come and go (disabled, enabled again): a lease not renewed after this addon was
       // created belongs to an earlier one and says nothing about the agent being installed now.
@@ -254,7 +268,7 @@ export class AddonManager {
       const current = lease && (!this.installer || Date.parse(lease.spec.renewTime ?? '') >= Date.parse(addon.metadata.creationTimestamp ?? '') + 1000) ? lease : null;
       let specs = addonConditions({
         lease: current, mode: this.mode, tunnels: n, tunnelDownSince: this.downSince.get(cluster) ?? null,
-        tunnelLossGraceMs: Math.floor(this.windowMs / 2), report: worstReport(reportsOf(current)), now,
+        tunnelLossGraceMs: Math.floor(this.windowMs / 2), report: worstReport(reportsOf(current), this.slackMs), now, leaseSlackMs: this.slackMs,
       });
       const installed = this.installer?.statusOf(cluster);
       // On an OCM hub, Progressing is OCM's addon-manager's (rollout from the work's config-spec-hash):
@@ -289,16 +303,30 @@ export class AddonManager {
     }
   }
 
-  private async renewLease(cluster: string, r: AgentReport): Promise<void> {
+  /** How much older than OCM's rule a stored lease may be: unchanged renewals are written every LEASE_REFRESH_MS in 'tunnel' mode. */
+  private get slackMs(): number {
+    return this.mode === 'tunnel' ? LEASE_REFRESH_MS : 0;
+  }
+
+  /** Writes the renewal into the cluster's Lease, unless it changes nothing and the stored one is recent enough; true if written. */
+  private async renewLease(cluster: string, r: AgentReport): Promise<boolean> {
+    const key = `${cluster}/${r.agentID}`;
+    const { receivedAt: _at, ...rest } = r;
+    const content = JSON.stringify(rest);
+    const last = this.lastWrite.get(key);
+    if (this.slackMs > 0 && last?.content === content && r.receivedAt - last.at < this.slackMs) return false;
     const renewTime = microTime(r.receivedAt);
     const written = await writeLease(this.opts.store, { name: ADDON_NAME, namespace: cluster }, (current) => ({
-      annotations: withReport(current?.metadata.annotations ?? {}, r),
+      annotations: withReport(current?.metadata.annotations ?? {}, r, this.slackMs),
       spec: current
         ? { ...current.spec, holderIdentity: r.agentID, leaseDurationSeconds: r.leaseDurationSeconds, renewTime,
           leaseTransitions: (current.spec.leaseTransitions ?? 0) + (current.spec.holderIdentity !== r.agentID ? 1 : 0) }
         : { holderIdentity: r.agentID, leaseDurationSeconds: r.leaseDurationSeconds, acquireTime: renewTime, renewTime, leaseTransitions: 0 },
     }), 3);
     if (!written) throw new HubApiError(503, 'lease is being updated concurrently; retry');
+    if (this.lastWrite.size >= MAX_TRACKED_WRITES && !last) this.lastWrite.clear(); // bounded: a forgotten entry only costs one write
+    this.lastWrite.set(key, { content, at: r.receivedAt });
+    return true;
   }
 
   private async ensureAddon(cluster: string): Promise<void> {
@@ -319,6 +347,7 @@ export class AddonManager {
 
   private async removeAddon(cluster: string): Promise<void> {
     this.downSince.delete(cluster);
+    for (const key of this.lastWrite.keys()) if (key.startsWith(`${cluster}/`)) this.lastWrite.delete(key);
     this.everSeen.delete(cluster);
     // On an OCM hub the addon is OCM's addon-manager's to delete (the cluster namespace goes with the cluster).
     const ours = this.installer ? [['Lease', ADDON_NAME]] as const : [['ManagedClusterAddOn', ADDON_NAME], ['Lease', ADDON_NAME]] as const;
@@ -375,9 +404,12 @@ export class AddonManager {
 const REPORT_ANNOTATION_PREFIX = 'agents.proxy.open-cluster-management.io/';
 const MANAGER_LEASE = 'cluster-proxy-addon-manager';
 
-function withReport(annotations: Record<string, string>, r: AgentReport): Record<string, string> {
+/** lastWrite entries at most (16 agents for each of 50,000 clusters). */
+const MAX_TRACKED_WRITES = 800_000;
+
+function withReport(annotations: Record<string, string>, r: AgentReport, slackMs: number): Record<string, string> {
   const out: Record<string, string> = {};
-  const fresh = (v: AgentReport): boolean => r.receivedAt - v.receivedAt < LEASE_GRACE_FACTOR * v.leaseDurationSeconds * 1000;
+  const fresh = (v: AgentReport): boolean => r.receivedAt - v.receivedAt < LEASE_GRACE_FACTOR * v.leaseDurationSeconds * 1000 + slackMs;
   // Keep other annotations, and other agents' reports while they are recent; at most MAX_AGENTS_PER_CLUSTER.
   const others = Object.entries(annotations).filter(([k]) => !k.startsWith(REPORT_ANNOTATION_PREFIX));
   const reports = reportsOf({ metadata: { annotations } } as Lease).filter((v) => v.agentID !== r.agentID && fresh(v)).sort((a, b) => b.receivedAt - a.receivedAt).slice(0, MAX_AGENTS_PER_CLUSTER - 1);
@@ -406,10 +438,10 @@ function latestReport(all: AgentReport[]): AgentReport | null {
 }
 
 /** Worst recent report of the cluster's agents, so one agent short of servers makes the addon Degraded. */
-function worstReport(all: AgentReport[]): AgentReport | null {
+function worstReport(all: AgentReport[], slackMs: number): AgentReport | null {
   const latest = latestReport(all);
   if (!latest) return null;
-  const recent = all.filter((r) => latest.receivedAt - r.receivedAt < LEASE_GRACE_FACTOR * r.leaseDurationSeconds * 1000);
+  const recent = all.filter((r) => latest.receivedAt - r.receivedAt < LEASE_GRACE_FACTOR * r.leaseDurationSeconds * 1000 + slackMs);
   return recent.find((r) => !r.apiserverReachable) ?? recent.find((r) => r.connectedServers < r.serverCount) ?? latest;
 }
 

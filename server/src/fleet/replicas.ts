@@ -15,6 +15,12 @@ export const REPLICA_LABEL = 'proxy.open-cluster-management.io/server-replica';
 export const REPLICA_CLUSTERS_ANNOTATION = 'proxy.open-cluster-management.io/tunnel-clusters';
 /** `GET /v1/replicas` answers from a store read at most this old. */
 const LIST_MAX_AGE_MS = 1000;
+/**
+ * Replica-list requests a second this hub asks its agents to stay under, all together: each agent asks
+ * every max(its interval, agents / this) seconds (the answer's syncIntervalSeconds). At 5,000 agents that
+ * is every 200 s instead of every 10 s; a new replica is still found by every agent within it.
+ */
+export const REPLICA_SYNC_BUDGET_PER_SECOND = 25;
 /** stop() waits this long at most for a renewal in flight. */
 const STOP_WAIT_MS = 2000;
 
@@ -88,7 +94,7 @@ export class ReplicaRegistry {
       // Agents drop tunnels to replicas missing from this list, so answer from a fresh read: a list
       // from before a replica (re)started would make them close the tunnel they just opened to it.
       if (this.now() - this.refreshedAt > LIST_MAX_AGE_MS) await this.refreshOnce().catch(() => {});
-      return { status: 200, body: { serverCount: this.count, replicas: this.serverIDs.map((serverID) => ({ serverID })) } };
+      return { status: 200, body: { serverCount: this.count, replicas: this.serverIDs.map((serverID) => ({ serverID })), syncIntervalSeconds: Math.ceil(this.agents / REPLICA_SYNC_BUDGET_PER_SECOND) } };
     }, { agentOnly: true });
   }
 
@@ -147,6 +153,8 @@ export class ReplicaRegistry {
   }
 
   private refreshedAt = 0;
+  /** Agents connected here, as of the last refresh (counting them per request would cost O(agents) each). */
+  private agents = 0;
   private refreshing: Promise<void> | null = null;
 
   /** One store read at a time, shared by the renewal loop and concurrent API requests. */
@@ -163,6 +171,7 @@ export class ReplicaRegistry {
     this.live = live;
     const elsewhere = [...tunnelsOnOtherReplicas(items, this.opts.serverID, now).keys()].sort();
     if (elsewhere.join(',') !== [...this.elsewhere].join(',')) this.elsewhere = new Set(elsewhere);
+    this.agents = this.opts.tunnelClusters?.().length ?? 0;
     this.refreshedAt = now;
   }
 }

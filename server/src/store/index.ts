@@ -6,3 +6,4 @@ export * from './embedded.js';
 // The Kubernetes store is not re-exported here (it would load @kubernetes/client-node into every hub):
 // openStore({ type: 'kubernetes' }) loads it on demand, and `@cluster-proxy/server/kubernetes-store` exports it.
 export * from './open.js';
+export * from './counting.js';

@@ -9,7 +9,6 @@
 // Figures: requests per second, p99 latency, and the hub's and agent's CPU per 1,000 requests. Fresh
 // hub + agent per round. Shown in the connect column (the hub's HTTP frontends); other paths n/a.
 import { readFileSync } from 'node:fs';
-import { writeFile } from 'node:fs/promises';
 import http from 'node:http';
 import https from 'node:https';
 import type net from 'node:net';
@@ -17,6 +16,7 @@ import path from 'node:path';
 import tls from 'node:tls';
 import { issueServerCert } from '@cluster-proxy/server';
 import { connectThrough } from '../fixtures/connect-client.js';
+import { writeAgentKubeconfig } from '../fixtures/agent-kubeconfig.js';
 import { createPki, type TestPki } from '../harness.js';
 import { startCluster, type BenchCluster } from './cluster.js';
 import { withCpu } from './cpu.js';
@@ -75,13 +75,7 @@ async function startRig(): Promise<Rig> {
     const api = await startApiserver(issueServerCert(pki.ca, { commonName: 'bench-apiserver', ipAddresses: ['127.0.0.1'] }));
     steps.push(() => api.close());
     // The agent's own credentials for its apiserver (what a service account gives it in a pod).
-    const kubeconfig = path.join(pki.dir, 'agent-apiserver.kubeconfig');
-    await writeFile(kubeconfig, JSON.stringify({
-      apiVersion: 'v1', kind: 'Config', 'current-context': 'sa',
-      clusters: [{ name: 'c', cluster: { server: `https://127.0.0.1:${api.port}`, 'certificate-authority': pki.caPath } }],
-      users: [{ name: 'sa', user: { token: 'bench-agent-token' } }],
-      contexts: [{ name: 'sa', context: { cluster: 'c', user: 'sa' } }],
-    }));
+    const kubeconfig = await writeAgentKubeconfig(path.join(pki.dir, 'agent-apiserver.kubeconfig'), { server: `https://127.0.0.1:${api.port}`, caPath: pki.caPath, token: 'bench-agent-token' });
     const cluster = await startCluster(pki, {
       label: 'gateway', transport: 'mux', hubArgs: ['--gateway-port', '0'], agentArgs: ['--gateway-kubeconfig', kubeconfig],
       onStarted: (_name, s) => void steps.push(s),

@@ -13,8 +13,9 @@ import { FULL_CONFIG, QUICK_CONFIG, SCENARIOS as MAIN_SCENARIOS, type BenchConfi
 import { BIG_WRITE } from './big-write.js';
 import { GATEWAY } from './gateway.js';
 import { STUCK_DESTINATION } from './stuck.js';
+import { FLEET } from './fleet.js';
 
-const SCENARIOS: readonly Scenario[] = [...MAIN_SCENARIOS, STUCK_DESTINATION, BIG_WRITE, GATEWAY];
+const SCENARIOS: readonly Scenario[] = [...MAIN_SCENARIOS, STUCK_DESTINATION, BIG_WRITE, GATEWAY, FLEET];
 
 const USAGE = `Usage: pnpm bench [-- flags]   (or: node test/dist/bench/main.js [flags])
 
@@ -28,11 +29,14 @@ Flags:
   --quick              short measurements, one round, small scale counts (a smoke test, ~3 min)
   --only NAME[,NAME]   run only these scenarios: ${SCENARIOS.map((s) => s.name).join(', ')}
   --cpu-prof DIR       every hub and agent writes a V8 CPU profile into DIR when it exits
+  --fleet-sizes N[,N]  the fleet scenario's numbers of clusters (default 1000,2500,5000; 100 with --quick)
   --help               show this help
 `;
 
 /** The whole run is aborted (and everything stopped) after this long. */
 const WATCHDOG_MS = { full: 25 * 60_000, quick: 6 * 60_000 };
+/** The fleet scenario's sizes take this much longer on top. */
+const FLEET_WATCHDOG_MS = { full: 25 * 60_000, quick: 4 * 60_000 };
 
 const log = (message: string): void => void process.stderr.write(`[bench] ${message}\n`);
 
@@ -41,12 +45,13 @@ interface Options {
   quick: boolean;
   scenarios: Scenario[];
   cpuProf: string | undefined;
+  fleetSizes: string | undefined;
 }
 
 function parseOptions(argv: string[]): Options | 'help' {
   const { values } = parseArgs({
     args: argv,
-    options: { json: { type: 'string' }, quick: { type: 'boolean' }, only: { type: 'string' }, 'cpu-prof': { type: 'string' }, help: { type: 'boolean' } },
+    options: { json: { type: 'string' }, quick: { type: 'boolean' }, only: { type: 'string' }, 'cpu-prof': { type: 'string' }, 'fleet-sizes': { type: 'string' }, help: { type: 'boolean' } },
     strict: true,
     allowPositionals: false,
   });
@@ -60,7 +65,7 @@ function parseOptions(argv: string[]): Options | 'help' {
     }
     scenarios = SCENARIOS.filter((s) => names.includes(s.name));
   }
-  return { json: values.json, quick: values.quick ?? false, scenarios, cpuProf: values['cpu-prof'] === undefined ? undefined : path.resolve(values['cpu-prof']) };
+  return { json: values.json, quick: values.quick ?? false, scenarios, cpuProf: values['cpu-prof'] === undefined ? undefined : path.resolve(values['cpu-prof']), fleetSizes: values['fleet-sizes'] };
 }
 
 /** Runs one scenario on every available path it applies to, its rounds alternating the path order. */
@@ -136,14 +141,14 @@ async function main(): Promise<number> {
     return 0;
   }
   const mode = options.quick ? 'quick' : 'full';
-  const cfg = options.quick ? QUICK_CONFIG : FULL_CONFIG;
+  const cfg = { ...(options.quick ? QUICK_CONFIG : FULL_CONFIG), ...(options.fleetSizes !== undefined ? { fleetSizes: options.fleetSizes } : {}) };
   const machine = machineFacts(
     `${mode}: ${cfg.rounds} round(s) (rtt20 ${cfg.rtt20Rounds}, hol ${cfg.holRounds}, scale 1), throughput ~${cfg.throughputSeconds} s, rtt ${cfg.rttSeconds} s, `
     + `dial ${cfg.dialSeconds} s x${cfg.dialConcurrency}, hol ${2 * cfg.holStalled + 1} x ~${cfg.holSeconds} s, `
     + `scale ${cfg.scaleConnections} connections (ssh -R ${cfg.scaleSshConnections}) / ${cfg.scaleAgents} agents, `
     + `stuck up to ${cfg.stuckConnections} connections x ${cfg.stuckSeconds} s, big write ${cfg.bigWriteBytes / 2 ** 20} MiB`,
   );
-  const run = startBenchRun(log, WATCHDOG_MS[mode]);
+  const run = startBenchRun(log, WATCHDOG_MS[mode] + (options.scenarios.includes(FLEET) ? FLEET_WATCHDOG_MS[mode] : 0));
   const { cleanup, stopping } = run;
 
   const began = performance.now();

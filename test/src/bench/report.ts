@@ -1,6 +1,7 @@
 // Turning results into the printed table and the --json document, and checking the goals of docs/goals.md.
 import { GOAL_PATHS, OUR_PATHS, PATH_LABELS, PATH_NAMES, type PathName } from './paths.js';
 import { STUCK_GOAL_COUNT, stuckMetric } from './stuck.js';
+import { FLEET_BASE_N, FLEET_GOAL_N, fleetMetric } from './fleet.js';
 import { CLOCK_TICKS, CPU_UNIT } from './cpu.js';
 
 export interface ResultRow {
@@ -121,6 +122,9 @@ interface GoalSpec {
 
 const STUCK_AT = (figure: Parameters<typeof stuckMetric>[1]): string => stuckMetric(STUCK_GOAL_COUNT, figure);
 
+const FLEET_AT = (figure: Parameters<typeof fleetMetric>[1]): string => fleetMetric(FLEET_GOAL_N, figure);
+const FLEET_GOAL_PATHS: readonly PathName[] = ['tunnel'];
+
 const GOALS: readonly GoalSpec[] = [
   { goal: 'one-connection throughput, up', scenario: 'throughput-up', metric: 'throughput', compare: 'ssh', op: '>=', bound: 1, unit: 'x' },
   { goal: 'one-connection throughput, down', scenario: 'throughput-down', metric: 'throughput', compare: 'ssh', op: '>=', bound: 1, unit: 'x' },
@@ -156,6 +160,14 @@ const GOALS: readonly GoalSpec[] = [
   { goal: `${STUCK_GOAL_COUNT} stuck connections: hub RSS after - before`, scenario: 'stuck-destination', metric: STUCK_AT('hub after'), minus: STUCK_AT('hub before'), compare: 'value', op: '<=', bound: 20, unit: 'MiB' },
   { goal: `${STUCK_GOAL_COUNT} stuck connections: agent RSS after - before`, scenario: 'stuck-destination', metric: STUCK_AT('agent after'), minus: STUCK_AT('agent before'), compare: 'value', op: '<=', bound: 20, unit: 'MiB' },
   { goal: `${STUCK_GOAL_COUNT} stuck connections: tables empty after`, scenario: 'stuck-destination', metric: STUCK_AT('left'), compare: 'value', op: '<=', bound: 0, unit: 'count' },
+  // Fleet size (the fleet scenario: one hub replica, embedded store, N simulated clusters).
+  { goal: `${FLEET_GOAL_N} clusters: hub RSS`, scenario: 'fleet', metric: FLEET_AT('hub RSS'), compare: 'value', op: '<=', bound: 1024, unit: 'MiB', paths: FLEET_GOAL_PATHS },
+  { goal: `${FLEET_GOAL_N} clusters: idle hub CPU (% of one core)`, scenario: 'fleet', metric: FLEET_AT('hub CPU idle'), compare: 'value', op: '<=', bound: 10, unit: '%', paths: FLEET_GOAL_PATHS },
+  { goal: `${FLEET_GOAL_N} clusters: store requests per minute (N/10)`, scenario: 'fleet', metric: FLEET_AT('store req/min'), compare: 'value', op: '<=', bound: FLEET_GOAL_N / 10, unit: 'count', paths: FLEET_GOAL_PATHS },
+  { goal: `${FLEET_GOAL_N} clusters: all back after a hub restart (s)`, scenario: 'fleet', metric: FLEET_AT('restart: all back'), compare: 'value', op: '<=', bound: 60, unit: 's', paths: FLEET_GOAL_PATHS },
+  { goal: `${FLEET_GOAL_N} clusters: reconnects in any one second`, scenario: 'fleet', metric: FLEET_AT('restart: max in 1 s'), compare: 'value', op: '<=', bound: 10, unit: '%', paths: FLEET_GOAL_PATHS },
+  { goal: `${FLEET_GOAL_N} clusters: killed agent unavailable (s)`, scenario: 'fleet', metric: FLEET_AT('killed → unavailable'), compare: 'value', op: '<=', bound: 30, unit: 's', paths: FLEET_GOAL_PATHS },
+  { goal: `${FLEET_GOAL_N} clusters: dial p99 vs 10 clusters`, scenario: 'fleet', metric: FLEET_AT('dial p99 / N=10'), compare: 'value', op: '<=', bound: 1.5, unit: 'x', paths: FLEET_GOAL_PATHS },
   { goal: 'big write: sha256 intact, other connection undisturbed', scenario: 'big-write', metric: 'faults', compare: 'value', op: '<=', bound: 0, unit: 'count', paths: ['tunnel', 'tunnel-grpc'] },
 ];
 
@@ -195,7 +207,7 @@ function formatGoals(goals: readonly GoalCheck[]): string {
       const c = g.paths[p];
       if (!c) return '-';
       if (c.value === null || c.met === null) return 'n/a';
-      const unit = /(%|KiB|MiB|count)$/.exec(g.target)?.[1] ?? '';
+      const unit = /(%|KiB|MiB|count|s|x)$/.exec(g.target)?.[1] ?? '';
       const shown = /x (ssh|tunnel)/.test(g.target) ? `${c.value.toFixed(2)}x` : unit === 'count' ? c.value.toFixed(0) : `${c.value.toFixed(1)} ${unit}`;
       return `${shown} ${c.met ? 'met' : 'NOT met'}`;
     }),
@@ -218,6 +230,7 @@ export function formatReport(report: BenchReport): string {
   if (report.results.some((r) => r.scenario.startsWith('hol-'))) out.push('hol-*: bulk throughput next to a stalled connection on the same path, in % of the same transfer alone.');
   if (report.results.some((r) => r.scenario === 'stuck-destination')) out.push('stuck-destination: N connections whose destination never reads, fresh hub + agent per N; peak = highest VmRSS sampled every 100 ms, before/after = after a full GC (after: 10 s after the clients left); bulk kept = a healthy upload beside them in % of alone; accepted = bytes their writers handed over in all; lost = processes died + tunnels lost + stuck connections not opened or closed by the path; left = connections the hub\'s or the agent\'s table still lists after (the most in any one).');
   if (report.results.some((r) => r.scenario === 'big-write')) out.push('big-write: one write() of a single Buffer through the SDK; echo p50/p99 = 64-byte round trips on another connection of the same Tunnel meanwhile; faults = sha256 or byte count wrong, or the echo connection closed or stuck.');
+  if (report.results.some((r) => r.scenario === 'fleet')) out.push(`fleet: N simulated clusters on one hub (embedded store), figures in the tunnel column; hub CPU idle = % of one core over the steady window; store req/min = the hub's store requests then; restart: all back = from the new hub's readiness to the last agent's return, max in 1 s = the largest share of the agents that came back within one second; dial p99 / N=10 = against a fleet of ${FLEET_BASE_N}.`);
   if (report.results.some((r) => r.scenario === 'scale-conns')) out.push('scale-conns: hub = the hub (sshd session processes for ssh -R), agent = the agent (the ssh client for ssh -R).');
   if (report.goals.length > 0) {
     out.push('');

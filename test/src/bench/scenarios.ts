@@ -64,6 +64,11 @@ export interface BenchConfig {
   stuckAfterMs: number;
   /** big-write: the size of the single write(). */
   bigWriteBytes: number;
+  /** fleet: the numbers of simulated clusters, comma-separated (one fresh hub each). */
+  fleetSizes: string;
+  /** fleet: wait after every agent connected (first leases, first status writes), then watch the idle fleet this long. */
+  fleetSettleSeconds: number;
+  fleetSteadySeconds: number;
 }
 
 export const FULL_CONFIG: BenchConfig = {
@@ -97,6 +102,10 @@ export const FULL_CONFIG: BenchConfig = {
   stuckBulkSeconds: 2,
   stuckAfterMs: 10_000,
   bigWriteBytes: GiB,
+  fleetSizes: '1000,2500,5000',
+  fleetSettleSeconds: 20,
+  // At least one lease period (60 s), so every agent renews within the window.
+  fleetSteadySeconds: 60,
 };
 
 export const QUICK_CONFIG: BenchConfig = {
@@ -130,6 +139,9 @@ export const QUICK_CONFIG: BenchConfig = {
   stuckBulkSeconds: 0.5,
   stuckAfterMs: 10_000,
   bigWriteBytes: 128 * MiB,
+  fleetSizes: '100',
+  fleetSettleSeconds: 5,
+  fleetSteadySeconds: 20,
 };
 
 export interface MetricSpec {
