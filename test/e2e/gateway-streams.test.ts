@@ -11,7 +11,7 @@ import tls from 'node:tls';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import WebSocket from 'ws';
 import { issueClientCert, issueServerCert, writePemPair } from '@cluster-proxy/server';
-import { killAllSpawned, startRecordingApiserver, waitFor, type RecordedRequest, type RecordingApiserver, type RunResult } from '../src/fixtures/index.js';
+import { killAllSpawned, startRecordingApiserver, waitFor, writeAgentKubeconfig, type RecordedRequest, type RecordingApiserver, type RunResult } from '../src/fixtures/index.js';
 import { createPki, expectTablesEmpty, startAgent, startHub, type AgentProcess, type HubProcess, type TestPki } from '../src/harness.js';
 import { kubectlBinary, kubectlUnsupported } from './kubectl-binary.js';
 
@@ -26,23 +26,12 @@ let agentKubeconfig: string;
 let userCert: { cert: Buffer; key: Buffer; certPath: string; keyPath: string };
 const skipKubectl = kubectlUnsupported();
 
-async function writeAgentKubeconfig(): Promise<string> {
-  const file = path.join(tmp, 'agent.kubeconfig');
-  await writeFile(file, JSON.stringify({
-    apiVersion: 'v1', kind: 'Config', 'current-context': 'sa',
-    clusters: [{ name: 'c', cluster: { server: `https://${api.address}`, 'certificate-authority': pki.caPath } }],
-    users: [{ name: 'sa', user: { token: SA_TOKEN } }],
-    contexts: [{ name: 'sa', context: { cluster: 'c', user: 'sa' } }],
-  }));
-  return file;
-}
-
 beforeAll(async () => {
   pki = await createPki();
   tmp = await mkdtemp(path.join(os.tmpdir(), 'cp-gateway-streams-'));
   api = await startRecordingApiserver(issueServerCert(pki.ca, { commonName: 'cluster1-apiserver', ipAddresses: ['127.0.0.1'] }));
   hub = await startHub(pki, ['--gateway-port', '0']);
-  agentKubeconfig = await writeAgentKubeconfig();
+  agentKubeconfig = await writeAgentKubeconfig(path.join(tmp, 'agent.kubeconfig'), { server: `https://${api.address}`, caPath: pki.caPath, token: SA_TOKEN });
   agent = await startAgent(pki, hub, { cluster: 'cluster1', apiserver: api.address, args: ['--gateway-kubeconfig', agentKubeconfig] });
   const u = issueClientCert(pki.ca, { commonName: 'alice', organization: ['team-a'] });
   userCert = { cert: Buffer.from(u.certPem), key: Buffer.from(u.keyPem), ...(await writePemPair(tmp, 'alice', u)) };

@@ -260,6 +260,26 @@ describe('HTTP gateway', () => {
     expect(r.body.equals(body)).toBe(true);
   }, 30_000);
 
+  it('requests reuse a kept-alive tunneled connection to the agent: one dial for a burst, each request its own identity; idle ones close', async () => {
+    const dials = async (): Promise<number> => Number(/konnectivity_network_proxy_server_dial_duration_seconds_count (\d+)/.exec((await getStatus(hub.ports.admin, '/metrics')).body)?.[1] ?? NaN);
+    await expectTablesEmpty(hub, [agent]);
+    const before = await dials();
+    const users: string[] = [];
+    for (let i = 0; i < 5; i++) {
+      const r = await gw(`/cluster1/version?n=${i}`, { cert: true });
+      expect(r.status).toBe(200);
+      users.push(lastRequest().headers['impersonate-user']?.[0] ?? '');
+    }
+    expect(await dials()).toBe(before + 1);
+    // Another caller does not get alice's connection.
+    await gw('/cluster1/version', { token });
+    expect(lastRequest().headers['impersonate-user']).toEqual(['cluster-proxy:token:bob']);
+    expect(await dials()).toBe(before + 2);
+    expect(users).toEqual(Array(5).fill('alice'));
+    // Idle connections close after a few seconds: the tables drain.
+    await expectTablesEmpty(hub, [agent]);
+  });
+
   it('one audit line per request and the metrics by cluster and code', async () => {
     await gw('/cluster1/version', { cert: true });
     const line = await hub.proc.waitForJsonLine((o) => o['msg'] === 'gateway request' && o['user'] === 'alice' && o['status'] === 200 && o['path'] === '/cluster1/version', 5000);

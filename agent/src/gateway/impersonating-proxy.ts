@@ -51,7 +51,7 @@ function socketLike(d: Duplex): Duplex {
 export class ImpersonatingProxy {
   private readonly server: http.Server;
   /** Keep-alive connections to the apiserver, shared by every request; destroyed by close(). */
-  private readonly apiAgent = new https.Agent({ keepAlive: true, maxFreeSockets: 4 });
+  private readonly apiAgent = new https.Agent({ keepAlive: true, maxFreeSockets: 64, scheduling: "lifo" });
   private trusted: { bundle: Buffer; certs: X509Certificate[] } | null = null;
   private kubeConfig: Promise<KubeRestConfig> | null = null;
   private readonly log: Logger;

@@ -8,6 +8,7 @@ import { pipeline, type Duplex } from 'node:stream';
 import tls from 'node:tls';
 import { GATEWAY_HOST, IDENTITY_HEADER, IDENTITY_SIGNER_HEADER, appendForwardedFor, endToEndHeaders, isImpersonationHeader, requestLine, signIdentity, type DialFailureReason } from '@cluster-proxy/proto';
 import type { ProxyCore } from '../dataplane/proxy-core.js';
+import type { GatewayPool } from './agent-pool.js';
 import type { GatewayCaller } from './auth.js';
 import type { ServiceTarget } from './paths.js';
 import { GatewayDialError, TunnelSocket } from './tunnel-socket.js';
@@ -38,6 +39,8 @@ export interface ForwardContext {
   signing: () => { cert: Buffer; key: Buffer };
   /** A one-line error answer (used while nothing was sent yet). */
   refuse: (res: http.ServerResponse, status: number, message: string) => void;
+  /** Keep-alive connections to the agents' reserved destination (agent-pool.ts). */
+  pool: GatewayPool;
 }
 
 /** Caller headers the gateway never passes on: its credentials and our own hand-off headers. */
@@ -81,8 +84,9 @@ export function forward(ctx: ForwardContext, caller: GatewayCaller, cluster: str
     const host = service ? serviceHost(service.target) : GATEWAY_HOST;
     headers['host'] = service ? `${host}:${service.target.port}` : host;
     if (!service) Object.assign(headers, identityHeaders(ctx, caller, cluster, path, req));
-    // One request per tunneled connection: it ends with the response, nothing idles in the tables.
-    headers['connection'] = 'close';
+    // A Service gets one connection per request (nothing of it idles in the tables); the agent's
+    // reserved destination is reached through the keep-alive pool.
+    if (service) headers['connection'] = 'close';
     // A chunked body stays chunked (no length to give); node's client frames it.
     if (req.headers['transfer-encoding']) headers['transfer-encoding'] = 'chunked';
 
@@ -90,15 +94,16 @@ export function forward(ctx: ForwardContext, caller: GatewayCaller, cluster: str
       method: req.method,
       path,
       headers,
-      createConnection: ((_opts: unknown, oncreate: (err: Error | null, socket?: Duplex) => void) => {
-        const address = service ? `${host}:${service.target.port}` : undefined;
-        new TunnelSocket(ctx.core, cluster, caller.name, (err, socket) => {
-          if (err) oncreate(err);
-          else if (service?.target.protocol === 'https') startServiceTls(socket, host, service.ca, oncreate);
-          else oncreate(null, socket);
-        }, address);
-        return undefined; // the socket comes through oncreate, once the agent accepted the dial
-      }) as unknown as http.RequestOptions['createConnection'],
+      ...(service ? {
+        createConnection: ((_opts: unknown, oncreate: (err: Error | null, socket?: Duplex) => void) => {
+          new TunnelSocket(ctx.core, cluster, caller.name, (err, socket) => {
+            if (err) oncreate(err);
+            else if (service.target.protocol === 'https') startServiceTls(socket, host, service.ca, oncreate);
+            else oncreate(null, socket);
+          }, `${host}:${service.target.port}`);
+          return undefined; // the socket comes through oncreate, once the agent accepted the dial
+        }) as unknown as http.RequestOptions['createConnection'],
+      } : { agent: ctx.pool.agentFor(cluster, caller.name) }),
     });
 
     upstream.on('response', (up) => {

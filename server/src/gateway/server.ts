@@ -16,6 +16,7 @@ import type { ProxyCore } from '../dataplane/proxy-core.js';
 import { closeServer, listen, peerOf } from '../dataplane/connect/sockets.js';
 import { oneLine, printable } from '../dataplane/connect/responses.js';
 import type { TokenStore } from '../fleet/tokens.js';
+import { GatewayPool } from './agent-pool.js';
 import { authenticate, certificateSource, hubTokenSource, isFailure, type AuthSource, type GatewayCaller } from './auth.js';
 import { scopeAuthorizer, type GatewayAuthorizer } from './authorization.js';
 import { forward } from './forward.js';
@@ -78,6 +79,7 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
   const log = opts.log.child({ component: 'gateway' });
   const metrics = opts.core.metrics;
   const sources = opts.authSources ?? [hubTokenSource(opts.tokens), certificateSource()];
+  const pool = new GatewayPool(opts.core);
   const authorizer = opts.authorizer ?? scopeAuthorizer();
   let material = { cert: opts.tls.cert, key: opts.tls.key };
   let inFlight = 0;
@@ -153,7 +155,7 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
       const service = target.service ? { target: target.service, ...(allowed?.ca ? { ca: allowed.ca } : {}) } : undefined;
       if (ex.kind === 'upgrade' && service) return fail(501, 'upgrades (WebSocket, SPDY) through the proxy-service form are not supported yet', 'upgrade_to_service');
       const r = ex.kind === 'request'
-        ? await forward({ core: opts.core, signing: () => material, refuse: (rs, status, message) => refuse(rs, status, message) }, caller, target.cluster, target.path, req, ex.res, service)
+        ? await forward({ core: opts.core, signing: () => material, refuse: (rs, status, message) => refuse(rs, status, message), pool }, caller, target.cluster, target.path, req, ex.res, service)
         : await forwardUpgrade({
           core: opts.core, signing: () => material, refuse: (s, status, message) => rawRefusal(s, status, message),
           opened: (session) => {
@@ -217,9 +219,11 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
       stopped ??= (async () => {
         const closed = closeServer(server);
         server.closeIdleConnections();
+        pool.closeIdle();
         const deadline = Date.now() + graceMs;
         while (inFlight > 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, Math.min(50, deadline - Date.now())));
         server.closeAllConnections();
+        pool.close();
         // Upgraded sockets are no longer node's connections: closed here, each session still audited.
         for (const s of sessions) s.close('the gateway is shutting down');
         for (const s of upgrades) s.destroy();

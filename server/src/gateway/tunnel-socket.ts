@@ -53,6 +53,7 @@ export class TunnelSocket extends Duplex {
           process.nextTick(callback, new Error('gateway request closed'));
           return false;
         }
+        if (this.idleTimer) this.touch();
         if (this.push(chunk)) {
           process.nextTick(callback);
           return true;
@@ -85,8 +86,38 @@ export class TunnelSocket extends Duplex {
   setKeepAlive(): this {
     return this;
   }
-  setTimeout(): this {
+  ref(): this {
     return this;
+  }
+  unref(): this {
+    return this;
+  }
+
+  /**
+   * An idle timeout as net.Socket has one: 'timeout' after `ms` without bytes either way (0: none).
+   * The gateway's keep-alive pool (agent-pool.ts) closes connections that idle in it this way.
+   */
+  setTimeout(ms: number, onTimeout?: () => void): this {
+    if (onTimeout) this.once('timeout', onTimeout);
+    this.idleMs = ms;
+    this.touch();
+    return this;
+  }
+
+  private idleMs = 0;
+  private idleTimer: NodeJS.Timeout | null = null;
+
+  /** Bytes moved: the idle clock starts again. */
+  private touch(): void {
+    if (this.idleTimer) clearTimeout(this.idleTimer);
+    this.idleTimer = null;
+    if (this.idleMs > 0 && !this.destroyed) {
+      this.idleTimer = setTimeout(() => {
+        this.idleTimer = null;
+        this.emit('timeout');
+      }, this.idleMs);
+      this.idleTimer.unref();
+    }
   }
 
   // ------------------------------------------------------------ the core's calls (through `leg`)
@@ -148,6 +179,7 @@ export class TunnelSocket extends Duplex {
       return;
     }
     this.conn.write(chunk);
+    if (this.idleTimer) this.touch();
     if (this.corePaused) this.writeDone = () => callback();
     else callback();
   }
@@ -159,6 +191,8 @@ export class TunnelSocket extends Duplex {
 
   override _destroy(err: Error | null, callback: (err?: Error | null) => void): void {
     this.state = 'destroyed';
+    if (this.idleTimer) clearTimeout(this.idleTimer);
+    this.idleTimer = null;
     const conn = this.conn;
     this.conn = null;
     conn?.close();

@@ -4,8 +4,8 @@
 //   CONNECT  - through the hub's CONNECT frontend, TLS to the apiserver inside (kubectl's proxy-url): one
 //              tunnel per client connection, many requests on it
 //   gateway  - https://HUB/bench/version with a client certificate: the hub authenticates each request,
-//              signs the identity, dials the agent's reserved destination (one tunneled connection per
-//              request), the agent calls the apiserver impersonating the caller
+//              signs the identity, sends it over a kept-alive tunneled connection to the agent's reserved
+//              destination, the agent calls the apiserver impersonating the caller
 // Figures: requests per second, p99 latency, and the hub's and agent's CPU per 1,000 requests. Fresh
 // hub + agent per round. Shown in the connect column (the hub's HTTP frontends); other paths n/a.
 import { readFileSync } from 'node:fs';
@@ -191,7 +191,7 @@ class GatewayRun implements PathRun {
   }
 
   notes(): string[] {
-    return [`${CONCURRENCY} requests in flight on keep-alive connections; the gateway opens one tunneled connection per request (no pool between hub and agent)`, ...this.notesList];
+    return [`${CONCURRENCY} requests in flight on keep-alive connections (the gateway keeps its tunneled connections to the agent alive too)`, ...this.notesList];
   }
 }
 
