@@ -6,15 +6,19 @@
 //   gateway  - https://HUB/bench/version with a client certificate: the hub authenticates each request,
 //              signs the identity, sends it over a kept-alive tunneled connection to the agent's reserved
 //              destination, the agent calls the apiserver impersonating the caller
-// Figures: requests per second, p99 latency, and the hub's and agent's CPU per 1,000 requests. Fresh
-// hub + agent per round. Shown in the connect column (the hub's HTTP frontends); other paths n/a.
+// Figures: requests per second, p99 latency, and the hub's and agent's CPU per 1,000 requests; then
+// `kubectl exec`'s stream the same three ways: EXEC_BYTES through stdin, echoed back on stdout over
+// WebSocket (v5.channel.k8s.io), MB/s of the round trip. Fresh hub + agent per round. Shown in the
+// connect column (the hub's HTTP frontends); other paths n/a.
 import { readFileSync } from 'node:fs';
 import http from 'node:http';
 import https from 'node:https';
 import type net from 'node:net';
+import type { Duplex } from 'node:stream';
 import path from 'node:path';
 import tls from 'node:tls';
 import { issueServerCert } from '@cluster-proxy/server';
+import WebSocket, { WebSocketServer } from 'ws';
 import { connectThrough } from '../fixtures/connect-client.js';
 import { writeAgentKubeconfig } from '../fixtures/agent-kubeconfig.js';
 import { createPki, type TestPki } from '../harness.js';
@@ -22,8 +26,8 @@ import { startCluster, type BenchCluster } from './cluster.js';
 import { withCpu } from './cpu.js';
 import { errorMessage } from './io.js';
 import type { Dialer } from './paths.js';
-import type { BenchConfig, MetricSpec, PathRun, Scenario } from './scenarios.js';
-import { Samples } from './stats.js';
+import { withTimeout, type BenchConfig, type MetricSpec, type PathRun, type Scenario } from './scenarios.js';
+import { mbPerSecond, Samples } from './stats.js';
 
 const MODES = ['direct', 'CONNECT', 'gateway'] as const;
 type Mode = (typeof MODES)[number];
@@ -35,11 +39,21 @@ const METRICS: readonly MetricSpec[] = [
   ...MODES.map((m) => ({ metric: `GET/s ${m}`, unit: 'req/s', better: 'higher' as const })),
   ...MODES.map((m) => ({ metric: `GET p99 ${m}`, unit: 'ms', better: 'lower' as const })),
   ...(['CONNECT', 'gateway'] as const).map((m) => ({ metric: `hub+agent CPU ${m}`, unit: 'ms/1k GETs', better: 'lower' as const })),
+  ...MODES.map((m) => ({ metric: `exec echo ${m}`, unit: 'MB/s', better: 'higher' as const })),
 ];
+const EXEC_METRIC = 2 * MODES.length + 2;
+/** Bytes sent through exec's stdin (and read back from stdout) per measurement. */
+const EXEC_BYTES = 64 * 1024 * 1024;
+const EXEC_CHUNK = 64 * 1024;
+/** Bytes the client lets wait in its WebSocket before it waits for them to go. */
+const EXEC_IN_FLIGHT = 4 * 1024 * 1024;
 
 const log = (message: string): void => void process.stderr.write(`[bench] ${message}\n`);
 
-/** A small HTTPS "apiserver": GET /version, as kube-apiserver answers it. */
+/**
+ * A small HTTPS "apiserver": GET /version as kube-apiserver answers it, and a pod's exec over WebSocket
+ * (v5.channel.k8s.io) that echoes stdin (channel 0) back on stdout (channel 1), like `cat`.
+ */
 async function startApiserver(pair: { certPem: string; keyPem: string }): Promise<{ port: number; close(): Promise<void> }> {
   const body = JSON.stringify({ major: '1', minor: '33', gitVersion: 'v1.33.0-bench', gitCommit: '0'.repeat(40), platform: 'linux/amd64' });
   const server = https.createServer({ cert: pair.certPem, key: pair.keyPem, keepAliveTimeout: 60_000 }, (req, res) => {
@@ -47,10 +61,33 @@ async function startApiserver(pair: { certPem: string; keyPem: string }): Promis
     res.writeHead(200, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) });
     res.end(body);
   });
+  const wss = new WebSocketServer({ noServer: true, handleProtocols: (offered) => (offered.has('v5.channel.k8s.io') ? 'v5.channel.k8s.io' : false) });
+  server.on('upgrade', (req: http.IncomingMessage, socket: Duplex, head: Buffer) => {
+    socket.on('error', () => socket.destroy());
+    wss.handleUpgrade(req, socket, head, (ws) => {
+      ws.on('message', (data: Buffer) => {
+        if (data[0] !== 0) return;
+        data[0] = 1; // stdin → stdout, same bytes
+        ws.send(data);
+        // The echo's own backpressure: stop reading while the answer waits.
+        if (ws.bufferedAmount > EXEC_IN_FLIGHT) {
+          (ws as unknown as { _socket: Duplex })._socket.pause();
+          const resume = (): void => {
+            if (ws.bufferedAmount > EXEC_IN_FLIGHT / 2) return void setTimeout(resume, 1);
+            (ws as unknown as { _socket: Duplex })._socket.resume();
+          };
+          setTimeout(resume, 1);
+        }
+      });
+      ws.on('error', () => ws.terminate());
+    });
+  });
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
   return {
     port: (server.address() as net.AddressInfo).port,
     close: () => new Promise<void>((resolve) => {
+      for (const c of wss.clients) c.terminate();
+      wss.close();
       server.closeAllConnections();
       server.close(() => resolve());
     }),
@@ -143,6 +180,42 @@ async function load(agent: https.Agent, target: { host: string; port: number; pa
   return { count: latencies.count, seconds: (performance.now() - began) / 1000, latencies };
 }
 
+/** EXEC_BYTES through an exec session's stdin and back from its stdout; seconds. */
+async function execEcho(agent: https.Agent, target: { host: string; port: number; path: string }): Promise<number> {
+  const base = target.path.replace(/\/version$/, '');
+  const url = `wss://${target.host}:${target.port}${base}/api/v1/namespaces/default/pods/bench/exec?command=cat&stdin=true&stdout=true`;
+  // ws hands these to https.request: the TLS name to verify, as for the GETs.
+  const options: WebSocket.ClientOptions & { servername: string } = { agent, servername: target.path === '/bench/version' ? 'localhost' : '127.0.0.1' };
+  const ws = new WebSocket(url, ['v5.channel.k8s.io'], options);
+  try {
+    await new Promise<void>((resolve, reject) => {
+      ws.once('open', () => resolve());
+      ws.once('error', reject);
+      ws.once('unexpected-response', (_req, res) => reject(new Error(`exec: HTTP ${res.statusCode}`)));
+    });
+    const began = performance.now();
+    let received = 0;
+    const done = new Promise<void>((resolve, reject) => {
+      ws.on('message', (data: Buffer) => {
+        if (data[0] === 1) received += data.length - 1;
+        if (received >= EXEC_BYTES) resolve();
+      });
+      ws.once('close', () => reject(new Error(`exec: closed after ${received} of ${EXEC_BYTES} bytes`)));
+      ws.once('error', reject);
+    });
+    const chunk = Buffer.alloc(EXEC_CHUNK + 1, 0x61);
+    chunk[0] = 0; // stdin
+    for (let sent = 0; sent < EXEC_BYTES; sent += EXEC_CHUNK) {
+      ws.send(chunk);
+      while (ws.bufferedAmount > EXEC_IN_FLIGHT) await new Promise((r) => setTimeout(r, 1));
+    }
+    await withTimeout(done, 120_000, 'exec echo');
+    return (performance.now() - began) / 1000;
+  } finally {
+    ws.terminate();
+  }
+}
+
 class GatewayRun implements PathRun {
   private readonly rounds: number[][] = METRICS.map(() => []);
   private readonly notesList: string[] = [];
@@ -168,7 +241,9 @@ class GatewayRun implements PathRun {
             const cpuMs = (((cpu.seconds.hub ?? 0) + (cpu.seconds.agent ?? 0)) * 1000 * 1000) / result.count;
             this.rounds[2 * MODES.length + (mode === 'CONNECT' ? 0 : 1)]!.push(cpuMs);
           }
-          summary.push(`${mode} ${rate.toFixed(0)}/s p99 ${p99.toFixed(1)} ms`);
+          const execSeconds = await execEcho(agent, target);
+          this.rounds[EXEC_METRIC + MODES.indexOf(mode)]!.push(mbPerSecond(2 * EXEC_BYTES, execSeconds));
+          summary.push(`${mode} ${rate.toFixed(0)}/s p99 ${p99.toFixed(1)} ms, exec ${mbPerSecond(2 * EXEC_BYTES, execSeconds).toFixed(0)} MB/s`);
         } catch (err) {
           this.notesList.push(`${mode}: ${errorMessage(err)}`);
           log(`gateway: ${mode} failed: ${errorMessage(err)}`);
@@ -198,7 +273,7 @@ class GatewayRun implements PathRun {
 export const GATEWAY: Scenario = {
   name: 'gateway',
   network: 'lan',
-  description: `GET /version per second, ${CONCURRENCY} at a time, to an HTTPS apiserver: directly, through CONNECT (kubectl proxy-url), and through the HTTP gateway (authenticated, impersonated)`,
+  description: `GET /version per second, ${CONCURRENCY} at a time, and an exec session echoing ${EXEC_BYTES / 1024 / 1024} MiB, to an HTTPS apiserver: directly, through CONNECT (kubectl proxy-url), and through the HTTP gateway (authenticated, impersonated)`,
   metrics: METRICS,
   appliesTo: { paths: ['connect'], otherwise: 'an HTTP scenario of the hub\'s own frontends: all three ways are in the connect column' },
   forPath: (_dialer: Dialer, cfg: BenchConfig) => new GatewayRun(cfg),
