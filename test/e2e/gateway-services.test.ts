@@ -10,6 +10,7 @@ import type { AddressInfo } from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import WebSocket, { WebSocketServer } from 'ws';
 import { createCA, issueServerCert } from '@cluster-proxy/server';
 import { killAllSpawned, runCommand, writeAgentKubeconfig, startRecordingApiserver, waitFor, type RecordingApiserver } from '../src/fixtures/index.js';
 import { CLI, createPki, expectTablesEmpty, startAgent, startHub, type AgentProcess, type HubProcess, type TestPki } from '../src/harness.js';
@@ -48,6 +49,15 @@ async function startService(name: string, tlsPair?: { certPem: string; keyPem: s
     });
   };
   const server = tlsPair ? https.createServer({ cert: tlsPair.certPem, key: tlsPair.keyPem }, handler) : http.createServer(handler);
+  // A WebSocket endpoint too (a dashboard's live feed, say): it echoes each message back.
+  const wss = new WebSocketServer({ server });
+  wss.on('connection', (ws, req) => {
+    seen.push({ method: req.method ?? '', url: req.url ?? '', headers: req.headers, body: '' });
+    ws.on('message', (m: Buffer) => ws.send(`${name} echo ${m.toString()}`));
+  });
+  server.on('close', () => {
+    for (const c of wss.clients) c.terminate();
+  });
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
   return { port: (server.address() as AddressInfo).port, seen, server };
 }
@@ -170,6 +180,33 @@ describe.skipIf(unavailable !== null)('HTTP gateway: the proxy-service form', ()
     expect(r.body).toMatch(why);
     expect(r.body.split('\n')).toHaveLength(2);
     expect(plain.seen.length + secure.seen.length).toBe(before);
+  });
+
+  it('a WebSocket to an allowlisted Service is spliced through, without the caller\'s credentials', async () => {
+    const ws = new WebSocket(`wss://127.0.0.1:${gatewayPort}${svcPath(`http:hello:${plain.port}`, '/feed?x=1')}`, { ca: pki.ca.certPem, servername: 'localhost', headers: { authorization: `Bearer ${token}` } } as WebSocket.ClientOptions);
+    try {
+      await new Promise<void>((resolve, reject) => {
+        ws.once('open', () => resolve());
+        ws.once('error', reject);
+      });
+      const echoed = new Promise<string>((resolve) => ws.once('message', (m: Buffer) => resolve(m.toString())));
+      ws.send('ping');
+      expect(await echoed).toBe('hello echo ping');
+      const seen = plain.seen.at(-1)!;
+      expect(seen.url).toBe('/feed?x=1');
+      expect(seen.headers['authorization']).toBeUndefined();
+      expect(seen.headers['host']).toBe(`hello.demo.svc:${plain.port}`);
+    } finally {
+      ws.terminate();
+    }
+    // Not on the list: refused before any upgrade.
+    const refused = new WebSocket(`wss://127.0.0.1:${gatewayPort}${svcPath(`http:other:${plain.port}`, '/feed')}`, { ca: pki.ca.certPem, servername: 'localhost', headers: { authorization: `Bearer ${token}` } } as WebSocket.ClientOptions);
+    const status = await new Promise<number>((resolve) => {
+      refused.once('unexpected-response', (_req, res) => resolve(res.statusCode ?? 0));
+      refused.once('error', () => resolve(-1));
+    });
+    refused.terminate();
+    expect(status).toBe(403);
   });
 
   it('on the hub\'s list but not the agent\'s --allow: 403 from the cluster side, named', async () => {

@@ -94,16 +94,7 @@ export function forward(ctx: ForwardContext, caller: GatewayCaller, cluster: str
       method: req.method,
       path,
       headers,
-      ...(service ? {
-        createConnection: ((_opts: unknown, oncreate: (err: Error | null, socket?: Duplex) => void) => {
-          new TunnelSocket(ctx.core, cluster, caller.name, (err, socket) => {
-            if (err) oncreate(err);
-            else if (service.target.protocol === 'https') startServiceTls(socket, host, service.ca, oncreate);
-            else oncreate(null, socket);
-          }, `${host}:${service.target.port}`);
-          return undefined; // the socket comes through oncreate, once the agent accepted the dial
-        }) as unknown as http.RequestOptions['createConnection'],
-      } : { agent: ctx.pool.agentFor(cluster, caller.name) }),
+      ...(service ? { createConnection: serviceConnection(ctx.core, cluster, caller, service) } : { agent: ctx.pool.agentFor(cluster, caller.name) }),
     });
 
     upstream.on('response', (up) => {
@@ -126,11 +117,7 @@ export function forward(ctx: ForwardContext, caller: GatewayCaller, cluster: str
         finish(res.statusCode, `upstream failed: ${err.message}`);
         return;
       }
-      const m = err instanceof GatewayDialError && service && err.reason === 'forbidden'
-        ? { status: 403, why: `the cluster's agent does not allow ${host}:${service.target.port} (its --allow list)` }
-        : err instanceof GatewayDialError ? DIAL_STATUS[err.reason]
-        : err instanceof ServiceTlsError ? { status: 502, why: 'TLS to the service failed' }
-        : { status: 502, why: service ? 'the service connection failed' : 'the agent connection failed' };
+      const m = failureOf(err, service);
       ctx.refuse(res, m.status, `${m.why}: ${err.message}`);
       finish(m.status, err.message);
     });
@@ -152,6 +139,29 @@ export function forward(ctx: ForwardContext, caller: GatewayCaller, cluster: str
       }
     });
   });
+}
+
+/** What a failed connection to the agent (or through it, to a Service) becomes for the caller. */
+export function failureOf(err: Error, service?: ServiceDestination): { status: number; why: string } {
+  if (err instanceof GatewayDialError && service && err.reason === 'forbidden') {
+    return { status: 403, why: `the cluster's agent does not allow ${serviceHost(service.target)}:${service.target.port} (its --allow list)` };
+  }
+  if (err instanceof GatewayDialError) return DIAL_STATUS[err.reason];
+  if (err instanceof ServiceTlsError) return { status: 502, why: 'TLS to the service failed' };
+  return { status: 502, why: service ? 'the service connection failed' : 'the agent connection failed' };
+}
+
+/** node:http's createConnection for a Service: NAME.NS.svc:PORT dialed on an agent of `cluster`, TLS inside for https. */
+export function serviceConnection(core: ProxyCore, cluster: string, caller: GatewayCaller, service: ServiceDestination): http.RequestOptions['createConnection'] {
+  const host = serviceHost(service.target);
+  return ((_opts: unknown, oncreate: (err: Error | null, socket?: Duplex) => void) => {
+    new TunnelSocket(core, cluster, caller.name, (err, socket) => {
+      if (err) oncreate(err);
+      else if (service.target.protocol === 'https') startServiceTls(socket, host, service.ca, oncreate);
+      else oncreate(null, socket);
+    }, `${host}:${service.target.port}`);
+    return undefined; // the socket comes through oncreate, once the agent accepted the dial
+  }) as unknown as http.RequestOptions['createConnection'];
 }
 
 /** A Service's in-cluster name, as its certificate names it. */

@@ -153,7 +153,6 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
       }
       audit.clusterLabel = target.cluster;
       const service = target.service ? { target: target.service, ...(allowed?.ca ? { ca: allowed.ca } : {}) } : undefined;
-      if (ex.kind === 'upgrade' && service) return fail(501, 'upgrades (WebSocket, SPDY) through the proxy-service form are not supported yet', 'upgrade_to_service');
       const r = ex.kind === 'request'
         ? await forward({ core: opts.core, signing: () => material, refuse: (rs, status, message) => refuse(rs, status, message), pool }, caller, target.cluster, target.path, req, ex.res, service)
         : await forwardUpgrade({
@@ -162,7 +161,7 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
             sessions.add(session);
             void session.done.then(() => sessions.delete(session));
           },
-        }, caller, target.cluster, target.path, req, ex.socket, ex.head);
+        }, caller, target.cluster, target.path, req, ex.socket, ex.head, service);
       Object.assign(audit, { status: r.status, bytesIn: r.bytesIn, bytesOut: r.bytesOut, ...(r.error ? { error: r.error } : {}) });
     } catch (err) {
       log.error({ err: (err as Error).message }, 'gateway request failed unexpectedly');

@@ -11,8 +11,8 @@ import type net from 'node:net';
 import { pipeline, type Duplex } from 'node:stream';
 import { GATEWAY_HOST, endToEndHeaders, responseHead, splice, type Splice } from '@cluster-proxy/proto';
 import type { GatewayCaller } from './auth.js';
-import { DIAL_STATUS, callerHeaders, identityHeaders, type ForwardContext } from './forward.js';
-import { GatewayDialError, TunnelSocket } from './tunnel-socket.js';
+import { callerHeaders, failureOf, identityHeaders, serviceConnection, serviceHost, type ForwardContext, type ServiceDestination } from './forward.js';
+import { TunnelSocket } from './tunnel-socket.js';
 
 export interface UpgradeResult {
   status: number;
@@ -28,7 +28,7 @@ export interface UpgradeContext extends Pick<ForwardContext, 'core' | 'signing'>
   opened?: (session: Splice) => void;
 }
 
-export function forwardUpgrade(ctx: UpgradeContext, caller: GatewayCaller, cluster: string, path: string, req: http.IncomingMessage, socket: net.Socket, head: Buffer): Promise<UpgradeResult> {
+export function forwardUpgrade(ctx: UpgradeContext, caller: GatewayCaller, cluster: string, path: string, req: http.IncomingMessage, socket: net.Socket, head: Buffer, service?: ServiceDestination): Promise<UpgradeResult> {
   return new Promise((resolve) => {
     let done = false;
     const finish = (r: UpgradeResult): void => {
@@ -44,7 +44,10 @@ export function forwardUpgrade(ctx: UpgradeContext, caller: GatewayCaller, clust
       finish({ status: 499, bytesIn: 0, bytesOut: 0, error: 'the caller went away before the upgrade' });
     };
 
-    const headers: Record<string, string | string[]> = { ...callerHeaders(req), host: GATEWAY_HOST, ...identityHeaders(ctx, caller, cluster, path, req) };
+    // A Service gets the request as its caller sent it (no identity: it is reached, not impersonated through).
+    const headers: Record<string, string | string[]> = service
+      ? { ...callerHeaders(req), host: `${serviceHost(service.target)}:${service.target.port}` }
+      : { ...callerHeaders(req), host: GATEWAY_HOST, ...identityHeaders(ctx, caller, cluster, path, req) };
     // An upgrade carries no body: what follows the head belongs to the upgraded protocol.
     delete headers['content-length'];
     delete headers['transfer-encoding'];
@@ -55,7 +58,7 @@ export function forwardUpgrade(ctx: UpgradeContext, caller: GatewayCaller, clust
       method: req.method,
       path,
       headers,
-      createConnection: ((_opts: unknown, oncreate: (err: Error | null, s?: TunnelSocket) => void) => {
+      createConnection: service ? serviceConnection(ctx.core, cluster, caller, service) : ((_opts: unknown, oncreate: (err: Error | null, s?: TunnelSocket) => void) => {
         new TunnelSocket(ctx.core, cluster, caller.name, (err, s) => (err ? oncreate(err) : oncreate(null, s)));
         return undefined;
       }) as unknown as http.RequestOptions['createConnection'],
@@ -100,7 +103,7 @@ export function forwardUpgrade(ctx: UpgradeContext, caller: GatewayCaller, clust
     upstream.on('error', (err) => {
       socket.off('close', callerLeft);
       if (answered) return; // after a 101 or an answer the splice or the pipeline reports
-      const m = err instanceof GatewayDialError ? DIAL_STATUS[err.reason] : { status: 502, why: 'the agent connection failed' };
+      const m = failureOf(err, service);
       ctx.refuse(socket, m.status, `${m.why}: ${err.message}`);
       finish({ status: m.status, bytesIn: 0, bytesOut: 0, error: err.message });
     });
