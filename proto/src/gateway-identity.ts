@@ -34,6 +34,8 @@ export interface GatewayIdentity {
   user: string;
   groups: string[];
   uid?: string;
+  /** Extra attributes (a TokenReview's user.extra): Impersonate-Extra-<key> in the cluster. */
+  extra?: Record<string, string[]>;
 }
 
 interface AssertionPayload extends GatewayIdentity {
@@ -57,7 +59,8 @@ export function requestLine(method: string | undefined, target: string | undefin
 
 /** The two header values the hub sends for `request` (requestLine()): the signed assertion and its signer. */
 export function signIdentity(identity: GatewayIdentity, cluster: string, request: string, servingCertPem: string | Buffer, servingKeyPem: string | Buffer, now = Date.now()): { assertion: string; signer: string } {
-  const payload: AssertionPayload = { aud: AUDIENCE, cluster, req: request, user: identity.user, groups: identity.groups, ...(identity.uid ? { uid: identity.uid } : {}), iat: now, exp: now + IDENTITY_TTL_MS };
+  const extra = identity.extra && Object.keys(identity.extra).length > 0 ? { extra: identity.extra } : {};
+  const payload: AssertionPayload = { aud: AUDIENCE, cluster, req: request, user: identity.user, groups: identity.groups, ...(identity.uid ? { uid: identity.uid } : {}), ...extra, iat: now, exp: now + IDENTITY_TTL_MS };
   const body = Buffer.from(JSON.stringify(payload)).toString('base64url');
   const { key, signer } = delegatedKey(servingCertPem, servingKeyPem, now);
   const sig = sign(null, Buffer.from(body), key).toString('base64url');
@@ -156,7 +159,29 @@ export function verifyIdentity(assertion: string, signerHeader: string, trustedC
   if (p.req !== request) return { error: 'identity assertion for another request' };
   if (typeof p.iat !== 'number' || typeof p.exp !== 'number' || p.exp < now || p.iat > now + SKEW_MS) return { error: 'identity assertion expired or not yet valid' };
   if (typeof p.user !== 'string' || p.user === '' || !Array.isArray(p.groups) || !p.groups.every((g) => typeof g === 'string')) return { error: 'identity assertion without a user' };
-  return { user: p.user, groups: p.groups, ...(typeof p.uid === 'string' && p.uid !== '' ? { uid: p.uid } : {}) };
+  if (p.extra !== undefined && !isExtra(p.extra)) return { error: 'identity assertion with malformed extra attributes' };
+  return { user: p.user, groups: p.groups, ...(typeof p.uid === 'string' && p.uid !== '' ? { uid: p.uid } : {}), ...(p.extra && Object.keys(p.extra).length > 0 ? { extra: p.extra } : {}) };
+}
+
+function isExtra(v: unknown): v is Record<string, string[]> {
+  return typeof v === 'object' && v !== null && !Array.isArray(v) && Object.entries(v).every(([k, vs]) => k !== '' && Array.isArray(vs) && vs.every((x) => typeof x === 'string'));
+}
+
+/** What an HTTP header name may hold (RFC 9110 tchar), lowercase. */
+const HEADER_NAME_CHAR = /^[!#$&'*+.^_`|~0-9a-z-]$/;
+
+/**
+ * The Impersonate-Extra-<key> headers for `extra`: the key lowercased and, where it holds what an HTTP
+ * header name may not, UTF-8 percent-encoded (Kubernetes' rule, so the apiserver reads it back as sent).
+ */
+export function impersonateExtraHeaders(extra: Record<string, string[]> | undefined): Record<string, string[]> {
+  const out: Record<string, string[]> = {};
+  for (const [key, values] of Object.entries(extra ?? {})) {
+    if (values.length === 0) continue;
+    const name = [...key.toLowerCase()].map((c) => (HEADER_NAME_CHAR.test(c) ? c : [...Buffer.from(c, 'utf8')].map((b) => `%${b.toString(16).toUpperCase().padStart(2, '0')}`).join(''))).join('');
+    out[`impersonate-extra-${name}`] = values;
+  }
+  return out;
 }
 
 /** The certificates of a PEM bundle (the agent's hub CA trust, two CAs during a rollover). */

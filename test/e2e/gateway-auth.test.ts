@@ -94,6 +94,7 @@ beforeAll(async () => {
   api.access.allow({ user: 'carol', ...PROXY, names: ['cluster1'] });
   api.access.allow({ user: 'cluster:hub:system:serviceaccount:team:ci', ...PROXY, names: ['cluster1'] });
   api.access.allow({ user: 'dora', ...PROXY, names: ['cluster1'] });
+  api.access.allow({ user: 'erin', ...PROXY, names: ['cluster1'] });
   api.access.deny({ user: 'carol', ...PROXY, names: ['cluster2'] }, 'cluster2 is frozen for carol by the change board');
 }, 90_000);
 
@@ -192,6 +193,16 @@ describe('gateway authentication: TokenReview (--store kubernetes)', () => {
     expect((await viaHub('/cluster1/version', { token: ci })).status).toBe(200);
     expect(lastSeen()['impersonate-user']).toEqual(['cluster:hub:system:serviceaccount:team:ci']);
     expect(lastSeen()['impersonate-group']).toEqual(['cluster:hub:system:serviceaccounts', 'cluster:hub:system:serviceaccounts:team']);
+  });
+
+  it('a TokenReview\'s extra attributes reach the cluster as Impersonate-Extra-*, the key lowercased and percent-encoded', async () => {
+    const erin = api.addUser('erin', ['qa']);
+    api.access.setExtra('erin', { 'scopes.authorization.openshift.io': ['user:info', 'user:check-access'], 'Acme.com/Project': ['blue'] });
+    expect((await viaHub('/cluster1/version', { token: erin })).status).toBe(200);
+    const seen = lastSeen();
+    expect(seen['impersonate-user']).toEqual(['erin']);
+    expect(seen['impersonate-extra-scopes.authorization.openshift.io']).toEqual(['user:info', 'user:check-access']);
+    expect(seen['impersonate-extra-acme.com%2fproject']).toEqual(['blue']);
   });
 
   it('TokenReview says unauthenticated: 401', async () => {

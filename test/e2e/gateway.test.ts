@@ -368,7 +368,7 @@ describe('HTTP gateway', () => {
     });
   });
 
-  it('join on a hub with the gateway: the install manifests grant the agent impersonation (users, groups, uids) and nothing more', async () => {
+  it('join on a hub with the gateway: the install manifests grant the agent impersonation (users, groups, uids, user extras) and nothing more', async () => {
     const dir = path.join(tmp, 'cluster3-bundle');
     const texts = await Promise.all((await readdir(dir)).map((f) => readFile(path.join(dir, f), 'utf8')));
     const manifests = texts.find((t) => t.includes('kind: Deployment'));

@@ -18,7 +18,7 @@ import { readFile } from 'node:fs/promises';
 import http from 'node:http';
 import https from 'node:https';
 import { Duplex, duplexPair, pipeline } from 'node:stream';
-import { IDENTITY_HEADER, IDENTITY_SIGNER_HEADER, certificatesOf, endToEndHeaders, isImpersonationHeader, requestLine, verifyIdentity, type GatewayIdentity } from '@cluster-proxy/proto';
+import { IDENTITY_HEADER, IDENTITY_SIGNER_HEADER, certificatesOf, impersonateExtraHeaders, endToEndHeaders, isImpersonationHeader, requestLine, verifyIdentity, type GatewayIdentity } from '@cluster-proxy/proto';
 import type { Logger } from 'pino';
 import type { KubeRestConfig } from '../kube-rest.js';
 import { rawAnswer, upgradeToApiserver } from './upgrade.js';
@@ -118,6 +118,7 @@ export class ImpersonatingProxy {
     headers['impersonate-user'] = identity.user;
     if (identity.groups.length > 0) headers['impersonate-group'] = identity.groups;
     if (identity.uid) headers['impersonate-uid'] = identity.uid;
+    Object.assign(headers, impersonateExtraHeaders(identity.extra));
     headers['host'] = kube.server.host;
     return { kube, headers, identity };
   }

@@ -61,14 +61,14 @@ describe('renderAgentInstall', () => {
     ]);
   });
 
-  it('a hub with the HTTP gateway: the agent may impersonate users, groups and uids cluster-wide, nothing more; without it, no such right', () => {
+  it('a hub with the HTTP gateway: the agent may impersonate users, groups, uids and user extras cluster-wide, nothing more; without it, no such right', () => {
     expect(renderAgentInstall(base).some((o) => o.kind.startsWith('ClusterRole'))).toBe(false);
     const objs = renderAgentInstall({ ...base, installNamespace: 'agents', gateway: true });
     const role = find(objs, 'ClusterRole', 'cluster-proxy-gateway-impersonator') as unknown as { metadata: { namespace?: string }; rules: unknown[] };
     expect(role.metadata.namespace).toBeUndefined();
     expect(role.rules).toEqual([
       { apiGroups: [''], resources: ['users', 'groups'], verbs: ['impersonate'] },
-      { apiGroups: ['authentication.k8s.io'], resources: ['uids'], verbs: ['impersonate'] },
+      { apiGroups: ['authentication.k8s.io'], resources: ['*'], verbs: ['impersonate'] },
     ]);
     const binding = find(objs, 'ClusterRoleBinding', 'cluster-proxy-gateway-impersonator') as unknown as { roleRef: unknown; subjects: unknown[] };
     expect(binding.roleRef).toEqual({ apiGroup: 'rbac.authorization.k8s.io', kind: 'ClusterRole', name: 'cluster-proxy-gateway-impersonator' });

@@ -346,7 +346,8 @@ function gatewayImpersonation(ns: string, labels: Record<string, string>): KubeM
       apiVersion: 'rbac.authorization.k8s.io/v1', kind: 'ClusterRole', metadata,
       rules: [
         { apiGroups: [''], resources: ['users', 'groups'], verbs: ['impersonate'] },
-        { apiGroups: ['authentication.k8s.io'], resources: ['uids'], verbs: ['impersonate'] },
+        // uids and every userextras/<key> (RBAC has no `userextras/*`: the group's resources are only these two).
+        { apiGroups: ['authentication.k8s.io'], resources: ['*'], verbs: ['impersonate'] },
       ],
     },
     {

@@ -21,7 +21,7 @@ export interface GatewayCaller {
   user: string;
   groups: string[];
   uid?: string;
-  /** Extra attributes (TokenReview): used in the hub's SubjectAccessReview; not passed to clusters. */
+  /** Extra attributes (TokenReview): in the hub's SubjectAccessReview, and Impersonate-Extra-* in the cluster. */
   extra?: Record<string, string[]>;
   /** Which source authenticated them ('token', 'certificate', 'oidc', 'tokenreview'), and a display name for logs and the per-client limit. */
   source: string;

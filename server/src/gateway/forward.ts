@@ -58,7 +58,7 @@ export interface ServiceDestination {
 /** The identity assertion for the agent, bound to this request's method and target (upgrades too). */
 export function identityHeaders(ctx: Pick<ForwardContext, 'signing'>, caller: GatewayCaller, cluster: string, path: string, req: http.IncomingMessage): Record<string, string> {
   const { cert, key } = ctx.signing();
-  const identity = signIdentity({ user: caller.user, groups: caller.groups, ...(caller.uid ? { uid: caller.uid } : {}) }, cluster, requestLine(req.method, path), cert, key);
+  const identity = signIdentity({ user: caller.user, groups: caller.groups, ...(caller.uid ? { uid: caller.uid } : {}), ...(caller.extra ? { extra: caller.extra } : {}) }, cluster, requestLine(req.method, path), cert, key);
   return { [IDENTITY_HEADER]: identity.assertion, [IDENTITY_SIGNER_HEADER]: identity.signer };
 }
 

@@ -1,7 +1,7 @@
 // The gateway's pure parts: the request target, and the hub-signed identity the agent believes.
 import { X509Certificate, generateKeyPairSync, sign } from 'node:crypto';
 import { describe, expect, it } from 'vitest';
-import { DELEGATION_TTL_MS, IDENTITY_TTL_MS, certificatesOf, requestLine, signIdentity, verifyIdentity } from '@cluster-proxy/proto';
+import { DELEGATION_TTL_MS, IDENTITY_TTL_MS, certificatesOf, impersonateExtraHeaders, requestLine, signIdentity, verifyIdentity } from '@cluster-proxy/proto';
 import { createCA, issueClientCert, issueServerCert } from '../pki/certificates.js';
 import { parseGatewayTarget } from './paths.js';
 
@@ -33,6 +33,16 @@ describe('gateway identity assertion', () => {
   it('round-trips for the right cluster within its lifetime', () => {
     const a = signIdentity(who, 'c1', GET, serving.certPem, serving.keyPem);
     expect(verifyIdentity(a.assertion, a.signer, trust, 'c1', GET)).toEqual(who);
+  });
+  it('carries extra attributes, refuses malformed ones, and makes their Impersonate-Extra-* headers', () => {
+    const withExtra = { ...who, extra: { scopes: ['view', 'edit'], 'acme.com/Project Ü': ['x'] } };
+    const a = signIdentity(withExtra, 'c1', GET, serving.certPem, serving.keyPem);
+    const got = verifyIdentity(a.assertion, a.signer, trust, 'c1', GET);
+    expect(got).toEqual(withExtra);
+    expect(impersonateExtraHeaders(withExtra.extra)).toEqual({ 'impersonate-extra-scopes': ['view', 'edit'], 'impersonate-extra-acme.com%2Fproject%20%C3%BC': ['x'] });
+    expect(impersonateExtraHeaders(undefined)).toEqual({});
+    const bad = signIdentity({ ...who, extra: { scopes: [1 as unknown as string] } }, 'c1', GET, serving.certPem, serving.keyPem);
+    expect(verifyIdentity(bad.assertion, bad.signer, trust, 'c1', GET)).toEqual({ error: 'identity assertion with malformed extra attributes' });
   });
   it('is good for its one request only: another method or target is refused', () => {
     const a = signIdentity(who, 'c1', GET, serving.certPem, serving.keyPem);
