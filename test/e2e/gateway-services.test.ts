@@ -109,7 +109,8 @@ beforeAll(async () => {
     '- { namespace: demo, service: not-on-agent }',
   ];
   await writeAllowlist(baseEntries);
-  hub = await startHub(pki, ['--gateway-port', '0', '--gateway-services', allowlistFile]);
+  // With a prefix on every identity the clusters see (the kube form below shows it).
+  hub = await startHub(pki, ['--gateway-port', '0', '--gateway-services', allowlistFile, '--gateway-identity-prefix', 'hub:']);
   gatewayPort = hub.ports.gateway!;
 
   const hosts = path.join(tmp, 'hosts');
@@ -222,12 +223,13 @@ describe.skipIf(unavailable !== null)('HTTP gateway: the proxy-service form', ()
     expect(plain.seen.length).toBe(before);
   });
 
-  it('default/kubernetes is the apiserver, as the caller by impersonation (as in OCM)', async () => {
+  it('default/kubernetes is the apiserver, as the caller by impersonation (as in OCM), with --gateway-identity-prefix on user and groups', async () => {
     const r = await gw('/cluster1/api/v1/namespaces/default/services/https:kubernetes:443/proxy-service/version');
     expect(r.status).toBe(200);
     const seen = api.requests.at(-1)!;
     expect(seen.url).toBe('/version');
-    expect(seen.headers['impersonate-user']).toEqual(['cluster-proxy:token:svc-user']);
+    expect(seen.headers['impersonate-user']).toEqual(['hub:cluster-proxy:token:svc-user']);
+    expect(seen.headers['impersonate-group']).toEqual(['hub:cluster-proxy:tokens']);
     expect(seen.headers['authorization']).toEqual([`Bearer ${SA_TOKEN}`]);
   });
 

@@ -83,6 +83,8 @@ describe('hub store at start-up and in /readyz', () => {
       [['--store', 'kubernetes', '--agent-install', 'manifestwork', '--gateway-port', '0', '--cluster-profiles-gateway-url', 'http://gw:9092'], /must be https:\/\/HOST\[:PORT\]/],
       [['--store', 'kubernetes', '--agent-install', 'manifestwork', '--gateway-port', '0', '--cluster-profiles-gateway-url', 'https://gw:9092/c1'], /must be https:\/\/HOST\[:PORT\]/],
       [['--gateway-services', 'services.yaml'], /--gateway-services needs --gateway-port/],
+      [['--gateway-identity-prefix', 'hub:'], /--gateway-identity-prefix needs --gateway-port/],
+      [['--gateway-port', '0', '--gateway-identity-prefix', 'hub: x'], /--gateway-identity-prefix must be a non-empty string without spaces/],
       [['--gateway-port', '0', '--gateway-services', '/nonexistent/services.yaml'], /--gateway-services \/nonexistent\/services.yaml: no such file/]] as const) {
       const r = await runCommand(process.execPath, hubArgs(dir, [...extra]), { timeoutMs: 20_000 });
       expect(r.code).toBe(2);

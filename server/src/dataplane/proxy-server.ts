@@ -88,6 +88,8 @@ export interface ProxyServerOptions {
   gatewayPort?: number | null;
   /** Services the gateway's proxy-service form may reach (service-allowlist.ts); none without it. */
   gatewayServicesFile?: string;
+  /** Prepended to the user and groups the gateway impersonates in clusters. */
+  gatewayIdentityPrefix?: string;
   /** The gateway's OIDC issuer and authorization mode (docs/gateway.md). */
   gatewayAccess?: GatewayAccessConfig;
   /** Extra /readyz checks besides `listeners` (e.g. `store`); more can be added on `readiness`. */
@@ -285,6 +287,7 @@ export class ProxyServer {
       this.gateway = await startGateway({
         core: this.core, log: this.opts.log, tokens: this.tokens!,
         ...(this.gatewayServices ? { services: this.gatewayServices } : {}),
+        ...(this.opts.gatewayIdentityPrefix ? { identityPrefix: this.opts.gatewayIdentityPrefix } : {}),
         authSources: this.gatewayAccess.sources, authorizer: this.gatewayAccess.authorizer,
         tls: { host: bindAddress, port: this.opts.gatewayPort, ...tls },
         clusterKnown: (cluster) => this.clusterKnown?.(cluster) ?? Promise.resolve(false),

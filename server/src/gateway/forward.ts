@@ -41,6 +41,8 @@ export interface ForwardContext {
   refuse: (res: http.ServerResponse, status: number, message: string) => void;
   /** Keep-alive connections to the agents' reserved destination (agent-pool.ts). */
   pool: GatewayPool;
+  /** Prepended to the user and every group the cluster sees (--gateway-identity-prefix; '' for none). */
+  identityPrefix: string;
 }
 
 /** Caller headers the gateway never passes on: its credentials and our own hand-off headers. */
@@ -56,9 +58,10 @@ export interface ServiceDestination {
 }
 
 /** The identity assertion for the agent, bound to this request's method and target (upgrades too). */
-export function identityHeaders(ctx: Pick<ForwardContext, 'signing'>, caller: GatewayCaller, cluster: string, path: string, req: http.IncomingMessage): Record<string, string> {
+export function identityHeaders(ctx: Pick<ForwardContext, 'signing' | 'identityPrefix'>, caller: GatewayCaller, cluster: string, path: string, req: http.IncomingMessage): Record<string, string> {
   const { cert, key } = ctx.signing();
-  const identity = signIdentity({ user: caller.user, groups: caller.groups, ...(caller.uid ? { uid: caller.uid } : {}), ...(caller.extra ? { extra: caller.extra } : {}) }, cluster, requestLine(req.method, path), cert, key);
+  const p = ctx.identityPrefix;
+  const identity = signIdentity({ user: `${p}${caller.user}`, groups: caller.groups.map((g) => `${p}${g}`), ...(caller.uid ? { uid: caller.uid } : {}), ...(caller.extra ? { extra: caller.extra } : {}) }, cluster, requestLine(req.method, path), cert, key);
   return { [IDENTITY_HEADER]: identity.assertion, [IDENTITY_SIGNER_HEADER]: identity.signer };
 }
 

@@ -39,6 +39,8 @@ export interface GatewayOptions {
   clusterKnown?: (cluster: string) => Promise<boolean>;
   /** Services the proxy-service form may reach; none without it. */
   services?: ServiceAllowlist;
+  /** Prepended to the user and every group impersonated in clusters (e.g. "hub:"). */
+  identityPrefix?: string;
   /** Default: hub tokens, then client certificates (access.ts builds the hub's list). */
   authSources?: readonly AuthSource[];
   /** Who may reach which cluster. Default: a credential's own scope (hub tokens' clusters). */
@@ -154,9 +156,9 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
       audit.clusterLabel = target.cluster;
       const service = target.service ? { target: target.service, ...(allowed?.ca ? { ca: allowed.ca } : {}) } : undefined;
       const r = ex.kind === 'request'
-        ? await forward({ core: opts.core, signing: () => material, refuse: (rs, status, message) => refuse(rs, status, message), pool }, caller, target.cluster, target.path, req, ex.res, service)
+        ? await forward({ core: opts.core, signing: () => material, refuse: (rs, status, message) => refuse(rs, status, message), pool, identityPrefix: opts.identityPrefix ?? '' }, caller, target.cluster, target.path, req, ex.res, service)
         : await forwardUpgrade({
-          core: opts.core, signing: () => material, refuse: (s, status, message) => rawRefusal(s, status, message),
+          core: opts.core, signing: () => material, refuse: (s, status, message) => rawRefusal(s, status, message), identityPrefix: opts.identityPrefix ?? '',
           opened: (session) => {
             sessions.add(session);
             void session.done.then(() => sessions.delete(session));

@@ -21,7 +21,7 @@ export interface UpgradeResult {
   error?: string;
 }
 
-export interface UpgradeContext extends Pick<ForwardContext, 'core' | 'signing'> {
+export interface UpgradeContext extends Pick<ForwardContext, 'core' | 'signing' | 'identityPrefix'> {
   /** A one-line error answer on the raw socket (while nothing was sent yet). */
   refuse: (socket: Duplex, status: number, message: string) => void;
   /** The session after its 101, so a stopping gateway can close it. */
