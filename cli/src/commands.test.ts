@@ -336,6 +336,8 @@ describe('cluster-proxy kubeconfig', () => {
       [['kubeconfig', 'Cluster_1'], '"Cluster_1" is not a cluster name (lower-case letters, digits, "-" and ".")'],
       [['kubeconfig', 'cluster1', '--via', 'ssh'], '--via must be connect, forward or gateway, got "ssh"'],
       [['kubeconfig', 'cluster1', '--gateway', '127.0.0.1:9092'], '--gateway works only with --via gateway'],
+      [['kubeconfig', 'cluster1', '--exec-command', 'kubectl-oidc_login'], '--exec-command works only with --via gateway (the hub authenticates the plugin\'s credential)'],
+      [['kubeconfig', 'cluster1', '--via', 'gateway', '--exec-arg', 'get-token'], '--exec-arg goes with --exec-command'],
       [['kubeconfig', 'cluster1', '--ttl', 'forever', ...base()], '--ttl must be a duration like 500ms, 10s, 2m, 24h or 7d, got "forever"'],
       [['kubeconfig', 'cluster1', '--apiserver-ca', path.join(tmp, 'nope.crt'), ...base()], /^cluster-proxy: cannot read --apiserver-ca .*nope\.crt: ENOENT$/],
       [['kubeconfig', 'cluster1', '--apiserver-ca', CLI, ...base()], /^cluster-proxy: --apiserver-ca .*main\.js holds no PEM certificate$/],

@@ -360,6 +360,27 @@ describe('HTTP gateway', () => {
       expect(noGateway.stderr).toMatch(/no gateway port in .*ports\.json: start the hub with --gateway-port, or pass --gateway HOST:PORT/);
     });
 
+    it('--via gateway --exec-command: kubectl runs the credential plugin (an OIDC login, say) and the gateway authenticates what it returns', async () => {
+      // A plugin that answers as client-go expects, with a hub token, and notes the arguments it got.
+      const plugin = path.join(tmp, 'credential-plugin.sh');
+      const argsSeen = path.join(tmp, 'plugin-args');
+      await writeFile(plugin, `#!/bin/sh\necho "$@" > '${argsSeen}'\necho '{"apiVersion":"client.authentication.k8s.io/v1","kind":"ExecCredential","status":{"token":"${token}"}}'\n`, { mode: 0o755 });
+      const file = path.join(tmp, 'via-exec.kubeconfig');
+      const made = await cli(['kubeconfig', 'cluster1', '--via', 'gateway', '--exec-command', plugin, '--exec-arg', 'get-token', '--exec-arg=--issuer=https://idp', '--out', file, '--data-dir', hub.dataDir, '--hub-ca', pki.caPath, '--no-check']);
+      expect(made.code, made.stderr).toBe(0);
+      expect(made.stderr).not.toMatch(/issued token/);
+      const text = await readFile(file, 'utf8');
+      expect(text).toContain('kubectl -> hub HTTP gateway -> agent -> apiserver, as the plugin\'s credential\'s user');
+      expect(text).not.toContain('token:');
+      const r = await kubectl(file, ['get', '--raw', '/cluster1/version']);
+      expect(r.code, r.stderr).toBe(0);
+      expect((await readFile(argsSeen, 'utf8')).trim()).toBe('get-token --issuer=https://idp');
+      expect(lastRequest().headers['impersonate-user']).toEqual(['cluster-proxy:token:bob']);
+      const both = await cli(['kubeconfig', 'cluster1', '--via', 'gateway', '--exec-command', plugin, '--token', token, '--data-dir', hub.dataDir, '--hub-ca', pki.caPath, '--no-check']);
+      expect(both.code).toBe(2);
+      expect(both.stderr).toMatch(/--exec-command and --token are two credentials: give one/);
+    });
+
     it('a bad token: kubectl reports Unauthorized', async () => {
       const file = await kubeconfig('bad', { token: 'B'.repeat(43) });
       const r = await kubectl(file, ['get', '--raw', '/cluster1/version']);
