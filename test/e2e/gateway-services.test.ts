@@ -154,6 +154,13 @@ describe.skipIf(unavailable !== null)('HTTP gateway: the proxy-service form', ()
     expect(plain.seen.at(-1)!.body).toBe(body);
   });
 
+  it('curl, as a user types it, gets the Service\'s answer', async () => {
+    const url = `https://localhost:${gatewayPort}${svcPath(`http:hello:${plain.port}`, '/index.html')}`;
+    const r = await runCommand('curl', ['-sS', '--fail-with-body', '--resolve', `localhost:${gatewayPort}:127.0.0.1`, '--cacert', pki.caPath, '-H', `Authorization: Bearer ${token}`, url], { timeoutMs: 20_000 });
+    expect(r.code, r.stderr).toBe(0);
+    expect(r.stdout).toBe('hello /index.html');
+  });
+
   it('an https Service is verified against its entry\'s caFile as NAME.NAMESPACE.svc', async () => {
     const r = await gw(svcPath(`https:secure:${secure.port}`, '/ok'));
     expect(r).toEqual({ status: 200, body: 'secure /ok' });
