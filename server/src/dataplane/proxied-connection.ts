@@ -16,6 +16,8 @@ import type { ServerMetrics } from './metrics.js';
  */
 export interface ConnectionBackend {
   readonly cluster: string;
+  /** The agent announced it is shutting down (DRAIN): its open connections finish, nothing new goes to it. */
+  readonly draining: boolean;
   /** Window we grant the agent per connection at first (it grows from the budget). */
   readonly window: number;
   /** The hub's memory budget. */

@@ -21,6 +21,13 @@ class TunnelAgent extends http.Agent {
     super({ keepAlive: true, maxFreeSockets: MAX_IDLE, timeout: IDLE_MS, scheduling: 'lifo' });
   }
 
+  /** After a response: kept for the next request unless its agent is shutting down (it then gets no new work). */
+  override keepSocketAlive(socket: Duplex): boolean {
+    if ((socket as TunnelSocket).agentDraining) return false;
+    // node's keepSocketAlive returns whether it kept the socket (@types/node says void).
+    return (super.keepSocketAlive(socket as never) as unknown as boolean | undefined) !== false;
+  }
+
   override createConnection(_opts: unknown, oncreate: (err: Error | null, socket?: Duplex) => void): undefined {
     const socket = new TunnelSocket(this.core, this.cluster, this.client, (err, s) => (err ? oncreate(err) : oncreate(null, s)));
     socket.once('close', () => setImmediate(() => {

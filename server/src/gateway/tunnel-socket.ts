@@ -120,6 +120,11 @@ export class TunnelSocket extends Duplex {
     }
   }
 
+  /** Whether the agent behind this connection is shutting down (a keep-alive pool does not keep it then). */
+  get agentDraining(): boolean {
+    return this.conn?.backend.draining ?? true;
+  }
+
   // ------------------------------------------------------------ the core's calls (through `leg`)
 
   private dialSucceeded(): void {
