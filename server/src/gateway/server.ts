@@ -11,7 +11,7 @@ import https from 'node:https';
 import type net from 'node:net';
 import type { Duplex } from 'node:stream';
 import type { Logger } from 'pino';
-import { isImpersonationHeader } from '@cluster-proxy/proto';
+import { isImpersonationHeader, type Splice } from '@cluster-proxy/proto';
 import type { ProxyCore } from '../dataplane/proxy-core.js';
 import { closeServer, listen, peerOf } from '../dataplane/connect/sockets.js';
 import { oneLine, printable } from '../dataplane/connect/responses.js';
@@ -21,9 +21,8 @@ import { authenticate, certificateSource, hubTokenSource, isFailure, type AuthSo
 import { scopeAuthorizer, type GatewayAuthorizer } from './authorization.js';
 import { forward } from './forward.js';
 import { parseGatewayTarget } from './paths.js';
-import { forwardUpgrade } from './upgrade.js';
-import type { Splice } from '@cluster-proxy/proto';
 import type { ServiceAllowlist } from './service-allowlist.js';
+import { forwardUpgrade } from './upgrade.js';
 
 const DEFAULT_MAX_HEADER_BYTES = 16 * 1024;
 /** First segments of apiserver paths: a request starting with one most likely lost its cluster prefix. */
