@@ -53,7 +53,7 @@ export class TunnelSocket extends Duplex {
           process.nextTick(callback, new Error('gateway request closed'));
           return false;
         }
-        if (this.idleTimer) this.touch();
+        this.lastActive = performance.now();
         if (this.push(chunk)) {
           process.nextTick(callback);
           return true;
@@ -100,24 +100,27 @@ export class TunnelSocket extends Duplex {
   setTimeout(ms: number, onTimeout?: () => void): this {
     if (onTimeout) this.once('timeout', onTimeout);
     this.idleMs = ms;
-    this.touch();
+    this.lastActive = performance.now();
+    if (this.idleTimer) clearTimeout(this.idleTimer);
+    this.idleTimer = null;
+    if (ms > 0) this.armIdle(ms);
     return this;
   }
 
   private idleMs = 0;
   private idleTimer: NodeJS.Timeout | null = null;
+  /** When bytes last moved either way (one timer per idle period, not one per chunk). */
+  private lastActive = 0;
 
-  /** Bytes moved: the idle clock starts again. */
-  private touch(): void {
-    if (this.idleTimer) clearTimeout(this.idleTimer);
-    this.idleTimer = null;
-    if (this.idleMs > 0 && !this.destroyed) {
-      this.idleTimer = setTimeout(() => {
-        this.idleTimer = null;
-        this.emit('timeout');
-      }, this.idleMs);
-      this.idleTimer.unref();
-    }
+  private armIdle(ms: number): void {
+    this.idleTimer = setTimeout(() => {
+      this.idleTimer = null;
+      if (this.destroyed || this.idleMs === 0) return;
+      const idle = performance.now() - this.lastActive;
+      if (idle >= this.idleMs) this.emit('timeout');
+      else this.armIdle(this.idleMs - idle);
+    }, ms);
+    this.idleTimer.unref();
   }
 
   /** Whether the agent behind this connection is shutting down (a keep-alive pool does not keep it then). */
@@ -184,7 +187,7 @@ export class TunnelSocket extends Duplex {
       return;
     }
     this.conn.write(chunk);
-    if (this.idleTimer) this.touch();
+    this.lastActive = performance.now();
     if (this.corePaused) this.writeDone = () => callback();
     else callback();
   }
