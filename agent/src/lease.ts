@@ -72,7 +72,7 @@ export class LeaseRenewer {
     };
     try {
       const creds = agent.currentCredentials;
-      const answer = await hubRequest({ ...this.opts.hub, caCert: agent.currentTrust, cert: creds.cert, key: creds.key, sessions: agent.hubSessions }, 'POST', '/v1/lease', report);
+      const answer = await hubRequest({ ...this.opts.hub, caCert: agent.currentTrust, cert: creds.cert, key: creds.key, sessions: agent.hubSessions, connections: agent.hubConnections }, 'POST', '/v1/lease', report);
       const bundle = (answer as { caBundle?: unknown } | null)?.caBundle;
       if (typeof bundle === 'string' && bundle.includes('BEGIN CERTIFICATE') && !Buffer.from(bundle).equals(agent.currentTrust)) {
         // Came over TLS verified with the current bundle, so it is the hub speaking.

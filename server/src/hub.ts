@@ -192,6 +192,8 @@ export class Hub {
     if (this.managerRetry) clearTimeout(this.managerRetry);
     this.managerRetry = null;
     this.reloader?.stop();
+    // Kept-alive hub API connections must not hold this replica up (load balancers, drain).
+    this.server.hubApi.drain();
     const serverStopped = this.server.stop(graceMs, delayMs);
     await this.replicas.stop();
     await this.manager.stop();

@@ -8,6 +8,7 @@ import { HubApiError, type HubApi } from '../fleet/hub-api.js';
 import type { ProxyCore } from '../dataplane/proxy-core.js';
 import { ADDON_NAME, PROXY_CONFIGURATION_NAME, type AddonRegistration, type Lease, type ManagedClusterAddOn, type ManagedProxyConfiguration } from '../store/objects.js';
 import { AlreadyExistsError, ConflictError, NotFoundError, type Store, type Watch } from '../store/store.js';
+import { WatchCache } from '../store/watch-cache.js';
 import { tunnelsOnOtherReplicas } from '../fleet/replicas.js';
 import { leaseHeld, microTime, writeLease } from '../fleet/lease.js';
 import { LEASE_GRACE_FACTOR, addonConditions, mergeConditions, type AgentReport, type ConditionSpec } from './conditions.js';
@@ -95,11 +96,21 @@ export class AddonManager {
   private readonly lastWrite = new Map<string, { content: string; at: number }>();
   /** When start() ran: a cluster no replica has had a tunnel for since then is down from then on. */
   private startedAt = 0;
+  /**
+   * Every addon and lease, kept current by watches: the status pass reads them here instead of listing
+   * (and copying) all of them from the store every pass.
+   */
+  private readonly addons: WatchCache<'ManagedClusterAddOn'>;
+  private readonly leases: WatchCache<'Lease'>;
 
   constructor(private readonly opts: AddonManagerOptions) {
     this.mode = opts.healthMode ?? 'tunnel';
     this.windowMs = opts.tunnelLossWindowMs ?? 30_000;
     this.now = opts.now ?? Date.now;
+    this.addons = new WatchCache({ store: opts.store, kind: 'ManagedClusterAddOn', log: opts.log });
+    // A cluster's lease written (by any replica: a renewal that changed something) asks for a status pass,
+    // once the mirror holds it, so Available turns True at once.
+    this.leases = new WatchCache({ store: opts.store, kind: 'Lease', log: opts.log, onChange: (l) => { if (l.metadata.name === ADDON_NAME) this.kick(); } });
   }
 
   /** Status loop period: a quarter of the window, at most 10 s. */
@@ -119,8 +130,9 @@ export class AddonManager {
     hubApi.route('POST', '/v1/lease', async (req) => {
       const cluster = req.caller.agent!.cluster;
       const report = parseReport(req.body, this.now());
-      // A status pass only when the store changed: at 5,000 agents renewals come 80 a second.
-      if (await this.renewLease(cluster, report)) this.kick();
+      // A written renewal asks for a status pass through the lease watch (leases' onChange): only when the
+      // store changed, since at 5,000 agents renewals come 80 a second.
+      await this.renewLease(cluster, report);
       const renew = req.caller.certificate && this.opts.shouldRenew ? this.opts.shouldRenew(req.caller.certificate) : false;
       return { status: 200, body: { leaseDurationSeconds: report.leaseDurationSeconds, ...(this.opts.caBundle ? { caBundle: this.opts.caBundle() } : {}), ...(renew ? { renewCertificate: true } : {}) } };
     }, { agentOnly: true });
@@ -155,6 +167,7 @@ export class AddonManager {
 
   async start(): Promise<void> {
     this.startedAt ||= this.now();
+    await Promise.all([this.addons.start(), this.leases.start()]);
     await this.ensureProxyConfiguration();
     const list = await this.opts.store.list('ManagedCluster');
     if (!this.installer) for (const mc of list.items) await this.ensureAddon(mc.metadata.name);
@@ -181,6 +194,8 @@ export class AddonManager {
     this.clusterWatch?.stop();
     this.clusterWatch = null;
     this.installer?.stop();
+    this.addons.stop();
+    this.leases.stop();
     if (this.timer) clearTimeout(this.timer);
     this.timer = null;
     await this.syncing?.catch(() => {});
@@ -245,12 +260,15 @@ export class AddonManager {
     const now = this.now();
     if (!(await this.lead(now))) return;
     await this.installer?.sync();
-    const [addons, leases] = await Promise.all([this.opts.store.list('ManagedClusterAddOn'), this.opts.store.list('Lease')]);
+    // From the watch-fed mirrors: a write of ours shows there once its event arrives; until then a second
+    // write of the same change meets a stale resourceVersion (ConflictError, skipped) rather than the store's copy.
+    const leases = [...this.leases.values()];
     // Our own tunnels, plus those the other replicas published on their leases (an agent may reach only them).
-    const tunnels = tunnelsOnOtherReplicas(leases.items, this.opts.serverID, now);
+    const tunnels = tunnelsOnOtherReplicas(leases, this.opts.serverID, now);
     for (const b of this.opts.core.routes.backends()) tunnels.set(b.cluster, (tunnels.get(b.cluster) ?? 0) + 1);
-    const leaseOf = new Map(leases.items.filter((l) => l.metadata.name === ADDON_NAME).map((l) => [l.metadata.namespace!, l]));
-    for (const addon of addons.items) {
+    const leaseOf = new Map<string, Lease>();
+    for (const l of leases) if (l.metadata.name === ADDON_NAME) leaseOf.set(l.metadata.namespace!, l);
+    for (const addon of [...this.addons.values()]) {
       if (addon.metadata.name !== ADDON_NAME) continue;
       const cluster = addon.metadata.namespace!;
       const n = tunnels.get(cluster) ?? 0;
@@ -412,15 +430,25 @@ function withReport(annotations: Record<string, string>, r: AgentReport, slackMs
   const fresh = (v: AgentReport): boolean => r.receivedAt - v.receivedAt < LEASE_GRACE_FACTOR * v.leaseDurationSeconds * 1000 + slackMs;
   // Keep other annotations, and other agents' reports while they are recent; at most MAX_AGENTS_PER_CLUSTER.
   const others = Object.entries(annotations).filter(([k]) => !k.startsWith(REPORT_ANNOTATION_PREFIX));
-  const reports = reportsOf({ metadata: { annotations } } as Lease).filter((v) => v.agentID !== r.agentID && fresh(v)).sort((a, b) => b.receivedAt - a.receivedAt).slice(0, MAX_AGENTS_PER_CLUSTER - 1);
+  const reports = parseReports({ metadata: { annotations } } as Lease).filter((v) => v.agentID !== r.agentID && fresh(v)).sort((a, b) => b.receivedAt - a.receivedAt).slice(0, MAX_AGENTS_PER_CLUSTER - 1);
   for (const [k, v] of others) out[k] = v;
   for (const v of [r, ...reports]) out[`${REPORT_ANNOTATION_PREFIX}${v.agentID.replace(/[^A-Za-z0-9_.-]/g, '-').slice(0, 63)}`] = JSON.stringify(v);
   return out;
 }
 
+/** Parsed reports per lease object: the mirror's objects change identity only when the lease changes. */
+const parsedReports = new WeakMap<Lease, AgentReport[]>();
+
 function reportsOf(lease: Lease | null): AgentReport[] {
+  if (!lease) return [];
+  let out = parsedReports.get(lease);
+  if (!out) parsedReports.set(lease, out = parseReports(lease));
+  return out;
+}
+
+function parseReports(lease: Lease): AgentReport[] {
   const out: AgentReport[] = [];
-  for (const [k, v] of Object.entries(lease?.metadata.annotations ?? {})) {
+  for (const [k, v] of Object.entries(lease.metadata.annotations ?? {})) {
     if (!k.startsWith(REPORT_ANNOTATION_PREFIX)) continue;
     try {
       out.push(JSON.parse(v) as AgentReport);

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { REPLICA_CLUSTERS_ANNOTATION, REPLICA_LABEL, tunnelsOnOtherReplicas } from './replicas.js';
+import { MAX_RECONNECT_SPREAD_SECONDS, REPLICA_CLUSTERS_ANNOTATION, REPLICA_LABEL, pacingHints, tunnelsOnOtherReplicas } from './replicas.js';
 import type { Lease } from '../store/objects.js';
 
 const NOW = Date.parse('2026-11-24T10:00:00Z');
@@ -20,5 +20,18 @@ describe('tunnelsOnOtherReplicas', () => {
       lease('hub-3', 0, ''),
     ], 'self', NOW);
     expect(Object.fromEntries(counts)).toEqual({ c1: 2, c2: 1 });
+  });
+});
+
+describe('pacingHints', () => {
+  it('stretches the replica-sync interval and the reconnect spread with the agent count', () => {
+    expect(pacingHints(0)).toEqual({ syncIntervalSeconds: 0, reconnectSpreadSeconds: 0 });
+    expect(pacingHints(10)).toEqual({ syncIntervalSeconds: 1, reconnectSpreadSeconds: 1 });
+    expect(pacingHints(5000)).toEqual({ syncIntervalSeconds: 200, reconnectSpreadSeconds: 25 });
+  });
+
+  it('caps the reconnect spread, so a fleet of any size is back within a minute', () => {
+    expect(pacingHints(1_000_000).reconnectSpreadSeconds).toBe(MAX_RECONNECT_SPREAD_SECONDS);
+    expect(MAX_RECONNECT_SPREAD_SECONDS).toBeLessThanOrEqual(45);
   });
 });

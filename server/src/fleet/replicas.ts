@@ -21,6 +21,23 @@ const LIST_MAX_AGE_MS = 1000;
  * is every 200 s instead of every 10 s; a new replica is still found by every agent within it.
  */
 export const REPLICA_SYNC_BUDGET_PER_SECOND = 25;
+/**
+ * Tunnel reconnects a second this hub asks its agents to stay under when they all lose it at once (a
+ * restart): an agent left without any tunnel waits a random part of reconnectSpreadSeconds =
+ * agents / this before it dials again (at 5,000 agents 25 s, so at most ~7 % come back in any one second).
+ */
+export const RECONNECT_BUDGET_PER_SECOND = 200;
+/** The spread is at most this, so a fleet is back well within a minute whatever its size. */
+export const MAX_RECONNECT_SPREAD_SECONDS = 40;
+
+/** What `GET /v1/replicas` tells an agent about pacing, from this replica's agent count. */
+export function pacingHints(agents: number): { syncIntervalSeconds: number; reconnectSpreadSeconds: number } {
+  return {
+    syncIntervalSeconds: Math.ceil(agents / REPLICA_SYNC_BUDGET_PER_SECOND),
+    reconnectSpreadSeconds: Math.min(MAX_RECONNECT_SPREAD_SECONDS, Math.ceil(agents / RECONNECT_BUDGET_PER_SECOND)),
+  };
+}
+
 /** stop() waits this long at most for a renewal in flight. */
 const STOP_WAIT_MS = 2000;
 
@@ -94,7 +111,7 @@ export class ReplicaRegistry {
       // Agents drop tunnels to replicas missing from this list, so answer from a fresh read: a list
       // from before a replica (re)started would make them close the tunnel they just opened to it.
       if (this.now() - this.refreshedAt > LIST_MAX_AGE_MS) await this.refreshOnce().catch(() => {});
-      return { status: 200, body: { serverCount: this.count, replicas: this.serverIDs.map((serverID) => ({ serverID })), syncIntervalSeconds: Math.ceil(this.agents / REPLICA_SYNC_BUDGET_PER_SECOND) } };
+      return { status: 200, body: { serverCount: this.count, replicas: this.serverIDs.map((serverID) => ({ serverID })), ...pacingHints(this.agents) } };
     }, { agentOnly: true });
   }
 
