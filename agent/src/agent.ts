@@ -12,7 +12,7 @@ import { TargetDialer } from './target-dialer.js';
 import { ImpersonatingProxy } from './impersonating-proxy.js';
 import { fromKubeconfig, loadKubeRestConfig } from './kube-rest.js';
 import { AgentMetrics } from './metrics.js';
-import { HubConnections, HubSessionCache } from './hub-client.js';
+import { HubSessionCache } from './hub-client.js';
 
 /** After a duplicate (the balancer sent us to a replica we already hold), dial again after 100–600 ms. */
 const DUPLICATE_RETRY_MIN_MS = 100;
@@ -104,8 +104,6 @@ export class Agent {
   readonly maxConnections: number;
   /** TLS session for the hub API (lease renewals, replica syncs), resumed while the identity stays the same. */
   readonly hubSessions = new HubSessionCache();
-  /** The hub API connection kept open between lease renewals and replica syncs (no handshake each time). */
-  readonly hubConnections = new HubConnections();
   /** The hub's reconnect spread (its reconnectSpreadSeconds, 0 until told): see retryDelay(). */
   private reconnectSpreadMs = 0;
   /** Retries since the last tunnel went, while none is back (-1: not in that state). */
@@ -230,7 +228,6 @@ export class Agent {
     this.attempt?.close();
     for (const s of [...this.servers.values()]) s.close();
     this.servers.clear();
-    this.hubConnections.close();
     this.gateway?.close();
   }
 

@@ -8,7 +8,7 @@ export { type AgentTransport, type EgressOptions } from './links.js';
 export * from './no-proxy.js';
 export * from './no-proxy-audit.js';
 export * from './egress-proxy.js';
-export { hubRequest, HubRequestError, HubSessionCache, HubConnections, type HubClientOptions } from './hub-client.js';
+export { hubRequest, HubRequestError, HubSessionCache, type HubClientOptions } from './hub-client.js';
 export { CredentialsManager, BootstrapRefused, type Credentials, type CredentialsOptions } from './credentials.js';
 export { SecretCredentialsMirror, type CredentialsMirror } from './credentials-secret.js';
 export { LeaseRenewer, apiserverReachable, AGENT_VERSION, type LeaseReport } from './lease.js';

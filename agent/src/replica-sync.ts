@@ -46,7 +46,7 @@ export class ReplicaSync {
     if (agent.connectedServers === 0) return;
     try {
       const creds = agent.currentCredentials;
-      const answer = (await hubRequest({ ...this.opts.hub, caCert: agent.currentTrust, cert: creds.cert, key: creds.key, sessions: agent.hubSessions, connections: agent.hubConnections }, 'GET', '/v1/replicas')) as { serverCount?: unknown; replicas?: unknown; syncIntervalSeconds?: unknown; reconnectSpreadSeconds?: unknown };
+      const answer = (await hubRequest({ ...this.opts.hub, caCert: agent.currentTrust, cert: creds.cert, key: creds.key, sessions: agent.hubSessions }, 'GET', '/v1/replicas')) as { serverCount?: unknown; replicas?: unknown; syncIntervalSeconds?: unknown; reconnectSpreadSeconds?: unknown };
       const hint = answer?.syncIntervalSeconds;
       // At most an hour, whatever a hub says.
       this.hintMs = typeof hint === 'number' && Number.isFinite(hint) && hint > 0 ? Math.min(hint, 3600) * 1000 : 0;

@@ -98,6 +98,11 @@ export interface ReplicaRegistryOptions {
   now?: () => number;
   /** Clusters this replica holds agent tunnels for, published on its lease for the addon manager's leader. */
   tunnelClusters?: () => readonly string[];
+  /**
+   * Clusters whose agents may come to this replica (e.g. the registered ones), when more than hold tunnels
+   * now: after a restart all of them come back at once, so the pacing hints are sized for them.
+   */
+  fleetSize?: () => number;
 }
 
 /**
@@ -158,7 +163,7 @@ export class ReplicaRegistry {
       // Agents drop tunnels to replicas missing from this list, so answer from a fresh read: a list
       // from before a replica (re)started would make them close the tunnel they just opened to it.
       if (this.now() - this.refreshedAt > LIST_MAX_AGE_MS) await this.refreshOnce().catch(() => {});
-      return { status: 200, body: { serverCount: this.count, replicas: this.serverIDs.map((serverID) => ({ serverID })), ...pacingHints(this.agents) } };
+      return { status: 200, body: { serverCount: this.count, replicas: this.serverIDs.map((serverID) => ({ serverID })), ...pacingHints(Math.max(this.agents, this.opts.fleetSize?.() ?? 0)) } };
     }, { agentOnly: true });
   }
 
