@@ -159,8 +159,11 @@ export class AddonManager {
     }, { agentOnly: true });
 
     adminApi.route('GET', '/v1/managedclusteraddons', async () => {
-      const { items } = await this.opts.store.list('ManagedClusterAddOn');
-      const leases = new Map((await this.opts.store.list('Lease')).items.filter((l) => l.metadata.name === ADDON_NAME).map((l) => [l.metadata.namespace!, l]));
+      // From the watch-fed mirrors once they hold a list (no copy of every addon and lease per request).
+      const cached = this.addons.ready && this.leases.ready;
+      const items = cached ? [...this.addons.values()].sort(byNamespaceAndName) : (await this.opts.store.list('ManagedClusterAddOn')).items;
+      const leaseItems = cached ? [...this.leases.values()] : (await this.opts.store.list('Lease')).items;
+      const leases = new Map(leaseItems.filter((l) => l.metadata.name === ADDON_NAME).map((l) => [l.metadata.namespace!, l]));
       const wide: Record<string, AddonWideInfo> = {};
       for (const a of items) {
         const ns = a.metadata.namespace!;
@@ -455,6 +458,10 @@ function withReport(annotations: Record<string, string>, r: AgentReport, slackMs
   for (const [k, v] of others) out[k] = v;
   for (const v of [r, ...reports]) out[`${REPORT_ANNOTATION_PREFIX}${v.agentID.replace(/[^A-Za-z0-9_.-]/g, '-').slice(0, 63)}`] = JSON.stringify(v);
   return out;
+}
+
+function byNamespaceAndName(a: ManagedClusterAddOn, b: ManagedClusterAddOn): number {
+  return (a.metadata.namespace ?? '').localeCompare(b.metadata.namespace ?? '') || a.metadata.name.localeCompare(b.metadata.name);
 }
 
 /** Parsed reports per lease object: the mirror's objects change identity only when the lease changes. */

@@ -27,7 +27,7 @@ describe('pacingHints', () => {
   it('stretches the replica-sync interval and the reconnect spread with the agent count', () => {
     expect(pacingHints(0)).toEqual({ syncIntervalSeconds: 0, reconnectSpreadSeconds: 0 });
     expect(pacingHints(10)).toEqual({ syncIntervalSeconds: 1, reconnectSpreadSeconds: 1 });
-    expect(pacingHints(5000)).toEqual({ syncIntervalSeconds: 200, reconnectSpreadSeconds: 25 });
+    expect(pacingHints(5000)).toEqual({ syncIntervalSeconds: 200, reconnectSpreadSeconds: 34 });
   });
 
   it('caps the reconnect spread, so a fleet of any size is back within a minute', () => {
