@@ -11,7 +11,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { Tunnel } from '@cluster-proxy/client';
 import { embeddedStoreDir, openEmbeddedStore, type ManagedCluster } from '@cluster-proxy/server';
 import { CLI, createPki, type TestPki } from '../harness.js';
-import { freeLoopbackPort, spawnProcess, startEchoServer, type ManagedProcess, type TcpTarget } from '../fixtures/index.js';
+import { freeLoopbackPort, spawnProcess, startEchoServer, startFakeKubeApiServer, type FakeKubeApiServer, type ManagedProcess, type TcpTarget } from '../fixtures/index.js';
 import type { ChildReply, ChildRequest, FleetChildJob } from './protocol.js';
 
 export interface FleetOptions {
@@ -29,6 +29,11 @@ export interface FleetOptions {
   hubArgs?: string[];
   /** Node flags for the hub (e.g. --cpu-prof). */
   hubNodeArgs?: string[];
+  /**
+   * The hub's store: 'embedded' (default) or 'kubernetes', the Kubernetes API fixture
+   * (test/src/fixtures/kube-api-server.ts, in this process) with the ManagedClusters written into it.
+   */
+  store?: 'embedded' | 'kubernetes';
   /** Hub log level (default warn: logging would skew the figures). */
   hubLogLevel?: string;
   log?: (message: string) => void;
@@ -107,6 +112,9 @@ export class Fleet {
   private tunnel: Tunnel | null = null;
   private caKeyPath = '';
   private dataDir = '';
+  /** The Kubernetes API fixture the hub keeps its store in (store: 'kubernetes'). */
+  private kube: FakeKubeApiServer | null = null;
+  private kubeconfig = '';
 
   private constructor(
     readonly opts: FleetOptions,
@@ -127,6 +135,11 @@ export class Fleet {
       fleet.caKeyPath = path.join(pki.dir, 'ca-signing.key');
       await writeFile(fleet.caKeyPath, pki.ca.keyPem, { mode: 0o600 });
       fleet.dataDir = await mkdtemp(path.join(pki.dir, 'hub-'));
+      if (opts.store === 'kubernetes') {
+        fleet.kube = await startFakeKubeApiServer();
+        fleet.kubeconfig = path.join(pki.dir, 'hub-kubeconfig');
+        await fleet.kube.writeKubeconfig(fleet.kubeconfig);
+      }
       await fleet.registerClusters();
       await fleet.startHub();
     } catch (err) {
@@ -140,16 +153,16 @@ export class Fleet {
     this.opts.log?.(message);
   }
 
-  /** The ManagedClusters, written straight into the hub's (not yet running) embedded store. */
+  /** The ManagedClusters, written straight into the hub's (not yet running) store. */
   private async registerClusters(): Promise<void> {
-    const store = await openEmbeddedStore(embeddedStoreDir(this.dataDir));
+    const store = this.kube?.store ?? await openEmbeddedStore(embeddedStoreDir(this.dataDir));
     try {
       for (const name of this.clusters) {
         const mc: ManagedCluster = { apiVersion: 'cluster.open-cluster-management.io/v1', kind: 'ManagedCluster', metadata: { name }, spec: { hubAcceptsClient: true } };
         await store.create('ManagedCluster', mc);
       }
     } finally {
-      await store.close();
+      if (!this.kube) await store.close();
     }
   }
 
@@ -164,7 +177,7 @@ export class Fleet {
     const args = [...(this.opts.hubNodeArgs ?? []), CLI, 'hub', '--data-dir', this.dataDir, '--bind-address', '127.0.0.1',
       '--agent-port', String(p.agent), '--frontend-port', String(p.frontend), '--admin-port', String(p.admin), '--health-port', String(p.health), '--connect-port', 'off',
       '--ca-cert', this.pki.caPath, '--server-cert', this.pki.server.certPath, '--server-key', this.pki.server.keyPath,
-      '--log-level', this.opts.hubLogLevel ?? 'warn', ...(this.opts.hubArgs ?? [])];
+      '--log-level', this.opts.hubLogLevel ?? 'warn', ...(this.kube ? ['--store', 'kubernetes', '--kubeconfig', this.kubeconfig] : []), ...(this.opts.hubArgs ?? [])];
     this.hubProc = spawnProcess({ name: 'fleet-hub', command: process.execPath, args });
     const deadline = performance.now() + 60_000;
     for (;;) {
@@ -315,6 +328,8 @@ export class Fleet {
     await Promise.all(this.children.map((c) => c.stop().catch(() => undefined)));
     this.children = [];
     await this.stopHub().catch(() => undefined);
+    await this.kube?.close().catch(() => undefined);
+    this.kube = null;
     await this.echo.close().catch(() => undefined);
     await rm(this.pki.dir, { recursive: true, force: true }).catch(() => undefined);
   }
