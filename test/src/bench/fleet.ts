@@ -88,8 +88,10 @@ async function measureSize(n: number, cfg: BenchConfig, baseP99: number | undefi
   const notes: string[] = [];
   const prof = process.env['FLEET_HUB_CPU_PROF'];
   const store = fleetStore();
-  const fleet = await Fleet.create({ clusters: n, log, store, hubNodeArgs: prof ? ['--cpu-prof', '--cpu-prof-dir', prof] : [] });
-  if (store === 'kubernetes') notes.push(`N=${n}: hub store: the Kubernetes API fixture (FLEET_STORE=kubernetes)`);
+  const ocm = process.env['FLEET_OCM'] === '1';
+  const fleet = await Fleet.create({ clusters: n, log, store, ocm, hubNodeArgs: prof ? ['--cpu-prof', '--cpu-prof-dir', prof] : [] });
+  if (ocm) notes.push(`N=${n}: OCM mode (FLEET_OCM=1): --agent-install manifestwork, the store in the Kubernetes API fixture`);
+  else if (store === 'kubernetes') notes.push(`N=${n}: hub store: the Kubernetes API fixture (FLEET_STORE=kubernetes)`);
   try {
     await fleet.loadClient();
     const { issuedSeconds } = await fleet.startAgents();
