@@ -107,6 +107,8 @@ export class Hub {
       onChange: (m) => {
         this.server.reloadTls({ caCert: m.caCert, cert: m.cert, key: m.key });
         if (m.caKey) this.signer = { certPem: splitBundle(m.caCert.toString('utf8'))[0]!, keyPem: m.caKey.toString('utf8') };
+        // The installer renders the CA bundle and the signer into the agents' works and registrations.
+        this.manager.installerInputsChanged();
       },
     }) : null;
     this.manager.registerRoutes(this.server.hubApi, this.server.adminApi);

@@ -4,7 +4,7 @@ import type { HubApi, HubApiHandler, HubApiRequest } from '../fleet/hub-api.js';
 import type { ProxyCore } from '../dataplane/proxy-core.js';
 import { MemoryStore } from '../store/memory.js';
 import { ADDON_NAME, type ManagedCluster } from '../store/objects.js';
-import { AddonManager, LEASE_RENEWAL_BUDGET_PER_SECOND } from './manager.js';
+import { AddonManager, INSTALLER_RESYNC_MS, LEASE_RENEWAL_BUDGET_PER_SECOND, type AddonInstaller } from './manager.js';
 
 const log = pino({ level: 'silent' });
 
@@ -72,4 +72,30 @@ describe('AddonManager', () => {
     const huge = new AddonManager({ store, core: core(Array.from({ length: 100_000 }, (_, i) => `c${i}`)), log, serverID: 'hub-3' });
     expect(huge.renewIntervalSeconds).toBe(600);
   });
+
+  it('runs the installer\'s pass when what it watches changed, else every INSTALLER_RESYNC_MS, not every status pass', async () => {
+    const store = new MemoryStore();
+    let kick: (() => void) | null = null;
+    let syncs = 0;
+    const installer: AddonInstaller = {
+      start: (k) => { kick = k; },
+      stop: () => undefined,
+      sync: async () => { syncs++; },
+      statusOf: () => undefined,
+      proxyConfigurationConditions: () => [],
+    };
+    let now = Date.parse('2026-11-26T00:00:00Z');
+    manager = new AddonManager({ store, core: core([]), log, serverID: 'hub-0', tunnelLossWindowMs: 1000, now: () => now });
+    manager.setInstaller(installer);
+    await manager.start();
+    await until(async () => syncs === 1);
+    // Status passes every 250 ms; none of them re-runs the installer while nothing changed.
+    await new Promise((r) => setTimeout(r, 800));
+    expect(syncs).toBe(1);
+    kick!();
+    await until(async () => syncs === 2);
+    now += INSTALLER_RESYNC_MS;
+    await until(async () => syncs === 3);
+  });
 });
+
