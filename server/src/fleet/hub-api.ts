@@ -87,18 +87,16 @@ export class HubApi {
 
   /** Hands a TLS socket that negotiated http/1.1 to the HTTP server. */
   accept(socket: TLSSocket): void {
-    if (this.draining) {
-      socket.destroy();
-      return;
-    }
+    // Even while draining: the hub keeps serving until its listener closes (load balancers may still send
+    // requests during --shutdown-delay); such a connection carries one request and closes after it.
     this.sockets.set(socket, 0);
     socket.once('close', () => this.sockets.delete(socket));
     this.server.emit('connection', socket);
   }
 
   /**
-   * Shutdown begins: idle keep-alive connections close now and busy ones after their answer, so no
-   * connection holds this replica (or its load balancer's backend) until close().
+   * Shutdown begins: idle keep-alive connections close now and busy ones after their answer (`connection:
+   * close`), so no kept connection holds this replica (or its load balancer's backend) until close().
    */
   drain(): void {
     this.draining = true;
