@@ -3,7 +3,7 @@
 import { X509Certificate, randomUUID } from 'node:crypto';
 import { clusterHostNames, formatIdentifiers, emptyIdentifiers, splitHostPort, AGENT_MEMORY_BUDGET, INITIAL_CONNECTION_WINDOW, MAX_CONNECTION_WINDOW, MemoryBudget, throttleReporter, type AgentIdentifiers } from '@cluster-proxy/proto';
 import type { Logger } from 'pino';
-import { Backoff } from './backoff.js';
+import { Backoff, spreadRetryDelay } from './backoff.js';
 import { GrpcCallError, GrpcStatus, MuxRefusedError, MuxUnsupportedError } from '@cluster-proxy/proto';
 import type { AgentTransport, EgressOptions } from './links.js';
 import { proxyFromEnvironment, redactProxyUrl } from './no-proxy.js';
@@ -104,6 +104,10 @@ export class Agent {
   readonly maxConnections: number;
   /** TLS session for the hub API (lease renewals, replica syncs), resumed while the identity stays the same. */
   readonly hubSessions = new HubSessionCache();
+  /** The hub's reconnect spread (its reconnectSpreadSeconds, 0 until told): see retryDelay(). */
+  private reconnectSpreadMs = 0;
+  /** Retries since the last tunnel went, while none is back (-1: not in that state). */
+  private retriesWithoutTunnel = -1;
 
   constructor(private readonly opts: AgentOptions) {
     this.agentID = opts.agentID ?? randomUUID();
@@ -309,7 +313,7 @@ export class Agent {
       }
       const problem = certificateProblem(this.credentials.cert);
       const message = `${(err as Error).message}${problem ? ` (our client certificate ${problem})` : ''}`;
-      const delay = this.backoff.next();
+      const delay = this.retryDelay();
       // Log each distinct failure at warn, repeats at debug, so a hub outage does not flood logs.
       if (message !== this.lastError) this.opts.log.warn({ hub: this.opts.hubAddress, retryInMs: delay }, `cannot connect to hub: ${message}`);
       else this.opts.log.debug({ retryInMs: delay }, `cannot connect to hub: ${message}`);
@@ -334,6 +338,7 @@ export class Agent {
       return;
     }
     this.backoff.reset();
+    this.retriesWithoutTunnel = -1;
     this.metrics.tunnelConnects.inc({ result: 'ok' });
     this.lastError = '';
     this.servers.set(conn.serverID, conn);
@@ -344,10 +349,35 @@ export class Agent {
         this.metrics.tunnelReconnects.inc();
         this.opts.log.warn({ serverID: conn.serverID, err: err?.message }, 'lost connection to proxy server');
       }
-      this.schedule(this.backoff.next());
+      this.noteLoss();
+      this.schedule(this.retryDelay());
     });
-    conn.once('serverDraining', () => this.schedule(this.backoff.next()));
+    conn.once('serverDraining', () => {
+      this.noteLoss();
+      this.schedule(this.retryDelay());
+    });
     if (this.activeServers() < this.knownServerCount) this.schedule(this.backoff.next());
+  }
+
+  /** The hub's reconnect spread (GET /v1/replicas reconnectSpreadSeconds), at most 5 min whatever it says. */
+  setReconnectSpread(ms: number): void {
+    this.reconnectSpreadMs = Number.isFinite(ms) && ms > 0 ? Math.min(ms, 300_000) : 0;
+  }
+
+  /** A tunnel closed or its server is draining: with none left, the retries that follow are spread. */
+  private noteLoss(): void {
+    if (this.activeServers() === 0 && this.retriesWithoutTunnel < 0) this.retriesWithoutTunnel = 0;
+  }
+
+  /**
+   * How long until the next dial after a loss or a failed dial. An agent left with no tunnel at all waits
+   * a random part of the hub's reconnect spread (spreadRetryDelay), so a restarted hub's agents do not all
+   * come back in its first second. One that still holds a tunnel to another replica (one replica restarted)
+   * retries after the backoff alone, as before: dials on the restarted replica wait for it (--agent-wait).
+   */
+  private retryDelay(): number {
+    if (this.retriesWithoutTunnel < 0 || this.reconnectSpreadMs <= 0) return this.backoff.next();
+    return spreadRetryDelay(this.retriesWithoutTunnel++, this.reconnectSpreadMs, this.backoff);
   }
 
   /** Links that count toward the full set: open and not announced as shutting down by their server. */

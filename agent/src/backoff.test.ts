@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { Backoff } from './backoff.js';
+import { Backoff, spreadRetryDelay } from './backoff.js';
 
 describe('Backoff', () => {
   it('grows exponentially up to maxMs (upper end of the jitter)', () => {
@@ -57,5 +57,29 @@ describe('Backoff', () => {
     b.reset();
     expect(b.next()).toBe(100);
     expect(b.next()).toBe(200);
+  });
+});
+
+describe('spreadRetryDelay', () => {
+  it('waits a uniform part of the spread first, then that plus the backoff', () => {
+    const b = new Backoff({ initialMs: 500, maxMs: 30_000, random: () => 1 });
+    expect(spreadRetryDelay(0, 20_000, b, () => 0.25)).toBe(5000);
+    expect(spreadRetryDelay(1, 20_000, b, () => 0.25)).toBe(5500);
+    expect(spreadRetryDelay(2, 20_000, b, () => 0.5)).toBe(11_000);
+  });
+
+  it('spreads 5,000 agents that lost a hub for 5 s over the spread: at most 10 % back in any one second', () => {
+    const spreadMs = 25_000;
+    const downMs = 5000;
+    const perSecond = new Map<number, number>();
+    for (let i = 0; i < 5000; i++) {
+      const b = new Backoff({ initialMs: 500, maxMs: 30_000 });
+      let t = 0;
+      for (let retry = 0; t < downMs; retry++) t += spreadRetryDelay(retry, spreadMs, b);
+      const s = Math.floor((t - downMs) / 1000);
+      perSecond.set(s, (perSecond.get(s) ?? 0) + 1);
+    }
+    expect(Math.max(...perSecond.values()) / 5000).toBeLessThan(0.1);
+    expect(Math.max(...perSecond.keys())).toBeLessThan(30);
   });
 });

@@ -24,3 +24,14 @@ export class Backoff {
     this.attempt = 0;
   }
 }
+
+/**
+ * The delay before a retry by an agent left with no tunnel at all (its hub restarted, or the way to it
+ * broke), `retry` counting from 0: a uniform random part of the hub's reconnect spread, plus the backoff
+ * from the second retry on (for a hub that stays away). A hub's agents then come back spread over the
+ * whole spread instead of within its first second back, whenever in the spread the hub returns.
+ */
+export function spreadRetryDelay(retry: number, spreadMs: number, backoff: Backoff, random: () => number = Math.random): number {
+  const spread = random() * spreadMs;
+  return retry === 0 ? spread : spread + backoff.next();
+}

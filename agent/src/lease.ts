@@ -33,6 +33,10 @@ export class LeaseRenewer {
   private stopped = false;
   private renewedOnce = false;
   private lastError = '';
+  /** The last report the hub took, when, and how often it wants one that changes nothing (its renewIntervalSeconds). */
+  private lastSent = '';
+  private lastSentAt = 0;
+  private unchangedEveryMs = 0;
 
   constructor(private readonly opts: LeaseRenewerOptions) {}
 
@@ -70,6 +74,10 @@ export class LeaseRenewer {
       version: AGENT_VERSION,
       phase: this.opts.phase?.() ?? 'Running',
     };
+    const content = JSON.stringify(report);
+    // A big fleet's hub wants unchanged reports less often than every lease duration (it sees the agent
+    // through its tunnels); a change goes out at the next tick, as before.
+    if (this.renewedOnce && content === this.lastSent && Date.now() - this.lastSentAt < this.unchangedEveryMs) return this.schedule(period);
     try {
       const creds = agent.currentCredentials;
       const answer = await hubRequest({ ...this.opts.hub, caCert: agent.currentTrust, cert: creds.cert, key: creds.key, sessions: agent.hubSessions }, 'POST', '/v1/lease', report);
@@ -82,6 +90,9 @@ export class LeaseRenewer {
       }
       if ((answer as { renewCertificate?: unknown } | null)?.renewCertificate === true) this.opts.onRenewRequested?.();
       this.renewedOnce = true;
+      this.lastSent = content;
+      this.lastSentAt = Date.now();
+      this.unchangedEveryMs = renewIntervalMs(answer);
       if (this.lastError) this.opts.log.info('lease renewed again');
       this.lastError = '';
     } catch (err) {
@@ -91,6 +102,12 @@ export class LeaseRenewer {
     }
     this.schedule(this.renewedOnce ? this.opts.leaseDurationMs : period);
   }
+}
+
+/** The hub's renewIntervalSeconds in ms (0 when absent: every lease duration), at most 10 minutes whatever it says. */
+export function renewIntervalMs(answer: unknown): number {
+  const v = (answer as { renewIntervalSeconds?: unknown } | null)?.renewIntervalSeconds;
+  return typeof v === 'number' && Number.isFinite(v) && v > 0 ? Math.min(v, 600) * 1000 : 0;
 }
 
 /** null when a TCP connection to the apiserver opens within 3 s, else why not. */

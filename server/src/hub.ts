@@ -74,7 +74,7 @@ export class Hub {
     this.server = new ProxyServer({ ...opts.server, log: opts.log, readinessChecks: [{ name: 'store', check: () => opts.store.ping() }] });
     this.server.metrics.registry.registerMetric(storeRequests);
     this.replicas = new ReplicaRegistry({ store: opts.store, namespace: HUB_NAMESPACE, serverID: this.server.serverID, leaseDurationMs: opts.replicaLeaseDurationMs, log: opts.log,
-      tunnelClusters: () => this.server.core.routes.backends().map((b) => b.cluster) });
+      tunnelClusters: () => this.server.core.routes.backends().map((b) => b.cluster), fleetSize: () => this.manager?.fleetSize ?? 0 });
     this.replicas.registerRoutes(this.server.hubApi);
     // A dial for a cluster that other replicas reach waits for its agent here (a restart, a reconnect).
     this.server.core.agentWaits.setAgentsElsewhere(() => this.replicas.clustersElsewhere);
@@ -108,6 +108,8 @@ export class Hub {
       onChange: (m) => {
         this.server.reloadTls({ caCert: m.caCert, cert: m.cert, key: m.key });
         if (m.caKey) this.signer = { certPem: splitBundle(m.caCert.toString('utf8'))[0]!, keyPem: m.caKey.toString('utf8') };
+        // The installer renders the CA bundle and the signer into the agents' works and registrations.
+        this.manager.installerInputsChanged();
       },
     }) : null;
     this.manager.registerRoutes(this.server.hubApi, this.server.adminApi);
@@ -193,6 +195,8 @@ export class Hub {
     if (this.managerRetry) clearTimeout(this.managerRetry);
     this.managerRetry = null;
     this.reloader?.stop();
+    // Kept-alive hub API connections must not hold this replica up (load balancers, drain).
+    this.server.hubApi.drain();
     const serverStopped = this.server.stop(graceMs, delayMs);
     await this.replicas.stop();
     await this.manager.stop();

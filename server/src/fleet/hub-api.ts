@@ -8,6 +8,12 @@ import type { Logger } from 'pino';
 import { clusterFromSubject, type AgentIdentity } from '../pki/agent-identity.js';
 
 export const HUB_API_ALPN = 'http/1.1';
+/**
+ * An idle hub API connection is closed after this long. Agents' requests are minutes apart (lease renewals,
+ * replica syncs), so keeping their connections open would not save handshakes without holding an idle TLS
+ * connection per agent (~68 KiB of hub memory each: +330 MiB at 5,000 agents).
+ */
+export const HUB_API_KEEPALIVE_MS = 5000;
 /** Request bodies are small JSON documents (a CSR, a health report). */
 export const MAX_HUB_API_BODY_BYTES = 64 * 1024;
 
@@ -52,10 +58,16 @@ interface Route {
 export class HubApi {
   private readonly routes = new Map<string, Route>();
   private readonly server: http.Server;
+  private draining = false;
+  /**
+   * Open connections and how many requests each is answering. Tracked here because this server never
+   * listens (sockets come from the agent port), so Node's own closeIdleConnections() does not know them.
+   */
+  private readonly sockets = new Map<TLSSocket, number>();
 
   constructor(private readonly log: Logger) {
     this.server = http.createServer((req, res) => void this.handle(req, res));
-    this.server.keepAliveTimeout = 5000;
+    this.server.keepAliveTimeout = HUB_API_KEEPALIVE_MS;
     this.server.headersTimeout = 10_000;
     this.server.requestTimeout = 15_000;
   }
@@ -75,17 +87,41 @@ export class HubApi {
 
   /** Hands a TLS socket that negotiated http/1.1 to the HTTP server. */
   accept(socket: TLSSocket): void {
+    // Even while draining: the hub keeps serving until its listener closes (load balancers may still send
+    // requests during --shutdown-delay); such a connection carries one request and closes after it.
+    this.sockets.set(socket, 0);
+    socket.once('close', () => this.sockets.delete(socket));
     this.server.emit('connection', socket);
   }
 
+  /**
+   * Shutdown begins: idle keep-alive connections close now and busy ones after their answer (`connection:
+   * close`), so no kept connection holds this replica (or its load balancer's backend) until close().
+   */
+  drain(): void {
+    this.draining = true;
+    for (const [socket, busy] of this.sockets) if (busy === 0) socket.destroy();
+  }
+
   close(): void {
-    this.server.closeAllConnections();
+    this.draining = true;
+    for (const socket of this.sockets.keys()) socket.destroy();
+    this.sockets.clear();
     this.server.close();
   }
 
   /** Answers one request; also used by the plain-HTTP loopback admin listener (no client certificate there). */
   async handle(req: http.IncomingMessage, res: http.ServerResponse): Promise<void> {
     const socket = req.socket as TLSSocket;
+    const busy = this.sockets.get(socket);
+    if (busy !== undefined) {
+      this.sockets.set(socket, busy + 1);
+      res.once('close', () => {
+        // Draining: the answer carries `connection: close`, so Node ends the connection after it.
+        const n = this.sockets.get(socket);
+        if (n !== undefined) this.sockets.set(socket, n - 1);
+      });
+    }
     const cert = socket.authorized === true ? socket.getPeerCertificate() : null;
     const caller: HubApiCaller = {
       authorized: socket.authorized === true,
@@ -96,7 +132,7 @@ export class HubApi {
     const path = new URL(req.url ?? '/', 'https://hub').pathname;
     const send = (status: number, body: unknown): void => {
       if (res.headersSent) return;
-      res.writeHead(status, { 'content-type': 'application/json' });
+      res.writeHead(status, { 'content-type': 'application/json', ...(this.draining ? { connection: 'close' } : {}) });
       res.end(`${JSON.stringify(body)}\n`);
     };
     const route = this.routes.get(`${req.method} ${path}`) ?? this.prefixRoute(req.method ?? '', path);

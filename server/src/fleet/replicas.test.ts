@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { REPLICA_CLUSTERS_ANNOTATION, REPLICA_LABEL, tunnelsOnOtherReplicas } from './replicas.js';
+import { MAX_CLUSTERS_ANNOTATION_BYTES, MAX_RECONNECT_SPREAD_SECONDS, REPLICA_CLUSTERS_ANNOTATION, REPLICA_CLUSTERS_GZIP_ANNOTATION, REPLICA_LABEL, decodeTunnelClusters, encodeTunnelClusters, pacingHints, tunnelsOnOtherReplicas } from './replicas.js';
 import type { Lease } from '../store/objects.js';
 
 const NOW = Date.parse('2026-11-24T10:00:00Z');
@@ -20,5 +20,52 @@ describe('tunnelsOnOtherReplicas', () => {
       lease('hub-3', 0, ''),
     ], 'self', NOW);
     expect(Object.fromEntries(counts)).toEqual({ c1: 2, c2: 1 });
+  });
+});
+
+describe('pacingHints', () => {
+  it('stretches the replica-sync interval and the reconnect spread with the agent count', () => {
+    expect(pacingHints(0)).toEqual({ syncIntervalSeconds: 0, reconnectSpreadSeconds: 0 });
+    expect(pacingHints(10)).toEqual({ syncIntervalSeconds: 1, reconnectSpreadSeconds: 1 });
+    expect(pacingHints(5000)).toEqual({ syncIntervalSeconds: 200, reconnectSpreadSeconds: 34 });
+  });
+
+  it('caps the reconnect spread, so a fleet of any size is back within a minute', () => {
+    expect(pacingHints(1_000_000).reconnectSpreadSeconds).toBe(MAX_RECONNECT_SPREAD_SECONDS);
+    expect(MAX_RECONNECT_SPREAD_SECONDS).toBeLessThanOrEqual(45);
+  });
+});
+
+describe('encodeTunnelClusters / decodeTunnelClusters', () => {
+  const names = (n: number, prefix = 'cluster-'): string[] => Array.from({ length: n }, (_, i) => `${prefix}${String(i).padStart(5, '0')}`);
+
+  it('publishes a small list as plain text, sorted and without duplicates', () => {
+    const { annotations, omitted } = encodeTunnelClusters(['b', 'a', 'b']);
+    expect(annotations).toEqual({ [REPLICA_CLUSTERS_ANNOTATION]: 'a,b', [REPLICA_CLUSTERS_GZIP_ANNOTATION]: '' });
+    expect(omitted).toBe(0);
+    expect(decodeTunnelClusters(annotations)).toEqual(['a', 'b']);
+    expect(decodeTunnelClusters({})).toEqual([]);
+  });
+
+  it('gzips a large one: 5,000 clusters in well under the bound', () => {
+    const { annotations, omitted } = encodeTunnelClusters(names(5000));
+    expect(annotations[REPLICA_CLUSTERS_ANNOTATION]).toBe('');
+    expect(annotations[REPLICA_CLUSTERS_GZIP_ANNOTATION]!.length).toBeLessThan(20_000);
+    expect(omitted).toBe(0);
+    expect(decodeTunnelClusters(annotations)).toEqual(names(5000));
+  });
+
+  it('stays within the bound however many clusters, saying how many it left out', () => {
+    const random = Array.from({ length: 20_000 }, (_, i) => `${i}-${Math.random().toString(36).slice(2)}${Math.random().toString(36).slice(2)}`);
+    const { annotations, omitted } = encodeTunnelClusters(random);
+    expect(annotations[REPLICA_CLUSTERS_GZIP_ANNOTATION]!.length).toBeLessThanOrEqual(MAX_CLUSTERS_ANNOTATION_BYTES);
+    expect(omitted).toBeGreaterThan(0);
+    expect(decodeTunnelClusters(annotations).length).toBe(20_000 - omitted);
+  });
+
+  it('other replicas read the gzipped list too', () => {
+    const l = lease('hub-1', 0, '');
+    l.metadata.annotations = encodeTunnelClusters(names(3000)).annotations;
+    expect(tunnelsOnOtherReplicas([l], 'self', NOW).size).toBe(3000);
   });
 });

@@ -3,6 +3,7 @@
 // leases not yet expired (ANP's lease counting). Agents get the count in the serverCount header and
 // the list from `GET /v1/replicas`, so they hold one tunnel per live replica and drop tunnels to
 // replicas that are gone. A graceful stop deletes the lease at once.
+import { gunzipSync, gzipSync } from 'node:zlib';
 import type { Logger } from 'pino';
 import type { HubApi } from './hub-api.js';
 import type { Lease } from '../store/objects.js';
@@ -13,6 +14,52 @@ export const REPLICA_LEASE_PREFIX = 'cluster-proxy-server-';
 export const REPLICA_LABEL = 'proxy.open-cluster-management.io/server-replica';
 /** On a replica's lease: the clusters it holds agent tunnels for (comma-separated), as of its last renewal. */
 export const REPLICA_CLUSTERS_ANNOTATION = 'proxy.open-cluster-management.io/tunnel-clusters';
+/** The same list gzipped and base64-encoded, instead of the plain one when that is over PLAIN_CLUSTERS_MAX_BYTES. */
+export const REPLICA_CLUSTERS_GZIP_ANNOTATION = 'proxy.open-cluster-management.io/tunnel-clusters-gzip';
+/**
+ * Up to this size the list is plain text (readable with kubectl, and by replicas of earlier versions during
+ * an upgrade): about 2,300 clusters named like `cluster-00001`.
+ */
+const PLAIN_CLUSTERS_MAX_BYTES = 32 * 1024;
+/**
+ * The encoded list is cut to this size: Kubernetes refuses an object whose annotations exceed 256 KiB in
+ * all, and a refused renewal would make this replica look gone. Compressed, that is ~65,000 clusters named
+ * like `cluster-00001`, ~25,000 like `prod-eu-west-1-3f9a1c2b`, ~7,500 named by UUID (docs/goals.md).
+ */
+export const MAX_CLUSTERS_ANNOTATION_BYTES = 200 * 1024;
+
+/**
+ * The annotations that publish `clusters` on a replica lease (the other of the two set to ''), and how many
+ * clusters had to be left out to stay within MAX_CLUSTERS_ANNOTATION_BYTES (0 unless the fleet is beyond it).
+ */
+export function encodeTunnelClusters(clusters: readonly string[]): { annotations: Record<string, string>; omitted: number } {
+  let names = [...new Set(clusters)].sort();
+  const plain = names.join(',');
+  if (plain.length <= PLAIN_CLUSTERS_MAX_BYTES) return { annotations: { [REPLICA_CLUSTERS_ANNOTATION]: plain, [REPLICA_CLUSTERS_GZIP_ANNOTATION]: '' }, omitted: 0 };
+  const all = names.length;
+  let gz = gzipSync(plain).toString('base64');
+  // Beyond the bound: drop the tail until it fits (a few rounds; each shrinks by the overshoot and 5 %).
+  for (let i = 0; i < 8 && gz.length > MAX_CLUSTERS_ANNOTATION_BYTES; i++) {
+    names = names.slice(0, Math.floor((names.length * MAX_CLUSTERS_ANNOTATION_BYTES * 0.95) / gz.length));
+    gz = gzipSync(names.join(',')).toString('base64');
+  }
+  return { annotations: { [REPLICA_CLUSTERS_ANNOTATION]: '', [REPLICA_CLUSTERS_GZIP_ANNOTATION]: gz }, omitted: all - names.length };
+}
+
+/** The clusters a replica lease publishes (either annotation; an unreadable one counts as none). */
+export function decodeTunnelClusters(annotations: Readonly<Record<string, string>> | undefined): string[] {
+  const gz = annotations?.[REPLICA_CLUSTERS_GZIP_ANNOTATION];
+  let list = annotations?.[REPLICA_CLUSTERS_ANNOTATION] ?? '';
+  if (gz) {
+    try {
+      list = gunzipSync(Buffer.from(gz, 'base64'), { maxOutputLength: 16 * 1024 * 1024 }).toString('utf8');
+    } catch {
+      list = '';
+    }
+  }
+  return list ? list.split(',') : [];
+}
+
 /** `GET /v1/replicas` answers from a store read at most this old. */
 const LIST_MAX_AGE_MS = 1000;
 /**
@@ -21,6 +68,24 @@ const LIST_MAX_AGE_MS = 1000;
  * is every 200 s instead of every 10 s; a new replica is still found by every agent within it.
  */
 export const REPLICA_SYNC_BUDGET_PER_SECOND = 25;
+/**
+ * Tunnel reconnects a second this hub asks its agents to stay under when they all lose it at once (a
+ * restart): an agent left without any tunnel waits a random part of reconnectSpreadSeconds =
+ * agents / this before it dials again (at 5,000 agents 34 s: 200 a second was 9.3 % in the busiest second
+ * of the fleet bench, the first ones queued while the hub started; this leaves room).
+ */
+export const RECONNECT_BUDGET_PER_SECOND = 150;
+/** The spread is at most this, so a fleet is back within a minute whatever its size. */
+export const MAX_RECONNECT_SPREAD_SECONDS = 45;
+
+/** What `GET /v1/replicas` tells an agent about pacing, from this replica's agent count. */
+export function pacingHints(agents: number): { syncIntervalSeconds: number; reconnectSpreadSeconds: number } {
+  return {
+    syncIntervalSeconds: Math.ceil(agents / REPLICA_SYNC_BUDGET_PER_SECOND),
+    reconnectSpreadSeconds: Math.min(MAX_RECONNECT_SPREAD_SECONDS, Math.ceil(agents / RECONNECT_BUDGET_PER_SECOND)),
+  };
+}
+
 /** stop() waits this long at most for a renewal in flight. */
 const STOP_WAIT_MS = 2000;
 
@@ -34,6 +99,11 @@ export interface ReplicaRegistryOptions {
   now?: () => number;
   /** Clusters this replica holds agent tunnels for, published on its lease for the addon manager's leader. */
   tunnelClusters?: () => readonly string[];
+  /**
+   * Clusters whose agents may come to this replica (e.g. the registered ones), when more than hold tunnels
+   * now: after a restart all of them come back at once, so the pacing hints are sized for them.
+   */
+  fleetSize?: () => number;
 }
 
 /**
@@ -45,7 +115,7 @@ export function tunnelsOnOtherReplicas(leases: readonly Lease[], selfID: string,
   for (const l of leases) {
     if (l.metadata.labels?.[REPLICA_LABEL] !== 'true' || l.spec.holderIdentity === selfID) continue;
     if (!leaseHeld(l, now, { defaultDurationS: 30 })) continue;
-    for (const c of (l.metadata.annotations?.[REPLICA_CLUSTERS_ANNOTATION] ?? '').split(',')) if (c) counts.set(c, (counts.get(c) ?? 0) + 1);
+    for (const c of decodeTunnelClusters(l.metadata.annotations)) if (c) counts.set(c, (counts.get(c) ?? 0) + 1);
   }
   return counts;
 }
@@ -94,7 +164,7 @@ export class ReplicaRegistry {
       // Agents drop tunnels to replicas missing from this list, so answer from a fresh read: a list
       // from before a replica (re)started would make them close the tunnel they just opened to it.
       if (this.now() - this.refreshedAt > LIST_MAX_AGE_MS) await this.refreshOnce().catch(() => {});
-      return { status: 200, body: { serverCount: this.count, replicas: this.serverIDs.map((serverID) => ({ serverID })), syncIntervalSeconds: Math.ceil(this.agents / REPLICA_SYNC_BUDGET_PER_SECOND) } };
+      return { status: 200, body: { serverCount: this.count, replicas: this.serverIDs.map((serverID) => ({ serverID })), ...pacingHints(Math.max(this.agents, this.opts.fleetSize?.() ?? 0)) } };
     }, { agentOnly: true });
   }
 
@@ -143,7 +213,9 @@ export class ReplicaRegistry {
   private async renew(): Promise<void> {
     const renewTime = microTime(this.now());
     const spec = { holderIdentity: this.opts.serverID, leaseDurationSeconds: Math.max(1, Math.ceil(this.durationMs / 1000)), renewTime };
-    const clusters = { [REPLICA_CLUSTERS_ANNOTATION]: [...new Set(this.opts.tunnelClusters?.() ?? [])].sort().join(',') };
+    const { annotations: clusters, omitted } = encodeTunnelClusters(this.opts.tunnelClusters?.() ?? []);
+    if (omitted > 0 && !this.warnedOmitted) this.opts.log.warn({ omitted, maxBytes: MAX_CLUSTERS_ANNOTATION_BYTES }, 'too many tunnelled clusters to publish on the replica lease; the others are left out (the addon leader may report them unavailable if they reach only this replica)');
+    this.warnedOmitted = omitted > 0;
     // Losing a race to another write of our own lease is harmless: the next tick renews again.
     await writeLease(this.opts.store, { name: this.leaseName, namespace: this.opts.namespace }, (current) => ({
       labels: { [REPLICA_LABEL]: 'true' },
@@ -152,6 +224,7 @@ export class ReplicaRegistry {
     }));
   }
 
+  private warnedOmitted = false;
   private refreshedAt = 0;
   /** Agents connected here, as of the last refresh (counting them per request would cost O(agents) each). */
   private agents = 0;

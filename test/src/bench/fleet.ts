@@ -20,6 +20,9 @@ export const FLEET_GOAL_N = 5000;
 /** Dials are compared with this small fleet. */
 export const FLEET_BASE_N = 10;
 
+/** FLEET_STORE=kubernetes: the hubs keep their store in the Kubernetes API fixture instead of the embedded store. */
+const fleetStore = (): 'embedded' | 'kubernetes' => (process.env['FLEET_STORE'] === 'kubernetes' ? 'kubernetes' : 'embedded');
+
 export const fleetSizes = (cfg: BenchConfig): number[] => cfg.fleetSizes.split(',').map((s) => Number(s.trim())).filter((n) => Number.isInteger(n) && n > 0);
 
 const FIGURES = [
@@ -84,7 +87,11 @@ async function measureSize(n: number, cfg: BenchConfig, baseP99: number | undefi
   const figures: SizeResult['figures'] = {};
   const notes: string[] = [];
   const prof = process.env['FLEET_HUB_CPU_PROF'];
-  const fleet = await Fleet.create({ clusters: n, log, hubNodeArgs: prof ? ['--cpu-prof', '--cpu-prof-dir', prof] : [] });
+  const store = fleetStore();
+  const ocm = process.env['FLEET_OCM'] === '1';
+  const fleet = await Fleet.create({ clusters: n, log, store, ocm, hubNodeArgs: prof ? ['--cpu-prof', '--cpu-prof-dir', prof] : [] });
+  if (ocm) notes.push(`N=${n}: OCM mode (FLEET_OCM=1): --agent-install manifestwork, the store in the Kubernetes API fixture`);
+  else if (store === 'kubernetes') notes.push(`N=${n}: hub store: the Kubernetes API fixture (FLEET_STORE=kubernetes)`);
   try {
     await fleet.loadClient();
     const { issuedSeconds } = await fleet.startAgents();

@@ -9,9 +9,9 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { Tunnel } from '@cluster-proxy/client';
-import { embeddedStoreDir, openEmbeddedStore, type ManagedCluster } from '@cluster-proxy/server';
+import { embeddedStoreDir, openEmbeddedStore, type ManagedCluster, type ManagedClusterAddOn, type ManifestWork, type Watch } from '@cluster-proxy/server';
 import { CLI, createPki, type TestPki } from '../harness.js';
-import { freeLoopbackPort, spawnProcess, startEchoServer, type ManagedProcess, type TcpTarget } from '../fixtures/index.js';
+import { freeLoopbackPort, spawnProcess, startEchoServer, startFakeKubeApiServer, type FakeKubeApiServer, type ManagedProcess, type TcpTarget } from '../fixtures/index.js';
 import type { ChildReply, ChildRequest, FleetChildJob } from './protocol.js';
 
 export interface FleetOptions {
@@ -29,6 +29,17 @@ export interface FleetOptions {
   hubArgs?: string[];
   /** Node flags for the hub (e.g. --cpu-prof). */
   hubNodeArgs?: string[];
+  /**
+   * The hub's store: 'embedded' (default) or 'kubernetes', the Kubernetes API fixture
+   * (test/src/fixtures/kube-api-server.ts, in this process) with the ManagedClusters written into it.
+   */
+  store?: 'embedded' | 'kubernetes';
+  /**
+   * OCM mode (implies store 'kubernetes'): the hub runs `--agent-install manifestwork` over the clusters, each
+   * with a ManagedClusterAddOn as OCM's addon-manager would create it, and a light klusterlet marks each agent
+   * ManifestWork applied (the fleet's agents run from the simulator, not from the works; no CSR flow).
+   */
+  ocm?: boolean;
   /** Hub log level (default warn: logging would skew the figures). */
   hubLogLevel?: string;
   log?: (message: string) => void;
@@ -107,6 +118,11 @@ export class Fleet {
   private tunnel: Tunnel | null = null;
   private caKeyPath = '';
   private dataDir = '';
+  /** The Kubernetes API fixture the hub keeps its store in (store: 'kubernetes'). */
+  private kube: FakeKubeApiServer | null = null;
+  private kubeconfig = '';
+  /** OCM mode: the light klusterlet's watch of the agent ManifestWorks. */
+  private workWatch: Watch | null = null;
 
   private constructor(
     readonly opts: FleetOptions,
@@ -127,7 +143,13 @@ export class Fleet {
       fleet.caKeyPath = path.join(pki.dir, 'ca-signing.key');
       await writeFile(fleet.caKeyPath, pki.ca.keyPem, { mode: 0o600 });
       fleet.dataDir = await mkdtemp(path.join(pki.dir, 'hub-'));
+      if (opts.store === 'kubernetes' || opts.ocm) {
+        fleet.kube = await startFakeKubeApiServer();
+        fleet.kubeconfig = path.join(pki.dir, 'hub-kubeconfig');
+        await fleet.kube.writeKubeconfig(fleet.kubeconfig);
+      }
       await fleet.registerClusters();
+      if (opts.ocm) fleet.applyWorks();
       await fleet.startHub();
     } catch (err) {
       await fleet.stop();
@@ -140,17 +162,39 @@ export class Fleet {
     this.opts.log?.(message);
   }
 
-  /** The ManagedClusters, written straight into the hub's (not yet running) embedded store. */
+  /** The ManagedClusters, written straight into the hub's (not yet running) store. */
   private async registerClusters(): Promise<void> {
-    const store = await openEmbeddedStore(embeddedStoreDir(this.dataDir));
+    const store = this.kube?.store ?? await openEmbeddedStore(embeddedStoreDir(this.dataDir));
     try {
       for (const name of this.clusters) {
         const mc: ManagedCluster = { apiVersion: 'cluster.open-cluster-management.io/v1', kind: 'ManagedCluster', metadata: { name }, spec: { hubAcceptsClient: true } };
         await store.create('ManagedCluster', mc);
+        if (!this.opts.ocm) continue;
+        // As OCM's addon-manager does for an enabled addon (installStrategy Manual: an admin enabled it).
+        await store.ensureNamespace(name);
+        const addon: ManagedClusterAddOn = { apiVersion: 'addon.open-cluster-management.io/v1alpha1', kind: 'ManagedClusterAddOn', metadata: { name: 'cluster-proxy', namespace: name }, spec: {} };
+        await store.create('ManagedClusterAddOn', addon);
       }
     } finally {
-      await store.close();
+      if (!this.kube) await store.close();
     }
+  }
+
+  /** The light klusterlet: every agent ManifestWork the hub writes is reported applied (its current generation). */
+  private applyWorks(): void {
+    const store = this.kube!.store;
+    this.workWatch = store.watch('ManifestWork', {}, {
+      onEvent: (e) => {
+        const w: ManifestWork = e.object;
+        if (e.type === 'DELETED' || w.status?.conditions?.some((c) => c.type === 'Applied' && c.observedGeneration === w.metadata.generation)) return;
+        const at = new Date().toISOString();
+        const done = (type: string, reason: string): NonNullable<NonNullable<ManifestWork['status']>['conditions']>[number] =>
+          ({ type, status: 'True', reason, message: `${type} by the fleet's light klusterlet`, lastTransitionTime: at, observedGeneration: w.metadata.generation });
+        // A conflict (the hub rewrote the work meanwhile) comes back as another event.
+        void store.updateStatus('ManifestWork', { ...w, status: { ...w.status, conditions: [done('Applied', 'AppliedManifestWorkComplete'), done('Available', 'ResourcesAvailable')] } }).catch(() => undefined);
+      },
+      onError: (err) => this.log(`light klusterlet: ManifestWork watch ended: ${err.message}`),
+    });
   }
 
   get hub(): FleetHub {
@@ -164,7 +208,8 @@ export class Fleet {
     const args = [...(this.opts.hubNodeArgs ?? []), CLI, 'hub', '--data-dir', this.dataDir, '--bind-address', '127.0.0.1',
       '--agent-port', String(p.agent), '--frontend-port', String(p.frontend), '--admin-port', String(p.admin), '--health-port', String(p.health), '--connect-port', 'off',
       '--ca-cert', this.pki.caPath, '--server-cert', this.pki.server.certPath, '--server-key', this.pki.server.keyPath,
-      '--log-level', this.opts.hubLogLevel ?? 'warn', ...(this.opts.hubArgs ?? [])];
+      '--log-level', this.opts.hubLogLevel ?? 'warn', ...(this.kube ? ['--store', 'kubernetes', '--kubeconfig', this.kubeconfig] : []),
+      ...(this.opts.ocm ? ['--agent-install', 'manifestwork', '--ca-key', this.caKeyPath] : []), ...(this.opts.hubArgs ?? [])];
     this.hubProc = spawnProcess({ name: 'fleet-hub', command: process.execPath, args });
     const deadline = performance.now() + 60_000;
     for (;;) {
@@ -315,6 +360,10 @@ export class Fleet {
     await Promise.all(this.children.map((c) => c.stop().catch(() => undefined)));
     this.children = [];
     await this.stopHub().catch(() => undefined);
+    this.workWatch?.stop();
+    this.workWatch = null;
+    await this.kube?.close().catch(() => undefined);
+    this.kube = null;
     await this.echo.close().catch(() => undefined);
     await rm(this.pki.dir, { recursive: true, force: true }).catch(() => undefined);
   }

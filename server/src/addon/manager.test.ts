@@ -1,0 +1,101 @@
+import pino from 'pino';
+import { afterEach, describe, expect, it } from 'vitest';
+import type { HubApi, HubApiHandler, HubApiRequest } from '../fleet/hub-api.js';
+import type { ProxyCore } from '../dataplane/proxy-core.js';
+import { MemoryStore } from '../store/memory.js';
+import { ADDON_NAME, type ManagedCluster } from '../store/objects.js';
+import { AddonManager, INSTALLER_RESYNC_MS, LEASE_RENEWAL_BUDGET_PER_SECOND, type AddonInstaller } from './manager.js';
+
+const log = pino({ level: 'silent' });
+
+/** The routes the manager registers, callable directly. */
+function routes(): { api: HubApi; call: (method: string, path: string, req: Partial<HubApiRequest>) => Promise<unknown> } {
+  const handlers = new Map<string, HubApiHandler>();
+  const api = { route: (method: string, path: string, handler: HubApiHandler) => void handlers.set(`${method} ${path}`, handler) } as unknown as HubApi;
+  return {
+    api,
+    call: async (method, path, req) => (await handlers.get(`${method} ${path}`)!({ method, path, headers: {}, body: null, caller: { authorized: true, agent: null, certificate: null, peer: 'test' }, ...req })).body,
+  };
+}
+
+/** A core with `clusters` connected (one backend each). */
+const core = (clusters: string[]): ProxyCore => ({
+  routes: { size: clusters.length, backends: () => clusters.map((cluster) => ({ cluster })) },
+}) as unknown as ProxyCore;
+
+const cluster = (name: string): ManagedCluster => ({ apiVersion: 'cluster.open-cluster-management.io/v1', kind: 'ManagedCluster', metadata: { name }, spec: { hubAcceptsClient: true } });
+const report = { agentID: 'a1', leaseDurationSeconds: 60, connectedServers: 1, serverCount: 1, apiserverReachable: true, version: '0.1.0', phase: 'Running' };
+
+async function until(cond: () => Promise<boolean>): Promise<void> {
+  for (let i = 0; i < 300; i++) {
+    if (await cond()) return;
+    await new Promise((r) => setTimeout(r, 10));
+  }
+  throw new Error('condition not reached in 3 s');
+}
+
+describe('AddonManager', () => {
+  let manager: AddonManager | null = null;
+  afterEach(async () => {
+    await manager?.stop();
+    manager = null;
+  });
+
+  it('turns a cluster Available from a lease renewal and its tunnel, reading the store through its watches', async () => {
+    const store = new MemoryStore();
+    await store.create('ManagedCluster', cluster('c1'));
+    await store.create('ManagedCluster', cluster('c2'));
+    const r = routes();
+    manager = new AddonManager({ store, core: core(['c1']), log, serverID: 'hub-0', tunnelLossWindowMs: 2000 });
+    manager.registerRoutes(r.api, r.api);
+    await manager.start();
+    // The renewal's write reaches the pass through the lease watch (no explicit pass by the route).
+    await r.call('POST', '/v1/lease', { body: report, caller: { authorized: true, agent: { cluster: 'c1', agentName: 'proxy-agent' }, certificate: null, peer: 'test' } });
+    const available = async (c: string): Promise<string | undefined> =>
+      (await store.get('ManagedClusterAddOn', { name: ADDON_NAME, namespace: c }))?.status?.conditions?.find((x) => x.type === 'Available')?.status;
+    await until(async () => (await available('c1')) === 'True');
+    expect(await available('c2')).not.toBe('True');
+  });
+
+  it('asks a big fleet for unchanged renewals less often (tunnel mode), never in lease mode', async () => {
+    const store = new MemoryStore();
+    const r = routes();
+    const clusters = Array.from({ length: 5000 }, (_, i) => `c${i}`);
+    manager = new AddonManager({ store, core: core(clusters), log, serverID: 'hub-0' });
+    manager.registerRoutes(r.api, r.api);
+    expect(manager.fleetSize).toBe(5000);
+    expect(manager.renewIntervalSeconds).toBe(5000 / LEASE_RENEWAL_BUDGET_PER_SECOND);
+    const lease = new AddonManager({ store, core: core(clusters), log, serverID: 'hub-1', healthMode: 'lease' });
+    expect(lease.renewIntervalSeconds).toBe(0);
+    const small = new AddonManager({ store, core: core(['c1']), log, serverID: 'hub-2' });
+    expect(small.renewIntervalSeconds).toBe(1);
+    const huge = new AddonManager({ store, core: core(Array.from({ length: 100_000 }, (_, i) => `c${i}`)), log, serverID: 'hub-3' });
+    expect(huge.renewIntervalSeconds).toBe(600);
+  });
+
+  it('runs the installer\'s pass when what it watches changed, else every INSTALLER_RESYNC_MS, not every status pass', async () => {
+    const store = new MemoryStore();
+    let kick: (() => void) | null = null;
+    let syncs = 0;
+    const installer: AddonInstaller = {
+      start: (k) => { kick = k; },
+      stop: () => undefined,
+      sync: async () => { syncs++; },
+      statusOf: () => undefined,
+      proxyConfigurationConditions: () => [],
+    };
+    let now = Date.parse('2026-11-26T00:00:00Z');
+    manager = new AddonManager({ store, core: core([]), log, serverID: 'hub-0', tunnelLossWindowMs: 1000, now: () => now });
+    manager.setInstaller(installer);
+    await manager.start();
+    await until(async () => syncs === 1);
+    // Status passes every 250 ms; none of them re-runs the installer while nothing changed.
+    await new Promise((r) => setTimeout(r, 800));
+    expect(syncs).toBe(1);
+    kick!();
+    await until(async () => syncs === 2);
+    now += INSTALLER_RESYNC_MS;
+    await until(async () => syncs === 3);
+  });
+});
+
