@@ -2,6 +2,7 @@
 import { describe, expect, it } from 'vitest';
 import type { ProxyCore } from '../dataplane/proxy-core.js';
 import { GatewayPool, IDLE_MS } from './agent-pool.js';
+import { TunnelSocket } from './tunnel-socket.js';
 
 /** What node's Agent touches on a socket it keeps. */
 function socketLike(agentDraining: boolean): Record<string, unknown> {
@@ -31,5 +32,15 @@ describe('GatewayPool', () => {
     expect(pool.size).toBe(3);
     pool.close();
     expect(pool.size).toBe(0);
+  });
+  it('a kept connection does not collect node:http\'s per-request timeout listeners (setTimeout(0, cb) takes cb off, as on net.Socket)', () => {
+    const s = new TunnelSocket({ dialGateway: () => null } as unknown as ProxyCore, 'c1', 'alice', () => {});
+    for (let i = 0; i < 50; i++) {
+      const cb = (): void => {};
+      s.setTimeout(IDLE_MS, cb);
+      s.setTimeout(0, cb);
+    }
+    expect(s.listenerCount('timeout')).toBe(0);
+    s.destroy();
   });
 });

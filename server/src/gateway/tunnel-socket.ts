@@ -98,7 +98,11 @@ export class TunnelSocket extends Duplex {
    * The gateway's keep-alive pool (agent-pool.ts) closes connections that idle in it this way.
    */
   setTimeout(ms: number, onTimeout?: () => void): this {
-    if (onTimeout) this.once('timeout', onTimeout);
+    // As net.Socket: 0 with a callback takes that callback off (node:http does so after each request).
+    if (onTimeout) {
+      if (ms === 0) this.removeListener('timeout', onTimeout);
+      else this.once('timeout', onTimeout);
+    }
     this.idleMs = ms;
     this.lastActive = performance.now();
     if (this.idleTimer) clearTimeout(this.idleTimer);
