@@ -165,6 +165,7 @@ const GOALS: readonly GoalSpec[] = [
   { goal: `${FLEET_GOAL_N} clusters: idle hub CPU (% of one core)`, scenario: 'fleet', metric: FLEET_AT('hub CPU idle'), compare: 'value', op: '<=', bound: 10, unit: '%', paths: FLEET_GOAL_PATHS },
   { goal: `${FLEET_GOAL_N} clusters: store requests per minute (N/10)`, scenario: 'fleet', metric: FLEET_AT('store req/min'), compare: 'value', op: '<=', bound: FLEET_GOAL_N / 10, unit: 'count', paths: FLEET_GOAL_PATHS },
   { goal: `${FLEET_GOAL_N} clusters: all back after a hub restart (s)`, scenario: 'fleet', metric: FLEET_AT('restart: all back'), compare: 'value', op: '<=', bound: 60, unit: 's', paths: FLEET_GOAL_PATHS },
+  { goal: `${FLEET_GOAL_N} clusters: every addon Available after a hub restart (s)`, scenario: 'fleet', metric: FLEET_AT('restart: all Available'), compare: 'value', op: '<=', bound: 60, unit: 's', paths: FLEET_GOAL_PATHS },
   { goal: `${FLEET_GOAL_N} clusters: reconnects in any one second`, scenario: 'fleet', metric: FLEET_AT('restart: max in 1 s'), compare: 'value', op: '<=', bound: 10, unit: '%', paths: FLEET_GOAL_PATHS },
   { goal: `${FLEET_GOAL_N} clusters: killed agent unavailable (s)`, scenario: 'fleet', metric: FLEET_AT('killed → unavailable'), compare: 'value', op: '<=', bound: 30, unit: 's', paths: FLEET_GOAL_PATHS },
   { goal: `${FLEET_GOAL_N} clusters: dial p99 vs 10 clusters`, scenario: 'fleet', metric: FLEET_AT('dial p99 / N=10'), compare: 'value', op: '<=', bound: 1.5, unit: 'x', paths: FLEET_GOAL_PATHS },
