@@ -20,15 +20,17 @@ async function hubWith(answer: (() => unknown) | null): Promise<{ server: ProxyS
   return { server, address: `127.0.0.1:${ports.agent}` };
 }
 
-function recordingAgent(): { agent: Agent; calls: [string[], number][] } {
+function recordingAgent(): { agent: Agent; calls: [string[], number][]; spreads: number[] } {
   const calls: [string[], number][] = [];
+  const spreads: number[] = [];
   const agent = {
     connectedServers: 1,
     currentTrust: Buffer.from(ca.certPem),
     currentCredentials: { cert: Buffer.from(agentCert.certPem), key: Buffer.from(agentCert.keyPem) },
     setReplicas: (ids: readonly string[], count: number) => { calls.push([[...ids], count]); },
+    setReconnectSpread: (ms: number) => { spreads.push(ms); },
   } as unknown as Agent;
-  return { agent, calls };
+  return { agent, calls, spreads };
 }
 
 describe('ReplicaSync', () => {
@@ -36,14 +38,16 @@ describe('ReplicaSync', () => {
   afterAll(async () => { for (const s of stops.reverse()) await s(); });
 
   it('hands the hub\'s live replica list to the agent, every interval', async () => {
-    const hub = await hubWith(() => ({ serverCount: 2, replicas: [{ serverID: 'hub-a' }, { serverID: 'hub-b' }] }));
+    const hub = await hubWith(() => ({ serverCount: 2, replicas: [{ serverID: 'hub-a' }, { serverID: 'hub-b' }], reconnectSpreadSeconds: 3 }));
     stops.push(() => hub.server.stop(100));
-    const { agent, calls } = recordingAgent();
+    const { agent, calls, spreads } = recordingAgent();
     const sync = new ReplicaSync({ agent, hub: { address: hub.address, serverName: 'localhost' }, intervalMs: 100, log: pino({ level: 'silent' }) });
     stops.push(() => sync.stop());
     sync.start();
     await waitFor(() => calls.length >= 2, { timeoutMs: 5000, message: 'two syncs' });
     expect(calls[0]).toEqual([['hub-a', 'hub-b'], 2]);
+    // The hub's reconnect spread (sized from its fleet) reaches the agent too.
+    expect(spreads[0]).toBe(3000);
   });
 
   it('a hub without the endpoint (404, an ANP server) turns it off for good; a malformed answer changes nothing', async () => {
