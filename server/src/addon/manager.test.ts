@@ -57,6 +57,45 @@ describe('AddonManager', () => {
     expect(await available('c2')).not.toBe('True');
   });
 
+  it('replicas behind a balancer: a renewal is skipped only when the stored lease already says the same, whichever replica wrote it', async () => {
+    const store = new MemoryStore();
+    await store.create('ManagedCluster', cluster('c1'));
+    const a = routes();
+    const b = routes();
+    const hubA = new AddonManager({ store, core: core(['c1']), log, serverID: 'hub-a' });
+    const hubB = new AddonManager({ store, core: core(['c1']), log, serverID: 'hub-b' });
+    hubA.registerRoutes(a.api, a.api);
+    hubB.registerRoutes(b.api, b.api);
+    await hubA.start();
+    await hubB.start();
+    try {
+      const caller = { authorized: true, agent: { cluster: 'c1', agentName: 'proxy-agent' }, certificate: null, peer: 'test' };
+      const stored = async (): Promise<number | undefined> => {
+        const lease = await store.get('Lease', { name: ADDON_NAME, namespace: 'c1' });
+        const v = Object.entries(lease?.metadata.annotations ?? {}).find(([k]) => k.includes('a1'))?.[1];
+        return v ? (JSON.parse(v) as { serverCount: number }).serverCount : undefined;
+      };
+      const two = { ...report, connectedServers: 2, serverCount: 2 };
+      const three = { ...report, connectedServers: 3, serverCount: 3 };
+      await b.call('POST', '/v1/lease', { body: two, caller });
+      await until(async () => (await stored()) === 2);
+      await a.call('POST', '/v1/lease', { body: three, caller });
+      await until(async () => (await stored()) === 3);
+      // B wrote "two" before; the store says "three" now (A's): B must write, not skip as unchanged.
+      await new Promise((r) => setTimeout(r, 50)); // B's mirror sees A's write
+      await b.call('POST', '/v1/lease', { body: two, caller });
+      await until(async () => (await stored()) === 2);
+      // The same again, right after: nothing to write.
+      const before = (await store.get('Lease', { name: ADDON_NAME, namespace: 'c1' }))!.metadata.resourceVersion;
+      await new Promise((r) => setTimeout(r, 50));
+      await a.call('POST', '/v1/lease', { body: two, caller });
+      expect((await store.get('Lease', { name: ADDON_NAME, namespace: 'c1' }))!.metadata.resourceVersion).toBe(before);
+    } finally {
+      await hubA.stop();
+      await hubB.stop();
+    }
+  });
+
   it('asks a big fleet for unchanged renewals less often (tunnel mode), never in lease mode', async () => {
     const store = new MemoryStore();
     const r = routes();

@@ -109,7 +109,6 @@ export class AddonManager {
   /** Since when each cluster has had no tunnel to this hub. */
   private readonly downSince = new Map<string, number>();
   /** Per cluster/agent: what its last written renewal reported, and when it was written. */
-  private readonly lastWrite = new Map<string, { content: string; at: number }>();
   /** When start() ran: a cluster no replica has had a tunnel for since then is down from then on. */
   private startedAt = 0;
   /**
@@ -391,11 +390,12 @@ export class AddonManager {
 
   /** Writes the renewal into the cluster's Lease, unless it changes nothing and the stored one is recent enough; true if written. */
   private async renewLease(cluster: string, r: AgentReport): Promise<boolean> {
-    const key = `${cluster}/${r.agentID}`;
-    const { receivedAt: _at, ...rest } = r;
-    const content = JSON.stringify(rest);
-    const last = this.lastWrite.get(key);
-    if (this.slackMs > 0 && last?.content === content && r.receivedAt - last.at < this.slackMs) return false;
+    // Unchanged since the report the store holds (whoever wrote it: with several replicas behind a balancer the
+    // agent's renewals land on any of them) and recent enough: nothing to write.
+    if (this.slackMs > 0 && this.leases.ready) {
+      const stored = reportsOf(this.leases.get({ name: ADDON_NAME, namespace: cluster }) ?? null).find((v) => v.agentID === r.agentID);
+      if (stored && sameReport(stored, r) && r.receivedAt - stored.receivedAt < this.slackMs) return false;
+    }
     const renewTime = microTime(r.receivedAt);
     const written = await writeLease(this.opts.store, { name: ADDON_NAME, namespace: cluster }, (current) => ({
       annotations: withReport(current?.metadata.annotations ?? {}, r, this.slackMs),
@@ -405,8 +405,6 @@ export class AddonManager {
         : { holderIdentity: r.agentID, leaseDurationSeconds: r.leaseDurationSeconds, acquireTime: renewTime, renewTime, leaseTransitions: 0 },
     }), 3);
     if (!written) throw new HubApiError(503, 'lease is being updated concurrently; retry');
-    if (this.lastWrite.size >= MAX_TRACKED_WRITES && !last) this.lastWrite.clear(); // bounded: a forgotten entry only costs one write
-    this.lastWrite.set(key, { content, at: r.receivedAt });
     return true;
   }
 
@@ -428,7 +426,6 @@ export class AddonManager {
 
   private async removeAddon(cluster: string): Promise<void> {
     this.downSince.delete(cluster);
-    for (const key of this.lastWrite.keys()) if (key.startsWith(`${cluster}/`)) this.lastWrite.delete(key);
     this.everSeen.delete(cluster);
     // On an OCM hub the addon is OCM's addon-manager's to delete (the cluster namespace goes with the cluster).
     const ours = this.installer ? [['Lease', ADDON_NAME]] as const : [['ManagedClusterAddOn', ADDON_NAME], ['Lease', ADDON_NAME]] as const;
@@ -485,8 +482,15 @@ export class AddonManager {
 const REPORT_ANNOTATION_PREFIX = 'agents.proxy.open-cluster-management.io/';
 const MANAGER_LEASE = 'cluster-proxy-addon-manager';
 
-/** lastWrite entries at most (16 agents for each of 50,000 clusters). */
-const MAX_TRACKED_WRITES = 800_000;
+/** Whether two reports say the same, apart from when they were received. */
+function sameReport(a: AgentReport, b: AgentReport): boolean {
+  const keys = new Set([...Object.keys(a), ...Object.keys(b)]);
+  keys.delete('receivedAt');
+  const x = a as unknown as Record<string, unknown>;
+  const y = b as unknown as Record<string, unknown>;
+  for (const k of keys) if (JSON.stringify(x[k]) !== JSON.stringify(y[k])) return false;
+  return true;
+}
 
 function withReport(annotations: Record<string, string>, r: AgentReport, slackMs: number): Record<string, string> {
   const out: Record<string, string> = {};
