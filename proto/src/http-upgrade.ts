@@ -7,7 +7,9 @@
 //
 // A reader that stops holds the writer back: a write() that returns false pauses the other side until
 // 'drain', so at most a socket's buffers are held per direction, never a whole stream.
+import { STATUS_CODES, type IncomingMessage } from 'node:http';
 import type { Duplex } from 'node:stream';
+import { endToEndHeaders } from './http-headers.js';
 
 export type SpliceState = 'open' | 'half-closed' | 'closing' | 'closed';
 
@@ -91,4 +93,24 @@ export function responseHead(status: number, statusMessage: string, rawHeaders: 
   let text = `HTTP/1.1 ${status} ${statusMessage.replace(/[\r\n]/g, ' ')}\r\n`;
   for (let i = 0; i + 1 < rawHeaders.length; i += 2) text += `${rawHeaders[i]}: ${rawHeaders[i + 1]}\r\n`;
   return Buffer.from(`${text}\r\n`, 'latin1');
+}
+
+/**
+ * The head for passing a non-101 answer to an upgrade back on a raw socket: its end-to-end headers and
+ * `Connection: close` (without a length the body ends with the connection).
+ */
+export function passedBackHead(res: IncomingMessage): Buffer {
+  const out = endToEndHeaders(res.headersDistinct);
+  out['connection'] = ['close'];
+  const raw: string[] = [];
+  for (const [k, vs] of Object.entries(out)) for (const v of vs) raw.push(k, v);
+  return responseHead(res.statusCode ?? 502, res.statusMessage ?? '', raw);
+}
+
+/** A whole one-line text answer for a raw socket (a refusal where node:http no longer writes); the connection closes after it. */
+export function textAnswer(status: number, message: string, headers: Readonly<Record<string, string>> = {}): Buffer {
+  const body = `${message.replace(/\s+/g, ' ').trim()}\n`;
+  const raw = ['Content-Type', 'text/plain; charset=utf-8', 'Content-Length', String(Buffer.byteLength(body)), 'X-Content-Type-Options', 'nosniff',
+    ...Object.entries(headers).flat(), 'Connection', 'close'];
+  return Buffer.concat([responseHead(status, STATUS_CODES[status] ?? 'Error', raw), Buffer.from(body)]);
 }

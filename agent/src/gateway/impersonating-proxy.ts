@@ -141,19 +141,7 @@ export class ImpersonatingProxy {
     const { kube, headers } = p;
     if (req.headers['transfer-encoding']) headers['transfer-encoding'] = 'chunked';
 
-    const upstream = https.request({
-      protocol: 'https:',
-      hostname: kube.server.hostname.replace(/^\[(.*)\]$/, '$1'),
-      port: kube.server.port || 443,
-      method: req.method,
-      path: `${kube.server.pathname.replace(/\/$/, '')}${req.url ?? '/'}`,
-      headers,
-      ca: kube.ca,
-      cert: kube.cert,
-      key: kube.key,
-      rejectUnauthorized: !kube.insecureSkipTlsVerify,
-      agent: this.apiAgent,
-    });
+    const upstream = https.request(apiserverRequest(kube, req.method, req.url ?? '/', headers, this.apiAgent));
     upstream.on('response', (up) => {
       res.writeHead(up.statusCode ?? 502, endToEndHeaders(up.headersDistinct));
       res.flushHeaders();
@@ -182,4 +170,21 @@ export class ImpersonatingProxy {
     res.writeHead(status, { 'content-type': 'text/plain; charset=utf-8', 'content-length': Buffer.byteLength(body), connection: 'close' });
     res.end(body);
   }
+}
+
+/** A request to the apiserver of `kube` (its server URL's path prefixed), verified with its CA, with its client certificate if any. */
+export function apiserverRequest(kube: KubeRestConfig, method: string | undefined, path: string, headers: Record<string, string | string[]>, agent: https.Agent | false): https.RequestOptions {
+  return {
+    protocol: 'https:',
+    hostname: kube.server.hostname.replace(/^\[(.*)\]$/, '$1'),
+    port: kube.server.port || 443,
+    method,
+    path: `${kube.server.pathname.replace(/\/$/, '')}${path}`,
+    headers,
+    ca: kube.ca,
+    cert: kube.cert,
+    key: kube.key,
+    rejectUnauthorized: !kube.insecureSkipTlsVerify,
+    agent,
+  };
 }

@@ -7,13 +7,13 @@
 //   open → half-closed → closing → closed, backpressure both ways)
 //      └──any other answer: passed back as it is, the tunnel connection closes after it
 //      └──apiserver unreachable: 502, one line
-import http from 'node:http';
+import type http from 'node:http';
 import https from 'node:https';
 import type net from 'node:net';
 import { pipeline, type Duplex } from 'node:stream';
-import { endToEndHeaders, responseHead, splice } from '@cluster-proxy/proto';
+import { passedBackHead, responseHead, splice, textAnswer } from '@cluster-proxy/proto';
 import type { Logger } from 'pino';
-import type { Prepared } from './impersonating-proxy.js';
+import { apiserverRequest, type Prepared } from './impersonating-proxy.js';
 
 /** A one-line answer on the raw tunnel end; the connection closes after it. */
 export function rawAnswer(socket: Duplex, status: number, message: string): void {
@@ -21,8 +21,7 @@ export function rawAnswer(socket: Duplex, status: number, message: string): void
     socket.destroy();
     return;
   }
-  const body = `${message.replace(/\s+/g, ' ').trim()}\n`;
-  socket.end(`HTTP/1.1 ${status} ${http.STATUS_CODES[status] ?? 'Error'}\r\ncontent-type: text/plain; charset=utf-8\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`);
+  socket.end(textAnswer(status, message));
 }
 
 export function upgradeToApiserver(p: Prepared, req: http.IncomingMessage, socket: Duplex, head: Buffer, log: Logger): void {
@@ -34,19 +33,8 @@ export function upgradeToApiserver(p: Prepared, req: http.IncomingMessage, socke
   delete headers['transfer-encoding'];
   headers['connection'] = 'Upgrade';
   headers['upgrade'] = req.headersDistinct['upgrade'] ?? [];
-  const upstream = https.request({
-    protocol: 'https:',
-    hostname: kube.server.hostname.replace(/^\[(.*)\]$/, '$1'),
-    port: kube.server.port || 443,
-    method: req.method,
-    path: `${kube.server.pathname.replace(/\/$/, '')}${path}`,
-    headers,
-    ca: kube.ca,
-    cert: kube.cert,
-    key: kube.key,
-    rejectUnauthorized: !kube.insecureSkipTlsVerify,
-    agent: false,
-  });
+  // Its own connection: an upgraded one never goes back to a pool.
+  const upstream = https.request(apiserverRequest(kube, req.method, path, headers, false));
   let answered = false;
   const hubLeft = (): void => {
     if (!answered) upstream.destroy();
@@ -75,11 +63,7 @@ export function upgradeToApiserver(p: Prepared, req: http.IncomingMessage, socke
   upstream.on('response', (res) => {
     answered = true;
     socket.off('close', hubLeft);
-    const out = endToEndHeaders(res.headersDistinct);
-    out['connection'] = ['close'];
-    const raw: string[] = [];
-    for (const [k, vs] of Object.entries(out)) for (const v of vs) raw.push(k, v);
-    socket.write(responseHead(res.statusCode ?? 502, res.statusMessage ?? '', raw));
+    socket.write(passedBackHead(res));
     // Without a length the body ends with the connection.
     pipeline(res, socket, () => {});
   });

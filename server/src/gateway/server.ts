@@ -11,7 +11,7 @@ import https from 'node:https';
 import type net from 'node:net';
 import type { Duplex } from 'node:stream';
 import type { Logger } from 'pino';
-import { isImpersonationHeader, type Splice } from '@cluster-proxy/proto';
+import { isImpersonationHeader, textAnswer, type Splice } from '@cluster-proxy/proto';
 import type { ProxyCore } from '../dataplane/proxy-core.js';
 import { closeServer, listen, peerOf } from '../dataplane/connect/sockets.js';
 import { oneLine, printable } from '../dataplane/connect/responses.js';
@@ -252,7 +252,5 @@ function rawRefusal(socket: Duplex, status: number, message: string, extra: Reco
     socket.destroy();
     return;
   }
-  const body = `${oneLine(message)}\n`;
-  const more = Object.entries(extra).map(([k, v]) => `${k}: ${v}\r\n`).join('');
-  socket.end(`HTTP/1.1 ${status} ${http.STATUS_CODES[status] ?? 'Error'}\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: ${Buffer.byteLength(body)}\r\nX-Content-Type-Options: nosniff\r\n${more}Connection: close\r\n\r\n${body}`);
+  socket.end(textAnswer(status, oneLine(message), extra));
 }

@@ -9,7 +9,7 @@
 import http from 'node:http';
 import type net from 'node:net';
 import { pipeline, type Duplex } from 'node:stream';
-import { GATEWAY_HOST, endToEndHeaders, responseHead, splice, type Splice } from '@cluster-proxy/proto';
+import { GATEWAY_HOST, passedBackHead, responseHead, splice, type Splice } from '@cluster-proxy/proto';
 import type { GatewayCaller } from './auth.js';
 import { callerHeaders, failureOf, identityHeaders, serviceConnection, serviceHost, type ForwardContext, type ServiceDestination } from './forward.js';
 import { TunnelSocket } from './tunnel-socket.js';
@@ -88,12 +88,8 @@ export function forwardUpgrade(ctx: UpgradeContext, caller: GatewayCaller, clust
     upstream.on('response', (res) => {
       answered = true;
       socket.off('close', callerLeft);
-      const out: Record<string, string[]> = endToEndHeaders(res.headersDistinct);
-      out['connection'] = ['close'];
       const status = res.statusCode ?? 502;
-      const raw: string[] = [];
-      for (const [k, vs] of Object.entries(out)) for (const v of vs) raw.push(k, v);
-      socket.write(responseHead(status, res.statusMessage ?? '', raw));
+      socket.write(passedBackHead(res));
       let bytesOut = 0;
       res.on('data', (c: Buffer) => (bytesOut += c.length));
       // Without a length the body ends with the connection (the framing was the agent's).
