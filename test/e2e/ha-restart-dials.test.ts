@@ -6,19 +6,16 @@
 // say c1 has live agents) instead of failing with "No agent available". Agents frozen (SIGSTOP) while
 // the replica restarts make the wait certain; the replica stopped while dials wait fails them at once;
 // a cluster no replica has an agent of still fails at once, with the usual reason.
-import { mkdtemp, readFile } from 'node:fs/promises';
+import { readFile } from 'node:fs/promises';
 import type net from 'node:net';
-import path from 'node:path';
 import tls from 'node:tls';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Tunnel } from '@cluster-proxy/client';
 import { echoRoundTripForTest } from '../src/join-helpers.js';
 import { AnpClientConn, type AnpTls } from '../src/fixtures/anp-peers.js';
-import {
-  connectThrough, freeLoopbackPort, killAllSpawned, runCommand, startEchoServer, startFakeKubeApiServer, startHaproxy, waitFor,
-  type FakeKubeApiServer, type Haproxy, type TcpTarget,
-} from '../src/fixtures/index.js';
-import { CLI, createPki, getJson, getStatus, startAgent, startHub, type AgentProcess, type HubProcess, type TestPki } from '../src/harness.js';
+import { connectThrough, waitFor, type FakeKubeApiServer } from '../src/fixtures/index.js';
+import { startHaFleet, type HaFleet } from '../src/ha-fleet.js';
+import { getStatus, type AgentProcess, type HubProcess } from '../src/harness.js';
 import { scrape } from '../src/metrics-text.js';
 
 const REPLICAS = 3;
@@ -31,25 +28,16 @@ type Client = 'mux' | 'grpc' | 'anp' | 'connect';
 const CLIENTS: Client[] = ['mux', 'grpc', 'anp', 'connect'];
 
 describe('a restarted hub replica: dials wait for the agents of their cluster instead of failing', () => {
-  let pki: TestPki;
+  let fleet: HaFleet;
   let api: FakeKubeApiServer;
-  let kubeconfig = '';
-  let lb: Haproxy;
-  let echo: TcpTarget;
   let anpTls: AnpTls;
-  const agentPorts: number[] = [];
-  const hubs: (HubProcess | null)[] = [];
-  const agents: AgentProcess[] = [];
+  let hubs: (HubProcess | null)[] = [];
+  let agents: AgentProcess[] = [];
   /** SDK tunnels to the replica under test, by transport; closed when it restarts. */
   const tunnels = new Map<'mux' | 'grpc', Tunnel>();
 
-  const startReplica = async (i: number): Promise<HubProcess> => startHub(pki, ['--store', 'kubernetes', '--kubeconfig', kubeconfig, '--agent-port', String(agentPorts[i]),
-    '--server-id', `hub-${i}`, '--replica-lease-duration', '15s', '--shutdown-grace', '3s', '--ca-key', path.join(pki.dir, 'ca.key'), '--agent-wait', AGENT_WAIT]);
-  const servers = async (a: AgentProcess): Promise<string[]> => ((await getJson(a.healthPort, '/debug/connections')) as { servers: { serverID: string }[] }).servers.map((s) => s.serverID).sort();
-  const allAgentsAtEveryReplica = () => waitFor(async () => {
-    for (const a of agents) if ((await servers(a)).join(',') !== 'hub-0,hub-1,hub-2') return false;
-    return true;
-  }, { timeoutMs: 30_000, intervalMs: 200, message: 'every agent holds a tunnel to each of the three replicas' });
+  const startReplica = (i: number): Promise<HubProcess> => fleet.startReplica(i);
+  const allAgentsAtEveryReplica = (): Promise<void> => fleet.allAgentsAt(['hub-0', 'hub-1', 'hub-2']);
   /** Each replica's lease lists c1 among the clusters it holds tunnels for: what a restarted replica reads. */
   const leasesListC1 = () => waitFor(async () => {
     const { items } = await api.store.list('Lease', { labels: { 'proxy.open-cluster-management.io/server-replica': 'true' } });
@@ -116,39 +104,18 @@ describe('a restarted hub replica: dials wait for the agents of their cluster in
   };
 
   beforeAll(async () => {
-    pki = await createPki();
-    anpTls = { ca: Buffer.from(pki.ca.certPem), cert: await readFile(pki.client.certPath), key: await readFile(pki.client.keyPath), serverName: 'localhost' };
-    echo = await startEchoServer();
-    api = await startFakeKubeApiServer({ requireNamespaces: true });
-    const dir = await mkdtemp(path.join(pki.dir, 'kube-'));
-    kubeconfig = path.join(dir, 'kubeconfig');
-    await api.writeKubeconfig(kubeconfig);
-    for (let i = 0; i < REPLICAS; i++) agentPorts.push(await freeLoopbackPort());
-    for (let i = 0; i < REPLICAS; i++) hubs.push(await startReplica(i));
-    lb = await startHaproxy(agentPorts);
     // c2 is registered but no agent of it ever runs: the store knows the cluster, no replica has a tunnel.
-    const join = await runCommand(process.execPath, [CLI, 'join', 'c2', '--out', path.join(pki.dir, 'c2'), '--admin', `127.0.0.1:${hubs[0]!.ports.admin}`], { timeoutMs: 20_000 });
-    expect(join.code, join.stderr).toBe(0);
-    for (const id of ['agent-a', 'agent-b']) {
-      agents.push(await startAgent(pki, { ports: { agent: lb.port } } as HubProcess, {
-        cluster: 'c1', apiserver: `127.0.0.1:${echo.port}`,
-        args: ['--agent-id', id, '--replica-sync-interval', '500ms', '--keepalive-time', '2s', '--keepalive-timeout', '2s'],
-      }));
-    }
+    fleet = await startHaFleet({ replicas: REPLICAS, hubArgs: ['--agent-wait', AGENT_WAIT], join: 'c2', agentIDs: ['agent-a', 'agent-b'],
+      agentArgs: ['--replica-sync-interval', '500ms', '--keepalive-time', '2s', '--keepalive-timeout', '2s'] });
+    ({ api, hubs, agents } = fleet);
+    anpTls = { ca: Buffer.from(fleet.pki.ca.certPem), cert: await readFile(fleet.pki.client.certPath), key: await readFile(fleet.pki.client.keyPath), serverName: 'localhost' };
     await allAgentsAtEveryReplica();
     await leasesListC1();
   }, 120_000);
 
   afterAll(async () => {
-    for (const a of agents) a.proc.kill('SIGCONT');
     closeTunnels();
-    await Promise.all(agents.map((a) => a.stop()));
-    await Promise.all(hubs.map((h) => h?.stop()));
-    await lb?.close();
-    await killAllSpawned();
-    await api?.close();
-    await echo?.close();
-    await pki?.cleanup();
+    await fleet?.stop();
   });
 
   it('SIGTERM and start again: every dial through the restarted replica from its /readyz on succeeds, with every kind of client', async () => {

@@ -7,37 +7,24 @@
 // the grace period and refuses new dials); a replica removed for good is dropped by the agents. Agent
 // and server metrics (tunnels held, replicas known, announced server count, reconnects, refused dials)
 // and /readyz are checked at each step.
-import { mkdtemp, rm } from 'node:fs/promises';
-import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Tunnel } from '@cluster-proxy/client';
 import { echoRoundTripForTest } from '../src/join-helpers.js';
-import {
-  freeLoopbackPort, killAllSpawned, runCommand, startEchoServer, startFakeKubeApiServer, startHaproxy, waitFor,
-  type FakeKubeApiServer, type Haproxy, type TcpTarget,
-} from '../src/fixtures/index.js';
-import { CLI, createPki, getJson, getStatus, startAgent, startHub, type AgentProcess, type HubProcess, type TestPki } from '../src/harness.js';
+import { waitFor, type FakeKubeApiServer } from '../src/fixtures/index.js';
+import { startHaFleet, type HaFleet } from '../src/ha-fleet.js';
+import { getJson, getStatus, type AgentProcess, type HubProcess } from '../src/harness.js';
 import { scrape } from '../src/metrics-text.js';
 
 const REPLICAS = 3;
 
 describe('three hub replicas behind haproxy, two agents per cluster', () => {
-  let pki: TestPki;
+  let fleet: HaFleet;
   let api: FakeKubeApiServer;
-  let kubeconfig = '';
-  let lb: Haproxy;
-  let echo: TcpTarget;
-  const agentPorts: number[] = [];
-  const hubs: (HubProcess | null)[] = [];
-  const agents: AgentProcess[] = [];
-
-  const startReplica = async (i: number): Promise<HubProcess> => startHub(pki, ['--store', 'kubernetes', '--kubeconfig', kubeconfig, '--agent-port', String(agentPorts[i]),
-    '--server-id', `hub-${i}`, '--replica-lease-duration', '15s', '--tunnel-loss-window', '4s', '--shutdown-grace', '3s', '--ca-key', path.join(pki.dir, 'ca.key')]);
-  const servers = async (a: AgentProcess): Promise<string[]> => ((await getJson(a.healthPort, '/debug/connections')) as { servers: { serverID: string }[] }).servers.map((s) => s.serverID).sort();
-  const allAgentsAt = (ids: string[]) => waitFor(async () => {
-    for (const a of agents) if ((await servers(a)).join(',') !== ids.join(',')) return false;
-    return true;
-  }, { timeoutMs: 30_000, intervalMs: 200, message: `every agent holds tunnels to ${ids.join(', ')}` });
+  let hubs: (HubProcess | null)[] = [];
+  let agents: AgentProcess[] = [];
+  const startReplica = (i: number): Promise<HubProcess> => fleet.startReplica(i);
+  const servers = (a: AgentProcess): Promise<string[]> => fleet.servers(a);
+  const allAgentsAt = (ids: string[]): Promise<void> => fleet.allAgentsAt(ids);
   const degraded = async (): Promise<{ status: string; reason: string } | undefined> => {
     const live = hubs.find((h) => h !== null)!;
     const list = (await getJson(live.ports.admin, '/v1/managedclusteraddons')) as { items: { metadata: { namespace: string }; status?: { conditions?: { type: string; status: string; reason: string }[] } }[] };
@@ -62,34 +49,13 @@ describe('three hub replicas behind haproxy, two agents per cluster', () => {
   };
 
   beforeAll(async () => {
-    pki = await createPki();
-    echo = await startEchoServer();
-    // Strict about namespaces, like a real apiserver: the hub must create the ones it writes into.
-    api = await startFakeKubeApiServer({ requireNamespaces: true });
-    const dir = await mkdtemp(path.join(pki.dir, 'kube-'));
-    kubeconfig = path.join(dir, 'kubeconfig');
-    await api.writeKubeconfig(kubeconfig);
-    for (let i = 0; i < REPLICAS; i++) agentPorts.push(await freeLoopbackPort());
-    for (let i = 0; i < REPLICAS; i++) hubs.push(await startReplica(i));
-    lb = await startHaproxy(agentPorts);
-    const join = await runCommand(process.execPath, [CLI, 'join', 'c1', '--out', path.join(pki.dir, 'c1'), '--admin', `127.0.0.1:${hubs[0]!.ports.admin}`], { timeoutMs: 20_000 });
-    expect(join.code, join.stderr).toBe(0);
-    for (const id of ['agent-a', 'agent-b']) {
-      agents.push(await startAgent(pki, { ports: { agent: lb.port } } as HubProcess, {
-        cluster: 'c1', apiserver: `127.0.0.1:${echo.port}`,
-        args: ['--agent-id', id, '--replica-sync-interval', '500ms', '--lease-duration', '1s', '--keepalive-time', '2s', '--keepalive-timeout', '2s'],
-      }));
-    }
+    fleet = await startHaFleet({ replicas: REPLICAS, hubArgs: ['--tunnel-loss-window', '4s'], join: 'c1', agentIDs: ['agent-a', 'agent-b'],
+      agentArgs: ['--replica-sync-interval', '500ms', '--lease-duration', '1s', '--keepalive-time', '2s', '--keepalive-timeout', '2s'] });
+    ({ api, hubs, agents } = fleet);
   }, 120_000);
 
   afterAll(async () => {
-    await Promise.all(agents.map((a) => a.stop()));
-    await Promise.all(hubs.map((h) => h?.stop()));
-    await lb?.close();
-    await killAllSpawned();
-    await api?.close();
-    await echo?.close();
-    await pki?.cleanup();
+    await fleet?.stop();
   });
 
   it('each agent holds one tunnel per replica, and a client of any replica reaches the cluster', async () => {

@@ -1,0 +1,75 @@
+// Three (or N) hub replicas on the Kubernetes store (the local API server fixture) behind a real haproxy,
+// and agents of one cluster dialing the balanced address: the set-up the HA end-to-end tests share.
+// `hubs` and `agents` are the live lists the tests change (a replica stopped is null until restarted).
+import { mkdtemp } from 'node:fs/promises';
+import path from 'node:path';
+import { expect } from 'vitest';
+import { freeLoopbackPort, killAllSpawned, runCommand, startEchoServer, startFakeKubeApiServer, startHaproxy, waitFor, type FakeKubeApiServer, type Haproxy, type TcpTarget } from './fixtures/index.js';
+import { CLI, createPki, getJson, startAgent, startHub, type AgentProcess, type HubProcess, type TestPki } from './harness.js';
+
+export interface HaFleetOptions {
+  replicas: number;
+  /** More `cluster-proxy hub` flags for every replica. */
+  hubArgs: string[];
+  /** The cluster registered with `join` (the agents are c1's, whether or not it is that one). */
+  join: string;
+  /** Agent IDs of cluster c1, and more `cluster-proxy agent` flags for them. */
+  agentIDs: string[];
+  agentArgs: string[];
+}
+
+export interface HaFleet {
+  pki: TestPki;
+  api: FakeKubeApiServer;
+  lb: Haproxy;
+  echo: TcpTarget;
+  hubs: (HubProcess | null)[];
+  agents: AgentProcess[];
+  /** Starts replica `i` on its agent port (behind the balancer), as `hub-<i>`. */
+  startReplica(i: number): Promise<HubProcess>;
+  /** The replicas an agent holds tunnels to (serverIDs, sorted). */
+  servers(a: AgentProcess): Promise<string[]>;
+  /** Until every agent holds tunnels to exactly `ids`. */
+  allAgentsAt(ids: string[]): Promise<void>;
+  stop(): Promise<void>;
+}
+
+export async function startHaFleet(o: HaFleetOptions): Promise<HaFleet> {
+  const pki = await createPki();
+  const echo = await startEchoServer();
+  // Strict about namespaces, like a real apiserver: the hub must create the ones it writes into.
+  const api = await startFakeKubeApiServer({ requireNamespaces: true });
+  const kubeconfig = path.join(await mkdtemp(path.join(pki.dir, 'kube-')), 'kubeconfig');
+  await api.writeKubeconfig(kubeconfig);
+  const agentPorts: number[] = [];
+  for (let i = 0; i < o.replicas; i++) agentPorts.push(await freeLoopbackPort());
+  const startReplica = (i: number): Promise<HubProcess> => startHub(pki, ['--store', 'kubernetes', '--kubeconfig', kubeconfig, '--agent-port', String(agentPorts[i]),
+    '--server-id', `hub-${i}`, '--replica-lease-duration', '15s', '--shutdown-grace', '3s', '--ca-key', path.join(pki.dir, 'ca.key'), ...o.hubArgs]);
+  const hubs: (HubProcess | null)[] = [];
+  for (let i = 0; i < o.replicas; i++) hubs.push(await startReplica(i));
+  const lb = await startHaproxy(agentPorts);
+  const join = await runCommand(process.execPath, [CLI, 'join', o.join, '--out', path.join(pki.dir, o.join), '--admin', `127.0.0.1:${hubs[0]!.ports.admin}`], { timeoutMs: 20_000 });
+  expect(join.code, join.stderr).toBe(0);
+  const agents: AgentProcess[] = [];
+  for (const id of o.agentIDs) {
+    agents.push(await startAgent(pki, { ports: { agent: lb.port } } as HubProcess, { cluster: 'c1', apiserver: `127.0.0.1:${echo.port}`, args: ['--agent-id', id, ...o.agentArgs] }));
+  }
+  const servers = async (a: AgentProcess): Promise<string[]> => ((await getJson(a.healthPort, '/debug/connections')) as { servers: { serverID: string }[] }).servers.map((s) => s.serverID).sort();
+  return {
+    pki, api, lb, echo, hubs, agents, startReplica, servers,
+    allAgentsAt: (ids) => waitFor(async () => {
+      for (const a of agents) if ((await servers(a)).join(',') !== ids.join(',')) return false;
+      return true;
+    }, { timeoutMs: 30_000, intervalMs: 200, message: `every agent holds tunnels to ${ids.join(', ')}` }).then(() => undefined),
+    stop: async () => {
+      for (const a of agents) a.proc.kill('SIGCONT'); // a test may have frozen them
+      await Promise.all(agents.map((a) => a.stop()));
+      await Promise.all(hubs.map((h) => h?.stop()));
+      await lb.close();
+      await killAllSpawned();
+      await api.close();
+      await echo.close();
+      await pki.cleanup();
+    },
+  };
+}
