@@ -6,13 +6,14 @@ import { UsageError } from './flags.js';
 
 // Each command is imported only when it runs: `cluster-proxy agent` must not load hub code
 // (or the Kubernetes client) into the agent's memory.
-type Command = { summary: string; load: () => Promise<(args: string[]) => Promise<void>> };
+// `dataPlane`: the command carries tunnel bytes for a long time, so it gets the GC settings of gc-tuning.ts.
+type Command = { summary: string; dataPlane?: true; load: () => Promise<(args: string[]) => Promise<void>> };
 
 const commands: Record<string, Command> = {
-  hub: { summary: 'run the proxy server', load: async () => (await import('./hub.js')).runHub },
-  agent: { summary: 'run an agent in a managed cluster', load: async () => (await import('./agent.js')).runAgent },
-  quickstart: { summary: 'hub + two demo clusters on this machine, with curl, kubectl and forward lines to try', load: async () => (await import('./quickstart.js')).runQuickstart },
-  forward: { summary: 'serve a local port through the tunnel', load: async () => (await import('./forward.js')).runForward },
+  hub: { summary: 'run the proxy server', dataPlane: true, load: async () => (await import('./hub.js')).runHub },
+  agent: { summary: 'run an agent in a managed cluster', dataPlane: true, load: async () => (await import('./agent.js')).runAgent },
+  quickstart: { summary: 'hub + two demo clusters on this machine, with curl, kubectl and forward lines to try', dataPlane: true, load: async () => (await import('./quickstart.js')).runQuickstart },
+  forward: { summary: 'serve a local port through the tunnel', dataPlane: true, load: async () => (await import('./forward.js')).runForward },
   kubeconfig: { summary: 'write a kubeconfig that reaches a cluster\'s apiserver through the hub', load: async () => (await import('./kubeconfig.js')).runKubeconfig },
   join: { summary: 'register a managed cluster; writes its agent bootstrap bundle and install manifests', load: async () => (await import('./join.js')).runJoin },
   delete: { summary: 'remove a managed cluster (revokes its agents)', load: async () => (await import('./join.js')).runDelete },
@@ -39,6 +40,7 @@ async function main(argv: string[]): Promise<number> {
   }
   const cmd = commands[name];
   if (!cmd) throw new UsageError(`unknown command "${name}"; run "cluster-proxy --help"`);
+  if (cmd.dataPlane) (await import('./gc-tuning.js')).tuneGarbageCollector();
   const run = await cmd.load();
   await run(rest);
   return 0;

@@ -85,6 +85,20 @@ describe('MemoryBudget and growing windows', () => {
     }
   });
 
+  it('one bulk transfer growing to the largest window is not a throttle: the budget was not what held it', () => {
+    let throttles = 0;
+    const budget = new MemoryBudget(256 * MiB, { maxWindow: 4 * MiB, onThrottle: () => throttles++ });
+    // 2 MiB wants to grow threefold; only 2 MiB fit under maxWindow, and the budget has them.
+    expect(budget.growth('to_agent', 2 * MiB, 32 * KiB, 6 * MiB)).toBe(2 * MiB);
+    expect(budget.growth('to_agent', 4 * MiB, 32 * KiB, 12 * MiB)).toBe(0);
+    expect(throttles).toBe(0);
+    // A budget too small for what maxWindow would allow is a throttle.
+    const small = new MemoryBudget(1 * MiB, { maxWindow: 4 * MiB, onThrottle: () => throttles++ });
+    small.commit('to_agent', 900 * KiB);
+    expect(small.growth('to_agent', 128 * KiB, 32 * KiB, 384 * KiB)).toBeLessThan(384 * KiB);
+    expect(throttles).toBe(1);
+  });
+
   it('1024 connections moving at once share the growth part fairly and stall within the budget; a bulk beside them still grows', () => {
     let now = 0;
     let throttles = 0;

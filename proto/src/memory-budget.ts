@@ -108,7 +108,9 @@ export class MemoryBudget {
     const share = initial + (this.limit - reserve) / movingCount;
     const room = Math.min(wanted, this.opts.maxWindow - window, share - window, ceiling - this.committedBytes);
     const granted = Math.max(0, Math.floor(room));
-    if (granted < wanted && window < this.opts.maxWindow) this.opts.onThrottle?.(direction);
+    // Short only when the budget (share or ceiling) gave less than the largest window allows: a window
+    // that reaches maxWindow is not held back (a lone bulk transfer logged "budget is short" before).
+    if (granted < Math.min(wanted, this.opts.maxWindow - window)) this.opts.onThrottle?.(direction);
     return granted;
   }
 

@@ -35,6 +35,8 @@ Flags:
   --seconds S        length of each timed transfer (default 2.5)
   --no-ssh           leave out the ssh -R control
   --json FILE        also write the figures as JSON
+  --cpu-prof DIR     every build's hub and agent write a V8 CPU profile into DIR when they exit
+                     (DIR/hub-ab-NAME.cpuprofile, agent-ab-NAME...; read them with test/dist/bench/cpuprofile.js)
   --help             show this help
 `;
 
@@ -128,7 +130,7 @@ function table(header: readonly string[], body: readonly (readonly string[])[]):
 function parse(argv: string[]) {
   return parseArgs({
     args: argv[0] === '--' ? argv.slice(1) : argv,
-    options: { build: { type: 'string', multiple: true }, rounds: { type: 'string' }, seconds: { type: 'string' }, 'no-ssh': { type: 'boolean' }, json: { type: 'string' }, help: { type: 'boolean' } },
+    options: { build: { type: 'string', multiple: true }, rounds: { type: 'string' }, seconds: { type: 'string' }, 'no-ssh': { type: 'boolean' }, json: { type: 'string' }, 'cpu-prof': { type: 'string' }, help: { type: 'boolean' } },
     strict: true,
     allowPositionals: false,
   }).values;
@@ -215,7 +217,7 @@ async function main(): Promise<number> {
       const cli = await cliOf(build.dir);
       const Tunnel = await sdkOf(build.dir);
       log(`starting ${build.name} (${build.commit}, ${cli}) ...`);
-      const cluster = await startCluster(pki, { label: `ab-${build.name}`, transport: 'mux', cli, onStarted: register });
+      const cluster = await startCluster(pki, { label: `ab-${build.name}`, transport: 'mux', cli, onStarted: register, ...(values['cpu-prof'] ? { cpuProfDir: path.resolve(values['cpu-prof']) } : {}) });
       const tunnel = new Tunnel({ address: `127.0.0.1:${cluster.hub.ports.frontend}`, serverName: 'localhost', caCert, cert, key, transport: 'mux' });
       register(`tunnel-${build.name}`, async () => tunnel.close());
       const processes: PathProcesses = { hub: [cluster.hub.pid], agent: [cluster.agentPid], target: [targetPid] };

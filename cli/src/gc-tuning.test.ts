@@ -1,0 +1,43 @@
+import { execFileSync } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
+import { describe, expect, it } from 'vitest';
+import { tuneGarbageCollector } from './gc-tuning.js';
+
+// The child runs the built module (the suite builds before it runs).
+const tuning = fileURLToPath(new URL('../dist/gc-tuning.js', import.meta.url));
+
+/** Full (mark-compact) collections while a child allocates 1 GiB of short-lived 16 KiB Buffers, as
+ * TLS reads do; with or without the tuning. */
+function majorCollections(tuned: boolean): number {
+  const script = `
+    const { PerformanceObserver, constants } = require('node:perf_hooks');
+    (async () => {
+      if (${tuned}) (await import(${JSON.stringify(tuning)})).tuneGarbageCollector();
+      let major = 0;
+      const obs = new PerformanceObserver((l) => { for (const e of l.getEntries()) if (e.detail.kind === constants.NODE_PERFORMANCE_GC_MAJOR) major++; });
+      obs.observe({ entryTypes: ['gc'] });
+      const inFlight = [];
+      for (let i = 0; i < 65536; i++) {
+        inFlight.push(Buffer.allocUnsafeSlow(16384).fill(1));
+        if (inFlight.length > 64) inFlight.shift();
+        if (i % 1024 === 0) await new Promise((r) => setImmediate(r));
+      }
+      setTimeout(() => { obs.disconnect(); process.stdout.write(String(major)); }, 50);
+    })();`;
+  return Number(execFileSync(process.execPath, ['-e', script], { encoding: 'utf8', timeout: 60_000 }));
+}
+
+describe('tuneGarbageCollector', () => {
+  it('applies only on the Node.js line it was measured on', () => {
+    expect(tuneGarbageCollector('20.20.2')).toBe(false);
+    expect(tuneGarbageCollector('not-a-version')).toBe(false);
+  });
+
+  it.runIf(process.versions.node.startsWith('24.'))('short-lived Buffers no longer start full collections', () => {
+    const untuned = majorCollections(false);
+    const tuned = majorCollections(true);
+    // Untuned, V8 starts one every 64 MiB of external memory: about 16 for 1 GiB.
+    expect(untuned).toBeGreaterThanOrEqual(4);
+    expect(tuned).toBeLessThanOrEqual(Math.floor(untuned / 4));
+  });
+});
