@@ -60,7 +60,7 @@ echo "==> buildah: from scratch, commit $TAG"
 container="$(buildah from scratch)"
 buildah copy --quiet "$container" "$rootfs" / >/dev/null
 buildah config \
-  --entrypoint '["/usr/local/bin/node", "/app/lib/node_modules/cluster-proxy/bin/cluster-proxy.js"]' \
+  --entrypoint '["/usr/local/bin/node", "--max-semi-space-size=2", "--initial-old-space-size=64", "/app/lib/node_modules/cluster-proxy/bin/cluster-proxy.js"]' \
   --cmd '["--help"]' \
   --user 65532:65532 --workingdir /home/nonroot \
   --env NODE_ENV=production --env PATH=/app/bin:/usr/local/bin --env HOME=/home/nonroot \

@@ -9,7 +9,7 @@ import { execFileSync } from 'node:child_process';
 import { cpSync, existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { fileURLToPath } from 'node:url';
+import { fileURLToPath, pathToFileURL } from 'node:url';
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 const out = path.resolve(process.argv[2] ?? path.join(root, '.cluster-proxy', 'pack'));
@@ -80,7 +80,9 @@ try {
   manifest.bundleDependencies = Object.keys(manifest.dependencies);
   writeFileSync(path.join(stage, 'package.json'), `${JSON.stringify(manifest, null, 2)}\n`);
   mkdirSync(path.join(stage, 'bin'));
-  writeFileSync(path.join(stage, 'bin', 'cluster-proxy.js'), "#!/usr/bin/env node\nimport '@cluster-proxy/cli';\n", { mode: 0o755 });
+  // The command's first line starts node with the product's launch flags (cli/src/gc-tuning.ts).
+  const { LAUNCH_FLAGS } = await import(pathToFileURL(path.join(root, 'cli', 'dist', 'gc-tuning.js')).href);
+  writeFileSync(path.join(stage, 'bin', 'cluster-proxy.js'), `#!/usr/bin/env -S node ${LAUNCH_FLAGS.join(' ')}\nimport '@cluster-proxy/cli';\n`, { mode: 0o755 });
   cpSync(path.join(root, 'README.md'), path.join(stage, 'README.md'));
 
   mkdirSync(out, { recursive: true });

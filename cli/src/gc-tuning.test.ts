@@ -1,7 +1,9 @@
 import { execFileSync } from 'node:child_process';
+import { readFileSync } from 'node:fs';
+import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
-import { tuneGarbageCollector } from './gc-tuning.js';
+import { LAUNCH_FLAGS, tuneGarbageCollector } from './gc-tuning.js';
 
 // The child runs the built module (the suite builds before it runs).
 const tuning = fileURLToPath(new URL('../dist/gc-tuning.js', import.meta.url));
@@ -39,5 +41,22 @@ describe('tuneGarbageCollector', () => {
     // Untuned, V8 starts one every 64 MiB of external memory: about 16 for 1 GiB.
     expect(untuned).toBeGreaterThanOrEqual(4);
     expect(tuned).toBeLessThanOrEqual(Math.floor(untuned / 4));
+  });
+});
+
+describe('LAUNCH_FLAGS', () => {
+  const repo = fileURLToPath(new URL('../../', import.meta.url));
+  const read = (file: string): string => readFileSync(path.join(repo, file), 'utf8');
+  it('every launcher of the hub and the agent starts node with them', () => {
+    const launchers: [string, string][] = [
+      ['cli/src/main.ts (its first line)', read('cli/src/main.ts').split('\n')[0]!],
+      ['deploy/Dockerfile ENTRYPOINT', /^ENTRYPOINT .*$/m.exec(read('deploy/Dockerfile'))?.[0] ?? ''],
+      ['scripts/build-image.sh --entrypoint', /--entrypoint .*$/m.exec(read('scripts/build-image.sh'))?.[0] ?? ''],
+      ['scripts/pack.mjs (the packed command)', /#!\/usr\/bin\/env -S node \$\{LAUNCH_FLAGS\.join\(' '\)\}/.exec(read('scripts/pack.mjs'))?.[0] ?? ''],
+    ];
+    for (const [where, line] of launchers) {
+      if (where.startsWith('scripts/pack.mjs')) expect(line, where).not.toBe('');
+      else for (const flag of LAUNCH_FLAGS) expect(line, where).toContain(flag);
+    }
   });
 });

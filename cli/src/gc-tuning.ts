@@ -1,16 +1,27 @@
-// Garbage-collector settings for the commands that carry tunnel bytes (hub, agent, forward, quickstart).
+// Garbage-collector settings for the processes that carry tunnel bytes (hub, agent, forward).
 //
-// Every TLS record and socket read becomes a fresh Buffer whose memory lives outside V8's heap. V8 by
-// default starts a full mark-compact collection each time 64 MiB more of such external memory has
-// been allocated since the last one — even though nearly all of those Buffers die young and the
-// cheap young-generation collection frees them. At a few hundred MB/s that was 70 full collections
-// per GB through the hub, 25–30 % of its CPU. With external memory counted in V8's global heap limit
-// instead, a full collection runs only when live memory (heap plus external) has grown; measured
-// with `ab.js` (tunnel path, one connection, 3 rounds), hub + agent CPU per GiB 3.5/3.1 → 2.6/2.6 s
-// up/down and throughput 400 → 500 MB/s, idle RSS unchanged. See docs/goals.md, "Where the time goes".
+// Every TLS record and socket read becomes a fresh Buffer whose memory lives outside V8's heap, and
+// nearly all of them die young. V8's defaults make that expensive: it starts a full mark-compact
+// collection each time 64 MiB more external memory has been allocated since the last one, whether or
+// not a young-generation collection would free it (~70 full collections per GB through the hub, a
+// quarter to a third of its CPU), and on a large machine, container or not, it lets each young
+// semi-space grow to 32 MiB, so tens of MiB of dead Buffers wait for the next young collection and,
+// once the C allocator has handed them out, stay as RSS. Three settings, measured with `ab.js`
+// (tunnel path, one connection, 3 rounds, ssh -R alongside; hub + agent CPU seconds per GiB up/down,
+// peak RSS of a bulk transfer hub/agent):
+//   V8's defaults                                  3.5 / 3.1 s     188 / 163 MiB
+//   external memory in the global heap limit       2.6 / 2.6 s     260 / 230 MiB
+//   + 2 MiB semi-spaces                            2.5 / 2.3 s     177 / 171 MiB
+//   + old generation starts at 64 MiB               1.6 / 1.8 s     179 / 165 MiB  (ssh -R: 2.2 / 2.3 s)
+// The first is set at run time (tuneGarbageCollector; V8 reads it whenever it sizes its limits). V8
+// sizes the generations once, at start, so the other two are `node` flags (LAUNCH_FLAGS), given where
+// the product is launched: the image's entrypoint, the packed `cluster-proxy` command's first line,
+// and this checkout's cli/dist/main.js. See docs/goals.md, "Where the time goes".
 import { setFlagsFromString } from 'node:v8';
 
-const FLAG = '--external-memory-accounted-in-global-limit';
+const RUNTIME_FLAG = '--external-memory-accounted-in-global-limit';
+/** Flags for `node` itself when it runs the hub or the agent (a test keeps the launchers in step). */
+export const LAUNCH_FLAGS: readonly string[] = ['--max-semi-space-size=2', '--initial-old-space-size=64'];
 /** The Node.js lines whose V8 has the flag and on which it was measured; elsewhere V8 would print
  * "unrecognized flag", so it is left alone there. */
 const MEASURED_MAJORS = new Set([24]);
@@ -18,6 +29,6 @@ const MEASURED_MAJORS = new Set([24]);
 export function tuneGarbageCollector(version: string = process.versions.node): boolean {
   const major = Number(version.split('.')[0]);
   if (!MEASURED_MAJORS.has(major)) return false;
-  setFlagsFromString(FLAG);
+  setFlagsFromString(RUNTIME_FLAG);
   return true;
 }

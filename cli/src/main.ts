@@ -1,4 +1,4 @@
-#!/usr/bin/env node
+#!/usr/bin/env -S node --max-semi-space-size=2 --initial-old-space-size=64
 // The `cluster-proxy` command.
 // The flush alone, not the protocol library's index: this file stays light for every command.
 import { stdioFlushed } from '@cluster-proxy/proto/stdio-flushed';

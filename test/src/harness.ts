@@ -11,6 +11,17 @@ import { spawnProcess, waitFor, type ManagedProcess } from './fixtures/index.js'
 
 export const CLI = fileURLToPath(new URL('../../cli/dist/main.js', import.meta.url));
 
+/**
+ * The flags a `cluster-proxy` entry script's first line gives node (`#!/usr/bin/env -S node FLAGS`,
+ * cli/src/gc-tuning.ts): benchmarks start the hub and agent as `node FLAGS main.js`, as the command
+ * itself would run (another build's script may have none).
+ */
+export function cliLaunchFlags(cli: string = CLI): string[] {
+  const first = readFileSync(cli, 'utf8').split('\n', 1)[0] ?? '';
+  const m = /^#!\S*env -S node((?: \S+)*)$/.exec(first);
+  return m?.[1] ? m[1].trim().split(' ') : [];
+}
+
 export interface CertFiles {
   certPath: string;
   keyPath: string;

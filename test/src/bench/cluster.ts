@@ -10,7 +10,7 @@ import { mkdtemp, readFile } from 'node:fs/promises';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { pathToFileURL } from 'node:url';
-import { CLI, getJson, type HubTables, type TestPki } from '../harness.js';
+import { CLI, cliLaunchFlags, getJson, type HubTables, type TestPki } from '../harness.js';
 import type { ManagedProcess } from '../fixtures/index.js';
 import type { ClientSpec } from './clients.js';
 import { script, spawnNode, type TargetName } from './helpers.js';
@@ -105,7 +105,7 @@ export async function waitUntil<T>(what: string, proc: ManagedProcess, timeoutMs
 }
 
 function nodeFlags(name: string, opts: ProcessOptions): string[] {
-  const flags: string[] = [];
+  const flags: string[] = cliLaunchFlags(opts.cli ?? CLI);
   if (opts.gcHook) flags.push('--expose-gc', '--import', pathToFileURL(script('gc-hook.js')).href);
   if (opts.cpuProfDir) flags.push('--cpu-prof', '--cpu-prof-dir', opts.cpuProfDir, '--cpu-prof-name', `${name}.cpuprofile`);
   return flags;

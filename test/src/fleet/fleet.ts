@@ -10,7 +10,7 @@ import { fileURLToPath } from 'node:url';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { Tunnel } from '@cluster-proxy/client';
 import { embeddedStoreDir, openEmbeddedStore, type ManagedCluster, type ManagedClusterAddOn, type ManifestWork, type Watch } from '@cluster-proxy/server';
-import { CLI, createPki, type TestPki } from '../harness.js';
+import { CLI, cliLaunchFlags, createPki, type TestPki } from '../harness.js';
 import { freeLoopbackPort, spawnProcess, startEchoServer, startFakeKubeApiServer, type FakeKubeApiServer, type ManagedProcess, type TcpTarget } from '../fixtures/index.js';
 import type { ChildReply, ChildRequest, FleetChildJob } from './protocol.js';
 
@@ -205,7 +205,7 @@ export class Fleet {
   /** Starts the hub on the fleet's ports and data directory; resolves once /readyz answers 200. */
   async startHub(): Promise<void> {
     const p = this.ports;
-    const args = [...(this.opts.hubNodeArgs ?? []), CLI, 'hub', '--data-dir', this.dataDir, '--bind-address', '127.0.0.1',
+    const args = [...cliLaunchFlags(), ...(this.opts.hubNodeArgs ?? []), CLI, 'hub', '--data-dir', this.dataDir, '--bind-address', '127.0.0.1',
       '--agent-port', String(p.agent), '--frontend-port', String(p.frontend), '--admin-port', String(p.admin), '--health-port', String(p.health), '--connect-port', 'off',
       '--ca-cert', this.pki.caPath, '--server-cert', this.pki.server.certPath, '--server-key', this.pki.server.keyPath,
       '--log-level', this.opts.hubLogLevel ?? 'warn', ...(this.kube ? ['--store', 'kubernetes', '--kubeconfig', this.kubeconfig] : []),
