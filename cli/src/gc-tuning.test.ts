@@ -9,7 +9,7 @@ import { LAUNCH_FLAGS, tuneGarbageCollector } from './gc-tuning.js';
 const tuning = fileURLToPath(new URL('../dist/gc-tuning.js', import.meta.url));
 
 /** Full (mark-compact) collections while a child allocates 1 GiB of short-lived 16 KiB Buffers, as
- * TLS reads do; with or without the tuning. */
+ * TLS reads do; with the tuning (node started with LAUNCH_FLAGS, then the run-time flag) or without. */
 function majorCollections(tuned: boolean): number {
   const script = `
     const { PerformanceObserver, constants } = require('node:perf_hooks');
@@ -26,13 +26,15 @@ function majorCollections(tuned: boolean): number {
       }
       setTimeout(() => { obs.disconnect(); process.stdout.write(String(major)); }, 50);
     })();`;
-  return Number(execFileSync(process.execPath, ['-e', script], { encoding: 'utf8', timeout: 60_000 }));
+  return Number(execFileSync(process.execPath, [...(tuned ? LAUNCH_FLAGS : []), '-e', script], { encoding: 'utf8', timeout: 60_000 }));
 }
 
 describe('tuneGarbageCollector', () => {
-  it('applies only on the Node.js line it was measured on', () => {
-    expect(tuneGarbageCollector('20.20.2')).toBe(false);
-    expect(tuneGarbageCollector('not-a-version')).toBe(false);
+  it('applies only on the Node.js line it was measured on, and only with node launched with LAUNCH_FLAGS', () => {
+    expect(tuneGarbageCollector('20.20.2', LAUNCH_FLAGS)).toBe(false);
+    expect(tuneGarbageCollector('not-a-version', LAUNCH_FLAGS)).toBe(false);
+    expect(tuneGarbageCollector('24.21.0', [])).toBe(false);
+    expect(tuneGarbageCollector('24.21.0', LAUNCH_FLAGS.slice(1))).toBe(false);
   });
 
   it.runIf(process.versions.node.startsWith('24.'))('short-lived Buffers no longer start full collections', () => {

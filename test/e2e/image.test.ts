@@ -12,7 +12,7 @@ import path from 'node:path';
 import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { killAllSpawned, runCommand, spawnProcess, startEchoServer, type ManagedProcess, type TcpTarget } from '../src/fixtures/index.js';
-import { createPki, startHub, type HubProcess, type TestPki } from '../src/harness.js';
+import { cliLaunchFlags, createPki, startHub, type HubProcess, type TestPki } from '../src/harness.js';
 
 const execFileP = promisify(execFile);
 const ROOT = new URL('../../', import.meta.url).pathname;
@@ -88,7 +88,8 @@ describe('the OCI image, built with buildah and run with buildah run', () => {
     built = true;
     expect(existsSync(path.join(dir, 'cluster-proxy.oci.tar'))).toBe(true);
     const config = JSON.parse(await buildah(['inspect', '--type', 'image', TAG])) as { OCIv1: { config: { Entrypoint: string[]; User: string } } };
-    expect(config.OCIv1.config.Entrypoint).toEqual(['/usr/local/bin/node', CLI_IN_IMAGE]);
+    // node with the product's launch flags, as this checkout's command starts it (cli/src/gc-tuning.ts).
+    expect(config.OCIv1.config.Entrypoint).toEqual(['/usr/local/bin/node', ...cliLaunchFlags(), CLI_IN_IMAGE]);
     expect(config.OCIv1.config.User).toBe('65532:65532');
   }, 660_000);
 

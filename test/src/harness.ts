@@ -13,8 +13,8 @@ export const CLI = fileURLToPath(new URL('../../cli/dist/main.js', import.meta.u
 
 /**
  * The flags a `cluster-proxy` entry script's first line gives node (`#!/usr/bin/env -S node FLAGS`,
- * cli/src/gc-tuning.ts): benchmarks start the hub and agent as `node FLAGS main.js`, as the command
- * itself would run (another build's script may have none).
+ * cli/src/gc-tuning.ts): tests and benchmarks start the hub and agent as `node FLAGS main.js`, as the
+ * command itself would run (another build's script may have none).
  */
 export function cliLaunchFlags(cli: string = CLI): string[] {
   const first = readFileSync(cli, 'utf8').split('\n', 1)[0] ?? '';
@@ -75,7 +75,8 @@ export async function startHub(pki: TestPki, extraArgs: string[] = [], opts: { d
   const proc = spawnProcess({
     name: 'hub',
     command: process.execPath,
-    args: [CLI, 'hub', '--data-dir', dataDir, '--bind-address', '127.0.0.1', '--agent-port', '0', '--frontend-port', '0', '--health-port', '0', '--admin-port', '0',
+    // Started as the command's first line starts it (node's launch flags), as a deployment would run it.
+    args: [...cliLaunchFlags(), CLI, 'hub', '--data-dir', dataDir, '--bind-address', '127.0.0.1', '--agent-port', '0', '--frontend-port', '0', '--health-port', '0', '--admin-port', '0',
       '--frontend-uds', path.join(dataDir, 'frontend.sock'), '--connect-port', '0',
       '--ca-cert', pki.caPath, '--server-cert', pki.server.certPath, '--server-key', pki.server.keyPath, ...extraArgs],
   });
@@ -124,7 +125,7 @@ export interface AgentStartOptions {
 
 export async function startAgent(pki: TestPki, hub: HubProcess, opts: AgentStartOptions): Promise<AgentProcess> {
   const cert = opts.cert ?? (await pki.agent(opts.cluster));
-  const args = [CLI, 'agent', '--cluster', opts.cluster, '--hub', `127.0.0.1:${hub.ports.agent}`, '--server-name', 'localhost',
+  const args = [...cliLaunchFlags(), CLI, 'agent', '--cluster', opts.cluster, '--hub', `127.0.0.1:${hub.ports.agent}`, '--server-name', 'localhost',
     '--ca-cert', pki.caPath, '--cert', cert.certPath, '--key', cert.keyPath, '--apiserver', opts.apiserver,
     '--health-bind-address', '127.0.0.1', '--health-port', '0', ...(opts.args ?? [])];
   const command = opts.wrap ? opts.wrap(process.execPath, args) : { command: process.execPath, args };
