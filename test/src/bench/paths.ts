@@ -214,7 +214,13 @@ export async function setupPaths(networks: ReadonlySet<Network>, cleanup: Cleanu
       for (const stop of steps.reverse()) await stop().catch(() => {});
     };
     try {
-      const cluster = await startCluster(pki, { label, transport, gcHook: true, onStarted: (_name, stop) => void steps.push(stop) });
+      // The default admission limits (sized from the memory budget: 4,096 on the hub, 2,048 per client
+      // and per agent) would refuse most of the 10,000 idle connections measured here.
+      const limits = '20000'; // twice the full run's 10,000
+      const cluster = await startCluster(pki, {
+        label, transport, gcHook: true, onStarted: (_name, stop) => void steps.push(stop),
+        hubArgs: ['--max-connections', limits, '--max-connections-per-client', limits], agentArgs: ['--max-connections', limits],
+      });
       const echoOnly = { echo: targetPorts.echo };
       return {
         // CONNECT clients resume TLS sessions here: 10,000 full RSA handshakes would take minutes on
