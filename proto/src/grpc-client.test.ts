@@ -203,6 +203,25 @@ describe('GrpcClient', () => {
     expect(sessions.size).toBe(1); // the refused session is gone
   });
 
+  it('refuses a call past the server\'s stream limit at once (RESOURCE_EXHAUSTED), and takes one again when a call ends', async () => {
+    server.updateSettings({ maxConcurrentStreams: 2 });
+    handler = echo();
+    const c = client();
+    const first = c.call('/ProxyService/Proxy');
+    const second = c.call('/ProxyService/Proxy');
+    const r1 = record(first);
+    await Promise.all([once(first, 'metadata'), once(second, 'metadata')]);
+    const refused = record(c.call('/ProxyService/Proxy'));
+    expect(await refused.done).toMatchObject({ code: GrpcStatus.RESOURCE_EXHAUSTED, details: 'the server allows 2 concurrent calls on one connection, and as many are open' });
+    first.cancel();
+    await r1.done;
+    await once(first, 'close');
+    const again = c.call('/ProxyService/Proxy');
+    await once(again, 'metadata');
+    again.cancel();
+    second.cancel();
+  });
+
   it('close() cancels open calls and closes the connection', async () => {
     handler = echo();
     const c = client();

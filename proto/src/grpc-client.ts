@@ -91,6 +91,12 @@ export class GrpcClient {
     } catch (err) {
       return GrpcClientCall.failed(GrpcStatus.UNAVAILABLE, (err as Error).message);
     }
+    // Past the server's stream limit nghttp2 would hold the new stream back until another ends: a
+    // caller would wait for its own timeout. Refuse at once instead.
+    const limit = session.remoteSettings.maxConcurrentStreams;
+    if (limit !== undefined && [...this.calls].filter((c) => c.isOn(session)).length >= limit) {
+      return GrpcClientCall.failed(GrpcStatus.RESOURCE_EXHAUSTED, `the server allows ${limit} concurrent calls on one connection, and as many are open`);
+    }
     const call = new GrpcClientCall(session, path, metadata, this.opts.maxMessageBytes);
     this.calls.add(call);
     if (this.calls.size === 1 && !this.opts.refWhenIdle) session.ref();
@@ -282,6 +288,11 @@ export class GrpcClientCall extends EventEmitter {
       // The listener is added after this event returns: hand it the waiting packets just after.
       if (event === 'data' && this.inbox.packets.length > 0) queueMicrotask(() => this.continueReading());
     });
+  }
+
+  /** Whether this call runs on `session`. */
+  isOn(session: http2.ClientHttp2Session): boolean {
+    return this.session === session;
   }
 
   get writableEnded(): boolean {

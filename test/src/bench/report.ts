@@ -2,7 +2,7 @@
 import { GOAL_PATHS, OUR_PATHS, PATH_LABELS, PATH_NAMES, type PathName } from './paths.js';
 import { STUCK_GOAL_COUNT, stuckMetric } from './stuck.js';
 import { FLEET_BASE_N, FLEET_GOAL_N, fleetMetric } from './fleet.js';
-import { CLOCK_TICKS, CPU_UNIT } from './cpu.js';
+import { CLOCK_TICKS, CPU_FIGURE_LABELS, CPU_UNIT } from './cpu.js';
 
 export interface ResultRow {
   scenario: string;
@@ -128,6 +128,9 @@ const FLEET_GOAL_PATHS: readonly PathName[] = ['tunnel'];
 const GOALS: readonly GoalSpec[] = [
   { goal: 'one-connection throughput, up', scenario: 'throughput-up', metric: 'throughput', compare: 'ssh', op: '>=', bound: 1, unit: 'x' },
   { goal: 'one-connection throughput, down', scenario: 'throughput-down', metric: 'throughput', compare: 'ssh', op: '>=', bound: 1, unit: 'x' },
+  // CPU per byte: what our two proxy processes spend per GiB against sshd + ssh (steadier than MB/s on a shared VM).
+  { goal: 'hub + agent CPU per GiB, up', scenario: 'throughput-up', metric: CPU_FIGURE_LABELS.proxy, compare: 'ssh', op: '<=', bound: 1.3, unit: 'x' },
+  { goal: 'hub + agent CPU per GiB, down', scenario: 'throughput-down', metric: CPU_FIGURE_LABELS.proxy, compare: 'ssh', op: '<=', bound: 1.3, unit: 'x' },
   { goal: '8-connection throughput, up', scenario: 'throughput-8-up', metric: 'throughput', compare: 'ssh', op: '>=', bound: 1, unit: 'x' },
   { goal: '8-connection throughput, down', scenario: 'throughput-8-down', metric: 'throughput', compare: 'ssh', op: '>=', bound: 1, unit: 'x' },
   { goal: '64-byte round trip p50', scenario: 'rtt-64', metric: 'p50', compare: 'ssh', op: '<=', bound: 1, unit: 'x' },

@@ -48,12 +48,23 @@ async function openOne(dial: () => Promise<Duplex>): Promise<Duplex> {
 async function main(): Promise<void> {
   exitWithParent();
   const job = JSON.parse(process.argv[2] ?? '') as Job;
-  const client = openClient(job.spec);
-  const dial = (): Promise<Duplex> => client.dial('echo', DIAL_TIMEOUT_MS);
+  // Over gRPC the hub takes at most 1,024 streams per HTTP/2 connection and the SDK's gRPC transport has
+  // one connection per Tunnel: a Tunnel per thousand connections, as a konnectivity-client holding many
+  // tunnels has a connection per tunnel.
+  const perClient = job.spec.kind === 'tunnel' && job.spec.transport === 'grpc' ? 1000 : Number.POSITIVE_INFINITY;
+  const clients = [openClient(job.spec)];
+  const client = clients[0]!;
+  let dials = 0;
+  const dial = (): Promise<Duplex> => {
+    const i = Math.floor(dials++ / perClient);
+    while (clients.length <= i) clients.push(openClient(job.spec));
+    return clients[i]!.dial('echo', DIAL_TIMEOUT_MS);
+  };
 
   // 1. warm-up
   const warmStart = performance.now();
   for (let i = 0; i < job.warmup; i++) (await openOne(dial)).destroy();
+  dials = 0; // the held connections fill the clients from the first one again
   say({ warm: job.warmup, seconds: (performance.now() - warmStart) / 1000, client: client.describe() });
   const go = nextSignal();
   process.on('SIGTERM', () => process.exit(0));
@@ -103,7 +114,7 @@ async function main(): Promise<void> {
     s.once('close', () => resolve());
     s.destroy();
   })));
-  client.close();
+  for (const c of clients) c.close();
   clearInterval(keepAlive);
   say({ closed: all.length });
   process.exit(0);
