@@ -71,8 +71,16 @@ export class AgentMetrics {
     this.source = source;
   }
 
+  /** Per segment and packet type, the series of streamPackets: counted per packet, so resolved once. */
+  private readonly packetSeries = new Map<string, { inc(by?: number): void }>();
+
   packet(segment: AgentSegment, p: Packet): void {
-    this.streamPackets.inc({ segment, packet_type: packetTypeLabel(p.type) });
+    // Keyed by the label, not the type number: a peer's made-up types all count as Unknown, one entry.
+    const type = packetTypeLabel(p.type);
+    const k = `${segment} ${type}`;
+    let series = this.packetSeries.get(k);
+    if (!series) this.packetSeries.set(k, (series = this.streamPackets.child({ segment, packet_type: type })));
+    series.inc();
   }
 
   async expose(): Promise<{ contentType: string; body: string }> {

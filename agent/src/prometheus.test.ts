@@ -18,6 +18,18 @@ describe('Prometheus text exposition', () => {
     expect(() => r.register(new Counter('a_total', 'again'))).toThrow(/twice/);
   });
 
+  it('a child is the same series as inc(labels), appears at its first inc, and refuses to go down', () => {
+    const r = new Registry();
+    const c = r.register(new Counter('p_total', 'packets', ['segment', 'type'] as const));
+    const data = c.child({ type: 'DATA', segment: 'to_agent' });
+    expect(r.text()).not.toContain('p_total{');
+    data.inc();
+    data.inc(2);
+    c.inc({ segment: 'to_agent', type: 'DATA' });
+    expect(r.text().split('\n')).toContain('p_total{segment="to_agent",type="DATA"} 4');
+    expect(() => data.inc(-1)).toThrow(/only goes up/);
+  });
+
   it('gauges are read at scrape time; a histogram has cumulative buckets, +Inf, sum and count', () => {
     const r = new Registry();
     let v = 1;

@@ -82,12 +82,27 @@ export class ServerMetrics {
     buckets: [1, 5, 10, 30, 60, 300, 600, 1800, 3600, 7200, 14400, 28800, 86400],
     registers: [this.registry],
   });
-  readonly streamPackets = new Counter({
-    name: `${ANP}stream_packets_total`,
-    help: 'Packets on client and agent streams, by segment (from_client, to_client, from_agent, to_agent) and packet type',
-    labelNames: ['segment', 'packet_type'] as const,
-    registers: [this.registry],
-  });
+  /**
+   * Packets counted since the last scrape, per segment and packet type: plain numbers on the hot path (a
+   * prom-client inc() hashes its labels, per packet), added to streamPackets when it is collected.
+   */
+  private readonly packetTally = new Map<string, { segment: Segment; packetType: string; n: number }>();
+  readonly streamPackets = (() => {
+    const tally = this.packetTally;
+    return new Counter({
+      name: `${ANP}stream_packets_total`,
+      help: 'Packets on client and agent streams, by segment (from_client, to_client, from_agent, to_agent) and packet type',
+      labelNames: ['segment', 'packet_type'] as const,
+      registers: [this.registry],
+      collect() {
+        for (const t of tally.values()) {
+          if (t.n === 0) continue;
+          this.inc({ segment: t.segment, packet_type: t.packetType }, t.n);
+          t.n = 0;
+        }
+      },
+    });
+  })();
   readonly streamErrors = new Counter({
     name: `${ANP}stream_errors_total`,
     help: 'Client and agent streams that ended with an error, by segment, gRPC code and packet type (Unknown for receive errors)',
@@ -276,7 +291,12 @@ export class ServerMetrics {
   }
 
   packet(segment: Segment, p: Packet): void {
-    this.streamPackets.inc({ segment, packet_type: packetTypeLabel(p.type) });
+    // Keyed by the label, not the type number: a peer's made-up types all count as Unknown, one entry.
+    const packetType = packetTypeLabel(p.type);
+    const key = `${segment} ${packetType}`;
+    const t = this.packetTally.get(key);
+    if (t) t.n++;
+    else this.packetTally.set(key, { segment, packetType, n: 1 });
   }
 
   streamError(segment: Segment, code: string, packetType = 'Unknown'): void {
