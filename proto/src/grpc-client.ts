@@ -70,6 +70,8 @@ export interface GrpcClientOptions {
 
 export class GrpcClient {
   private session: http2.ClientHttp2Session | null = null;
+  /** Sessions whose server SETTINGS arrived (its stream limit is known). */
+  private readonly settled = new WeakSet<http2.ClientHttp2Session>();
   private readonly sockets = new Set<Duplex>();
   private readonly calls = new Set<GrpcClientCall>();
   private socketHandedIn: Duplex | undefined;
@@ -93,7 +95,8 @@ export class GrpcClient {
     }
     // Past the server's stream limit nghttp2 would hold the new stream back until another ends: a
     // caller would wait for its own timeout. Refuse at once instead.
-    const limit = session.remoteSettings.maxConcurrentStreams;
+    // Only once the server's SETTINGS arrived: before that Node reports nghttp2's provisional 100.
+    const limit = this.settled.has(session) ? session.remoteSettings.maxConcurrentStreams : undefined;
     if (limit !== undefined && [...this.calls].filter((c) => c.isOn(session)).length >= limit) {
       return GrpcClientCall.failed(GrpcStatus.RESOURCE_EXHAUSTED, `the server allows ${limit} concurrent calls on one connection, and as many are open`);
     }
@@ -148,6 +151,7 @@ export class GrpcClient {
       if (this.session === session) this.session = null;
     });
     session.on('error', () => {}); // each call reports the failure
+    session.once('remoteSettings', () => this.settled.add(session));
     if (!this.opts.refWhenIdle) session.unref();
     session.once('connect', () => {
       try {
