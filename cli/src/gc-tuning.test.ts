@@ -8,25 +8,25 @@ import { LAUNCH_FLAGS, tuneGarbageCollector } from './gc-tuning.js';
 // The child runs the built module (the suite builds before it runs).
 const tuning = fileURLToPath(new URL('../dist/gc-tuning.js', import.meta.url));
 
-/** Full (mark-compact) collections while a child allocates 1 GiB of short-lived 16 KiB Buffers, as
+/** Full (mark-compact) collections while a child allocates 2 GiB of short-lived 16 KiB Buffers, as
  * TLS reads do; with the tuning (node started with LAUNCH_FLAGS, then the run-time flag) or without. */
-function majorCollections(tuned: boolean): number {
+function majorCollections(tuned: boolean): { applied: boolean; major: number } {
   const script = `
     const { PerformanceObserver, constants } = require('node:perf_hooks');
     (async () => {
-      if (${tuned}) (await import(${JSON.stringify(tuning)})).tuneGarbageCollector();
+      const applied = ${tuned} ? (await import(${JSON.stringify(tuning)})).tuneGarbageCollector() : false;
       let major = 0;
       const obs = new PerformanceObserver((l) => { for (const e of l.getEntries()) if (e.detail.kind === constants.NODE_PERFORMANCE_GC_MAJOR) major++; });
       obs.observe({ entryTypes: ['gc'] });
       const inFlight = [];
-      for (let i = 0; i < 65536; i++) {
+      for (let i = 0; i < 131072; i++) {
         inFlight.push(Buffer.allocUnsafeSlow(16384).fill(1));
         if (inFlight.length > 64) inFlight.shift();
         if (i % 1024 === 0) await new Promise((r) => setImmediate(r));
       }
-      setTimeout(() => { obs.disconnect(); process.stdout.write(String(major)); }, 50);
+      setTimeout(() => { obs.disconnect(); process.stdout.write(JSON.stringify({ applied, major })); }, 50);
     })();`;
-  return Number(execFileSync(process.execPath, [...(tuned ? LAUNCH_FLAGS : []), '-e', script], { encoding: 'utf8', timeout: 60_000 }));
+  return JSON.parse(execFileSync(process.execPath, [...(tuned ? LAUNCH_FLAGS : []), '-e', script], { encoding: 'utf8', timeout: 60_000 })) as { applied: boolean; major: number };
 }
 
 describe('tuneGarbageCollector', () => {
@@ -37,12 +37,16 @@ describe('tuneGarbageCollector', () => {
     expect(tuneGarbageCollector('24.21.0', LAUNCH_FLAGS.slice(1))).toBe(false);
   });
 
-  it.runIf(process.versions.node.startsWith('24.'))('short-lived Buffers no longer start full collections', () => {
-    const untuned = majorCollections(false);
+  it.runIf(process.versions.node.startsWith('24.'))('short-lived Buffers no longer start full collections', (ctx) => {
     const tuned = majorCollections(true);
-    // Untuned, V8 starts one every 64 MiB of external memory: about 16 for 1 GiB.
-    expect(untuned).toBeGreaterThanOrEqual(4);
-    expect(tuned).toBeLessThanOrEqual(Math.floor(untuned / 4));
+    expect(tuned.applied).toBe(true);
+    const untuned = majorCollections(false);
+    expect(untuned.applied).toBe(false);
+    // Untuned, V8 starts one every 64 MiB of external memory unless young collections happen to free the
+    // Buffers first (about 16-30 for 2 GiB here; a busy machine has seen fewer): compare only when the
+    // default showed its cost.
+    if (untuned.major < 8) return ctx.skip(`V8's default started only ${untuned.major} full collections this time`);
+    expect(tuned.major).toBeLessThanOrEqual(Math.floor(untuned.major / 4));
   });
 });
 
