@@ -9,7 +9,7 @@ import https from 'node:https';
 import os from 'node:os';
 import path from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { issueClientCert, issueServerCert } from '@cluster-proxy/server';
+import { issueServerCert } from '@cluster-proxy/server';
 import {
   killAllSpawned, runCommand, startFakeKubeApiServer, startOidcIssuer, startRecordingApiserver, writeAgentKubeconfig,
   type FakeKubeApiServer, type OidcIssuer, type RecordingApiserver, type RunResult,
@@ -87,8 +87,7 @@ beforeAll(async () => {
   embedded = await startHub(pki, ['--gateway-port', '0', ...oidcFlags]);
   const agentKubeconfig = await writeAgentKubeconfig(path.join(tmp, 'agent.kubeconfig'), { server: `https://${recorder.address}`, caPath: pki.caPath, token: SA_TOKEN });
   agent = await startAgent(pki, hub, { cluster: 'cluster1', apiserver: recorder.address, args: ['--gateway-kubeconfig', agentKubeconfig] });
-  const u = issueClientCert(pki.ca, { commonName: 'dora', organization: ['ops'] });
-  cert = { cert: Buffer.from(u.certPem), key: Buffer.from(u.keyPem) };
+  cert = await pki.user('dora', ['ops']);
   // Who may reach cluster1 on the hub (RBAC stand-in): OIDC group dev, user carol, certificate user dora.
   api.access.allow({ group: 'oidc:dev', ...PROXY, names: ['cluster1'] });
   api.access.allow({ user: 'carol', ...PROXY, names: ['cluster1'] });

@@ -10,9 +10,9 @@ import path from 'node:path';
 import tls from 'node:tls';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import WebSocket from 'ws';
-import { issueClientCert, issueServerCert, writePemPair } from '@cluster-proxy/server';
+import { issueServerCert } from '@cluster-proxy/server';
 import { killAllSpawned, startRecordingApiserver, waitFor, writeAgentKubeconfig, type RecordedRequest, type RecordingApiserver, type RunResult } from '../src/fixtures/index.js';
-import { createPki, expectTablesEmpty, startAgent, startHub, type AgentProcess, type HubProcess, type TestPki } from '../src/harness.js';
+import { createPki, expectTablesEmpty, startAgent, startHub, type AgentProcess, type HubProcess, type TestPki, type UserCert } from '../src/harness.js';
 import { kubectlBinary, kubectlUnsupported } from './kubectl-binary.js';
 
 const SA_TOKEN = 'agent-service-account-token';
@@ -23,7 +23,7 @@ let agent: AgentProcess;
 let api: RecordingApiserver;
 let tmp: string;
 let agentKubeconfig: string;
-let userCert: { cert: Buffer; key: Buffer; certPath: string; keyPath: string };
+let userCert: UserCert;
 const skipKubectl = kubectlUnsupported();
 
 beforeAll(async () => {
@@ -33,8 +33,7 @@ beforeAll(async () => {
   hub = await startHub(pki, ['--gateway-port', '0']);
   agentKubeconfig = await writeAgentKubeconfig(path.join(tmp, 'agent.kubeconfig'), { server: `https://${api.address}`, caPath: pki.caPath, token: SA_TOKEN });
   agent = await startAgent(pki, hub, { cluster: 'cluster1', apiserver: api.address, args: ['--gateway-kubeconfig', agentKubeconfig] });
-  const u = issueClientCert(pki.ca, { commonName: 'alice', organization: ['team-a'] });
-  userCert = { cert: Buffer.from(u.certPem), key: Buffer.from(u.keyPem), ...(await writePemPair(tmp, 'alice', u)) };
+  userCert = await pki.user('alice', ['team-a']);
 }, 60_000);
 
 afterEach(async () => {

@@ -9,9 +9,9 @@ import os from 'node:os';
 import path from 'node:path';
 import tls from 'node:tls';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { issueClientCert, issueServerCert, writePemPair } from '@cluster-proxy/server';
+import { issueServerCert } from '@cluster-proxy/server';
 import { killAllSpawned, payloadSha256, writeAgentKubeconfig, runCommand, startRecordingApiserver, waitFor, type RecordingApiserver, type RunResult } from '../src/fixtures/index.js';
-import { CLI, createPki, expectTablesEmpty, getStatus, startAgent, startHub, type AgentProcess, type HubProcess, type TestPki } from '../src/harness.js';
+import { CLI, createPki, expectTablesEmpty, getStatus, startAgent, startHub, type AgentProcess, type HubProcess, type TestPki, type UserCert } from '../src/harness.js';
 import { kubectlBinary, kubectlUnsupported } from './kubectl-binary.js';
 
 const SA_TOKEN = 'agent-service-account-token';
@@ -22,7 +22,7 @@ let api: RecordingApiserver;
 let tmp: string;
 let port: number;
 let token: string;
-let userCert: { cert: Buffer; key: Buffer; certPath: string; keyPath: string };
+let userCert: UserCert;
 const skipKubectl = kubectlUnsupported();
 
 interface Answer { status: number; headers: Record<string, string | string[] | undefined>; body: Buffer }
@@ -62,9 +62,7 @@ beforeAll(async () => {
   // The agent's own credentials for its apiserver, as a pod's service account would give them.
   const agentKubeconfig = await writeAgentKubeconfig(path.join(tmp, 'agent.kubeconfig'), { server: `https://${api.address}`, caPath: pki.caPath, token: SA_TOKEN });
   agent = await startAgent(pki, hub, { cluster: 'cluster1', apiserver: api.address, args: ['--gateway-kubeconfig', agentKubeconfig] });
-  const u = issueClientCert(pki.ca, { commonName: 'alice', organization: ['team-a', 'viewers'] });
-  const files = await writePemPair(tmp, 'alice', u);
-  userCert = { cert: Buffer.from(u.certPem), key: Buffer.from(u.keyPem), ...files };
+  userCert = await pki.user('alice', ['team-a', 'viewers']);
   const issued = await cli(['token', 'issue', '--name', 'bob', '--cluster', 'cluster1', '--data-dir', hub.dataDir]);
   expect(issued.code, issued.stderr).toBe(0);
   token = issued.stdout.trim();

@@ -17,10 +17,16 @@ export const CLI = fileURLToPath(new URL('../../cli/dist/main.js', import.meta.u
  * command itself would run (another build's script may have none).
  */
 export function cliLaunchFlags(cli: string = CLI): string[] {
-  const first = readFileSync(cli, 'utf8').split('\n', 1)[0] ?? '';
-  const m = /^#!\S*env -S node((?: \S+)*)$/.exec(first);
-  return m?.[1] ? m[1].trim().split(' ') : [];
+  let flags = launchFlagsRead.get(cli);
+  if (!flags) {
+    const first = readFileSync(cli, 'utf8').split('\n', 1)[0] ?? '';
+    const m = /^#!\S*env -S node((?: \S+)*)$/.exec(first);
+    launchFlagsRead.set(cli, (flags = m?.[1] ? m[1].trim().split(' ') : []));
+  }
+  return [...flags];
 }
+/** Read once per entry script: every hub and agent a test starts asks. */
+const launchFlagsRead = new Map<string, string[]>();
 
 export interface CertFiles {
   certPath: string;
@@ -34,7 +40,14 @@ export interface TestPki {
   server: CertFiles;
   client: CertFiles;
   agent(cluster: string, opts?: { notBefore?: Date; notAfter?: Date; ca?: PemPair; name?: string }): Promise<CertFiles>;
+  /** A hub user's client certificate (CN = user, O = groups): PEM for TLS clients, files for kubeconfigs. */
+  user(commonName: string, groups?: string[]): Promise<UserCert>;
   cleanup(): Promise<void>;
+}
+
+export interface UserCert extends CertFiles {
+  cert: Buffer;
+  key: Buffer;
 }
 
 export async function createPki(): Promise<TestPki> {
@@ -51,6 +64,10 @@ export async function createPki(): Promise<TestPki> {
     server,
     client,
     agent: async (cluster, opts = {}) => writePemPair(dir, opts.name ?? `agent-${cluster}-${++n}`, issueAgentCert(opts.ca ?? ca, { cluster, notBefore: opts.notBefore, notAfter: opts.notAfter })),
+    user: async (commonName, groups = []) => {
+      const u = issueClientCert(ca, { commonName, organization: groups });
+      return { cert: Buffer.from(u.certPem), key: Buffer.from(u.keyPem), ...(await writePemPair(dir, `user-${commonName}-${++n}`, u)) };
+    },
     cleanup: () => rm(dir, { recursive: true, force: true }),
   };
 }

@@ -87,22 +87,19 @@ export class ServerMetrics {
    * prom-client inc() hashes its labels, per packet), added to streamPackets when it is collected.
    */
   private readonly packetTally = new Map<string, { segment: Segment; packetType: string; n: number }>();
-  readonly streamPackets = (() => {
-    const tally = this.packetTally;
-    return new Counter({
-      name: `${ANP}stream_packets_total`,
-      help: 'Packets on client and agent streams, by segment (from_client, to_client, from_agent, to_agent) and packet type',
-      labelNames: ['segment', 'packet_type'] as const,
-      registers: [this.registry],
-      collect() {
-        for (const t of tally.values()) {
-          if (t.n === 0) continue;
-          this.inc({ segment: t.segment, packet_type: t.packetType }, t.n);
-          t.n = 0;
-        }
-      },
-    });
-  })();
+  readonly streamPackets: Counter<'segment' | 'packet_type'> = new Counter({
+    name: `${ANP}stream_packets_total`,
+    help: 'Packets on client and agent streams, by segment (from_client, to_client, from_agent, to_agent) and packet type',
+    labelNames: ['segment', 'packet_type'] as const,
+    registers: [this.registry],
+    collect: () => {
+      for (const t of this.packetTally.values()) {
+        if (t.n === 0) continue;
+        this.streamPackets.inc({ segment: t.segment, packet_type: t.packetType }, t.n);
+        t.n = 0;
+      }
+    },
+  });
   readonly streamErrors = new Counter({
     name: `${ANP}stream_errors_total`,
     help: 'Client and agent streams that ended with an error, by segment, gRPC code and packet type (Unknown for receive errors)',
