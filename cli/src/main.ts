@@ -40,7 +40,10 @@ async function main(argv: string[]): Promise<number> {
   }
   const cmd = commands[name];
   if (!cmd) throw new UsageError(`unknown command "${name}"; run "cluster-proxy --help"`);
-  if (cmd.dataPlane) (await import('./gc-tuning.js')).tuneGarbageCollector();
+  if (cmd.dataPlane && (await import('./gc-tuning.js')).tuneGarbageCollector()) {
+    // The tuning stops V8 collecting for every 64 MiB of Buffers; the governor bounds what that leaves dead.
+    new (await import('./dead-buffers.js')).DeadBufferGovernor().start();
+  }
   const run = await cmd.load();
   await run(rest);
   return 0;

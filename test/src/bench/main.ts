@@ -29,7 +29,9 @@ Flags:
   --quick              short measurements, one round, small scale counts (a smoke test, ~3 min)
   --only NAME[,NAME]   run only these scenarios: ${SCENARIOS.map((s) => s.name).join(', ')}
   --cpu-prof DIR       every hub and agent writes a V8 CPU profile into DIR when it exits
+  --paths NAME[,NAME]  measure only these paths: ${PATH_NAMES.join(', ')}
   --fleet-sizes N[,N]  the fleet scenario's numbers of clusters (default 1000,2500,5000; 100 with --quick)
+  --stuck-counts N[,N] stuck-destination's numbers of stuck connections (default 64,256,1024; 64 with --quick)
   --help               show this help
 `;
 
@@ -46,12 +48,14 @@ interface Options {
   scenarios: Scenario[];
   cpuProf: string | undefined;
   fleetSizes: string | undefined;
+  stuckCounts: string | undefined;
+  paths: readonly PathName[];
 }
 
 function parseOptions(argv: string[]): Options | 'help' {
   const { values } = parseArgs({
     args: argv,
-    options: { json: { type: 'string' }, quick: { type: 'boolean' }, only: { type: 'string' }, 'cpu-prof': { type: 'string' }, 'fleet-sizes': { type: 'string' }, help: { type: 'boolean' } },
+    options: { json: { type: 'string' }, quick: { type: 'boolean' }, only: { type: 'string' }, 'cpu-prof': { type: 'string' }, 'fleet-sizes': { type: 'string' }, 'stuck-counts': { type: 'string' }, paths: { type: 'string' }, help: { type: 'boolean' } },
     strict: true,
     allowPositionals: false,
   });
@@ -65,17 +69,35 @@ function parseOptions(argv: string[]): Options | 'help' {
     }
     scenarios = SCENARIOS.filter((s) => names.includes(s.name));
   }
-  return { json: values.json, quick: values.quick ?? false, scenarios, cpuProf: values['cpu-prof'] === undefined ? undefined : path.resolve(values['cpu-prof']), fleetSizes: values['fleet-sizes'] };
+  let paths: readonly PathName[] = PATH_NAMES;
+  if (values.paths !== undefined) {
+    const names = values.paths.split(',').map((n) => n.trim()).filter(Boolean);
+    const unknown = names.filter((n) => !(PATH_NAMES as readonly string[]).includes(n));
+    if (unknown.length > 0 || names.length === 0) throw new Error(`--paths: unknown path ${unknown.join(', ') || '(none given)'}; choose from ${PATH_NAMES.join(', ')}`);
+    paths = PATH_NAMES.filter((p) => names.includes(p));
+  }
+  for (const [flag, value] of [['--fleet-sizes', values['fleet-sizes']], ['--stuck-counts', values['stuck-counts']]] as const) {
+    if (value !== undefined && !/^\s*[1-9][0-9]*(\s*,\s*[1-9][0-9]*)*\s*$/.test(value)) throw new Error(`${flag}: expected positive integers separated by commas, got "${value}"`);
+  }
+  return {
+    json: values.json,
+    quick: values.quick ?? false,
+    scenarios,
+    cpuProf: values['cpu-prof'] === undefined ? undefined : path.resolve(values['cpu-prof']),
+    fleetSizes: values['fleet-sizes'],
+    stuckCounts: values['stuck-counts'],
+    paths,
+  };
 }
 
 /** Runs one scenario on every available path it applies to, its rounds alternating the path order. */
-async function runScenario(scenario: Scenario, set: PathSet, cfg: BenchConfig, stopped: () => boolean): Promise<ResultRow[]> {
+async function runScenario(scenario: Scenario, set: PathSet, cfg: BenchConfig, only: readonly PathName[], stopped: () => boolean): Promise<ResultRow[]> {
   const runs = new Map<PathName, PathRun>();
   const failures = new Map<PathName, string[]>();
   const applies = (p: PathName): boolean => !scenario.appliesTo || scenario.appliesTo.paths.includes(p);
   for (const p of PATH_NAMES) {
     const slot = set[p];
-    if (slot.ok && applies(p)) runs.set(p, scenario.forPath(slot.dialer, cfg));
+    if (slot.ok && applies(p) && only.includes(p)) runs.set(p, scenario.forPath(slot.dialer, cfg));
   }
   const rounds = scenario.rounds?.(cfg) ?? cfg.rounds;
   const began = performance.now();
@@ -141,12 +163,16 @@ async function main(): Promise<number> {
     return 0;
   }
   const mode = options.quick ? 'quick' : 'full';
-  const cfg = { ...(options.quick ? QUICK_CONFIG : FULL_CONFIG), ...(options.fleetSizes !== undefined ? { fleetSizes: options.fleetSizes } : {}) };
+  const cfg: BenchConfig = {
+    ...(options.quick ? QUICK_CONFIG : FULL_CONFIG),
+    ...(options.fleetSizes !== undefined ? { fleetSizes: options.fleetSizes } : {}),
+    ...(options.stuckCounts !== undefined ? { stuckCounts: options.stuckCounts } : {}),
+  };
   const machine = machineFacts(
     `${mode}: ${cfg.rounds} round(s) (rtt20 ${cfg.rtt20Rounds}, hol ${cfg.holRounds}, scale 1), throughput ~${cfg.throughputSeconds} s, rtt ${cfg.rttSeconds} s, `
     + `dial ${cfg.dialSeconds} s x${cfg.dialConcurrency}, hol ${2 * cfg.holStalled + 1} x ~${cfg.holSeconds} s, `
     + `scale ${cfg.scaleConnections} connections (ssh -R ${cfg.scaleSshConnections}) / ${cfg.scaleAgents} agents, `
-    + `stuck up to ${cfg.stuckConnections} connections x ${cfg.stuckSeconds} s, big write ${cfg.bigWriteBytes / 2 ** 20} MiB`,
+    + `stuck ${cfg.stuckCounts} connections x ${cfg.stuckSeconds} s, big write ${cfg.bigWriteBytes / 2 ** 20} MiB`,
   );
   const run = startBenchRun(log, WATCHDOG_MS[mode] + (options.scenarios.includes(FLEET) ? FLEET_WATCHDOG_MS[mode] : 0));
   const { cleanup, stopping } = run;
@@ -179,7 +205,7 @@ async function main(): Promise<number> {
     for (const scenario of options.scenarios) {
       const set = sets.get(scenario.network);
       if (stopping() || !set) continue;
-      results.push(...(await runScenario(scenario, set, cfg, stopping)));
+      results.push(...(await runScenario(scenario, set, cfg, options.paths, stopping)));
     }
     if (stopping()) return 1;
     machine['duration'] = `${((performance.now() - began) / 1000).toFixed(0)} s`;

@@ -54,8 +54,8 @@ export interface BenchConfig {
   scaleSettleMs: number;
   /** idle-rss: bytes echoed through one connection (so as many each way) between the first two readings. */
   idleRssBytes: number;
-  /** stuck-destination: the largest number of stuck connections (measured at 64, 256, 1024 up to this). */
-  stuckConnections: number;
+  /** stuck-destination: the numbers of stuck connections measured, e.g. "64,256,1024". */
+  stuckCounts: string;
   /** stuck-destination: how long the clients keep writing into the stuck connections. */
   stuckSeconds: number;
   /** stuck-destination: the healthy bulk upload lasts about this long alone. */
@@ -97,7 +97,7 @@ export const FULL_CONFIG: BenchConfig = {
   scaleAgentsConcurrency: 32,
   scaleSettleMs: 1000,
   idleRssBytes: GiB,
-  stuckConnections: 1024,
+  stuckCounts: '64,256,1024',
   stuckSeconds: 20,
   stuckBulkSeconds: 2,
   stuckAfterMs: 10_000,
@@ -134,7 +134,7 @@ export const QUICK_CONFIG: BenchConfig = {
   scaleAgentsConcurrency: 25,
   scaleSettleMs: 200,
   idleRssBytes: 64 * MiB,
-  stuckConnections: 64,
+  stuckCounts: '64',
   stuckSeconds: 5,
   stuckBulkSeconds: 0.5,
   stuckAfterMs: 10_000,

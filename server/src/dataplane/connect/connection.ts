@@ -25,11 +25,10 @@ const FLUSH_TIMEOUT_MS = 60_000;
 /** A socket paused for lack of credit is out of the event loop: a client that leaves (FIN or reset)
  * would go unnoticed for as long as its destination stalls. So once in a while the kernel is asked
  * whether the client reset the connection (no read needed), and the socket is read one chunk at a
- * time (kept for the agent, nothing lost), up to PROBE_ALLOWANCE until the credit comes back. A probe
- * that finds nothing to read leaves the socket flowing: it then sees the client's end at once. A FIN
- * behind more than the allowance is seen when the destination reads again. */
+ * time (kept for the agent, nothing lost) within the probe allowances (probe-reads.ts) until the
+ * credit comes back. A probe that finds nothing to read leaves the socket flowing: it then sees the
+ * client's end at once. A FIN behind more than the allowance is seen when the destination reads again. */
 const PROBE_INTERVAL_MS = 5000;
-const PROBE_ALLOWANCE = 256 * 1024;
 
 export class ConnectConnection implements Frontend, TrackedConnection {
   readonly halfClose = true; // a TCP socket can half-close
@@ -52,8 +51,6 @@ export class ConnectConnection implements Frontend, TrackedConnection {
   private corePaused = false;
   private timer: NodeJS.Timeout | null = null;
   private probeTimer: NodeJS.Timeout | null = null;
-  /** Bytes read by probes since the core last resumed us, and the wait before the next probe. */
-  private probed = 0;
 
   constructor(private readonly socket: net.Socket, private readonly listener: ListenerKind, private readonly shared: ConnectShared) {
     this.peer = peerOf(socket) || listener;
@@ -117,7 +114,7 @@ export class ConnectConnection implements Frontend, TrackedConnection {
         if (!this.clientEnded) this.conn?.write(chunk);
         if (this.corePaused) {
           // Read by a probe: one chunk, then paused again until the next probe.
-          this.probed += chunk.length;
+          this.shared.probeReads.read(this, chunk.length);
           this.socket.pause();
           this.scheduleProbe();
         }
@@ -149,6 +146,7 @@ export class ConnectConnection implements Frontend, TrackedConnection {
   private readonly onClose = (): void => {
     this.clearTimer();
     this.stopProbe();
+    this.shared.probeReads.release(this);
     const was = this.state;
     this.state = 'closed';
     this.shared.conns.delete(this);
@@ -368,14 +366,14 @@ export class ConnectConnection implements Frontend, TrackedConnection {
         return;
       }
       // Reads until the next chunk, EOF or reset; past the allowance only the kernel is asked.
-      if (this.probed < PROBE_ALLOWANCE) this.socket.resume();
+      if (this.shared.probeReads.mayRead(this)) this.socket.resume();
       else this.scheduleProbe();
     }, PROBE_INTERVAL_MS);
   }
 
   resume(): void {
     this.corePaused = false;
-    this.probed = 0;
+    this.shared.probeReads.release(this);
     // The probe timer stays: pause and resume come by the thousand in a bulk transfer, and it does
     // nothing when it finds the socket flowing.
     if (this.isTunnel()) this.socket.resume();

@@ -30,6 +30,7 @@ import type { Logger } from 'pino';
 import type { TokenStore } from '../../fleet/tokens.js';
 import type { ProxyCore } from '../proxy-core.js';
 import { ConnectConnection } from './connection.js';
+import { ProbeReads } from './probe-reads.js';
 import { oneLine } from './responses.js';
 import { closeServer, isLoopback, listen, listenUnix, peerOf } from './sockets.js';
 import type { ConnectConnectionInfo, ConnectShared, ListenerKind, Principal } from './types.js';
@@ -40,6 +41,10 @@ export type { ConnectConnectionInfo, ConnectState, ListenerKind, Principal } fro
 export const DEFAULT_CONNECT_PORT = 8089;
 const DEFAULT_HEADER_TIMEOUT_MS = 10_000;
 const DEFAULT_MAX_HEADER_BYTES = 16 * 1024;
+/** What one connection waiting for credit may have read by probes (connection.ts)... */
+const PROBE_ALLOWANCE = 256 * 1024;
+/** ...and all of them together: this share of the hub's memory budget (16 MiB of the default 256). */
+const PROBE_BUDGET_SHARE = 16;
 
 export interface ConnectFrontendOptions {
   core: ProxyCore;
@@ -96,6 +101,7 @@ export async function startConnectFrontend(opts: ConnectFrontendOptions): Promis
     maxHeaderBytes: opts.maxHeaderBytes ?? DEFAULT_MAX_HEADER_BYTES,
     plainAllowsTokens: opts.plain?.allowTokens ?? false,
     conns,
+    probeReads: new ProbeReads(PROBE_ALLOWANCE, Math.max(PROBE_ALLOWANCE, opts.core.budget.limit / PROBE_BUDGET_SHARE)),
   };
   const maxConnections = opts.maxConnections ?? Number.POSITIVE_INFINITY;
   const servers: net.Server[] = [];

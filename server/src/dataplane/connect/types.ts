@@ -3,6 +3,7 @@
 import type { Logger } from 'pino';
 import type { TokenPrincipal, TokenStore } from '../../fleet/tokens.js';
 import type { ProxyCore } from '../proxy-core.js';
+import type { ProbeReads } from './probe-reads.js';
 
 export type ListenerKind = 'tls' | 'uds' | 'plain';
 
@@ -43,4 +44,6 @@ export interface ConnectShared {
   maxHeaderBytes: number;
   plainAllowsTokens: boolean;
   conns: Set<TrackedConnection>;
+  /** What probes of clients waiting for credit read, per connection and in all (connection.ts). */
+  probeReads: ProbeReads;
 }

@@ -1,0 +1,98 @@
+import { PerformanceObserver, constants } from 'node:perf_hooks';
+import { describe, expect, it } from 'vitest';
+import { DeadBufferGovernor, WINDOW } from './dead-buffers.js';
+
+const MiB = 1024 * 1024;
+const minor = { detail: { kind: constants.NODE_PERFORMANCE_GC_MINOR } };
+const major = { detail: { kind: constants.NODE_PERFORMANCE_GC_MAJOR } };
+
+/** A governor over a settable Buffer count, counting the full collections it asks for. */
+function governed(allowance = 32 * MiB): { gov: DeadBufferGovernor; window: (...mib: number[]) => void; asked: () => number } {
+  let bytes = 0;
+  let asked = 0;
+  const gov = new DeadBufferGovernor({ allowance, arrayBuffers: () => bytes, collect: () => void asked++ });
+  /** One window of young collections, reading these values in turn (the last repeated to fill it). */
+  const window = (...mib: number[]): void => {
+    for (let i = 0; i < WINDOW; i++) {
+      bytes = mib[Math.min(i, mib.length - 1)]! * MiB;
+      gov.afterCollection(minor);
+    }
+  };
+  return { gov, window, asked: () => asked };
+}
+
+describe('DeadBufferGovernor', () => {
+  it('asks for a full collection once the least reading of a window grew past the allowance, and once only until it comes', () => {
+    const { gov, window, asked } = governed();
+    for (const mib of [10, 20, 30, 40]) window(mib);
+    expect(asked()).toBe(0); // 10 → 40: within 32 MiB of the least seen
+    window(43);
+    expect(asked()).toBe(1);
+    window(90);
+    expect(asked()).toBe(1); // asked already; the full collection has not run yet
+    expect(gov.asks).toBe(1);
+  });
+
+  it('starts over from what the collections after a full one see (freed Buffers leave the count as they are swept)', () => {
+    const { gov, window, asked } = governed();
+    window(10);
+    window(50);
+    expect(asked()).toBe(1);
+    gov.afterCollection(major); // the count still holds what it is sweeping
+    window(60, 45); // live: 45 MiB (connections hold that much): the new floor
+    window(70);
+    expect(asked()).toBe(1);
+    window(78);
+    expect(asked()).toBe(2);
+  });
+
+  it('leaves a bulk transfer alone: young collections free its Buffers, so each window comes back down', () => {
+    const { window, asked } = governed();
+    for (let i = 0; i < 1000; i++) window(60, 90, 45, 4, 80);
+    expect(asked()).toBe(0);
+  });
+
+  it('asks V8 itself: a full collection runs (gc() exposed at run time, no node flag)', async () => {
+    let reading = 0;
+    const gov = new DeadBufferGovernor({ allowance: 0, arrayBuffers: () => reading++ * MiB });
+    let majors = 0;
+    const obs = new PerformanceObserver((list) => {
+      for (const e of list.getEntries()) if ((e as { detail?: { kind?: number } }).detail?.kind === constants.NODE_PERFORMANCE_GC_MAJOR) majors++;
+    });
+    obs.observe({ entryTypes: ['gc'] });
+    try {
+      for (let i = 0; i < 2 * WINDOW; i++) gov.afterCollection(minor); // the second window's least is above the first's
+      expect(gov.asks).toBe(1);
+      for (let i = 0; i < 100 && majors === 0; i++) await new Promise((r) => setTimeout(r, 20));
+      expect(majors).toBeGreaterThan(0);
+    } finally {
+      obs.disconnect();
+    }
+  });
+
+  it('observes the collections V8 reports, and stops when told', async () => {
+    let looked = 0;
+    const gov = new DeadBufferGovernor({ arrayBuffers: () => (looked++, 0), collect: () => {} });
+    gov.start();
+    try {
+      for (let i = 0; i < 200 && looked === 0; i++) await churn();
+      expect(looked).toBeGreaterThan(0);
+    } finally {
+      gov.stop();
+    }
+    await new Promise((r) => setTimeout(r, 20)); // a report already queued may still arrive
+    const seen = looked;
+    for (let i = 0; i < 20; i++) await churn();
+    expect(looked).toBe(seen);
+  });
+});
+
+/** Short-lived objects, enough for V8 to run young collections (and report them). */
+async function churn(): Promise<void> {
+  const junk: object[] = [];
+  for (let j = 0; j < 50_000; j++) {
+    junk.push({ j });
+    if (junk.length > 100) junk.length = 0;
+  }
+  await new Promise((r) => setTimeout(r, 5));
+}

@@ -1,0 +1,103 @@
+// Dead Buffers that only a full collection frees, kept within an allowance.
+//
+// With external memory counted in V8's global heap limit (gc-tuning.ts), V8 no longer starts a full
+// collection for every 64 MiB of Buffers allocated: right for bulk transfers, whose Buffers die young
+// and go with the next young collection. Bytes held a while (queued for a slow peer, waiting for
+// credit) outlive two young collections, are promoted, and once dead wait for a full collection,
+// which the global limit may put hundreds of MiB away. A thousand connections starting at once left
+// the hub with 220 MiB of dead Buffers within a second (`pnpm bench -- --only stuck-destination`),
+// and the C allocator kept the pages after they were freed.
+//
+// So the Buffers' memory is read after each collection V8 reports. Young garbage makes it swing (its
+// Buffers are swept a little after each young collection), so what counts is the least of every
+// WINDOW readings: once that grew by more than the allowance since the last full collection, dead
+// old Buffers are piling up and a full collection is asked for (asynchronously: V8 runs it as a task,
+// not inside our callback). Nothing runs while no collection does, so an idle process pays nothing.
+import { PerformanceObserver, constants } from 'node:perf_hooks';
+import { setFlagsFromString } from 'node:v8';
+import { runInNewContext } from 'node:vm';
+
+/** Dead Buffers we let pile up before asking for a full collection. */
+export const DEAD_BUFFER_ALLOWANCE = 32 * 1024 * 1024;
+/** Young collections whose least reading is compared (a bulk transfer runs ~50 a second). */
+export const WINDOW = 8;
+
+type GcFunction = (options: { type: 'major'; execution: 'async' }) => void;
+
+export interface DeadBufferGovernorOptions {
+  allowance?: number;
+  /** Bytes held by ArrayBuffers now (tests substitute their own). */
+  arrayBuffers?: () => number;
+  /** Asks V8 for a full collection (tests substitute their own). */
+  collect?: () => void;
+}
+
+export class DeadBufferGovernor {
+  private readonly allowance: number;
+  private readonly arrayBuffers: () => number;
+  private readonly collect: () => void;
+  private observer: PerformanceObserver | null = null;
+  /** The least seen since the last full collection: what is live, plus dead old Buffers. */
+  private floor = Number.POSITIVE_INFINITY;
+  /** The least of the readings in the current window, and how many it has. */
+  private windowLeast = Number.POSITIVE_INFINITY;
+  private windowReadings = 0;
+  /** A full collection was asked for and has not been seen yet. */
+  private asked = false;
+  private askedCount = 0;
+
+  constructor(opts: DeadBufferGovernorOptions = {}) {
+    this.allowance = opts.allowance ?? DEAD_BUFFER_ALLOWANCE;
+    this.arrayBuffers = opts.arrayBuffers ?? (() => process.memoryUsage().arrayBuffers);
+    this.collect = opts.collect ?? exposedGc();
+  }
+
+  /** Full collections asked for so far. */
+  get asks(): number {
+    return this.askedCount;
+  }
+
+  start(): void {
+    if (this.observer) return;
+    this.observer = new PerformanceObserver((list) => {
+      for (const entry of list.getEntries()) this.afterCollection(entry as { detail?: unknown });
+    });
+    this.observer.observe({ entryTypes: ['gc'] });
+  }
+
+  stop(): void {
+    this.observer?.disconnect();
+    this.observer = null;
+  }
+
+  /** One collection V8 reported (its kind in entry.detail). */
+  afterCollection(entry: { detail?: unknown }): void {
+    const kind = (entry.detail as { kind?: number } | null)?.kind;
+    if (kind === constants.NODE_PERFORMANCE_GC_MAJOR) {
+      // Freed Buffers leave the count as they are swept, a little after the collection: the floor is
+      // what the collections after it see.
+      this.asked = false;
+      this.floor = Number.POSITIVE_INFINITY;
+      this.windowLeast = Number.POSITIVE_INFINITY;
+      this.windowReadings = 0;
+      return;
+    }
+    this.windowLeast = Math.min(this.windowLeast, this.arrayBuffers());
+    if (++this.windowReadings < WINDOW) return;
+    const least = this.windowLeast;
+    this.windowLeast = Number.POSITIVE_INFINITY;
+    this.windowReadings = 0;
+    this.floor = Math.min(this.floor, least);
+    if (this.asked || least - this.floor <= this.allowance) return;
+    this.asked = true;
+    this.askedCount++;
+    this.collect();
+  }
+}
+
+/** V8's gc() without `--expose-gc` on the command line: the flag set now applies to new contexts. */
+function exposedGc(): () => void {
+  setFlagsFromString('--expose-gc');
+  const gc = runInNewContext('gc') as GcFunction;
+  return () => gc({ type: 'major', execution: 'async' });
+}
