@@ -198,6 +198,32 @@ describe('MuxFrontendConn: the end', () => {
     expect(session.describe()).toEqual([]);
   });
 
+  it('the client\'s CLOSE_REQ, then the core\'s clean close: the queue is dropped, CLOSE_RSP at once (the client wants no more)', () => {
+    const { conn, toClient, sent, fromClient, told, session } = opened();
+    toClient(WINDOW + 10);
+    sent();
+    fromClient(packets.closeRequest(1));
+    expect(told).toEqual(['close']);
+    conn.closed('');
+    expect(sent()).toEqual(['CLOSE_RSP']);
+    expect(conn.state).toBe('closed');
+    expect(session.describe()).toEqual([]);
+  });
+
+  it('a clean close waiting for the client\'s credit, then its CLOSE_REQ: the queue is dropped, CLOSE_RSP, closed', () => {
+    const { conn, toClient, sent, fromClient, session } = opened();
+    toClient(WINDOW + 10);
+    sent();
+    conn.closed('');
+    expect(conn.state).toBe('closing'); // 10 bytes wait for credit the client will never give
+    fromClient(packets.closeRequest(1));
+    expect(sent()).toEqual(['CLOSE_RSP']);
+    expect(conn.state).toBe('closed');
+    expect(session.describe()).toEqual([]);
+    fromClient(packets.credit(1, WINDOW)); // late: nothing queued any more
+    expect(sent()).toEqual([]);
+  });
+
   it('ending, then a clean close: HALF_CLOSE and CLOSE_RSP, in that order, behind the queued bytes', () => {
     const { conn, toClient, sent, fromClient } = opened();
     toClient(WINDOW + 10);

@@ -16,8 +16,13 @@
 //   open, ended ──closed('')──▶ closing ──queue sent (CLOSE_RSP)──▶ closed
 //   ending ──closed('')──▶ ending-closing ──queue sent (HALF_CLOSE, CLOSE_RSP)──▶ closed
 //   dialing ──dialFailed (DIAL_RSP with the error)──▶ closed
-//   open, ending, ended ──closed(error): the queue is dropped, CLOSE_RSP(error)──▶ closed
+//   open, ending, ended ──closed(error), or closed('') after the client's CLOSE_REQ: the queue is
+//                         dropped, CLOSE_RSP(error)──▶ closed
+//   closing, ending-closing ──CLOSE_REQ from the client: the queue is dropped, CLOSE_RSP──▶ closed
 //   any ──abandon (DIAL_CLS, the client gone)──▶ closed
+// The client's CLOSE_REQ means it wants nothing more (our SDK sends it when its socket is destroyed, and
+// forgets the connection if no CLOSE_RSP comes within 5 s): queued bytes wait for its credit no longer,
+// or the connection would stay in closing for as long as the client's connection lasts.
 // The client's HALF_CLOSE and CLOSE_REQ go to the core (ProxiedConnection): their outcome comes back
 // here as closed().
 import {
@@ -43,6 +48,8 @@ export class MuxFrontendConn implements Frontend {
   proxied: ProxiedConnection | null = null;
   /** The dial waits for an agent of its cluster to connect to this replica (agent-wait.ts). */
   agentWait: AgentWait | null = null;
+  /** The client sent CLOSE_REQ: what is queued for it is dropped rather than delivered. */
+  private closeRequested = false;
   private readonly toClient: SendCredit;
   /** Chunks from the destination waiting for the client's credit (bounded by the agent's window). */
   private readonly queue: { chunk: Buffer; cb: (err?: Error | null) => void }[] = [];
@@ -80,6 +87,20 @@ export class MuxFrontendConn implements Frontend {
   onCredit(bytes: number): void {
     this.toClient.grant(bytes);
     this.flush();
+  }
+
+  /** CLOSE_REQ from the client; the session then tells the core, whose close comes back as closed(). */
+  clientClosing(): void {
+    switch (this.state) {
+      case 'closing':
+      case 'ending-closing':
+        this.drop(''); // the core closed already; its queued bytes were waiting for the client's credit
+        return;
+      case 'closed':
+        return;
+      default:
+        this.closeRequested = true;
+    }
   }
 
   /** The client went away (DIAL_CLS, or its connection is gone): close our side. */
@@ -149,7 +170,7 @@ export class MuxFrontendConn implements Frontend {
       case 'open':
       case 'ended':
       case 'ending':
-        if (error !== '') {
+        if (error !== '' || this.closeRequested) {
           this.drop(error);
           return;
         }
@@ -385,8 +406,9 @@ export class MuxFrontendSession {
       case PacketType.CLOSE_REQ: {
         const conn = this.open.get(p.closeRequest.connectID);
         // The acknowledgement (CLOSE_RSP) comes when the agent confirms, through closed().
+        conn?.clientClosing();
         if (conn?.proxied) conn.proxied.close();
-        else this.sender.send(packets.closeResponse(p.closeRequest.connectID, 'Unknown connectID'));
+        else if (!conn) this.sender.send(packets.closeResponse(p.closeRequest.connectID, 'Unknown connectID'));
         return;
       }
       default:
