@@ -12,7 +12,7 @@ import { cpuTicks, CLOCK_TICKS } from './cpu.js';
 import { rssKiB } from './helpers.js';
 import { errorMessage } from './io.js';
 import type { Dialer } from './paths.js';
-import type { BenchConfig, MetricSpec, PathRun, Scenario } from './scenarios.js';
+import { positiveCounts, type BenchConfig, type MetricSpec, type PathRun, type Scenario } from './scenarios.js';
 import { percentile, sorted } from './stats.js';
 
 /** The goals of docs/goals.md are checked at this N. */
@@ -23,7 +23,7 @@ export const FLEET_BASE_N = 10;
 /** FLEET_STORE=kubernetes: the hubs keep their store in the Kubernetes API fixture instead of the embedded store. */
 const fleetStore = (): 'embedded' | 'kubernetes' => (process.env['FLEET_STORE'] === 'kubernetes' ? 'kubernetes' : 'embedded');
 
-export const fleetSizes = (cfg: BenchConfig): number[] => cfg.fleetSizes.split(',').map((s) => Number(s.trim())).filter((n) => Number.isInteger(n) && n > 0);
+export const fleetSizes = (cfg: BenchConfig): number[] => positiveCounts(cfg.fleetSizes);
 
 const FIGURES = [
   { key: 'connect all', unit: 's', better: 'lower' },

@@ -9,7 +9,7 @@ import { cpuBusy, describeTcpMemory, loadAverage, machineFacts, tcpMemory } from
 import { runToExit, startBenchRun } from './run.js';
 import { PATH_LABELS, PATH_NAMES, setupPaths, type Network, type PathName, type PathSet } from './paths.js';
 import { checkGoals, computeRatios, formatReport, type BenchReport, type ResultRow } from './report.js';
-import { FULL_CONFIG, QUICK_CONFIG, SCENARIOS as MAIN_SCENARIOS, type BenchConfig, type PathRun, type Scenario } from './scenarios.js';
+import { FULL_CONFIG, QUICK_CONFIG, positiveCounts, SCENARIOS as MAIN_SCENARIOS, type BenchConfig, type PathRun, type Scenario } from './scenarios.js';
 import { BIG_WRITE } from './big-write.js';
 import { GATEWAY } from './gateway.js';
 import { STUCK_DESTINATION } from './stuck.js';
@@ -60,24 +60,12 @@ function parseOptions(argv: string[]): Options | 'help' {
     allowPositionals: false,
   });
   if (values.help) return 'help';
-  let scenarios = [...SCENARIOS];
-  if (values.only !== undefined) {
-    const names = values.only.split(',').map((n) => n.trim()).filter(Boolean);
-    const unknown = names.filter((n) => !SCENARIOS.some((s) => s.name === n));
-    if (unknown.length > 0 || names.length === 0) {
-      throw new Error(`--only: unknown scenario ${unknown.join(', ') || '(none given)'}; choose from ${SCENARIOS.map((s) => s.name).join(', ')}`);
-    }
-    scenarios = SCENARIOS.filter((s) => names.includes(s.name));
-  }
-  let paths: readonly PathName[] = PATH_NAMES;
-  if (values.paths !== undefined) {
-    const names = values.paths.split(',').map((n) => n.trim()).filter(Boolean);
-    const unknown = names.filter((n) => !(PATH_NAMES as readonly string[]).includes(n));
-    if (unknown.length > 0 || names.length === 0) throw new Error(`--paths: unknown path ${unknown.join(', ') || '(none given)'}; choose from ${PATH_NAMES.join(', ')}`);
-    paths = PATH_NAMES.filter((p) => names.includes(p));
-  }
+  const scenarioNames = values.only === undefined ? undefined : pickNames('--only', 'scenario', values.only, SCENARIOS.map((s) => s.name));
+  const scenarios = scenarioNames ? SCENARIOS.filter((s) => scenarioNames.includes(s.name)) : [...SCENARIOS];
+  const pathNames = values.paths === undefined ? undefined : pickNames('--paths', 'path', values.paths, PATH_NAMES);
+  const paths = pathNames ? PATH_NAMES.filter((p) => pathNames.includes(p)) : PATH_NAMES;
   for (const [flag, value] of [['--fleet-sizes', values['fleet-sizes']], ['--stuck-counts', values['stuck-counts']]] as const) {
-    if (value !== undefined && !/^\s*[1-9][0-9]*(\s*,\s*[1-9][0-9]*)*\s*$/.test(value)) throw new Error(`${flag}: expected positive integers separated by commas, got "${value}"`);
+    if (value !== undefined && positiveCounts(value).join(',') !== value.replace(/\s/g, '')) throw new Error(`${flag}: expected positive integers separated by commas, got "${value}"`);
   }
   return {
     json: values.json,
@@ -88,6 +76,14 @@ function parseOptions(argv: string[]): Options | 'help' {
     stuckCounts: values['stuck-counts'],
     paths,
   };
+}
+
+/** The names a flag lists (comma-separated), each one of `known`; throws naming the unknown ones. */
+function pickNames(flag: string, what: string, value: string, known: readonly string[]): string[] {
+  const names = value.split(',').map((n) => n.trim()).filter(Boolean);
+  const unknown = names.filter((n) => !known.includes(n));
+  if (unknown.length > 0 || names.length === 0) throw new Error(`${flag}: unknown ${what} ${unknown.join(', ') || '(none given)'}; choose from ${known.join(', ')}`);
+  return names;
 }
 
 /** Runs one scenario on every available path it applies to, its rounds alternating the path order. */

@@ -71,6 +71,9 @@ export interface BenchConfig {
   fleetSteadySeconds: number;
 }
 
+/** "1000, 2500,5000" → [1000, 2500, 5000]: the counts a config or a flag lists (what is not a positive integer is left out). */
+export const positiveCounts = (text: string): number[] => text.split(',').map((s) => Number(s.trim())).filter((n) => Number.isInteger(n) && n > 0);
+
 export const FULL_CONFIG: BenchConfig = {
   rounds: 2,
   throughputSeconds: 2.5,

@@ -8,7 +8,7 @@ import { openClient } from './clients.js';
 import { describeTcpMemory, tcpMemory } from './machine.js';
 import { errorMessage } from './io.js';
 import type { Dialer, PathName } from './paths.js';
-import { describeBytes, mib, spawnHelper, transfer, transferSize, type BenchConfig, type MetricSpec, type PathRun, type Scenario } from './scenarios.js';
+import { describeBytes, mib, positiveCounts, spawnHelper, transfer, transferSize, type BenchConfig, type MetricSpec, type PathRun, type Scenario } from './scenarios.js';
 import { mbPerSecond, MiB } from './stats.js';
 import type { StuckJob } from './stuck-client.js';
 import { memAvailableKiB, RssSampler, startStuckRig, type StuckPath, type Tables } from './stuck-rig.js';
@@ -16,7 +16,7 @@ import { memAvailableKiB, RssSampler, startStuckRig, type StuckPath, type Tables
 /** The goals of docs/goals.md are checked at this N (one of the full run's cfg.stuckCounts). */
 export const STUCK_GOAL_COUNT = 1024;
 
-const stuckCounts = (cfg: BenchConfig): number[] => cfg.stuckCounts.split(',').map((s) => Number(s.trim())).filter((n) => Number.isInteger(n) && n > 0);
+const stuckCounts = (cfg: BenchConfig): number[] => positiveCounts(cfg.stuckCounts);
 
 /** The figures of one stuck-destination measurement, in table order (each a metric per N). */
 const STUCK_FIGURES = [
