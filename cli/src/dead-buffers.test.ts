@@ -52,6 +52,46 @@ describe('DeadBufferGovernor', () => {
     expect(asked()).toBe(0);
   });
 
+  it('asks for a full collection once the budgets hold more than the allowance less than they did since the last (connections ended)', () => {
+    let held = 0;
+    let asked = 0;
+    const gov = new DeadBufferGovernor({ arrayBuffers: () => 0, held: () => held, collect: () => void asked++ });
+    held = 180 * MiB; // a thousand stuck connections
+    gov.checkReleased();
+    held = 150 * MiB;
+    gov.checkReleased();
+    expect(asked).toBe(0); // 30 MiB released: within the allowance
+    held = 10 * MiB; // their clients left
+    gov.checkReleased();
+    expect(asked).toBe(1);
+    gov.checkReleased();
+    expect(asked).toBe(1); // asked already
+    gov.afterCollection(major); // the peak starts over from what is held now
+    held = 30 * MiB;
+    gov.checkReleased();
+    held = 5 * MiB;
+    gov.checkReleased();
+    expect(asked).toBe(1);
+    gov.afterCollection(minor); // young collections look too
+    held = 0;
+    gov.afterCollection(minor);
+    expect(asked).toBe(1);
+    held = 60 * MiB;
+    gov.afterCollection(minor);
+    held = 20 * MiB;
+    gov.afterCollection(minor);
+    expect(asked).toBe(2);
+  });
+
+  it('tells its listener about every full collection', () => {
+    let told = 0;
+    const gov = new DeadBufferGovernor({ arrayBuffers: () => 0, held: () => 0, collect: () => {}, onMajorCollection: () => void told++ });
+    gov.afterCollection(minor);
+    gov.afterCollection(major);
+    gov.afterCollection(major);
+    expect(told).toBe(2);
+  });
+
   it('asks V8 itself: a full collection runs (gc() exposed at run time, no node flag)', async () => {
     let reading = 0;
     const gov = new DeadBufferGovernor({ allowance: 0, arrayBuffers: () => reading++ * MiB });

@@ -12,7 +12,14 @@
 // Buffers are swept a little after each young collection), so what counts is the least of every
 // WINDOW readings: once that grew by more than the allowance since the last full collection, dead
 // old Buffers are piling up and a full collection is asked for (asynchronously: V8 runs it as a task,
-// not inside our callback). Nothing runs while no collection does, so an idle process pays nothing.
+// not inside our callback).
+//
+// Bytes released by connections that ended die without any allocation to notice: a process that
+// held 180 MiB for a thousand stuck connections and then went quiet kept them (and their pages)
+// until something else made V8 collect. So what the memory budgets hold is watched as well, after
+// each collection and every few seconds: once it fell by more than the allowance since the last
+// full collection, one is asked for. Reading it is reading a number; an idle process pays no more.
+import { bytesHeldInProcess } from '@cluster-proxy/proto';
 import { PerformanceObserver, constants } from 'node:perf_hooks';
 import { setFlagsFromString } from 'node:v8';
 import { runInNewContext } from 'node:vm';
@@ -21,6 +28,8 @@ import { runInNewContext } from 'node:vm';
 export const DEAD_BUFFER_ALLOWANCE = 32 * 1024 * 1024;
 /** Young collections whose least reading is compared (a bulk transfer runs ~50 a second). */
 export const WINDOW = 8;
+/** How often held bytes are looked at while no collection runs. */
+export const RELEASE_CHECK_MS = 5_000;
 
 type GcFunction = (options: { type: 'major'; execution: 'async' }) => void;
 
@@ -30,13 +39,22 @@ export interface DeadBufferGovernorOptions {
   arrayBuffers?: () => number;
   /** Asks V8 for a full collection (tests substitute their own). */
   collect?: () => void;
+  /** Bytes the memory budgets hold now (tests substitute their own). */
+  held?: () => number;
+  /** Told after every full collection, whoever started it (allocator-trim.ts). */
+  onMajorCollection?: () => void;
 }
 
 export class DeadBufferGovernor {
   private readonly allowance: number;
   private readonly arrayBuffers: () => number;
   private readonly collect: () => void;
+  private readonly onMajorCollection: () => void;
+  private readonly held: () => number;
   private observer: PerformanceObserver | null = null;
+  private releaseTimer: NodeJS.Timeout | null = null;
+  /** The most the budgets held since the last full collection. */
+  private heldPeak = 0;
   /** The least seen since the last full collection: what is live, plus dead old Buffers. */
   private floor = Number.POSITIVE_INFINITY;
   /** The least of the readings in the current window, and how many it has. */
@@ -50,6 +68,8 @@ export class DeadBufferGovernor {
     this.allowance = opts.allowance ?? DEAD_BUFFER_ALLOWANCE;
     this.arrayBuffers = opts.arrayBuffers ?? (() => process.memoryUsage().arrayBuffers);
     this.collect = opts.collect ?? exposedGc();
+    this.onMajorCollection = opts.onMajorCollection ?? (() => {});
+    this.held = opts.held ?? bytesHeldInProcess;
   }
 
   /** Full collections asked for so far. */
@@ -63,11 +83,24 @@ export class DeadBufferGovernor {
       for (const entry of list.getEntries()) this.afterCollection(entry as { detail?: unknown });
     });
     this.observer.observe({ entryTypes: ['gc'] });
+    this.releaseTimer = setInterval(() => this.checkReleased(), RELEASE_CHECK_MS);
+    // Watching never keeps a process alive.
+    this.releaseTimer.unref();
   }
 
   stop(): void {
     this.observer?.disconnect();
     this.observer = null;
+    if (this.releaseTimer) clearInterval(this.releaseTimer);
+    this.releaseTimer = null;
+  }
+
+  /** Asks for a full collection once the budgets hold more than the allowance less than they did. */
+  checkReleased(): void {
+    const held = this.held();
+    this.heldPeak = Math.max(this.heldPeak, held);
+    if (this.asked || this.heldPeak - held <= this.allowance) return;
+    this.ask();
   }
 
   /** One collection V8 reported (its kind in entry.detail). */
@@ -80,8 +113,11 @@ export class DeadBufferGovernor {
       this.floor = Number.POSITIVE_INFINITY;
       this.windowLeast = Number.POSITIVE_INFINITY;
       this.windowReadings = 0;
+      this.heldPeak = this.held();
+      this.onMajorCollection();
       return;
     }
+    this.checkReleased();
     this.windowLeast = Math.min(this.windowLeast, this.arrayBuffers());
     if (++this.windowReadings < WINDOW) return;
     const least = this.windowLeast;
@@ -89,6 +125,10 @@ export class DeadBufferGovernor {
     this.windowReadings = 0;
     this.floor = Math.min(this.floor, least);
     if (this.asked || least - this.floor <= this.allowance) return;
+    this.ask();
+  }
+
+  private ask(): void {
     this.asked = true;
     this.askedCount++;
     this.collect();

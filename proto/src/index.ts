@@ -25,3 +25,4 @@ export * from './gateway-identity.js';
 export * from './http-headers.js';
 export * from './stdio-flushed.js';
 export * from './http-upgrade.js';
+export * from './socket-options.js';

@@ -37,6 +37,14 @@ const EPOCH_MS = 1000;
  */
 const MIN_MOVING_BYTES = 64 * 1024;
 
+/** Bytes every budget of this process holds now (the dead-Buffer governor watches it fall). */
+let heldInProcess = 0;
+
+/** What all budgets of this process hold now: received, not yet passed on. */
+export function bytesHeldInProcess(): number {
+  return heldInProcess;
+}
+
 export class MemoryBudget {
   private committedBytes = 0;
   private readonly usage = new Map<string, DirectionUsage>();
@@ -78,6 +86,7 @@ export class MemoryBudget {
   /** Bytes actually held changed by `delta` (the gauge; decisions use committed). */
   held(direction: string, delta: number): void {
     this.entry(direction).buffered += delta;
+    heldInProcess += delta;
   }
 
   /** `conn` just passed `bytes` on. */

@@ -189,7 +189,9 @@ export async function startStuckRig(path: StuckPath): Promise<StuckRig> {
       },
       gcAndRss: async () => {
         if (procs.hub.isRunning() && procs.agent.isRunning()) await cluster.gc();
-        await sleep(200);
+        // After a full collection the processes give free pages back a second later (cli's
+        // allocator-trim.ts), as they do after the collections they run themselves.
+        await sleep(1500);
         return rss();
       },
       rss,

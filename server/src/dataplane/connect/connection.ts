@@ -2,7 +2,7 @@
 // dials through the core, then is that connection's Frontend (see frontend.ts for the state diagram).
 import net from 'node:net';
 import type tls from 'node:tls';
-import type { ByteSink, DialFailureReason } from '@cluster-proxy/proto';
+import { limitUnsentBytes, type ByteSink, type DialFailureReason } from '@cluster-proxy/proto';
 import type { Logger } from 'pino';
 import { clusterFromSubject } from '../../pki/agent-identity.js';
 import { tokenAllowsCluster } from '../../fleet/tokens.js';
@@ -59,6 +59,7 @@ export class ConnectConnection implements Frontend, TrackedConnection {
     if (listener !== 'uds') {
       socket.setNoDelay(true);
       socket.setKeepAlive(true, 30_000);
+      limitUnsentBytes(socket);
     }
     this.sink = {
       write: (chunk, callback) => {
