@@ -34,7 +34,6 @@ import tls from 'node:tls';
 import type { Duplex } from 'node:stream';
 import { h2Transport } from './h2-transport.js';
 import { splitHostPort } from './identifiers.js';
-import { limitUnsentBytes } from './socket-options.js';
 import type { Packet } from './packet.js';
 import {
   GrpcCallError, GrpcFramingError, GrpcMessageReader, GrpcStatus, decodeGrpcMessage, grpcStatusFromHttp, writeGrpcMessage, type GrpcCallStatus,
@@ -199,7 +198,6 @@ export class GrpcClient {
         ca: t.ca, cert: t.cert, key: t.key, servername, ALPNProtocols: ['h2'],
       });
       socket = tlsSocket;
-      tlsSocket.once('secureConnect', () => limitUnsentBytes(handedIn ?? tlsSocket));
       transport = h2Transport(tlsSocket);
       if (handedIn) this.track(handedIn);
       authority = `https://${t.serverName ?? (hp.host.includes(':') ? `[${hp.host}]` : hp.host)}:${hp.port}`;

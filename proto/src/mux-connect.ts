@@ -5,7 +5,6 @@ import tls from 'node:tls';
 import { FramedPacketStream, MUX_ALPN, type Hello } from './framing.js';
 import { splitHostPort } from './identifiers.js';
 import { MAX_MESSAGE_BYTES } from './limits.js';
-import { limitUnsentBytes } from './socket-options.js';
 
 export interface MuxConnectOptions {
   /** HOST:PORT */
@@ -89,7 +88,6 @@ export function connectMux(opts: MuxConnectOptions): Promise<{ stream: FramedPac
     socket.once('error', onError);
     socket.once('close', onClose);
     socket.once('secureConnect', () => {
-      limitUnsentBytes(opts.socket ?? socket);
       if (socket.alpnProtocol !== MUX_ALPN) {
         fail(new MuxUnsupportedError(`${opts.address} does not speak ${MUX_ALPN}`));
         return;

@@ -3,7 +3,7 @@
 // handed to our gRPC server (grpc-server.ts) on the already-verified socket. The agent listener (:8091) and the client
 // frontend (:8090) are each one of these.
 import tls from 'node:tls';
-import { FramedPacketStream, MAX_MESSAGE_BYTES, MUX_ALPN, limitUnsentBytes, type Hello } from '@cluster-proxy/proto';
+import { FramedPacketStream, MAX_MESSAGE_BYTES, MUX_ALPN, type Hello } from '@cluster-proxy/proto';
 import type { Logger } from 'pino';
 import { HUB_API_ALPN, type HubApi } from '../fleet/hub-api.js';
 import type { GrpcServer } from './grpc-server.js';
@@ -69,7 +69,6 @@ export class TlsPort {
 
   private readonly onConnection = (socket: tls.TLSSocket): void => {
     socket.setNoDelay(true);
-    limitUnsentBytes(socket);
     if (this.opts.hubApi && socket.alpnProtocol === HUB_API_ALPN) {
       this.opts.hubApi.accept(socket);
       return;

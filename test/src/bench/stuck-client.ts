@@ -17,6 +17,7 @@
 import { once } from 'node:events';
 import type { Duplex } from 'node:stream';
 import { setImmediate as yieldToLoop } from 'node:timers/promises';
+import { limitUnsentBytes } from '@cluster-proxy/proto';
 import { payloadBlock } from '../fixtures/index.js';
 import { exitWithParent } from './child-util.js';
 import { openClient, type ClientSpec } from './clients.js';
@@ -69,6 +70,7 @@ async function main(): Promise<void> {
   const held: Held[] = [];
   let lost = 0;
   let failed = 0;
+  let unsentLimited = 0;
   let firstError = '';
   let closing = false;
   let started = 0;
@@ -78,6 +80,11 @@ async function main(): Promise<void> {
       started++;
       try {
         const socket = await client.dial('stall', DIAL_TIMEOUT_MS);
+        // A client's unsent bytes sit in its own kernel, on its own machine; here they would be
+        // charged to the one kernel the hub and the agent share (~1 GiB for 1,024 CONNECT clients,
+        // past tcp_mem's pressure threshold). Capped as hub and agent cap theirs (SDK sockets have
+        // no descriptor here: their tunnel's socket is capped by the SDK).
+        if (limitUnsentBytes(socket)) unsentLimited++;
         held.push({ socket, handed: 0 });
         socket.on('error', (err: Error) => void (firstError ||= `a held connection failed: ${errorMessage(err)}`));
         socket.once('close', () => {
@@ -91,7 +98,7 @@ async function main(): Promise<void> {
     }
   };
   await Promise.all(Array.from({ length: job.concurrency }, worker));
-  say({ opened: held.length, failed, firstError, seconds: (performance.now() - begin) / 1000, client: client.describe() });
+  say({ opened: held.length, failed, unsentLimited, firstError, seconds: (performance.now() - begin) / 1000, client: client.describe() });
 
   // 2. fill
   let stopWriting!: () => void;

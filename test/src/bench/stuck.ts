@@ -159,7 +159,9 @@ async function stuckOnce(path: StuckPath, n: number, cfg: BenchConfig): Promise<
 
     const per = (b: number): string => describeBytes(b);
     const heldText = typeof held === 'string' ? `tables unreadable while held (${held})` : `while held ${tablesText(held)}`;
-    const summary = `N=${n}: ${openedCount} opened in ${Number(opened['seconds']).toFixed(1)} s (${String(opened['client'])}); `
+    const limited = Number(opened['unsentLimited']);
+    const clientText = `${String(opened['client'])}${limited > 0 ? `; ${limited} client sockets capped at 128 KiB unsent, as hub and agent cap theirs` : ''}`;
+    const summary = `N=${n}: ${openedCount} opened in ${Number(opened['seconds']).toFixed(1)} s (${clientText}); `
       + `${per(Number(filled['filled']))} handed over in all (${per(Number(filled['min']))}–${per(Number(filled['max']))} per connection; last write() at ${Number(filled['lastWriteAfter']).toFixed(1)} s; `
       + `${fillEnd(filled)} with ${String(filled['open'])} open, ${String(filled['blocked'])} blocked); ${heldText}; `
       + `hub ${mib(before.hub ?? 0)} → peak ${mib(sampler.peak.hub)} → ${end.hub === undefined ? 'gone' : mib(end.hub)}, `
