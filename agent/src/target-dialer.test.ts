@@ -1,7 +1,8 @@
 import { once } from 'node:events';
 import net from 'node:net';
 import { afterEach, describe, expect, it } from 'vitest';
-import { serviceProxyHost } from '@cluster-proxy/proto';
+import { DEFAULT_UNSENT_LIMIT, serviceProxyHost, unsentLimitOf, useNativeCalls } from '@cluster-proxy/proto';
+import { loadNativeCalls } from '../../cli/src/native-calls.js';
 import { startBlackhole } from '../../test/src/fixtures/blackhole.js';
 import { DialFailure, TargetDialer } from './target-dialer.js';
 
@@ -87,10 +88,15 @@ describe('TargetDialer.dial', () => {
     const d = dialer({ apiserver: `127.0.0.1:${portOf(server)}` });
     const target = d.resolve('c1:443', 'tcp');
     expect(target).toEqual({ host: '127.0.0.1', port: portOf(server) });
+    // The CLI installs the system calls when it starts an agent.
+    useNativeCalls(loadNativeCalls());
+    cleanups.push(() => useNativeCalls(null));
     const socket = await d.dial(target, new AbortController().signal);
     cleanups.push(() => { socket.destroy(); });
     expect(socket.remotePort).toBe(portOf(server));
     expect(socket.destroyed).toBe(false);
+    // A destination that stops reading holds at most this much of our kernel's send queue (Linux).
+    if (process.platform === 'linux') expect(unsentLimitOf(socket)).toBe(DEFAULT_UNSENT_LIMIT);
   });
 
   it('fails a closed port with `endpoint` and "connection refused", quickly', async () => {

@@ -3,7 +3,7 @@
 // glibc keeps the pages of freed allocations in its arenas (only the main arena's top is trimmed by
 // itself, and Node's threads use others). A thousand stuck connections leave the hub with 100+ MiB
 // of such pages after they are gone: Buffers, OpenSSL's and node's per-connection buffers. Nothing in
-// Node calls malloc_trim, so we do (socket-options.ts, through FFI) after a full collection: that is
+// Node calls malloc_trim, so we do (native-calls.ts, through FFI) after a full collection: that is
 // when dead Buffers have just been freed. The backing stores are released by concurrent sweeping a
 // little after the collection ends, hence the delay; the spacing keeps a busy process from trimming
 // (and faulting the pages back in) more than once every few seconds.

@@ -40,6 +40,10 @@ async function main(argv: string[]): Promise<number> {
   }
   const cmd = commands[name];
   if (!cmd) throw new UsageError(`unknown command "${name}"; run "cluster-proxy --help"`);
+  if (cmd.dataPlane) {
+    // Kernel send queues capped, free pages given back (proto's socket-options.ts).
+    (await import('@cluster-proxy/proto')).useNativeCalls((await import('./native-calls.js')).loadNativeCalls());
+  }
   if (cmd.dataPlane && (await import('./gc-tuning.js')).tuneGarbageCollector()) {
     // The tuning stops V8 collecting for every 64 MiB of Buffers; the governor bounds what that leaves dead.
     // Full collections are also when freed memory can go back to the kernel (allocator-trim.ts).

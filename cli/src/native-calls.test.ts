@@ -1,9 +1,13 @@
 import net from 'node:net';
-import { afterEach, describe, expect, it } from 'vitest';
-import { DEFAULT_UNSENT_LIMIT, canTrimAllocator, limitUnsentBytes, trimAllocator, unsentLimitOf } from './socket-options.js';
+import { DEFAULT_UNSENT_LIMIT, canTrimAllocator, limitUnsentBytes, trimAllocator, unsentLimitOf, useNativeCalls } from '@cluster-proxy/proto';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { loadNativeCalls } from './native-calls.js';
 
 const linux = process.platform === 'linux';
 const open: Array<net.Socket | net.Server> = [];
+
+beforeAll(() => useNativeCalls(loadNativeCalls()));
+afterAll(() => useNativeCalls(null));
 
 afterEach(async () => {
   const all = open.splice(0);
@@ -57,6 +61,21 @@ describe.runIf(linux)('limitUnsentBytes (Linux)', () => {
     const unconnected = new net.Socket();
     expect(limitUnsentBytes(unconnected)).toBe(false);
     expect(unsentLimitOf(unconnected)).toBeNull();
+  });
+});
+
+describe('without the system calls installed (the SDK, or a platform koffi does not cover)', () => {
+  it('changes nothing and says so', async () => {
+    const { client } = await connectedPair();
+    useNativeCalls(null);
+    try {
+      expect(limitUnsentBytes(client)).toBe(false);
+      expect(unsentLimitOf(client)).toBeNull();
+      expect(canTrimAllocator()).toBe(false);
+      expect(trimAllocator()).toBe(false);
+    } finally {
+      useNativeCalls(loadNativeCalls());
+    }
   });
 });
 
