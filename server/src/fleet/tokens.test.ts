@@ -2,7 +2,7 @@ import { mkdtemp, readFile, rm, stat, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { TokenStore, tokenAllowsCluster } from './tokens.js';
+import { TokenStore, newTokenSecret, tokenAllowsCluster } from './tokens.js';
 
 let dir: string;
 let file: string;
@@ -28,6 +28,18 @@ describe('TokenStore', () => {
     expect(JSON.parse(text).tokens[0].sha256).toMatch(/^[0-9a-f]{64}$/);
     expect((await stat(file)).mode & 0o777).toBe(0o600);
     expect(store.verify(t.token)).toEqual({ kind: 'token', id: t.id, name: 'ci', clusters: ['cluster1'], expiresAt: null });
+  });
+
+  it('never issues a secret starting with "-" (a command line would read `--token -x` as a flag): draws again', () => {
+    const draws = [Buffer.alloc(32, 0xf8), Buffer.alloc(32, 0xfb), Buffer.alloc(32, 0x41)]; // 0xf8-0xfb encode as "-"
+    let n = 0;
+    const token = newTokenSecret((size) => {
+      expect(size).toBe(32);
+      return draws[n++]!;
+    });
+    expect(n).toBe(3);
+    expect(token).toBe(Buffer.alloc(32, 0x41).toString('base64url'));
+    expect(Buffer.alloc(32, 0xf8).toString('base64url').startsWith('-')).toBe(true);
   });
 
   it('rejects unknown and malformed tokens', async () => {

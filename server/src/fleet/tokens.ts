@@ -81,6 +81,17 @@ interface FileSignature {
   mtimeMs: number;
 }
 
+/**
+ * A new secret: SECRET_BYTES random bytes in base64url, never starting with "-". One in 64 would, and a
+ * command line then reads `--token -abc...` as a flag (Node's parseArgs refuses it as ambiguous).
+ */
+export function newTokenSecret(draw: (size: number) => Buffer = randomBytes): string {
+  for (;;) {
+    const token = draw(SECRET_BYTES).toString('base64url');
+    if (!token.startsWith('-')) return token;
+  }
+}
+
 export class TokenStore {
   private records: TokenRecord[] = [];
   private hashes: Buffer[] = [];
@@ -117,7 +128,7 @@ export class TokenStore {
       let id: string;
       do id = randomBytes(8).toString('hex');
       while (this.records.some((r) => r.id === id));
-      const token = randomBytes(SECRET_BYTES).toString('base64url');
+      const token = newTokenSecret();
       const record: TokenRecord = { id, name: o.name, clusters, sha256: sha256Hex(token), createdAt: new Date(this.now()).toISOString(), expiresAt };
       return { records: [...this.records, record], result: { id, name: o.name, token, expiresAt } };
     });
