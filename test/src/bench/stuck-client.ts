@@ -17,7 +17,7 @@
 import { once } from 'node:events';
 import type { Duplex } from 'node:stream';
 import { setImmediate as yieldToLoop } from 'node:timers/promises';
-import { limitUnsentBytes } from '@cluster-proxy/proto';
+import { limitUnsentBytes, useNativeCalls, type NativeCalls } from '@cluster-proxy/proto';
 import { payloadBlock } from '../fixtures/index.js';
 import { exitWithParent } from './child-util.js';
 import { openClient, type ClientSpec } from './clients.js';
@@ -61,6 +61,9 @@ async function main(): Promise<void> {
   exitWithParent();
   process.on('SIGTERM', () => process.exit(0));
   const job = JSON.parse(process.argv[2] ?? '') as StuckJob;
+  // The system calls hub and agent use (the CLI's, as the CLI installs them; the test package does not depend on it).
+  const native = (await import(new URL('../../../cli/dist/native-calls.js', import.meta.url).href)) as { loadNativeCalls(): NativeCalls | null };
+  useNativeCalls(native.loadNativeCalls());
   const client = openClient(job.spec);
   const chunk = payloadBlock().subarray(0, job.chunkBytes);
   // Plain TCP clients hold no handle while waiting: keep the process alive between the phases.

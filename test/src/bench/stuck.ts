@@ -160,7 +160,9 @@ async function stuckOnce(path: StuckPath, n: number, cfg: BenchConfig): Promise<
     const per = (b: number): string => describeBytes(b);
     const heldText = typeof held === 'string' ? `tables unreadable while held (${held})` : `while held ${tablesText(held)}`;
     const limited = Number(opened['unsentLimited']);
-    const clientText = `${String(opened['client'])}${limited > 0 ? `; ${limited} client sockets capped at 128 KiB unsent, as hub and agent cap theirs` : ''}`;
+    const capText = limited > 0 ? `; ${limited} client sockets capped at 128 KiB unsent, as hub and agent cap theirs`
+      : rig.spec.kind === 'connect' ? '; client sockets NOT capped (no system calls here): their send queues count on this machine' : '';
+    const clientText = `${String(opened['client'])}${capText}`;
     const summary = `N=${n}: ${openedCount} opened in ${Number(opened['seconds']).toFixed(1)} s (${clientText}); `
       + `${per(Number(filled['filled']))} handed over in all (${per(Number(filled['min']))}–${per(Number(filled['max']))} per connection; last write() at ${Number(filled['lastWriteAfter']).toFixed(1)} s; `
       + `${fillEnd(filled)} with ${String(filled['open'])} open, ${String(filled['blocked'])} blocked); ${heldText}; `
