@@ -1,6 +1,6 @@
 import { describe, expect, it, vi } from 'vitest';
 import { ReceiveWindow, type ByteSink } from './flow-control.js';
-import { MemoryBudget, throttleReporter } from './memory-budget.js';
+import { MemoryBudget, bytesHeldInProcess, throttleReporter } from './memory-budget.js';
 
 const KiB = 1024;
 const MiB = 1024 * KiB;
@@ -191,6 +191,22 @@ describe('MemoryBudget and growing windows', () => {
 
   it('a budget must be positive', () => {
     expect(() => new MemoryBudget(0, { maxWindow: 1 })).toThrow(/must be positive/);
+  });
+});
+
+describe('bytesHeldInProcess', () => {
+  it('adds up what every budget of the process holds, per direction and in all', () => {
+    const start = bytesHeldInProcess();
+    const a = new MemoryBudget(1 << 20, { maxWindow: 1 << 16 });
+    const b = new MemoryBudget(1 << 20, { maxWindow: 1 << 16 });
+    a.held('to_agent', 1000);
+    b.held('to_client', 500);
+    expect(bytesHeldInProcess() - start).toBe(1500);
+    a.held('to_agent', -1000);
+    b.held('to_client', -200);
+    expect(bytesHeldInProcess() - start).toBe(300);
+    b.held('to_client', -300);
+    expect(bytesHeldInProcess()).toBe(start);
   });
 });
 
