@@ -1,3 +1,5 @@
+import { setFlagsFromString } from 'node:v8';
+import { runInNewContext } from 'node:vm';
 import { describe, expect, it } from 'vitest';
 import { AllocatorTrimmer } from './allocator-trim.js';
 
@@ -36,6 +38,26 @@ describe('AllocatorTrimmer', () => {
     } finally {
       t.stop();
     }
+  });
+
+  it('started, follows V8\'s own full collections; stopped, no longer', async () => {
+    setFlagsFromString('--expose-gc');
+    const gc = runInNewContext('gc') as () => void;
+    let trims = 0;
+    const t = new AllocatorTrimmer({ trim: () => void trims++, delayMs: 10, spacingMs: 0 });
+    t.start();
+    try {
+      gc();
+      for (let i = 0; i < 100 && trims === 0; i++) await sleep(10);
+      expect(trims).toBe(1);
+    } finally {
+      t.stop();
+    }
+    await sleep(30); // a report already queued may still arrive
+    const seen = trims;
+    gc();
+    await sleep(60);
+    expect(trims).toBe(seen);
   });
 
   it('stop() cancels a pending trim', async () => {

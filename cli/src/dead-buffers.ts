@@ -41,15 +41,12 @@ export interface DeadBufferGovernorOptions {
   collect?: () => void;
   /** Bytes the memory budgets hold now (tests substitute their own). */
   held?: () => number;
-  /** Told after every full collection, whoever started it (allocator-trim.ts). */
-  onMajorCollection?: () => void;
 }
 
 export class DeadBufferGovernor {
   private readonly allowance: number;
   private readonly arrayBuffers: () => number;
   private readonly collect: () => void;
-  private readonly onMajorCollection: () => void;
   private readonly held: () => number;
   private observer: PerformanceObserver | null = null;
   private releaseTimer: NodeJS.Timeout | null = null;
@@ -68,7 +65,6 @@ export class DeadBufferGovernor {
     this.allowance = opts.allowance ?? DEAD_BUFFER_ALLOWANCE;
     this.arrayBuffers = opts.arrayBuffers ?? (() => process.memoryUsage().arrayBuffers);
     this.collect = opts.collect ?? exposedGc();
-    this.onMajorCollection = opts.onMajorCollection ?? (() => {});
     this.held = opts.held ?? bytesHeldInProcess;
   }
 
@@ -114,7 +110,6 @@ export class DeadBufferGovernor {
       this.windowLeast = Number.POSITIVE_INFINITY;
       this.windowReadings = 0;
       this.heldPeak = this.held();
-      this.onMajorCollection();
       return;
     }
     this.checkReleased();

@@ -41,15 +41,14 @@ async function main(argv: string[]): Promise<number> {
   const cmd = commands[name];
   if (!cmd) throw new UsageError(`unknown command "${name}"; run "cluster-proxy --help"`);
   if (cmd.dataPlane) {
-    // Kernel send queues capped, free pages given back (proto's socket-options.ts).
+    // Kernel send queues capped, free pages given back (proto's socket-options.ts; allocator-trim.ts).
     (await import('@cluster-proxy/proto')).useNativeCalls((await import('./native-calls.js')).loadNativeCalls());
-  }
-  if (cmd.dataPlane && (await import('./gc-tuning.js')).tuneGarbageCollector()) {
-    // The tuning stops V8 collecting for every 64 MiB of Buffers; the governor bounds what that leaves dead.
-    // Full collections are also when freed memory can go back to the kernel (allocator-trim.ts).
     const { AllocatorTrimmer } = await import('./allocator-trim.js');
-    const trimmer = AllocatorTrimmer.available() ? new AllocatorTrimmer() : null;
-    new (await import('./dead-buffers.js')).DeadBufferGovernor({ onMajorCollection: () => trimmer?.afterMajorCollection() }).start();
+    if (AllocatorTrimmer.available()) new AllocatorTrimmer().start();
+    if ((await import('./gc-tuning.js')).tuneGarbageCollector()) {
+      // The tuning stops V8 collecting for every 64 MiB of Buffers; the governor bounds what that leaves dead.
+      new (await import('./dead-buffers.js')).DeadBufferGovernor().start();
+    }
   }
   const run = await cmd.load();
   await run(rest);
