@@ -13,13 +13,21 @@
 //   external memory in the global heap limit       2.6 / 2.6 s     260 / 230 MiB
 //   + 2 MiB semi-spaces                            2.5 / 2.3 s     177 / 171 MiB
 //   + old generation starts at 64 MiB               1.6 / 1.8 s     179 / 165 MiB  (ssh -R: 2.2 / 2.3 s)
-// The first is set at run time (tuneGarbageCollector; V8 reads it whenever it sizes its limits). V8
+// The first is set at run time (tuneGarbageCollector; V8 reads it whenever it sizes its limits), with
+// a fixed growing factor (RUNTIME_FLAGS). V8
 // sizes the generations once, at start, so the other two are `node` flags (LAUNCH_FLAGS), given where
 // the product is launched: the image's entrypoint, the packed `cluster-proxy` command's first line,
 // and this checkout's cli/dist/main.js. See docs/goals.md, "Where the time goes".
 import { setFlagsFromString } from 'node:v8';
 
-const RUNTIME_FLAG = '--external-memory-accounted-in-global-limit';
+/**
+ * Set at run time. The second fixes the heap's growing factor at 2: with external memory in the global
+ * limit, V8's own factor (1.1–4, from its GC-speed estimates) stayed so low while ~100 MiB of Buffers
+ * were held for stuck connections that a healthy bulk beside them made it collect the full heap 10–20
+ * times a second (`pnpm bench -- --only stuck-destination`, 1,024 on `tunnel`: the hub's peak 277–285 →
+ * 233 MiB, the bulk 66–78 → 96 %, no full collection during it).
+ */
+const RUNTIME_FLAGS = ['--external-memory-accounted-in-global-limit', '--heap-growing-percent=100'];
 /** Flags for `node` itself when it runs the hub or the agent (a test keeps the launchers in step). */
 export const LAUNCH_FLAGS: readonly string[] = ['--max-semi-space-size=2', '--initial-old-space-size=64'];
 /** The Node.js lines whose V8 has the flag and on which it was measured; elsewhere V8 would print
@@ -35,7 +43,7 @@ export function tuneGarbageCollector(version: string = process.versions.node, la
   const major = Number(version.split('.')[0]);
   if (!MEASURED_MAJORS.has(major)) return false;
   if (!LAUNCH_FLAGS.every((f) => launchArgs.includes(f))) return false;
-  setFlagsFromString(RUNTIME_FLAG);
+  for (const flag of RUNTIME_FLAGS) setFlagsFromString(flag);
   return true;
 }
 
