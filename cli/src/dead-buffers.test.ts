@@ -83,6 +83,31 @@ describe('DeadBufferGovernor', () => {
     expect(asked).toBe(2);
   });
 
+  it('asks once for a full collection when a quiet process holds more Buffers than the last one left (a transfer ended)', () => {
+    let bytes = 0;
+    let asked = 0;
+    const gov = new DeadBufferGovernor({ arrayBuffers: () => bytes, held: () => 0, collect: () => void asked++ });
+    gov.afterCollection(major);
+    bytes = 40 * MiB; // held for stuck connections: live
+    gov.tick(); // the first tick after a full collection learns what is live
+    gov.tick();
+    expect(asked).toBe(0); // quiet, but no more than is live
+    bytes = 50 * MiB;
+    gov.afterCollection(minor); // a transfer runs
+    gov.tick();
+    expect(asked).toBe(0); // not quiet
+    bytes = 60 * MiB; // it ended; its Buffers are dead
+    gov.tick();
+    expect(asked).toBe(1); // quiet, 20 MiB over what was live
+    gov.tick();
+    expect(asked).toBe(1); // asked already
+    gov.afterCollection(major);
+    bytes = 41 * MiB;
+    gov.tick();
+    gov.tick();
+    expect(asked).toBe(1); // what the collection left is live
+  });
+
   it('asks V8 itself: a full collection runs (gc() exposed at run time, no node flag)', async () => {
     let reading = 0;
     const gov = new DeadBufferGovernor({ allowance: 0, arrayBuffers: () => reading++ * MiB });

@@ -19,6 +19,10 @@
 // until something else made V8 collect. So what the memory budgets hold is watched as well, after
 // each collection and every few seconds: once it fell by more than the allowance since the last
 // full collection, one is asked for. Reading it is reading a number; an idle process pays no more.
+// The same timer notices a process that went quiet (no collection for a whole tick) with more
+// Buffers than the first tick after the last full collection saw: the garbage of a transfer that
+// ended, which a quiet process would keep (and its pages) until its next full collection, minutes
+// away with the heap's growing factor at 2. One full collection is asked for then.
 import { bytesHeldInProcess } from '@cluster-proxy/proto';
 import { PerformanceObserver, constants } from 'node:perf_hooks';
 import { setFlagsFromString } from 'node:v8';
@@ -28,7 +32,7 @@ import { runInNewContext } from 'node:vm';
 export const DEAD_BUFFER_ALLOWANCE = 32 * 1024 * 1024;
 /** Young collections whose least reading is compared (a bulk transfer runs ~50 a second). */
 export const WINDOW = 8;
-/** How often held bytes are looked at while no collection runs. */
+/** How often held bytes and a quiet process's Buffers are looked at. */
 export const RELEASE_CHECK_MS = 5_000;
 
 type GcFunction = (options: { type: 'major'; execution: 'async' }) => void;
@@ -52,6 +56,12 @@ export class DeadBufferGovernor {
   private releaseTimer: NodeJS.Timeout | null = null;
   /** The most the budgets held since the last full collection. */
   private heldPeak = 0;
+  /** Collections V8 reported since the last tick (none: the process is quiet). */
+  private collectionsSinceTick = 0;
+  /** A full collection ran since the last tick; the next tick reads what it left live. */
+  private majorSinceTick = false;
+  /** The Buffers' memory the first tick after the last full collection saw. */
+  private liveAfterMajor = 0;
   /** The least seen since the last full collection: what is live, plus dead old Buffers. */
   private floor = Number.POSITIVE_INFINITY;
   /** The least of the readings in the current window, and how many it has. */
@@ -79,7 +89,7 @@ export class DeadBufferGovernor {
       for (const entry of list.getEntries()) this.afterCollection(entry as { detail?: unknown });
     });
     this.observer.observe({ entryTypes: ['gc'] });
-    this.releaseTimer = setInterval(() => this.checkReleased(), RELEASE_CHECK_MS);
+    this.releaseTimer = setInterval(() => this.tick(), RELEASE_CHECK_MS);
     // Watching never keeps a process alive.
     this.releaseTimer.unref();
   }
@@ -89,6 +99,20 @@ export class DeadBufferGovernor {
     this.observer = null;
     if (this.releaseTimer) clearInterval(this.releaseTimer);
     this.releaseTimer = null;
+  }
+
+  /** Every RELEASE_CHECK_MS: released held bytes, and a quiet process's dead Buffers. */
+  tick(): void {
+    this.checkReleased();
+    const quiet = this.collectionsSinceTick === 0;
+    this.collectionsSinceTick = 0;
+    const buffers = this.arrayBuffers();
+    if (this.majorSinceTick) {
+      this.majorSinceTick = false;
+      this.liveAfterMajor = buffers;
+      return;
+    }
+    if (quiet && !this.asked && buffers - this.liveAfterMajor > this.allowance / 2) this.ask();
   }
 
   /** Asks for a full collection once the budgets hold more than the allowance less than they did. */
@@ -102,7 +126,9 @@ export class DeadBufferGovernor {
   /** One collection V8 reported (its kind in entry.detail). */
   afterCollection(entry: { detail?: unknown }): void {
     const kind = (entry.detail as { kind?: number } | null)?.kind;
+    this.collectionsSinceTick++;
     if (kind === constants.NODE_PERFORMANCE_GC_MAJOR) {
+      this.majorSinceTick = true;
       // Freed Buffers leave the count as they are swept, a little after the collection: the floor is
       // what the collections after it see.
       this.asked = false;

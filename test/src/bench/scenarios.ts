@@ -511,7 +511,8 @@ interface Reading {
 async function settledRss(rig: ScaleRig, settleMs: number): Promise<Reading> {
   await sleep(settleMs);
   const heap = await rig.gc();
-  await sleep(200);
+  // Free pages go back to the kernel a second after a full collection (cli's allocator-trim.ts).
+  await sleep(1500);
   const pids = await rig.pids();
   return { hub: await sumRss(pids.hub), agent: await sumRss(pids.agent), heap };
 }
