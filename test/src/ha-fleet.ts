@@ -42,34 +42,43 @@ export async function startHaFleet(o: HaFleetOptions): Promise<HaFleet> {
   const kubeconfig = path.join(await mkdtemp(path.join(pki.dir, 'kube-')), 'kubeconfig');
   await api.writeKubeconfig(kubeconfig);
   const agentPorts: number[] = [];
-  for (let i = 0; i < o.replicas; i++) agentPorts.push(await freeLoopbackPort());
+  const hubs: (HubProcess | null)[] = [];
+  const agents: AgentProcess[] = [];
+  let lb: Haproxy | null = null;
+  /** Stops what has started; on a failed start too, so no replica outlives the test that wanted it. */
+  const stopAll = async (): Promise<void> => {
+    for (const a of agents) a.proc.kill('SIGCONT'); // a test may have frozen them
+    await Promise.all(agents.map((a) => a.stop()));
+    await Promise.all(hubs.map((h) => h?.stop()));
+    await lb?.close();
+    await killAllSpawned();
+    await api.close();
+    await echo.close();
+    await pki.cleanup();
+  };
   const startReplica = (i: number): Promise<HubProcess> => startHub(pki, ['--store', 'kubernetes', '--kubeconfig', kubeconfig, '--agent-port', String(agentPorts[i]),
     '--server-id', `hub-${i}`, '--replica-lease-duration', '15s', '--shutdown-grace', '3s', '--ca-key', path.join(pki.dir, 'ca.key'), ...o.hubArgs]);
-  const hubs: (HubProcess | null)[] = [];
-  for (let i = 0; i < o.replicas; i++) hubs.push(await startReplica(i));
-  const lb = await startHaproxy(agentPorts);
-  const join = await runCommand(process.execPath, [CLI, 'join', o.join, '--out', path.join(pki.dir, o.join), '--admin', `127.0.0.1:${hubs[0]!.ports.admin}`], { timeoutMs: 20_000 });
-  expect(join.code, join.stderr).toBe(0);
-  const agents: AgentProcess[] = [];
-  for (const id of o.agentIDs) {
-    agents.push(await startAgent(pki, { ports: { agent: lb.port } } as HubProcess, { cluster: 'c1', apiserver: `127.0.0.1:${echo.port}`, args: ['--agent-id', id, ...o.agentArgs] }));
+  try {
+    for (let i = 0; i < o.replicas; i++) agentPorts.push(await freeLoopbackPort());
+    for (let i = 0; i < o.replicas; i++) hubs.push(await startReplica(i));
+    lb = await startHaproxy(agentPorts);
+    const join = await runCommand(process.execPath, [CLI, 'join', o.join, '--out', path.join(pki.dir, o.join), '--admin', `127.0.0.1:${hubs[0]!.ports.admin}`], { timeoutMs: 20_000 });
+    expect(join.code, join.stderr).toBe(0);
+    for (const id of o.agentIDs) {
+      agents.push(await startAgent(pki, { ports: { agent: lb.port } } as HubProcess, { cluster: 'c1', apiserver: `127.0.0.1:${echo.port}`, args: ['--agent-id', id, ...o.agentArgs] }));
+    }
+  } catch (err) {
+    await stopAll();
+    throw err;
   }
+  const balancer = lb;
   const servers = async (a: AgentProcess): Promise<string[]> => ((await getJson(a.healthPort, '/debug/connections')) as { servers: { serverID: string }[] }).servers.map((s) => s.serverID).sort();
   return {
-    pki, api, lb, echo, hubs, agents, startReplica, servers,
+    pki, api, lb: balancer, echo, hubs, agents, startReplica, servers,
     allAgentsAt: (ids) => waitFor(async () => {
       for (const a of agents) if ((await servers(a)).join(',') !== ids.join(',')) return false;
       return true;
     }, { timeoutMs: 30_000, intervalMs: 200, message: `every agent holds tunnels to ${ids.join(', ')}` }).then(() => undefined),
-    stop: async () => {
-      for (const a of agents) a.proc.kill('SIGCONT'); // a test may have frozen them
-      await Promise.all(agents.map((a) => a.stop()));
-      await Promise.all(hubs.map((h) => h?.stop()));
-      await lb.close();
-      await killAllSpawned();
-      await api.close();
-      await echo.close();
-      await pki.cleanup();
-    },
+    stop: stopAll,
   };
 }
