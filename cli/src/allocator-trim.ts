@@ -8,7 +8,8 @@
 // little after the collection ends, hence the delay; the spacing keeps a busy process from trimming
 // (and faulting the pages back in) more than once every few seconds.
 import { canTrimAllocator, trimAllocator } from '@cluster-proxy/proto';
-import { PerformanceObserver, constants } from 'node:perf_hooks';
+import { constants } from 'node:perf_hooks';
+import { collectionKind, watchCollections } from './gc-events.js';
 
 /** Wait after a full collection before trimming (sweeping frees backing stores meanwhile). */
 export const TRIM_DELAY_MS = 1_000;
@@ -29,7 +30,7 @@ export class AllocatorTrimmer {
   private readonly delayMs: number;
   private readonly spacingMs: number;
   private timer: NodeJS.Timeout | null = null;
-  private observer: PerformanceObserver | null = null;
+  private stopWatching: (() => void) | null = null;
   private last = Number.NEGATIVE_INFINITY;
   private count = 0;
 
@@ -52,13 +53,10 @@ export class AllocatorTrimmer {
 
   /** Watches V8's full collections (whatever started them: V8, the dead-Buffer governor, a test). */
   start(): void {
-    if (this.observer) return;
-    this.observer = new PerformanceObserver((list) => {
-      for (const entry of list.getEntries()) {
-        if ((entry as { detail?: { kind?: number } }).detail?.kind === constants.NODE_PERFORMANCE_GC_MAJOR) this.afterMajorCollection();
-      }
+    if (this.stopWatching) return;
+    this.stopWatching = watchCollections((entry) => {
+      if (collectionKind(entry) === constants.NODE_PERFORMANCE_GC_MAJOR) this.afterMajorCollection();
     });
-    this.observer.observe({ entryTypes: ['gc'] });
   }
 
   /** A full collection ended: trim once the delay has passed, unless one ran within the spacing. */
@@ -76,8 +74,8 @@ export class AllocatorTrimmer {
   }
 
   stop(): void {
-    this.observer?.disconnect();
-    this.observer = null;
+    this.stopWatching?.();
+    this.stopWatching = null;
     if (this.timer) clearTimeout(this.timer);
     this.timer = null;
   }

@@ -24,9 +24,10 @@
 // ended, which a quiet process would keep (and its pages) until its next full collection, minutes
 // away with the heap's growing factor at 2. One full collection is asked for then.
 import { bytesHeldInProcess } from '@cluster-proxy/proto';
-import { PerformanceObserver, constants } from 'node:perf_hooks';
+import { constants } from 'node:perf_hooks';
 import { setFlagsFromString } from 'node:v8';
 import { runInNewContext } from 'node:vm';
+import { collectionKind, watchCollections, type CollectionEntry } from './gc-events.js';
 
 /** Dead Buffers we let pile up before asking for a full collection. */
 export const DEAD_BUFFER_ALLOWANCE = 32 * 1024 * 1024;
@@ -52,7 +53,7 @@ export class DeadBufferGovernor {
   private readonly arrayBuffers: () => number;
   private readonly collect: () => void;
   private readonly held: () => number;
-  private observer: PerformanceObserver | null = null;
+  private stopWatching: (() => void) | null = null;
   private releaseTimer: NodeJS.Timeout | null = null;
   /** The most the budgets held since the last full collection. */
   private heldPeak = 0;
@@ -84,19 +85,16 @@ export class DeadBufferGovernor {
   }
 
   start(): void {
-    if (this.observer) return;
-    this.observer = new PerformanceObserver((list) => {
-      for (const entry of list.getEntries()) this.afterCollection(entry as { detail?: unknown });
-    });
-    this.observer.observe({ entryTypes: ['gc'] });
+    if (this.stopWatching) return;
+    this.stopWatching = watchCollections((entry) => this.afterCollection(entry));
     this.releaseTimer = setInterval(() => this.tick(), RELEASE_CHECK_MS);
     // Watching never keeps a process alive.
     this.releaseTimer.unref();
   }
 
   stop(): void {
-    this.observer?.disconnect();
-    this.observer = null;
+    this.stopWatching?.();
+    this.stopWatching = null;
     if (this.releaseTimer) clearInterval(this.releaseTimer);
     this.releaseTimer = null;
   }
@@ -124,8 +122,8 @@ export class DeadBufferGovernor {
   }
 
   /** One collection V8 reported (its kind in entry.detail). */
-  afterCollection(entry: { detail?: unknown }): void {
-    const kind = (entry.detail as { kind?: number } | null)?.kind;
+  afterCollection(entry: CollectionEntry): void {
+    const kind = collectionKind(entry);
     this.collectionsSinceTick++;
     if (kind === constants.NODE_PERFORMANCE_GC_MAJOR) {
       this.majorSinceTick = true;

@@ -14,8 +14,8 @@
 //   + 2 MiB semi-spaces                            2.5 / 2.3 s     177 / 171 MiB
 //   + old generation starts at 64 MiB               1.6 / 1.8 s     179 / 165 MiB  (ssh -R: 2.2 / 2.3 s)
 // The first is set at run time (tuneGarbageCollector; V8 reads it whenever it sizes its limits), with
-// a fixed growing factor (RUNTIME_FLAGS). V8
-// sizes the generations once, at start, so the other two are `node` flags (LAUNCH_FLAGS), given where
+// a fixed growing factor (RUNTIME_FLAGS). V8 sizes the generations once, at start, so the other two
+// are `node` flags (LAUNCH_FLAGS), given where
 // the product is launched: the image's entrypoint, the packed `cluster-proxy` command's first line,
 // and this checkout's cli/dist/main.js. See docs/goals.md, "Where the time goes".
 import { setFlagsFromString } from 'node:v8';

@@ -86,7 +86,7 @@ async function main(): Promise<void> {
         // A client's unsent bytes sit in its own kernel, on its own machine; here they would be
         // charged to the one kernel the hub and the agent share (~1 GiB for 1,024 CONNECT clients,
         // past tcp_mem's pressure threshold). Capped as hub and agent cap theirs (SDK sockets have
-        // no descriptor here: their tunnel's socket is capped by the SDK).
+        // no descriptor: their bytes wait in the SDK, under the tunnel's credit).
         if (limitUnsentBytes(socket)) unsentLimited++;
         held.push({ socket, handed: 0 });
         socket.on('error', (err: Error) => void (firstError ||= `a held connection failed: ${errorMessage(err)}`));

@@ -3,6 +3,7 @@
 // healthy bulk upload still gets through beside them, and whether everything is given back once
 // the clients leave. Fresh hub + agent for each path and N.
 import { setTimeout as sleep } from 'node:timers/promises';
+import { DEFAULT_UNSENT_LIMIT } from '@cluster-proxy/proto';
 import type { ManagedProcess } from '../fixtures/index.js';
 import { openClient } from './clients.js';
 import { describeTcpMemory, tcpMemory } from './machine.js';
@@ -160,7 +161,7 @@ async function stuckOnce(path: StuckPath, n: number, cfg: BenchConfig): Promise<
     const per = (b: number): string => describeBytes(b);
     const heldText = typeof held === 'string' ? `tables unreadable while held (${held})` : `while held ${tablesText(held)}`;
     const limited = Number(opened['unsentLimited']);
-    const capText = limited > 0 ? `; ${limited} client sockets capped at 128 KiB unsent, as hub and agent cap theirs`
+    const capText = limited > 0 ? `; ${limited} client sockets capped at ${DEFAULT_UNSENT_LIMIT / 1024} KiB unsent, as hub and agent cap theirs`
       : rig.spec.kind === 'connect' ? '; client sockets NOT capped (no system calls here): their send queues count on this machine' : '';
     const clientText = `${String(opened['client'])}${capText}`;
     const summary = `N=${n}: ${openedCount} opened in ${Number(opened['seconds']).toFixed(1)} s (${clientText}); `
