@@ -43,6 +43,8 @@ async function main(argv: string[]): Promise<number> {
   if (cmd.dataPlane) {
     // Kernel send queues capped, free pages given back (proto's socket-options.ts; allocator-trim.ts).
     (await import('@cluster-proxy/proto')).useNativeCalls((await import('./native-calls.js')).loadNativeCalls());
+    // A paused socket reads into Node's buffer up to its high-water mark: keep that small (stream-buffers.ts).
+    (await import('./stream-buffers.js')).limitStreamBuffers();
     const { AllocatorTrimmer } = await import('./allocator-trim.js');
     if (AllocatorTrimmer.available()) new AllocatorTrimmer().start();
     if ((await import('./gc-tuning.js')).tuneGarbageCollector()) {
