@@ -13,6 +13,14 @@ export const TARGET_NAMES: readonly TargetName[] = ['echo', 'sink', 'sinkHash', 
 export const NOFILE = 65536;
 
 /**
+ * How long after a forced full collection hub and agent RSS is read: they give free pages back a
+ * second after a full collection, but at most once every 5 s (cli's allocator-trim.ts, TRIM_DELAY_MS
+ * and TRIM_SPACING_MS), so a reading taken sooner can miss a trim that was put off because one ran
+ * shortly before (a collection near the end of a transfer): 130 MiB instead of 93 for the idle hub.
+ */
+export const AFTER_TRIM_MS = 6_500;
+
+/**
  * Spawns `node NODE_ARGS` through bash with `ulimit -n` raised to NOFILE (or to the hard limit if
  * that is lower and we may not raise it). bash execs node, so the PID is node's.
  */

@@ -3,7 +3,7 @@
 import type { Duplex } from 'node:stream';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { digestStream, payloadBlock, payloadSha256, writePayload, type ManagedProcess } from '../fixtures/index.js';
-import { rssKiB, script, spawnNode } from './helpers.js';
+import { AFTER_TRIM_MS, rssKiB, script, spawnNode } from './helpers.js';
 import { countToEnd, errorMessage, Pinger, readToEnd, SocketScope } from './io.js';
 import { CPU_FIGURE_LABELS, CPU_FIGURES, CPU_UNIT, CpuTally, withCpu, type CpuSample } from './cpu.js';
 import { openClient } from './clients.js';
@@ -511,8 +511,7 @@ interface Reading {
 async function settledRss(rig: ScaleRig, settleMs: number): Promise<Reading> {
   await sleep(settleMs);
   const heap = await rig.gc();
-  // Free pages go back to the kernel a second after a full collection (cli's allocator-trim.ts).
-  await sleep(1500);
+  await sleep(AFTER_TRIM_MS);
   const pids = await rig.pids();
   return { hub: await sumRss(pids.hub), agent: await sumRss(pids.agent), heap };
 }

@@ -10,7 +10,7 @@ import { createPki, getJson, type AgentTables } from '../harness.js';
 import type { ManagedProcess } from '../fixtures/index.js';
 import type { ClientSpec } from './clients.js';
 import { startCluster, waitUntil, type BenchCluster } from './cluster.js';
-import { procStatusKiB, startTargets } from './helpers.js';
+import { AFTER_TRIM_MS, procStatusKiB, startTargets } from './helpers.js';
 import { removeOnDeath } from './reaper.js';
 
 export type StuckPath = 'tunnel' | 'tunnel-grpc' | 'connect';
@@ -189,9 +189,7 @@ export async function startStuckRig(path: StuckPath): Promise<StuckRig> {
       },
       gcAndRss: async () => {
         if (procs.hub.isRunning() && procs.agent.isRunning()) await cluster.gc();
-        // After a full collection the processes give free pages back a second later (cli's
-        // allocator-trim.ts), as they do after the collections they run themselves.
-        await sleep(1500);
+        await sleep(AFTER_TRIM_MS);
         return rss();
       },
       rss,
