@@ -26,3 +26,4 @@ export * from './http-headers.js';
 export * from './stdio-flushed.js';
 export * from './http-upgrade.js';
 export * from './socket-options.js';
+export * from './pinned-bytes.js';

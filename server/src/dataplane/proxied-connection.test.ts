@@ -33,6 +33,7 @@ function setup(opts: { clientHalfClose?: boolean } = {}) {
   conn.startDial(60_000);
   conn.onDialResponse(7, '', '');
   const dataBytes = (): number => sent.filter((p) => p.type === PacketType.DATA).reduce((n, p) => n + (p as { data: { data: Uint8Array } }).data.data.length, 0);
+  const lastData = (): Uint8Array => (sent.filter((p) => p.type === PacketType.DATA).at(-1) as { data: { data: Uint8Array } }).data.data;
   const dataInOrder = (): Buffer => Buffer.concat(sent.filter((p) => p.type === PacketType.DATA).map((p) => Buffer.from((p as { data: { data: Uint8Array } }).data.data)));
   /** The shared stream drained: its waiters run. */
   const drain = (): void => {
@@ -40,7 +41,7 @@ function setup(opts: { clientHalfClose?: boolean } = {}) {
     sender.queued = 0;
     for (const w of waiters.splice(0)) w();
   };
-  return { conn, events, dataBytes, dataInOrder, sender, drain };
+  return { conn, events, dataBytes, dataInOrder, lastData, sender, drain };
 }
 
 describe('ProxiedConnection: client bytes towards an agent with credit', () => {
@@ -115,6 +116,18 @@ describe('ProxiedConnection: client bytes towards an agent with credit', () => {
     } finally {
       vi.useRealTimers();
     }
+  });
+
+  it('what is left waiting for credit is copied out of the message it came in, which would stay alive with it', () => {
+    const { conn, dataInOrder, lastData } = setup();
+    const message = Buffer.alloc(WINDOW + WINDOW / 2);
+    for (let i = 0; i < message.length; i++) message[i] = i % 253;
+    conn.write(message); // the credit takes the first WINDOW, half a window waits
+    expect(lastData().buffer).toBe(message.buffer);
+    conn.onCredit(WINDOW);
+    expect(dataInOrder().equals(message)).toBe(true);
+    expect(lastData().buffer.byteLength).toBe(WINDOW / 2);
+    conn.close();
   });
 
   it('a client that keeps sending far beyond any window is cut off (nothing buffered without bound)', () => {

@@ -5,7 +5,7 @@
 //   closing  the client closed: what still waits for credit goes first (CLOSE_FLUSH_MS at most),
 //            then CLOSE_REQ to the agent, waiting for CLOSE_RSP (timer running)
 //   closed   removed from every table; the frontend has been told
-import { LazyLog, MAX_DATA_CHUNK, MAX_MESSAGE_BYTES, ReceiveWindow, SendCredit, classifyDialError, packets, type DialFailureReason, type MemoryBudget, type StreamSender } from '@cluster-proxy/proto';
+import { LazyLog, MAX_DATA_CHUNK, MAX_MESSAGE_BYTES, ReceiveWindow, SendCredit, classifyDialError, packets, unpinned, type DialFailureReason, type MemoryBudget, type StreamSender } from '@cluster-proxy/proto';
 import type { Logger } from 'pino';
 import type { Frontend } from './frontend.js';
 import type { ServerMetrics } from './metrics.js';
@@ -204,6 +204,10 @@ export class ProxiedConnection {
       this.waiting.shift();
       head.sent?.();
     }
+    // What is left waits for credit, as long as the destination stalls: it must not keep alive the
+    // part of its frame or message that went.
+    const head = this.waiting[0];
+    if (head) head.data = unpinned(head.data);
     if (this.waitingBytes === 0 && this.afterWaiting) {
       const next = this.afterWaiting;
       this.afterWaiting = null;
