@@ -2,7 +2,7 @@
 // the hub keeps reading; a second stream puts it back; a stalled stream keeps what it had; close returns it.
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import { MemoryBudget } from '@cluster-proxy/proto';
-import { SessionWindow } from './session-window.js';
+import { MIN_SHARED_WINDOW, SessionWindow } from './session-window.js';
 
 const KiB = 1024;
 const MiB = 1024 * KiB;
@@ -74,5 +74,42 @@ describe('SessionWindow', () => {
     read(16 * MiB);
     expect(w.size).toBeLessThanOrEqual(64 * KiB + 1 * MiB);
     expect(settings.length).toBeLessThanOrEqual(2);
+  });
+
+  it('many streams share a sixteenth of the budget: the window halves as they pass it, not below 16 KiB, and comes back as they close', () => {
+    const { w, budget, settings } = setup(256 * MiB); // 16 MiB for all streams of the session
+    const open = (n: number): void => { for (let i = 0; i < n; i++) w.streamOpened(); };
+    const close = (n: number): void => { for (let i = 0; i < n; i++) w.streamClosed(); };
+    open(256);
+    expect(w.size).toBe(64 * KiB); // 256 x 64 KiB = 16 MiB
+    expect(settings).toEqual([]);
+    open(1);
+    expect(w.size).toBe(32 * KiB);
+    open(256);
+    expect(w.size).toBe(16 * KiB);
+    open(1024);
+    expect(w.size).toBe(MIN_SHARED_WINDOW);
+    expect(settings).toEqual([32 * KiB, 16 * KiB]);
+    close(1024 + 256);
+    expect(w.size).toBe(32 * KiB);
+    close(256);
+    expect(w.size).toBe(64 * KiB);
+    expect(budget.committed).toBe(0); // below the initial window nothing is charged, nor released
+    w.close();
+    expect(budget.committed).toBe(0);
+  });
+
+  it('a small budget shrinks the window with fewer streams; back to one stream, it is the initial window again and may grow', () => {
+    const { w, budget, settings, read } = setup(4 * MiB); // 256 KiB for all streams
+    w.streamOpened();
+    for (let i = 0; i < 4; i++) w.streamOpened();
+    expect(w.size).toBe(32 * KiB); // 5 x 64 KiB > 256 KiB
+    for (let i = 0; i < 4; i++) w.streamClosed();
+    expect(w.size).toBe(64 * KiB);
+    expect(settings).toEqual([32 * KiB, 64 * KiB]);
+    read(1 * MiB);
+    expect(w.size).toBeGreaterThan(64 * KiB);
+    w.close();
+    expect(budget.committed).toBe(0);
   });
 });

@@ -4,15 +4,21 @@
 // the connection's: it starts small (what a connection whose destination stalls may make the hub hold)
 // and grows like a connection's ReceiveWindow (flow-control.ts in proto), from the hub's memory budget,
 // while its one stream moves data and the hub keeps reading it. A session with several streams (our SDK
-// on gRPC) keeps the small window: growing it would grow every stream at once.
+// on gRPC) keeps the small window: growing it would grow every stream at once. With many streams it
+// shrinks instead, so that all of them together may hold at most a share of the budget (every paused
+// stream holds its window in Node's buffer: 1,024 stuck streams held 64 MiB at 64 KiB each).
 //
-//   single ──second stream──▶ shared (back to the initial window) ──down to one──▶ single
+//   single ──second stream──▶ shared (back to the initial window, less with many streams) ──down to one──▶ single
 //   single, shared ──session closed──▶ closed (the growth goes back to the budget)
 import type http2 from 'node:http2';
 import type { MemoryBudget } from '@cluster-proxy/proto';
 
 /** A window grows only if it turned over within this long (as ReceiveWindow's). */
 const GROWTH_TURNOVER_MS = 1000;
+/** The share of the budget all streams of one shared session may hold in their windows together. */
+const SHARED_BUDGET_SHARE = 1 / 16;
+/** The least a shared session's streams get: one DATA frame of HTTP/2's default size. */
+export const MIN_SHARED_WINDOW = 16 * 1024;
 
 export interface SessionWindowOptions {
   /** The window every stream starts with (the session's initial SETTINGS). */
@@ -48,10 +54,12 @@ export class SessionWindow {
       case 'single':
         if (this.streams > 1) {
           this.state = 'shared';
-          this.setWindow(this.opts.initial);
+          this.setWindow(this.sharedWindow());
         }
         return;
       case 'shared':
+        this.setWindow(this.sharedWindow());
+        return;
       case 'closed':
         return;
     }
@@ -63,8 +71,9 @@ export class SessionWindow {
       case 'shared':
         if (this.streams <= 1) {
           this.state = 'single';
+          this.setWindow(this.opts.initial);
           this.restart();
-        }
+        } else this.setWindow(this.sharedWindow());
         return;
       case 'single':
       case 'closed':
@@ -102,7 +111,7 @@ export class SessionWindow {
         return;
       default:
         this.state = 'closed';
-        this.opts.budget.release(this.opts.direction, this.window - this.opts.initial);
+        this.opts.budget.release(this.opts.direction, this.growth(this.window));
         this.opts.budget.forget(this);
         this.window = this.opts.initial;
     }
@@ -113,11 +122,25 @@ export class SessionWindow {
     this.since = Date.now();
   }
 
+  /** The window of every stream of a shared session: the initial one, or less when that many streams
+   * would hold more than their share of the budget (halved step by step, not below MIN_SHARED_WINDOW). */
+  private sharedWindow(): number {
+    const share = this.opts.budget.limit * SHARED_BUDGET_SHARE;
+    let size = this.opts.initial;
+    while (size > MIN_SHARED_WINDOW && size * this.streams > share) size /= 2;
+    return Math.max(MIN_SHARED_WINDOW, size);
+  }
+
+  /** What a window holds beyond the initial one: that much is charged to the budget. */
+  private growth(size: number): number {
+    return Math.max(0, size - this.opts.initial);
+  }
+
   private setWindow(size: number): void {
-    const delta = size - this.window;
-    if (delta === 0) return;
+    if (size === this.window) return;
+    const delta = this.growth(size) - this.growth(this.window);
     if (delta > 0) this.opts.budget.commit(this.opts.direction, delta);
-    else this.opts.budget.release(this.opts.direction, -delta);
+    else if (delta < 0) this.opts.budget.release(this.opts.direction, -delta);
     this.window = size;
     this.restart();
     if (this.session.destroyed) return;
