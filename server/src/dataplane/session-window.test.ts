@@ -50,7 +50,7 @@ describe('SessionWindow', () => {
     expect(settings).toEqual([256 * KiB]);
   });
 
-  it('a second stream on the session puts the window back (it is every stream\'s); down to one, it may grow again', () => {
+  it('a second stream on the session puts the window back (it is every stream\'s); it grows again, charged for each stream; down to one, charged once', () => {
     const { w, budget, settings, read } = setup();
     w.streamOpened();
     read(1 * MiB);
@@ -59,11 +59,26 @@ describe('SessionWindow', () => {
     expect(w.size).toBe(64 * KiB);
     expect(settings.at(-1)).toBe(64 * KiB);
     expect(budget.committed).toBe(0);
+    w.paused(); // the other stream stalled: the moving one still counts
     read(8 * MiB);
-    expect(w.size).toBe(64 * KiB); // shared: no growth
+    expect(w.size).toBe(4 * MiB);
+    expect(budget.committed).toBe(2 * (4 * MiB - 64 * KiB));
     w.streamClosed();
-    read(1 * MiB);
-    expect(w.size).toBeGreaterThan(64 * KiB);
+    expect(w.size).toBe(4 * MiB);
+    expect(budget.committed).toBe(4 * MiB - 64 * KiB);
+    w.close();
+    expect(budget.committed).toBe(0);
+  });
+
+  it('a shared session grows no further than its share of the budget over its streams; a new stream cuts a grown window to it', () => {
+    const { w, budget, read } = setup(64 * MiB); // 4 MiB for all streams of the session
+    for (let i = 0; i < 4; i++) w.streamOpened();
+    read(16 * MiB);
+    expect(w.size).toBe(1 * MiB); // 4 streams x 1 MiB
+    expect(budget.committed).toBe(4 * (1 * MiB - 64 * KiB));
+    w.streamOpened();
+    expect(w.size).toBe(Math.floor((4 * MiB) / 5));
+    expect(budget.committed).toBe(5 * (Math.floor((4 * MiB) / 5) - 64 * KiB));
     w.close();
     expect(budget.committed).toBe(0);
   });

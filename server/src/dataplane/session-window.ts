@@ -1,14 +1,18 @@
 // The HTTP/2 receive window of a gRPC client session on the hub's frontend. node:http2 has no
 // per-stream window, only the session's SETTINGS_INITIAL_WINDOW_SIZE, which applies to every stream of
-// the session. A konnectivity-client opens a session per connection, so there the session's window is
-// the connection's: it starts small (what a connection whose destination stalls may make the hub hold)
-// and grows like a connection's ReceiveWindow (flow-control.ts in proto), from the hub's memory budget,
-// while its one stream moves data and the hub keeps reading it. A session with several streams (our SDK
-// on gRPC) keeps the small window: growing it would grow every stream at once. With many streams it
-// shrinks instead, so that all of them together may hold at most a share of the budget (every paused
-// stream holds its window in Node's buffer: 1,024 stuck streams held 64 MiB at 64 KiB each).
+// the session, and a stream the hub pauses holds its whole window in Node's buffer. So the window is
+// sized for the session:
+// - One stream (a konnectivity-client opens a session per connection): the session's window is the
+//   connection's. It starts small (what a connection whose destination stalls may make the hub hold)
+//   and grows like a connection's ReceiveWindow (flow-control.ts in proto), from the hub's memory budget,
+//   while the stream moves data and the hub keeps reading it.
+// - Several streams (our SDK on gRPC): back to the initial window, and it grows the same way while the
+//   session's streams move data, but all of them together may hold at most a sixteenth of the budget
+//   (charged for every stream), so a bulk stream beside a stalled one is not held to 64 KiB a round
+//   trip. With many streams it shrinks below the initial window to stay within that share (1,024 stuck
+//   streams held 64 MiB at 64 KiB each), not below MIN_SHARED_WINDOW.
 //
-//   single ──second stream──▶ shared (back to the initial window, less with many streams) ──down to one──▶ single
+//   single ──second stream──▶ shared (back to the initial window, less with many streams) ──down to one──▶ single (the window stays)
 //   single, shared ──session closed──▶ closed (the growth goes back to the budget)
 import type http2 from 'node:http2';
 import type { MemoryBudget } from '@cluster-proxy/proto';
@@ -36,6 +40,8 @@ export class SessionWindow {
   private state: SessionWindowState = 'single';
   private streams = 0;
   private window: number;
+  /** What the growth above the initial window is charged to the budget: once per stream that has it. */
+  private charged = 0;
   /** Bytes read since the window last changed or a measurement restarted, and since when. */
   private turnover = 0;
   private since = Date.now();
@@ -54,11 +60,11 @@ export class SessionWindow {
       case 'single':
         if (this.streams > 1) {
           this.state = 'shared';
-          this.setWindow(this.sharedWindow());
+          this.setWindow(this.fitShare(this.opts.initial));
         }
         return;
       case 'shared':
-        this.setWindow(this.sharedWindow());
+        this.setWindow(this.fitShare(this.window));
         return;
       case 'closed':
         return;
@@ -70,10 +76,11 @@ export class SessionWindow {
     switch (this.state) {
       case 'shared':
         if (this.streams <= 1) {
+          // The window stays; it is charged once now.
           this.state = 'single';
-          this.setWindow(this.opts.initial);
+          this.recharge();
           this.restart();
-        } else this.setWindow(this.sharedWindow());
+        } else this.setWindow(this.fitShare(Math.max(this.window, this.opts.initial)));
         return;
       case 'single':
       case 'closed':
@@ -81,28 +88,25 @@ export class SessionWindow {
     }
   }
 
-  /** The hub read `bytes` of the stream (Node returns them to the client's window as it does). */
+  /** The hub read `bytes` of one of the session's streams (Node returns them to the client's window as it does). */
   consumed(bytes: number): void {
-    switch (this.state) {
-      case 'single':
-        break;
-      case 'shared':
-      case 'closed':
-        return;
-    }
+    if (this.state === 'closed') return;
     this.opts.budget.markMoving(this, bytes);
     this.turnover += bytes;
     if (this.turnover < this.window) return;
     if (Date.now() - this.since <= GROWTH_TURNOVER_MS && this.window < this.opts.max) {
-      const more = this.opts.budget.growth(this.opts.direction, this.window, this.opts.initial, Math.min(3 * this.window, this.opts.max - this.window));
+      const wanted = Math.min(3 * this.window, this.opts.max - this.window);
+      let more = this.opts.budget.growth(this.opts.direction, this.window, this.opts.initial, wanted);
+      if (this.state === 'shared') more = Math.min(more, Math.max(0, this.shareCap() - this.window));
       if (more > 0) this.setWindow(this.window + more);
     }
     this.restart();
   }
 
-  /** The hub stopped reading the stream (its destination is slow): what was read so far says nothing of its speed. */
+  /** The hub stopped reading a stream (its destination is slow): with one stream, what was read so far
+   * says nothing of its speed; with several, the others' reading still counts. */
   paused(): void {
-    this.restart();
+    if (this.state === 'single') this.restart();
   }
 
   close(): void {
@@ -111,7 +115,8 @@ export class SessionWindow {
         return;
       default:
         this.state = 'closed';
-        this.opts.budget.release(this.opts.direction, this.growth(this.window));
+        this.opts.budget.release(this.opts.direction, this.charged);
+        this.charged = 0;
         this.opts.budget.forget(this);
         this.window = this.opts.initial;
     }
@@ -122,26 +127,27 @@ export class SessionWindow {
     this.since = Date.now();
   }
 
-  /** The window of every stream of a shared session: the initial one, or less when that many streams
-   * would hold more than their share of the budget (halved step by step, not below MIN_SHARED_WINDOW). */
-  private sharedWindow(): number {
-    const share = this.opts.budget.limit * SHARED_BUDGET_SHARE;
-    let size = this.opts.initial;
-    while (size > MIN_SHARED_WINDOW && size * this.streams > share) size /= 2;
-    return Math.max(MIN_SHARED_WINDOW, size);
+  /** What one stream of a shared session may hold: the session's share of the budget over its streams. */
+  private shareCap(): number {
+    return Math.floor((this.opts.budget.limit * SHARED_BUDGET_SHARE) / Math.max(1, this.streams));
   }
 
-  /** What a window holds beyond the initial one: that much is charged to the budget. */
-  private growth(size: number): number {
-    return Math.max(0, size - this.opts.initial);
+  /** `size`, or less when the session's streams would hold more than its share: a grown window is cut to
+   * the share, one at or below the initial window halved step by step, not below MIN_SHARED_WINDOW. */
+  private fitShare(size: number): number {
+    const cap = this.shareCap();
+    if (size <= cap) return size;
+    if (cap >= this.opts.initial) return cap;
+    let fitted = Math.min(size, this.opts.initial);
+    while (fitted > MIN_SHARED_WINDOW && fitted > cap) fitted /= 2;
+    return Math.max(MIN_SHARED_WINDOW, fitted);
   }
 
   private setWindow(size: number): void {
-    if (size === this.window) return;
-    const delta = this.growth(size) - this.growth(this.window);
-    if (delta > 0) this.opts.budget.commit(this.opts.direction, delta);
-    else if (delta < 0) this.opts.budget.release(this.opts.direction, -delta);
+    const changed = size !== this.window;
     this.window = size;
+    this.recharge();
+    if (!changed) return;
     this.restart();
     if (this.session.destroyed) return;
     try {
@@ -149,5 +155,14 @@ export class SessionWindow {
     } catch {
       // The session is closing: its close() returns the growth.
     }
+  }
+
+  /** Charge the growth above the initial window once per stream that has it (every one, when shared). */
+  private recharge(): void {
+    const perStream = Math.max(0, this.window - this.opts.initial);
+    const want = this.state === 'shared' ? perStream * this.streams : perStream;
+    if (want > this.charged) this.opts.budget.commit(this.opts.direction, want - this.charged);
+    else if (want < this.charged) this.opts.budget.release(this.opts.direction, this.charged - want);
+    this.charged = want;
   }
 }
