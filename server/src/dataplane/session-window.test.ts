@@ -91,7 +91,7 @@ describe('SessionWindow', () => {
     expect(settings.length).toBeLessThanOrEqual(2);
   });
 
-  it('many streams share a sixteenth of the budget: the window halves as they pass it, not below 16 KiB, and comes back as they close', () => {
+  it('many streams share a sixteenth of the budget: the window halves as they pass it, not below 16 KiB, and comes back once it would use half of it', () => {
     const { w, budget, settings } = setup(256 * MiB); // 16 MiB for all streams of the session
     const open = (n: number): void => { for (let i = 0; i < n; i++) w.streamOpened(); };
     const close = (n: number): void => { for (let i = 0; i < n; i++) w.streamClosed(); };
@@ -105,9 +105,13 @@ describe('SessionWindow', () => {
     open(1024);
     expect(w.size).toBe(MIN_SHARED_WINDOW);
     expect(settings).toEqual([32 * KiB, 16 * KiB]);
-    close(1024 + 256);
+    close(1024 + 256); // 257 left: 32 KiB each would be more than half the share
+    expect(w.size).toBe(16 * KiB);
+    close(1);
     expect(w.size).toBe(32 * KiB);
-    close(256);
+    close(127); // 129 left
+    expect(w.size).toBe(32 * KiB);
+    close(1);
     expect(w.size).toBe(64 * KiB);
     expect(budget.committed).toBe(0); // below the initial window nothing is charged, nor released
     w.close();
@@ -122,6 +126,15 @@ describe('SessionWindow', () => {
     for (let i = 0; i < 4; i++) w.streamClosed();
     expect(w.size).toBe(64 * KiB);
     expect(settings).toEqual([32 * KiB, 64 * KiB]);
+    // Around a step, no SETTINGS storm: back up only at half the share.
+    for (let i = 0; i < 4; i++) w.streamOpened(); // 5 streams: 32 KiB
+    for (let r = 0; r < 10; r++) {
+      w.streamOpened();
+      w.streamClosed();
+    }
+    expect(settings).toEqual([32 * KiB, 64 * KiB, 32 * KiB]);
+    for (let i = 0; i < 4; i++) w.streamClosed();
+    expect(w.size).toBe(64 * KiB); // one stream: its own window again
     read(1 * MiB);
     expect(w.size).toBeGreaterThan(64 * KiB);
     w.close();

@@ -12,7 +12,7 @@
 //   trip. With many streams it shrinks below the initial window to stay within that share (1,024 stuck
 //   streams held 64 MiB at 64 KiB each), not below MIN_SHARED_WINDOW.
 //
-//   single ──second stream──▶ shared (back to the initial window, less with many streams) ──down to one──▶ single (the window stays)
+//   single ──second stream──▶ shared (back to the initial window, less with many streams) ──down to one──▶ single (a grown window stays)
 //   single, shared ──session closed──▶ closed (the growth goes back to the budget)
 import type http2 from 'node:http2';
 import type { MemoryBudget } from '@cluster-proxy/proto';
@@ -76,11 +76,16 @@ export class SessionWindow {
     switch (this.state) {
       case 'shared':
         if (this.streams <= 1) {
-          // The window stays; it is charged once now.
+          // A grown window stays (charged once now), a shrunk one goes back to the initial.
           this.state = 'single';
-          this.recharge();
+          this.setWindow(Math.max(this.window, this.opts.initial));
           this.restart();
-        } else this.setWindow(this.fitShare(Math.max(this.window, this.opts.initial)));
+        } else if (this.window < this.opts.initial) {
+          // Back up only once the larger window would use half the share: streams that open and close
+          // around a step would otherwise send a SETTINGS frame each time.
+          const larger = this.fitShare(this.opts.initial, 0.5);
+          this.setWindow(Math.max(this.window, larger));
+        } else this.recharge();
         return;
       case 'single':
       case 'closed':
@@ -127,15 +132,15 @@ export class SessionWindow {
     this.since = Date.now();
   }
 
-  /** What one stream of a shared session may hold: the session's share of the budget over its streams. */
-  private shareCap(): number {
-    return Math.floor((this.opts.budget.limit * SHARED_BUDGET_SHARE) / Math.max(1, this.streams));
+  /** What one stream of a shared session may hold: (a part of) the session's share of the budget over its streams. */
+  private shareCap(part = 1): number {
+    return Math.floor((this.opts.budget.limit * SHARED_BUDGET_SHARE * part) / Math.max(1, this.streams));
   }
 
-  /** `size`, or less when the session's streams would hold more than its share: a grown window is cut to
-   * the share, one at or below the initial window halved step by step, not below MIN_SHARED_WINDOW. */
-  private fitShare(size: number): number {
-    const cap = this.shareCap();
+  /** `size`, or less when the session's streams would hold more than (a part of) its share: a grown window is
+   * cut to the share, one at or below the initial window halved step by step, not below MIN_SHARED_WINDOW. */
+  private fitShare(size: number, part = 1): number {
+    const cap = this.shareCap(part);
     if (size <= cap) return size;
     if (cap >= this.opts.initial) return cap;
     let fitted = Math.min(size, this.opts.initial);
