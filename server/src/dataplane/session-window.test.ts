@@ -70,15 +70,15 @@ describe('SessionWindow', () => {
     expect(budget.committed).toBe(0);
   });
 
-  it('a shared session grows no further than its share of the budget over its streams; a new stream cuts a grown window to it', () => {
+  it('a shared session grows no further than its share of the budget over its streams; a new stream halves a grown window below it', () => {
     const { w, budget, read } = setup(64 * MiB); // 4 MiB for all streams of the session
     for (let i = 0; i < 4; i++) w.streamOpened();
     read(16 * MiB);
     expect(w.size).toBe(1 * MiB); // 4 streams x 1 MiB
     expect(budget.committed).toBe(4 * (1 * MiB - 64 * KiB));
     w.streamOpened();
-    expect(w.size).toBe(Math.floor((4 * MiB) / 5));
-    expect(budget.committed).toBe(5 * (Math.floor((4 * MiB) / 5) - 64 * KiB));
+    expect(w.size).toBe(512 * KiB); // halved below the share of five
+    expect(budget.committed).toBe(5 * (512 * KiB - 64 * KiB));
     w.close();
     expect(budget.committed).toBe(0);
   });

@@ -137,15 +137,13 @@ export class SessionWindow {
     return Math.floor((this.opts.budget.limit * SHARED_BUDGET_SHARE * part) / Math.max(1, this.streams));
   }
 
-  /** `size`, or less when the session's streams would hold more than (a part of) its share: a grown window is
-   * cut to the share, one at or below the initial window halved step by step, not below MIN_SHARED_WINDOW. */
+  /** `size`, or less when the session's streams would hold more than (a part of) its share: halved step by
+   * step (so that streams opening one by one change it now and then, not each time), not below MIN_SHARED_WINDOW. */
   private fitShare(size: number, part = 1): number {
     const cap = this.shareCap(part);
-    if (size <= cap) return size;
-    if (cap >= this.opts.initial) return cap;
-    let fitted = Math.min(size, this.opts.initial);
-    while (fitted > MIN_SHARED_WINDOW && fitted > cap) fitted /= 2;
-    return Math.max(MIN_SHARED_WINDOW, fitted);
+    let fitted = size;
+    while (fitted > MIN_SHARED_WINDOW && fitted > cap) fitted = Math.max(MIN_SHARED_WINDOW, Math.floor(fitted / 2));
+    return fitted;
   }
 
   private setWindow(size: number): void {
