@@ -156,7 +156,8 @@ export class SessionWindow {
     try {
       this.session.settings({ initialWindowSize: size });
     } catch {
-      // The session is closing: its close() returns the growth.
+      // The session is closing (its close() returns the growth), or Node already has as many SETTINGS
+      // waiting for the peer's ack as it allows: the peer keeps the last window it saw until the next change.
     }
   }
 
