@@ -1,10 +1,14 @@
 import net from 'node:net';
+import { getDefaultHighWaterMark, setDefaultHighWaterMark } from 'node:stream';
 import tls from 'node:tls';
 import { createCA, issueServerCert } from '@cluster-proxy/server';
-import { afterEach, describe, expect, it } from 'vitest';
+import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import { STREAM_BUFFER_BYTES, limitStreamBuffers } from './stream-buffers.js';
 
 const open: Array<net.Socket | net.Server> = [];
+// limitStreamBuffers changes a process-wide default: give the worker back the one it had.
+const nodeDefault = getDefaultHighWaterMark(false);
+afterAll(() => setDefaultHighWaterMark(false, nodeDefault));
 
 afterEach(async () => {
   const all = open.splice(0);
