@@ -120,7 +120,7 @@ interface GoalSpec {
   minus?: string;
 }
 
-const STUCK_AT = (figure: Parameters<typeof stuckMetric>[1]): string => stuckMetric(STUCK_GOAL_COUNT, figure);
+type StuckFigureName = Parameters<typeof stuckMetric>[1];
 
 const FLEET_AT = (figure: Parameters<typeof fleetMetric>[1]): string => fleetMetric(FLEET_GOAL_N, figure);
 const FLEET_GOAL_PATHS: readonly PathName[] = ['tunnel'];
@@ -156,13 +156,20 @@ const GOALS: readonly GoalSpec[] = [
   { goal: '64-byte round trip p50: gRPC vs mux', scenario: 'rtt-64', metric: 'p50', compare: 'tunnel', op: '<=', bound: 1.2, unit: 'x', paths: ['tunnel-grpc'] },
   { goal: 'idle gRPC connection, hub', scenario: 'scale-conns', metric: 'hub KiB/conn', compare: 'value', op: '<=', bound: 4, unit: 'KiB', paths: ['tunnel-grpc'] },
   // Destinations that never read (stuck-destination at N=1024) and one enormous write (big-write).
-  { goal: `${STUCK_GOAL_COUNT} stuck connections: hub peak RSS`, scenario: 'stuck-destination', metric: STUCK_AT('hub peak'), compare: 'value', op: '<=', bound: 256, unit: 'MiB' },
-  { goal: `${STUCK_GOAL_COUNT} stuck connections: agent peak RSS`, scenario: 'stuck-destination', metric: STUCK_AT('agent peak'), compare: 'value', op: '<=', bound: 128, unit: 'MiB' },
-  { goal: `${STUCK_GOAL_COUNT} stuck connections: nothing killed or lost`, scenario: 'stuck-destination', metric: STUCK_AT('lost'), compare: 'value', op: '<=', bound: 0, unit: 'count' },
-  { goal: `${STUCK_GOAL_COUNT} stuck connections: healthy bulk kept`, scenario: 'stuck-destination', metric: STUCK_AT('bulk kept'), compare: 'value', op: '>=', bound: 80, unit: '%' },
-  { goal: `${STUCK_GOAL_COUNT} stuck connections: hub RSS after - before`, scenario: 'stuck-destination', metric: STUCK_AT('hub after'), minus: STUCK_AT('hub before'), compare: 'value', op: '<=', bound: 20, unit: 'MiB' },
-  { goal: `${STUCK_GOAL_COUNT} stuck connections: agent RSS after - before`, scenario: 'stuck-destination', metric: STUCK_AT('agent after'), minus: STUCK_AT('agent before'), compare: 'value', op: '<=', bound: 20, unit: 'MiB' },
-  { goal: `${STUCK_GOAL_COUNT} stuck connections: tables empty after`, scenario: 'stuck-destination', metric: STUCK_AT('left'), compare: 'value', op: '<=', bound: 0, unit: 'count' },
+  ...(['sdk', 'konnectivity'] as const).flatMap((clients): GoalSpec[] => {
+    const at = (figure: StuckFigureName): string => stuckMetric(STUCK_GOAL_COUNT, figure, clients);
+    const who = `${STUCK_GOAL_COUNT} stuck ${clients === 'sdk' ? 'connections' : 'konnectivity-style clients'}`;
+    const paths: Pick<GoalSpec, 'paths'> = clients === 'sdk' ? {} : { paths: ['tunnel-grpc'] };
+    return [
+      { goal: `${who}: hub peak RSS`, scenario: 'stuck-destination', metric: at('hub peak'), compare: 'value', op: '<=', bound: 256, unit: 'MiB', ...paths },
+      { goal: `${who}: agent peak RSS`, scenario: 'stuck-destination', metric: at('agent peak'), compare: 'value', op: '<=', bound: 128, unit: 'MiB', ...paths },
+      { goal: `${who}: nothing killed or lost`, scenario: 'stuck-destination', metric: at('lost'), compare: 'value', op: '<=', bound: 0, unit: 'count', ...paths },
+      { goal: `${who}: healthy bulk kept`, scenario: 'stuck-destination', metric: at('bulk kept'), compare: 'value', op: '>=', bound: 80, unit: '%', ...paths },
+      { goal: `${who}: hub RSS after - before`, scenario: 'stuck-destination', metric: at('hub after'), minus: at('hub before'), compare: 'value', op: '<=', bound: 20, unit: 'MiB', ...paths },
+      { goal: `${who}: agent RSS after - before`, scenario: 'stuck-destination', metric: at('agent after'), minus: at('agent before'), compare: 'value', op: '<=', bound: 20, unit: 'MiB', ...paths },
+      { goal: `${who}: tables empty after`, scenario: 'stuck-destination', metric: at('left'), compare: 'value', op: '<=', bound: 0, unit: 'count', ...paths },
+    ];
+  }),
   // Fleet size (the fleet scenario: one hub replica, embedded store, N simulated clusters).
   { goal: `${FLEET_GOAL_N} clusters: hub RSS`, scenario: 'fleet', metric: FLEET_AT('hub RSS'), compare: 'value', op: '<=', bound: 1024, unit: 'MiB', paths: FLEET_GOAL_PATHS },
   { goal: `${FLEET_GOAL_N} clusters: idle hub CPU (% of one core)`, scenario: 'fleet', metric: FLEET_AT('hub CPU idle'), compare: 'value', op: '<=', bound: 10, unit: '%', paths: FLEET_GOAL_PATHS },

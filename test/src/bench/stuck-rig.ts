@@ -14,6 +14,12 @@ import { AFTER_TRIM_MS, procStatusKiB, startTargets } from './helpers.js';
 import { removeOnDeath } from './reaper.js';
 
 export type StuckPath = 'tunnel' | 'tunnel-grpc' | 'connect';
+/**
+ * Who the stuck clients are: `sdk`, the path's own client (our SDK, every connection a stream of one
+ * Tunnel; or CONNECT clients); `konnectivity`, on tunnel-grpc, clients that open a TLS connection and
+ * an HTTP/2 session per connection and speak ANP only, as kube-apiserver's konnectivity-client does.
+ */
+export type StuckClients = 'sdk' | 'konnectivity';
 
 /** RSS of the hub and the agent in KiB; undefined for a process that is gone. */
 export interface RssPair {
@@ -56,8 +62,10 @@ function warningsSince(proc: ManagedProcess, after: number): string[] {
 
 export interface StuckRig {
   cluster: BenchCluster;
-  /** How a client reaches every target through this hub and agent on the path. */
+  /** How a client reaches every target through this hub and agent on the path (the healthy bulk's). */
   spec: ClientSpec;
+  /** How the stuck clients reach them. */
+  stuckSpec: ClientSpec;
   /** Connections the hub lists towards the agent (established and pending) and at its frontends, and the agent lists. */
   tables(): Promise<Tables>;
   /** Where the hub's and the agent's output stands now, for warnings(). */
@@ -143,7 +151,8 @@ process.on('exit', () => {
   for (const dir of liveDirs) rmSync(dir, { recursive: true, force: true });
 });
 
-export async function startStuckRig(path: StuckPath): Promise<StuckRig> {
+export async function startStuckRig(path: StuckPath, clients: StuckClients): Promise<StuckRig> {
+  if (clients === 'konnectivity' && path !== 'tunnel-grpc') throw new Error(`konnectivity-style clients reach the hub over gRPC only, not on ${path}`);
   const steps: (() => Promise<unknown>)[] = [];
   const stopAll = async (): Promise<void> => {
     for (const stop of steps.reverse()) await stop().catch(() => {});
@@ -163,11 +172,14 @@ export async function startStuckRig(path: StuckPath): Promise<StuckRig> {
     const healthPort = await agentHealthPort(cluster);
     const procs = { hub: cluster.hub.proc, agent: cluster.agent };
     const rss = async (): Promise<RssPair> => ({ hub: await procStatusKiB(cluster.hub.pid, 'VmRSS'), agent: await procStatusKiB(cluster.agentPid, 'VmRSS') });
+    // CONNECT clients resume TLS sessions: a thousand full RSA handshakes cost seconds on 2 cores,
+    // and what is measured is the memory of open connections, not the dial.
+    const spec: ClientSpec = path === 'connect' ? { ...cluster.connectSpec(targets.ports), resume: true } : cluster.tunnelSpec(targets.ports);
+    const stuckSpec: ClientSpec = spec.kind === 'tunnel' && clients === 'konnectivity' ? { kind: 'anp', address: spec.address, tls: spec.tls, targets: spec.targets } : spec;
     return {
       cluster,
-      // CONNECT clients resume TLS sessions: a thousand full RSA handshakes cost seconds on 2 cores,
-      // and what is measured is the memory of open connections, not the dial.
-      spec: path === 'connect' ? { ...cluster.connectSpec(targets.ports), resume: true } : cluster.tunnelSpec(targets.ports),
+      spec,
+      stuckSpec,
       tables: async () => {
         const hub = await cluster.hub.tables();
         const agent = (await getJson(healthPort, '/debug/connections')) as AgentTables;

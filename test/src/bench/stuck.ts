@@ -12,7 +12,7 @@ import type { Dialer, PathName } from './paths.js';
 import { describeBytes, mib, positiveCounts, spawnHelper, transfer, transferSize, type BenchConfig, type MetricSpec, type PathRun, type Scenario } from './scenarios.js';
 import { mbPerSecond, MiB } from './stats.js';
 import type { StuckJob } from './stuck-client.js';
-import { memAvailableKiB, RssSampler, startStuckRig, type StuckPath, type Tables } from './stuck-rig.js';
+import { memAvailableKiB, RssSampler, startStuckRig, type StuckClients, type StuckPath, type Tables } from './stuck-rig.js';
 
 /** The goals of docs/goals.md are checked at this N (one of the full run's cfg.stuckCounts). */
 export const STUCK_GOAL_COUNT = 1024;
@@ -35,11 +35,16 @@ const STUCK_FIGURES = [
 
 type StuckFigure = (typeof STUCK_FIGURES)[number]['key'];
 
-/** The metric name of one figure at N stuck connections, e.g. "N=1024 hub peak". */
-export const stuckMetric = (n: number, figure: StuckFigure): string => `N=${n} ${figure}`;
+/** The metric name of one figure at N stuck connections, e.g. "N=1024 hub peak", "N=1024 konnectivity hub peak". */
+export const stuckMetric = (n: number, figure: StuckFigure, clients: StuckClients = 'sdk'): string => `N=${n} ${clients === 'sdk' ? '' : `${clients} `}${figure}`;
 
+const STUCK_CLIENTS: readonly StuckClients[] = ['sdk', 'konnectivity'];
+/** The stuck clients measured on a path: konnectivity-style ones only reach the hub over gRPC. */
+const clientsFor = (path: StuckPath): StuckClients[] => (path === 'tunnel-grpc' ? ['sdk', 'konnectivity'] : ['sdk']);
+
+/** Rows for the path's own clients at every N, then for konnectivity-style clients (measured on tunnel-grpc only). */
 function stuckMetrics(counts: readonly number[]): MetricSpec[] {
-  return counts.flatMap((n) => STUCK_FIGURES.map((f) => ({ metric: stuckMetric(n, f.key), unit: f.unit, better: f.better })));
+  return STUCK_CLIENTS.flatMap((clients) => counts.flatMap((n) => STUCK_FIGURES.map((f) => ({ metric: stuckMetric(n, f.key, clients), unit: f.unit, better: f.better }))));
 }
 
 /** Bytes one write() of the stuck clients hands over (what an application copying a stream writes). */
@@ -75,8 +80,8 @@ interface StuckResult {
  * same bulk next to them; the child closes them and exits; stuckAfterMs later GC, RSS "after" and
  * the connection tables.
  */
-async function stuckOnce(path: StuckPath, n: number, cfg: BenchConfig): Promise<StuckResult> {
-  const rig = await startStuckRig(path);
+async function stuckOnce(path: StuckPath, clients: StuckClients, n: number, cfg: BenchConfig): Promise<StuckResult> {
+  const rig = await startStuckRig(path, clients);
   const bulk = openClient(rig.spec);
   const dialer: Dialer = { path, network: 'lan', dial: (target, timeoutMs) => bulk.dial(target, timeoutMs) };
   let child: ManagedProcess | undefined;
@@ -98,7 +103,7 @@ async function stuckOnce(path: StuckPath, n: number, cfg: BenchConfig): Promise<
     const guardKiB = Math.min(GUARD_MAX_KIB, GUARD_SHARE * (await memAvailableKiB()));
     const sampler = new RssSampler(rig, guardKiB, () => void child?.kill('SIGUSR1'));
     sampler.start();
-    const job: StuckJob = { spec: rig.spec, count: n, concurrency: 64, seconds: cfg.stuckSeconds, chunkBytes: STUCK_CHUNK_BYTES, perConnectionLimit: STUCK_CONNECTION_LIMIT };
+    const job: StuckJob = { spec: rig.stuckSpec, count: n, concurrency: 64, seconds: cfg.stuckSeconds, chunkBytes: STUCK_CHUNK_BYTES, perConnectionLimit: STUCK_CONNECTION_LIMIT };
     child = spawnHelper(`stuck-client-${path}-${n}`, 'stuck-client.js', job);
     const opened = await child.waitForJsonLine((o) => 'opened' in o, 60_000 + n * 100);
     const filled = await child.waitForJsonLine((o) => 'filled' in o, (cfg.stuckSeconds + 60) * 1000);
@@ -162,7 +167,7 @@ async function stuckOnce(path: StuckPath, n: number, cfg: BenchConfig): Promise<
     const heldText = typeof held === 'string' ? `tables unreadable while held (${held})` : `while held ${tablesText(held)}`;
     const limited = Number(opened['unsentLimited']);
     const capText = limited > 0 ? `; ${limited} client sockets capped at ${DEFAULT_UNSENT_LIMIT / 1024} KiB unsent, as hub and agent cap theirs`
-      : rig.spec.kind === 'connect' ? '; client sockets NOT capped (no system calls here): their send queues count on this machine' : '';
+      : rig.stuckSpec.kind === 'connect' ? '; client sockets NOT capped (no system calls here): their send queues count on this machine' : '';
     const clientText = `${String(opened['client'])}${capText}`;
     const summary = `N=${n}: ${openedCount} opened in ${Number(opened['seconds']).toFixed(1)} s (${clientText}); `
       + `${per(Number(filled['filled']))} handed over in all (${per(Number(filled['min']))}–${per(Number(filled['max']))} per connection; last write() at ${Number(filled['lastWriteAfter']).toFixed(1)} s; `
@@ -187,15 +192,18 @@ class StuckRun implements PathRun {
 
   async measure(): Promise<string> {
     const failed: string[] = [];
-    for (const n of stuckCounts(this.cfg)) {
-      try {
-        const { figures, summary } = await stuckOnce(this.path, n, this.cfg);
-        for (const [figure, value] of Object.entries(figures)) this.figures.set(stuckMetric(n, figure as StuckFigure), value);
-        this.notesList.push(summary);
-        log(`stuck-destination ${this.path} ${summary}`);
-      } catch (err) {
-        failed.push(`N=${n}: ${errorMessage(err)}`);
-        log(`stuck-destination ${this.path} N=${n}: FAILED: ${errorMessage(err)}`);
+    for (const clients of clientsFor(this.path)) {
+      const who = clients === 'sdk' ? '' : ` ${clients}-style clients`;
+      for (const n of stuckCounts(this.cfg)) {
+        try {
+          const { figures, summary } = await stuckOnce(this.path, clients, n, this.cfg);
+          for (const [figure, value] of Object.entries(figures)) this.figures.set(stuckMetric(n, figure as StuckFigure, clients), value);
+          this.notesList.push(`${who ? `${who.trim()}, ` : ''}${summary}`);
+          log(`stuck-destination ${this.path}${who} ${summary}`);
+        } catch (err) {
+          failed.push(`${who ? `${who.trim()} ` : ''}N=${n}: ${errorMessage(err)}`);
+          log(`stuck-destination ${this.path}${who} N=${n}: FAILED: ${errorMessage(err)}`);
+        }
       }
     }
     if (failed.length > 0) throw new Error(failed.join('; '));
