@@ -58,6 +58,7 @@ export const hubFlags: FlagSpecs = {
   'memory-budget': { type: 'string', default: '256Mi', help: 'bytes the hub may hold for its peers, all connections together (windows grow from it; a reader that stops holds its share only)' },
   'max-connections': { type: 'string', help: 'tunneled connections (and CONNECT client connections) the hub holds at most; more are refused with reason "limit" (default: budget / 64 KiB, two initial windows)' },
   'max-connections-per-client': { type: 'string', help: 'the same per client certificate or token (default: half of --max-connections)' },
+  'stall-timeout': { type: 'string', default: '0s', help: 'close a connection whose bytes could not move one way for this long: a destination or client that stopped reading (a hung webhook), or a CONNECT client gone while its kernel still holds unsent bytes; the client hears why. 0s: never (as ANP)' },
   grant: { type: 'string', multiple: true, help: 'extra identifier for a cluster\'s agents: CLUSTER=host:NAME | cidr:CIDR | default-route' },
   store: { type: 'string', default: 'embedded', help: 'hub store: embedded (DATA_DIR/store, crash-safe) or kubernetes (the CRDs in deploy/)' },
   'agent-install': { type: 'string', default: 'manual', help: 'manual (admins apply "join" bundles) or manifestwork (the hub is OCM\'s addon manager: ManifestWorks, OCM\'s CSR flow; needs --store kubernetes)' },
@@ -217,7 +218,7 @@ export async function runHub(args: string[]): Promise<void> {
   } as const;
   const dialTimeoutMs = duration(flags, 'dial-timeout');
   const agentWait = { agentWaitMs: duration(flags, 'agent-wait'), maxWaitingDials: optionalCount(flags, 'agent-wait-max-dials') };
-  const limits = { memoryBudget: bytes(flags, 'memory-budget'), maxConnections: optionalCount(flags, 'max-connections'), maxConnectionsPerClient: optionalCount(flags, 'max-connections-per-client') };
+  const limits = { memoryBudget: bytes(flags, 'memory-budget'), maxConnections: optionalCount(flags, 'max-connections'), maxConnectionsPerClient: optionalCount(flags, 'max-connections-per-client'), stallTimeoutMs: duration(flags, 'stall-timeout') };
   const shutdownGrace = duration(flags, 'shutdown-grace');
   const shutdownDelay = duration(flags, 'shutdown-delay');
 

@@ -104,6 +104,8 @@ export class ReceiveWindow {
   private lowWater: number;
   private measuringSince = Date.now();
   private disposed = false;
+  /** When bytes last went to the sink's reader, or began to wait for it (a stall policy's clock). */
+  private movedAt = Date.now();
 
   constructor(private readonly opts: ReceiveWindowOptions) {
     this.window = opts.initial;
@@ -122,6 +124,11 @@ export class ReceiveWindow {
     return this.window;
   }
 
+  /** How long the bytes buffered now have waited with none of them flushed (0: none wait). */
+  stalledFor(now: number): number {
+    return this.pendingBytes > 0 ? now - this.movedAt : 0;
+  }
+
   /** Bytes the sender sent beyond the credit we gave it. */
   get overrun(): number {
     return Math.max(0, -this.outstanding);
@@ -134,6 +141,7 @@ export class ReceiveWindow {
     const n = chunk.length;
     this.outstanding -= n;
     if (this.outstanding < this.lowWater) this.lowWater = this.outstanding;
+    if (this.pendingBytes === 0) this.movedAt = Date.now();
     this.pendingBytes += n;
     this.gauge(n);
     this.opts.sink.write(chunk, (err) => {
@@ -141,6 +149,7 @@ export class ReceiveWindow {
       this.pendingBytes -= n;
       this.gauge(-n);
       if (err) return;
+      this.movedAt = Date.now();
       this.flushed(n);
       if (this.pendingBytes === 0) this.onFlushed?.();
     });

@@ -13,7 +13,7 @@ import { Tunnel, TunnelError } from '@cluster-proxy/client';
 import { issueClientCert, writePemPair } from '@cluster-proxy/server';
 import { createPki, expectTablesEmpty, startAgent, startHub, type AgentProcess, type HubProcess, type TestPki } from '../src/harness.js';
 import { scrape } from '../src/metrics-text.js';
-import { connectThrough, killAllSpawned, payloadSha256, startStallOrSinkServer, waitFor, writePayload, type TcpTarget } from '../src/fixtures/index.js';
+import { connectThrough, killAllSpawned, payloadSha256, spawnProcess, startStallOrSinkServer, waitFor, writePayload, type TcpTarget } from '../src/fixtures/index.js';
 import { AnpClientConn } from '../src/fixtures/anp-peers.js';
 
 const MiB = 1024 * 1024;
@@ -185,8 +185,9 @@ describe('destinations that never read', () => {
       }
     } finally {
       clearInterval(sampler);
-      // A client that leaves with data queued resets (a process that exits: its kernel gives up on
-      // the unsent data); the hub notices even while the connection waits for credit.
+      // Clients that leave with a reset; the hub notices even while the connection waits for credit.
+      // (One whose process exits with bytes unsent sends no reset: its FIN waits behind those bytes.
+      // Only the stall policy lets it go in time: the next test.)
       for (const s of stuck) {
         tcpUnder.get(s)?.resetAndDestroy();
         s.destroy();
@@ -201,6 +202,102 @@ describe('destinations that never read', () => {
         && [m, g].every((s) => s.value('cluster_proxy_agent_memory_committed_bytes') === 0 && s.value('cluster_proxy_agent_memory_held_bytes') === 0);
     }, { timeoutMs: 10_000, intervalMs: 200, message: 'budgets released' });
     expect(muxAgent.proc.isRunning() && grpcAgent.proc.isRunning() && hub.proc.isRunning()).toBe(true);
+  });
+});
+
+/**
+ * A CONNECT client in a process of its own: it fills its connection to a stalled destination, says
+ * {"blocked":N} and exits with bytes still unsent. Its kernel keeps the orphaned socket and queues
+ * the FIN behind those bytes, which the hub, holding the client back, never reads: until the kernel
+ * gives up (minutes), nothing tells the hub the client is gone.
+ */
+const EXITING_CONNECT_CLIENT = `
+const tls = require('node:tls');
+const fs = require('node:fs');
+const [port, ca, cert, key, target] = process.argv.slice(1);
+const socket = tls.connect({ host: '127.0.0.1', port: Number(port), servername: 'localhost', ca: fs.readFileSync(ca), cert: fs.readFileSync(cert), key: fs.readFileSync(key) });
+socket.once('secureConnect', () => socket.write('CONNECT ' + target + ' HTTP/1.1\\r\\nHost: ' + target + '\\r\\n\\r\\n'));
+let head = '';
+const onHead = (d) => {
+  head += d.toString('latin1');
+  if (!head.includes('\\r\\n\\r\\n')) return;
+  socket.off('data', onHead);
+  if (!head.startsWith('HTTP/1.1 200')) { console.log(JSON.stringify({ refused: head.split('\\r\\n')[0] })); process.exit(1); }
+  socket.write('s');
+  const chunk = Buffer.alloc(64 * 1024, 0x78);
+  let handed = 0;
+  const fill = () => {
+    while (socket.write(chunk)) handed += chunk.length;
+    handed += chunk.length;
+    const t = setTimeout(() => { console.log(JSON.stringify({ blocked: handed })); process.exit(0); }, 500);
+    socket.once('drain', () => { clearTimeout(t); fill(); });
+  };
+  fill();
+};
+socket.on('data', onHead);
+socket.on('error', (err) => { console.log(JSON.stringify({ error: err.message })); process.exit(1); });
+`;
+
+describe('the stall policy (--stall-timeout)', () => {
+  const STALL_S = 2;
+  let pki: TestPki;
+  let target: TcpTarget & { stalled(): number };
+  let hub: HubProcess;
+  let agent: AgentProcess;
+  const tunnels: Tunnel[] = [];
+
+  beforeAll(async () => {
+    target = await startStallOrSinkServer();
+    pki = await createPki();
+    hub = await startHub(pki, ['--stall-timeout', `${STALL_S}s`]);
+    agent = await startAgent(pki, hub, { cluster: 'hung', apiserver: `127.0.0.1:${target.port}`, args: ['--transport', 'mux'] });
+  }, 60_000);
+
+  afterAll(async () => {
+    for (const t of tunnels) t.close();
+    await Promise.all([hub?.stop(), agent?.stop()]);
+    await killAllSpawned();
+    await target?.close();
+    await pki?.cleanup();
+  });
+
+  it('closes connections whose destination took nothing for the timeout, on every path, and says why; an idle one stays; a CONNECT client that exited with bytes unsent is let go too', { timeout: 90_000 }, async () => {
+    const tunnel = hub.tunnel('mux');
+    tunnels.push(tunnel);
+    const anpTls = { ca: Buffer.from(pki.ca.certPem), cert: readFileSync(pki.client.certPath), key: readFileSync(pki.client.keyPath), serverName: 'localhost' };
+    const idle = await tunnel.dial('hung:443');
+    const sdk = await tunnel.dial('hung:443');
+    const connect = await connectThroughHub(hub, pki, 'hung:443');
+    const anp = new AnpClientConn(`127.0.0.1:${hub.ports.frontend}`, anpTls, 'hung:443');
+    await anp.connected;
+    const stuck: [string, Duplex][] = [['sdk', sdk], ['connect', connect], ['anp', anp]];
+    const errors = new Map<string, string>();
+    for (const [name, s] of [...stuck, ['idle', idle] as [string, Duplex]]) s.on('error', (err: Error) => errors.set(name, err.message));
+    const closed = stuck.map(([, s]) => new Promise<void>((resolve) => s.once('close', () => resolve())));
+
+    const exiting = spawnProcess({ name: 'exiting-connect-client', command: process.execPath, args: ['-e', EXITING_CONNECT_CLIENT, String(hub.ports.connect), pki.caPath, pki.client.certPath, pki.client.keyPath, 'hung:443'] });
+    const began = Date.now();
+    await Promise.all([...stuck.map(([, s]) => fillUntilBlocked(s, 64 * MiB, began + 30_000)), exiting.waitForJsonLine((o) => 'blocked' in o, 30_000)]);
+    expect((await exiting.exited).code).toBe(0);
+    await waitFor(() => target.stalled() === 4, { timeoutMs: 10_000, message: 'every stuck connection reached the target' });
+
+    // The hub closes each once nothing moved for the timeout, and the agent closes the destination.
+    await Promise.all(closed);
+    expect(Date.now() - began).toBeGreaterThanOrEqual(STALL_S * 1000);
+    expect(errors.get('sdk')).toMatch(/--stall-timeout/);
+    expect(errors.get('anp')).toMatch(/--stall-timeout/);
+    expect(errors.get('connect')).toMatch(/ECONNRESET/); // a reset: the client's bytes did not all arrive
+    await waitFor(async () => (await hub.tables()).agents.reduce((n, a) => n + a.established.length, 0) === 1, { timeoutMs: 10_000, message: 'only the idle connection is left (the exited client\'s too is gone)' });
+    await waitFor(async () => (await agent.tables()).servers.reduce((n, srv) => n + srv.connections.length, 0) === 1, { timeoutMs: 10_000, message: 'the agent closed the stalled destinations' });
+    const scraped = await scrape(hub.ports.health);
+    expect(scraped.value('cluster_proxy_server_stalled_connections_closed_total', { direction: 'to_agent' })).toBe(4);
+
+    // Idle is not stalled: nothing waits to move, the connection stays and still works.
+    expect(idle.destroyed).toBe(false);
+    expect(errors.has('idle')).toBe(false);
+    const got = await bulk(idle, MiB);
+    expect(got).toEqual({ bytes: MiB, sha256: payloadSha256(MiB) });
+    await expectTablesEmpty(hub, [agent], 10_000);
   });
 });
 

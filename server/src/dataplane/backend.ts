@@ -194,6 +194,11 @@ export class AgentBackend implements Routable, ConnectionBackend {
     if (conn.connectID && this.conns.get(conn.connectID) === conn) this.conns.delete(conn.connectID);
   }
 
+  /** The established connections now (a copy: the caller may close them). */
+  establishedConnections(): ProxiedConnection[] {
+    return [...this.conns.values()];
+  }
+
   summary(): { pending: number; established: { connectID: number; address: string; state: string; bytesToAgent: number; bytesToClient: number }[] } {
     return {
       pending: this.pending.size,

@@ -144,6 +144,12 @@ export class ServerMetrics {
     labelNames: ['direction'] as const,
     registers: [this.registry],
   });
+  readonly stalledCloses = new Counter({
+    name: `${OWN}stalled_connections_closed_total`,
+    help: 'Connections the hub closed because bytes could not move one way for --stall-timeout, by direction (to_agent: the destination took nothing; to_client: the client took nothing)',
+    labelNames: ['direction'] as const,
+    registers: [this.registry],
+  });
   readonly admissionRefusals = new Counter({
     name: `${OWN}admission_refusals_total`,
     help: 'Dials refused because a connection limit was reached, by limit (hub: --max-connections, client: --max-connections-per-client)',

@@ -2,7 +2,7 @@
 // hub paused it, but the agent must never receive more than its credit (plus one chunk), or it cuts
 // the connection. Driven packet by packet with a recording backend and frontend.
 import pino from 'pino';
-import { describe, expect, it, vi } from 'vitest';
+import { afterEach, describe, expect, it, vi } from 'vitest';
 import { MAX_CONNECTION_WINDOW, MemoryBudget, PacketType, type Packet } from '@cluster-proxy/proto';
 import type { AgentBackend } from './backend.js';
 import type { Frontend } from './frontend.js';
@@ -11,7 +11,7 @@ import { ProxiedConnection } from './proxied-connection.js';
 
 const WINDOW = 1024 * 1024;
 
-function setup(opts: { clientHalfClose?: boolean } = {}) {
+function setup(opts: { clientHalfClose?: boolean; sink?: Frontend['sink'] } = {}) {
   const sent: Packet[] = [];
   const events: string[] = [];
   const waiters: Array<() => void> = [];
@@ -24,7 +24,7 @@ function setup(opts: { clientHalfClose?: boolean } = {}) {
     sendHalfClose: () => { events.push('HALF_CLOSE'); },
   } as unknown as AgentBackend;
   const frontend: Frontend = {
-    sink: { write: () => true }, client: 'test', halfClose: opts.clientHalfClose ?? true,
+    sink: opts.sink ?? { write: () => true }, client: 'test', halfClose: opts.clientHalfClose ?? true,
     dialSucceeded: () => {}, dialFailed: () => {}, remoteEnded: () => { events.push('remoteEnded'); },
     closed: (e) => { events.push(`closed:${e}`); },
     pause: () => { events.push('pause'); }, resume: () => { events.push('resume'); },
@@ -155,5 +155,69 @@ describe('ProxiedConnection: the destination ends first', () => {
     conn.onCloseResponse('');
     expect(events).toEqual(['CLOSE_REQ', 'closed:']);
     expect(conn.state).toBe('closed');
+  });
+});
+
+describe('ProxiedConnection: the stall policy (--stall-timeout)', () => {
+  afterEach(() => {
+    vi.useRealTimers();
+  });
+
+  it('a client held back while none of its bytes reach the agent is stalled towards the agent; bytes that go restart the clock', () => {
+    vi.useFakeTimers({ toFake: ['Date'] });
+    const { conn, dataBytes } = setup();
+    expect(conn.stall(Date.now())).toBeNull();
+    conn.write(Buffer.alloc(WINDOW + 4096)); // more than the agent's credit: the client is paused
+    vi.advanceTimersByTime(3000);
+    expect(conn.stall(Date.now())).toEqual({ direction: 'to_agent', ms: 3000 });
+    conn.onCredit(1024); // a trickle goes: it moved
+    expect(dataBytes()).toBe(WINDOW + 1024);
+    expect(conn.stall(Date.now())).toEqual({ direction: 'to_agent', ms: 0 });
+    vi.advanceTimersByTime(500);
+    expect(conn.stall(Date.now())?.ms).toBe(500);
+    conn.onCredit(WINDOW); // everything went, the client is resumed: no stall
+    expect(conn.stall(Date.now())).toBeNull();
+  });
+
+  it('bytes for a client that takes none of them are stalled towards the client, from when the first began to wait', () => {
+    vi.useFakeTimers({ toFake: ['Date'] });
+    const callbacks: Array<(err?: Error | null) => void> = [];
+    const { conn } = setup({ sink: { write: (_chunk, cb) => { callbacks.push(cb); return false; } } });
+    conn.onData(Buffer.alloc(1000));
+    vi.advanceTimersByTime(2000);
+    conn.onData(Buffer.alloc(1000));
+    vi.advanceTimersByTime(1000);
+    expect(conn.stall(Date.now())).toEqual({ direction: 'to_client', ms: 3000 });
+    callbacks.shift()!(); // the client took the first chunk: it moves
+    expect(conn.stall(Date.now())).toEqual({ direction: 'to_client', ms: 0 });
+    callbacks.shift()!();
+    expect(conn.stall(Date.now())).toBeNull();
+  });
+
+  it('closing a stalled connection drops what waits, asks the agent to close at once, and tells the client why once the agent has', async () => {
+    const { conn, events, dataBytes } = setup();
+    conn.write(Buffer.alloc(WINDOW + 4096));
+    conn.closeStalled('to_agent', 300_000);
+    expect(conn.state).toBe('closing');
+    expect(events.at(-1)).toBe('CLOSE_REQ');
+    conn.onCredit(WINDOW); // late credit: the dropped bytes stay dropped
+    expect(dataBytes()).toBe(WINDOW);
+    conn.write(Buffer.alloc(10)); // the client's late bytes go nowhere
+    expect(dataBytes()).toBe(WINDOW);
+    expect(conn.stall(Date.now())).toBeNull();
+    conn.onCloseResponse('');
+    expect(conn.state).toBe('closed');
+    expect(events.at(-1)).toBe('closed:closed by the proxy server: the destination took none of the client\'s bytes for 300 s (--stall-timeout)');
+    const counted = (await conn.backend.metrics.stalledCloses.get()).values;
+    expect(counted).toEqual([expect.objectContaining({ labels: { direction: 'to_agent' }, value: 1 })]);
+  });
+
+  it('only an open connection is closed so: a closing one keeps its own course', () => {
+    const { conn, events } = setup();
+    conn.close();
+    const before = [...events];
+    conn.closeStalled('to_client', 300_000);
+    expect(events).toEqual(before);
+    expect(conn.state).toBe('closing');
   });
 });

@@ -3,7 +3,8 @@
 //   pending  DIAL_REQ sent, waiting for DIAL_RSP (deadline timer running)
 //   open     bytes flow both ways; either side may half-close
 //   closing  the client closed: what still waits for credit goes first (CLOSE_FLUSH_MS at most),
-//            then CLOSE_REQ to the agent, waiting for CLOSE_RSP (timer running)
+//            then CLOSE_REQ to the agent, waiting for CLOSE_RSP (timer running); or the stall policy
+//            closed it (closeStalled): nothing waiting is kept, CLOSE_REQ at once
 //   closed   removed from every table; the frontend has been told
 import { LazyLog, MAX_DATA_CHUNK, MAX_MESSAGE_BYTES, ReceiveWindow, SendCredit, classifyDialError, packets, unpinned, type DialFailureReason, type MemoryBudget, type StreamSender } from '@cluster-proxy/proto';
 import type { Logger } from 'pino';
@@ -39,6 +40,9 @@ export interface ConnectionBackend {
 
 export type ProxiedState = 'pending' | 'open' | 'closing' | 'closed';
 
+/** Which way bytes could not move: client bytes towards the destination, or destination bytes towards the client. */
+export type StallDirection = 'to_agent' | 'to_client';
+
 /** How long we wait for the agent's CLOSE_RSP before dropping our half anyway. */
 const CLOSE_ACK_TIMEOUT_MS = 10_000;
 /** After the client closed, how long its last bytes may wait for the agent's credit before they are
@@ -61,6 +65,10 @@ export class ProxiedConnection {
   private toAgentCredit: SendCredit;
   private toClient: ReceiveWindow | null = null;
   private frontendPaused = false;
+  /** When client bytes last went to the agent, or the client was last held back (a stall policy's clock). */
+  private toAgentMovedAt = 0;
+  /** Why the hub itself closed the connection (the stall policy): what the client hears instead of the agent's answer. */
+  private closeError: string | null = null;
   /** The client sent HALF_CLOSE / the agent sent HALF_CLOSE. */
   private clientEnded = false;
   private agentEnded = false;
@@ -193,6 +201,7 @@ export class ProxiedConnection {
       const n = this.toAgentCredit.allowance(Math.min(MAX_DATA_CHUNK, head.data.length));
       if (n === 0) break;
       this.backend.sender.send(packets.data(this.connectID, head.data.subarray(0, n)));
+      this.toAgentMovedAt = Date.now();
       this.toAgentCredit.consume(n);
       this.bytesToAgent += n;
       this.waitingBytes -= n;
@@ -254,6 +263,36 @@ export class ProxiedConnection {
       this.sendCloseRequest();
     }, CLOSE_FLUSH_MS);
     this.sendWaiting();
+  }
+
+  /**
+   * How long bytes have been unable to move one way, and which way (the longer, if both): the client
+   * held back while none of its bytes went to the agent, or bytes for the client that it does not take.
+   * Null unless open and stalled.
+   */
+  stall(now: number): { direction: StallDirection; ms: number } | null {
+    if (this.state !== 'open') return null;
+    const toAgent = this.frontendPaused ? now - this.toAgentMovedAt : -1;
+    const toClient = this.toClient && this.toClient.buffered > 0 ? this.toClient.stalledFor(now) : -1;
+    if (toAgent < 0 && toClient < 0) return null;
+    return toAgent >= toClient ? { direction: 'to_agent', ms: toAgent } : { direction: 'to_client', ms: toClient };
+  }
+
+  /**
+   * The stall policy (--stall-timeout): bytes could not move `direction` for `ms`. What waits here is
+   * dropped, the agent is asked to close the destination now, and the client hears why once it has.
+   */
+  closeStalled(direction: StallDirection, ms: number): void {
+    if (this.state !== 'open') return;
+    const where = direction === 'to_agent' ? 'the destination took none of the client\'s bytes' : 'the client took none of the destination\'s bytes';
+    this.closeError = `closed by the proxy server: ${where} for ${Math.round(ms / 1000)} s (--stall-timeout)`;
+    this.log.info({ direction, stalledMs: ms, waiting: this.waitingBytes, buffered: this.toClient?.buffered ?? 0 }, 'closing a stalled connection');
+    this.backend.metrics.stalledCloses.inc({ direction });
+    this.state = 'closing';
+    this.dropWaiting();
+    this.afterWaiting = null;
+    this.releaseFrontendPressure();
+    this.sendCloseRequest();
   }
 
   private readonly sendCloseRequest = (): void => {
@@ -321,6 +360,7 @@ export class ProxiedConnection {
   private pauseFrontend(): void {
     if (!this.frontendPaused) {
       this.frontendPaused = true;
+      this.toAgentMovedAt = Date.now();
       this.frontend.pause();
     }
     if (this.backend.sender.congested) this.backend.sender.whenWritable(this.maybeResumeFrontend);
@@ -358,7 +398,7 @@ export class ProxiedConnection {
     this.releaseFrontendPressure();
     this.toClient?.dispose();
     this.enterClosed();
-    this.frontend.closed(error);
+    this.frontend.closed(this.closeError ?? error);
   }
 
   /** Every way to `closed` ends here: out of the agent stream's tables and the core's counts. */

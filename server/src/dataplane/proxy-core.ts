@@ -25,7 +25,13 @@ export interface ProxyCoreOptions {
   agentWaitMs?: number;
   /** Dials waiting so at once at most (default: maxConnections). */
   maxWaitingDials?: number;
+  /** Close a connection whose bytes could not move one way for this long (ProxiedConnection.stall); 0: never. */
+  stallTimeoutMs?: number;
 }
+
+/** How often connections are checked against the stall timeout: a quarter of it, within these bounds. */
+const STALL_SWEEP_MIN_MS = 100;
+const STALL_SWEEP_MAX_MS = 5000;
 
 export class ProxyCore {
   readonly routes = new RoutingTable<AgentBackend>();
@@ -41,6 +47,8 @@ export class ProxyCore {
   /** Connections pending or open, in all and per client. */
   private connections = 0;
   private readonly perClient = new Map<string, number>();
+  /** Checks for stalled connections; runs only while the stall policy is on and connections exist. */
+  private stallSweep: NodeJS.Timeout | null = null;
 
   constructor(private readonly opts: ProxyCoreOptions) {
     this.log = opts.log;
@@ -65,6 +73,7 @@ export class ProxyCore {
   stop(): void {
     this.stopping_ = true;
     this.agentWaits.stop();
+    this.stopStallSweep();
   }
 
   addBackend(b: AgentBackend): void {
@@ -154,9 +163,32 @@ export class ProxyCore {
       const n = (this.perClient.get(client) ?? 1) - 1;
       if (n > 0) this.perClient.set(client, n);
       else this.perClient.delete(client);
+      if (this.connections === 0) this.stopStallSweep();
     });
     conn.startDial(this.opts.dialTimeoutMs);
+    this.startStallSweep();
     return conn;
+  }
+
+  private startStallSweep(): void {
+    const timeout = this.opts.stallTimeoutMs ?? 0;
+    if (timeout <= 0 || this.stallSweep || this.stopping_) return;
+    const every = Math.min(STALL_SWEEP_MAX_MS, Math.max(STALL_SWEEP_MIN_MS, Math.floor(timeout / 4)));
+    this.stallSweep = setInterval(() => {
+      const now = Date.now();
+      for (const backend of this.routes.backends()) {
+        for (const conn of backend.establishedConnections()) {
+          const stall = conn.stall(now);
+          if (stall && stall.ms >= timeout) conn.closeStalled(stall.direction, stall.ms);
+        }
+      }
+    }, every);
+    this.stallSweep.unref();
+  }
+
+  private stopStallSweep(): void {
+    if (this.stallSweep) clearInterval(this.stallSweep);
+    this.stallSweep = null;
   }
 
   /** Null when a new connection of `client` fits the limits, else which limit and what to say. */

@@ -74,6 +74,8 @@ export interface ProxyServerOptions {
   agentWaitMs?: number;
   /** Dials waiting so at once at most (default: maxConnections). */
   maxWaitingDials?: number;
+  /** Close a connection whose bytes could not move one way for this long (default 0: never). */
+  stallTimeoutMs?: number;
   grants?: ReadonlyMap<string, Grant>;
   /** Where ports.json goes (chosen ports, for scripts and tests). */
   dataDir?: string;
@@ -182,7 +184,7 @@ export class ProxyServer {
     this.core = new ProxyCore({
       dialTimeoutMs: opts.dialTimeoutMs ?? 10_000, log: opts.log, metrics: this.metrics, budget,
       maxConnections, maxConnectionsPerClient: opts.maxConnectionsPerClient ?? Math.max(1, Math.floor(maxConnections / 2)),
-      agentWaitMs: opts.agentWaitMs, maxWaitingDials: opts.maxWaitingDials,
+      agentWaitMs: opts.agentWaitMs, maxWaitingDials: opts.maxWaitingDials, stallTimeoutMs: opts.stallTimeoutMs,
     });
     this.readiness = new HealthChecks('readyz', [{ name: 'listeners', check: this.checkListeners }, ...(opts.readinessChecks ?? [])]);
     this.liveness = new HealthChecks('healthz', [{ name: 'ping', check: () => undefined }, ...(opts.livenessChecks ?? [])]);
