@@ -149,6 +149,10 @@ export class GrpcFrontend implements Frontend {
     this.finish();
   }
 
+  heldBytes(): number {
+    return this.call.heldBytes;
+  }
+
   pause(): void {
     this.call.pause();
   }

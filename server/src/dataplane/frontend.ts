@@ -18,4 +18,6 @@ export interface Frontend {
   /** Stop / restart reading bytes from the client (no credit left towards the agent). */
   pause(): void;
   resume(): void;
+  /** Client bytes held for this connection before the core has them: a paused socket's or stream's buffer (the held gauge counts them). */
+  heldBytes?(): number;
 }

@@ -34,6 +34,14 @@ afterEach(async () => {
   rmSync(dir, { recursive: true, force: true });
 });
 
+async function waitUntil(ok: () => boolean, timeoutMs = 5000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!ok()) {
+    if (Date.now() > deadline) throw new Error('condition not met in time');
+    await new Promise((r) => setTimeout(r, 10));
+  }
+}
+
 function connect(): http2.ClientHttp2Session {
   const s = http2.connect('http://localhost', { createConnection: () => net.connect({ path: sock }) });
   s.on('error', () => {});
@@ -70,6 +78,32 @@ describe('GrpcServer', () => {
       expect((await md)[0]['serverid']).toEqual(['test']);
       expect((await status)[0].code).toBe(GrpcStatus.OK);
       expect(got).toEqual([packets.closeRequest(7)]);
+    } finally {
+      c.close();
+    }
+  });
+
+  it('a paused call counts the client bytes it holds (Node\'s stream buffer, messages not handed on), and none once they are taken', async () => {
+    let held: GrpcServerCall | undefined;
+    const taken: Packet[] = [];
+    server.handle('/Test/Paused', (call) => {
+      call.sendMetadata();
+      call.pause();
+      call.on('data', (p: Packet) => taken.push(p));
+      held = call;
+    });
+    const c = new GrpcClient({ address: `unix:${sock}`, streamWindow: 1 << 20, connectionWindow: 1 << 22, maxMessageBytes: 1 << 16 });
+    try {
+      const call = c.call('/Test/Paused');
+      await once(call, 'metadata');
+      const payload = 3 * 10_000;
+      for (let i = 0; i < 3; i++) call.write(packets.data(1, Buffer.alloc(10_000, i)));
+      await waitUntil(() => (held?.heldBytes ?? 0) >= payload);
+      expect(held!.heldBytes).toBeLessThan(payload + 3 * 64); // gRPC and protobuf framing only
+      expect(taken).toEqual([]);
+      held!.resume();
+      await waitUntil(() => taken.length === 3);
+      expect(held!.heldBytes).toBe(0);
     } finally {
       c.close();
     }

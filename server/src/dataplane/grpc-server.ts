@@ -13,7 +13,7 @@ import type net from 'node:net';
 import type { Duplex } from 'node:stream';
 import type { PeerCertificate, TLSSocket } from 'node:tls';
 import {
-  GrpcMessageReader, GrpcStatus, encodeGrpcMessage, h2Transport, parseGrpcTimeout, watchSession, writeGrpcMessage,
+  GrpcMessageReader, GrpcStatus, PacketType, encodeGrpcMessage, h2Transport, parseGrpcTimeout, watchSession, writeGrpcMessage,
   type GrpcFramingError, type Packet, type WatchdogOptions,
 } from '@cluster-proxy/proto';
 import { SessionWindow, type SessionWindowOptions } from './session-window.js';
@@ -103,6 +103,13 @@ export class GrpcServerCall extends EventEmitter {
   /** Bytes written to the stream and not yet sent (HTTP/2 flow control holds them back too). */
   get writableLength(): number {
     return this.stream.writableLength;
+  }
+
+  /** Client bytes the call holds that its handler has not taken: Node's buffer of the paused stream, a message not complete yet, messages parsed while paused. */
+  get heldBytes(): number {
+    let queued = 0;
+    for (const p of this.queue) if (p.type === PacketType.DATA) queued += p.data.data.length;
+    return this.stream.readableLength + this.reader.pending + queued;
   }
 
   getPeer(): string {

@@ -264,14 +264,14 @@ export class ServerMetrics {
     });
     new Gauge({
       name: `${OWN}memory_committed_bytes`,
-      help: 'Sum of the per-connection windows granted to peers, by direction (to_agent: client bytes towards agents; to_client: agent bytes towards clients)',
+      help: 'Sum of the per-connection windows granted to peers, by direction (to_agent: client bytes towards agents, gRPC clients\' stream windows included; to_client: agent bytes towards clients)',
       labelNames: ['direction'] as const,
       registers: r,
       collect() { for (const u of src()?.memory().directions ?? []) this.set({ direction: u.direction }, u.committed); },
     });
     new Gauge({
       name: `${OWN}memory_held_bytes`,
-      help: 'Bytes held now on behalf of peers, not yet passed on, by direction (to_agent, to_client)',
+      help: 'Bytes held now on behalf of peers, not yet passed on, by direction (to_agent, to_client; to_agent includes client bytes in the buffers of paused sockets and HTTP/2 streams)',
       labelNames: ['direction'] as const,
       registers: r,
       collect() { for (const u of src()?.memory().directions ?? []) this.set({ direction: u.direction }, u.buffered); },

@@ -1,6 +1,6 @@
 // The hub's routing core, independent of how clients arrive: registered agent streams, the routing
 // table, and dialing a destination for a frontend.
-import { GATEWAY_DESTINATION, HUB_MEMORY_BUDGET, MAX_CONNECTION_WINDOW, MemoryBudget, isGatewayHost, splitHostPort } from '@cluster-proxy/proto';
+import { GATEWAY_DESTINATION, HUB_MEMORY_BUDGET, MAX_CONNECTION_WINDOW, MemoryBudget, isGatewayHost, splitHostPort, type DirectionUsage } from '@cluster-proxy/proto';
 import type { Logger } from 'pino';
 import { AgentWaits, DEFAULT_AGENT_WAIT_MS, type AgentWait } from './agent-wait.js';
 import { AgentBackend } from './backend.js';
@@ -196,6 +196,23 @@ export class ProxyCore {
     if (this.connections >= this.maxConnections) return { limit: 'hub', message: `this proxy server holds ${this.maxConnections} connections, its limit (--max-connections); try again later or another replica` };
     if ((this.perClient.get(client) ?? 0) >= this.maxConnectionsPerClient) return { limit: 'client', message: `${client} holds ${this.maxConnectionsPerClient} connections through this proxy server, its limit per client (--max-connections-per-client)` };
     return null;
+  }
+
+  /**
+   * The budget's figures per direction, to_agent's held including the client bytes frontends hold for
+   * their connections (Node's buffers of paused sockets and HTTP/2 streams, which the budget does not see).
+   */
+  memoryByDirection(): DirectionUsage[] {
+    let inFrontends = 0;
+    for (const backend of this.routes.backends()) {
+      for (const conn of backend.establishedConnections()) inFrontends += conn.frontend.heldBytes?.() ?? 0;
+    }
+    const usage = this.budget.usageByDirection();
+    if (inFrontends === 0) return usage;
+    const toAgent = usage.find((u) => u.direction === 'to_agent');
+    if (toAgent) toAgent.buffered += inFrontends;
+    else usage.push({ direction: 'to_agent', committed: 0, buffered: inFrontends });
+    return usage;
   }
 
   /** Connection tables for /debug/connections and tests. */

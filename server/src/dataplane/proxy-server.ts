@@ -227,7 +227,7 @@ export class ProxyServer {
       muxFrontends: () => this.muxClients.size,
       httpConnections: () => this.connect?.connections() ?? 0,
       serverCount: () => this.listenerOptions.serverCount(),
-      memory: () => ({ limit: this.core.budget.limit, directions: this.core.budget.usageByDirection() }),
+      memory: () => ({ limit: this.core.budget.limit, directions: this.core.memoryByDirection() }),
     });
     this.agentServer.handle(AGENT_CONNECT_PATH, makeAgentConnectHandler(this.listenerOptions));
     this.frontendServer.handle(PROXY_PATH, this.handleProxy);

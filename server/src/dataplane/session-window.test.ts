@@ -1,5 +1,6 @@
 // SessionWindow: a session with one stream grows its window from the budget while the stream moves and
-// the hub keeps reading; a second stream puts it back; a stalled stream keeps what it had; close returns it.
+// the hub keeps reading; a second stream puts it back; a stalled stream keeps what it had; every open
+// stream is charged its window; close returns it.
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import { MemoryBudget } from '@cluster-proxy/proto';
 import { MIN_SHARED_WINDOW, SessionWindow } from './session-window.js';
@@ -28,11 +29,13 @@ describe('SessionWindow', () => {
 
   it('one stream moving data: the window grows fourfold to the largest, announced in SETTINGS, charged to the budget', () => {
     const { w, budget, settings, read } = setup();
+    expect(budget.committed).toBe(0); // no stream, nothing the client may send
     w.streamOpened();
+    expect(budget.committed).toBe(64 * KiB);
     read(16 * MiB);
     expect(w.size).toBe(4 * MiB);
     expect(settings).toEqual([256 * KiB, 1 * MiB, 4 * MiB]);
-    expect(budget.committed).toBe(4 * MiB - 64 * KiB);
+    expect(budget.committed).toBe(4 * MiB);
     w.close();
     expect(budget.committed).toBe(0);
   });
@@ -58,14 +61,18 @@ describe('SessionWindow', () => {
     w.streamOpened();
     expect(w.size).toBe(64 * KiB);
     expect(settings.at(-1)).toBe(64 * KiB);
-    expect(budget.committed).toBe(0);
+    expect(budget.committed).toBe(2 * 64 * KiB);
     w.paused(); // the other stream stalled: the moving one still counts
     read(8 * MiB);
     expect(w.size).toBe(4 * MiB);
-    expect(budget.committed).toBe(2 * (4 * MiB - 64 * KiB));
+    expect(budget.committed).toBe(2 * 4 * MiB);
     w.streamClosed();
     expect(w.size).toBe(4 * MiB);
-    expect(budget.committed).toBe(4 * MiB - 64 * KiB);
+    expect(budget.committed).toBe(4 * MiB);
+    w.streamClosed();
+    expect(budget.committed).toBe(0); // open but no stream: nothing
+    w.streamOpened();
+    expect(budget.committed).toBe(4 * MiB);
     w.close();
     expect(budget.committed).toBe(0);
   });
@@ -75,10 +82,10 @@ describe('SessionWindow', () => {
     for (let i = 0; i < 4; i++) w.streamOpened();
     read(16 * MiB);
     expect(w.size).toBe(1 * MiB); // 4 streams x 1 MiB
-    expect(budget.committed).toBe(4 * (1 * MiB - 64 * KiB));
+    expect(budget.committed).toBe(4 * MiB);
     w.streamOpened();
     expect(w.size).toBe(512 * KiB); // halved below the share of five
-    expect(budget.committed).toBe(5 * (512 * KiB - 64 * KiB));
+    expect(budget.committed).toBe(5 * 512 * KiB);
     w.close();
     expect(budget.committed).toBe(0);
   });
@@ -105,6 +112,7 @@ describe('SessionWindow', () => {
     open(1024);
     expect(w.size).toBe(MIN_SHARED_WINDOW);
     expect(settings).toEqual([32 * KiB, 16 * KiB]);
+    expect(budget.committed).toBe((256 + 1 + 256 + 1024) * MIN_SHARED_WINDOW); // past the share only by the floor
     close(1024 + 256); // 257 left: 32 KiB each would be more than half the share
     expect(w.size).toBe(16 * KiB);
     close(1);
@@ -113,7 +121,7 @@ describe('SessionWindow', () => {
     expect(w.size).toBe(32 * KiB);
     close(1);
     expect(w.size).toBe(64 * KiB);
-    expect(budget.committed).toBe(0); // below the initial window nothing is charged, nor released
+    expect(budget.committed).toBe(128 * 64 * KiB);
     w.close();
     expect(budget.committed).toBe(0);
   });

@@ -7,10 +7,13 @@
 //   and grows like a connection's ReceiveWindow (flow-control.ts in proto), from the hub's memory budget,
 //   while the stream moves data and the hub keeps reading it.
 // - Several streams (our SDK on gRPC): back to the initial window, and it grows the same way while the
-//   session's streams move data, but all of them together may hold at most a sixteenth of the budget
-//   (charged for every stream), so a bulk stream beside a stalled one is not held to 64 KiB a round
+//   session's streams move data, but all of them together may hold at most a sixteenth of the budget,
+//   so a bulk stream beside a stalled one is not held to 64 KiB a round
 //   trip. With many streams it shrinks below the initial window to stay within that share (1,024 stuck
 //   streams held 64 MiB at 64 KiB each), not below MIN_SHARED_WINDOW.
+//
+// Every open stream is charged its window to the budget (a paused one holds that much in Node's
+// buffer): 1,024 konnectivity sessions of one stream each commit 64 MiB, which the budget sees.
 //
 //   single ──second stream──▶ shared (back to the initial window, less with many streams) ──down to one──▶ single (a grown window stays)
 //   single, shared ──session closed──▶ closed (the growth goes back to the budget)
@@ -40,7 +43,7 @@ export class SessionWindow {
   private state: SessionWindowState = 'single';
   private streams = 0;
   private window: number;
-  /** What the growth above the initial window is charged to the budget: once per stream that has it. */
+  /** What the session's streams are charged to the budget: the window once per open stream. */
   private charged = 0;
   /** Bytes read since the window last changed or a measurement restarted, and since when. */
   private turnover = 0;
@@ -61,7 +64,7 @@ export class SessionWindow {
         if (this.streams > 1) {
           this.state = 'shared';
           this.setWindow(this.fitShare(this.opts.initial));
-        }
+        } else this.recharge();
         return;
       case 'shared':
         this.setWindow(this.fitShare(this.window));
@@ -88,6 +91,8 @@ export class SessionWindow {
         } else this.recharge();
         return;
       case 'single':
+        this.recharge();
+        return;
       case 'closed':
         return;
     }
@@ -161,10 +166,9 @@ export class SessionWindow {
     }
   }
 
-  /** Charge the growth above the initial window once per stream that has it (every one, when shared). */
+  /** Charge the window once per open stream. */
   private recharge(): void {
-    const perStream = Math.max(0, this.window - this.opts.initial);
-    const want = this.state === 'shared' ? perStream * this.streams : perStream;
+    const want = this.state === 'closed' ? 0 : this.window * this.streams;
     if (want > this.charged) this.opts.budget.commit(this.opts.direction, want - this.charged);
     else if (want < this.charged) this.opts.budget.release(this.opts.direction, this.charged - want);
     this.charged = want;

@@ -73,6 +73,8 @@ export interface StuckRig {
   /** Distinct warnings and errors the hub and the agent logged since `mark` (at most `limit`). */
   warnings(mark: OutputMark, limit?: number): string[];
   agentCounters(): Promise<AgentCounters>;
+  /** What hub and agent say they hold for their peers now, and the windows they granted (their budgets' gauges, all directions). */
+  budgets(): Promise<Record<'hub' | 'agent', { held: number; committed: number }>>;
   /** Full GC in whichever of hub and agent still runs, then VmRSS of both. */
   gcAndRss(): Promise<RssPair>;
   rss(): Promise<RssPair>;
@@ -194,6 +196,11 @@ export async function startStuckRig(path: StuckPath, clients: StuckClients): Pro
         const all = (['hub', 'agent'] as const).flatMap((side) => warningsSince(procs[side], mark[side]).map((w) => `${side}: ${w}`));
         const distinct = [...new Set(all)];
         return distinct.length > limit ? [...distinct.slice(0, limit), `${distinct.length - limit} more`] : distinct;
+      },
+      budgets: async () => {
+        const [hub, agent] = await Promise.all([getText(cluster.hub.ports.health, '/metrics'), getText(healthPort, '/metrics')]);
+        const read = (text: string, prefix: string): { held: number; committed: number } => ({ held: metricSum(text, `${prefix}_memory_held_bytes`), committed: metricSum(text, `${prefix}_memory_committed_bytes`) });
+        return { hub: read(hub, 'cluster_proxy_server'), agent: read(agent, 'cluster_proxy_agent') };
       },
       agentCounters: async () => {
         const text = await getText(healthPort, '/metrics');

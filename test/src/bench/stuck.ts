@@ -108,6 +108,7 @@ async function stuckOnce(path: StuckPath, clients: StuckClients, n: number, cfg:
     const opened = await child.waitForJsonLine((o) => 'opened' in o, 60_000 + n * 100);
     const filled = await child.waitForJsonLine((o) => 'filled' in o, (cfg.stuckSeconds + 60) * 1000);
     const held = await rig.tables().catch((err: unknown) => errorMessage(err));
+    const budgets = await rig.budgets().catch(() => undefined);
     // The stuck connections' bytes sit mostly in kernel buffers (both ends are on this machine): past
     // tcp_mem's pressure threshold the kernel caps every socket, the bulk's included.
     const kernelTcp = await tcpMemory();
@@ -164,7 +165,8 @@ async function stuckOnce(path: StuckPath, clients: StuckClients, n: number, cfg:
     if (warnings.length > 0) notes.push(`logged: ${warnings.join('; ')}`);
 
     const per = (b: number): string => describeBytes(b);
-    const heldText = typeof held === 'string' ? `tables unreadable while held (${held})` : `while held ${tablesText(held)}`;
+    const budgetText = budgets ? `; their budgets: hub holds ${per(budgets.hub.held)} (windows ${per(budgets.hub.committed)}), agent ${per(budgets.agent.held)} (${per(budgets.agent.committed)})` : '';
+    const heldText = `${typeof held === 'string' ? `tables unreadable while held (${held})` : `while held ${tablesText(held)}`}${budgetText}`;
     const limited = Number(opened['unsentLimited']);
     const capText = limited > 0 ? `; ${limited} client sockets capped at ${DEFAULT_UNSENT_LIMIT / 1024} KiB unsent, as hub and agent cap theirs`
       : rig.stuckSpec.kind === 'connect' ? '; client sockets NOT capped (no system calls here): their send queues count on this machine' : '';

@@ -350,6 +350,10 @@ export class ConnectConnection implements Frontend, TrackedConnection {
     this.socket.once('data', () => resetSocket(this.socket));
   }
 
+  heldBytes(): number {
+    return this.socket.readableLength;
+  }
+
   pause(): void {
     this.corePaused = true;
     this.socket.pause();
