@@ -2,13 +2,19 @@
 // library. A flags file needs no nesting, anchors, tags or multi-line strings: those are refused with
 // the line number rather than guessed at. Numbers keep the text they were written as (`1.20` stays
 // "1.20", `0x1f` stays "0x1f"): every flag is a string in the end.
-import { LineCounter, isAlias, isMap, isScalar, isSeq, parseAllDocuments, type Node } from 'yaml';
+import { createRequire } from 'node:module';
+import type * as Yaml from 'yaml';
+import type { Node } from 'yaml';
+
+/** `yaml` is loaded only when a config file is read: the agent has no other use for it (~2 MiB of RSS). */
+const loadYaml = (): typeof Yaml => createRequire(import.meta.url)('yaml') as typeof Yaml;
 
 export type ConfigScalar = string | boolean | null;
 export type ConfigValue = ConfigScalar | ConfigScalar[];
 
 /** Parses a flat YAML mapping; null for a document with no keys. Throws `line N: problem`. */
 export function parseConfigYaml(text: string): Record<string, ConfigValue> | null {
+  const { LineCounter, isMap, isScalar, isSeq, parseAllDocuments } = loadYaml();
   const lines = new LineCounter();
   const parsed = parseAllDocuments(text, { lineCounter: lines, uniqueKeys: false, prettyErrors: false });
   if (!Array.isArray(parsed)) return null; // an empty stream (comments only)
@@ -37,6 +43,7 @@ export function parseConfigYaml(text: string): Record<string, ConfigValue> | nul
 
 function scalar(node: Node | null, nodeLine: (n: Node | null) => number): ConfigScalar {
   if (node === null) return null; // "key:" with nothing after it
+  const { isAlias, isMap, isScalar, isSeq } = loadYaml();
   const n = nodeLine(node);
   if (isAlias(node) || node.anchor || node.tag) throw new Error(`line ${n}: anchors, aliases and tags are not supported`);
   if (isMap(node) || isSeq(node)) throw new Error(`line ${n}: nested values are not supported (only flat "flag: value" lines)`);
