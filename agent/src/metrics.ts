@@ -1,9 +1,9 @@
 // Every Prometheus metric of the agent, names and help texts in one place (contract §9). ANP's names
 // (`konnectivity_network_proxy_agent_*`) where ANP has the metric, ours under `cluster_proxy_agent_*`.
-// One Registry per Agent (prometheus.ts: the agent's own small exposition writer, not prom-client, for
+// One Registry per Agent (proto's prometheus.ts: our own small exposition writer, not prom-client, for
 // its memory). Labels hold values from small fixed sets only: never addresses, server IDs or connection IDs.
 import { PacketType, type Packet } from '@cluster-proxy/proto';
-import { CONTENT_TYPE, Counter, Gauge, Histogram, Registry, processMetrics } from './prometheus.js';
+import { CONTENT_TYPE, Counter, Gauge, Histogram, Registry, processMetrics } from '@cluster-proxy/proto/prometheus';
 
 const ANP = 'konnectivity_network_proxy_agent_';
 const OWN = 'cluster_proxy_agent_';

@@ -15,7 +15,7 @@ import { ReplicaRegistry } from './fleet/replicas.js';
 import type { AddOnDeploymentConfig } from './store/objects.js';
 import type { Store } from './store/store.js';
 import { countingStore } from './store/counting.js';
-import { Counter } from 'prom-client';
+import { Counter } from './dataplane/prom.js';
 
 import { DEPLOYMENT_CONFIG, HUB_NAMESPACE } from './addon/hub-namespace.js';
 

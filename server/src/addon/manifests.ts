@@ -8,9 +8,9 @@
 // Every input is checked before anything is rendered; a bad one is a ManifestInputError whose message
 // starts with the field's name (and never contains the bootstrap token or a proxy password).
 import { isIP } from 'node:net';
-import { stringify } from 'yaml';
 import { caCertificates, clusterNoProxyEntries, DEFAULT_CLUSTER_DOMAIN, ProxySettingsError, renderProxySettings, trustBundle, type ClusterProxyFacts, type EnvVar, type ProxyConfig } from '../egress/proxy-settings.js';
 import type { ManifestInput } from './join.js';
+import { yamlLib } from '../kube-yaml.js';
 
 export const AGENT_DEPLOYMENT_NAME = 'cluster-proxy-proxy-agent';
 export const AGENT_SERVICE_ACCOUNT = 'cluster-proxy';
@@ -489,7 +489,7 @@ export function renderAgentInstall(input: AgentInstallInput | OcmAgentInstallInp
 
 /** Multi-document YAML, as `kubectl apply -f` takes it. */
 export function toYaml(objects: readonly KubeManifest[]): string {
-  return objects.map((o) => `---\n${stringify(o, { lineWidth: 0 })}`).join('');
+  return objects.map((o) => `---\n${yamlLib().stringify(o, { lineWidth: 0 })}`).join('');
 }
 
 /** The name `hub.ts` and `join` use; same as toYaml. */

@@ -4,7 +4,8 @@
 // global one), so two servers in one process (tests) do not collide. Labels only ever hold values
 // from small fixed sets: never addresses, agent IDs or connection IDs.
 import { PacketType, type DialFailureReason, type DirectionUsage, type Packet } from '@cluster-proxy/proto';
-import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
+import { Registry as ProcessRegistry, processMetrics } from '@cluster-proxy/proto/prometheus';
+import { Counter, Gauge, Histogram, Registry } from './prom.js';
 
 const ANP = 'konnectivity_network_proxy_server_';
 const OWN = 'cluster_proxy_server_';
@@ -61,6 +62,8 @@ export interface ServerMetricsOptions {
 
 export class ServerMetrics {
   readonly registry = new Registry();
+  /** Process metrics (CPU, RSS, heap, descriptors), when asked for. */
+  private readonly processRegistry = new ProcessRegistry();
   private source: ServerGaugeSource | null = null;
 
   // ---- ANP's
@@ -276,7 +279,9 @@ export class ServerMetrics {
       registers: r,
       collect() { for (const u of src()?.memory().directions ?? []) this.set({ direction: u.direction }, u.buffered); },
     });
-    if (opts.processMetrics) collectDefaultMetrics({ register: this.registry });
+    // The CLI's process metrics, the agent's set (proto's prometheus.ts): prom-client's default collectors
+    // and the OpenTelemetry API they load cost the hub ~3 MiB of RSS at start.
+    if (opts.processMetrics) for (const m of processMetrics()) this.processRegistry.register(m);
   }
 
   /** Connects the scrape-time gauges to the live server. */
@@ -308,7 +313,9 @@ export class ServerMetrics {
 
   /** The exposition text and its content type, for a /metrics handler. */
   async expose(): Promise<{ contentType: string; body: string }> {
-    return { contentType: this.registry.contentType, body: await this.registry.metrics() };
+    const own = await this.registry.metrics();
+    if (this.processRegistry.isEmpty()) return { contentType: this.registry.contentType, body: own };
+    return { contentType: this.registry.contentType, body: `${own}${own.endsWith('\n') || own === '' ? '' : '\n'}${this.processRegistry.text()}` };
   }
 }
 

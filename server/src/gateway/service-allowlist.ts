@@ -13,8 +13,8 @@
 import { readFileSync } from 'node:fs';
 import { readFile, stat } from 'node:fs/promises';
 import type { Logger } from 'pino';
-import { parse } from 'yaml';
 import type { ServiceTarget } from './paths.js';
+import { yamlLib } from '../kube-yaml.js';
 
 export interface AllowedService {
   namespace: string;
@@ -36,7 +36,7 @@ const KEYS = new Set(['namespace', 'service', 'port', 'protocol', 'clusters', 'c
 export function parseServiceAllowlist(text: string, readCa: (file: string) => Buffer): AllowedService[] {
   let doc: unknown;
   try {
-    doc = parse(text);
+    doc = yamlLib().parse(text);
   } catch (err) {
     throw new ServiceAllowlistError(`not YAML or JSON: ${(err as Error).message.split('\n')[0]}`);
   }

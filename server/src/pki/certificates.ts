@@ -5,9 +5,14 @@
  * RSA keys because its native generator is far faster than forge's pure-JS one.
  */
 import { generateKeyPairSync, randomBytes } from 'node:crypto';
-import forge from 'node-forge';
+import { createRequire } from 'node:module';
+import type forge from 'node-forge';
 import { agentSubject, DEFAULT_AGENT_NAME } from './agent-identity.js';
 import { ipToBytes } from './ip-address.js';
+
+/** node-forge, loaded at the first certificate made or read here: a hub given its files starts without it (~2 MiB of RSS). */
+let forgeModule: typeof forge | undefined;
+const forgeLib = (): typeof forge => (forgeModule ??= createRequire(import.meta.url)('node-forge') as typeof forge);
 
 export interface PemPair {
   certPem: string;
@@ -75,8 +80,8 @@ export function createCA(opts: CAOptions = {}): PemPair {
     { name: 'keyUsage', keyCertSign: true, cRLSign: true, critical: true },
     { name: 'subjectKeyIdentifier' },
   ]);
-  cert.sign(forge.pki.privateKeyFromPem(keys.keyPem), forge.md.sha256.create());
-  return { certPem: forge.pki.certificateToPem(cert), keyPem: keys.keyPem };
+  cert.sign(forgeLib().pki.privateKeyFromPem(keys.keyPem), forgeLib().md.sha256.create());
+  return { certPem: forgeLib().pki.certificateToPem(cert), keyPem: keys.keyPem };
 }
 
 export function issueServerCert(ca: PemPair, opts: ServerCertOptions): PemPair {
@@ -134,7 +139,7 @@ export function signAgentPublicKey(ca: PemPair, opts: AgentKeyCertOptions): stri
   const { commonName, organization } = agentSubject(opts.cluster, opts.agentName ?? DEFAULT_AGENT_NAME);
   let publicKey: forge.pki.rsa.PublicKey;
   try {
-    publicKey = forge.pki.publicKeyFromPem(opts.publicKeyPem) as forge.pki.rsa.PublicKey;
+    publicKey = forgeLib().pki.publicKeyFromPem(opts.publicKeyPem) as forge.pki.rsa.PublicKey;
   } catch {
     throw new Error('agent public key is not a PEM RSA public key (SPKI)');
   }
@@ -178,8 +183,8 @@ function issueLeaf(ca: PemPair, subject: SubjectAttribute[], validity: ValidityO
   ];
   if (profile.altNames.length > 0) extensions.push({ name: 'subjectAltName', altNames: profile.altNames });
   cert.setExtensions(extensions);
-  cert.sign(issuer.key, forge.md.sha256.create());
-  return { certPem: forge.pki.certificateToPem(cert), keyPem: keys.keyPem };
+  cert.sign(issuer.key, forgeLib().md.sha256.create());
+  return { certPem: forgeLib().pki.certificateToPem(cert), keyPem: keys.keyPem };
 }
 
 interface Issuer {
@@ -194,12 +199,12 @@ function loadIssuer(ca: PemPair): Issuer {
   let cert: forge.pki.Certificate;
   let key: forge.pki.rsa.PrivateKey;
   try {
-    cert = forge.pki.certificateFromPem(ca.certPem);
+    cert = forgeLib().pki.certificateFromPem(ca.certPem);
   } catch (err) {
     throw new Error(`CA certificate is not a PEM RSA certificate: ${errorMessage(err)}`);
   }
   try {
-    key = forge.pki.privateKeyFromPem(ca.keyPem);
+    key = forgeLib().pki.privateKeyFromPem(ca.keyPem);
   } catch {
     // forge's message can quote key material in some paths; keep the key out of errors.
     throw new Error('CA key is not an unencrypted PEM RSA private key');
@@ -214,13 +219,13 @@ function loadIssuer(ca: PemPair): Issuer {
   // made elsewhere with a different key-id method.
   const ski = cert.getExtension('subjectKeyIdentifier') as { subjectKeyIdentifier?: string } | undefined;
   const keyIdentifier = ski?.subjectKeyIdentifier
-    ? forge.util.hexToBytes(ski.subjectKeyIdentifier)
+    ? forgeLib().util.hexToBytes(ski.subjectKeyIdentifier)
     : cert.generateSubjectKeyIdentifier().getBytes();
   return { cert, key, keyIdentifier };
 }
 
 function newCertificate(publicKey: forge.pki.rsa.PublicKey, { notBefore, notAfter }: ValidityWindow): forge.pki.Certificate {
-  const cert = forge.pki.createCertificate();
+  const cert = forgeLib().pki.createCertificate();
   cert.publicKey = publicKey;
   cert.serialNumber = randomSerialHex();
   cert.validity.notBefore = notBefore;
@@ -258,7 +263,7 @@ function generateRsaKeys(): { publicKey: forge.pki.rsa.PublicKey; keyPem: string
     // PKCS#8 (PEM label "PRIVATE KEY"): what Node, Go's tls.LoadX509KeyPair and kubectl all read.
     privateKeyEncoding: { type: 'pkcs8', format: 'pem' },
   });
-  return { publicKey: forge.pki.publicKeyFromPem(publicKey) as forge.pki.rsa.PublicKey, keyPem: privateKey };
+  return { publicKey: forgeLib().pki.publicKeyFromPem(publicKey) as forge.pki.rsa.PublicKey, keyPem: privateKey };
 }
 
 // 128 random bits with the top bit cleared (serials must be positive) and a non-zero first byte
