@@ -2,12 +2,12 @@
 // library. A flags file needs no nesting, anchors, tags or multi-line strings: those are refused with
 // the line number rather than guessed at. Numbers keep the text they were written as (`1.20` stays
 // "1.20", `0x1f` stays "0x1f"): every flag is a string in the end.
-import { createRequire } from 'node:module';
+import { lazyRequire } from '@cluster-proxy/proto';
 import type * as Yaml from 'yaml';
 import type { Node } from 'yaml';
 
 /** `yaml` is loaded only when a config file is read: the agent has no other use for it (~2 MiB of RSS). */
-const loadYaml = (): typeof Yaml => createRequire(import.meta.url)('yaml') as typeof Yaml;
+const loadYaml = lazyRequire<typeof Yaml>('yaml', import.meta.url);
 
 export type ConfigScalar = string | boolean | null;
 export type ConfigValue = ConfigScalar | ConfigScalar[];

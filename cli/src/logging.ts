@@ -1,13 +1,13 @@
 // Logs: pino, one event per line. JSON for machines (contract §9), or readable text for people: the
 // default `--log-format auto` picks text when stdout is a terminal and JSON otherwise (pipes, files,
 // containers, our tests). Secrets never reach a log call; `redact` guards the obvious keys anyway.
-import { createRequire } from 'node:module';
+import { lazyRequire } from '@cluster-proxy/proto';
 import { pino, type Logger } from 'pino';
 import type PinoPretty from 'pino-pretty';
 import { UsageError, type FlagSpec } from './flags.js';
 
 /** pino-pretty is loaded only for text logs: hub and agent in containers log JSON, and it costs them ~1.4 MiB of RSS. */
-const loadPretty = (): typeof PinoPretty => createRequire(import.meta.url)('pino-pretty') as typeof PinoPretty;
+const loadPretty = lazyRequire<typeof PinoPretty>('pino-pretty', import.meta.url);
 
 export const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const;
 export const LOG_FORMATS = ['auto', 'json', 'text'] as const;

@@ -125,10 +125,6 @@ export class Registry {
   text(): string {
     return `${this.metrics.flatMap((m) => m.lines()).join('\n')}\n`;
   }
-
-  isEmpty(): boolean {
-    return this.metrics.length === 0;
-  }
 }
 
 /** The process metrics Prometheus' client libraries export under these names. */

@@ -1,12 +1,11 @@
 // YAML documents people read and Go tools parse (kubeconfigs, `-o yaml`, `proxy-config render`), written by
 // the `yaml` library in kubectl's style: lists at their key's indentation, long values (base64 certificates)
 // never folded.
-import { createRequire } from 'node:module';
+import { lazyRequire } from '@cluster-proxy/proto';
 import type * as Yaml from 'yaml';
 
-let yamlModule: typeof Yaml | undefined;
 /** The `yaml` library, loaded at first use: a hub that renders and reads no YAML starts without it (~2 MiB of RSS). */
-export const yamlLib = (): typeof Yaml => (yamlModule ??= createRequire(import.meta.url)('yaml') as typeof Yaml);
+export const yamlLib = lazyRequire<typeof Yaml>('yaml', import.meta.url);
 
 export type YamlValue = string | number | boolean | null | YamlValue[] | { [key: string]: YamlValue };
 

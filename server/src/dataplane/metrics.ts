@@ -63,7 +63,7 @@ export interface ServerMetricsOptions {
 export class ServerMetrics {
   readonly registry = new Registry();
   /** Process metrics (CPU, RSS, heap, descriptors), when asked for. */
-  private readonly processRegistry = new ProcessRegistry();
+  private readonly processRegistry: ProcessRegistry | null;
   private source: ServerGaugeSource | null = null;
 
   // ---- ANP's
@@ -281,7 +281,8 @@ export class ServerMetrics {
     });
     // The CLI's process metrics, the agent's set (proto's prometheus.ts): prom-client's default collectors
     // and the OpenTelemetry API they load cost the hub ~3 MiB of RSS at start.
-    if (opts.processMetrics) for (const m of processMetrics()) this.processRegistry.register(m);
+    this.processRegistry = opts.processMetrics ? new ProcessRegistry() : null;
+    if (this.processRegistry) for (const m of processMetrics()) this.processRegistry.register(m);
   }
 
   /** Connects the scrape-time gauges to the live server. */
@@ -313,9 +314,8 @@ export class ServerMetrics {
 
   /** The exposition text and its content type, for a /metrics handler. */
   async expose(): Promise<{ contentType: string; body: string }> {
-    const own = await this.registry.metrics();
-    if (this.processRegistry.isEmpty()) return { contentType: this.registry.contentType, body: own };
-    return { contentType: this.registry.contentType, body: `${own}${own.endsWith('\n') || own === '' ? '' : '\n'}${this.processRegistry.text()}` };
+    // prom-client's text ends with a newline; the process metrics follow it.
+    return { contentType: this.registry.contentType, body: `${await this.registry.metrics()}${this.processRegistry?.text() ?? ''}` };
   }
 }
 

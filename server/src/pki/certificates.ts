@@ -5,14 +5,13 @@
  * RSA keys because its native generator is far faster than forge's pure-JS one.
  */
 import { generateKeyPairSync, randomBytes } from 'node:crypto';
-import { createRequire } from 'node:module';
+import { lazyRequire } from '@cluster-proxy/proto';
 import type forge from 'node-forge';
 import { agentSubject, DEFAULT_AGENT_NAME } from './agent-identity.js';
 import { ipToBytes } from './ip-address.js';
 
 /** node-forge, loaded at the first certificate made or read here: a hub given its files starts without it (~2 MiB of RSS). */
-let forgeModule: typeof forge | undefined;
-const forgeLib = (): typeof forge => (forgeModule ??= createRequire(import.meta.url)('node-forge') as typeof forge);
+const forgeLib = lazyRequire<typeof forge>('node-forge', import.meta.url);
 
 export interface PemPair {
   certPem: string;

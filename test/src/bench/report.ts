@@ -1,6 +1,6 @@
 // Turning results into the printed table and the --json document, and checking the goals of docs/goals.md.
 import { GOAL_PATHS, OUR_PATHS, PATH_LABELS, PATH_NAMES, type PathName } from './paths.js';
-import { STUCK_GOAL_COUNT, stuckMetric } from './stuck.js';
+import { STUCK_CLIENTS, STUCK_GOAL_COUNT, stuckClientPaths, stuckMetric } from './stuck.js';
 import { FLEET_BASE_N, FLEET_GOAL_N, fleetMetric } from './fleet.js';
 import { CLOCK_TICKS, CPU_FIGURE_LABELS, CPU_UNIT } from './cpu.js';
 
@@ -156,10 +156,10 @@ const GOALS: readonly GoalSpec[] = [
   { goal: '64-byte round trip p50: gRPC vs mux', scenario: 'rtt-64', metric: 'p50', compare: 'tunnel', op: '<=', bound: 1.2, unit: 'x', paths: ['tunnel-grpc'] },
   { goal: 'idle gRPC connection, hub', scenario: 'scale-conns', metric: 'hub KiB/conn', compare: 'value', op: '<=', bound: 4, unit: 'KiB', paths: ['tunnel-grpc'] },
   // Destinations that never read (stuck-destination at N=1024) and one enormous write (big-write).
-  ...(['sdk', 'konnectivity'] as const).flatMap((clients): GoalSpec[] => {
+  ...STUCK_CLIENTS.flatMap((clients): GoalSpec[] => {
     const at = (figure: StuckFigureName): string => stuckMetric(STUCK_GOAL_COUNT, figure, clients);
     const who = `${STUCK_GOAL_COUNT} stuck ${clients === 'sdk' ? 'connections' : 'konnectivity-style clients'}`;
-    const paths: Pick<GoalSpec, 'paths'> = clients === 'sdk' ? {} : { paths: ['tunnel-grpc'] };
+    const paths: Pick<GoalSpec, 'paths'> = { paths: stuckClientPaths(clients) };
     return [
       { goal: `${who}: hub peak RSS`, scenario: 'stuck-destination', metric: at('hub peak'), compare: 'value', op: '<=', bound: 256, unit: 'MiB', ...paths },
       { goal: `${who}: agent peak RSS`, scenario: 'stuck-destination', metric: at('agent peak'), compare: 'value', op: '<=', bound: 128, unit: 'MiB', ...paths },

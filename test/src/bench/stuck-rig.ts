@@ -21,6 +21,11 @@ export type StuckPath = 'tunnel' | 'tunnel-grpc' | 'connect';
  */
 export type StuckClients = 'sdk' | 'konnectivity';
 
+export const STUCK_PATHS: readonly StuckPath[] = ['tunnel', 'tunnel-grpc', 'connect'];
+export const STUCK_CLIENTS: readonly StuckClients[] = ['sdk', 'konnectivity'];
+/** The paths each kind of stuck client is measured on: konnectivity-style ones reach the hub over gRPC only. */
+export const stuckClientPaths = (clients: StuckClients): readonly StuckPath[] => (clients === 'konnectivity' ? ['tunnel-grpc'] : STUCK_PATHS);
+
 /** RSS of the hub and the agent in KiB; undefined for a process that is gone. */
 export interface RssPair {
   hub: number | undefined;
@@ -154,7 +159,7 @@ process.on('exit', () => {
 });
 
 export async function startStuckRig(path: StuckPath, clients: StuckClients): Promise<StuckRig> {
-  if (clients === 'konnectivity' && path !== 'tunnel-grpc') throw new Error(`konnectivity-style clients reach the hub over gRPC only, not on ${path}`);
+  if (!stuckClientPaths(clients).includes(path)) throw new Error(`${clients} clients are not measured on ${path}`);
   const steps: (() => Promise<unknown>)[] = [];
   const stopAll = async (): Promise<void> => {
     for (const stop of steps.reverse()) await stop().catch(() => {});

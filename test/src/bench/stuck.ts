@@ -12,7 +12,7 @@ import type { Dialer, PathName } from './paths.js';
 import { describeBytes, mib, positiveCounts, spawnHelper, transfer, transferSize, type BenchConfig, type MetricSpec, type PathRun, type Scenario } from './scenarios.js';
 import { mbPerSecond, MiB } from './stats.js';
 import type { StuckJob } from './stuck-client.js';
-import { memAvailableKiB, RssSampler, startStuckRig, type StuckClients, type StuckPath, type Tables } from './stuck-rig.js';
+import { memAvailableKiB, RssSampler, STUCK_CLIENTS, STUCK_PATHS, startStuckRig, stuckClientPaths, type StuckClients, type StuckPath, type Tables } from './stuck-rig.js';
 
 /** The goals of docs/goals.md are checked at this N (one of the full run's cfg.stuckCounts). */
 export const STUCK_GOAL_COUNT = 1024;
@@ -38,9 +38,10 @@ type StuckFigure = (typeof STUCK_FIGURES)[number]['key'];
 /** The metric name of one figure at N stuck connections, e.g. "N=1024 hub peak", "N=1024 konnectivity hub peak". */
 export const stuckMetric = (n: number, figure: StuckFigure, clients: StuckClients = 'sdk'): string => `N=${n} ${clients === 'sdk' ? '' : `${clients} `}${figure}`;
 
-const STUCK_CLIENTS: readonly StuckClients[] = ['sdk', 'konnectivity'];
-/** The stuck clients measured on a path: konnectivity-style ones only reach the hub over gRPC. */
-const clientsFor = (path: StuckPath): StuckClients[] => (path === 'tunnel-grpc' ? ['sdk', 'konnectivity'] : ['sdk']);
+export { STUCK_CLIENTS, stuckClientPaths };
+
+/** The stuck clients measured on a path. */
+const clientsFor = (path: StuckPath): StuckClients[] => STUCK_CLIENTS.filter((clients) => stuckClientPaths(clients).includes(path));
 
 /** Rows for the path's own clients at every N, then for konnectivity-style clients (measured on tunnel-grpc only). */
 function stuckMetrics(counts: readonly number[]): MetricSpec[] {
@@ -225,7 +226,6 @@ class StuckRun implements PathRun {
   }
 }
 
-const STUCK_PATHS: readonly StuckPath[] = ['tunnel', 'tunnel-grpc', 'connect'];
 const isStuckPath = (p: PathName): p is StuckPath => (STUCK_PATHS as readonly PathName[]).includes(p);
 
 export const STUCK_DESTINATION: Scenario = {
