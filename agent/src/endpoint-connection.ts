@@ -103,6 +103,11 @@ export class EndpointConnection {
   // ------------------------------------------------------------ from the hub
 
   onData(data: Buffer): void {
+    this.onChunks([data], data.length);
+  }
+
+  /** One DATA payload as the chunks it arrived in, `n` bytes in all (a mux link does not copy them into one). */
+  onChunks(chunks: readonly Buffer[], n: number): void {
     switch (this.state) {
       case 'open':
       case 'destination-ended':
@@ -117,9 +122,9 @@ export class EndpointConnection {
         return;
     }
     const writer = this.writer!;
-    this.bytesIn += data.length;
-    this.owner.metrics.bytes.inc({ direction: 'to_endpoint' }, data.length);
-    writer.write(data);
+    this.bytesIn += n;
+    this.owner.metrics.bytes.inc({ direction: 'to_endpoint' }, n);
+    writer.writeChunks(chunks, n);
     if (this.owner.credit) {
       // A peer that negotiated credit and overruns it is broken; cut only this connection.
       if (writer.overrun > MAX_MESSAGE_BYTES) this.fail('flow-control window exceeded');

@@ -2,7 +2,7 @@
 // or ANP's AgentService.Connect over gRPC. Both give a "link": a packet stream plus the server's
 // response headers.
 import { isIP } from 'node:net';
-import { connectMux, splitHostPort, type Hello, type Packet, type PacketStream } from '@cluster-proxy/proto';
+import { connectMux, splitHostPort, type DataViewHandler, type Hello, type Packet, type PacketStream } from '@cluster-proxy/proto';
 import { connectThroughProxy } from './egress-proxy.js';
 import { onlyOnce } from './only-once.js';
 
@@ -14,6 +14,8 @@ export interface Link {
   header(key: string): string[];
   onPacket(listener: (p: Packet) => void): void;
   offPacket(listener: (p: Packet) => void): void;
+  /** A mux link can hand DATA payloads on as the chunks they arrived in (not copied); null: as packets again. */
+  onDataViews?(handler: DataViewHandler | null): void;
   /** Called at most once, when the link ends or breaks. */
   onGone(listener: (err: Error) => void): void;
   close(): void;
@@ -60,6 +62,7 @@ export async function openMuxLink(opts: LinkOptions): Promise<Link> {
     header: (key) => answer[key] ?? [],
     onPacket: (l) => stream.on('data', l),
     offPacket: (l) => stream.removeListener('data', l),
+    onDataViews: (h) => stream.onDataViews(h),
     onGone: (l) => {
       const once = onlyOnce(l);
       stream.on('error', (err: Error) => once(err));

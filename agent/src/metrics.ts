@@ -75,8 +75,12 @@ export class AgentMetrics {
   private readonly packetSeries = new Map<string, { inc(by?: number): void }>();
 
   packet(segment: AgentSegment, p: Packet): void {
+    this.packetOfType(segment, p.type);
+  }
+
+  packetOfType(segment: AgentSegment, packetType: number): void {
     // Keyed by the label, not the type number: a peer's made-up types all count as Unknown, one entry.
-    const type = packetTypeLabel(p.type);
+    const type = packetTypeLabel(packetType);
     const k = `${segment} ${type}`;
     let series = this.packetSeries.get(k);
     if (!series) this.packetSeries.set(k, (series = this.streamPackets.child({ segment, packet_type: type })));

@@ -126,10 +126,11 @@ export class ServerConnection extends EventEmitter implements EndpointOwner {
     }
     this.link = link;
     this.log = this.log.child({ serverID: this.serverID });
-    this.senderOrNull = new StreamSender(tapWrites(link.stream, (p) => this.metrics.packet('from_agent', p)));
+    this.senderOrNull = new StreamSender(tapWrites(link.stream, (t) => this.metrics.packetOfType('from_agent', t)));
     this.state = 'open';
     this.openedAt = Date.now();
     link.onPacket(this.onPacket);
+    link.onDataViews?.(this.onDataViews);
     link.onGone((err) => this.shutdown(err));
   }
 
@@ -193,16 +194,9 @@ export class ServerConnection extends EventEmitter implements EndpointOwner {
       case PacketType.DIAL_REQ:
         this.onDialRequest(p.dialRequest.random, p.dialRequest.address, p.dialRequest.protocol);
         return;
-      case PacketType.DATA: {
-        const conn = this.conns.get(p.data.connectID);
-        if (!conn) {
-          // ANP: tell the server so it tears down its half.
-          this.sender.send(packets.closeResponse(p.data.connectID, 'unrecognized connectID'));
-          return;
-        }
-        conn.onData(p.data.data);
+      case PacketType.DATA:
+        this.connectionForData(p.data.connectID)?.onData(p.data.data);
         return;
-      }
       case PacketType.CLOSE_REQ: {
         const conn = this.conns.get(p.closeRequest.connectID);
         if (!conn) {
@@ -236,6 +230,19 @@ export class ServerConnection extends EventEmitter implements EndpointOwner {
         this.log.warn({ type: packetTypeName(p.type) }, 'unexpected packet from server, ignored');
     }
   };
+
+  /** DATA from a mux link, its payload not copied into one Buffer. */
+  private readonly onDataViews = (connectID: number, chunks: readonly Buffer[], n: number): void => {
+    this.metrics.packetOfType('to_agent', PacketType.DATA);
+    this.connectionForData(connectID)?.onChunks(chunks, n);
+  };
+
+  private connectionForData(connectID: number): EndpointConnection | undefined {
+    const conn = this.conns.get(connectID);
+    // ANP: tell the server so it tears down its half.
+    if (!conn) this.sender.send(packets.closeResponse(connectID, 'unrecognized connectID'));
+    return conn;
+  }
 
   private onDialRequest(random: bigint, address: string, protocol: string): void {
     const refuse = (reason: string, message: string): void => {
@@ -298,6 +305,7 @@ export class ServerConnection extends EventEmitter implements EndpointOwner {
     this.senderOrNull?.close();
     if (this.link) {
       this.link.offPacket(this.onPacket);
+      this.link.onDataViews?.(null);
       this.link.close();
     }
     if (wasOpen) this.emit('closed', err);

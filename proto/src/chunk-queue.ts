@@ -49,6 +49,25 @@ export class ChunkQueue {
     return out;
   }
 
+  /** Removes the first `n` bytes (n <= length) as views of the chunks they arrived in: no copy. */
+  takeViews(n: number): Buffer[] {
+    const out: Buffer[] = [];
+    this.size -= n;
+    while (n > 0) {
+      const c = this.chunks[0]!;
+      if (c.length <= n) {
+        out.push(c);
+        this.chunks.shift();
+        n -= c.length;
+      } else {
+        out.push(c.subarray(0, n));
+        this.chunks[0] = c.subarray(n);
+        n = 0;
+      }
+    }
+    return out;
+  }
+
   clear(): void {
     this.chunks = [];
     this.size = 0;

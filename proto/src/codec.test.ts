@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import * as protoLoader from '@grpc/proto-loader';
-import { decodePacket, encodePacket, PacketDecodeError } from './codec.js';
+import { decodeDataHeader, decodePacket, encodeDataHeader, encodePacket, encodePacketParts, MAX_DATA_HEADER_BYTES, PacketDecodeError } from './codec.js';
 import { PacketType, packets, type Packet } from './packet.js';
 import { PROTO_DIR } from './index.js';
 import { AGENT_CONNECT_PATH, PROXY_PATH } from './services.js';
@@ -86,5 +86,50 @@ describe('packet codec', () => {
     ['connectID out of range', Buffer.from([0x08, 0x02, 0x2a, 0x0b, 0x08, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f])],
   ])('rejects %s', (_name, wire) => {
     expect(() => decodePacket(wire)).toThrow(PacketDecodeError);
+  });
+});
+
+describe('DATA headers (a framed transport passes payloads on as the chunks they arrived in)', () => {
+  it.each([0, 1, 300, Number.MAX_SAFE_INTEGER])('reads where the payload starts, connectID %d', (connectID) => {
+    for (const size of [1, 127, 128, 70_000, 4 * 1024 * 1024]) {
+      const [header, payload] = encodePacketParts(packets.data(connectID, Buffer.alloc(size, 5)));
+      expect(header!.equals(encodeDataHeader(connectID, size))).toBe(true);
+      expect(header!.length).toBeLessThanOrEqual(MAX_DATA_HEADER_BYTES);
+      const length = header!.length + payload!.length;
+      // Only the first bytes are looked at; what follows the header may belong to a later frame.
+      const prefix = Buffer.concat([header!, payload!.subarray(0, 8)]);
+      expect(decodeDataHeader(prefix, length)).toEqual({ connectID, headerLength: header!.length });
+    }
+  });
+
+  it('agrees with decodePacket and protobufjs on the bytes it reads', () => {
+    const wire = Buffer.concat(encodePacketParts(packets.data(42, Buffer.from('payload'))));
+    const h = decodeDataHeader(wire, wire.length)!;
+    expect(wire.subarray(h.headerLength).toString()).toBe('payload');
+    expect(decodePacket(wire)).toEqual(packets.data(42, Buffer.from('payload')));
+    expect(toReference(packets.data(42, Buffer.from('payload')))['data']).toMatchObject({ connectID: '42' });
+  });
+
+  it.each([
+    ['another packet type', encodePacket(packets.credit(3, 1024))],
+    ['DATA with an error', encodePacket({ type: PacketType.DATA, data: { connectID: 3, error: 'boom', data: Buffer.from('x') } })],
+    ['DATA with no payload', encodePacket(packets.data(3, Buffer.alloc(0)))],
+    ['a truncated header', Buffer.from([0x08, 0x04, 0x22, 0x85])],
+    ['connectID out of range', Buffer.from([0x08, 0x04, 0x22, 0x0d, 0x08, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f, 0x1a, 0x01, 0x00])],
+  ])('leaves %s to decodePacket (null)', (_name, wire) => {
+    expect(decodeDataHeader(wire, wire.length)).toBeNull();
+  });
+
+  it('returns null when the lengths inside disagree with the frame', () => {
+    const wire = Buffer.concat(encodePacketParts(packets.data(3, Buffer.alloc(100))));
+    expect(decodeDataHeader(wire, wire.length + 1)).toBeNull();
+    expect(decodeDataHeader(wire, wire.length - 1)).toBeNull();
+  });
+
+  it('fields in another order (a peer encoding its own way) are not read as a header', () => {
+    // Data with the payload before connectID: valid protobuf, decodePacket reads it.
+    const wire = Buffer.from([0x08, 0x04, 0x22, 0x05, 0x1a, 0x01, 0x41, 0x08, 0x07]);
+    expect(decodeDataHeader(wire, wire.length)).toBeNull();
+    expect(decodePacket(wire)).toEqual(packets.data(7, Buffer.from('A')));
   });
 });

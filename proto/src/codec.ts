@@ -196,6 +196,44 @@ export function decodePacket(buf: Buffer): Packet {
   }
 }
 
+/** Where a DATA packet's payload starts, as encodePacketParts lays it out. */
+export interface DataHeader {
+  connectID: number;
+  /** Bytes before the payload. */
+  headerLength: number;
+}
+
+/** Longest header encodePacketParts writes: type (2), Data's tag and length (1 + 5), connectID
+ * (1 + 8), the payload's tag and length (1 + 5). */
+export const MAX_DATA_HEADER_BYTES = 23;
+
+/**
+ * Reads the header of a DATA packet of `length` bytes laid out as encodePacketParts writes it (type,
+ * then Data with connectID and the payload last), from its first bytes `prefix`; null for anything
+ * else (decodePacket reads those). Lets a framed transport hand the payload on as the chunks it
+ * arrived in instead of copying it into one Buffer.
+ */
+export function decodeDataHeader(prefix: Buffer, length: number): DataHeader | null {
+  if (prefix.length < 4 || prefix[0] !== 1 * 8 + WIRE_VARINT || prefix[1] !== PacketType.DATA || prefix[2] !== 4 * 8 + WIRE_LEN) return null;
+  try {
+    const r = new Reader(prefix, 3, prefix.length);
+    const inner = r.smallVarint();
+    if (r.pos + inner !== length) return null;
+    let connectID = 0;
+    if (prefix[r.pos] === 1 * 8 + WIRE_VARINT) {
+      r.pos++;
+      connectID = r.smallVarint();
+    }
+    if (prefix[r.pos] !== 3 * 8 + WIRE_LEN) return null;
+    r.pos++;
+    const dataLength = r.smallVarint();
+    if (dataLength === 0 || r.pos + dataLength !== length) return null;
+    return { connectID, headerLength: r.pos };
+  } catch {
+    return null; // truncated within the prefix: decodePacket reads it and says what is wrong
+  }
+}
+
 // ---------------------------------------------------------------- encoding
 
 function varintSize(v: bigint | number): number {
@@ -313,9 +351,13 @@ export function encodePacket(p: Packet): Buffer {
  */
 export function encodePacketParts(p: Packet): Buffer[] {
   if (p.type !== PacketType.DATA || p.data.error !== '' || p.data.data.length === 0) return [encodePacket(p)];
-  const { connectID, data } = p.data;
-  const inner = (connectID === 0 ? 0 : 1 + varintSize(connectID)) + 1 + varintSize(data.length) + data.length;
-  const headerLen = 2 + 1 + varintSize(inner) + (inner - data.length);
+  return [encodeDataHeader(p.data.connectID, p.data.data.length), p.data.data];
+}
+
+/** What precedes `length` (> 0) payload bytes in a DATA packet, as encodePacketParts writes it. */
+export function encodeDataHeader(connectID: number, length: number): Buffer {
+  const inner = (connectID === 0 ? 0 : 1 + varintSize(connectID)) + 1 + varintSize(length) + length;
+  const headerLen = 2 + 1 + varintSize(inner) + (inner - length);
   const w = new Writer(Buffer.allocUnsafe(headerLen));
   w.varint(1 * 8 + WIRE_VARINT);
   w.varint(PacketType.DATA);
@@ -326,6 +368,6 @@ export function encodePacketParts(p: Packet): Buffer[] {
     w.varint(connectID);
   }
   w.varint(3 * 8 + WIRE_LEN);
-  w.varint(data.length);
-  return [w.buf, data];
+  w.varint(length);
+  return w.buf;
 }

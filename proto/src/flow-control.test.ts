@@ -203,6 +203,52 @@ describe('ReceiveWindow at a fixed size', () => {
     cr.dispose();
   });
 
+  describe('one payload in several chunks (writeChunks)', () => {
+    it('a socket-like sink gets them corked, in order, and the payload counts once, when its last chunk left', async () => {
+      const sink = new ControlledSink(1 << 20);
+      const calls: string[] = [];
+      sink.cork = () => { calls.push('cork'); Writable.prototype.cork.call(sink); };
+      sink.uncork = () => { calls.push('uncork'); Writable.prototype.uncork.call(sink); };
+      const reports: number[] = [];
+      const cr = fixedWindow({ sink, initial: 80, report: (n) => reports.push(n) }); // batch = 10
+      const a = Buffer.from('aaaa');
+      const b = Buffer.from('bbbbbbbb');
+      cr.writeChunks([a, b], 12);
+      expect(calls).toEqual(['cork', 'uncork']);
+      expect(cr.buffered).toBe(12);
+      await sink.acceptAll();
+      expect(sink.received[0]).toBe(a); // the chunks themselves: nothing copied
+      expect(Buffer.concat(sink.received).toString()).toBe('aaaabbbbbbbb');
+      expect(cr.buffered).toBe(0);
+      expect(reports).toEqual([12]);
+      cr.dispose();
+      sink.destroy();
+    });
+
+    it('a sink that takes chunks (writeChunks) gets them in one call; any other sink one Buffer', () => {
+      const taken: { chunks: readonly Buffer[]; length: number }[] = [];
+      const flushes: Array<() => void> = [];
+      const chunked: ByteSink = {
+        write: () => { throw new Error('not this'); },
+        writeChunks: (chunks, length, cb) => { taken.push({ chunks, length }); flushes.push(() => cb()); },
+      };
+      const reports: number[] = [];
+      const cr = fixedWindow({ sink: chunked, initial: 80, report: (n) => reports.push(n) });
+      cr.writeChunks([Buffer.from('ab'), Buffer.from('cdefghij')], 10);
+      expect(taken.map((t) => [t.chunks.length, t.length])).toEqual([[2, 10]]);
+      flushes[0]!();
+      expect(reports).toEqual([10]);
+      cr.dispose();
+
+      const written: Buffer[] = [];
+      const plain: ByteSink = { write: (chunk, cb) => { written.push(chunk); cb(); return true; } };
+      const other = fixedWindow({ sink: plain, initial: 80, report: () => {} });
+      other.writeChunks([Buffer.from('ab'), Buffer.from('cd')], 4);
+      expect(written.map(String)).toEqual(['abcd']);
+      other.dispose();
+    });
+  });
+
   describe('over a real TCP connection', () => {
     const toClose: Array<() => void> = [];
     afterEach(() => {

@@ -64,6 +64,14 @@ export class SendCredit {
  * once the chunk has left the sink's own buffer (written to the kernel / handed to HTTP/2). */
 export interface ByteSink {
   write(chunk: Buffer, callback: (err?: Error | null) => void): boolean;
+  /**
+   * One payload of several chunks (`length` bytes; a DATA frame as the TLS records it arrived in),
+   * sent on together; the callback runs once all of it has left. Without it a socket's cork() and
+   * uncork() make the chunks one writev, and any other sink is handed them copied into one Buffer.
+   */
+  writeChunks?(chunks: readonly Buffer[], length: number, callback: (err?: Error | null) => void): void;
+  cork?(): void;
+  uncork?(): void;
 }
 
 export interface ReceiveWindowOptions {
@@ -92,6 +100,8 @@ export interface ReceiveWindowOptions {
  * reading keeps the window it had, and an overdrawn budget takes flushed bytes back instead of
  * returning them.
  */
+const ignore = (): void => {};
+
 export class ReceiveWindow {
   private window: number;
   /** Credit the sender still holds (granted − received); negative when it overshot. */
@@ -138,13 +148,17 @@ export class ReceiveWindow {
   onFlushed?: () => void;
 
   write(chunk: Buffer): void {
-    const n = chunk.length;
+    this.writeChunks([chunk], chunk.length);
+  }
+
+  /** One payload as the chunks it arrived in (`n` bytes in all): counted once, flushed together. */
+  writeChunks(chunks: readonly Buffer[], n: number): void {
     this.outstanding -= n;
     if (this.outstanding < this.lowWater) this.lowWater = this.outstanding;
     if (this.pendingBytes === 0) this.movedAt = Date.now();
     this.pendingBytes += n;
     this.gauge(n);
-    this.opts.sink.write(chunk, (err) => {
+    const done = (err?: Error | null): void => {
       if (this.disposed) return;
       this.pendingBytes -= n;
       this.gauge(-n);
@@ -152,7 +166,17 @@ export class ReceiveWindow {
       this.movedAt = Date.now();
       this.flushed(n);
       if (this.pendingBytes === 0) this.onFlushed?.();
-    });
+    };
+    const { sink } = this.opts;
+    const last = chunks.length - 1;
+    if (last === 0) sink.write(chunks[0]!, done);
+    else if (sink.writeChunks) sink.writeChunks(chunks, n, done);
+    else if (sink.cork && sink.uncork) {
+      sink.cork();
+      for (let i = 0; i < last; i++) sink.write(chunks[i]!, ignore);
+      sink.write(chunks[last]!, done); // in order: its callback says the whole payload left
+      sink.uncork();
+    } else sink.write(Buffer.concat(chunks, n), done);
   }
 
   /** The connection is closed: its window goes back to the budget; late callbacks change nothing. */

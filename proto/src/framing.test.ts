@@ -97,6 +97,67 @@ describe('FramedPacketStream', () => {
     expect(Buffer.concat(parts)).toEqual(encodePacket(packets.data(9, payload)));
   });
 
+  it('hands DATA payloads to onDataViews as views of the chunks they arrived in, in order; other packets still go to \'data\'', async () => {
+    const { a, b } = await pair();
+    const sa = new FramedPacketStream(a, 1 << 20);
+    const received: Buffer[] = [];
+    b.on('data', (c: Buffer) => received.push(c)); // before the stream's own listener: sees every chunk
+    const sb = new FramedPacketStream(b, 1 << 20);
+    const views: { connectID: number; chunks: readonly Buffer[]; length: number }[] = [];
+    const got: Packet[] = [];
+    sb.on('data', (p: Packet) => got.push(p));
+    sb.onDataViews((connectID, chunks, length) => views.push({ connectID, chunks, length }));
+    sa.sendHello({});
+    const big = Buffer.alloc(600_000);
+    for (let i = 0; i < big.length; i++) big[i] = i % 251;
+    sa.write(packets.data(3, big));
+    sa.write(packets.credit(3, 1024));
+    sa.writeData(4, [Buffer.from('one '), Buffer.from('payload')], 11);
+    await new Promise<void>((r) => { const t = setInterval(() => { if (views.length === 2 && got.length === 1) { clearInterval(t); r(); } }, 5); });
+    expect(got).toEqual([packets.credit(3, 1024)]);
+    expect(views.map((v) => [v.connectID, v.length])).toEqual([[3, big.length], [4, 11]]);
+    expect(Buffer.concat(views[0]!.chunks).equals(big)).toBe(true);
+    expect(views[0]!.chunks.length).toBeGreaterThan(1); // 600 kB do not arrive in one read
+    const backing = new Set(received.map((c) => c.buffer));
+    for (const c of views[0]!.chunks) expect(backing.has(c.buffer)).toBe(true); // views, not copies
+    expect(Buffer.concat(views[1]!.chunks).toString()).toBe('one payload');
+  });
+
+  it('without a handler (or after onDataViews(null)), a writeData frame reads as one DATA packet', async () => {
+    const { a, b } = await pair();
+    const sa = new FramedPacketStream(a, 1 << 20);
+    const sb = new FramedPacketStream(b, 1 << 20);
+    const got: Packet[] = [];
+    const views: number[] = [];
+    sb.on('data', (p: Packet) => got.push(p));
+    sb.onDataViews((_id, _chunks, length) => views.push(length));
+    sb.onDataViews(null);
+    sa.sendHello({});
+    sa.writeData(9, [Buffer.from('ab'), Buffer.from('cd')], 4);
+    await new Promise<void>((r) => { const t = setInterval(() => { if (got.length === 1) { clearInterval(t); r(); } }, 5); });
+    expect(got).toEqual([packets.data(9, Buffer.from('abcd'))]);
+    expect(views).toEqual([]);
+  });
+
+  it('with a handler, a DATA frame split at every byte boundary arrives whole, and a malformed one still fails the stream', async () => {
+    const { a, b } = await pair();
+    const sb = new FramedPacketStream(b, 1 << 20);
+    const views: Buffer[] = [];
+    sb.on('data', () => {});
+    sb.onDataViews((_id, chunks) => views.push(Buffer.concat(chunks)));
+    const bytes = Buffer.concat([frame(0, Buffer.from('{}')), frame(1, Buffer.concat(encodePacketParts(packets.data(5, Buffer.from('split me please')))))]);
+    for (const byte of bytes) {
+      a.write(Buffer.from([byte]));
+      await new Promise((r) => setImmediate(r));
+    }
+    await new Promise((r) => setTimeout(r, 20));
+    expect(views.map(String)).toEqual(['split me please']);
+    const failed = once(sb, 'error') as Promise<[Error]>;
+    a.write(frame(1, Buffer.from([0x08, 0x04, 0x22, 0x7f, 0x08]))); // DATA whose length runs past the frame
+    const [err] = await failed;
+    expect(err.message).toMatch(/malformed packet/);
+  });
+
   it.each([
     ['a frame over the size limit', (): Buffer => { const h = Buffer.alloc(5); h.writeUInt32BE(2_000_000, 0); h[4] = 1; return Buffer.concat([frame(0, Buffer.from('{}')), h]); }, /exceeds/],
     ['a first frame that is not a hello', (): Buffer => frame(1, encodePacket(packets.drain())), /not a hello/],

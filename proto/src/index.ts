@@ -27,4 +27,5 @@ export * from './stdio-flushed.js';
 export * from './http-upgrade.js';
 export * from './socket-options.js';
 export * from './pinned-bytes.js';
+export * from './queued-bytes.js';
 export * from './lazy-module.js';

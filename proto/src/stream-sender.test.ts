@@ -170,4 +170,24 @@ describe('StreamSender', () => {
     sender.holdReads('y');
     expect(stream.isPaused()).toBe(false);
   });
+
+  it('sendData: a stream that writes chunks gets them as they are; another gets one DATA packet', async () => {
+    const withChunks: { id: number; chunks: readonly Buffer[]; length: number }[] = [];
+    const stream = newStream();
+    const chunked = Object.assign(stream, {
+      writeData: (id: number, chunks: readonly Buffer[], length: number) => (withChunks.push({ id, chunks, length }), true),
+    });
+    const a = Buffer.from('ab');
+    new StreamSender(chunked).sendData(3, [a, Buffer.from('cd')], 4);
+    expect(withChunks).toHaveLength(1);
+    expect(withChunks[0]!.chunks[0]).toBe(a);
+
+    const plain = newStream();
+    const sender = new StreamSender(plain);
+    sender.sendData(5, [Buffer.from('ab'), Buffer.from('cd')], 4);
+    sender.sendData(6, [a], 2);
+    await plain.flush();
+    expect(plain.sent).toEqual([packets.data(5, Buffer.from('abcd')), packets.data(6, a)]);
+    expect((plain.sent[1] as { data: { data: Buffer } }).data.data).toBe(a); // one chunk: not copied
+  });
 });

@@ -1,10 +1,13 @@
 // The shared Connect stream as seen by one of its ends: sends packets with backpressure and lets
 // connections wait for it to become writable, and pauses reading the stream while some connection
 // of an unmodified ANP peer (which knows no credit) has too much unflushed data.
-import type { Packet } from './packet.js';
+import { PacketType, packets, type Packet } from './packet.js';
 
 export interface PacketStream {
   write(packet: Packet): boolean;
+  /** A DATA packet whose payload is `chunks` (`length` bytes), written without copying them into one
+   * Buffer; streams without it are given one packet (our framed transport has it, gRPC does not). */
+  writeData?(connectID: number, chunks: readonly Buffer[], length: number): boolean;
   /** Bytes written and not yet handed to the network. */
   readonly writableLength: number;
   once(event: 'drain', listener: () => void): unknown;
@@ -33,7 +36,18 @@ export class StreamSender {
 
   send(packet: Packet): void {
     if (this.closed) return;
-    if (!this.stream.write(packet) && !this.congestedFlag) {
+    this.wrote(this.stream.write(packet));
+  }
+
+  /** Sends `length` (> 0) bytes in `chunks` as one DATA packet. */
+  sendData(connectID: number, chunks: readonly Buffer[], length: number): void {
+    if (this.closed) return;
+    if (this.stream.writeData) this.wrote(this.stream.writeData(connectID, chunks, length));
+    else this.wrote(this.stream.write(packets.data(connectID, chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks, length))));
+  }
+
+  private wrote(accepted: boolean): void {
+    if (!accepted && !this.congestedFlag) {
       this.congestedFlag = true;
       this.stream.once('drain', this.onDrain);
     }
@@ -91,12 +105,19 @@ export class StreamSender {
 }
 
 /** The same stream, with `onWrite` called for every packet written (metrics count packets here). */
-export function tapWrites(stream: PacketStream, onWrite: (p: Packet) => void): PacketStream {
+export function tapWrites(stream: PacketStream, onWrite: (type: PacketType) => void): PacketStream {
+  const writeData = stream.writeData?.bind(stream);
   return {
     write: (p) => {
-      onWrite(p);
+      onWrite(p.type);
       return stream.write(p);
     },
+    ...(writeData && {
+      writeData: (connectID: number, chunks: readonly Buffer[], length: number) => {
+        onWrite(PacketType.DATA);
+        return writeData(connectID, chunks, length);
+      },
+    }),
     get writableLength() {
       return stream.writableLength;
     },

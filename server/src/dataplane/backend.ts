@@ -2,7 +2,7 @@
 // connections established through it. Connection IDs are the agent's; they are only looked up in
 // this stream's own tables, so IDs repeated by another stream (a reconnect, a duplicate agent
 // stream, an HA peer) can never collide.
-import { PacketType, StreamSender, packetTypeName, packets, tapWrites, type FramedPacketStream, type MemoryBudget, type Packet, type PacketStream } from '@cluster-proxy/proto';
+import { PacketType, StreamSender, packetTypeName, packets, tapWrites, type DataViewHandler, type FramedPacketStream, type MemoryBudget, type Packet, type PacketStream } from '@cluster-proxy/proto';
 import type { Logger } from 'pino';
 import { detachedServerMetrics, grpcCodeName, type ServerMetrics } from './metrics.js';
 import type { ConnectionBackend, ProxiedConnection } from './proxied-connection.js';
@@ -15,6 +15,8 @@ export interface AgentChannel {
   readonly stream: PacketStream;
   onPacket(listener: (p: Packet) => void): void;
   offPacket(listener: (p: Packet) => void): void;
+  /** A mux channel can hand DATA payloads on as the chunks they arrived in (not copied); null: as packets again. */
+  onDataViews?(handler: DataViewHandler | null): void;
   /** Called once when the agent side ends or breaks. */
   onGone(listener: (why: string) => void): void;
   /** Ends our side: normally, or with an error status the agent will see. */
@@ -52,6 +54,7 @@ export function muxAgentChannel(stream: FramedPacketStream, metrics?: ServerMetr
     stream,
     onPacket: (l) => stream.on('data', l),
     offPacket: (l) => stream.removeListener('data', l),
+    onDataViews: (h) => stream.onDataViews(h),
     onGone: (l) => {
       stream.on('end', () => l('agent ended the stream'));
       stream.on('error', (err: Error) => {
@@ -124,8 +127,9 @@ export class AgentBackend implements Routable, ConnectionBackend {
     this.budget = opts.budget;
     this.log = opts.log;
     this.metrics = opts.metrics ?? detachedServerMetrics();
-    this.sender = new StreamSender(tapWrites(channel.stream, (p) => this.metrics.packet('to_agent', p)));
+    this.sender = new StreamSender(tapWrites(channel.stream, (t) => this.metrics.packetOfType('to_agent', t)));
     channel.onPacket(this.onPacket);
+    channel.onDataViews?.(this.onDataViews);
     channel.onGone((why) => this.close(why));
   }
 
@@ -208,6 +212,18 @@ export class AgentBackend implements Routable, ConnectionBackend {
 
   // ------------------------------------------------------------ inbound packets
 
+  /** DATA from a mux agent, its payload not copied into one Buffer. */
+  private readonly onDataViews = (connectID: number, chunks: readonly Buffer[], n: number): void => {
+    this.metrics.packetOfType('from_agent', PacketType.DATA);
+    this.connectionForData(connectID)?.onChunks(chunks, n);
+  };
+
+  private connectionForData(connectID: number): ProxiedConnection | undefined {
+    const conn = this.conns.get(connectID);
+    if (!conn && connectID !== 0) this.sender.send(packets.closeRequest(connectID));
+    return conn;
+  }
+
   private readonly onPacket = (p: Packet): void => {
     this.metrics.packet('from_agent', p);
     switch (p.type) {
@@ -224,15 +240,9 @@ export class AgentBackend implements Routable, ConnectionBackend {
         conn.onDialResponse(r.connectID, r.error, r.reason);
         return;
       }
-      case PacketType.DATA: {
-        const conn = this.conns.get(p.data.connectID);
-        if (!conn) {
-          if (p.data.connectID !== 0) this.sender.send(packets.closeRequest(p.data.connectID));
-          return;
-        }
-        conn.onData(p.data.data);
+      case PacketType.DATA:
+        this.connectionForData(p.data.connectID)?.onData(p.data.data);
         return;
-      }
       case PacketType.CLOSE_RSP:
         this.conns.get(p.closeResponse.connectID)?.onCloseResponse(p.closeResponse.error);
         return;
@@ -276,6 +286,7 @@ export class AgentBackend implements Routable, ConnectionBackend {
     this.conns.clear();
     this.sender.close();
     this.channel.offPacket(this.onPacket);
+    this.channel.onDataViews?.(null);
     for (const c of all) c.backendGone();
     this.channel.close(status);
     this.onClosed?.();

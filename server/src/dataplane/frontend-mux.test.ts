@@ -32,6 +32,7 @@ function setup(opts: { clientCredit?: boolean } = {}) {
     reads: 'flowing',
     sendHello: () => {},
     write: (p: Packet) => (out.push(p), !stream.full),
+    onDataViews: () => {},
     pause: () => void (stream.reads = 'paused'),
     resume: () => void (stream.reads = 'flowing'),
     destroy: () => {},

@@ -26,8 +26,8 @@
 // The client's HALF_CLOSE and CLOSE_REQ go to the core (ProxiedConnection): their outcome comes back
 // here as closed().
 import {
-  CAP_CREDIT, CAP_HALF_CLOSE, MAX_MESSAGE_BYTES, MD_CAPABILITIES, MD_WINDOW, PacketType, ReceiveWindow, SendCredit, StreamSender, packetTypeName, packets, parseCapabilities, tapWrites,
-  type ByteSink, type DialFailureReason, type FramedPacketStream, type Hello, type MemoryBudget, type Packet,
+  CAP_CREDIT, CAP_HALF_CLOSE, MAX_DATA_CHUNK, MAX_MESSAGE_BYTES, MD_CAPABILITIES, MD_WINDOW, PacketType, ReceiveWindow, SendCredit, StreamSender, packetTypeName, packets, parseCapabilities, tapWrites, takeQueued,
+  type ByteSink, type DialFailureReason, type FramedPacketStream, type Hello, type MemoryBudget, type Packet, type QueuedBytes,
 } from '@cluster-proxy/proto';
 import type { Logger } from 'pino';
 import type { Frontend } from './frontend.js';
@@ -52,19 +52,27 @@ export class MuxFrontendConn implements Frontend {
   private closeRequested = false;
   private readonly toClient: SendCredit;
   /** Chunks from the destination waiting for the client's credit (bounded by the agent's window). */
-  private readonly queue: { chunk: Buffer; cb: (err?: Error | null) => void }[] = [];
+  private readonly queue: QueuedBytes[] = [];
   /** Client bytes: credit goes back to the client as they leave for the agent; null until open. */
   private fromClient: ReceiveWindow | null = null;
   readonly sink: ByteSink;
 
   constructor(private readonly session: MuxFrontendSession, readonly random: bigint, readonly address: string) {
     this.toClient = new SendCredit(session.peerWindow, () => session.metrics.flowControlStalls.inc({ direction: 'to_client' }));
-    this.sink = { write: (chunk, cb) => this.onDestinationBytes(chunk, cb) };
+    this.sink = {
+      write: (chunk, cb) => this.onDestinationBytes([chunk], cb),
+      writeChunks: (chunks, _length, cb) => this.onDestinationBytes(chunks, cb),
+    };
   }
 
   // ------------------------------------------------------------ from the client
 
   onData(data: Buffer): void {
+    this.onChunks([data], data.length);
+  }
+
+  /** One DATA payload as the chunks it arrived in, `n` bytes in all. */
+  onChunks(chunks: readonly Buffer[], n: number): void {
     switch (this.state) {
       case 'open':
       case 'ending':
@@ -77,7 +85,7 @@ export class MuxFrontendConn implements Frontend {
         return;
     }
     const fromClient = this.fromClient!;
-    fromClient.write(data);
+    fromClient.writeChunks(chunks, n);
     if (this.session.peerWindow !== null && fromClient.overrun > MAX_MESSAGE_BYTES) {
       this.session.log.warn({ connectID: this.id }, 'client exceeded its flow-control window; closing the connection');
       this.proxied?.close();
@@ -132,7 +140,10 @@ export class MuxFrontendConn implements Frontend {
     // they are counted, and when they leave, the client gets its credit back.
     const proxied = this.proxied;
     this.fromClient = new ReceiveWindow({
-      sink: { write: (chunk, sent) => (proxied?.write(chunk, () => sent()), true) },
+      sink: {
+        write: (chunk, sent) => (proxied?.write(chunk, () => sent()), true),
+        writeChunks: (chunks, length, sent) => proxied?.writeChunks(chunks, length, () => sent()),
+      },
       initial: this.session.window,
       budget: this.session.budget,
       direction: 'to_agent',
@@ -215,15 +226,18 @@ export class MuxFrontendConn implements Frontend {
   // ------------------------------------------------------------ towards the client
 
   /** The core's bytes for the client: queued, sent as the client's credit allows. */
-  private onDestinationBytes(chunk: Buffer, cb: (err?: Error | null) => void): boolean {
+  private onDestinationBytes(chunks: readonly Buffer[], cb: (err?: Error | null) => void): boolean {
     switch (this.state) {
       case 'dialing':
       case 'closed':
         return true; // nothing to send them on (dropped, as a closed connection's queue is)
-      default:
-        this.queue.push({ chunk, cb });
+      default: {
+        const last = chunks.length - 1;
+        for (let i = 0; i < last; i++) this.queue.push({ chunk: chunks[i]! });
+        this.queue.push({ chunk: chunks[last]!, sent: () => cb() });
         this.flush();
         return true;
+      }
     }
   }
 
@@ -262,17 +276,12 @@ export class MuxFrontendConn implements Frontend {
         sender.whenWritable(this.flush);
         return false;
       }
-      const head = this.queue[0]!;
-      const n = this.toClient.allowance(head.chunk.length);
+      const n = this.toClient.allowance(MAX_DATA_CHUNK);
       if (n === 0) return false; // waiting for the client's credit
-      sender.send(packets.data(this.id, n < head.chunk.length ? head.chunk.subarray(0, n) : head.chunk));
-      this.toClient.consume(n);
-      if (n < head.chunk.length) {
-        head.chunk = head.chunk.subarray(n);
-        continue;
-      }
-      this.queue.shift();
-      head.cb();
+      const taken = takeQueued(this.queue, n);
+      sender.sendData(this.id, taken.chunks, taken.length);
+      this.toClient.consume(taken.length);
+      for (const sent of taken.sent) sent();
     }
     return true;
   }
@@ -336,9 +345,10 @@ export class MuxFrontendSession {
     this.peerWindow = caps.has(CAP_CREDIT) && Number.isSafeInteger(w) && w > 0 ? w : null;
     this.metrics = core.metrics;
     this.budget = core.budget;
-    this.sender = new StreamSender(tapWrites(stream, (p) => this.metrics.packet('to_client', p)));
+    this.sender = new StreamSender(tapWrites(stream, (t) => this.metrics.packetOfType('to_client', t)));
     stream.sendHello({ [MD_CAPABILITIES]: [`${CAP_CREDIT},${CAP_HALF_CLOSE}`], [MD_WINDOW]: [String(window)] });
     stream.on('data', this.onPacket);
+    stream.onDataViews(this.onDataViews);
     stream.on('end', () => this.clientGone());
     stream.on('error', () => {
       if (!this.gone) this.metrics.streamError('from_client', 'Unavailable');
@@ -362,6 +372,18 @@ export class MuxFrontendSession {
 
   describe(): { state: string; connectID: number; address: string }[] {
     return [...new Set([...this.pending.values(), ...this.open.values()])].map((c) => c.describe());
+  }
+
+  /** DATA with its payload as the chunks it arrived in (not copied into one Buffer). */
+  private readonly onDataViews = (connectID: number, chunks: readonly Buffer[], n: number): void => {
+    this.metrics.packetOfType('from_client', PacketType.DATA);
+    this.connectionForData(connectID)?.onChunks(chunks, n);
+  };
+
+  private connectionForData(connectID: number): MuxFrontendConn | undefined {
+    const conn = this.open.get(connectID);
+    if (!conn) this.sender.send(packets.closeResponse(connectID, 'unrecognized connectID'));
+    return conn;
   }
 
   private readonly onPacket = (p: Packet): void => {
@@ -390,12 +412,9 @@ export class MuxFrontendSession {
         conn.abandon();
         return;
       }
-      case PacketType.DATA: {
-        const conn = this.open.get(p.data.connectID);
-        if (conn) conn.onData(p.data.data);
-        else this.sender.send(packets.closeResponse(p.data.connectID, 'unrecognized connectID'));
+      case PacketType.DATA:
+        this.connectionForData(p.data.connectID)?.onData(p.data.data);
         return;
-      }
       case PacketType.CREDIT:
         this.open.get(p.credit.connectID)?.onCredit(p.credit.bytes);
         return;

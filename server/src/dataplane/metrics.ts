@@ -300,8 +300,12 @@ export class ServerMetrics {
   }
 
   packet(segment: Segment, p: Packet): void {
+    this.packetOfType(segment, p.type);
+  }
+
+  packetOfType(segment: Segment, type: number): void {
     // Keyed by the label, not the type number: a peer's made-up types all count as Unknown, one entry.
-    const packetType = packetTypeLabel(p.type);
+    const packetType = packetTypeLabel(type);
     const key = `${segment} ${packetType}`;
     const t = this.packetTally.get(key);
     if (t) t.n++;

@@ -3,7 +3,7 @@
 // the connection. Driven packet by packet with a recording backend and frontend.
 import pino from 'pino';
 import { afterEach, describe, expect, it, vi } from 'vitest';
-import { MAX_CONNECTION_WINDOW, MemoryBudget, PacketType, type Packet } from '@cluster-proxy/proto';
+import { MAX_CONNECTION_WINDOW, MemoryBudget, PacketType, packets, type Packet } from '@cluster-proxy/proto';
 import type { AgentBackend } from './backend.js';
 import type { Frontend } from './frontend.js';
 import { ServerMetrics } from './metrics.js';
@@ -15,7 +15,7 @@ function setup(opts: { clientHalfClose?: boolean; sink?: Frontend['sink'] } = {}
   const sent: Packet[] = [];
   const events: string[] = [];
   const waiters: Array<() => void> = [];
-  const sender = { send: (p: Packet) => { sent.push(p); }, congested: false, queued: 0, whenWritable: (w: () => void) => { waiters.push(w); }, cancelWaiter: () => {}, releaseReads: () => {}, holdReads: () => {} };
+  const sender = { send: (p: Packet) => { sent.push(p); }, sendData: (id: number, chunks: readonly Buffer[], n: number) => { sent.push(packets.data(id, chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks, n))); }, congested: false, queued: 0, whenWritable: (w: () => void) => { waiters.push(w); }, cancelWaiter: () => {}, releaseReads: () => {}, holdReads: () => {} };
   const backend = {
     agentID: 'a1', peerWindow: WINDOW, window: WINDOW, budget: new MemoryBudget(256 * 1024 * 1024, { maxWindow: MAX_CONNECTION_WINDOW }), credit: true, halfClose: true, metrics: new ServerMetrics(), sender,
     sendDialRequest: () => {}, sendDialClose: () => {}, forget: () => {}, established: () => {},

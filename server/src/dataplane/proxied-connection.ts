@@ -6,7 +6,7 @@
 //            then CLOSE_REQ to the agent, waiting for CLOSE_RSP (timer running); or the stall policy
 //            closed it (closeStalled): nothing waiting is kept, CLOSE_REQ at once
 //   closed   removed from every table; the frontend has been told
-import { LazyLog, MAX_DATA_CHUNK, MAX_MESSAGE_BYTES, ReceiveWindow, SendCredit, classifyDialError, packets, unpinned, type DialFailureReason, type MemoryBudget, type StreamSender } from '@cluster-proxy/proto';
+import { LazyLog, MAX_DATA_CHUNK, MAX_MESSAGE_BYTES, ReceiveWindow, SendCredit, classifyDialError, packets, takeQueued, unpinned, type DialFailureReason, type MemoryBudget, type QueuedBytes, type StreamSender } from '@cluster-proxy/proto';
 import type { Logger } from 'pino';
 import type { Frontend } from './frontend.js';
 import type { ServerMetrics } from './metrics.js';
@@ -80,7 +80,7 @@ export class ProxiedConnection {
    * delivers what it was granted or what its HTTP/2 stream window holds; far more than the agent's
    * largest window is a client that ignores flow control.
    */
-  private waiting: { data: Buffer; sent?: () => void }[] = [];
+  private waiting: QueuedBytes[] = [];
   private waitingBytes = 0;
   /** Half-close or CLOSE_REQ held back until the waiting bytes are sent. */
   private afterWaiting: (() => void) | null = null;
@@ -171,11 +171,18 @@ export class ProxiedConnection {
    * the bytes have gone to the agent (never if the connection is dropped first).
    */
   write(data: Buffer, sent?: () => void): void {
+    this.writeChunks([data], data.length, sent);
+  }
+
+  /** As write(), for one payload that arrived as several chunks (`length` bytes): they stay views. */
+  writeChunks(chunks: readonly Buffer[], length: number, sent?: () => void): void {
     if (this.state !== 'open' || this.clientEnded) return;
-    this.backend.metrics.bytes.inc({ direction: 'to_agent' }, data.length);
-    this.waiting.push({ data, sent });
-    this.waitingBytes += data.length;
-    this.holding(data.length);
+    this.backend.metrics.bytes.inc({ direction: 'to_agent' }, length);
+    const last = chunks.length - 1;
+    for (let i = 0; i < last; i++) this.waiting.push({ chunk: chunks[i]! });
+    this.waiting.push({ chunk: chunks[last]!, sent });
+    this.waitingBytes += length;
+    this.holding(length);
     this.sendWaiting();
     if (this.waitingBytes > this.maxWaitingBytes) {
       this.log.warn({ waiting: this.waitingBytes }, 'client kept sending after it was paused; closing the connection');
@@ -197,26 +204,21 @@ export class ProxiedConnection {
         this.backend.sender.whenWritable(this.onWritable);
         break;
       }
-      const head = this.waiting[0]!;
-      const n = this.toAgentCredit.allowance(Math.min(MAX_DATA_CHUNK, head.data.length));
+      const n = this.toAgentCredit.allowance(Math.min(MAX_DATA_CHUNK, this.waitingBytes));
       if (n === 0) break;
-      this.backend.sender.send(packets.data(this.connectID, head.data.subarray(0, n)));
+      const taken = takeQueued(this.waiting, n);
+      sender.sendData(this.connectID, taken.chunks, n);
       this.toAgentMovedAt = Date.now();
       this.toAgentCredit.consume(n);
       this.bytesToAgent += n;
       this.waitingBytes -= n;
       this.holding(-n);
-      if (n < head.data.length) {
-        head.data = head.data.subarray(n);
-        continue;
-      }
-      this.waiting.shift();
-      head.sent?.();
+      for (const done of taken.sent) done();
     }
     // What is left waits for credit, as long as the destination stalls: it must not keep alive the
     // part of its frame or message that went.
     const head = this.waiting[0];
-    if (head) head.data = unpinned(head.data);
+    if (head) head.chunk = unpinned(head.chunk);
     if (this.waitingBytes === 0 && this.afterWaiting) {
       const next = this.afterWaiting;
       this.afterWaiting = null;
@@ -309,10 +311,15 @@ export class ProxiedConnection {
   // ------------------------------------------------------------ agent → client
 
   onData(data: Buffer): void {
+    this.onChunks([data], data.length);
+  }
+
+  /** One DATA payload as the chunks it arrived in, `n` bytes in all (a mux agent's are not copied into one). */
+  onChunks(chunks: readonly Buffer[], n: number): void {
     if (this.state !== 'open' || !this.toClient) return;
-    this.bytesToClient += data.length;
-    this.backend.metrics.bytes.inc({ direction: 'to_client' }, data.length);
-    this.toClient.write(data);
+    this.bytesToClient += n;
+    this.backend.metrics.bytes.inc({ direction: 'to_client' }, n);
+    this.toClient.writeChunks(chunks, n);
     if (this.backend.credit) {
       if (this.toClient.overrun > MAX_MESSAGE_BYTES) {
         this.log.warn('agent exceeded its flow-control window; closing the connection');

@@ -69,6 +69,8 @@ export class ConnectConnection implements Frontend, TrackedConnection {
         }
         return this.socket.write(chunk, callback);
       },
+      cork: () => this.socket.cork(),
+      uncork: () => this.socket.uncork(),
     };
     socket.on('data', this.onData);
     socket.on('end', this.onEnd);
