@@ -4,6 +4,8 @@ import { CAP_HALF_CLOSE, MD_CAPABILITIES, PROXY_PATH, parseCapabilities, type Gr
 
 export interface LegHandlers {
   onPacket(p: Packet): void;
+  /** A DATA payload as the chunks it arrived in (`length` bytes; a shared connection does not copy them into one). */
+  onChunks(chunks: readonly Buffer[], length: number): void;
   /** The leg broke (stream error, hub gone). */
   onFailure(message: string): void;
 }

@@ -3,15 +3,17 @@
 // what reaches it; it calls the Leg as TunnelSocket does).
 import { EventEmitter } from 'node:events';
 import { describe, expect, it } from 'vitest';
-import { PacketType, packets, type FramedPacketStream, type Packet } from '@cluster-proxy/proto';
+import { PacketType, packets, type DataViewHandler, type FramedPacketStream, type Packet } from '@cluster-proxy/proto';
 import { Session, type MuxLeg } from './mux-session.js';
 
 const WINDOW = 64 * 1024;
 
 function setup() {
   const out: Packet[] = [];
+  let views: DataViewHandler | null = null;
   const stream = Object.assign(new EventEmitter(), {
     write: (p: Packet) => (out.push(p), true),
+    onDataViews: (h: DataViewHandler | null) => void (views = h),
     pause: () => {},
     resume: () => {},
     destroy: () => {},
@@ -23,13 +25,16 @@ function setup() {
   const heard: string[] = [];
   const leg = session.open(5n, {
     onPacket: (p) => void heard.push(PacketType[p.type]!),
+    onChunks: (chunks, length) => void heard.push(`chunks:${chunks.map((c) => c.toString()).join('+')}=${length}`),
     onFailure: (why) => void heard.push(`failure:${why}`),
   }) as MuxLeg;
   const fromHub = (p: Packet): boolean => stream.emit('data', p);
+  /** A DATA frame as the framed stream hands it over: its payload as the chunks it arrived in. */
+  const viewsFromHub = (connectID: number, chunks: Buffer[]): void => views!(connectID, chunks, chunks.reduce((n, c) => n + c.length, 0));
   /** Packets sent to the hub since the last call: type, with CREDIT's and DATA's bytes. */
   const sent = (): string[] => out.splice(0).map((p) =>
     p.type === PacketType.CREDIT ? `CREDIT:${p.credit.bytes}` : p.type === PacketType.DATA ? `DATA:${p.data.data.length}` : PacketType[p.type]!);
-  return { session, leg, heard, fromHub, sent, stream };
+  return { session, leg, heard, fromHub, viewsFromHub, sent, stream };
 }
 
 function opened() {
@@ -90,6 +95,17 @@ describe('MuxLeg: credit', () => {
     expect(woken).toBe(1);
     expect(leg.readyForData).toBe(true);
     expect(sent()).toEqual([`DATA:${WINDOW}`]);
+  });
+
+  it('DATA handed over as chunks reaches the socket as they are, once the connection is open; for another connectID, nowhere', () => {
+    const t = setup();
+    t.viewsFromHub(3, [Buffer.from('early')]); // not open yet: the session does not know connectID 3
+    expect(t.heard).toEqual([]);
+    t.fromHub(packets.dialResponse(5n, 3));
+    t.heard.length = 0;
+    t.viewsFromHub(3, [Buffer.from('ab'), Buffer.from('cde')]);
+    t.viewsFromHub(4, [Buffer.from('other')]);
+    expect(t.heard).toEqual(['chunks:ab+cde=5']);
   });
 
   it('the reader\'s credit goes back in batches; a reader that refuses bytes holds it until it reads again', () => {

@@ -89,6 +89,11 @@ export class MuxLeg implements Leg {
     if (this.connected()) this.h.onPacket(p);
   }
 
+  /** DATA as the chunks it arrived in, for the socket. */
+  onChunks(chunks: readonly Buffer[], length: number): void {
+    if (this.connected()) this.h.onChunks(chunks, length);
+  }
+
   onCloseResponse(p: Packet): void {
     if (!this.connected()) return;
     this.enterClosed();
@@ -223,6 +228,7 @@ export class Session {
   constructor(readonly stream: FramedPacketStream, readonly window: number) {
     this.sender = new StreamSender(stream);
     stream.on('data', this.onPacket);
+    stream.onDataViews((connectID, chunks, length) => this.byID.get(connectID)?.onChunks(chunks, length));
     const gone = (why: string): void => this.fail(why);
     stream.on('error', (err: Error) => gone(err.message));
     stream.on('end', () => gone('hub closed the connection'));

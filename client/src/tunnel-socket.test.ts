@@ -34,11 +34,12 @@ function setup(opts: { halfClose?: boolean; signal?: AbortSignal; timeoutMs?: nu
   socket.on('error', (e: TunnelError) => errors.push(e));
   const attach = (): void => socket.attach({ open: (_r: bigint, h: LegHandlers) => ((handlers = h), leg as Leg) });
   const fromHub = (p: Packet): void => handlers!.onPacket(p);
+  const chunksFromHub = (chunks: Buffer[]): void => handlers!.onChunks(chunks, chunks.reduce((n, c) => n + c.length, 0));
   const answer = (): void => fromHub(packets.dialResponse(random, 4));
   const state = (): string => (socket as unknown as { state: string }).state;
   /** What the socket did since the last call. */
   const took = (): string[] => did.splice(0);
-  return { socket, leg, attach, fromHub, answer, state, took, errors, writers, fail: (why: string) => handlers!.onFailure(why), random: () => random };
+  return { socket, leg, attach, fromHub, chunksFromHub, answer, state, took, errors, writers, fail: (why: string) => handlers!.onFailure(why), random: () => random };
 }
 
 /** A socket whose dial has been answered, with the record so far taken off. */
@@ -145,6 +146,19 @@ describe('TunnelSocket: half-close', () => {
     await new Promise((r) => socket.once('close', r));
     expect(state()).toBe('closing');
     expect(took()).toEqual(['CLOSE_REQ', 'resumeReading']);
+  });
+
+  it('a payload handed over as chunks is read in order and counted once, with the reader\'s answer to the last chunk', async () => {
+    const { socket, chunksFromHub, took } = opened();
+    socket.pause();
+    chunksFromHub([Buffer.from('ab'), Buffer.from('cd'), Buffer.from('e')]);
+    expect(socket.bytesRead).toBe(5);
+    expect(took()).toEqual(['received:5:true']);
+    const full = socket.readableHighWaterMark;
+    chunksFromHub([Buffer.alloc(full), Buffer.alloc(1)]); // past the Duplex's high-water mark: the reader is full
+    expect(took()).toEqual([`received:${full + 1}:false`]);
+    expect(Buffer.concat([socket.read(5) as Buffer]).toString()).toBe('abcde');
+    socket.destroy();
   });
 
   it('we half-close first: the destination\'s bytes still arrive; its HALF_CLOSE makes it ended, CLOSE_RSP closed', async () => {

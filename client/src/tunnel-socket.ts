@@ -92,7 +92,7 @@ export class TunnelSocket extends Duplex {
       default:
         return; // closed before the transport was ready
     }
-    const leg = factory.open(this.random, { onPacket: this.onPacket, onFailure: this.onLegFailure });
+    const leg = factory.open(this.random, { onPacket: this.onPacket, onChunks: this.onChunks, onFailure: this.onLegFailure });
     this.leg = leg;
     this.state = 'dialing';
     leg.send(packets.dialRequest(this.destination, this.random));
@@ -200,6 +200,10 @@ export class TunnelSocket extends Duplex {
   }
 
   private onData(data: Uint8Array): void {
+    this.onChunks([data], data.length);
+  }
+
+  private readonly onChunks = (chunks: readonly Uint8Array[], n: number): void => {
     switch (this.state) {
       case 'open':
       case 'write-ended':
@@ -207,11 +211,12 @@ export class TunnelSocket extends Duplex {
       default:
         return; // not connected yet, after the hub's HALF_CLOSE, or after the close: ignored
     }
-    const n = data.length;
     this.bytesRead += n;
     this.touch();
-    this.leg!.received(n, this.push(data));
-  }
+    let accepted = true;
+    for (const chunk of chunks) accepted = this.push(chunk);
+    this.leg!.received(n, accepted);
+  };
 
   private onHalfClose(): void {
     switch (this.state) {
