@@ -4,7 +4,7 @@
 // parts leave in one DATA frame where they fit).
 import type { Writable } from 'node:stream';
 import { ChunkQueue } from './chunk-queue.js';
-import { decodePacket, encodePacketParts } from './codec.js';
+import { MAX_DATA_HEADER_BYTES, decodeDataHeader, decodePacket, encodeDataHeader, encodePacketParts } from './codec.js';
 import type { Packet } from './packet.js';
 
 /** gRPC status codes. */
@@ -85,6 +85,16 @@ export function writeGrpcMessage(stream: Writable, p: Packet, callback?: (err?: 
   const parts = encodePacketParts(p);
   let length = 0;
   for (const b of parts) length += b.length;
+  return writeMessageParts(stream, parts, length, callback);
+}
+
+/** Writes a DATA packet whose `length` (> 0) payload bytes are `chunks` as one gRPC message, without copying them. */
+export function writeGrpcData(stream: Writable, connectID: number, chunks: readonly Buffer[], length: number, callback?: (err?: Error | null) => void): boolean {
+  const header = encodeDataHeader(connectID, length);
+  return writeMessageParts(stream, [header, ...chunks], header.length + length, callback);
+}
+
+function writeMessageParts(stream: Writable, parts: readonly Buffer[], length: number, callback?: (err?: Error | null) => void): boolean {
   const header = Buffer.allocUnsafe(HEADER_BYTES);
   header[0] = 0; // not compressed
   header.writeUInt32BE(length, 1);
@@ -108,13 +118,25 @@ export class GrpcFramingError extends Error {
  * Splits received bytes into packets (HTTP/2 DATA frames are at most 16 KiB by default, so a message
  * often spans several). What is held is bounded by the largest message allowed plus one chunk.
  */
+/** A DATA message's payload as the chunks it arrived in (a GrpcMessageReader with `views` set). */
+export class DataViews {
+  constructor(readonly connectID: number, readonly chunks: readonly Buffer[], readonly length: number) {}
+}
+
 export class GrpcMessageReader {
+  /**
+   * While true, a DATA message comes out as DataViews: its payload as views of the HTTP/2 chunks it
+   * spans (a 256 KiB message spans 16 frames or more) instead of copied into one Buffer. Only the
+   * layout our encoder and Go's protobuf write is read so (decodeDataHeader); any other message is
+   * decoded as a Packet.
+   */
+  views = false;
   private readonly received = new ChunkQueue();
 
   constructor(private readonly maxMessageBytes: number) {}
 
-  /** Adds `chunk` and appends every packet now complete to `out`; throws GrpcFramingError on a bad message. */
-  push(chunk: Buffer, out: Packet[]): void {
+  /** Adds `chunk` and appends every message now complete to `out` (DataViews only with `views`); throws GrpcFramingError on a bad message. */
+  push(chunk: Buffer, out: (Packet | DataViews)[]): void {
     this.received.push(chunk);
     while (this.received.length >= HEADER_BYTES) {
       const head = this.received.peek(HEADER_BYTES);
@@ -122,7 +144,15 @@ export class GrpcMessageReader {
       if (head[0] !== 0) throw new GrpcFramingError(GrpcStatus.UNIMPLEMENTED, 'compressed messages are not supported (send grpc-encoding identity)');
       if (length > this.maxMessageBytes) throw new GrpcFramingError(GrpcStatus.RESOURCE_EXHAUSTED, `Received message larger than max (${length} vs. ${this.maxMessageBytes})`);
       if (this.received.length < HEADER_BYTES + length) return;
-      const message = this.received.take(HEADER_BYTES + length).subarray(HEADER_BYTES);
+      this.received.take(HEADER_BYTES);
+      const data = this.views && length > 0 ? decodeDataHeader(this.received.peek(Math.min(length, MAX_DATA_HEADER_BYTES)), length) : null;
+      if (data) {
+        this.received.take(data.headerLength);
+        const n = length - data.headerLength;
+        out.push(new DataViews(data.connectID, this.received.takeViews(n), n));
+        continue;
+      }
+      const message = this.received.take(length);
       try {
         out.push(decodePacket(message));
       } catch (err) {

@@ -45,8 +45,13 @@ export class GrpcFrontend implements Frontend {
         core.metrics.packet('to_client', p);
         return call.write(p, callback);
       },
+      writeChunks: (chunks, length, callback) => {
+        core.metrics.packetOfType('to_client', PacketType.DATA);
+        call.writeData(this.connectID, chunks, length, callback);
+      },
     };
     call.on('data', this.onPacket);
+    call.onDataViews(this.onDataViews);
     // The client ended its side of the stream, or went away: close whatever we hold.
     let clientEnded = false;
     call.on('end', () => {
@@ -86,12 +91,7 @@ export class GrpcFrontend implements Frontend {
         this.dial(p.dialRequest.address, p.dialRequest.protocol);
         return;
       case PacketType.DATA:
-        if (this.state !== 'open' || !this.conn) {
-          this.send(packets.closeResponse(p.data.connectID, 'backend not initialized'));
-          return this.finish();
-        }
-        if (p.data.connectID !== this.connectID) return this.protocolError(`DATA for connectID ${p.data.connectID} on the stream of connectID ${this.connectID}`);
-        this.conn.write(p.data.data);
+        this.onClientData(p.data.connectID, [p.data.data], p.data.data.length);
         return;
       case PacketType.HALF_CLOSE:
         if (this.state === 'open') this.conn?.endWrite();
@@ -113,6 +113,21 @@ export class GrpcFrontend implements Frontend {
         this.lazyLog.log.warn({ type: packetTypeName(p.type) }, 'unexpected packet from client, ignored');
     }
   };
+
+  /** DATA with its payload as the HTTP/2 chunks it arrived in (not copied into one Buffer). */
+  private readonly onDataViews = (connectID: number, chunks: readonly Buffer[], length: number): void => {
+    this.core.metrics.packetOfType('from_client', PacketType.DATA);
+    this.onClientData(connectID, chunks, length);
+  };
+
+  private onClientData(connectID: number, chunks: readonly Buffer[], length: number): void {
+    if (this.state !== 'open' || !this.conn) {
+      this.send(packets.closeResponse(connectID, 'backend not initialized'));
+      return this.finish();
+    }
+    if (connectID !== this.connectID) return this.protocolError(`DATA for connectID ${connectID} on the stream of connectID ${this.connectID}`);
+    this.conn.writeChunks(chunks, length);
+  }
 
   /** At once, or once an agent of the destination's cluster has connected here. */
   private dial(address: string, protocol: string): void {
@@ -171,6 +186,7 @@ export class GrpcFrontend implements Frontend {
     if (this.state === 'done') return;
     this.state = 'done';
     this.call.removeListener('data', this.onPacket);
+    this.call.onDataViews(null);
     this.call.endWithStatus(GrpcStatus.INVALID_ARGUMENT, message);
     this.onDone(this);
   }
@@ -191,6 +207,7 @@ export class GrpcFrontend implements Frontend {
     this.agentWait = null;
     this.conn?.close();
     this.call.removeListener('data', this.onPacket);
+    this.call.onDataViews(null);
     if (!this.call.writableEnded) this.call.end();
     this.call.resume(); // drain anything still queued so the stream can complete
     this.onDone(this);

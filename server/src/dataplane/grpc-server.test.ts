@@ -7,7 +7,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { GrpcClient, GrpcStatus, packets, type GrpcCallStatus, type Packet } from '@cluster-proxy/proto';
+import { GrpcClient, GrpcStatus, PacketType, packets, type GrpcCallStatus, type Packet } from '@cluster-proxy/proto';
 import { GrpcServer, type GrpcServerCall } from './grpc-server.js';
 
 let dir: string;
@@ -103,6 +103,41 @@ describe('GrpcServer', () => {
       expect(taken).toEqual([]);
       held!.resume();
       await waitUntil(() => taken.length === 3);
+      expect(held!.heldBytes).toBe(0);
+    } finally {
+      c.close();
+    }
+  });
+
+  it('onDataViews: DATA reaches the handler as the HTTP/2 chunks it arrived in, in order with other packets, also after a pause; writeData answers without a copy', async () => {
+    let held: GrpcServerCall | undefined;
+    const order: string[] = [];
+    server.handle('/Test/Views', (call) => {
+      call.sendMetadata();
+      call.pause();
+      call.on('data', (p: Packet) => order.push(PacketType[p.type]!));
+      call.onDataViews((connectID, chunks, length) => {
+        order.push(`views:${connectID}:${length}:${chunks.length > 1 ? 'several' : 'one'}`);
+        call.writeData(connectID, chunks, length); // echo
+      });
+      held = call;
+    });
+    const c = new GrpcClient({ address: `unix:${sock}`, streamWindow: 1 << 20, connectionWindow: 1 << 22, maxMessageBytes: 1 << 16 });
+    try {
+      const call = c.call('/Test/Views');
+      const echoed: Packet[] = [];
+      call.on('data', (p: Packet) => echoed.push(p));
+      await once(call, 'metadata');
+      const payload = Buffer.alloc(60_000);
+      for (let i = 0; i < payload.length; i++) payload[i] = i % 249;
+      call.write(packets.closeRequest(4));
+      call.write(packets.data(4, payload)); // more than one 16 KiB HTTP/2 frame
+      await waitUntil(() => (held?.heldBytes ?? 0) >= payload.length);
+      expect(order).toEqual([]); // paused: parsed, held, counted
+      held!.resume();
+      await waitUntil(() => echoed.length === 1);
+      expect(order).toEqual(['CLOSE_REQ', `views:4:${payload.length}:several`]);
+      expect(echoed).toEqual([packets.data(4, payload)]);
       expect(held!.heldBytes).toBe(0);
     } finally {
       c.close();

@@ -13,8 +13,8 @@ import type net from 'node:net';
 import type { Duplex } from 'node:stream';
 import type { PeerCertificate, TLSSocket } from 'node:tls';
 import {
-  GrpcMessageReader, GrpcStatus, PacketType, encodeGrpcMessage, h2Transport, parseGrpcTimeout, watchSession, writeGrpcMessage,
-  type GrpcFramingError, type Packet, type WatchdogOptions,
+  DataViews, GrpcMessageReader, GrpcStatus, PacketType, encodeGrpcMessage, h2Transport, packets, parseGrpcTimeout, watchSession, writeGrpcData, writeGrpcMessage,
+  type DataViewHandler, type GrpcFramingError, type Packet, type WatchdogOptions,
 } from '@cluster-proxy/proto';
 import { SessionWindow, type SessionWindowOptions } from './session-window.js';
 
@@ -46,7 +46,9 @@ export class GrpcServerCall extends EventEmitter {
   private readonly reader: GrpcMessageReader;
   /** Told what the call read and when it stopped reading (the session's window grows from that). */
   flow: Pick<SessionWindow, 'consumed' | 'paused'> | undefined;
-  private readonly queue: Packet[] = [];
+  /** Messages parsed while the handler is paused (DataViews: DATA for onDataViews' handler). */
+  private readonly queue: (Packet | DataViews)[] = [];
+  private dataViews: DataViewHandler | null = null;
   private deadline: NodeJS.Timeout | null = null;
   private status = { code: GrpcStatus.OK as number, details: '' };
 
@@ -108,7 +110,10 @@ export class GrpcServerCall extends EventEmitter {
   /** Client bytes the call holds that its handler has not taken: Node's buffer of the paused stream, a message not complete yet, messages parsed while paused. */
   get heldBytes(): number {
     let queued = 0;
-    for (const p of this.queue) if (p.type === PacketType.DATA) queued += p.data.data.length;
+    for (const p of this.queue) {
+      if (p instanceof DataViews) queued += p.length;
+      else if (p.type === PacketType.DATA) queued += p.data.data.length;
+    }
     return this.stream.readableLength + this.reader.pending + queued;
   }
 
@@ -143,6 +148,25 @@ export class GrpcServerCall extends EventEmitter {
     }
     this.sendMetadata();
     return writeGrpcMessage(this.stream, p, callback);
+  }
+
+  /** Writes a DATA packet whose payload is `chunks` (`length` bytes) without copying them into one Buffer. */
+  writeData(connectID: number, chunks: readonly Buffer[], length: number, callback?: (err?: Error | null) => void): boolean {
+    if (this.ended || this.stream.destroyed) {
+      if (callback) process.nextTick(callback, new Error('call ended'));
+      return false;
+    }
+    this.sendMetadata();
+    return writeGrpcData(this.stream, connectID, chunks, length, callback);
+  }
+
+  /**
+   * DATA messages then go to `handler`, their payload as the HTTP/2 chunks it arrived in, instead of to
+   * 'data' copied into one Buffer (as FramedPacketStream.onDataViews); null: as packets again.
+   */
+  onDataViews(handler: DataViewHandler | null): void {
+    this.dataViews = handler;
+    this.reader.views = handler !== null;
   }
 
   /** Ends the call with status OK. */
@@ -216,7 +240,12 @@ export class GrpcServerCall extends EventEmitter {
 
   /** Hands parsed messages to the handler while it is not paused. */
   private flush(): void {
-    while (!this.paused && this.queue.length > 0 && !this.cancelledFlag) this.emit('data', this.queue.shift()!);
+    while (!this.paused && this.queue.length > 0 && !this.cancelledFlag) {
+      const next = this.queue.shift()!;
+      if (!(next instanceof DataViews)) this.emit('data', next);
+      else if (this.dataViews) this.dataViews(next.connectID, next.chunks, next.length);
+      else this.emit('data', packets.data(next.connectID, Buffer.concat(next.chunks, next.length))); // the handler went meanwhile
+    }
   }
 
   private refuse(code: number, details: string): void {
