@@ -216,7 +216,9 @@ export class ProxiedConnection {
       for (const done of taken.sent) done();
     }
     // What is left waits for credit, as long as the destination stalls: it must not keep alive the
-    // part of its frame or message that went.
+    // part of its frame or message that went. Only the head: the rest are views of whole TLS records or
+    // of HTTP/2 read buffers (64 KiB), and copying every waiting view took back the gRPC path's gain
+    // (hub 1.5 against 1.4 s/GiB on `throughput-up`).
     const head = this.waiting[0];
     if (head) head.chunk = unpinned(head.chunk);
     if (this.waitingBytes === 0 && this.afterWaiting) {
