@@ -62,6 +62,7 @@ export function grpcLink(opts: LinkOptions, serverName: string | undefined, sock
         header: (key) => headers[key] ?? [],
         onPacket: (l) => call.on('data', l),
         offPacket: (l) => call.removeListener('data', l),
+        onDataViews: (h) => call.onDataViews(h),
         onGone: (l) => {
           const once = onlyOnce(l);
           call.on('error', (err: GrpcCallError) => once(err));

@@ -14,7 +14,7 @@ export interface Link {
   header(key: string): string[];
   onPacket(listener: (p: Packet) => void): void;
   offPacket(listener: (p: Packet) => void): void;
-  /** A mux link can hand DATA payloads on as the chunks they arrived in (not copied); null: as packets again. */
+  /** DATA payloads as the chunks they arrived in (not copied into one Buffer); null: as packets again. */
   onDataViews?(handler: DataViewHandler | null): void;
   /** Called at most once, when the link ends or breaks. */
   onGone(listener: (err: Error) => void): void;

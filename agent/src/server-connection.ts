@@ -231,7 +231,7 @@ export class ServerConnection extends EventEmitter implements EndpointOwner {
     }
   };
 
-  /** DATA from a mux link, its payload not copied into one Buffer. */
+  /** DATA from the link, its payload not copied into one Buffer. */
   private readonly onDataViews = (connectID: number, chunks: readonly Buffer[], n: number): void => {
     this.metrics.packetOfType('to_agent', PacketType.DATA);
     this.connectionForData(connectID)?.onChunks(chunks, n);

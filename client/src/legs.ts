@@ -51,6 +51,7 @@ export class GrpcLegFactory implements LegFactory {
       if (released) return;
       released = true;
       call.removeAllListeners('data');
+      call.onDataViews(null);
       call.on('error', () => {});
       call.cancel();
     };
@@ -58,6 +59,7 @@ export class GrpcLegFactory implements LegFactory {
       halfClose = parseCapabilities((m[MD_CAPABILITIES] ?? []).join(',')).has(CAP_HALF_CLOSE);
     });
     call.on('data', (p: Packet) => h.onPacket(p));
+    call.onDataViews((_connectID, chunks, length) => h.onChunks(chunks, length));
     call.on('error', (err: GrpcCallError) => h.onFailure(err.message));
     call.on('end', () => h.onFailure('hub ended the stream'));
     call.on('status', release);

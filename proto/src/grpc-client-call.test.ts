@@ -152,6 +152,32 @@ describe('GrpcClientCall: the whole call', () => {
   });
 });
 
+describe('GrpcClientCall: DATA as views (onDataViews)', () => {
+  it('DATA goes to the handler as the chunks it arrived in, in order with other packets, also across a pause; null: packets again', () => {
+    const { call, stream, took } = setup();
+    /** Everything the reader got, in order: packets from 'data' (as setup records them), views from the handler. */
+    const order: string[] = [];
+    call.onDataViews((connectID, chunks, length) => {
+      order.push(...took(), `views:${connectID}:${Buffer.concat(chunks).toString()}:${length}`);
+    });
+    stream.respond();
+    took();
+    call.pause();
+    const parts: Buffer[] = [];
+    const sink = { cork: () => {}, uncork: () => {}, write: (b: Buffer) => parts.push(b) > 0 };
+    writeGrpcMessage(sink as never, packets.closeRequest(7));
+    writeGrpcMessage(sink as never, packets.data(7, Buffer.from('hello world')));
+    const bytes = Buffer.concat(parts);
+    for (let i = 0; i < bytes.length; i += 7) stream.emit('data', bytes.subarray(i, i + 7)); // cut anywhere
+    expect(order).toEqual([]);
+    call.resume();
+    expect(order).toEqual(['data:?', 'views:7:hello world:11']); // CLOSE_REQ (not DATA: setup hears no connectID), then the DATA
+    call.onDataViews(null);
+    stream.send(d(3));
+    expect(took()).toEqual(['data:3']);
+  });
+});
+
 describe('GrpcClientCall: refusals and errors', () => {
   it('trailers-only: no transition at the headers; END_STREAM delivers the status', () => {
     const { call, stream, took, statuses } = setup();

@@ -34,9 +34,10 @@ import tls from 'node:tls';
 import type { Duplex } from 'node:stream';
 import { h2Transport } from './h2-transport.js';
 import { splitHostPort } from './identifiers.js';
-import type { Packet } from './packet.js';
+import type { DataViewHandler } from './framing.js';
+import { packets, type Packet } from './packet.js';
 import {
-  GrpcCallError, GrpcFramingError, GrpcMessageReader, GrpcStatus, decodeGrpcMessage, grpcStatusFromHttp, writeGrpcMessage, type GrpcCallStatus,
+  DataViews, GrpcCallError, GrpcFramingError, GrpcMessageReader, GrpcStatus, decodeGrpcMessage, grpcStatusFromHttp, writeGrpcMessage, type GrpcCallStatus,
 } from './grpc-framing.js';
 import { watchSession, type WatchdogOptions } from './session-watchdog.js';
 
@@ -220,8 +221,8 @@ export class GrpcClient {
  */
 class Inbox {
   state: 'flowing' | 'paused' = 'flowing';
-  /** In arrival order (the message reader appends to it). */
-  readonly packets: Packet[] = [];
+  /** In arrival order (the message reader appends to it; DataViews when the call asked for views). */
+  readonly packets: (Packet | DataViews)[] = [];
 
   pause(): void {
     this.state = 'paused';
@@ -238,7 +239,7 @@ class Inbox {
   }
 
   /** Hands packets to `deliver` while flowing; true once the reader has taken every one. */
-  drain(deliver: (p: Packet) => void): boolean {
+  drain(deliver: (p: Packet | DataViews) => void): boolean {
     while (this.state === 'flowing' && this.packets.length > 0) deliver(this.packets.shift()!);
     return this.state === 'flowing' && this.packets.length === 0;
   }
@@ -563,9 +564,22 @@ export class GrpcClientCall extends EventEmitter {
     }
   }
 
-  private readonly emitPacket = (p: Packet): void => {
-    this.emit('data', p);
+  private readonly emitPacket = (p: Packet | DataViews): void => {
+    if (!(p instanceof DataViews)) this.emit('data', p);
+    else if (this.dataViews) this.dataViews(p.connectID, p.chunks, p.length);
+    else this.emit('data', packets.data(p.connectID, Buffer.concat(p.chunks, p.length))); // the handler went meanwhile
   };
+
+  private dataViews: DataViewHandler | null = null;
+
+  /**
+   * DATA messages then go to `handler`, their payload as the HTTP/2 chunks it arrived in, instead of to
+   * 'data' copied into one Buffer (as FramedPacketStream.onDataViews); null: as packets again.
+   */
+  onDataViews(handler: DataViewHandler | null): void {
+    this.dataViews = handler;
+    this.reader.views = handler !== null;
+  }
 
   /** Reports the status: 'end' or 'error', then 'status', then 'close' if the stream is gone. */
   private deliver(status: GrpcCallStatus, next: 'finished' | 'closed'): void {
