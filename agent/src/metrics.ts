@@ -2,7 +2,7 @@
 // (`konnectivity_network_proxy_agent_*`) where ANP has the metric, ours under `cluster_proxy_agent_*`.
 // One Registry per Agent (proto's prometheus.ts: our own small exposition writer, not prom-client, for
 // its memory). Labels hold values from small fixed sets only: never addresses, server IDs or connection IDs.
-import { PacketType, type Packet } from '@cluster-proxy/proto';
+import { PacketType } from '@cluster-proxy/proto';
 import { CONTENT_TYPE, Counter, Gauge, Histogram, Registry, processMetrics } from '@cluster-proxy/proto/prometheus';
 
 const ANP = 'konnectivity_network_proxy_agent_';
@@ -74,11 +74,7 @@ export class AgentMetrics {
   /** Per segment and packet type, the series of streamPackets: counted per packet, so resolved once. */
   private readonly packetSeries = new Map<string, { inc(by?: number): void }>();
 
-  packet(segment: AgentSegment, p: Packet): void {
-    this.packetOfType(segment, p.type);
-  }
-
-  packetOfType(segment: AgentSegment, packetType: number): void {
+  packet(segment: AgentSegment, packetType: number): void {
     // Keyed by the label, not the type number: a peer's made-up types all count as Unknown, one entry.
     const type = packetTypeLabel(packetType);
     const k = `${segment} ${type}`;

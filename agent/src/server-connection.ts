@@ -126,7 +126,7 @@ export class ServerConnection extends EventEmitter implements EndpointOwner {
     }
     this.link = link;
     this.log = this.log.child({ serverID: this.serverID });
-    this.senderOrNull = new StreamSender(tapWrites(link.stream, (t) => this.metrics.packetOfType('from_agent', t)));
+    this.senderOrNull = new StreamSender(tapWrites(link.stream, (t) => this.metrics.packet('from_agent', t)));
     this.state = 'open';
     this.openedAt = Date.now();
     link.onPacket(this.onPacket);
@@ -189,7 +189,7 @@ export class ServerConnection extends EventEmitter implements EndpointOwner {
   // ------------------------------------------------------------ inbound packets
 
   private readonly onPacket = (p: Packet): void => {
-    this.metrics.packet('to_agent', p);
+    this.metrics.packet('to_agent', p.type);
     switch (p.type) {
       case PacketType.DIAL_REQ:
         this.onDialRequest(p.dialRequest.random, p.dialRequest.address, p.dialRequest.protocol);
@@ -233,7 +233,7 @@ export class ServerConnection extends EventEmitter implements EndpointOwner {
 
   /** DATA from the link, its payload not copied into one Buffer. */
   private readonly onDataViews = (connectID: number, chunks: readonly Buffer[], n: number): void => {
-    this.metrics.packetOfType('to_agent', PacketType.DATA);
+    this.metrics.packet('to_agent', PacketType.DATA);
     this.connectionForData(connectID)?.onChunks(chunks, n);
   };
 

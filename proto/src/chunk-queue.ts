@@ -1,6 +1,8 @@
 // Received bytes not yet parsed, as the chunks they arrived in: both length-prefixed parsers (our
 // framing, gRPC's) read a header, then take whole messages. Taking bytes that lie in one chunk is a
 // view (zero-copy); only a message spanning chunks is copied, once.
+import { DataViews, MAX_DATA_HEADER_BYTES, decodeDataHeader } from './codec.js';
+
 const EMPTY = Buffer.alloc(0);
 
 export class ChunkQueue {
@@ -66,6 +68,19 @@ export class ChunkQueue {
       }
     }
     return out;
+  }
+
+  /**
+   * Takes a whole packet of `length` (<= length held) bytes if it is a DATA packet laid out as
+   * encodePacketParts writes it, its payload as views (takeViews); null, taking nothing, otherwise.
+   */
+  takeDataViews(length: number): DataViews | null {
+    if (length === 0) return null;
+    const header = decodeDataHeader(this.peek(Math.min(length, MAX_DATA_HEADER_BYTES)), length);
+    if (!header) return null;
+    this.take(header.headerLength);
+    const n = length - header.headerLength;
+    return new DataViews(header.connectID, this.takeViews(n), n);
   }
 
   clear(): void {

@@ -203,6 +203,11 @@ export interface DataHeader {
   headerLength: number;
 }
 
+/** A DATA packet's payload as the chunks it arrived in, not copied into one Buffer (ChunkQueue.takeDataViews). */
+export class DataViews {
+  constructor(readonly connectID: number, readonly chunks: readonly Buffer[], readonly length: number) {}
+}
+
 /** Longest header encodePacketParts writes: type (2), Data's tag and length (1 + 5), connectID
  * (1 + 8), the payload's tag and length (1 + 5). */
 export const MAX_DATA_HEADER_BYTES = 23;

@@ -9,7 +9,7 @@
 import { EventEmitter } from 'node:events';
 import type { Duplex } from 'node:stream';
 import { ChunkQueue } from './chunk-queue.js';
-import { MAX_DATA_HEADER_BYTES, PacketDecodeError, decodeDataHeader, decodePacket, encodeDataHeader, encodePacketParts } from './codec.js';
+import { PacketDecodeError, decodePacket, encodeDataHeader, encodePacketParts } from './codec.js';
 import type { Packet } from './packet.js';
 
 export const MUX_ALPN = 'cluster-proxy-mux/1';
@@ -292,12 +292,9 @@ export class FramedPacketStream extends EventEmitter {
 
   /** Hands a DATA frame of `length` bytes to `handler`; false, consuming nothing, for other packets. */
   private emitDataViews(handler: DataViewHandler, length: number): boolean {
-    const header = decodeDataHeader(this.received.peek(Math.min(length, MAX_DATA_HEADER_BYTES)), length);
-    if (!header) return false;
-    this.received.take(header.headerLength);
-    const n = length - header.headerLength;
-    handler(header.connectID, this.received.takeViews(n), n);
-    return true;
+    const data = this.received.takeDataViews(length);
+    if (data) handler(data.connectID, data.chunks, data.length);
+    return data !== null;
   }
 
   private fail(err: Error): void {

@@ -35,9 +35,10 @@ import type { Duplex } from 'node:stream';
 import { h2Transport } from './h2-transport.js';
 import { splitHostPort } from './identifiers.js';
 import type { DataViewHandler } from './framing.js';
-import { packets, type Packet } from './packet.js';
+import type { DataViews } from './codec.js';
+import type { Packet } from './packet.js';
 import {
-  DataViews, GrpcCallError, GrpcFramingError, GrpcMessageReader, GrpcStatus, decodeGrpcMessage, grpcStatusFromHttp, writeGrpcMessage, type GrpcCallStatus,
+  deliverMessage, GrpcCallError, GrpcFramingError, GrpcMessageReader, GrpcStatus, decodeGrpcMessage, grpcStatusFromHttp, writeGrpcMessage, type GrpcCallStatus,
 } from './grpc-framing.js';
 import { watchSession, type WatchdogOptions } from './session-watchdog.js';
 
@@ -564,10 +565,9 @@ export class GrpcClientCall extends EventEmitter {
     }
   }
 
-  private readonly emitPacket = (p: Packet | DataViews): void => {
-    if (!(p instanceof DataViews)) this.emit('data', p);
-    else if (this.dataViews) this.dataViews(p.connectID, p.chunks, p.length);
-    else this.emit('data', packets.data(p.connectID, Buffer.concat(p.chunks, p.length))); // the handler went meanwhile
+  private readonly emitPacket = (m: Packet | DataViews): void => deliverMessage(m, this.dataViews, this.emitData);
+  private readonly emitData = (p: Packet): void => {
+    this.emit('data', p);
   };
 
   private dataViews: DataViewHandler | null = null;

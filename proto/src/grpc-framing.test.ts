@@ -1,7 +1,7 @@
 import { PassThrough } from 'node:stream';
 import { describe, expect, it } from 'vitest';
-import { encodePacket } from './codec.js';
-import { DataViews, GrpcFramingError, GrpcMessageReader, writeGrpcData, writeGrpcMessage } from './grpc-framing.js';
+import { DataViews, encodePacket } from './codec.js';
+import { GrpcFramingError, GrpcMessageReader, writeGrpcData, writeGrpcMessage } from './grpc-framing.js';
 import { PacketType, packets, type Packet } from './packet.js';
 
 /** The bytes writeGrpcMessage / writeGrpcData put on a stream. */

@@ -4,8 +4,9 @@
 // parts leave in one DATA frame where they fit).
 import type { Writable } from 'node:stream';
 import { ChunkQueue } from './chunk-queue.js';
-import { MAX_DATA_HEADER_BYTES, decodeDataHeader, decodePacket, encodeDataHeader, encodePacketParts } from './codec.js';
-import type { Packet } from './packet.js';
+import { DataViews, decodePacket, encodeDataHeader, encodePacketParts } from './codec.js';
+import type { DataViewHandler } from './framing.js';
+import { packets, type Packet } from './packet.js';
 
 /** gRPC status codes. */
 export const GrpcStatus = {
@@ -118,9 +119,14 @@ export class GrpcFramingError extends Error {
  * Splits received bytes into packets (HTTP/2 DATA frames are at most 16 KiB by default, so a message
  * often spans several). What is held is bounded by the largest message allowed plus one chunk.
  */
-/** A DATA message's payload as the chunks it arrived in (a GrpcMessageReader with `views` set). */
-export class DataViews {
-  constructor(readonly connectID: number, readonly chunks: readonly Buffer[], readonly length: number) {}
+/**
+ * Hands a message the reader produced to a call's reader: DataViews to `views`, or, when that handler
+ * went after the message was read, to `packet` as one DATA packet; anything else to `packet`.
+ */
+export function deliverMessage(m: Packet | DataViews, views: DataViewHandler | null, packet: (p: Packet) => void): void {
+  if (!(m instanceof DataViews)) packet(m);
+  else if (views) views(m.connectID, m.chunks, m.length);
+  else packet(packets.data(m.connectID, Buffer.concat(m.chunks, m.length)));
 }
 
 export class GrpcMessageReader {
@@ -145,11 +151,9 @@ export class GrpcMessageReader {
       if (length > this.maxMessageBytes) throw new GrpcFramingError(GrpcStatus.RESOURCE_EXHAUSTED, `Received message larger than max (${length} vs. ${this.maxMessageBytes})`);
       if (this.received.length < HEADER_BYTES + length) return;
       this.received.take(HEADER_BYTES);
-      const data = this.views && length > 0 ? decodeDataHeader(this.received.peek(Math.min(length, MAX_DATA_HEADER_BYTES)), length) : null;
+      const data = this.views ? this.received.takeDataViews(length) : null;
       if (data) {
-        this.received.take(data.headerLength);
-        const n = length - data.headerLength;
-        out.push(new DataViews(data.connectID, this.received.takeViews(n), n));
+        out.push(data);
         continue;
       }
       const message = this.received.take(length);

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { takeQueued, type QueuedBytes } from './queued-bytes.js';
+import { queueChunks, takeQueued, type QueuedBytes } from './queued-bytes.js';
 
 describe('takeQueued', () => {
   it('takes whole entries as they are (no copy), in order, with the callbacks of the entries taken whole', () => {
@@ -36,5 +36,14 @@ describe('takeQueued', () => {
 
   it('takes nothing from an empty queue', () => {
     expect(takeQueued([], 10)).toEqual({ chunks: [], length: 0, sent: [] });
+  });
+
+  it('queueChunks: one payload, its callback on the last chunk only', () => {
+    const queue: QueuedBytes[] = [];
+    let sent = 0;
+    queueChunks(queue, [Buffer.from('a'), Buffer.from('b'), Buffer.from('c')], () => sent++);
+    expect(queue.map((e) => [e.chunk.toString(), e.sent !== undefined])).toEqual([['a', false], ['b', false], ['c', true]]);
+    for (const s of takeQueued(queue, 3).sent) s();
+    expect(sent).toBe(1);
   });
 });

@@ -14,6 +14,13 @@ export interface TakenBytes {
   sent: (() => void)[];
 }
 
+/** Queues one payload of `chunks` (at least one), `sent` running once its last chunk has been sent. */
+export function queueChunks(queue: QueuedBytes[], chunks: readonly Buffer[], sent?: () => void): void {
+  const last = chunks.length - 1;
+  for (let i = 0; i < last; i++) queue.push({ chunk: chunks[i]! });
+  queue.push({ chunk: chunks[last]!, sent });
+}
+
 /** Takes up to `max` (> 0) bytes from the front of `queue`, splitting an entry if it must (no copy). */
 export function takeQueued(queue: QueuedBytes[], max: number): TakenBytes {
   const taken: TakenBytes = { chunks: [], length: 0, sent: [] };

@@ -131,7 +131,7 @@ export class AgentBackend implements Routable, ConnectionBackend {
     this.budget = opts.budget;
     this.log = opts.log;
     this.metrics = opts.metrics ?? detachedServerMetrics();
-    this.sender = new StreamSender(tapWrites(channel.stream, (t) => this.metrics.packetOfType('to_agent', t)));
+    this.sender = new StreamSender(tapWrites(channel.stream, (t) => this.metrics.packet('to_agent', t)));
     channel.onPacket(this.onPacket);
     channel.onDataViews?.(this.onDataViews);
     channel.onGone((why) => this.close(why));
@@ -218,7 +218,7 @@ export class AgentBackend implements Routable, ConnectionBackend {
 
   /** DATA from the agent, its payload not copied into one Buffer. */
   private readonly onDataViews = (connectID: number, chunks: readonly Buffer[], n: number): void => {
-    this.metrics.packetOfType('from_agent', PacketType.DATA);
+    this.metrics.packet('from_agent', PacketType.DATA);
     this.connectionForData(connectID)?.onChunks(chunks, n);
   };
 
@@ -229,7 +229,7 @@ export class AgentBackend implements Routable, ConnectionBackend {
   }
 
   private readonly onPacket = (p: Packet): void => {
-    this.metrics.packet('from_agent', p);
+    this.metrics.packet('from_agent', p.type);
     switch (p.type) {
       case PacketType.DIAL_RSP: {
         const r = p.dialResponse;

@@ -42,11 +42,11 @@ export class GrpcFrontend implements Frontend {
     this.sink = {
       write: (chunk, callback) => {
         const p = packets.data(this.connectID, chunk);
-        core.metrics.packet('to_client', p);
+        core.metrics.packet('to_client', p.type);
         return call.write(p, callback);
       },
       writeChunks: (chunks, length, callback) => {
-        core.metrics.packetOfType('to_client', PacketType.DATA);
+        core.metrics.packet('to_client', PacketType.DATA);
         call.writeData(this.connectID, chunks, length, callback);
       },
     };
@@ -75,12 +75,12 @@ export class GrpcFrontend implements Frontend {
   }
 
   private send(p: Packet): void {
-    this.core.metrics.packet('to_client', p);
+    this.core.metrics.packet('to_client', p.type);
     this.call.write(p);
   }
 
   private readonly onPacket = (p: Packet): void => {
-    this.core.metrics.packet('from_client', p);
+    this.core.metrics.packet('from_client', p.type);
     switch (p.type) {
       case PacketType.DIAL_REQ:
         if (this.state !== 'await-dial') return this.protocolError('second DIAL_REQ on one stream');
@@ -116,7 +116,7 @@ export class GrpcFrontend implements Frontend {
 
   /** DATA with its payload as the HTTP/2 chunks it arrived in (not copied into one Buffer). */
   private readonly onDataViews = (connectID: number, chunks: readonly Buffer[], length: number): void => {
-    this.core.metrics.packetOfType('from_client', PacketType.DATA);
+    this.core.metrics.packet('from_client', PacketType.DATA);
     this.onClientData(connectID, chunks, length);
   };
 

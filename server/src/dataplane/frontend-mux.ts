@@ -26,7 +26,7 @@
 // The client's HALF_CLOSE and CLOSE_REQ go to the core (ProxiedConnection): their outcome comes back
 // here as closed().
 import {
-  CAP_CREDIT, CAP_HALF_CLOSE, MAX_DATA_CHUNK, MAX_MESSAGE_BYTES, MD_CAPABILITIES, MD_WINDOW, PacketType, ReceiveWindow, SendCredit, StreamSender, packetTypeName, packets, parseCapabilities, tapWrites, takeQueued,
+  CAP_CREDIT, CAP_HALF_CLOSE, MAX_DATA_CHUNK, MAX_MESSAGE_BYTES, MD_CAPABILITIES, MD_WINDOW, PacketType, ReceiveWindow, SendCredit, StreamSender, packetTypeName, packets, parseCapabilities, queueChunks, tapWrites, takeQueued,
   type ByteSink, type DialFailureReason, type FramedPacketStream, type Hello, type MemoryBudget, type Packet, type QueuedBytes,
 } from '@cluster-proxy/proto';
 import type { Logger } from 'pino';
@@ -231,13 +231,10 @@ export class MuxFrontendConn implements Frontend {
       case 'dialing':
       case 'closed':
         return true; // nothing to send them on (dropped, as a closed connection's queue is)
-      default: {
-        const last = chunks.length - 1;
-        for (let i = 0; i < last; i++) this.queue.push({ chunk: chunks[i]! });
-        this.queue.push({ chunk: chunks[last]!, sent: () => cb() });
+      default:
+        queueChunks(this.queue, chunks, () => cb());
         this.flush();
         return true;
-      }
     }
   }
 
@@ -345,7 +342,7 @@ export class MuxFrontendSession {
     this.peerWindow = caps.has(CAP_CREDIT) && Number.isSafeInteger(w) && w > 0 ? w : null;
     this.metrics = core.metrics;
     this.budget = core.budget;
-    this.sender = new StreamSender(tapWrites(stream, (t) => this.metrics.packetOfType('to_client', t)));
+    this.sender = new StreamSender(tapWrites(stream, (t) => this.metrics.packet('to_client', t)));
     stream.sendHello({ [MD_CAPABILITIES]: [`${CAP_CREDIT},${CAP_HALF_CLOSE}`], [MD_WINDOW]: [String(window)] });
     stream.on('data', this.onPacket);
     stream.onDataViews(this.onDataViews);
@@ -376,7 +373,7 @@ export class MuxFrontendSession {
 
   /** DATA with its payload as the chunks it arrived in (not copied into one Buffer). */
   private readonly onDataViews = (connectID: number, chunks: readonly Buffer[], n: number): void => {
-    this.metrics.packetOfType('from_client', PacketType.DATA);
+    this.metrics.packet('from_client', PacketType.DATA);
     this.connectionForData(connectID)?.onChunks(chunks, n);
   };
 
@@ -387,7 +384,7 @@ export class MuxFrontendSession {
   }
 
   private readonly onPacket = (p: Packet): void => {
-    this.metrics.packet('from_client', p);
+    this.metrics.packet('from_client', p.type);
     switch (p.type) {
       case PacketType.DIAL_REQ: {
         const { random, address, protocol } = p.dialRequest;

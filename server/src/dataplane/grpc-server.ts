@@ -13,7 +13,7 @@ import type net from 'node:net';
 import type { Duplex } from 'node:stream';
 import type { PeerCertificate, TLSSocket } from 'node:tls';
 import {
-  DataViews, GrpcMessageReader, GrpcStatus, PacketType, encodeGrpcMessage, h2Transport, packets, parseGrpcTimeout, watchSession, writeGrpcData, writeGrpcMessage,
+  DataViews, GrpcMessageReader, GrpcStatus, PacketType, deliverMessage, encodeGrpcMessage, h2Transport, parseGrpcTimeout, watchSession, writeGrpcData, writeGrpcMessage,
   type DataViewHandler, type GrpcFramingError, type Packet, type WatchdogOptions,
 } from '@cluster-proxy/proto';
 import { SessionWindow, type SessionWindowOptions } from './session-window.js';
@@ -240,13 +240,12 @@ export class GrpcServerCall extends EventEmitter {
 
   /** Hands parsed messages to the handler while it is not paused. */
   private flush(): void {
-    while (!this.paused && this.queue.length > 0 && !this.cancelledFlag) {
-      const next = this.queue.shift()!;
-      if (!(next instanceof DataViews)) this.emit('data', next);
-      else if (this.dataViews) this.dataViews(next.connectID, next.chunks, next.length);
-      else this.emit('data', packets.data(next.connectID, Buffer.concat(next.chunks, next.length))); // the handler went meanwhile
-    }
+    while (!this.paused && this.queue.length > 0 && !this.cancelledFlag) deliverMessage(this.queue.shift()!, this.dataViews, this.emitData);
   }
+
+  private readonly emitData = (p: Packet): void => {
+    this.emit('data', p);
+  };
 
   private refuse(code: number, details: string): void {
     this.reader.clear();

@@ -3,7 +3,7 @@
 // label values; ours under `cluster_proxy_server_*`. One Registry per ProxyServer (never prom-client's
 // global one), so two servers in one process (tests) do not collide. Labels only ever hold values
 // from small fixed sets: never addresses, agent IDs or connection IDs.
-import { PacketType, type DialFailureReason, type DirectionUsage, type Packet } from '@cluster-proxy/proto';
+import { PacketType, type DialFailureReason, type DirectionUsage } from '@cluster-proxy/proto';
 import { Registry as ProcessRegistry, processMetrics } from '@cluster-proxy/proto/prometheus';
 import { Counter, Gauge, Histogram, Registry } from './prom.js';
 
@@ -299,11 +299,7 @@ export class ServerMetrics {
     this.dialFailure(reason === 'no_agent' || reason === 'draining' ? reason : 'bad_request');
   }
 
-  packet(segment: Segment, p: Packet): void {
-    this.packetOfType(segment, p.type);
-  }
-
-  packetOfType(segment: Segment, type: number): void {
+  packet(segment: Segment, type: number): void {
     // Keyed by the label, not the type number: a peer's made-up types all count as Unknown, one entry.
     const packetType = packetTypeLabel(type);
     const key = `${segment} ${packetType}`;

@@ -6,7 +6,7 @@
 //            then CLOSE_REQ to the agent, waiting for CLOSE_RSP (timer running); or the stall policy
 //            closed it (closeStalled): nothing waiting is kept, CLOSE_REQ at once
 //   closed   removed from every table; the frontend has been told
-import { LazyLog, MAX_DATA_CHUNK, MAX_MESSAGE_BYTES, ReceiveWindow, SendCredit, classifyDialError, packets, takeQueued, unpinned, type DialFailureReason, type MemoryBudget, type QueuedBytes, type StreamSender } from '@cluster-proxy/proto';
+import { LazyLog, MAX_DATA_CHUNK, MAX_MESSAGE_BYTES, ReceiveWindow, SendCredit, classifyDialError, packets, queueChunks, takeQueued, unpinned, type DialFailureReason, type MemoryBudget, type QueuedBytes, type StreamSender } from '@cluster-proxy/proto';
 import type { Logger } from 'pino';
 import type { Frontend } from './frontend.js';
 import type { ServerMetrics } from './metrics.js';
@@ -178,9 +178,7 @@ export class ProxiedConnection {
   writeChunks(chunks: readonly Buffer[], length: number, sent?: () => void): void {
     if (this.state !== 'open' || this.clientEnded) return;
     this.backend.metrics.bytes.inc({ direction: 'to_agent' }, length);
-    const last = chunks.length - 1;
-    for (let i = 0; i < last; i++) this.waiting.push({ chunk: chunks[i]! });
-    this.waiting.push({ chunk: chunks[last]!, sent });
+    queueChunks(this.waiting, chunks, sent);
     this.waitingBytes += length;
     this.holding(length);
     this.sendWaiting();

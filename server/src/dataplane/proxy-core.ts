@@ -176,14 +176,17 @@ export class ProxyCore {
     const every = Math.min(STALL_SWEEP_MAX_MS, Math.max(STALL_SWEEP_MIN_MS, Math.floor(timeout / 4)));
     this.stallSweep = setInterval(() => {
       const now = Date.now();
-      for (const backend of this.routes.backends()) {
-        for (const conn of backend.establishedConnections()) {
-          const stall = conn.stall(now);
-          if (stall && stall.ms >= timeout) conn.closeStalled(stall.direction, stall.ms);
-        }
+      for (const conn of this.establishedConnections()) {
+        const stall = conn.stall(now);
+        if (stall && stall.ms >= timeout) conn.closeStalled(stall.direction, stall.ms);
       }
     }, every);
     this.stallSweep.unref();
+  }
+
+  /** Every established connection, over all agent streams. */
+  private *establishedConnections(): Generator<ProxiedConnection> {
+    for (const backend of this.routes.backends()) yield* backend.establishedConnections();
   }
 
   private stopStallSweep(): void {
@@ -204,9 +207,7 @@ export class ProxyCore {
    */
   memoryByDirection(): DirectionUsage[] {
     let inFrontends = 0;
-    for (const backend of this.routes.backends()) {
-      for (const conn of backend.establishedConnections()) inFrontends += conn.frontend.heldBytes?.() ?? 0;
-    }
+    for (const conn of this.establishedConnections()) inFrontends += conn.frontend.heldBytes?.() ?? 0;
     const usage = this.budget.usageByDirection();
     if (inFrontends === 0) return usage;
     const toAgent = usage.find((u) => u.direction === 'to_agent');
