@@ -47,6 +47,30 @@ export function tuneGarbageCollector(version: string = process.versions.node, la
   return true;
 }
 
+/**
+ * V8 starts a young collection before it allocates a Buffer once the young generation's Buffers hold
+ * twice its default young-generation capacity: this flag's MiB, doubled again in a build without
+ * pointer compression (Node's), so 128 MiB at V8's default of 32, whatever the semi-space size
+ * (`Heap::AllocateExternalBackingStore` in V8's heap.cc). V8 reads it each time, so it may move at run
+ * time (young-buffers.ts moves it); V8 uses it otherwise only when it sizes the heap, at start.
+ */
+const YOUNG_CAPACITY_FLAG = '--scavenger-max-new-space-capacity-mb';
+export const V8_DEFAULT_YOUNG_CAPACITY_MB = 32;
+
+/** The flag's value that makes young Buffers of `bytes` start a young collection (at least 1 MiB). */
+export function youngCapacityFlagFor(bytes: number, pointerCompression: boolean = nodeHasPointerCompression()): number {
+  return Math.max(1, Math.round(bytes / (2 * 1024 * 1024 * (pointerCompression ? 1 : 2))));
+}
+
+/** Young Buffers of `bytes` start a young collection from now on; null gives V8's default back. */
+export function collectYoungBuffersAt(bytes: number | null): void {
+  setFlagsFromString(`${YOUNG_CAPACITY_FLAG}=${bytes === null ? V8_DEFAULT_YOUNG_CAPACITY_MB : youngCapacityFlagFor(bytes)}`);
+}
+
+function nodeHasPointerCompression(): boolean {
+  return Number((process.config.variables as Record<string, unknown>)['v8_enable_pointer_compression'] ?? 0) === 1;
+}
+
 function launchArguments(): string[] {
   return [...process.execArgv, ...(process.env['NODE_OPTIONS'] ?? '').split(/\s+/)];
 }

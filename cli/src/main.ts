@@ -7,11 +7,14 @@ import { UsageError } from './flags.js';
 // Each command is imported only when it runs: `cluster-proxy agent` must not load hub code
 // (or the Kubernetes client) into the agent's memory.
 // `dataPlane`: the command carries tunnel bytes for a long time, so it gets the GC settings of gc-tuning.ts.
-type Command = { summary: string; dataPlane?: true; load: () => Promise<(args: string[]) => Promise<void>> };
+// `shortYoungGarbage`: young garbage is kept short while its budget is held (young-buffers.ts); the agent
+// only, whose pod has a memory limit: on the hub it cost a bulk beside 1,024 konnectivity-style clients
+// most of its speed, and its own peaks meet their goal without it.
+type Command = { summary: string; dataPlane?: true; shortYoungGarbage?: true; load: () => Promise<(args: string[]) => Promise<void>> };
 
 const commands: Record<string, Command> = {
   hub: { summary: 'run the proxy server', dataPlane: true, load: async () => (await import('./hub.js')).runHub },
-  agent: { summary: 'run an agent in a managed cluster', dataPlane: true, load: async () => (await import('./agent.js')).runAgent },
+  agent: { summary: 'run an agent in a managed cluster', dataPlane: true, shortYoungGarbage: true, load: async () => (await import('./agent.js')).runAgent },
   quickstart: { summary: 'hub + two demo clusters on this machine, with curl, kubectl and forward lines to try', dataPlane: true, load: async () => (await import('./quickstart.js')).runQuickstart },
   forward: { summary: 'serve a local port through the tunnel', dataPlane: true, load: async () => (await import('./forward.js')).runForward },
   kubeconfig: { summary: 'write a kubeconfig that reaches a cluster\'s apiserver through the hub', load: async () => (await import('./kubeconfig.js')).runKubeconfig },
@@ -50,6 +53,7 @@ async function main(argv: string[]): Promise<number> {
     if ((await import('./gc-tuning.js')).tuneGarbageCollector()) {
       // The tuning stops V8 collecting for every 64 MiB of Buffers; the governor bounds what that leaves dead.
       new (await import('./dead-buffers.js')).DeadBufferGovernor().start();
+      if (cmd.shortYoungGarbage) new (await import('./young-buffers.js')).YoungBufferLimit().start();
     }
   }
   const run = await cmd.load();

@@ -1,6 +1,6 @@
 import { describe, expect, it, vi } from 'vitest';
 import { ReceiveWindow, type ByteSink } from './flow-control.js';
-import { MemoryBudget, bytesHeldInProcess, throttleReporter } from './memory-budget.js';
+import { MemoryBudget, bytesHeldInProcess, largestBudgetInProcess, throttleReporter } from './memory-budget.js';
 
 const KiB = 1024;
 const MiB = 1024 * KiB;
@@ -207,6 +207,18 @@ describe('bytesHeldInProcess', () => {
     expect(bytesHeldInProcess() - start).toBe(300);
     b.held('to_client', -300);
     expect(bytesHeldInProcess()).toBe(start);
+  });
+});
+
+describe('largestBudgetInProcess', () => {
+  it('is the largest limit of the budgets made so far, whatever their order', () => {
+    const before = largestBudgetInProcess();
+    const big = before + (1 << 30);
+    new MemoryBudget(big, { maxWindow: 1 << 16 });
+    new MemoryBudget(1 << 20, { maxWindow: 1 << 16 });
+    expect(largestBudgetInProcess()).toBe(big);
+    expect(() => new MemoryBudget(0, { maxWindow: 1 << 16 })).toThrow(/must be positive/);
+    expect(largestBudgetInProcess()).toBe(big);
   });
 });
 

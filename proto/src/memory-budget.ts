@@ -45,6 +45,14 @@ export function bytesHeldInProcess(): number {
   return heldInProcess;
 }
 
+/** The largest limit of the budgets made in this process (a hub or an agent makes one). */
+let largestLimitInProcess = 0;
+
+/** What the process may hold at most, for watchers that compare it with bytesHeldInProcess(). */
+export function largestBudgetInProcess(): number {
+  return largestLimitInProcess;
+}
+
 export class MemoryBudget {
   private committedBytes = 0;
   private readonly usage = new Map<string, DirectionUsage>();
@@ -57,6 +65,7 @@ export class MemoryBudget {
 
   constructor(readonly limit: number, private readonly opts: MemoryBudgetOptions) {
     if (!(limit > 0)) throw new Error(`memory budget must be positive, got ${limit}`);
+    largestLimitInProcess = Math.max(largestLimitInProcess, limit);
     this.now = opts.now ?? Date.now;
   }
 
