@@ -79,8 +79,9 @@ describe('YoungBufferLimit', () => {
       held = 20 * MiB;
       // Young collections, started by allocation as arriving Buffers start them.
       for (let i = 0; i < 200 && applied.length === 0; i++) {
-        for (let j = 0; j < 2000; j++) void { i, j, pad: new Array(16).fill(j) };
-        await new Promise((r) => setTimeout(r, 5));
+        const garbage: number[][] = [];
+        for (let j = 0; j < 2000; j++) garbage.push(new Array<number>(16).fill(j));
+        await new Promise((r) => setTimeout(r, 5 + (garbage.length & 1)));
       }
       expect(applied).toEqual([TIGHT_YOUNG_BUFFERS]);
     } finally {
