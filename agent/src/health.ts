@@ -1,9 +1,9 @@
 // The agent's health listener (default :8093): /healthz (liveness), /readyz (a tunnel to at least
 // one server replica), both as named checks (`?verbose` lists them), /metrics (Prometheus) and
 // /debug/connections (the connection table, for operators and end-to-end tests).
-import http from 'node:http';
-import { HealthChecks, type HealthCheck } from '@cluster-proxy/proto';
+import { HealthChecks, type HealthCheck, http } from '@cluster-proxy/proto';
 import type { Agent } from './agent.js';
+import type * as HttpTypes from 'node:http';
 
 export interface AgentHealthOptions {
   /** Extra /readyz checks besides `tunnel`. */
@@ -26,7 +26,7 @@ export function agentReadiness(agent: Agent, extra: HealthCheck[] = []): HealthC
   ]);
 }
 
-export function startAgentHealthServer(agent: Agent, host: string, port: number, opts: AgentHealthOptions = {}): Promise<http.Server> {
+export function startAgentHealthServer(agent: Agent, host: string, port: number, opts: AgentHealthOptions = {}): Promise<HttpTypes.Server> {
   const readiness = agentReadiness(agent, opts.readinessChecks);
   const liveness = new HealthChecks('healthz', [{ name: 'ping', check: () => undefined }, ...(opts.livenessChecks ?? [])]);
   const server = http.createServer((req, res) => {

@@ -1,10 +1,9 @@
 // The agent's client for the hub API (server/src/hub-api.ts): HTTPS on the hub's agent port with
 // ALPN "http/1.1", through the same egress proxy as the tunnel, so bootstrap, certificate renewal
 // and lease renewal need no other route to the hub than the tunnel itself.
-import http from 'node:http';
 import { isIP } from 'node:net';
 import tls from 'node:tls';
-import { splitHostPort } from '@cluster-proxy/proto';
+import { splitHostPort, http } from '@cluster-proxy/proto';
 import { connectThroughProxy } from './egress-proxy.js';
 import type { EgressOptions } from './links.js';
 

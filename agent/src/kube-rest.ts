@@ -4,7 +4,7 @@
 // without), for three REST calls. Connection settings are found as client-node and kubectl find them:
 // $KUBECONFIG (its first file), else ~/.kube/config, else the in-cluster service account.
 import { existsSync, readFileSync } from 'node:fs';
-import http from 'node:http';
+import { http } from '@cluster-proxy/proto';
 import https from 'node:https';
 import os from 'node:os';
 import path from 'node:path';

@@ -1,7 +1,7 @@
 // What the client commands (token, kubeconfig, get) know about a hub on this machine: its data
 // directory (tokens.json, ports.json, pki/) and its loopback admin endpoint.
 import { readFileSync } from 'node:fs';
-import http from 'node:http';
+import { http } from '@cluster-proxy/proto';
 import path from 'node:path';
 import { TokenStore } from '@cluster-proxy/server';
 import { UsageError, hostPort, str, type FlagSpecs, type ParsedFlags } from './flags.js';

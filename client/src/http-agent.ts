@@ -1,10 +1,11 @@
 // http.Agent / https.Agent whose connections go through the tunnel, so Node HTTP clients (and
 // @kubernetes/client-node) reach a managed apiserver unchanged: `https.get({ host: 'cluster1', agent })`.
-import http from 'node:http';
+import { http } from '@cluster-proxy/proto';
 import https from 'node:https';
 import type { Duplex } from 'node:stream';
 import tls from 'node:tls';
 import type { Tunnel } from './tunnel.js';
+import type * as HttpTypes from 'node:http';
 
 function destination(options: { host?: string | null; hostname?: string | null; port?: number | string | null }, defaultPort: number): string {
   const host = options.hostname ?? options.host ?? 'localhost';
@@ -28,7 +29,7 @@ export class TunnelHttpAgent extends http.Agent {
    * An agent that dials through `opts.tunnel`.
    * @param opts The tunnel, and any `http.Agent` option (keepAlive, maxSockets, …).
    */
-  constructor(opts: TunnelAgentOptions & http.AgentOptions) {
+  constructor(opts: TunnelAgentOptions & HttpTypes.AgentOptions) {
     super(opts);
     this.tunnel = opts.tunnel;
     this.dialTimeoutMs = opts.dialTimeoutMs;
@@ -36,7 +37,7 @@ export class TunnelHttpAgent extends http.Agent {
 
   // Returning the socket synchronously (like net.connect) is enough: Node's agent adopts it, and
   // dial errors reach the request through the socket's 'error' event.
-  override createConnection(options: http.ClientRequestArgs): Duplex {
+  override createConnection(options: HttpTypes.ClientRequestArgs): Duplex {
     return this.tunnel.connect(destination(options, 80), { timeoutMs: this.dialTimeoutMs });
   }
 }

@@ -1,12 +1,12 @@
 // Plugging the tunnel into HTTP stacks that do not take an http.Agent directly.
-import http from 'node:http';
 import https from 'node:https';
 import { isIP } from 'node:net';
 import type { Duplex } from 'node:stream';
 import tls from 'node:tls';
-import { joinHostPort } from '@cluster-proxy/proto';
+import { joinHostPort, http } from '@cluster-proxy/proto';
 import { TunnelHttpAgent, TunnelHttpsAgent } from './http-agent.js';
 import type { Tunnel } from './tunnel.js';
+import type * as HttpTypes from 'node:http';
 
 /** What undici passes to a connector for each new connection. */
 export interface ConnectorOptions {
@@ -63,7 +63,7 @@ export function tunnelConnector(tunnel: Tunnel, tlsOptions: tls.ConnectionOption
 /** The part of @kubernetes/client-node 1.x's KubeConfig that picks the agent for a request. */
 export interface AgentPickingKubeConfig {
   /** Returns the agent for requests to `cluster`; {@link routeKubeConfigThroughTunnel} replaces it. */
-  createAgent(cluster: { server?: string } | null | undefined, agentOptions: https.AgentOptions): http.Agent;
+  createAgent(cluster: { server?: string } | null | undefined, agentOptions: https.AgentOptions): HttpTypes.Agent;
 }
 
 /**

@@ -7,9 +7,10 @@
 //
 // A reader that stops holds the writer back: a write() that returns false pauses the other side until
 // 'drain', so at most a socket's buffers are held per direction, never a whole stream.
-import { STATUS_CODES, type IncomingMessage } from 'node:http';
+import type { IncomingMessage } from 'node:http';
 import type { Duplex } from 'node:stream';
 import { endToEndHeaders } from './http-headers.js';
+import { http } from './node-http.js';
 
 export type SpliceState = 'open' | 'half-closed' | 'closing' | 'closed';
 
@@ -112,5 +113,5 @@ export function textAnswer(status: number, message: string, headers: Readonly<Re
   const body = `${message.replace(/\s+/g, ' ').trim()}\n`;
   const raw = ['Content-Type', 'text/plain; charset=utf-8', 'Content-Length', String(Buffer.byteLength(body)), 'X-Content-Type-Options', 'nosniff',
     ...Object.entries(headers).flat(), 'Connection', 'close'];
-  return Buffer.concat([responseHead(status, STATUS_CODES[status] ?? 'Error', raw), Buffer.from(body)]);
+  return Buffer.concat([responseHead(status, http.STATUS_CODES[status] ?? 'Error', raw), Buffer.from(body)]);
 }

@@ -25,6 +25,7 @@ export * from './gateway-identity.js';
 export * from './http-headers.js';
 export * from './stdio-flushed.js';
 export * from './http-upgrade.js';
+export * from './node-http.js';
 export * from './socket-options.js';
 export * from './pinned-bytes.js';
 export * from './queued-bytes.js';

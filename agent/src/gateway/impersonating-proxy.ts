@@ -15,13 +15,13 @@
 // `impersonate` on users, groups and uids (agent/README.md).
 import { X509Certificate } from 'node:crypto';
 import { readFile } from 'node:fs/promises';
-import http from 'node:http';
 import https from 'node:https';
 import { Duplex, duplexPair, pipeline } from 'node:stream';
-import { IDENTITY_HEADER, IDENTITY_SIGNER_HEADER, certificatesOf, impersonateExtraHeaders, endToEndHeaders, isImpersonationHeader, requestLine, verifyIdentity, type GatewayIdentity } from '@cluster-proxy/proto';
+import { IDENTITY_HEADER, IDENTITY_SIGNER_HEADER, certificatesOf, impersonateExtraHeaders, endToEndHeaders, isImpersonationHeader, requestLine, verifyIdentity, type GatewayIdentity, http } from '@cluster-proxy/proto';
 import type { Logger } from 'pino';
 import type { KubeRestConfig } from '../kube-rest.js';
 import { rawAnswer, upgradeToApiserver } from './upgrade.js';
+import type * as HttpTypes from 'node:http';
 
 /** A request the agent will send on: where, and with which headers (the impersonation ones included). */
 export interface Prepared {
@@ -49,7 +49,7 @@ function socketLike(d: Duplex): Duplex {
 }
 
 export class ImpersonatingProxy {
-  private readonly server: http.Server;
+  private readonly server: HttpTypes.Server;
   /** Keep-alive connections to the apiserver, shared by every request; destroyed by close(). */
   private readonly apiAgent = new https.Agent({ keepAlive: true, maxFreeSockets: 64, scheduling: "lifo" });
   private trusted: { bundle: Buffer; certs: X509Certificate[] } | null = null;
@@ -62,7 +62,7 @@ export class ImpersonatingProxy {
     this.log = opts.log.child({ component: 'gateway' });
     // No request timeout: a watch or `logs -f` runs as long as the caller wants.
     this.server = http.createServer({ requestTimeout: 0, headersTimeout: 15_000, keepAliveTimeout: 0 }, (req, res) => void this.handle(req, res));
-    this.server.on('upgrade', (req: http.IncomingMessage, socket: Duplex, head: Buffer) => void this.upgrade(req, socket, head));
+    this.server.on('upgrade', (req: HttpTypes.IncomingMessage, socket: Duplex, head: Buffer) => void this.upgrade(req, socket, head));
   }
 
   /** One tunneled connection to the reserved destination: returns the end the tunnel writes into. */
@@ -94,7 +94,7 @@ export class ImpersonatingProxy {
   }
 
   /** The identity checked and the outgoing headers made, or the refusal (status and one line). */
-  private async prepare(req: http.IncomingMessage): Promise<Prepared | { status: number; message: string }> {
+  private async prepare(req: HttpTypes.IncomingMessage): Promise<Prepared | { status: number; message: string }> {
     const assertion = req.headers[IDENTITY_HEADER];
     const signer = req.headers[IDENTITY_SIGNER_HEADER];
     const identity: GatewayIdentity | { error: string } = typeof assertion === 'string' && typeof signer === 'string'
@@ -123,7 +123,7 @@ export class ImpersonatingProxy {
     return { kube, headers, identity };
   }
 
-  private async upgrade(req: http.IncomingMessage, socket: Duplex, head: Buffer): Promise<void> {
+  private async upgrade(req: HttpTypes.IncomingMessage, socket: Duplex, head: Buffer): Promise<void> {
     socket.on('error', () => {}); // the tunnel's end: reported through 'close' / the splice
     this.upgraded.add(socket);
     socket.once('close', () => this.upgraded.delete(socket));
@@ -135,7 +135,7 @@ export class ImpersonatingProxy {
     upgradeToApiserver(p, req, socket, head, this.log);
   }
 
-  private async handle(req: http.IncomingMessage, res: http.ServerResponse): Promise<void> {
+  private async handle(req: HttpTypes.IncomingMessage, res: HttpTypes.ServerResponse): Promise<void> {
     const p = await this.prepare(req);
     if ('status' in p) return this.refuse(req, res, p.status, p.message);
     const { kube, headers } = p;
@@ -164,7 +164,7 @@ export class ImpersonatingProxy {
     });
   }
 
-  private refuse(req: http.IncomingMessage, res: http.ServerResponse, status: number, message: string): void {
+  private refuse(req: HttpTypes.IncomingMessage, res: HttpTypes.ServerResponse, status: number, message: string): void {
     req.resume();
     const body = `${message.replace(/\s+/g, ' ').trim()}\n`;
     res.writeHead(status, { 'content-type': 'text/plain; charset=utf-8', 'content-length': Buffer.byteLength(body), connection: 'close' });

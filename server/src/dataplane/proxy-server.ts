@@ -2,13 +2,10 @@
 // plain Unix socket), health (:8092) and loopback admin (:8095) listeners, all wired to one core.
 import { randomUUID } from 'node:crypto';
 import { mkdir, rm, writeFile, rename } from 'node:fs/promises';
-import http from 'node:http';
 import path from 'node:path';
-import {
-  FRONTEND_STREAM_WINDOW, HUB_MEMORY_BUDGET, INITIAL_CONNECTION_WINDOW, MAX_CONNECTION_WINDOW, MemoryBudget, throttleReporter, HTTP2_CONNECTION_WINDOW, HTTP2_STREAM_WINDOW, MAX_MESSAGE_BYTES, AGENT_CONNECT_PATH, PROXY_PATH,
+import { FRONTEND_STREAM_WINDOW, HUB_MEMORY_BUDGET, INITIAL_CONNECTION_WINDOW, MAX_CONNECTION_WINDOW, MemoryBudget, throttleReporter, HTTP2_CONNECTION_WINDOW, HTTP2_STREAM_WINDOW, MAX_MESSAGE_BYTES, AGENT_CONNECT_PATH, PROXY_PATH,
   type FramedPacketStream, type Hello, type Packet,
-  HealthChecks, type HealthCheck, MuxRefusedError, refusalHello,
-} from '@cluster-proxy/proto';
+  HealthChecks, type HealthCheck, MuxRefusedError, refusalHello, http } from '@cluster-proxy/proto';
 import type { Logger } from 'pino';
 import { makeAgentConnectHandler, onMuxAgentHello, type AgentListenerOptions, type Grant } from './agent-listener.js';
 import { TlsPort } from './tls-port.js';
@@ -27,6 +24,7 @@ import { GrpcServer, GrpcStatus, type GrpcServerCall } from './grpc-server.js';
 import { clusterFromSubject } from '../pki/agent-identity.js';
 import { ProxyCore } from './proxy-core.js';
 import { ServerMetrics } from './metrics.js';
+import type * as HttpTypes from 'node:http';
 
 /**
  * Ping every gRPC session every 5 s; one unanswered for 10 s (the keepalive timeout ANP uses) is dead. A
@@ -123,7 +121,7 @@ export class ProxyServer {
   private readonly agentServer: GrpcServer;
   private readonly frontendServer: GrpcServer;
   private readonly frontends = new Set<GrpcFrontend>();
-  private httpServers: http.Server[] = [];
+  private httpServers: HttpTypes.Server[] = [];
   private readonly listenerOptions: AgentListenerOptions;
 
   /** serverCount announced to agents from now on (the live replica count; see replicas.ts). */
@@ -409,7 +407,7 @@ export class ProxyServer {
     if (!this.ready) throw new Error('listeners not bound yet');
   };
 
-  private readonly healthHandler = (req: http.IncomingMessage, res: http.ServerResponse): void => {
+  private readonly healthHandler = (req: HttpTypes.IncomingMessage, res: HttpTypes.ServerResponse): void => {
     const url = new URL(req.url ?? '/', 'http://hub');
     const answer = (p: Promise<{ status: number; body: string }>): void => {
       p.then(({ status, body }) => text(res, status, body), (err: Error) => text(res, 500, `${err.message}\n`));
@@ -425,7 +423,7 @@ export class ProxyServer {
     return text(res, 404, 'not found\n');
   };
 
-  private readonly adminHandler = (req: http.IncomingMessage, res: http.ServerResponse): void => {
+  private readonly adminHandler = (req: HttpTypes.IncomingMessage, res: HttpTypes.ServerResponse): void => {
     const url = new URL(req.url ?? '/', 'http://hub');
     if (url.pathname.startsWith('/v1/')) {
       void this.adminApi.handle(req, res);
@@ -439,7 +437,7 @@ export class ProxyServer {
     return this.healthHandler(req, res);
   };
 
-  private listenHttp(host: string, port: number, handler: http.RequestListener): Promise<number> {
+  private listenHttp(host: string, port: number, handler: HttpTypes.RequestListener): Promise<number> {
     const server = http.createServer(handler);
     server.keepAliveTimeout = 1000;
     server.headersTimeout = 10_000;
@@ -455,7 +453,7 @@ export class ProxyServer {
   }
 }
 
-function text(res: http.ServerResponse, code: number, body: string): void {
+function text(res: HttpTypes.ServerResponse, code: number, body: string): void {
   if (!res.hasHeader('content-type')) res.setHeader('content-type', 'text/plain; charset=utf-8');
   res.writeHead(code);
   res.end(body);

@@ -2,10 +2,11 @@
 // that lets agents reach :8091 needs no other hole: bootstrap (token → certificate), certificate
 // renewal, and lease renewal with the agent's health report. Routes register themselves; each one
 // says whether it needs a verified agent certificate.
-import http from 'node:http';
+import { http } from '@cluster-proxy/proto';
 import type { PeerCertificate, TLSSocket } from 'node:tls';
 import type { Logger } from 'pino';
 import { clusterFromSubject, type AgentIdentity } from '../pki/agent-identity.js';
+import type * as HttpTypes from 'node:http';
 
 export const HUB_API_ALPN = 'http/1.1';
 /**
@@ -29,7 +30,7 @@ export interface HubApiCaller {
 export interface HubApiRequest {
   method: string;
   path: string;
-  headers: http.IncomingHttpHeaders;
+  headers: HttpTypes.IncomingHttpHeaders;
   /** Parsed JSON body (null when there was none). */
   body: unknown;
   caller: HubApiCaller;
@@ -57,7 +58,7 @@ interface Route {
 
 export class HubApi {
   private readonly routes = new Map<string, Route>();
-  private readonly server: http.Server;
+  private readonly server: HttpTypes.Server;
   private draining = false;
   /**
    * Open connections and how many requests each is answering. Tracked here because this server never
@@ -111,7 +112,7 @@ export class HubApi {
   }
 
   /** Answers one request; also used by the plain-HTTP loopback admin listener (no client certificate there). */
-  async handle(req: http.IncomingMessage, res: http.ServerResponse): Promise<void> {
+  async handle(req: HttpTypes.IncomingMessage, res: HttpTypes.ServerResponse): Promise<void> {
     const socket = req.socket as TLSSocket;
     const busy = this.sockets.get(socket);
     if (busy !== undefined) {
@@ -161,7 +162,7 @@ export class HubApi {
   }
 }
 
-function readJson(req: http.IncomingMessage): Promise<unknown> {
+function readJson(req: HttpTypes.IncomingMessage): Promise<unknown> {
   return new Promise((resolve, reject) => {
     const chunks: Buffer[] = [];
     let size = 0;

@@ -6,10 +6,11 @@
 //
 // One node:http Agent per (cluster, caller): the caller, because the hub's per-client connection limit
 // counts tunneled connections by caller; an Agent with no connection left is dropped.
-import http from 'node:http';
+import { http } from '@cluster-proxy/proto';
 import type { Duplex } from 'node:stream';
 import type { ProxyCore } from '../dataplane/proxy-core.js';
 import { TunnelSocket } from './tunnel-socket.js';
+import type * as HttpTypes from 'node:http';
 
 /** How long an idle pooled connection is kept. */
 export const IDLE_MS = 4000;
@@ -43,7 +44,7 @@ export class GatewayPool {
   constructor(private readonly core: ProxyCore) {}
 
   /** The pool for `cluster`'s apiserver as `client` (the caller's display name). */
-  agentFor(cluster: string, client: string): http.Agent {
+  agentFor(cluster: string, client: string): HttpTypes.Agent {
     const key = `${cluster}\0${client}`;
     let agent = this.agents.get(key);
     if (!agent) {

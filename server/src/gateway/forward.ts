@@ -3,15 +3,15 @@
 // agent's reserved destination, with the caller's identity signed by the hub (proto gateway-identity.ts)
 // and none of the caller's credentials. Bodies stream both ways through pipeline(), which honours
 // backpressure (write() → false → wait for 'drain'); nothing is buffered whole.
-import http from 'node:http';
 import { pipeline, type Duplex } from 'node:stream';
 import tls from 'node:tls';
-import { GATEWAY_HOST, IDENTITY_HEADER, IDENTITY_SIGNER_HEADER, appendForwardedFor, endToEndHeaders, isImpersonationHeader, requestLine, signIdentity, type DialFailureReason } from '@cluster-proxy/proto';
+import { GATEWAY_HOST, IDENTITY_HEADER, IDENTITY_SIGNER_HEADER, appendForwardedFor, endToEndHeaders, isImpersonationHeader, requestLine, signIdentity, type DialFailureReason, http } from '@cluster-proxy/proto';
 import type { ProxyCore } from '../dataplane/proxy-core.js';
 import type { GatewayPool } from './agent-pool.js';
 import type { GatewayCaller } from './auth.js';
 import type { ServiceTarget } from './paths.js';
 import { GatewayDialError, TunnelSocket } from './tunnel-socket.js';
+import type * as HttpTypes from 'node:http';
 
 /** What a dial failure becomes for the caller. */
 export const DIAL_STATUS: Readonly<Record<DialFailureReason, { status: number; why: string }>> = {
@@ -38,7 +38,7 @@ export interface ForwardContext {
   /** The hub's serving certificate and key (they sign the identity the agent believes). */
   signing: () => { cert: Buffer; key: Buffer };
   /** A one-line error answer (used while nothing was sent yet). */
-  refuse: (res: http.ServerResponse, status: number, message: string) => void;
+  refuse: (res: HttpTypes.ServerResponse, status: number, message: string) => void;
   /** Keep-alive connections to the agents' reserved destination (agent-pool.ts). */
   pool: GatewayPool;
   /** Prepended to the user and every group the cluster sees (--gateway-identity-prefix; '' for none). */
@@ -58,7 +58,7 @@ export interface ServiceDestination {
 }
 
 /** The identity assertion for the agent, bound to this request's method and target (upgrades too). */
-export function identityHeaders(ctx: Pick<ForwardContext, 'signing' | 'identityPrefix'>, caller: GatewayCaller, cluster: string, path: string, req: http.IncomingMessage): Record<string, string> {
+export function identityHeaders(ctx: Pick<ForwardContext, 'signing' | 'identityPrefix'>, caller: GatewayCaller, cluster: string, path: string, req: HttpTypes.IncomingMessage): Record<string, string> {
   const { cert, key } = ctx.signing();
   const p = ctx.identityPrefix;
   const identity = signIdentity({ user: `${p}${caller.user}`, groups: caller.groups.map((g) => `${p}${g}`), ...(caller.uid ? { uid: caller.uid } : {}), ...(caller.extra ? { extra: caller.extra } : {}) }, cluster, requestLine(req.method, path), cert, key);
@@ -66,13 +66,13 @@ export function identityHeaders(ctx: Pick<ForwardContext, 'signing' | 'identityP
 }
 
 /** The caller's end-to-end headers for the agent: less its credentials, with our X-Forwarded-For. */
-export function callerHeaders(req: http.IncomingMessage): Record<string, string | string[]> {
+export function callerHeaders(req: HttpTypes.IncomingMessage): Record<string, string | string[]> {
   const headers: Record<string, string | string[]> = endToEndHeaders(req.headersDistinct, dropFromCaller);
   headers['x-forwarded-for'] = appendForwardedFor(req.headersDistinct['x-forwarded-for'], req.socket.remoteAddress ?? 'unknown');
   return headers;
 }
 
-export function forward(ctx: ForwardContext, caller: GatewayCaller, cluster: string, path: string, req: http.IncomingMessage, res: http.ServerResponse, service?: ServiceDestination): Promise<ForwardResult> {
+export function forward(ctx: ForwardContext, caller: GatewayCaller, cluster: string, path: string, req: HttpTypes.IncomingMessage, res: HttpTypes.ServerResponse, service?: ServiceDestination): Promise<ForwardResult> {
   return new Promise((resolve) => {
     let bytesIn = 0;
     let bytesOut = 0;
@@ -155,7 +155,7 @@ export function failureOf(err: Error, service?: ServiceDestination): { status: n
 }
 
 /** node:http's createConnection for a Service: NAME.NS.svc:PORT dialed on an agent of `cluster`, TLS inside for https. */
-export function serviceConnection(core: ProxyCore, cluster: string, caller: GatewayCaller, service: ServiceDestination): http.RequestOptions['createConnection'] {
+export function serviceConnection(core: ProxyCore, cluster: string, caller: GatewayCaller, service: ServiceDestination): HttpTypes.RequestOptions['createConnection'] {
   const host = serviceHost(service.target);
   return ((_opts: unknown, oncreate: (err: Error | null, socket?: Duplex) => void) => {
     new TunnelSocket(core, cluster, caller.name, (err, socket) => {
@@ -164,7 +164,7 @@ export function serviceConnection(core: ProxyCore, cluster: string, caller: Gate
       else oncreate(null, socket);
     }, `${host}:${service.target.port}`);
     return undefined; // the socket comes through oncreate, once the agent accepted the dial
-  }) as unknown as http.RequestOptions['createConnection'];
+  }) as unknown as HttpTypes.RequestOptions['createConnection'];
 }
 
 /** A Service's in-cluster name, as its certificate names it. */

@@ -6,12 +6,11 @@
 //   upgrades: upgrade.ts, spliced after the 101) → one audit line and metrics (an upgraded session's at its end).
 // TLS with the hub's serving certificate, client certificates optional (tokens otherwise), as the
 // CONNECT frontend's TLS listener. No request timeout: watches and `logs -f` run for hours.
-import http from 'node:http';
 import https from 'node:https';
 import type net from 'node:net';
 import type { Duplex } from 'node:stream';
 import type { Logger } from 'pino';
-import { isImpersonationHeader, textAnswer, type Splice } from '@cluster-proxy/proto';
+import { isImpersonationHeader, textAnswer, type Splice, http } from '@cluster-proxy/proto';
 import type { ProxyCore } from '../dataplane/proxy-core.js';
 import { closeServer, listen, peerOf } from '../dataplane/connect/sockets.js';
 import { oneLine, printable } from '../dataplane/connect/responses.js';
@@ -23,6 +22,7 @@ import { forward } from './forward.js';
 import { parseGatewayTarget } from './paths.js';
 import type { ServiceAllowlist } from './service-allowlist.js';
 import { forwardUpgrade } from './upgrade.js';
+import type * as HttpTypes from 'node:http';
 
 const DEFAULT_MAX_HEADER_BYTES = 16 * 1024;
 /** First segments of apiserver paths: a request starting with one most likely lost its cluster prefix. */
@@ -74,7 +74,7 @@ interface Audit {
 }
 
 /** What a request is answered on: node's response, or the raw socket of an upgrade request. */
-type Exchange = { kind: 'request'; res: http.ServerResponse } | { kind: 'upgrade'; socket: net.Socket; head: Buffer };
+type Exchange = { kind: 'request'; res: HttpTypes.ServerResponse } | { kind: 'upgrade'; socket: net.Socket; head: Buffer };
 
 export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
   const log = opts.log.child({ component: 'gateway' });
@@ -98,7 +98,7 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
     requestTimeout: 0,
   });
 
-  const record = (req: http.IncomingMessage, started: bigint, a: Audit): void => {
+  const record = (req: HttpTypes.IncomingMessage, started: bigint, a: Audit): void => {
     const seconds = Number(process.hrtime.bigint() - started) / 1e9;
     metrics.gatewayRequests.inc({ cluster: a.clusterLabel, code: String(a.status) });
     metrics.gatewayDuration.observe(seconds);
@@ -112,7 +112,7 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
     }, 'gateway request');
   };
 
-  const handle = async (req: http.IncomingMessage, ex: Exchange): Promise<void> => {
+  const handle = async (req: HttpTypes.IncomingMessage, ex: Exchange): Promise<void> => {
     const started = process.hrtime.bigint();
     const audit: Audit = { clusterLabel: '', status: 0, bytesIn: 0, bytesOut: 0, ...(ex.kind === 'upgrade' ? { upgrade: req.headers.upgrade ?? '' } : {}) };
     const fail = (status: number, message: string, reason: string, extra: Record<string, string> = {}): void => {
@@ -178,14 +178,14 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
     }
   };
 
-  server.on('request', (req: http.IncomingMessage, res: http.ServerResponse) => {
+  server.on('request', (req: HttpTypes.IncomingMessage, res: HttpTypes.ServerResponse) => {
     inFlight++;
     res.once('close', () => inFlight--);
     void handle(req, { kind: 'request', res });
   });
   // kubectl exec/attach/port-forward (WebSocket, SPDY/3.1): the same checks, then spliced (upgrade.ts).
   // In flight from the head until the session closed, so a draining hub gives it the grace period.
-  server.on('upgrade', (req: http.IncomingMessage, socket: net.Socket, head: Buffer) => {
+  server.on('upgrade', (req: HttpTypes.IncomingMessage, socket: net.Socket, head: Buffer) => {
     // node:http took its own 'error' listener off the socket: without one a reset would throw.
     socket.on('error', (err: NodeJS.ErrnoException) => log.debug({ peer: peerOf(socket), err: oneLine(err.message) }, 'gateway upgrade socket failed'));
     inFlight++;
@@ -235,7 +235,7 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
 }
 
 /** A one-line text answer; the connection closes after it. */
-function refuse(res: http.ServerResponse, status: number, message: string, extra: Record<string, string> = {}): void {
+function refuse(res: HttpTypes.ServerResponse, status: number, message: string, extra: Record<string, string> = {}): void {
   if (res.headersSent || res.destroyed) {
     res.destroy();
     return;

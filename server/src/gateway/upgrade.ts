@@ -6,13 +6,13 @@
 //   pending (head sent, waiting for the agent's answer) ──101──► open … closed (the splice's states)
 //      └──any other answer: passed back as it is, the connection closes after it
 //      └──dial failed or the agent broke: a one-line refusal (forward.ts's statuses)
-import http from 'node:http';
 import type net from 'node:net';
 import { pipeline, type Duplex } from 'node:stream';
-import { GATEWAY_HOST, passedBackHead, responseHead, splice, type Splice } from '@cluster-proxy/proto';
+import { GATEWAY_HOST, passedBackHead, responseHead, splice, type Splice, http } from '@cluster-proxy/proto';
 import type { GatewayCaller } from './auth.js';
 import { callerHeaders, failureOf, identityHeaders, serviceConnection, serviceHost, type ForwardContext, type ServiceDestination } from './forward.js';
 import { TunnelSocket } from './tunnel-socket.js';
+import type * as HttpTypes from 'node:http';
 
 export interface UpgradeResult {
   status: number;
@@ -28,7 +28,7 @@ export interface UpgradeContext extends Pick<ForwardContext, 'core' | 'signing' 
   opened?: (session: Splice) => void;
 }
 
-export function forwardUpgrade(ctx: UpgradeContext, caller: GatewayCaller, cluster: string, path: string, req: http.IncomingMessage, socket: net.Socket, head: Buffer, service?: ServiceDestination): Promise<UpgradeResult> {
+export function forwardUpgrade(ctx: UpgradeContext, caller: GatewayCaller, cluster: string, path: string, req: HttpTypes.IncomingMessage, socket: net.Socket, head: Buffer, service?: ServiceDestination): Promise<UpgradeResult> {
   return new Promise((resolve) => {
     let done = false;
     const finish = (r: UpgradeResult): void => {
@@ -61,12 +61,12 @@ export function forwardUpgrade(ctx: UpgradeContext, caller: GatewayCaller, clust
       createConnection: service ? serviceConnection(ctx.core, cluster, caller, service) : ((_opts: unknown, oncreate: (err: Error | null, s?: TunnelSocket) => void) => {
         new TunnelSocket(ctx.core, cluster, caller.name, (err, s) => (err ? oncreate(err) : oncreate(null, s)));
         return undefined;
-      }) as unknown as http.RequestOptions['createConnection'],
+      }) as unknown as HttpTypes.RequestOptions['createConnection'],
     });
     socket.once('close', callerLeft);
 
     let answered = false;
-    upstream.on('upgrade', (res: http.IncomingMessage, tunnel: Duplex, upHead: Buffer) => {
+    upstream.on('upgrade', (res: HttpTypes.IncomingMessage, tunnel: Duplex, upHead: Buffer) => {
       answered = true;
       socket.off('close', callerLeft);
       if (socket.destroyed) {

@@ -2,7 +2,7 @@
 // @kubernetes/client-node: CustomObjectsApi for OCM's kinds, CoordinationV1Api for Lease, CoreV1Api
 // for Secret, Watch for watches (which resume from the last version seen after a disconnect).
 import { createHash } from 'node:crypto';
-import http from 'node:http';
+import { http } from '@cluster-proxy/proto';
 import https from 'node:https';
 import {
   ApiException, CertificatesV1Api, CoordinationV1Api, CoreV1Api, CustomObjectsApi, KubeConfig, ServerConfiguration, Watch as KubeWatch, createConfiguration,
@@ -15,6 +15,7 @@ import {
   type ListOptions, type ListResult, type ObjectKey, type StatusOptions, type Store, type Watch, type WatchEventType, type WatchHandlers,
   type WatchOptions,
 } from './store.js';
+import type * as HttpTypes from 'node:http';
 
 export interface KubernetesStoreOptions {
   /** Path of a kubeconfig; default: $KUBECONFIG, ~/.kube/config, then in-cluster. */
@@ -316,7 +317,7 @@ export class KubernetesStore implements Store {
  * connected). The agent is made again when the TLS options change (a rotated client certificate).
  */
 class KeepAliveAuth implements SecurityAuthentication {
-  private cached: { key: string; agent: http.Agent } | null = null;
+  private cached: { key: string; agent: HttpTypes.Agent } | null = null;
 
   constructor(private readonly kc: KubeConfig) {}
 
