@@ -116,10 +116,6 @@ export class GrpcFramingError extends Error {
 }
 
 /**
- * Splits received bytes into packets (HTTP/2 DATA frames are at most 16 KiB by default, so a message
- * often spans several). What is held is bounded by the largest message allowed plus one chunk.
- */
-/**
  * Hands a message the reader produced to a call's reader: DataViews to `views`, or, when that handler
  * went after the message was read, to `packet` as one DATA packet; anything else to `packet`.
  */
@@ -129,6 +125,10 @@ export function deliverMessage(m: Packet | DataViews, views: DataViewHandler | n
   else packet(packets.data(m.connectID, Buffer.concat(m.chunks, m.length)));
 }
 
+/**
+ * Splits received bytes into packets (HTTP/2 DATA frames are at most 16 KiB by default, so a message
+ * often spans several). What is held is bounded by the largest message allowed plus one chunk.
+ */
 export class GrpcMessageReader {
   /**
    * While true, a DATA message comes out as DataViews: its payload as views of the HTTP/2 chunks it

@@ -142,22 +142,22 @@ export class GrpcServerCall extends EventEmitter {
   }
 
   write(p: Packet, callback?: (err?: Error | null) => void): boolean {
-    if (this.ended || this.stream.destroyed) {
-      if (callback) process.nextTick(callback, new Error('call ended'));
-      return false;
-    }
-    this.sendMetadata();
-    return writeGrpcMessage(this.stream, p, callback);
+    return this.writable(callback) && writeGrpcMessage(this.stream, p, callback);
   }
 
   /** Writes a DATA packet whose payload is `chunks` (`length` bytes) without copying them into one Buffer. */
   writeData(connectID: number, chunks: readonly Buffer[], length: number, callback?: (err?: Error | null) => void): boolean {
+    return this.writable(callback) && writeGrpcData(this.stream, connectID, chunks, length, callback);
+  }
+
+  /** Whether a message may still be written (our headers go first); if not, `callback` hears why. */
+  private writable(callback?: (err?: Error | null) => void): boolean {
     if (this.ended || this.stream.destroyed) {
       if (callback) process.nextTick(callback, new Error('call ended'));
       return false;
     }
     this.sendMetadata();
-    return writeGrpcData(this.stream, connectID, chunks, length, callback);
+    return true;
   }
 
   /**
