@@ -1,11 +1,16 @@
 // EndpointConnection's states, driven event by event: a fake destination socket (its writes wait until
 // the test flushes them; 'close' comes only when the test says, as Node's comes on a later tick) and the
 // real StreamSender over a stream that records packets and can be made congested.
-import { EventEmitter } from 'node:events';
-import type net from 'node:net';
+import { EventEmitter, once } from 'node:events';
+import net from 'node:net';
+import { setTimeout as sleep } from 'node:timers/promises';
 import pino from 'pino';
 import { afterEach, describe, expect, it, vi } from 'vitest';
-import { LazyLog, MAX_CONNECTION_WINDOW, MemoryBudget, PacketType, StreamSender, type Packet } from '@cluster-proxy/proto';
+import {
+  DEFAULT_UNSENT_LIMIT, LazyLog, MAX_CONNECTION_WINDOW, MemoryBudget, PacketType, STARTING_UNSENT_LIMIT, StreamSender,
+  limitUnsentBytes, unsentLimitOf, useNativeCalls, type Packet,
+} from '@cluster-proxy/proto';
+import { loadNativeCalls } from '../../cli/src/native-calls.js';
 import { EndpointConnection } from './endpoint-connection.js';
 import { AgentMetrics } from './metrics.js';
 
@@ -319,5 +324,67 @@ describe('EndpointConnection: closing', () => {
     conn.destroy();
     expect(sent()).toEqual([]);
     expect(sender.readsHeld).toBe(0);
+  });
+});
+
+describe('EndpointConnection over a real socket: what the destination may keep unsent in the kernel', () => {
+  const native = loadNativeCalls();
+  const cleanups: Array<() => void> = [];
+  afterEach(() => {
+    for (const c of cleanups.splice(0).reverse()) c();
+    useNativeCalls(null);
+  });
+
+  /** A destination that reads everything, or never reads; a socket to it dialed as the dialer does. */
+  async function destination(reads: boolean): Promise<net.Socket> {
+    const server = net.createServer((s) => (reads ? s.resume() : s.pause()));
+    server.listen(0, '127.0.0.1');
+    await once(server, 'listening');
+    const socket = net.connect((server.address() as net.AddressInfo).port, '127.0.0.1');
+    await once(socket, 'connect');
+    limitUnsentBytes(socket, STARTING_UNSENT_LIMIT);
+    cleanups.push(() => server.close(), () => socket.destroy());
+    return socket;
+  }
+
+  /** Sends up to `total` bytes from the hub as its credit allows; stops once no credit came for `idleMs`. Returns the bytes sent. */
+  async function pumpFromHub(h: ReturnType<typeof setup>, total: number, idleMs: number): Promise<number> {
+    let credit = WINDOW;
+    let sentBytes = 0;
+    let lastCredit = Date.now();
+    while (sentBytes < total && Date.now() - lastCredit < idleMs) {
+      if (credit > 0) {
+        const n = Math.min(16 * 1024, credit, total - sentBytes);
+        h.conn.onData(Buffer.alloc(n));
+        credit -= n;
+        sentBytes += n;
+      } else await sleep(1);
+      for (const w of h.sent()) {
+        if (!w.startsWith('CREDIT:')) continue;
+        credit += Number(w.slice('CREDIT:'.length));
+        lastCredit = Date.now();
+      }
+    }
+    return sentBytes;
+  }
+
+  it.skipIf(!native)('starts small; the default once the destination kept up with a bulk transfer; small for good if it never reads', async () => {
+    useNativeCalls(native);
+    const reader = await destination(true);
+    const fast = setup();
+    fast.conn.attach(reader);
+    cleanups.push(() => fast.conn.destroy());
+    expect(unsentLimitOf(reader)).toBe(STARTING_UNSENT_LIMIT);
+    expect(await pumpFromHub(fast, 4 * 1024 * 1024, 2000)).toBe(4 * 1024 * 1024);
+    expect(unsentLimitOf(reader)).toBe(DEFAULT_UNSENT_LIMIT);
+
+    const stalled = await destination(false);
+    const stuck = setup();
+    stuck.conn.attach(stalled);
+    cleanups.push(() => stuck.conn.destroy());
+    // It takes what its kernel buffers hold, then no more credit comes.
+    const taken = await pumpFromHub(stuck, 4 * 1024 * 1024, 500);
+    expect(taken).toBeLessThan(1024 * 1024);
+    expect(unsentLimitOf(stalled)).toBe(STARTING_UNSENT_LIMIT);
   });
 });

@@ -16,7 +16,7 @@
 //   A failed dial: dialFailed() (the owner answers DIAL_RSP; nothing was started).
 // finish() sends CLOSE_RSP on the way out; a CLOSE_REQ after that is acknowledged again.
 import type net from 'node:net';
-import { LazyLog, MAX_DATA_CHUNK, MAX_MESSAGE_BYTES, ReceiveWindow, SendCredit, packets, type MemoryBudget, type StreamSender } from '@cluster-proxy/proto';
+import { LazyLog, MAX_DATA_CHUNK, MAX_MESSAGE_BYTES, ReceiveWindow, SendCredit, limitUnsentBytes, packets, type MemoryBudget, type StreamSender } from '@cluster-proxy/proto';
 import type { Logger } from 'pino';
 import type { AgentMetrics } from './metrics.js';
 
@@ -92,6 +92,8 @@ export class EndpointConnection {
       budget: this.owner.budget,
       direction: 'to_endpoint',
       report: this.reportCredit,
+      // The destination keeps up: it may have the default unsent allowance (the dialer started it small).
+      onBulk: () => limitUnsentBytes(socket),
     });
     this.writer.onFlushed = () => this.owner.sender.releaseReads(this);
     socket.on('data', this.onSocketData);

@@ -2,7 +2,7 @@
 // apiserver, enforces the allowlist, and dials with a timeout.
 import net from 'node:net';
 import type { Duplex } from 'node:stream';
-import { isGatewayHost, joinHostPort, limitUnsentBytes, splitHostPort, type DialFailureReason } from '@cluster-proxy/proto';
+import { STARTING_UNSENT_LIMIT, isGatewayHost, joinHostPort, limitUnsentBytes, splitHostPort, type DialFailureReason } from '@cluster-proxy/proto';
 import { Allowlist } from './allowlist.js';
 
 export interface TargetDialerOptions {
@@ -85,7 +85,7 @@ export class TargetDialer {
       };
       const onConnect = (): void => {
         cleanup();
-        limitUnsentBytes(socket);
+        limitUnsentBytes(socket, STARTING_UNSENT_LIMIT);
         resolve(socket);
       };
       const onError = (err: NodeJS.ErrnoException): void => {

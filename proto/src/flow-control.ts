@@ -16,6 +16,12 @@ const QUICK_TURNOVER_MS = 50;
  * making room in its full receive buffer); without this, a thousand of them grew their windows.
  */
 const GROWTH_TURNOVER_MS = 1000;
+/**
+ * What a sink must have taken before onBulk: more than a destination that never reads accepts into
+ * its kernel receive buffer (tcp_rmem's default, 128 KiB, grows only for a reader that reads), which
+ * otherwise looks like a window turned over quickly.
+ */
+export const PROVEN_BULK_BYTES = 1024 * 1024;
 
 /** Sending side: how much more we may send on one connection. `null` window = peer has no credit
  * support (unmodified ANP), so only the shared stream's own backpressure applies. */
@@ -87,6 +93,12 @@ export interface ReceiveWindowOptions {
   report: (bytes: number) => void;
   /** Count buffered bytes in the budget's gauge (default true; false when the sink counts them itself). */
   gauge?: boolean;
+  /**
+   * Called once, the first time a whole window went through within a second with the sink keeping
+   * up, after PROVEN_BULK_BYTES in all: its reader takes a bulk transfer, so a socket may now keep more unsent in the kernel
+   * (socket-options.ts). Whether the budget let the window grow does not matter here.
+   */
+  onBulk?: () => void;
 }
 
 /**
@@ -116,6 +128,9 @@ export class ReceiveWindow {
   private disposed = false;
   /** When bytes last went to the sink's reader, or began to wait for it (a stall policy's clock). */
   private movedAt = Date.now();
+  /** Bytes flushed in all, until onBulk has been called. */
+  private flushedBeforeBulk = 0;
+  private bulkSeen = false;
 
   constructor(private readonly opts: ReceiveWindowOptions) {
     this.window = opts.initial;
@@ -205,6 +220,7 @@ export class ReceiveWindow {
     const { budget, direction, initial } = this.opts;
     this.owed += bytes;
     this.turnover += bytes;
+    if (!this.bulkSeen) this.flushedBeforeBulk += bytes;
     if (budget.overdrawn && this.window > initial) {
       const back = Math.min(this.owed, this.window - initial);
       this.window -= back;
@@ -218,6 +234,10 @@ export class ReceiveWindow {
       // few MiB. Otherwise measure again from here.
       const took = Date.now() - this.measuringSince;
       const bulk = took <= GROWTH_TURNOVER_MS && this.pendingBytes <= this.window / 2 && (this.lowWater <= this.window / 2 || took <= QUICK_TURNOVER_MS);
+      if (bulk && !this.bulkSeen && this.flushedBeforeBulk >= PROVEN_BULK_BYTES) {
+        this.bulkSeen = true;
+        this.opts.onBulk?.();
+      }
       const more = bulk ? budget.growth(direction, this.window, initial, 3 * this.window) : 0;
       if (more > 0) {
         this.window += more;

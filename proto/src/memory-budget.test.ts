@@ -1,5 +1,5 @@
 import { describe, expect, it, vi } from 'vitest';
-import { ReceiveWindow, type ByteSink } from './flow-control.js';
+import { PROVEN_BULK_BYTES, ReceiveWindow, type ByteSink } from './flow-control.js';
 import { MemoryBudget, bytesHeldInProcess, largestBudgetInProcess, throttleReporter } from './memory-budget.js';
 
 const KiB = 1024;
@@ -9,8 +9,13 @@ const MiB = 1024 * KiB;
 class Sink implements ByteSink {
   private readonly pending: Array<() => void> = [];
   fast = true;
-  write(_chunk: Buffer, cb: (err?: Error | null) => void): boolean {
-    this.pending.push(() => cb());
+  /** Bytes the sink has taken. */
+  taken = 0;
+  write(chunk: Buffer, cb: (err?: Error | null) => void): boolean {
+    this.pending.push(() => {
+      this.taken += chunk.length;
+      cb();
+    });
     return true;
   }
   /** End of a round trip: a fast sink has taken everything. */
@@ -36,12 +41,60 @@ function pump(w: ReceiveWindow, credit: { n: number }, total: number, sink?: Sin
   return sent;
 }
 
-function connection(budget: MemoryBudget, initial = 32 * KiB): { w: ReceiveWindow; sink: Sink; credit: { n: number } } {
+function connection(budget: MemoryBudget, initial = 32 * KiB, onBulk?: () => void): { w: ReceiveWindow; sink: Sink; credit: { n: number } } {
   const sink = new Sink();
   const credit = { n: initial };
-  const w = new ReceiveWindow({ sink, initial, budget, direction: 'to_endpoint', report: (n) => { credit.n += n; } });
+  const w = new ReceiveWindow({ sink, initial, budget, direction: 'to_endpoint', report: (n) => { credit.n += n; }, onBulk });
   return { w, sink, credit };
 }
+
+describe('ReceiveWindow.onBulk: a reader proven to keep up', () => {
+  it('is called once, after a whole window went through quickly and PROVEN_BULK_BYTES in all', () => {
+    const budget = new MemoryBudget(64 * MiB, { maxWindow: 4 * MiB });
+    let calls = 0;
+    let takenAtCall = -1;
+    const { w, credit, sink } = connection(budget, 32 * KiB, () => {
+      calls++;
+      takenAtCall = sink.taken;
+    });
+    for (let i = 0; i < 200; i++) pump(w, credit, 8 * MiB, sink);
+    expect(calls).toBe(1);
+    expect(takenAtCall).toBeGreaterThanOrEqual(PROVEN_BULK_BYTES);
+    expect(takenAtCall).toBeLessThan(8 * MiB);
+    w.dispose();
+  });
+
+  it('is not called for a destination that took its kernel buffer\'s worth quickly and then stopped reading', () => {
+    const budget = new MemoryBudget(64 * MiB, { maxWindow: 4 * MiB });
+    let calls = 0;
+    const { w, credit, sink } = connection(budget, 32 * KiB, () => calls++);
+    // 128 KiB go through at once (a receive buffer filling), in whole windows: what a bulk looks like, too short.
+    let sent = 0;
+    while (sent < 128 * KiB) sent += pump(w, credit, 128 * KiB - sent, sink);
+    sink.fast = false;
+    for (let i = 0; i < 100; i++) pump(w, credit, 10 * MiB, sink);
+    expect(w.size).toBeGreaterThan(32 * KiB); // the window did grow: only the unsent allowance waits for more proof
+    expect(calls).toBe(0);
+    w.dispose();
+  });
+
+  it('is not called for a reader that takes little at a time', () => {
+    const budget = new MemoryBudget(64 * MiB, { maxWindow: 4 * MiB });
+    vi.useFakeTimers();
+    try {
+      let calls = 0;
+      const { w, credit, sink } = connection(budget, 32 * KiB, () => calls++);
+      for (let i = 0; i < 3000; i++) {
+        pump(w, credit, 1 * KiB, sink);
+        vi.advanceTimersByTime(100);
+      }
+      expect(calls).toBe(0);
+      w.dispose();
+    } finally {
+      vi.useRealTimers();
+    }
+  });
+});
 
 describe('MemoryBudget and growing windows', () => {
   it('a bulk transfer into a sink that keeps up grows its window to the largest, charged to the budget', () => {

@@ -10,6 +10,11 @@
 //   destinations, the hub's CONNECT clients); not on tunnel links, where it cost 12–22 % of a bulk
 //   transfer's speed on loopback (more wake-ups for the same bytes), and one connection per agent
 //   holds no more than tcp_wmem's maximum anyway.
+//   A connection starts at STARTING_UNSENT_LIMIT and gets DEFAULT_UNSENT_LIMIT once its reader has
+//   taken a whole window within a second (flow-control.ts, onBulk). On Kubernetes nodes with cgroup v2
+//   the kernel charges socket buffers to the pod: at 128 KiB each, 1,024 destinations that never read
+//   had the agent's sockets hold 140–168 MiB (measured here with cgroup v1's memory.kmem.tcp
+//   accounting), beside its RSS and within the same 256 Mi limit.
 // - malloc_trim(0): glibc keeps freed pages of its arenas; after a burst the process's RSS stays at
 //   its peak until something asks for them back.
 //
@@ -20,6 +25,8 @@ import type { Duplex } from 'node:stream';
 
 /** What a socket may keep unsent in the kernel by default: 128 KiB (fills a 1 Gbit/s × 1 ms path). */
 export const DEFAULT_UNSENT_LIMIT = 128 * 1024;
+/** What an endpoint's socket may keep unsent until its reader has shown it keeps up (a bulk transfer). */
+export const STARTING_UNSENT_LIMIT = 16 * 1024;
 
 /** The system calls, on a file descriptor; each says whether it worked. */
 export interface NativeCalls {

@@ -13,7 +13,7 @@ import { Tunnel, TunnelError } from '@cluster-proxy/client';
 import { issueClientCert, writePemPair } from '@cluster-proxy/server';
 import { createPki, expectTablesEmpty, startAgent, startHub, type AgentProcess, type HubProcess, type TestPki } from '../src/harness.js';
 import { scrape } from '../src/metrics-text.js';
-import { connectThrough, killAllSpawned, payloadSha256, spawnProcess, startStallOrSinkServer, waitFor, writePayload, type TcpTarget } from '../src/fixtures/index.js';
+import { connectThrough, kernelQueues, killAllSpawned, payloadSha256, spawnProcess, startStallOrSinkServer, waitFor, writePayload, type TcpTarget } from '../src/fixtures/index.js';
 import { AnpClientConn } from '../src/fixtures/anp-peers.js';
 
 const MiB = 1024 * 1024;
@@ -157,6 +157,16 @@ describe('destinations that never read', () => {
       for (const s of agentScrapes) {
         expect(s.value('cluster_proxy_agent_memory_committed_bytes')).toBeLessThanOrEqual(AGENT_BUDGET_MIB * MiB);
         expect(s.value('cluster_proxy_agent_memory_held_bytes')).toBeLessThanOrEqual(AGENT_BUDGET_MIB * MiB);
+      }
+      // And what their sockets hold in the kernel (charged to the pod on cgroup v2 nodes): a destination
+      // that never read keeps a small unsent allowance (16 KiB, overshot by at most one write), not the
+      // 128 KiB of one that kept up with a bulk transfer.
+      if (process.platform === 'linux') {
+        for (const [agent, n] of [[muxAgent, STUCK + STUCK_ANP], [grpcAgent, 2 * STUCK]] as const) {
+          const queues = await kernelQueues(agent.proc.pid!);
+          console.info(`stuck: the agent of ${n} stuck connections holds ${(queues.send / 1024).toFixed(0)} KiB unsent or unacknowledged in the kernel`);
+          expect(queues.send, 'bytes the agent\'s sockets hold unsent or unacknowledged').toBeLessThan(n * 96 * 1024);
+        }
       }
       const hubScrape = await scrape(hub.ports.health);
       if (process.env['STUCK_DEBUG']) for (const port of [hub.ports.health, muxAgent.healthPort]) console.info((await (await fetch(`http://127.0.0.1:${port}/metrics`)).text()).split('\n').filter((l) => /memory_|heap_size|external|resident|array_buffers/.test(l) && !l.startsWith('#')).join('\n'));

@@ -18,6 +18,8 @@ export interface Frontend {
   /** Stop / restart reading bytes from the client (no credit left towards the agent). */
   pause(): void;
   resume(): void;
+  /** The client keeps up with a bulk transfer towards it (its socket may keep more unsent now). */
+  onBulk?(): void;
   /** Client bytes held for this connection before the core has them: a paused socket's or stream's buffer (the held gauge counts them). */
   heldBytes?(): number;
 }

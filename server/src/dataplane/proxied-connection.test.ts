@@ -11,7 +11,7 @@ import { ProxiedConnection } from './proxied-connection.js';
 
 const WINDOW = 1024 * 1024;
 
-function setup(opts: { clientHalfClose?: boolean; sink?: Frontend['sink'] } = {}) {
+function setup(opts: { clientHalfClose?: boolean; sink?: Frontend['sink']; onBulk?: () => void } = {}) {
   const sent: Packet[] = [];
   const events: string[] = [];
   const waiters: Array<() => void> = [];
@@ -28,6 +28,7 @@ function setup(opts: { clientHalfClose?: boolean; sink?: Frontend['sink'] } = {}
     dialSucceeded: () => {}, dialFailed: () => {}, remoteEnded: () => { events.push('remoteEnded'); },
     closed: (e) => { events.push(`closed:${e}`); },
     pause: () => { events.push('pause'); }, resume: () => { events.push('resume'); },
+    onBulk: opts.onBulk,
   };
   const conn = new ProxiedConnection(backend, frontend, 1n, 'c1:443', pino({ level: 'silent' }));
   conn.startDial(60_000);
@@ -43,6 +44,22 @@ function setup(opts: { clientHalfClose?: boolean; sink?: Frontend['sink'] } = {}
   };
   return { conn, events, dataBytes, dataInOrder, lastData, sender, drain };
 }
+
+describe('ProxiedConnection: a client that keeps up with what the agent sends', () => {
+  it('the frontend hears it once (onBulk: its socket may keep more unsent); never about a client that takes nothing', () => {
+    let bulk = 0;
+    const fast = setup({ sink: { write: (_chunk, cb) => { cb(); return true; } }, onBulk: () => bulk++ });
+    for (let i = 0; i < 64; i++) fast.conn.onData(Buffer.alloc(64 * 1024));
+    expect(bulk).toBe(1);
+    fast.conn.close();
+
+    let stuckBulk = 0;
+    const stuck = setup({ sink: { write: () => false }, onBulk: () => stuckBulk++ });
+    for (let i = 0; i < WINDOW / (64 * 1024); i++) stuck.conn.onData(Buffer.alloc(64 * 1024));
+    expect(stuckBulk).toBe(0);
+    stuck.conn.close();
+  });
+});
 
 describe('ProxiedConnection: client bytes towards an agent with credit', () => {
   it('never sends more than the credit while the agent grants none; the rest follows the credit, in order', () => {

@@ -150,6 +150,7 @@ export class ProxiedConnection {
       budget: this.backend.budget,
       direction: 'to_client',
       report: (bytes) => this.backend.sendCredit(this, bytes),
+      onBulk: () => this.frontend.onBulk?.(),
     });
     this.toClient.onFlushed = () => this.backend.sender.releaseReads(this);
     this.backend.established(this);

@@ -4,10 +4,10 @@
 // sampled every 100 ms, the hub's and the agent's connection tables, the agent's tunnel counters,
 // and whether either process died.
 import { rmSync } from 'node:fs';
-import { readFile, readdir, readlink } from 'node:fs/promises';
+import { readFile } from 'node:fs/promises';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { createPki, getJson, type AgentTables } from '../harness.js';
-import type { ManagedProcess } from '../fixtures/index.js';
+import { kernelQueues, listeningPorts, type ManagedProcess } from '../fixtures/index.js';
 import type { ClientSpec } from './clients.js';
 import { startCluster, waitUntil, type BenchCluster } from './cluster.js';
 import { AFTER_TRIM_MS, procStatusKiB, startTargets } from './helpers.js';
@@ -80,41 +80,14 @@ export interface StuckRig {
   agentCounters(): Promise<AgentCounters>;
   /** What hub and agent say they hold for their peers now, and the windows they granted (their budgets' gauges, all directions). */
   budgets(): Promise<Record<'hub' | 'agent', { held: number; committed: number }>>;
+  /** Bytes the hub's and the agent's sockets hold in the kernel now (kernelQueues). */
+  kernelQueues(): Promise<Record<'hub' | 'agent', { send: number; receive: number }>>;
   /** Full GC in whichever of hub and agent still runs, then VmRSS of both. */
   gcAndRss(): Promise<RssPair>;
   rss(): Promise<RssPair>;
   /** "hub exited (signal SIGKILL)" and the like, for each of hub and agent that is not running. */
   deaths(): Promise<string[]>;
   stop(): Promise<void>;
-}
-
-/** TCP ports a process listens on, from /proc (its socket inodes matched against net/tcp and tcp6). */
-export async function listeningPorts(pid: number): Promise<number[]> {
-  const inodes = new Set<string>();
-  for (const fd of await readdir(`/proc/${pid}/fd`)) {
-    try {
-      const m = /^socket:\[(\d+)\]$/.exec(await readlink(`/proc/${pid}/fd/${fd}`));
-      if (m?.[1] !== undefined) inodes.add(m[1]);
-    } catch {
-      // closed meanwhile
-    }
-  }
-  const ports: number[] = [];
-  for (const table of ['tcp', 'tcp6']) {
-    let text = '';
-    try {
-      text = await readFile(`/proc/${pid}/net/${table}`, 'utf8');
-    } catch {
-      continue;
-    }
-    // sl local_address rem_address st tx_queue:rx_queue tr:tm->when retrnsmt uid timeout inode
-    for (const line of text.split('\n').slice(1)) {
-      const f = line.trim().split(/\s+/);
-      const port = f[1]?.split(':')[1];
-      if (f[3] === '0A' && f[9] !== undefined && inodes.has(f[9]) && port !== undefined) ports.push(parseInt(port, 16));
-    }
-  }
-  return ports;
 }
 
 /** The sum of a Prometheus metric's samples whose label text contains `labels` (all of them if empty). */
@@ -206,6 +179,10 @@ export async function startStuckRig(path: StuckPath, clients: StuckClients): Pro
         const [hub, agent] = await Promise.all([getText(cluster.hub.ports.health, '/metrics'), getText(healthPort, '/metrics')]);
         const read = (text: string, prefix: string): { held: number; committed: number } => ({ held: metricSum(text, `${prefix}_memory_held_bytes`), committed: metricSum(text, `${prefix}_memory_committed_bytes`) });
         return { hub: read(hub, 'cluster_proxy_server'), agent: read(agent, 'cluster_proxy_agent') };
+      },
+      kernelQueues: async () => {
+        const [hub, agent] = await Promise.all([kernelQueues(cluster.hub.pid), kernelQueues(cluster.agentPid)]);
+        return { hub, agent };
       },
       agentCounters: async () => {
         const text = await getText(healthPort, '/metrics');

@@ -110,6 +110,7 @@ async function stuckOnce(path: StuckPath, clients: StuckClients, n: number, cfg:
     const filled = await child.waitForJsonLine((o) => 'filled' in o, (cfg.stuckSeconds + 60) * 1000);
     const held = await rig.tables().catch((err: unknown) => errorMessage(err));
     const budgets = await rig.budgets().catch(() => undefined);
+    const queues = await rig.kernelQueues().catch(() => undefined);
     // The stuck connections' bytes sit mostly in kernel buffers (both ends are on this machine): past
     // tcp_mem's pressure threshold the kernel caps every socket, the bulk's included.
     const kernelTcp = await tcpMemory();
@@ -167,7 +168,10 @@ async function stuckOnce(path: StuckPath, clients: StuckClients, n: number, cfg:
 
     const per = (b: number): string => describeBytes(b);
     const budgetText = budgets ? `; their budgets: hub holds ${per(budgets.hub.held)} (windows ${per(budgets.hub.committed)}), agent ${per(budgets.agent.held)} (${per(budgets.agent.committed)})` : '';
-    const heldText = `${typeof held === 'string' ? `tables unreadable while held (${held})` : `while held ${tablesText(held)}`}${budgetText}`;
+    const queueText = queues
+      ? `; in their sockets' kernel queues: hub ${per(queues.hub.send)} unsent or unacknowledged, ${per(queues.hub.receive)} unread; agent ${per(queues.agent.send)}, ${per(queues.agent.receive)}`
+      : '';
+    const heldText = `${typeof held === 'string' ? `tables unreadable while held (${held})` : `while held ${tablesText(held)}`}${budgetText}${queueText}`;
     const limited = Number(opened['unsentLimited']);
     const capText = limited > 0 ? `; ${limited} client sockets capped at ${DEFAULT_UNSENT_LIMIT / 1024} KiB unsent, as hub and agent cap theirs`
       : rig.stuckSpec.kind === 'connect' ? '; client sockets NOT capped (no system calls here): their send queues count on this machine' : '';

@@ -2,7 +2,7 @@
 // dials through the core, then is that connection's Frontend (see frontend.ts for the state diagram).
 import net from 'node:net';
 import type tls from 'node:tls';
-import { limitUnsentBytes, type ByteSink, type DialFailureReason } from '@cluster-proxy/proto';
+import { STARTING_UNSENT_LIMIT, limitUnsentBytes, type ByteSink, type DialFailureReason } from '@cluster-proxy/proto';
 import type { Logger } from 'pino';
 import { clusterFromSubject } from '../../pki/agent-identity.js';
 import { tokenAllowsCluster } from '../../fleet/tokens.js';
@@ -59,7 +59,8 @@ export class ConnectConnection implements Frontend, TrackedConnection {
     if (listener !== 'uds') {
       socket.setNoDelay(true);
       socket.setKeepAlive(true, 30_000);
-      limitUnsentBytes(socket);
+      // Small until the client shows it keeps up (onBulk): what it does not read stays in our budget.
+      limitUnsentBytes(socket, STARTING_UNSENT_LIMIT);
     }
     this.sink = {
       write: (chunk, callback) => {
@@ -77,6 +78,10 @@ export class ConnectConnection implements Frontend, TrackedConnection {
     socket.on('error', (err: Error) => this.log.debug({ err: err.message, state: this.state }, 'client socket error'));
     socket.once('close', this.onClose);
     this.timer = setTimeout(this.onHeaderTimeout, shared.headerTimeoutMs);
+  }
+
+  onBulk(): void {
+    if (this.listener !== 'uds') limitUnsentBytes(this.socket);
   }
 
   /** For the per-client connection limit (known once authenticated, before the dial). */
