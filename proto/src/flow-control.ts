@@ -95,8 +95,9 @@ export interface ReceiveWindowOptions {
   gauge?: boolean;
   /**
    * Called once, the first time a whole window went through within a second with the sink keeping
-   * up, after PROVEN_BULK_BYTES in all: its reader takes a bulk transfer, so a socket may now keep more unsent in the kernel
-   * (socket-options.ts). Whether the budget let the window grow does not matter here.
+   * up, after PROVEN_BULK_BYTES in all: its reader takes a bulk transfer, so a socket may now keep
+   * more unsent in the kernel (socket-options.ts). Whether the budget let the window grow does not
+   * matter here.
    */
   onBulk?: () => void;
 }
