@@ -122,6 +122,28 @@ describe('StreamSender', () => {
     expect(stream.sent).toHaveLength(2);
   });
 
+  it('takes turns: a waiter that fills the buffer at every drain and asks again does not starve the others', async () => {
+    const stream = newStream();
+    const sender = new StreamSender(stream);
+    const turns: string[] = [];
+    // 'greedy' always has more to send: it fills the buffer and waits again, every time.
+    const greedy = (): void => {
+      turns.push('greedy');
+      sender.send(packets.drain());
+      sender.whenWritable(greedy);
+    };
+    const patient = (): void => {
+      turns.push('patient');
+      sender.send(packets.drain());
+    };
+    sender.send(packets.drain());
+    sender.whenWritable(greedy);
+    sender.whenWritable(patient);
+    for (let i = 0; i < 3; i++) await stream.flushOne();
+    expect(turns).toEqual(['greedy', 'patient', 'greedy']);
+    sender.close();
+  });
+
   it('pauses reading while anyone holds reads, resumes when the last hold is released', () => {
     const stream = newStream();
     const sender = new StreamSender(stream);

@@ -93,11 +93,16 @@ export class StreamSender {
     this.congestedFlag = false;
     const waiters = [...this.waiters];
     this.waiters.clear();
-    for (const w of waiters) {
-      w();
+    for (let i = 0; i < waiters.length; i++) {
+      waiters[i]!();
       if (this.congestedFlag) {
-        // Someone filled the buffer again; the rest wait for the next drain.
-        for (const rest of waiters.slice(waiters.indexOf(w) + 1)) this.waiters.add(rest);
+        // Someone filled the buffer again. Those who had no turn go first at the next drain, ahead of
+        // any who asked again during this one: else a connection always ready to send (a client with a
+        // large window) would fill every drain first and starve the ones behind it.
+        const askedAgain = [...this.waiters];
+        this.waiters.clear();
+        for (const rest of waiters.slice(i + 1)) this.waiters.add(rest);
+        for (const w of askedAgain) this.waiters.add(w);
         return;
       }
     }
