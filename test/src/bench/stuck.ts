@@ -173,7 +173,7 @@ async function stuckOnce(path: StuckPath, clients: StuckClients, n: number, cfg:
       : '';
     const heldText = `${typeof held === 'string' ? `tables unreadable while held (${held})` : `while held ${tablesText(held)}`}${budgetText}${queueText}`;
     const limited = Number(opened['unsentLimited']);
-    const capText = limited > 0 ? `; ${limited} client sockets capped at ${DEFAULT_UNSENT_LIMIT / 1024} KiB unsent, as hub and agent cap theirs`
+    const capText = limited > 0 ? `; ${limited} client sockets capped at ${DEFAULT_UNSENT_LIMIT / 1024} KiB unsent (a real client's kernel is on its own machine)`
       : rig.stuckSpec.kind === 'connect' ? '; client sockets NOT capped (no system calls here): their send queues count on this machine' : '';
     const clientText = `${String(opened['client'])}${capText}`;
     const summary = `N=${n}: ${openedCount} opened in ${Number(opened['seconds']).toFixed(1)} s (${clientText}); `
