@@ -371,7 +371,7 @@ describe('EndpointConnection over a real socket: what the destination may keep u
     return sentBytes;
   }
 
-  it.skipIf(!native)('starts small; the default once the destination kept up with a bulk transfer; small for good if it never reads', async () => {
+  it.skipIf(!native)('starts small, a chunk per write; the default and vectored writes once the destination kept up with a bulk transfer; small for good if it never reads', async () => {
     useNativeCalls(native);
     const reader = await destination(true);
     const fast = setup();
@@ -382,6 +382,7 @@ describe('EndpointConnection over a real socket: what the destination may keep u
     const moved = await pumpFromHub(fast, 64 * 1024 * 1024, 2000, () => unsentLimitOf(reader) === DEFAULT_UNSENT_LIMIT);
     expect(unsentLimitOf(reader)).toBe(DEFAULT_UNSENT_LIMIT);
     expect(moved).toBeGreaterThanOrEqual(1024 * 1024); // not before PROVEN_BULK_BYTES
+    expect(Object.hasOwn(reader, '_writev')).toBe(false); // vectored writes again, as Node's sockets do
 
     const stalled = await destination(false);
     const stuck = setup();
@@ -391,5 +392,6 @@ describe('EndpointConnection over a real socket: what the destination may keep u
     const taken = await pumpFromHub(stuck, 4 * 1024 * 1024, 500);
     expect(taken).toBeLessThan(1024 * 1024);
     expect(unsentLimitOf(stalled)).toBe(STARTING_UNSENT_LIMIT);
+    expect((stalled as { _writev?: unknown })._writev).toBeNull(); // one chunk per write: none kept alive once in the kernel
   });
 });

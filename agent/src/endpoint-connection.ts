@@ -86,14 +86,24 @@ export class EndpointConnection {
     this.stateNow = 'open';
     this.socket = socket;
     socket.setNoDelay(true);
+    // Until the destination has kept up with a bulk transfer, one chunk per write. Node writes a
+    // socket's queued chunks in one writev and keeps every chunk of it alive until the kernel has taken
+    // all of it: a destination that stops reading mid-writev pins chunks already in the kernel, and the
+    // TLS records they are views of (10 MiB on the gRPC transport at 1,024 stuck destinations).
+    const vectored = socket as { _writev?: unknown };
+    vectored._writev = null;
     this.writer = new ReceiveWindow({
       sink: socket,
       initial: this.owner.window,
       budget: this.owner.budget,
       direction: 'to_endpoint',
       report: this.reportCredit,
-      // The destination keeps up: it may have the default unsent allowance (the dialer started it small).
-      onBulk: () => limitUnsentBytes(socket),
+      // The destination keeps up: vectored writes again (the prototype's), and the default unsent
+      // allowance (the dialer started it small).
+      onBulk: () => {
+        delete vectored._writev;
+        limitUnsentBytes(socket);
+      },
     });
     this.writer.onFlushed = () => this.owner.sender.releaseReads(this);
     socket.on('data', this.onSocketData);

@@ -14,7 +14,7 @@
 //   taken a whole window within a second (flow-control.ts, onBulk). On Kubernetes nodes with cgroup v2
 //   the kernel charges socket buffers to the pod: at 128 KiB each, 1,024 destinations that never read
 //   had the agent's sockets hold 140–168 MiB (measured here with cgroup v1's memory.kmem.tcp
-//   accounting), beside its RSS and within the same 256 Mi limit; 58–86 MiB now.
+//   accounting), beside its RSS and within the same 256 Mi limit.
 // - malloc_trim(0): glibc keeps freed pages of its arenas; after a burst the process's RSS stays at
 //   its peak until something asks for them back.
 //
@@ -27,11 +27,11 @@ import type { Duplex } from 'node:stream';
 export const DEFAULT_UNSENT_LIMIT = 128 * 1024;
 /**
  * What an endpoint's socket may keep unsent until its reader has shown it keeps up (a bulk transfer).
- * Not less: at 16 KiB the agent's kernel held 46 MiB for 1,024 stuck destinations instead of 74, but
- * more of each one's window then waited in the agent as views pinning whole TLS records (8 MiB more
- * RSS on the gRPC transport).
+ * The agent writes such a socket one chunk at a time meanwhile (endpoint-connection.ts): with Node's
+ * vectored writes, a writev the kernel took only part of kept chunks already sent alive, and a 16 KiB
+ * allowance cuts writevs often (8 MiB more RSS on the gRPC transport at 1,024 stuck destinations).
  */
-export const STARTING_UNSENT_LIMIT = 64 * 1024;
+export const STARTING_UNSENT_LIMIT = 16 * 1024;
 
 /** The system calls, on a file descriptor; each says whether it worked. */
 export interface NativeCalls {

@@ -159,7 +159,7 @@ describe('destinations that never read', () => {
         expect(s.value('cluster_proxy_agent_memory_held_bytes')).toBeLessThanOrEqual(AGENT_BUDGET_MIB * MiB);
       }
       // And what their sockets hold in the kernel (charged to the pod on cgroup v2 nodes): a destination
-      // that never read keeps a smaller unsent allowance (64 KiB, overshot by at most one write), not the
+      // that never read keeps a smaller unsent allowance (16 KiB, overshot by at most one write), not the
       // 128 KiB of one that kept up with a bulk transfer.
       if (process.platform === 'linux') {
         for (const [agent, n] of [[muxAgent, STUCK + STUCK_ANP], [grpcAgent, 2 * STUCK]] as const) {

@@ -259,7 +259,7 @@ const AGENT_DEFAULT_BUDGET_MIB = 64;
 /**
  * Memory per byte of budget, with room to spare: with 1,024 stuck connections a 64 MiB budget took the
  * agent from ~78 to ~128 MiB of RSS (180–226 before its young garbage and freed pages were kept short),
- * and its sockets held up to 86 MiB in the kernel, which cgroup v2 charges to the pod too (140–168 while
+ * and its sockets held up to 65 MiB in the kernel, which cgroup v2 charges to the pod too (140–168 while
  * every destination got the full unsent allowance at once).
  */
 const AGENT_MEMORY_PER_BUDGET = 2.5;
