@@ -129,12 +129,13 @@ export class ReceiveWindow {
   private disposed = false;
   /** When bytes last went to the sink's reader, or began to wait for it (a stall policy's clock). */
   private movedAt = Date.now();
-  /** Bytes flushed in all, until onBulk has been called. */
+  /** Bytes flushed in all, until onBulk has been called (or for good, without one). */
   private flushedBeforeBulk = 0;
-  private bulkSeen = false;
+  private bulkSeen: boolean;
 
   constructor(private readonly opts: ReceiveWindowOptions) {
     this.window = opts.initial;
+    this.bulkSeen = opts.onBulk === undefined;
     this.outstanding = opts.initial;
     this.lowWater = opts.initial;
     opts.budget.commit(opts.direction, opts.initial);
