@@ -60,9 +60,10 @@ export interface AgentOptions {
   /**
    * The hub's HTTP gateway: where the apiserver and the agent's own credentials for it come from
    * (`kubeconfig`; default as kube-rest.ts finds them: $KUBECONFIG, ~/.kube/config, the service
-   * account), or false to refuse the gateway's reserved destination. Default: on.
+   * account), or false to refuse the gateway's reserved destination. Default: on. `allowReserved`:
+   * `system:` users and groups it impersonates all the same, by exact name (none by default).
    */
-  gateway?: { kubeconfig?: string } | false;
+  gateway?: { kubeconfig?: string; allowReserved?: readonly string[] } | false;
   /** Export the process metrics too (CPU, memory, fds; the CLI sets it). */
   processMetrics?: boolean;
   log: Logger;
@@ -137,6 +138,7 @@ export class Agent {
     this.gateway = gw === false ? null : new ImpersonatingProxy({
       cluster: opts.cluster, log: opts.log, trust: () => this.trust,
       kube: () => (gw.kubeconfig ? fromKubeconfig(gw.kubeconfig) : loadKubeRestConfig()),
+      ...(gw.allowReserved?.length ? { allowReserved: new Set(gw.allowReserved) } : {}),
     });
     const gateway = this.gateway;
     this.dialer = new TargetDialer({ clusterNames: names, apiserver: opts.apiserver, allow: opts.allow, dialTimeoutMs: opts.dialTimeoutMs ?? 5000, ...(gateway ? { gateway: () => gateway.connect() } : {}) });

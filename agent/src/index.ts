@@ -14,3 +14,4 @@ export { SecretCredentialsMirror, type CredentialsMirror } from './credentials-s
 export { LeaseRenewer, apiserverReachable, AGENT_VERSION, type LeaseReport } from './lease.js';
 export { ReplicaSync, type ReplicaSyncOptions } from './replica-sync.js';
 export { CertFilesWatcher, type CertFilesOptions } from './cert-files.js';
+export { ImpersonatingProxy, type ImpersonatingProxyOptions } from './gateway/impersonating-proxy.js';

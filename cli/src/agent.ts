@@ -25,6 +25,7 @@ export const agentFlags: FlagSpecs = {
   apiserver: { type: 'string', default: 'kubernetes.default.svc:443', help: 'where CLUSTER:443 goes' },
   allow: { type: 'string', multiple: true, help: 'extra allowed destination: HOST:PORT, HOST:*, CIDR:PORT, *.DOMAIN:PORT or *' },
   gateway: { type: 'string', default: 'on', help: 'serve the hub\'s HTTP gateway (requests as the hub user, by impersonation): on or off' },
+  'gateway-allow-reserved': { type: 'string', multiple: true, help: 'a reserved Kubernetes name (system: user or group, e.g. system:masters) the gateway may impersonate all the same, exactly as written; none by default: hub callers never become system: identities in this cluster' },
   'gateway-kubeconfig': { type: 'string', help: 'the gateway\'s apiserver and the agent\'s own credentials for it (default: KUBECONFIG, ~/.kube/config, else the pod\'s service account)' },
   'agent-id': { type: 'string', help: 'agent ID (default: random UUID)' },
   identifiers: { type: 'string', help: 'extra identifiers the hub granted, e.g. "default-route=true&cidr=10.0.0.0/8"' },
@@ -211,11 +212,16 @@ async function bootstrapUntilDone(creds: CredentialsManager, log: Logger, stoppe
   return null;
 }
 
-/** --gateway on|off and --gateway-kubeconfig. */
-function gatewayOption(flags: ParsedFlags): { kubeconfig?: string } | false {
+/** --gateway on|off, --gateway-kubeconfig and --gateway-allow-reserved. */
+function gatewayOption(flags: ParsedFlags): { kubeconfig?: string; allowReserved?: string[] } | false {
   const v = str(flags, 'gateway');
   if (v !== 'on' && v !== 'off') throw new UsageError(`--gateway must be on or off, not "${v}"`);
-  if (v === 'off') return false;
+  const allowReserved = list(flags, 'gateway-allow-reserved');
+  if (v === 'off') {
+    if (allowReserved.length > 0) throw new UsageError('--gateway-allow-reserved goes with --gateway on');
+    return false;
+  }
+  for (const n of allowReserved) if (!n.startsWith('system:')) throw new UsageError(`--gateway-allow-reserved takes system: names (others need no allowing), got "${n}"`);
   const kubeconfig = str(flags, 'gateway-kubeconfig');
-  return kubeconfig ? { kubeconfig } : {};
+  return { ...(kubeconfig ? { kubeconfig } : {}), ...(allowReserved.length > 0 ? { allowReserved } : {}) };
 }

@@ -19,6 +19,7 @@ export const hubFlags: FlagSpecs = {
   'connect-port': { type: 'string', default: '8089', help: 'HTTP CONNECT frontend over TLS (client certificate or token); 0 picks a free port, "off" disables it' },
   'gateway-port': { type: 'string', help: 'HTTP gateway over TLS: https://HUB:PORT/CLUSTER/PATH to the cluster\'s apiserver as the authenticated hub user (docs/gateway.md); off unless set; 0 picks a free port' },
   'gateway-identity-prefix': { type: 'string', help: 'prepended to the user and every group the gateway impersonates in managed clusters (e.g. "hub:"), so their RBAC can tell hub identities from their own; none by default' },
+  'gateway-response-timeout': { type: 'string', default: '90s', help: 'gateway: how long a cluster\'s agent may take to answer a request with its response head before the caller gets 504 (watches, logs -f and exec answer at once, then run as long as they run)' },
   'gateway-services': { type: 'string', help: 'YAML/JSON list of in-cluster Services the gateway\'s proxy-service form may reach (namespace, service, port?, protocol?, clusters?, caFile?); re-read on change; none without it' },
   'cluster-profiles-gateway-url': { type: 'string', help: 'with --agent-install manifestwork and --gateway-port: write the gateway into OCM\'s ClusterProfiles (Cluster Inventory API) as access provider "open-cluster-management", at this URL (e.g. https://cluster-proxy.NS.svc:9092); off unless set' },
   'gateway-authorization': { type: 'string', help: 'who may reach which cluster through the gateway: scope (a hub token its clusters, other callers every cluster; default on the embedded store) or subjectaccessreview (also a SubjectAccessReview on the hub: get managedclusters/proxy NAME; default with --store kubernetes)' },
@@ -209,6 +210,7 @@ export async function runHub(args: string[]): Promise<void> {
     gatewayPort: str(flags, 'gateway-port') === undefined || str(flags, 'gateway-port') === 'off' ? null : port(flags, 'gateway-port'),
     gatewayServicesFile: str(flags, 'gateway-services'),
     gatewayIdentityPrefix: identityPrefix,
+    gatewayResponseTimeoutMs: duration(flags, 'gateway-response-timeout'),
   };
   const grants = parseGrants(list(flags, 'grant'));
   const access = gatewayAccessFlags(flags, listeners.gatewayPort !== null);

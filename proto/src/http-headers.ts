@@ -29,3 +29,31 @@ export function appendForwardedFor(existing: readonly string[] | undefined, peer
   const before = (existing ?? []).join(', ').trim();
   return before === '' ? peer : `${before}, ${peer}`;
 }
+
+/**
+ * Headers that authenticate a caller to an apiserver other than through `Authorization`, which the hub
+ * judged already and a cluster must never see: Kubernetes' front-proxy headers (`X-Remote-User`,
+ * `-Group`, `-Uid`, `-Extra-*`, the defaults of kube-apiserver's --requestheader-* flags).
+ */
+export function isCredentialHeader(name: string): boolean {
+  const n = name.toLowerCase();
+  return n === 'x-remote-user' || n === 'x-remote-group' || n === 'x-remote-uid' || n.startsWith('x-remote-extra-');
+}
+
+/** The WebSocket subprotocol that carries a bearer token (kubectl's and browsers' WebSocket clients send it). */
+const BEARER_PROTOCOL = /^base64url\.bearer\.authorization\.k8s\.io\./i;
+
+/** `Sec-WebSocket-Protocol` values less any bearer-token entry; null when nothing else is left. */
+export function withoutBearerProtocols(values: readonly string[]): string[] | null {
+  const kept = values.flatMap((v) => v.split(',').map((p) => p.trim()).filter((p) => p !== '' && !BEARER_PROTOCOL.test(p)));
+  return kept.length > 0 ? [kept.join(', ')] : null;
+}
+
+/** The largest request head the gateway takes from a caller by default (node's own default, 16 KiB). */
+export const GATEWAY_MAX_HEAD_BYTES = 16 * 1024;
+/**
+ * The largest head the agent's gateway handler takes from the hub: a caller's head of up to the hub's
+ * limit plus the identity assertion and its signer. The hub refuses (431) a request whose head would
+ * pass this once the identity is added, so no request is refused further down.
+ */
+export const GATEWAY_AGENT_MAX_HEAD_BYTES = 64 * 1024;

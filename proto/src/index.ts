@@ -22,6 +22,7 @@ export * from './registration-proof.js';
 export * from './lazy-log.js';
 export * from './memory-budget.js';
 export * from './gateway-identity.js';
+export * from './identity-names.js';
 export * from './http-headers.js';
 export * from './stdio-flushed.js';
 export * from './http-upgrade.js';

@@ -30,7 +30,8 @@ export { authenticate, certificateSource, hubTokenSource, oidcSource, tokenRevie
 export { buildGatewayAccess, type GatewayAccess, type GatewayAccessConfig } from './gateway/access.js';
 export { AUTHORIZATION_MODES, PROXY_ACCESS, scopeAuthorizer, subjectAccessReviewAuthorizer, type AuthorizationMode, type Decision, type GatewayAuthorizer } from './gateway/authorization.js';
 export { OIDC_SIGNING_ALGS, OidcVerifier, checkOidcConfig, peekJwt, usernamePrefixOf, type OidcConfig, type OidcIdentity, type OidcResult, type OidcRuntimeOptions } from './gateway/oidc.js';
-export { TokenReviewer, hubName, HUB_IDENTITY_PREFIX } from './gateway/token-review.js';
+export { TokenReviewer } from './gateway/token-review.js';
+export { hubName, HUB_IDENTITY_PREFIX } from './gateway/hub-names.js';
 export type { HubReviews, SubjectAccessReviewSpec, SubjectAccessReviewStatus, TokenReviewStatus, ReviewedUser } from './gateway/kube-reviews.js';
 export { parseGatewayTarget, type GatewayTarget, type ServiceTarget } from './gateway/paths.js';
 export { parseServiceAllowlist, allowedEntry, ServiceAllowlistError, type AllowedService } from './gateway/service-allowlist.js';

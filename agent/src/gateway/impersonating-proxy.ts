@@ -3,32 +3,36 @@
 // end of an in-memory duplex pair per dial (connect()). For each request it
 //   - believes the caller's identity only from a hub-signed assertion (proto gateway-identity.ts):
 //     signed by a serving certificate of the hub CA this agent trusts, for this cluster, not expired;
-//   - drops the caller's Authorization and any Impersonate-* (the hub refuses them already), and the
-//     hop-by-hop headers;
+//   - refuses (403) an identity a header would not carry exactly (proto identity-names.ts) and, unless
+//     the admin allows the name (--gateway-allow-reserved), every `system:` user and group but
+//     `system:authenticated`: whatever the hub signs, this agent never makes anyone system:masters,
+//     a node or one of the cluster's service accounts;
+//   - drops the caller's Authorization, any Impersonate-* (the hub refuses them already), front-proxy
+//     X-Remote-* headers, a WebSocket bearer subprotocol, and the hop-by-hop headers;
 //   - calls the apiserver over TLS (the cluster CA) with its own credentials, found where the agent's
 //     other Kubernetes calls find them (kube-rest.ts: in a pod the service account; the token file is
-//     read on every request, kubelet rotates it), and Impersonate-User / -Group / -Uid;
+//     read on every request, kubelet rotates it), and Impersonate-User / -Group / -Uid / -Extra-*, as
+//     UTF-8 (what client-go sends);
 //   - streams both bodies with pipeline() (backpressure, nothing buffered whole);
 //   - upgrades (exec, attach, port-forward: WebSocket, SPDY/3.1) the same way up to the apiserver's 101,
 //     then splices the two byte streams (upgrade.ts).
 // So the cluster's own RBAC decides what the hub user may do; the agent's service account needs
-// `impersonate` on users, groups and uids (agent/README.md).
+// `impersonate` on users, groups and uids (agent/README.md). Every request gets an answer: a failure
+// inside is a 500 with one line, never an unhandled rejection. When the hub closes the tunneled
+// connection (its caller left), the request to the apiserver ends with it (a watch included).
 import { X509Certificate } from 'node:crypto';
 import { readFile } from 'node:fs/promises';
 import https from 'node:https';
 import { Duplex, duplexPair, pipeline } from 'node:stream';
-import { IDENTITY_HEADER, IDENTITY_SIGNER_HEADER, certificatesOf, impersonateExtraHeaders, endToEndHeaders, isImpersonationHeader, requestLine, verifyIdentity, type GatewayIdentity, http } from '@cluster-proxy/proto';
+import {
+  GATEWAY_AGENT_MAX_HEAD_BYTES, IDENTITY_HEADER, IDENTITY_SIGNER_HEADER, certificatesOf, endToEndHeaders, identityProblem, impersonateExtraHeaders, isCredentialHeader,
+  isImpersonationHeader, isReservedInCluster, quoteName, requestLine, textAnswer, utf8HeaderValue, verifyIdentity, withoutBearerProtocols, type GatewayIdentity, http,
+} from '@cluster-proxy/proto';
 import type { Logger } from 'pino';
 import type { KubeRestConfig } from '../kube-rest.js';
+import { apiserverRequest, apiserverUnreachable, type Prepared } from './apiserver-request.js';
 import { rawAnswer, upgradeToApiserver } from './upgrade.js';
 import type * as HttpTypes from 'node:http';
-
-/** A request the agent will send on: where, and with which headers (the impersonation ones included). */
-export interface Prepared {
-  kube: KubeRestConfig;
-  headers: Record<string, string | string[]>;
-  identity: GatewayIdentity;
-}
 
 export interface ImpersonatingProxyOptions {
   cluster: string;
@@ -37,6 +41,8 @@ export interface ImpersonatingProxyOptions {
   /** Where the apiserver is and the agent's own credentials for it. */
   kube: () => Promise<KubeRestConfig>;
   log: Logger;
+  /** Reserved (`system:`) users and groups this agent impersonates all the same, by exact name (--gateway-allow-reserved). */
+  allowReserved?: ReadonlySet<string>;
 }
 
 /** What node:http and the endpoint connection call on a socket, beyond Duplex: no-ops in memory. */
@@ -61,15 +67,39 @@ export class ImpersonatingProxy {
   constructor(private readonly opts: ImpersonatingProxyOptions) {
     this.log = opts.log.child({ component: 'gateway' });
     // No request timeout: a watch or `logs -f` runs as long as the caller wants.
-    this.server = http.createServer({ requestTimeout: 0, headersTimeout: 15_000, keepAliveTimeout: 0 }, (req, res) => void this.handle(req, res));
-    this.server.on('upgrade', (req: HttpTypes.IncomingMessage, socket: Duplex, head: Buffer) => void this.upgrade(req, socket, head));
+    // Heads up to what the hub may send: a caller's head within the hub's limit plus the identity.
+    this.server = http.createServer({ requestTimeout: 0, headersTimeout: 15_000, keepAliveTimeout: 0, maxHeaderSize: GATEWAY_AGENT_MAX_HEAD_BYTES }, (req, res) => {
+      this.handle(req, res).catch((err: unknown) => this.failed(err, () => this.refuse(req, res, 500, 'the agent failed to serve the request')));
+    });
+    this.server.on('upgrade', (req: HttpTypes.IncomingMessage, socket: Duplex, head: Buffer) => {
+      this.upgrade(req, socket, head).catch((err: unknown) => this.failed(err, () => rawAnswer(socket, 500, 'the agent failed to serve the request')));
+    });
+    this.server.on('clientError', (err: NodeJS.ErrnoException, socket: Duplex) => {
+      const tooLarge = err.code === 'HPE_HEADER_OVERFLOW';
+      this.log.warn({ err: err.message }, 'malformed gateway request from the hub');
+      if (socket.writable) socket.end(textAnswer(tooLarge ? 431 : 400, tooLarge ? `the request head is larger than the ${GATEWAY_AGENT_MAX_HEAD_BYTES} bytes the agent takes` : 'the agent could not parse the request'));
+      else socket.destroy();
+    });
   }
 
   /** One tunneled connection to the reserved destination: returns the end the tunnel writes into. */
   connect(): Duplex {
     const [tunnelEnd, serverEnd] = duplexPair({ allowHalfOpen: true });
+    // The tunnel's end destroyed (the hub closed the connection: its caller left) ends the server's side
+    // too, and with it any request to the apiserver still open (res 'close' → upstream destroyed).
+    tunnelEnd.once('close', () => serverEnd.destroy());
+    serverEnd.once('close', () => tunnelEnd.destroy());
     this.server.emit('connection', socketLike(serverEnd));
     return socketLike(tunnelEnd);
+  }
+
+  private failed(err: unknown, answer: () => void): void {
+    this.log.error({ err: err instanceof Error ? err.message : String(err) }, 'gateway request failed unexpectedly');
+    try {
+      answer();
+    } catch {
+      // the connection is gone: nothing left to answer
+    }
   }
 
   close(): void {
@@ -104,6 +134,11 @@ export class ImpersonatingProxy {
       this.log.warn({ reason: identity.error }, 'gateway request refused: the identity was not signed by the hub');
       return { status: 403, message: `the agent refused the request: ${identity.error}` };
     }
+    const refused = this.refusedIdentity(identity);
+    if (refused) {
+      this.log.warn({ reason: refused }, 'gateway request refused: the agent does not impersonate this identity');
+      return { status: 403, message: `the agent refused the request: ${refused}` };
+    }
     let kube: KubeRestConfig;
     let token: string | undefined;
     try {
@@ -113,14 +148,29 @@ export class ImpersonatingProxy {
       return { status: 502, message: `the agent has no Kubernetes API credentials: ${(err as Error).message}` };
     }
     const headers: Record<string, string | string[]> = endToEndHeaders(req.headersDistinct, (name) =>
-      name === 'authorization' || name === 'host' || name === IDENTITY_HEADER || name === IDENTITY_SIGNER_HEADER || isImpersonationHeader(name));
+      name === 'authorization' || name === 'host' || name === IDENTITY_HEADER || name === IDENTITY_SIGNER_HEADER || isImpersonationHeader(name) || isCredentialHeader(name));
+    const protocols = req.headersDistinct['sec-websocket-protocol'];
+    if (protocols) {
+      const kept = withoutBearerProtocols(protocols);
+      if (kept) headers['sec-websocket-protocol'] = kept;
+      else delete headers['sec-websocket-protocol'];
+    }
     if (token) headers['authorization'] = `Bearer ${token}`;
-    headers['impersonate-user'] = identity.user;
-    if (identity.groups.length > 0) headers['impersonate-group'] = identity.groups;
-    if (identity.uid) headers['impersonate-uid'] = identity.uid;
-    Object.assign(headers, impersonateExtraHeaders(identity.extra));
+    headers['impersonate-user'] = utf8HeaderValue(identity.user);
+    if (identity.groups.length > 0) headers['impersonate-group'] = identity.groups.map(utf8HeaderValue);
+    if (identity.uid) headers['impersonate-uid'] = utf8HeaderValue(identity.uid);
+    for (const [name, values] of Object.entries(impersonateExtraHeaders(identity.extra))) headers[name] = values.map(utf8HeaderValue);
     headers['host'] = kube.server.host;
     return { kube, headers, identity };
+  }
+
+  /** Why this agent does not impersonate `identity` (null: it does). */
+  private refusedIdentity(identity: GatewayIdentity): string | null {
+    const problem = identityProblem(identity);
+    if (problem) return problem;
+    const allowed = this.opts.allowReserved;
+    const reserved = [identity.user, ...identity.groups].find((n) => isReservedInCluster(n) && !allowed?.has(n));
+    return reserved === undefined ? null : `${quoteName(reserved)} is a reserved Kubernetes name this agent does not impersonate (--gateway-allow-reserved allows one by name)`;
   }
 
   private async upgrade(req: HttpTypes.IncomingMessage, socket: Duplex, head: Buffer): Promise<void> {
@@ -154,7 +204,9 @@ export class ImpersonatingProxy {
         res.destroy();
         return;
       }
-      this.refuse(req, res, 502, `the agent could not reach the apiserver ${kube.server.host}: ${err.message}`);
+      // The apiserver's address stays in the cluster: the caller hears the error code, the agent's log the rest.
+      this.log.warn({ err: err.message }, 'gateway request: the apiserver could not be reached');
+      this.refuse(req, res, 502, apiserverUnreachable(err));
     });
     pipeline(req, upstream, (err) => {
       if (err) upstream.destroy();
@@ -170,21 +222,4 @@ export class ImpersonatingProxy {
     res.writeHead(status, { 'content-type': 'text/plain; charset=utf-8', 'content-length': Buffer.byteLength(body), connection: 'close' });
     res.end(body);
   }
-}
-
-/** A request to the apiserver of `kube` (its server URL's path prefixed), verified with its CA, with its client certificate if any. */
-export function apiserverRequest(kube: KubeRestConfig, method: string | undefined, path: string, headers: Record<string, string | string[]>, agent: https.Agent | false): https.RequestOptions {
-  return {
-    protocol: 'https:',
-    hostname: kube.server.hostname.replace(/^\[(.*)\]$/, '$1'),
-    port: kube.server.port || 443,
-    method,
-    path: `${kube.server.pathname.replace(/\/$/, '')}${path}`,
-    headers,
-    ca: kube.ca,
-    cert: kube.cert,
-    key: kube.key,
-    rejectUnauthorized: !kube.insecureSkipTlsVerify,
-    agent,
-  };
 }

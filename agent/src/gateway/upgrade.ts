@@ -13,7 +13,7 @@ import type net from 'node:net';
 import { pipeline, type Duplex } from 'node:stream';
 import { passedBackHead, responseHead, splice, textAnswer } from '@cluster-proxy/proto';
 import type { Logger } from 'pino';
-import { apiserverRequest, type Prepared } from './impersonating-proxy.js';
+import { apiserverRequest, apiserverUnreachable, type Prepared } from './apiserver-request.js';
 
 /** A one-line answer on the raw tunnel end; the connection closes after it. */
 export function rawAnswer(socket: Duplex, status: number, message: string): void {
@@ -72,7 +72,8 @@ export function upgradeToApiserver(p: Prepared, req: http.IncomingMessage, socke
     socket.off('close', hubLeft);
     if (answered) return;
     answered = true;
-    rawAnswer(socket, 502, `the agent could not reach the apiserver ${kube.server.host}: ${err.message}`);
+    log.warn({ err: err.message }, 'gateway upgrade: the apiserver could not be reached');
+    rawAnswer(socket, 502, apiserverUnreachable(err));
   });
   upstream.end();
 }

@@ -92,6 +92,8 @@ export interface ProxyServerOptions {
   gatewayServicesFile?: string;
   /** Prepended to the user and groups the gateway impersonates in clusters. */
   gatewayIdentityPrefix?: string;
+  /** How long an agent may take to answer a gateway request with its head (504 then); default 90 s. */
+  gatewayResponseTimeoutMs?: number;
   /** The gateway's OIDC issuer and authorization mode (docs/gateway.md). */
   gatewayAccess?: GatewayAccessConfig;
   /** Extra /readyz checks besides `listeners` (e.g. `store`); more can be added on `readiness`. */
@@ -290,6 +292,7 @@ export class ProxyServer {
         core: this.core, log: this.opts.log, tokens: this.tokens!,
         ...(this.gatewayServices ? { services: this.gatewayServices } : {}),
         ...(this.opts.gatewayIdentityPrefix ? { identityPrefix: this.opts.gatewayIdentityPrefix } : {}),
+        ...(this.opts.gatewayResponseTimeoutMs ? { responseTimeoutMs: this.opts.gatewayResponseTimeoutMs } : {}),
         authSources: this.gatewayAccess.sources, authorizer: this.gatewayAccess.authorizer,
         tls: { host: bindAddress, port: this.opts.gatewayPort, ...tls },
         clusterKnown: (cluster) => this.clusterKnown?.(cluster) ?? Promise.resolve(false),

@@ -5,7 +5,9 @@
 //   hub token     a bearer token shaped like a hub token (43 base64url characters)
 //   OIDC          a bearer token that parses as a JWT whose `iss` is the configured issuer (oidc.ts)
 //   TokenReview   any other bearer token, on --store kubernetes (token-review.ts)
-//   certificate   a client certificate of the hub CA, when no bearer token was sent
+//   certificate   a client certificate of the hub CA, when no bearer token was sent; its system: and
+//                 cluster-proxy: names get the prefix cluster:hub: (hub-names.ts), so the hub's own admin
+//                 certificate (O=system:masters) is not cluster-admin in every cluster
 // Who may then reach which cluster is authorization.ts.
 import type http from 'node:http';
 import type tls from 'node:tls';
@@ -13,6 +15,7 @@ import { clusterFromSubject } from '../pki/agent-identity.js';
 import { looksLikeHubToken, tokenAllowsCluster, type TokenStore } from '../fleet/tokens.js';
 import { tokenFromHeader } from '../dataplane/connect/request.js';
 import { certificatePrincipal, oneLine } from '../dataplane/connect/responses.js';
+import { hubName } from './hub-names.js';
 import { peekJwt, type OidcVerifier } from './oidc.js';
 import type { TokenReviewer } from './token-review.js';
 
@@ -158,8 +161,8 @@ function certificateCaller(cert: tls.PeerCertificate | undefined): AuthOutcome |
   if (clusterFromSubject(cert.subject)) return { status: 403, message: 'agent certificates may not use the gateway' };
   const principal = certificatePrincipal(cert.subject?.CN);
   const o = cert.subject?.O as string | string[] | undefined;
-  const groups = (Array.isArray(o) ? o : o ? [o] : []).filter((g) => g !== '');
-  return { user: principal.name, groups, source: 'certificate', name: `certificate "${principal.name}"`, clusters: '*' };
+  const groups = (Array.isArray(o) ? o : o ? [o] : []).filter((g) => g !== '').map(hubName);
+  return { user: hubName(principal.name), groups, source: 'certificate', name: `certificate "${principal.name}"`, clusters: '*' };
 }
 
 /** Whether the credential may reach `cluster` (a token is limited to the clusters it was issued for). */

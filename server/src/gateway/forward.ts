@@ -5,7 +5,7 @@
 // backpressure (write() → false → wait for 'drain'); nothing is buffered whole.
 import { pipeline, type Duplex } from 'node:stream';
 import tls from 'node:tls';
-import { GATEWAY_HOST, IDENTITY_HEADER, IDENTITY_SIGNER_HEADER, appendForwardedFor, endToEndHeaders, isImpersonationHeader, requestLine, signIdentity, type DialFailureReason, http } from '@cluster-proxy/proto';
+import { GATEWAY_AGENT_MAX_HEAD_BYTES, GATEWAY_HOST, IDENTITY_HEADER, IDENTITY_SIGNER_HEADER, appendForwardedFor, endToEndHeaders, isCredentialHeader, isImpersonationHeader, requestLine, signIdentity, withoutBearerProtocols, type DialFailureReason, type GatewayIdentity, http } from '@cluster-proxy/proto';
 import type { ProxyCore } from '../dataplane/proxy-core.js';
 import type { GatewayPool } from './agent-pool.js';
 import type { GatewayCaller } from './auth.js';
@@ -41,13 +41,13 @@ export interface ForwardContext {
   refuse: (res: HttpTypes.ServerResponse, status: number, message: string) => void;
   /** Keep-alive connections to the agents' reserved destination (agent-pool.ts). */
   pool: GatewayPool;
-  /** Prepended to the user and every group the cluster sees (--gateway-identity-prefix; '' for none). */
-  identityPrefix: string;
+  /** How long the agent may take to answer with a response head (a watch's comes at once); then 504. */
+  responseTimeoutMs: number;
 }
 
-/** Caller headers the gateway never passes on: its credentials and our own hand-off headers. */
+/** Caller headers the gateway never passes on: its credentials (any kind) and our own hand-off headers. */
 function dropFromCaller(name: string): boolean {
-  return name === 'authorization' || name === 'host' || name === IDENTITY_HEADER || name === IDENTITY_SIGNER_HEADER || isImpersonationHeader(name);
+  return name === 'authorization' || name === 'host' || name === IDENTITY_HEADER || name === IDENTITY_SIGNER_HEADER || isImpersonationHeader(name) || isCredentialHeader(name);
 }
 
 /** The proxy-service form's destination: a Service, reached directly (no identity, no impersonation). */
@@ -57,22 +57,53 @@ export interface ServiceDestination {
   ca?: Buffer;
 }
 
-/** The identity assertion for the agent, bound to this request's method and target (upgrades too). */
-export function identityHeaders(ctx: Pick<ForwardContext, 'signing' | 'identityPrefix'>, caller: GatewayCaller, cluster: string, path: string, req: HttpTypes.IncomingMessage): Record<string, string> {
-  const { cert, key } = ctx.signing();
-  const p = ctx.identityPrefix;
-  const identity = signIdentity({ user: `${p}${caller.user}`, groups: caller.groups.map((g) => `${p}${g}`), ...(caller.uid ? { uid: caller.uid } : {}), ...(caller.extra ? { extra: caller.extra } : {}) }, cluster, requestLine(req.method, path), cert, key);
-  return { [IDENTITY_HEADER]: identity.assertion, [IDENTITY_SIGNER_HEADER]: identity.signer };
+/** The identity the cluster sees: the caller's names with --gateway-identity-prefix ('' for none) before the user and each group. */
+export function impersonatedIdentity(caller: GatewayCaller, prefix: string): GatewayIdentity {
+  return { user: `${prefix}${caller.user}`, groups: caller.groups.map((g) => `${prefix}${g}`), ...(caller.uid ? { uid: caller.uid } : {}), ...(caller.extra ? { extra: caller.extra } : {}) };
 }
 
-/** The caller's end-to-end headers for the agent: less its credentials, with our X-Forwarded-For. */
+/** The identity assertion for the agent, bound to this request's method and target (upgrades too). */
+export function identityHeaders(ctx: Pick<ForwardContext, 'signing'>, identity: GatewayIdentity, cluster: string, path: string, req: HttpTypes.IncomingMessage): Record<string, string> {
+  const { cert, key } = ctx.signing();
+  const signed = signIdentity(identity, cluster, requestLine(req.method, path), cert, key);
+  return { [IDENTITY_HEADER]: signed.assertion, [IDENTITY_SIGNER_HEADER]: signed.signer };
+}
+
+/** The caller's end-to-end headers for the agent: less its credentials (a WebSocket's bearer subprotocol too), with our X-Forwarded-For. */
 export function callerHeaders(req: HttpTypes.IncomingMessage): Record<string, string | string[]> {
   const headers: Record<string, string | string[]> = endToEndHeaders(req.headersDistinct, dropFromCaller);
+  const protocols = req.headersDistinct['sec-websocket-protocol'];
+  if (protocols) {
+    const kept = withoutBearerProtocols(protocols);
+    if (kept) headers['sec-websocket-protocol'] = kept;
+    else delete headers['sec-websocket-protocol'];
+  }
   headers['x-forwarded-for'] = appendForwardedFor(req.headersDistinct['x-forwarded-for'], req.socket.remoteAddress ?? 'unknown');
   return headers;
 }
 
-export function forward(ctx: ForwardContext, caller: GatewayCaller, cluster: string, path: string, req: HttpTypes.IncomingMessage, res: HttpTypes.ServerResponse, service?: ServiceDestination): Promise<ForwardResult> {
+/**
+ * Why the head the agent would get is too large for it (GATEWAY_AGENT_MAX_HEAD_BYTES), or null: the caller's
+ * head is within the hub's own limit, but the identity assertion adds to it (a caller with many groups).
+ */
+export function headTooLarge(method: string | undefined, path: string, headers: Record<string, string | string[]>): string | null {
+  let n = (method ?? '').length + path.length + 12;
+  for (const [name, v] of Object.entries(headers)) for (const value of Array.isArray(v) ? v : [v]) n += name.length + Buffer.byteLength(value, 'latin1') + 4;
+  return n > GATEWAY_AGENT_MAX_HEAD_BYTES ? `the request head with the caller's identity (${n} bytes) is larger than the ${GATEWAY_AGENT_MAX_HEAD_BYTES} bytes an agent takes` : null;
+}
+
+/** Fails a request whose agent has not answered with a head in time (ForwardContext.responseTimeoutMs). */
+export class ResponseTimeoutError extends Error {
+  override name = 'ResponseTimeoutError';
+}
+
+/** Arms the response-head timer of `upstream`; returns the function that disarms it. */
+export function responseTimer(upstream: HttpTypes.ClientRequest, ms: number): () => void {
+  const t = setTimeout(() => upstream.destroy(new ResponseTimeoutError(`the cluster's agent did not answer within ${Math.round(ms / 1000)} s`)), ms);
+  return () => clearTimeout(t);
+}
+
+export function forward(ctx: ForwardContext, caller: GatewayCaller, identity: GatewayIdentity, cluster: string, path: string, req: HttpTypes.IncomingMessage, res: HttpTypes.ServerResponse, service?: ServiceDestination): Promise<ForwardResult> {
   return new Promise((resolve) => {
     let bytesIn = 0;
     let bytesOut = 0;
@@ -86,12 +117,19 @@ export function forward(ctx: ForwardContext, caller: GatewayCaller, cluster: str
     const headers = callerHeaders(req);
     const host = service ? serviceHost(service.target) : GATEWAY_HOST;
     headers['host'] = service ? `${host}:${service.target.port}` : host;
-    if (!service) Object.assign(headers, identityHeaders(ctx, caller, cluster, path, req));
+    if (!service) Object.assign(headers, identityHeaders(ctx, identity, cluster, path, req));
     // A Service gets one connection per request (nothing of it idles in the tables); the agent's
     // reserved destination is reached through the keep-alive pool.
     if (service) headers['connection'] = 'close';
     // A chunked body stays chunked (no length to give); node's client frames it.
     if (req.headers['transfer-encoding']) headers['transfer-encoding'] = 'chunked';
+    const tooLarge = headTooLarge(req.method, path, headers);
+    if (tooLarge) {
+      req.resume();
+      ctx.refuse(res, 431, tooLarge);
+      finish(431, tooLarge);
+      return;
+    }
 
     const upstream = http.request({
       method: req.method,
@@ -100,7 +138,9 @@ export function forward(ctx: ForwardContext, caller: GatewayCaller, cluster: str
       ...(service ? { createConnection: serviceConnection(ctx.core, cluster, caller, service) } : { agent: ctx.pool.agentFor(cluster, caller.name) }),
     });
 
+    const disarm = responseTimer(upstream, ctx.responseTimeoutMs);
     upstream.on('response', (up) => {
+      disarm();
       const out = endToEndHeaders(up.headersDistinct);
       res.writeHead(up.statusCode ?? 502, out);
       // A watch's headers go out now, not with its first event.
@@ -115,13 +155,14 @@ export function forward(ctx: ForwardContext, caller: GatewayCaller, cluster: str
       });
     });
     upstream.on('error', (err) => {
+      disarm();
       if (res.headersSent) {
         res.destroy();
         finish(res.statusCode, `upstream failed: ${err.message}`);
         return;
       }
       const m = failureOf(err, service);
-      ctx.refuse(res, m.status, `${m.why}: ${err.message}`);
+      ctx.refuse(res, m.status, m.why);
       finish(m.status, err.message);
     });
 
@@ -137,6 +178,7 @@ export function forward(ctx: ForwardContext, caller: GatewayCaller, cluster: str
     // The caller left: stop the upstream request (its tunnel connection closes with it).
     res.on('close', () => {
       if (!res.writableFinished) {
+        disarm();
         upstream.destroy();
         finish(res.headersSent ? res.statusCode : 499, 'the caller went away');
       }
@@ -144,14 +186,20 @@ export function forward(ctx: ForwardContext, caller: GatewayCaller, cluster: str
   });
 }
 
-/** What a failed connection to the agent (or through it, to a Service) becomes for the caller. */
+/**
+ * What a failed connection to the agent (or through it, to a Service) becomes for the caller: a status and
+ * one line in our words, with at most an error code. The underlying message (an agent's dial error may
+ * name a Service's cluster IP) goes to the audit log, never to the caller.
+ */
 export function failureOf(err: Error, service?: ServiceDestination): { status: number; why: string } {
   if (err instanceof GatewayDialError && service && err.reason === 'forbidden') {
     return { status: 403, why: `the cluster's agent does not allow ${serviceHost(service.target)}:${service.target.port} (its --allow list)` };
   }
   if (err instanceof GatewayDialError) return DIAL_STATUS[err.reason];
-  if (err instanceof ServiceTlsError) return { status: 502, why: 'TLS to the service failed' };
-  return { status: 502, why: service ? 'the service connection failed' : 'the agent connection failed' };
+  if (err instanceof ServiceTlsError) return { status: 502, why: `TLS to the service failed: ${err.message}` };
+  if (err instanceof ResponseTimeoutError) return { status: 504, why: err.message };
+  const code = (err as NodeJS.ErrnoException).code;
+  return { status: 502, why: `${service ? 'the service connection failed' : 'the agent connection failed'}${code ? ` (${code})` : ''}` };
 }
 
 /** node:http's createConnection for a Service: NAME.NS.svc:PORT dialed on an agent of `cluster`, TLS inside for https. */
@@ -182,7 +230,8 @@ function startServiceTls(socket: TunnelSocket, host: string, ca: Buffer | undefi
   const failed = (err: Error): void => {
     t.destroy();
     socket.destroy();
-    done(new ServiceTlsError(`${err.message}${ca ? '' : ' (no caFile for this service in the gateway\'s service allowlist: its certificate must chain to a public root)'}`));
+    const code = (err as NodeJS.ErrnoException).code ?? 'handshake failed';
+    done(new ServiceTlsError(`${code}${ca ? '' : ' (no caFile for this service in the gateway\'s service allowlist: its certificate must chain to a public root)'}`));
   };
   t.once('error', failed);
   t.once('secureConnect', () => {

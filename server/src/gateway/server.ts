@@ -1,16 +1,21 @@
 // The hub's HTTP gateway (`--gateway-port`, docs/gateway.md): `https://HUB:PORT/<cluster>/<kube path>`
 // to that cluster's kube-apiserver, through the agent's tunnel. Each request, plain or upgrade:
-//   target checked (paths.ts, 400) → caller authenticated (auth.ts, 401) →
+//   target checked (paths.ts, 400) → caller authenticated (auth.ts, 401) → the identity the cluster would
+//   see survives the trip unchanged (proto identity-names.ts, 401) →
 //   caller's Impersonate-* refused (400) → may reach the cluster? (authorization.ts, 403) → a Service on
 //   the allowlist? (403) → cluster known? (404) → agent connected? (503) → forwarded (forward.ts;
 //   upgrades: upgrade.ts, spliced after the 101) → one audit line and metrics (an upgraded session's at its end).
 // TLS with the hub's serving certificate, client certificates optional (tokens otherwise), as the
-// CONNECT frontend's TLS listener. No request timeout: watches and `logs -f` run for hours.
+// CONNECT frontend's TLS listener. No request timeout: watches and `logs -f` run for hours; the head must
+// arrive within the header timeout and the agent's answer's head within the response timeout (504).
+// Requests on one connection are handled one after another (HTTP/1.1 answers them in order anyway), and
+// after a refusal, which closes the connection, nothing more is read from it: a request pipelined behind
+// the refusal is never forwarded.
 import https from 'node:https';
 import type net from 'node:net';
 import type { Duplex } from 'node:stream';
 import type { Logger } from 'pino';
-import { isImpersonationHeader, textAnswer, type Splice, http } from '@cluster-proxy/proto';
+import { GATEWAY_MAX_HEAD_BYTES, identityProblem, isImpersonationHeader, textAnswer, type Splice, http } from '@cluster-proxy/proto';
 import type { ProxyCore } from '../dataplane/proxy-core.js';
 import { closeServer, listen, peerOf } from '../dataplane/connect/sockets.js';
 import { oneLine, printable } from '../dataplane/connect/responses.js';
@@ -18,13 +23,13 @@ import type { TokenStore } from '../fleet/tokens.js';
 import { GatewayPool } from './agent-pool.js';
 import { authenticate, certificateSource, hubTokenSource, isFailure, type AuthSource, type GatewayCaller } from './auth.js';
 import { scopeAuthorizer, type GatewayAuthorizer } from './authorization.js';
-import { forward } from './forward.js';
+import { forward, impersonatedIdentity } from './forward.js';
 import { parseGatewayTarget } from './paths.js';
 import type { ServiceAllowlist } from './service-allowlist.js';
 import { forwardUpgrade } from './upgrade.js';
 import type * as HttpTypes from 'node:http';
 
-const DEFAULT_MAX_HEADER_BYTES = 16 * 1024;
+const DEFAULT_RESPONSE_TIMEOUT_MS = 90_000;
 /** First segments of apiserver paths: a request starting with one most likely lost its cluster prefix. */
 const KUBE_ROOTS = new Set(['api', 'apis', 'version', 'openapi', 'healthz', 'livez', 'readyz', 'metrics', 'logs', '.well-known']);
 const DEFAULT_HEADER_TIMEOUT_MS = 10_000;
@@ -44,9 +49,11 @@ export interface GatewayOptions {
   authSources?: readonly AuthSource[];
   /** Who may reach which cluster. Default: a credential's own scope (hub tokens' clusters). */
   authorizer?: GatewayAuthorizer;
-  /** Largest request head; beyond it 431. Default 16 KiB. */
+  /** Largest request head; beyond it 431. Default 16 KiB (GATEWAY_MAX_HEAD_BYTES). */
   maxHeaderBytes?: number;
   headerTimeoutMs?: number;
+  /** How long the agent may take to answer with a head; then 504. Default 90 s (an apiserver answers a plain request within its 60 s request timeout, a watch at once). */
+  responseTimeoutMs?: number;
 }
 
 export interface Gateway {
@@ -87,7 +94,15 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
   /** Upgraded sessions and upgrade requests waiting for their answer: node's closeAllConnections() no longer sees their sockets. */
   const upgrades = new Set<net.Socket>();
   const sessions = new Set<Splice>();
-  const maxHeaderBytes = opts.maxHeaderBytes ?? DEFAULT_MAX_HEADER_BYTES;
+  const maxHeaderBytes = opts.maxHeaderBytes ?? GATEWAY_MAX_HEAD_BYTES;
+  const responseTimeoutMs = opts.responseTimeoutMs ?? DEFAULT_RESPONSE_TIMEOUT_MS;
+  /** Per caller connection: the request being handled now (the next waits for it), and whether a refusal closed it. */
+  const lanes = new WeakMap<net.Socket, { tail: Promise<void>; closed: boolean }>();
+  const laneOf = (socket: net.Socket): { tail: Promise<void>; closed: boolean } => {
+    let lane = lanes.get(socket);
+    if (!lane) lanes.set(socket, (lane = { tail: Promise.resolve(), closed: false }));
+    return lane;
+  };
 
   const server = https.createServer({
     ca: opts.tls.caCert, cert: opts.tls.cert, key: opts.tls.key,
@@ -116,12 +131,19 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
     const started = process.hrtime.bigint();
     const audit: Audit = { clusterLabel: '', status: 0, bytesIn: 0, bytesOut: 0, ...(ex.kind === 'upgrade' ? { upgrade: req.headers.upgrade ?? '' } : {}) };
     const fail = (status: number, message: string, reason: string, extra: Record<string, string> = {}): void => {
+      laneOf(req.socket).closed = true;
       if (ex.kind === 'request') refuse(ex.res, status, message, extra);
       else rawRefusal(ex.socket, status, message, extra);
       audit.status = status;
       audit.reason = reason;
       // A refused request's body is not read; the connection closes after the answer.
       req.resume();
+    };
+    // A refusal further down (431, 502, 504, …) closes the connection too: nothing after it is handled.
+    const closeAfter = (to: HttpTypes.ServerResponse | Duplex, status: number, message: string): void => {
+      laneOf(req.socket).closed = true;
+      if (to instanceof http.ServerResponse) refuse(to, status, message);
+      else rawRefusal(to, status, message);
     };
     try {
       const target = parseGatewayTarget(req.url);
@@ -132,6 +154,10 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
       audit.user = caller.user;
       audit.groups = caller.groups;
       audit.cluster = target.cluster;
+      // Judged as the cluster will read it: a name a header would trim or cannot carry is refused, never cleaned.
+      const identity = impersonatedIdentity(caller, opts.identityPrefix ?? '');
+      const problem = identityProblem(identity);
+      if (problem) return fail(401, `${caller.source === 'certificate' ? 'the client certificate' : 'the credential'} names an identity the cluster would not read as sent: ${problem}`, 'bad_identity', { 'www-authenticate': 'Bearer realm="cluster-proxy"' });
       const impersonating = Object.keys(req.headers).find(isImpersonationHeader);
       if (impersonating) return fail(400, `${printable(impersonating)}: the gateway impersonates the authenticated caller itself; callers may not send Impersonate-* headers`, 'impersonation');
       const decision = await authorizer.authorize(caller, target.cluster);
@@ -155,14 +181,14 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
       audit.clusterLabel = target.cluster;
       const service = target.service ? { target: target.service, ...(allowed?.ca ? { ca: allowed.ca } : {}) } : undefined;
       const r = ex.kind === 'request'
-        ? await forward({ core: opts.core, signing: () => material, refuse: (rs, status, message) => refuse(rs, status, message), pool, identityPrefix: opts.identityPrefix ?? '' }, caller, target.cluster, target.path, req, ex.res, service)
+        ? await forward({ core: opts.core, signing: () => material, refuse: (rs, status, message) => closeAfter(rs, status, message), pool, responseTimeoutMs }, caller, identity, target.cluster, target.path, req, ex.res, service)
         : await forwardUpgrade({
-          core: opts.core, signing: () => material, refuse: (s, status, message) => rawRefusal(s, status, message), identityPrefix: opts.identityPrefix ?? '',
+          core: opts.core, signing: () => material, refuse: (s, status, message) => closeAfter(s, status, message), responseTimeoutMs,
           opened: (session) => {
             sessions.add(session);
             void session.done.then(() => sessions.delete(session));
           },
-        }, caller, target.cluster, target.path, req, ex.socket, ex.head, service);
+        }, caller, identity, target.cluster, target.path, req, ex.socket, ex.head, service);
       Object.assign(audit, { status: r.status, bytesIn: r.bytesIn, bytesOut: r.bytesOut, ...(r.error ? { error: r.error } : {}) });
     } catch (err) {
       log.error({ err: (err as Error).message }, 'gateway request failed unexpectedly');
@@ -181,7 +207,17 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
   server.on('request', (req: HttpTypes.IncomingMessage, res: HttpTypes.ServerResponse) => {
     inFlight++;
     res.once('close', () => inFlight--);
-    void handle(req, { kind: 'request', res });
+    const lane = laneOf(req.socket);
+    lane.tail = lane.tail.then(() => {
+      if (lane.closed) {
+        // Pipelined behind a refusal or a `Connection: close`: never handled; the connection closes once the answer before it is out.
+        req.resume();
+        res.destroy();
+        return undefined;
+      }
+      if (/(^|,)\s*close\s*(,|$)/i.test(req.headers.connection ?? '')) lane.closed = true;
+      return handle(req, { kind: 'request', res });
+    });
   });
   // kubectl exec/attach/port-forward (WebSocket, SPDY/3.1): the same checks, then spliced (upgrade.ts).
   // In flight from the head until the session closed, so a draining hub gives it the grace period.
@@ -192,9 +228,13 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
     // Until it closes (a refused caller may keep its end open): closed by stop() if still there.
     upgrades.add(socket);
     socket.once('close', () => upgrades.delete(socket));
-    void handle(req, { kind: 'upgrade', socket, head }).finally(() => inFlight--);
+    const lane = laneOf(socket);
+    lane.tail = lane.tail.then(() => (lane.closed ? void socket.destroy() : handle(req, { kind: 'upgrade', socket, head }))).finally(() => inFlight--);
   });
   server.on('clientError', (err: NodeJS.ErrnoException, socket: net.Socket) => {
+    // Bytes after a request with `Connection: close`: not read; the answer to that request, still being
+    // written, ends the connection (a refusal written now would cut into it).
+    if (err.code === 'HPE_CLOSED_CONNECTION') return;
     const tooLarge = err.code === 'HPE_HEADER_OVERFLOW';
     if (!tooLarge) log.debug({ peer: peerOf(socket), err: oneLine(err.message) }, 'malformed gateway request');
     if (tooLarge) metrics.gatewayRequests.inc({ cluster: '', code: '431' });

@@ -4,20 +4,17 @@
 // whatever authenticators it runs. Answers are cached briefly (10 s, bounded), keyed by the token's
 // SHA-256: never the token itself, which appears in no log line and no cache key.
 //
-// The identity is the review's, with one change: names in Kubernetes' and our reserved namespaces
-// (`system:…`, `cluster-proxy:…`) get the prefix `cluster:hub:`, as OCM's cluster-proxy does for hub
-// service accounts, so the hub's `system:serviceaccount:ns:sa` can never act as the managed cluster's
-// service account of the same name, nor a hub group as `system:masters` there. `system:authenticated` is
-// dropped: the managed apiserver adds it to every impersonated user.
+// The identity is the review's, with one change: names in Kubernetes' and our reserved namespaces get the
+// prefix `cluster:hub:` (hub-names.ts). `system:authenticated` is dropped: the managed apiserver adds it to
+// every impersonated user.
 import { createHash } from 'node:crypto';
 import type { Logger } from 'pino';
 import { oneLine } from '../dataplane/connect/responses.js';
 import type { AuthOutcome, GatewayCaller } from './auth.js';
 import type { HubReviews, TokenReviewStatus } from './kube-reviews.js';
+import { hubName } from './hub-names.js';
 import { TtlCache } from './ttl-cache.js';
 
-export const HUB_IDENTITY_PREFIX = 'cluster:hub:';
-const RESERVED = /^(system:|cluster-proxy:)/;
 const DEFAULT_TTL_MS = 10_000;
 const DEFAULT_MAX_ENTRIES = 1024;
 
@@ -27,11 +24,6 @@ export interface TokenReviewerOptions {
   ttlMs?: number;
   maxEntries?: number;
   now?: () => number;
-}
-
-/** The hub-side name for a reviewed user or group. */
-export function hubName(name: string): string {
-  return RESERVED.test(name) ? `${HUB_IDENTITY_PREFIX}${name}` : name;
 }
 
 export class TokenReviewer {

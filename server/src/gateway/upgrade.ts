@@ -8,9 +8,9 @@
 //      └──dial failed or the agent broke: a one-line refusal (forward.ts's statuses)
 import type net from 'node:net';
 import { pipeline, type Duplex } from 'node:stream';
-import { GATEWAY_HOST, passedBackHead, responseHead, splice, type Splice, http } from '@cluster-proxy/proto';
+import { GATEWAY_HOST, passedBackHead, responseHead, splice, type GatewayIdentity, type Splice, http } from '@cluster-proxy/proto';
 import type { GatewayCaller } from './auth.js';
-import { callerHeaders, failureOf, identityHeaders, serviceConnection, serviceHost, type ForwardContext, type ServiceDestination } from './forward.js';
+import { callerHeaders, failureOf, headTooLarge, identityHeaders, responseTimer, serviceConnection, serviceHost, type ForwardContext, type ServiceDestination } from './forward.js';
 import { TunnelSocket } from './tunnel-socket.js';
 import type * as HttpTypes from 'node:http';
 
@@ -21,14 +21,14 @@ export interface UpgradeResult {
   error?: string;
 }
 
-export interface UpgradeContext extends Pick<ForwardContext, 'core' | 'signing' | 'identityPrefix'> {
+export interface UpgradeContext extends Pick<ForwardContext, 'core' | 'signing' | 'responseTimeoutMs'> {
   /** A one-line error answer on the raw socket (while nothing was sent yet). */
   refuse: (socket: Duplex, status: number, message: string) => void;
   /** The session after its 101, so a stopping gateway can close it. */
   opened?: (session: Splice) => void;
 }
 
-export function forwardUpgrade(ctx: UpgradeContext, caller: GatewayCaller, cluster: string, path: string, req: HttpTypes.IncomingMessage, socket: net.Socket, head: Buffer, service?: ServiceDestination): Promise<UpgradeResult> {
+export function forwardUpgrade(ctx: UpgradeContext, caller: GatewayCaller, identity: GatewayIdentity, cluster: string, path: string, req: HttpTypes.IncomingMessage, socket: net.Socket, head: Buffer, service?: ServiceDestination): Promise<UpgradeResult> {
   return new Promise((resolve) => {
     let done = false;
     const finish = (r: UpgradeResult): void => {
@@ -40,6 +40,7 @@ export function forwardUpgrade(ctx: UpgradeContext, caller: GatewayCaller, clust
     // Both directions are ours to end (a caller's FIN must not end our side before the agent's answer).
     socket.allowHalfOpen = true;
     const callerLeft = (): void => {
+      disarm();
       upstream.destroy();
       finish({ status: 499, bytesIn: 0, bytesOut: 0, error: 'the caller went away before the upgrade' });
     };
@@ -47,12 +48,18 @@ export function forwardUpgrade(ctx: UpgradeContext, caller: GatewayCaller, clust
     // A Service gets the request as its caller sent it (no identity: it is reached, not impersonated through).
     const headers: Record<string, string | string[]> = service
       ? { ...callerHeaders(req), host: `${serviceHost(service.target)}:${service.target.port}` }
-      : { ...callerHeaders(req), host: GATEWAY_HOST, ...identityHeaders(ctx, caller, cluster, path, req) };
+      : { ...callerHeaders(req), host: GATEWAY_HOST, ...identityHeaders(ctx, identity, cluster, path, req) };
     // An upgrade carries no body: what follows the head belongs to the upgraded protocol.
     delete headers['content-length'];
     delete headers['transfer-encoding'];
     headers['connection'] = 'Upgrade';
     headers['upgrade'] = req.headersDistinct['upgrade'] ?? [];
+    const tooLarge = headTooLarge(req.method, path, headers);
+    if (tooLarge) {
+      ctx.refuse(socket, 431, tooLarge);
+      finish({ status: 431, bytesIn: 0, bytesOut: 0, error: tooLarge });
+      return;
+    }
 
     const upstream = http.request({
       method: req.method,
@@ -64,9 +71,11 @@ export function forwardUpgrade(ctx: UpgradeContext, caller: GatewayCaller, clust
       }) as unknown as HttpTypes.RequestOptions['createConnection'],
     });
     socket.once('close', callerLeft);
+    const disarm = responseTimer(upstream, ctx.responseTimeoutMs);
 
     let answered = false;
     upstream.on('upgrade', (res: HttpTypes.IncomingMessage, tunnel: Duplex, upHead: Buffer) => {
+      disarm();
       answered = true;
       socket.off('close', callerLeft);
       if (socket.destroyed) {
@@ -86,6 +95,7 @@ export function forwardUpgrade(ctx: UpgradeContext, caller: GatewayCaller, clust
 
     // Not upgraded (the apiserver's 400/403/404…, or the agent's own refusal): passed back as it is.
     upstream.on('response', (res) => {
+      disarm();
       answered = true;
       socket.off('close', callerLeft);
       const status = res.statusCode ?? 502;
@@ -97,10 +107,11 @@ export function forwardUpgrade(ctx: UpgradeContext, caller: GatewayCaller, clust
     });
 
     upstream.on('error', (err) => {
+      disarm();
       socket.off('close', callerLeft);
       if (answered) return; // after a 101 or an answer the splice or the pipeline reports
       const m = failureOf(err, service);
-      ctx.refuse(socket, m.status, `${m.why}: ${err.message}`);
+      ctx.refuse(socket, m.status, m.why);
       finish({ status: m.status, bytesIn: 0, bytesOut: 0, error: err.message });
     });
     upstream.end();
