@@ -3,6 +3,7 @@
 // The flush alone, not the protocol library's index: this file stays light for every command.
 import { stdioFlushed } from '@cluster-proxy/proto/stdio-flushed';
 import { UsageError } from './flags.js';
+import { unsupportedNode, versionLine } from './version.js';
 
 // Each command is imported only when it runs: `cluster-proxy agent` must not load hub code
 // (or the Kubernetes client) into the agent's memory.
@@ -31,15 +32,26 @@ const usage = `Usage: cluster-proxy COMMAND [flags]
 
 Commands:
 ${Object.entries(commands).map(([n, c]) => `  ${n.padEnd(12)} ${c.summary}`).join('\n')}
+  ${'version'.padEnd(12)} the version, the commit it was built from and the Node.js it runs on
 
-Run "cluster-proxy COMMAND --help" for a command's flags.
+Run "cluster-proxy COMMAND --help" for a command's flags; "cluster-proxy --version" for the version.
 `;
 
 async function main(argv: string[]): Promise<number> {
   const [name, ...rest] = argv;
+  // Before anything else: every test and measurement runs on this Node line, an older one says so in one line.
+  const oldNode = unsupportedNode();
+  if (oldNode) {
+    process.stderr.write(`${oldNode}\n`);
+    return 1;
+  }
   if (!name || name === '--help' || name === '-h' || name === 'help') {
     process.stdout.write(usage);
     return name ? 0 : 2;
+  }
+  if (name === '--version' || name === 'version') {
+    process.stdout.write(`${versionLine()}\n`);
+    return 0;
   }
   const cmd = commands[name];
   if (!cmd) throw new UsageError(`unknown command "${name}"; run "cluster-proxy --help"`);

@@ -16,6 +16,10 @@ chmodSync(main, 0o755);
 const linked = path.join(dir, 'bin');
 mkdirSync(linked);
 symlinkSync(main, path.join(linked, 'cluster-proxy'));
+const launching = path.join(dir, 'launcher-bin');
+mkdirSync(launching);
+writeFileSync(path.join(launching, 'cluster-proxy'), `#!/bin/sh\nexec '/opt/node/bin/node' '${main}' "$@"\n`);
+chmodSync(path.join(launching, 'cluster-proxy'), 0o755);
 const other = path.join(dir, 'other-bin');
 mkdirSync(other);
 writeFileSync(path.join(other, 'cluster-proxy'), '#!/bin/sh\n');
@@ -29,9 +33,13 @@ describe('cliWords', () => {
     expect(cliWords(path.join(linked, 'cluster-proxy'), linked)).toEqual(['cluster-proxy']);
   });
 
-  it('is `node /abs/main.js` when no cluster-proxy is on PATH, or the first one is another program', () => {
-    expect(cliWords(main, empty)).toEqual(['node', main]);
-    expect(cliWords(main, [other, linked].join(path.delimiter))).toEqual(['node', main]);
-    expect(cliWords(path.join(linked, 'cluster-proxy'), '')).toEqual(['node', path.join(linked, 'cluster-proxy')]);
+  it('is `cluster-proxy` when the command on PATH is install-cli.sh\'s launcher of this file', () => {
+    expect(cliWords(main, launching)).toEqual(['cluster-proxy']);
+  });
+
+  it('is `/abs/node /abs/main.js` (this Node) when no cluster-proxy is on PATH, or the first one is another program', () => {
+    expect(cliWords(main, empty)).toEqual([process.execPath, main]);
+    expect(cliWords(main, [other, linked].join(path.delimiter))).toEqual([process.execPath, main]);
+    expect(cliWords(path.join(linked, 'cluster-proxy'), '')).toEqual([process.execPath, path.join(linked, 'cluster-proxy')]);
   });
 });

@@ -1,6 +1,6 @@
 // Terminal output for humans: colour only on a TTY (and never with NO_COLOR or TERM=dumb),
 // progress lines on stderr, kubectl-style tables, and shell quoting for commands we print.
-import { accessSync, constants, realpathSync, statSync } from 'node:fs';
+import { accessSync, constants, readFileSync, realpathSync, statSync } from 'node:fs';
 import path from 'node:path';
 import type { Writable } from 'node:stream';
 
@@ -72,8 +72,8 @@ export function shq(s: string): string {
 }
 
 /** How to run this CLI again in a printed command: `cluster-proxy` when that command, looked up on PATH as a
- * shell would, is this very CLI (scripts/install-cli.sh's link, an `npm install -g`); else
- * `node /abs/path/main.js`, which works from any directory. */
+ * shell would, is this very CLI (scripts/install-cli.sh's launcher, an `npm install -g` link); else
+ * `/abs/path/node /abs/path/main.js` (this Node: a shell's own `node` may be too old), from any directory. */
 export function cliWords(argv1: string | undefined = process.argv[1], searchPath: string = process.env['PATH'] ?? ''): string[] {
   if (!argv1) return ['cluster-proxy'];
   const self = realpathOrNull(argv1);
@@ -82,10 +82,21 @@ export function cliWords(argv1: string | undefined = process.argv[1], searchPath
     const candidate = path.join(dir, 'cluster-proxy');
     if (!isExecutableFile(candidate)) continue;
     // The first one on PATH is what the user's shell runs.
-    if (self !== null && realpathOrNull(candidate) === self) return ['cluster-proxy'];
+    if (self !== null && (realpathOrNull(candidate) === self || launches(candidate, self))) return ['cluster-proxy'];
     break;
   }
-  return ['node', path.resolve(argv1)];
+  return [process.execPath, path.resolve(argv1)];
+}
+
+/** Whether `file` is scripts/install-cli.sh's launcher of `main` (a short shell script naming it, quoted). */
+function launches(file: string, main: string): boolean {
+  try {
+    if (statSync(file).size > 1024) return false;
+    const text = readFileSync(file, 'utf8');
+    return text.startsWith('#!/bin/sh\n') && text.includes(`'${main}'`);
+  } catch {
+    return false;
+  }
 }
 
 function realpathOrNull(p: string): string | null {
