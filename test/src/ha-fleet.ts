@@ -16,6 +16,8 @@ export interface HaFleetOptions {
   /** Agent IDs of cluster c1, and more `cluster-proxy agent` flags for them. */
   agentIDs: string[];
   agentArgs: string[];
+  /** Another build's entry script for the first replicas, the join and the agents (the skew tests' previous release). */
+  cli?: string;
 }
 
 export interface HaFleet {
@@ -25,8 +27,8 @@ export interface HaFleet {
   echo: TcpTarget;
   hubs: (HubProcess | null)[];
   agents: AgentProcess[];
-  /** Starts replica `i` on its agent port (behind the balancer), as `hub-<i>`. */
-  startReplica(i: number): Promise<HubProcess>;
+  /** Starts replica `i` on its agent port (behind the balancer), as `hub-<i>`; `cli`: another build's (default this checkout's). */
+  startReplica(i: number, cli?: string): Promise<HubProcess>;
   /** The replicas an agent holds tunnels to (serverIDs, sorted). */
   servers(a: AgentProcess): Promise<string[]>;
   /** Until every agent holds tunnels to exactly `ids`. */
@@ -56,16 +58,16 @@ export async function startHaFleet(o: HaFleetOptions): Promise<HaFleet> {
     await echo.close();
     await pki.cleanup();
   };
-  const startReplica = (i: number): Promise<HubProcess> => startHub(pki, ['--store', 'kubernetes', '--kubeconfig', kubeconfig, '--agent-port', String(agentPorts[i]),
-    '--server-id', `hub-${i}`, '--replica-lease-duration', '15s', '--shutdown-grace', '3s', '--ca-key', path.join(pki.dir, 'ca.key'), ...o.hubArgs]);
+  const startReplica = (i: number, cli?: string): Promise<HubProcess> => startHub(pki, ['--store', 'kubernetes', '--kubeconfig', kubeconfig, '--agent-port', String(agentPorts[i]),
+    '--server-id', `hub-${i}`, '--replica-lease-duration', '15s', '--shutdown-grace', '3s', '--ca-key', path.join(pki.dir, 'ca.key'), ...o.hubArgs], cli ? { cli } : {});
   try {
     for (let i = 0; i < o.replicas; i++) agentPorts.push(await freeLoopbackPort());
-    for (let i = 0; i < o.replicas; i++) hubs.push(await startReplica(i));
+    for (let i = 0; i < o.replicas; i++) hubs.push(await startReplica(i, o.cli));
     lb = await startHaproxy(agentPorts);
-    const join = await runCommand(process.execPath, [CLI, 'join', o.join, '--out', path.join(pki.dir, o.join), '--admin', `127.0.0.1:${hubs[0]!.ports.admin}`], { timeoutMs: 20_000 });
+    const join = await runCommand(process.execPath, [o.cli ?? CLI, 'join', o.join, '--out', path.join(pki.dir, o.join), '--admin', `127.0.0.1:${hubs[0]!.ports.admin}`], { timeoutMs: 20_000 });
     expect(join.code, join.stderr).toBe(0);
     for (const id of o.agentIDs) {
-      agents.push(await startAgent(pki, { ports: { agent: lb.port } } as HubProcess, { cluster: 'c1', apiserver: `127.0.0.1:${echo.port}`, args: ['--agent-id', id, ...o.agentArgs] }));
+      agents.push(await startAgent(pki, { ports: { agent: lb.port } } as HubProcess, { cluster: 'c1', apiserver: `127.0.0.1:${echo.port}`, args: ['--agent-id', id, ...o.agentArgs], ...(o.cli ? { cli: o.cli } : {}) }));
     }
   } catch (err) {
     await stopAll();

@@ -86,14 +86,18 @@ export interface HubProcess {
   stop(): Promise<void>;
 }
 
-/** `opts.dataDir`: a data directory prepared beforehand (e.g. a store filled in advance); default a new one. */
-export async function startHub(pki: TestPki, extraArgs: string[] = [], opts: { dataDir?: string } = {}): Promise<HubProcess> {
+/**
+ * `opts.dataDir`: a data directory prepared beforehand (e.g. a store filled in advance); default a new one.
+ * `opts.cli`: another build's entry script (the skew tests' previous release); default this checkout's.
+ */
+export async function startHub(pki: TestPki, extraArgs: string[] = [], opts: { dataDir?: string; cli?: string } = {}): Promise<HubProcess> {
+  const cli = opts.cli ?? CLI;
   const dataDir = opts.dataDir ?? (await mkdtemp(path.join(pki.dir, 'hub-')));
   const proc = spawnProcess({
     name: 'hub',
     command: process.execPath,
     // Started as the command's first line starts it (node's launch flags), as a deployment would run it.
-    args: [...cliLaunchFlags(), CLI, 'hub', '--data-dir', dataDir, '--bind-address', '127.0.0.1', '--agent-port', '0', '--frontend-port', '0', '--health-port', '0', '--admin-port', '0',
+    args: [...cliLaunchFlags(cli), cli, 'hub', '--data-dir', dataDir, '--bind-address', '127.0.0.1', '--agent-port', '0', '--frontend-port', '0', '--health-port', '0', '--admin-port', '0',
       '--frontend-uds', path.join(dataDir, 'frontend.sock'), '--connect-port', '0',
       '--ca-cert', pki.caPath, '--server-cert', pki.server.certPath, '--server-key', pki.server.keyPath, ...extraArgs],
   });
@@ -138,11 +142,14 @@ export interface AgentStartOptions {
   waitConnected?: boolean;
   /** Runs the agent under another command (e.g. `unshare` with a private /etc/hosts). */
   wrap?: (command: string, args: string[]) => { command: string; args: string[] };
+  /** Another build's entry script (the skew tests' previous release); default this checkout's. */
+  cli?: string;
 }
 
 export async function startAgent(pki: TestPki, hub: HubProcess, opts: AgentStartOptions): Promise<AgentProcess> {
   const cert = opts.cert ?? (await pki.agent(opts.cluster));
-  const args = [...cliLaunchFlags(), CLI, 'agent', '--cluster', opts.cluster, '--hub', `127.0.0.1:${hub.ports.agent}`, '--server-name', 'localhost',
+  const cli = opts.cli ?? CLI;
+  const args = [...cliLaunchFlags(cli), cli, 'agent', '--cluster', opts.cluster, '--hub', `127.0.0.1:${hub.ports.agent}`, '--server-name', 'localhost',
     '--ca-cert', pki.caPath, '--cert', cert.certPath, '--key', cert.keyPath, '--apiserver', opts.apiserver,
     '--health-bind-address', '127.0.0.1', '--health-port', '0', ...(opts.args ?? [])];
   const command = opts.wrap ? opts.wrap(process.execPath, args) : { command: process.execPath, args };
