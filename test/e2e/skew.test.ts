@@ -214,6 +214,8 @@ describe('a rolling upgrade of three replicas on the Kubernetes store, under loa
     let dials = 0;
     const failures: string[] = [];
     let running = true;
+    /** What the upgrade is doing, for a failure's message. */
+    let phase = 'before';
     // The load: dials with a round trip each, to replicas the balancer would send them to (ready ones).
     const load = (async () => {
       let n = 0;
@@ -223,11 +225,19 @@ describe('a rolling upgrade of three replicas on the Kubernetes store, under loa
         try {
           const s = await tunnelTo(i).dial('c1:443', { timeoutMs: 10_000 });
           const payload = Buffer.from(`dial ${n}`);
-          if (!(await echoRoundTripForTest(s, payload)).equals(payload)) failures.push(`dial ${n} via hub-${i}: wrong bytes`);
+          let timer: NodeJS.Timeout | undefined;
+          const echoed = await Promise.race([echoRoundTripForTest(s, payload), new Promise<null>((r) => { timer = setTimeout(() => r(null), 10_000); })]);
+          clearTimeout(timer);
           s.destroy();
+          if (echoed === null) {
+            const hubTables = JSON.stringify(await fleet.hubs[i]?.tables().catch(() => null));
+            const agentTables = JSON.stringify(await Promise.all(fleet.agents.map((a) => a.tables().catch(() => null))));
+            throw new Error(`no echo within 10 s; hub: ${hubTables}; agents: ${agentTables}`);
+          }
+          if (!echoed.equals(payload)) throw new Error('wrong bytes');
           dials++;
         } catch (err) {
-          failures.push(`dial ${n} via hub-${i}: ${(err as Error).message}`);
+          failures.push(`dial ${n} via hub-${i} (${phase}): ${(err as Error).message}`);
         }
       }
     })();
@@ -237,13 +247,17 @@ describe('a rolling upgrade of three replicas on the Kubernetes store, under loa
       // Out of the balancer first (no new dials), then a graceful stop that lets the dials in flight finish,
       // as Kubernetes does it; the client's connection to the old process goes with it.
       ready.delete(i);
+      phase = `stopping hub-${i}`;
       await fleet.hubs[i]!.stop();
+      phase = `starting hub-${i}`;
       fleet.hubs[i] = null;
       tunnels.get(i)?.close();
       tunnels.delete(i);
       fleet.hubs[i] = await fleet.startReplica(i);
       await waitFor(async () => (await getStatus(fleet.hubs[i]!.ports.health, '/readyz')).status === 200, { timeoutMs: 30_000, message: `hub-${i} ready` });
+      phase = `hub-${i} ready, agents coming back`;
       await fleet.allAgentsAt(['hub-0', 'hub-1', 'hub-2']);
+      phase = `hub-${i} back`;
       ready.add(i);
       const before = dials;
       await waitFor(() => dials >= before + 20, { timeoutMs: 30_000, message: 'dials go on after the replica came back' });
