@@ -6,6 +6,9 @@ cd "$(dirname "$0")/.."
 source scripts/ensure-tools.sh
 echo "==> build"
 pnpm build
+# The previous release, for the version-skew tests (docs/upgrades.md): built from git history once, then cached.
+echo "==> previous release ($(node -p "require('./test/previous-release.json').version"))"
+bash scripts/build-release.sh "$(node -p "require('./test/previous-release.json').commit")" >/dev/null
 echo "==> test"
 # Raise the open-file limit for the many-connection tests (best effort).
 ulimit -n 65536 2>/dev/null || true

@@ -6,6 +6,7 @@ import type { Logger } from 'pino';
 import { parseIdentifiers } from '@cluster-proxy/proto';
 import { LOG_FORMAT_FLAG, createLogger, logUnhandledRejections } from './logging.js';
 import { UsageError, bytes, duration, optionalCount, helpText, list, parseFlags, port, required, str, type FlagSpecs, type ParsedFlags } from './flags.js';
+import { allAddresses } from './bind-address.js';
 
 export const agentFlags: FlagSpecs = {
   cluster: { type: 'string', help: 'name of the managed cluster this agent serves (required)' },
@@ -33,7 +34,7 @@ export const agentFlags: FlagSpecs = {
   'memory-budget': { type: 'string', default: '64Mi', help: 'bytes the agent may hold for the hub, all connections together (windows grow from it; a destination that stops reading holds its share only)' },
   'max-connections': { type: 'string', help: 'connections the agent holds at most; more dials are refused with reason "limit" (default: budget / 32 KiB initial window)' },
   'drain-grace': { type: 'string', default: '30s', help: 'on SIGTERM, how long open connections may finish' },
-  'health-bind-address': { type: 'string', default: '0.0.0.0', help: 'address of the health listener' },
+  'health-bind-address': { type: 'string', help: 'address of the health listener; default every address of both families (:: dual-stack where the host has IPv6, else 0.0.0.0)' },
   'health-port': { type: 'string', default: '8093', help: '/healthz, /readyz, /metrics, /debug/connections' },
   'proxy-ca': { type: 'string', help: 'CA bundle (PEM) to verify an https:// egress proxy (HTTPS_PROXY)' },
   'proxy-connect-timeout': { type: 'string', default: '10s', help: 'timeout for the egress proxy to answer CONNECT' },
@@ -128,7 +129,7 @@ export async function runAgent(args: string[]): Promise<void> {
     if (err instanceof Error && /apiserver address/.test(err.message)) throw new UsageError(err.message);
     throw err;
   }
-  const health = await startAgentHealthServer(agent, str(flags, 'health-bind-address')!, port(flags, 'health-port'));
+  const health = await startAgentHealthServer(agent, str(flags, 'health-bind-address') ?? allAddresses(), port(flags, 'health-port'));
   const healthPort = (health.address() as { port: number }).port;
   log.info({ healthPort }, 'agent health listener up');
   agent.start();

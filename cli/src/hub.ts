@@ -7,10 +7,11 @@ import type { Logger } from 'pino';
 import { DEFAULT_HUB_DATA_DIR } from './hub-files.js';
 import { LOG_FORMAT_FLAG, createLogger, logUnhandledRejections } from './logging.js';
 import { UsageError, bytes, duration, helpText, optionalCount, list, parseFlags, port, str, type FlagSpecs, type ParsedFlags } from './flags.js';
+import { allAddresses } from './bind-address.js';
 
 export const hubFlags: FlagSpecs = {
   'data-dir': { type: 'string', default: DEFAULT_HUB_DATA_DIR, help: 'state directory: PKI (if no cert flags), ports.json' },
-  'bind-address': { type: 'string', default: '0.0.0.0', help: 'address the gRPC listeners bind to' },
+  'bind-address': { type: 'string', help: 'address the agent, client, CONNECT, gateway and health listeners bind to; default every address of both families (:: dual-stack where the host has IPv6, else 0.0.0.0)' },
   'agent-port': { type: 'string', default: '8091', help: 'agent listener (mTLS gRPC); 0 picks a free port' },
   'frontend-port': { type: 'string', default: '8090', help: 'gRPC frontend (mTLS); 0 picks a free port' },
   'frontend-uds': { type: 'string', help: 'also serve the gRPC frontend, plain, on this Unix socket' },
@@ -259,7 +260,7 @@ export async function runHub(args: string[]): Promise<void> {
       ...listeners,
       serverID: str(flags, 'server-id'),
       serverCount,
-      bindAddress: str(flags, 'bind-address')!,
+      bindAddress: str(flags, 'bind-address') ?? allAddresses(),
       frontendUds: str(flags, 'frontend-uds'),
       tls,
       dialTimeoutMs,

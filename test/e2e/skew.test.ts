@@ -14,7 +14,7 @@ import path from 'node:path';
 import tls from 'node:tls';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { Tunnel } from '@cluster-proxy/client';
+import { Tunnel } from '@cluster-proxy/client';
 import { issueServerCert } from '@cluster-proxy/server';
 import { echoRoundTripForTest } from '../src/join-helpers.js';
 import {
@@ -208,7 +208,12 @@ describe('a rolling upgrade of three replicas on the Kubernetes store, under loa
     const tunnels = new Map<number, Tunnel>();
     const tunnelTo = (i: number): Tunnel => {
       let t = tunnels.get(i);
-      if (!t) tunnels.set(i, (t = fleet.hubs[i]!.tunnel('mux')));
+      // Our own client, not the harness's hub.tunnel(): stopping a HubProcess closes the tunnels it handed out,
+      // and the graceful stop under test must be the hub's alone.
+      if (!t) {
+        tunnels.set(i, (t = new Tunnel({ address: `127.0.0.1:${fleet.hubs[i]!.ports.frontend}`, serverName: 'localhost', caCert: Buffer.from(fleet.pki.ca.certPem),
+          cert: readFileSync(fleet.pki.client.certPath), key: readFileSync(fleet.pki.client.keyPath), transport: 'mux' })));
+      }
       return t;
     };
     let dials = 0;
@@ -216,6 +221,7 @@ describe('a rolling upgrade of three replicas on the Kubernetes store, under loa
     let running = true;
     /** What the upgrade is doing, for a failure's message. */
     let phase = 'before';
+    const stoppedLogs: string[] = [];
     // The load: dials with a round trip each, to replicas the balancer would send them to (ready ones).
     const load = (async () => {
       let n = 0;
@@ -224,6 +230,10 @@ describe('a rolling upgrade of three replicas on the Kubernetes store, under loa
         const i = live[n++ % live.length]!;
         try {
           const s = await tunnelTo(i).dial('c1:443', { timeoutMs: 10_000 });
+          const seen: string[] = [];
+          s.once('end', () => seen.push('end'));
+          s.once('close', () => seen.push('close'));
+          s.once('error', (e: Error) => seen.push(`error ${e.message}`));
           const payload = Buffer.from(`dial ${n}`);
           let timer: NodeJS.Timeout | undefined;
           const echoed = await Promise.race([echoRoundTripForTest(s, payload), new Promise<null>((r) => { timer = setTimeout(() => r(null), 10_000); })]);
@@ -232,7 +242,7 @@ describe('a rolling upgrade of three replicas on the Kubernetes store, under loa
           if (echoed === null) {
             const hubTables = JSON.stringify(await fleet.hubs[i]?.tables().catch(() => null));
             const agentTables = JSON.stringify(await Promise.all(fleet.agents.map((a) => a.tables().catch(() => null))));
-            throw new Error(`no echo within 10 s; hub: ${hubTables}; agents: ${agentTables}`);
+            throw new Error(`no echo within 10 s (the connection saw: ${seen.join(', ') || 'nothing'}); hub: ${hubTables}; agents: ${agentTables}`);
           }
           if (!echoed.equals(payload)) throw new Error('wrong bytes');
           dials++;
@@ -248,7 +258,9 @@ describe('a rolling upgrade of three replicas on the Kubernetes store, under loa
       // as Kubernetes does it; the client's connection to the old process goes with it.
       ready.delete(i);
       phase = `stopping hub-${i}`;
-      await fleet.hubs[i]!.stop();
+      const stopping = fleet.hubs[i]!;
+      await stopping.stop();
+      stoppedLogs.push(...stopping.proc.lines().slice(-40).map((l) => `hub-${i}: ${l}`));
       phase = `starting hub-${i}`;
       fleet.hubs[i] = null;
       tunnels.get(i)?.close();
@@ -265,7 +277,7 @@ describe('a rolling upgrade of three replicas on the Kubernetes store, under loa
     running = false;
     await load;
     for (const t of tunnels.values()) t.close();
-    expect(failures).toEqual([]);
+    expect(failures, stoppedLogs.filter((l) => !l.includes('"level":20')).join('\n')).toEqual([]);
     expect(dials).toBeGreaterThan(60);
   }, 240_000);
 });

@@ -90,14 +90,15 @@ export interface HubProcess {
  * `opts.dataDir`: a data directory prepared beforehand (e.g. a store filled in advance); default a new one.
  * `opts.cli`: another build's entry script (the skew tests' previous release); default this checkout's.
  */
-export async function startHub(pki: TestPki, extraArgs: string[] = [], opts: { dataDir?: string; cli?: string } = {}): Promise<HubProcess> {
+export async function startHub(pki: TestPki, extraArgs: string[] = [], opts: { dataDir?: string; cli?: string; bindAddress?: string | null } = {}): Promise<HubProcess> {
   const cli = opts.cli ?? CLI;
   const dataDir = opts.dataDir ?? (await mkdtemp(path.join(pki.dir, 'hub-')));
   const proc = spawnProcess({
     name: 'hub',
     command: process.execPath,
     // Started as the command's first line starts it (node's launch flags), as a deployment would run it.
-    args: [...cliLaunchFlags(cli), cli, 'hub', '--data-dir', dataDir, '--bind-address', '127.0.0.1', '--agent-port', '0', '--frontend-port', '0', '--health-port', '0', '--admin-port', '0',
+    // `bindAddress`: null leaves the flag out (the hub's default: every address of both families).
+    args: [...cliLaunchFlags(cli), cli, 'hub', '--data-dir', dataDir, ...(opts.bindAddress === null ? [] : ['--bind-address', opts.bindAddress ?? '127.0.0.1']), '--agent-port', '0', '--frontend-port', '0', '--health-port', '0', '--admin-port', '0',
       '--frontend-uds', path.join(dataDir, 'frontend.sock'), '--connect-port', '0',
       '--ca-cert', pki.caPath, '--server-cert', pki.server.certPath, '--server-key', pki.server.keyPath, ...extraArgs],
   });

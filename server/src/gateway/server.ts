@@ -204,6 +204,8 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
     }
   };
 
+  // handle() answers its own failures; this keeps a lane going should anything escape it.
+  const laneFailed = (err: unknown): void => log.error({ err: err instanceof Error ? err.message : String(err) }, 'gateway request failed unexpectedly');
   server.on('request', (req: HttpTypes.IncomingMessage, res: HttpTypes.ServerResponse) => {
     inFlight++;
     res.once('close', () => inFlight--);
@@ -217,7 +219,7 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
       }
       if (/(^|,)\s*close\s*(,|$)/i.test(req.headers.connection ?? '')) lane.closed = true;
       return handle(req, { kind: 'request', res });
-    });
+    }).catch(laneFailed);
   });
   // kubectl exec/attach/port-forward (WebSocket, SPDY/3.1): the same checks, then spliced (upgrade.ts).
   // In flight from the head until the session closed, so a draining hub gives it the grace period.
@@ -229,7 +231,7 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
     upgrades.add(socket);
     socket.once('close', () => upgrades.delete(socket));
     const lane = laneOf(socket);
-    lane.tail = lane.tail.then(() => (lane.closed ? void socket.destroy() : handle(req, { kind: 'upgrade', socket, head }))).finally(() => inFlight--);
+    lane.tail = lane.tail.then(() => (lane.closed ? void socket.destroy() : handle(req, { kind: 'upgrade', socket, head }))).catch(laneFailed).finally(() => inFlight--);
   });
   server.on('clientError', (err: NodeJS.ErrnoException, socket: net.Socket) => {
     // Bytes after a request with `Connection: close`: not read; the answer to that request, still being
