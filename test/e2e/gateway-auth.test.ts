@@ -11,7 +11,7 @@ import path from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { issueServerCert } from '@cluster-proxy/server';
 import {
-  killAllSpawned, runCommand, startFakeKubeApiServer, startOidcIssuer, startRecordingApiserver, writeAgentKubeconfig,
+  httpsAnswer, killAllSpawned, runCommand, startFakeKubeApiServer, startOidcIssuer, startRecordingApiserver, writeAgentKubeconfig,
   type FakeKubeApiServer, type OidcIssuer, type RecordingApiserver, type RunResult,
 } from '../src/fixtures/index.js';
 import { CLI, createPki, expectTablesEmpty, startAgent, startHub, type AgentProcess, type HubProcess, type TestPki } from '../src/harness.js';
@@ -36,19 +36,10 @@ interface Answer { status: number; headers: Record<string, string | string[] | u
 
 function gw(port: number, target: string, o: { token?: string; cert?: boolean } = {}): Promise<Answer> {
   if (o.token) sent.add(o.token);
-  return new Promise((resolve, reject) => {
-    const req = https.request({
-      host: '127.0.0.1', port, path: target, servername: 'localhost', agent: false, ca: pki.ca.certPem,
-      ...(o.cert ? { cert: cert.cert, key: cert.key } : {}),
-      headers: o.token ? { authorization: `Bearer ${o.token}` } : {},
-    }, (res) => {
-      const chunks: Buffer[] = [];
-      res.on('data', (c: Buffer) => chunks.push(c));
-      res.on('end', () => resolve({ status: res.statusCode ?? 0, headers: res.headers, body: Buffer.concat(chunks).toString() }));
-      res.on('error', reject);
-    });
-    req.on('error', reject);
-    req.end();
+  return httpsAnswer({
+    host: '127.0.0.1', port, path: target, servername: 'localhost', ca: pki.ca.certPem,
+    ...(o.cert ? { cert: cert.cert, key: cert.key } : {}),
+    headers: o.token ? { authorization: `Bearer ${o.token}` } : {},
   });
 }
 const viaHub = (target: string, o: { token?: string; cert?: boolean } = {}): Promise<Answer> => gw(hub.ports.gateway!, target, o);

@@ -14,8 +14,8 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import WebSocket from 'ws';
 import { issueServerCert } from '@cluster-proxy/server';
 import {
-  killAllSpawned, runCommand, startOidcIssuer, startRecordingApiserver, waitFor, writeAgentKubeconfig,
-  type OidcIssuer, type RecordingApiserver,
+  httpsAnswer, killAllSpawned, runCommand, startOidcIssuer, startRecordingApiserver, waitFor, writeAgentKubeconfig,
+  type HttpsAnswer, type OidcIssuer, type RecordingApiserver,
 } from '../src/fixtures/index.js';
 import { CLI, createPki, expectTablesEmpty, startAgent, startHub, type AgentProcess, type HubProcess, type TestPki } from '../src/harness.js';
 
@@ -32,22 +32,12 @@ let deadPort: number;
 /** A hub token for cluster2 only. */
 let cluster2Token: string;
 
-interface Answer { status: number; headers: Record<string, string | string[] | undefined>; body: string }
 interface Caller { token?: string; cert?: { cert: Buffer; key: Buffer }; headers?: Record<string, string> }
 
-function gw(target: string, o: Caller = {}): Promise<Answer> {
-  return new Promise((resolve, reject) => {
-    const req = https.request({
-      host: '127.0.0.1', port: hub.ports.gateway!, path: target, servername: 'localhost', agent: false, ca: pki.ca.certPem,
-      ...(o.cert ?? {}), headers: { ...(o.token ? { authorization: `Bearer ${o.token}` } : {}), ...o.headers },
-    }, (res) => {
-      const chunks: Buffer[] = [];
-      res.on('data', (c: Buffer) => chunks.push(c));
-      res.on('end', () => resolve({ status: res.statusCode ?? 0, headers: res.headers, body: Buffer.concat(chunks).toString() }));
-      res.on('error', reject);
-    });
-    req.on('error', reject);
-    req.end();
+function gw(target: string, o: Caller = {}): Promise<HttpsAnswer> {
+  return httpsAnswer({
+    host: '127.0.0.1', port: hub.ports.gateway!, path: target, servername: 'localhost', ca: pki.ca.certPem,
+    ...(o.cert ?? {}), headers: { ...(o.token ? { authorization: `Bearer ${o.token}` } : {}), ...o.headers },
   });
 }
 

@@ -18,7 +18,7 @@ import { Tunnel } from '@cluster-proxy/client';
 import { issueServerCert } from '@cluster-proxy/server';
 import { echoRoundTripForTest } from '../src/join-helpers.js';
 import {
-  connectThrough, killAllSpawned, runCommand, spawnProcess, startEchoServer, startRecordingApiserver, waitFor, writeAgentKubeconfig,
+  connectThrough, httpsAnswer, killAllSpawned, runCommand, spawnProcess, startEchoServer, startRecordingApiserver, waitFor, writeAgentKubeconfig,
   type ManagedProcess, type RecordingApiserver, type TcpTarget,
 } from '../src/fixtures/index.js';
 import { startHaFleet, type HaFleet } from '../src/ha-fleet.js';
@@ -100,15 +100,7 @@ describe.each<[Side, Side]>([['new', 'old'], ['old', 'new']])('a %s hub with an 
   });
 
   it('the gateway: the agent believes the hub\'s identity and impersonates the caller', async () => {
-    const r = await new Promise<{ status: number; body: string }>((resolve, reject) => {
-      const req = https.request({ host: '127.0.0.1', port: hub.ports.gateway!, path: '/c1/version', servername: 'localhost', agent: false, ca: pki.ca.certPem, cert: user.cert, key: user.key }, (res) => {
-        const chunks: Buffer[] = [];
-        res.on('data', (c: Buffer) => chunks.push(c));
-        res.on('end', () => resolve({ status: res.statusCode ?? 0, body: Buffer.concat(chunks).toString() }));
-      });
-      req.on('error', reject);
-      req.end();
-    });
+    const r = await httpsAnswer({ host: '127.0.0.1', port: hub.ports.gateway!, path: '/c1/version', servername: 'localhost', ca: pki.ca.certPem, cert: user.cert, key: user.key });
     expect(r.status, r.body).toBe(200);
     expect(api.requests.at(-1)?.headers['impersonate-user']).toEqual(['dora']);
     expect(api.requests.at(-1)?.headers['impersonate-group']).toEqual(['ops']);
