@@ -85,8 +85,16 @@ for p in "${PEERS[@]}"; do
   echo "==> building $name $version ($pkg)"
   mkdir -p "$out"
   tmp="$(mktemp -d "$CACHE/.build-XXXXXX")"
-  # -trimpath: the binaries do not depend on where the checkout is.
-  nice -n 10 go build -trimpath -o "$tmp/$name" "$pkg"
+  # -trimpath: the binaries do not depend on where the checkout is. Kubernetes' own build stamps its version
+  # (kube-apiserver's /version, the clients' user agent); a plain go build would say v0.0.0-master.
+  ldflags=""
+  if [ "$version" = "$KUBE_VERSION" ]; then
+    minor="${KUBE_VERSION#v1.}"; minor="${minor%%.*}"
+    for vp in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+      ldflags+=" -X $vp.gitVersion=$KUBE_VERSION -X $vp.gitMajor=1 -X $vp.gitMinor=$minor -X $vp.gitTreeState=clean"
+    done
+  fi
+  nice -n 10 go build -trimpath -ldflags "$ldflags" -o "$tmp/$name" "$pkg"
   mv "$tmp/$name" "$out/$name"
   rmdir "$tmp"
   built+=("$name")
@@ -96,15 +104,17 @@ if [ ${#built[@]} -gt 0 ]; then
 else
   echo "==> real peers: etcd $ETCD_VERSION, kubernetes $KUBE_VERSION already built in $CACHE ($((SECONDS - start)) s)"
 fi
-# What the fixture reads: the binaries of the pins now in go.mod.
+# What the fixture reads: the pins now in go.mod and their binaries.
 {
   echo "{"
-  echo "  \"kubernetes\": \"$KUBE_VERSION\", \"etcd\": \"$ETCD_VERSION\","
+  echo "  \"versions\": { \"kubernetes\": \"$KUBE_VERSION\", \"etcd\": \"$ETCD_VERSION\" },"
+  echo "  \"binaries\": {"
   for i in "${!PEERS[@]}"; do
     read -r name version _ <<<"${PEERS[$i]}"
     sep=,; [ "$i" -eq $((${#PEERS[@]} - 1)) ] && sep=
-    echo "  \"$name\": \"$CACHE/$name-$version/$name\"$sep"
+    echo "    \"$name\": \"$CACHE/$name-$version/$name\"$sep"
   done
+  echo "  }"
   echo "}"
 } >"$CACHE/current.json.tmp"
 mv "$CACHE/current.json.tmp" "$CACHE/current.json"

@@ -6,6 +6,10 @@ cd "$(dirname "$0")/.."
 source scripts/ensure-tools.sh
 echo "==> build"
 pnpm build
+# The real control plane of test/e2e/real-apiserver.test.ts (etcd, kube-apiserver, kube-controller-manager),
+# built from Go modules once per pinned version into .cache/real-peers (the first build takes minutes).
+echo "==> real peers"
+bash scripts/build-real-peers.sh
 echo "==> test"
 # Raise the open-file limit for the many-connection tests (best effort).
 ulimit -n 65536 2>/dev/null || true
