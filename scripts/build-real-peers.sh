@@ -17,7 +17,7 @@ cd "$(dirname "$0")/.."
 ROOT="$PWD"
 MOD="$ROOT/test/real-k8s"
 CACHE="$ROOT/.cache/real-peers"
-BOOTSTRAP_GO=1.26.0
+BOOTSTRAP_GO=1.26.8
 mkdir -p "$CACHE"
 
 # A Go toolchain: go 1.21+ switches to the toolchain go.mod needs by itself (GOTOOLCHAIN=auto).
