@@ -117,8 +117,9 @@ describe('the hub on a real kube-apiserver', () => {
     const klusterlets = new Map<string, KlusterletStandIn>();
     const store = (): Store => kube.store;
     beforeAll(async () => {
-      kube = await startRealKube({ crdFiles: await chartCrds() });
-      await kube.applyOcmCrds(['ManifestWork', 'ClusterManagementAddOn', 'Placement', 'PlacementDecision', 'ManagedClusterSetBinding', 'ClusterProfile']);
+      // OCM's own CRDs, as an OCM hub has them.
+      kube = await startRealKube();
+      await kube.applyOcmCrds();
       const kubeconfig = path.join(pki.dir, 'ocm-mode.kubeconfig');
       await kube.writeKubeconfig(kubeconfig, HUB_USER);
       ocm = new OcmAddonManagerStandIn(kube);
