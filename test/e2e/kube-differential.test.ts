@@ -147,6 +147,23 @@ describe('our API stand-in answers as a real kube-apiserver does', () => {
     expect(view(r.fake)).toEqual(view(r.real));
   });
 
+  it('an update that changes nothing (keys in another order included) keeps the resourceVersion; one that changes something moves it', async () => {
+    const r = await both(async (s) => {
+      const created = await s('POST', ADDONS, addon('noop'));
+      const m = created.body['metadata'] as Record<string, unknown>;
+      const same = await s('PUT', `${ADDONS}/noop`, { ...created.body, metadata: m });
+      // The same content, keys reversed at every level.
+      const reversed = JSON.parse(JSON.stringify(created.body, (_k, v: unknown) => (v && typeof v === 'object' && !Array.isArray(v) ? Object.fromEntries(Object.entries(v).reverse()) : v))) as Record<string, unknown>;
+      const reordered = await s('PUT', `${ADDONS}/noop`, reversed);
+      const changed = await s('PUT', `${ADDONS}/noop`, { ...created.body, metadata: m, spec: { installNamespace: 'ns-other' } });
+      return [created, same, reordered, changed];
+    });
+    const rvs = (as: Answer[]) => as.map((a) => (a.body['metadata'] as { resourceVersion: string }).resourceVersion);
+    const moves = (as: Answer[]) => rvs(as).slice(1).map((rv, i) => rv !== rvs(as)[i]);
+    expect(moves(r.real)).toEqual([false, false, true]);
+    expect(moves(r.fake)).toEqual(moves(r.real));
+  });
+
   it('a Lease (a built-in kind) keeps its MicroTime as sent and its fields in their declared order', async () => {
     const lease = { apiVersion: 'coordination.k8s.io/v1', kind: 'Lease', metadata: { name: 'l', namespace: NS }, spec: { renewTime: '2025-01-02T03:04:05.123456Z', holderIdentity: 'a', leaseDurationSeconds: 60 } };
     const r = await both(async (s) => [await s('POST', LEASES, lease), await s('GET', `${LEASES}/l`)]);
