@@ -1,6 +1,6 @@
-// The Kubernetes store against a local HTTP server speaking the API paths it uses (there is no
-// kube-apiserver on these machines; see test/src/fixtures/kube-api-server.ts): the conformance
-// suite, and watches that resume after their connections are cut.
+// The Kubernetes store against a local HTTP server speaking the API paths it uses
+// (test/src/fixtures/kube-api-server.ts, checked against a real kube-apiserver by kube-differential.test.ts):
+// the conformance suite, and watches that resume after their connections are cut.
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
