@@ -6,7 +6,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { openStore, type Kind, type Store, type WatchEvent } from '@cluster-proxy/server';
-import { KubernetesStore } from '@cluster-proxy/server/kubernetes-store';
+import { KubernetesStore, THROTTLED_RETRIES } from '@cluster-proxy/server/kubernetes-store';
 import { snapshotHandles, startFakeKubeApiServer, startRealKube, waitFor, waitForHandlesAtMost, type FakeKubeApiServer, type RealKube } from '../src/fixtures/index.js';
 import type { FakeKubeApiServerOptions } from '../src/fixtures/kube-api-server.js';
 import { ALL_KINDS, sampleObject, storeConformance } from '../src/store-conformance.js';
@@ -127,6 +127,27 @@ describe('kubernetes store watches', () => {
       expect(events.map((e) => e.type)).toEqual(['ADDED', ...Array<string>(12).fill('MODIFIED')]);
       expect(events.slice(1).map((e) => e.object.spec.leaseTransitions)).toEqual(Array.from({ length: 12 }, (_, i) => i));
     });
+  });
+
+  it('a request answered 429 is sent again after its Retry-After (as client-go does), up to THROTTLED_RETRIES times', async () => {
+    const api = await startFakeKubeApiServer({ namespaces: ['c1'] });
+    const store = await kubeStore(api);
+    try {
+      api.throttle(3, 0);
+      expect((await store.list('Lease')).items).toEqual([]);
+      expect(api.throttle(0)).toBe(0);
+      api.throttle(THROTTLED_RETRIES + 1, 0);
+      await expect(store.create('Lease', sampleObject('Lease', 'l'))).rejects.toMatchObject({ code: 'Unavailable' });
+      expect(api.throttle(0)).toBe(0);
+      // Retry-After is honoured: one second between the two attempts.
+      api.throttle(1, 1);
+      const t = performance.now();
+      await store.create('Lease', sampleObject('Lease', 'l'));
+      expect(performance.now() - t).toBeGreaterThanOrEqual(950);
+    } finally {
+      await store.close();
+      await api.close();
+    }
   });
 
   it('a store whose API server is gone fails ping with UnavailableError', async () => {
