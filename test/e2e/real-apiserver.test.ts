@@ -107,7 +107,7 @@ describe('the hub on a real kube-apiserver', () => {
       console.log(`join mode, ${PASSES} passes after convergence: hub writes ${w.hub.length}, apiserver counted ${w.metrics.addons} addon writes`);
       expect(w.hub).toEqual([]);
       expect(w.metrics.addons).toBe(0);
-    });
+    }, 180_000);
   });
 
   describe('--agent-install manifestwork (OCM hub)', () => {
@@ -169,7 +169,7 @@ describe('the hub on a real kube-apiserver', () => {
       expect(w.hub).toEqual([]);
       // Nor did OCM's stand-ins (their writes are counted too).
       expect(w.metrics).toEqual({ addons: 0, works: 0 });
-    });
+    }, 180_000);
   });
 });
 
