@@ -85,6 +85,7 @@ for p in "${PEERS[@]}"; do
   echo "==> building $name $version ($pkg)"
   mkdir -p "$out"
   tmp="$(mktemp -d "$CACHE/.build-XXXXXX")"
+  trap 'rm -rf "$tmp"' EXIT
   # -trimpath: the binaries do not depend on where the checkout is. Kubernetes' own build stamps its version
   # (kube-apiserver's /version, the clients' user agent); a plain go build would say v0.0.0-master.
   ldflags=""
@@ -97,6 +98,7 @@ for p in "${PEERS[@]}"; do
   nice -n 10 go build -trimpath -ldflags "$ldflags" -o "$tmp/$name" "$pkg"
   mv "$tmp/$name" "$out/$name"
   rmdir "$tmp"
+  trap - EXIT
   built+=("$name")
 done
 if [ ${#built[@]} -gt 0 ]; then
