@@ -37,7 +37,7 @@ for i in z.infolist():
     mode = (i.external_attr >> 16) & 0o777
     if mode: os.chmod(p, mode)' "$zip" "$gdir.tmp"
     # The module zip holds golang.org/toolchain@v0.0.1-go…/ with GOROOT's content inside.
-    mv "$gdir.tmp"/golang.org/toolchain@*/ "$gdir.tmp/go"
+    mv "$gdir.tmp"/golang.org/toolchain@*/ "$gdir.tmp/go" && rm -rf "$gdir.tmp/golang.org"
     rm -rf "$gdir" && mv "$gdir.tmp" "$gdir" && rm -f "$zip"
   fi
   export PATH="$gdir/go/bin:$PATH"
