@@ -40,6 +40,16 @@ function answer(status: number, text: string): Answer {
   };
 }
 
+/** A real PKCS#10 request (its key thrown away), as the store conformance suite uses. */
+const SAMPLE_CSR = `-----BEGIN CERTIFICATE REQUEST-----
+MIHXMH8CAQAwHTEbMBkGA1UEAwwSY29uZm9ybWFuY2Utc2FtcGxlMFkwEwYHKoZI
+zj0CAQYIKoZIzj0DAQcDQgAEQHQID4D/7bgFuRweIKkN8cswOHUi+iVwxKhksaV9
+4EblKiRlq+5FbZinHxFWaf5EBiGfFzFznHlmx/mc+gWdVKAAMAoGCCqGSM49BAMC
+A0gAMEUCIQDkxaSiyqi02T9hm6LQUJ6uNZkQNohXdAK5SuhnYnyLfAIgfsgVwNUA
+aS06oqsuzEcr/8wjgzS3U0HnDkyehzdmajs=
+-----END CERTIFICATE REQUEST-----
+`;
+
 const ADDONS = `/apis/addon.open-cluster-management.io/v1alpha1/namespaces/${NS}/managedclusteraddons`;
 const MPCS = '/apis/proxy.open-cluster-management.io/v1alpha1/managedproxyconfigurations';
 const LEASES = `/apis/coordination.k8s.io/v1/namespaces/${NS}/leases`;
@@ -162,6 +172,26 @@ describe('our API stand-in answers as a real kube-apiserver does', () => {
     const moves = (as: Answer[]) => rvs(as).slice(1).map((rv, i) => rv !== rvs(as)[i]);
     expect(moves(r.real)).toEqual([false, false, true]);
     expect(moves(r.fake)).toEqual(moves(r.real));
+  });
+
+  it('a CSR approval gets the condition times the writer left out; the spec cannot change; /status cannot add an approval condition', async () => {
+    const csr = { apiVersion: 'certificates.k8s.io/v1', kind: 'CertificateSigningRequest', metadata: { name: 'csr-d' },
+      spec: { request: Buffer.from(SAMPLE_CSR).toString('base64'), signerName: 'example.com/signer', usages: ['client auth'] } };
+    const CSRS = '/apis/certificates.k8s.io/v1/certificatesigningrequests';
+    const r = await both(async (s) => {
+      const created = await s('POST', CSRS, csr);
+      const approved = await s('PUT', `${CSRS}/csr-d/approval`, { ...created.body, status: { conditions: [{ type: 'Approved', status: 'True', reason: 'R', message: 'm' }] } });
+      const spec = await s('PUT', `${CSRS}/csr-d`, { ...approved.body, spec: { ...csr.spec, usages: ['server auth'] } });
+      const denied = await s('PUT', `${CSRS}/csr-d/status`, { ...approved.body, status: { conditions: [...(approved.body['status'] as { conditions: unknown[] }).conditions, { type: 'Denied', status: 'True', reason: 'R', message: 'm' }] } });
+      return [created, approved, spec, denied];
+    });
+    const view = (as: Answer[]) => ({
+      codes: as.map((a) => `${a.status} ${a.reason ?? ''}`.trim()),
+      conditionKeys: Object.keys((as[1]!.body['status'] as { conditions: Record<string, unknown>[] }).conditions[0]!).sort(),
+      usages: (as[2]!.body['spec'] as { usages: string[] }).usages,
+    });
+    expect(view(r.real)).toEqual({ codes: ['201', '200', '200', '422 Invalid'], conditionKeys: ['lastTransitionTime', 'lastUpdateTime', 'message', 'reason', 'status', 'type'], usages: ['client auth'] });
+    expect(view(r.fake)).toEqual(view(r.real));
   });
 
   it('a Lease (a built-in kind) keeps its MicroTime as sent and its fields in their declared order', async () => {
