@@ -1,15 +1,15 @@
-// The Kubernetes store against a local HTTP server speaking the API paths it uses (there is no
-// kube-apiserver on these machines; see test/src/fixtures/kube-api-server.ts): the conformance
-// suite, and watches that resume after their connections are cut.
+// The Kubernetes store against a local HTTP server speaking the API paths it uses
+// (test/src/fixtures/kube-api-server.ts, checked against a real kube-apiserver by kube-differential.test.ts):
+// the conformance suite, and watches that resume after their connections are cut.
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { openStore, type WatchEvent } from '@cluster-proxy/server';
-import { KubernetesStore } from '@cluster-proxy/server/kubernetes-store';
-import { snapshotHandles, startFakeKubeApiServer, waitFor, waitForHandlesAtMost, type FakeKubeApiServer } from '../src/fixtures/index.js';
+import { openStore, type Kind, type Store, type WatchEvent } from '@cluster-proxy/server';
+import { KubernetesStore, THROTTLED_RETRIES } from '@cluster-proxy/server/kubernetes-store';
+import { snapshotHandles, startFakeKubeApiServer, startRealKube, waitFor, waitForHandlesAtMost, type FakeKubeApiServer, type RealKube } from '../src/fixtures/index.js';
 import type { FakeKubeApiServerOptions } from '../src/fixtures/kube-api-server.js';
-import { sampleObject, storeConformance } from '../src/store-conformance.js';
+import { ALL_KINDS, sampleObject, storeConformance } from '../src/store-conformance.js';
 
 let handles: Map<string, number>;
 let tmp: string;
@@ -42,6 +42,40 @@ storeConformance('kubernetes (fake API server)', async (opts) => {
       await api.close();
     },
   };
+});
+
+// The same suite on a real kube-apiserver with OCM's CRDs: one control plane for all cases, emptied before each.
+describe('on a real kube-apiserver', () => {
+  let kube: RealKube;
+  let kubeconfig = '';
+  beforeAll(async () => {
+    kube = await startRealKube({ controllerManager: false });
+    await kube.applyOcmCrds();
+    for (const ns of ['c1', 'c2', 'c3', 'x']) await kube.store.ensureNamespace(ns);
+    kubeconfig = join(tmp, 'real.kubeconfig');
+    await kube.writeKubeconfig(kubeconfig);
+  }, 45 * 60_000);
+  afterAll(async () => {
+    await kube?.stop();
+  });
+
+  /** Deletes every object of the hub's kinds (finalizers first), so each case starts on an empty store. */
+  async function empty(store: Store): Promise<void> {
+    for (const kind of ALL_KINDS as Kind[]) {
+      for (const o of (await store.list(kind)).items) {
+        const key = { name: o.metadata.name, ...(o.metadata.namespace ? { namespace: o.metadata.namespace } : {}) };
+        if ((o.metadata.finalizers ?? []).length > 0) await store.update(kind, { ...o, metadata: { ...o.metadata, finalizers: [] } } as never).catch(() => undefined);
+        await store.delete(kind, key).catch(() => undefined);
+      }
+      await waitFor(async () => (await store.list(kind)).items.length === 0, { timeoutMs: 10_000, intervalMs: 50, message: `no ${kind} left` });
+    }
+  }
+
+  storeConformance('kubernetes (real kube-apiserver)', async () => {
+    await empty(kube.store);
+    const store = await openStore({ type: 'kubernetes', kubeconfig, watchBackoffMs: { initial: 20, max: 200 } });
+    return { store, close: () => store.close() };
+  }, { smallResumeWindow: 'a real apiserver resumes watches from its own cache, sized by itself' });
 });
 
 /** A store on a fresh API server and a Lease watch recording its events and errors, for `body` to drive. */
@@ -93,6 +127,27 @@ describe('kubernetes store watches', () => {
       expect(events.map((e) => e.type)).toEqual(['ADDED', ...Array<string>(12).fill('MODIFIED')]);
       expect(events.slice(1).map((e) => e.object.spec.leaseTransitions)).toEqual(Array.from({ length: 12 }, (_, i) => i));
     });
+  });
+
+  it('a request answered 429 is sent again after its Retry-After (as client-go does), up to THROTTLED_RETRIES times', async () => {
+    const api = await startFakeKubeApiServer({ namespaces: ['c1'] });
+    const store = await kubeStore(api);
+    try {
+      api.throttle(3, 0);
+      expect((await store.list('Lease')).items).toEqual([]);
+      expect(api.throttle(0)).toBe(0);
+      api.throttle(THROTTLED_RETRIES + 1, 0);
+      await expect(store.create('Lease', sampleObject('Lease', 'l'))).rejects.toMatchObject({ code: 'Unavailable' });
+      expect(api.throttle(0)).toBe(0);
+      // Retry-After is honoured: one second between the two attempts.
+      api.throttle(1, 1);
+      const t = performance.now();
+      await store.create('Lease', sampleObject('Lease', 'l'));
+      expect(performance.now() - t).toBeGreaterThanOrEqual(950);
+    } finally {
+      await store.close();
+      await api.close();
+    }
   });
 
   it('a store whose API server is gone fails ping with UnavailableError', async () => {

@@ -9,6 +9,7 @@ import type { ProxyCore } from '../dataplane/proxy-core.js';
 import { ADDON_NAME, PROXY_CONFIGURATION_NAME, type AddonRegistration, type Lease, type ManagedClusterAddOn, type ManagedProxyConfiguration } from '../store/objects.js';
 import { AlreadyExistsError, ConflictError, NotFoundError, type Store, type Watch } from '../store/store.js';
 import { WatchCache } from '../store/watch-cache.js';
+import { sameJson } from '../store/same-json.js';
 import { tunnelsOnOtherReplicas } from '../fleet/replicas.js';
 import { leaseHeld, microTime, writeLease } from '../fleet/lease.js';
 import { LEASE_GRACE_FACTOR, addonConditions, mergeConditions, type AgentReport, type ConditionSpec } from './conditions.js';
@@ -367,7 +368,7 @@ export class AddonManager {
     const registrations = installed?.registrations;
     const supportedConfigs = installed?.supportedConfigs;
     const namespace = installed ? installed.namespace ?? addon.status?.namespace : addon.spec.installNamespace;
-    const differs = (a: unknown, b: unknown): boolean => a !== undefined && JSON.stringify(a) !== JSON.stringify(b ?? []);
+    const differs = (a: unknown, b: unknown): boolean => a !== undefined && !sameJson(a, b ?? []);
     const extraChanged = differs(registrations, addon.status?.registrations) || differs(supportedConfigs, addon.status?.supportedConfigs) || namespace !== addon.status?.namespace;
     if (!changed && !extraChanged) return;
     try {
@@ -488,7 +489,7 @@ function sameReport(a: AgentReport, b: AgentReport): boolean {
   keys.delete('receivedAt');
   const x = a as unknown as Record<string, unknown>;
   const y = b as unknown as Record<string, unknown>;
-  for (const k of keys) if (JSON.stringify(x[k]) !== JSON.stringify(y[k])) return false;
+  for (const k of keys) if (!sameJson(x[k], y[k])) return false;
   return true;
 }
 

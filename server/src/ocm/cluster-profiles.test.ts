@@ -30,6 +30,10 @@ describe('ClusterProfile access provider', () => {
     expect(withAccessProvider(profile(OCM, first), opts)).toBeNull();
     const stale = { ...first, accessProviders: [{ name: 'open-cluster-management', cluster: { server: 'https://old/c1' } }, other] };
     expect(withAccessProvider(profile(OCM, stale), opts)!.accessProviders!.map((a) => a.cluster?.server)).toEqual(['https://gw.example.com:9092/c1', 'https://x']);
+    // As a real apiserver gives it back: every object's keys sorted. Nothing to write.
+    const sorted = JSON.parse(JSON.stringify(first, (_k, v: unknown) => (v && typeof v === 'object' && !Array.isArray(v) ? Object.fromEntries(Object.entries(v).sort(([a], [b]) => (a < b ? -1 : 1))) : v))) as typeof first;
+    expect(JSON.stringify(sorted.accessProviders![1])).not.toBe(JSON.stringify(first.accessProviders![1]));
+    expect(withAccessProvider(profile(OCM, sorted), opts)).toBeNull();
     // A CA rollover changes the bundle: rewritten.
     expect(withAccessProvider(profile(OCM, first), { ...opts, caBundle: () => 'PEM2' })).not.toBeNull();
   });

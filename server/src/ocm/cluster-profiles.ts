@@ -13,6 +13,7 @@
 // the object's resourceVersion (a conflict is retried next pass).
 import type { Logger } from 'pino';
 import type { ClusterProfile, KubeconfigCluster } from '../store/objects.js';
+import { sameJson } from '../store/same-json.js';
 import { ConflictError, NotFoundError, type Store } from '../store/store.js';
 import { CLUSTER_NAME_LABEL } from './names.js';
 
@@ -52,7 +53,7 @@ export function withAccessProvider(p: ClusterProfile, opts: ClusterProfileOption
   const ours = accessProviderOf(p, opts);
   const providers = [...(p.status?.accessProviders ?? [])];
   const i = providers.findIndex((a) => a.name === ACCESS_PROVIDER_NAME);
-  if (i >= 0 && JSON.stringify(providers[i]) === JSON.stringify(ours)) return null;
+  if (i >= 0 && sameJson(providers[i], ours)) return null;
   if (i >= 0) providers[i] = ours;
   else providers.push(ours);
   // OCM sets an empty list rather than none (its controller: "to avoid validation errors").

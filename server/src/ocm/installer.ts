@@ -28,7 +28,8 @@ import {
   type CsrCondition, type Kind, type ManagedCluster, type ManagedClusterAddOn, type ManagedProxyConfiguration, type ManifestWork, type Secret,
 } from '../store/objects.js';
 import { AlreadyExistsError, ConflictError, NotFoundError, type Store, type Watch } from '../store/store.js';
-import { canonicalJson, installNamespaceOf, releasingNamespaces, renderAgentWork } from './agent-work.js';
+import { installNamespaceOf, releasingNamespaces, renderAgentWork } from './agent-work.js';
+import { sameJson } from '../store/same-json.js';
 import { ClusterProfileWriter, type ClusterProfileOptions } from './cluster-profiles.js';
 import { signCertificateRequest } from './csr-signer.js';
 import {
@@ -235,9 +236,9 @@ export class OcmInstaller {
         log.info({ cluster }, 'agent ManifestWork created');
         return created;
       }
-      const sameSpec = canonicalJson(existing.spec) === canonicalJson(desired.spec);
+      const sameSpec = sameJson(existing.spec, desired.spec);
       const hashes = (w: ManifestWork): string => w.metadata.annotations?.[CONFIG_SPEC_HASH_ANNOTATION] ?? '';
-      const sameMeta = canonicalJson(existing.metadata.ownerReferences ?? []) === canonicalJson(desired.metadata.ownerReferences)
+      const sameMeta = sameJson(existing.metadata.ownerReferences ?? [], desired.metadata.ownerReferences)
         && Object.entries(desired.metadata.labels ?? {}).every(([k, v]) => existing.metadata.labels?.[k] === v) && hashes(existing) === hashes(desired);
       if (sameSpec && sameMeta) return existing;
       const annotations = { ...existing.metadata.annotations };

@@ -43,6 +43,38 @@ function parseBody(body: unknown): KubeStatus | null {
   return body && typeof body === 'object' ? (body as KubeStatus) : null;
 }
 
+/** How often a request the apiserver answered 429 is sent again (client-go: 10), and the longest wait between. */
+export const THROTTLED_RETRIES = 10;
+const MAX_RETRY_AFTER_MS = 5_000;
+
+/**
+ * `api` with each method sent again when the apiserver answers 429 Too Many Requests, after its Retry-After
+ * (whole seconds; 1 s when absent, at most MAX_RETRY_AFTER_MS), at most THROTTLED_RETRIES times, as client-go
+ * does. A real apiserver says 429 when API Priority and Fairness sheds load, and for a custom resource whose
+ * CRD was just established ("storage is (re)initializing"): a hub starting beside a fresh install saw that
+ * and exited.
+ */
+export function retryingThrottled<T extends object>(api: T, stopped: () => boolean = () => false): T {
+  return new Proxy(api, {
+    get(target, prop, receiver) {
+      const v = Reflect.get(target, prop, receiver) as unknown;
+      if (typeof v !== 'function') return v;
+      return async (...args: unknown[]) => {
+        for (let attempt = 0; ; attempt++) {
+          try {
+            return await (v as (...a: unknown[]) => Promise<unknown>).apply(target, args);
+          } catch (err) {
+            if (!(err instanceof ApiException) || err.code !== 429 || attempt >= THROTTLED_RETRIES || stopped()) throw err;
+            const header = Number((err.headers as Record<string, string | undefined>)['retry-after']);
+            const ms = Math.min(MAX_RETRY_AFTER_MS, Number.isFinite(header) && header >= 0 ? header * 1000 : 1000);
+            await new Promise((r) => setTimeout(r, ms));
+          }
+        }
+      };
+    },
+  });
+}
+
 /** The API's errors as the store's classes (404 NotFound, 409 AlreadyExists|Conflict, 410 Gone, 400/422 Invalid). */
 export function mapKubeError(err: unknown, what: string): Error {
   if (err instanceof StoreError) return err;
@@ -111,10 +143,11 @@ export class KubernetesStore implements Store {
     if (!cluster) throw new Error('No active cluster!');
     this.auth = new KeepAliveAuth(kubeConfig);
     const config = createConfiguration({ baseServer: new ServerConfiguration(cluster.server, {}), authMethods: { default: this.auth } });
-    this.custom = new CustomObjectsApi(config);
-    this.coord = new CoordinationV1Api(config);
-    this.core = new CoreV1Api(config);
-    this.certificates = new CertificatesV1Api(config);
+    const stopped = (): boolean => this.closed;
+    this.custom = retryingThrottled(new CustomObjectsApi(config), stopped);
+    this.coord = retryingThrottled(new CoordinationV1Api(config), stopped);
+    this.core = retryingThrottled(new CoreV1Api(config), stopped);
+    this.certificates = retryingThrottled(new CertificatesV1Api(config), stopped);
     this.watcher = new KubeWatch(kubeConfig);
     this.backoff = opts.watchBackoffMs ?? { initial: 200, max: 10_000 };
   }

@@ -7,7 +7,8 @@
 // after `persist` resolved. Reads wait until every write applied before them is persisted, so a
 // reader never acts on a write that a crash could still take back.
 import { randomUUID } from 'node:crypto';
-import { KINDS, type CertificateSigningRequest, type HubObject, type Kind, type ObjectOfKind } from './objects.js';
+import { sameJson } from './same-json.js';
+import { KINDS, KINDS_WITHOUT_GENERATION, type CertificateSigningRequest, type HubObject, type Kind, type ObjectOfKind } from './objects.js';
 import {
   AlreadyExistsError, ConflictError, GoneError, InvalidError, NotFoundError, UnavailableError, describeKey,
   type ListOptions, type ListResult, type ObjectKey, type StatusOptions, type Store, type Watch, type WatchEvent, type WatchEventType,
@@ -127,6 +128,13 @@ function csrStatus(current: CertificateSigningRequest['status'], given: Certific
       throw new InvalidError('CertificateSigningRequest: Approved and Denied conditions are mutually exclusive');
     }
     return { ...current, conditions: next };
+  }
+  // On /status the approval conditions stay as they are: adding or removing one is refused (as the apiserver does).
+  for (const c of cur.filter((x) => APPROVAL.has(x.type))) {
+    if (!next.some((n) => n.type === c.type)) throw new InvalidError(`CertificateSigningRequest: status updates may not remove a condition of type "${c.type}"`);
+  }
+  for (const n of next.filter((x) => APPROVAL.has(x.type))) {
+    if (!cur.some((c) => c.type === n.type)) throw new InvalidError(`CertificateSigningRequest: status updates may not add a condition of type "${n.type}"`);
   }
   const conditions = [...cur.filter((c) => APPROVAL.has(c.type)), ...next.filter((c) => !APPROVAL.has(c.type))];
   const out: NonNullable<CertificateSigningRequest['status']> = { ...given, conditions };
@@ -254,7 +262,8 @@ export class MemoryStore implements Store {
     const rv = ++this.rv;
     c.metadata.uid = randomUUID();
     c.metadata.creationTimestamp = new Date().toISOString().replace(/\.\d{3}Z$/, 'Z');
-    c.metadata.generation = 1;
+    if (KINDS_WITHOUT_GENERATION.has(kind)) delete c.metadata.generation;
+    else c.metadata.generation = 1;
     delete c.metadata.deletionTimestamp;
     if (c.metadata.finalizers?.length === 0) delete c.metadata.finalizers;
     c.metadata.resourceVersion = String(rv);
@@ -291,10 +300,9 @@ export class MemoryStore implements Store {
       else (next as { status?: unknown }).status = status;
     } else {
       next = c;
-      // Kubernetes: a CSR's spec never changes after create (what was asked for is what gets judged).
-      if (kind === 'CertificateSigningRequest' && JSON.stringify((c as CertificateSigningRequest).spec) !== JSON.stringify((current as CertificateSigningRequest).spec)) {
-        throw new InvalidError(`${describeKey(kind, c.metadata)}: spec is immutable`);
-      }
+      // Kubernetes: a CSR's spec never changes after create (what was asked for is what gets judged); an update
+      // keeps the old spec and takes the rest, as the apiserver's strategy does.
+      if (kind === 'CertificateSigningRequest') (next as CertificateSigningRequest).spec = copy((current as CertificateSigningRequest).spec);
       const m = next.metadata;
       const cur = current.metadata;
       m.uid = cur.uid;
@@ -311,8 +319,8 @@ export class MemoryStore implements Store {
         if (st === undefined) delete (next as { status?: unknown }).status;
         else (next as { status?: unknown }).status = copy(st);
       }
-      const changed = JSON.stringify(body(next)) !== JSON.stringify(body(current));
-      m.generation = (cur.generation ?? 1) + (changed ? 1 : 0);
+      if (KINDS_WITHOUT_GENERATION.has(kind)) delete m.generation;
+      else m.generation = (cur.generation ?? 1) + (sameJson(body(next), body(current)) ? 0 : 1);
     }
     const rv = ++this.rv;
     next.metadata.resourceVersion = String(rv);

@@ -279,6 +279,12 @@ export const KINDS = {
 } as const satisfies Record<HubObject['kind'], KindInfo>;
 
 export type Kind = keyof typeof KINDS;
+
+/**
+ * Kinds Kubernetes keeps no `metadata.generation` for (built-in kinds whose strategy does not track one); every
+ * custom resource has one. Both stores do the same, so the objects look alike.
+ */
+export const KINDS_WITHOUT_GENERATION: ReadonlySet<Kind> = new Set<Kind>(['Lease', 'Secret', 'CertificateSigningRequest']);
 export type ObjectOfKind<K extends Kind> = Extract<HubObject, { kind: K }>;
 
 /** Names the addon uses everywhere (OCM's). */

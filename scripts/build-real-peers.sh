@@ -1,0 +1,124 @@
+#!/usr/bin/env bash
+# Builds the real Kubernetes control plane the tests run against (test/src/fixtures/real-kube.ts): etcd,
+# kube-apiserver and kube-controller-manager, from their Go modules at the versions pinned in
+# test/real-k8s/go.mod (the one place the pins live). Each binary goes to
+# $CLUSTER_PROXY_PEERS_CACHE (default ~/.cache/cluster-proxy/real-peers)/<name>-<version>/<name>, outside
+# git and shared by every clone on the machine, and is built only when that file is missing, so a moved pin
+# builds anew and everything else is reused; current.json there then names the binaries of
+# the current pins (what the fixture starts). Prints what it did and how long it took.
+#
+#   bash scripts/build-real-peers.sh                      # build what is missing
+#   bash scripts/build-real-peers.sh --pin k8s.io/kubernetes@v1.35.4   # move a pin (also go.etcd.io/etcd/server/v3@v3.6.5)
+#
+# Needs a Go toolchain of at least the go.mod's `go` line: the machine's `go` when it has one of 1.21 or later
+# (it fetches a newer toolchain itself when go.mod asks for one), else Go's own toolchain module from the Go
+# module proxy, unpacked once into that cache's go-<version>/.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT="$PWD"
+MOD="$ROOT/test/real-k8s"
+# Outside the checkout, so every clone on this machine (CI's fresh one too) reuses the builds.
+CACHE="${CLUSTER_PROXY_PEERS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/cluster-proxy/real-peers}"
+BOOTSTRAP_GO=1.26.8
+mkdir -p "$CACHE"
+
+# A Go toolchain: go 1.21+ switches to the toolchain go.mod needs by itself (GOTOOLCHAIN=auto).
+go_ok() { command -v go >/dev/null 2>&1 && go version 2>/dev/null | grep -Eq 'go1\.(2[1-9]|[3-9][0-9])'; }
+if ! go_ok; then
+  gdir="$CACHE/go-$BOOTSTRAP_GO"
+  if [ ! -x "$gdir/go/bin/go" ]; then
+    echo "==> fetching the Go $BOOTSTRAP_GO toolchain from the Go module proxy into $gdir"
+    arch="$(uname -m)"; case "$arch" in x86_64) arch=amd64 ;; aarch64) arch=arm64 ;; esac
+    zip="$CACHE/go-$BOOTSTRAP_GO.zip"
+    curl -fsSL -o "$zip" "https://proxy.golang.org/golang.org/toolchain/@v/v0.0.1-go$BOOTSTRAP_GO.linux-$arch.zip"
+    rm -rf "$gdir.tmp" && mkdir -p "$gdir.tmp"
+    python3 -c 'import sys, zipfile, os
+z = zipfile.ZipFile(sys.argv[1])
+for i in z.infolist():
+    p = z.extract(i, sys.argv[2])
+    mode = (i.external_attr >> 16) & 0o777
+    if mode: os.chmod(p, mode)' "$zip" "$gdir.tmp"
+    # The module zip holds golang.org/toolchain@v0.0.1-go…/ with GOROOT's content inside.
+    mv "$gdir.tmp"/golang.org/toolchain@*/ "$gdir.tmp/go" && rm -rf "$gdir.tmp/golang.org"
+    rm -rf "$gdir" && mv "$gdir.tmp" "$gdir" && rm -f "$zip"
+  fi
+  export PATH="$gdir/go/bin:$PATH"
+  export GOTOOLCHAIN=local
+fi
+
+if [ "${1:-}" = "--pin" ]; then
+  # MODULE@VERSION: kubernetes also moves its staging modules (k8s.io/api … at v0.X.Y for v1.X.Y).
+  spec="${2:?usage: --pin MODULE@VERSION}"; module="${spec%@*}"; version="${spec#*@}"
+  cd "$MOD"
+  go mod edit -require="$module@$version"
+  if [ "$module" = "k8s.io/kubernetes" ]; then
+    go mod download "k8s.io/kubernetes@$version"
+    upstream="$(go env GOMODCACHE)/k8s.io/kubernetes@$version/go.mod"
+    staging="v0.${version#v1.}"
+    for m in $(sed -n '/^replace (/,/^)/p' "$upstream" | awk '$2 == "=>" && $3 ~ /^\.\/staging/ {print $1}'); do
+      go mod edit -replace="$m=$m@$staging"
+    done
+  fi
+  go mod tidy
+  echo "pinned $module@$version; now: bash scripts/build-real-peers.sh"
+  exit 0
+fi
+
+cd "$MOD"
+version_of() { go list -m -f '{{.Version}}' "$1"; }
+KUBE_VERSION="$(version_of k8s.io/kubernetes)"
+ETCD_VERSION="$(version_of go.etcd.io/etcd/server/v3)"
+# name, version, Go package
+PEERS=(
+  "etcd $ETCD_VERSION go.etcd.io/etcd/server/v3"
+  "kube-apiserver $KUBE_VERSION k8s.io/kubernetes/cmd/kube-apiserver"
+  "kube-controller-manager $KUBE_VERSION k8s.io/kubernetes/cmd/kube-controller-manager"
+)
+
+# One build at a time (test files may ask at once); whoever waited finds the binaries there.
+exec 9>"$CACHE/.lock"
+flock 9
+start=$SECONDS
+built=()
+for p in "${PEERS[@]}"; do
+  read -r name version pkg <<<"$p"
+  out="$CACHE/$name-$version"
+  [ -x "$out/$name" ] && continue
+  echo "==> building $name $version ($pkg)"
+  mkdir -p "$out"
+  tmp="$(mktemp -d "$CACHE/.build-XXXXXX")"
+  trap 'rm -rf "$tmp"' EXIT
+  # -trimpath: the binaries do not depend on where the checkout is. Kubernetes' own build stamps its version
+  # (kube-apiserver's /version, the clients' user agent); a plain go build would say v0.0.0-master.
+  ldflags=""
+  if [ "$version" = "$KUBE_VERSION" ]; then
+    minor="${KUBE_VERSION#v1.}"; minor="${minor%%.*}"
+    for vp in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+      ldflags+=" -X $vp.gitVersion=$KUBE_VERSION -X $vp.gitMajor=1 -X $vp.gitMinor=$minor -X $vp.gitTreeState=clean"
+    done
+  fi
+  nice -n 10 go build -trimpath -ldflags "$ldflags" -o "$tmp/$name" "$pkg"
+  mv "$tmp/$name" "$out/$name"
+  rmdir "$tmp"
+  trap - EXIT
+  built+=("$name")
+done
+if [ ${#built[@]} -gt 0 ]; then
+  echo "==> real peers: built ${built[*]} in $((SECONDS - start)) s (etcd $ETCD_VERSION, kubernetes $KUBE_VERSION) into $CACHE"
+else
+  echo "==> real peers: etcd $ETCD_VERSION, kubernetes $KUBE_VERSION already built in $CACHE ($((SECONDS - start)) s)"
+fi
+# What the fixture reads: the pins now in go.mod and their binaries.
+{
+  echo "{"
+  echo "  \"versions\": { \"kubernetes\": \"$KUBE_VERSION\", \"etcd\": \"$ETCD_VERSION\" },"
+  echo "  \"binaries\": {"
+  for i in "${!PEERS[@]}"; do
+    read -r name version _ <<<"${PEERS[$i]}"
+    sep=,; [ "$i" -eq $((${#PEERS[@]} - 1)) ] && sep=
+    echo "    \"$name\": \"$CACHE/$name-$version/$name\"$sep"
+  done
+  echo "  }"
+  echo "}"
+} >"$CACHE/current.json.tmp"
+mv "$CACHE/current.json.tmp" "$CACHE/current.json"
