@@ -86,9 +86,9 @@ export class ImpersonatingProxy {
   connect(): Duplex {
     const [tunnelEnd, serverEnd] = duplexPair({ allowHalfOpen: true });
     // The tunnel's end destroyed (the hub closed the connection: its caller left) ends the server's side
-    // too, and with it any request to the apiserver still open (res 'close' → upstream destroyed).
+    // too, and with it any request to the apiserver still open (res 'close' → upstream destroyed). The other
+    // way needs nothing: the server's end reaches the tunnel as EOF after every byte it wrote.
     tunnelEnd.once('close', () => serverEnd.destroy());
-    serverEnd.once('close', () => tunnelEnd.destroy());
     this.server.emit('connection', socketLike(serverEnd));
     return socketLike(tunnelEnd);
   }
