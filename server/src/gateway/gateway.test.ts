@@ -1,8 +1,9 @@
 // The gateway's pure parts: the request target, and the hub-signed identity the agent believes.
 import { X509Certificate, generateKeyPairSync, sign } from 'node:crypto';
 import { describe, expect, it } from 'vitest';
-import { DELEGATION_TTL_MS, IDENTITY_TTL_MS, certificatesOf, impersonateExtraHeaders, requestLine, signIdentity, verifyIdentity } from '@cluster-proxy/proto';
+import { DELEGATION_TTL_MS, GATEWAY_AGENT_MAX_HEAD_BYTES, IDENTITY_TTL_MS, certificatesOf, impersonateExtraHeaders, requestLine, signIdentity, verifyIdentity } from '@cluster-proxy/proto';
 import { createCA, issueClientCert, issueServerCert } from '../pki/certificates.js';
+import { headTooLarge, impersonatedIdentity } from './forward.js';
 import { parseGatewayTarget } from './paths.js';
 
 describe('parseGatewayTarget', () => {
@@ -84,5 +85,21 @@ describe('gateway identity assertion', () => {
     const renewed = signIdentity(who, 'c1', GET, serving.certPem, serving.keyPem, Date.now() + DELEGATION_TTL_MS / 2 + 1000);
     expect(renewed.signer).not.toBe(a.signer);
     expect(verifyIdentity(renewed.assertion, renewed.signer, trust, 'c1', GET, Date.now() + DELEGATION_TTL_MS / 2 + 1000)).toEqual(who);
+  });
+});
+
+describe('what the gateway hands the agent', () => {
+  it('the identity the cluster sees: the prefix before the user and every group, uid and extra as they are', () => {
+    const caller = { user: 'alice', groups: ['ops', 'dev'], uid: 'u1', extra: { k: ['v'] }, source: 'oidc', name: 'oidc user "alice"', clusters: '*' as const };
+    expect(impersonatedIdentity(caller, 'hub:')).toEqual({ user: 'hub:alice', groups: ['hub:ops', 'hub:dev'], uid: 'u1', extra: { k: ['v'] } });
+    expect(impersonatedIdentity(caller, '')).toEqual({ user: 'alice', groups: ['ops', 'dev'], uid: 'u1', extra: { k: ['v'] } });
+  });
+
+  it('a head the identity would take past what an agent takes is refused in one line; one within it passes', () => {
+    expect(headTooLarge('GET', '/version', { host: 'x', 'x-cluster-proxy-identity': 'a'.repeat(30_000) })).toBeNull();
+    const why = headTooLarge('GET', '/version', { host: 'x', 'x-cluster-proxy-identity': 'a'.repeat(GATEWAY_AGENT_MAX_HEAD_BYTES) });
+    expect(why).toMatch(new RegExp(`^the request head with the caller's identity \\(\\d+ bytes\\) is larger than the ${GATEWAY_AGENT_MAX_HEAD_BYTES} bytes an agent takes$`));
+    // Every value of a repeated header counts.
+    expect(headTooLarge('GET', '/', { 'x-a': Array.from({ length: 70 }, () => 'b'.repeat(1000)) })).not.toBeNull();
   });
 });
