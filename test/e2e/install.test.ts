@@ -7,8 +7,8 @@
 //  - `scripts/install-cli.sh` (what quickstart.sh runs) leaves `cluster-proxy` on a login shell's PATH.
 // The README lines use the hub's default ports; where network namespaces exist they run in one of their
 // own (its own loopback), so they cannot collide with anything else on the machine.
-import { existsSync, lstatSync, readlinkSync } from 'node:fs';
-import { mkdir, mkdtemp, readFile, rm, symlink, unlink } from 'node:fs/promises';
+import { existsSync, lstatSync, readFileSync, readlinkSync } from 'node:fs';
+import { mkdir, mkdtemp, readFile, rm, symlink, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -111,7 +111,7 @@ describe('scripts/install-cli.sh (run by quickstart.sh)', () => {
     // Where the script links by default: npm's global bin directory (or ~/.local/bin when not writable).
     const npmPrefix = (await runCommand('npm', ['prefix', '-g'])).stdout.trim();
     const candidates = [path.join(npmPrefix, 'bin', 'cluster-proxy'), path.join(os.homedir(), '.local', 'bin', 'cluster-proxy')];
-    const before = new Map(candidates.map((c) => [c, existsSync(c) || isLink(c) ? readlinkOrNull(c) : undefined]));
+    const before = new Map(candidates.map((c) => [c, whatIsAt(c)]));
     try {
       const r = await runCommand('bash', [path.join(ROOT, 'scripts/install-cli.sh')], { env: { ...process.env, CLUSTER_PROXY_BIN_DIR: undefined } });
       expect(r.code, r.stderr).toBe(0);
@@ -123,31 +123,27 @@ describe('scripts/install-cli.sh (run by quickstart.sh)', () => {
       const launcher = await readFile(login.stdout.split('\n')[0]!, 'utf8');
       expect(launcher).toContain(`'${path.join(ROOT, 'cli/dist/main.js')}'`);
     } finally {
-      // Put back what was there (the test must not change the machine).
+      // Put back what was there, a link or a launcher file (the test must not change the machine).
       for (const [c, was] of before) {
-        if (was === undefined) await unlink(c).catch(() => {});
-        else if (was !== null && readlinkOrNull(c) !== was) {
-          await unlink(c).catch(() => {});
-          await mkdir(path.dirname(c), { recursive: true });
-          await symlink(was, c);
-        }
+        await rm(c, { force: true });
+        if (was.kind === 'none') continue;
+        await mkdir(path.dirname(c), { recursive: true });
+        if (was.kind === 'link') await symlink(was.target, c);
+        else await writeFile(c, was.content, { mode: was.mode });
       }
     }
   }, 60_000);
 });
 
-function isLink(p: string): boolean {
+type WasAt = { kind: 'none' } | { kind: 'link'; target: string } | { kind: 'file'; content: Buffer; mode: number };
+
+/** What is at `p` now: nothing, a symbolic link (an older install-cli.sh's) or a file (its launcher now). */
+function whatIsAt(p: string): WasAt {
   try {
-    return lstatSync(p).isSymbolicLink();
+    const st = lstatSync(p);
+    return st.isSymbolicLink() ? { kind: 'link', target: readlinkSync(p) } : { kind: 'file', content: readFileSync(p), mode: st.mode & 0o777 };
   } catch {
-    return false;
+    return { kind: 'none' };
   }
 }
 
-function readlinkOrNull(p: string): string | null {
-  try {
-    return readlinkSync(p);
-  } catch {
-    return null;
-  }
-}
