@@ -42,7 +42,7 @@ afterAll(async () => {
 type Side = 'old' | 'new';
 const cliOf = (s: Side): string => (s === 'old' ? OLD : CLI);
 
-describe.each<[Side, Side]>([['new', 'old'], ['old', 'new']])('a %s hub with an %s agent', (hubSide, agentSide) => {
+describe.each<[Side, Side]>([['new', 'old'], ['old', 'new']])('hub %s, agent %s', (hubSide, agentSide) => {
   let pki: TestPki;
   let tmp: string;
   let hub: HubProcess;
