@@ -7,6 +7,7 @@ import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startFakeKubeApiServer, startRealKube, type FakeKubeApiServer, type RealKube } from '../src/fixtures/index.js';
 import { createPki, type TestPki } from '../src/harness.js';
+import { SAMPLE_CSR } from '../src/store-conformance.js';
 
 const START_TIMEOUT_MS = 45 * 60_000;
 const NS = 'c1';
@@ -39,16 +40,6 @@ function answer(status: number, text: string): Answer {
     body,
   };
 }
-
-/** A real PKCS#10 request (its key thrown away), as the store conformance suite uses. */
-const SAMPLE_CSR = `-----BEGIN CERTIFICATE REQUEST-----
-MIHXMH8CAQAwHTEbMBkGA1UEAwwSY29uZm9ybWFuY2Utc2FtcGxlMFkwEwYHKoZI
-zj0CAQYIKoZIzj0DAQcDQgAEQHQID4D/7bgFuRweIKkN8cswOHUi+iVwxKhksaV9
-4EblKiRlq+5FbZinHxFWaf5EBiGfFzFznHlmx/mc+gWdVKAAMAoGCCqGSM49BAMC
-A0gAMEUCIQDkxaSiyqi02T9hm6LQUJ6uNZkQNohXdAK5SuhnYnyLfAIgfsgVwNUA
-aS06oqsuzEcr/8wjgzS3U0HnDkyehzdmajs=
------END CERTIFICATE REQUEST-----
-`;
 
 const ADDONS = `/apis/addon.open-cluster-management.io/v1alpha1/namespaces/${NS}/managedclusteraddons`;
 const MPCS = '/apis/proxy.open-cluster-management.io/v1alpha1/managedproxyconfigurations';

@@ -26,8 +26,8 @@ export interface ConformanceLimits {
   smallResumeWindow?: string;
 }
 
-/** A valid object of each kind (name/namespace given). */
-const SAMPLE_CSR = `-----BEGIN CERTIFICATE REQUEST-----
+/** A real PKCS#10 request (its key thrown away), for CSR objects in tests. */
+export const SAMPLE_CSR = `-----BEGIN CERTIFICATE REQUEST-----
 MIHXMH8CAQAwHTEbMBkGA1UEAwwSY29uZm9ybWFuY2Utc2FtcGxlMFkwEwYHKoZI
 zj0CAQYIKoZIzj0DAQcDQgAEQHQID4D/7bgFuRweIKkN8cswOHUi+iVwxKhksaV9
 4EblKiRlq+5FbZinHxFWaf5EBiGfFzFznHlmx/mc+gWdVKAAMAoGCCqGSM49BAMC
@@ -36,6 +36,7 @@ aS06oqsuzEcr/8wjgzS3U0HnDkyehzdmajs=
 -----END CERTIFICATE REQUEST-----
 `;
 
+/** A valid object of each kind (name/namespace given). */
 export function sampleObject<K extends Kind>(kind: K, name: string, namespace = 'c1'): ObjectOfKind<K> {
   const ns = { name, namespace };
   const objects: { [P in Kind]: ObjectOfKind<P> } = {
