@@ -8,7 +8,3 @@ export function allAddresses(interfaces: ReturnType<typeof os.networkInterfaces>
   return ipv6 ? '::' : '0.0.0.0';
 }
 
-/** `host:port` as a person types it back: IPv6 in brackets. */
-export function hostPort(host: string, port: number): string {
-  return host.includes(':') ? `[${host}]:${port}` : `${host}:${port}`;
-}

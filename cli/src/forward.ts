@@ -3,12 +3,11 @@
 import net from 'node:net';
 import type { Duplex } from 'node:stream';
 import { readFile } from 'node:fs/promises';
-import { splitHostPort } from '@cluster-proxy/proto';
+import { joinHostPort, splitHostPort } from '@cluster-proxy/proto';
 import type { Logger } from 'pino';
 import { Tunnel } from '@cluster-proxy/client';
 import { createLogger } from './logging.js';
 import { UsageError, helpText, parseFlags, required, str, type FlagSpecs } from './flags.js';
-import { hostPort } from './bind-address.js';
 
 export const clientConnectionFlags: FlagSpecs = {
   frontend: { type: 'string', default: '127.0.0.1:8090', help: 'hub gRPC frontend HOST:PORT, or unix:///path.sock' },
@@ -116,8 +115,8 @@ export async function runForward(args: string[]): Promise<void> {
   const tunnel = await tunnelFromFlags(flags);
   const server = await serveForward(tunnel, destination, listen, log);
   const addr = server.address() as net.AddressInfo;
-  log.info({ cluster, destination, listen: hostPort(addr.address, addr.port) }, 'forwarding');
-  process.stderr.write(`Forwarding ${hostPort(addr.address, addr.port)} -> ${destination} (cluster ${cluster}). Ctrl+C to stop.\n`);
+  log.info({ cluster, destination, listen: joinHostPort(addr.address, addr.port) }, 'forwarding');
+  process.stderr.write(`Forwarding ${joinHostPort(addr.address, addr.port)} -> ${destination} (cluster ${cluster}). Ctrl+C to stop.\n`);
   await new Promise<void>((resolve) => {
     const stop = (): void => {
       server.close(() => resolve());

@@ -1,5 +1,6 @@
 // Header hygiene for the HTTP gateway's two proxies (the hub's gateway and the agent's impersonating
 // proxy): what one HTTP hop must not pass on (RFC 9110 §7.6.1), and who may send Impersonate-*.
+import { IDENTITY_HEADER, IDENTITY_SIGNER_HEADER } from './gateway-identity.js';
 
 /** Connection-specific headers, never forwarded (plus whatever Connection itself names). */
 const HOP_BY_HOP = new Set(['connection', 'keep-alive', 'proxy-connection', 'proxy-authenticate', 'proxy-authorization', 'te', 'trailer', 'transfer-encoding', 'upgrade']);
@@ -57,3 +58,20 @@ export const GATEWAY_MAX_HEAD_BYTES = 16 * 1024;
  * pass this once the identity is added, so no request is refused further down.
  */
 export const GATEWAY_AGENT_MAX_HEAD_BYTES = 64 * 1024;
+
+/**
+ * What either gateway hop passes on of the headers it received: the end-to-end ones, less every credential
+ * (Authorization, Impersonate-*, X-Remote-*, a bearer WebSocket subprotocol), Host and the hub's identity
+ * hand-off headers. The hub sends the result on with its own identity; the agent, with its own credentials.
+ */
+export function gatewayForwardedHeaders(headers: Readonly<Record<string, string[] | undefined>>): Record<string, string | string[]> {
+  const out: Record<string, string | string[]> = endToEndHeaders(headers, (name) =>
+    name === 'authorization' || name === 'host' || name === IDENTITY_HEADER || name === IDENTITY_SIGNER_HEADER || isImpersonationHeader(name) || isCredentialHeader(name));
+  const protocols = headers['sec-websocket-protocol'];
+  if (protocols) {
+    const kept = withoutBearerProtocols(protocols);
+    if (kept) out['sec-websocket-protocol'] = kept;
+    else delete out['sec-websocket-protocol'];
+  }
+  return out;
+}

@@ -243,32 +243,36 @@ describe('a rolling upgrade of three replicas on the Kubernetes store, under loa
         }
       }
     })();
-    // Every replica's client connection up and dialing before the first one goes.
-    await waitFor(() => dials >= 30 || failures.length > 0, { timeoutMs: 30_000, message: 'the load under way' });
-    for (const i of [0, 1, 2]) {
-      // Out of the balancer first (no new dials), then a graceful stop that lets the dials in flight finish,
-      // as Kubernetes does it; the client's connection to the old process goes with it.
-      ready.delete(i);
-      phase = `stopping hub-${i}`;
-      const stopping = fleet.hubs[i]!;
-      await stopping.stop();
-      stoppedLogs.push(...stopping.proc.lines().slice(-40).map((l) => `hub-${i}: ${l}`));
-      phase = `starting hub-${i}`;
-      fleet.hubs[i] = null;
-      tunnels.get(i)?.close();
-      tunnels.delete(i);
-      fleet.hubs[i] = await fleet.startReplica(i);
-      await waitFor(async () => (await getStatus(fleet.hubs[i]!.ports.health, '/readyz')).status === 200, { timeoutMs: 30_000, message: `hub-${i} ready` });
-      phase = `hub-${i} ready, agents coming back`;
-      await fleet.allAgentsAt(['hub-0', 'hub-1', 'hub-2']);
-      phase = `hub-${i} back`;
-      ready.add(i);
-      const before = dials;
-      await waitFor(() => dials >= before + 20, { timeoutMs: 30_000, message: 'dials go on after the replica came back' });
+    // The load stops and its clients close however the upgrade ends (a failed wait too).
+    try {
+      // Every replica's client connection up and dialing before the first one goes.
+      await waitFor(() => dials >= 30 || failures.length > 0, { timeoutMs: 30_000, message: 'the load under way' });
+      for (const i of [0, 1, 2]) {
+        // Out of the balancer first (no new dials), then a graceful stop that lets the dials in flight finish,
+        // as Kubernetes does it; the client's connection to the old process goes with it.
+        ready.delete(i);
+        phase = `stopping hub-${i}`;
+        const stopping = fleet.hubs[i]!;
+        await stopping.stop();
+        stoppedLogs.push(...stopping.proc.lines().slice(-40).map((l) => `hub-${i}: ${l}`));
+        phase = `starting hub-${i}`;
+        fleet.hubs[i] = null;
+        tunnels.get(i)?.close();
+        tunnels.delete(i);
+        fleet.hubs[i] = await fleet.startReplica(i);
+        await waitFor(async () => (await getStatus(fleet.hubs[i]!.ports.health, '/readyz')).status === 200, { timeoutMs: 30_000, message: `hub-${i} ready` });
+        phase = `hub-${i} ready, agents coming back`;
+        await fleet.allAgentsAt(['hub-0', 'hub-1', 'hub-2']);
+        phase = `hub-${i} back`;
+        ready.add(i);
+        const before = dials;
+        await waitFor(() => dials >= before + 20, { timeoutMs: 30_000, message: 'dials go on after the replica came back' });
+      }
+    } finally {
+      running = false;
+      await load;
+      for (const t of tunnels.values()) t.close();
     }
-    running = false;
-    await load;
-    for (const t of tunnels.values()) t.close();
     expect(failures, stoppedLogs.filter((l) => !l.includes('"level":20')).join('\n')).toEqual([]);
     expect(dials).toBeGreaterThan(60);
   }, 240_000);

@@ -25,8 +25,8 @@ import { readFile } from 'node:fs/promises';
 import https from 'node:https';
 import { Duplex, duplexPair, pipeline } from 'node:stream';
 import {
-  GATEWAY_AGENT_MAX_HEAD_BYTES, IDENTITY_HEADER, IDENTITY_SIGNER_HEADER, certificatesOf, endToEndHeaders, identityProblem, impersonateExtraHeaders, isCredentialHeader,
-  isImpersonationHeader, isReservedInCluster, quoteName, requestLine, textAnswer, utf8HeaderValue, verifyIdentity, withoutBearerProtocols, type GatewayIdentity, http,
+  GATEWAY_AGENT_MAX_HEAD_BYTES, IDENTITY_HEADER, IDENTITY_SIGNER_HEADER, certificatesOf, endToEndHeaders, gatewayForwardedHeaders, identityProblem, impersonateExtraHeaders,
+  isReservedInCluster, quoteName, requestLine, textAnswer, utf8HeaderValue, verifyIdentity, type GatewayIdentity, http,
 } from '@cluster-proxy/proto';
 import type { Logger } from 'pino';
 import type { KubeRestConfig } from '../kube-rest.js';
@@ -147,14 +147,8 @@ export class ImpersonatingProxy {
     } catch (err) {
       return { status: 502, message: `the agent has no Kubernetes API credentials: ${(err as Error).message}` };
     }
-    const headers: Record<string, string | string[]> = endToEndHeaders(req.headersDistinct, (name) =>
-      name === 'authorization' || name === 'host' || name === IDENTITY_HEADER || name === IDENTITY_SIGNER_HEADER || isImpersonationHeader(name) || isCredentialHeader(name));
-    const protocols = req.headersDistinct['sec-websocket-protocol'];
-    if (protocols) {
-      const kept = withoutBearerProtocols(protocols);
-      if (kept) headers['sec-websocket-protocol'] = kept;
-      else delete headers['sec-websocket-protocol'];
-    }
+    // Dropped again here, whatever the hub sent: this hop's own check (proto http-headers.ts).
+    const headers = gatewayForwardedHeaders(req.headersDistinct);
     if (token) headers['authorization'] = `Bearer ${token}`;
     headers['impersonate-user'] = utf8HeaderValue(identity.user);
     if (identity.groups.length > 0) headers['impersonate-group'] = identity.groups.map(utf8HeaderValue);

@@ -5,7 +5,7 @@
 // backpressure (write() → false → wait for 'drain'); nothing is buffered whole.
 import { pipeline, type Duplex } from 'node:stream';
 import tls from 'node:tls';
-import { GATEWAY_AGENT_MAX_HEAD_BYTES, GATEWAY_HOST, IDENTITY_HEADER, IDENTITY_SIGNER_HEADER, appendForwardedFor, endToEndHeaders, isCredentialHeader, isImpersonationHeader, requestLine, signIdentity, withoutBearerProtocols, type DialFailureReason, type GatewayIdentity, http } from '@cluster-proxy/proto';
+import { GATEWAY_AGENT_MAX_HEAD_BYTES, GATEWAY_HOST, IDENTITY_HEADER, IDENTITY_SIGNER_HEADER, appendForwardedFor, endToEndHeaders, gatewayForwardedHeaders, requestLine, signIdentity, type DialFailureReason, type GatewayIdentity, http } from '@cluster-proxy/proto';
 import type { ProxyCore } from '../dataplane/proxy-core.js';
 import type { GatewayPool } from './agent-pool.js';
 import type { GatewayCaller } from './auth.js';
@@ -45,11 +45,6 @@ export interface ForwardContext {
   responseTimeoutMs: number;
 }
 
-/** Caller headers the gateway never passes on: its credentials (any kind) and our own hand-off headers. */
-function dropFromCaller(name: string): boolean {
-  return name === 'authorization' || name === 'host' || name === IDENTITY_HEADER || name === IDENTITY_SIGNER_HEADER || isImpersonationHeader(name) || isCredentialHeader(name);
-}
-
 /** The proxy-service form's destination: a Service, reached directly (no identity, no impersonation). */
 export interface ServiceDestination {
   target: ServiceTarget;
@@ -71,13 +66,7 @@ export function identityHeaders(ctx: Pick<ForwardContext, 'signing'>, identity: 
 
 /** The caller's end-to-end headers for the agent: less its credentials (a WebSocket's bearer subprotocol too), with our X-Forwarded-For. */
 export function callerHeaders(req: HttpTypes.IncomingMessage): Record<string, string | string[]> {
-  const headers: Record<string, string | string[]> = endToEndHeaders(req.headersDistinct, dropFromCaller);
-  const protocols = req.headersDistinct['sec-websocket-protocol'];
-  if (protocols) {
-    const kept = withoutBearerProtocols(protocols);
-    if (kept) headers['sec-websocket-protocol'] = kept;
-    else delete headers['sec-websocket-protocol'];
-  }
+  const headers = gatewayForwardedHeaders(req.headersDistinct);
   headers['x-forwarded-for'] = appendForwardedFor(req.headersDistinct['x-forwarded-for'], req.socket.remoteAddress ?? 'unknown');
   return headers;
 }

@@ -130,20 +130,18 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
   const handle = async (req: HttpTypes.IncomingMessage, ex: Exchange): Promise<void> => {
     const started = process.hrtime.bigint();
     const audit: Audit = { clusterLabel: '', status: 0, bytesIn: 0, bytesOut: 0, ...(ex.kind === 'upgrade' ? { upgrade: req.headers.upgrade ?? '' } : {}) };
-    const fail = (status: number, message: string, reason: string, extra: Record<string, string> = {}): void => {
+    // Every refusal, here or further down (431, 502, 504, …), closes the connection: nothing after it is handled.
+    const closeAfter = (to: HttpTypes.ServerResponse | Duplex, status: number, message: string, extra: Record<string, string> = {}): void => {
       laneOf(req.socket).closed = true;
-      if (ex.kind === 'request') refuse(ex.res, status, message, extra);
-      else rawRefusal(ex.socket, status, message, extra);
+      if (to instanceof http.ServerResponse) refuse(to, status, message, extra);
+      else rawRefusal(to, status, message, extra);
+    };
+    const fail = (status: number, message: string, reason: string, extra: Record<string, string> = {}): void => {
+      closeAfter(ex.kind === 'request' ? ex.res : ex.socket, status, message, extra);
       audit.status = status;
       audit.reason = reason;
       // A refused request's body is not read; the connection closes after the answer.
       req.resume();
-    };
-    // A refusal further down (431, 502, 504, …) closes the connection too: nothing after it is handled.
-    const closeAfter = (to: HttpTypes.ServerResponse | Duplex, status: number, message: string): void => {
-      laneOf(req.socket).closed = true;
-      if (to instanceof http.ServerResponse) refuse(to, status, message);
-      else rawRefusal(to, status, message);
     };
     try {
       const target = parseGatewayTarget(req.url);
