@@ -6,6 +6,9 @@ cd "$(dirname "$0")/.."
 source scripts/ensure-tools.sh
 echo "==> build"
 pnpm build
+# The layers of the code (.dependency-cruiser.cjs): a broken rule fails the run.
+echo "==> layers"
+pnpm -s check-layers
 # The previous release, for the version-skew tests (docs/upgrades.md): built from git history once, then cached.
 echo "==> previous release ($(node -p "require('./test/previous-release.json').version"))"
 bash scripts/build-release.sh "$(node -p "require('./test/previous-release.json').commit")" >/dev/null

@@ -2,7 +2,7 @@
 // Imported only when a gRPC link is opened (`--transport grpc`, or `auto` against an ANP hub).
 import type { Duplex } from 'node:stream';
 import { AGENT_CONNECT_PATH, GrpcClient, HTTP2_CONNECTION_WINDOW, HTTP2_STREAM_WINDOW, MAX_MESSAGE_BYTES, type GrpcCallError } from '@cluster-proxy/proto';
-import type { Link, LinkOptions } from './links.js';
+import type { Link, LinkOptions } from './link.js';
 import { onlyOnce } from './only-once.js';
 
 /**

@@ -9,7 +9,7 @@ import { DEFAULT_AGENT_IMAGE, manifestsToYaml, renderAgentInstall } from './addo
 import type { PemPair } from './pki/certificates.js';
 import { TlsReloader } from './pki/reload.js';
 import { splitBundle } from './pki/rotation.js';
-import { ProxyServer, type BoundPorts, type ProxyServerOptions } from './dataplane/proxy-server.js';
+import { ProxyServer, type BoundPorts, type ProxyServerOptions } from './proxy-server.js';
 import { ClusterRegistry, createBootstrapToken, registerRegistrationRoutes, revokeBootstrapTokens } from './fleet/registration.js';
 import { ReplicaRegistry } from './fleet/replicas.js';
 import type { AddOnDeploymentConfig } from './store/objects.js';

@@ -1,9 +1,9 @@
-export { ProxyServer, type ProxyServerOptions, type BoundPorts, type TlsFiles } from './dataplane/proxy-server.js';
+export { ProxyServer, type ProxyServerOptions, type BoundPorts, type TlsFiles } from './proxy-server.js';
 export { ProxyCore } from './dataplane/proxy-core.js';
 export { RoutingTable, isValidCidr, cidrContains } from './dataplane/routing.js';
 export { checkIdentifiers, IdentityError, type Grant } from './dataplane/agent-listener.js';
 export * from './pki/index.js';
-export { startConnectFrontend, DIAL_FAILURE_STATUS, type ConnectFrontend, type ConnectFrontendOptions, type Principal } from './dataplane/connect/frontend.js';
+export { startConnectFrontend, DIAL_FAILURE_STATUS, type ConnectFrontend, type ConnectFrontendOptions, type Principal } from './connect/frontend.js';
 export { TokenStore, tokenAllowsCluster, type TokenPrincipal, type TokenInfo, type IssuedToken } from './fleet/tokens.js';
 export * from './egress/proxy-settings.js';
 export * from './egress/proxy-config-render.js';

@@ -6,7 +6,7 @@ import net from 'node:net';
 import { fileURLToPath } from 'node:url';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { createCA } from '@cluster-proxy/server';
-import { connectThroughProxy, EgressProxyError } from '../../agent/src/egress-proxy.js';
+import { connectThroughProxy, EgressProxyError } from '@cluster-proxy/agent';
 import {
   killAllSpawned, payloadSha256, snapshotHandles, startEchoServer, startSinkServer, waitForHandlesAtMost, writePayload,
   type SinkServer, type TcpTarget,

@@ -3,7 +3,7 @@
 //   await-dial → DIAL_REQ → dialing → DIAL_RSP ok → open → CLOSE_REQ/CLOSE_RSP → done
 import { CAP_HALF_CLOSE, LazyLog, MD_CAPABILITIES, PacketType, packetTypeName, packets, parseCapabilities, type ByteSink, type DialFailureReason, type Packet } from '@cluster-proxy/proto';
 import type { Logger } from 'pino';
-import { certificatePrincipal, principalName } from './connect/responses.js';
+import { certificatePrincipal, principalName } from '../http/principal.js';
 import type { Frontend } from './frontend.js';
 import { GrpcStatus, type GrpcServerCall } from './grpc-server.js';
 import { grpcCodeName } from './metrics.js';

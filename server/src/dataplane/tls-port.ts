@@ -5,8 +5,15 @@
 import tls from 'node:tls';
 import { FramedPacketStream, MAX_MESSAGE_BYTES, MUX_ALPN, type Hello } from '@cluster-proxy/proto';
 import type { Logger } from 'pino';
-import { HUB_API_ALPN, type HubApi } from '../fleet/hub-api.js';
 import type { GrpcServer } from './grpc-server.js';
+
+/** ALPN of the HTTP/1.1 service a port may carry beside gRPC and mux (the hub API). */
+export const HTTP1_ALPN = 'http/1.1';
+
+/** Takes the HTTP/1.1 connections of a port (the hub API, wired by the proxy server). */
+export interface Http1Service {
+  accept(socket: tls.TLSSocket): void;
+}
 
 export interface TlsPortOptions {
   /** "agent" or "frontend", for logs. */
@@ -19,11 +26,11 @@ export interface TlsPortOptions {
   /** A mux peer said hello: answer it (and take over the stream) or refuse. */
   onHello: (stream: FramedPacketStream, hello: Hello, socket: tls.TLSSocket, peer: string) => void;
   /**
-   * Serve the hub API on this port (ALPN "http/1.1"). Its bootstrap endpoint is reached without a
-   * client certificate, so TLS then accepts unverified peers and every other protocol checks
-   * `socket.authorized` itself.
+   * Serve an HTTP/1.1 service (the hub API) on this port (ALPN "http/1.1"). Its bootstrap endpoint is
+   * reached without a client certificate, so TLS then accepts unverified peers and every other protocol
+   * checks `socket.authorized` itself.
    */
-  hubApi?: HubApi;
+  http1?: Http1Service;
   log: Logger;
 }
 
@@ -41,8 +48,8 @@ export class TlsPort {
       cert: opts.tls.cert,
       key: opts.tls.key,
       requestCert: true,
-      rejectUnauthorized: !opts.hubApi,
-      ALPNProtocols: opts.hubApi ? [MUX_ALPN, 'h2', HUB_API_ALPN] : [MUX_ALPN, 'h2'],
+      rejectUnauthorized: !opts.http1,
+      ALPNProtocols: opts.http1 ? [MUX_ALPN, 'h2', HTTP1_ALPN] : [MUX_ALPN, 'h2'],
     });
     this.server.on('secureConnection', this.onConnection);
     this.server.on('tlsClientError', this.onTlsError);
@@ -69,8 +76,8 @@ export class TlsPort {
 
   private readonly onConnection = (socket: tls.TLSSocket): void => {
     socket.setNoDelay(true);
-    if (this.opts.hubApi && socket.alpnProtocol === HUB_API_ALPN) {
-      this.opts.hubApi.accept(socket);
+    if (this.opts.http1 && socket.alpnProtocol === HTTP1_ALPN) {
+      this.opts.http1.accept(socket);
       return;
     }
     if (!socket.authorized) {

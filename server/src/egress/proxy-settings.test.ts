@@ -1,7 +1,6 @@
 import { describe, expect, it } from 'vitest';
-// The server package does not depend on the agent package, so the audit is imported by path (it is
-// exported from '@cluster-proxy/agent' too).
-import { auditNoProxy } from '../../../agent/src/no-proxy-audit.js';
+// The agent's audit of the NO_PROXY we render (a dev dependency: the server package does not run the agent).
+import { auditNoProxy } from '@cluster-proxy/agent';
 import { createCA } from '../pki/index.js';
 import {
   caCertificates, clusterNoProxyEntries, mergeNoProxy, normalizeProxyUrl, proxyEnv, renderProxySettings, trustBundle, ProxySettingsError,

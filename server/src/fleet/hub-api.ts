@@ -7,8 +7,9 @@ import type { PeerCertificate, TLSSocket } from 'node:tls';
 import type { Logger } from 'pino';
 import { clusterFromSubject, type AgentIdentity } from '../pki/agent-identity.js';
 import type * as HttpTypes from 'node:http';
+import { HTTP1_ALPN } from '../dataplane/tls-port.js';
 
-export const HUB_API_ALPN = 'http/1.1';
+export const HUB_API_ALPN = HTTP1_ALPN;
 /**
  * An idle hub API connection is closed after this long. Agents' requests are minutes apart (lease renewals,
  * replica syncs), so keeping their connections open would not save handshakes without holding an idle TLS

@@ -13,6 +13,9 @@ import { mkdir, open, readFile, rename, stat, unlink } from 'node:fs/promises';
 import path from 'node:path';
 import type { Logger } from 'pino';
 import { isDns1123Subdomain } from '../pki/agent-identity.js';
+import type { TokenPrincipal } from '../http/principal.js';
+
+export type { TokenPrincipal };
 
 const FILE_VERSION = 1;
 const FILE_MODE = 0o600;
@@ -22,16 +25,6 @@ const SECRET_BYTES = 32;
 const TOKEN_SHAPE = /^[A-Za-z0-9_-]{43}$/;
 const NAME_SHAPE = /^[A-Za-z0-9][A-Za-z0-9._@:-]{0,127}$/;
 const ID_SHAPE = /^[0-9a-f]{16}$/;
-
-/** Who a valid token speaks for. */
-export interface TokenPrincipal {
-  kind: 'token';
-  id: string;
-  name: string;
-  /** Clusters this token may reach, or '*' for every cluster. */
-  clusters: readonly string[] | '*';
-  expiresAt: string | null;
-}
 
 /** A token as list() shows it: no secret, no hash. */
 export interface TokenInfo {

@@ -13,33 +13,15 @@ import type http from 'node:http';
 import type tls from 'node:tls';
 import { clusterFromSubject } from '../pki/agent-identity.js';
 import { looksLikeHubToken, tokenAllowsCluster, type TokenStore } from '../fleet/tokens.js';
-import { tokenFromHeader } from '../dataplane/connect/request.js';
-import { certificatePrincipal, oneLine } from '../dataplane/connect/responses.js';
+import { tokenFromHeader } from '../http/bearer-token.js';
+import { certificatePrincipal } from '../http/principal.js';
+import { oneLine } from '../http/text.js';
 import { hubName } from './hub-names.js';
 import { peekJwt, type OidcVerifier } from './oidc.js';
 import type { TokenReviewer } from './token-review.js';
+import { isFailure, type AuthFailure, type AuthOutcome, type GatewayCaller } from './caller.js';
 
-/** The authenticated caller, as the cluster will see them (by impersonation) and as logs name them. */
-export interface GatewayCaller {
-  user: string;
-  groups: string[];
-  uid?: string;
-  /** Extra attributes (TokenReview): in the hub's SubjectAccessReview, and Impersonate-Extra-* in the cluster. */
-  extra?: Record<string, string[]>;
-  /** Which source authenticated them ('token', 'certificate', 'oidc', 'tokenreview'), and a display name for logs and the per-client limit. */
-  source: string;
-  name: string;
-  /** Clusters the credential itself is limited to ('*': any). */
-  clusters: readonly string[] | '*';
-}
-
-export interface AuthFailure {
-  /** 503: the credential could not be checked (the OIDC issuer or the hub's API server is unreachable). */
-  status: 400 | 401 | 403 | 503;
-  message: string;
-}
-
-export type AuthOutcome = GatewayCaller | AuthFailure;
+export { isFailure, type AuthFailure, type AuthOutcome, type GatewayCaller };
 
 /** One way to authenticate. null: this request carries no credential of this kind. */
 export interface AuthSource {
@@ -47,10 +29,6 @@ export interface AuthSource {
   /** The bearer tokens it takes, for the 401 answers ("hub token", "OIDC ID token", …); absent: none. */
   readonly bearer?: string;
   authenticate(req: http.IncomingMessage): AuthOutcome | null | Promise<AuthOutcome | null>;
-}
-
-export function isFailure(o: AuthOutcome): o is AuthFailure {
-  return 'status' in o;
 }
 
 /** The request's bearer token; call after authenticate() checked the header (null: none or not Bearer). */

@@ -9,7 +9,7 @@
 //                         name = the cluster. Answers cached 10 s, bounded. Needs --store kubernetes.
 import { createHash } from 'node:crypto';
 import type { Logger } from 'pino';
-import { oneLine } from '../dataplane/connect/responses.js';
+import { oneLine } from '../http/text.js';
 import { callerMayReach, type GatewayCaller } from './auth.js';
 import type { HubReviews, SubjectAccessReviewSpec, SubjectAccessReviewStatus } from './kube-reviews.js';
 import { TtlCache } from './ttl-cache.js';

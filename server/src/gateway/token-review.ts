@@ -9,8 +9,8 @@
 // every impersonated user.
 import { createHash } from 'node:crypto';
 import type { Logger } from 'pino';
-import { oneLine } from '../dataplane/connect/responses.js';
-import type { AuthOutcome, GatewayCaller } from './auth.js';
+import { oneLine } from '../http/text.js';
+import type { AuthOutcome, GatewayCaller } from './caller.js';
 import type { HubReviews, TokenReviewStatus } from './kube-reviews.js';
 import { hubName } from './hub-names.js';
 import { TtlCache } from './ttl-cache.js';

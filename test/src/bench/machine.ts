@@ -5,7 +5,6 @@ import { readFile } from 'node:fs/promises';
 import os from 'node:os';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
-import type { MachineFacts } from './report.js';
 
 function git(args: string[]): string | undefined {
   try {
@@ -15,6 +14,9 @@ function git(args: string[]): string | undefined {
     return undefined;
   }
 }
+
+/** What the report says about the machine a run was on. */
+export type MachineFacts = Record<string, string | number>;
 
 export function machineFacts(mode: string): MachineFacts {
   const commit = git(['rev-parse', '--short', 'HEAD']);

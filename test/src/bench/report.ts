@@ -1,4 +1,5 @@
 // Turning results into the printed table and the --json document, and checking the goals of docs/goals.md.
+import type { MachineFacts } from './machine.js';
 import { GOAL_PATHS, OUR_PATHS, PATH_LABELS, PATH_NAMES, type PathName } from './paths.js';
 import { STUCK_CLIENTS, STUCK_GOAL_COUNT, stuckClientPaths, stuckMetric } from './stuck.js';
 import { FLEET_BASE_N, FLEET_GOAL_N, fleetMetric } from './fleet.js';
@@ -18,7 +19,6 @@ export interface ResultRow {
   notes: string[];
 }
 
-export type MachineFacts = Record<string, string | number>;
 
 export interface BenchReport {
   machine: MachineFacts;

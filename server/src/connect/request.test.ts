@@ -1,7 +1,8 @@
 // The CONNECT request-head parsing; the frontend itself is tested end to end in test/e2e/connect-frontend.test.ts.
 import { describe, expect, it } from 'vitest';
 import { DIAL_FAILURE_STATUS } from './frontend.js';
-import { findHeadEnd, parseAuthority, parseHead, tokenFromHeader } from './request.js';
+import { findHeadEnd, parseAuthority, parseHead } from './request.js';
+import { tokenFromHeader } from '../http/bearer-token.js';
 
 describe('findHeadEnd', () => {
   it('finds CRLF CRLF, bare LF LF and mixed endings, from an offset', () => {

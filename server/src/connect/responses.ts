@@ -1,7 +1,5 @@
-// What the CONNECT frontend answers: dial failures as HTTP statuses, status lines, the auth challenge,
-// and client-supplied text made safe to echo in a response or a log line.
+// What the CONNECT frontend answers: dial failures as HTTP statuses, status lines, the auth challenge.
 import type { DialFailureReason } from '@cluster-proxy/proto';
-import type { Principal } from './types.js';
 
 export const REALM = 'cluster-proxy';
 export const PROXY_AUTHENTICATE = `Bearer realm="${REALM}", Basic realm="${REALM}"`;
@@ -34,35 +32,3 @@ export const STATUS_TEXT: Readonly<Record<number, string>> = {
   503: 'Service Unavailable',
   504: 'Gateway Timeout',
 };
-
-/** A certificate subject field (node:tls gives an array when a name repeats): its first value. */
-function firstValue(v: string | string[] | undefined): string {
-  return Array.isArray(v) ? (v[0] ?? '') : (v ?? '');
-}
-
-/** Who a client certificate names, as every frontend shows it (messages, the per-client limit). */
-export function certificatePrincipal(cn: string | string[] | undefined): Principal {
-  return { kind: 'certificate', name: firstValue(cn) || 'unnamed-certificate' };
-}
-
-export function principalName(p: Principal): string {
-  switch (p.kind) {
-    case 'certificate':
-      return `certificate "${p.name}"`;
-    case 'token':
-      return `token "${p.name}" (${p.id})`;
-    default:
-      return p.name;
-  }
-}
-
-/** Printable ASCII only, bounded: client-supplied text that ends up in a response or a log. */
-export function printable(s: string, max = 300): string {
-  // eslint-disable-next-line no-control-regex
-  const t = s.replace(/[^\x20-\x7e]/g, '?');
-  return t.length > max ? `${t.slice(0, max)}...` : t;
-}
-
-export function oneLine(s: string): string {
-  return printable(s.replace(/\s+/g, ' ').trim(), 500);
-}

@@ -4,7 +4,7 @@ import { once } from 'node:events';
 import net from 'node:net';
 import tls from 'node:tls';
 import { afterEach, describe, expect, it } from 'vitest';
-import { createCA, issueServerCert } from '../../pki/index.js';
+import { createCA, issueServerCert } from '../pki/index.js';
 import { peerReset } from './sockets.js';
 
 const cleanup: Array<() => void> = [];

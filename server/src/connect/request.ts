@@ -65,17 +65,3 @@ export function parseAuthority(target: string): string | null {
   if (net.isIPv4(hp.host) || REG_NAME.test(hp.host)) return joinHostPort(hp.host.replace(/\.$/, ''), hp.port);
   return null;
 }
-
-/** The token from `Bearer <token>` or `Basic base64(user:token)`, or null. */
-export function tokenFromHeader(value: string): string | null {
-  const bearer = /^Bearer +([^\s]+) *$/i.exec(value);
-  if (bearer) return bearer[1]!;
-  const basic = /^Basic +([A-Za-z0-9+/]+=*) *$/i.exec(value);
-  if (basic) {
-    const decoded = Buffer.from(basic[1]!, 'base64').toString('utf8');
-    const colon = decoded.indexOf(':');
-    if (colon < 0) return null;
-    return decoded.slice(colon + 1);
-  }
-  return null;
-}

@@ -27,12 +27,12 @@ import net from 'node:net';
 import path from 'node:path';
 import tls from 'node:tls';
 import type { Logger } from 'pino';
-import type { TokenStore } from '../../fleet/tokens.js';
-import type { ProxyCore } from '../proxy-core.js';
+import type { TokenStore } from '../fleet/tokens.js';
+import type { ProxyCore } from '../dataplane/proxy-core.js';
 import { ConnectConnection } from './connection.js';
 import { ProbeReads } from './probe-reads.js';
-import { oneLine } from './responses.js';
-import { closeServer, isLoopback, listen, listenUnix, peerOf } from './sockets.js';
+import { oneLine } from '../http/text.js';
+import { closeServer, isLoopback, listen, listenUnix, peerOf } from '../http/sockets.js';
 import type { ConnectConnectionInfo, ConnectShared, ListenerKind, Principal } from './types.js';
 
 export { DIAL_FAILURE_STATUS } from './responses.js';

@@ -4,14 +4,17 @@ import net from 'node:net';
 import type tls from 'node:tls';
 import { STARTING_UNSENT_LIMIT, limitUnsentBytes, type ByteSink, type DialFailureReason } from '@cluster-proxy/proto';
 import type { Logger } from 'pino';
-import { clusterFromSubject } from '../../pki/agent-identity.js';
-import { tokenAllowsCluster } from '../../fleet/tokens.js';
-import type { Frontend } from '../frontend.js';
-import type { ProxiedConnection } from '../proxied-connection.js';
-import type { AgentWait } from '../agent-wait.js';
-import { findHeadEnd, parseAuthority, parseHead, tokenFromHeader } from './request.js';
-import { DIAL_FAILURE_STATUS, PROXY_AUTHENTICATE, STATUS_TEXT, certificatePrincipal, oneLine, principalName, printable } from './responses.js';
-import { peerOf, peerReset, resetSocket } from './sockets.js';
+import { clusterFromSubject } from '../pki/agent-identity.js';
+import { tokenAllowsCluster } from '../fleet/tokens.js';
+import type { Frontend } from '../dataplane/frontend.js';
+import type { ProxiedConnection } from '../dataplane/proxied-connection.js';
+import type { AgentWait } from '../dataplane/agent-wait.js';
+import { findHeadEnd, parseAuthority, parseHead } from './request.js';
+import { DIAL_FAILURE_STATUS, PROXY_AUTHENTICATE, STATUS_TEXT } from './responses.js';
+import { tokenFromHeader } from '../http/bearer-token.js';
+import { certificatePrincipal, principalName } from '../http/principal.js';
+import { oneLine, printable } from '../http/text.js';
+import { peerOf, peerReset, resetSocket } from '../http/sockets.js';
 import type { ConnectConnectionInfo, ConnectShared, ConnectState, ListenerKind, Principal, TrackedConnection } from './types.js';
 
 /** Bytes the client may send after the head while the dial is pending before we stop reading. */

@@ -1,18 +1,15 @@
 // The HTTP CONNECT frontend's shared vocabulary: who is asking (Principal), on which listener, in which
 // state a client connection is, and what the listeners share with each connection.
 import type { Logger } from 'pino';
-import type { TokenPrincipal, TokenStore } from '../../fleet/tokens.js';
-import type { ProxyCore } from '../proxy-core.js';
+import type { TokenStore } from '../fleet/tokens.js';
+import type { ProxyCore } from '../dataplane/proxy-core.js';
 import type { ProbeReads } from './probe-reads.js';
 
 export type ListenerKind = 'tls' | 'uds' | 'plain';
 
-/** Who is asking. Certificates and Unix-socket peers may reach every cluster (subject to
- * `authorize`); a token only the clusters it was issued for. */
-export type Principal =
-  | { kind: 'certificate'; name: string }
-  | { kind: 'unix-socket'; name: string }
-  | TokenPrincipal;
+import type { Principal } from '../http/principal.js';
+
+export type { Principal };
 
 export type ConnectState = 'reading-head' | 'dialing' | 'open' | 'half-closed' | 'refusing' | 'closed';
 

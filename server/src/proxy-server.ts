@@ -9,23 +9,23 @@ import {
   HealthChecks, type HealthCheck, MuxRefusedError, refusalHello, http,
 } from '@cluster-proxy/proto';
 import type { Logger } from 'pino';
-import { makeAgentConnectHandler, onMuxAgentHello, type AgentListenerOptions, type Grant } from './agent-listener.js';
-import { TlsPort } from './tls-port.js';
-import { HubApi } from '../fleet/hub-api.js';
-import { MuxFrontendSession } from './frontend-mux.js';
+import { makeAgentConnectHandler, onMuxAgentHello, type AgentListenerOptions, type Grant } from './dataplane/agent-listener.js';
+import { TlsPort } from './dataplane/tls-port.js';
+import { HubApi } from './fleet/hub-api.js';
+import { MuxFrontendSession } from './dataplane/frontend-mux.js';
 import { startConnectFrontend, type ConnectFrontend } from './connect/frontend.js';
-import { certificatePrincipal, principalName } from './connect/responses.js';
-import { TokenStore } from '../fleet/tokens.js';
-import { startGateway, type Gateway } from '../gateway/server.js';
-import { ServiceAllowlist } from '../gateway/service-allowlist.js';
-import { buildGatewayAccess, type GatewayAccess, type GatewayAccessConfig } from '../gateway/access.js';
-import type { HubReviews } from '../gateway/kube-reviews.js';
+import { certificatePrincipal, principalName } from './http/principal.js';
+import { TokenStore } from './fleet/tokens.js';
+import { startGateway, type Gateway } from './gateway/server.js';
+import { ServiceAllowlist } from './gateway/service-allowlist.js';
+import { buildGatewayAccess, type GatewayAccess, type GatewayAccessConfig } from './gateway/access.js';
+import type { HubReviews } from './gateway/kube-reviews.js';
 import type { TLSSocket } from 'node:tls';
-import { GrpcFrontend } from './frontend-grpc.js';
-import { GrpcServer, GrpcStatus, type GrpcServerCall } from './grpc-server.js';
-import { clusterFromSubject } from '../pki/agent-identity.js';
-import { ProxyCore } from './proxy-core.js';
-import { ServerMetrics } from './metrics.js';
+import { GrpcFrontend } from './dataplane/frontend-grpc.js';
+import { GrpcServer, GrpcStatus, type GrpcServerCall } from './dataplane/grpc-server.js';
+import { clusterFromSubject } from './pki/agent-identity.js';
+import { ProxyCore } from './dataplane/proxy-core.js';
+import { ServerMetrics } from './dataplane/metrics.js';
 import type * as HttpTypes from 'node:http';
 
 /**
@@ -268,7 +268,7 @@ export class ProxyServer {
   async start(): Promise<BoundPorts> {
     const { tls, bindAddress } = this.opts;
     // TLS is terminated by TlsPort (ALPN picks the transport); the gRPC server gets verified plaintext.
-    this.agentPort = new TlsPort({ name: 'agent', host: bindAddress, port: this.opts.agentPort, tls, grpcServer: this.agentServer, onHello: onMuxAgentHello(this.listenerOptions, { intervalMs: 30_000, timeoutMs: 10_000 }), hubApi: this.hubApi, log: this.opts.log });
+    this.agentPort = new TlsPort({ name: 'agent', host: bindAddress, port: this.opts.agentPort, tls, grpcServer: this.agentServer, onHello: onMuxAgentHello(this.listenerOptions, { intervalMs: 30_000, timeoutMs: 10_000 }), http1: this.hubApi, log: this.opts.log });
     const agent = await this.agentPort.listen();
     let frontend: number | null = null;
     if (this.opts.frontendPort !== null) {

@@ -1,0 +1,127 @@
+// The layers of the code, checked in CI (`pnpm check-layers`). Each rule names what may not import what;
+// a module may always import from its own folder and from the layers below it.
+//
+//   packages:      cli → server, agent, client → proto          (test/ may import any of them)
+//   server/src:    proxy-server.ts, hub.ts, index.ts             the hub's wiring and public surface
+//                  ocm/                                          OCM's addon framework, our half
+//                  addon/   connect/   gateway/                  addon manager; the CONNECT and HTTP gateway frontends
+//                  fleet/                                        hub API, registration, replicas, tokens
+//                  dataplane/                                    the core, its mux and gRPC frontends, agent streams
+//                  pki/   store/   egress/   http/               certificates, the store, egress settings, HTTP helpers
+const SERVER = '^server/src/';
+/** Server folders, lowest first; a folder may import only from folders before it in this list (and itself). */
+const SERVER_LAYERS = [
+  ['pki', 'store', 'http'],
+  ['egress'],
+  ['dataplane'],
+  ['fleet'],
+  ['addon', 'connect', 'gateway'],
+  ['ocm'],
+];
+
+/** One rule per folder: it may not import a folder of a higher layer, nor another folder of its own layer. */
+function serverLayerRules() {
+  const rules = [];
+  SERVER_LAYERS.forEach((layer, i) => {
+    const above = SERVER_LAYERS.slice(i + 1).flat();
+    for (const folder of layer) {
+      const forbidden = [...above, ...layer.filter((f) => f !== folder)];
+      if (forbidden.length === 0) continue;
+      rules.push({
+        name: `server-layer-${folder}`,
+        comment: `server/src/${folder}/ imports only its own folder and the layers below it`,
+        severity: 'error',
+        from: { path: `${SERVER}${folder}/`, pathNot: '\\.test\\.ts$' },
+        to: { path: `${SERVER}(${forbidden.join('|')})/` },
+      });
+    }
+  });
+  rules.push({
+    name: 'server-layer-wiring',
+    comment: 'the folders of server/src never import the wiring (proxy-server.ts, hub.ts, index.ts)',
+    severity: 'error',
+    from: { path: `${SERVER}[^/]+/` },
+    to: { path: `${SERVER}(proxy-server|hub|index)\\.ts$` },
+  });
+  return rules;
+}
+
+module.exports = {
+  forbidden: [
+    {
+      name: 'no-circular',
+      comment: 'no two modules import each other, directly or through others (type-only imports included)',
+      severity: 'error',
+      from: {},
+      to: { circular: true },
+    },
+    {
+      name: 'proto-is-the-base',
+      comment: 'proto/ imports no other package of ours',
+      severity: 'error',
+      from: { path: '^proto/' },
+      to: { path: '^(server|agent|client|cli|test)/' },
+    },
+    {
+      name: 'server-agent-client-below-cli',
+      comment: 'server/, agent/ and client/ import only proto/ of ours, never each other, cli/ or test/ (their tests may use fixtures)',
+      severity: 'error',
+      from: { path: '^(server|agent|client)/', pathNot: '\\.test\\.ts$' },
+      to: { path: '^(cli|test)/' },
+    },
+    {
+      name: 'server-not-agent-or-client',
+      comment: 'tests of a package may use the others by name to run a hub or an agent',
+      severity: 'error',
+      from: { pathNot: '\\.test\\.ts$', path: '^server/' },
+      to: { path: '^(agent|client)/' },
+    },
+    {
+      name: 'agent-not-server-or-client',
+      comment: 'tests of a package may use the others by name to run a hub or an agent',
+      severity: 'error',
+      from: { pathNot: '\\.test\\.ts$', path: '^agent/' },
+      to: { path: '^(server|client)/' },
+    },
+    {
+      name: 'client-not-server-or-agent',
+      comment: 'tests of a package may use the others by name to run a hub or an agent',
+      severity: 'error',
+      from: { pathNot: '\\.test\\.ts$', path: '^client/' },
+      to: { path: '^(server|agent)/' },
+    },
+    {
+      name: 'cli-not-test',
+      severity: 'error',
+      from: { path: '^cli/' },
+      to: { path: '^test/' },
+    },
+    {
+      name: 'no-test-code-in-product',
+      comment: 'product code never imports a test file',
+      severity: 'error',
+      from: { path: '^(proto|server|agent|client|cli)/src/', pathNot: '\\.test\\.ts$' },
+      to: { path: '\\.test\\.ts$' },
+    },
+    {
+      name: 'packages-by-their-entry-points',
+      comment: 'another package is imported by its name (@cluster-proxy/x and its exported subpaths), never by a path into its src/',
+      severity: 'error',
+      from: { path: '^(proto|server|agent|client|cli|test)/' },
+      to: { path: '^(proto|server|agent|client|cli)/src/', pathNot: ['^$1/', '^cli/src/native-calls\\.ts$'], dependencyTypesNot: ['aliased'] },
+    },
+    ...serverLayerRules(),
+  ],
+  options: {
+    doNotFollow: { path: 'node_modules' },
+    exclude: { path: '(^|/)(dist|node_modules)/|\\.d\\.ts$' },
+    tsPreCompilationDeps: true,
+    tsConfig: { fileName: 'tsconfig.depcruise.json' },
+    combinedDependencies: false,
+    enhancedResolveOptions: {
+      exportsFields: ['exports'],
+      conditionNames: ['import', 'types', 'default'],
+      extensions: ['.ts', '.js'],
+    },
+  },
+};
