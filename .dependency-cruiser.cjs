@@ -2,47 +2,48 @@
 // a module may always import from its own folder and from the layers below it.
 //
 //   packages:      cli → server, agent, client → proto          (test/ may import any of them)
+//   proto/src:     index.ts                                      the public surface
+//                  grpc/ → mux/ → flow/ → wire/, runtime/, http/ gRPC, our framed transport, flow control, the wire format
 //   server/src:    proxy-server.ts, hub.ts, index.ts             the hub's wiring and public surface
 //                  ocm/                                          OCM's addon framework, our half
 //                  addon/   connect/   gateway/                  addon manager; the CONNECT and HTTP gateway frontends
 //                  fleet/                                        hub API, registration, replicas, tokens
 //                  dataplane/                                    the core, its mux and gRPC frontends, agent streams
 //                  pki/   store/   egress/   http/               certificates, the store, egress settings, HTTP helpers
-const SERVER = '^server/src/';
-/** Server folders, lowest first; a folder may import only from folders before it in this list (and itself). */
-const SERVER_LAYERS = [
-  ['pki', 'store', 'http'],
-  ['egress'],
-  ['dataplane'],
-  ['fleet'],
-  ['addon', 'connect', 'gateway'],
-  ['ocm'],
-];
+/** Folders inside a package, lowest first; a folder may import only from its own folder and earlier layers. */
+const LAYERS = {
+  'proto/src/': [['wire', 'runtime', 'http'], ['flow'], ['mux'], ['grpc']],
+  'server/src/': [['pki', 'store', 'http'], ['egress'], ['dataplane'], ['fleet'], ['addon', 'connect', 'gateway'], ['ocm']],
+};
+/** Each package's top-level modules that wire its folders together or are its public surface. */
+const TOP = { 'proto/src/': 'index', 'server/src/': 'proxy-server|hub|index' };
 
-/** One rule per folder: it may not import a folder of a higher layer, nor another folder of its own layer. */
-function serverLayerRules() {
+/** Per folder: no import of a folder of a higher layer or another folder of its own layer (tests excepted); and
+ * no folder imports the package's top-level modules (its wiring and public surface). */
+function layerRules() {
   const rules = [];
-  SERVER_LAYERS.forEach((layer, i) => {
-    const above = SERVER_LAYERS.slice(i + 1).flat();
-    for (const folder of layer) {
-      const forbidden = [...above, ...layer.filter((f) => f !== folder)];
-      if (forbidden.length === 0) continue;
-      rules.push({
-        name: `server-layer-${folder}`,
-        comment: `server/src/${folder}/ imports only its own folder and the layers below it`,
-        severity: 'error',
-        from: { path: `${SERVER}${folder}/`, pathNot: '\\.test\\.ts$' },
-        to: { path: `${SERVER}(${forbidden.join('|')})/` },
-      });
-    }
-  });
-  rules.push({
-    name: 'server-layer-wiring',
-    comment: 'the folders of server/src never import the wiring (proxy-server.ts, hub.ts, index.ts)',
-    severity: 'error',
-    from: { path: `${SERVER}[^/]+/` },
-    to: { path: `${SERVER}(proxy-server|hub|index)\\.ts$` },
-  });
+  for (const [pkg, layers] of Object.entries(LAYERS)) {
+    layers.forEach((layer, i) => {
+      const above = layers.slice(i + 1).flat();
+      for (const folder of layer) {
+        const forbidden = [...above, ...layer.filter((f) => f !== folder)];
+        rules.push({
+          name: `layer-${pkg.split('/')[0]}-${folder}`,
+          comment: `${pkg}${folder}/ imports only its own folder and the layers below it`,
+          severity: 'error',
+          from: { path: `^${pkg}${folder}/`, pathNot: '\\.test\\.ts$' },
+          to: { path: `^${pkg}(${forbidden.join('|')})/` },
+        });
+      }
+    });
+    rules.push({
+      name: `layer-${pkg.split('/')[0]}-top`,
+      comment: `the folders of ${pkg} never import its top-level modules (the wiring and the public surface)`,
+      severity: 'error',
+      from: { path: `^${pkg}[^/]+/`, pathNot: '\\.test\\.ts$' },
+      to: { path: `^${pkg}(${TOP[pkg]})\\.ts$` },
+    });
+  }
   return rules;
 }
 
@@ -108,9 +109,9 @@ module.exports = {
       comment: 'another package is imported by its name (@cluster-proxy/x and its exported subpaths), never by a path into its src/',
       severity: 'error',
       from: { path: '^(proto|server|agent|client|cli|test)/' },
-      to: { path: '^(proto|server|agent|client|cli)/src/', pathNot: ['^$1/', '^cli/src/native-calls\\.ts$'], dependencyTypesNot: ['aliased'] },
+      to: { path: '^(proto|server|agent|client|cli)/src/', pathNot: ['^$1/', '^cli/src/memory/native-calls\\.ts$'], dependencyTypesNot: ['aliased'] },
     },
-    ...serverLayerRules(),
+    ...layerRules(),
   ],
   options: {
     doNotFollow: { path: 'node_modules' },

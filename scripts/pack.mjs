@@ -80,8 +80,8 @@ try {
   manifest.bundleDependencies = Object.keys(manifest.dependencies);
   writeFileSync(path.join(stage, 'package.json'), `${JSON.stringify(manifest, null, 2)}\n`);
   mkdirSync(path.join(stage, 'bin'));
-  // The command's first line starts node with the product's launch flags (cli/src/gc-tuning.ts).
-  const { LAUNCH_FLAGS } = await import(pathToFileURL(path.join(root, 'cli', 'dist', 'gc-tuning.js')).href);
+  // The command's first line starts node with the product's launch flags (cli/src/memory/gc-tuning.ts).
+  const { LAUNCH_FLAGS } = await import(pathToFileURL(path.join(root, 'cli', 'dist', 'memory', 'gc-tuning.js')).href);
   writeFileSync(path.join(stage, 'bin', 'cluster-proxy.js'), `#!/usr/bin/env -S node ${LAUNCH_FLAGS.join(' ')}\nimport '@cluster-proxy/cli';\n`, { mode: 0o755 });
   cpSync(path.join(root, 'README.md'), path.join(stage, 'README.md'));
 

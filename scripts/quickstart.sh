@@ -18,6 +18,6 @@ if ! command -v kubectl >/dev/null 2>&1; then
   fi
   [ -x "$bin" ] && export CLUSTER_PROXY_KUBECTL="$PWD/$bin"
 fi
-# node with the flags the command's first line gives it (cli/src/gc-tuning.ts), as `cluster-proxy` would start it.
+# node with the flags the command's first line gives it (cli/src/memory/gc-tuning.ts), as `cluster-proxy` would start it.
 # shellcheck disable=SC2046
 exec node $(sed -n '1s|^#!.*env -S node||p' cli/dist/main.js) cli/dist/main.js quickstart "$@"

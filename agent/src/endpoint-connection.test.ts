@@ -10,7 +10,7 @@ import {
   DEFAULT_UNSENT_LIMIT, LazyLog, MAX_CONNECTION_WINDOW, MemoryBudget, PacketType, STARTING_UNSENT_LIMIT, StreamSender,
   limitUnsentBytes, unsentLimitOf, useNativeCalls, type Packet,
 } from '@cluster-proxy/proto';
-import { loadNativeCalls } from '../../cli/src/native-calls.js';
+import { loadNativeCalls } from '../../cli/src/memory/native-calls.js';
 import { EndpointConnection } from './endpoint-connection.js';
 import { AgentMetrics } from './metrics.js';
 

@@ -2,7 +2,7 @@ import { once } from 'node:events';
 import net from 'node:net';
 import { afterEach, describe, expect, it } from 'vitest';
 import { STARTING_UNSENT_LIMIT, serviceProxyHost, unsentLimitOf, useNativeCalls } from '@cluster-proxy/proto';
-import { loadNativeCalls } from '../../cli/src/native-calls.js';
+import { loadNativeCalls } from '../../cli/src/memory/native-calls.js';
 import { startBlackhole } from '../../test/src/fixtures/blackhole.js';
 import { DialFailure, TargetDialer } from './target-dialer.js';
 

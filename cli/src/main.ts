@@ -7,8 +7,8 @@ import { unsupportedNode, versionLine } from './version.js';
 
 // Each command is imported only when it runs: `cluster-proxy agent` must not load hub code
 // (or the Kubernetes client) into the agent's memory.
-// `dataPlane`: the command carries tunnel bytes for a long time, so it gets the GC settings of gc-tuning.ts.
-// `shortYoungGarbage`: young garbage is kept short while its budget is held (young-buffers.ts); the agent
+// `dataPlane`: the command carries tunnel bytes for a long time, so it gets the memory settings of memory/data-plane.ts.
+// `shortYoungGarbage`: young garbage is kept short while its budget is held (memory/young-buffers.ts); the agent
 // only, whose pod has a memory limit: on the hub it cost a bulk beside 1,024 konnectivity-style clients
 // most of its speed, and its own peaks meet their goal without it.
 type Command = { summary: string; dataPlane?: true; shortYoungGarbage?: true; load: () => Promise<(args: string[]) => Promise<void>> };
@@ -55,19 +55,7 @@ async function main(argv: string[]): Promise<number> {
   }
   const cmd = commands[name];
   if (!cmd) throw new UsageError(`unknown command "${name}"; run "cluster-proxy --help"`);
-  if (cmd.dataPlane) {
-    // Kernel send queues capped, free pages given back (proto's socket-options.ts; allocator-trim.ts).
-    (await import('@cluster-proxy/proto')).useNativeCalls((await import('./native-calls.js')).loadNativeCalls());
-    // A paused socket reads into Node's buffer up to its high-water mark: keep that small (stream-buffers.ts).
-    (await import('./stream-buffers.js')).limitStreamBuffers();
-    const { AllocatorTrimmer } = await import('./allocator-trim.js');
-    if (AllocatorTrimmer.available()) new AllocatorTrimmer().start();
-    if ((await import('./gc-tuning.js')).tuneGarbageCollector()) {
-      // The tuning stops V8 collecting for every 64 MiB of Buffers; the governor bounds what that leaves dead.
-      new (await import('./dead-buffers.js')).DeadBufferGovernor().start();
-      if (cmd.shortYoungGarbage) new (await import('./young-buffers.js')).YoungBufferLimit().start();
-    }
-  }
+  if (cmd.dataPlane) await (await import('./memory/data-plane.js')).tuneForDataPlane({ shortYoungGarbage: cmd.shortYoungGarbage === true });
   const run = await cmd.load();
   await run(rest);
   return 0;

@@ -88,7 +88,7 @@ describe('the OCI image, built with buildah and run with buildah run', () => {
     built = true;
     expect(existsSync(path.join(dir, 'cluster-proxy.oci.tar'))).toBe(true);
     const config = JSON.parse(await buildah(['inspect', '--type', 'image', TAG])) as { OCIv1: { config: { Entrypoint: string[]; User: string } } };
-    // node with the product's launch flags, as this checkout's command starts it (cli/src/gc-tuning.ts).
+    // node with the product's launch flags, as this checkout's command starts it (cli/src/memory/gc-tuning.ts).
     expect(config.OCIv1.config.Entrypoint).toEqual(['/usr/local/bin/node', ...cliLaunchFlags(), CLI_IN_IMAGE]);
     expect(config.OCIv1.config.User).toBe('65532:65532');
   }, 660_000);

@@ -13,7 +13,7 @@ export const CLI = fileURLToPath(new URL('../../cli/dist/main.js', import.meta.u
 
 /**
  * The flags a `cluster-proxy` entry script's first line gives node (`#!/usr/bin/env -S node FLAGS`,
- * cli/src/gc-tuning.ts): tests and benchmarks start the hub and agent as `node FLAGS main.js`, as the
+ * cli/src/memory/gc-tuning.ts): tests and benchmarks start the hub and agent as `node FLAGS main.js`, as the
  * command itself would run (another build's script may have none).
  */
 export function cliLaunchFlags(cli: string = CLI): string[] {

@@ -1,5 +1,5 @@
 // A TLS listener with two transports chosen by ALPN: our peers ask for "cluster-proxy-mux/1" (framed
-// packets over TLS, see proto/src/framing.ts); unmodified ANP peers ask for "h2" and get gRPC,
+// packets over TLS, see proto/src/mux/framing.ts); unmodified ANP peers ask for "h2" and get gRPC,
 // handed to our gRPC server (grpc-server.ts) on the already-verified socket. The agent listener (:8091) and the client
 // frontend (:8090) are each one of these.
 import tls from 'node:tls';

@@ -3,8 +3,8 @@
 import type { Duplex } from 'node:stream';
 import tls from 'node:tls';
 import { FramedPacketStream, MUX_ALPN, type Hello } from './framing.js';
-import { splitHostPort } from './identifiers.js';
-import { MAX_MESSAGE_BYTES } from './limits.js';
+import { splitHostPort } from '../wire/identifiers.js';
+import { MAX_MESSAGE_BYTES } from '../wire/limits.js';
 
 export interface MuxConnectOptions {
   /** HOST:PORT */

@@ -1,7 +1,7 @@
 import { Duplex } from 'node:stream';
 import { setImmediate as immediate } from 'node:timers/promises';
 import { afterEach, describe, expect, it } from 'vitest';
-import { packets, type Packet } from './packet.js';
+import { packets, type Packet } from '../wire/packet.js';
 import { StreamSender } from './stream-sender.js';
 
 /**

@@ -1,7 +1,7 @@
 // The shared Connect stream as seen by one of its ends: sends packets with backpressure and lets
 // connections wait for it to become writable, and pauses reading the stream while some connection
 // of an unmodified ANP peer (which knows no credit) has too much unflushed data.
-import { PacketType, packets, type Packet } from './packet.js';
+import { PacketType, packets, type Packet } from '../wire/packet.js';
 
 export interface PacketStream {
   write(packet: Packet): boolean;

@@ -8,9 +8,9 @@
 //   kind 2 PING / 3 PONG — keepalive: a PING is answered with a PONG; any frame proves the peer alive
 import { EventEmitter } from 'node:events';
 import type { Duplex } from 'node:stream';
-import { ChunkQueue } from './chunk-queue.js';
-import { PacketDecodeError, decodePacket, encodeDataHeader, encodePacketParts } from './codec.js';
-import type { Packet } from './packet.js';
+import { ChunkQueue } from '../flow/chunk-queue.js';
+import { PacketDecodeError, decodePacket, encodeDataHeader, encodePacketParts } from '../wire/codec.js';
+import type { Packet } from '../wire/packet.js';
 
 export const MUX_ALPN = 'cluster-proxy-mux/1';
 

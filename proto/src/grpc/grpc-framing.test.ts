@@ -1,8 +1,8 @@
 import { PassThrough } from 'node:stream';
 import { describe, expect, it } from 'vitest';
-import { DataViews, encodePacket } from './codec.js';
+import { DataViews, encodePacket } from '../wire/codec.js';
 import { GrpcFramingError, GrpcMessageReader, writeGrpcData, writeGrpcMessage } from './grpc-framing.js';
-import { PacketType, packets, type Packet } from './packet.js';
+import { PacketType, packets, type Packet } from '../wire/packet.js';
 
 /** The bytes writeGrpcMessage / writeGrpcData put on a stream. */
 function written(write: (s: PassThrough) => void): Buffer {

@@ -3,8 +3,8 @@ import net from 'node:net';
 import { afterEach, describe, expect, it } from 'vitest';
 import { FramedPacketStream, FrameError, type Hello } from './framing.js';
 import { MuxRefusedError, refusalHello, refusalOf } from './mux-connect.js';
-import { encodePacketParts, encodePacket } from './codec.js';
-import { PacketType, packets, type Packet } from './packet.js';
+import { encodePacketParts, encodePacket } from '../wire/codec.js';
+import { PacketType, packets, type Packet } from '../wire/packet.js';
 
 // Real sockets: a loopback pair, with raw access to one end to send arbitrary bytes.
 const cleanup: (() => void)[] = [];

@@ -2,7 +2,7 @@ import { describe, expect, it } from 'vitest';
 import * as protoLoader from '@grpc/proto-loader';
 import { decodeDataHeader, decodePacket, encodeDataHeader, encodePacket, encodePacketParts, MAX_DATA_HEADER_BYTES, PacketDecodeError } from './codec.js';
 import { PacketType, packets, type Packet } from './packet.js';
-import { PROTO_DIR } from './index.js';
+import { PROTO_DIR } from '../index.js';
 import { AGENT_CONNECT_PATH, PROXY_PATH } from './services.js';
 
 // protobufjs (through proto-loader) is the reference implementation of the .proto files.

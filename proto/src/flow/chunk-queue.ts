@@ -1,7 +1,7 @@
 // Received bytes not yet parsed, as the chunks they arrived in: both length-prefixed parsers (our
 // framing, gRPC's) read a header, then take whole messages. Taking bytes that lie in one chunk is a
 // view (zero-copy); only a message spanning chunks is copied, once.
-import { DataViews, MAX_DATA_HEADER_BYTES, decodeDataHeader } from './codec.js';
+import { DataViews, MAX_DATA_HEADER_BYTES, decodeDataHeader } from '../wire/codec.js';
 
 const EMPTY = Buffer.alloc(0);
 

@@ -3,10 +3,10 @@
 // framing around our packet codec (one 5-byte prefix, then the encoded packet, written corked so the
 // parts leave in one DATA frame where they fit).
 import type { Writable } from 'node:stream';
-import { ChunkQueue } from './chunk-queue.js';
-import { DataViews, decodePacket, encodeDataHeader, encodePacketParts } from './codec.js';
-import type { DataViewHandler } from './framing.js';
-import { packets, type Packet } from './packet.js';
+import { ChunkQueue } from '../flow/chunk-queue.js';
+import { DataViews, decodePacket, encodeDataHeader, encodePacketParts } from '../wire/codec.js';
+import type { DataViewHandler } from '../mux/framing.js';
+import { packets, type Packet } from '../wire/packet.js';
 
 /** gRPC status codes. */
 export const GrpcStatus = {

@@ -33,10 +33,10 @@ import net from 'node:net';
 import tls from 'node:tls';
 import type { Duplex } from 'node:stream';
 import { h2Transport } from './h2-transport.js';
-import { splitHostPort } from './identifiers.js';
-import type { DataViewHandler } from './framing.js';
-import type { DataViews } from './codec.js';
-import type { Packet } from './packet.js';
+import { splitHostPort } from '../wire/identifiers.js';
+import type { DataViewHandler } from '../mux/framing.js';
+import type { DataViews } from '../wire/codec.js';
+import type { Packet } from '../wire/packet.js';
 import {
   deliverMessage, GrpcCallError, GrpcFramingError, GrpcMessageReader, GrpcStatus, decodeGrpcMessage, grpcStatusFromHttp, writeGrpcMessage, type GrpcCallStatus,
 } from './grpc-framing.js';

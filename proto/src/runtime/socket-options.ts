@@ -18,7 +18,7 @@
 // - malloc_trim(0): glibc keeps freed pages of its arenas; after a burst the process's RSS stays at
 //   its peak until something asks for them back.
 //
-// The calls themselves come from the CLI (cli/src/native-calls.ts, through an FFI library), which
+// The calls themselves come from the CLI (cli/src/memory/native-calls.ts, through an FFI library), which
 // installs them when it starts a hub or an agent: the SDK, built on this package, stays free of
 // dependencies. Until they are installed, or where they cannot be, every function here does nothing.
 import type { Duplex } from 'node:stream';

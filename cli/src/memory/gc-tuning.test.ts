@@ -6,7 +6,7 @@ import { describe, expect, it } from 'vitest';
 import { LAUNCH_FLAGS, tuneGarbageCollector, youngCapacityFlagFor } from './gc-tuning.js';
 
 // The child runs the built module (the suite builds before it runs).
-const tuning = fileURLToPath(new URL('../dist/gc-tuning.js', import.meta.url));
+const tuning = fileURLToPath(new URL('../../dist/memory/gc-tuning.js', import.meta.url));
 const MiB = 1024 * 1024;
 
 /** Full (mark-compact) collections while a child allocates 2 GiB of short-lived 16 KiB Buffers, as
@@ -94,7 +94,7 @@ describe('collectYoungBuffersAt', () => {
 });
 
 describe('LAUNCH_FLAGS', () => {
-  const repo = fileURLToPath(new URL('../../', import.meta.url));
+  const repo = fileURLToPath(new URL('../../../', import.meta.url));
   const read = (file: string): string => readFileSync(path.join(repo, file), 'utf8');
   it('every launcher of the hub and the agent starts node with them', () => {
     const launchers: [string, string][] = [

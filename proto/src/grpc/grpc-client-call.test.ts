@@ -6,7 +6,7 @@ import http2 from 'node:http2';
 import { describe, expect, it } from 'vitest';
 import { GrpcClientCall } from './grpc-client.js';
 import { GrpcStatus, writeGrpcMessage, type GrpcCallStatus } from './grpc-framing.js';
-import { packets, type Packet } from './packet.js';
+import { packets, type Packet } from '../wire/packet.js';
 
 const { NGHTTP2_CANCEL } = http2.constants;
 
