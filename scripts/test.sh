@@ -6,9 +6,10 @@ cd "$(dirname "$0")/.."
 source scripts/ensure-tools.sh
 echo "==> build"
 pnpm build
-# The layers of the code (.dependency-cruiser.cjs): a broken rule fails the run.
-echo "==> layers"
+# The layers of the code (.dependency-cruiser.cjs) and the linter (biome.json): a broken rule fails the run.
+echo "==> layers and lint"
 pnpm -s check-layers
+pnpm -s lint
 # The previous release, for the version-skew tests (docs/upgrades.md): built from git history once, then cached.
 echo "==> previous release ($(node -p "require('./test/previous-release.json').version"))"
 bash scripts/build-release.sh "$(node -p "require('./test/previous-release.json').commit")" >/dev/null

@@ -1,7 +1,4 @@
-// connectThroughProxy against small CONNECT proxies written here (real sockets on
-// loopback), for the answers a real proxy rarely gives on demand: bytes after the head, a huge head,
-// non-HTTP, silence, a close. test/e2e/egress-proxy.test.ts covers the same against real squid.
-import { createHash, randomBytes } from 'node:crypto';
+
 import { once } from 'node:events';
 import net from 'node:net';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';

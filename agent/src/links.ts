@@ -2,7 +2,7 @@
 // or ANP's AgentService.Connect over gRPC. Both give a "link": a packet stream plus the server's
 // response headers.
 import { isIP } from 'node:net';
-import { connectMux, splitHostPort, type DataViewHandler, type Hello, type Packet, type PacketStream } from '@cluster-proxy/proto';
+import { connectMux, splitHostPort, type Hello } from '@cluster-proxy/proto';
 import { connectThroughProxy } from './egress-proxy.js';
 import { onlyOnce } from './only-once.js';
 import type { AgentTransport, EgressOptions, Link, LinkOptions } from './link.js';

@@ -1,9 +1,9 @@
 // Plugging the tunnel into HTTP stacks that do not take an http.Agent directly.
-import https from 'node:https';
+import type https from 'node:https';
 import { isIP } from 'node:net';
 import type { Duplex } from 'node:stream';
 import tls from 'node:tls';
-import { joinHostPort, http } from '@cluster-proxy/proto';
+import { joinHostPort } from '@cluster-proxy/proto';
 import { TunnelHttpAgent, TunnelHttpsAgent } from './http-agent.js';
 import type { Tunnel } from './tunnel.js';
 import type * as HttpTypes from 'node:http';

@@ -5,7 +5,7 @@ import { mkdir, rm, writeFile, rename } from 'node:fs/promises';
 import path from 'node:path';
 import {
   FRONTEND_STREAM_WINDOW, HUB_MEMORY_BUDGET, INITIAL_CONNECTION_WINDOW, MAX_CONNECTION_WINDOW, MemoryBudget, throttleReporter, HTTP2_CONNECTION_WINDOW, HTTP2_STREAM_WINDOW, MAX_MESSAGE_BYTES, AGENT_CONNECT_PATH, PROXY_PATH,
-  type FramedPacketStream, type Hello, type Packet,
+  type FramedPacketStream, type Hello,
   HealthChecks, type HealthCheck, MuxRefusedError, refusalHello, http,
 } from '@cluster-proxy/proto';
 import type { Logger } from 'pino';

@@ -2,19 +2,18 @@
 // (http:// and https:// proxy ports), Basic auth, policy refusals, a stopped proxy, and how squid
 // treats idle tunnels.
 import { once } from 'node:events';
-import net from 'node:net';
+import type net from 'node:net';
 import { fileURLToPath } from 'node:url';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { createCA } from '@cluster-proxy/server';
 import { connectThroughProxy, EgressProxyError } from '@cluster-proxy/agent';
 import {
-  killAllSpawned, payloadSha256, snapshotHandles, startEchoServer, startSinkServer, waitForHandlesAtMost, writePayload,
+  killAllSpawned, snapshotHandles, startEchoServer, startSinkServer, waitForHandlesAtMost,
   type SinkServer, type TcpTarget,
 } from '../src/fixtures/index.js';
 import { createNetnsLab, netnsUnavailableReason, type NetnsLab } from '../src/fixtures/netns.js';
 import { startSquid, type SquidProxy } from '../src/fixtures/squid.js';
 
-const MiB = 1024 * 1024;
 const USER = 'alice';
 const PASSWORD = 'pr0xy-S3cret!';
 /** Only squid's private hosts file knows this name (it stands in for a hub reachable only via the proxy). */

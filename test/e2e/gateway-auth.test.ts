@@ -5,7 +5,6 @@
 // checked for its status and one-line reason, and for nothing reaching the apiserver; each success for the
 // Impersonate-* headers the apiserver receives and the caller's token never reaching it.
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
-import https from 'node:https';
 import os from 'node:os';
 import path from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';

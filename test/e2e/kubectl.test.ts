@@ -6,7 +6,7 @@
 // Also what kubectl reports when the token is revoked, is for another cluster, or the hub CA is wrong.
 import { mkdtemp, readFile, rm, stat } from 'node:fs/promises';
 import https from 'node:https';
-import net from 'node:net';
+import type net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';

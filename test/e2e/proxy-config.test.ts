@@ -4,7 +4,7 @@
 //  2. the rendered `env` file given to a real curl inside a network namespace with the cluster's addresses
 //     (pod, service, apiserver, metadata, "internet", hub) and a real squid: for every destination curl goes
 //     direct or through squid exactly as the audit (`noproxy explain`, Go's rules) says.
-import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
+import { mkdtemp, readFile, rm, } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';

@@ -8,7 +8,7 @@
 import { readdir } from 'node:fs/promises';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { type ManagedCluster, type ManagedClusterAddOn, type Store } from '@cluster-proxy/server';
+import type { ManagedCluster, ManagedClusterAddOn, Store } from '@cluster-proxy/server';
 import {
   AUDIT_WRITE_VERBS, CHART_CRDS_DIR, WRITE_VERBS, apiRequests, killAllSpawned, runCommand, startEchoServer, startRealKube, waitFor,
   type AuditEvent, type RealKube, type TcpTarget,

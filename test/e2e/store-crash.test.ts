@@ -112,7 +112,7 @@ describe('embedded store crash safety', () => {
         if (!expected.has(name) && !(alt.has(name) && alt.get(name) === got)) throw new Error(`round ${round}: ${name} was never written`);
       }
       // The in-flight writes that landed are now part of the truth for later rounds.
-      for (const [name, v] of alt) expected.set(name, actual.get(name) ?? null);
+      for (const name of alt.keys()) expected.set(name, actual.get(name) ?? null);
       expect(warnings.filter((m) => !/stale lock|torn record/.test(m))).toEqual([]);
     }
     expect(acks).toBeGreaterThan(100);

@@ -20,10 +20,10 @@
 // `impersonate` on users, groups and uids (agent/README.md). Every request gets an answer: a failure
 // inside is a 500 with one line, never an unhandled rejection. When the hub closes the tunneled
 // connection (its caller left), the request to the apiserver ends with it (a watch included).
-import { X509Certificate } from 'node:crypto';
+import type { X509Certificate } from 'node:crypto';
 import { readFile } from 'node:fs/promises';
 import https from 'node:https';
-import { Duplex, duplexPair, pipeline } from 'node:stream';
+import { type Duplex, duplexPair, pipeline } from 'node:stream';
 import {
   GATEWAY_AGENT_MAX_HEAD_BYTES, IDENTITY_HEADER, IDENTITY_SIGNER_HEADER, certificatesOf, endToEndHeaders, gatewayForwardedHeaders, identityProblem, impersonateExtraHeaders,
   isReservedInCluster, quoteName, requestLine, textAnswer, utf8HeaderValue, verifyIdentity, type GatewayIdentity, http,

@@ -8,7 +8,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { GrpcClient, type GrpcClientCall } from './grpc-client.js';
-import { GrpcCallError, GrpcMessageReader, GrpcStatus, writeGrpcMessage, type GrpcCallStatus } from './grpc-framing.js';
+import { type GrpcCallError, GrpcMessageReader, GrpcStatus, writeGrpcMessage, type GrpcCallStatus } from './grpc-framing.js';
 import { PacketType, packets, type Packet } from '../wire/packet.js';
 
 type Handler = (stream: http2.ServerHttp2Stream, headers: http2.IncomingHttpHeaders, session: http2.ServerHttp2Session) => void;

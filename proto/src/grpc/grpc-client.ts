@@ -38,7 +38,7 @@ import type { DataViewHandler } from '../mux/framing.js';
 import type { DataViews } from '../wire/codec.js';
 import type { Packet } from '../wire/packet.js';
 import {
-  deliverMessage, GrpcCallError, GrpcFramingError, GrpcMessageReader, GrpcStatus, decodeGrpcMessage, grpcStatusFromHttp, writeGrpcMessage, type GrpcCallStatus,
+  deliverMessage, GrpcCallError, type GrpcFramingError, GrpcMessageReader, GrpcStatus, decodeGrpcMessage, grpcStatusFromHttp, writeGrpcMessage, type GrpcCallStatus,
 } from './grpc-framing.js';
 import { watchSession, type WatchdogOptions } from './session-watchdog.js';
 

@@ -32,7 +32,7 @@ describe('splice', () => {
   });
 
   it('a reader that stops holds the writer back', async () => {
-    const { caller, callee, a, b } = rig();
+    const { caller, a, b } = rig();
     const session = splice(a, b);
     let written = 0;
     const block = Buffer.alloc(64 * 1024);

@@ -1,6 +1,6 @@
 // One client connection of the HTTP CONNECT frontend: reads and checks the request head, authenticates,
 // dials through the core, then is that connection's Frontend (see frontend.ts for the state diagram).
-import net from 'node:net';
+import type net from 'node:net';
 import type tls from 'node:tls';
 import { STARTING_UNSENT_LIMIT, limitUnsentBytes, type ByteSink, type DialFailureReason } from '@cluster-proxy/proto';
 import type { Logger } from 'pino';

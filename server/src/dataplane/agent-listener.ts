@@ -3,7 +3,7 @@
 // and the capabilities in effect, and hands the stream to the proxy core.
 import {
   CAP_CREDIT, CAP_HALF_CLOSE, CAP_SERVER_DRAIN, MD_AGENT_ID, MD_HELD_SERVERS, MD_AGENT_IDENTIFIERS, MD_CAPABILITIES, MD_SERVER_COUNT, MD_SERVER_ID, MD_WINDOW,
-  parseCapabilities, parseIdentifiers, serviceProxyHost, type AgentIdentifiers, type FramedPacketStream, type Hello, type Packet,
+  parseCapabilities, parseIdentifiers, serviceProxyHost, type AgentIdentifiers, type FramedPacketStream, type Hello,
   refusalHello, type MuxRefusalCode,
 } from '@cluster-proxy/proto';
 import type { Logger } from 'pino';

@@ -7,7 +7,7 @@ import { describe, expect, it } from 'vitest';
 import {
   CAP_CREDIT, CAP_HALF_CLOSE, MAX_CONNECTION_WINDOW, MD_CAPABILITIES, MD_WINDOW, MemoryBudget, PacketType, packets, type FramedPacketStream, type Packet,
 } from '@cluster-proxy/proto';
-import { MuxFrontendConn, MuxFrontendSession } from './frontend-mux.js';
+import { type MuxFrontendConn, MuxFrontendSession } from './frontend-mux.js';
 import { ServerMetrics } from './metrics.js';
 import type { ProxiedConnection } from './proxied-connection.js';
 import type { ProxyCore } from './proxy-core.js';

@@ -6,7 +6,7 @@
 //            then CLOSE_REQ to the agent, waiting for CLOSE_RSP (timer running); or the stall policy
 //            closed it (closeStalled): nothing waiting is kept, CLOSE_REQ at once
 //   closed   removed from every table; the frontend has been told
-import { LazyLog, MAX_DATA_CHUNK, MAX_MESSAGE_BYTES, ReceiveWindow, SendCredit, classifyDialError, packets, queueChunks, takeQueued, unpinned, type DialFailureReason, type MemoryBudget, type QueuedBytes, type StreamSender } from '@cluster-proxy/proto';
+import { LazyLog, MAX_DATA_CHUNK, MAX_MESSAGE_BYTES, ReceiveWindow, SendCredit, classifyDialError, queueChunks, takeQueued, unpinned, type DialFailureReason, type MemoryBudget, type QueuedBytes, type StreamSender } from '@cluster-proxy/proto';
 import type { Logger } from 'pino';
 import type { Frontend } from './frontend.js';
 import type { ServerMetrics } from './metrics.js';

@@ -3,7 +3,7 @@
 import { GATEWAY_DESTINATION, HUB_MEMORY_BUDGET, MAX_CONNECTION_WINDOW, MemoryBudget, isGatewayHost, splitHostPort, type DirectionUsage } from '@cluster-proxy/proto';
 import type { Logger } from 'pino';
 import { AgentWaits, DEFAULT_AGENT_WAIT_MS, type AgentWait } from './agent-wait.js';
-import { AgentBackend } from './backend.js';
+import type { AgentBackend } from './backend.js';
 import { ServerMetrics } from './metrics.js';
 import type { Frontend } from './frontend.js';
 import { ProxiedConnection } from './proxied-connection.js';

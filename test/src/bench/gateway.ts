@@ -11,7 +11,7 @@
 // WebSocket (v5.channel.k8s.io), MB/s of the round trip. Fresh hub + agent per round. Shown in the
 // connect column (the hub's HTTP frontends); other paths n/a.
 import { readFileSync } from 'node:fs';
-import http from 'node:http';
+import type http from 'node:http';
 import https from 'node:https';
 import type net from 'node:net';
 import type { Duplex } from 'node:stream';
