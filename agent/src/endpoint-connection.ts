@@ -98,7 +98,7 @@ export class EndpointConnection {
       budget: this.owner.budget,
       direction: 'to_endpoint',
       report: this.reportCredit,
-      // The destination keeps up: vectored writes again (the prototype's), and the default unsent
+      // The destination keeps up: vectored writes again, and the default unsent
       // allowance (the dialer started it small).
       onBulk: () => {
         delete vectored._writev;

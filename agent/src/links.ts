@@ -44,7 +44,7 @@ export async function openGrpcLink(opts: LinkOptions): Promise<Link> {
   const socket = opts.egress ? await connectThroughProxy({ proxy: opts.egress.proxy, target: hp, timeoutMs: opts.egress.connectTimeoutMs, ca: opts.egress.ca, signal: opts.signal }) : undefined;
   const serverName = opts.serverName ?? (socket && !isIP(hp.host) ? hp.host : undefined);
   try {
-    // Loaded on first use, like grpc-js was; node:http2 itself comes with proto (a Node built-in).
+    // Loaded on first use (an agent on the mux transport never needs it); node:http2 itself comes with proto.
     const { grpcLink } = await import('./grpc-link.js');
     return await grpcLink(opts, serverName, socket);
   } catch (err) {
