@@ -112,73 +112,137 @@ async function onPath(cmd: string): Promise<boolean> {
 
 class Interrupted extends Error {}
 
-export async function runQuickstart(args: string[]): Promise<void> {
-  const { flags } = parseFlags(args, quickstartFlags);
-  if (flags['help']) {
-    process.stdout.write(quickstartUsage);
-    return;
-  }
-  const agentTimeoutMs = duration(flags, 'agent-timeout');
-  const dir = path.resolve(str(flags, 'data-dir')!);
-  const log = createLogger(str(flags, 'log-level')!, 'quickstart');
-  const progress = new Progress();
+/**
+ * One quickstart run. Its state changes in setState() only:
+ *
+ *   starting ──every step done──▶ running ──Ctrl+C──▶ stopping ──▶ stopped
+ *   starting ──Ctrl+C or a failed step──▶ stopping ──▶ stopped
+ *
+ * What each step starts is pushed onto `closers` and stopped in reverse order by stop(). A second Ctrl+C while
+ * stopping exits at once (130).
+ */
+type QuickstartState = 'starting' | 'running' | 'stopping' | 'stopped';
 
-  // Ctrl+C at any point: stop what was started, exit 0. A second one stops at once.
-  const closers: (() => unknown)[] = [];
-  let interrupted = false;
-  let wake: () => void = () => {};
-  const stopRequested = new Promise<void>((resolve) => (wake = resolve));
-  const onSignal = (): void => {
-    if (interrupted) process.exit(130);
-    interrupted = true;
-    wake();
+interface HubParts {
+  hub: Hub;
+  store: Awaited<ReturnType<typeof openStore>>;
+  ports: Awaited<ReturnType<Hub['start']>>;
+  pki: Awaited<ReturnType<typeof ensureHubPki>>;
+  ca: Awaited<ReturnType<typeof readPemPair>>;
+  tls: { caCert: Buffer; cert: Buffer; key: Buffer };
+}
+
+class Quickstart {
+  private state: QuickstartState = 'starting';
+  private readonly closers: (() => unknown)[] = [];
+  private interrupted = false;
+  private wake: () => void = () => {};
+  private readonly stopRequested = new Promise<void>((resolve) => (this.wake = resolve));
+  private readonly progress = new Progress();
+  private readonly agents: Agent[] = [];
+  private readonly apiservers: Record<string, string> = {};
+
+  constructor(
+    private readonly dir: string,
+    private readonly agentTimeoutMs: number,
+    private readonly log: ReturnType<typeof createLogger>,
+  ) {}
+
+  /** Starts everything, prints what to try, and returns once stopped (Ctrl+C). */
+  async run(): Promise<void> {
+    process.on('SIGINT', this.onSignal);
+    process.on('SIGTERM', this.onSignal);
+    try {
+      try {
+        const parts = await this.startHub();
+        await this.startClusters(parts);
+        await this.waitForAgents(parts);
+        await this.waitForAddons(parts);
+        const info = await this.writeAccess(parts);
+        await this.printWelcome(info);
+        this.setState('running');
+        await this.stopRequested;
+        this.progress.line(`${process.stderr.isTTY ? '\n' : ''}Stopping ...`); // after the terminal's "^C"
+      } catch (err) {
+        if (!(err instanceof Interrupted)) {
+          await this.stop();
+          throw err;
+        }
+        this.progress.line('Interrupted; stopping ...');
+      }
+      await this.stop();
+      this.progress.line('Stopped.');
+    } finally {
+      process.off('SIGINT', this.onSignal);
+      process.off('SIGTERM', this.onSignal);
+    }
+  }
+
+  private setState(next: QuickstartState): void {
+    this.log.debug({ from: this.state, to: next }, 'quickstart state');
+    this.state = next;
+  }
+
+  private readonly onSignal = (): void => {
+    if (this.interrupted) process.exit(130);
+    this.interrupted = true;
+    this.wake();
   };
-  process.on('SIGINT', onSignal);
-  process.on('SIGTERM', onSignal);
-  const check = (): void => {
-    if (interrupted) throw new Interrupted();
-  };
-  const shutdown = async (): Promise<void> => {
-    for (const close of closers.reverse()) {
+
+  /** Between steps: a Ctrl+C during one stops the run. */
+  private check(): void {
+    if (this.interrupted) throw new Interrupted();
+  }
+
+  /** Stops what was started, newest first; a failure to stop one thing is logged and the rest still stop. */
+  private async stop(): Promise<void> {
+    if (this.state === 'stopping' || this.state === 'stopped') return;
+    this.setState('stopping');
+    for (const close of this.closers.reverse()) {
       try {
         await close();
       } catch (err) {
-        log.warn({ err: (err as Error).message }, 'while stopping');
+        this.log.warn({ err: (err as Error).message }, 'while stopping');
       }
     }
-  };
+    this.setState('stopped');
+  }
 
-  try {
+  private async startHub(): Promise<HubParts> {
+    const { dir, log, progress } = this;
     await mkdir(dir, { recursive: true, mode: 0o700 });
     const pkiDir = path.join(dir, 'pki');
     const pki = await progress.step(`Preparing certificates in ${pkiDir}`, () => ensureHubPki(pkiDir, { hostnames: ['localhost'] }));
-    check();
+    this.check();
     const ca = await readPemPair(pkiDir, 'ca');
     const tls = { caCert: await readFile(pki.caCert), cert: await readFile(pki.serverCert), key: await readFile(pki.serverKey) };
     const udsPath = path.join(dir, 'frontend.sock');
-    const hubStore = await openStore({ type: 'embedded', dataDir: dir, warn: (m) => log.warn(m) });
-    closers.push(() => hubStore.close());
+    const store = await openStore({ type: 'embedded', dataDir: dir, warn: (m) => log.warn(m) });
+    this.closers.push(() => store.close());
     const hub = new Hub({
-      store: hubStore, signer: ca, log: log.child({ component: 'hub' }), tlsFiles: { ca: pki.caCert, cert: pki.serverCert, key: pki.serverKey, caKey: pki.caKey }, managedPkiDir: pkiDir,
+      store, signer: ca, log: log.child({ component: 'hub' }), tlsFiles: { ca: pki.caCert, cert: pki.serverCert, key: pki.serverKey, caKey: pki.caKey }, managedPkiDir: pkiDir,
       server: { bindAddress: '127.0.0.1', agentPort: 0, frontendPort: 0, frontendUds: udsPath.length < 100 ? udsPath : undefined, healthPort: 0, adminPort: 0, connectPort: 0, gatewayPort: 0, tls, dataDir: dir },
     });
-    const server = hub.server;
     const ports = await progress.step('Starting the hub (agent listener, gRPC and HTTP CONNECT frontends, HTTP gateway, addon manager, embedded store)', () => hub.start(), (p) => `CONNECT on 127.0.0.1:${p.connect}, gateway on 127.0.0.1:${p.gateway}`);
-    closers.push(() => hub.stop(2000));
-    check();
+    this.closers.push(() => hub.stop(2000));
+    this.check();
+    return { hub, store, ports, pki, ca, tls };
+  }
 
-    const agents: Agent[] = [];
-    const apiservers: Record<string, string> = {};
-    await progress.step(`Starting demo clusters ${QUICKSTART_CLUSTERS.join(', ')} (an HTTPS apiserver and an agent each)`, async () => {
+  /** Per demo cluster: an HTTPS apiserver, its registration (as `cluster-proxy join` makes it), an agent and its lease. */
+  private async startClusters({ store, ports, ca, tls }: HubParts): Promise<void> {
+    const { dir, log } = this;
+    await this.progress.step(`Starting demo clusters ${QUICKSTART_CLUSTERS.join(', ')} (an HTTPS apiserver and an agent each)`, async () => {
       for (const cluster of QUICKSTART_CLUSTERS) {
         const api = await startDemoApiserver(cluster, issueServerCert(ca, { commonName: `${cluster}-apiserver`, dnsNames: [cluster, 'localhost', 'kubernetes.default.svc'], ipAddresses: ['127.0.0.1'] }));
-        closers.push(() => new Promise<void>((r) => {
+        this.closers.push(() => new Promise<void>((r) => {
           api.closeAllConnections();
           api.close(() => r());
         }));
-        apiservers[cluster] = `127.0.0.1:${(api.address() as net.AddressInfo).port}`;
+        const apiserver = `127.0.0.1:${(api.address() as net.AddressInfo).port}`;
+        this.apiservers[cluster] = apiserver;
         // Registered like `cluster-proxy join` does; the agent's key is made here and its certificate bound to the cluster.
-        const mc = (await hubStore.get('ManagedCluster', { name: cluster })) ?? (await hubStore.create('ManagedCluster', {
+        const mc = (await store.get('ManagedCluster', { name: cluster })) ?? (await store.create('ManagedCluster', {
           apiVersion: 'cluster.open-cluster-management.io/v1', kind: 'ManagedCluster', metadata: { name: cluster }, spec: { hubAcceptsClient: true, leaseDurationSeconds: 60 },
         }));
         const keys = generateKeyPairSync('rsa', { modulusLength: 2048, publicKeyEncoding: { type: 'spki', format: 'pem' }, privateKeyEncoding: { type: 'pkcs8', format: 'pem' } });
@@ -187,58 +251,69 @@ export async function runQuickstart(args: string[]): Promise<void> {
         const agentLog = log.child({ component: 'agent', cluster });
         // The agent's own credentials for its apiserver (a pod's service account, in a real cluster): the gateway's requests use them.
         const agentKubeconfig = path.join(dir, 'agents', `${cluster}-apiserver.kubeconfig`);
-        await writeFile(agentKubeconfig, buildKubeconfig({ cluster, server: `https://${apiservers[cluster]!}`, caPems: [tls.caCert.toString('utf8')], userToken: DEMO_APISERVER_TOKEN }), { mode: 0o600 });
+        await writeFile(agentKubeconfig, buildKubeconfig({ cluster, server: `https://${apiserver}`, caPems: [tls.caCert.toString('utf8')], userToken: DEMO_APISERVER_TOKEN }), { mode: 0o600 });
         const agent = new Agent({
           cluster, namespace: 'open-cluster-management-agent-addon', hubAddress: `127.0.0.1:${ports.agent}`, serverName: 'localhost', caCert: tls.caCert,
-          cert: Buffer.from(creds.certPem), key: Buffer.from(creds.keyPem), apiserver: apiservers[cluster]!, allow: [], log: agentLog, gateway: { kubeconfig: agentKubeconfig },
+          cert: Buffer.from(creds.certPem), key: Buffer.from(creds.keyPem), apiserver, allow: [], log: agentLog, gateway: { kubeconfig: agentKubeconfig },
         });
         agent.start();
-        const lease = new LeaseRenewer({ agent, hub: { address: `127.0.0.1:${ports.agent}`, caCert: tls.caCert, serverName: 'localhost' }, apiserver: apiservers[cluster]!, leaseDurationMs: 60_000, log: agentLog });
+        const lease = new LeaseRenewer({ agent, hub: { address: `127.0.0.1:${ports.agent}`, caCert: tls.caCert, serverName: 'localhost' }, apiserver, leaseDurationMs: 60_000, log: agentLog });
         lease.start();
-        closers.push(() => { lease.stop(); agent.stop(); });
-        agents.push(agent);
+        this.closers.push(() => { lease.stop(); agent.stop(); });
+        this.agents.push(agent);
       }
     });
-    check();
+    this.check();
+  }
 
-    await progress.step('Waiting for the agents to connect', async () => {
+  private async waitForAgents({ hub }: HubParts): Promise<void> {
+    const { agentTimeoutMs, agents } = this;
+    const routes = hub.server.core.routes;
+    await this.progress.step('Waiting for the agents to connect', async () => {
       const deadline = Date.now() + agentTimeoutMs;
-      const connected = (): boolean => QUICKSTART_CLUSTERS.every((c) => server.core.routes.backends().some((b) => b.cluster === c)) && agents.every((a) => a.connectedServers > 0);
+      const connected = (): boolean => QUICKSTART_CLUSTERS.every((c) => routes.backends().some((b) => b.cluster === c)) && agents.every((a) => a.connectedServers > 0);
       while (!connected()) {
-        check();
+        this.check();
         if (Date.now() > deadline) {
-          const missing = QUICKSTART_CLUSTERS.filter((c) => !server.core.routes.backends().some((b) => b.cluster === c));
+          const missing = QUICKSTART_CLUSTERS.filter((c) => !routes.backends().some((b) => b.cluster === c));
           throw new Error(`the demo agents did not connect within ${agentTimeoutMs / 1000}s (missing: ${missing.join(', ')}); rerun with --log-level info to see why`);
         }
         await new Promise((r) => setTimeout(r, 50));
       }
     }, () => `${QUICKSTART_CLUSTERS.length} connected`);
-    check();
+    this.check();
+  }
 
-    await progress.step('Waiting for the addons to report Available', async () => {
+  private async waitForAddons({ store }: HubParts): Promise<void> {
+    const { agentTimeoutMs } = this;
+    await this.progress.step('Waiting for the addons to report Available', async () => {
       const deadline = Date.now() + agentTimeoutMs;
       // Available, and the agent's first health report in (Degraded known), so the printed table is settled.
       const settled = (conds: { type: string; status: string }[] | undefined): boolean =>
         !!conds?.some((k) => k.type === 'Available' && k.status === 'True') && !!conds.some((k) => k.type === 'Degraded' && k.status !== 'Unknown');
       const available = async (): Promise<boolean> => {
-        const { items } = await hubStore.list('ManagedClusterAddOn');
+        const { items } = await store.list('ManagedClusterAddOn');
         return QUICKSTART_CLUSTERS.every((c) => items.some((a) => a.metadata.namespace === c && settled(a.status?.conditions)));
       };
       while (!(await available())) {
-        check();
+        this.check();
         if (Date.now() > deadline) throw new Error(`the demo addons did not turn Available within ${agentTimeoutMs / 1000}s; rerun with --log-level info to see why`);
         await new Promise((r) => setTimeout(r, 100));
       }
     }, () => 'cluster-proxy Available on both');
-    check();
+    this.check();
+  }
 
+  /** A token, kubeconfigs (CONNECT and gateway) and a local forward per cluster, the commands to try, and quickstart.json. */
+  private async writeAccess({ hub, ports, pki, tls }: HubParts): Promise<QuickstartInfo> {
+    const { dir, log } = this;
     // A token for curl and the kubeconfigs. The old one of a previous run in this directory goes.
-    const store = server.tokens!;
-    await store.revoke(TOKEN_NAME);
-    const token = await issueToken(store, { name: TOKEN_NAME, clusters: '*' });
+    const tokens = hub.server.tokens!;
+    await tokens.revoke(TOKEN_NAME);
+    const token = await issueToken(tokens, { name: TOKEN_NAME, clusters: '*' });
 
     const tunnel = new Tunnel({ address: `127.0.0.1:${ports.frontend}`, caCert: tls.caCert, cert: await readFile(pki.clientCert), key: await readFile(pki.clientKey), serverName: 'localhost' });
-    closers.push(() => tunnel.close());
+    this.closers.push(() => tunnel.close());
     const caPem = tls.caCert.toString('utf8');
     const clusters: QuickstartInfo['clusters'] = {};
     for (const cluster of QUICKSTART_CLUSTERS) {
@@ -251,10 +326,10 @@ export async function runQuickstart(args: string[]): Promise<void> {
       const gatewayKubeconfig = path.join(dir, `${cluster}-gateway.kubeconfig`);
       await writeFile(gatewayKubeconfig, buildKubeconfig({ cluster, server: `https://127.0.0.1:${ports.gateway}/${cluster}`, caPems: [caPem], userToken: token.token }), { mode: 0o600 });
       const fwd = await serveForward(tunnel, `${cluster}:443`, { host: '127.0.0.1', port: 0 }, log);
-      closers.push(() => new Promise<void>((r) => fwd.close(() => r())));
-      clusters[cluster] = { apiserver: apiservers[cluster]!, forward: `127.0.0.1:${(fwd.address() as net.AddressInfo).port}`, kubeconfig, gatewayKubeconfig };
+      this.closers.push(() => new Promise<void>((r) => fwd.close(() => r())));
+      clusters[cluster] = { apiserver: this.apiservers[cluster]!, forward: `127.0.0.1:${(fwd.address() as net.AddressInfo).port}`, kubeconfig, gatewayKubeconfig };
     }
-    check();
+    this.check();
 
     const cli = cliWords();
     const connect = `127.0.0.1:${ports.connect}`;
@@ -284,14 +359,19 @@ export async function runQuickstart(args: string[]): Promise<void> {
     };
     const infoFile = path.join(dir, 'quickstart.json');
     await writeFile(infoFile, `${JSON.stringify(info, null, 2)}\n`, { mode: 0o600 });
-    closers.push(() => rm(infoFile, { force: true }));
+    this.closers.push(() => rm(infoFile, { force: true }));
+    return info;
+  }
 
+  private async printWelcome({ commands, clusters }: QuickstartInfo): Promise<void> {
+    const { dir } = this;
+    const cli = cliWords();
     const p = paint(process.stdout);
     const kubectlNote = kubectlCommand() !== 'kubectl' || (await onPath('kubectl')) ? [] : [p.dim('  (kubectl is not on your PATH: install it to try these)')];
     const lines = [
       '',
       p.bold(`cluster-proxy quickstart is running: a hub and two demo clusters (${QUICKSTART_CLUSTERS.join(', ')}), each an agent in front of a demo apiserver.`),
-      `Listeners, CA, client certificate and token: ${infoFile}`,
+      `Listeners, CA, client certificate and token: ${path.join(dir, 'quickstart.json')}`,
       '',
       p.bold('curl through the hub\'s HTTP CONNECT frontend (token auth):'),
       ...commands.curl.map((c) => `  ${c}`),
@@ -317,16 +397,15 @@ export async function runQuickstart(args: string[]): Promise<void> {
       '',
     ];
     process.stdout.write(lines.join('\n'));
-    await stopRequested;
-    progress.line(`${process.stderr.isTTY ? '\n' : ''}Stopping ...`); // after the terminal's "^C"
-  } catch (err) {
-    if (!(err instanceof Interrupted)) {
-      await shutdown();
-      throw err;
-    }
-    progress.line('Interrupted; stopping ...');
   }
-  // A second Ctrl+C while this runs exits at once (onSignal).
-  await shutdown();
-  progress.line('Stopped.');
+}
+
+export async function runQuickstart(args: string[]): Promise<void> {
+  const { flags } = parseFlags(args, quickstartFlags);
+  if (flags['help']) {
+    process.stdout.write(quickstartUsage);
+    return;
+  }
+  const log = createLogger(str(flags, 'log-level')!, 'quickstart');
+  await new Quickstart(path.resolve(str(flags, 'data-dir')!), duration(flags, 'agent-timeout'), log).run();
 }
