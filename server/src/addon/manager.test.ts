@@ -136,5 +136,37 @@ describe('AddonManager', () => {
     now += INSTALLER_RESYNC_MS;
     await until(async () => syncs === 3);
   });
+  it('on an OCM hub, leaves Available to OCM while the cluster\'s klusterlet is gone (ManagedCluster Available Unknown), and takes it back after', async () => {
+    const store = new MemoryStore();
+    await store.create('ManagedCluster', cluster('c1'));
+    await store.ensureNamespace('c1');
+    await store.create('ManagedClusterAddOn', { apiVersion: 'addon.open-cluster-management.io/v1alpha1', kind: 'ManagedClusterAddOn', metadata: { name: ADDON_NAME, namespace: 'c1' }, spec: {} });
+    let passes = 0;
+    const installer: AddonInstaller = {
+      start: () => undefined, stop: () => undefined, sync: async () => undefined,
+      // Asked once per addon in every status pass: the pass counter.
+      statusOf: () => { passes++; return undefined; },
+      proxyConfigurationConditions: () => [],
+    };
+    manager = new AddonManager({ store, core: core(['c1']), log, serverID: 'hub-0', tunnelLossWindowMs: 1000 });
+    manager.setInstaller(installer);
+    await manager.start();
+    const addon = async () => (await store.get('ManagedClusterAddOn', { name: ADDON_NAME, namespace: 'c1' }))!;
+    const available = async (): Promise<string | undefined> => (await addon()).status?.conditions?.find((x) => x.type === 'Available')?.status;
+    await until(async () => (await available()) === 'True');
+    // The klusterlet stops renewing: OCM's registration hub marks the cluster Unknown, then every addon.
+    const setCluster = async (status: 'Unknown' | 'True'): Promise<void> => {
+      const mc = (await store.get('ManagedCluster', { name: 'c1' }))!;
+      await store.updateStatus('ManagedCluster', { ...mc, status: { conditions: [{ type: 'ManagedClusterConditionAvailable', status, reason: status === 'Unknown' ? 'ManagedClusterLeaseUpdateStopped' : 'ManagedClusterAvailable', message: 'x', lastTransitionTime: new Date().toISOString() }] } });
+    };
+    await setCluster('Unknown');
+    const a = await addon();
+    await store.updateStatus('ManagedClusterAddOn', { ...a, status: { ...a.status, conditions: (a.status?.conditions ?? []).map((c) => c.type === 'Available' ? { ...c, status: 'Unknown', reason: 'ManagedClusterLeaseUpdateStopped' } : c) } });
+    const from = passes;
+    await until(async () => passes >= from + 4);
+    expect(await available()).toBe('Unknown');
+    // The klusterlet is back: Available is ours again, from the tunnel.
+    await setCluster('True');
+    await until(async () => (await available()) === 'True');
+  });
 });
-

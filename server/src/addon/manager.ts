@@ -6,7 +6,7 @@ import type { PeerCertificate } from 'node:tls';
 import type { Logger } from 'pino';
 import { HubApiError, type HubApi } from '../fleet/hub-api.js';
 import type { ProxyCore } from '../dataplane/proxy-core.js';
-import { ADDON_NAME, PROXY_CONFIGURATION_NAME, type AddonRegistration, type Lease, type ManagedClusterAddOn, type ManagedProxyConfiguration } from '../store/objects.js';
+import { ADDON_NAME, PROXY_CONFIGURATION_NAME, type AddonRegistration, type Lease, type ManagedCluster, type ManagedClusterAddOn, type ManagedProxyConfiguration } from '../store/objects.js';
 import { AlreadyExistsError, ConflictError, NotFoundError, type Store, type Watch } from '../store/store.js';
 import { WatchCache } from '../store/watch-cache.js';
 import { sameJson } from '../store/same-json.js';
@@ -109,6 +109,12 @@ export class AddonManager {
   private installerSyncedAt = 0;
   /** Since when each cluster has had no tunnel to this hub. */
   private readonly downSince = new Map<string, number>();
+  /**
+   * Clusters whose ManagedCluster Available is Unknown (their klusterlet stopped renewing). OCM's hub then sets
+   * every addon's Available to Unknown (ocm pkg/registration/hub/addon/healthcheck_controller.go), so on an OCM
+   * hub we leave Available to it while that lasts, rather than writing it back every pass.
+   */
+  private readonly klusterletGone = new Set<string>();
   /** Per cluster/agent: what its last written renewal reported, and when it was written. */
   /** When start() ran: a cluster no replica has had a tunnel for since then is down from then on. */
   private startedAt = 0;
@@ -203,6 +209,7 @@ export class AddonManager {
     await Promise.all([this.addons.start(), this.leases.start()]);
     await this.ensureProxyConfiguration();
     const list = await this.opts.store.list('ManagedCluster');
+    for (const mc of list.items) this.noteClusterAvailability(mc);
     if (!this.installer) for (const mc of list.items) await this.ensureAddon(mc.metadata.name);
     await this.removeOrphans(new Set(list.items.map((m) => m.metadata.name)));
     this.installer?.start(() => {
@@ -212,6 +219,8 @@ export class AddonManager {
     this.clusterWatch = this.opts.store.watch('ManagedCluster', { resourceVersion: list.resourceVersion }, {
       onEvent: (e) => {
         const name = e.object.metadata.name;
+        if (e.type === 'DELETED') this.klusterletGone.delete(name);
+        else if (this.noteClusterAvailability(e.object)) this.kick();
         if (this.installer) {
           this.installerDirty = true;
           this.kick();
@@ -355,6 +364,8 @@ export class AddonManager {
       // On an OCM hub, Progressing is OCM's addon-manager's (rollout from the work's config-spec-hash):
       // we never write it there; the installer's conditions (RegistrationApplied, ManifestApplied) join ours.
       if (this.installer) specs = specs.filter((c) => c.type !== 'Progressing');
+      // The klusterlet is gone: OCM's hub says Available Unknown for every addon of the cluster; one writer.
+      if (this.installer && this.klusterletGone.has(cluster)) specs = specs.filter((c) => c.type !== 'Available');
       if (installed) specs = [...specs.filter((c) => !installed.conditions.some((i) => i.type === c.type)), ...installed.conditions];
       await this.writeConditions(addon, specs, now, installed);
     }
@@ -362,6 +373,16 @@ export class AddonManager {
   }
 
   private readonly everSeen = new Set<string>();
+
+  /** Records whether the cluster's klusterlet is gone (Available Unknown); true if that changed. */
+  private noteClusterAvailability(mc: ManagedCluster): boolean {
+    const name = mc.metadata.name;
+    const gone = mc.status?.conditions?.find((c) => c.type === 'ManagedClusterConditionAvailable')?.status === 'Unknown';
+    if (gone === this.klusterletGone.has(name)) return false;
+    if (gone) this.klusterletGone.add(name);
+    else this.klusterletGone.delete(name);
+    return true;
+  }
 
   private async writeConditions(addon: ManagedClusterAddOn, specs: ConditionSpec[], now: number, installed?: AddonInstallStatus): Promise<void> {
     const { conditions, changed } = mergeConditions(addon.status?.conditions, specs, new Date(now));

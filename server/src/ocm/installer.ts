@@ -5,7 +5,7 @@
 // owns CSRs, Secrets, applying the work. One pass (run by the addon manager's leader, after every change
 // it watches and on its status period):
 //   1. ClusterManagementAddOn `cluster-proxy` exists (created with installStrategy Manual if missing);
-//   2. every ManagedClusterAddOn whose cluster accepts clients has ManifestWork
+//   2. every ManagedClusterAddOn whose cluster accepts clients and whose configs OCM resolved (Configured) has ManifestWork
 //      `addon-cluster-proxy-deploy-0` holding the agent (agent-work.ts), rendered from the configs OCM
 //      resolved into the addon's status.configReferences, rewritten when it differs (a config change, or
 //      an edit by someone else); works of addons or clusters that are gone are deleted;
@@ -178,6 +178,12 @@ export class OcmInstaller {
       return { registrations: [], supportedConfigs: SUPPORTED_CONFIGS, conditions: waiting(mc ? 'the cluster is not accepted by the hub (hubAcceptsClient is false)' : 'the managed cluster does not exist') };
     }
     const registrations = addonRegistrations(cluster, ctx.signer.certPem);
+    if (!configured(addon)) {
+      // OCM's cluster-proxy turns on addon-framework's config check (agentdeploy/controller.go): no work is built
+      // or changed until OCM's addon-manager has resolved the addon's configs (Configured True), so an addon
+      // outside a rollout's batch keeps the work it has, and a new one gets none with defaults first.
+      return { registrations, supportedConfigs: SUPPORTED_CONFIGS, conditions: [...registered(), ...(existing ? workConditions(existing) : [])] };
+    }
     let desired: ManifestWork;
     let namespace: string;
     try {
@@ -378,6 +384,11 @@ function agentImageCondition(mpc: ManagedProxyConfiguration | null, ours: string
   if (!named || named === ours) return { type: 'AgentImageAccepted', status: 'True', reason: 'OwnImage', message: `agents run ${ours}` };
   return { type: 'AgentImageAccepted', status: 'False', reason: 'NotClusterProxyImage',
     message: `spec.proxyAgent.image ${named} is not this hub's agent image; agents run ${ours} (set the hub's --agent-image to change it)` };
+}
+
+/** OCM's addon-manager has resolved the addon's configs for the current rollout (addonconfiguration controller). */
+function configured(addon: ManagedClusterAddOn): boolean {
+  return addon.status?.conditions?.some((c) => c.type === 'Configured' && c.status === 'True') === true;
 }
 
 function registered(): ConditionSpec[] {

@@ -173,7 +173,9 @@ export class Fleet {
         // As OCM's addon-manager does for an enabled addon (installStrategy Manual: an admin enabled it).
         await store.ensureNamespace(name);
         const addon: ManagedClusterAddOn = { apiVersion: 'addon.open-cluster-management.io/v1alpha1', kind: 'ManagedClusterAddOn', metadata: { name: 'cluster-proxy', namespace: name }, spec: {} };
-        await store.create('ManagedClusterAddOn', addon);
+        const created = await store.create('ManagedClusterAddOn', addon);
+        // Its configs resolved (none but the defaults): the hub builds no work before that.
+        await store.updateStatus('ManagedClusterAddOn', { ...created, status: { conditions: [{ type: 'Configured', status: 'True', reason: 'ConfigurationsConfigured', message: 'Configurations configured', lastTransitionTime: new Date().toISOString() }] } });
       }
     } finally {
       if (!this.kube) await store.close();
