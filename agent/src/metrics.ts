@@ -65,6 +65,9 @@ export class AgentMetrics {
   // ---- ours
   readonly bytes = this.registry.register(new Counter(`${OWN}bytes_total`,
     'Payload bytes moved through tunneled connections, by direction (to_endpoint: written to destinations; to_server: read from them)', ['direction'] as const));
+  /** bytes' two series, resolved once: counted per packet. */
+  readonly bytesToEndpoint = this.bytes.child({ direction: 'to_endpoint' });
+  readonly bytesToServer = this.bytes.child({ direction: 'to_server' });
   readonly flowControlStalls = this.registry.register(new Counter(`${OWN}flow_control_stalls_total`,
     'Times a connection ran out of flow-control credit towards the server and stopped reading its destination'));
   readonly tunnelConnects = this.registry.register(new Counter(`${OWN}tunnel_connects_total`,

@@ -44,12 +44,16 @@ export class Counter<L extends string = never> implements Metric {
 
   constructor(readonly name: string, private readonly help: string, private readonly labelNames: readonly L[] = []) {
     if (labelNames.length === 0) this.series.set('', { labels: {}, value: 0 });
+    this.plainKey = labelNames.length === 0 ? { key: '', ordered: {} } : null;
   }
 
+  /** The series without labels, when the counter has none (inc() adds to it without building a key). */
+  private readonly plainKey: { key: string; ordered: Labels } | null;
+
   inc(labels?: Record<L, string> | number, value?: number): void {
-    const l = typeof labels === 'object' ? labels : ({} as Record<L, string>);
     const by = typeof labels === 'number' ? labels : value ?? 1;
-    this.add(this.keyOf(l), by);
+    if (this.plainKey && typeof labels !== 'object') return this.add(this.plainKey, by);
+    this.add(this.keyOf(typeof labels === 'object' ? labels : ({} as Record<L, string>)), by);
   }
 
   /**
