@@ -135,7 +135,7 @@ export class EndpointConnection {
     }
     const writer = this.writer!;
     this.bytesIn += n;
-    this.owner.metrics.bytes.inc({ direction: 'to_endpoint' }, n);
+    this.owner.metrics.bytesToEndpoint.inc(n);
     writer.writeChunks(chunks, n);
     if (this.owner.credit) {
       // A peer that negotiated credit and overruns it is broken; cut only this connection.
@@ -208,7 +208,7 @@ export class EndpointConnection {
     // After EOF no data comes; from closing on the listener is gone.
     if (!this.readingDestination()) return;
     this.bytesOut += chunk.length;
-    this.owner.metrics.bytes.inc({ direction: 'to_server' }, chunk.length);
+    this.owner.metrics.bytesToServer.inc(chunk.length);
     this.sendWithinCredit(chunk);
     if (this.unsent || !this.sendCredit.canSend() || this.owner.sender.congested) {
       this.socket!.pause();

@@ -44,6 +44,8 @@ export class ReplicaSync {
   private async sync(): Promise<void> {
     const { agent } = this.opts;
     if (agent.connectedServers === 0) return;
+    const started = performance.now();
+    const seconds = (): number => (performance.now() - started) / 1000;
     try {
       const creds = agent.currentCredentials;
       const answer = (await hubRequest({ ...this.opts.hub, caCert: agent.currentTrust, cert: creds.cert, key: creds.key, sessions: agent.hubSessions }, 'GET', '/v1/replicas')) as { serverCount?: unknown; replicas?: unknown; syncIntervalSeconds?: unknown; reconnectSpreadSeconds?: unknown };
@@ -53,9 +55,12 @@ export class ReplicaSync {
       const spread = answer?.reconnectSpreadSeconds;
       agent.setReconnectSpread(typeof spread === 'number' ? spread * 1000 : 0);
       const ids = Array.isArray(answer?.replicas) ? answer.replicas.map((r) => (r as { serverID?: unknown }).serverID).filter((x): x is string => typeof x === 'string') : null;
+      agent.metrics.leaseList(seconds(), 200);
       if (!ids || typeof answer.serverCount !== 'number') throw new Error('hub sent a replica list without serverCount/replicas');
       agent.setReplicas(ids, answer.serverCount);
     } catch (err) {
+      // As ANP's lease lists: a failure counts with the status it came with (a network error has none).
+      if (err instanceof HubRequestError) agent.metrics.leaseList(seconds(), err.status);
       if (err instanceof HubRequestError && err.status === 404) {
         this.unsupported = true;
         this.opts.log.info('hub publishes no replica list (an ANP server?); following its serverCount header only');

@@ -297,7 +297,7 @@ export class ServerConnection extends EventEmitter implements EndpointOwner {
     if (this.state === 'closed') return;
     const wasOpen = this.state === 'open';
     this.state = 'closed';
-    if (wasOpen && err && err.message !== SERVER_ENDED) this.metrics.streamErrors.inc({ segment: 'to_agent', code: streamErrorCode(err), packet_type: 'Unknown' });
+    if (wasOpen && err && err.message !== SERVER_ENDED) this.metrics.streamError('to_agent', streamErrorCode(err));
     this.abort.abort();
     for (const conn of [...this.conns.values()]) conn.destroy();
     this.conns.clear();

@@ -74,7 +74,8 @@ export class Hub {
     this.server = new ProxyServer({ ...opts.server, log: opts.log, readinessChecks: [{ name: 'store', check: () => opts.store.ping() }] });
     this.server.metrics.registry.registerMetric(storeRequests);
     this.replicas = new ReplicaRegistry({ store: opts.store, namespace: HUB_NAMESPACE, serverID: this.server.serverID, leaseDurationMs: opts.replicaLeaseDurationMs, log: opts.log,
-      tunnelClusters: () => this.server.core.routes.backends().map((b) => b.cluster), fleetSize: () => this.manager?.fleetSize ?? 0 });
+      tunnelClusters: () => this.server.core.routes.backends().map((b) => b.cluster), fleetSize: () => this.manager?.fleetSize ?? 0,
+      onLeaseList: (seconds, code, reason) => this.server.metrics.leaseList(seconds, code, reason) });
     this.replicas.registerRoutes(this.server.hubApi);
     // A dial for a cluster that other replicas reach waits for its agent here (a restart, a reconnect).
     this.server.core.agentWaits.setAgentsElsewhere(() => this.replicas.clustersElsewhere);

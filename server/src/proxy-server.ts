@@ -228,6 +228,13 @@ export class ProxyServer {
       grpcFrontends: () => this.frontends.size,
       muxFrontends: () => this.muxClients.size,
       httpConnections: () => this.connect?.connections() ?? 0,
+      blockedReceivers: () => {
+        let proxy = 0;
+        for (const f of this.frontends) if (f.paused) proxy++;
+        let connect = 0;
+        for (const b of this.core.routes.backends()) if (b.sender.readsHeld > 0) connect++;
+        return { proxy, connect };
+      },
       serverCount: () => this.listenerOptions.serverCount(),
       memory: () => ({ limit: this.core.budget.limit, directions: this.core.memoryByDirection() }),
     });

@@ -20,7 +20,7 @@ describe('metrics and readiness of real hub and agent processes', () => {
     echo = await startEchoServer();
     hub = await startHub(pki);
     // gRPC: a hub that dies mid-stream is a stream error (UNAVAILABLE) for ANP's transport.
-    agent = await startAgent(pki, hub, { cluster: 'c1', apiserver: `127.0.0.1:${echo.port}`, args: ['--transport', 'grpc', '--keepalive-time', '1s', '--keepalive-timeout', '1s'] });
+    agent = await startAgent(pki, hub, { cluster: 'c1', apiserver: `127.0.0.1:${echo.port}`, args: ['--transport', 'grpc', '--keepalive-time', '1s', '--keepalive-timeout', '1s', '--replica-sync-interval', '200ms'] });
   });
 
   afterAll(async () => {
@@ -35,6 +35,9 @@ describe('metrics and readiness of real hub and agent processes', () => {
     const before = await scrape(hub.ports.health);
     expect(before.value(`${S}ready_backend_connections`)).toBe(1);
     expect(before.has('process_cpu_user_seconds_total')).toBe(true); // process metrics in the CLI
+    // The hub lists the replica Leases (ANP's lease_list metrics); the agent asks for the replicas (ANP's lease lists).
+    await waitFor(async () => (await scrape(hub.ports.health)).value(`${S}lease_list_total`, { http_status_code: '200', reason: '' }) > 0, { timeoutMs: 10_000, message: 'hub lease list counted' });
+    await waitFor(async () => (await scrape(agent.healthPort)).value(`${A}lease_lists_total`, { http_response_code: '200', reason: '' }) > 0, { timeoutMs: 10_000, message: 'agent lease list counted' });
     const t = hub.tunnel();
     const s = await t.dial('c1:443');
     const got = new Promise<Buffer>((resolve) => s.once('data', resolve));
@@ -55,6 +58,23 @@ describe('metrics and readiness of real hub and agent processes', () => {
     expect((await scrape(hub.ports.health)).value(`${S}established_connections`)).toBe(0);
   });
 
+  it('process metrics: Go\'s process collector\'s (as ANP exports them) and the memory a pod is charged', async () => {
+    for (const port of [hub.ports.health, agent.healthPort]) {
+      const m = await scrape(port);
+      for (const name of ['process_cpu_seconds_total', 'process_open_fds', 'process_max_fds', 'process_virtual_memory_bytes', 'process_virtual_memory_max_bytes',
+        'process_resident_memory_bytes', 'process_start_time_seconds', 'process_network_receive_bytes_total', 'process_network_transmit_bytes_total']) {
+        expect(m.value(name), `${name} on ${port}`).toBeGreaterThan(0);
+      }
+      const rss = m.value('process_resident_memory_bytes');
+      const anon = m.value('cluster_proxy_process_anon_memory_bytes');
+      // Anonymous memory is a part of RSS (the node binary's pages are the rest): more than the V8 heap, less than RSS.
+      expect(anon).toBeGreaterThan(m.value('nodejs_heap_size_used_bytes'));
+      expect(anon).toBeLessThan(rss);
+      expect(m.types.get('cluster_proxy_process_socket_memory_bytes')).toBe('gauge');
+      expect(m.value('cluster_proxy_process_socket_memory_bytes')).toBeGreaterThanOrEqual(0);
+    }
+  });
+
   it('readiness: verbose checks on both; the agent loses readiness and counts a stream error and a reconnect when the hub is killed', async () => {
     expect(await getStatus(hub.ports.health, '/readyz?verbose')).toEqual({ status: 200, body: '[+]listeners ok\n[+]store ok\nreadyz check passed\n' });
     expect(await getStatus(agent.healthPort, '/readyz?verbose')).toEqual({ status: 200, body: '[+]tunnel ok\nreadyz check passed\n' });
@@ -63,6 +83,7 @@ describe('metrics and readiness of real hub and agent processes', () => {
     await waitFor(async () => (await scrape(agent.healthPort)).value('cluster_proxy_agent_tunnel_reconnects_total') === 1, { timeoutMs: 10_000, message: 'reconnect counted' });
     const a = await scrape(agent.healthPort);
     expect(a.value(`${A}stream_errors_total`, { segment: 'to_agent', code: 'Unavailable', packet_type: 'Unknown' })).toBe(1);
+    expect(a.value(`${A}server_connection_failure_count`, { direction: 'from_server' })).toBe(1); // ANP's deprecated twin
     expect(a.value(`${A}open_server_connections`)).toBe(0);
     const r = await getStatus(agent.healthPort, '/readyz?verbose');
     expect(r.status).toBe(503);

@@ -166,6 +166,45 @@ describe('metrics, readiness and connection logs (in-process server and agents)'
     expect(a.value(`${A}open_endpoint_connections`)).toBe(0);
   });
 
+  it('exports every metric of ANP v0.36.0\'s server and agent, with its type, labels and buckets', async () => {
+    // pkg/server/metrics, pkg/agent/metrics and the common stream metrics of ANP v0.36.0 (Go's process
+    // metrics are checked on the real processes, test/e2e/metrics.test.ts).
+    const server: [string, string][] = [
+      ['dial_duration_seconds', 'histogram'], ['frontend_write_duration_seconds', 'histogram'], ['grpc_connections', 'gauge'],
+      ['http_connections', 'gauge'], ['ready_backend_connections', 'gauge'], ['ready_backends', 'gauge'], ['pending_backend_dials', 'gauge'],
+      ['established_connections', 'gauge'], ['full_receive_channels', 'gauge'], ['dial_failure_count', 'counter'], ['stream_packets_total', 'counter'],
+      ['stream_errors_total', 'counter'], ['culled_leases_count', 'counter'], ['lease_delete_latency_seconds', 'histogram'], ['lease_delete_total', 'counter'],
+      ['lease_list_latency_seconds', 'histogram'], ['lease_list_total', 'counter'],
+    ];
+    const agentSide: [string, string][] = [
+      ['dial_duration_seconds', 'histogram'], ['server_connection_failure_count', 'counter'], ['endpoint_dial_failure_total', 'counter'],
+      ['open_server_connections', 'gauge'], ['known_server_count', 'gauge'], ['open_endpoint_connections', 'gauge'], ['stream_packets_total', 'counter'],
+      ['stream_errors_total', 'counter'], ['lease_lists_total', 'counter'], ['lease_watches_total', 'counter'], ['lease_list_latency_seconds', 'histogram'],
+    ];
+    const h = await hub();
+    const a = await agentScrape();
+    for (const [name, type] of server) expect(h.types.get(`${S}${name}`), `${S}${name}`).toBe(type);
+    for (const [name, type] of agentSide) expect(a.types.get(`${A}${name}`), `${A}${name}`).toBe(type);
+    // Label names and values as ANP's.
+    const labelsOf = (sc: Scrape, name: string): string[] => [...new Set(sc.samples.filter((x) => x.name === name).map((x) => Object.keys(x.labels).sort().join(',')))];
+    expect(labelsOf(h, `${S}full_receive_channels`)).toEqual(['service_method']);
+    expect(h.value(`${S}full_receive_channels`, { service_method: 'Proxy' })).toBe(0);
+    expect(h.value(`${S}full_receive_channels`, { service_method: 'Connect' })).toBe(0);
+    expect(h.has(`${S}culled_leases_count`)).toBe(true);
+    expect(h.value(`${S}culled_leases_count`)).toBe(0);
+    expect(labelsOf(h, `${S}stream_packets_total`)).toEqual(['packet_type,segment']);
+    expect(labelsOf(a, `${A}stream_packets_total`)).toEqual(['packet_type,segment']);
+    // ANP's buckets: the server's latency buckets (1 µs to 12.5 s), the agent's (5 ms to 30 s).
+    const les = (sc: Scrape, name: string): string[] => sc.samples.filter((x) => x.name === `${name}_bucket`).map((x) => x.labels['le']!);
+    const serverBuckets = ['1e-6', '0.00001', '0.0001', '0.005', '0.025', '0.1', '0.5', '2.5', '12.5', '+Inf'].map((x) => (x === '+Inf' ? x : String(Number(x))));
+    expect(les(h, `${S}dial_duration_seconds`)).toEqual(serverBuckets);
+    expect(les(h, `${S}frontend_write_duration_seconds`)).toEqual(serverBuckets);
+    expect(les(a, `${A}dial_duration_seconds`)).toEqual(['0.005', '0.025', '0.1', '0.5', '2.5', '10', '30', '+Inf']);
+    // The connection before moved 256 KiB back to its client: each payload handed on was timed.
+    expect(h.value(`${S}frontend_write_duration_seconds_count`)).toBeGreaterThan(0);
+    expect(h.value(`${S}frontend_write_duration_seconds_bucket`, { le: '+Inf' })).toBe(h.value(`${S}frontend_write_duration_seconds_count`));
+  });
+
   it('puts dialID and connectID on the log lines of a connection', () => {
     const ok = agentLog.lines.find((l) => l['msg'] === 'dial ok');
     expect(ok).toBeDefined();

@@ -4,7 +4,7 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import pino from 'pino';
 import { afterAll, describe, expect, it } from 'vitest';
-import { ReplicaSync, type Agent } from '@cluster-proxy/agent';
+import { AgentMetrics, ReplicaSync, type Agent } from '@cluster-proxy/agent';
 import { ProxyServer, createCA, issueAgentCert, issueServerCert } from '@cluster-proxy/server';
 import { waitFor } from './fixtures/index.js';
 
@@ -20,7 +20,8 @@ async function hubWith(answer: (() => unknown) | null): Promise<{ server: ProxyS
   return { server, address: `127.0.0.1:${ports.agent}` };
 }
 
-function recordingAgent(): { agent: Agent; calls: [string[], number][]; spreads: number[] } {
+function recordingAgent(): { agent: Agent; calls: [string[], number][]; spreads: number[]; metrics: AgentMetrics } {
+  const metrics = new AgentMetrics();
   const calls: [string[], number][] = [];
   const spreads: number[] = [];
   const agent = {
@@ -29,8 +30,9 @@ function recordingAgent(): { agent: Agent; calls: [string[], number][]; spreads:
     currentCredentials: { cert: Buffer.from(agentCert.certPem), key: Buffer.from(agentCert.keyPem) },
     setReplicas: (ids: readonly string[], count: number) => { calls.push([[...ids], count]); },
     setReconnectSpread: (ms: number) => { spreads.push(ms); },
+    metrics,
   } as unknown as Agent;
-  return { agent, calls, spreads };
+  return { agent, calls, spreads, metrics };
 }
 
 describe('ReplicaSync', () => {
@@ -40,7 +42,7 @@ describe('ReplicaSync', () => {
   it('hands the hub\'s live replica list to the agent, every interval', async () => {
     const hub = await hubWith(() => ({ serverCount: 2, replicas: [{ serverID: 'hub-a' }, { serverID: 'hub-b' }], reconnectSpreadSeconds: 3 }));
     stops.push(() => hub.server.stop(100));
-    const { agent, calls, spreads } = recordingAgent();
+    const { agent, calls, spreads, metrics } = recordingAgent();
     const sync = new ReplicaSync({ agent, hub: { address: hub.address, serverName: 'localhost' }, intervalMs: 100, log: pino({ level: 'silent' }) });
     stops.push(() => sync.stop());
     sync.start();
@@ -48,6 +50,10 @@ describe('ReplicaSync', () => {
     expect(calls[0]).toEqual([['hub-a', 'hub-b'], 2]);
     // The hub's reconnect spread (sized from its fleet) reaches the agent too.
     expect(spreads[0]).toBe(3000);
+    // Each answer counts as one of ANP's lease lists, with its HTTP status.
+    const text = (await metrics.expose()).body;
+    expect(Number(/^konnectivity_network_proxy_agent_lease_lists_total\{http_response_code="200",reason=""\} (\d+)$/m.exec(text)?.[1])).toBeGreaterThanOrEqual(2);
+    expect(text).toMatch(/^konnectivity_network_proxy_agent_lease_list_latency_seconds_count\{http_response_code="200"\} [1-9]/m);
   });
 
   it('a hub without the endpoint (404, an ANP server) turns it off for good; a malformed answer changes nothing', async () => {
@@ -63,6 +69,7 @@ describe('ReplicaSync', () => {
     await sleep(300); // several intervals: no further request, no call
     expect(lines.filter((l) => l.includes('publishes no replica list'))).toHaveLength(1);
     expect(calls).toEqual([]);
+    expect((await agent.metrics.expose()).body).toMatch(/^konnectivity_network_proxy_agent_lease_lists_total\{http_response_code="404",reason=""\} 1$/m);
 
     let asked = 0;
     const odd = await hubWith(() => { asked++; return { replicas: 'hub-a' }; });

@@ -5,6 +5,7 @@
 // hub keeps prom-client for its own metrics but takes the process metrics from here: prom-client's
 // default collectors (and the OpenTelemetry API they load) cost its start-up RSS ~3 MiB.
 import { readdirSync } from 'node:fs';
+import { netDevTotals, procLimit, procStatusBytes, readProcStatus, socketQueuedBytes } from './proc-self.js';
 
 export type Labels = Record<string, string>;
 
@@ -29,6 +30,8 @@ export interface Metric {
   readonly name: string;
   /** HELP, TYPE and sample lines. */
   lines(): string[];
+  /** Reads what the lines show, when that cannot be read synchronously (Registry.collect() awaits it). */
+  refresh?(): Promise<void>;
 }
 
 function header(name: string, help: string, type: string): string[] {
@@ -41,12 +44,16 @@ export class Counter<L extends string = never> implements Metric {
 
   constructor(readonly name: string, private readonly help: string, private readonly labelNames: readonly L[] = []) {
     if (labelNames.length === 0) this.series.set('', { labels: {}, value: 0 });
+    this.plainKey = labelNames.length === 0 ? { key: '', ordered: {} } : null;
   }
 
+  /** The series without labels, when the counter has none (inc() adds to it without building a key). */
+  private readonly plainKey: { key: string; ordered: Labels } | null;
+
   inc(labels?: Record<L, string> | number, value?: number): void {
-    const l = typeof labels === 'object' ? labels : ({} as Record<L, string>);
     const by = typeof labels === 'number' ? labels : value ?? 1;
-    this.add(this.keyOf(l), by);
+    if (this.plainKey && typeof labels !== 'object') return this.add(this.plainKey, by);
+    this.add(this.keyOf(typeof labels === 'object' ? labels : ({} as Record<L, string>)), by);
   }
 
   /**
@@ -86,30 +93,84 @@ export class Gauge implements Metric {
   }
 }
 
-/** A histogram without labels (cumulative buckets, sum and count). */
-export class Histogram implements Metric {
-  private readonly counts: number[];
-  private sum = 0;
-  private count = 0;
+interface HistogramSeries {
+  labels: Labels;
+  counts: number[];
+  sum: number;
+  count: number;
+}
 
-  constructor(readonly name: string, private readonly help: string, private readonly buckets: readonly number[]) {
-    this.counts = buckets.map(() => 0);
+/**
+ * A histogram (cumulative buckets, sum and count). Without label names it has one series from the start;
+ * with them, one per label set seen (none until the first observeWith).
+ */
+export class Histogram<L extends string = never> implements Metric {
+  private readonly series = new Map<string, HistogramSeries>();
+  private readonly plain: HistogramSeries | null = null;
+
+  constructor(readonly name: string, private readonly help: string, private readonly buckets: readonly number[], private readonly labelNames: readonly L[] = []) {
+    if (labelNames.length === 0) this.series.set('', (this.plain = this.newSeries({})));
   }
 
+  private newSeries(labels: Labels): HistogramSeries {
+    return { labels, counts: this.buckets.map(() => 0), sum: 0, count: 0 };
+  }
+
+  /** An observation of the histogram without labels. */
   observe(value: number): void {
-    for (let i = 0; i < this.buckets.length; i++) if (value <= this.buckets[i]!) this.counts[i]!++;
-    this.sum += value;
-    this.count++;
+    if (!this.plain) throw new Error(`${this.name} has labels: use observeWith`);
+    this.add(this.plain, value);
+  }
+
+  observeWith(labels: Record<L, string>, value: number): void {
+    const ordered: Labels = {};
+    for (const k of this.labelNames) ordered[k] = String(labels[k] ?? '');
+    const key = JSON.stringify(ordered);
+    let s = this.series.get(key);
+    if (!s) this.series.set(key, (s = this.newSeries(ordered)));
+    this.add(s, value);
+  }
+
+  private add(s: HistogramSeries, value: number): void {
+    for (let i = 0; i < this.buckets.length; i++) if (value <= this.buckets[i]!) s.counts[i]!++;
+    s.sum += value;
+    s.count++;
   }
 
   lines(): string[] {
-    return [
-      ...header(this.name, this.help, 'histogram'),
-      ...this.buckets.map((b, i) => `${this.name}_bucket{le="${num(b)}"} ${this.counts[i]}`),
-      `${this.name}_bucket{le="+Inf"} ${this.count}`,
-      `${this.name}_sum ${num(this.sum)}`,
-      `${this.name}_count ${this.count}`,
-    ];
+    const out = header(this.name, this.help, 'histogram');
+    for (const s of this.series.values()) {
+      const with_ = (extra: string): string => {
+        const inner = Object.keys(s.labels).map((k) => `${k}="${escapeValue(s.labels[k]!)}"`);
+        if (extra) inner.push(extra);
+        return inner.length ? `{${inner.join(',')}}` : '';
+      };
+      this.buckets.forEach((b, i) => out.push(`${this.name}_bucket${with_(`le="${num(b)}"`)} ${s.counts[i]}`));
+      out.push(`${this.name}_bucket${with_('le="+Inf"')} ${s.count}`, `${this.name}_sum${with_('')} ${num(s.sum)}`, `${this.name}_count${with_('')} ${s.count}`);
+    }
+    return out;
+  }
+}
+
+/**
+ * A gauge whose value is read asynchronously before a scrape (Registry.collect()), at most once per
+ * `minIntervalMs`: for readings too costly for every scrape or for the event loop.
+ */
+export class RefreshedGauge implements Metric {
+  private value = NaN;
+  private readAt = -Infinity;
+
+  constructor(readonly name: string, private readonly help: string, private readonly read: () => Promise<number>, private readonly minIntervalMs = 0) {}
+
+  async refresh(): Promise<void> {
+    const now = performance.now();
+    if (now - this.readAt < this.minIntervalMs) return;
+    this.readAt = now;
+    this.value = await this.read().catch(() => NaN);
+  }
+
+  lines(): string[] {
+    return [...header(this.name, this.help, 'gauge'), `${this.name} ${num(this.value)}`];
   }
 }
 
@@ -125,9 +186,22 @@ export class Registry {
   text(): string {
     return `${this.metrics.flatMap((m) => m.lines()).join('\n')}\n`;
   }
+
+  /** The exposition text after the metrics that read asynchronously have read. */
+  async collect(): Promise<string> {
+    await Promise.all(this.metrics.map((m) => m.refresh?.()));
+    return this.text();
+  }
 }
 
-/** The process metrics Prometheus' client libraries export under these names. */
+/** The socket memory gauge reads at most this often (it visits every descriptor of the process). */
+const SOCKET_MEMORY_INTERVAL_MS = 5000;
+
+/**
+ * The process metrics Prometheus' client libraries export under these names (Go's, which ANP's server and
+ * agent export, all of them; its go_* runtime metrics have no meaning here), Node.js heap figures, and the
+ * memory a pod is charged for.
+ */
 export function processMetrics(): Metric[] {
   const startSeconds = Math.round((Date.now() - process.uptime() * 1000) / 1000);
   const cpu = (): NodeJS.CpuUsage => process.cpuUsage();
@@ -144,7 +218,16 @@ export function processMetrics(): Metric[] {
     new Gauge('process_cpu_seconds_total', 'Total user and system CPU time spent in seconds.', () => { const c = cpu(); return (c.user + c.system) / 1e6; }, 'counter'),
     new Gauge('process_start_time_seconds', 'Start time of the process since unix epoch in seconds.', () => startSeconds),
     new Gauge('process_resident_memory_bytes', 'Resident memory size in bytes.', () => process.memoryUsage.rss()),
+    new Gauge('process_virtual_memory_bytes', 'Virtual memory size in bytes.', () => procStatusBytes(readProcStatus(), 'VmSize')),
+    new Gauge('process_virtual_memory_max_bytes', 'Maximum amount of virtual memory available in bytes.', () => procLimit('Max address space')),
     new Gauge('process_open_fds', 'Number of open file descriptors.', openFds),
+    new Gauge('process_max_fds', 'Maximum number of open file descriptors.', () => procLimit('Max open files')),
+    new Gauge('process_network_receive_bytes_total', 'Number of bytes received by the process over the network.', () => netDevTotals().receive, 'counter'),
+    new Gauge('process_network_transmit_bytes_total', 'Number of bytes sent by the process over the network.', () => netDevTotals().transmit, 'counter'),
+    // What a cgroup v2 memory limit charges for this process, which RSS does not tell: RSS counts the node
+    // binary's file-backed pages (~50 MiB, shared, reclaimable) and not the kernel's socket buffers.
+    new Gauge('cluster_proxy_process_anon_memory_bytes', 'Anonymous resident memory of this process (RssAnon of /proc/self/status): the part of RSS a memory limit charges and cannot reclaim', () => procStatusBytes(readProcStatus(), 'RssAnon')),
+    new RefreshedGauge('cluster_proxy_process_socket_memory_bytes', 'Bytes this process\'s TCP sockets hold in the kernel (unsent or unacknowledged, and unread: tx_queue + rx_queue of /proc/self/net/tcp), read at most every 5 s; the kernel charges these, plus buffer overhead, to the pod', socketQueuedBytes, SOCKET_MEMORY_INTERVAL_MS),
     new Gauge('nodejs_heap_size_used_bytes', 'Process heap size used from Node.js in bytes.', () => process.memoryUsage().heapUsed),
     new Gauge('nodejs_heap_size_total_bytes', 'Process heap size from Node.js in bytes.', () => process.memoryUsage().heapTotal),
     new Gauge('nodejs_external_memory_bytes', 'Node.js external memory size in bytes.', () => process.memoryUsage().external),

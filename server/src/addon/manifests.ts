@@ -251,16 +251,23 @@ function checkPullSecrets(v: unknown): string[] | undefined {
 
 const QUANTITY = /^[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+|[KMGTPE]i|[mkMGTPE])?$/;
 
-/** What the agent needs besides the data it holds for the hub (measured on Node 24: ~80 MiB idle, most of it the binary). */
+/**
+ * What the agent needs besides the data it holds for the hub, as the pod is charged (cgroup v2: anonymous
+ * memory, the kernel's socket buffers, and the file pages it touches). Measured on Node 24
+ * (`pnpm bench -- --only idle-rss,stuck-destination`, docs/goals.md): anonymous memory idle ~20 MiB, ~24
+ * after a bulk transfer; the node binary's file-backed pages ~52 MiB (reclaimable, but its working set);
+ * 96 = 24 + 52 + 20 to spare.
+ */
 const AGENT_BASE_MIB = 96;
 /** The agent's own default --memory-budget. */
 const AGENT_DEFAULT_BUDGET_MIB = 64;
 
 /**
- * Memory per byte of budget, with room to spare: with 1,024 stuck connections a 64 MiB budget took the
- * agent from ~78 to ~128 MiB of RSS (180–226 before its young garbage and freed pages were kept short),
- * and its sockets held up to 65 MiB in the kernel, which cgroup v2 charges to the pod too (140–168 while
- * every destination got the full unsent allowance at once).
+ * Memory per byte of budget, with room to spare. With 1,024 stuck connections and the default 64 MiB
+ * budget the agent's anonymous memory grew 56–60 MiB (24 → 80–84) and its sockets held 56–60 MiB in the
+ * kernel (skmem), which cgroup v2 charges to the pod too: at most 60 + 60 = 120 MiB for 64 MiB of budget,
+ * 1.9 per byte; 2.5 leaves a third more. So the default limit, 96 + 2.5 × 64 = 256 MiB, covers the worst
+ * path measured (anonymous 84 + sockets 60 + the binary's pages 52 = 196 MiB) with 30 % to spare.
  */
 const AGENT_MEMORY_PER_BUDGET = 2.5;
 

@@ -172,6 +172,11 @@ export class GrpcFrontend implements Frontend {
     this.call.pause();
   }
 
+  /** Reads of this client's stream are stopped: its connection waits for room towards the agent. */
+  get paused(): boolean {
+    return this.call.isPaused;
+  }
+
   resume(): void {
     this.call.resume();
   }

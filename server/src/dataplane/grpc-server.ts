@@ -201,6 +201,11 @@ export class GrpcServerCall extends EventEmitter {
     });
   }
 
+  /** Whether the handler paused the call (its reads stop). */
+  get isPaused(): boolean {
+    return this.paused;
+  }
+
   pause(): this {
     if (!this.paused) this.flow?.paused();
     this.paused = true;

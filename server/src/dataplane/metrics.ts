@@ -6,6 +6,7 @@
 import { PacketType, type DialFailureReason, type DirectionUsage } from '@cluster-proxy/proto';
 import { Registry as ProcessRegistry, processMetrics } from '@cluster-proxy/proto/prometheus';
 import { Counter, Gauge, Histogram, Registry } from './prom.js';
+import { TallyHistogram, registerTally } from './tally-histogram.js';
 
 const ANP = 'konnectivity_network_proxy_server_';
 const OWN = 'cluster_proxy_server_';
@@ -42,6 +43,12 @@ export interface ServerGaugeSource {
   muxFrontends(): number;
   /** HTTP CONNECT client connections, in any state. */
   httpConnections(): number;
+  /**
+   * Streams whose reading is stopped now because what they carry cannot move on (ANP's
+   * full_receive_channels): Proxy, client streams (gRPC) paused until the agent side has room;
+   * Connect, agent streams held until a client that cannot take more does.
+   */
+  blockedReceivers(): { proxy: number; connect: number };
   serverCount(): number;
   /** The memory budget: its limit, and per direction what the windows add up to and what is held now. */
   memory(): { limit: number; directions: DirectionUsage[] };
@@ -60,6 +67,11 @@ export interface ServerMetricsOptions {
   processMetrics?: boolean;
 }
 
+const SEGMENT_INDEX: Record<Segment, number> = { from_client: 0, to_client: 1, from_agent: 2, to_agent: 3 };
+
+/** ANP's server latency buckets (dial and frontend write). */
+const ANP_LATENCY_BUCKETS = [0.000001, 0.00001, 0.0001, 0.005, 0.025, 0.1, 0.5, 2.5, 12.5];
+
 export class ServerMetrics {
   readonly registry = new Registry();
   /** Process metrics (CPU, RSS, heap, descriptors), when asked for. */
@@ -70,9 +82,16 @@ export class ServerMetrics {
   readonly dialDuration = new Histogram({
     name: `${ANP}dial_duration_seconds`,
     help: 'Latency of successful dials: DIAL_REQ sent to the agent until its successful DIAL_RSP',
-    buckets: [0.000001, 0.00001, 0.0001, 0.001, 0.005, 0.025, 0.1, 0.5, 2.5, 12.5],
+    buckets: ANP_LATENCY_BUCKETS,
     registers: [this.registry],
   });
+  /**
+   * ANP times each packet its server sends a client; ours, each DATA payload handed on towards a client
+   * (every frontend: gRPC, mux, CONNECT). Node's writes do not block, so this is the time the hub spends
+   * passing it on; a client that does not read shows in the stall and held-bytes metrics instead.
+   */
+  readonly frontendWriteDuration = registerTally(this.registry, new TallyHistogram(`${ANP}frontend_write_duration_seconds`,
+    'Latency of write to the frontend in seconds (each DATA payload handed on towards a client)', ANP_LATENCY_BUCKETS));
   readonly dialFailures = new Counter({
     name: `${ANP}dial_failure_count`,
     help: 'Dials that failed, by reason (no_agent, draining, error_response, unrecognized_response, backend_close, backend_dial_timeout, frontend_close, bad_request)',
@@ -82,14 +101,15 @@ export class ServerMetrics {
   readonly connectionDuration = new Histogram({
     name: `${ANP}connection_duration_seconds`,
     help: 'Lifetime of established tunneled connections, from the successful dial to the close',
-    buckets: [1, 5, 10, 30, 60, 300, 600, 1800, 3600, 7200, 14400, 28800, 86400],
+    // ANP's buckets for this histogram (it came after v0.36.0).
+    buckets: [1, 5, 15, 30, 60, 300, 900, 1800, 3600, 14400, 43200, 86400],
     registers: [this.registry],
   });
   /**
    * Packets counted since the last scrape, per segment and packet type: plain numbers on the hot path (a
    * prom-client inc() hashes its labels, per packet), added to streamPackets when it is collected.
    */
-  private readonly packetTally = new Map<string, { segment: Segment; packetType: string; n: number }>();
+  private readonly packetTally = new Map<number, { segment: Segment; packetType: string; n: number }>();
   readonly streamPackets: Counter<'segment' | 'packet_type'> = new Counter({
     name: `${ANP}stream_packets_total`,
     help: 'Packets on client and agent streams, by segment (from_client, to_client, from_agent, to_agent) and packet type',
@@ -110,12 +130,57 @@ export class ServerMetrics {
     registers: [this.registry],
   });
 
+  // ANP's lease metrics are its lease garbage collector's (--enable-lease-controller): it lists the
+  // servers' Leases and deletes expired ones. The hub lists the replica Leases (fleet/replicas.ts) to count
+  // its replicas: those lists are counted here. It deletes no other replica's Lease (an expired one is
+  // ignored and stays), so culled_leases_count stays 0 and the delete metrics have no series, as on an
+  // ANP server whose collector found nothing to cull.
+  readonly culledLeases = new Counter({
+    name: `${ANP}culled_leases_count`,
+    help: 'Count of expired leases that the lease garbage collection controller has culled (the hub culls none: 0)',
+    registers: [this.registry],
+  });
+  readonly leaseDeleteLatency = new Histogram({
+    name: `${ANP}lease_delete_latency_seconds`,
+    help: 'Latency of lease deletion calls by the garbage collection controller in seconds (the hub makes none)',
+    labelNames: ['http_status_code'] as const,
+    registers: [this.registry],
+  });
+  readonly leaseDeletes = new Counter({
+    name: `${ANP}lease_delete_total`,
+    help: 'Count of lease deletion calls by the garbage collection controller, by HTTP status code and reason (the hub makes none)',
+    labelNames: ['http_status_code', 'reason'] as const,
+    registers: [this.registry],
+  });
+  readonly leaseListLatency = new Histogram({
+    name: `${ANP}lease_list_latency_seconds`,
+    help: 'Latency of the replica lease list calls in seconds, by HTTP status code',
+    labelNames: ['http_status_code'] as const,
+    registers: [this.registry],
+  });
+  readonly leaseLists = new Counter({
+    name: `${ANP}lease_list_total`,
+    help: 'Count of replica lease list calls, by HTTP status code and reason',
+    labelNames: ['http_status_code', 'reason'] as const,
+    registers: [this.registry],
+  });
+
   // ---- ours
-  readonly bytes = new Counter({
+  /** Payload bytes per direction since the last scrape: plain numbers on the hot path, added to `bytes` when it is collected. */
+  private readonly bytesTally = { to_agent: 0, to_client: 0 };
+  readonly bytes: Counter<'direction'> = new Counter({
     name: `${OWN}bytes_total`,
     help: 'Payload bytes moved through tunneled connections, by direction (to_agent: from clients towards destinations; to_client: back)',
     labelNames: ['direction'] as const,
     registers: [this.registry],
+    collect: () => {
+      for (const direction of ['to_agent', 'to_client'] as const) {
+        const n = this.bytesTally[direction];
+        if (n === 0) continue;
+        this.bytes.inc({ direction }, n);
+        this.bytesTally[direction] = 0;
+      }
+    },
   });
   readonly flowControlStalls = new Counter({
     name: `${OWN}flow_control_stalls_total`,
@@ -237,6 +302,17 @@ export class ServerMetrics {
       },
     });
     new Gauge({
+      name: `${ANP}full_receive_channels`,
+      help: 'Number of current connections blocked by a full receive channel, partitioned by service method (Proxy: client streams paused for room towards the agent; Connect: agent streams held for a client)',
+      labelNames: ['service_method'] as const,
+      registers: r,
+      collect() {
+        const b = src()?.blockedReceivers() ?? { proxy: 0, connect: 0 };
+        this.set({ service_method: 'Proxy' }, b.proxy);
+        this.set({ service_method: 'Connect' }, b.connect);
+      },
+    });
+    new Gauge({
       name: `${ANP}http_connections`,
       help: 'Open HTTP CONNECT client connections',
       registers: r,
@@ -300,12 +376,25 @@ export class ServerMetrics {
   }
 
   packet(segment: Segment, type: number): void {
-    // Keyed by the label, not the type number: a peer's made-up types all count as Unknown, one entry.
-    const packetType = packetTypeLabel(type);
-    const key = `${segment} ${packetType}`;
+    // Keyed by a number, not a string built per packet: the segment's index times 1024 plus the type, or
+    // 1023 for every type without a name (a peer's made-up types all count as Unknown, one entry).
+    const slot = typeof PacketType[type] === 'string' && type >= 0 && type < 1023 ? type : 1023;
+    const key = SEGMENT_INDEX[segment] * 1024 + slot;
     const t = this.packetTally.get(key);
     if (t) t.n++;
-    else this.packetTally.set(key, { segment, packetType, n: 1 });
+    else this.packetTally.set(key, { segment, packetType: packetTypeLabel(type), n: 1 });
+  }
+
+  /** Payload bytes moved one way (per DATA packet: a plain add, flushed into bytes_total at scrape). */
+  bytesMoved(direction: 'to_agent' | 'to_client', n: number): void {
+    this.bytesTally[direction] += n;
+  }
+
+  /** One replica lease list: its HTTP status (200 when it worked) and reason (Kubernetes' Status reason, or ''). */
+  leaseList(seconds: number, httpStatusCode: number, reason = ''): void {
+    const code = String(httpStatusCode);
+    this.leaseLists.inc({ http_status_code: code, reason });
+    this.leaseListLatency.observe({ http_status_code: code }, seconds);
   }
 
   streamError(segment: Segment, code: string, packetType = 'Unknown'): void {
@@ -315,7 +404,7 @@ export class ServerMetrics {
   /** The exposition text and its content type, for a /metrics handler. */
   async expose(): Promise<{ contentType: string; body: string }> {
     // prom-client's text ends with a newline; the process metrics follow it.
-    return { contentType: this.registry.contentType, body: `${await this.registry.metrics()}${this.processRegistry?.text() ?? ''}` };
+    return { contentType: this.registry.contentType, body: `${await this.registry.metrics()}${(await this.processRegistry?.collect()) ?? ''}` };
   }
 }
 

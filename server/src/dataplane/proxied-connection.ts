@@ -178,7 +178,7 @@ export class ProxiedConnection {
   /** As write(), for one payload that arrived as several chunks (`length` bytes): they stay views. */
   writeChunks(chunks: readonly Buffer[], length: number, sent?: () => void): void {
     if (this.state !== 'open' || this.clientEnded) return;
-    this.backend.metrics.bytes.inc({ direction: 'to_agent' }, length);
+    this.backend.metrics.bytesMoved('to_agent', length);
     queueChunks(this.waiting, chunks, sent);
     this.waitingBytes += length;
     this.holding(length);
@@ -319,8 +319,11 @@ export class ProxiedConnection {
   onChunks(chunks: readonly Buffer[], n: number): void {
     if (this.state !== 'open' || !this.toClient) return;
     this.bytesToClient += n;
-    this.backend.metrics.bytes.inc({ direction: 'to_client' }, n);
+    const metrics = this.backend.metrics;
+    metrics.bytesMoved('to_client', n);
+    const start = performance.now();
     this.toClient.writeChunks(chunks, n);
+    metrics.frontendWriteDuration.observe((performance.now() - start) / 1000);
     if (this.backend.credit) {
       if (this.toClient.overrun > MAX_MESSAGE_BYTES) {
         this.log.warn('agent exceeded its flow-control window; closing the connection');

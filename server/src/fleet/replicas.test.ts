@@ -1,6 +1,9 @@
 import { describe, expect, it } from 'vitest';
-import { MAX_CLUSTERS_ANNOTATION_BYTES, MAX_RECONNECT_SPREAD_SECONDS, REPLICA_CLUSTERS_ANNOTATION, REPLICA_CLUSTERS_GZIP_ANNOTATION, REPLICA_LABEL, decodeTunnelClusters, encodeTunnelClusters, pacingHints, tunnelsOnOtherReplicas } from './replicas.js';
+import { pino } from 'pino';
+import { MAX_CLUSTERS_ANNOTATION_BYTES, MAX_RECONNECT_SPREAD_SECONDS, REPLICA_CLUSTERS_ANNOTATION, REPLICA_CLUSTERS_GZIP_ANNOTATION, REPLICA_LABEL, ReplicaRegistry, decodeTunnelClusters, encodeTunnelClusters, pacingHints, tunnelsOnOtherReplicas } from './replicas.js';
 import type { Lease } from '../store/objects.js';
+import { MemoryStore } from '../store/memory.js';
+import { UnavailableError } from '../store/store.js';
 
 const NOW = Date.parse('2026-11-24T10:00:00Z');
 const lease = (holder: string, renewAgoMs: number, clusters: string, replica = true): Lease => ({
@@ -67,5 +70,28 @@ describe('encodeTunnelClusters / decodeTunnelClusters', () => {
     const l = lease('hub-1', 0, '');
     l.metadata.annotations = encodeTunnelClusters(names(3000)).annotations;
     expect(tunnelsOnOtherReplicas([l], 'self', NOW).size).toBe(3000);
+  });
+});
+
+describe('ReplicaRegistry lease lists (ANP\'s lease_list metrics)', () => {
+  it('reports each list of the replica leases: 200 when it worked, the status of a store error when not', async () => {
+    const lists: [number, string][] = [];
+    const store = new MemoryStore();
+    let down = false;
+    const list = store.list.bind(store);
+    store.list = ((...args: Parameters<typeof list>) => (down ? Promise.reject(new UnavailableError('store unreachable')) : list(...args))) as typeof store.list;
+    const registry = (serverID: string): ReplicaRegistry => new ReplicaRegistry({ store, namespace: 'hub', serverID, log: pino({ level: 'silent' }), onLeaseList: (seconds, code, reason) => {
+      expect(seconds).toBeGreaterThanOrEqual(0);
+      lists.push([code, reason]);
+    } });
+    // start() renews its lease and lists the replicas once.
+    const up = registry('hub-a');
+    await up.start();
+    await up.stop();
+    down = true;
+    const failing = registry('hub-b');
+    await failing.start();
+    await failing.stop();
+    expect(lists).toEqual([[200, ''], [503, 'ServiceUnavailable']]);
   });
 });

@@ -7,7 +7,7 @@ import { gunzipSync, gzipSync } from 'node:zlib';
 import type { Logger } from 'pino';
 import type { HubApi } from './hub-api.js';
 import type { Lease } from '../store/objects.js';
-import { NotFoundError, type Store } from '../store/store.js';
+import { NotFoundError, StoreError, type Store } from '../store/store.js';
 import { leaseHeld, microTime, writeLease } from './lease.js';
 
 export const REPLICA_LEASE_PREFIX = 'cluster-proxy-server-';
@@ -104,6 +104,20 @@ export interface ReplicaRegistryOptions {
    * now: after a restart all of them come back at once, so the pacing hints are sized for them.
    */
   fleetSize?: () => number;
+  /** Each list of the replica leases: seconds it took, HTTP status (200 when it worked) and reason (ANP's lease_list metrics). */
+  onLeaseList?: (seconds: number, httpStatusCode: number, reason: string) => void;
+}
+
+/** A store error as the HTTP status and Kubernetes reason of the call that failed. */
+export function storeErrorStatus(err: StoreError): { code: number; reason: string } {
+  switch (err.code) {
+    case 'NotFound': return { code: 404, reason: 'NotFound' };
+    case 'AlreadyExists': return { code: 409, reason: 'AlreadyExists' };
+    case 'Conflict': return { code: 409, reason: 'Conflict' };
+    case 'Gone': return { code: 410, reason: 'Expired' };
+    case 'Invalid': return { code: 422, reason: 'Invalid' };
+    case 'Unavailable': return { code: 503, reason: 'ServiceUnavailable' };
+  }
 }
 
 /**
@@ -237,7 +251,20 @@ export class ReplicaRegistry {
   }
 
   private async refresh(): Promise<void> {
-    const { items } = await this.opts.store.list('Lease', { namespace: this.opts.namespace, labels: { [REPLICA_LABEL]: 'true' } });
+    const started = performance.now();
+    const seconds = (): number => (performance.now() - started) / 1000;
+    let items: Lease[];
+    try {
+      ({ items } = await this.opts.store.list('Lease', { namespace: this.opts.namespace, labels: { [REPLICA_LABEL]: 'true' } }));
+    } catch (err) {
+      // As ANP: a failure counts with its status when it has one.
+      if (err instanceof StoreError) {
+        const { code, reason } = storeErrorStatus(err);
+        this.opts.onLeaseList?.(seconds(), code, reason);
+      }
+      throw err;
+    }
+    this.opts.onLeaseList?.(seconds(), 200, '');
     const now = this.now();
     const live = items.filter((l) => leaseHeld(l, now, { defaultDurationS: 30 })).map((l) => l.spec.holderIdentity ?? '').filter(Boolean).sort();
     if (live.join(',') !== this.live.join(',')) this.opts.log.info({ replicas: live }, `live proxy server replicas: ${live.length}`);

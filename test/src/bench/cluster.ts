@@ -159,7 +159,7 @@ export async function startBenchHub(pki: TestPki, opts: HubOptions): Promise<Ben
   };
 }
 
-async function startAgent(pki: TestPki, label: string, hubAddress: string, opts: ClusterOptions): Promise<ManagedProcess> {
+export async function startAgent(pki: TestPki, label: string, hubAddress: string, opts: ClusterOptions): Promise<ManagedProcess> {
   const cert = await pki.agent(BENCH_CLUSTER);
   return reapOnDeath(spawnNode(`agent-${label}`, [
     ...nodeFlags(`agent-${label}`, opts),

@@ -145,6 +145,9 @@ const GOALS: readonly GoalSpec[] = [
   // Footprint: the agent runs in every managed cluster; the hub on the embedded store.
   { goal: 'agent RSS at start', scenario: 'idle-rss', metric: 'agent start', compare: 'value', op: '<=', bound: 60, unit: 'MiB', paths: ['tunnel', 'tunnel-grpc'] },
   { goal: 'hub RSS at start (embedded store)', scenario: 'idle-rss', metric: 'hub start', compare: 'value', op: '<=', bound: 80, unit: 'MiB', paths: ['tunnel', 'tunnel-grpc'] },
+  // What a pod is charged: anonymous memory, without the node binary's file-backed pages.
+  { goal: 'agent anonymous memory at start', scenario: 'idle-rss', metric: 'agent anon start', compare: 'value', op: '<=', bound: 20, unit: 'MiB', paths: ['tunnel', 'tunnel-grpc'] },
+  { goal: 'hub anonymous memory at start (embedded store)', scenario: 'idle-rss', metric: 'hub anon start', compare: 'value', op: '<=', bound: 24, unit: 'MiB', paths: ['tunnel', 'tunnel-grpc'] },
   // The ANP path (Go hub components, ANP agents) against our own transport; forward against the SDK path.
   ...(['throughput-up', 'throughput-down', 'throughput-8-up', 'throughput-8-down'] as const).flatMap((scenario): GoalSpec[] => [
     { goal: `${scenario}: gRPC vs mux`, scenario, metric: 'throughput', compare: 'tunnel', op: '>=', bound: 0.8, unit: 'x', paths: ['tunnel-grpc'] },
@@ -168,6 +171,11 @@ const GOALS: readonly GoalSpec[] = [
       { goal: `${who}: hub RSS after - before`, scenario: 'stuck-destination', metric: at('hub after'), minus: at('hub before'), compare: 'value', op: '<=', bound: 20, unit: 'MiB', ...paths },
       { goal: `${who}: agent RSS after - before`, scenario: 'stuck-destination', metric: at('agent after'), minus: at('agent before'), compare: 'value', op: '<=', bound: 20, unit: 'MiB', ...paths },
       { goal: `${who}: tables empty after`, scenario: 'stuck-destination', metric: at('left'), compare: 'value', op: '<=', bound: 0, unit: 'count', ...paths },
+      // What the pods are charged: anonymous memory and the kernel's socket buffers.
+      { goal: `${who}: agent anonymous + socket memory`, scenario: 'stuck-destination', metric: at('agent anon+socket'), compare: 'value', op: '<=', bound: 128, unit: 'MiB', ...paths },
+      { goal: `${who}: hub anonymous after - before`, scenario: 'stuck-destination', metric: at('hub anon after'), minus: at('hub anon before'), compare: 'value', op: '<=', bound: 20, unit: 'MiB', ...paths },
+      { goal: `${who}: agent anonymous after - before`, scenario: 'stuck-destination', metric: at('agent anon after'), minus: at('agent anon before'), compare: 'value', op: '<=', bound: 20, unit: 'MiB', ...paths },
+      ...(clients === 'sdk' ? [{ goal: `${who}: hub + agent anonymous + socket memory per connection`, scenario: 'stuck-destination', metric: at('hub+agent KiB/conn'), compare: 'value', op: '<=', bound: 128, unit: 'KiB', paths: ['tunnel', 'tunnel-grpc'] } satisfies GoalSpec] : []),
     ];
   }),
   // Fleet size (the fleet scenario: one hub replica, embedded store, N simulated clusters).

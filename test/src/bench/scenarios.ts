@@ -3,7 +3,7 @@
 import type { Duplex } from 'node:stream';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { digestStream, payloadBlock, payloadSha256, writePayload, type ManagedProcess } from '../fixtures/index.js';
-import { AFTER_TRIM_MS, rssKiB, script, spawnNode } from './helpers.js';
+import { AFTER_TRIM_MS, procStatusKiB, rssKiB, script, spawnNode } from './helpers.js';
 import { countToEnd, errorMessage, Pinger, readToEnd, SocketScope } from './io.js';
 import { CPU_FIGURE_LABELS, CPU_FIGURES, CPU_UNIT, CpuTally, withCpu, type CpuSample } from './cpu.js';
 import { openClient } from './clients.js';
@@ -499,10 +499,19 @@ async function sumRss(pids: readonly number[]): Promise<number> {
   return total;
 }
 
+/** RssAnon of the processes, KiB (0 for one that is gone). */
+async function sumAnon(pids: readonly number[]): Promise<number> {
+  let total = 0;
+  for (const pid of pids) total += (await procStatusKiB(pid, 'RssAnon')) ?? 0;
+  return total;
+}
+
 interface Reading {
   /** VmRSS, KiB. */
   hub: number;
   agent: number;
+  /** RssAnon, KiB: the anonymous part of VmRSS, what a memory limit charges (not the binary's file pages). */
+  anon: { hub: number; agent: number };
   /** V8 heapUsed after the GC, bytes (our processes only). */
   heap?: { hub: number; agent: number };
 }
@@ -513,7 +522,7 @@ async function settledRss(rig: ScaleRig, settleMs: number): Promise<Reading> {
   const heap = await rig.gc();
   await sleep(AFTER_TRIM_MS);
   const pids = await rig.pids();
-  return { hub: await sumRss(pids.hub), agent: await sumRss(pids.agent), heap };
+  return { hub: await sumRss(pids.hub), agent: await sumRss(pids.agent), anon: { hub: await sumAnon(pids.hub), agent: await sumAnon(pids.agent) }, heap };
 }
 
 async function waitHubConnections(rig: ScaleRig, want: (n: number) => boolean, timeoutMs: number, what: string): Promise<void> {
@@ -657,7 +666,7 @@ async function echoThrough(socket: Duplex, bytes: number): Promise<void> {
  * while holding connections.
  */
 class IdleRssRun implements PathRun {
-  private readonly figures: number[][] = [[], [], [], [], [], []];
+  private readonly figures: number[][] = [[], [], [], [], [], [], [], [], [], []];
   private readonly notesList: string[] = [];
 
   constructor(private readonly dialer: Dialer, private readonly cfg: BenchConfig) {}
@@ -680,11 +689,12 @@ class IdleRssRun implements PathRun {
       await waitHubConnections(rig, (c) => c === 0, 15_000, 'after the transfer');
       const moved = await settledRss(rig, cfg.scaleSettleMs);
       const { closed } = await idleConnectionsCycle(dialer.path, rig, cfg, n);
-      const readings = [start.hub, moved.hub, closed.hub, start.agent, moved.agent, closed.agent].map((kib) => kib / 1024);
+      const readings = [start.hub, moved.hub, closed.hub, start.agent, moved.agent, closed.agent, start.anon.hub, closed.anon.hub, start.anon.agent, closed.anon.agent].map((kib) => kib / 1024);
       readings.forEach((v, i) => this.figures[i]!.push(v));
       const moveText = `${(cfg.idleRssBytes / GiB >= 1 ? `${cfg.idleRssBytes / GiB} GiB` : `${cfg.idleRssBytes / MiB} MiB`)} each way`;
       const summary = `${rig.sides.hub} ${mib(start.hub)} at start, ${mib(moved.hub)} after ${moveText}, ${mib(closed.hub)} after ${n} idle connections closed; `
-        + `${rig.sides.agent} ${mib(start.agent)}, ${mib(moved.agent)}, ${mib(closed.agent)}`;
+        + `${rig.sides.agent} ${mib(start.agent)}, ${mib(moved.agent)}, ${mib(closed.agent)}; anonymous (RssAnon): ${rig.sides.hub} ${mib(start.anon.hub)} at start, `
+        + `${mib(moved.anon.hub)}, ${mib(closed.anon.hub)}; ${rig.sides.agent} ${mib(start.anon.agent)}, ${mib(moved.anon.agent)}, ${mib(closed.anon.agent)}`;
       this.notesList.push(summary);
       return summary;
     } finally {
@@ -942,6 +952,10 @@ export const SCENARIOS: readonly Scenario[] = [
       { metric: 'agent start', unit: 'MiB', better: 'lower' },
       { metric: 'agent after transfer', unit: 'MiB', better: 'lower' },
       { metric: 'agent after conns', unit: 'MiB', better: 'lower' },
+      { metric: 'hub anon start', unit: 'MiB', better: 'lower' },
+      { metric: 'hub anon after conns', unit: 'MiB', better: 'lower' },
+      { metric: 'agent anon start', unit: 'MiB', better: 'lower' },
+      { metric: 'agent anon after conns', unit: 'MiB', better: 'lower' },
     ],
     rounds: () => 1,
     appliesTo: { paths: ['ssh', 'tunnel', 'tunnel-grpc'], otherwise: 'no process in between (direct); connect shares tunnel\'s hub and agent' },

@@ -7,7 +7,7 @@ import { rmSync } from 'node:fs';
 import { readFile } from 'node:fs/promises';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { createPki, getJson, type AgentTables } from '../harness.js';
-import { kernelQueues, listeningPorts, type ManagedProcess } from '../fixtures/index.js';
+import { kernelQueues, listeningPorts, socketMemory, type ManagedProcess } from '../fixtures/index.js';
 import type { ClientSpec } from './clients.js';
 import { startCluster, waitUntil, type BenchCluster } from './cluster.js';
 import { AFTER_TRIM_MS, procStatusKiB, startTargets } from './helpers.js';
@@ -82,9 +82,13 @@ export interface StuckRig {
   budgets(): Promise<Record<'hub' | 'agent', { held: number; committed: number }>>;
   /** Bytes the hub's and the agent's sockets hold in the kernel now (kernelQueues). */
   kernelQueues(): Promise<Record<'hub' | 'agent', { send: number; receive: number }>>;
+  /** Kernel memory of the hub's and the agent's TCP sockets now (socketMemory: ss -m's skmem), KiB. */
+  socketMemory(): Promise<RssPair>;
   /** Full GC in whichever of hub and agent still runs, then VmRSS of both. */
   gcAndRss(): Promise<RssPair>;
   rss(): Promise<RssPair>;
+  /** RssAnon of both (the anonymous part of VmRSS), KiB. */
+  anon(): Promise<RssPair>;
   /** "hub exited (signal SIGKILL)" and the like, for each of hub and agent that is not running. */
   deaths(): Promise<string[]>;
   stop(): Promise<void>;
@@ -152,6 +156,7 @@ export async function startStuckRig(path: StuckPath, clients: StuckClients): Pro
     const healthPort = await agentHealthPort(cluster);
     const procs = { hub: cluster.hub.proc, agent: cluster.agent };
     const rss = async (): Promise<RssPair> => ({ hub: await procStatusKiB(cluster.hub.pid, 'VmRSS'), agent: await procStatusKiB(cluster.agentPid, 'VmRSS') });
+    const anon = async (): Promise<RssPair> => ({ hub: await procStatusKiB(cluster.hub.pid, 'RssAnon'), agent: await procStatusKiB(cluster.agentPid, 'RssAnon') });
     // CONNECT clients resume TLS sessions: a thousand full RSA handshakes cost seconds on 2 cores,
     // and what is measured is the memory of open connections, not the dial.
     const spec: ClientSpec = path === 'connect' ? { ...cluster.connectSpec(targets.ports), resume: true } : cluster.tunnelSpec(targets.ports);
@@ -194,6 +199,11 @@ export async function startStuckRig(path: StuckPath, clients: StuckClients): Pro
         return rss();
       },
       rss,
+      anon,
+      socketMemory: async () => {
+        const kib = async (proc: ManagedProcess, pid: number): Promise<number | undefined> => (proc.isRunning() ? (await socketMemory(pid)) / 1024 : undefined);
+        return { hub: await kib(procs.hub, cluster.hub.pid), agent: await kib(procs.agent, cluster.agentPid) };
+      },
       deaths: async () => {
         const out: string[] = [];
         for (const [side, proc] of Object.entries(procs)) {
@@ -212,11 +222,13 @@ export async function startStuckRig(path: StuckPath, clients: StuckClients): Pro
 }
 
 /**
- * Samples VmRSS of the hub and the agent every 100 ms and keeps the peaks. `guardKiB` protects the
+ * Samples VmRSS and RssAnon of the hub and the agent every 100 ms and keeps the peaks. `guardKiB` protects the
  * machine from a path that buffers without bound: once hub + agent exceed it, `onGuard` runs (once).
  */
 export class RssSampler {
   readonly peak = { hub: 0, agent: 0 };
+  /** The peaks of RssAnon. */
+  readonly anonPeak = { hub: 0, agent: 0 };
   samples = 0;
   guarded = false;
   private timer: NodeJS.Timeout | undefined;
@@ -233,6 +245,9 @@ export class RssSampler {
     this.busy = true;
     try {
       const { hub, agent } = await this.rig.rss();
+      const anon = await this.rig.anon();
+      this.anonPeak.hub = Math.max(this.anonPeak.hub, anon.hub ?? 0);
+      this.anonPeak.agent = Math.max(this.anonPeak.agent, anon.agent ?? 0);
       this.samples++;
       this.peak.hub = Math.max(this.peak.hub, hub ?? 0);
       this.peak.agent = Math.max(this.peak.agent, agent ?? 0);

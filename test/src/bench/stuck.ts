@@ -27,6 +27,19 @@ const STUCK_FIGURES = [
   { key: 'hub after', unit: 'MiB', better: 'lower' },
   { key: 'agent before', unit: 'MiB', better: 'lower' },
   { key: 'agent after', unit: 'MiB', better: 'lower' },
+  // What a pod is charged (cgroup v2): anonymous memory (RssAnon) and the kernel's socket buffers
+  // (ss -m's skmem: r + w + f), not the node binary's file-backed pages that VmRSS counts.
+  { key: 'hub anon before', unit: 'MiB', better: 'lower' },
+  { key: 'hub anon peak', unit: 'MiB', better: 'lower' },
+  { key: 'hub anon after', unit: 'MiB', better: 'lower' },
+  { key: 'agent anon before', unit: 'MiB', better: 'lower' },
+  { key: 'agent anon peak', unit: 'MiB', better: 'lower' },
+  { key: 'agent anon after', unit: 'MiB', better: 'lower' },
+  { key: 'hub socket held', unit: 'MiB', better: 'lower' },
+  { key: 'agent socket held', unit: 'MiB', better: 'lower' },
+  { key: 'agent anon+socket', unit: 'MiB', better: 'lower' },
+  { key: 'hub KiB/conn', unit: 'KiB', better: 'lower' },
+  { key: 'hub+agent KiB/conn', unit: 'KiB', better: 'lower' },
   { key: 'bulk kept', unit: '%', better: 'higher' },
   { key: 'accepted', unit: 'MiB', better: 'lower' },
   { key: 'lost', unit: 'count', better: 'lower' },
@@ -96,8 +109,12 @@ async function stuckOnce(path: StuckPath, clients: StuckClients, n: number, cfg:
     const soloSeconds = await transfer(dialer, 'up', bulkBytes, false, (5 * cfg.stuckBulkSeconds + 20) * 1000);
     await sleep(cfg.scaleSettleMs);
     const before = await rig.gcAndRss();
+    const anonBefore = await rig.anon();
+    const socketBefore = await rig.socketMemory().catch(() => undefined);
     figures['hub before'] = (before.hub ?? 0) / 1024;
     figures['agent before'] = (before.agent ?? 0) / 1024;
+    figures['hub anon before'] = (anonBefore.hub ?? 0) / 1024;
+    figures['agent anon before'] = (anonBefore.agent ?? 0) / 1024;
     const counters = await rig.agentCounters();
     const mark = rig.mark();
 
@@ -111,6 +128,9 @@ async function stuckOnce(path: StuckPath, clients: StuckClients, n: number, cfg:
     const held = await rig.tables().catch((err: unknown) => errorMessage(err));
     const budgets = await rig.budgets().catch(() => undefined);
     const queues = await rig.kernelQueues().catch(() => undefined);
+    // Every stuck connection is full now: what the kernel holds for hub and agent is at its most.
+    const socketHeld = await rig.socketMemory().catch(() => undefined);
+    const anonHeld = await rig.anon();
     // The stuck connections' bytes sit mostly in kernel buffers (both ends are on this machine): past
     // tcp_mem's pressure threshold the kernel caps every socket, the bulk's included.
     const kernelTcp = await tcpMemory();
@@ -135,12 +155,29 @@ async function stuckOnce(path: StuckPath, clients: StuckClients, n: number, cfg:
     await sampler.stop();
     figures['hub peak'] = sampler.peak.hub / 1024;
     figures['agent peak'] = sampler.peak.agent / 1024;
+    const anonPeak = { hub: Math.max(sampler.anonPeak.hub, anonHeld.hub ?? 0), agent: Math.max(sampler.anonPeak.agent, anonHeld.agent ?? 0) };
+    figures['hub anon peak'] = anonPeak.hub / 1024;
+    figures['agent anon peak'] = anonPeak.agent / 1024;
+    if (socketHeld?.hub !== undefined && socketHeld.agent !== undefined) {
+      figures['hub socket held'] = socketHeld.hub / 1024;
+      figures['agent socket held'] = socketHeld.agent / 1024;
+      // The peak of anonymous memory plus the sockets while full (both at their most, maybe not at one instant).
+      figures['agent anon+socket'] = (anonPeak.agent + socketHeld.agent) / 1024;
+      const sb = { hub: socketBefore?.hub ?? 0, agent: socketBefore?.agent ?? 0 };
+      const hubGrowth = anonPeak.hub + socketHeld.hub - (anonBefore.hub ?? 0) - sb.hub;
+      const agentGrowth = anonPeak.agent + socketHeld.agent - (anonBefore.agent ?? 0) - sb.agent;
+      figures['hub KiB/conn'] = hubGrowth / n;
+      figures['hub+agent KiB/conn'] = (hubGrowth + agentGrowth) / n;
+    }
 
     await sleep(cfg.stuckAfterMs);
     const deaths = await rig.deaths();
     const end = await rig.gcAndRss();
     if (end.hub !== undefined) figures['hub after'] = end.hub / 1024;
     if (end.agent !== undefined) figures['agent after'] = end.agent / 1024;
+    const anonEnd = await rig.anon();
+    if (anonEnd.hub !== undefined) figures['hub anon after'] = anonEnd.hub / 1024;
+    if (anonEnd.agent !== undefined) figures['agent anon after'] = anonEnd.agent / 1024;
     const left = await rig.tables().catch(() => undefined);
     // Connections still listed: the most any one table (hub routes, hub frontends, agent) holds.
     const listed = (t: Tables): number => Math.max(t.hubRoutes, t.hubFrontends, t.agent);
@@ -181,6 +218,8 @@ async function stuckOnce(path: StuckPath, clients: StuckClients, n: number, cfg:
       + `${fillEnd(filled)} with ${String(filled['open'])} open, ${String(filled['blocked'])} blocked); ${heldText}; `
       + `hub ${mib(before.hub ?? 0)} → peak ${mib(sampler.peak.hub)} → ${end.hub === undefined ? 'gone' : mib(end.hub)}, `
       + `agent ${mib(before.agent ?? 0)} → peak ${mib(sampler.peak.agent)} → ${end.agent === undefined ? 'gone' : mib(end.agent)} (${sampler.samples} samples); `
+      + `anonymous: hub ${mib(anonBefore.hub ?? 0)} → peak ${mib(anonPeak.hub)} → ${anonEnd.hub === undefined ? 'gone' : mib(anonEnd.hub)}, agent ${mib(anonBefore.agent ?? 0)} → peak ${mib(anonPeak.agent)} → ${anonEnd.agent === undefined ? 'gone' : mib(anonEnd.agent)}; `
+      + `socket memory (skmem) before / while held: hub ${socketBefore?.hub === undefined ? '?' : mib(socketBefore.hub)} / ${socketHeld?.hub === undefined ? '?' : mib(socketHeld.hub)}, agent ${socketBefore?.agent === undefined ? '?' : mib(socketBefore.agent)} / ${socketHeld?.agent === undefined ? '?' : mib(socketHeld.agent)}; `
       + `bulk ${describeBytes(bulkBytes)} alone ${soloMBps.toFixed(0)} MB/s, next to them ${stuckSeconds === undefined ? 'did not finish' : `${stuckMBps.toFixed(0)} MB/s`} (kernel TCP memory while held: ${describeTcpMemory(kernelTcp)})`
       + (notes.length > 0 ? `; ${notes.join('; ')}` : '');
     return { figures, summary };

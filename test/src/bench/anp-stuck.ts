@@ -1,0 +1,114 @@
+// The hub's growth per stuck connection against ANP's proxy-server under the same load: N
+// konnectivity-style clients (a TLS connection, an HTTP/2 session and a Proxy stream each, as
+// kube-apiserver dials) to a destination that never reads, written into as fast as they are let, through
+// one gRPC agent (ours, which speaks ANP's protocol to either server). Measures what a pod is charged:
+// the server's anonymous memory (RssAnon) before, at its peak (sampled every 100 ms) and 10 s after the
+// clients left, and its sockets' kernel memory while they are full (ss -m's skmem); prints one JSON line.
+// The same load on our hub is stuck-destination's `konnectivity` rows on tunnel-grpc.
+//
+//   node test/dist/bench/anp-stuck.js --proxy-server PATH [--count 1024] [--seconds 20]
+//
+// PATH: ANP's proxy-server binary (v0.36.0, `go build` of sigs.k8s.io/apiserver-network-proxy/cmd/server);
+// default $ANP_PROXY_SERVER, else ~/.cache/cluster-proxy/real-peers/proxy-server-v0.36.0/proxy-server.
+import { existsSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { parseArgs } from 'node:util';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { createPki } from '../harness.js';
+import { freeLoopbackPort, killAllSpawned, socketMemory, spawnProcess, type ManagedProcess } from '../fixtures/index.js';
+import { startAgent, waitUntil } from './cluster.js';
+import { procStatusKiB, startTargets } from './helpers.js';
+import { reapOnDeath } from './reaper.js';
+import { spawnHelper } from './scenarios.js';
+import { MiB } from './stats.js';
+import type { StuckJob } from './stuck-client.js';
+
+const { values: flags } = parseArgs({
+  options: {
+    'proxy-server': { type: 'string', default: process.env['ANP_PROXY_SERVER'] ?? path.join(os.homedir(), '.cache/cluster-proxy/real-peers/proxy-server-v0.36.0/proxy-server') },
+    count: { type: 'string', default: '1024' },
+    seconds: { type: 'string', default: '20' },
+  },
+});
+const binary = flags['proxy-server'];
+const count = Number(flags.count);
+const seconds = Number(flags.seconds);
+if (!existsSync(binary)) {
+  process.stderr.write(`no proxy-server binary at ${binary} (--proxy-server PATH)\n`);
+  process.exit(2);
+}
+const log = (m: string): void => void process.stderr.write(`[anp-stuck] ${m}\n`);
+
+async function metricsText(port: number): Promise<string> {
+  const res = await fetch(`http://127.0.0.1:${port}/metrics`, { signal: AbortSignal.timeout(5000) });
+  return res.text();
+}
+
+async function main(): Promise<void> {
+  const pki = await createPki();
+  const stops: (() => Promise<unknown>)[] = [async () => pki.cleanup()];
+  let child: ManagedProcess | undefined;
+  try {
+    const targets = await startTargets();
+    stops.push(targets.stop);
+    const [serverPort, agentPort, adminPort, healthPort] = [await freeLoopbackPort(), await freeLoopbackPort(), await freeLoopbackPort(), await freeLoopbackPort()];
+    // Loopback only; mTLS on both sides with the bench PKI; one replica, no leases, no agent tokens.
+    const server = reapOnDeath(spawnProcess({
+      name: 'anp-proxy-server', command: binary, args: [
+        '--mode=grpc', '--server-bind-address=127.0.0.1', `--server-port=${serverPort}`, '--agent-bind-address=127.0.0.1', `--agent-port=${agentPort}`,
+        '--admin-bind-address=127.0.0.1', `--admin-port=${adminPort}`, '--health-bind-address=127.0.0.1', `--health-port=${healthPort}`,
+        `--server-ca-cert=${pki.caPath}`, `--server-cert=${pki.server.certPath}`, `--server-key=${pki.server.keyPath}`,
+        `--cluster-ca-cert=${pki.caPath}`, `--cluster-cert=${pki.server.certPath}`, `--cluster-key=${pki.server.keyPath}`,
+        '--server-count=1', '--proxy-strategies=default', '--v=0',
+      ],
+    }));
+    stops.push(async () => server.stop(5000));
+    const agent = await startAgent(pki, 'anp', `127.0.0.1:${agentPort}`, { label: 'anp', transport: 'grpc' });
+    stops.push(async () => agent.stop(5000));
+    await waitUntil('the agent at the proxy-server', server, 20_000, async () =>
+      /^konnectivity_network_proxy_server_ready_backend_connections 1$/m.test(await metricsText(healthPort)) ? true : undefined);
+    const pid = server.pid!;
+    const anon = async (): Promise<number> => (await procStatusKiB(pid, 'RssAnon')) ?? 0;
+    await sleep(5000);
+    const before = { anon: await anon(), socket: (await socketMemory(pid)) / 1024 };
+    let peak = before.anon;
+    const sampler = setInterval(() => void anon().then((kib) => { peak = Math.max(peak, kib); }), 100);
+    try {
+      const job: StuckJob = {
+        spec: { kind: 'anp', address: `127.0.0.1:${serverPort}`, tls: { caPath: pki.caPath, certPath: pki.client.certPath, keyPath: pki.client.keyPath }, targets: targets.ports },
+        count, concurrency: 64, seconds, chunkBytes: 64 * 1024, perConnectionLimit: 256 * MiB,
+      };
+      child = spawnHelper(`stuck-client-anp-${count}`, 'stuck-client.js', job);
+      const opened = await child.waitForJsonLine((o) => 'opened' in o, 60_000 + count * 100);
+      log(`opened ${String(opened['opened'])} of ${count}`);
+      const filled = await child.waitForJsonLine((o) => 'filled' in o, (seconds + 60) * 1000);
+      const held = { anon: await anon(), socket: (await socketMemory(pid)) / 1024 };
+      peak = Math.max(peak, held.anon);
+      const mark = child.lineCount();
+      child.kill('SIGUSR2');
+      await child.waitForJsonLine((o) => 'closed' in o, 60_000, { after: mark });
+      await child.stop(10_000);
+      await sleep(10_000);
+      const after = await anon();
+      const growthKiB = peak + held.socket - before.anon - before.socket;
+      process.stdout.write(`${JSON.stringify({
+        server: 'ANP proxy-server v0.36.0', count, opened: Number(opened['opened']), acceptedMiB: Number(filled['filled']) / MiB,
+        anonMiB: { before: before.anon / 1024, peak: peak / 1024, held: held.anon / 1024, after: after / 1024 },
+        socketMiB: { before: before.socket / 1024, held: held.socket / 1024 },
+        growthKiBPerConnection: growthKiB / count,
+      })}\n`);
+    } finally {
+      clearInterval(sampler);
+    }
+  } finally {
+    await child?.stop(5000);
+    for (const stop of stops.reverse()) await stop().catch(() => {});
+    await killAllSpawned();
+  }
+}
+
+main().then(() => process.exit(0), (err: unknown) => {
+  process.stderr.write(`anp-stuck: ${err instanceof Error ? err.stack ?? err.message : String(err)}\n`);
+  process.exit(1);
+});
