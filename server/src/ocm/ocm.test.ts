@@ -28,14 +28,15 @@ function subjectOf(cluster: string, signer = ca.certPem): string {
 
 const cluster = (name: string, accepted = true): ManagedCluster => ({ apiVersion: 'cluster.open-cluster-management.io/v1', kind: 'ManagedCluster', metadata: { name }, spec: { hubAcceptsClient: accepted } });
 
-async function csr(opts: { cluster?: string; subject?: string; signerName?: string; username?: string; usages?: string[]; addon?: string; request?: string; csrUser?: string } = {}): Promise<CertificateSigningRequest> {
+async function csr(opts: { cluster?: string; subject?: string; signerName?: string; username?: string; groups?: string[]; usages?: string[]; addon?: string; request?: string; csrUser?: string } = {}): Promise<CertificateSigningRequest> {
   const c = opts.cluster ?? 'c1';
   return {
     apiVersion: 'certificates.k8s.io/v1', kind: 'CertificateSigningRequest',
     metadata: { name: 'x', labels: { 'open-cluster-management.io/cluster-name': c, 'open-cluster-management.io/addon-name': opts.addon ?? 'cluster-proxy' },
       ...(opts.csrUser !== undefined ? { annotations: { 'open-cluster-management.io/csr-user': opts.csrUser } } : {}) },
     spec: { request: Buffer.from(opts.request ?? await request(opts.subject ?? subjectOf(c))).toString('base64'), signerName: opts.signerName ?? 'open-cluster-management.io/proxy-agent-signer',
-      usages: opts.usages ?? ['digital signature', 'key encipherment', 'client auth'], username: opts.username ?? `system:open-cluster-management:${c}:agent-x` },
+      usages: opts.usages ?? ['digital signature', 'key encipherment', 'client auth'], username: opts.username ?? `system:open-cluster-management:${c}:agent-x`,
+      ...(opts.groups ? { groups: opts.groups } : {}) },
   };
 }
 
@@ -73,6 +74,16 @@ describe('CSR review', () => {
     expect(await reviewCsr(await csr({ username: grpc }), ctx)).toMatchObject({ decision: 'pending', reason: 'RequesterMismatch' });
     // The annotation counts only when the gRPC driver made the CSR: anyone else could set it.
     expect(await reviewCsr(await csr({ username: 'system:open-cluster-management:c2:agent', csrUser: 'system:open-cluster-management:c1:agent-x' }), ctx)).toMatchObject({ decision: 'pending', reason: 'RequesterMismatch' });
+  });
+
+  // OCM's AWS IRSA driver: the klusterlet reaches the hub as the EKS access entry OCM made for its IAM role,
+  // user "<cluster>" in group "open-cluster-management:<cluster>" (ocm pkg/registration/register/aws_irsa/hub_driver.go).
+  it('with OCM\'s AWS IRSA registration driver, judges the access entry\'s user and group', async () => {
+    expect(await reviewCsr(await csr({ username: 'c1', groups: ['open-cluster-management:c1', 'system:authenticated'] }), ctx)).toMatchObject({ decision: 'approve' });
+    // Another cluster's role, or a user merely named like the cluster without the cluster's group, is not c1's klusterlet.
+    expect(await reviewCsr(await csr({ username: 'c2', groups: ['open-cluster-management:c2'] }), ctx)).toMatchObject({ decision: 'pending', reason: 'RequesterMismatch' });
+    expect(await reviewCsr(await csr({ username: 'c1', groups: ['system:authenticated'] }), ctx)).toMatchObject({ decision: 'pending', reason: 'RequesterMismatch' });
+    expect(await reviewCsr(await csr({ username: 'c1', groups: ['open-cluster-management:c2'] }), ctx)).toMatchObject({ decision: 'pending', reason: 'RequesterMismatch' });
   });
 
   it('leaves other addons\' CSRs alone', async () => {

@@ -52,6 +52,22 @@ export function csrRequester(csr: CertificateSigningRequest): string {
 }
 
 /**
+ * Whether the requester (spec.username, or the gRPC driver's annotation) and its groups are the klusterlet of
+ * `cluster`, as each of OCM's registration drivers authenticates it on the hub:
+ *   csr, grpc  "system:open-cluster-management:<cluster>:<agent>" (the identity of its bootstrap-issued
+ *              certificate; addon-framework's DefaultCSRApprover takes this prefix);
+ *   aws-irsa   the user "<cluster>" in group "open-cluster-management:<cluster>", the EKS access entry OCM's hub
+ *              makes for the cluster's IAM role (ocm pkg/registration/register/aws_irsa/hub_driver.go).
+ * OCM's cluster-proxy itself approves any CSR of an accepted cluster whoever asked; we bind it to the cluster
+ * named, since the certificate is bound to that cluster (its subject names it).
+ */
+export function klusterletOf(cluster: string, requester: string, groups: readonly string[]): boolean {
+  if (cluster === '') return false;
+  if (requester.startsWith(`system:open-cluster-management:${cluster}:`)) return true;
+  return requester === cluster && groups.includes(`open-cluster-management:${cluster}`);
+}
+
+/**
  * The hub's decision on one CSR. Only CSRs the klusterlet labelled for this addon are ours to judge;
  * every other CSR in the hub (kubelets', other addons') is left alone.
  */
@@ -63,10 +79,10 @@ export async function reviewCsr(csr: CertificateSigningRequest, ctx: CsrReviewCo
   if (!ctx.cluster) return pending('ClusterNotFound', `managed cluster "${cluster}" does not exist`);
   if (!ctx.cluster.spec.hubAcceptsClient) return pending('ClusterNotAccepted', `managed cluster "${cluster}" is not accepted by the hub (hubAcceptsClient is false)`);
   if (!ctx.addonEnabled) return pending('AddonNotEnabled', `the cluster-proxy addon is not enabled for cluster "${cluster}"`);
-  // The apiserver sets spec.username from who created the CSR: it must be that cluster's own klusterlet
-  // (OCM's rule: the "system:open-cluster-management:<cluster>" prefix). An empty one is nobody.
+  // The apiserver sets spec.username and spec.groups from who created the CSR: it must be that cluster's own
+  // klusterlet, whichever registration driver it uses (klusterletOf). An empty one is nobody.
   const requester = csrRequester(csr);
-  if (!requester.startsWith(`system:open-cluster-management:${cluster}:`)) {
+  if (!klusterletOf(cluster, requester, csr.spec.groups ?? [])) {
     return pending('RequesterMismatch', `requested by ${JSON.stringify(requester)}, not by the klusterlet of cluster "${cluster}"`);
   }
   const registration = addonRegistrations(cluster, ctx.signingCaPem).find((r) => r.signerName === csr.spec.signerName);
