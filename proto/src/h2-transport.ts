@@ -11,11 +11,15 @@
 // it never reads the reset either, and session.destroy() waits for that write too: the session
 // neither fails nor closes. Destroying the TLS socket does end it (and its session) at once.
 //
-// The watch: a healthy TLS socket with encrypted bytes pending always has a TCP write under way
-// (libuv's queue holds them while the kernel's buffer is full) or finishing on this turn of the event
-// loop. Encrypted bytes pending, the same count twice WATCH_INTERVAL_MS apart, and nothing queued on
-// the TCP handle is the stuck write: the watch destroys the socket with ECONNRESET. One timer for
-// every watched socket; it reads two numbers per socket per tick.
+// The watch: a healthy TLS socket with encrypted bytes pending has a TCP write under way (libuv's
+// queue holds its bytes while the kernel's buffer is full) or one the kernel took whose completion
+// runs on the next turn of the event loop, after which the TLS layer writes the rest. So encrypted
+// bytes pending with nothing queued on the TCP handle, at two looks WATCH_INTERVAL_MS apart, with the
+// same count pending and not one byte written to TCP in between, is the stuck write: the watch
+// destroys the socket with ECONNRESET. (Pending bytes and an empty TCP queue alone are not enough: a
+// busy connection often shows them for a turn of the loop, and a steady stream of equal writes can
+// show the same count at two looks.) One timer for every watched socket; it reads three numbers per
+// socket per look.
 import { Duplex } from 'node:stream';
 import type tls from 'node:tls';
 
@@ -25,23 +29,26 @@ export const WATCH_INTERVAL_MS = 400;
 /** Node's internals the watch reads: the TLS handle's pending encrypted bytes, and the TCP handle's queue under it. */
 interface TlsHandle {
   writeQueueSize?: unknown;
-  _parent?: { writeQueueSize?: unknown; constructor?: { name?: string } };
+  _parent?: { writeQueueSize?: unknown; bytesWritten?: unknown; constructor?: { name?: string } };
 }
 
 function handleOf(socket: tls.TLSSocket): TlsHandle | undefined {
   return (socket as unknown as { _handle?: TlsHandle | null })._handle ?? undefined;
 }
 
-/** True when the watch can see `socket`'s writes: a TLS handle over a TCP handle, both counting queued bytes. */
+/** True when the watch can see `socket`'s writes: a TLS handle over a TCP handle, counting queued and written bytes. */
 export function canWatchTlsWrites(socket: tls.TLSSocket): boolean {
   const h = handleOf(socket);
-  return typeof h?.writeQueueSize === 'number' && h._parent?.constructor?.name === 'TCP' && typeof h._parent.writeQueueSize === 'number';
+  const tcp = h?._parent;
+  return typeof h?.writeQueueSize === 'number' && tcp?.constructor?.name === 'TCP' && typeof tcp.writeQueueSize === 'number' && typeof tcp.bytesWritten === 'number';
 }
 
 interface Watched {
   socket: tls.TLSSocket;
   /** Pending encrypted bytes at the last look when nothing was queued on TCP; -1 when the last look was fine. */
   suspect: number;
+  /** Bytes written to TCP at that look. */
+  written: number;
 }
 
 const watched = new Set<Watched>();
@@ -61,14 +68,16 @@ function look(): void {
       continue;
     }
     const pending = h.writeQueueSize as number;
+    const written = h._parent?.bytesWritten as number;
     const stuck = pending > 0 && h._parent?.writeQueueSize === 0;
-    if (stuck && pending === w.suspect) {
+    if (stuck && pending === w.suspect && written === w.written) {
       watched.delete(w);
       stuckWritesEnded++;
       w.socket.destroy(Object.assign(new Error('connection reset: a TLS write never completed'), { code: 'ECONNRESET' }));
       continue;
     }
     w.suspect = stuck ? pending : -1;
+    w.written = written;
   }
   if (watched.size === 0 && timer) {
     clearInterval(timer);
@@ -78,7 +87,7 @@ function look(): void {
 
 /** Watches `socket` (established TLS over TCP, see canWatchTlsWrites) until it closes. */
 export function watchTlsWrites(socket: tls.TLSSocket): void {
-  const w: Watched = { socket, suspect: -1 };
+  const w: Watched = { socket, suspect: -1, written: -1 };
   watched.add(w);
   socket.once('close', () => watched.delete(w));
   if (!timer) {
