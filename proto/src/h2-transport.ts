@@ -24,9 +24,9 @@ import { Duplex } from 'node:stream';
 import type tls from 'node:tls';
 
 /** Time between looks; a stuck write is ended 1–2 intervals after it stuck. */
-export const WATCH_INTERVAL_MS = 400;
+export const WATCH_INTERVAL_MS = 250;
 
-/** Node's internals the watch reads: the TLS handle's pending encrypted bytes, and the TCP handle's queue under it. */
+/** Node's internals the watch reads: the TLS handle's pending encrypted bytes; the TCP handle's queued and written bytes. */
 interface TlsHandle {
   writeQueueSize?: unknown;
   _parent?: { writeQueueSize?: unknown; bytesWritten?: unknown; constructor?: { name?: string } };
@@ -53,9 +53,9 @@ interface Watched {
 
 const watched = new Set<Watched>();
 let timer: NodeJS.Timeout | null = null;
-/** Sockets the watch has destroyed in this process (tests read it). */
 let stuckWritesEnded = 0;
 
+/** Sockets the watch has destroyed in this process (tests read it). */
 export function stuckTlsWritesEnded(): number {
   return stuckWritesEnded;
 }

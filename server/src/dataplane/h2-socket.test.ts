@@ -9,8 +9,9 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { once } from 'node:events';
 import http2 from 'node:http2';
 import type { AddressInfo } from 'node:net';
+import { PassThrough } from 'node:stream';
 import tls from 'node:tls';
-import { h2Socket, stuckTlsWritesEnded } from '@cluster-proxy/proto';
+import { canWatchTlsWrites, h2Socket, stuckTlsWritesEnded } from '@cluster-proxy/proto';
 import { afterEach, describe, expect, it } from 'vitest';
 import { createCA, issueClientCert, issueServerCert } from '../pki/certificates.js';
 
@@ -98,6 +99,28 @@ async function rounds(round: () => Promise<number>): Promise<{ ended: number; ti
   for (let i = 0; i < 16 && (i < 3 || stuckTlsWritesEnded() === before); i++) times.push(Math.round(await round()));
   return { ended: stuckTlsWritesEnded() - before, times };
 }
+
+describe('h2Socket: what node:http2 gets', () => {
+  it('the TLS socket itself over TCP (Node internals the watch reads are there), a JS stream over TLS on anything else', async () => {
+    const server = tls.createServer({ key: serving.keyPem, cert: serving.certPem });
+    server.listen(0, '127.0.0.1');
+    await once(server, 'listening');
+    cleanups.push(() => server.close());
+    const overTcp = tls.connect({ host: '127.0.0.1', port: (server.address() as AddressInfo).port, ca: ca.certPem });
+    overTcp.on('error', () => {});
+    cleanups.push(() => overTcp.destroy());
+    expect(canWatchTlsWrites(overTcp)).toBe(true);
+    expect(h2Socket(overTcp)).toBe(overTcp);
+    const overDuplex = tls.connect({ socket: new PassThrough(), ca: ca.certPem });
+    overDuplex.on('error', () => {});
+    cleanups.push(() => overDuplex.destroy());
+    expect(canWatchTlsWrites(overDuplex)).toBe(false);
+    const transport = h2Socket(overDuplex);
+    expect(transport).not.toBe(overDuplex);
+    transport.destroy();
+    expect(overDuplex.destroyed).toBe(true);
+  });
+});
 
 describe('h2Socket: HTTP/2 on a native TLS socket whose peer is SIGKILLed mid-transfer', () => {
   it('the hub end: every session ends within 2 s, stuck writes ended by the watch', { timeout: 90_000 }, async () => {
