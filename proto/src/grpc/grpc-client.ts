@@ -32,7 +32,7 @@ import http2 from 'node:http2';
 import net from 'node:net';
 import tls from 'node:tls';
 import type { Duplex } from 'node:stream';
-import { h2Transport } from './h2-transport.js';
+import { h2Socket } from './h2-transport.js';
 import { splitHostPort } from '../wire/identifiers.js';
 import type { DataViewHandler } from '../mux/framing.js';
 import type { DataViews } from '../wire/codec.js';
@@ -180,7 +180,7 @@ export class GrpcClient {
     const common = { settings, maxSessionMemory: 64 };
     const { address } = this.opts;
     let socket: Duplex;
-    /** What node:http2 runs on: the Unix socket itself, or a JS stream over TLS (see h2-transport.ts). */
+    /** What node:http2 runs on: the Unix socket, or the TLS socket as h2Socket gives it (see h2-transport.ts). */
     let transport: Duplex;
     let authority: string;
     if (address.startsWith('unix:')) {
@@ -200,7 +200,7 @@ export class GrpcClient {
         ca: t.ca, cert: t.cert, key: t.key, servername, ALPNProtocols: ['h2'],
       });
       socket = tlsSocket;
-      transport = h2Transport(tlsSocket);
+      transport = h2Socket(tlsSocket);
       if (handedIn) this.track(handedIn);
       authority = `https://${t.serverName ?? (hp.host.includes(':') ? `[${hp.host}]` : hp.host)}:${hp.port}`;
     }

@@ -1,18 +1,117 @@
-// HTTP/2 over TLS through a JS stream instead of on the TLS socket's native handle (both ends of our gRPC).
+// What node:http2 runs on over TLS, on both ends of our gRPC: the TLS socket itself (Node's native
+// HTTP/2 on the TLS handle, the fast path), watched for the write that never completes; a JS stream
+// over the TLS socket only where that watch cannot see (TLS over a socket without a TCP handle).
 //
-// Why (Node's, seen on 20 and 24 with NODE_DEBUG_NATIVE=http2session,tls): when Node's native HTTP/2
-// session writes to a TLS socket whose TCP connection the peer already reset (a SIGKILLed peer's kernel
-// answers with RST), the TCP write fails at once. The TLS layer hands ECONNRESET to the HTTP/2 session,
-// which completes its write as if it had succeeded, and the TLS layer still counts a write in flight: every
-// later write waits behind it for good. The HTTP/2 session stops reading while its write is pending, so it
-// never reads the reset either, and its destroy() waits for that write too: the session neither fails nor
-// closes, and its socket stays open. Through a JS stream every write is the TLS socket's own JS write,
-// whose failure destroys the socket with the error, and the session ends at once. It costs about 40 % of
-// the gRPC throughput (Node's JS-stream HTTP/2 path, measured alike with or without our Duplex in between).
+// Node's defect (seen on 20 and 24; reproduced in test/repro/h2-tls-reset.mjs, described in
+// proto/README.md): when the TCP write under a TLS socket fails (ECONNRESET or EPIPE: the peer's
+// kernel answered with RST, as for a SIGKILLed peer with unread bytes), the TLS layer reports the
+// error to the HTTP/2 session, which drops it (it completes its write as if it had succeeded), and
+// the TLS layer keeps counting a write in flight: its encrypted bytes stay pending, and every later
+// write waits behind them for good. The HTTP/2 session stops reading while its write is pending, so
+// it never reads the reset either, and session.destroy() waits for that write too: the session
+// neither fails nor closes. Destroying the TLS socket does end it (and its session) at once.
+//
+// The watch: a healthy TLS socket with encrypted bytes pending has a TCP write under way (libuv's
+// queue holds its bytes while the kernel's buffer is full) or one the kernel took whose completion
+// runs on the next turn of the event loop, after which the TLS layer writes the rest. So encrypted
+// bytes pending with nothing queued on the TCP handle, at two looks WATCH_INTERVAL_MS apart, with the
+// same count pending and not one byte written to TCP in between, is the stuck write: the watch
+// destroys the socket with ECONNRESET. (Pending bytes and an empty TCP queue alone are not enough: a
+// busy connection often shows them for a turn of the loop, and a steady stream of equal writes can
+// show the same count at two looks.) One timer for every watched socket; it reads three numbers per
+// socket per look.
 import { Duplex } from 'node:stream';
 import type tls from 'node:tls';
 
-/** A Duplex carrying `socket`'s bytes, to hand to node:http2 in its place; destroying one destroys both. */
+/** Time between looks; a stuck write is ended 1–2 intervals after it stuck. */
+export const WATCH_INTERVAL_MS = 250;
+
+/** Node's internals the watch reads: the TLS handle's pending encrypted bytes; the TCP handle's queued and written bytes. */
+interface TlsHandle {
+  writeQueueSize?: unknown;
+  _parent?: { writeQueueSize?: unknown; bytesWritten?: unknown; constructor?: { name?: string } };
+}
+
+function handleOf(socket: tls.TLSSocket): TlsHandle | undefined {
+  return (socket as unknown as { _handle?: TlsHandle | null })._handle ?? undefined;
+}
+
+/** True when the watch can see `socket`'s writes: a TLS handle over a TCP handle, counting queued and written bytes. */
+export function canWatchTlsWrites(socket: tls.TLSSocket): boolean {
+  const h = handleOf(socket);
+  const tcp = h?._parent;
+  return typeof h?.writeQueueSize === 'number' && tcp?.constructor?.name === 'TCP' && typeof tcp.writeQueueSize === 'number' && typeof tcp.bytesWritten === 'number';
+}
+
+interface Watched {
+  socket: tls.TLSSocket;
+  /** Pending encrypted bytes at the last look when nothing was queued on TCP; -1 when the last look was fine. */
+  suspect: number;
+  /** Bytes written to TCP at that look. */
+  written: number;
+}
+
+const watched = new Set<Watched>();
+let timer: NodeJS.Timeout | null = null;
+let stuckWritesEnded = 0;
+
+/** Sockets the watch has destroyed in this process (tests read it). */
+export function stuckTlsWritesEnded(): number {
+  return stuckWritesEnded;
+}
+
+function look(): void {
+  for (const w of watched) {
+    const h = handleOf(w.socket);
+    if (!h || w.socket.destroyed) {
+      watched.delete(w);
+      continue;
+    }
+    const pending = h.writeQueueSize as number;
+    const written = h._parent?.bytesWritten as number;
+    const stuck = pending > 0 && h._parent?.writeQueueSize === 0;
+    if (stuck && pending === w.suspect && written === w.written) {
+      watched.delete(w);
+      stuckWritesEnded++;
+      w.socket.destroy(Object.assign(new Error('connection reset: a TLS write never completed'), { code: 'ECONNRESET' }));
+      continue;
+    }
+    w.suspect = stuck ? pending : -1;
+    w.written = written;
+  }
+  if (watched.size === 0 && timer) {
+    clearInterval(timer);
+    timer = null;
+  }
+}
+
+/** Watches `socket` (established TLS over TCP, see canWatchTlsWrites) until it closes. */
+export function watchTlsWrites(socket: tls.TLSSocket): void {
+  const w: Watched = { socket, suspect: -1, written: -1 };
+  watched.add(w);
+  socket.once('close', () => watched.delete(w));
+  if (!timer) {
+    timer = setInterval(look, WATCH_INTERVAL_MS);
+    timer.unref();
+  }
+}
+
+/**
+ * What to hand node:http2 for `socket`: the socket itself, watched from the end of its handshake, or,
+ * where the watch cannot see, a JS stream over it (h2Transport).
+ */
+export function h2Socket(socket: tls.TLSSocket): Duplex {
+  if (!canWatchTlsWrites(socket)) return h2Transport(socket);
+  if ((socket as unknown as { _secureEstablished?: boolean })._secureEstablished) watchTlsWrites(socket);
+  else socket.once('secureConnect', () => watchTlsWrites(socket));
+  return socket;
+}
+
+/**
+ * A Duplex carrying `socket`'s bytes, to hand to node:http2 in its place; destroying one destroys both.
+ * Every write is the TLS socket's own JS write, whose failure destroys the socket, so the defect above
+ * cannot keep the session; it costs about 40 % of the gRPC throughput (Node's JS-stream HTTP/2 path).
+ */
 export function h2Transport(socket: tls.TLSSocket): Duplex {
   const d = new Duplex({
     read() {

@@ -3,7 +3,7 @@
 // it would never end (grpc-js's keepalive did just that). And a peer that vanishes without a reset (a
 // host gone, a network cut) is not noticed from the socket at all. We ping every session ourselves and
 // destroy it when the peer does not answer: every call on it then ends with an error. (A peer whose
-// kernel resets the connection is seen at once: see h2-transport.ts.)
+// kernel resets the connection is seen within a second: see h2-transport.ts.)
 import type http2 from 'node:http2';
 
 export interface WatchdogOptions {

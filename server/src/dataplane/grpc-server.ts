@@ -13,7 +13,7 @@ import type net from 'node:net';
 import type { Duplex } from 'node:stream';
 import type { PeerCertificate, TLSSocket } from 'node:tls';
 import {
-  DataViews, GrpcMessageReader, GrpcStatus, PacketType, deliverMessage, encodeGrpcMessage, h2Transport, parseGrpcTimeout, watchSession, writeGrpcData, writeGrpcMessage,
+  DataViews, GrpcMessageReader, GrpcStatus, PacketType, deliverMessage, encodeGrpcMessage, h2Socket, parseGrpcTimeout, watchSession, writeGrpcData, writeGrpcMessage,
   type DataViewHandler, type GrpcFramingError, type Packet, type WatchdogOptions,
 } from '@cluster-proxy/proto';
 import { SessionWindow, type SessionWindowOptions } from './session-window.js';
@@ -283,7 +283,7 @@ export class GrpcServer {
   private readonly sessions = new Set<http2.ServerHttp2Session>();
   /** Every connection handed to us, so shutdown can close them (see destroySockets). */
   private readonly sockets = new Set<Duplex>();
-  /** The TLS socket under each injected session (its HTTP/2 runs on a JS stream: see h2-transport.ts in proto). */
+  /** The TLS socket under each injected session (h2Socket may give node:http2 a JS stream over it: see h2-transport.ts in proto). */
   private readonly tlsSockets = new WeakMap<http2.Http2Session, TLSSocket>();
   /** The TLS socket being injected, while node:http2 creates its session (synchronously). */
   private injecting: TLSSocket | undefined;
@@ -307,7 +307,7 @@ export class GrpcServer {
   injectConnection(socket: TLSSocket): void {
     this.injecting = socket;
     try {
-      this.injector.emit('connection', h2Transport(socket));
+      this.injector.emit('connection', h2Socket(socket));
     } finally {
       this.injecting = undefined;
     }
