@@ -11,6 +11,7 @@ import { clusterFacts } from '../addon/join.js';
 import { AGENT_DEPLOYMENT_NAME, ManifestInputError, renderAgentInstall, type KubeManifest, type ResourceRequirements } from '../addon/manifests.js';
 import { KINDS, type AddOnDeploymentConfig, type ConfigReference, type ManagedCluster, type ManagedClusterAddOn, type ManagedProxyConfiguration, type ManifestWork, type ManifestWorkDeleteOption } from '../store/objects.js';
 import { ADDON_NAME_LABEL, AGENT_WORK_NAME, CONFIG_HASH_ANNOTATION, CONFIG_SPEC_HASH_ANNOTATION, CONFIGURATION_GENERATION_ANNOTATION, DELETION_ORPHAN_ANNOTATION } from './names.js';
+import { sameJson } from '../store/same-json.js';
 
 export interface AgentWorkInput {
   addon: ManagedClusterAddOn;
@@ -148,6 +149,32 @@ export function releasingNamespaces(desired: ManifestWork, existing: ManifestWor
   if (keep.length === 0) return desired;
   const rules = [...(desired.spec.deleteOption?.selectivelyOrphans?.orphaningRules ?? []), ...keep.map((m) => ({ group: '', resource: 'namespaces', name: nameOf(m) }))];
   return { ...desired, spec: { workload: { manifests: [...keep, ...desired.spec.workload.manifests] }, deleteOption: { propagationPolicy: 'SelectivelyOrphan', selectivelyOrphans: { orphaningRules: rules } } } };
+}
+
+/**
+ * The work to write over `existing`, keeping the selector of a Deployment the existing work already holds
+ * under the same namespace and name. A Deployment's selector is immutable: an earlier layout of ours selected
+ * the agent by `app.kubernetes.io/name` only, and updating that Deployment to OCM's selector in place (an
+ * upgrade that keeps the install namespace) fails in the work agent for good. The pod template carries every
+ * label of both selectors, so keeping the old one selects the same pods and the upgrade rolls in place.
+ */
+export function keepingDeploymentSelectors(desired: ManifestWork, existing: ManifestWork | null): ManifestWork {
+  if (!existing) return desired;
+  type Dep = { kind?: unknown; apiVersion?: unknown; metadata: { name: string; namespace?: string }; spec: { selector: { matchLabels?: Record<string, string> }; template: { metadata?: { labels?: Record<string, string> } } } };
+  const isDeployment = (m: Record<string, unknown>): boolean => m['kind'] === 'Deployment' && m['apiVersion'] === 'apps/v1';
+  const key = (m: Dep): string => `${m.metadata.namespace ?? ''}/${m.metadata.name}`;
+  const held = new Map(existing.spec.workload.manifests.filter(isDeployment).map((m) => [key(m as unknown as Dep), m as unknown as Dep]));
+  let changed = false;
+  const manifests = desired.spec.workload.manifests.map((m) => {
+    if (!isDeployment(m)) return m;
+    const d = m as unknown as Dep;
+    const old = held.get(key(d))?.spec.selector;
+    if (!old || sameJson(old, d.spec.selector)) return m;
+    changed = true;
+    const labels = { ...d.spec.template.metadata?.labels, ...old.matchLabels };
+    return { ...m, spec: { ...d.spec, selector: old, template: { ...d.spec.template, metadata: { ...d.spec.template.metadata, labels } } } } as unknown as Record<string, unknown>;
+  });
+  return changed ? { ...desired, spec: { ...desired.spec, workload: { manifests } } } : desired;
 }
 
 /** Go's json.Marshal of a map sorts its keys; so do we, so the annotation is byte-equal to OCM's. */

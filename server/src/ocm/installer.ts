@@ -28,7 +28,7 @@ import {
   type CsrCondition, type Kind, type ManagedCluster, type ManagedClusterAddOn, type ManagedProxyConfiguration, type ManifestWork, type Secret,
 } from '../store/objects.js';
 import { AlreadyExistsError, ConflictError, NotFoundError, type Store, type Watch } from '../store/store.js';
-import { installNamespaceOf, releasingNamespaces, renderAgentWork } from './agent-work.js';
+import { installNamespaceOf, keepingDeploymentSelectors, releasingNamespaces, renderAgentWork } from './agent-work.js';
 import { sameJson } from '../store/same-json.js';
 import { ClusterProfileWriter, type ClusterProfileOptions } from './cluster-profiles.js';
 import { signCertificateRequest } from './csr-signer.js';
@@ -201,7 +201,7 @@ export class OcmInstaller {
       return { registrations, supportedConfigs: SUPPORTED_CONFIGS, conditions: [...registered(),
         { type: 'ManifestApplied', status: 'False', reason: 'ManifestWorkApplyFailed', message: `failed to get manifest from agent interface: ${err.message}` }] };
     }
-    const work = await this.applyWork(releasingNamespaces(desired, existing), existing);
+    const work = await this.applyWork(keepingDeploymentSelectors(releasingNamespaces(desired, existing), existing), existing);
     return { registrations, supportedConfigs: SUPPORTED_CONFIGS, namespace, conditions: [...registered(), ...workConditions(work)] };
   }
 

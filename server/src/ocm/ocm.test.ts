@@ -7,7 +7,7 @@ import { describe, expect, it } from 'vitest';
 import * as x509 from '@peculiar/x509';
 import { createCA } from '../pki/certificates.js';
 import type { CertificateSigningRequest, ManagedCluster, ManagedClusterAddOn, ManifestWork } from '../store/objects.js';
-import { releasingNamespaces, renderAgentWork, type AgentWorkInput } from './agent-work.js';
+import { keepingDeploymentSelectors, releasingNamespaces, renderAgentWork, type AgentWorkInput } from './agent-work.js';
 import { signCertificateRequest, CertificateRequestError, readCertificateRequest } from './csr-signer.js';
 import { workConditions } from './installer.js';
 import { addonRegistrations, reviewCsr, signerOrganizationalUnit } from './registrations.js';
@@ -165,6 +165,28 @@ describe('agent work', () => {
     const w = renderAgentWork({ ...base, addon: { ...addon, status: { configReferences: refs } } });
     expect(w.metadata.annotations?.['open-cluster-management.io/config-spec-hash'])
       .toBe('{"addondeploymentconfigs.addon.open-cluster-management.io/c1/d":"h2","managedproxyconfigurations.proxy.open-cluster-management.io//cluster-proxy":"h1"}');
+  });
+
+  // A Deployment's selector is immutable (apps/v1): the work agent cannot update one in place to another.
+  it('an upgrade that keeps the install namespace keeps the selector the old work\'s Deployment has, and rolls in place', () => {
+    const depOf = (w: ManifestWork) => w.spec.workload.manifests.find((m) => m['kind'] === 'Deployment') as unknown as { metadata: { namespace: string }; spec: { selector: { matchLabels: Record<string, string> }; template: { metadata: { labels: Record<string, string>; annotations?: Record<string, string> } } } };
+    const desired = renderAgentWork(base);
+    expect(keepingDeploymentSelectors(desired, null)).toBe(desired);
+    expect(keepingDeploymentSelectors(desired, desired)).toBe(desired);
+    // What an earlier layout of ours wrote: the same Deployment, selected by app.kubernetes.io/name only.
+    const legacySelector = { matchLabels: { 'app.kubernetes.io/name': 'cluster-proxy-agent' } };
+    const old = renderAgentWork({ ...base, gateway: true });
+    const oldDep = depOf(old);
+    const legacy: ManifestWork = { ...old, spec: { workload: { manifests: old.spec.workload.manifests.map((m) => m === (oldDep as unknown) ? { ...m, spec: { ...oldDep.spec, selector: legacySelector } } : m) } } };
+    const next = keepingDeploymentSelectors(desired, legacy);
+    expect(depOf(next).spec.selector).toEqual(legacySelector);
+    // The pods still carry OCM's labels (its tools select by them) and the old selector's.
+    expect(depOf(next).spec.template.metadata.labels).toMatchObject({ ...legacySelector.matchLabels, 'open-cluster-management.io/addon': 'cluster-proxy', 'proxy.open-cluster-management.io/component-name': 'proxy-agent' });
+    // Everything else is the new rendering (the pod template rolls).
+    expect(depOf(next).spec.template.metadata.annotations).toEqual(depOf(desired).spec.template.metadata.annotations);
+    // A namespace move is a new Deployment: OCM's selector.
+    const moved = renderAgentWork({ ...base, defaultInstallNamespace: 'elsewhere' });
+    expect(depOf(keepingDeploymentSelectors(moved, legacy)).spec.selector).toEqual(depOf(moved).spec.selector);
   });
 
   // OCM's work agent owns or orphans an object when it applies it (pkg/work/spoke/controllers/manifestcontroller/
