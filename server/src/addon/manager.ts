@@ -21,9 +21,14 @@ import { DEFAULT_AGENT_IMAGE } from './manifests.js';
  * Installs agents for the addons (`--agent-install manifestwork`: ocm/installer.ts). Its pass runs on
  * the leader before the status pass; what it reports per cluster goes into the addon's status.
  */
+/** What the addon manager mirrors and the installer reads too (one watch, one copy of every addon). */
+export interface AddonMirrors {
+  addons: WatchCache<'ManagedClusterAddOn'>;
+}
+
 export interface AddonInstaller {
-  /** Starts its watches; `kick` asks for a pass. */
-  start(kick: () => void): void;
+  /** Starts its watches; `kick` asks for a pass (the manager also asks after every addon change). */
+  start(kick: () => void, mirrors: AddonMirrors): void;
   stop(): void;
   sync(): Promise<void>;
   statusOf(cluster: string): AddonInstallStatus | undefined;
@@ -129,7 +134,11 @@ export class AddonManager {
     this.mode = opts.healthMode ?? 'tunnel';
     this.windowMs = opts.tunnelLossWindowMs ?? 30_000;
     this.now = opts.now ?? Date.now;
-    this.addons = new WatchCache({ store: opts.store, kind: 'ManagedClusterAddOn', log: opts.log });
+    this.addons = new WatchCache({ store: opts.store, kind: 'ManagedClusterAddOn', log: opts.log, onChange: () => {
+      if (!this.installer) return;
+      this.installerDirty = true;
+      this.kick();
+    } });
     // A cluster's lease written (by any replica: a renewal that changed something) asks for a status pass,
     // once the mirror holds it, so Available turns True at once.
     this.leases = new WatchCache({ store: opts.store, kind: 'Lease', log: opts.log, onChange: (l) => { if (l.metadata.name === ADDON_NAME) this.kick(); } });
@@ -215,7 +224,7 @@ export class AddonManager {
     this.installer?.start(() => {
       this.installerDirty = true;
       this.kick();
-    });
+    }, { addons: this.addons });
     this.clusterWatch = this.opts.store.watch('ManagedCluster', { resourceVersion: list.resourceVersion }, {
       onEvent: (e) => {
         const name = e.object.metadata.name;

@@ -1,9 +1,10 @@
 // The installer's passes over a store: when it builds, keeps and rewrites an addon's work.
 import 'reflect-metadata';
 import pino from 'pino';
-import { describe, expect, it } from 'vitest';
+import { afterEach, describe, expect, it } from 'vitest';
 import { createCA } from '../pki/certificates.js';
 import { MemoryStore } from '../store/memory.js';
+import { WatchCache } from '../store/watch-cache.js';
 import type { AddOnDeploymentConfig, Condition, ManagedClusterAddOn } from '../store/objects.js';
 import { OcmInstaller } from './installer.js';
 import { AGENT_WORK_NAME } from './names.js';
@@ -12,16 +13,40 @@ const ca = createCA({ commonName: 'installer-test-ca' });
 const CONFIGURED: Condition = { type: 'Configured', status: 'True', reason: 'ConfigurationsConfigured', message: 'Configurations configured', lastTransitionTime: '2026-01-01T00:00:00Z' };
 const NOT_CONFIGURED: Condition = { ...CONFIGURED, status: 'False', reason: 'ConfigurationsNotConfigured', message: 'Configurations updated and not configured yet' };
 
-async function setup(): Promise<{ store: MemoryStore; installer: OcmInstaller; addon: () => Promise<ManagedClusterAddOn> }> {
+const log = pino({ level: 'silent' });
+const installers: OcmInstaller[] = [];
+const caches: WatchCache<'ManagedClusterAddOn'>[] = [];
+afterEach(() => {
+  for (const i of installers.splice(0)) i.stop();
+  for (const c of caches.splice(0)) c.stop();
+});
+
+/** A pass once the mirrors show what the store holds now (they are fed by watches). */
+async function syncWhenMirrored(store: MemoryStore, installer: OcmInstaller, addons: WatchCache<'ManagedClusterAddOn'>): Promise<void> {
+  const want = (await store.get('ManagedClusterAddOn', { name: 'cluster-proxy', namespace: 'c1' }))!.metadata.resourceVersion;
+  for (let i = 0; i < 200 && addons.get({ name: 'cluster-proxy', namespace: 'c1' })?.metadata.resourceVersion !== want; i++) await new Promise((r) => setTimeout(r, 5));
+  const work = await store.get('ManifestWork', { name: AGENT_WORK_NAME, namespace: 'c1' });
+  for (let i = 0; i < 200 && work && (installer as unknown as { mirrors: { works: WatchCache<'ManifestWork'> } }).mirrors.works.get(work.metadata)?.metadata.resourceVersion !== work.metadata.resourceVersion; i++) {
+    await new Promise((r) => setTimeout(r, 5));
+  }
+  await installer.sync();
+}
+
+async function setup(): Promise<{ store: MemoryStore; installer: OcmInstaller; addon: () => Promise<ManagedClusterAddOn>; sync: () => Promise<void> }> {
   const store = new MemoryStore();
   await store.create('ManagedCluster', { apiVersion: 'cluster.open-cluster-management.io/v1', kind: 'ManagedCluster', metadata: { name: 'c1' }, spec: { hubAcceptsClient: true } });
   await store.ensureNamespace('c1');
   await store.create('ManagedClusterAddOn', { apiVersion: 'addon.open-cluster-management.io/v1alpha1', kind: 'ManagedClusterAddOn', metadata: { name: 'cluster-proxy', namespace: 'c1' }, spec: {} });
   const installer = new OcmInstaller({
-    store, log: pino({ level: 'silent' }), signer: () => ca, caBundle: () => ca.certPem, agentEntrypoint: () => 'hub.example:8091',
+    store, log, signer: () => ca, caBundle: () => ca.certPem, agentEntrypoint: () => 'hub.example:8091',
     agentImage: 'example/cluster-proxy:1', defaultInstallNamespace: 'open-cluster-management-cluster-proxy',
   });
-  return { store, installer, addon: async () => (await store.get('ManagedClusterAddOn', { name: 'cluster-proxy', namespace: 'c1' }))! };
+  const addons = new WatchCache({ store, kind: 'ManagedClusterAddOn', log });
+  caches.push(addons);
+  installers.push(installer);
+  await addons.start();
+  installer.start(() => {}, { addons });
+  return { store, installer, addon: async () => (await store.get('ManagedClusterAddOn', { name: 'cluster-proxy', namespace: 'c1' }))!, sync: () => syncWhenMirrored(store, installer, addons) };
 }
 
 async function setStatus(store: MemoryStore, addon: ManagedClusterAddOn, status: ManagedClusterAddOn['status']): Promise<void> {
@@ -32,34 +57,34 @@ const work = (store: MemoryStore) => store.get('ManifestWork', { name: AGENT_WOR
 
 describe('the installer and OCM\'s Configured condition (addon-framework config check)', () => {
   it('builds no work until OCM\'s addon-manager has resolved the configs; then builds it', async () => {
-    const { store, installer, addon } = await setup();
-    await installer.sync();
+    const { store, installer, addon, sync } = await setup();
+    await sync();
     expect(await work(store)).toBeNull();
     expect(installer.statusOf('c1')?.conditions.map((c) => c.type)).toEqual(['RegistrationApplied']);
     await setStatus(store, await addon(), { conditions: [NOT_CONFIGURED] });
-    await installer.sync();
+    await sync();
     expect(await work(store)).toBeNull();
     await setStatus(store, await addon(), { conditions: [CONFIGURED] });
-    await installer.sync();
+    await sync();
     expect(await work(store)).not.toBeNull();
   });
 
   it('an addon outside the rollout\'s batch keeps the work it has, whatever its configs say now', async () => {
-    const { store, installer, addon } = await setup();
+    const { store, addon, sync } = await setup();
     await setStatus(store, await addon(), { conditions: [CONFIGURED] });
-    await installer.sync();
+    await sync();
     const before = (await work(store))!;
     // A new AddOnDeploymentConfig resolved for the addon, but OCM has not put it in a batch yet (Configured False).
     const adc: AddOnDeploymentConfig = { apiVersion: 'addon.open-cluster-management.io/v1alpha1', kind: 'AddOnDeploymentConfig', metadata: { name: 'moved', namespace: 'c1' }, spec: { agentInstallNamespace: 'elsewhere' } };
     await store.create('AddOnDeploymentConfig', adc);
     const ref = { group: 'addon.open-cluster-management.io', resource: 'addondeploymentconfigs', name: 'moved', namespace: 'c1', desiredConfig: { name: 'moved', namespace: 'c1', specHash: 'x' } };
     await setStatus(store, await addon(), { conditions: [NOT_CONFIGURED], configReferences: [ref] });
-    await installer.sync();
+    await sync();
     const kept = (await work(store))!;
     expect(kept.metadata.resourceVersion).toBe(before.metadata.resourceVersion);
     // Its turn comes: the work moves to the new namespace.
     await setStatus(store, await addon(), { conditions: [CONFIGURED] });
-    await installer.sync();
+    await sync();
     const moved = (await work(store))!;
     expect(moved.metadata.resourceVersion).not.toBe(before.metadata.resourceVersion);
     expect(JSON.stringify(moved.spec)).toContain('"namespace":"elsewhere"');

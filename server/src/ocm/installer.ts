@@ -19,7 +19,9 @@ import { X509Certificate } from 'node:crypto';
 import type { Logger } from 'pino';
 import { ManifestInputError } from '../addon/manifests.js';
 import type { ConditionSpec } from '../addon/conditions.js';
-import type { AddonInstallStatus } from '../addon/manager.js';
+import type { AddonInstallStatus, AddonMirrors } from '../addon/manager.js';
+import { WatchCache } from '../store/watch-cache.js';
+import { canonicalJson } from '../store/same-json.js';
 import { HUB_NAMESPACE } from '../addon/hub-namespace.js';
 import { CLUSTER_UID_URI_PREFIX, issueClientCert, type PemPair } from '../pki/certificates.js';
 import { renewalDue } from '../pki/rotation.js';
@@ -60,8 +62,11 @@ export interface OcmInstallerOptions {
 }
 
 const DAY_MS = 86_400_000;
-/** The kinds whose changes start a pass at once (the status period catches anything else). */
-const WATCHED: Kind[] = ['ManagedClusterAddOn', 'ManifestWork', 'CertificateSigningRequest', 'AddOnDeploymentConfig', 'ManagedProxyConfiguration', 'ClusterManagementAddOn'];
+/**
+ * The kinds whose changes start a pass at once (the status period catches anything else). Addons, clusters and
+ * our works are mirrored (watch-fed, below) and kick a pass from there.
+ */
+const WATCHED: Kind[] = ['CertificateSigningRequest', 'AddOnDeploymentConfig', 'ManagedProxyConfiguration', 'ClusterManagementAddOn'];
 /** The config kinds the addon reads (status.supportedConfigs; OCM's addon-manager resolves only these). */
 export const SUPPORTED_CONFIGS = [
   { group: KINDS.ManagedProxyConfiguration.group, resource: KINDS.ManagedProxyConfiguration.plural },
@@ -84,6 +89,8 @@ export class OcmInstaller {
   private mpcConditions: ConditionSpec[] = [];
 
   private readonly profiles: ClusterProfileWriter | null;
+  /** Watch-fed mirrors a pass reads instead of listing every cluster, addon and work (three copies of each). */
+  private mirrors: { addons: WatchCache<'ManagedClusterAddOn'>; clusters: WatchCache<'ManagedCluster'>; works: WatchCache<'ManifestWork'>; ready: Promise<void> } | null = null;
 
   constructor(private readonly opts: OcmInstallerOptions) {
     this.now = opts.now ?? Date.now;
@@ -91,9 +98,16 @@ export class OcmInstaller {
   }
 
   /** Watches what a pass depends on; `kick` asks the addon manager for a pass. Idempotent. */
-  start(kick: () => void): void {
+  start(kick: () => void, mirrors: AddonMirrors): void {
     if (this.started || this.stopped) return;
     this.started = true;
+    const { store, log } = this.opts;
+    const clusters = new WatchCache({ store, kind: 'ManagedCluster', log, onChange: () => kick() });
+    // Only our works (the addon-name label every version of ours and OCM's cluster-proxy put on them), kept slim.
+    const works = new WatchCache({ store, kind: 'ManifestWork', log, select: { labels: { [ADDON_NAME_LABEL]: ADDON_NAME } }, project: slimWork, onChange: () => kick() });
+    this.mirrors = { addons: mirrors.addons, clusters, works, ready: Promise.all([clusters.start(), works.start()]).then(() => undefined) };
+    // A failed first list is retried by the next pass (sync awaits it again).
+    this.mirrors.ready.catch(() => {});
     for (const kind of WATCHED) this.watchKind(kind, kick);
     if (this.profiles) this.watchKind('ClusterProfile', kick);
   }
@@ -117,6 +131,8 @@ export class OcmInstaller {
 
   stop(): void {
     this.stopped = true;
+    this.mirrors?.clusters.stop();
+    this.mirrors?.works.stop();
     for (const w of this.watches.values()) w.stop();
     this.watches.clear();
     for (const t of this.retries) clearTimeout(t);
@@ -140,13 +156,15 @@ export class OcmInstaller {
       return;
     }
     const { store } = this.opts;
+    const mirrors = this.mirrors;
+    if (!mirrors) throw new Error('the OCM installer was not started');
+    await mirrors.ready;
     await this.ensureClusterManagementAddOn();
-    const [clusterList, addonList, workList] = await Promise.all([store.list('ManagedCluster'), store.list('ManagedClusterAddOn'), store.list('ManifestWork')]);
-    const clusters = new Map(clusterList.items.map((c) => [c.metadata.name, c]));
-    const addons = addonList.items.filter((a) => a.metadata.name === ADDON_NAME);
+    const clusters = new Map([...mirrors.clusters.values()].map((c) => [c.metadata.name, c]));
+    const addons = [...mirrors.addons.values()].filter((a) => a.metadata.name === ADDON_NAME);
     const mpc = await store.get('ManagedProxyConfiguration', { name: PROXY_CONFIGURATION_NAME });
     this.mpcConditions = [agentImageCondition(mpc, this.opts.agentImage)];
-    const works = new Map(workList.items.filter((w) => w.metadata.name === AGENT_WORK_NAME).map((w) => [w.metadata.namespace!, w]));
+    const works = new Map([...mirrors.works.values()].filter((w) => w.metadata.name === AGENT_WORK_NAME).map((w) => [w.metadata.namespace!, w]));
     const configs = new Map<string, Promise<AddOnDeploymentConfig | null>>();
     const status = new Map<string, AddonInstallStatus>();
     for (const addon of addons) {
@@ -242,7 +260,7 @@ export class OcmInstaller {
         log.info({ cluster }, 'agent ManifestWork created');
         return created;
       }
-      const sameSpec = sameJson(existing.spec, desired.spec);
+      const sameSpec = specHashOf(existing) === canonicalJson(desired.spec);
       const hashes = (w: ManifestWork): string => w.metadata.annotations?.[CONFIG_SPEC_HASH_ANNOTATION] ?? '';
       const sameMeta = sameJson(existing.metadata.ownerReferences ?? [], desired.metadata.ownerReferences)
         && Object.entries(desired.metadata.labels ?? {}).every(([k, v]) => existing.metadata.labels?.[k] === v) && hashes(existing) === hashes(desired);
@@ -384,6 +402,33 @@ function agentImageCondition(mpc: ManagedProxyConfiguration | null, ours: string
   if (!named || named === ours) return { type: 'AgentImageAccepted', status: 'True', reason: 'OwnImage', message: `agents run ${ours}` };
   return { type: 'AgentImageAccepted', status: 'False', reason: 'NotClusterProxyImage',
     message: `spec.proxyAgent.image ${named} is not this hub's agent image; agents run ${ours} (set the hub's --agent-image to change it)` };
+}
+
+/** The spec of each mirrored work, as canonical JSON (what applyWork compares), by the slim object that stands for it. */
+const SPEC_OF = new WeakMap<ManifestWork, string>();
+
+function specHashOf(work: ManifestWork): string {
+  return SPEC_OF.get(work) ?? canonicalJson(work.spec);
+}
+
+/**
+ * What a pass needs of a work: its metadata and conditions, its deleteOption, the Namespaces it holds and its
+ * Deployments' selectors (releasingNamespaces, keepingDeploymentSelectors), and its spec as canonical JSON, not
+ * the rendered Secrets and Deployments themselves (at fleet scale most of the hub's memory).
+ */
+function slimWork(work: ManifestWork): ManifestWork {
+  const keep = (m: Record<string, unknown>): Record<string, unknown> | null => {
+    if (m['kind'] === 'Namespace') return m;
+    if (m['kind'] === 'Deployment') return { apiVersion: m['apiVersion'], kind: m['kind'], metadata: m['metadata'], spec: { selector: (m['spec'] as { selector?: unknown } | undefined)?.selector } };
+    return null;
+  };
+  const slim: ManifestWork = {
+    ...work,
+    spec: { ...(work.spec.deleteOption ? { deleteOption: work.spec.deleteOption } : {}), workload: { manifests: work.spec.workload.manifests.map(keep).filter((m): m is Record<string, unknown> => m !== null) } },
+    status: { conditions: work.status?.conditions ?? [] },
+  };
+  SPEC_OF.set(slim, canonicalJson(work.spec));
+  return slim;
 }
 
 /** OCM's addon-manager has resolved the addon's configs for the current rollout (addonconfiguration controller). */

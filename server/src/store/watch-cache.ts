@@ -18,6 +18,8 @@ export interface WatchCacheOptions<K extends Kind> {
   log: Logger;
   /** Called after each change the watch delivers (not for the initial list). */
   onChange?: (obj: ObjectOfKind<K>, deleted: boolean) => void;
+  /** What the mirror keeps of each object (default: all of it); a loop that reads a few fields of large objects keeps those. */
+  project?: (obj: ObjectOfKind<K>) => ObjectOfKind<K>;
 }
 
 const keyOf = (k: ObjectKey): string => `${k.namespace ?? ''}/${k.name}`;
@@ -39,12 +41,13 @@ export class WatchCache<K extends Kind> {
     const list = await this.opts.store.list(this.opts.kind, this.opts.select);
     if (this.stopped) return;
     this.objects.clear();
-    for (const o of list.items) this.objects.set(keyOf(o.metadata), o);
+    const keep = this.opts.project ?? ((o: ObjectOfKind<K>) => o);
+    for (const o of list.items) this.objects.set(keyOf(o.metadata), keep(o));
     this.watch = this.opts.store.watch(this.opts.kind, { ...this.opts.select, resourceVersion: list.resourceVersion }, {
       onEvent: (e) => {
         const k = keyOf(e.object.metadata);
         if (e.type === 'DELETED') this.objects.delete(k);
-        else this.objects.set(k, e.object);
+        else this.objects.set(k, this.opts.project ? this.opts.project(e.object) : e.object);
         this.restartMs = RESTART_MIN_MS;
         this.opts.onChange?.(e.object, e.type === 'DELETED');
       },
