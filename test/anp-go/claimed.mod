@@ -9,6 +9,7 @@ tool (
 
 require (
 	google.golang.org/grpc v1.71.0
+	k8s.io/klog/v2 v2.130.1
 	sigs.k8s.io/apiserver-network-proxy/konnectivity-client v0.31.2
 )
 
@@ -59,7 +60,6 @@ require (
 	k8s.io/apimachinery v0.32.3 // indirect
 	k8s.io/client-go v0.32.3 // indirect
 	k8s.io/component-helpers v0.32.3 // indirect
-	k8s.io/klog/v2 v2.130.1 // indirect
 	k8s.io/kube-openapi v0.0.0-20241105132330-32ad38e42d3f // indirect
 	k8s.io/utils v0.0.0-20241104100929-3ea5e8cea738 // indirect
 	sigs.k8s.io/apiserver-network-proxy v0.33.0 // indirect

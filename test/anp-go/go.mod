@@ -9,6 +9,7 @@ tool (
 
 require (
 	google.golang.org/grpc v1.81.1
+	k8s.io/klog/v2 v2.140.0
 	sigs.k8s.io/apiserver-network-proxy/konnectivity-client v0.36.0
 )
 
@@ -56,7 +57,6 @@ require (
 	k8s.io/apimachinery v0.36.1 // indirect
 	k8s.io/client-go v0.36.1 // indirect
 	k8s.io/component-helpers v0.36.1 // indirect
-	k8s.io/klog/v2 v2.140.0 // indirect
 	k8s.io/kube-openapi v0.0.0-20260317180543-43fb72c5454a // indirect
 	k8s.io/utils v0.0.0-20260507154919-ff6756f316d2 // indirect
 	sigs.k8s.io/apiserver-network-proxy v0.36.0 // indirect

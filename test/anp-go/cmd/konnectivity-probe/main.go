@@ -7,13 +7,16 @@
 //	konnectivity-probe --uds PATH <scenario> [flags]
 //	konnectivity-probe --address HOST:PORT --ca F --cert F --key F [--server-name N] <scenario> [flags]
 //
+// konnectivity-client's own log (klog) goes to stderr; -v=5 before the scenario traces its packets.
+//
 // Scenarios (--dest HOST:PORT is the destination the frontend dials):
 //
 //	echo      write --message, read it back from an echo destination, Close()
 //	bulk      write --bytes of seeded random data to an echo destination while reading the echo; sha256 both
 //	upload    write "<n>\n" and --bytes to a digest destination, which answers the sha256 hex and closes;
 //	          read until EOF (the destination's close, as CLOSE_RSP), then Close()
-//	download  read until EOF from a destination that sends and closes; report bytes and sha256
+//	download  read until EOF from a destination that sends and closes; report bytes and sha256; with
+//	          --count N, N such dials at once, reporting how many got each (bytes, sha256)
 //	flood     --count parallel dials, each its own tunnel, each echoing a distinct 1 KiB message
 //	dial      one dial; report whether it failed, the error and konnectivity-client's failure reason
 package main
@@ -38,6 +41,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
+	"k8s.io/klog/v2"
 	"sigs.k8s.io/apiserver-network-proxy/konnectivity-client/pkg/client"
 )
 
@@ -79,6 +83,8 @@ func main() {
 	cert := fs.String("cert", "", "client certificate")
 	key := fs.String("key", "", "client key")
 	serverName := fs.String("server-name", "localhost", "TLS server name")
+	// konnectivity-client logs with klog: -v=5 traces every packet it receives (on stderr).
+	klog.InitFlags(fs)
 	if err := fs.Parse(os.Args[1:]); err != nil || fs.NArg() < 1 {
 		fmt.Fprintln(os.Stderr, "usage: konnectivity-probe (--uds PATH | --address H:P --ca F --cert F --key F) SCENARIO [flags]")
 		os.Exit(2)
@@ -116,7 +122,11 @@ func main() {
 	case "upload":
 		r = upload(ctx, f, *dest, *size)
 	case "download":
-		r = download(ctx, f, *dest)
+		if *count > 1 && countSet(sf) {
+			r = downloads(ctx, f, *dest, *count)
+		} else {
+			r = download(ctx, f, *dest)
+		}
 	case "flood":
 		r = flood(ctx, f, *dest, *count)
 	case "dial":
@@ -266,6 +276,38 @@ func download(ctx context.Context, f frontend, dest string) result {
 		return fail("read", err)
 	}
 	return closeResult(result{"ok": true, "bytes": got, "sha256": hex.EncodeToString(h.Sum(nil))}, c)
+}
+
+func countSet(fs *flag.FlagSet) bool {
+	set := false
+	fs.Visit(func(fl *flag.Flag) { set = set || fl.Name == "count" })
+	return set
+}
+
+// downloads runs n downloads at once: a server-first destination, n times, each in its own tunnel.
+func downloads(ctx context.Context, f frontend, dest string, n int) result {
+	var mu sync.Mutex
+	got := map[string]int{}
+	var wg sync.WaitGroup
+	for range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := download(ctx, f, dest)
+			// Close()'s outcome is not counted: after the destination's close, konnectivity-client's Close
+			// reports "tunnel closed" or nothing at random (its select sees both the answer and the
+			// tunnel's end).
+			key := fmt.Sprintf("%v %v", r["bytes"], r["sha256"])
+			if r["error"] != nil {
+				key = fmt.Sprintf("%s: %s", r["stage"], r["error"])
+			}
+			mu.Lock()
+			got[key]++
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	return result{"ok": len(got) == 1, "count": n, "outcomes": got}
 }
 
 func flood(ctx context.Context, f frontend, dest string, n int) result {
