@@ -116,7 +116,7 @@ ANP_PEERS=()
 anp_start=$SECONDS
 anp_built=()
 for modfile in go.mod claimed.mod; do
-  anp_version="$(cd "$ANP_MOD" && go list -modfile="$modfile" -m -f '{{.Version}}' sigs.k8s.io/apiserver-network-proxy)"
+  anp_version="$(cd "$ANP_MOD" && GONOSUMDB=sigs.k8s.io/apiserver-network-proxy go list -modfile="$modfile" -m -f '{{.Version}}' sigs.k8s.io/apiserver-network-proxy)"
   for p in "proxy-server sigs.k8s.io/apiserver-network-proxy/cmd/server" \
     "proxy-agent sigs.k8s.io/apiserver-network-proxy/cmd/agent" \
     "konnectivity-probe ./cmd/konnectivity-probe"; do

@@ -79,6 +79,9 @@ afterAll(async () => {
 
 const dest = (port: number): string => `127.0.0.1:${port}`;
 
+/** klog's error lines (`E1129 03:42:48.544591 …`), but those about the refused dial the tests make. */
+const klogErrors = (lines: string[]): string[] => lines.filter((l) => /^E\d{4} /.test(l) && !l.includes('connection refused'));
+
 /**
  * After the destination closed, konnectivity-client's Close() returns nil or "tunnel closed" at random
  * (its select finds both the CLOSE_RSP's answer and the end of the tunnel it tore down on it); any
@@ -292,6 +295,10 @@ for (const v of ANP_VERSIONS) {
       expect(await digestStream(s)).toEqual({ bytes: DOWNLOAD, sha256: payloadSha256(DOWNLOAD) });
       await drained();
     });
+
+    it('logged no error about our hub (but the refused dial asked for)', () => {
+      expect(klogErrors(anpAgent.proc.lines())).toEqual([]);
+    });
   });
 
   describe(`our agent → ANP proxy-server ${v.version} (${v.role}); konnectivity-client ${v.clientVersion} dials through it`, () => {
@@ -315,5 +322,9 @@ for (const v of ANP_VERSIONS) {
     });
 
     probeScenarios(v.version, () => ({ uds: server.uds }), drained);
+
+    it('logged no error about our agent (but the refused dial asked for)', () => {
+      expect(klogErrors(server.proc.lines())).toEqual([]);
+    });
   });
 }
