@@ -19,7 +19,7 @@ import {
   connectThrough, digestStream, freeLoopbackPort, killAllSpawned, payloadSha256, startEchoServer, startSourceServer, startTcpServer, waitFor, writePayload,
   type SourceServer, type TcpTarget, type TrackedServer,
 } from '../src/fixtures/index.js';
-import { ANP_VERSIONS, runProbe, startAnpAgent, startAnpServer, type AnpAgent, type AnpServer, type ProbeFrontend } from '../src/fixtures/anp-real.js';
+import { ANP_VERSIONS, anpBinary, runProbe, startAnpAgent, startAnpServer, type AnpAgent, type AnpServer, type ProbeFrontend } from '../src/fixtures/anp-real.js';
 import { createPki, expectTablesEmpty, startAgent, startHub, type AgentProcess, type HubProcess, type TestPki } from '../src/harness.js';
 
 const MiB = 1024 * 1024;
@@ -61,6 +61,9 @@ function serveDigest(socket: net.Socket): void {
     if (left === 0) socket.end(hash.digest('hex'));
   });
 }
+
+// The programs first: scripts/test.sh has built them; a run without it builds them here (minutes, once).
+beforeAll(() => anpBinary('proxy-server', ANP_VERSIONS[0]!.version), 45 * 60_000);
 
 beforeAll(async () => {
   pki = await createPki();
