@@ -6,7 +6,8 @@
 //   3. our agent → ANP's proxy-server; konnectivity-probe dials through its Unix socket.
 // Each path: a dial and echo, a bulk transfer both ways with sha256, an upload whose reply the destination
 // follows with its close (konnectivity-client has no half-close: the destination's close is the end), a
-// download to the destination's close, a flood of parallel dials, and a dial to a closed port.
+// download to the destination's close, a destination that speaks first to many dials at once, a flood of
+// parallel dials, and a dial to a closed port; ANP's server and agent must log no error about ours.
 // The JavaScript ANP peers (fixtures/anp-peers.ts, anp-agent.ts) stay for the fast conformance matrix.
 import { createHash } from 'node:crypto';
 import { readFileSync } from 'node:fs';
