@@ -108,6 +108,43 @@ if [ ${#built[@]} -gt 0 ]; then
 else
   echo "==> real peers: etcd $ETCD_VERSION, kubernetes $KUBE_VERSION already built in $CACHE ($((SECONDS - start)) s)"
 fi
+# ---- ANP's own programs (test/anp-go): proxy-server, proxy-agent and our konnectivity-probe, built against
+# sigs.k8s.io/apiserver-network-proxy at two versions: go.mod pins the current release, claimed.mod (-modfile)
+# the version our compatibility claim names (docs/testing.md says why). Same cache layout: <name>-<version>/<name>.
+ANP_MOD="$ROOT/test/anp-go"
+ANP_PEERS=()
+anp_start=$SECONDS
+anp_built=()
+for modfile in go.mod claimed.mod; do
+  anp_version="$(cd "$ANP_MOD" && GONOSUMDB=sigs.k8s.io/apiserver-network-proxy go list -modfile="$modfile" -m -f '{{.Version}}' sigs.k8s.io/apiserver-network-proxy)"
+  for p in "proxy-server sigs.k8s.io/apiserver-network-proxy/cmd/server" \
+    "proxy-agent sigs.k8s.io/apiserver-network-proxy/cmd/agent" \
+    "konnectivity-probe ./cmd/konnectivity-probe"; do
+    read -r name pkg <<<"$p"
+    dir="$name-$anp_version"
+    # Our own program is also keyed by its source, so an edit to it builds anew.
+    if [ "$name" = konnectivity-probe ]; then
+      dir+="-$(cat "$ANP_MOD/$modfile" "$ANP_MOD"/cmd/konnectivity-probe/*.go | sha256sum | cut -c1-12)"
+    fi
+    ANP_PEERS+=("$name-$anp_version $name $dir")
+    out="$CACHE/$dir"
+    [ -x "$out/$name" ] && continue
+    echo "==> building $name $anp_version ($pkg, $modfile)"
+    mkdir -p "$out"
+    tmp="$(mktemp -d "$CACHE/.build-XXXXXX")"
+    trap 'rm -rf "$tmp"' EXIT
+    # ANP's tags are not in the checksum database; go.sum / claimed.sum pin the hashes instead.
+    (cd "$ANP_MOD" && GONOSUMDB=sigs.k8s.io/apiserver-network-proxy GOFLAGS="-mod=readonly -buildvcs=false" \
+      nice -n 10 go build -modfile="$modfile" -trimpath -o "$tmp/$name" "$pkg")
+    mv "$tmp/$name" "$out/$name"
+    rmdir "$tmp"
+    trap - EXIT
+    anp_built+=("$dir")
+  done
+done
+echo "==> ANP peers: ${anp_built[*]:-nothing to build} ($((SECONDS - anp_start)) s) into $CACHE"
+# ---- end of ANP's programs
+
 # What the fixture reads: the pins now in go.mod and their binaries.
 {
   echo "{"
@@ -117,6 +154,14 @@ fi
     read -r name version _ <<<"${PEERS[$i]}"
     sep=,; [ "$i" -eq $((${#PEERS[@]} - 1)) ] && sep=
     echo "    \"$name\": \"$CACHE/$name-$version/$name\"$sep"
+  done
+  echo "  },"
+  # ANP's programs by name and version: "anp": { "proxy-server-v0.36.0": "…", … }
+  echo "  \"anp\": {"
+  for i in "${!ANP_PEERS[@]}"; do
+    read -r key name dir <<<"${ANP_PEERS[$i]}"
+    sep=,; [ "$i" -eq $((${#ANP_PEERS[@]} - 1)) ] && sep=
+    echo "    \"$key\": \"$CACHE/$dir/$name\"$sep"
   done
   echo "  }"
   echo "}"

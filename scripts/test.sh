@@ -13,8 +13,9 @@ pnpm -s lint
 # The previous release, for the version-skew tests (docs/upgrades.md): built from git history once, then cached.
 echo "==> previous release ($(node -p "require('./test/previous-release.json').version"))"
 bash scripts/build-release.sh "$(node -p "require('./test/previous-release.json').commit")" >/dev/null
-# The real control plane of test/e2e/real-apiserver.test.ts (etcd, kube-apiserver, kube-controller-manager),
-# built from Go modules once per pinned version into ~/.cache/cluster-proxy (the first build takes minutes).
+# The real control plane of test/e2e/real-apiserver.test.ts (etcd, kube-apiserver, kube-controller-manager)
+# and ANP's programs of test/e2e/anp-real.test.ts, built from Go modules once per pinned version into
+# ~/.cache/cluster-proxy (the first build takes minutes).
 echo "==> real peers"
 bash scripts/build-real-peers.sh
 echo "==> test"

@@ -147,7 +147,8 @@ export interface AgentStartOptions {
   cli?: string;
 }
 
-export async function startAgent(pki: TestPki, hub: HubProcess, opts: AgentStartOptions): Promise<AgentProcess> {
+/** `hub`: our hub, or any server whose agent port is given (ANP's proxy-server). */
+export async function startAgent(pki: TestPki, hub: { ports: { agent: number } }, opts: AgentStartOptions): Promise<AgentProcess> {
   const cert = opts.cert ?? (await pki.agent(opts.cluster));
   const cli = opts.cli ?? CLI;
   const args = [...cliLaunchFlags(cli), cli, 'agent', '--cluster', opts.cluster, '--hub', `127.0.0.1:${hub.ports.agent}`, '--server-name', 'localhost',

@@ -13,6 +13,16 @@ import type { AgentWait } from './agent-wait.js';
 
 type FrontendState = 'await-dial' | 'dialing' | 'open' | 'done';
 
+/**
+ * After DIAL_RSP, how long the destination's first bytes wait before going to an ANP client (one that
+ * did not negotiate half-close: konnectivity-client), unless the client writes first. konnectivity-client's
+ * receive loop hands DIAL_RSP to the dialing goroutine and reads on; that goroutine registers the
+ * connection only afterwards, so a DATA right behind DIAL_RSP is "not recognized": dropped, and the
+ * connection closed (a server-first destination lost its first bytes or all of them). Its own Write
+ * comes only after the registration, so client-first traffic never waits.
+ */
+export const ANP_CLIENT_FIRST_DATA_DELAY_MS = 50;
+
 export class GrpcFrontend implements Frontend {
   readonly halfClose: boolean;
   readonly client: string;
@@ -26,6 +36,9 @@ export class GrpcFrontend implements Frontend {
   private connectID = 0;
   /** Child logger made only if this connection logs (pino's child() per dial shows in the dial rate). */
   private readonly lazyLog: LazyLog<Logger>;
+  /** Writes to an ANP client held right after DIAL_RSP (ANP_CLIENT_FIRST_DATA_DELAY_MS), in order; null: none held. */
+  private held: (() => void)[] | null = null;
+  private holdTimer: NodeJS.Timeout | null = null;
 
   constructor(
     private readonly call: GrpcServerCall,
@@ -41,11 +54,19 @@ export class GrpcFrontend implements Frontend {
     call.sendMetadata(this.halfClose ? { [MD_CAPABILITIES]: CAP_HALF_CLOSE } : {});
     this.sink = {
       write: (chunk, callback) => {
+        if (this.held) {
+          this.held.push(() => this.sink.write(chunk, callback));
+          return true;
+        }
         const p = packets.data(this.connectID, chunk);
         core.metrics.packet('to_client', p.type);
         return call.write(p, callback);
       },
       writeChunks: (chunks, length, callback) => {
+        if (this.held) {
+          this.held.push(() => this.sink.writeChunks!(chunks, length, callback));
+          return;
+        }
         core.metrics.packet('to_client', PacketType.DATA);
         call.writeData(this.connectID, chunks, length, callback);
       },
@@ -121,6 +142,8 @@ export class GrpcFrontend implements Frontend {
   };
 
   private onClientData(connectID: number, chunks: readonly Buffer[], length: number): void {
+    // The client wrote: it has registered the connection, what waited for that may go.
+    this.releaseHeld();
     if (this.state !== 'open' || !this.conn) {
       this.send(packets.closeResponse(connectID, 'backend not initialized'));
       return this.finish();
@@ -145,8 +168,32 @@ export class GrpcFrontend implements Frontend {
     this.connectID = connectID;
     this.lazyLog.bind({ connectID });
     this.state = 'open';
-    this.send(packets.dialResponse(this.clientRandom, connectID));
+    if (this.halfClose) {
+      this.send(packets.dialResponse(this.clientRandom, connectID));
+      return;
+    }
+    // An ANP client: the destination's bytes wait a moment behind DIAL_RSP (ANP_CLIENT_FIRST_DATA_DELAY_MS).
+    this.held = [];
+    this.core.metrics.packet('to_client', PacketType.DIAL_RSP);
+    this.call.write(packets.dialResponse(this.clientRandom, connectID), () => {
+      if (this.held) this.holdTimer = setTimeout(this.releaseHeld, ANP_CLIENT_FIRST_DATA_DELAY_MS);
+    });
   }
+
+  /** The stream is over: what was held is dropped with it. */
+  private dropHeld(): void {
+    if (this.holdTimer) clearTimeout(this.holdTimer);
+    this.holdTimer = null;
+    this.held = null;
+  }
+
+  private readonly releaseHeld = (): void => {
+    if (this.holdTimer) clearTimeout(this.holdTimer);
+    this.holdTimer = null;
+    const held = this.held;
+    this.held = null;
+    if (held) for (const write of held) write();
+  };
 
   dialFailed(reason: DialFailureReason, message: string): void {
     if (this.state === 'done') return;
@@ -160,6 +207,11 @@ export class GrpcFrontend implements Frontend {
 
   closed(error: string): void {
     if (this.state === 'done') return;
+    // CLOSE_RSP goes behind the bytes held for an ANP client, once they may go.
+    if (this.held) {
+      this.held.push(() => this.closed(error));
+      return;
+    }
     this.send(packets.closeResponse(this.connectID, error));
     this.finish();
   }
@@ -190,6 +242,7 @@ export class GrpcFrontend implements Frontend {
     this.conn?.close();
     if (this.state === 'done') return;
     this.state = 'done';
+    this.dropHeld();
     this.call.removeListener('data', this.onPacket);
     this.call.onDataViews(null);
     this.call.endWithStatus(GrpcStatus.INVALID_ARGUMENT, message);
@@ -206,6 +259,7 @@ export class GrpcFrontend implements Frontend {
   private finish(): void {
     if (this.state === 'done') return;
     this.state = 'done';
+    this.dropHeld();
     // Whatever we leave, the connection must not outlive the stream: a dial waiting for an agent or
     // pending at one is abandoned, an open connection closed (a no-op when it is already closed).
     this.agentWait?.cancel();
