@@ -24,6 +24,7 @@ export * from './memory-budget.js';
 export * from './gateway-identity.js';
 export * from './identity-names.js';
 export * from './http-headers.js';
+export * from './http-relay.js';
 export * from './stdio-flushed.js';
 export * from './http-upgrade.js';
 export * from './node-http.js';
