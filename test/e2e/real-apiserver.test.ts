@@ -181,13 +181,14 @@ describe('the hub on a real kube-apiserver', () => {
       expect(w.metrics).toEqual({ addons: 0, works: 0 });
 
       // The installer's pass (works, CSRs, hub Secrets, ClusterProfiles) runs on a change it watches, else every
-      // minute: a label on the ClusterManagementAddOn starts one, seen as the hub listing the works.
+      // minute: a label on the ClusterManagementAddOn starts one, seen as the hub reading the ClusterManagementAddOn
+      // (only the installer's pass does; works, addons and clusters it reads from watch-fed mirrors).
       const installer = await writesOver(kube, PASSES, {
         during: async () => {
           const cma = (await store().get('ClusterManagementAddOn', { name: 'cluster-proxy' }))!;
           await store().update('ClusterManagementAddOn', { ...cma, metadata: { ...cma.metadata, labels: { ...cma.metadata.labels, 'example.com/touched': 'yes' } } });
         },
-        until: (events) => events.some((e) => e.user.username === HUB_USER && e.verb === 'list' && e.objectRef?.resource === 'manifestworks'),
+        until: (events) => events.some((e) => e.user.username === HUB_USER && e.verb === 'get' && e.objectRef?.resource === 'clustermanagementaddons'),
       });
       console.log(`OCM mode, an installer pass and ${PASSES} status passes: hub writes ${installer.hub.length}`);
       expect(installer.hub).toEqual([]);

@@ -13,7 +13,7 @@
 //     other Kubernetes calls find them (kube-rest.ts: in a pod the service account; the token file is
 //     read on every request, kubelet rotates it), and Impersonate-User / -Group / -Uid / -Extra-*, as
 //     UTF-8 (what client-go sends);
-//   - streams both bodies with pipeline() (backpressure, nothing buffered whole);
+//   - streams both bodies with relay() (proto http-relay.ts: backpressure, nothing buffered whole);
 //   - upgrades (exec, attach, port-forward: WebSocket, SPDY/3.1) the same way up to the apiserver's 101,
 //     then splices the two byte streams (upgrade.ts).
 // So the cluster's own RBAC decides what the hub user may do; the agent's service account needs
@@ -23,10 +23,10 @@
 import type { X509Certificate } from 'node:crypto';
 import { readFile } from 'node:fs/promises';
 import https from 'node:https';
-import { type Duplex, duplexPair, pipeline } from 'node:stream';
+import { type Duplex, duplexPair } from 'node:stream';
 import {
-  GATEWAY_AGENT_MAX_HEAD_BYTES, IDENTITY_HEADER, IDENTITY_SIGNER_HEADER, certificatesOf, endToEndHeaders, gatewayForwardedHeaders, identityProblem, impersonateExtraHeaders,
-  isReservedInCluster, quoteName, requestLine, textAnswer, utf8HeaderValue, verifyIdentity, type GatewayIdentity, http,
+  GATEWAY_AGENT_MAX_HEAD_BYTES, IDENTITY_HEADER, IDENTITY_SIGNER_HEADER, certificatesOf, endToEndHeaders, gatewayForwardedHeaders, hasNoBody, identityProblem, impersonateExtraHeaders,
+  isReservedInCluster, quoteName, relay, relayResponse, requestLine, textAnswer, utf8HeaderValue, verifyIdentity, type GatewayIdentity, http,
 } from '@cluster-proxy/proto';
 import type { Logger } from 'pino';
 import type { KubeRestConfig } from '../kube-rest.js';
@@ -188,8 +188,7 @@ export class ImpersonatingProxy {
     const upstream = https.request(apiserverRequest(kube, req.method, req.url ?? '/', headers, this.apiAgent));
     upstream.on('response', (up) => {
       res.writeHead(up.statusCode ?? 502, endToEndHeaders(up.headersDistinct));
-      res.flushHeaders();
-      pipeline(up, res, (err) => {
+      relayResponse(up, res, (err) => {
         if (err) res.destroy();
       });
     });
@@ -202,9 +201,14 @@ export class ImpersonatingProxy {
       this.log.warn({ err: err.message }, 'gateway request: the apiserver could not be reached');
       this.refuse(req, res, 502, apiserverUnreachable(err));
     });
-    pipeline(req, upstream, (err) => {
-      if (err) upstream.destroy();
-    });
+    if (hasNoBody(req)) {
+      req.resume();
+      upstream.end();
+    } else {
+      relay(req, upstream, (err) => {
+        if (err) upstream.destroy();
+      });
+    }
     res.on('close', () => {
       if (!res.writableFinished) upstream.destroy();
     });

@@ -11,6 +11,7 @@
 // So even a dial that got past the hub's refusal cannot make the agent impersonate anyone: it would need
 // the hub's private key (or the in-memory key it certified); an assertion read off the wire is good for
 // that one request only. Certificate, chain and delegation are checked once per signer, not per request.
+import { Buffer } from 'node:buffer';
 import { X509Certificate, createPrivateKey, createPublicKey, generateKeyPairSync, sign, verify, type KeyObject } from 'node:crypto';
 
 /** The reserved virtual destination the agent serves in process (`.invalid` never resolves: RFC 2606). */

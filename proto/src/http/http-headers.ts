@@ -14,13 +14,19 @@ export function isImpersonationHeader(name: string): boolean {
  * The end-to-end headers of `headers` (node's headersDistinct: lower-case names, every value), with
  * hop-by-hop ones removed, and those `drop` says no to.
  */
-export function endToEndHeaders(headers: Readonly<Record<string, string[] | undefined>>, drop: (name: string) => boolean = () => false): Record<string, string[]> {
-  const named = new Set<string>();
-  for (const v of headers['connection'] ?? []) for (const t of v.split(',')) if (t.trim() !== '') named.add(t.trim().toLowerCase());
+export function endToEndHeaders(headers: Readonly<Record<string, string[] | undefined>>, drop?: (name: string) => boolean): Record<string, string[]> {
+  // Most messages name no header in Connection but itself (keep-alive, close): no set to build then.
+  let named: Set<string> | null = null;
+  for (const v of headers['connection'] ?? []) {
+    for (const t of v.split(',')) {
+      const n = t.trim().toLowerCase();
+      if (n !== '' && !HOP_BY_HOP.has(n)) (named ??= new Set()).add(n);
+    }
+  }
   const out: Record<string, string[]> = {};
   for (const [name, values] of Object.entries(headers)) {
-    if (!values || HOP_BY_HOP.has(name) || named.has(name) || drop(name)) continue;
-    out[name] = [...values];
+    if (!values || HOP_BY_HOP.has(name) || named?.has(name) || drop?.(name)) continue;
+    out[name] = values.slice();
   }
   return out;
 }

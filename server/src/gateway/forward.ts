@@ -1,11 +1,11 @@
 // One authenticated gateway request, forwarded to the agent of its cluster: over a connection through
 // the agent's tunnel (TunnelSocket: the core's in-process dial, no new tunnel), as HTTP/1.1 to the
 // agent's reserved destination, with the caller's identity signed by the hub (proto gateway-identity.ts)
-// and none of the caller's credentials. Bodies stream both ways through pipeline(), which honours
-// backpressure (write() → false → wait for 'drain'); nothing is buffered whole.
-import { pipeline, type Duplex } from 'node:stream';
+// and none of the caller's credentials. Bodies stream both ways through relay() (proto http-relay.ts),
+// which honours backpressure (write() → false → wait for 'drain'); nothing is buffered whole.
+import type { Duplex } from 'node:stream';
 import tls from 'node:tls';
-import { GATEWAY_AGENT_MAX_HEAD_BYTES, GATEWAY_HOST, IDENTITY_HEADER, IDENTITY_SIGNER_HEADER, appendForwardedFor, endToEndHeaders, gatewayForwardedHeaders, requestLine, signIdentity, type DialFailureReason, type GatewayIdentity, http } from '@cluster-proxy/proto';
+import { GATEWAY_AGENT_MAX_HEAD_BYTES, GATEWAY_HOST, IDENTITY_HEADER, IDENTITY_SIGNER_HEADER, appendForwardedFor, endToEndHeaders, gatewayForwardedHeaders, hasNoBody, relay, relayResponse, requestLine, signIdentity, type DialFailureReason, type GatewayIdentity, http } from '@cluster-proxy/proto';
 import type { ProxyCore } from '../dataplane/proxy-core.js';
 import type { GatewayPool } from './agent-pool.js';
 import type { GatewayCaller } from './auth.js';
@@ -132,10 +132,8 @@ export function forward(ctx: ForwardContext, caller: GatewayCaller, identity: Ga
       disarm();
       const out = endToEndHeaders(up.headersDistinct);
       res.writeHead(up.statusCode ?? 502, out);
-      // A watch's headers go out now, not with its first event.
-      res.flushHeaders();
       up.on('data', (chunk: Buffer) => (bytesOut += chunk.length));
-      pipeline(up, res, (err) => {
+      relayResponse(up, res, (err) => {
         if (err) {
           // Truncated: the caller must see a broken response, not a clean end.
           res.destroy();
@@ -155,15 +153,21 @@ export function forward(ctx: ForwardContext, caller: GatewayCaller, identity: Ga
       finish(m.status, err.message);
     });
 
-    req.on('data', (chunk: Buffer) => (bytesIn += chunk.length));
-    pipeline(req, upstream, (err) => {
-      if (err && !done) {
-        upstream.destroy();
-        if (!res.headersSent && !res.destroyed) ctx.refuse(res, 400, `the request body was cut off: ${err.message}`);
-        else res.destroy();
-        finish(res.headersSent ? res.statusCode : 400, `request body cut off: ${err.message}`);
-      }
-    });
+    if (hasNoBody(req)) {
+      // Nothing to relay: the request goes out whole now (node reads the caller's empty body to its end).
+      req.resume();
+      upstream.end();
+    } else {
+      req.on('data', (chunk: Buffer) => (bytesIn += chunk.length));
+      relay(req, upstream, (err) => {
+        if (err && !done) {
+          upstream.destroy();
+          if (!res.headersSent && !res.destroyed) ctx.refuse(res, 400, `the request body was cut off: ${err.message}`);
+          else res.destroy();
+          finish(res.headersSent ? res.statusCode : 400, `request body cut off: ${err.message}`);
+        }
+      });
+    }
     // The caller left: stop the upstream request (its tunnel connection closes with it).
     res.on('close', () => {
       if (!res.writableFinished) {

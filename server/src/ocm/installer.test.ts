@@ -61,6 +61,8 @@ describe('the installer and OCM\'s Configured condition (addon-framework config 
     await sync();
     expect(await work(store)).toBeNull();
     expect(installer.statusOf('c1')?.conditions.map((c) => c.type)).toEqual(['RegistrationApplied']);
+    // Registration does not wait: the namespace the agent will get, so the klusterlet asks for its certificate once.
+    expect(installer.statusOf('c1')?.namespace).toBe('open-cluster-management-cluster-proxy');
     await setStatus(store, await addon(), { conditions: [NOT_CONFIGURED] });
     await sync();
     expect(await work(store)).toBeNull();

@@ -200,7 +200,10 @@ export class OcmInstaller {
       // OCM's cluster-proxy turns on addon-framework's config check (agentdeploy/controller.go): no work is built
       // or changed until OCM's addon-manager has resolved the addon's configs (Configured True), so an addon
       // outside a rollout's batch keeps the work it has, and a new one gets none with defaults first.
-      return { registrations, supportedConfigs: SUPPORTED_CONFIGS, conditions: [...registered(), ...(existing ? workConditions(existing) : [])] };
+      // The registration half still runs (addon-framework's registration controller does not wait): status.namespace
+      // from the configs resolved so far, so the klusterlet's CSR is made once, for the namespace the agent gets.
+      const namespace = installNamespaceOf({ adc: await this.configOf(addon, ctx.configs).catch(() => null), defaultInstallNamespace: this.opts.defaultInstallNamespace });
+      return { registrations, supportedConfigs: SUPPORTED_CONFIGS, namespace, conditions: [...registered(), ...(existing ? workConditions(existing) : [])] };
     }
     let desired: ManifestWork;
     let namespace: string;

@@ -10,6 +10,9 @@
 // `kubectl exec`'s stream the same three ways: EXEC_BYTES through stdin, echoed back on stdout over
 // WebSocket (v5.channel.k8s.io), MB/s of the round trip. Fresh hub + agent per round. Shown in the
 // connect column (the hub's HTTP frontends); other paths n/a.
+// For profiling: GATEWAY_CPU_PROF=DIR starts hub and agent with `node --cpu-prof` (DIR/hub-gateway.cpuprofile,
+// DIR/agent-gateway.cpuprofile; read them with cpuprofile.js); GATEWAY_MODES=gateway (a comma list) measures
+// only those ways, GATEWAY_EXEC=0 skips the exec echo, so a profile holds what the GETs cost.
 import { readFileSync } from 'node:fs';
 import type http from 'node:http';
 import https from 'node:https';
@@ -115,6 +118,7 @@ async function startRig(): Promise<Rig> {
     const kubeconfig = await writeAgentKubeconfig(path.join(pki.dir, 'agent-apiserver.kubeconfig'), { server: `https://127.0.0.1:${api.port}`, caPath: pki.caPath, token: 'bench-agent-token' });
     const cluster = await startCluster(pki, {
       label: 'gateway', transport: 'mux', hubArgs: ['--gateway-port', '0'], agentArgs: ['--gateway-kubeconfig', kubeconfig],
+      ...(process.env['GATEWAY_CPU_PROF'] ? { cpuProfDir: path.resolve(process.env['GATEWAY_CPU_PROF']) } : {}),
       onStarted: (_name, s) => void steps.push(s),
     });
     if (cluster.hub.ports.gateway == null) throw new Error('the bench hub has no gateway port');
@@ -228,7 +232,8 @@ class GatewayRun implements PathRun {
     const seconds = Math.max(1, this.cfg.throughputSeconds * 2);
     const summary: string[] = [];
     try {
-      for (const mode of MODES) {
+      const only = process.env['GATEWAY_MODES']?.split(',');
+      for (const mode of MODES.filter((m) => !only || only.includes(m))) {
         const { agent, target } = agentFor(mode, rig);
         try {
           await load(agent, target, Math.min(0.5, seconds / 4)); // warm-up: connections, JIT
@@ -241,9 +246,11 @@ class GatewayRun implements PathRun {
             const cpuMs = (((cpu.seconds.hub ?? 0) + (cpu.seconds.agent ?? 0)) * 1000 * 1000) / result.count;
             this.rounds[2 * MODES.length + (mode === 'CONNECT' ? 0 : 1)]!.push(cpuMs);
           }
+          summary.push(`${mode} ${rate.toFixed(0)}/s p99 ${p99.toFixed(1)} ms`);
+          if (process.env['GATEWAY_EXEC'] === '0') continue;
           const execSeconds = await execEcho(agent, target);
           this.rounds[EXEC_METRIC + MODES.indexOf(mode)]!.push(mbPerSecond(2 * EXEC_BYTES, execSeconds));
-          summary.push(`${mode} ${rate.toFixed(0)}/s p99 ${p99.toFixed(1)} ms, exec ${mbPerSecond(2 * EXEC_BYTES, execSeconds).toFixed(0)} MB/s`);
+          summary.push(`${mode} exec ${mbPerSecond(2 * EXEC_BYTES, execSeconds).toFixed(0)} MB/s`);
         } catch (err) {
           this.notesList.push(`${mode}: ${errorMessage(err)}`);
           log(`gateway: ${mode} failed: ${errorMessage(err)}`);
