@@ -1,0 +1,19 @@
+// Every fuzz target, in the order the runner and the suite run them.
+import type { FuzzTarget } from '../engine.js';
+import { caBundleTarget, configFileTarget, proxyEnvTarget } from './config.js';
+import { connectHeadTarget, gatewayHeadersTarget, gatewayTargetTarget, upgradeAnswerTarget } from './http-heads.js';
+import { packetCodecTarget } from './packets.js';
+import { grpcMessagesTarget, muxFramesTarget } from './streams.js';
+
+export const TARGETS: readonly FuzzTarget[] = [
+  packetCodecTarget,
+  muxFramesTarget,
+  grpcMessagesTarget,
+  connectHeadTarget,
+  gatewayTargetTarget,
+  gatewayHeadersTarget,
+  upgradeAnswerTarget,
+  proxyEnvTarget,
+  configFileTarget,
+  caBundleTarget,
+];
