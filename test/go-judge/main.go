@@ -7,7 +7,7 @@
 //	→ {"proxy":{"scheme":"http","user":"u","password":"p","hostname":"h","port":"3128"}} (or "proxy":null,
 //	   "urlError" when Go cannot parse the target URL, "error" when Go refuses the request)
 //
-// Built by test/src/fuzz/go-judge.ts into the cache (never committed); docs/testing.md tells more.
+// Built by test/fuzz/go-judge.ts into ~/.cache/cluster-proxy/go-judge (never committed); test/fuzz/README.md tells more.
 package main
 
 import (
@@ -52,7 +52,7 @@ func main() {
 			break
 		}
 		if len(bytes.TrimSpace(line)) == 0 {
-			continue // a blank line asks for nothing (callers end a batch with one)
+			continue // a blank line asks for nothing
 		}
 		var req request
 		var a answer
