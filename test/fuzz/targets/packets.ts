@@ -112,7 +112,8 @@ export function checkDecodes(bytes: Buffer, where: string): Packet | null {
   // Canonical form: what we send for it. It must decode to the same packet and be a fixpoint.
   const canonical = encodePacket(p);
   check(samePacket(decodePacket(canonical), p), `${where}: the canonical encoding of a decoded packet decodes differently`);
-  check(canonical.length <= bytes.length + 16, `${where}: the canonical form is longer than the input (${canonical.length} > ${bytes.length})`);
+  // Invalid UTF-8 in a string field decodes to U+FFFD (three bytes) per bad byte: at most threefold.
+  check(canonical.length <= 3 * bytes.length + 16, `${where}: the canonical form is ${canonical.length} bytes for a ${bytes.length}-byte input`);
   // decodeDataHeader may read a prefix of this message only if it agrees with the full decoder.
   const header = decodeDataHeader(bytes.subarray(0, 23), bytes.length);
   if (header !== null) {
