@@ -17,7 +17,8 @@ export function isImpersonationHeader(name: string): boolean {
 export function endToEndHeaders(headers: Readonly<Record<string, string[] | undefined>>, drop: (name: string) => boolean = () => false): Record<string, string[]> {
   const named = new Set<string>();
   for (const v of headers['connection'] ?? []) for (const t of v.split(',')) if (t.trim() !== '') named.add(t.trim().toLowerCase());
-  const out: Record<string, string[]> = {};
+  // No prototype, like node's headersDistinct: a header named `__proto__` is a header, not the object's prototype.
+  const out: Record<string, string[]> = Object.create(null) as Record<string, string[]>;
   for (const [name, values] of Object.entries(headers)) {
     if (!values || HOP_BY_HOP.has(name) || named.has(name) || drop(name)) continue;
     out[name] = [...values];

@@ -137,7 +137,7 @@ export const gatewayTargetTarget: FuzzTarget = {
 
 /** Header lines `name: value` (node's headersDistinct: lower-case names, every value). */
 function headersFrom(input: Buffer): Record<string, string[]> {
-  const out: Record<string, string[]> = {};
+  const out = Object.create(null) as Record<string, string[]>; // as node's headersDistinct is
   for (const line of input.toString('latin1').split('\n')) {
     const colon = line.indexOf(':');
     if (colon <= 0) continue;
@@ -175,6 +175,12 @@ export const gatewayHeadersTarget: FuzzTarget = {
       } else {
         check(JSON.stringify(values) === JSON.stringify(headers[name]), `gateway: ${name} changed on the way`);
       }
+    }
+    // Nothing else is dropped: every other header goes on (a `__proto__` header too).
+    for (const name of Object.keys(headers)) {
+      const credential = CREDENTIAL_NAMES.includes(name) || HOP_BY_HOP.includes(name) || named.has(name) || name.startsWith('impersonate-')
+        || ['x-remote-user', 'x-remote-group', 'x-remote-uid'].includes(name) || name.startsWith('x-remote-extra-') || name === 'sec-websocket-protocol';
+      if (!credential) check(Object.hasOwn(out, name), `gateway: dropped the end-to-end header ${JSON.stringify(name)}`);
     }
     // Impersonated names: one that passes reaches the apiserver exactly (no trimming, no control character).
     for (const values of Object.values(headers)) for (const v of values) {

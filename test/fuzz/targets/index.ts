@@ -1,6 +1,7 @@
 // Every fuzz target, in the order the runner and the suite run them.
 import type { FuzzTarget } from '../engine.js';
 import { caBundleTarget, configFileTarget, proxyEnvTarget } from './config.js';
+import { hubApiTarget } from './hub-api.js';
 import { connectHeadTarget, gatewayHeadersTarget, gatewayTargetTarget, upgradeAnswerTarget } from './http-heads.js';
 import { packetCodecTarget } from './packets.js';
 import { grpcMessagesTarget, muxFramesTarget } from './streams.js';
@@ -16,4 +17,5 @@ export const TARGETS: readonly FuzzTarget[] = [
   proxyEnvTarget,
   configFileTarget,
   caBundleTarget,
+  hubApiTarget,
 ];
