@@ -39,9 +39,11 @@ interface Answer {
 function send(method: string, path: string, port: 'agent' | 'admin', body: Buffer): Promise<Answer> {
   return new Promise((resolve, reject) => {
     const opts = { host: '127.0.0.1', method, path, headers: { 'content-type': 'application/json', 'content-length': body.length } };
-    const req = port === 'agent'
-      ? https.request({ ...opts, port: ports!.agent, agent: tlsAgent!, servername: 'localhost', ca: ca.certPem, cert: agentCert.certPem, key: agentCert.keyPem, ALPNProtocols: ['http/1.1'] })
-      : http.request({ ...opts, port: ports!.admin, agent: plainAgent! });
+    // The agent port serves the hub API to ALPN http/1.1 (the tunnel protocols otherwise).
+    const tlsOpts: https.RequestOptions & { ALPNProtocols: string[] } = {
+      ...opts, port: ports!.agent, agent: tlsAgent!, servername: 'localhost', ca: ca.certPem, cert: agentCert.certPem, key: agentCert.keyPem, ALPNProtocols: ['http/1.1'],
+    };
+    const req = port === 'agent' ? https.request(tlsOpts) : http.request({ ...opts, port: ports!.admin, agent: plainAgent! });
     req.on('response', (res) => {
       const chunks: Buffer[] = [];
       res.on('data', (c: Buffer) => chunks.push(c));
