@@ -5,7 +5,10 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { GoJudge, deliberate, runDifferential } from './go-judge.js';
 
+/** Cases from a fixed seed, stopped early on a loaded machine (the suite stays short), but never fewer than MIN_CASES. */
 const CASES = 200_000;
+const CAP_MS = 30_000;
+const MIN_CASES = 40_000;
 
 describe('NO_PROXY and HTTPS_PROXY: Go is the judge', () => {
   let judge: GoJudge;
@@ -16,9 +19,11 @@ describe('NO_PROXY and HTTPS_PROXY: Go is the judge', () => {
     await judge?.close();
   });
 
-  it(`decides ${CASES} generated cases as Go does, but for the documented differences`, async () => {
-    const r = await runDifferential(judge, 20261129, CASES);
-    expect(r.cases).toBe(CASES);
+  it(`decides up to ${CASES} generated cases as Go does, but for the documented differences`, async () => {
+    const started = Date.now();
+    let r = await runDifferential(judge, 20261129, CASES, started + CAP_MS);
+    if (r.cases < MIN_CASES) r = await runDifferential(judge, 20261129, MIN_CASES);
+    expect(r.cases).toBeGreaterThanOrEqual(MIN_CASES);
     expect(r.differences.map((d) => `${d.what}: ${JSON.stringify(d.case)}`)).toEqual([]);
     // The generator reaches every documented difference, so each one stays tested.
     expect(Object.keys(r.deliberate).sort()).toEqual(['LOCALHOST in another case is never proxied', 'a proxy value Go keeps but cannot connect to', 'an IPv6 proxy address with a zone']);
