@@ -18,6 +18,8 @@ export interface FuzzTarget {
   about: string;
   /** Structured inputs of its own, besides corpus mutations and random bytes. */
   generate?: fc.Arbitrary<Buffer>;
+  /** Inputs made at run time that mutations start from too (signed with this run's keys, say). */
+  seeds?(): Buffer[];
   /** Checks one input: throws (or rejects) when a property does not hold. */
   run(input: Buffer): void | Promise<void>;
   /** Runs once before the first input and once after the last (servers, processes). */
@@ -154,7 +156,7 @@ export async function fuzzTarget(target: FuzzTarget, opts: FuzzOptions): Promise
     const left = timeMs - (Date.now() - started);
     if (left <= 0) return result({});
     const out = await fc.check(
-      fc.asyncProperty(inputs(target, corpus.map((c) => c.data)), async (input) => {
+      fc.asyncProperty(inputs(target, [...corpus.map((c) => c.data), ...(target.seeds?.() ?? [])]), async (input) => {
         executions++;
         await target.run(input);
       }),

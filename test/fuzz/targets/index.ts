@@ -1,6 +1,7 @@
 // Every fuzz target, in the order the runner and the suite run them.
 import type { FuzzTarget } from '../engine.js';
 import { caBundleTarget, configFileTarget, proxyEnvTarget } from './config.js';
+import { gatewayIdentityTarget } from './gateway-identity.js';
 import { hubApiTarget } from './hub-api.js';
 import { connectHeadTarget, gatewayHeadersTarget, gatewayTargetTarget, upgradeAnswerTarget } from './http-heads.js';
 import { packetCodecTarget } from './packets.js';
@@ -13,6 +14,7 @@ export const TARGETS: readonly FuzzTarget[] = [
   connectHeadTarget,
   gatewayTargetTarget,
   gatewayHeadersTarget,
+  gatewayIdentityTarget,
   upgradeAnswerTarget,
   proxyEnvTarget,
   configFileTarget,
