@@ -3,6 +3,7 @@ import type { FuzzTarget } from '../engine.js';
 import { caBundleTarget, configFileTarget, proxyEnvTarget } from './config.js';
 import { gatewayIdentityTarget } from './gateway-identity.js';
 import { hubApiTarget } from './hub-api.js';
+import { kubeconfigTarget } from './kubeconfig.js';
 import { connectHeadTarget, gatewayHeadersTarget, gatewayTargetTarget, upgradeAnswerTarget } from './http-heads.js';
 import { packetCodecTarget } from './packets.js';
 import { grpcMessagesTarget, muxFramesTarget } from './streams.js';
@@ -18,6 +19,7 @@ export const TARGETS: readonly FuzzTarget[] = [
   upgradeAnswerTarget,
   proxyEnvTarget,
   configFileTarget,
+  kubeconfigTarget,
   caBundleTarget,
   hubApiTarget,
 ];
