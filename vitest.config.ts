@@ -4,7 +4,7 @@ import { defineConfig } from 'vitest/config';
 // server/agent processes live in test/e2e and import the built packages (run `pnpm build` first).
 export default defineConfig({
   test: {
-    include: ['proto/src/**/*.test.ts', 'server/src/**/*.test.ts', 'agent/src/**/*.test.ts', 'client/src/**/*.test.ts', 'cli/src/**/*.test.ts', 'test/src/**/*.test.ts', 'test/e2e/**/*.test.ts'],
+    include: ['proto/src/**/*.test.ts', 'server/src/**/*.test.ts', 'agent/src/**/*.test.ts', 'client/src/**/*.test.ts', 'cli/src/**/*.test.ts', 'test/src/**/*.test.ts', 'test/fuzz/**/*.test.ts', 'test/e2e/**/*.test.ts'],
     exclude: ['**/node_modules/**', '**/dist/**'],
     testTimeout: 60_000,
     hookTimeout: 60_000,

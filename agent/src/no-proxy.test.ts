@@ -166,6 +166,14 @@ describe('IP and CIDR helpers', () => {
     expect(formatCidr(parseCidr('fd00:1::/8')!)).toBe('fd00::/8');
   });
 
+  it('reads a mask length with leading zeros as Go\'s net.ParseCIDR does (found by the Go differential fuzzer)', () => {
+    expect(formatCidr(parseCidr('10.0.0.0/08')!)).toBe('10.0.0.0/8');
+    expect(formatCidr(parseCidr('fd00::/008')!)).toBe('fd00::/8');
+    expect(parseCidr('10.0.0.0/033')).toBeNull();
+    expect(parseCidr('10.0.0.0/+8')).toBeNull();
+    expect(parseNoProxy('10.0.0.0/08').matches('10.1.2.3', 443).bypass).toBe(true);
+  });
+
   it('compares prefixes', () => {
     expect(cidrContainsCidr(parseCidr('10.0.0.0/8')!, parseCidr('10.96.0.0/12')!)).toBe(true);
     expect(cidrContainsCidr(parseCidr('10.96.0.0/12')!, parseCidr('10.0.0.0/8')!)).toBe(false);

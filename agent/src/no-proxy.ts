@@ -134,8 +134,9 @@ export function parseCidr(text: string): Cidr | null {
   if (slash < 0) return null;
   const addrText = text.slice(0, slash);
   const bitsText = text.slice(slash + 1);
-  // Go reads the address with its IPv4 parser first, then IPv6; the mask length is decimal.
-  if (!/^(0|[1-9]\d{0,2})$/.test(bitsText)) return null;
+  // Go reads the address with its IPv4 parser first, then IPv6; the mask length is decimal digits, leading
+  // zeros allowed (`10.0.0.0/08` is /8 to Go's net.ParseCIDR).
+  if (!/^\d{1,8}$/.test(bitsText)) return null;
   const v4 = parseIpv4(addrText);
   const family: 4 | 6 = v4 !== null ? 4 : 6;
   const value = v4 ?? parseIpv6(addrText);

@@ -23,7 +23,8 @@ export function endToEndHeaders(headers: Readonly<Record<string, string[] | unde
       if (n !== '' && !HOP_BY_HOP.has(n)) (named ??= new Set()).add(n);
     }
   }
-  const out: Record<string, string[]> = {};
+  // No prototype, like node's headersDistinct: a header named `__proto__` is a header, not the object's prototype.
+  const out: Record<string, string[]> = Object.create(null) as Record<string, string[]>;
   for (const [name, values] of Object.entries(headers)) {
     if (!values || HOP_BY_HOP.has(name) || named?.has(name) || drop?.(name)) continue;
     out[name] = values.slice();

@@ -199,6 +199,8 @@ export class FramedPacketStream extends EventEmitter {
   }
 
   private readonly onData = (chunk: Buffer): void => {
+    // Bytes a socket still hands over after we failed it (several pushed in one read) are not read: one 'error' only.
+    if (this.socket.destroyed) return;
     this.lastReceived = Date.now();
     this.received.push(chunk);
     this.safeParse();

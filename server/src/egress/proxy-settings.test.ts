@@ -3,7 +3,7 @@ import { describe, expect, it } from 'vitest';
 import { auditNoProxy } from '@cluster-proxy/agent';
 import { createCA } from '../pki/index.js';
 import {
-  caCertificates, clusterNoProxyEntries, mergeNoProxy, normalizeProxyUrl, proxyEnv, renderProxySettings, trustBundle, ProxySettingsError,
+  caCertificates, clusterNoProxyEntries, maskProxyPassword, mergeNoProxy, normalizeProxyUrl, proxyEnv, renderProxySettings, trustBundle, ProxySettingsError,
   type ClusterProxyFacts, type ProxyConfig,
 } from './proxy-settings.js';
 
@@ -83,6 +83,14 @@ describe('validation: one-line errors that name the field and the value', () => 
     expectError(() => mergeNoProxy({}, { apiserverIp: '10.96.0.0/12' }), /^apiserverIp "10\.96\.0\.0\/12" is not an IP address/);
     expectError(() => mergeNoProxy({}, { clusterDomain: 'cluster_local' }), 'clusterDomain "cluster_local" is not a DNS domain such as cluster.local');
     expectError(() => mergeNoProxy({}, { clusterDomain: 'a..b' }), /^clusterDomain "a\.\.b"/);
+  });
+
+  it('masks every copy of the password (a URL pasted twice; found by fuzzing)', () => {
+    expect(maskProxyPassword('http://u:S3cr3tPw@http://u:S3cr3tPw@')).toBe('http://u:***@http://u:***@');
+    expect(maskProxyPassword('http://u:pw@proxy:3128')).toBe('http://u:***@proxy:3128');
+    expect(maskProxyPassword('http://proxy:3128')).toBe('http://proxy:3128');
+    expect(maskProxyPassword('http:///u:S3cr3tPw@[::1]:443/p')).toBe('http:///u:***@[::1]:443/p');
+    expectError(() => proxyEnv({ httpsProxy: 'socks5://u:S3cr3tPw@x/u:S3cr3tPw@' }), /^httpsProxy "socks5:\/\/u@x\/u:\*\*\*@"/);
   });
 
   it('proxy URLs: no host, unsupported scheme, not a URL; the password never appears', () => {

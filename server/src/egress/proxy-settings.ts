@@ -80,15 +80,45 @@ type ProxyField = 'httpProxy' | 'httpsProxy';
 /** `[scheme://]user` and the `:password@` after it; greedy to the last '@' before the path, as URL parsers split user-info. */
 const URL_PASSWORD = /^((?:[a-z][a-z0-9+.-]*:\/\/)?[^:@/?#]*):[^/?#]*@/i;
 
+/**
+ * `value` with its user-info password replaced by `mask` (`:` and all), and every other copy of it by "***":
+ * a URL pasted twice, or user-info the regex does not see but a URL parser does (`http:///u:pw@host`).
+ */
+function replacePassword(value: string, mask: string): string {
+  let out = value;
+  const copies = new Set<string>();
+  const m = URL_PASSWORD.exec(value);
+  if (m) {
+    const password = m[0].slice(m[1]!.length + 1, -1);
+    out = `${m[1]}${mask}@${value.slice(m[0].length)}`;
+    if (password.length >= 4) copies.add(password);
+  }
+  try {
+    const parsed = new URL(/^[a-z][a-z0-9+.-]*:/i.test(value) ? value : `http://${value}`);
+    if (parsed.password !== '') {
+      copies.add(parsed.password);
+      try {
+        copies.add(decodeURIComponent(parsed.password));
+      } catch {
+        // not percent-encoding after all: the text as it is was added above
+      }
+    }
+  } catch {
+    // not a URL: the regex's answer is all there is
+  }
+  for (const c of copies) if (c !== '') out = out.split(c).join('***');
+  return out;
+}
+
 /** The URL without its password, for error messages (never log a proxy password). */
 function redact(value: string): string {
-  return value.replace(URL_PASSWORD, '$1@');
+  return replacePassword(value, '');
 }
 
 /** The URL with its password as "***" (the user name kept, so the reader knows one is needed); for stdout. */
 export function maskProxyPassword(url: string): string {
   // By hand, not through URL: it would percent-encode "***".
-  return url.replace(URL_PASSWORD, '$1:***@');
+  return replacePassword(url, ':***');
 }
 
 function oneLine(value: string): string {

@@ -1,0 +1,25 @@
+// Every fuzz target, in the order the runner and the suite run them.
+import type { FuzzTarget } from '../engine.js';
+import { caBundleTarget, configFileTarget, proxyEnvTarget } from './config.js';
+import { gatewayIdentityTarget } from './gateway-identity.js';
+import { hubApiTarget } from './hub-api.js';
+import { kubeconfigTarget } from './kubeconfig.js';
+import { connectHeadTarget, gatewayHeadersTarget, gatewayTargetTarget, upgradeAnswerTarget } from './http-heads.js';
+import { packetCodecTarget } from './packets.js';
+import { grpcMessagesTarget, muxFramesTarget } from './streams.js';
+
+export const TARGETS: readonly FuzzTarget[] = [
+  packetCodecTarget,
+  muxFramesTarget,
+  grpcMessagesTarget,
+  connectHeadTarget,
+  gatewayTargetTarget,
+  gatewayHeadersTarget,
+  gatewayIdentityTarget,
+  upgradeAnswerTarget,
+  proxyEnvTarget,
+  configFileTarget,
+  kubeconfigTarget,
+  caBundleTarget,
+  hubApiTarget,
+];
