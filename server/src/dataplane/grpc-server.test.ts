@@ -187,7 +187,7 @@ describe('GrpcServer', () => {
     const message = Buffer.alloc(5 + body.length);
     message.writeUInt32BE(body.length, 1);
     body.copy(message, 5);
-    const echoed = once(st, 'data') as Promise<[Buffer]>;
+    const echoed = Promise.race([once(st, 'data') as Promise<[Buffer]>, once(st, 'close').then(() => { throw new Error('the call closed before its echo'); })]);
     st.write(message);
     expect((await echoed)[0]).toEqual(message);
     expect(done).toBe(false);
