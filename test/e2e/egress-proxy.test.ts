@@ -8,7 +8,7 @@ import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from
 import { createCA } from '@cluster-proxy/server';
 import { connectThroughProxy, EgressProxyError } from '@cluster-proxy/agent';
 import {
-  killAllSpawned, snapshotHandles, startEchoServer, startSinkServer, waitForHandlesAtMost,
+  killAllSpawned, snapshotHandles, startEchoServer, startSinkServer, waitFor, waitForHandlesAtMost,
   type SinkServer, type TcpTarget,
 } from '../src/fixtures/index.js';
 import { createNetnsLab, netnsUnavailableReason, type NetnsLab } from '../src/fixtures/netns.js';
@@ -199,7 +199,13 @@ describe('squid closing idle tunnels (read_timeout 10 s)', () => {
       s.on('data', () => {});
       s.once('close', () => closedAt.set(name, performance.now() - t0));
     }
+    // Pings sent and echoed, and bytes of the one-way tunnel the sink has read: the passes that came through.
+    let pings = 0;
+    let echoed = 0;
+    pinged.on('data', (d: Buffer) => (echoed += d.length));
+    const sunk = sink.bytesReceived();
     const timer = setInterval(() => {
+      pings++;
       pinged.write('p');
       oneWay.write('q');
     }, 2000);
@@ -210,12 +216,14 @@ describe('squid closing idle tunnels (read_timeout 10 s)', () => {
       console.log(`squid read_timeout 10 s closed the idle tunnel after ${Math.round(idleMs)} ms`);
       expect(idleMs).toBeGreaterThan(9_000);
       expect(idleMs).toBeLessThan(13_000);
-      // Keep the others going past the point where an idle tunnel would certainly be gone.
-      await new Promise((resolve) => setTimeout(resolve, 3000));
+      // Two more passes through both tunnels after the idle one was gone: had squid not counted their
+      // traffic, they would have been closed with it.
+      const passes = pings;
+      await waitFor(() => echoed >= passes + 2 && sink.bytesReceived() - sunk >= passes + 2, { timeoutMs: 10_000, intervalMs: 50, message: 'two more pings through both tunnels' });
       expect(closedAt.has('pinged')).toBe(false);
       expect(closedAt.has('oneWay')).toBe(false);
       clearInterval(timer);
-      await new Promise((resolve) => setTimeout(resolve, 200)); // let the last ping's echo arrive
+      await waitFor(() => echoed === pings, { timeoutMs: 5000, message: 'the last ping\'s echo' });
       expect((await echoRoundTrip(pinged, Buffer.from('still here'))).toString()).toBe('still here');
     } finally {
       clearInterval(timer);
