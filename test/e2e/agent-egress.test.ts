@@ -11,13 +11,14 @@ import net from 'node:net';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { Tunnel, type TunnelSocket } from '@cluster-proxy/client';
+import { Tunnel } from '@cluster-proxy/client';
 import {
   connectThrough, killAllSpawned, snapshotHandles, spawnProcess, startEchoServer, waitFor, waitForHandlesAtMost,
   type ManagedProcess, type SpawnOptions, type TcpTarget,
 } from '../src/fixtures/index.js';
 import { createNetnsLab, netnsUnavailableReason, type NetnsLab } from '../src/fixtures/netns.js';
 import { startSquid, type SquidAccessLine, type SquidProxy } from '../src/fixtures/squid.js';
+import { echoRoundTripForTest } from '../src/join-helpers.js';
 import { CLI, createPki, expectTablesEmpty, getJson, startHub, type AgentProcess, type AgentTables, type HubProcess, type HubTables, type TestPki } from '../src/harness.js';
 
 const USER = 'alice';
@@ -62,24 +63,10 @@ function expectSecretNowhere(secret: string, procs: ManagedProcess[]): void {
   }
 }
 
-async function echoRoundTrip(s: TunnelSocket, text: string): Promise<string> {
-  let got = '';
-  const done = new Promise<void>((resolve, reject) => {
-    s.on('data', (d: Buffer) => {
-      got += d.toString();
-      if (got.length >= text.length) resolve();
-    });
-    s.once('error', reject);
-  });
-  s.write(text);
-  await done;
-  return got;
-}
-
 async function dialEcho(tunnel: Tunnel, dest: string, text = `hello ${dest}`): Promise<void> {
   const s = await tunnel.dial(dest);
   try {
-    expect(await echoRoundTrip(s, text)).toBe(text);
+    expect((await echoRoundTripForTest(s, Buffer.from(text))).toString()).toBe(text);
   } finally {
     s.destroy();
   }

@@ -13,6 +13,7 @@ import {
 } from '../src/fixtures/index.js';
 import { createNetnsLab, netnsUnavailableReason, type NetnsLab } from '../src/fixtures/netns.js';
 import { startSquid, type SquidProxy } from '../src/fixtures/squid.js';
+import { echoRoundTripForTest as echoRoundTrip } from '../src/join-helpers.js';
 
 const USER = 'alice';
 const PASSWORD = 'pr0xy-S3cret!';
@@ -47,26 +48,6 @@ beforeEach(() => {
 afterEach(async () => {
   await waitForHandlesAtMost(handles, 5000);
 });
-
-async function echoRoundTrip(s: net.Socket, payload: Buffer): Promise<Buffer> {
-  const got: Buffer[] = [];
-  let n = 0;
-  const done = new Promise<void>((resolve, reject) => {
-    const onData = (d: Buffer): void => {
-      got.push(d);
-      n += d.length;
-      if (n >= payload.length) {
-        s.off('data', onData);
-        resolve();
-      }
-    };
-    s.on('data', onData);
-    s.once('error', reject);
-  });
-  s.write(payload);
-  await done;
-  return Buffer.concat(got);
-}
 
 async function destroyAndWait(s: net.Socket): Promise<void> {
   if (s.closed) return;
