@@ -90,7 +90,7 @@ describe('FramedPacketStream', () => {
       a.write(Buffer.from([byte]));
       await new Promise((r) => setImmediate(r));
     }
-    await new Promise((r) => setTimeout(r, 20));
+    await until(() => got.length > 0);
     expect(got).toEqual([p]);
   });
 
@@ -155,7 +155,7 @@ describe('FramedPacketStream', () => {
       a.write(Buffer.from([byte]));
       await new Promise((r) => setImmediate(r));
     }
-    await new Promise((r) => setTimeout(r, 20));
+    await until(() => views.length > 0);
     expect(views.map(String)).toEqual(['split me please']);
     const failed = once(sb, 'error') as Promise<[Error]>;
     a.write(frame(1, Buffer.from([0x08, 0x04, 0x22, 0x7f, 0x08]))); // DATA whose length runs past the frame
