@@ -15,6 +15,7 @@ export interface ReplicaSyncOptions {
 export class ReplicaSync {
   private timer: NodeJS.Timeout | null = null;
   private stopped = false;
+  private running = false;
   private unsupported = false;
   /** The hub's syncIntervalSeconds (it stretches the interval so a large fleet's syncs stay within its budget). */
   private hintMs = 0;
@@ -23,6 +24,11 @@ export class ReplicaSync {
 
   start(): void {
     this.schedule();
+  }
+
+  /** No sync runs and none is scheduled: stopped, or off for good (a hub without the endpoint). */
+  get idle(): boolean {
+    return this.timer === null && !this.running;
   }
 
   stop(): void {
@@ -37,7 +43,11 @@ export class ReplicaSync {
     const ms = Math.max(this.opts.intervalMs, this.hintMs) * (0.9 + Math.random() * 0.2);
     this.timer = setTimeout(() => {
       this.timer = null;
-      void this.sync().finally(() => this.schedule());
+      this.running = true;
+      void this.sync().finally(() => {
+        this.running = false;
+        this.schedule();
+      });
     }, ms);
   }
 

@@ -4,10 +4,12 @@
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { parse as parseYaml } from 'yaml';
-import { killAllSpawned, runCommand, startEchoServer, waitFor, type TcpTarget } from '../src/fixtures/index.js';
-import { CLI, createPki, startAgent, startHub, type AgentProcess, type HubProcess, type TestPki } from '../src/harness.js';
+import { runCommand, startEchoServer, waitFor, type TcpTarget } from '../src/fixtures/index.js';
+import { CLI, startAgent, type AgentProcess, type HubProcess, type TestPki } from '../src/harness.js';
+import { startEchoHub, type EchoHub } from '../src/e2e-setup.js';
 
 describe('addon health from leases and agent reports', () => {
+  let setup: EchoHub;
   let pki: TestPki;
   let hub: HubProcess;
   let echo: TcpTarget;
@@ -21,10 +23,9 @@ describe('addon health from leases and agent reports', () => {
   const condition = async (cluster: string, type: string) => (await addon(cluster))?.status?.conditions?.find((c) => c.type === type);
 
   beforeAll(async () => {
-    pki = await createPki();
-    echo = await startEchoServer();
     // Lease-only mode: OCM's timing, no help from the hub's view of the tunnels.
-    hub = await startHub(pki, ['--ca-key', path.join(pki.dir, 'ca.key'), '--health-mode', 'lease']);
+    setup = await startEchoHub((p) => ['--ca-key', path.join(p.dir, 'ca.key'), '--health-mode', 'lease']);
+    ({ pki, echo, hub } = setup);
     for (const c of ['c1', 'c2']) {
       const r = await cli(['join', c, '--out', path.join(pki.dir, `${c}-bundle`)]);
       expect(r.code, r.stderr).toBe(0);
@@ -32,10 +33,7 @@ describe('addon health from leases and agent reports', () => {
   });
   afterAll(async () => {
     await Promise.all(agents.map((a) => a.stop()));
-    await hub?.stop();
-    await killAllSpawned();
-    await echo?.close();
-    await pki?.cleanup();
+    await setup?.stop();
   });
 
   it('before any agent: Available Unknown (lease not found), Progressing Installing', async () => {

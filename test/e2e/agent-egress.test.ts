@@ -5,17 +5,20 @@
 // On loopback the hub is addressed by a name only squid resolves (`hub.internal`, squid's hosts_file),
 // so a tunnel that comes up can only have come through squid. Where network namespaces are available
 // the same flow also runs with agent, squid and hub in three namespaces and squid as the only path.
+import { once } from 'node:events';
 import { mkdtemp, readFile, writeFile } from 'node:fs/promises';
+import net from 'node:net';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { Tunnel, type TunnelSocket } from '@cluster-proxy/client';
+import { Tunnel } from '@cluster-proxy/client';
 import {
-  killAllSpawned, snapshotHandles, spawnProcess, startEchoServer, waitFor, waitForHandlesAtMost,
+  connectThrough, killAllSpawned, snapshotHandles, spawnProcess, startEchoServer, waitFor, waitForHandlesAtMost,
   type ManagedProcess, type SpawnOptions, type TcpTarget,
 } from '../src/fixtures/index.js';
 import { createNetnsLab, netnsUnavailableReason, type NetnsLab } from '../src/fixtures/netns.js';
 import { startSquid, type SquidAccessLine, type SquidProxy } from '../src/fixtures/squid.js';
+import { echoRoundTripForTest } from '../src/join-helpers.js';
 import { CLI, createPki, expectTablesEmpty, getJson, startHub, type AgentProcess, type AgentTables, type HubProcess, type HubTables, type TestPki } from '../src/harness.js';
 
 const USER = 'alice';
@@ -60,24 +63,10 @@ function expectSecretNowhere(secret: string, procs: ManagedProcess[]): void {
   }
 }
 
-async function echoRoundTrip(s: TunnelSocket, text: string): Promise<string> {
-  let got = '';
-  const done = new Promise<void>((resolve, reject) => {
-    s.on('data', (d: Buffer) => {
-      got += d.toString();
-      if (got.length >= text.length) resolve();
-    });
-    s.once('error', reject);
-  });
-  s.write(text);
-  await done;
-  return got;
-}
-
 async function dialEcho(tunnel: Tunnel, dest: string, text = `hello ${dest}`): Promise<void> {
   const s = await tunnel.dial(dest);
   try {
-    expect(await echoRoundTrip(s, text)).toBe(text);
+    expect((await echoRoundTripForTest(s, Buffer.from(text))).toString()).toBe(text);
   } finally {
     s.destroy();
   }
@@ -245,9 +234,15 @@ describe('agent process through squid, on loopback (the hub has a name only squi
     await dialEcho(tunnel, 'egress-b:443');
     await expectTablesEmpty(hub, [agent]);
     await agent.stop();
-    // Any tunnel through squid would have been logged by now (the agent's connection has ended).
-    await sleep(300);
-    expect((await squid.accessLog()).slice(accessFrom)).toEqual([]);
+    // A known tunnel through squid, opened after the agent's connection ended: once squid has logged
+    // it, a tunnel of the agent's would be in the log too.
+    const probe = await connectThrough(net.connect(squid.port, '127.0.0.1'), `127.0.0.1:${echo.port}`, { auth: `Basic ${Buffer.from(`${USER}:${PASSWORD}`).toString('base64')}` });
+    const echoed = once(probe, 'data');
+    probe.write('probe');
+    await echoed;
+    probe.destroy();
+    const probeLine = await waitForAccess(squid, accessFrom, (l) => l.method === 'CONNECT' && l.url === `127.0.0.1:${echo.port}`);
+    expect((await squid.accessLog()).slice(accessFrom)).toEqual([probeLine]);
     expectSecretNowhere(PASSWORD, [agent.proc, hub.proc]);
   });
 

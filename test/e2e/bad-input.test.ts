@@ -3,13 +3,16 @@
 import { readFileSync } from 'node:fs';
 import * as grpc from '@grpc/grpc-js';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import type { Tunnel, TunnelSocket } from '@cluster-proxy/client';
+import type { Tunnel } from '@cluster-proxy/client';
 import {
   AGENT_CONNECT_PATH, MAX_MESSAGE_BYTES, MD_AGENT_ID, PROXY_PATH, PacketType, decodePacket, encodePacket, packets, type Packet,
 } from '@cluster-proxy/proto';
-import { killAllSpawned, snapshotHandles, startEchoServer, waitFor, waitForHandlesAtMost, type TcpTarget } from '../src/fixtures/index.js';
-import { createPki, expectTablesEmpty, startAgent, startHub, type AgentProcess, type CertFiles, type HubProcess, type TestPki } from '../src/harness.js';
+import { snapshotHandles, waitFor, waitForHandlesAtMost, type TcpTarget } from '../src/fixtures/index.js';
+import { expectTablesEmpty, startAgent, startHub, type AgentProcess, type CertFiles, type HubProcess, type TestPki } from '../src/harness.js';
+import { startEchoHub, type EchoHub } from '../src/e2e-setup.js';
+import { echoRoundTripForTest as echoRoundTrip } from '../src/join-helpers.js';
 
+let setup: EchoHub;
 let pki: TestPki;
 let hub: HubProcess;
 let agent: AgentProcess;
@@ -80,22 +83,6 @@ function nextPacket<Req>(call: grpc.ClientDuplexStream<Req, Packet>, pred: (p: P
   });
 }
 
-async function echoRoundTrip(s: TunnelSocket, payload: Buffer): Promise<Buffer> {
-  const got: Buffer[] = [];
-  let n = 0;
-  const done = new Promise<void>((resolve, reject) => {
-    s.on('data', (d: Buffer) => {
-      got.push(d);
-      n += d.length;
-      if (n >= payload.length) resolve();
-    });
-    s.once('error', reject);
-  });
-  s.write(payload);
-  await done;
-  return Buffer.concat(got);
-}
-
 /** The hub still serves the real agent: a fresh SDK dial round-trips, and the process is alive. */
 async function expectHubServing(): Promise<void> {
   expect(hub.proc.isRunning()).toBe(true);
@@ -109,17 +96,13 @@ async function expectHubServing(): Promise<void> {
 }
 
 beforeAll(async () => {
-  pki = await createPki();
-  echo = await startEchoServer();
-  hub = await startHub(pki, ['--dial-timeout', '2s']);
-  agent = await startAgent(pki, hub, { cluster: 'c1', apiserver: `127.0.0.1:${echo.port}` });
+  setup = await startEchoHub(['--dial-timeout', '2s']);
+  ({ pki, echo, hub } = setup);
+  agent = await setup.startAgent('c1');
 });
 
 afterAll(async () => {
-  await Promise.all([hub?.stop(), agent?.stop()]);
-  await killAllSpawned();
-  await echo?.close();
-  await pki?.cleanup();
+  await setup?.stop();
 });
 
 beforeEach(() => {

@@ -7,10 +7,12 @@ import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { writePemPair } from '@cluster-proxy/server';
 import { echoRoundTripForTest } from '../src/join-helpers.js';
-import { killAllSpawned, runCommand, spawnProcess, startEchoServer, type ManagedProcess, type TcpTarget } from '../src/fixtures/index.js';
-import { CLI, createPki, expectTablesEmpty, startHub, type HubProcess, type TestPki } from '../src/harness.js';
+import { runCommand, spawnProcess, type ManagedProcess, type TcpTarget } from '../src/fixtures/index.js';
+import { CLI, expectTablesEmpty, type HubProcess, type TestPki } from '../src/harness.js';
+import { startEchoHub, type EchoHub } from '../src/e2e-setup.js';
 
 describe('ca issue-agent', () => {
+  let setup: EchoHub;
   let pki: TestPki;
   let hub: HubProcess;
   let echo: TcpTarget;
@@ -18,9 +20,8 @@ describe('ca issue-agent', () => {
   let dataDir: string;
 
   beforeAll(async () => {
-    pki = await createPki();
-    echo = await startEchoServer();
-    hub = await startHub(pki);
+    setup = await startEchoHub();
+    ({ pki, echo, hub } = setup);
     // The CLI signs with the data-dir PKI: the same CA the hub trusts.
     dataDir = path.join(pki.dir, 'admin');
     await mkdir(path.join(dataDir, 'pki'), { recursive: true });
@@ -28,10 +29,7 @@ describe('ca issue-agent', () => {
   });
   afterAll(async () => {
     await agent?.stop(5000);
-    await hub?.stop();
-    await killAllSpawned();
-    await echo?.close();
-    await pki?.cleanup();
+    await setup?.stop();
   });
 
   it('writes a certificate with OCM\'s agent subject that the hub accepts from a gRPC (ANP-style) agent', async () => {

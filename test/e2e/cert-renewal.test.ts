@@ -6,26 +6,24 @@ import { X509Certificate } from 'node:crypto';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { echoRoundTripForTest } from '../src/join-helpers.js';
-import { killAllSpawned, runCommand, spawnProcess, startEchoServer, waitFor, type ManagedProcess, type TcpTarget } from '../src/fixtures/index.js';
-import { CLI, createPki, startAgent, startHub, type HubProcess, type TestPki } from '../src/harness.js';
+import { runCommand, spawnProcess, waitFor, type ManagedProcess, type TcpTarget } from '../src/fixtures/index.js';
+import { CLI, startAgent, type HubProcess, type TestPki } from '../src/harness.js';
+import { startEchoHub, type EchoHub } from '../src/e2e-setup.js';
 
 describe('agent certificate renewal', () => {
+  let setup: EchoHub;
   let pki: TestPki;
   let hub: HubProcess;
   let echo: TcpTarget;
   let agent: ManagedProcess | null = null;
 
   beforeAll(async () => {
-    pki = await createPki();
-    echo = await startEchoServer();
-    hub = await startHub(pki, ['--ca-key', path.join(pki.dir, 'ca.key'), '--agent-cert-validity', '20s']);
+    setup = await startEchoHub((p) => ['--ca-key', path.join(p.dir, 'ca.key'), '--agent-cert-validity', '20s']);
+    ({ pki, echo, hub } = setup);
   });
   afterAll(async () => {
     await agent?.stop(5000);
-    await hub?.stop();
-    await killAllSpawned();
-    await echo?.close();
-    await pki?.cleanup();
+    await setup?.stop();
   });
 
   it('renews at 80 % of the lifetime with a new key while an open connection keeps carrying data', async () => {

@@ -8,11 +8,12 @@ import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from
 import { createCA } from '@cluster-proxy/server';
 import { connectThroughProxy, EgressProxyError } from '@cluster-proxy/agent';
 import {
-  killAllSpawned, snapshotHandles, startEchoServer, startSinkServer, waitForHandlesAtMost,
+  killAllSpawned, snapshotHandles, startEchoServer, startSinkServer, waitFor, waitForHandlesAtMost,
   type SinkServer, type TcpTarget,
 } from '../src/fixtures/index.js';
 import { createNetnsLab, netnsUnavailableReason, type NetnsLab } from '../src/fixtures/netns.js';
 import { startSquid, type SquidProxy } from '../src/fixtures/squid.js';
+import { echoRoundTripForTest as echoRoundTrip } from '../src/join-helpers.js';
 
 const USER = 'alice';
 const PASSWORD = 'pr0xy-S3cret!';
@@ -47,26 +48,6 @@ beforeEach(() => {
 afterEach(async () => {
   await waitForHandlesAtMost(handles, 5000);
 });
-
-async function echoRoundTrip(s: net.Socket, payload: Buffer): Promise<Buffer> {
-  const got: Buffer[] = [];
-  let n = 0;
-  const done = new Promise<void>((resolve, reject) => {
-    const onData = (d: Buffer): void => {
-      got.push(d);
-      n += d.length;
-      if (n >= payload.length) {
-        s.off('data', onData);
-        resolve();
-      }
-    };
-    s.on('data', onData);
-    s.once('error', reject);
-  });
-  s.write(payload);
-  await done;
-  return Buffer.concat(got);
-}
 
 async function destroyAndWait(s: net.Socket): Promise<void> {
   if (s.closed) return;
@@ -199,7 +180,13 @@ describe('squid closing idle tunnels (read_timeout 10 s)', () => {
       s.on('data', () => {});
       s.once('close', () => closedAt.set(name, performance.now() - t0));
     }
+    // Pings sent and echoed, and bytes of the one-way tunnel the sink has read: the passes that came through.
+    let pings = 0;
+    let echoed = 0;
+    pinged.on('data', (d: Buffer) => (echoed += d.length));
+    const sunk = sink.bytesReceived();
     const timer = setInterval(() => {
+      pings++;
       pinged.write('p');
       oneWay.write('q');
     }, 2000);
@@ -210,12 +197,14 @@ describe('squid closing idle tunnels (read_timeout 10 s)', () => {
       console.log(`squid read_timeout 10 s closed the idle tunnel after ${Math.round(idleMs)} ms`);
       expect(idleMs).toBeGreaterThan(9_000);
       expect(idleMs).toBeLessThan(13_000);
-      // Keep the others going past the point where an idle tunnel would certainly be gone.
-      await new Promise((resolve) => setTimeout(resolve, 3000));
+      // Two more passes through both tunnels after the idle one was gone: had squid not counted their
+      // traffic, they would have been closed with it.
+      const passes = pings;
+      await waitFor(() => echoed >= passes + 2 && sink.bytesReceived() - sunk >= passes + 2, { timeoutMs: 10_000, intervalMs: 50, message: 'two more pings through both tunnels' });
       expect(closedAt.has('pinged')).toBe(false);
       expect(closedAt.has('oneWay')).toBe(false);
       clearInterval(timer);
-      await new Promise((resolve) => setTimeout(resolve, 200)); // let the last ping's echo arrive
+      await waitFor(() => echoed === pings, { timeoutMs: 5000, message: 'the last ping\'s echo' });
       expect((await echoRoundTrip(pinged, Buffer.from('still here'))).toString()).toBe('still here');
     } finally {
       clearInterval(timer);

@@ -245,10 +245,10 @@ describe.skipIf(unavailable !== null)('HTTP gateway: the proxy-service form', ()
     await waitFor(async () => (await gw(svcPath(`http:hello:${plain.port}`, '/'))).status === 403, { timeoutMs: 15_000, intervalMs: 250, message: 'hello still allowed after its entry was removed' });
     // A broken file keeps the last good list (hello stays refused, secure stays served).
     await writeFile(allowlistFile, `${baseEntries.join('\n')}\n- { namespace: demo }\n`);
-    await new Promise((r) => setTimeout(r, 6000));
+    // The hub has read the broken file once it says so; the last good list is what it serves then.
+    await waitFor(() => hub.proc.lines().some((l) => l.includes('changed but cannot be used (the last good list stays)') && l.includes('entry 6: service is required')), { timeoutMs: 15_000, intervalMs: 100, message: 'the broken list was not reported' });
     expect((await gw(svcPath(`http:hello:${plain.port}`, '/'))).status).toBe(403);
     expect((await gw(svcPath(`https:secure:${secure.port}`, '/'))).status).toBe(200);
-    expect(hub.proc.lines().some((l) => l.includes('changed but cannot be used (the last good list stays)') && l.includes('entry 6: service is required'))).toBe(true);
     await writeAllowlist(baseEntries);
     await waitFor(async () => (await gw(svcPath(`http:hello:${plain.port}`, '/'))).status === 200, { timeoutMs: 15_000, intervalMs: 250, message: 'hello not allowed again after its entry was restored' });
   }, 45_000);

@@ -3,20 +3,20 @@
 // SPDY, port-forward over SPDY and SPDY-in-WebSocket, logs -f, watch), the real kubectl v1.33, and raw
 // clients (node:tls, ws) for refusals, backpressure and a hub's graceful stop.
 import { spawn, type ChildProcessWithoutNullStreams } from 'node:child_process';
-import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { writeFile } from 'node:fs/promises';
 import net from 'node:net';
-import os from 'node:os';
 import path from 'node:path';
 import tls from 'node:tls';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import WebSocket from 'ws';
-import { issueServerCert } from '@cluster-proxy/server';
-import { killAllSpawned, startRecordingApiserver, waitFor, writeAgentKubeconfig, type RecordedRequest, type RecordingApiserver, type RunResult } from '../src/fixtures/index.js';
-import { createPki, expectTablesEmpty, startAgent, startHub, type AgentProcess, type HubProcess, type TestPki, type UserCert } from '../src/harness.js';
+import { waitFor, type RecordedRequest, type RecordingApiserver, type RunResult } from '../src/fixtures/index.js';
+import { expectTablesEmpty, startAgent, startHub, type AgentProcess, type HubProcess, type TestPki, type UserCert } from '../src/harness.js';
+import { GATEWAY_SA_TOKEN, startGatewayHub, type GatewayHub } from '../src/e2e-setup.js';
 import { kubectlBinary, kubectlUnsupported } from './kubectl-binary.js';
 
-const SA_TOKEN = 'agent-service-account-token';
+const SA_TOKEN = GATEWAY_SA_TOKEN;
 const EXEC = '/api/v1/namespaces/default/pods/demo-pod/exec';
+let setup: GatewayHub;
 let pki: TestPki;
 let hub: HubProcess;
 let agent: AgentProcess;
@@ -27,12 +27,8 @@ let userCert: UserCert;
 const skipKubectl = kubectlUnsupported();
 
 beforeAll(async () => {
-  pki = await createPki();
-  tmp = await mkdtemp(path.join(os.tmpdir(), 'cp-gateway-streams-'));
-  api = await startRecordingApiserver(issueServerCert(pki.ca, { commonName: 'cluster1-apiserver', ipAddresses: ['127.0.0.1'] }));
-  hub = await startHub(pki, ['--gateway-port', '0']);
-  agentKubeconfig = await writeAgentKubeconfig(path.join(tmp, 'agent.kubeconfig'), { server: `https://${api.address}`, caPath: pki.caPath, token: SA_TOKEN });
-  agent = await startAgent(pki, hub, { cluster: 'cluster1', apiserver: api.address, args: ['--gateway-kubeconfig', agentKubeconfig] });
+  setup = await startGatewayHub('cp-gateway-streams-');
+  ({ pki, tmp, api, hub, agent, agentKubeconfig } = setup);
   userCert = await pki.user('alice', ['team-a']);
 }, 60_000);
 
@@ -43,12 +39,7 @@ afterEach(async () => {
 });
 
 afterAll(async () => {
-  await agent?.stop();
-  await hub?.stop();
-  await killAllSpawned();
-  await api?.close();
-  if (tmp) await rm(tmp, { recursive: true, force: true });
-  await pki?.cleanup();
+  await setup?.stop();
 });
 
 function lastUpgrade(): RecordedRequest {

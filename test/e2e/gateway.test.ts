@@ -3,18 +3,18 @@
 // come from a kubeconfig (--gateway-kubeconfig, a token the "apiserver" sees), the real kubectl v1.33
 // with `server: https://127.0.0.1:PORT/cluster1`, and node:https for the error cases.
 import { createHash } from 'node:crypto';
-import { mkdtemp, readdir, readFile, rm, writeFile } from 'node:fs/promises';
+import { readdir, readFile, writeFile } from 'node:fs/promises';
 import https from 'node:https';
-import os from 'node:os';
 import path from 'node:path';
 import tls from 'node:tls';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { issueServerCert } from '@cluster-proxy/server';
-import { killAllSpawned, payloadSha256, writeAgentKubeconfig, runCommand, startRecordingApiserver, waitFor, type RecordingApiserver, type RunResult } from '../src/fixtures/index.js';
-import { CLI, createPki, expectTablesEmpty, getStatus, startAgent, startHub, type AgentProcess, type HubProcess, type TestPki, type UserCert } from '../src/harness.js';
+import { payloadSha256, runCommand, waitFor, type RecordingApiserver, type RunResult } from '../src/fixtures/index.js';
+import { CLI, expectTablesEmpty, getStatus, type AgentProcess, type HubProcess, type TestPki, type UserCert } from '../src/harness.js';
+import { GATEWAY_SA_TOKEN, startGatewayHub, type GatewayHub } from '../src/e2e-setup.js';
 import { kubectlBinary, kubectlUnsupported } from './kubectl-binary.js';
 
-const SA_TOKEN = 'agent-service-account-token';
+const SA_TOKEN = GATEWAY_SA_TOKEN;
+let setup: GatewayHub;
 let pki: TestPki;
 let hub: HubProcess;
 let agent: AgentProcess;
@@ -54,14 +54,9 @@ type RecordedLike = RecordingApiserver['requests'][number];
 const cli = (args: string[]): Promise<RunResult> => runCommand(process.execPath, [CLI, ...args], { timeoutMs: 20_000 });
 
 beforeAll(async () => {
-  pki = await createPki();
-  tmp = await mkdtemp(path.join(os.tmpdir(), 'cp-gateway-'));
-  api = await startRecordingApiserver(issueServerCert(pki.ca, { commonName: 'cluster1-apiserver', ipAddresses: ['127.0.0.1'] }));
-  hub = await startHub(pki, ['--gateway-port', '0', '--ca-key', path.join(pki.dir, 'ca.key')]);
+  setup = await startGatewayHub('cp-gateway-', (p) => ['--ca-key', path.join(p.dir, 'ca.key')]);
+  ({ pki, tmp, api, hub, agent } = setup);
   port = hub.ports.gateway!;
-  // The agent's own credentials for its apiserver, as a pod's service account would give them.
-  const agentKubeconfig = await writeAgentKubeconfig(path.join(tmp, 'agent.kubeconfig'), { server: `https://${api.address}`, caPath: pki.caPath, token: SA_TOKEN });
-  agent = await startAgent(pki, hub, { cluster: 'cluster1', apiserver: api.address, args: ['--gateway-kubeconfig', agentKubeconfig] });
   userCert = await pki.user('alice', ['team-a', 'viewers']);
   const issued = await cli(['token', 'issue', '--name', 'bob', '--cluster', 'cluster1', '--data-dir', hub.dataDir]);
   expect(issued.code, issued.stderr).toBe(0);
@@ -72,12 +67,7 @@ beforeAll(async () => {
 }, 60_000);
 
 afterAll(async () => {
-  await agent?.stop();
-  await hub?.stop();
-  await killAllSpawned();
-  await api?.close();
-  if (tmp) await rm(tmp, { recursive: true, force: true });
-  await pki?.cleanup();
+  await setup?.stop();
 });
 
 describe('HTTP gateway', () => {

@@ -2,33 +2,28 @@
 // its health port, moving with real traffic and with a hub killed under the agent; readiness;
 // --log-level and --log-format on the command line.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { killAllSpawned, runCommand, spawnProcess, startEchoServer, waitFor, type TcpTarget } from '../src/fixtures/index.js';
-import { CLI, createPki, expectTablesEmpty, getStatus, startAgent, startHub, type AgentProcess, type HubProcess, type TestPki } from '../src/harness.js';
+import { killAllSpawned, runCommand, spawnProcess, waitFor } from '../src/fixtures/index.js';
+import { CLI, createPki, expectTablesEmpty, getStatus, type AgentProcess, type HubProcess } from '../src/harness.js';
+import { startEchoHub, type EchoHub } from '../src/e2e-setup.js';
 import { scrape } from '../src/metrics-text.js';
 
 const S = 'konnectivity_network_proxy_server_';
 const A = 'konnectivity_network_proxy_agent_';
 
 describe('metrics and readiness of real hub and agent processes', () => {
-  let pki: TestPki;
+  let setup: EchoHub;
   let hub: HubProcess;
   let agent: AgentProcess;
-  let echo: TcpTarget;
 
   beforeAll(async () => {
-    pki = await createPki();
-    echo = await startEchoServer();
-    hub = await startHub(pki);
+    setup = await startEchoHub();
+    ({ hub } = setup);
     // gRPC: a hub that dies mid-stream is a stream error (UNAVAILABLE) for ANP's transport.
-    agent = await startAgent(pki, hub, { cluster: 'c1', apiserver: `127.0.0.1:${echo.port}`, args: ['--transport', 'grpc', '--keepalive-time', '1s', '--keepalive-timeout', '1s', '--replica-sync-interval', '200ms'] });
+    agent = await setup.startAgent('c1', { args: ['--transport', 'grpc', '--keepalive-time', '1s', '--keepalive-timeout', '1s', '--replica-sync-interval', '200ms'] });
   });
 
   afterAll(async () => {
-    await agent?.stop();
-    await hub?.stop();
-    await killAllSpawned();
-    await echo?.close();
-    await pki?.cleanup();
+    await setup?.stop();
   });
 
   it('hub (health and admin ports) and agent serve /metrics that move with a connection', async () => {

@@ -3,27 +3,21 @@
 // dials are refused and open connections get --shutdown-grace; then the process exits by itself.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { echoRoundTripForTest } from '../src/join-helpers.js';
-import { killAllSpawned, startEchoServer, waitFor, type TcpTarget } from '../src/fixtures/index.js';
-import { createPki, getStatus, startAgent, startHub, type AgentProcess, type HubProcess, type TestPki } from '../src/harness.js';
+import { waitFor } from '../src/fixtures/index.js';
+import { getStatus, type HubProcess } from '../src/harness.js';
+import { startEchoHub, type EchoHub } from '../src/e2e-setup.js';
 
 describe('hub --shutdown-delay', () => {
-  let pki: TestPki;
-  let echo: TcpTarget;
+  let setup: EchoHub;
   let hub: HubProcess;
-  let agent: AgentProcess;
 
   beforeAll(async () => {
-    pki = await createPki();
-    echo = await startEchoServer();
-    hub = await startHub(pki, ['--shutdown-delay', '4s', '--shutdown-grace', '1s']);
-    agent = await startAgent(pki, hub, { cluster: 'c1', apiserver: `127.0.0.1:${echo.port}` });
+    setup = await startEchoHub(['--shutdown-delay', '4s', '--shutdown-grace', '1s']);
+    ({ hub } = setup);
+    await setup.startAgent('c1');
   });
   afterAll(async () => {
-    await agent?.stop();
-    await hub?.stop();
-    await killAllSpawned();
-    await echo?.close();
-    await pki?.cleanup();
+    await setup?.stop();
   });
 
   it('readiness false at once, dials served during the delay, refused after it, then exit', async () => {

@@ -2,12 +2,13 @@
 import { createHash } from 'node:crypto';
 import { once } from 'node:events';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { TunnelError, type Tunnel, type TunnelSocket } from '@cluster-proxy/client';
+import { TunnelError, type Tunnel } from '@cluster-proxy/client';
 import {
   digestStream, killAllSpawned, payloadBlock, payloadSha256, snapshotHandles, startBlackhole, startEchoServer, startSinkServer, startSourceServer,
   startStallServer, waitFor, waitForHandlesAtMost, writePayload, type Blackhole, type SinkServer, type SourceServer, type TcpTarget,
 } from '../src/fixtures/index.js';
 import { createPki, expectTablesEmpty, getStatus, startAgent, startHub, type AgentProcess, type HubProcess, type TestPki } from '../src/harness.js';
+import { echoRoundTripForTest as echoRoundTrip } from '../src/join-helpers.js';
 
 const MiB = 1024 * 1024;
 
@@ -32,22 +33,6 @@ for (const transport of ['mux', 'grpc'] as const) {
       expect(e.reason).toBe(reason);
       expect(e.message).toContain(destination);
       return e;
-    }
-
-    async function echoRoundTrip(s: TunnelSocket, payload: Buffer): Promise<Buffer> {
-      const got: Buffer[] = [];
-      let n = 0;
-      const done = new Promise<void>((resolve, reject) => {
-        s.on('data', (d: Buffer) => {
-          got.push(d);
-          n += d.length;
-          if (n >= payload.length) resolve();
-        });
-        s.once('error', reject);
-      });
-      s.write(payload);
-      await done;
-      return Buffer.concat(got);
     }
 
     beforeAll(async () => {

@@ -9,6 +9,7 @@ import {
   ClusterRegistry, MemoryStore, ProxyServer, clusterUidFromAltNames, consumeBootstrapToken, createBootstrapToken, createCA, issueAgentCert, issueServerCert,
   registerRegistrationRoutes, type ManagedCluster,
 } from '@cluster-proxy/server';
+import { waitFor } from './fixtures/index.js';
 
 const log = pino({ level: 'silent' });
 
@@ -157,11 +158,11 @@ describe('cluster registry admission', () => {
     expect(strict.check('c9', peer(handIssued))).toMatch(/not registered/);
     const mc = await store.create('ManagedCluster', cluster('c9'));
     const bound = { subjectaltname: `URI:urn:cluster-proxy:cluster-uid:${mc.metadata.uid}` } as never;
-    await new Promise((r) => setTimeout(r, 20));
+    await waitFor(() => strict.check('c9', bound) === null, { timeoutMs: 5000, message: 'the registration reached the registry' });
     expect(strict.check('c9', bound)).toBeNull();
     await store.delete('ManagedCluster', { name: 'c9' });
     await store.create('ManagedCluster', cluster('c9'));
-    await new Promise((r) => setTimeout(r, 20));
+    await waitFor(() => /earlier registration/.test(strict.check('c9', bound) ?? ''), { timeoutMs: 5000, message: 'the new registration reached the registry' });
     expect(strict.check('c9', bound)).toMatch(/earlier registration/);
     loose.stop();
     strict.stop();

@@ -1,7 +1,6 @@
 // The agent's replica sync against a real hub API (TLS on the agent port): the live list reaches the
 // agent; a hub without the endpoint (an ANP server answers 404) switches it off for good, leaving the
 // agent on ANP's serverCount header; a malformed answer changes nothing. The agent side is a recorder.
-import { setTimeout as sleep } from 'node:timers/promises';
 import pino from 'pino';
 import { afterAll, describe, expect, it } from 'vitest';
 import { AgentMetrics, ReplicaSync, type Agent } from '@cluster-proxy/agent';
@@ -66,7 +65,8 @@ describe('ReplicaSync', () => {
     stops.push(() => sync.stop());
     sync.start();
     await waitFor(() => lines.some((l) => l.includes('publishes no replica list')), { timeoutMs: 5000, message: 'fallback logged' });
-    await sleep(300); // several intervals: no further request, no call
+    // Nothing runs and nothing is scheduled any more: no further request, ever.
+    expect(sync.idle).toBe(true);
     expect(lines.filter((l) => l.includes('publishes no replica list'))).toHaveLength(1);
     expect(calls).toEqual([]);
     expect((await agent.metrics.expose()).body).toMatch(/^konnectivity_network_proxy_agent_lease_lists_total\{http_response_code="404",reason=""\} 1$/m);
@@ -79,6 +79,7 @@ describe('ReplicaSync', () => {
     stops.push(() => s2.stop());
     s2.start();
     await waitFor(() => asked >= 2, { timeoutMs: 5000, message: 'the agent kept asking' });
+    expect(s2.idle).toBe(false);
     expect(second.calls).toEqual([]);
   });
 });

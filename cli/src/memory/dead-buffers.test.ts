@@ -136,10 +136,21 @@ describe('DeadBufferGovernor', () => {
     } finally {
       gov.stop();
     }
-    await new Promise((r) => setTimeout(r, 20)); // a report already queued may still arrive
-    const seen = looked;
-    for (let i = 0; i < 20; i++) await churn();
-    expect(looked).toBe(seen);
+    // A second governor, started now, sees the collections from here on: once it has seen one, a
+    // report queued for the first has arrived too; once it has seen another, the first saw none of it.
+    let witnessed = 0;
+    const witness = new DeadBufferGovernor({ arrayBuffers: () => (witnessed++, 0), collect: () => {} });
+    witness.start();
+    try {
+      for (let i = 0; i < 200 && witnessed === 0; i++) await churn();
+      const seen = looked;
+      const before = witnessed;
+      for (let i = 0; i < 200 && witnessed === before; i++) await churn();
+      expect(witnessed).toBeGreaterThan(before);
+      expect(looked).toBe(seen);
+    } finally {
+      witness.stop();
+    }
   });
 });
 

@@ -289,8 +289,11 @@ describe('ReceiveWindow at a fixed size', () => {
       expect(cr.buffered).toBeGreaterThan(0);
       const stalledReported = reported;
       expect(stalledReported).toBeLessThanOrEqual(written - cr.buffered);
-      // Nothing more is credited while the peer does not read.
-      await new Promise((r) => setTimeout(r, 50));
+      // Nothing more is credited while the peer does not read: checked after a later event on the same
+      // connection (the peer's byte reaching the client), when a write that could go out would have.
+      const answered = once(client, 'data');
+      peer.write('x');
+      await answered;
       expect(reported).toBe(stalledReported);
 
       let read = 0;

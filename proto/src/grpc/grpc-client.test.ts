@@ -103,13 +103,27 @@ describe('GrpcClient', () => {
   });
 
   it('holds packets and the status while paused, and delivers both in order on resume', async () => {
-    handler = echo();
-    const call = client().call('/ProxyService/Proxy');
+    let serverDone!: () => void;
+    const firstServed = new Promise<void>((resolve) => (serverDone = resolve));
+    handler = (stream, headers, session) => {
+      stream.once('close', () => serverDone());
+      echo()(stream, headers, session);
+    };
+    const c = client();
+    const call = c.call('/ProxyService/Proxy');
     const r = record(call);
     call.pause();
     for (let i = 1; i <= 5; i++) call.write(packets.data(i, Buffer.from(`m${i}`)));
     call.end();
-    await new Promise((resolve) => setTimeout(resolve, 100));
+    await firstServed;
+    // The server has sent all of the first call. A second call on the same session, answered after
+    // that, proves the first call's frames (echoes and status) have reached this client by then.
+    const second = c.call('/ProxyService/Proxy');
+    const later = record(second);
+    second.write(packets.closeRequest(9));
+    second.end();
+    expect((await later.done).code).toBe(GrpcStatus.OK);
+    expect(later.data).toEqual([packets.closeRequest(9)]);
     expect(r.data).toEqual([]);
     expect(r.events).not.toContain('status');
     call.resume();

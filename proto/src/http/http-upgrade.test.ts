@@ -1,3 +1,4 @@
+import { once } from 'node:events';
 import { duplexPair, type Duplex } from 'node:stream';
 import { describe, expect, it } from 'vitest';
 import { responseHead, splice } from './http-upgrade.js';
@@ -36,13 +37,15 @@ describe('splice', () => {
     const session = splice(a, b);
     let written = 0;
     const block = Buffer.alloc(64 * 1024);
-    // The callee reads nothing: the caller's writes must stop being accepted soon.
-    await new Promise<void>((resolve) => {
+    // The callee reads nothing. The caller writes whenever it may: without backpressure that is all
+    // 64 MiB; with it, the splice pauses its side of the caller's link and the writes stop there.
+    const paused = once(a, 'pause');
+    const pumped = new Promise<void>((resolve) => {
       const pump = (): void => {
         while (written < 64 * 1024 * 1024) {
           written += block.length;
           if (!caller.write(block)) {
-            setTimeout(resolve, 200);
+            caller.once('drain', pump);
             return;
           }
         }
@@ -50,8 +53,10 @@ describe('splice', () => {
       };
       pump();
     });
-    await new Promise((r) => setTimeout(r, 200));
+    await Promise.race([paused, pumped]);
+    expect(a.isPaused()).toBe(true);
     expect(written).toBeLessThan(2 * 1024 * 1024);
+    caller.removeAllListeners('drain');
     session.close('test over');
     const r = await session.done;
     expect(r.error).toBe('test over');

@@ -26,6 +26,11 @@ async function pair(): Promise<{ a: net.Socket; b: net.Socket }> {
   return { a, b };
 }
 
+/** Polls until `ok` holds (or 5 s passed: the assertion after it then says what is missing). */
+async function until(ok: () => boolean): Promise<void> {
+  for (let i = 0; i < 500 && !ok(); i++) await new Promise((r) => setTimeout(r, 10));
+}
+
 function frame(kind: number, body: Buffer): Buffer {
   const head = Buffer.alloc(5);
   head.writeUInt32BE(body.length + 1, 0);
@@ -85,7 +90,7 @@ describe('FramedPacketStream', () => {
       a.write(Buffer.from([byte]));
       await new Promise((r) => setImmediate(r));
     }
-    await new Promise((r) => setTimeout(r, 20));
+    await until(() => got.length > 0);
     expect(got).toEqual([p]);
   });
 
@@ -150,7 +155,7 @@ describe('FramedPacketStream', () => {
       a.write(Buffer.from([byte]));
       await new Promise((r) => setImmediate(r));
     }
-    await new Promise((r) => setTimeout(r, 20));
+    await until(() => views.length > 0);
     expect(views.map(String)).toEqual(['split me please']);
     const failed = once(sb, 'error') as Promise<[Error]>;
     a.write(frame(1, Buffer.from([0x08, 0x04, 0x22, 0x7f, 0x08]))); // DATA whose length runs past the frame
@@ -196,9 +201,13 @@ describe('FramedPacketStream', () => {
     const sb = new FramedPacketStream(b, 1 << 20);
     sa.sendHello({});
     sb.sendHello({});
+    // PONG frames (5 bytes each) that reach a, after b's hello (7 bytes).
+    let received = 0;
+    a.on('data', (d: Buffer) => (received += d.length));
+    await until(() => received >= 7);
     sa.startKeepalive(50, 100);
-    // b answers: a stays up for a while.
-    await new Promise((r) => setTimeout(r, 400));
+    // b answers: a stays up through eight pings, well past the 150 ms a silent peer is given.
+    await until(() => received >= 7 + 8 * 5 || sa.isClosed);
     expect(sa.isClosed).toBe(false);
     // b stops reading (its process froze): a gives up.
     b.pause();
@@ -220,10 +229,11 @@ describe('FramedPacketStream', () => {
       }
     });
     for (let i = 1; i <= 5; i++) sa.write(packets.closeRequest(i));
-    await new Promise((r) => setTimeout(r, 50));
+    // Every byte a wrote has reached b: packets 3 to 5 are there, not delivered.
+    await until(() => got.length >= 2 && a.writableLength === 0 && b.bytesRead === a.bytesWritten);
     expect(got).toEqual([1, 2]);
     sb.resume();
-    await new Promise((r) => setTimeout(r, 50));
+    await until(() => got.length === 5);
     expect(got).toEqual([1, 2, 3, 4, 5]);
   });
 });

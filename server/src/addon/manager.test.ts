@@ -124,12 +124,16 @@ describe('AddonManager', () => {
       proxyConfigurationConditions: () => [],
     };
     let now = Date.parse('2026-11-26T00:00:00Z');
-    manager = new AddonManager({ store, core: core([]), log, serverID: 'hub-0', tunnelLossWindowMs: 1000, now: () => now });
+    // Each status pass reads the clock once as it begins: a count of passes.
+    let passes = 0;
+    manager = new AddonManager({ store, core: core([]), log, serverID: 'hub-0', tunnelLossWindowMs: 1000, now: () => (passes++, now) });
     manager.setInstaller(installer);
     await manager.start();
     await until(async () => syncs === 1);
-    // Status passes every 250 ms; none of them re-runs the installer while nothing changed.
-    await new Promise((r) => setTimeout(r, 800));
+    // Status passes every 250 ms; none of them re-runs the installer while nothing changed (three more
+    // begin: passes run one after another, so at least two ran to their end).
+    const seen = passes;
+    await until(async () => passes >= seen + 3);
     expect(syncs).toBe(1);
     kick!();
     await until(async () => syncs === 2);

@@ -7,7 +7,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { GrpcClient, GrpcStatus, PacketType, packets, type GrpcCallStatus, type Packet } from '@cluster-proxy/proto';
+import { GrpcClient, GrpcStatus, PacketType, encodePacket, packets, type GrpcCallStatus, type Packet } from '@cluster-proxy/proto';
 import { GrpcServer, type GrpcServerCall } from './grpc-server.js';
 
 let dir: string;
@@ -182,8 +182,15 @@ describe('GrpcServer', () => {
     let done = false;
     const stopped = server.shutdown().then(() => (done = true));
     await goaway;
-    await new Promise((r) => setTimeout(r, 50));
-    expect(done).toBe(false); // the call is still open
+    // A message sent after the GOAWAY comes back: the call is still served, and shutdown() waits for it.
+    const body = encodePacket(packets.closeRequest(3));
+    const message = Buffer.alloc(5 + body.length);
+    message.writeUInt32BE(body.length, 1);
+    body.copy(message, 5);
+    const echoed = Promise.race([once(st, 'data') as Promise<[Buffer]>, once(st, 'close').then(() => { throw new Error('the call closed before its echo'); })]);
+    st.write(message);
+    expect((await echoed)[0]).toEqual(message);
+    expect(done).toBe(false);
     st.end(); // the client half-closes: the handler ends the call
     await stopped;
     await once(s, 'close'); // the server closed the connection; this client did nothing more

@@ -37,6 +37,13 @@ const until = async (f: () => boolean): Promise<void> => {
   for (let i = 0; i < 100 && !f(); i++) await new Promise((r) => setTimeout(r, 20));
 };
 
+/** The server writes and the client reads it: the connection is live both ways at this point. */
+async function answered(server: net.Socket, client: net.Socket): Promise<void> {
+  const got = once(client, 'data');
+  server.write('still there');
+  await got;
+}
+
 describe('peerReset', () => {
   it('plain TCP: false while the client is there, true once it reset with data unread', async () => {
     const { port, accepted } = await pausedServer((on) => net.createServer({ allowHalfOpen: true }, on));
@@ -45,7 +52,7 @@ describe('peerReset', () => {
     cleanup.push(() => client.destroy());
     const s = await accepted;
     fill(client);
-    await new Promise((r) => setTimeout(r, 100));
+    await answered(s, client);
     expect(peerReset(s)).toBe(false);
     client.resetAndDestroy();
     await until(() => peerReset(s));
@@ -59,7 +66,9 @@ describe('peerReset', () => {
     cleanup.push(() => client.destroy());
     const s = await accepted;
     client.end('bye');
-    await new Promise((r) => setTimeout(r, 200));
+    // The FIN has arrived once the server reads to its end (allowHalfOpen: the server keeps its side).
+    s.resume();
+    await once(s, 'end');
     expect(peerReset(s)).toBe(false);
   });
 
@@ -75,7 +84,7 @@ describe('peerReset', () => {
     await once(client, 'secureConnect');
     const s = await accepted;
     fill(client);
-    await new Promise((r) => setTimeout(r, 100));
+    await answered(s, client);
     expect(peerReset(s)).toBe(false);
     raw.resetAndDestroy();
     await until(() => peerReset(s));

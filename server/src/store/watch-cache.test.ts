@@ -62,8 +62,15 @@ describe('WatchCache', () => {
     cache = new WatchCache({ store, kind: 'Lease', log });
     await cache.start();
     cache.stop();
-    await store.create('Lease', lease('c4', 'y'));
-    await new Promise((r) => setTimeout(r, 30));
-    expect(cache.size).toBe(0);
+    // A second cache, still watching, started after: once it has the object, the first would have too.
+    const witness = new WatchCache({ store, kind: 'Lease', log });
+    await witness.start();
+    try {
+      await store.create('Lease', lease('c4', 'y'));
+      await until(() => witness.size === 1);
+      expect(cache.size).toBe(0);
+    } finally {
+      witness.stop();
+    }
   });
 });
