@@ -3,7 +3,7 @@
 //
 //   packages:      cli → server, agent, client → proto          (test/ may import any of them)
 //   proto/src:     index.ts                                      the public surface
-//                  grpc/ → mux/ → flow/ → wire/, runtime/, http/ gRPC, our framed transport, flow control, the wire format
+//                  grpc/ → mux/ → conn/ → flow/ → wire/, runtime/, http/   gRPC, our framed transport, connection tables, flow control, the wire format
 //   server/src:    proxy-server.ts, hub.ts, index.ts             the hub's wiring and public surface
 //                  ocm/                                          OCM's addon framework, our half
 //                  addon/   connect/   gateway/                  addon manager; the CONNECT and HTTP gateway frontends
@@ -12,7 +12,7 @@
 //                  pki/   store/   egress/   http/               certificates, the store, egress settings, HTTP helpers
 /** Folders inside a package, lowest first; a folder may import only from its own folder and earlier layers. */
 const LAYERS = {
-  'proto/src/': [['wire', 'runtime', 'http'], ['flow'], ['mux'], ['grpc']],
+  'proto/src/': [['wire', 'runtime', 'http'], ['flow'], ['conn'], ['mux'], ['grpc']],
   'server/src/': [['pki', 'store', 'http'], ['egress'], ['dataplane'], ['fleet'], ['addon', 'connect', 'gateway'], ['ocm']],
 };
 /** Each package's top-level modules that wire its folders together or are its public surface. */

@@ -69,6 +69,10 @@ export interface AgentOptions {
   log: Logger;
 }
 
+/** running: links are kept to every replica; draining: DRAIN sent, no new links or dials, open
+ * connections finish; stopped: every link closed. Changed only by enter(). */
+export type AgentState = 'running' | 'draining' | 'stopped';
+
 export interface AgentStatus {
   agentID: string;
   cluster: string;
@@ -87,8 +91,7 @@ export class Agent {
   /** Starts as configured ('auto' means mux first); an ANP server turns it to 'grpc'. */
   private transport: AgentTransport;
   private connectID = 0;
-  private draining = false;
-  private stopped = false;
+  private state: AgentState = 'running';
   private timer: NodeJS.Timeout | null = null;
   private attempt: ServerConnection | null = null;
   private knownServerCount = 1;
@@ -180,7 +183,7 @@ export class Agent {
     return {
       agentID: this.agentID,
       cluster: this.opts.cluster,
-      draining: this.draining,
+      draining: this.state !== 'running',
       servers: [...this.servers.values()].map((s) => ({ serverID: s.serverID, serverCount: s.serverCount, transport: s.transport, credit: s.credit, connections: s.summary() })),
     };
   }
@@ -210,12 +213,10 @@ export class Agent {
    * `drainGraceMs`, then close. Resolves when the agent has stopped.
    */
   async drain(): Promise<void> {
-    if (this.draining) return;
-    this.draining = true;
-    this.clearTimer();
-    for (const s of this.servers.values()) s.sendDrain();
+    if (this.state !== 'running') return;
     const grace = this.opts.drainGraceMs ?? 30_000;
-    this.opts.log.info({ openConnections: this.openConnections, graceMs: grace }, 'draining');
+    this.enter('draining', { openConnections: this.openConnections, graceMs: grace });
+    for (const s of this.servers.values()) s.sendDrain();
     const deadline = Date.now() + grace;
     while (this.openConnections > 0 && Date.now() < deadline) {
       await new Promise((r) => setTimeout(r, 100));
@@ -225,8 +226,7 @@ export class Agent {
   }
 
   stop(): void {
-    this.stopped = true;
-    this.clearTimer();
+    this.enter('stopped');
     this.attempt?.close();
     for (const s of [...this.servers.values()]) s.close();
     this.servers.clear();
@@ -246,6 +246,20 @@ export class Agent {
     if (this.opts.proxyCa && d.proxy?.protocol !== 'https:') this.opts.log.warn('--proxy-ca is ignored: no https:// egress proxy is in use');
   }
 
+  /** Every change of state: the reconnect timer stops once the agent stops adding links. */
+  private enter(state: AgentState, fields?: Record<string, unknown>): void {
+    if (this.state === state) return;
+    this.state = state;
+    this.clearTimer();
+    if (state === 'draining') this.opts.log.info(fields ?? {}, 'draining');
+    else this.opts.log.debug('agent stopped');
+  }
+
+  /** New links and dials are made only while running. */
+  private get running(): boolean {
+    return this.state === 'running';
+  }
+
   private clearTimer(): void {
     if (this.timer) clearTimeout(this.timer);
     this.timer = null;
@@ -256,7 +270,7 @@ export class Agent {
 
   /** Dial again after `delayMs`, unless an attempt is already armed to start sooner. */
   private schedule(delayMs: number): void {
-    if (this.stopped || this.draining) return;
+    if (!this.running) return;
     const due = Date.now() + delayMs;
     if (this.timer && this.timerDue <= due) return;
     this.clearTimer();
@@ -269,7 +283,7 @@ export class Agent {
 
   /** One attempt to add a server stream; then decides when to try again. */
   private async connectOnce(): Promise<void> {
-    if (this.stopped || this.draining || this.attempt) return;
+    if (!this.running || this.attempt) return;
     if (this.activeServers() >= this.knownServerCount) return; // full set; a loss reschedules
     const conn = new ServerConnection({
       address: this.opts.hubAddress,
@@ -285,7 +299,7 @@ export class Agent {
       budget: this.budget,
       dialer: this.dialer,
       log: this.opts.log,
-      isDraining: () => this.draining,
+      isDraining: () => this.state !== 'running',
       atCapacity: () => (this.openConnections >= this.maxConnections ? `agent holds ${this.maxConnections} connections, its limit (--max-connections)` : null),
       heldServers: [...this.servers.values()].filter((x) => !x.serverDraining).map((x) => x.serverID),
       nextConnectID: () => ++this.connectID,
@@ -324,7 +338,7 @@ export class Agent {
       return;
     }
     this.attempt = null;
-    if (this.stopped || this.draining) {
+    if (!this.running) {
       conn.close();
       return;
     }
@@ -347,7 +361,7 @@ export class Agent {
     this.opts.log.info({ serverID: conn.serverID, serverCount: conn.serverCount, transport: conn.transport, credit: conn.credit, halfClose: conn.halfClose }, 'connected to proxy server');
     conn.once('closed', (err: Error | null) => {
       this.servers.delete(conn.serverID);
-      if (!this.stopped && !this.draining) {
+      if (this.running) {
         this.metrics.tunnelReconnects.inc();
         this.opts.log.warn({ serverID: conn.serverID, err: err?.message }, 'lost connection to proxy server');
       }
@@ -398,7 +412,7 @@ export class Agent {
    * its lease renewal).
    */
   setReplicas(serverIDs: readonly string[], serverCount: number): void {
-    if (this.stopped || this.draining) return;
+    if (!this.running) return;
     const live = new Set(serverIDs);
     this.knownServerCount = Math.max(1, serverCount);
     for (const id of [...this.missing.keys()]) if (live.has(id) || !this.servers.has(id)) this.missing.delete(id);

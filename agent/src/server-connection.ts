@@ -4,8 +4,8 @@
 import { EventEmitter } from 'node:events';
 import {
   GrpcCallError, grpcCodeName,
-  CAP_CREDIT, CAP_HALF_CLOSE, CAP_SERVER_DRAIN, MD_HELD_SERVERS, MD_AGENT_ID, MD_AGENT_IDENTIFIERS, MD_CAPABILITIES, MD_SERVER_COUNT, MD_SERVER_ID, MD_WINDOW, PacketType,
-  LazyLog, StreamSender, packetTypeName, packets, parseCapabilities, tapWrites, type MemoryBudget, type Packet,
+  CAP_CREDIT, CAP_HALF_CLOSE, CAP_SERVER_DRAIN, MD_HELD_SERVERS, MD_AGENT_ID, MD_AGENT_IDENTIFIERS, MD_CAPABILITIES, MD_SERVER_COUNT, MD_SERVER_ID, MD_WINDOW,
+  ConnectionTable, LazyLog, StreamSender, packetTypeName, packets, parseCapabilities, tapWrites, type MemoryBudget,
 } from '@cluster-proxy/proto';
 import { AgentMetrics } from './metrics.js';
 import type { Logger } from 'pino';
@@ -69,8 +69,20 @@ export class ServerConnection extends EventEmitter implements EndpointOwner {
   private state: LinkState = 'connecting';
   private link: Link | null = null;
   private readonly abort = new AbortController();
-  private readonly conns = new Map<number, EndpointConnection>();
-  private readonly byRandom = new Map<bigint, EndpointConnection>();
+  /** The hub's dials by dial ID, our connections by connect ID (both hold each connection until forget()). */
+  private readonly conns: ConnectionTable<EndpointConnection> = new ConnectionTable<EndpointConnection>({
+    send: (p) => this.sender.send(p),
+    unknown: 'close-response', // ANP: tell the server so it tears down its half
+    count: (t) => this.metrics.packet('to_agent', t),
+    events: {
+      dialRequest: (random, address, protocol) => this.onDialRequest(random, address, protocol),
+      closeRequest: (conn) => conn.onCloseRequest(),
+      // ANP's agent ignores DIAL_CLS; we abandon the dial (or close the connection it produced).
+      dialClose: (conn) => conn.onCloseRequest(),
+      drain: () => this.onServerDrain(),
+      unexpected: (type) => this.log.warn({ type: packetTypeName(type) }, 'unexpected packet from server, ignored'),
+    },
+  });
   private log: Logger;
   readonly metrics: AgentMetrics;
 
@@ -129,8 +141,8 @@ export class ServerConnection extends EventEmitter implements EndpointOwner {
     this.senderOrNull = new StreamSender(tapWrites(link.stream, (t) => this.metrics.packet('from_agent', t)));
     this.state = 'open';
     this.openedAt = Date.now();
-    link.onPacket(this.onPacket);
-    link.onDataViews?.(this.onDataViews);
+    link.onPacket(this.conns.dispatch);
+    link.onDataViews?.(this.conns.dispatchDataViews);
     link.onGone((err) => this.shutdown(err));
   }
 
@@ -164,11 +176,11 @@ export class ServerConnection extends EventEmitter implements EndpointOwner {
   }
 
   get connectionCount(): number {
-    return this.conns.size;
+    return this.conns.openCount;
   }
 
   summary(): ConnectionSummary[] {
-    return [...this.conns.values()].map((c) => ({ connectID: c.connectID, address: c.address, state: c.state, bytesIn: c.bytesIn, bytesOut: c.bytesOut }));
+    return this.conns.openConnections().map((c) => ({ connectID: c.connectID, address: c.address, state: c.state, bytesIn: c.bytesIn, bytesOut: c.bytesOut }));
   }
 
   /** Tell the server we are going away: it stops sending new dials here (ANP's DRAIN). */
@@ -182,66 +194,17 @@ export class ServerConnection extends EventEmitter implements EndpointOwner {
   }
 
   forget(conn: EndpointConnection): void {
-    this.conns.delete(conn.connectID);
-    if (this.byRandom.get(conn.random) === conn) this.byRandom.delete(conn.random);
+    this.conns.forget(conn, conn.random, conn.connectID);
   }
 
   // ------------------------------------------------------------ inbound packets
 
-  private readonly onPacket = (p: Packet): void => {
-    this.metrics.packet('to_agent', p.type);
-    switch (p.type) {
-      case PacketType.DIAL_REQ:
-        this.onDialRequest(p.dialRequest.random, p.dialRequest.address, p.dialRequest.protocol);
-        return;
-      case PacketType.DATA:
-        this.connectionForData(p.data.connectID)?.onData(p.data.data);
-        return;
-      case PacketType.CLOSE_REQ: {
-        const conn = this.conns.get(p.closeRequest.connectID);
-        if (!conn) {
-          this.sender.send(packets.closeResponse(p.closeRequest.connectID, 'Unknown connectID'));
-          return;
-        }
-        conn.onCloseRequest();
-        return;
-      }
-      case PacketType.DIAL_CLS: {
-        // ANP's agent ignores DIAL_CLS; we abandon the dial (or close the connection it produced).
-        const conn = this.byRandom.get(p.closeDial.random);
-        if (conn) conn.onCloseRequest();
-        return;
-      }
-      case PacketType.CREDIT:
-        this.conns.get(p.credit.connectID)?.onCredit(p.credit.bytes);
-        return;
-      case PacketType.HALF_CLOSE:
-        this.conns.get(p.halfClose.connectID)?.onHalfClose();
-        return;
-      case PacketType.DRAIN:
-        // The server is shutting down (server-drain capability): open connections finish, no new dials come.
-        if (!this.serverDraining) {
-          this.serverDraining = true;
-          this.log.info('server is shutting down (DRAIN); looking for the other replicas');
-          this.emit('serverDraining');
-        }
-        return;
-      default:
-        this.log.warn({ type: packetTypeName(p.type) }, 'unexpected packet from server, ignored');
-    }
-  };
-
-  /** DATA from the link, its payload not copied into one Buffer. */
-  private readonly onDataViews = (connectID: number, chunks: readonly Buffer[], n: number): void => {
-    this.metrics.packet('to_agent', PacketType.DATA);
-    this.connectionForData(connectID)?.onChunks(chunks, n);
-  };
-
-  private connectionForData(connectID: number): EndpointConnection | undefined {
-    const conn = this.conns.get(connectID);
-    // ANP: tell the server so it tears down its half.
-    if (!conn) this.sender.send(packets.closeResponse(connectID, 'unrecognized connectID'));
-    return conn;
+  /** The server is shutting down (server-drain capability): open connections finish, no new dials come. */
+  private onServerDrain(): void {
+    if (this.serverDraining) return;
+    this.serverDraining = true;
+    this.log.info('server is shutting down (DRAIN); looking for the other replicas');
+    this.emit('serverDraining');
   }
 
   private onDialRequest(random: bigint, address: string, protocol: string): void {
@@ -253,7 +216,7 @@ export class ServerConnection extends EventEmitter implements EndpointOwner {
     if (this.opts.isDraining()) return refuse('draining', 'agent is draining');
     const full = this.opts.atCapacity();
     if (full) return refuse('limit', full);
-    if (this.byRandom.has(random)) return refuse('unknown', 'duplicate dial ID');
+    if (this.conns.hasDial(random)) return refuse('unknown', 'duplicate dial ID');
     let target;
     try {
       target = this.opts.dialer.resolve(address, protocol);
@@ -264,8 +227,8 @@ export class ServerConnection extends EventEmitter implements EndpointOwner {
     const connectID = this.opts.nextConnectID();
     const logs = new LazyLog(this.log, { connectID, dialID: String(random) });
     const conn = new EndpointConnection(this, connectID, random, address, logs);
-    this.conns.set(conn.connectID, conn);
-    this.byRandom.set(random, conn);
+    this.conns.add(conn.connectID, conn);
+    this.conns.addDial(random, conn);
     const started = process.hrtime.bigint();
     this.opts.dialer.dial(target, conn.abort.signal).then(
       (socket) => {
@@ -299,12 +262,10 @@ export class ServerConnection extends EventEmitter implements EndpointOwner {
     this.state = 'closed';
     if (wasOpen && err && err.message !== SERVER_ENDED) this.metrics.streamError('to_agent', streamErrorCode(err));
     this.abort.abort();
-    for (const conn of [...this.conns.values()]) conn.destroy();
-    this.conns.clear();
-    this.byRandom.clear();
+    for (const conn of this.conns.takeAll()) conn.destroy();
     this.senderOrNull?.close();
     if (this.link) {
-      this.link.offPacket(this.onPacket);
+      this.link.offPacket(this.conns.dispatch);
       this.link.onDataViews?.(null);
       this.link.close();
     }

@@ -14,8 +14,8 @@
 //   any ──end() / abort() (the socket is done), the connection to the hub broken──▶ closed
 // Half-close is the socket's business: HALF_CLOSE goes through here both ways and changes nothing.
 import {
-  CAP_CREDIT, CAP_HALF_CLOSE, CLIENT_HTTP2_WINDOW, MD_CAPABILITIES, MD_WINDOW, PacketType, SendCredit, StreamSender, connectMux, packets,
-  parseCapabilities, type FramedPacketStream, type Packet,
+  CAP_CREDIT, CAP_HALF_CLOSE, CLIENT_HTTP2_WINDOW, ConnectionTable, MD_CAPABILITIES, MD_WINDOW, PacketType, SendCredit, StreamSender, connectMux, packets,
+  parseCapabilities, type CloseResponsePacket, type DataPacket, type DialResponsePacket, type HalfClosePacket, type FramedPacketStream, type Packet, type TableConnection,
 } from '@cluster-proxy/proto';
 import type { Leg, LegFactory, LegHandlers } from './legs.js';
 
@@ -32,7 +32,7 @@ export interface MuxOptions {
 
 export type MuxLegState = 'dialing' | 'open' | 'held' | 'closed';
 
-export class MuxLeg implements Leg {
+export class MuxLeg implements Leg, TableConnection {
   state: MuxLegState = 'dialing';
   connectID = 0;
   private readonly credit: SendCredit;
@@ -49,7 +49,7 @@ export class MuxLeg implements Leg {
 
   // ------------------------------------------------------------ from the hub (the session routes)
 
-  onDialResponse(p: Extract<Packet, { type: PacketType.DIAL_RSP }>): void {
+  onDialResponse(p: DialResponsePacket): void {
     switch (this.state) {
       case 'dialing':
         if (p.dialResponse.connectID !== 0 && p.dialResponse.error === '') {
@@ -84,8 +84,13 @@ export class MuxLeg implements Leg {
     }
   }
 
-  /** DATA and HALF_CLOSE, for the socket. */
-  onPacket(p: Packet): void {
+  /** DATA, for the socket. */
+  onData(_data: Buffer, p: DataPacket): void {
+    if (this.connected()) this.h.onPacket(p);
+  }
+
+  /** HALF_CLOSE, for the socket. */
+  onHalfClose(p: HalfClosePacket): void {
     if (this.connected()) this.h.onPacket(p);
   }
 
@@ -94,7 +99,7 @@ export class MuxLeg implements Leg {
     if (this.connected()) this.h.onChunks(chunks, length);
   }
 
-  onCloseResponse(p: Packet): void {
+  onCloseResponse(p: CloseResponsePacket): void {
     if (!this.connected()) return;
     this.enterClosed();
     this.h.onPacket(p);
@@ -221,14 +226,26 @@ export class Session {
   readonly sender: StreamSender;
   halfClose = false;
   peerWindow: number | null = null;
-  private readonly byRandom = new Map<bigint, MuxLeg>();
-  private readonly byID = new Map<number, MuxLeg>();
+  /** Legs by dial ID until DIAL_RSP, then by their connect ID. */
+  private readonly legs: ConnectionTable<MuxLeg>;
   broken: string | null = null;
 
   constructor(readonly stream: FramedPacketStream, readonly window: number) {
     this.sender = new StreamSender(stream);
-    stream.on('data', this.onPacket);
-    stream.onDataViews((connectID, chunks, length) => this.byID.get(connectID)?.onChunks(chunks, length));
+    this.legs = new ConnectionTable<MuxLeg>({
+      send: (p) => this.sender.send(p),
+      unknown: 'ignore',
+      events: {
+        // For a dial we gave up on after the hub had connected it, the table closes what it opened.
+        dialResponse: (leg, p) => leg.onDialResponse(p),
+        closeResponse: (leg, p) => {
+          this.forget(leg);
+          leg.onCloseResponse(p);
+        },
+      },
+    });
+    stream.on('data', this.legs.dispatch);
+    stream.onDataViews(this.legs.dispatchDataViews);
     const gone = (why: string): void => this.fail(why);
     stream.on('error', (err: Error) => gone(err.message));
     stream.on('end', () => gone('hub closed the connection'));
@@ -236,75 +253,43 @@ export class Session {
   }
 
   get size(): number {
-    return this.byRandom.size + this.byID.size;
+    return this.legs.pendingCount + this.legs.openCount;
   }
 
   open(random: bigint, h: LegHandlers): Leg {
     const leg = new MuxLeg(this, random, h);
-    this.byRandom.set(random, leg);
+    this.legs.addDial(random, leg);
     return leg;
   }
 
   /** `leg` got its connectID: packets find it by that from now on. */
   opened(leg: MuxLeg): void {
-    this.byID.set(leg.connectID, leg);
+    this.legs.add(leg.connectID, leg);
   }
 
   forget(leg: MuxLeg): void {
-    if (this.byRandom.get(leg.random) === leg) this.byRandom.delete(leg.random);
-    if (leg.connectID && this.byID.get(leg.connectID) === leg) this.byID.delete(leg.connectID);
+    this.legs.forget(leg, leg.random, leg.connectID);
   }
-
-  private readonly onPacket = (p: Packet): void => {
-    switch (p.type) {
-      case PacketType.DIAL_RSP: {
-        const leg = this.byRandom.get(p.dialResponse.random);
-        if (!leg) {
-          // We gave up on this dial after the hub had connected it: close what it opened.
-          if (p.dialResponse.connectID !== 0) this.sender.send(packets.closeRequest(p.dialResponse.connectID));
-          return;
-        }
-        this.byRandom.delete(p.dialResponse.random);
-        leg.onDialResponse(p);
-        return;
-      }
-      case PacketType.CREDIT:
-        this.byID.get(p.credit.connectID)?.onCredit(p.credit.bytes);
-        return;
-      case PacketType.DATA:
-        this.byID.get(p.data.connectID)?.onPacket(p);
-        return;
-      case PacketType.HALF_CLOSE:
-        this.byID.get(p.halfClose.connectID)?.onPacket(p);
-        return;
-      case PacketType.CLOSE_RSP: {
-        const leg = this.byID.get(p.closeResponse.connectID);
-        if (!leg) return;
-        this.byID.delete(p.closeResponse.connectID);
-        leg.onCloseResponse(p);
-        return;
-      }
-      default:
-        return;
-    }
-  };
 
   fail(why: string): void {
     if (this.broken) return;
     this.broken = why;
     this.sender.close();
     this.stream.destroy();
-    const all = [...this.byRandom.values(), ...this.byID.values()];
-    this.byRandom.clear();
-    this.byID.clear();
-    for (const leg of all) leg.onSessionFailed(why);
+    for (const leg of this.legs.takeAll()) leg.onSessionFailed(why);
   }
 }
 
+/** The factory's connection to the hub: none yet (or the last one broke), being opened, open, or
+ * closed for good (Tunnel.close()). Changed only by enter(). */
+export type MuxLegFactoryState =
+  | { readonly kind: 'idle' }
+  | { readonly kind: 'connecting'; readonly connecting: Promise<Session> }
+  | { readonly kind: 'connected'; readonly session: Session }
+  | { readonly kind: 'closed' };
+
 export class MuxLegFactory implements LegFactory {
-  private session: Session | null = null;
-  private connecting: Promise<Session> | null = null;
-  private closed = false;
+  private state: MuxLegFactoryState = { kind: 'idle' };
 
   constructor(private readonly opts: MuxOptions) {}
 
@@ -314,26 +299,50 @@ export class MuxLegFactory implements LegFactory {
   }
 
   open(random: bigint, h: LegHandlers): Leg {
-    const s = this.session;
+    const s = this.state.kind === 'connected' ? this.state.session : null;
     if (!s || s.broken) throw new Error('internal: mux leg opened before the session was ready');
     return s.open(random, h);
   }
 
   close(): void {
-    this.closed = true;
-    this.session?.fail('tunnel closed');
-    this.session = null;
+    if (this.state.kind === 'connected') this.state.session.fail('tunnel closed');
+    this.enter({ kind: 'closed' });
+  }
+
+  private enter(state: MuxLegFactoryState): void {
+    if (this.state.kind === 'closed') return; // for good
+    this.state = state;
   }
 
   private get(): Promise<Session> {
-    if (this.closed) return Promise.reject(new Error('tunnel is closed'));
-    if (this.session && !this.session.broken) return Promise.resolve(this.session);
-    if (!this.connecting) {
-      this.connecting = this.connect().finally(() => {
-        this.connecting = null;
-      });
+    switch (this.state.kind) {
+      case 'closed':
+        return Promise.reject(new Error('tunnel is closed'));
+      case 'connected':
+        if (!this.state.session.broken) return Promise.resolve(this.state.session);
+        break; // broken: a new connection
+      case 'connecting':
+        return this.state.connecting;
+      case 'idle':
+        break;
     }
-    return this.connecting;
+    const connecting = this.connect().then(
+      (session) => {
+        if (this.state.kind === 'closed') {
+          // Closed while connecting: nobody will use or close this connection.
+          session.fail('tunnel closed');
+          throw new Error('tunnel is closed');
+        }
+        this.enter({ kind: 'connected', session });
+        return session;
+      },
+      (err: unknown) => {
+        this.enter({ kind: 'idle' });
+        throw err;
+      },
+    );
+    this.enter({ kind: 'connecting', connecting });
+    return connecting;
   }
 
   private async connect(): Promise<Session> {
@@ -353,7 +362,6 @@ export class MuxLegFactory implements LegFactory {
     const w = Number(hello[MD_WINDOW]?.[0]);
     session.peerWindow = caps.has(CAP_CREDIT) && Number.isSafeInteger(w) && w > 0 ? w : null;
     stream.startKeepalive(30_000, 10_000);
-    this.session = session;
     return session;
   }
 }

@@ -52,3 +52,36 @@ describe('Tunnel.close() with a dial in flight', () => {
     await new Promise<void>((r) => server.close(() => r()));
   });
 });
+
+describe('Tunnel.close() while the mux connection is being opened', () => {
+  it('closes the connection that arrives after the close: the hub sees it go', async () => {
+    // A mux hub that holds its hello until the tunnel is closed.
+    const tls = await import('node:tls');
+    const { FramedPacketStream, MUX_ALPN } = await import('@cluster-proxy/proto');
+    const { createCA, issueClientCert, issueServerCert } = await import('@cluster-proxy/server');
+    const ca = createCA();
+    const hub = issueServerCert(ca, { commonName: 'hub', ipAddresses: ['127.0.0.1'] });
+    const me = issueClientCert(ca, { commonName: 'me' });
+    let accepted: ((s: InstanceType<typeof FramedPacketStream>) => void) | null = null;
+    const arrived = new Promise<InstanceType<typeof FramedPacketStream>>((r) => (accepted = r));
+    const server = tls.createServer({ ca: ca.certPem, cert: hub.certPem, key: hub.keyPem, requestCert: true, ALPNProtocols: [MUX_ALPN] }, (socket) => {
+      accepted!(new FramedPacketStream(socket, 1 << 20));
+    });
+    await new Promise<void>((r) => server.listen(0, '127.0.0.1', () => r()));
+    const port = (server.address() as { port: number }).port;
+    const t = new Tunnel({ address: `127.0.0.1:${port}`, caCert: Buffer.from(ca.certPem), cert: Buffer.from(me.certPem), key: Buffer.from(me.keyPem), transport: 'mux' });
+    try {
+      const pending = t.dial('c1:443');
+      const stream = await arrived;
+      await once(stream, 'hello'); // the tunnel's hello: it waits for ours now
+      t.close();
+      await expect(pending).rejects.toMatchObject({ reason: 'tunnelclosed' });
+      const gone = once(stream, 'close');
+      stream.sendHello({});
+      await gone; // the tunnel closed the connection it no longer needs
+    } finally {
+      t.close();
+      await new Promise<void>((r) => server.close(() => r()));
+    }
+  }, 15_000);
+});

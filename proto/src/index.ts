@@ -9,6 +9,9 @@ export * from './wire/services.js';
 export * from './wire/limits.js';
 export * from './wire/errors.js';
 
+// conn/: the connections one stream carries (by dial ID and connect ID) and the dispatch of its packets
+export * from './conn/connection-table.js';
+
 // mux/: our framed transport (ALPN cluster-proxy-mux/1)
 export * from './mux/framing.js';
 export * from './mux/mux-connect.js';

@@ -34,6 +34,11 @@ const KIND_PONG = 3;
 /** Receives a DATA packet's payload as the chunks it arrived in (`length` bytes in all). */
 export type DataViewHandler = (connectID: number, chunks: readonly Buffer[], length: number) => void;
 
+/** hello: waiting for the peer's hello (the first frame); open: packets flow; closed: the socket
+ * closed (nothing more is read or written). Changed only by enter(). Reading paused, writes
+ * congested and our end() are separate: they come and go in any of these states. */
+export type FramedStreamState = 'hello' | 'open' | 'closed';
+
 export class FrameError extends Error {
   override name = 'FrameError';
 }
@@ -47,14 +52,13 @@ export class FrameError extends Error {
  */
 export class FramedPacketStream extends EventEmitter {
   private readonly received = new ChunkQueue();
-  private sawHello = false;
+  private state: FramedStreamState = 'hello';
   private paused = false;
   /** A packet decoded while nobody listened for packets; nothing more is read until it is delivered. */
   private held: Packet | null = null;
   /** end() was called: packets nobody listens for are dropped rather than held. */
   private ending = false;
   private corked = false;
-  private closed = false;
   private keepaliveTimer: NodeJS.Timeout | null = null;
   private congested = false;
   private lastReceived = Date.now();
@@ -73,8 +77,14 @@ export class FramedPacketStream extends EventEmitter {
     });
   }
 
+  /** Every change of state; the keepalive timer stops with the socket. */
+  private enter(state: FramedStreamState): void {
+    this.state = state;
+    if (state === 'closed') this.stopKeepalive();
+  }
+
   get isClosed(): boolean {
-    return this.closed;
+    return this.state === 'closed';
   }
 
   sendHello(hello: Hello): void {
@@ -110,7 +120,7 @@ export class FramedPacketStream extends EventEmitter {
 
   /** Queues one packet; false when the socket buffer is over its high-water mark ('drain' follows). */
   write(packet: Packet): boolean {
-    if (this.closed) return false;
+    if (this.state === 'closed') return false;
     const parts = encodePacketParts(packet);
     let n = 0;
     for (const p of parts) n += p.length;
@@ -119,7 +129,7 @@ export class FramedPacketStream extends EventEmitter {
 
   /** Queues a DATA packet whose `length` (> 0) payload bytes are `chunks`, written as they are (no copy). */
   writeData(connectID: number, chunks: readonly Buffer[], length: number): boolean {
-    if (this.closed) return false;
+    if (this.state === 'closed') return false;
     const header = encodeDataHeader(connectID, length);
     return this.writePacketFrame([header, ...chunks], header.length + length);
   }
@@ -143,7 +153,7 @@ export class FramedPacketStream extends EventEmitter {
   };
 
   private writeFrame(kind: number, parts: Buffer[], length: number): void {
-    if (this.closed || this.socket.destroyed) return;
+    if (this.state === 'closed' || this.socket.destroyed) return;
     // Frames written in one tick go out together: one writev, fewer TLS records and syscalls.
     if (!this.corked) {
       this.corked = true;
@@ -179,12 +189,12 @@ export class FramedPacketStream extends EventEmitter {
 
   private continueReading(): void {
     this.safeParse();
-    if (!this.paused && !this.held && !this.closed) this.socket.resume();
+    if (!this.paused && !this.held && this.state !== 'closed') this.socket.resume();
   }
 
   /** Finish our side after what is queued. */
   end(): void {
-    if (this.closed) return;
+    if (this.state === 'closed') return;
     this.socket.end();
     this.ending = true;
     // Nobody will read a held packet (a refused peer): keep reading, so the peer's close is seen.
@@ -216,14 +226,14 @@ export class FramedPacketStream extends EventEmitter {
   }
 
   private parse(): void {
-    if (this.held && !this.paused && !this.closed && this.listenerCount('data') > 0) {
+    if (this.held && !this.paused && this.state !== 'closed' && this.listenerCount('data') > 0) {
       const p = this.held;
       this.held = null;
       this.emit('data', p);
     }
-    while (!this.paused && !this.held && !this.closed && this.received.length >= 4) {
+    while (!this.paused && !this.held && this.state !== 'closed' && this.received.length >= 4) {
       const length = this.received.peek(4).readUInt32BE(0);
-      const limit = (this.sawHello ? this.maxFrameBytes : MAX_HELLO_BYTES) + 1;
+      const limit = (this.state !== 'hello' ? this.maxFrameBytes : MAX_HELLO_BYTES) + 1;
       if (length > limit) {
         this.fail(new FrameError(`frame of ${length} bytes exceeds the ${limit}-byte limit`));
         return;
@@ -235,14 +245,14 @@ export class FramedPacketStream extends EventEmitter {
         return;
       }
       const kind = this.received.take(1)[0]!;
-      if (kind === KIND_PACKET && this.dataViews && this.sawHello && this.listenerCount('data') > 0 && this.emitDataViews(this.dataViews, length - 1)) continue;
+      if (kind === KIND_PACKET && this.dataViews && this.state === 'open' && this.listenerCount('data') > 0 && this.emitDataViews(this.dataViews, length - 1)) continue;
       const body = this.received.take(length - 1);
-      if (!this.sawHello) {
+      if (this.state === 'hello') {
         if (kind !== KIND_HELLO) {
           this.fail(new FrameError('first frame is not a hello'));
           return;
         }
-        this.sawHello = true;
+        this.enter('open');
         let hello: unknown;
         try {
           hello = JSON.parse(body.toString('utf8'));
@@ -300,15 +310,14 @@ export class FramedPacketStream extends EventEmitter {
   }
 
   private fail(err: Error): void {
-    if (this.closed) return;
+    if (this.state === 'closed') return;
     this.emit('error', err);
     this.socket.destroy();
   }
 
   private onClose(): void {
-    if (this.closed) return;
-    this.closed = true;
-    this.stopKeepalive();
+    if (this.state === 'closed') return;
+    this.enter('closed');
     this.received.clear();
     this.emit('close');
   }

@@ -2,7 +2,7 @@
 // connections established through it. Connection IDs are the agent's; they are only looked up in
 // this stream's own tables, so IDs repeated by another stream (a reconnect, a duplicate agent
 // stream, an HA peer) can never collide.
-import { PacketType, StreamSender, packetTypeName, packets, tapWrites, type DataViewHandler, type FramedPacketStream, type MemoryBudget, type Packet, type PacketStream } from '@cluster-proxy/proto';
+import { ConnectionTable, StreamSender, packetTypeName, packets, tapWrites, type DataViewHandler, type FramedPacketStream, type MemoryBudget, type Packet, type PacketStream } from '@cluster-proxy/proto';
 import type { Logger } from 'pino';
 import { detachedServerMetrics, grpcCodeName, type ServerMetrics } from './metrics.js';
 import type { ConnectionBackend, ProxiedConnection } from './proxied-connection.js';
@@ -91,6 +91,10 @@ export interface AgentBackendOptions {
   metrics?: ServerMetrics;
 }
 
+/** open: dials go to the agent; draining: the agent sent DRAIN (routes pick another while there is
+ * one); closed: the stream ended and every connection on it failed. Changed only by enter(). */
+export type AgentBackendState = 'open' | 'draining' | 'closed';
+
 let nextDialID = BigInt(Date.now()) << 16n; // process-wide, so dial IDs never repeat across agents
 
 export class AgentBackend implements Routable, ConnectionBackend {
@@ -108,10 +112,9 @@ export class AgentBackend implements Routable, ConnectionBackend {
   readonly budget: MemoryBudget;
   readonly sender: StreamSender;
   readonly connectedAt = new Date();
-  draining = false;
-  private closedFlag = false;
-  private readonly pending = new Map<bigint, ProxiedConnection>();
-  private readonly conns = new Map<number, ProxiedConnection>();
+  private state: AgentBackendState = 'open';
+  /** Our dials by dial ID until the agent answers, established connections by the agent's connect ID. */
+  private readonly conns: ConnectionTable<ProxiedConnection>;
   private readonly log: Logger;
   readonly metrics: ServerMetrics;
   private onClosed: (() => void) | null = null;
@@ -132,8 +135,24 @@ export class AgentBackend implements Routable, ConnectionBackend {
     this.log = opts.log;
     this.metrics = opts.metrics ?? detachedServerMetrics();
     this.sender = new StreamSender(tapWrites(channel.stream, (t) => this.metrics.packet('to_agent', t)));
-    channel.onPacket(this.onPacket);
-    channel.onDataViews?.(this.onDataViews);
+    this.conns = new ConnectionTable<ProxiedConnection>({
+      send: (p) => this.sender.send(p),
+      unknown: 'close-request',
+      count: (t) => this.metrics.packet('from_agent', t),
+      events: {
+        dialResponse: (conn, p) => conn.onDialResponse(p.dialResponse.connectID, p.dialResponse.error, p.dialResponse.reason),
+        staleDialResponse: () => this.metrics.dialFailure('unrecognized_response'),
+        closeResponse: (conn, p) => conn.onCloseResponse(p.closeResponse.error),
+        dialClose: (conn) => {
+          this.conns.forget(conn, conn.dialID, 0);
+          conn.backendGone();
+        },
+        drain: () => this.enter('draining'),
+        unexpected: (type) => this.log.warn({ type: packetTypeName(type) }, 'unexpected packet from agent, ignored'),
+      },
+    });
+    channel.onPacket(this.conns.dispatch);
+    channel.onDataViews?.(this.conns.dispatchDataViews);
     channel.onGone((why) => this.close(why));
   }
 
@@ -147,19 +166,32 @@ export class AgentBackend implements Routable, ConnectionBackend {
   }
 
   get pendingCount(): number {
-    return this.pending.size;
+    return this.conns.pendingCount;
   }
 
   get establishedCount(): number {
-    return this.conns.size;
+    return this.conns.openCount;
   }
 
   get openConnections(): number {
-    return this.conns.size + this.pending.size;
+    return this.conns.openCount + this.conns.pendingCount;
   }
 
   get closed(): boolean {
-    return this.closedFlag;
+    return this.state === 'closed';
+  }
+
+  /** The agent said it is going away (DRAIN). */
+  get draining(): boolean {
+    return this.state === 'draining';
+  }
+
+  /** Every change of state, logged here. */
+  private enter(state: AgentBackendState, why = ''): void {
+    if (this.state === state || this.state === 'closed') return;
+    this.state = state;
+    if (state === 'draining') this.log.info('agent is draining');
+    else this.log.info({ pending: this.conns.pendingCount, established: this.conns.openCount }, `agent stream closed: ${why}`);
   }
 
   whenClosed(cb: () => void): void {
@@ -173,7 +205,7 @@ export class AgentBackend implements Routable, ConnectionBackend {
   }
 
   sendDialRequest(conn: ProxiedConnection): void {
-    this.pending.set(conn.dialID, conn);
+    this.conns.addDial(conn.dialID, conn);
     this.sender.send(packets.dialRequest(conn.address, conn.dialID));
   }
 
@@ -182,7 +214,7 @@ export class AgentBackend implements Routable, ConnectionBackend {
   }
 
   established(conn: ProxiedConnection): void {
-    this.conns.set(conn.connectID, conn);
+    this.conns.add(conn.connectID, conn);
   }
 
   sendCredit(conn: ProxiedConnection, bytes: number): void {
@@ -198,98 +230,35 @@ export class AgentBackend implements Routable, ConnectionBackend {
   }
 
   forget(conn: ProxiedConnection): void {
-    if (this.pending.get(conn.dialID) === conn) this.pending.delete(conn.dialID);
-    if (conn.connectID && this.conns.get(conn.connectID) === conn) this.conns.delete(conn.connectID);
+    this.conns.forget(conn, conn.dialID, conn.connectID);
   }
 
   /** The established connections now (a copy: the caller may close them). */
   establishedConnections(): ProxiedConnection[] {
-    return [...this.conns.values()];
+    return this.conns.openConnections();
   }
 
   summary(): { pending: number; established: { connectID: number; address: string; state: string; bytesToAgent: number; bytesToClient: number }[] } {
     return {
-      pending: this.pending.size,
-      established: [...this.conns.values()].map((c) => ({ connectID: c.connectID, address: c.address, state: c.state, bytesToAgent: c.bytesToAgent, bytesToClient: c.bytesToClient })),
+      pending: this.conns.pendingCount,
+      established: this.conns.openConnections().map((c) => ({ connectID: c.connectID, address: c.address, state: c.state, bytesToAgent: c.bytesToAgent, bytesToClient: c.bytesToClient })),
     };
   }
 
-  // ------------------------------------------------------------ inbound packets
-
-  /** DATA from the agent, its payload not copied into one Buffer. */
-  private readonly onDataViews = (connectID: number, chunks: readonly Buffer[], n: number): void => {
-    this.metrics.packet('from_agent', PacketType.DATA);
-    this.connectionForData(connectID)?.onChunks(chunks, n);
-  };
-
-  private connectionForData(connectID: number): ProxiedConnection | undefined {
-    const conn = this.conns.get(connectID);
-    if (!conn && connectID !== 0) this.sender.send(packets.closeRequest(connectID));
-    return conn;
-  }
-
-  private readonly onPacket = (p: Packet): void => {
-    this.metrics.packet('from_agent', p.type);
-    switch (p.type) {
-      case PacketType.DIAL_RSP: {
-        const r = p.dialResponse;
-        const conn = this.pending.get(r.random);
-        if (!conn) {
-          // Abandoned (timed out or cancelled): do not leave the agent's connection open.
-          this.metrics.dialFailure('unrecognized_response');
-          if (r.connectID !== 0) this.sender.send(packets.closeRequest(r.connectID));
-          return;
-        }
-        this.pending.delete(r.random);
-        conn.onDialResponse(r.connectID, r.error, r.reason);
-        return;
-      }
-      case PacketType.DATA:
-        this.connectionForData(p.data.connectID)?.onData(p.data.data);
-        return;
-      case PacketType.CLOSE_RSP:
-        this.conns.get(p.closeResponse.connectID)?.onCloseResponse(p.closeResponse.error);
-        return;
-      case PacketType.CREDIT:
-        this.conns.get(p.credit.connectID)?.onCredit(p.credit.bytes);
-        return;
-      case PacketType.HALF_CLOSE:
-        this.conns.get(p.halfClose.connectID)?.onHalfClose();
-        return;
-      case PacketType.DIAL_CLS: {
-        const conn = this.pending.get(p.closeDial.random);
-        if (conn) {
-          this.pending.delete(p.closeDial.random);
-          conn.backendGone();
-        }
-        return;
-      }
-      case PacketType.DRAIN:
-        if (!this.draining) this.log.info('agent is draining');
-        this.draining = true;
-        return;
-      default:
-        this.log.warn({ type: packetTypeName(p.type) }, 'unexpected packet from agent, ignored');
-    }
-  };
-
   /** Shutdown notice to an agent that negotiated it: it stops counting this replica and finds the others. */
   sendServerDrain(): boolean {
-    if (this.closedFlag || !this.serverDrain) return false;
+    if (this.state === 'closed' || !this.serverDrain) return false;
     this.sender.send(packets.drain());
     return true;
   }
 
   /** Ends the stream (if still open) and fails every pending and open connection at once. */
   close(why: string, status?: GrpcStatusError): void {
-    if (this.closedFlag) return;
-    this.closedFlag = true;
-    this.log.info({ pending: this.pending.size, established: this.conns.size }, `agent stream closed: ${why}`);
-    const all = [...this.pending.values(), ...this.conns.values()];
-    this.pending.clear();
-    this.conns.clear();
+    if (this.state === 'closed') return;
+    this.enter('closed', why);
+    const all = this.conns.takeAll();
     this.sender.close();
-    this.channel.offPacket(this.onPacket);
+    this.channel.offPacket(this.conns.dispatch);
     this.channel.onDataViews?.(null);
     for (const c of all) c.backendGone();
     this.channel.close(status);

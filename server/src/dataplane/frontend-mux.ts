@@ -26,8 +26,8 @@
 // The client's HALF_CLOSE and CLOSE_REQ go to the core (ProxiedConnection): their outcome comes back
 // here as closed().
 import {
-  CAP_CREDIT, CAP_HALF_CLOSE, MAX_DATA_CHUNK, MAX_MESSAGE_BYTES, MD_CAPABILITIES, MD_WINDOW, PacketType, ReceiveWindow, SendCredit, StreamSender, packetTypeName, packets, parseCapabilities, queueChunks, tapWrites, takeQueued,
-  type ByteSink, type DialFailureReason, type FramedPacketStream, type Hello, type MemoryBudget, type Packet, type QueuedBytes,
+  CAP_CREDIT, CAP_HALF_CLOSE, ConnectionTable, MAX_DATA_CHUNK, MAX_MESSAGE_BYTES, MD_CAPABILITIES, MD_WINDOW, ReceiveWindow, SendCredit, StreamSender, packetTypeName, packets, parseCapabilities, queueChunks, tapWrites, takeQueued,
+  type ByteSink, type DialFailureReason, type FramedPacketStream, type Hello, type MemoryBudget, type QueuedBytes,
 } from '@cluster-proxy/proto';
 import type { Logger } from 'pino';
 import type { Frontend } from './frontend.js';
@@ -95,6 +95,11 @@ export class MuxFrontendConn implements Frontend {
   onCredit(bytes: number): void {
     this.toClient.grant(bytes);
     this.flush();
+  }
+
+  /** HALF_CLOSE: the client will send no more; the core passes it on (and ignores its later DATA). */
+  onHalfClose(): void {
+    this.proxied?.endWrite();
   }
 
   /** CLOSE_REQ from the client; the session then tells the core, whose close comes back as closed(). */
@@ -322,8 +327,9 @@ export class MuxFrontendSession {
   readonly peerWindow: number | null;
   readonly metrics: ServerMetrics;
   readonly budget: MemoryBudget;
-  private readonly pending = new Map<bigint, MuxFrontendConn>();
-  private readonly open = new Map<number, MuxFrontendConn>();
+  /** Connections by the client's dial ID (until closed: a DIAL_CLS that crossed our DIAL_RSP must still
+   * find it) and, once open, by the connect ID we gave them. */
+  private readonly conns: ConnectionTable<MuxFrontendConn>;
   private nextID = 0;
   private gone = false;
 
@@ -343,9 +349,27 @@ export class MuxFrontendSession {
     this.metrics = core.metrics;
     this.budget = core.budget;
     this.sender = new StreamSender(tapWrites(stream, (t) => this.metrics.packet('to_client', t)));
+    this.conns = new ConnectionTable<MuxFrontendConn>({
+      send: (p) => this.sender.send(p),
+      unknown: 'close-response',
+      count: (t) => this.metrics.packet('from_client', t),
+      events: {
+        dialRequest: (random, address, protocol) => this.onDialRequest(random, address, protocol),
+        dialClose: (conn) => {
+          this.forget(conn);
+          conn.abandon();
+        },
+        // The acknowledgement (CLOSE_RSP) comes when the agent confirms, through closed().
+        closeRequest: (conn) => {
+          conn.clientClosing();
+          conn.proxied?.close();
+        },
+        unexpected: (type) => this.log.warn({ type: packetTypeName(type) }, 'unexpected packet from client, ignored'),
+      },
+    });
     stream.sendHello({ [MD_CAPABILITIES]: [`${CAP_CREDIT},${CAP_HALF_CLOSE}`], [MD_WINDOW]: [String(window)] });
-    stream.on('data', this.onPacket);
-    stream.onDataViews(this.onDataViews);
+    stream.on('data', this.conns.dispatch);
+    stream.onDataViews(this.conns.dispatchDataViews);
     stream.on('end', () => this.clientGone());
     stream.on('error', () => {
       if (!this.gone) this.metrics.streamError('from_client', 'Unavailable');
@@ -355,92 +379,40 @@ export class MuxFrontendSession {
   }
 
   register(conn: MuxFrontendConn): number {
-    // Stays in `pending` (keyed by the client's dial ID) until closed: a DIAL_CLS that crossed our
-    // DIAL_RSP must still find it.
     const id = ++this.nextID;
-    this.open.set(id, conn);
+    this.conns.add(id, conn);
     return id;
   }
 
   forget(conn: MuxFrontendConn): void {
-    if (this.pending.get(conn.random) === conn) this.pending.delete(conn.random);
-    if (conn.id && this.open.get(conn.id) === conn) this.open.delete(conn.id);
+    this.conns.forget(conn, conn.random, conn.id);
   }
 
   describe(): { state: string; connectID: number; address: string }[] {
-    return [...new Set([...this.pending.values(), ...this.open.values()])].map((c) => c.describe());
+    return this.conns.all().map((c) => c.describe());
   }
 
-  /** DATA with its payload as the chunks it arrived in (not copied into one Buffer). */
-  private readonly onDataViews = (connectID: number, chunks: readonly Buffer[], n: number): void => {
-    this.metrics.packet('from_client', PacketType.DATA);
-    this.connectionForData(connectID)?.onChunks(chunks, n);
-  };
-
-  private connectionForData(connectID: number): MuxFrontendConn | undefined {
-    const conn = this.open.get(connectID);
-    if (!conn) this.sender.send(packets.closeResponse(connectID, 'unrecognized connectID'));
-    return conn;
-  }
-
-  private readonly onPacket = (p: Packet): void => {
-    this.metrics.packet('from_client', p.type);
-    switch (p.type) {
-      case PacketType.DIAL_REQ: {
-        const { random, address, protocol } = p.dialRequest;
-        if (this.pending.has(random)) {
-          this.sender.send(packets.dialResponse(random, 0, 'duplicate dial ID on this connection', 'unknown'));
-          return;
-        }
-        const conn = new MuxFrontendConn(this, random, address);
-        this.pending.set(random, conn);
-        // At once, or once an agent of the destination's cluster has connected here.
-        conn.agentWait = this.core.awaitAgent(address, protocol, conn, () => {
-          conn.agentWait = null;
-          if (conn.state === 'dialing') conn.proxied = this.core.dial(address, protocol, conn);
-        });
-        if (!conn.agentWait) conn.proxied = this.core.dial(address, protocol, conn);
-        return;
-      }
-      case PacketType.DIAL_CLS: {
-        const conn = this.pending.get(p.closeDial.random);
-        if (!conn) return;
-        this.forget(conn);
-        conn.abandon();
-        return;
-      }
-      case PacketType.DATA:
-        this.connectionForData(p.data.connectID)?.onData(p.data.data);
-        return;
-      case PacketType.CREDIT:
-        this.open.get(p.credit.connectID)?.onCredit(p.credit.bytes);
-        return;
-      case PacketType.HALF_CLOSE:
-        // The client will send no more: the core passes it on (and ignores its later DATA).
-        this.open.get(p.halfClose.connectID)?.proxied?.endWrite();
-        return;
-      case PacketType.CLOSE_REQ: {
-        const conn = this.open.get(p.closeRequest.connectID);
-        // The acknowledgement (CLOSE_RSP) comes when the agent confirms, through closed().
-        conn?.clientClosing();
-        if (conn?.proxied) conn.proxied.close();
-        else if (!conn) this.sender.send(packets.closeResponse(p.closeRequest.connectID, 'Unknown connectID'));
-        return;
-      }
-      default:
-        this.log.warn({ type: packetTypeName(p.type) }, 'unexpected packet from client, ignored');
+  private onDialRequest(random: bigint, address: string, protocol: string): void {
+    if (this.conns.hasDial(random)) {
+      this.sender.send(packets.dialResponse(random, 0, 'duplicate dial ID on this connection', 'unknown'));
+      return;
     }
-  };
+    const conn = new MuxFrontendConn(this, random, address);
+    this.conns.addDial(random, conn);
+    // At once, or once an agent of the destination's cluster has connected here.
+    conn.agentWait = this.core.awaitAgent(address, protocol, conn, () => {
+      conn.agentWait = null;
+      if (conn.state === 'dialing') conn.proxied = this.core.dial(address, protocol, conn);
+    });
+    if (!conn.agentWait) conn.proxied = this.core.dial(address, protocol, conn);
+  }
 
   private clientGone(): void {
     if (this.gone) return;
     this.gone = true;
     this.sender.close();
-    this.stream.removeListener('data', this.onPacket);
-    const all = new Set([...this.pending.values(), ...this.open.values()]);
-    this.pending.clear();
-    this.open.clear();
-    for (const c of all) c.abandon();
+    this.stream.removeListener('data', this.conns.dispatch);
+    for (const c of this.conns.takeAll()) c.abandon();
     this.stream.destroy();
     this.onDone(this);
   }
