@@ -1,0 +1,231 @@
+// `--agent-install manifestwork` on OCM itself, not on our stand-ins: OCM's hub controllers (registration,
+// addon manager, placement, work) and, per managed cluster, OCM's registration and work agents, all the
+// programs of open-cluster-management.io/ocm at the release pinned in test/real-ocm/go.mod, each control
+// plane a real kube-apiserver (test/src/fixtures/real-ocm.ts, real-kube.ts). Our chart is installed with the
+// real Helm (helm.sh/helm/v3, same go.mod); our hub runs as the process the chart's Deployment would run.
+// The only stand-in left is the kubelet, for our agent alone (kubelet-player.ts): it runs the Deployment OCM's
+// work agent applied in the managed cluster's apiserver. What a case shows is what OCM's code does with
+// what our hub writes: the addon-manager's config resolution and rollout status, the registration agent's
+// CSRs and Secrets (as the cluster's own hub identity, under the RBAC OCM's registration controller makes),
+// the work agent's apply, ownership and deletion, and the garbage collector of the real controller manager.
+// Skipped, with the reason, when there is no Go toolchain to build OCM's programs with.
+import { once } from 'node:events';
+import { readFile } from 'node:fs/promises';
+import { mkdtemp, rm } from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
+import tls from 'node:tls';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { Tunnel, TunnelError } from '@cluster-proxy/client';
+import { type ManagedClusterAddOn, type ManifestWork } from '@cluster-proxy/server';
+import { CHART_CRDS_DIR, killAllSpawned, runCommand, waitFor } from '../src/fixtures/index.js';
+import {
+  goAvailable, ocmPeers, startOcmHub, startOcmManagedCluster, type OcmHub, type OcmManagedCluster,
+} from '../src/fixtures/real-ocm.js';
+import { CLI, createPki, startHub, type HubProcess, type TestPki } from '../src/harness.js';
+
+const AGENT_NS = 'open-cluster-management-cluster-proxy';
+const HUB_USER = `system:serviceaccount:${AGENT_NS}:cluster-proxy`;
+const WORK = 'addon-cluster-proxy-deploy-0';
+const DEPLOYMENT = 'cluster-proxy-proxy-agent';
+const CHART = path.join(path.dirname(CHART_CRDS_DIR));
+/** The first run may build OCM's programs (many minutes; the script prints its progress). */
+const START_TIMEOUT_MS = 45 * 60_000;
+
+const hasGo = await goAvailable();
+if (!hasGo) console.warn('real-ocm.test.ts: skipped: no Go toolchain (`go`) to build OCM\'s programs and Helm from their Go modules with');
+
+type Obj = { metadata: { name: string; namespace?: string; uid?: string; ownerReferences?: { kind: string; name: string }[]; deletionTimestamp?: string }; status?: { conditions?: { type: string; status: string; reason?: string; message?: string }[] } };
+
+describe.skipIf(!hasGo)('our hub on OCM\'s own hub and klusterlets (real OCM programs, real Helm)', () => {
+  let pki: TestPki;
+  let ocm: OcmHub;
+  let hub: HubProcess | null = null;
+  let helmHome = '';
+  const clusters = new Map<string, OcmManagedCluster>();
+  let kubeconfig = '';
+  let adminKubeconfig = '';
+
+  const get = async <T = Obj>(urlPath: string): Promise<T | null> => {
+    const r = await ocm.kube.request<T>('GET', urlPath);
+    if (r.status === 404) return null;
+    if (r.status !== 200) throw new Error(`GET ${urlPath}: HTTP ${r.status} ${r.text.slice(0, 300)}`);
+    return r.body;
+  };
+  const addonPath = (c: string): string => `/apis/addon.open-cluster-management.io/v1alpha1/namespaces/${c}/managedclusteraddons/cluster-proxy`;
+  const addon = (c: string) => get<ManagedClusterAddOn>(addonPath(c));
+  const work = (c: string) => get<ManifestWork>(`/apis/work.open-cluster-management.io/v1/namespaces/${c}/manifestworks/${WORK}`);
+  const cond = (o: { status?: { conditions?: { type: string; status: string; reason?: string }[] } } | null, type: string) => o?.status?.conditions?.find((c) => c.type === type);
+  const inCluster = async (c: string, urlPath: string): Promise<Obj | null> => {
+    const r = await clusters.get(c)!.kube.request<Obj>('GET', urlPath);
+    return r.status === 200 ? r.body : null;
+  };
+  const why = async (c: string): Promise<string> => {
+    const k = clusters.get(c);
+    return [`addon: ${JSON.stringify((await addon(c))?.status)}`, `work: ${JSON.stringify((await work(c))?.status?.conditions)}`,
+      `kubelet player: ${k?.kubelet.errors.slice(-3).join('; ')}`, `OCM crashed: ${ocm.crashed().join('; ')}`,
+      `registration agent: ${k?.registration.lines().filter((l) => /^E/.test(l)).slice(-4).join('\n')}`,
+      `work agent: ${k?.work.lines().filter((l) => /^E/.test(l)).slice(-4).join('\n')}`,
+      `addon manager: ${ocm.processes.addon.lines().filter((l) => /^E/.test(l)).slice(-4).join('\n')}`,
+      `hub: ${hub?.proc.lines().filter((l) => /"level":(40|50)/.test(l)).slice(-4).join('\n')}`].join('\n');
+  };
+
+  const enable = async (c: string, spec: Record<string, unknown> = {}): Promise<void> => {
+    const r = await ocm.kube.request('POST', `/apis/addon.open-cluster-management.io/v1alpha1/namespaces/${c}/managedclusteraddons`,
+      { apiVersion: 'addon.open-cluster-management.io/v1alpha1', kind: 'ManagedClusterAddOn', metadata: { name: 'cluster-proxy', namespace: c }, spec });
+    expect(r.status, r.text).toBe(201);
+  };
+
+  async function available(c: string, timeoutMs = 90_000): Promise<ManagedClusterAddOn> {
+    return waitFor(async () => {
+      const a = await addon(c);
+      return cond(a, 'Available')?.status === 'True' && cond(a, 'ManifestApplied')?.status === 'True' && cond(a, 'Progressing')?.reason === 'Completed' ? a : null;
+    }, { timeoutMs, intervalMs: 250, message: `addon of ${c} Available, ManifestApplied, Progressing Completed` }).catch(async (err: Error) => {
+      throw new Error(`${err.message}\n${await why(c)}`);
+    });
+  }
+
+  /** GET /version of the cluster's own apiserver, through our hub and the agent's tunnel (TLS end to end). */
+  async function apiserverThroughHub(c: string): Promise<{ gitVersion: string }> {
+    const t: Tunnel = hub!.tunnel();
+    try {
+      const s = await waitFor(() => t.dial(`${c}:443`).catch((err: unknown) => {
+        if (err instanceof TunnelError && err.reason === 'no_agent') return null;
+        throw err;
+      }), { timeoutMs: 30_000, intervalMs: 250, message: `no agent of ${c} at the hub` });
+      const sock = tls.connect({ socket: s as never, ca: clusters.get(c)!.kube.caPem, servername: 'localhost' });
+      await once(sock, 'secureConnect');
+      sock.end('GET /version HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n');
+      let text = '';
+      sock.setEncoding('utf8').on('data', (d: string) => (text += d));
+      await once(sock, 'end');
+      sock.destroy();
+      return JSON.parse(text.slice(text.indexOf('\r\n\r\n') + 4)) as { gitVersion: string };
+    } finally {
+      t.close();
+    }
+  }
+
+  const helm = async (args: string[]) => runCommand(ocmPeersBinaries.helm, [...args, '--kubeconfig', adminKubeconfig], {
+    env: { ...process.env, HOME: helmHome, HELM_CACHE_HOME: path.join(helmHome, 'cache'), HELM_CONFIG_HOME: path.join(helmHome, 'config'), HELM_DATA_HOME: path.join(helmHome, 'data') },
+    timeoutMs: 120_000,
+  });
+  let ocmPeersBinaries: { helm: string };
+
+  const startOurHub = async (): Promise<HubProcess> => startHub(pki, ['--store', 'kubernetes', '--kubeconfig', kubeconfig, '--agent-install', 'manifestwork', '--ca-key', path.join(pki.dir, 'ca.key'),
+    '--require-registration', '--tunnel-loss-window', '2s', '--tls-reload-interval', '500ms', '--server-id', 'hub-a']);
+
+  beforeAll(async () => {
+    pki = await createPki();
+    helmHome = await mkdtemp(path.join(os.tmpdir(), 'cp-helm-home-'));
+    ocmPeersBinaries = (await ocmPeers()).binaries;
+    ocm = await startOcmHub();
+    adminKubeconfig = path.join(pki.dir, 'hub-admin.kubeconfig');
+    await ocm.kube.writeKubeconfig(adminKubeconfig);
+    // Our chart, with the real Helm, as on an OCM hub: its CRDs OCM already has are left as they are (Helm
+    // skips existing CRDs); the ClusterManagementAddOn is the chart's. Nothing runs its hub Deployment (no
+    // kubelet on the hub): the hub process below stands for its pod.
+    const installed = await helm(['install', 'cluster-proxy', CHART, '--namespace', AGENT_NS, '--create-namespace', '--set', 'agentInstall.mode=manifestwork']);
+    expect(installed.code, `${installed.stdout}\n${installed.stderr}`).toBe(0);
+    kubeconfig = path.join(pki.dir, 'hub.kubeconfig');
+    await ocm.kube.writeKubeconfig(kubeconfig, HUB_USER);
+    hub = await startOurHub();
+    const runsOurs = (image: string): boolean => !image.startsWith('quay.io/open-cluster-management/');
+    for (const c of await Promise.all(['c1', 'c2'].map((name) => startOcmManagedCluster(ocm, { name, cli: CLI, runsImage: runsOurs })))) clusters.set(c.name, c);
+  }, START_TIMEOUT_MS);
+
+  afterAll(async () => {
+    for (const c of clusters.values()) await c.stop();
+    await hub?.stop();
+    await ocm?.stop();
+    await killAllSpawned();
+    if (helmHome) await rm(helmHome, { recursive: true, force: true });
+    await pki?.cleanup();
+  }, 120_000);
+
+  it('enabling the addon: OCM\'s work agent applies our agent, the registration agent gets its certificate, the tunnel reaches the cluster\'s apiserver, the addon is Available', async () => {
+    await enable('c1');
+    const a = await available('c1');
+    // OCM's addon-manager owns the addon to the chart's ClusterManagementAddOn and resolved the default config.
+    expect(a.metadata.ownerReferences?.map((o) => [o.kind, o.name])).toEqual([['ClusterManagementAddOn', 'cluster-proxy']]);
+    expect(a.status?.configReferences?.map((r) => [r.resource, r.desiredConfig?.name])).toEqual([['managedproxyconfigurations', 'cluster-proxy']]);
+    // The work agent applied the Deployment into c1's apiserver and reported it.
+    expect(await inCluster('c1', `/apis/apps/v1/namespaces/${AGENT_NS}/deployments/${DEPLOYMENT}`)).not.toBeNull();
+    const w = (await work('c1'))!;
+    expect(cond(w, 'Applied')?.status).toBe('True');
+    expect(cond(w, 'Available')?.status).toBe('True');
+    // The registration agent's CSR, made as c1's own hub identity (from its cluster CSR), approved by our hub.
+    const csrs = (await ocm.kube.request<{ items: { spec: { username: string; signerName: string }; status?: { certificate?: string } }[] }>('GET',
+      `/apis/certificates.k8s.io/v1/certificatesigningrequests?labelSelector=${encodeURIComponent('open-cluster-management.io/addon-name=cluster-proxy,open-cluster-management.io/cluster-name=c1')}`)).body.items;
+    expect(csrs.map((c) => c.spec.signerName)).toEqual(['open-cluster-management.io/proxy-agent-signer']);
+    expect(csrs[0]!.spec.username).toMatch(/^system:open-cluster-management:c1:/);
+    expect(csrs[0]!.status?.certificate).toBeTruthy();
+    // The Secret it wrote in c1, which the agent's pod mounts.
+    expect(await inCluster('c1', `/api/v1/namespaces/${AGENT_NS}/secrets/cluster-proxy-open-cluster-management.io-proxy-agent-signer-client-cert`)).not.toBeNull();
+    expect(clusters.get('c1')!.kubelet.agents().length).toBe(1);
+    expect((await apiserverThroughHub('c1')).gitVersion).toBe(clusters.get('c1')!.kube.versions.kubernetes);
+  }, 180_000);
+
+  it('an AddOnDeploymentConfig (resolved by OCM\'s addon-manager) moves the agent to another namespace with a proxy env; the old Deployment goes, the tunnel comes back', async () => {
+    const k = clusters.get('c1')!.kubelet;
+    const first = k.agents()[0]!;
+    const adcs = `/apis/addon.open-cluster-management.io/v1alpha1/namespaces/c1/addondeploymentconfigs`;
+    const made = await ocm.kube.request('POST', adcs, { apiVersion: 'addon.open-cluster-management.io/v1alpha1', kind: 'AddOnDeploymentConfig', metadata: { name: 'proxy', namespace: 'c1' },
+      spec: { agentInstallNamespace: 'cp-agents', proxyConfig: { httpsProxy: 'http://proxy.corp.example:3128', noProxy: '.corp.example' } } });
+    expect(made.status, made.text).toBe(201);
+    const patched = await ocm.kube.request('PATCH', addonPath('c1'), { spec: { configs: [{ group: 'addon.open-cluster-management.io', resource: 'addondeploymentconfigs', name: 'proxy', namespace: 'c1' }] } }, 'application/merge-patch+json');
+    expect(patched.status, patched.text).toBe(200);
+    await waitFor(async () => (await inCluster('c1', `/apis/apps/v1/namespaces/cp-agents/deployments/${DEPLOYMENT}`)) !== null,
+      { timeoutMs: 60_000, intervalMs: 250, message: 'the Deployment in cp-agents' }).catch(async (err: Error) => { throw new Error(`${err.message}\n${await why('c1')}`); });
+    await first.proc.exited;
+    const next = await waitFor(() => k.agents()[0], { timeoutMs: 60_000, intervalMs: 250, message: 'the agent in cp-agents started' }).catch(async (err: Error) => { throw new Error(`${err.message}\n${await why('c1')}`); });
+    expect(next.deployment).toBe(`cp-agents/${DEPLOYMENT}`);
+    const environ = (await readFile(`/proc/${next.proc.pid}/environ`, 'utf8')).split('\0');
+    expect(environ).toContain('HTTPS_PROXY=http://proxy.corp.example:3128');
+    const a = await available('c1');
+    expect(a.status?.namespace).toBe('cp-agents');
+    // The work agent deleted the old Deployment (owned by the work) and left the old namespace (orphaned).
+    await waitFor(async () => (await inCluster('c1', `/apis/apps/v1/namespaces/${AGENT_NS}/deployments/${DEPLOYMENT}`)) === null,
+      { timeoutMs: 30_000, intervalMs: 250, message: 'the old Deployment deleted' });
+    expect(await inCluster('c1', `/api/v1/namespaces/${AGENT_NS}`)).not.toBeNull();
+    expect((await apiserverThroughHub('c1')).gitVersion).toBeTruthy();
+  }, 180_000);
+
+  it('disabling the addon: the garbage collector takes the work, the work agent removes the agent and leaves the namespace, the agent stops', async () => {
+    const k = clusters.get('c1')!.kubelet;
+    const agent = k.agents()[0]!;
+    const ns = (await addon('c1'))!.status!.namespace!;
+    const r = await ocm.kube.request('DELETE', addonPath('c1'));
+    expect(r.status, r.text).toBe(200);
+    await waitFor(async () => (await work('c1')) === null && (await addon('c1')) === null, { timeoutMs: 60_000, intervalMs: 250, message: 'addon and work of c1 gone' });
+    await waitFor(async () => (await inCluster('c1', `/apis/apps/v1/namespaces/${ns}/deployments/${DEPLOYMENT}`)) === null,
+      { timeoutMs: 60_000, intervalMs: 250, message: 'the Deployment removed from c1' });
+    await agent.proc.exited;
+    expect(await inCluster('c1', `/api/v1/namespaces/${ns}`)).not.toBeNull();
+    await waitFor(async () => !(await hub!.tables()).agents.some((x) => x.cluster === 'c1'), { timeoutMs: 30_000, intervalMs: 250, message: 'c1 off the hub' });
+  }, 180_000);
+
+  it('uninstalling the chart with Helm: its ClusterManagementAddOn goes, the garbage collector takes the addons it owns and their works, the agents stop', async () => {
+    await enable('c1');
+    await enable('c2');
+    await available('c1');
+    await available('c2');
+    const agents = ['c1', 'c2'].map((c) => clusters.get(c)!.kubelet.agents()[0]!);
+    // The hub's pod goes with the chart's Deployment: stopped as the kubelet stops it once helm deleted it.
+    const deploymentGone = waitFor(async () => (await get(`/apis/apps/v1/namespaces/${AGENT_NS}/deployments/cluster-proxy`)) === null,
+      { timeoutMs: 120_000, intervalMs: 100, message: 'the chart\'s Deployment deleted' }).then(async () => {
+      await hub!.stop();
+      hub = null;
+    });
+    const r = await helm(['uninstall', 'cluster-proxy', '--namespace', AGENT_NS]);
+    await deploymentGone;
+    expect(r.code, `${r.stdout}\n${r.stderr}`).toBe(0);
+    for (const c of ['c1', 'c2']) {
+      await waitFor(async () => (await addon(c)) === null && (await work(c)) === null, { timeoutMs: 60_000, intervalMs: 250, message: `addon and work of ${c} garbage-collected` });
+      await waitFor(async () => (await inCluster(c, `/apis/apps/v1/namespaces/${AGENT_NS}/deployments/${DEPLOYMENT}`)) === null,
+        { timeoutMs: 60_000, intervalMs: 250, message: `the Deployment removed from ${c}` });
+    }
+    for (const a of agents) await a.proc.exited;
+    expect(await get('/apis/addon.open-cluster-management.io/v1alpha1/clustermanagementaddons/cluster-proxy')).toBeNull();
+  }, 240_000);
+});
