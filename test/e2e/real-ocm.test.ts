@@ -99,7 +99,8 @@ describe.skipIf(!hasGo)('our hub on OCM\'s own hub and klusterlets (real OCM pro
       }), { timeoutMs: 30_000, intervalMs: 250, message: `no agent of ${c} at the hub` });
       const sock = tls.connect({ socket: s as never, ca: clusters.get(c)!.kube.caPem, servername: 'localhost' });
       await once(sock, 'secureConnect');
-      sock.end('GET /version HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n');
+      // No half-close from our side (a tunnel connection closes as a whole): the server closes after answering.
+      sock.write('GET /version HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n');
       let text = '';
       sock.setEncoding('utf8').on('data', (d: string) => (text += d));
       await once(sock, 'end');
@@ -194,7 +195,7 @@ describe.skipIf(!hasGo)('our hub on OCM\'s own hub and klusterlets (real OCM pro
     }, 90_000);
   });
 
-  it('an AddOnDeploymentConfig (resolved by OCM\'s addon-manager) moves the agent to another namespace with a proxy env; the old Deployment goes, the tunnel comes back', async () => {
+  it('an AddOnDeploymentConfig (resolved by OCM\'s addon-manager) moves the agent to another namespace with a proxy env; the old Deployment goes, the tunnel comes back; a change in place restarts the agent', async () => {
     const k = clusters.get('c1')!.kubelet;
     const first = k.agents()[0]!;
     const adcs = `/apis/addon.open-cluster-management.io/v1alpha1/namespaces/c1/addondeploymentconfigs`;
@@ -216,6 +217,17 @@ describe.skipIf(!hasGo)('our hub on OCM\'s own hub and klusterlets (real OCM pro
     await waitFor(async () => (await inCluster('c1', `/apis/apps/v1/namespaces/${AGENT_NS}/deployments/${DEPLOYMENT}`)) === null,
       { timeoutMs: 30_000, intervalMs: 250, message: 'the old Deployment deleted' });
     expect(await inCluster('c1', `/api/v1/namespaces/${AGENT_NS}`)).not.toBeNull();
+    expect((await apiserverThroughHub('c1')).gitVersion).toBe(clusters.get('c1')!.kube.versions.kubernetes);
+    // A change in place (same namespace): the work agent updates the Deployment, the kubelet player restarts the agent.
+    const adc = (await get<{ metadata: { resourceVersion: string }; spec: Record<string, unknown> }>(`${adcs}/proxy`))!;
+    const updated = await ocm.kube.request('PUT', `${adcs}/proxy`, { apiVersion: 'addon.open-cluster-management.io/v1alpha1', kind: 'AddOnDeploymentConfig',
+      metadata: { name: 'proxy', namespace: 'c1', resourceVersion: adc.metadata.resourceVersion }, spec: { ...adc.spec, proxyConfig: { httpsProxy: 'http://proxy.corp.example:3128', noProxy: '.corp.example,.example.org' } } });
+    expect(updated.status, updated.text).toBe(200);
+    await next.proc.exited;
+    const third = await waitFor(() => k.agents()[0], { timeoutMs: 60_000, intervalMs: 250, message: 'the agent restarted with the new env' });
+    expect(third.deployment).toBe(`cp-agents/${DEPLOYMENT}`);
+    expect(third.env['NO_PROXY']).toContain('.example.org');
+    await available('c1');
     expect((await apiserverThroughHub('c1')).gitVersion).toBe(clusters.get('c1')!.kube.versions.kubernetes);
   }, 180_000);
 
