@@ -17,7 +17,8 @@ import path from 'node:path';
 import tls from 'node:tls';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Tunnel, TunnelError } from '@cluster-proxy/client';
-import { type ManagedClusterAddOn, type ManifestWork } from '@cluster-proxy/server';
+import { DEFAULT_AGENT_IMAGE, type ManagedCluster, type ManagedClusterAddOn, type ManifestWork } from '@cluster-proxy/server';
+import { renderAgentWork } from '@cluster-proxy/server/ocm';
 import { CHART_CRDS_DIR, killAllSpawned, runCommand, waitFor } from '../src/fixtures/index.js';
 import {
   goAvailable, ocmPeers, startOcmHub, startOcmManagedCluster, type OcmHub, type OcmManagedCluster,
@@ -244,6 +245,49 @@ describe.skipIf(!hasGo)('our hub on OCM\'s own hub and klusterlets (real OCM pro
     expect(await inCluster('c1', `/api/v1/namespaces/${ns}`)).not.toBeNull();
     await waitFor(async () => !(await hub!.tables()).agents.some((x) => x.cluster === 'c1'), { timeoutMs: 30_000, intervalMs: 250, message: 'c1 off the hub' });
   }, 180_000);
+
+  it('upgrade: a work an earlier version of ours wrote (shared namespace, no deleteOption) moves to OCM\'s namespace; OCM\'s work agent leaves the shared namespace and another addon\'s object in it', async () => {
+    const shared = 'open-cluster-management-agent-addon';
+    await hub!.stop();
+    const agentPort = hub!.ports.agent;
+    hub = null;
+    await enable('c1');
+    const a = await waitFor(() => addon('c1'), { timeoutMs: 10_000, message: 'addon of c1' });
+    const mc = (await get<ManagedCluster>('/apis/cluster.open-cluster-management.io/v1/managedclusters/c1'))!;
+    const earlier = renderAgentWork({ addon: a, cluster: mc, mpc: null, adc: null, caBundle: await readFile(pki.caPath, 'utf8'), agentEntrypoint: `127.0.0.1:${agentPort}`,
+      image: DEFAULT_AGENT_IMAGE, defaultInstallNamespace: shared });
+    // As that version wrote it: no deleteOption, so OCM's work agent owns the namespace it applies.
+    const made = await ocm.kube.request('POST', '/apis/work.open-cluster-management.io/v1/namespaces/c1/manifestworks',
+      { ...earlier, metadata: { ...earlier.metadata, annotations: {} }, spec: { workload: earlier.spec.workload } });
+    expect(made.status, made.text).toBe(201);
+    await waitFor(async () => (await inCluster('c1', `/apis/apps/v1/namespaces/${shared}/deployments/${DEPLOYMENT}`)) !== null,
+      { timeoutMs: 60_000, intervalMs: 250, message: 'the earlier work applied in c1' });
+    const other = await clusters.get('c1')!.kube.request('POST', `/api/v1/namespaces/${shared}/configmaps`, { apiVersion: 'v1', kind: 'ConfigMap', metadata: { name: 'other-addon-config', namespace: shared }, data: { a: 'b' } });
+    expect(other.status, other.text).toBe(201);
+    hub = await startOurHub();
+    await waitFor(async () => {
+      const w = await work('c1');
+      const names = w?.spec.workload.manifests.filter((m) => m['kind'] === 'Namespace').map((m) => (m['metadata'] as { name: string }).name);
+      return JSON.stringify(names) === JSON.stringify([AGENT_NS]);
+    }, { timeoutMs: 60_000, intervalMs: 250, message: 'the work moved to OCM\'s namespace' }).catch(async (err: Error) => { throw new Error(`${err.message}\n${await why('c1')}`); });
+    await available('c1');
+    await waitFor(async () => (await inCluster('c1', `/apis/apps/v1/namespaces/${shared}/deployments/${DEPLOYMENT}`)) === null,
+      { timeoutMs: 60_000, intervalMs: 250, message: 'the earlier Deployment removed' });
+    // The work agent's decision is made once its AppliedManifestWork no longer lists the shared namespace: deleted
+    // if it owned it, left if it was released.
+    await waitFor(async () => {
+      const r = await clusters.get('c1')!.kube.request<{ items: { status?: { appliedResources?: { resource: string; name: string }[] } }[] }>('GET', '/apis/work.open-cluster-management.io/v1/appliedmanifestworks');
+      return r.body.items.length > 0 && r.body.items.every((x) => !(x.status?.appliedResources ?? []).some((ar) => ar.resource === 'namespaces' && ar.name === shared));
+    }, { timeoutMs: 60_000, intervalMs: 250, message: 'the shared namespace out of the AppliedManifestWork' });
+    const ns = await inCluster('c1', `/api/v1/namespaces/${shared}`);
+    expect(ns?.metadata.deletionTimestamp).toBeUndefined();
+    expect(await inCluster('c1', `/api/v1/namespaces/${shared}/configmaps/other-addon-config`)).not.toBeNull();
+    expect(await inCluster('c1', `/apis/apps/v1/namespaces/${AGENT_NS}/deployments/${DEPLOYMENT}`)).not.toBeNull();
+    expect((await apiserverThroughHub('c1')).gitVersion).toBe(clusters.get('c1')!.kube.versions.kubernetes);
+    const r = await ocm.kube.request('DELETE', addonPath('c1'));
+    expect(r.status, r.text).toBe(200);
+    await waitFor(async () => (await work('c1')) === null && (await addon('c1')) === null, { timeoutMs: 60_000, intervalMs: 250, message: 'addon and work of c1 gone' });
+  }, 240_000);
 
   it('removing a cluster (its ManagedCluster deleted): OCM cleans up its work and addon, the work agent removes our agent, the hub lets the cluster go', async () => {
     await enable('c2');
