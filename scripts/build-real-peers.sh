@@ -2,7 +2,7 @@
 # Builds the real Kubernetes control plane the tests run against (test/src/fixtures/real-kube.ts): etcd,
 # kube-apiserver and kube-controller-manager, from their Go modules at the versions pinned in
 # test/real-k8s/go.mod (the one place the pins live); and OCM's hub and klusterlet programs and Helm
-# (test/src/fixtures/real-ocm.ts, real-helm.ts) pinned in test/real-ocm/go.mod. Each binary goes to
+# (test/src/fixtures/real-ocm.ts, test/e2e/real-ocm.test.ts) pinned in test/real-ocm/go.mod. Each binary goes to
 # $CLUSTER_PROXY_PEERS_CACHE (default ~/.cache/cluster-proxy/real-peers)/<name>-<version>/<name>, outside
 # git and shared by every clone on the machine, and is built only when that file is missing, so a moved pin
 # builds anew and everything else is reused; current.json there then names the binaries of

@@ -1,5 +1,5 @@
 // OCM's own hub and klusterlet programs and Helm, which the tests run for real (test/src/fixtures/real-ocm.ts,
-// test/src/fixtures/real-helm.ts), built from their Go modules by scripts/build-real-peers.sh.
+// test/e2e/real-ocm.test.ts), built from their Go modules by scripts/build-real-peers.sh.
 // Pins: the open-cluster-management.io/ocm and helm.sh/helm/v3 versions below; see that script to move one.
 module cluster-proxy.test/real-ocm
 
