@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
 # Builds the real Kubernetes control plane the tests run against (test/src/fixtures/real-kube.ts): etcd,
 # kube-apiserver and kube-controller-manager, from their Go modules at the versions pinned in
-# test/real-k8s/go.mod (the one place the pins live). Each binary goes to
+# test/real-k8s/go.mod (the one place the pins live); and OCM's hub and klusterlet programs and Helm
+# (test/src/fixtures/real-ocm.ts, test/e2e/real-ocm.test.ts) pinned in test/real-ocm/go.mod. Each binary goes to
 # $CLUSTER_PROXY_PEERS_CACHE (default ~/.cache/cluster-proxy/real-peers)/<name>-<version>/<name>, outside
 # git and shared by every clone on the machine, and is built only when that file is missing, so a moved pin
 # builds anew and everything else is reused; current.json there then names the binaries of
 # the current pins (what the fixture starts). Prints what it did and how long it took.
 #
 #   bash scripts/build-real-peers.sh                      # build what is missing
-#   bash scripts/build-real-peers.sh --pin k8s.io/kubernetes@v1.35.4   # move a pin (also go.etcd.io/etcd/server/v3@v3.6.5)
+#   bash scripts/build-real-peers.sh --pin k8s.io/kubernetes@v1.35.4   # move a pin (also go.etcd.io/etcd/server/v3@v3.6.5,
+#                                                                     # open-cluster-management.io/ocm@…, helm.sh/helm/v3@…)
 #
 # Needs a Go toolchain of at least the go.mod's `go` line: the machine's `go` when it has one of 1.21 or later
 # (it fetches a newer toolchain itself when go.mod asks for one), else Go's own toolchain module from the Go
@@ -49,6 +51,16 @@ fi
 if [ "${1:-}" = "--pin" ]; then
   # MODULE@VERSION: kubernetes also moves its staging modules (k8s.io/api … at v0.X.Y for v1.X.Y).
   spec="${2:?usage: --pin MODULE@VERSION}"; module="${spec%@*}"; version="${spec#*@}"
+  case "$module" in
+    open-cluster-management.io/*|helm.sh/*)
+      # OCM's module and some of its dependencies are not in sum.golang.org: go.sum holds what the proxy served.
+      cd "$ROOT/test/real-ocm"
+      export GONOSUMDB="${GONOSUMDB:+$GONOSUMDB,}open-cluster-management.io,sigs.k8s.io/about-api"
+      go mod edit -require="$module@$version"
+      go mod tidy
+      echo "pinned $module@$version; now: bash scripts/build-real-peers.sh"
+      exit 0 ;;
+  esac
   cd "$MOD"
   go mod edit -require="$module@$version"
   if [ "$module" = "k8s.io/kubernetes" ]; then
@@ -68,12 +80,31 @@ cd "$MOD"
 version_of() { go list -m -f '{{.Version}}' "$1"; }
 KUBE_VERSION="$(version_of k8s.io/kubernetes)"
 ETCD_VERSION="$(version_of go.etcd.io/etcd/server/v3)"
-# name, version, Go package
+# name, version, Go package[, module directory (default test/real-k8s)]
 PEERS=(
   "etcd $ETCD_VERSION go.etcd.io/etcd/server/v3"
   "kube-apiserver $KUBE_VERSION k8s.io/kubernetes/cmd/kube-apiserver"
   "kube-controller-manager $KUBE_VERSION k8s.io/kubernetes/cmd/kube-controller-manager"
 )
+# -ldflags per binary name (version stamps).
+declare -A LDFLAGS=()
+# "key": "version" pairs for current.json's versions.
+VERSIONS=("\"kubernetes\": \"$KUBE_VERSION\"" "\"etcd\": \"$ETCD_VERSION\"")
+
+# --- OCM's hub and klusterlet programs and Helm (test/real-ocm/go.mod) ---------------------------------
+OCM_MOD="$ROOT/test/real-ocm"
+OCM_VERSION="$(cd "$OCM_MOD" && version_of open-cluster-management.io/ocm)"
+HELM_VERSION="$(cd "$OCM_MOD" && version_of helm.sh/helm/v3)"
+for p in registration work addon placement; do
+  PEERS+=("ocm-$p $OCM_VERSION open-cluster-management.io/ocm/cmd/$p $OCM_MOD")
+  # What OCM's own build stamps (its Makefile: pkg/version), so the programs report their release.
+  ov=open-cluster-management.io/ocm/pkg/version; om="${OCM_VERSION#v}"
+  LDFLAGS[ocm-$p]="-X $ov.versionFromGit=$OCM_VERSION -X $ov.majorFromGit=${om%%.*} -X $ov.minorFromGit=$(echo "$om" | cut -d. -f2)"
+done
+PEERS+=("helm $HELM_VERSION helm.sh/helm/v3/cmd/helm $OCM_MOD")
+LDFLAGS[helm]="-X helm.sh/helm/v3/internal/version.version=$HELM_VERSION"
+VERSIONS+=("\"ocm\": \"$OCM_VERSION\"" "\"helm\": \"$HELM_VERSION\"")
+# --------------------------------------------------------------------------------------------------------
 
 # One build at a time (test files may ask at once); whoever waited finds the binaries there.
 exec 9>"$CACHE/.lock"
@@ -81,7 +112,7 @@ flock 9
 start=$SECONDS
 built=()
 for p in "${PEERS[@]}"; do
-  read -r name version pkg <<<"$p"
+  read -r name version pkg dir <<<"$p"
   out="$CACHE/$name-$version"
   [ -x "$out/$name" ] && continue
   echo "==> building $name $version ($pkg)"
@@ -90,23 +121,23 @@ for p in "${PEERS[@]}"; do
   trap 'rm -rf "$tmp"' EXIT
   # -trimpath: the binaries do not depend on where the checkout is. Kubernetes' own build stamps its version
   # (kube-apiserver's /version, the clients' user agent); a plain go build would say v0.0.0-master.
-  ldflags=""
+  ldflags="${LDFLAGS[$name]:-}"
   if [ "$version" = "$KUBE_VERSION" ]; then
     minor="${KUBE_VERSION#v1.}"; minor="${minor%%.*}"
     for vp in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
       ldflags+=" -X $vp.gitVersion=$KUBE_VERSION -X $vp.gitMajor=1 -X $vp.gitMinor=$minor -X $vp.gitTreeState=clean"
     done
   fi
-  nice -n 10 go build -trimpath -ldflags "$ldflags" -o "$tmp/$name" "$pkg"
+  (cd "${dir:-$MOD}" && nice -n 10 go build -trimpath -ldflags "$ldflags" -o "$tmp/$name" "$pkg")
   mv "$tmp/$name" "$out/$name"
   rmdir "$tmp"
   trap - EXIT
   built+=("$name")
 done
 if [ ${#built[@]} -gt 0 ]; then
-  echo "==> real peers: built ${built[*]} in $((SECONDS - start)) s (etcd $ETCD_VERSION, kubernetes $KUBE_VERSION) into $CACHE"
+  echo "==> real peers: built ${built[*]} in $((SECONDS - start)) s (${VERSIONS[*]//\"/}) into $CACHE"
 else
-  echo "==> real peers: etcd $ETCD_VERSION, kubernetes $KUBE_VERSION already built in $CACHE ($((SECONDS - start)) s)"
+  echo "==> real peers: ${VERSIONS[*]//\"/} already built in $CACHE ($((SECONDS - start)) s)"
 fi
 # ---- ANP's own programs (test/anp-go): proxy-server, proxy-agent and our konnectivity-probe, built against
 # sigs.k8s.io/apiserver-network-proxy at two versions: go.mod pins the current release, claimed.mod (-modfile)
@@ -148,7 +179,8 @@ echo "==> ANP peers: ${anp_built[*]:-nothing to build} ($((SECONDS - anp_start))
 # What the fixture reads: the pins now in go.mod and their binaries.
 {
   echo "{"
-  echo "  \"versions\": { \"kubernetes\": \"$KUBE_VERSION\", \"etcd\": \"$ETCD_VERSION\" },"
+  vs="$(printf '%s, ' "${VERSIONS[@]}")"
+  echo "  \"versions\": { ${vs%, } },"
   echo "  \"binaries\": {"
   for i in "${!PEERS[@]}"; do
     read -r name version _ <<<"${PEERS[$i]}"
