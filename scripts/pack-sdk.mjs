@@ -51,7 +51,9 @@ const client = readJson(path.join(root, 'client', 'package.json'));
 const proto = readJson(path.join(root, 'proto', 'package.json'));
 const external = Object.keys(client.dependencies ?? {}).filter((n) => n !== proto.name);
 if (external.length > 0 || Object.keys(proto.dependencies ?? {}).length > 0) {
-  console.error(`pack-sdk: the SDK must depend on ${proto.name} alone (found ${[...external, ...Object.keys(proto.dependencies ?? {})].join(', ')})`);
+  console.error(
+    `pack-sdk: the SDK must depend on ${proto.name} alone (found ${[...external, ...Object.keys(proto.dependencies ?? {})].join(', ')})`,
+  );
   process.exit(1);
 }
 
@@ -70,7 +72,10 @@ try {
   writeFileSync(path.join(protoDest, 'package.json'), `${JSON.stringify(publishedManifest(proto, client.version), null, 2)}\n`);
 
   mkdirSync(out, { recursive: true });
-  const name = execFileSync('npm', ['pack', '--pack-destination', out, '--loglevel=error'], { cwd: stage, encoding: 'utf8' }).trim().split('\n').pop();
+  const name = execFileSync('npm', ['pack', '--pack-destination', out, '--loglevel=error'], { cwd: stage, encoding: 'utf8' })
+    .trim()
+    .split('\n')
+    .pop();
   console.log(`==> ${path.join(out, name)}`);
   console.log(`install: npm install ${path.relative(process.cwd(), path.join(out, name)) || name}`);
 } finally {

@@ -57,7 +57,10 @@ try {
   };
   writeFileSync(path.join(stage, 'package.json'), `${JSON.stringify(manifest, null, 2)}\n`);
   console.log(`==> npm install ${Object.keys(external).length} dependencies into the staging folder`);
-  execFileSync('npm', ['install', '--omit=dev', '--no-audit', '--no-fund', '--ignore-scripts', '--no-package-lock', '--loglevel=error'], { cwd: stage, stdio: 'inherit' });
+  execFileSync('npm', ['install', '--omit=dev', '--no-audit', '--no-fund', '--ignore-scripts', '--no-package-lock', '--loglevel=error'], {
+    cwd: stage,
+    stdio: 'inherit',
+  });
 
   // The workspace packages, as npm would see them: built files only, `workspace:*` replaced by the version.
   for (const pkg of WORKSPACE) {
@@ -82,11 +85,18 @@ try {
   mkdirSync(path.join(stage, 'bin'));
   // The command's first line starts node with the product's launch flags (cli/src/memory/gc-tuning.ts).
   const { LAUNCH_FLAGS } = await import(pathToFileURL(path.join(root, 'cli', 'dist', 'memory', 'gc-tuning.js')).href);
-  writeFileSync(path.join(stage, 'bin', 'cluster-proxy.js'), `#!/usr/bin/env -S node ${LAUNCH_FLAGS.join(' ')}\nimport '@cluster-proxy/cli';\n`, { mode: 0o755 });
+  writeFileSync(
+    path.join(stage, 'bin', 'cluster-proxy.js'),
+    `#!/usr/bin/env -S node ${LAUNCH_FLAGS.join(' ')}\nimport '@cluster-proxy/cli';\n`,
+    { mode: 0o755 },
+  );
   cpSync(path.join(root, 'README.md'), path.join(stage, 'README.md'));
 
   mkdirSync(out, { recursive: true });
-  const name = execFileSync('npm', ['pack', '--pack-destination', out, '--loglevel=error'], { cwd: stage, encoding: 'utf8' }).trim().split('\n').pop();
+  const name = execFileSync('npm', ['pack', '--pack-destination', out, '--loglevel=error'], { cwd: stage, encoding: 'utf8' })
+    .trim()
+    .split('\n')
+    .pop();
   console.log(`==> ${path.join(out, name)}`);
   console.log(`install: npm install -g ${path.relative(process.cwd(), path.join(out, name)) || name}`);
 } finally {

@@ -1,7 +1,18 @@
 // The agent: keeps one Connect stream per proxy-server replica (reached through one address, usually
 // a load balancer), reconnects with backoff, and drains on shutdown.
 import { X509Certificate, randomUUID } from 'node:crypto';
-import { clusterHostNames, formatIdentifiers, emptyIdentifiers, splitHostPort, AGENT_MEMORY_BUDGET, INITIAL_CONNECTION_WINDOW, MAX_CONNECTION_WINDOW, MemoryBudget, throttleReporter, type AgentIdentifiers } from '@cluster-proxy/proto';
+import {
+  clusterHostNames,
+  formatIdentifiers,
+  emptyIdentifiers,
+  splitHostPort,
+  AGENT_MEMORY_BUDGET,
+  INITIAL_CONNECTION_WINDOW,
+  MAX_CONNECTION_WINDOW,
+  MemoryBudget,
+  throttleReporter,
+  type AgentIdentifiers,
+} from '@cluster-proxy/proto';
 import type { Logger } from 'pino';
 import { Backoff, spreadRetryDelay } from './backoff.js';
 import { GrpcCallError, GrpcStatus, MuxRefusedError, MuxUnsupportedError } from '@cluster-proxy/proto';
@@ -121,7 +132,11 @@ export class Agent {
     const window = opts.window ?? INITIAL_CONNECTION_WINDOW;
     const limit = opts.memoryBudget ?? AGENT_MEMORY_BUDGET;
     const logThrottle = throttleReporter(30_000, (count) =>
-      opts.log.warn({ throttled: count, budget: limit, committed: this.budget.committed }, 'memory budget is short: connection windows are not growing (destinations slower than the hub, or many connections)'));
+      opts.log.warn(
+        { throttled: count, budget: limit, committed: this.budget.committed },
+        'memory budget is short: connection windows are not growing (destinations slower than the hub, or many connections)',
+      ),
+    );
     this.budget = new MemoryBudget(limit, {
       maxWindow: MAX_CONNECTION_WINDOW,
       onThrottle: (direction) => {
@@ -138,13 +153,24 @@ export class Agent {
     });
     const names = clusterHostNames(opts.cluster, opts.namespace);
     const gw = opts.gateway ?? {};
-    this.gateway = gw === false ? null : new ImpersonatingProxy({
-      cluster: opts.cluster, log: opts.log, trust: () => this.trust,
-      kube: () => (gw.kubeconfig ? fromKubeconfig(gw.kubeconfig) : loadKubeRestConfig()),
-      ...(gw.allowReserved?.length ? { allowReserved: new Set(gw.allowReserved) } : {}),
-    });
+    this.gateway =
+      gw === false
+        ? null
+        : new ImpersonatingProxy({
+            cluster: opts.cluster,
+            log: opts.log,
+            trust: () => this.trust,
+            kube: () => (gw.kubeconfig ? fromKubeconfig(gw.kubeconfig) : loadKubeRestConfig()),
+            ...(gw.allowReserved?.length ? { allowReserved: new Set(gw.allowReserved) } : {}),
+          });
     const gateway = this.gateway;
-    this.dialer = new TargetDialer({ clusterNames: names, apiserver: opts.apiserver, allow: opts.allow, dialTimeoutMs: opts.dialTimeoutMs ?? 5000, ...(gateway ? { gateway: () => gateway.connect() } : {}) });
+    this.dialer = new TargetDialer({
+      clusterNames: names,
+      apiserver: opts.apiserver,
+      allow: opts.allow,
+      dialTimeoutMs: opts.dialTimeoutMs ?? 5000,
+      ...(gateway ? { gateway: () => gateway.connect() } : {}),
+    });
     const ids = { ...emptyIdentifiers(), ...opts.extraIdentifiers };
     ids.host = [...names, ...(opts.extraIdentifiers?.host ?? [])];
     this.identifiers = formatIdentifiers(ids);
@@ -175,7 +201,10 @@ export class Agent {
     this.decideEgress();
     const problem = certificateProblem(this.credentials.cert);
     if (problem) this.opts.log.error(`agent client certificate ${problem}; the hub will refuse it`);
-    this.opts.log.info({ agentID: this.agentID, cluster: this.opts.cluster, hub: this.opts.hubAddress, identifiers: this.identifiers }, 'agent starting');
+    this.opts.log.info(
+      { agentID: this.agentID, cluster: this.opts.cluster, hub: this.opts.hubAddress, identifiers: this.identifiers },
+      'agent starting',
+    );
     this.schedule(0);
   }
 
@@ -184,7 +213,13 @@ export class Agent {
       agentID: this.agentID,
       cluster: this.opts.cluster,
       draining: this.state !== 'running',
-      servers: [...this.servers.values()].map((s) => ({ serverID: s.serverID, serverCount: s.serverCount, transport: s.transport, credit: s.credit, connections: s.summary() })),
+      servers: [...this.servers.values()].map((s) => ({
+        serverID: s.serverID,
+        serverCount: s.serverCount,
+        transport: s.transport,
+        credit: s.credit,
+        connections: s.summary(),
+      })),
     };
   }
 
@@ -221,7 +256,8 @@ export class Agent {
     while (this.openConnections > 0 && Date.now() < deadline) {
       await new Promise((r) => setTimeout(r, 100));
     }
-    if (this.openConnections > 0) this.opts.log.warn({ openConnections: this.openConnections }, 'drain grace period over, closing remaining connections');
+    if (this.openConnections > 0)
+      this.opts.log.warn({ openConnections: this.openConnections }, 'drain grace period over, closing remaining connections');
     this.stop();
   }
 
@@ -238,12 +274,28 @@ export class Agent {
     const hp = splitHostPort(this.opts.hubAddress);
     if (!hp) return;
     const d = proxyFromEnvironment(this.opts.env ?? process.env, hp.host, hp.port, 'https');
-    this.egress = d.proxy ? { proxy: d.proxy, ca: this.opts.proxyCa, connectTimeoutMs: this.opts.proxyConnectTimeoutMs ?? 10_000 } : undefined;
-    this.opts.log.info({ hub: this.opts.hubAddress, decision: d.decision, variable: d.variable, noProxyVariable: d.noProxyVariable, entry: d.entry, proxy: d.proxy ? redactProxyUrl(d.proxy) : null }, `egress: ${d.reason}`);
+    this.egress = d.proxy
+      ? { proxy: d.proxy, ca: this.opts.proxyCa, connectTimeoutMs: this.opts.proxyConnectTimeoutMs ?? 10_000 }
+      : undefined;
+    this.opts.log.info(
+      {
+        hub: this.opts.hubAddress,
+        decision: d.decision,
+        variable: d.variable,
+        noProxyVariable: d.noProxyVariable,
+        entry: d.entry,
+        proxy: d.proxy ? redactProxyUrl(d.proxy) : null,
+      },
+      `egress: ${d.reason}`,
+    );
     if (d.proxy && d.proxy.protocol !== 'http:' && d.proxy.protocol !== 'https:') {
-      this.opts.log.error({ proxy: redactProxyUrl(d.proxy) }, `egress proxy scheme "${d.proxy.protocol}" is not supported (only http:// and https://); fix ${d.variable}`);
+      this.opts.log.error(
+        { proxy: redactProxyUrl(d.proxy) },
+        `egress proxy scheme "${d.proxy.protocol}" is not supported (only http:// and https://); fix ${d.variable}`,
+      );
     }
-    if (this.opts.proxyCa && d.proxy?.protocol !== 'https:') this.opts.log.warn('--proxy-ca is ignored: no https:// egress proxy is in use');
+    if (this.opts.proxyCa && d.proxy?.protocol !== 'https:')
+      this.opts.log.warn('--proxy-ca is ignored: no https:// egress proxy is in use');
   }
 
   /** Every change of state: the reconnect timer stops once the agent stops adding links. */
@@ -300,7 +352,10 @@ export class Agent {
       dialer: this.dialer,
       log: this.opts.log,
       isDraining: () => this.state !== 'running',
-      atCapacity: () => (this.openConnections >= this.maxConnections ? `agent holds ${this.maxConnections} connections, its limit (--max-connections)` : null),
+      atCapacity: () =>
+        this.openConnections >= this.maxConnections
+          ? `agent holds ${this.maxConnections} connections, its limit (--max-connections)`
+          : null,
       heldServers: [...this.servers.values()].filter((x) => !x.serverDraining).map((x) => x.serverID),
       nextConnectID: () => ++this.connectID,
       headerTimeoutMs: 15_000,
@@ -313,7 +368,10 @@ export class Agent {
       await conn.ready();
     } catch (err) {
       this.attempt = null;
-      if ((err instanceof MuxRefusedError && err.code === 'ALREADY_EXISTS') || (err instanceof GrpcCallError && err.code === GrpcStatus.ALREADY_EXISTS)) {
+      if (
+        (err instanceof MuxRefusedError && err.code === 'ALREADY_EXISTS') ||
+        (err instanceof GrpcCallError && err.code === GrpcStatus.ALREADY_EXISTS)
+      ) {
         // Our server recognised a replica we hold (before registering it): same as a duplicate.
         this.metrics.tunnelConnects.inc({ result: 'duplicate' });
         this.schedule(DUPLICATE_RETRY_MIN_MS + Math.random() * DUPLICATE_RETRY_JITTER_MS);
@@ -331,7 +389,8 @@ export class Agent {
       const message = `${(err as Error).message}${problem ? ` (our client certificate ${problem})` : ''}`;
       const delay = this.retryDelay();
       // Log each distinct failure at warn, repeats at debug, so a hub outage does not flood logs.
-      if (message !== this.lastError) this.opts.log.warn({ hub: this.opts.hubAddress, retryInMs: delay }, `cannot connect to hub: ${message}`);
+      if (message !== this.lastError)
+        this.opts.log.warn({ hub: this.opts.hubAddress, retryInMs: delay }, `cannot connect to hub: ${message}`);
       else this.opts.log.debug({ retryInMs: delay }, `cannot connect to hub: ${message}`);
       this.lastError = message;
       this.schedule(delay);
@@ -358,7 +417,10 @@ export class Agent {
     this.metrics.tunnelConnects.inc({ result: 'ok' });
     this.lastError = '';
     this.servers.set(conn.serverID, conn);
-    this.opts.log.info({ serverID: conn.serverID, serverCount: conn.serverCount, transport: conn.transport, credit: conn.credit, halfClose: conn.halfClose }, 'connected to proxy server');
+    this.opts.log.info(
+      { serverID: conn.serverID, serverCount: conn.serverCount, transport: conn.transport, credit: conn.credit, halfClose: conn.halfClose },
+      'connected to proxy server',
+    );
     conn.once('closed', (err: Error | null) => {
       this.servers.delete(conn.serverID);
       if (this.running) {
@@ -423,7 +485,7 @@ export class Agent {
       const n = (this.missing.get(id) ?? 0) + 1;
       this.missing.set(id, n);
       if (n >= 2) {
-        this.opts.log.info({ serverID: id }, 'server replica is gone from the hub\'s replica list; closing its tunnel');
+        this.opts.log.info({ serverID: id }, "server replica is gone from the hub's replica list; closing its tunnel");
         this.missing.delete(id);
         conn.close();
       }

@@ -84,7 +84,19 @@ describe('Allowlist', () => {
   });
 
   it('refuses malformed entries with a one-line AllowlistError naming the entry', () => {
-    for (const bad of ['example.com', 'example.com:', ':443', 'example.com:0', 'example.com:65536', 'example.com:http', '10.0.0.0/33:443', '10.0.0.0/x:443', 'fd00::/129:*', 'example.com/8:443', '[::1]']) {
+    for (const bad of [
+      'example.com',
+      'example.com:',
+      ':443',
+      'example.com:0',
+      'example.com:65536',
+      'example.com:http',
+      '10.0.0.0/33:443',
+      '10.0.0.0/x:443',
+      'fd00::/129:*',
+      'example.com/8:443',
+      '[::1]',
+    ]) {
       const e = parseError(bad);
       expect(e.message, bad).toContain(bad);
       expect(e.message).not.toContain('\n');

@@ -22,16 +22,25 @@ function parseEntry(raw: string): Entry {
   const port = m[2] === '*' ? '*' : Number(m[2]);
   if (port !== '*' && (port < 1 || port > 65535)) throw new AllowlistError(`allowlist entry "${text}": port out of range`);
   if (hostPart.startsWith('[')) hostPart = hostPart.replace(/^\[(.*)\](\/\d+)?$/, '$1$2');
-  else if (hostPart.includes(':')) throw new AllowlistError(`allowlist entry "${text}": write IPv6 addresses in brackets, e.g. [fd00::1]:443`);
+  else if (hostPart.includes(':'))
+    throw new AllowlistError(`allowlist entry "${text}": write IPv6 addresses in brackets, e.g. [fd00::1]:443`);
   if (hostPart === '*') return { text, port, matchHost: () => true };
   if (hostPart.includes('/')) {
     const [addr, bitsText] = hostPart.split('/') as [string, string];
     const family = isIP(addr);
     const bits = Number(bitsText);
-    if (!family || !/^\d+$/.test(bitsText) || bits > (family === 4 ? 32 : 128)) throw new AllowlistError(`allowlist entry "${text}": bad CIDR`);
+    if (!family || !/^\d+$/.test(bitsText) || bits > (family === 4 ? 32 : 128))
+      throw new AllowlistError(`allowlist entry "${text}": bad CIDR`);
     const list = new BlockList();
     list.addSubnet(addr, bits, family === 4 ? 'ipv4' : 'ipv6');
-    return { text, port, matchHost: (h) => { const f = isIP(h); return f !== 0 && list.check(h, f === 4 ? 'ipv4' : 'ipv6'); } };
+    return {
+      text,
+      port,
+      matchHost: (h) => {
+        const f = isIP(h);
+        return f !== 0 && list.check(h, f === 4 ? 'ipv4' : 'ipv6');
+      },
+    };
   }
   if (hostPart.startsWith('*.')) {
     const suffix = hostPart.slice(1);

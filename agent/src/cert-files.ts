@@ -54,7 +54,8 @@ export class CertFilesWatcher {
       return true;
     } catch (err) {
       const problem = (err as NodeJS.ErrnoException).code ?? (err as Error).message;
-      if (problem !== this.lastProblem) this.opts.log.warn({ err: problem }, 'cannot use the agent certificate files yet; keeping the current certificate');
+      if (problem !== this.lastProblem)
+        this.opts.log.warn({ err: problem }, 'cannot use the agent certificate files yet; keeping the current certificate');
       this.lastProblem = problem;
       return false;
     } finally {

@@ -27,7 +27,11 @@ export class SecretCredentialsMirror implements CredentialsMirror {
   readonly description: string;
   private readonly path: string;
 
-  constructor(private readonly config: KubeRestConfig, private readonly namespace: string, private readonly name: string) {
+  constructor(
+    private readonly config: KubeRestConfig,
+    private readonly namespace: string,
+    private readonly name: string,
+  ) {
     this.description = `Secret ${namespace}/${name}`;
     this.path = `/api/v1/namespaces/${encodeURIComponent(namespace)}/secrets`;
   }
@@ -49,8 +53,24 @@ export class SecretCredentialsMirror implements CredentialsMirror {
     for (let attempt = 0; attempt < 5; attempt++) {
       const current = await this.read();
       const r = current
-        ? await this.call('PUT', `${this.path}/${encodeURIComponent(this.name)}`, { ...current, data: { ...current.data, ...data } }, 'write')
-        : await this.call('POST', this.path, { apiVersion: 'v1', kind: 'Secret', type: 'Opaque', metadata: { name: this.name, namespace: this.namespace, labels: { 'app.kubernetes.io/part-of': 'cluster-proxy' } }, data }, 'write');
+        ? await this.call(
+            'PUT',
+            `${this.path}/${encodeURIComponent(this.name)}`,
+            { ...current, data: { ...current.data, ...data } },
+            'write',
+          )
+        : await this.call(
+            'POST',
+            this.path,
+            {
+              apiVersion: 'v1',
+              kind: 'Secret',
+              type: 'Opaque',
+              metadata: { name: this.name, namespace: this.namespace, labels: { 'app.kubernetes.io/part-of': 'cluster-proxy' } },
+              data,
+            },
+            'write',
+          );
       if (r.status === 409) continue;
       if (r.status >= 200 && r.status < 300) return;
       throw new KubeApiError(r.status, `cannot write ${this.description}: ${statusMessage(r.status, r.body)}`);
@@ -61,11 +81,17 @@ export class SecretCredentialsMirror implements CredentialsMirror {
   private async read(): Promise<Secret | null> {
     const r = await this.call('GET', `${this.path}/${encodeURIComponent(this.name)}`, undefined, 'read');
     if (r.status === 404) return null;
-    if (r.status < 200 || r.status >= 300) throw new KubeApiError(r.status, `cannot read ${this.description}: ${statusMessage(r.status, r.body)}`);
+    if (r.status < 200 || r.status >= 300)
+      throw new KubeApiError(r.status, `cannot read ${this.description}: ${statusMessage(r.status, r.body)}`);
     return r.body as Secret;
   }
 
-  private async call(method: 'GET' | 'POST' | 'PUT', apiPath: string, body: unknown, what: 'read' | 'write'): Promise<{ status: number; body: unknown }> {
+  private async call(
+    method: 'GET' | 'POST' | 'PUT',
+    apiPath: string,
+    body: unknown,
+    what: 'read' | 'write',
+  ): Promise<{ status: number; body: unknown }> {
     try {
       return await kubeRequest(this.config, method, apiPath, body);
     } catch (err) {

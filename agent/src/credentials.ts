@@ -104,7 +104,10 @@ export class CredentialsManager {
         x = next;
       }
       if (Date.parse(x.validTo) <= Date.now()) {
-        this.opts.log.warn({ dir: this.opts.dir }, `agent certificate expired on ${new Date(x.validTo).toISOString()}; bootstrapping again`);
+        this.opts.log.warn(
+          { dir: this.opts.dir },
+          `agent certificate expired on ${new Date(x.validTo).toISOString()}; bootstrapping again`,
+        );
         return null;
       }
     } catch (err) {
@@ -121,9 +124,15 @@ export class CredentialsManager {
     try {
       token = (await readFile(file, 'utf8')).trim();
     } catch (err) {
-      throw new BootstrapRefused(`cannot read bootstrap token file ${file}: ${(err as NodeJS.ErrnoException).code ?? (err as Error).message}`);
+      throw new BootstrapRefused(
+        `cannot read bootstrap token file ${file}: ${(err as NodeJS.ErrnoException).code ?? (err as Error).message}`,
+      );
     }
-    const { publicKey, privateKey } = generateKeyPairSync('rsa', { modulusLength: 2048, publicKeyEncoding: { type: 'spki', format: 'pem' }, privateKeyEncoding: { type: 'pkcs8', format: 'pem' } });
+    const { publicKey, privateKey } = generateKeyPairSync('rsa', {
+      modulusLength: 2048,
+      publicKeyEncoding: { type: 'spki', format: 'pem' },
+      privateKeyEncoding: { type: 'pkcs8', format: 'pem' },
+    });
     const tokenId = token.split('.')[0] ?? '';
     const proof = sign('sha256', bootstrapProofMessage(this.opts.cluster, tokenId), privateKey).toString('base64');
     let answer: unknown;
@@ -140,7 +149,10 @@ export class CredentialsManager {
     }
     const creds = { cert: Buffer.from(certificateOf(answer)), key: Buffer.from(privateKey) };
     await this.write(creds);
-    this.opts.log.info({ cluster: this.opts.cluster, dir: this.opts.dir }, 'bootstrapped: the hub issued our certificate (our key stays in the credentials directory)');
+    this.opts.log.info(
+      { cluster: this.opts.cluster, dir: this.opts.dir },
+      'bootstrapped: the hub issued our certificate (our key stays in the credentials directory)',
+    );
     return creds;
   }
 
@@ -191,20 +203,33 @@ export class CredentialsManager {
   private async renewOnce(): Promise<void> {
     const current = this.current;
     if (!current) return;
-    const { publicKey, privateKey } = generateKeyPairSync('rsa', { modulusLength: 2048, publicKeyEncoding: { type: 'spki', format: 'pem' }, privateKeyEncoding: { type: 'pkcs8', format: 'pem' } });
+    const { publicKey, privateKey } = generateKeyPairSync('rsa', {
+      modulusLength: 2048,
+      publicKeyEncoding: { type: 'spki', format: 'pem' },
+      privateKeyEncoding: { type: 'pkcs8', format: 'pem' },
+    });
     const proof = sign('sha256', renewProofMessage(this.opts.cluster), privateKey).toString('base64');
     try {
-      const answer = await hubRequest({ ...this.opts.hub, cert: current.cert, key: current.key }, 'POST', '/v1/renew', { publicKey, proof });
+      const answer = await hubRequest({ ...this.opts.hub, cert: current.cert, key: current.key }, 'POST', '/v1/renew', {
+        publicKey,
+        proof,
+      });
       const creds = { cert: Buffer.from(certificateOf(answer)), key: Buffer.from(privateKey) };
       await this.write(creds);
       this.current = creds;
       this.due = false;
-      this.opts.log.info({ validTo: new X509Certificate(creds.cert).validTo }, 'agent certificate renewed; new tunnels use it, open ones continue');
+      this.opts.log.info(
+        { validTo: new X509Certificate(creds.cert).validTo },
+        'agent certificate renewed; new tunnels use it, open ones continue',
+      );
       for (const l of this.listeners) l(creds);
     } catch (err) {
       this.opts.log.warn(`cannot renew the agent certificate: ${(err as Error).message}; retrying in 30 s`);
       if (!this.stopped) {
-        this.timer = setTimeout(() => { this.timer = null; void this.renew(); }, 30_000);
+        this.timer = setTimeout(() => {
+          this.timer = null;
+          void this.renew();
+        }, 30_000);
         this.timer.unref();
       }
       return;
@@ -218,7 +243,14 @@ export class CredentialsManager {
     const { mirror } = this.opts;
     if (mirror) {
       // The directory copy is in use already; a mirror that cannot be written is retried with the next change.
-      await mirror.save(new Map([[KEY_FILE, c.key], [CERT_FILE, c.cert]])).catch((err: Error) => this.opts.log.warn(`credentials not saved to ${mirror.description}: ${err.message}`));
+      await mirror
+        .save(
+          new Map([
+            [KEY_FILE, c.key],
+            [CERT_FILE, c.cert],
+          ]),
+        )
+        .catch((err: Error) => this.opts.log.warn(`credentials not saved to ${mirror.description}: ${err.message}`));
     }
   }
 
@@ -227,7 +259,10 @@ export class CredentialsManager {
    * the renames leaves `agent.crt.next` matching the new key, and readValid() completes the write.
    */
   private async writeLocal(c: Credentials): Promise<void> {
-    const files = [[KEY_FILE, c.key, 0o600], [CERT_FILE, c.cert, 0o644]] as const;
+    const files = [
+      [KEY_FILE, c.key, 0o600],
+      [CERT_FILE, c.cert, 0o644],
+    ] as const;
     for (const [name, data, mode] of files) await writeSynced(path.join(this.opts.dir, `${name}${NEXT}`), data, mode);
     for (const [name] of files) await rename(path.join(this.opts.dir, `${name}${NEXT}`), path.join(this.opts.dir, name));
   }
@@ -238,10 +273,13 @@ export class CredentialsManager {
    */
   async saveTrust(bundle: Buffer): Promise<void> {
     const file = path.join(this.opts.dir, HUB_CA_FILE);
-    await writeSynced(`${file}${NEXT}`, bundle, 0o644).then(() => rename(`${file}${NEXT}`, file))
+    await writeSynced(`${file}${NEXT}`, bundle, 0o644)
+      .then(() => rename(`${file}${NEXT}`, file))
       .catch((err: Error) => this.opts.log.warn(`cannot save the hub CA bundle: ${err.message}`));
     const { mirror } = this.opts;
-    await mirror?.save(new Map([[HUB_CA_FILE, bundle]])).catch((err: Error) => this.opts.log.warn(`hub CA bundle not saved to ${mirror.description}: ${err.message}`));
+    await mirror
+      ?.save(new Map([[HUB_CA_FILE, bundle]]))
+      .catch((err: Error) => this.opts.log.warn(`hub CA bundle not saved to ${mirror.description}: ${err.message}`));
   }
 
   /** The bundle saveTrust() kept (the directory's, else the mirror's, copied back), or null: then the install bundle's CA applies. */

@@ -1,4 +1,3 @@
-
 import { once } from 'node:events';
 import net from 'node:net';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
@@ -173,7 +172,9 @@ describe('connectThroughProxy', () => {
   it('407 without credentials, and a proxy that wants something other than Basic', async () => {
     proxy.behave((s) => s.end('HTTP/1.1 407 Nope\r\nProxy-Authenticate: Negotiate\r\nProxy-Authenticate: NTLM\r\n\r\n'));
     const e = await expectProxyError(connectThroughProxy({ proxy: proxy.url(), target: target(), timeoutMs: 2000 }));
-    expect(e.message).toBe(`proxy authentication required (http://127.0.0.1:${proxy.port} answered 407 and the proxy URL has no user name and password; it asks for Negotiate, NTLM, only Basic is supported)`);
+    expect(e.message).toBe(
+      `proxy authentication required (http://127.0.0.1:${proxy.port} answered 407 and the proxy URL has no user name and password; it asks for Negotiate, NTLM, only Basic is supported)`,
+    );
   });
 
   it('403: "proxy refused CONNECT to TARGET"; other statuses: status and reason', async () => {
@@ -183,13 +184,20 @@ describe('connectThroughProxy', () => {
     expect(e403.message).toBe(`proxy refused CONNECT to hub:8091 (403 Forbidden from http://127.0.0.1:${proxy.port}, ERR_ACCESS_DENIED 0)`);
     proxy.behave((s) => s.end('HTTP/1.1 503 Service Unavailable\r\n\r\n'));
     const e503 = await expectProxyError(connectThroughProxy({ proxy: proxy.url(), target: { host: 'hub', port: 8091 }, timeoutMs: 2000 }));
-    expect(e503).toMatchObject({ kind: 'status', statusCode: 503, message: `proxy http://127.0.0.1:${proxy.port} answered CONNECT to hub:8091 with 503 Service Unavailable` });
+    expect(e503).toMatchObject({
+      kind: 'status',
+      statusCode: 503,
+      message: `proxy http://127.0.0.1:${proxy.port} answered CONNECT to hub:8091 with 503 Service Unavailable`,
+    });
   });
 
   it('a head larger than the limit, or not HTTP at all, is a protocol error', async () => {
     proxy.behave((s) => s.write(`HTTP/1.1 200 OK\r\nX-Big: ${'a'.repeat(20_000)}\r\n\r\n`));
     const big = await expectProxyError(connectThroughProxy({ proxy: proxy.url(), target: target(), timeoutMs: 2000 }));
-    expect(big).toMatchObject({ kind: 'protocol', message: `proxy http://127.0.0.1:${proxy.port} sent a CONNECT answer head larger than 16 KiB` });
+    expect(big).toMatchObject({
+      kind: 'protocol',
+      message: `proxy http://127.0.0.1:${proxy.port} sent a CONNECT answer head larger than 16 KiB`,
+    });
     proxy.behave((s) => s.end('SSH-2.0-OpenSSH_9.2\r\n\r\n'));
     const ssh = await expectProxyError(connectThroughProxy({ proxy: proxy.url(), target: target(), timeoutMs: 2000 }));
     expect(ssh.message).toBe(`proxy http://127.0.0.1:${proxy.port} answered CONNECT with something that is not HTTP: SSH-2.0-OpenSSH_9.2`);
@@ -201,25 +209,39 @@ describe('connectThroughProxy', () => {
   it('a proxy that closes without answering, or never answers', async () => {
     proxy.behave((s) => s.end());
     const closed = await expectProxyError(connectThroughProxy({ proxy: proxy.url(), target: target(), timeoutMs: 2000 }));
-    expect(closed).toMatchObject({ kind: 'closed', message: `proxy http://127.0.0.1:${proxy.port} closed the connection without answering CONNECT 127.0.0.1:${echoPort}` });
+    expect(closed).toMatchObject({
+      kind: 'closed',
+      message: `proxy http://127.0.0.1:${proxy.port} closed the connection without answering CONNECT 127.0.0.1:${echoPort}`,
+    });
     proxy.behave(() => {});
     const t0 = performance.now();
     const silent = await expectProxyError(connectThroughProxy({ proxy: proxy.url('u:secret'), target: target(), timeoutMs: 300 }));
     expect(performance.now() - t0).toBeGreaterThanOrEqual(290);
-    expect(silent).toMatchObject({ kind: 'timeout', message: `proxy http://u@127.0.0.1:${proxy.port} did not answer CONNECT within 300 ms` });
+    expect(silent).toMatchObject({
+      kind: 'timeout',
+      message: `proxy http://u@127.0.0.1:${proxy.port} did not answer CONNECT within 300 ms`,
+    });
   });
 
   it('an unreachable proxy: "cannot reach proxy"', async () => {
     const gone = await listen(() => {});
     await gone.close();
-    const e = await expectProxyError(connectThroughProxy({ proxy: new URL(`http://bob:pw@127.0.0.1:${gone.port}`), target: target(), timeoutMs: 2000 }));
-    expect(e).toMatchObject({ kind: 'unreachable', code: 'ECONNREFUSED', message: `cannot reach proxy http://bob@127.0.0.1:${gone.port}: ECONNREFUSED` });
+    const e = await expectProxyError(
+      connectThroughProxy({ proxy: new URL(`http://bob:pw@127.0.0.1:${gone.port}`), target: target(), timeoutMs: 2000 }),
+    );
+    expect(e).toMatchObject({
+      kind: 'unreachable',
+      code: 'ECONNREFUSED',
+      message: `cannot reach proxy http://bob@127.0.0.1:${gone.port}: ECONNREFUSED`,
+    });
   });
 
   it('https:// against a plain-TCP proxy fails in the TLS phase', async () => {
     proxy.behave(() => {});
     const plain = await listen((s) => s.end('HTTP/1.1 400 Bad Request\r\n\r\n'));
-    const e = await expectProxyError(connectThroughProxy({ proxy: new URL(`https://127.0.0.1:${plain.port}`), target: target(), timeoutMs: 2000 }));
+    const e = await expectProxyError(
+      connectThroughProxy({ proxy: new URL(`https://127.0.0.1:${plain.port}`), target: target(), timeoutMs: 2000 }),
+    );
     expect(e.kind).toBe('tls');
     expect(e.message).toMatch(new RegExp(`^TLS to proxy https://127.0.0.1:${plain.port} failed: .*is it an http:// proxy\\?$`));
   });
@@ -230,13 +252,19 @@ describe('connectThroughProxy', () => {
     const p = connectThroughProxy({ proxy: proxy.url(), target: target(), timeoutMs: 5000, signal: ac.signal });
     setTimeout(() => ac.abort(), 50);
     expect((await expectProxyError(p)).kind).toBe('aborted');
-    expect((await expectProxyError(connectThroughProxy({ proxy: proxy.url(), target: target(), timeoutMs: 5000, signal: ac.signal }))).kind).toBe('aborted');
+    expect(
+      (await expectProxyError(connectThroughProxy({ proxy: proxy.url(), target: target(), timeoutMs: 5000, signal: ac.signal }))).kind,
+    ).toBe('aborted');
   });
 
   it('refuses unusable configuration before dialing', async () => {
     const cfg = (p: Promise<unknown>): Promise<EgressProxyError> => expectProxyError(p);
-    expect((await cfg(connectThroughProxy({ proxy: new URL('socks5://127.0.0.1:1080'), target: target(), timeoutMs: 1000 }))).message).toMatch(/scheme socks5 is not supported/);
-    expect((await cfg(connectThroughProxy({ proxy: proxy.url(), target: { host: 'a\r\nX-Evil: 1', port: 1 }, timeoutMs: 1000 }))).kind).toBe('config');
+    expect(
+      (await cfg(connectThroughProxy({ proxy: new URL('socks5://127.0.0.1:1080'), target: target(), timeoutMs: 1000 }))).message,
+    ).toMatch(/scheme socks5 is not supported/);
+    expect(
+      (await cfg(connectThroughProxy({ proxy: proxy.url(), target: { host: 'a\r\nX-Evil: 1', port: 1 }, timeoutMs: 1000 }))).kind,
+    ).toBe('config');
     expect((await cfg(connectThroughProxy({ proxy: proxy.url(), target: { host: 'a', port: 0 }, timeoutMs: 1000 }))).kind).toBe('config');
     expect((await cfg(connectThroughProxy({ proxy: proxy.url(), target: target(), timeoutMs: 0 }))).kind).toBe('config');
   });

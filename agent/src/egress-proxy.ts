@@ -45,7 +45,11 @@ export class EgressProxyError extends Error {
   /** The system or OpenSSL error code (ECONNREFUSED, ENOTFOUND, UNABLE_TO_VERIFY_LEAF_SIGNATURE, ...). */
   readonly code: string | undefined;
 
-  constructor(kind: EgressProxyErrorKind, message: string, info: { proxy: string; target: string; statusCode?: number; code?: string; cause?: unknown }) {
+  constructor(
+    kind: EgressProxyErrorKind,
+    message: string,
+    info: { proxy: string; target: string; statusCode?: number; code?: string; cause?: unknown },
+  ) {
     super(message, info.cause !== undefined ? { cause: info.cause } : undefined);
     this.kind = kind;
     this.proxy = info.proxy;
@@ -107,12 +111,17 @@ export function connectThroughProxy(opts: ConnectThroughProxyOptions): Promise<n
   const shown = redactProxyUrl(opts.proxy);
   const target = formatHostPort(opts.target.host.replace(/^\[(.*)\]$/, '$1'), opts.target.port);
   const info = { proxy: shown, target };
-  const fail = (kind: EgressProxyErrorKind, message: string, extra: { statusCode?: number; code?: string; cause?: unknown } = {}): EgressProxyError =>
-    new EgressProxyError(kind, message, { ...info, ...extra });
+  const fail = (
+    kind: EgressProxyErrorKind,
+    message: string,
+    extra: { statusCode?: number; code?: string; cause?: unknown } = {},
+  ): EgressProxyError => new EgressProxyError(kind, message, { ...info, ...extra });
 
   const secure = opts.proxy.protocol === 'https:';
   if (!secure && opts.proxy.protocol !== 'http:') {
-    return Promise.reject(fail('config', `proxy ${shown}: scheme ${opts.proxy.protocol.replace(/:$/, '')} is not supported (use http:// or https://)`));
+    return Promise.reject(
+      fail('config', `proxy ${shown}: scheme ${opts.proxy.protocol.replace(/:$/, '')} is not supported (use http:// or https://)`),
+    );
   }
   const proxyHost = opts.proxy.hostname.replace(/^\[(.*)\]$/, '$1');
   if (proxyHost === '') return Promise.reject(fail('config', `proxy ${shown} has no host`));
@@ -147,9 +156,11 @@ export function connectThroughProxy(opts: ConnectThroughProxyOptions): Promise<n
 
     const timer = setTimeout(() => {
       const message =
-        phase === 'connecting' ? `cannot reach proxy ${shown}: no connection within ${opts.timeoutMs} ms`
-        : phase === 'tls' ? `TLS handshake with proxy ${shown} did not finish within ${opts.timeoutMs} ms`
-        : `proxy ${shown} did not answer CONNECT within ${opts.timeoutMs} ms`;
+        phase === 'connecting'
+          ? `cannot reach proxy ${shown}: no connection within ${opts.timeoutMs} ms`
+          : phase === 'tls'
+            ? `TLS handshake with proxy ${shown} did not finish within ${opts.timeoutMs} ms`
+            : `proxy ${shown} did not answer CONNECT within ${opts.timeoutMs} ms`;
       finish(fail('timeout', message));
     }, opts.timeoutMs);
 
@@ -229,7 +240,8 @@ export function connectThroughProxy(opts: ConnectThroughProxyOptions): Promise<n
 
     function notHttp(): string {
       // A TLS record (alert 0x15, handshake 0x16) where HTTP was expected: an https:// proxy addressed as http://.
-      if (received[0] === 0x15 || received[0] === 0x16) return `proxy ${shown} answered CONNECT with TLS, not HTTP: is it an https:// proxy?`;
+      if (received[0] === 0x15 || received[0] === 0x16)
+        return `proxy ${shown} answered CONNECT with TLS, not HTTP: is it an https:// proxy?`;
       return `proxy ${shown} answered CONNECT with something that is not HTTP: ${printable(received.toString('latin1').split('\r\n')[0]!)}`;
     }
 
@@ -253,11 +265,17 @@ export function connectThroughProxy(opts: ConnectThroughProxyOptions): Promise<n
       });
       const header = (name: string): string[] => headers.filter(([k]) => k === name).map(([, v]) => v!);
       if (status === 407) {
-        const schemes = header('proxy-authenticate').map((v) => v.split(/\s/)[0]!).filter((s) => s !== '');
-        const noBasic = schemes.length > 0 && !schemes.some((s) => s.toLowerCase() === 'basic') ? `; it asks for ${schemes.join(', ')}, only Basic is supported` : '';
-        const message = proxyAuthorization(opts.proxy) !== null
-          ? `proxy authentication failed (${shown} answered 407${noBasic})`
-          : `proxy authentication required (${shown} answered 407 and the proxy URL has no user name and password${noBasic})`;
+        const schemes = header('proxy-authenticate')
+          .map((v) => v.split(/\s/)[0]!)
+          .filter((s) => s !== '');
+        const noBasic =
+          schemes.length > 0 && !schemes.some((s) => s.toLowerCase() === 'basic')
+            ? `; it asks for ${schemes.join(', ')}, only Basic is supported`
+            : '';
+        const message =
+          proxyAuthorization(opts.proxy) !== null
+            ? `proxy authentication failed (${shown} answered 407${noBasic})`
+            : `proxy authentication required (${shown} answered 407 and the proxy URL has no user name and password${noBasic})`;
         finish(fail('auth', message, { statusCode: status }));
         return;
       }
@@ -277,13 +295,26 @@ export function connectThroughProxy(opts: ConnectThroughProxyOptions): Promise<n
         finish(fail('unreachable', `cannot reach proxy ${shown}: ${code ?? err.message}${dns}`, { code, cause: err }));
       } else if (phase === 'tls') {
         const hint = /wrong version number|packet length too long|unknown protocol|record layer failure/i.test(err.message)
-          ? '; is it an http:// proxy?' : isCertError(code) ? '; check the proxy CA bundle' : '';
+          ? '; is it an http:// proxy?'
+          : isCertError(code)
+            ? '; check the proxy CA bundle'
+            : '';
         // OpenSSL's messages span lines and name source files; its `reason` is the readable part.
         const reason = (err as { reason?: unknown }).reason;
         const text = typeof reason === 'string' && reason !== '' ? reason : err.message.split('\n')[0]!;
-        finish(fail('tls', `TLS to proxy ${shown} failed: ${text}${code && !text.includes(code) ? ` (${code})` : ''}${hint}`, { code, cause: err }));
+        finish(
+          fail('tls', `TLS to proxy ${shown} failed: ${text}${code && !text.includes(code) ? ` (${code})` : ''}${hint}`, {
+            code,
+            cause: err,
+          }),
+        );
       } else {
-        finish(fail('closed', `connection to proxy ${shown} failed while waiting for the answer to CONNECT ${target}: ${code ?? err.message}`, { code, cause: err }));
+        finish(
+          fail('closed', `connection to proxy ${shown} failed while waiting for the answer to CONNECT ${target}: ${code ?? err.message}`, {
+            code,
+            cause: err,
+          }),
+        );
       }
     }
 
@@ -294,7 +325,8 @@ export function connectThroughProxy(opts: ConnectThroughProxyOptions): Promise<n
     function onClose(): void {
       if (settled) return;
       if (phase === 'connecting') finish(fail('unreachable', `cannot reach proxy ${shown}: connection closed`));
-      else if (phase === 'tls') finish(fail('tls', `TLS to proxy ${shown} failed: the proxy closed the connection during the handshake; is it an http:// proxy?`));
+      else if (phase === 'tls')
+        finish(fail('tls', `TLS to proxy ${shown} failed: the proxy closed the connection during the handshake; is it an http:// proxy?`));
       else if (received.length > 0 && !'HTTP/'.startsWith(received.subarray(0, 5).toString('latin1'))) finish(fail('protocol', notHttp()));
       else finish(fail('closed', `proxy ${shown} closed the connection without answering CONNECT ${target}`));
     }

@@ -7,8 +7,17 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import pino from 'pino';
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import {
-  DEFAULT_UNSENT_LIMIT, LazyLog, MAX_CONNECTION_WINDOW, MemoryBudget, PacketType, STARTING_UNSENT_LIMIT, StreamSender,
-  limitUnsentBytes, unsentLimitOf, useNativeCalls, type Packet,
+  DEFAULT_UNSENT_LIMIT,
+  LazyLog,
+  MAX_CONNECTION_WINDOW,
+  MemoryBudget,
+  PacketType,
+  STARTING_UNSENT_LIMIT,
+  StreamSender,
+  limitUnsentBytes,
+  unsentLimitOf,
+  useNativeCalls,
+  type Packet,
 } from '@cluster-proxy/proto';
 import { loadNativeCalls } from '../../cli/src/memory/native-calls.js';
 import { EndpointConnection } from './endpoint-connection.js';
@@ -61,10 +70,14 @@ class FakeSocket extends EventEmitter {
 /** Each packet in a word: DATA:bytes, CREDIT:bytes, HALF_CLOSE, CLOSE_RSP or CLOSE_RSP:error. */
 function word(p: Packet): string {
   switch (p.type) {
-    case PacketType.DATA: return `DATA:${p.data.data.length}`;
-    case PacketType.CREDIT: return `CREDIT:${p.credit.bytes}`;
-    case PacketType.CLOSE_RSP: return p.closeResponse.error ? `CLOSE_RSP:${p.closeResponse.error}` : 'CLOSE_RSP';
-    default: return PacketType[p.type]!;
+    case PacketType.DATA:
+      return `DATA:${p.data.data.length}`;
+    case PacketType.CREDIT:
+      return `CREDIT:${p.credit.bytes}`;
+    case PacketType.CLOSE_RSP:
+      return p.closeResponse.error ? `CLOSE_RSP:${p.closeResponse.error}` : 'CLOSE_RSP';
+    default:
+      return PacketType[p.type]!;
   }
 }
 
@@ -80,8 +93,13 @@ function setup(opts: { halfClose?: boolean; credit?: boolean } = {}) {
   const forgotten: EndpointConnection[] = [];
   const credit = opts.credit ?? true;
   const owner = {
-    sender, credit, halfClose: opts.halfClose ?? true, window: WINDOW, peerWindow: credit ? WINDOW : null,
-    budget: new MemoryBudget(256 * 1024 * 1024, { maxWindow: MAX_CONNECTION_WINDOW }), metrics: new AgentMetrics(),
+    sender,
+    credit,
+    halfClose: opts.halfClose ?? true,
+    window: WINDOW,
+    peerWindow: credit ? WINDOW : null,
+    budget: new MemoryBudget(256 * 1024 * 1024, { maxWindow: MAX_CONNECTION_WINDOW }),
+    metrics: new AgentMetrics(),
     forget: (c: EndpointConnection) => void forgotten.push(c),
   };
   const conn = new EndpointConnection(owner, 7, 1n, 'db:5432', new LazyLog(pino({ level: 'silent' }), {}));
@@ -204,7 +222,7 @@ describe('EndpointConnection: half-close', () => {
   });
 });
 
-describe('EndpointConnection: the hub\'s credit', () => {
+describe("EndpointConnection: the hub's credit", () => {
   it('destination EOF while the credit is exhausted: the bytes beyond it are kept and sent when credit comes, then HALF_CLOSE', () => {
     const { conn, socket, sent, open } = setup();
     open();
@@ -343,7 +361,10 @@ describe('EndpointConnection over a real socket: what the destination may keep u
     const socket = net.connect((server.address() as net.AddressInfo).port, '127.0.0.1');
     await once(socket, 'connect');
     limitUnsentBytes(socket, STARTING_UNSENT_LIMIT);
-    cleanups.push(() => server.close(), () => socket.destroy());
+    cleanups.push(
+      () => server.close(),
+      () => socket.destroy(),
+    );
     return socket;
   }
 
@@ -371,27 +392,30 @@ describe('EndpointConnection over a real socket: what the destination may keep u
     return sentBytes;
   }
 
-  it.skipIf(!native)('starts small, a chunk per write; the default and vectored writes once the destination kept up with a bulk transfer; small for good if it never reads', async () => {
-    useNativeCalls(native);
-    const reader = await destination(true);
-    const fast = setup();
-    fast.conn.attach(reader);
-    cleanups.push(() => fast.conn.destroy());
-    expect(unsentLimitOf(reader)).toBe(STARTING_UNSENT_LIMIT);
-    // A bulk transfer: a busy machine may take a few windows before one turns over quickly enough.
-    const moved = await pumpFromHub(fast, 64 * 1024 * 1024, 2000, () => unsentLimitOf(reader) === DEFAULT_UNSENT_LIMIT);
-    expect(unsentLimitOf(reader)).toBe(DEFAULT_UNSENT_LIMIT);
-    expect(moved).toBeGreaterThanOrEqual(1024 * 1024); // not before PROVEN_BULK_BYTES
-    expect(Object.hasOwn(reader, '_writev')).toBe(false); // vectored writes again, as Node's sockets do
+  it.skipIf(!native)(
+    'starts small, a chunk per write; the default and vectored writes once the destination kept up with a bulk transfer; small for good if it never reads',
+    async () => {
+      useNativeCalls(native);
+      const reader = await destination(true);
+      const fast = setup();
+      fast.conn.attach(reader);
+      cleanups.push(() => fast.conn.destroy());
+      expect(unsentLimitOf(reader)).toBe(STARTING_UNSENT_LIMIT);
+      // A bulk transfer: a busy machine may take a few windows before one turns over quickly enough.
+      const moved = await pumpFromHub(fast, 64 * 1024 * 1024, 2000, () => unsentLimitOf(reader) === DEFAULT_UNSENT_LIMIT);
+      expect(unsentLimitOf(reader)).toBe(DEFAULT_UNSENT_LIMIT);
+      expect(moved).toBeGreaterThanOrEqual(1024 * 1024); // not before PROVEN_BULK_BYTES
+      expect(Object.hasOwn(reader, '_writev')).toBe(false); // vectored writes again, as Node's sockets do
 
-    const stalled = await destination(false);
-    const stuck = setup();
-    stuck.conn.attach(stalled);
-    cleanups.push(() => stuck.conn.destroy());
-    // It takes what its kernel buffers hold, then no more credit comes.
-    const taken = await pumpFromHub(stuck, 4 * 1024 * 1024, 500);
-    expect(taken).toBeLessThan(1024 * 1024);
-    expect(unsentLimitOf(stalled)).toBe(STARTING_UNSENT_LIMIT);
-    expect((stalled as { _writev?: unknown })._writev).toBeNull(); // one chunk per write: none kept alive once in the kernel
-  });
+      const stalled = await destination(false);
+      const stuck = setup();
+      stuck.conn.attach(stalled);
+      cleanups.push(() => stuck.conn.destroy());
+      // It takes what its kernel buffers hold, then no more credit comes.
+      const taken = await pumpFromHub(stuck, 4 * 1024 * 1024, 500);
+      expect(taken).toBeLessThan(1024 * 1024);
+      expect(unsentLimitOf(stalled)).toBe(STARTING_UNSENT_LIMIT);
+      expect((stalled as { _writev?: unknown })._writev).toBeNull(); // one chunk per write: none kept alive once in the kernel
+    },
+  );
 });

@@ -16,7 +16,17 @@
 //   A failed dial: dialFailed() (the owner answers DIAL_RSP; nothing was started).
 // finish() sends CLOSE_RSP on the way out; a CLOSE_REQ after that is acknowledged again.
 import type net from 'node:net';
-import { type LazyLog, MAX_DATA_CHUNK, MAX_MESSAGE_BYTES, ReceiveWindow, SendCredit, limitUnsentBytes, packets, type MemoryBudget, type StreamSender } from '@cluster-proxy/proto';
+import {
+  type LazyLog,
+  MAX_DATA_CHUNK,
+  MAX_MESSAGE_BYTES,
+  ReceiveWindow,
+  SendCredit,
+  limitUnsentBytes,
+  packets,
+  type MemoryBudget,
+  type StreamSender,
+} from '@cluster-proxy/proto';
 import type { Logger } from 'pino';
 import type { AgentMetrics } from './metrics.js';
 

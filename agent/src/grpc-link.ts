@@ -1,7 +1,14 @@
 // The gRPC link: ANP's AgentService.Connect, on node:http2 through proto's GrpcClient (no grpc-js).
 // Imported only when a gRPC link is opened (`--transport grpc`, or `auto` against an ANP hub).
 import type { Duplex } from 'node:stream';
-import { AGENT_CONNECT_PATH, GrpcClient, HTTP2_CONNECTION_WINDOW, HTTP2_STREAM_WINDOW, MAX_MESSAGE_BYTES, type GrpcCallError } from '@cluster-proxy/proto';
+import {
+  AGENT_CONNECT_PATH,
+  GrpcClient,
+  HTTP2_CONNECTION_WINDOW,
+  HTTP2_STREAM_WINDOW,
+  MAX_MESSAGE_BYTES,
+  type GrpcCallError,
+} from '@cluster-proxy/proto';
 import type { Link, LinkOptions } from './link.js';
 import { onlyOnce } from './only-once.js';
 
@@ -46,7 +53,10 @@ export function grpcLink(opts: LinkOptions, serverName: string | undefined, sock
       reject(err);
     };
     const onAbort = (): void => fail(new Error('cancelled'));
-    const timer = setTimeout(() => fail(new Error(`no response headers from ${opts.address} within ${opts.headerTimeoutMs} ms`)), opts.headerTimeoutMs);
+    const timer = setTimeout(
+      () => fail(new Error(`no response headers from ${opts.address} within ${opts.headerTimeoutMs} ms`)),
+      opts.headerTimeoutMs,
+    );
     opts.signal.addEventListener('abort', onAbort, { once: true });
     const onError = (err: GrpcCallError): void => fail(err);
     call.on('error', onError);

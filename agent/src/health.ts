@@ -36,7 +36,10 @@ export function startAgentHealthServer(agent: Agent, host: string, port: number,
       res.end(body);
     };
     const answer = (p: Promise<{ status: number; body: string; type?: string }>): void => {
-      p.then((r) => send(r.status, r.body, r.type), (err: Error) => send(500, `${err.message}\n`));
+      p.then(
+        (r) => send(r.status, r.body, r.type),
+        (err: Error) => send(500, `${err.message}\n`),
+      );
     };
     switch (url.pathname) {
       case '/healthz':

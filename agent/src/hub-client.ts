@@ -44,7 +44,10 @@ const MAX_ANSWER_BYTES = 1 << 20;
 
 /** The hub answered with an error status; `message` is the hub's one-line reason. */
 export class HubRequestError extends Error {
-  constructor(readonly status: number, message: string) {
+  constructor(
+    readonly status: number,
+    message: string,
+  ) {
     super(message);
     this.name = 'HubRequestError';
   }
@@ -56,62 +59,80 @@ export async function hubRequest(opts: HubClientOptions, method: 'GET' | 'POST',
   if (!hp) throw new Error(`hub address "${opts.address}" is not HOST:PORT`);
   const timeoutMs = opts.timeoutMs ?? 15_000;
   const signal = AbortSignal.timeout(timeoutMs);
-  const tunnel = opts.egress ? await connectThroughProxy({ proxy: opts.egress.proxy, target: hp, timeoutMs: opts.egress.connectTimeoutMs, ca: opts.egress.ca, signal }) : undefined;
+  const tunnel = opts.egress
+    ? await connectThroughProxy({
+        proxy: opts.egress.proxy,
+        target: hp,
+        timeoutMs: opts.egress.connectTimeoutMs,
+        ca: opts.egress.ca,
+        signal,
+      })
+    : undefined;
   const serverName = opts.serverName ?? (isIP(hp.host) ? undefined : hp.host);
   const payload = body === undefined ? undefined : Buffer.from(JSON.stringify(body));
   return new Promise((resolve, reject) => {
-    const req = http.request({
-      method,
-      path,
-      host: hp.host,
-      port: hp.port,
-      headers: { 'content-type': 'application/json', ...(payload ? { 'content-length': payload.length } : {}) },
-      signal,
-      createConnection: () => {
-        const session = opts.sessions?.get(opts.cert, opts.caCert);
-        const socket = tls.connect({
-          ...(tunnel ? { socket: tunnel } : { host: hp.host, port: hp.port }),
-          ca: opts.caCert,
-          ...(opts.cert && opts.key ? { cert: opts.cert, key: opts.key } : {}),
-          servername: serverName,
-          ALPNProtocols: ['http/1.1'],
-          ...(session ? { session } : {}),
-        });
-        const sessions = opts.sessions;
-        if (sessions) socket.on('session', (s: Buffer) => sessions.set(opts.cert, opts.caCert, s));
-        return socket;
+    const req = http.request(
+      {
+        method,
+        path,
+        host: hp.host,
+        port: hp.port,
+        headers: { 'content-type': 'application/json', ...(payload ? { 'content-length': payload.length } : {}) },
+        signal,
+        createConnection: () => {
+          const session = opts.sessions?.get(opts.cert, opts.caCert);
+          const socket = tls.connect({
+            ...(tunnel ? { socket: tunnel } : { host: hp.host, port: hp.port }),
+            ca: opts.caCert,
+            ...(opts.cert && opts.key ? { cert: opts.cert, key: opts.key } : {}),
+            servername: serverName,
+            ALPNProtocols: ['http/1.1'],
+            ...(session ? { session } : {}),
+          });
+          const sessions = opts.sessions;
+          if (sessions) socket.on('session', (s: Buffer) => sessions.set(opts.cert, opts.caCert, s));
+          return socket;
+        },
       },
-    }, (res) => {
-      const chunks: Buffer[] = [];
-      let size = 0;
-      res.on('data', (c: Buffer) => {
-        size += c.length;
-        // Answers are small JSON documents; a hub that sends more is cut off rather than buffered.
-        if (size > MAX_ANSWER_BYTES) {
-          reject(new Error(`hub answer to ${method} ${path} exceeds ${MAX_ANSWER_BYTES} bytes`));
-          req.destroy();
-          return;
-        }
-        chunks.push(c);
-      });
-      res.once('error', reject);
-      res.once('end', () => {
-        const text = Buffer.concat(chunks).toString('utf8');
-        let parsed: unknown = null;
-        try {
-          parsed = text ? JSON.parse(text) : null;
-        } catch {
-          return reject(new HubRequestError(res.statusCode ?? 0, `hub answered ${res.statusCode} with a body that is not JSON`));
-        }
-        const status = res.statusCode ?? 0;
-        if (status >= 200 && status < 300) return resolve(parsed);
-        const why = typeof parsed === 'object' && parsed !== null && typeof (parsed as { error?: unknown }).error === 'string' ? (parsed as { error: string }).error : `HTTP ${status}`;
-        reject(new HubRequestError(status, `hub refused ${method} ${path} (${status}): ${why}`));
-      });
-    });
+      (res) => {
+        const chunks: Buffer[] = [];
+        let size = 0;
+        res.on('data', (c: Buffer) => {
+          size += c.length;
+          // Answers are small JSON documents; a hub that sends more is cut off rather than buffered.
+          if (size > MAX_ANSWER_BYTES) {
+            reject(new Error(`hub answer to ${method} ${path} exceeds ${MAX_ANSWER_BYTES} bytes`));
+            req.destroy();
+            return;
+          }
+          chunks.push(c);
+        });
+        res.once('error', reject);
+        res.once('end', () => {
+          const text = Buffer.concat(chunks).toString('utf8');
+          let parsed: unknown = null;
+          try {
+            parsed = text ? JSON.parse(text) : null;
+          } catch {
+            return reject(new HubRequestError(res.statusCode ?? 0, `hub answered ${res.statusCode} with a body that is not JSON`));
+          }
+          const status = res.statusCode ?? 0;
+          if (status >= 200 && status < 300) return resolve(parsed);
+          const why =
+            typeof parsed === 'object' && parsed !== null && typeof (parsed as { error?: unknown }).error === 'string'
+              ? (parsed as { error: string }).error
+              : `HTTP ${status}`;
+          reject(new HubRequestError(status, `hub refused ${method} ${path} (${status}): ${why}`));
+        });
+      },
+    );
     req.once('error', (err: Error) => {
       tunnel?.destroy();
-      reject(err.name === 'AbortError' || err.name === 'TimeoutError' ? new Error(`hub ${opts.address} did not answer ${method} ${path} within ${timeoutMs} ms`) : err);
+      reject(
+        err.name === 'AbortError' || err.name === 'TimeoutError'
+          ? new Error(`hub ${opts.address} did not answer ${method} ${path} within ${timeoutMs} ms`)
+          : err,
+      );
     });
     req.end(payload);
   });

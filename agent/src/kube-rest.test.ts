@@ -15,22 +15,46 @@ let port = 0;
 beforeAll(async () => {
   dir = mkdtempSync(path.join(os.tmpdir(), 'kube-rest-'));
   // A CA-less self-signed certificate for 127.0.0.1 is its own trust anchor.
-  execFileSync('openssl', ['req', '-x509', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:P-256', '-nodes', '-days', '1', '-subj', '/CN=apiserver',
-    '-addext', 'subjectAltName=IP:127.0.0.1', '-keyout', path.join(dir, 'tls.key'), '-out', path.join(dir, 'tls.crt')], { stdio: 'ignore' });
-  server = https.createServer({ cert: readFileSync(path.join(dir, 'tls.crt')), key: readFileSync(path.join(dir, 'tls.key')) }, (req, res) => {
-    let body = '';
-    req.on('data', (c: Buffer) => (body += c.toString()));
-    req.on('end', () => {
-      seen.push({ method: req.method, url: req.url, auth: req.headers.authorization, body });
-      if (req.url?.endsWith('/missing')) {
-        res.writeHead(404, { 'content-type': 'application/json' });
-        res.end(JSON.stringify({ kind: 'Status', message: 'secrets "missing" not found', code: 404 }));
-      } else {
-        res.writeHead(200, { 'content-type': 'application/json' });
-        res.end(JSON.stringify({ ok: true }));
-      }
-    });
-  });
+  execFileSync(
+    'openssl',
+    [
+      'req',
+      '-x509',
+      '-newkey',
+      'ec',
+      '-pkeyopt',
+      'ec_paramgen_curve:P-256',
+      '-nodes',
+      '-days',
+      '1',
+      '-subj',
+      '/CN=apiserver',
+      '-addext',
+      'subjectAltName=IP:127.0.0.1',
+      '-keyout',
+      path.join(dir, 'tls.key'),
+      '-out',
+      path.join(dir, 'tls.crt'),
+    ],
+    { stdio: 'ignore' },
+  );
+  server = https.createServer(
+    { cert: readFileSync(path.join(dir, 'tls.crt')), key: readFileSync(path.join(dir, 'tls.key')) },
+    (req, res) => {
+      let body = '';
+      req.on('data', (c: Buffer) => (body += c.toString()));
+      req.on('end', () => {
+        seen.push({ method: req.method, url: req.url, auth: req.headers.authorization, body });
+        if (req.url?.endsWith('/missing')) {
+          res.writeHead(404, { 'content-type': 'application/json' });
+          res.end(JSON.stringify({ kind: 'Status', message: 'secrets "missing" not found', code: 404 }));
+        } else {
+          res.writeHead(200, { 'content-type': 'application/json' });
+          res.end(JSON.stringify({ ok: true }));
+        }
+      });
+    },
+  );
   await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
   port = (server.address() as AddressInfo).port;
 });
@@ -43,29 +67,32 @@ afterAll(async () => {
 function kubeconfig(name: string, user: Record<string, unknown>, cluster: Record<string, unknown> = {}): string {
   const file = path.join(dir, name);
   const ca = readFileSync(path.join(dir, 'tls.crt')).toString('base64');
-  writeFileSync(file, [
-    'apiVersion: v1',
-    'kind: Config',
-    'current-context: test  # a comment',
-    'clusters:',
-    '- name: test-cluster',
-    '  cluster:',
-    `    server: https://127.0.0.1:${port}`,
-    `    certificate-authority-data: ${ca}`,
-    ...Object.entries(cluster).map(([k, v]) => `    ${k}: ${String(v)}`),
-    'contexts:',
-    '- name: test',
-    '  context: {cluster: test-cluster, user: test-user}',
-    'users:',
-    '- name: test-user',
-    '  user:',
-    ...Object.entries(user).map(([k, v]) => `    ${k}: ${typeof v === 'string' ? JSON.stringify(v) : JSON.stringify(v)}`),
-    '',
-  ].join('\n'));
+  writeFileSync(
+    file,
+    [
+      'apiVersion: v1',
+      'kind: Config',
+      'current-context: test  # a comment',
+      'clusters:',
+      '- name: test-cluster',
+      '  cluster:',
+      `    server: https://127.0.0.1:${port}`,
+      `    certificate-authority-data: ${ca}`,
+      ...Object.entries(cluster).map(([k, v]) => `    ${k}: ${String(v)}`),
+      'contexts:',
+      '- name: test',
+      '  context: {cluster: test-cluster, user: test-user}',
+      'users:',
+      '- name: test-user',
+      '  user:',
+      ...Object.entries(user).map(([k, v]) => `    ${k}: ${typeof v === 'string' ? JSON.stringify(v) : JSON.stringify(v)}`),
+      '',
+    ].join('\n'),
+  );
   return file;
 }
 
-describe('kube-rest: the agent\'s Kubernetes API calls without client-node', () => {
+describe("kube-rest: the agent's Kubernetes API calls without client-node", () => {
   it('a YAML kubeconfig with a token: verified TLS to the server, the bearer token sent, JSON both ways', async () => {
     const config = await fromKubeconfig(kubeconfig('token.yaml', { token: 'abc123' }));
     seen = [];
@@ -85,7 +112,7 @@ describe('kube-rest: the agent\'s Kubernetes API calls without client-node', () 
     expect(seen.map((s) => s.auth)).toEqual(['Bearer first', 'Bearer second']);
   });
 
-  it('an error status comes back with the apiserver\'s message', async () => {
+  it("an error status comes back with the apiserver's message", async () => {
     const config = await fromKubeconfig(kubeconfig('err.yaml', { token: 't' }));
     const r = await kubeRequest(config, 'GET', '/api/v1/namespaces/ns/secrets/missing');
     expect(r.status).toBe(404);
@@ -94,14 +121,24 @@ describe('kube-rest: the agent\'s Kubernetes API calls without client-node', () 
 
   it('a server whose certificate the kubeconfig does not trust is refused', async () => {
     const file = path.join(dir, 'untrusted.json');
-    writeFileSync(file, JSON.stringify({ 'current-context': 'c', contexts: [{ name: 'c', context: { cluster: 'k', user: 'u' } }], clusters: [{ name: 'k', cluster: { server: `https://127.0.0.1:${port}` } }], users: [{ name: 'u', user: { token: 't' } }] }));
+    writeFileSync(
+      file,
+      JSON.stringify({
+        'current-context': 'c',
+        contexts: [{ name: 'c', context: { cluster: 'k', user: 'u' } }],
+        clusters: [{ name: 'k', cluster: { server: `https://127.0.0.1:${port}` } }],
+        users: [{ name: 'u', user: { token: 't' } }],
+      }),
+    );
     const config = await fromKubeconfig(file);
     await expect(kubeRequest(config, 'GET', '/x')).rejects.toThrow(/SELF_SIGNED|UNABLE_TO_VERIFY|DEPTH_ZERO/);
   });
 
   it('bad kubeconfigs get one line naming the file and what is wrong', async () => {
     await expect(fromKubeconfig(path.join(dir, 'nope.yaml'))).rejects.toThrow(/cannot read kubeconfig .*nope\.yaml: ENOENT/);
-    await expect(fromKubeconfig(kubeconfig('exec.yaml', { exec: { command: 'aws' } }))).rejects.toThrow('uses exec, which the agent does not run');
+    await expect(fromKubeconfig(kubeconfig('exec.yaml', { exec: { command: 'aws' } }))).rejects.toThrow(
+      'uses exec, which the agent does not run',
+    );
     const noContext = path.join(dir, 'noctx.yaml');
     writeFileSync(noContext, 'apiVersion: v1\ncurrent-context: gone\ncontexts: []\n');
     await expect(fromKubeconfig(noContext)).rejects.toThrow('current-context "gone" is not among its contexts');

@@ -33,7 +33,10 @@ export class KubeConfigError extends Error {
 /** An answer with a status outside 2xx; `message` is the apiserver's Status message when it sent one. */
 export class KubeApiError extends Error {
   override name = 'KubeApiError';
-  constructor(readonly status: number, message: string) {
+  constructor(
+    readonly status: number,
+    message: string,
+  ) {
     super(message);
   }
 }
@@ -50,18 +53,33 @@ export async function loadKubeRestConfig(env: NodeJS.ProcessEnv = process.env): 
 function inCluster(env: NodeJS.ProcessEnv): KubeRestConfig {
   const host = env['KUBERNETES_SERVICE_HOST'];
   const port = env['KUBERNETES_SERVICE_PORT'] ?? '443';
-  if (!host) throw new KubeConfigError('no Kubernetes API settings: KUBECONFIG is not set, ~/.kube/config does not exist, and this is not a pod (KUBERNETES_SERVICE_HOST is not set)');
+  if (!host)
+    throw new KubeConfigError(
+      'no Kubernetes API settings: KUBECONFIG is not set, ~/.kube/config does not exist, and this is not a pod (KUBERNETES_SERVICE_HOST is not set)',
+    );
   const tokenFile = path.join(SERVICE_ACCOUNT_DIR, 'token');
   if (!existsSync(tokenFile)) throw new KubeConfigError(`in a pod, but ${tokenFile} is missing (automountServiceAccountToken: false?)`);
   const hostPart = host.includes(':') ? `[${host}]` : host;
-  return { server: new URL(`https://${hostPart}:${port}`), source: 'the in-cluster service account', ca: readFileSync(path.join(SERVICE_ACCOUNT_DIR, 'ca.crt')), tokenFile };
+  return {
+    server: new URL(`https://${hostPart}:${port}`),
+    source: 'the in-cluster service account',
+    ca: readFileSync(path.join(SERVICE_ACCOUNT_DIR, 'ca.crt')),
+    tokenFile,
+  };
 }
 
 type Named<T> = { name?: string } & T;
 interface KubeconfigDoc {
   'current-context'?: string;
   contexts?: Named<{ context?: { cluster?: string; user?: string } }>[];
-  clusters?: Named<{ cluster?: { server?: string; 'certificate-authority'?: string; 'certificate-authority-data'?: string; 'insecure-skip-tls-verify'?: boolean } }>[];
+  clusters?: Named<{
+    cluster?: {
+      server?: string;
+      'certificate-authority'?: string;
+      'certificate-authority-data'?: string;
+      'insecure-skip-tls-verify'?: boolean;
+    };
+  }>[];
   users?: Named<{ user?: Record<string, unknown> }>[];
 }
 
@@ -77,7 +95,8 @@ export async function fromKubeconfig(file: string): Promise<KubeRestConfig> {
   const dir = path.dirname(file);
   const contextName = doc['current-context'];
   const context = doc.contexts?.find((c) => c.name === contextName)?.context;
-  if (!context) throw new KubeConfigError(`kubeconfig ${file}: current-context ${JSON.stringify(contextName ?? '')} is not among its contexts`);
+  if (!context)
+    throw new KubeConfigError(`kubeconfig ${file}: current-context ${JSON.stringify(contextName ?? '')} is not among its contexts`);
   const cluster = doc.clusters?.find((c) => c.name === context.cluster)?.cluster;
   if (!cluster?.server) throw new KubeConfigError(`kubeconfig ${file}: cluster ${JSON.stringify(context.cluster ?? '')} has no server`);
   const user = doc.users?.find((u) => u.name === context.user)?.user ?? {};
@@ -93,13 +112,18 @@ export async function fromKubeconfig(file: string): Promise<KubeRestConfig> {
       try {
         return readFileSync(path.resolve(dir, fileField));
       } catch (err) {
-        throw new KubeConfigError(`kubeconfig ${file}: cannot read ${what} ${fileField}: ${(err as NodeJS.ErrnoException).code ?? (err as Error).message}`);
+        throw new KubeConfigError(
+          `kubeconfig ${file}: cannot read ${what} ${fileField}: ${(err as NodeJS.ErrnoException).code ?? (err as Error).message}`,
+        );
       }
     }
     return undefined;
   };
   for (const unsupported of ['exec', 'auth-provider']) {
-    if (user[unsupported] !== undefined) throw new KubeConfigError(`kubeconfig ${file}: user "${context.user}" uses ${unsupported}, which the agent does not run; give it a token or a client certificate`);
+    if (user[unsupported] !== undefined)
+      throw new KubeConfigError(
+        `kubeconfig ${file}: user "${context.user}" uses ${unsupported}, which the agent does not run; give it a token or a client certificate`,
+      );
   }
   const config: KubeRestConfig = { server, source: `kubeconfig ${file}` };
   const ca = bytes(cluster['certificate-authority-data'], cluster['certificate-authority'], 'certificate-authority');
@@ -120,7 +144,8 @@ async function parseKubeconfig(text: string, file: string): Promise<KubeconfigDo
     if (/^\s*\{/.test(text)) return JSON.parse(text) as KubeconfigDoc;
     const { parse } = await import('yaml');
     const doc = parse(text) as unknown;
-    if (typeof doc !== 'object' || doc === null || Array.isArray(doc)) throw new Error('expected a map (apiVersion, clusters, contexts, users)');
+    if (typeof doc !== 'object' || doc === null || Array.isArray(doc))
+      throw new Error('expected a map (apiVersion, clusters, contexts, users)');
     return doc as KubeconfigDoc;
   } catch (err) {
     throw new KubeConfigError(`kubeconfig ${file}: ${(err as Error).message.split('\n')[0]}`);
@@ -128,7 +153,12 @@ async function parseKubeconfig(text: string, file: string): Promise<KubeconfigDo
 }
 
 /** One JSON request; resolves with the status and parsed body (null when empty). */
-export function kubeRequest(config: KubeRestConfig, method: 'GET' | 'POST' | 'PUT', apiPath: string, body?: unknown): Promise<{ status: number; body: unknown }> {
+export function kubeRequest(
+  config: KubeRestConfig,
+  method: 'GET' | 'POST' | 'PUT',
+  apiPath: string,
+  body?: unknown,
+): Promise<{ status: number; body: unknown }> {
   const payload = body === undefined ? undefined : Buffer.from(JSON.stringify(body));
   const token = config.tokenFile ? readFileSync(config.tokenFile, 'utf8').trim() : config.token;
   const url = new URL(apiPath, config.server);
@@ -169,7 +199,9 @@ export function kubeRequest(config: KubeRestConfig, method: 'GET' | 'POST' | 'PU
       });
     });
     req.on('timeout', () => req.destroy(new Error(`no answer within ${REQUEST_TIMEOUT_MS / 1000} s`)));
-    req.on('error', (err: NodeJS.ErrnoException) => reject(new Error(`${method} ${url.origin}${url.pathname} (${config.source}): ${err.code ?? err.message}`)));
+    req.on('error', (err: NodeJS.ErrnoException) =>
+      reject(new Error(`${method} ${url.origin}${url.pathname} (${config.source}): ${err.code ?? err.message}`)),
+    );
     req.end(payload);
   });
 }

@@ -80,7 +80,12 @@ export class LeaseRenewer {
     if (this.renewedOnce && content === this.lastSent && Date.now() - this.lastSentAt < this.unchangedEveryMs) return this.schedule(period);
     try {
       const creds = agent.currentCredentials;
-      const answer = await hubRequest({ ...this.opts.hub, caCert: agent.currentTrust, cert: creds.cert, key: creds.key, sessions: agent.hubSessions }, 'POST', '/v1/lease', report);
+      const answer = await hubRequest(
+        { ...this.opts.hub, caCert: agent.currentTrust, cert: creds.cert, key: creds.key, sessions: agent.hubSessions },
+        'POST',
+        '/v1/lease',
+        report,
+      );
       const bundle = (answer as { caBundle?: unknown } | null)?.caBundle;
       if (typeof bundle === 'string' && bundle.includes('BEGIN CERTIFICATE') && !Buffer.from(bundle).equals(agent.currentTrust)) {
         // Came over TLS verified with the current bundle, so it is the hub speaking.

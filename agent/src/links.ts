@@ -15,7 +15,15 @@ export async function openMuxLink(opts: LinkOptions): Promise<Link> {
   const hp = splitHostPort(opts.address);
   if (!hp) throw new Error(`hub address "${opts.address}" is not HOST:PORT`);
   // Through a proxy: CONNECT first, then our TLS (verified against the hub's name) inside the tunnel.
-  const socket = opts.egress ? await connectThroughProxy({ proxy: opts.egress.proxy, target: hp, timeoutMs: opts.egress.connectTimeoutMs, ca: opts.egress.ca, signal: opts.signal }) : undefined;
+  const socket = opts.egress
+    ? await connectThroughProxy({
+        proxy: opts.egress.proxy,
+        target: hp,
+        timeoutMs: opts.egress.connectTimeoutMs,
+        ca: opts.egress.ca,
+        signal: opts.signal,
+      })
+    : undefined;
   const serverName = opts.serverName ?? (socket && !isIP(hp.host) ? hp.host : undefined);
   const { stream, hello: answer } = await connectMux({ ...opts, serverName, hello, timeoutMs: opts.headerTimeoutMs, socket });
   stream.startKeepalive(opts.keepaliveTimeMs, opts.keepaliveTimeoutMs);
@@ -36,12 +44,19 @@ export async function openMuxLink(opts: LinkOptions): Promise<Link> {
   };
 }
 
-
 export async function openGrpcLink(opts: LinkOptions): Promise<Link> {
   const hp = splitHostPort(opts.address);
   if (!hp) throw new Error(`hub address "${opts.address}" is not HOST:PORT`);
   // Through a proxy: CONNECT first, then TLS (verified against the hub's name) and HTTP/2 inside the tunnel.
-  const socket = opts.egress ? await connectThroughProxy({ proxy: opts.egress.proxy, target: hp, timeoutMs: opts.egress.connectTimeoutMs, ca: opts.egress.ca, signal: opts.signal }) : undefined;
+  const socket = opts.egress
+    ? await connectThroughProxy({
+        proxy: opts.egress.proxy,
+        target: hp,
+        timeoutMs: opts.egress.connectTimeoutMs,
+        ca: opts.egress.ca,
+        signal: opts.signal,
+      })
+    : undefined;
   const serverName = opts.serverName ?? (socket && !isIP(hp.host) ? hp.host : undefined);
   try {
     // Loaded on first use (an agent on the mux transport never needs it); node:http2 itself comes with proto.

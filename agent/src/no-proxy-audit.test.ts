@@ -1,6 +1,13 @@
 import { describe, expect, it } from 'vitest';
 import {
-  auditNoProxy, explainNoProxy, formatAudit, formatExplanation, NoProxyAuditError, parseTarget, type AuditReport, type ClusterFacts,
+  auditNoProxy,
+  explainNoProxy,
+  formatAudit,
+  formatExplanation,
+  NoProxyAuditError,
+  parseTarget,
+  type AuditReport,
+  type ClusterFacts,
 } from './no-proxy-audit.js';
 
 const facts: ClusterFacts = {
@@ -81,7 +88,9 @@ describe('auditNoProxy', () => {
   it('the hub matched by NO_PROXY is a problem naming every matching entry; exact entries are removed in the suggestion', () => {
     const exact = auditNoProxy(`${GOOD},hub.corp.example`, facts);
     expect(problemCodes(exact)).toEqual(['hub-bypassed']);
-    expect(exact.findings[0]!.message).toBe('hub hub.corp.example:8091 matches NO_PROXY entry "hub.corp.example": the agent would dial the hub directly instead of through the proxy');
+    expect(exact.findings[0]!.message).toBe(
+      'hub hub.corp.example:8091 matches NO_PROXY entry "hub.corp.example": the agent would dial the hub directly instead of through the proxy',
+    );
     expect(exact.suggested).toBe(GOOD);
     expect(exact.unresolved).toEqual([]);
 
@@ -122,7 +131,9 @@ describe('auditNoProxy', () => {
     expect(byCode.get('star-dot-entry')!.message).toMatch(/"\*\.corp\.example".*curl, wget and Python/);
     expect(byCode.get('star-dot-entry')!.fix).toBe('write ".corp.example" instead (same meaning in Go)');
     expect(byCode.get('port-entries')!.message).toMatch(/"db.example:5432" matches only that port in Go/);
-    expect(byCode.get('leading-dot-entries')!.message).toMatch(/".internal.example" matches only subdomains in Go.*also match internal.example itself/);
+    expect(byCode.get('leading-dot-entries')!.message).toMatch(
+      /".internal.example" matches only subdomains in Go.*also match internal.example itself/,
+    );
     // Conventional suffixes (.svc, .cluster.local) are not nagged about.
     expect(byCode.get('leading-dot-entries')!.message).not.toContain('.svc');
     expect(r.suggested).toContain(',.corp.example');
@@ -164,8 +175,12 @@ describe('auditNoProxy', () => {
     expect(lastProblem).toBeGreaterThan(0);
     expect(lines.findIndex((l) => l.startsWith('warning'))).toBeGreaterThan(lastProblem);
     expect(text).toContain('2 problems, 3 warnings.');
-    expect(text).toContain('suggested NO_PROXY=localhost,127.0.0.1,10.0.0.0/8,.svc,.cluster.local,169.254.169.254,metadata.google.internal');
-    expect(formatAudit(auditNoProxy('localhost,127.0.0.1,.svc,169.254.169.254,metadata.google.internal', {}))).toContain('OK: no problems found.');
+    expect(text).toContain(
+      'suggested NO_PROXY=localhost,127.0.0.1,10.0.0.0/8,.svc,.cluster.local,169.254.169.254,metadata.google.internal',
+    );
+    expect(formatAudit(auditNoProxy('localhost,127.0.0.1,.svc,169.254.169.254,metadata.google.internal', {}))).toContain(
+      'OK: no problems found.',
+    );
   });
 });
 

@@ -14,8 +14,17 @@
 //       Node proxy-from-env / undici: `*` only as the whole value; no CIDR.
 //     None of them bypasses loopback by itself; Go (and this agent) always does.
 import {
-  cidrContainsCidr, cidrContainsIp, formatCidr, formatIp, isLoopbackIp, parseCidr, parseIp, parseNoProxy,
-  type Cidr, type NoProxyEntry, type NoProxyMatcher,
+  cidrContainsCidr,
+  cidrContainsIp,
+  formatCidr,
+  formatIp,
+  isLoopbackIp,
+  parseCidr,
+  parseIp,
+  parseNoProxy,
+  type Cidr,
+  type NoProxyEntry,
+  type NoProxyMatcher,
 } from './no-proxy.js';
 
 export type Severity = 'problem' | 'warning';
@@ -114,7 +123,8 @@ function cidrEntries(m: NoProxyMatcher): Array<{ cidr: Cidr; text: string }> {
   for (const e of m.entries) {
     if (e.kind === 'cidr') out.push({ cidr: e.cidr, text: e.text });
     // An IP entry without a port covers that one address on every port.
-    if (e.kind === 'ip' && e.port === null) out.push({ cidr: { family: e.ip.family, network: e.ip.value, bits: e.ip.family === 4 ? 32 : 128 }, text: e.text });
+    if (e.kind === 'ip' && e.port === null)
+      out.push({ cidr: { family: e.ip.family, network: e.ip.value, bits: e.ip.family === 4 ? 32 : 128 }, text: e.text });
   }
   return out;
 }
@@ -134,7 +144,8 @@ function rangeFindings(m: NoProxyMatcher, ranges: readonly string[], flag: strin
     const shown = formatCidr(range);
     const cov = coverage(range, entries);
     if (cov.kind === 'full') continue;
-    const partly = cov.kind === 'partial' ? ` is only partly covered (by ${cov.by.map((b) => `"${b}"`).join(', ')})` : ' is not in NO_PROXY';
+    const partly =
+      cov.kind === 'partial' ? ` is only partly covered (by ${cov.by.map((b) => `"${b}"`).join(', ')})` : ' is not in NO_PROXY';
     findings.push({
       severity: 'problem',
       code,
@@ -149,7 +160,8 @@ function rangeFindings(m: NoProxyMatcher, ranges: readonly string[], flag: strin
 /** Audits `value` (a NO_PROXY value) against what is known about the cluster. Throws NoProxyAuditError on bad facts. */
 export function auditNoProxy(value: string, facts: ClusterFacts = {}): AuditReport {
   const report = auditOnce(value, facts);
-  if (report.suggested === report.entries.join(',')) return { ...report, unresolved: report.findings.filter((f) => f.severity === 'problem') };
+  if (report.suggested === report.entries.join(','))
+    return { ...report, unresolved: report.findings.filter((f) => f.severity === 'problem') };
   // Re-check the suggestion: what it still gets wrong must be fixed by hand (e.g. a broad entry matching the hub).
   const again = auditOnce(report.suggested, facts);
   return { ...report, unresolved: again.findings.filter((f) => f.severity === 'problem') };
@@ -160,10 +172,24 @@ function auditOnce(value: string, facts: ClusterFacts): Omit<AuditReport, 'unres
   const findings: Finding[] = [];
 
   // --- in-cluster traffic that would go through the proxy --------------------------------------
-  findings.push(...rangeFindings(m, facts.podCidrs ?? [], '--pod-cidr', 'pod CIDR',
-    'traffic to pods (Prometheus scrapes, webhooks, pod-to-pod HTTP) would hairpin through the proxy', 'pod-cidr-proxied'));
-  const serviceFindings = rangeFindings(m, facts.serviceCidrs ?? [], '--service-cidr', 'service CIDR',
-    'calls to ClusterIP Services (including the kubernetes Service) would go through the proxy', 'service-cidr-proxied');
+  findings.push(
+    ...rangeFindings(
+      m,
+      facts.podCidrs ?? [],
+      '--pod-cidr',
+      'pod CIDR',
+      'traffic to pods (Prometheus scrapes, webhooks, pod-to-pod HTTP) would hairpin through the proxy',
+      'pod-cidr-proxied',
+    ),
+  );
+  const serviceFindings = rangeFindings(
+    m,
+    facts.serviceCidrs ?? [],
+    '--service-cidr',
+    'service CIDR',
+    'calls to ClusterIP Services (including the kubernetes Service) would go through the proxy',
+    'service-cidr-proxied',
+  );
   findings.push(...serviceFindings);
 
   if (facts.apiserverIp !== undefined && facts.apiserverIp.trim() !== '') {
@@ -171,10 +197,12 @@ function auditOnce(value: string, facts: ClusterFacts): Omit<AuditReport, 'unres
     const ip = parseIp(ipText);
     if (ip === null) throw new NoProxyAuditError(`--apiserver-ip "${facts.apiserverIp}" is not an IP address`);
     // Inside a service CIDR that is already reported: say so there instead of a second finding.
-    const missingRange = serviceFindings.find((f) => (f.add ?? []).some((c) => {
-      const cidr = parseCidr(c);
-      return cidr !== null && cidrContainsIp(cidr, ip);
-    }));
+    const missingRange = serviceFindings.find((f) =>
+      (f.add ?? []).some((c) => {
+        const cidr = parseCidr(c);
+        return cidr !== null && cidrContainsIp(cidr, ip);
+      }),
+    );
     if (missingRange) missingRange.message += ` (the apiserver at ${formatIp(ip)} among them)`;
     const inMissingServiceRange = missingRange !== undefined;
     if (!inMissingServiceRange && !isLoopbackIp(ip)) {
@@ -192,7 +220,10 @@ function auditOnce(value: string, facts: ClusterFacts): Omit<AuditReport, 'unres
     }
   }
 
-  const domain = facts.clusterDomain?.trim().toLowerCase().replace(/^\.+|\.+$/g, '');
+  const domain = facts.clusterDomain
+    ?.trim()
+    .toLowerCase()
+    .replace(/^\.+|\.+$/g, '');
   if (facts.clusterDomain !== undefined && (domain === undefined || domain === '' || !/^[a-z0-9.-]+$/.test(domain))) {
     throw new NoProxyAuditError(`--cluster-domain "${facts.clusterDomain}" is not a DNS domain such as cluster.local`);
   }
@@ -247,7 +278,7 @@ function auditOnce(value: string, facts: ClusterFacts): Omit<AuditReport, 'unres
         severity: 'warning',
         code: 'hub-loopback',
         message: `hub ${target} is a loopback address: it is never proxied, whatever NO_PROXY says`,
-        fix: 'use the hub\'s real address to check a production setup',
+        fix: "use the hub's real address to check a production setup",
       });
     } else if (r.bypass) {
       // Every entry that matches the hub on its own, not just the first one Go happens to try.
@@ -256,7 +287,11 @@ function auditOnce(value: string, facts: ClusterFacts): Omit<AuditReport, 'unres
       const narrow = matching.filter((e) => !removable.includes(e));
       const fixes = [
         ...(removable.length > 0 ? [`remove ${removable.map((e) => `"${e.text}"`).join(', ')}`] : []),
-        ...(narrow.length > 0 ? [`narrow ${narrow.map((e) => `"${e.text}"`).join(', ')} so ${narrow.length === 1 ? 'it does' : 'they do'} not match the hub (list the hosts that should go direct instead)`] : []),
+        ...(narrow.length > 0
+          ? [
+              `narrow ${narrow.map((e) => `"${e.text}"`).join(', ')} so ${narrow.length === 1 ? 'it does' : 'they do'} not match the hub (list the hosts that should go direct instead)`,
+            ]
+          : []),
       ];
       findings.push({
         severity: 'problem',
@@ -299,7 +334,8 @@ function entryMatchesHost(e: NoProxyEntry, host: string): boolean {
   const ip = parseIp(host);
   if (e.kind === 'cidr') return ip !== null && cidrContainsIp(e.cidr, ip);
   if (e.kind === 'ip') return ip !== null && e.port === null && e.ip.family === ip.family && e.ip.value === ip.value;
-  if (e.kind === 'domain') return ip === null && e.port === null && (host.endsWith(e.suffix) || (e.matchHost && host === e.suffix.slice(1)));
+  if (e.kind === 'domain')
+    return ip === null && e.port === null && (host.endsWith(e.suffix) || (e.matchHost && host === e.suffix.slice(1)));
   return false;
 }
 
@@ -319,7 +355,13 @@ function entryFindings(m: NoProxyMatcher, clusterDomain: string | undefined): Fi
 
   for (const e of m.entries) {
     if (e.kind === 'ignored') {
-      findings.push({ severity: 'warning', code: 'entry-ignored', message: `entry "${e.text}" is ignored (${e.reason})`, fix: `remove "${e.text}"`, remove: [e.text] });
+      findings.push({
+        severity: 'warning',
+        code: 'entry-ignored',
+        message: `entry "${e.text}" is ignored (${e.reason})`,
+        fix: `remove "${e.text}"`,
+        remove: [e.text],
+      });
     } else if (e.inert !== undefined) {
       const replacement = inertReplacement(e.text);
       findings.push({
@@ -379,7 +421,9 @@ function entryFindings(m: NoProxyMatcher, clusterDomain: string | undefined): Fi
   }
 
   const conventional = new Set(['.svc', '.local', ...(clusterDomain ? [`.${clusterDomain}`] : [])]);
-  const leadingDot = m.entries.filter((e) => e.kind === 'domain' && e.text.startsWith('.') && e.inert === undefined && !conventional.has(e.text.replace(/:.*$/, '')));
+  const leadingDot = m.entries.filter(
+    (e) => e.kind === 'domain' && e.text.startsWith('.') && e.inert === undefined && !conventional.has(e.text.replace(/:.*$/, '')),
+  );
   if (leadingDot.length > 0) {
     findings.push({
       severity: 'warning',
@@ -394,7 +438,10 @@ function entryFindings(m: NoProxyMatcher, clusterDomain: string | undefined): Fi
 /** What an entry Go cannot use was probably meant to be, when that is clear; else nothing. */
 function inertReplacement(t: string): string[] {
   if (t.includes('://')) {
-    const host = t.replace(/^[a-z][a-z0-9+.-]*:\/\//, '').replace(/[/?#].*$/, '').replace(/^[^@]*@/, '');
+    const host = t
+      .replace(/^[a-z][a-z0-9+.-]*:\/\//, '')
+      .replace(/[/?#].*$/, '')
+      .replace(/^[^@]*@/, '');
     return host !== '' && !host.includes('://') ? [host] : [];
   }
   if (/\s/.test(t)) return t.split(/\s+/).filter((x) => x !== '');
@@ -438,10 +485,14 @@ export function explainNoProxy(value: string, target: string, defaultPort = 443)
   const notes: string[] = [];
   const decided = r.entry === null ? undefined : m.entries.find((e) => e.text === r.entry);
   if (r.bypass && r.entry === null) notes.push('curl, wget, Python and Node libraries would use the proxy unless NO_PROXY lists it');
-  if (decided?.kind === 'all' && m.entries.length > 1) notes.push('curl, Python, proxy-from-env and undici honour "*" only as the whole value: they would use the proxy');
-  if (decided?.kind === 'cidr') notes.push('Python, wget, proxy-from-env/undici and curl before 7.86 ignore CIDR entries: they would use the proxy');
-  if (decided?.kind === 'domain' && decided.text.startsWith('*.')) notes.push(`curl, wget and Python never match "${decided.text}": they would use the proxy`);
-  if (decided !== undefined && (decided.kind === 'domain' || decided.kind === 'ip') && decided.port !== null) notes.push(`curl and wget never match entries with a port: they would use the proxy`);
+  if (decided?.kind === 'all' && m.entries.length > 1)
+    notes.push('curl, Python, proxy-from-env and undici honour "*" only as the whole value: they would use the proxy');
+  if (decided?.kind === 'cidr')
+    notes.push('Python, wget, proxy-from-env/undici and curl before 7.86 ignore CIDR entries: they would use the proxy');
+  if (decided?.kind === 'domain' && decided.text.startsWith('*.'))
+    notes.push(`curl, wget and Python never match "${decided.text}": they would use the proxy`);
+  if (decided !== undefined && (decided.kind === 'domain' || decided.kind === 'ip') && decided.port !== null)
+    notes.push(`curl and wget never match entries with a port: they would use the proxy`);
   if (!r.bypass) {
     const host = t.host.toLowerCase();
     const apex = m.entries.find((e) => e.kind === 'domain' && !e.matchHost && e.port === null && e.suffix === `.${host}`);

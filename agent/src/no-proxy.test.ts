@@ -1,6 +1,14 @@
 import { describe, expect, it } from 'vitest';
 import {
-  cidrContainsCidr, formatCidr, formatIp, parseCidr, parseIp, parseNoProxy, parseProxyUrl, proxyFromEnvironment, redactProxyUrl,
+  cidrContainsCidr,
+  formatCidr,
+  formatIp,
+  parseCidr,
+  parseIp,
+  parseNoProxy,
+  parseProxyUrl,
+  proxyFromEnvironment,
+  redactProxyUrl,
   splitHostPortGo,
 } from './no-proxy.js';
 
@@ -117,8 +125,14 @@ describe('parseNoProxy: entries and explanations', () => {
   it('keeps every non-empty entry, trimmed and lower-cased, with its kind', () => {
     const m = parseNoProxy(P35);
     expect(m.entries.map((e) => [e.text, e.kind])).toEqual([
-      ['foo.com', 'domain'], ['.bar.com', 'domain'], ['*.baz.com', 'domain'], ['10.0.0.0/8', 'cidr'], ['1.2.3.4:8443', 'ip'],
-      ['[::1]:443', 'ip'], ['fd00::/8', 'cidr'], ['qux.io:8080', 'domain'],
+      ['foo.com', 'domain'],
+      ['.bar.com', 'domain'],
+      ['*.baz.com', 'domain'],
+      ['10.0.0.0/8', 'cidr'],
+      ['1.2.3.4:8443', 'ip'],
+      ['[::1]:443', 'ip'],
+      ['fd00::/8', 'cidr'],
+      ['qux.io:8080', 'domain'],
     ]);
     expect(m.matchAll).toBe(false);
     expect(parseNoProxy('a,*').matchAll).toBe(true);
@@ -166,7 +180,7 @@ describe('IP and CIDR helpers', () => {
     expect(formatCidr(parseCidr('fd00:1::/8')!)).toBe('fd00::/8');
   });
 
-  it('reads a mask length with leading zeros as Go\'s net.ParseCIDR does (found by the Go differential fuzzer)', () => {
+  it("reads a mask length with leading zeros as Go's net.ParseCIDR does (found by the Go differential fuzzer)", () => {
     expect(formatCidr(parseCidr('10.0.0.0/08')!)).toBe('10.0.0.0/8');
     expect(formatCidr(parseCidr('fd00::/008')!)).toBe('fd00::/8');
     expect(parseCidr('10.0.0.0/033')).toBeNull();

@@ -279,8 +279,10 @@ export function parseNoProxyEntry(raw: string): NoProxyEntry | null {
 function inertReason(host: string, text: string): string | undefined {
   if (text.includes('://')) return 'a URL, not a host: NO_PROXY entries are names, IPs or CIDRs';
   if (/\s/.test(text)) return 'contains whitespace: entries are separated by commas only';
-  if (host.startsWith('[') || host.endsWith(']')) return 'an IPv6 address in brackets without a port: Go reads it as a name; write it without brackets';
-  if (host.includes('/')) return parseCidr(host) !== null ? 'a CIDR with a port: Go does not read ports on CIDR entries' : 'not a valid CIDR';
+  if (host.startsWith('[') || host.endsWith(']'))
+    return 'an IPv6 address in brackets without a port: Go reads it as a name; write it without brackets';
+  if (host.includes('/'))
+    return parseCidr(host) !== null ? 'a CIDR with a port: Go does not read ports on CIDR entries' : 'not a valid CIDR';
   if (host.replace(/^\*\./, '').includes('*')) return '`*` only works as a whole entry or as a leading `*.`';
   if (host === '.') return 'matches only names ending in a dot';
   return undefined;
@@ -311,7 +313,8 @@ export function parseNoProxy(value: string | undefined | null): NoProxyMatcher {
       const target = `${host.includes(':') ? `[${host}]` : host}:${port}`;
       if (host === 'localhost') return { bypass: true, entry: null, why: `${target} is localhost, which is never proxied` };
       const ip = parseIp(host.replace(/%.*$/, ''));
-      if (ip !== null && isLoopbackIp(ip)) return { bypass: true, entry: null, why: `${target} is a loopback address, which is never proxied` };
+      if (ip !== null && isLoopbackIp(ip))
+        return { bypass: true, entry: null, why: `${target} is a loopback address, which is never proxied` };
       if (all !== undefined) return { bypass: true, entry: '*', why: `NO_PROXY entry "*" bypasses the proxy for everything` };
       if (ip !== null) {
         for (const e of ipEntries) {
@@ -339,7 +342,11 @@ export function parseNoProxy(value: string | undefined | null): NoProxyMatcher {
         }
       }
       const hint = portMiss !== undefined ? ` (entry "${portMiss}" names this host but another port)` : '';
-      return { bypass: false, entry: null, why: `no NO_PROXY entry matches ${target}${hint}; names are never resolved, so IP/CIDR entries do not apply` };
+      return {
+        bypass: false,
+        entry: null,
+        why: `no NO_PROXY entry matches ${target}${hint}; names are never resolved, so IP/CIDR entries do not apply`,
+      };
     },
   };
 }
@@ -408,24 +415,58 @@ export function proxyFromEnvironment(
   const hostText = targetHost.includes(':') && !targetHost.startsWith('[') ? `[${targetHost}]` : targetHost;
   const target = `${hostText}:${targetPort}`;
   if (found === null) {
-    return { ...base, proxy: null, variable: null, decision: 'direct', reason: `${names.join(' and ')} are not set: connecting to ${target} directly` };
+    return {
+      ...base,
+      proxy: null,
+      variable: null,
+      decision: 'direct',
+      reason: `${names.join(' and ')} are not set: connecting to ${target} directly`,
+    };
   }
   const proxy = parseProxyUrl(found.value);
   if (proxy === null) {
-    return { ...base, proxy: null, variable: found.name, decision: 'direct', reason: `${found.name} is not a valid proxy URL (ignored, as Go does): connecting to ${target} directly` };
+    return {
+      ...base,
+      proxy: null,
+      variable: found.name,
+      decision: 'direct',
+      reason: `${found.name} is not a valid proxy URL (ignored, as Go does): connecting to ${target} directly`,
+    };
   }
   if (scheme === 'http' && env['REQUEST_METHOD'] !== undefined && env['REQUEST_METHOD'] !== '') {
-    return { ...base, proxy: null, variable: found.name, decision: 'direct', reason: `${found.name} is refused because REQUEST_METHOD is set (CGI, "httpoxy"): connecting to ${target} directly` };
+    return {
+      ...base,
+      proxy: null,
+      variable: found.name,
+      decision: 'direct',
+      reason: `${found.name} is refused because REQUEST_METHOD is set (CGI, "httpoxy"): connecting to ${target} directly`,
+    };
   }
   const shown = redactProxyUrl(proxy);
   const m = parseNoProxy(noProxy?.value ?? '').matches(targetHost, targetPort);
   if (m.bypass) {
     const source = m.entry !== null ? ` (${noProxy?.name ?? 'NO_PROXY'})` : '';
-    return { ...base, proxy: null, variable: found.name, entry: m.entry, decision: 'direct', reason: `${m.why}${source}: connecting to ${target} directly, not through ${shown} from ${found.name}` };
+    return {
+      ...base,
+      proxy: null,
+      variable: found.name,
+      entry: m.entry,
+      decision: 'direct',
+      reason: `${m.why}${source}: connecting to ${target} directly, not through ${shown} from ${found.name}`,
+    };
   }
-  const unsupported = proxy.protocol === 'http:' || proxy.protocol === 'https:' ? '' : ` (scheme ${proxy.protocol.slice(0, -1)} is not supported: only http:// and https:// proxies)`;
+  const unsupported =
+    proxy.protocol === 'http:' || proxy.protocol === 'https:'
+      ? ''
+      : ` (scheme ${proxy.protocol.slice(0, -1)} is not supported: only http:// and https:// proxies)`;
   const nop = noProxy === null ? 'NO_PROXY/no_proxy not set' : `not bypassed by ${noProxy.name}`;
-  return { ...base, proxy, variable: found.name, decision: 'proxy', reason: `connecting to ${target} through ${shown} from ${found.name} (${nop})${unsupported}` };
+  return {
+    ...base,
+    proxy,
+    variable: found.name,
+    decision: 'proxy',
+    reason: `connecting to ${target} through ${shown} from ${found.name} (${nop})${unsupported}`,
+  };
 }
 
 /**

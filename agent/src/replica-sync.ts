@@ -58,13 +58,19 @@ export class ReplicaSync {
     const seconds = (): number => (performance.now() - started) / 1000;
     try {
       const creds = agent.currentCredentials;
-      const answer = (await hubRequest({ ...this.opts.hub, caCert: agent.currentTrust, cert: creds.cert, key: creds.key, sessions: agent.hubSessions }, 'GET', '/v1/replicas')) as { serverCount?: unknown; replicas?: unknown; syncIntervalSeconds?: unknown; reconnectSpreadSeconds?: unknown };
+      const answer = (await hubRequest(
+        { ...this.opts.hub, caCert: agent.currentTrust, cert: creds.cert, key: creds.key, sessions: agent.hubSessions },
+        'GET',
+        '/v1/replicas',
+      )) as { serverCount?: unknown; replicas?: unknown; syncIntervalSeconds?: unknown; reconnectSpreadSeconds?: unknown };
       const hint = answer?.syncIntervalSeconds;
       // At most an hour, whatever a hub says.
       this.hintMs = typeof hint === 'number' && Number.isFinite(hint) && hint > 0 ? Math.min(hint, 3600) * 1000 : 0;
       const spread = answer?.reconnectSpreadSeconds;
       agent.setReconnectSpread(typeof spread === 'number' ? spread * 1000 : 0);
-      const ids = Array.isArray(answer?.replicas) ? answer.replicas.map((r) => (r as { serverID?: unknown }).serverID).filter((x): x is string => typeof x === 'string') : null;
+      const ids = Array.isArray(answer?.replicas)
+        ? answer.replicas.map((r) => (r as { serverID?: unknown }).serverID).filter((x): x is string => typeof x === 'string')
+        : null;
       agent.metrics.leaseList(seconds(), 200);
       if (!ids || typeof answer.serverCount !== 'number') throw new Error('hub sent a replica list without serverCount/replicas');
       agent.setReplicas(ids, answer.serverCount);

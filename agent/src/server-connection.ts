@@ -3,9 +3,26 @@
 // serves DIAL_REQ / DATA / CLOSE_REQ / DIAL_CLS / CREDIT / HALF_CLOSE for the connections it carries.
 import { EventEmitter } from 'node:events';
 import {
-  GrpcCallError, grpcCodeName,
-  CAP_CREDIT, CAP_HALF_CLOSE, CAP_SERVER_DRAIN, MD_HELD_SERVERS, MD_AGENT_ID, MD_AGENT_IDENTIFIERS, MD_CAPABILITIES, MD_SERVER_COUNT, MD_SERVER_ID, MD_WINDOW,
-  ConnectionTable, LazyLog, StreamSender, packetTypeName, packets, parseCapabilities, tapWrites, type MemoryBudget,
+  GrpcCallError,
+  grpcCodeName,
+  CAP_CREDIT,
+  CAP_HALF_CLOSE,
+  CAP_SERVER_DRAIN,
+  MD_HELD_SERVERS,
+  MD_AGENT_ID,
+  MD_AGENT_IDENTIFIERS,
+  MD_CAPABILITIES,
+  MD_SERVER_COUNT,
+  MD_SERVER_ID,
+  MD_WINDOW,
+  ConnectionTable,
+  LazyLog,
+  StreamSender,
+  packetTypeName,
+  packets,
+  parseCapabilities,
+  tapWrites,
+  type MemoryBudget,
 } from '@cluster-proxy/proto';
 import { AgentMetrics } from './metrics.js';
 import type { Logger } from 'pino';
@@ -150,7 +167,8 @@ export class ServerConnection extends EventEmitter implements EndpointOwner {
     const id = link.header(MD_SERVER_ID);
     const count = link.header(MD_SERVER_COUNT);
     // ANP's agent requires exactly one of each.
-    if (id.length !== 1 || count.length !== 1) throw new Error(`server ${this.opts.address} sent no serverID/serverCount headers: not a proxy server?`);
+    if (id.length !== 1 || count.length !== 1)
+      throw new Error(`server ${this.opts.address} sent no serverID/serverCount headers: not a proxy server?`);
     this.serverID = id[0]!;
     const n = Number(count[0]);
     if (!Number.isInteger(n) || n < 1) throw new Error(`server ${this.opts.address} sent an invalid serverCount "${count[0]}"`);
@@ -180,7 +198,9 @@ export class ServerConnection extends EventEmitter implements EndpointOwner {
   }
 
   summary(): ConnectionSummary[] {
-    return this.conns.openConnections().map((c) => ({ connectID: c.connectID, address: c.address, state: c.state, bytesIn: c.bytesIn, bytesOut: c.bytesOut }));
+    return this.conns
+      .openConnections()
+      .map((c) => ({ connectID: c.connectID, address: c.address, state: c.state, bytesIn: c.bytesIn, bytesOut: c.bytesOut }));
   }
 
   /** Tell the server we are going away: it stops sending new dials here (ANP's DRAIN). */
@@ -272,7 +292,6 @@ export class ServerConnection extends EventEmitter implements EndpointOwner {
     if (wasOpen) this.emit('closed', err);
   }
 }
-
 
 /** What the links say when the server ended the stream normally (not a stream error). */
 const SERVER_ENDED = 'server ended the stream';

@@ -9,7 +9,12 @@ import { DialFailure, TargetDialer } from './target-dialer.js';
 const names = ['c1', 'c1.open-cluster-management-agent-addon', serviceProxyHost('c1')];
 
 function dialer(opts: { apiserver?: string; allow?: string[]; dialTimeoutMs?: number } = {}): TargetDialer {
-  return new TargetDialer({ clusterNames: names, apiserver: opts.apiserver ?? 'kubernetes.default.svc:6443', allow: opts.allow ?? [], dialTimeoutMs: opts.dialTimeoutMs ?? 5000 });
+  return new TargetDialer({
+    clusterNames: names,
+    apiserver: opts.apiserver ?? 'kubernetes.default.svc:6443',
+    allow: opts.allow ?? [],
+    dialTimeoutMs: opts.dialTimeoutMs ?? 5000,
+  });
 }
 
 function failure(fn: () => unknown): DialFailure {
@@ -40,7 +45,7 @@ function portOf(server: net.Server): number {
 }
 
 describe('TargetDialer.resolve', () => {
-  it('maps the cluster\'s names on port 443 to the apiserver', () => {
+  it("maps the cluster's names on port 443 to the apiserver", () => {
     const d = dialer();
     for (const n of names) expect(d.resolve(`${n}:443`, 'tcp')).toEqual({ host: 'kubernetes.default.svc', port: 6443 });
     expect(d.resolve('C1:443', 'tcp')).toEqual({ host: 'kubernetes.default.svc', port: 6443 });
@@ -92,7 +97,9 @@ describe('TargetDialer.dial', () => {
     useNativeCalls(loadNativeCalls());
     cleanups.push(() => useNativeCalls(null));
     const socket = await d.dial(target, new AbortController().signal);
-    cleanups.push(() => { socket.destroy(); });
+    cleanups.push(() => {
+      socket.destroy();
+    });
     expect(socket.remotePort).toBe(portOf(server));
     expect(socket.destroyed).toBe(false);
     // A destination that stops reading holds at most this much of our kernel's send queue (Linux),

@@ -2,7 +2,14 @@
 // apiserver, enforces the allowlist, and dials with a timeout.
 import net from 'node:net';
 import type { Duplex } from 'node:stream';
-import { STARTING_UNSENT_LIMIT, isGatewayHost, joinHostPort, limitUnsentBytes, splitHostPort, type DialFailureReason } from '@cluster-proxy/proto';
+import {
+  STARTING_UNSENT_LIMIT,
+  isGatewayHost,
+  joinHostPort,
+  limitUnsentBytes,
+  splitHostPort,
+  type DialFailureReason,
+} from '@cluster-proxy/proto';
 import { Allowlist } from './allowlist.js';
 
 export interface TargetDialerOptions {
@@ -19,7 +26,10 @@ export interface TargetDialerOptions {
 
 export class DialFailure extends Error {
   override name = 'DialFailure';
-  constructor(readonly reason: DialFailureReason, message: string) {
+  constructor(
+    readonly reason: DialFailureReason,
+    message: string,
+  ) {
     super(message);
   }
 }
@@ -93,7 +103,10 @@ export class TargetDialer {
         fail(new DialFailure('endpoint', `dial tcp ${where}: connect: ${what}`));
       };
       const onAbort = (): void => fail(new DialFailure('dialclosed', `dial tcp ${where}: cancelled`));
-      const timer = setTimeout(() => fail(new DialFailure('timeout', `dial tcp ${where}: i/o timeout after ${this.opts.dialTimeoutMs} ms`)), this.opts.dialTimeoutMs);
+      const timer = setTimeout(
+        () => fail(new DialFailure('timeout', `dial tcp ${where}: i/o timeout after ${this.opts.dialTimeoutMs} ms`)),
+        this.opts.dialTimeoutMs,
+      );
       socket.once('connect', onConnect);
       socket.once('error', onError);
       if (signal.aborted) onAbort();

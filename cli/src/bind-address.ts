@@ -7,4 +7,3 @@ export function allAddresses(interfaces: ReturnType<typeof os.networkInterfaces>
   const ipv6 = Object.values(interfaces).some((list) => list?.some((a) => a.family === 'IPv6'));
   return ipv6 ? '::' : '0.0.0.0';
 }
-

@@ -7,7 +7,18 @@
 // that cannot bootstrap with a token (an unmodified ANP agent, or ours with --cert/--key).
 import { access } from 'node:fs/promises';
 import path from 'node:path';
-import { DEFAULT_AGENT_NAME, agentSubject, issueAgentCert, issueClientCert, readPemPair, rotateCa, splitBundle, writePemPair, type PemPair, type RotationStage } from '@cluster-proxy/server';
+import {
+  DEFAULT_AGENT_NAME,
+  agentSubject,
+  issueAgentCert,
+  issueClientCert,
+  readPemPair,
+  rotateCa,
+  splitBundle,
+  writePemPair,
+  type PemPair,
+  type RotationStage,
+} from '@cluster-proxy/server';
 import { UsageError, duration, helpText, list, parseFlags, str, type FlagSpecs, type ParsedFlags } from './flags.js';
 import { hubDataDirFlags } from './hub-files.js';
 
@@ -22,10 +33,10 @@ const caFlags: FlagSpecs = {
 export const caUsage = helpText(
   'cluster-proxy ca rotate add|promote|finish | ca issue-client NAME | ca issue-agent CLUSTER [--agent-id ID] [--out DIR] [--validity 180d] [--data-dir DIR]',
   'CA rollover in three stages: add (new CA trusted), promote (new CA signs; agents are asked to renew), finish (old CA dropped).\n' +
-  'Wait between stages until every agent has renewed its lease (it then trusts the new CA) and, before finish, its certificate.\n' +
-  'issue-client writes a client certificate for a hub user (NAME.crt, NAME.key 0600), signed by the hub CA.\n' +
-  'issue-agent writes CLUSTER-agent.crt and CLUSTER-agent.key (0600) with OCM\'s agent subject\n' +
-  '(CN system:open-cluster-management:cluster:CLUSTER:addon:cluster-proxy:agent:ID), for an agent without a bootstrap token.',
+    'Wait between stages until every agent has renewed its lease (it then trusts the new CA) and, before finish, its certificate.\n' +
+    'issue-client writes a client certificate for a hub user (NAME.crt, NAME.key 0600), signed by the hub CA.\n' +
+    "issue-agent writes CLUSTER-agent.crt and CLUSTER-agent.key (0600) with OCM's agent subject\n" +
+    '(CN system:open-cluster-management:cluster:CLUSTER:addon:cluster-proxy:agent:ID), for an agent without a bootstrap token.',
   caFlags,
 );
 
@@ -41,7 +52,8 @@ export async function runCa(args: string[]): Promise<void> {
   const pkiDir = path.join(str(flags, 'data-dir')!, 'pki');
   if (verb === 'issue-client') return issueClient(pkiDir, arg, extra, flags);
   if (verb === 'issue-agent') return issueAgent(pkiDir, arg, extra, flags);
-  if (verb !== 'rotate' || !arg || extra.length > 0 || !['add', 'promote', 'finish'].includes(arg)) throw new UsageError('usage: cluster-proxy ca rotate add|promote|finish, ca issue-client NAME, or ca issue-agent CLUSTER');
+  if (verb !== 'rotate' || !arg || extra.length > 0 || !['add', 'promote', 'finish'].includes(arg))
+    throw new UsageError('usage: cluster-proxy ca rotate add|promote|finish, ca issue-client NAME, or ca issue-agent CLUSTER');
   try {
     process.stdout.write(`${await rotateCa(pkiDir, arg as RotationStage)}\n`);
   } catch (err) {
@@ -50,14 +62,20 @@ export async function runCa(args: string[]): Promise<void> {
 }
 
 async function issueClient(pkiDir: string, name: string | undefined, extra: string[], flags: ParsedFlags): Promise<void> {
-  if (!name || extra.length > 0) throw new UsageError('ca issue-client takes one NAME (the user, written as the certificate\'s CN)');
+  if (!name || extra.length > 0) throw new UsageError("ca issue-client takes one NAME (the user, written as the certificate's CN)");
   if (!CLIENT_NAME.test(name)) throw new UsageError(`invalid client name "${name}": letters, digits, ".", "_", "@" and "-", at most 64`);
   const days = validityDays(flags);
   const out = await freshOut(flags, name);
   const signer = await signingCa(pkiDir, 'issue-client');
-  const paths = await writePemPair(out, name, issueClientCert(signer, { commonName: name, organization: list(flags, 'group'), validityDays: days }));
+  const paths = await writePemPair(
+    out,
+    name,
+    issueClientCert(signer, { commonName: name, organization: list(flags, 'group'), validityDays: days }),
+  );
   process.stdout.write(`${paths.certPath}\n${paths.keyPath}\n`);
-  process.stderr.write(`client certificate for "${name}" valid for ${Math.round(days)} days; trust the hub with ${path.join(pkiDir, 'ca.crt')}\n`);
+  process.stderr.write(
+    `client certificate for "${name}" valid for ${Math.round(days)} days; trust the hub with ${path.join(pkiDir, 'ca.crt')}\n`,
+  );
 }
 
 async function issueAgent(pkiDir: string, cluster: string | undefined, extra: string[], flags: ParsedFlags): Promise<void> {
@@ -75,7 +93,9 @@ async function issueAgent(pkiDir: string, cluster: string | undefined, extra: st
   const signer = await signingCa(pkiDir, 'issue-agent');
   const paths = await writePemPair(out, name, issueAgentCert(signer, { cluster, agentName, validityDays: days }));
   process.stdout.write(`${paths.certPath}\n${paths.keyPath}\n`);
-  process.stderr.write(`agent certificate "${subject.commonName}" valid for ${Math.round(days)} days; the agent trusts the hub with ${path.join(pkiDir, 'ca.crt')}\n`);
+  process.stderr.write(
+    `agent certificate "${subject.commonName}" valid for ${Math.round(days)} days; the agent trusts the hub with ${path.join(pkiDir, 'ca.crt')}\n`,
+  );
 }
 
 function validityDays(flags: ParsedFlags): number {
@@ -87,7 +107,13 @@ function validityDays(flags: ParsedFlags): number {
 /** --out, refusing to overwrite an existing key. */
 async function freshOut(flags: ParsedFlags, name: string): Promise<string> {
   const out = str(flags, 'out') ?? '.';
-  if (await access(path.join(out, `${name}.key`)).then(() => true, () => false)) throw new UsageError(`${path.join(out, `${name}.key`)} exists; choose another --out or NAME`);
+  if (
+    await access(path.join(out, `${name}.key`)).then(
+      () => true,
+      () => false,
+    )
+  )
+    throw new UsageError(`${path.join(out, `${name}.key`)} exists; choose another --out or NAME`);
   return out;
 }
 

@@ -23,7 +23,11 @@ interface RunResult {
 function cli(args: string[], opts: { env?: NodeJS.ProcessEnv; cwd?: string } = {}): Promise<RunResult> {
   const env = Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith('CLUSTER_PROXY_') && k !== 'FORCE_COLOR'));
   return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, [CLI, ...args], { env: { ...env, ...opts.env }, cwd: opts.cwd, stdio: ['ignore', 'pipe', 'pipe'] });
+    const child = spawn(process.execPath, [CLI, ...args], {
+      env: { ...env, ...opts.env },
+      cwd: opts.cwd,
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
     let stdout = '';
     let stderr = '';
     child.stdout.setEncoding('utf8').on('data', (d: string) => (stdout += d));
@@ -54,7 +58,13 @@ let connections: unknown;
 let caFile: string;
 
 const agent = (agentID: string, cluster: string, extra: object = {}): object => ({
-  agentID, cluster, draining: false, hosts: [cluster, `${cluster}.open-cluster-management-agent-addon`], pending: 0, established: [], ...extra,
+  agentID,
+  cluster,
+  draining: false,
+  hosts: [cluster, `${cluster}.open-cluster-management-agent-addon`],
+  pending: 0,
+  established: [],
+  ...extra,
 });
 
 beforeAll(async () => {
@@ -62,7 +72,13 @@ beforeAll(async () => {
   connections = {
     serverID: 'srv-1',
     agents: [
-      agent('a1', 'cluster1', { established: [{ connectID: 1, address: 'cluster1:443', state: 'open' }, { connectID: 2, address: 'cluster1:443', state: 'open' }], pending: 1 }),
+      agent('a1', 'cluster1', {
+        established: [
+          { connectID: 1, address: 'cluster1:443', state: 'open' },
+          { connectID: 2, address: 'cluster1:443', state: 'open' },
+        ],
+        pending: 1,
+      }),
       agent('a2', 'cluster1', { draining: true }),
       agent('b1', 'cluster2'),
     ],
@@ -95,7 +111,9 @@ describe('cluster-proxy token', () => {
     const token = r.stdout.trimEnd();
     expect(token).toMatch(TOKEN);
     expect(r.stdout).toBe(`${token}\n`);
-    expect(r.stderr).toMatch(/^Issued token "ci-bot" \(id [0-9a-f]{16}\) for clusters cluster1, cluster2, expires \d{4}-\d\d-\d\dT.*Z; it is shown only this once\. Stored \(as a hash\) in .*tokens\.json\.\n$/);
+    expect(r.stderr).toMatch(
+      /^Issued token "ci-bot" \(id [0-9a-f]{16}\) for clusters cluster1, cluster2, expires \d{4}-\d\d-\d\dT.*Z; it is shown only this once\. Stored \(as a hash\) in .*tokens\.json\.\n$/,
+    );
     expect(r.stderr).not.toContain(token);
     const file = path.join(dataDir(), 'tokens.json');
     expect(await readFile(file, 'utf8')).not.toContain(token);
@@ -127,7 +145,9 @@ describe('cluster-proxy token', () => {
   });
 
   it('revoke by name and by id; an unknown one is exit 1 with one line', async () => {
-    const json = JSON.parse((await cli(['token', 'list', '-o', 'json', '--data-dir', dataDir()])).stdout) as { tokens: { id: string; name: string }[] };
+    const json = JSON.parse((await cli(['token', 'list', '-o', 'json', '--data-dir', dataDir()])).stdout) as {
+      tokens: { id: string; name: string }[];
+    };
     const adminId = json.tokens.find((t) => t.name === 'admin')!.id;
     const byName = await cli(['token', 'revoke', 'ci-bot', '--data-dir', dataDir()]);
     expect(byName.code, byName.stderr).toBe(0);
@@ -170,7 +190,10 @@ describe('cluster-proxy token', () => {
     expectUsage(await cli(['token', 'issue', '--name', 'dup', ...d]), 'a token named "dup" already exists; revoke it first');
     const corrupt = path.join(tmp, 'corrupt.json');
     await writeFile(corrupt, '{"version": 1, "tokens": 5}');
-    expectUsage(await cli(['token', 'list', '--tokens-file', corrupt]), /^cluster-proxy: token file .*corrupt\.json is corrupt: "tokens" is not an array$/);
+    expectUsage(
+      await cli(['token', 'list', '--tokens-file', corrupt]),
+      /^cluster-proxy: token file .*corrupt\.json is corrupt: "tokens" is not an array$/,
+    );
   });
 
   it('--help on each command', async () => {
@@ -186,15 +209,17 @@ describe('cluster-proxy token', () => {
 describe('cluster-proxy get', () => {
   const a = (): string[] => ['--admin', adminAddr];
 
-  it('clusters: a kubectl-style table from the hub\'s admin endpoint', async () => {
+  it("clusters: a kubectl-style table from the hub's admin endpoint", async () => {
     const r = await cli(['get', 'clusters', ...a()]);
     expect(r.code, r.stderr).toBe(0);
-    expect(r.stdout).toBe([
-      'NAME       AGENTS   AVAILABLE   CONNECTIONS   PENDING',
-      'cluster1   2        True        2             1',
-      'cluster2   1        True        0             0',
-      '',
-    ].join('\n'));
+    expect(r.stdout).toBe(
+      [
+        'NAME       AGENTS   AVAILABLE   CONNECTIONS   PENDING',
+        'cluster1   2        True        2             1',
+        'cluster2   1        True        0             0',
+        '',
+      ].join('\n'),
+    );
   });
 
   it('agents, -o wide, a NAME, --no-headers', async () => {
@@ -210,16 +235,47 @@ describe('cluster-proxy get', () => {
   it('-o json and -o yaml', async () => {
     const j = await cli(['get', 'clusters', '-o', 'json', ...a()]);
     expect(JSON.parse(j.stdout)).toEqual({
-      kind: 'ClusterList', serverID: 'srv-1', items: [
-        { name: 'cluster1', agents: 2, available: true, connections: 2, pending: 1, hosts: ['cluster1', 'cluster1.open-cluster-management-agent-addon'], agentIDs: ['a1', 'a2'] },
-        { name: 'cluster2', agents: 1, available: true, connections: 0, pending: 0, hosts: ['cluster2', 'cluster2.open-cluster-management-agent-addon'], agentIDs: ['b1'] },
+      kind: 'ClusterList',
+      serverID: 'srv-1',
+      items: [
+        {
+          name: 'cluster1',
+          agents: 2,
+          available: true,
+          connections: 2,
+          pending: 1,
+          hosts: ['cluster1', 'cluster1.open-cluster-management-agent-addon'],
+          agentIDs: ['a1', 'a2'],
+        },
+        {
+          name: 'cluster2',
+          agents: 1,
+          available: true,
+          connections: 0,
+          pending: 0,
+          hosts: ['cluster2', 'cluster2.open-cluster-management-agent-addon'],
+          agentIDs: ['b1'],
+        },
       ],
     });
     const y = await cli(['get', 'agents', 'b1', '--output', 'yaml', ...a()]);
-    expect(y.stdout).toBe([
-      'kind: AgentList', 'serverID: srv-1', 'items:', '- agentID: b1', '  cluster: cluster2', '  status: Connected', '  connections: 0', '  pending: 0',
-      '  hosts:', '  - cluster2', '  - cluster2.open-cluster-management-agent-addon', '  serverID: srv-1', '',
-    ].join('\n'));
+    expect(y.stdout).toBe(
+      [
+        'kind: AgentList',
+        'serverID: srv-1',
+        'items:',
+        '- agentID: b1',
+        '  cluster: cluster2',
+        '  status: Connected',
+        '  connections: 0',
+        '  pending: 0',
+        '  hosts:',
+        '  - cluster2',
+        '  - cluster2.open-cluster-management-agent-addon',
+        '  serverID: srv-1',
+        '',
+      ].join('\n'),
+    );
   });
 
   it('finds the admin port in DATA_DIR/ports.json', async () => {
@@ -246,14 +302,18 @@ describe('cluster-proxy get', () => {
     for (const what of ['managedclusteraddons', 'managedclusters']) {
       const r = await cli(['get', what, '-A', '--admin', '127.0.0.1:1']);
       expect(r.code).toBe(1);
-      expect(r.stderr).toBe('cluster-proxy: cannot reach the hub\'s admin endpoint at 127.0.0.1:1 (ECONNREFUSED); is the hub running? (set --admin HOST:PORT or --data-dir)\n');
+      expect(r.stderr).toBe(
+        "cluster-proxy: cannot reach the hub's admin endpoint at 127.0.0.1:1 (ECONNREFUSED); is the hub running? (set --admin HOST:PORT or --data-dir)\n",
+      );
     }
   });
 
   it('a hub that is not running, an unknown NAME: exit 1 with one line', async () => {
     const down = await cli(['get', 'clusters', '--admin', '127.0.0.1:1']);
     expect(down.code).toBe(1);
-    expect(down.stderr).toBe('cluster-proxy: cannot reach the hub\'s admin endpoint at 127.0.0.1:1 (ECONNREFUSED); is the hub running? (set --admin HOST:PORT or --data-dir)\n');
+    expect(down.stderr).toBe(
+      "cluster-proxy: cannot reach the hub's admin endpoint at 127.0.0.1:1 (ECONNREFUSED); is the hub running? (set --admin HOST:PORT or --data-dir)\n",
+    );
     const missing = await cli(['get', 'clusters', 'cluster9', ...a()]);
     expect(missing.code).toBe(1);
     expect(missing.stderr).toBe('cluster-proxy: cluster "cluster9" not found: no agent of that cluster is connected to the hub\n');
@@ -291,15 +351,21 @@ describe('cluster-proxy kubeconfig', () => {
     expect(r.stdout).toContain('current-context: cluster1');
     const ca = Buffer.from(/certificate-authority-data: (\S+)\n/.exec(r.stdout)![1]!, 'base64').toString('utf8');
     expect(ca.match(/BEGIN CERTIFICATE/g)).toHaveLength(2);
-    expect(r.stderr).toContain(`kubeconfig for cluster cluster1 via the hub's CONNECT frontend 127.0.0.1:18089; issued token "${m![1]}" for cluster1`);
+    expect(r.stderr).toContain(
+      `kubeconfig for cluster cluster1 via the hub's CONNECT frontend 127.0.0.1:18089; issued token "${m![1]}" for cluster1`,
+    );
     expect(r.stderr).toContain('note: the kubeconfig has no apiserver credentials');
-    const tokens = JSON.parse((await cli(['token', 'list', '-o', 'json', '--data-dir', hubDir()])).stdout) as { tokens: { name: string; clusters: string[] }[] };
+    const tokens = JSON.parse((await cli(['token', 'list', '-o', 'json', '--data-dir', hubDir()])).stdout) as {
+      tokens: { name: string; clusters: string[] }[];
+    };
     expect(tokens.tokens.find((t) => t.name === m![1])?.clusters).toEqual(['cluster1']);
   });
 
   it('unknown cluster: exit 2 naming the connected ones; --no-check writes it anyway; an unreachable hub only notes it', async () => {
-    expectUsage(await cli(['kubeconfig', 'cluster9', ...base()]),
-      'unknown cluster "cluster9": no agent of it is connected to the hub (connected: cluster1, cluster2); pass --no-check to write the kubeconfig anyway');
+    expectUsage(
+      await cli(['kubeconfig', 'cluster9', ...base()]),
+      'unknown cluster "cluster9": no agent of it is connected to the hub (connected: cluster1, cluster2); pass --no-check to write the kubeconfig anyway',
+    );
     const forced = await cli(['kubeconfig', 'cluster9', '--no-check', '--token', 'x'.repeat(43), ...base()]);
     expect(forced.code, forced.stderr).toBe(0);
     expect(forced.stdout).toContain(`https://cluster-proxy:${'x'.repeat(43)}@127.0.0.1:18089`);
@@ -311,7 +377,21 @@ describe('cluster-proxy kubeconfig', () => {
   });
 
   it('--via forward: server on the local port with tls-server-name, and the forward command to start', async () => {
-    const r = await cli(['kubeconfig', 'cluster2', '--via', 'forward', '--listen', '127.0.0.1:16443', '--apiserver-ca', caFile, '--apiserver-token', 'sa', '--out', path.join(tmp, 'fwd.kubeconfig'), ...base()]);
+    const r = await cli([
+      'kubeconfig',
+      'cluster2',
+      '--via',
+      'forward',
+      '--listen',
+      '127.0.0.1:16443',
+      '--apiserver-ca',
+      caFile,
+      '--apiserver-token',
+      'sa',
+      '--out',
+      path.join(tmp, 'fwd.kubeconfig'),
+      ...base(),
+    ]);
     expect(r.code, r.stderr).toBe(0);
     const text = await readFile(path.join(tmp, 'fwd.kubeconfig'), 'utf8');
     expect(text).toContain('server: https://127.0.0.1:16443\n');
@@ -322,30 +402,51 @@ describe('cluster-proxy kubeconfig', () => {
   });
 
   it('an --out that cannot be written: exit 2, and the token issued for it is revoked again', async () => {
-    const before = (JSON.parse((await cli(['token', 'list', '-o', 'json', '--data-dir', hubDir()])).stdout) as { tokens: unknown[] }).tokens.length;
+    const before = (JSON.parse((await cli(['token', 'list', '-o', 'json', '--data-dir', hubDir()])).stdout) as { tokens: unknown[] }).tokens
+      .length;
     await writeFile(path.join(tmp, 'a-file'), '');
-    expectUsage(await cli(['kubeconfig', 'cluster1', '--out', path.join(tmp, 'a-file', 'kc'), ...base()]), /^cluster-proxy: cannot write --out .*a-file\/kc: (ENOTDIR|EEXIST)$/);
-    const after = (JSON.parse((await cli(['token', 'list', '-o', 'json', '--data-dir', hubDir()])).stdout) as { tokens: unknown[] }).tokens.length;
+    expectUsage(
+      await cli(['kubeconfig', 'cluster1', '--out', path.join(tmp, 'a-file', 'kc'), ...base()]),
+      /^cluster-proxy: cannot write --out .*a-file\/kc: (ENOTDIR|EEXIST)$/,
+    );
+    const after = (JSON.parse((await cli(['token', 'list', '-o', 'json', '--data-dir', hubDir()])).stdout) as { tokens: unknown[] }).tokens
+      .length;
     expect(after).toBe(before);
   });
 
   it('user mistakes: one line, exit 2', async () => {
     const cases: [string[], RegExp | string][] = [
       [['kubeconfig'], 'kubeconfig needs exactly one CLUSTER, e.g. "cluster-proxy kubeconfig cluster1 --out cluster1.kubeconfig"'],
-      [['kubeconfig', 'a', 'b'], 'kubeconfig needs exactly one CLUSTER, e.g. "cluster-proxy kubeconfig cluster1 --out cluster1.kubeconfig"'],
+      [
+        ['kubeconfig', 'a', 'b'],
+        'kubeconfig needs exactly one CLUSTER, e.g. "cluster-proxy kubeconfig cluster1 --out cluster1.kubeconfig"',
+      ],
       [['kubeconfig', 'Cluster_1'], '"Cluster_1" is not a cluster name (lower-case letters, digits, "-" and ".")'],
       [['kubeconfig', 'cluster1', '--via', 'ssh'], '--via must be connect, forward or gateway, got "ssh"'],
       [['kubeconfig', 'cluster1', '--gateway', '127.0.0.1:9092'], '--gateway works only with --via gateway'],
-      [['kubeconfig', 'cluster1', '--exec-command', 'kubectl-oidc_login'], '--exec-command works only with --via gateway (the hub authenticates the plugin\'s credential)'],
+      [
+        ['kubeconfig', 'cluster1', '--exec-command', 'kubectl-oidc_login'],
+        "--exec-command works only with --via gateway (the hub authenticates the plugin's credential)",
+      ],
       [['kubeconfig', 'cluster1', '--via', 'gateway', '--exec-arg', 'get-token'], '--exec-arg goes with --exec-command'],
       [['kubeconfig', 'cluster1', '--ttl', 'forever', ...base()], '--ttl must be a duration like 500ms, 10s, 2m, 24h or 7d, got "forever"'],
-      [['kubeconfig', 'cluster1', '--apiserver-ca', path.join(tmp, 'nope.crt'), ...base()], /^cluster-proxy: cannot read --apiserver-ca .*nope\.crt: ENOENT$/],
+      [
+        ['kubeconfig', 'cluster1', '--apiserver-ca', path.join(tmp, 'nope.crt'), ...base()],
+        /^cluster-proxy: cannot read --apiserver-ca .*nope\.crt: ENOENT$/,
+      ],
       [['kubeconfig', 'cluster1', '--apiserver-ca', CLI, ...base()], /^cluster-proxy: --apiserver-ca .*main\.js holds no PEM certificate$/],
-      [['kubeconfig', 'cluster1', '--apiserver-ca', caFile, '--data-dir', path.join(tmp, 'no-hub'), '--admin', adminAddr],
-        /^cluster-proxy: cannot read the hub CA .*no-hub\/pki\/ca\.crt: ENOENT \(pass --hub-ca FILE or the hub's --data-dir\)$/],
-      [['kubeconfig', 'cluster1', '--tls-server-name', 'kubernetes.default.svc', ...base()],
-        '--tls-server-name works only with --via forward: kubectl would verify the hub\'s certificate against that name too'],
-      [['kubeconfig', 'cluster1', '--via', 'forward', '--token', 't', ...base()], '--token works only with --via connect (a forward authenticates with a client certificate)'],
+      [
+        ['kubeconfig', 'cluster1', '--apiserver-ca', caFile, '--data-dir', path.join(tmp, 'no-hub'), '--admin', adminAddr],
+        /^cluster-proxy: cannot read the hub CA .*no-hub\/pki\/ca\.crt: ENOENT \(pass --hub-ca FILE or the hub's --data-dir\)$/,
+      ],
+      [
+        ['kubeconfig', 'cluster1', '--tls-server-name', 'kubernetes.default.svc', ...base()],
+        "--tls-server-name works only with --via forward: kubectl would verify the hub's certificate against that name too",
+      ],
+      [
+        ['kubeconfig', 'cluster1', '--via', 'forward', '--token', 't', ...base()],
+        '--token works only with --via connect (a forward authenticates with a client certificate)',
+      ],
       [['kubeconfig', 'cluster1', '--connect', 'hub', ...base()], '--connect "hub" is not HOST:PORT'],
     ];
     const results = await Promise.all(cases.map(([args]) => cli(args)));
@@ -378,10 +479,16 @@ describe('cluster-proxy ca issue-client', () => {
   it('user mistakes: one line, exit 2; an existing key is not overwritten', async () => {
     const d = ['--data-dir', hubDir()];
     const cases: [string[], RegExp | string][] = [
-      [['ca', 'issue-client', ...d], 'ca issue-client takes one NAME (the user, written as the certificate\'s CN)'],
+      [['ca', 'issue-client', ...d], "ca issue-client takes one NAME (the user, written as the certificate's CN)"],
       [['ca', 'issue-client', 'a b', ...d], /^cluster-proxy: invalid client name "a b"/],
-      [['ca', 'issue-client', 'bob', '--validity', 'soon', ...d], '--validity must be a duration like 500ms, 10s, 2m, 24h or 7d, got "soon"'],
-      [['ca', 'issue-client', 'bob', '--data-dir', path.join(tmp, 'no-hub')], /^cluster-proxy: ca issue-client needs the hub's data-dir PKI: /],
+      [
+        ['ca', 'issue-client', 'bob', '--validity', 'soon', ...d],
+        '--validity must be a duration like 500ms, 10s, 2m, 24h or 7d, got "soon"',
+      ],
+      [
+        ['ca', 'issue-client', 'bob', '--data-dir', path.join(tmp, 'no-hub')],
+        /^cluster-proxy: ca issue-client needs the hub's data-dir PKI: /,
+      ],
       [['ca', 'sign'], 'usage: cluster-proxy ca rotate add|promote|finish, ca issue-client NAME, or ca issue-agent CLUSTER'],
     ];
     const results = await Promise.all(cases.map(([args]) => cli(args, { cwd: tmp })));

@@ -4,7 +4,19 @@ import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, describe, expect, it } from 'vitest';
-import { UsageError, duration, envName, hostPort, list, parseFlags, port, required, str, type FlagSpecs, type ParsedFlags } from './flags.js';
+import {
+  UsageError,
+  duration,
+  envName,
+  hostPort,
+  list,
+  parseFlags,
+  port,
+  required,
+  str,
+  type FlagSpecs,
+  type ParsedFlags,
+} from './flags.js';
 
 const specs: FlagSpecs = {
   cluster: { type: 'string', help: 'cluster' },
@@ -82,7 +94,14 @@ describe('parseFlags', () => {
   });
 
   it('reads boolean environment variables as 1/true/yes', () => {
-    for (const [v, want] of [['1', true], ['TRUE', true], ['yes', true], ['0', false], ['false', false], ['no', false]] as const) {
+    for (const [v, want] of [
+      ['1', true],
+      ['TRUE', true],
+      ['yes', true],
+      ['0', false],
+      ['false', false],
+      ['no', false],
+    ] as const) {
       expect(parseFlags([], specs, { CLUSTER_PROXY_VERBOSE: v }).flags['verbose'], v).toBe(want);
     }
   });
@@ -187,7 +206,10 @@ function runCli(args: string[], timeoutMs = 15_000): Promise<RunResult> {
       child.kill('SIGKILL');
       reject(new Error(`cluster-proxy ${args.join(' ')} did not exit within ${timeoutMs} ms; stdout: ${stdout} stderr: ${stderr}`));
     }, timeoutMs);
-    child.once('error', (err) => { clearTimeout(timer); reject(err); });
+    child.once('error', (err) => {
+      clearTimeout(timer);
+      reject(err);
+    });
     child.once('close', (code) => {
       clearTimeout(timer);
       resolve({ code, stdout, stderr });
@@ -214,16 +236,17 @@ describe('cluster-proxy CLI', () => {
     expect(r.stdout).toContain('Usage: cluster-proxy COMMAND');
   });
 
-  it('`hub --help` lists the hub\'s flags and their environment variables, exit 0', async () => {
+  it("`hub --help` lists the hub's flags and their environment variables, exit 0", async () => {
     const r = await runCli(['hub', '--help']);
     expect(r.code).toBe(0);
-    for (const f of ['--agent-port', '--frontend-port', '--health-port', '--admin-port', '--ca-cert', '--grant', '--dial-timeout']) expect(r.stdout).toContain(f);
+    for (const f of ['--agent-port', '--frontend-port', '--health-port', '--admin-port', '--ca-cert', '--grant', '--dial-timeout'])
+      expect(r.stdout).toContain(f);
     expect(r.stdout).toContain('CLUSTER_PROXY_AGENT_PORT');
     expect(r.stdout).toContain('default 8091');
     expect(r.stderr).toBe('');
   });
 
-  it('`agent --help` lists the agent\'s flags, exit 0', async () => {
+  it("`agent --help` lists the agent's flags, exit 0", async () => {
     const r = await runCli(['agent', '--help']);
     expect(r.code).toBe(0);
     for (const f of ['--cluster', '--hub', '--apiserver', '--allow', '--identifiers']) expect(r.stdout).toContain(f);
@@ -236,7 +259,19 @@ describe('cluster-proxy CLI', () => {
   });
 
   it('`agent` with an unreadable --ca-cert: exit 2 naming the file', async () => {
-    const r = await runCli(['agent', '--cluster', 'c', '--ca-cert', '/nonexistent/ca.pem', '--cert', '/nonexistent/a.pem', '--key', '/nonexistent/a.key', '--health-port', '0']);
+    const r = await runCli([
+      'agent',
+      '--cluster',
+      'c',
+      '--ca-cert',
+      '/nonexistent/ca.pem',
+      '--cert',
+      '/nonexistent/a.pem',
+      '--key',
+      '/nonexistent/a.key',
+      '--health-port',
+      '0',
+    ]);
     expect(r.code).toBe(2);
     expect(r.stderr).toMatch(/^cluster-proxy: cannot read --ca-cert \/nonexistent\/ca\.pem: ENOENT\n$/);
   });
@@ -275,19 +310,21 @@ describe('--config FILE', () => {
   };
 
   it('reads flags from a YAML file: scalars, quoted strings, lists in both styles, booleans, numbers', () => {
-    const f = file([
-      '# hub settings',
-      '---',
-      'cluster: "c1"           # a comment',
-      "dial-timeout: '2s'",
-      'allow: [a:1, "b:2", \'c#3\']',
-      'grant:',
-      '  - x=cidr:10.0.0.0/8',
-      '  - "y=host:api.example.com"   # quoted',
-      'verbose: true',
-      'health-port: 9093',
-      '',
-    ].join('\n'));
+    const f = file(
+      [
+        '# hub settings',
+        '---',
+        'cluster: "c1"           # a comment',
+        "dial-timeout: '2s'",
+        'allow: [a:1, "b:2", \'c#3\']',
+        'grant:',
+        '  - x=cidr:10.0.0.0/8',
+        '  - "y=host:api.example.com"   # quoted',
+        'verbose: true',
+        'health-port: 9093',
+        '',
+      ].join('\n'),
+    );
     const { flags } = parseFlags(['--config', f], specs, {});
     expect(flags['cluster']).toBe('c1');
     expect(flags['dial-timeout']).toBe('2s');
@@ -356,7 +393,9 @@ describe('--config FILE', () => {
     }
     const bad = file('{"cluster": ', 'json');
     expect(usageError(() => parseFlags(['--config', bad], specs, {})).message).toMatch(/^--config .*: /);
-    expect(usageError(() => parseFlags(['--config', path.join(dir, 'missing.yaml')], specs, {})).message).toMatch(/^cannot read --config .*missing\.yaml: ENOENT$/);
+    expect(usageError(() => parseFlags(['--config', path.join(dir, 'missing.yaml')], specs, {})).message).toMatch(
+      /^cannot read --config .*missing\.yaml: ENOENT$/,
+    );
   });
 
   it('is not read for --help (a broken file must not hide the help)', () => {
@@ -386,6 +425,7 @@ describe('duration() days and hostPort()', () => {
   it('hostPort() splits HOST:PORT, IPv6 in brackets, and refuses the rest', () => {
     expect(hostPort({ a: '127.0.0.1:8095' }, 'a')).toEqual({ host: '127.0.0.1', port: 8095 });
     expect(hostPort({ a: '[::1]:8089' }, 'a')).toEqual({ host: '::1', port: 8089 });
-    for (const bad of ['8095', 'host:', 'host:99999', 'a b:1']) expect(usageError(() => hostPort({ admin: bad }, 'admin')).message).toBe(`--admin "${bad}" is not HOST:PORT`);
+    for (const bad of ['8095', 'host:', 'host:99999', 'a b:1'])
+      expect(usageError(() => hostPort({ admin: bad }, 'admin')).message).toBe(`--admin "${bad}" is not HOST:PORT`);
   });
 });

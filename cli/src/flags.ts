@@ -29,9 +29,17 @@ export function envName(flag: string): string {
   return `CLUSTER_PROXY_${flag.toUpperCase().replace(/-/g, '_')}`;
 }
 
-export function parseFlags(args: string[], specs: FlagSpecs, env: NodeJS.ProcessEnv = process.env): { flags: ParsedFlags; positionals: string[] } {
-  const options: Record<string, { type: 'string' | 'boolean'; multiple?: boolean; short?: string }> = { help: { type: 'boolean', short: 'h' }, config: { type: 'string' } };
-  for (const [name, s] of Object.entries(specs)) options[name] = { type: s.type, multiple: s.multiple ?? false, ...(s.short ? { short: s.short } : {}) };
+export function parseFlags(
+  args: string[],
+  specs: FlagSpecs,
+  env: NodeJS.ProcessEnv = process.env,
+): { flags: ParsedFlags; positionals: string[] } {
+  const options: Record<string, { type: 'string' | 'boolean'; multiple?: boolean; short?: string }> = {
+    help: { type: 'boolean', short: 'h' },
+    config: { type: 'string' },
+  };
+  for (const [name, s] of Object.entries(specs))
+    options[name] = { type: s.type, multiple: s.multiple ?? false, ...(s.short ? { short: s.short } : {}) };
   let parsed;
   try {
     parsed = parseArgs({ args, options, allowPositionals: true, strict: true });
@@ -48,7 +56,13 @@ export function parseFlags(args: string[], specs: FlagSpecs, env: NodeJS.Process
     const fromEnv = env[envName(name)];
     if (fromEnv !== undefined && fromEnv !== '') {
       if (s.type === 'boolean') flags[name] = ['1', 'true', 'yes'].includes(fromEnv.toLowerCase());
-      else flags[name] = s.multiple ? fromEnv.split(',').map((v) => v.trim()).filter(Boolean) : fromEnv;
+      else
+        flags[name] = s.multiple
+          ? fromEnv
+              .split(',')
+              .map((v) => v.trim())
+              .filter(Boolean)
+          : fromEnv;
     } else if (fromConfig[name] !== undefined) {
       flags[name] = fromConfig[name];
     } else if (s.default !== undefined) {

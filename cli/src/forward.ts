@@ -23,7 +23,11 @@ const forwardFlags: FlagSpecs = {
   'log-level': { type: 'string', default: 'info', help: 'fatal, error, warn, info, debug' },
 };
 
-export const forwardUsage = helpText('cluster-proxy forward CLUSTER HOST:PORT [--listen ADDR] [flags]', 'Serves a local port; each connection is tunneled to HOST:PORT (CLUSTER:443 is the cluster\'s apiserver).', forwardFlags);
+export const forwardUsage = helpText(
+  'cluster-proxy forward CLUSTER HOST:PORT [--listen ADDR] [flags]',
+  "Serves a local port; each connection is tunneled to HOST:PORT (CLUSTER:443 is the cluster's apiserver).",
+  forwardFlags,
+);
 
 export async function tunnelFromFlags(flags: Record<string, string | boolean | string[] | undefined>): Promise<Tunnel> {
   const address = str(flags, 'frontend')!;
@@ -36,7 +40,13 @@ export async function tunnelFromFlags(flags: Record<string, string | boolean | s
       throw new UsageError(`cannot read --${name} ${f}: ${(err as NodeJS.ErrnoException).code ?? (err as Error).message}`);
     }
   };
-  return new Tunnel({ address, caCert: await read('ca-cert'), cert: await read('cert'), key: await read('key'), serverName: str(flags, 'server-name') });
+  return new Tunnel({
+    address,
+    caCert: await read('ca-cert'),
+    cert: await read('cert'),
+    key: await read('key'),
+    serverName: str(flags, 'server-name'),
+  });
 }
 
 /**
@@ -45,10 +55,19 @@ export async function tunnelFromFlags(flags: Record<string, string | boolean | s
  * the tunnel leg (a reset destination, a dead agent or hub) resets the local connection, so a client
  * never mistakes a cut transfer for a complete one.
  */
-export function serveForward(tunnel: Tunnel, destination: string, listen: { host: string; port: number }, log: Logger): Promise<net.Server> {
-  const server = net.createServer({ allowHalfOpen: true, noDelay: true }, (local) => pipeForward(local, tunnel.connect(destination, { allowHalfOpen: true }), destination, log));
+export function serveForward(
+  tunnel: Tunnel,
+  destination: string,
+  listen: { host: string; port: number },
+  log: Logger,
+): Promise<net.Server> {
+  const server = net.createServer({ allowHalfOpen: true, noDelay: true }, (local) =>
+    pipeForward(local, tunnel.connect(destination, { allowHalfOpen: true }), destination, log),
+  );
   return new Promise((resolve, reject) => {
-    server.once('error', (err) => reject(new UsageError(`cannot listen on ${listen.host}:${listen.port}: ${(err as NodeJS.ErrnoException).code}`)));
+    server.once('error', (err) =>
+      reject(new UsageError(`cannot listen on ${listen.host}:${listen.port}: ${(err as NodeJS.ErrnoException).code}`)),
+    );
     server.listen(listen.port, listen.host, () => resolve(server));
   });
 }
@@ -104,7 +123,8 @@ export async function runForward(args: string[]): Promise<void> {
     process.stdout.write(forwardUsage);
     return;
   }
-  if (positionals.length !== 2) throw new UsageError('forward needs CLUSTER and HOST:PORT, e.g. "cluster-proxy forward cluster1 cluster1:443 --listen 127.0.0.1:6443"');
+  if (positionals.length !== 2)
+    throw new UsageError('forward needs CLUSTER and HOST:PORT, e.g. "cluster-proxy forward cluster1 cluster1:443 --listen 127.0.0.1:6443"');
   const [cluster, destination] = positionals as [string, string];
   if (!splitHostPort(destination)) throw new UsageError(`"${destination}" is not HOST:PORT`);
   const listenText = str(flags, 'listen')!;

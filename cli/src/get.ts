@@ -2,7 +2,15 @@
 // kubectl-style views from the hub's loopback admin endpoint: the connection table (GET /debug/connections)
 // for clusters and agents, the addon manager's objects (GET /v1/...) for the other two.
 import { UsageError, helpText, parseFlags, str, type FlagSpecs, type ParsedFlags } from './flags.js';
-import { adminAddress, adminFlag, adminRequest, fetchConnections, hubDataDirFlags, type AgentRow, type HubConnections } from './hub-files.js';
+import {
+  adminAddress,
+  adminFlag,
+  adminRequest,
+  fetchConnections,
+  hubDataDirFlags,
+  type AgentRow,
+  type HubConnections,
+} from './hub-files.js';
 import { table } from './ui.js';
 import { stringify as stringifyYaml } from 'yaml';
 import type { AddonWideInfo, Condition, ManagedCluster, ManagedClusterAddOn } from '@cluster-proxy/server';
@@ -10,7 +18,11 @@ import { toKubectlYaml as toYaml, type YamlValue } from '@cluster-proxy/server';
 
 const getFlags: FlagSpecs = {
   output: { type: 'string', short: 'o', help: 'wide, json or yaml (default: a table)' },
-  'all-namespaces': { type: 'boolean', short: 'A', help: 'all namespaces (the default: each ManagedClusterAddOn lives in its cluster\'s namespace; clusters and agents are not namespaced)' },
+  'all-namespaces': {
+    type: 'boolean',
+    short: 'A',
+    help: "all namespaces (the default: each ManagedClusterAddOn lives in its cluster's namespace; clusters and agents are not namespaced)",
+  },
   'no-headers': { type: 'boolean', help: 'omit the table header' },
   ...adminFlag,
   'data-dir': hubDataDirFlags['data-dir']!,
@@ -18,17 +30,23 @@ const getFlags: FlagSpecs = {
 
 export const getUsage = helpText(
   'cluster-proxy get clusters|agents|managedclusters|managedclusteraddons [NAME] [-o wide|json|yaml] [--admin HOST:PORT]',
-  'Prints the clusters that have agents connected to the hub, the agents themselves, the registered ManagedClusters, or each cluster\'s ManagedClusterAddOn health (AVAILABLE, DEGRADED, PROGRESSING; -o wide adds lease age, servers, agent version), from the hub\'s loopback admin endpoint (run it on the hub\'s machine).',
+  "Prints the clusters that have agents connected to the hub, the agents themselves, the registered ManagedClusters, or each cluster's ManagedClusterAddOn health (AVAILABLE, DEGRADED, PROGRESSING; -o wide adds lease age, servers, agent version), from the hub's loopback admin endpoint (run it on the hub's machine).",
   getFlags,
 );
 
 type Resource = 'clusters' | 'agents' | 'managedclusteraddons' | 'managedclusters';
 
 const RESOURCES: Record<string, Resource> = {
-  cluster: 'clusters', clusters: 'clusters',
-  agent: 'agents', agents: 'agents',
-  managedclusteraddon: 'managedclusteraddons', managedclusteraddons: 'managedclusteraddons', mca: 'managedclusteraddons',
-  managedcluster: 'managedclusters', managedclusters: 'managedclusters', mcl: 'managedclusters',
+  cluster: 'clusters',
+  clusters: 'clusters',
+  agent: 'agents',
+  agents: 'agents',
+  managedclusteraddon: 'managedclusteraddons',
+  managedclusteraddons: 'managedclusteraddons',
+  mca: 'managedclusteraddons',
+  managedcluster: 'managedclusters',
+  managedclusters: 'managedclusters',
+  mcl: 'managedclusters',
 };
 
 export interface ClusterItem {
@@ -54,35 +72,52 @@ export interface AgentItem {
 export function clusterItems(c: HubConnections): ClusterItem[] {
   const byName = new Map<string, AgentRow[]>();
   for (const a of c.agents) byName.set(a.cluster, [...(byName.get(a.cluster) ?? []), a]);
-  return [...byName.entries()].sort(([a], [b]) => a.localeCompare(b)).map(([name, agents]) => ({
-    name,
-    agents: agents.length,
-    available: agents.some((a) => !a.draining),
-    connections: agents.reduce((n, a) => n + a.established.length, 0),
-    pending: agents.reduce((n, a) => n + a.pending, 0),
-    hosts: [...new Set(agents.flatMap((a) => a.hosts))].sort(),
-    agentIDs: agents.map((a) => a.agentID).sort(),
-  }));
+  return [...byName.entries()]
+    .sort(([a], [b]) => a.localeCompare(b))
+    .map(([name, agents]) => ({
+      name,
+      agents: agents.length,
+      available: agents.some((a) => !a.draining),
+      connections: agents.reduce((n, a) => n + a.established.length, 0),
+      pending: agents.reduce((n, a) => n + a.pending, 0),
+      hosts: [...new Set(agents.flatMap((a) => a.hosts))].sort(),
+      agentIDs: agents.map((a) => a.agentID).sort(),
+    }));
 }
 
 export function agentItems(c: HubConnections): AgentItem[] {
-  return c.agents.map((a): AgentItem => ({
-    agentID: a.agentID,
-    cluster: a.cluster,
-    status: a.draining ? 'Draining' : 'Connected',
-    connections: a.established.length,
-    pending: a.pending,
-    hosts: [...a.hosts].sort(),
-    serverID: c.serverID,
-  })).sort((a, b) => a.cluster.localeCompare(b.cluster) || a.agentID.localeCompare(b.agentID));
+  return c.agents
+    .map(
+      (a): AgentItem => ({
+        agentID: a.agentID,
+        cluster: a.cluster,
+        status: a.draining ? 'Draining' : 'Connected',
+        connections: a.established.length,
+        pending: a.pending,
+        hosts: [...a.hosts].sort(),
+        serverID: c.serverID,
+      }),
+    )
+    .sort((a, b) => a.cluster.localeCompare(b.cluster) || a.agentID.localeCompare(b.agentID));
 }
 
-function render(resource: 'clusters' | 'agents', c: HubConnections, name: string | undefined, format: string | undefined, noHeaders: boolean): string {
+function render(
+  resource: 'clusters' | 'agents',
+  c: HubConnections,
+  name: string | undefined,
+  format: string | undefined,
+  noHeaders: boolean,
+): string {
   const items = resource === 'clusters' ? clusterItems(c) : agentItems(c);
-  const chosen = name === undefined ? items : items.filter((i) => ('name' in i ? i.name : i.agentID) === name || (resource === 'agents' && (i as AgentItem).cluster === name));
+  const chosen =
+    name === undefined
+      ? items
+      : items.filter((i) => ('name' in i ? i.name : i.agentID) === name || (resource === 'agents' && (i as AgentItem).cluster === name));
   if (name !== undefined && chosen.length === 0) {
     const what = resource === 'clusters' ? 'cluster' : 'agent';
-    throw new Error(`${what} "${name}" not found: no agent${resource === 'agents' ? ' with that ID or cluster' : ' of that cluster'} is connected to the hub`);
+    throw new Error(
+      `${what} "${name}" not found: no agent${resource === 'agents' ? ' with that ID or cluster' : ' of that cluster'} is connected to the hub`,
+    );
   }
   const kind = resource === 'clusters' ? 'ClusterList' : 'AgentList';
   if (format === 'json') return `${JSON.stringify({ kind, serverID: c.serverID, items: chosen }, null, 2)}\n`;
@@ -93,12 +128,24 @@ function render(resource: 'clusters' | 'agents', c: HubConnections, name: string
   let rows: string[][];
   if (resource === 'clusters') {
     headers = ['NAME', 'AGENTS', 'AVAILABLE', 'CONNECTIONS', 'PENDING', ...(wide ? ['HOSTS', 'AGENT IDS'] : [])];
-    rows = (chosen as ClusterItem[]).map((i) => [i.name, String(i.agents), i.available ? 'True' : 'False', String(i.connections), String(i.pending),
-      ...(wide ? [i.hosts.join(',') || '<none>', i.agentIDs.join(',')] : [])]);
+    rows = (chosen as ClusterItem[]).map((i) => [
+      i.name,
+      String(i.agents),
+      i.available ? 'True' : 'False',
+      String(i.connections),
+      String(i.pending),
+      ...(wide ? [i.hosts.join(',') || '<none>', i.agentIDs.join(',')] : []),
+    ]);
   } else {
     headers = ['CLUSTER', 'AGENT ID', 'STATUS', 'CONNECTIONS', 'PENDING', ...(wide ? ['HOSTS', 'SERVER'] : [])];
-    rows = (chosen as AgentItem[]).map((i) => [i.cluster, i.agentID, i.status, String(i.connections), String(i.pending),
-      ...(wide ? [i.hosts.join(',') || '<none>', i.serverID] : [])]);
+    rows = (chosen as AgentItem[]).map((i) => [
+      i.cluster,
+      i.agentID,
+      i.status,
+      String(i.connections),
+      String(i.pending),
+      ...(wide ? [i.hosts.join(',') || '<none>', i.serverID] : []),
+    ]);
   }
   const out = table(headers, rows);
   return noHeaders ? out.slice(out.indexOf('\n') + 1) : out;
@@ -156,12 +203,21 @@ function conditionStatus(obj: { status?: { conditions?: Condition[] } }, type: s
 }
 
 /** ManagedClusterAddOns (all namespaces: the addon lives in each cluster's namespace) and ManagedClusters, from the hub's admin API. */
-async function renderHubObjects(resource: 'managedclusteraddons' | 'managedclusters', admin: { host: string; port: number; text: string }, name: string | undefined, format: string | undefined, noHeaders: boolean): Promise<string> {
+async function renderHubObjects(
+  resource: 'managedclusteraddons' | 'managedclusters',
+  admin: { host: string; port: number; text: string },
+  name: string | undefined,
+  format: string | undefined,
+  noHeaders: boolean,
+): Promise<string> {
   const list = (await adminRequest(admin, 'GET', `/v1/${resource}`)) as ObjectList<ManagedClusterAddOn | ManagedCluster>;
   let items = list.items;
   if (name !== undefined) {
-    items = items.filter((o) => (resource === 'managedclusteraddons' ? o.metadata.namespace === name || o.metadata.name === name : o.metadata.name === name));
-    if (items.length === 0) throw new Error(`${resource === 'managedclusters' ? 'managedcluster' : 'managedclusteraddon'} "${name}" not found`);
+    items = items.filter((o) =>
+      resource === 'managedclusteraddons' ? o.metadata.namespace === name || o.metadata.name === name : o.metadata.name === name,
+    );
+    if (items.length === 0)
+      throw new Error(`${resource === 'managedclusters' ? 'managedcluster' : 'managedclusteraddon'} "${name}" not found`);
   }
   const doc = { apiVersion: 'v1', kind: 'List', items };
   if (format === 'json') return `${JSON.stringify(doc, null, 2)}\n`;
@@ -169,15 +225,32 @@ async function renderHubObjects(resource: 'managedclusteraddons' | 'managedclust
   if (items.length === 0) return '';
   let out: string;
   if (resource === 'managedclusters') {
-    out = table(['NAME', 'HUB ACCEPTED', 'AGE'], (items as ManagedCluster[]).map((m) => [m.metadata.name, String(m.spec.hubAcceptsClient), age(m.metadata.creationTimestamp)]));
+    out = table(
+      ['NAME', 'HUB ACCEPTED', 'AGE'],
+      (items as ManagedCluster[]).map((m) => [m.metadata.name, String(m.spec.hubAcceptsClient), age(m.metadata.creationTimestamp)]),
+    );
   } else {
     const wide = format === 'wide';
-    out = table(['NAMESPACE', 'NAME', 'AVAILABLE', 'DEGRADED', 'PROGRESSING', ...(wide ? ['LEASE AGE', 'SERVERS', 'AGENT VERSION'] : [])],
+    out = table(
+      ['NAMESPACE', 'NAME', 'AVAILABLE', 'DEGRADED', 'PROGRESSING', ...(wide ? ['LEASE AGE', 'SERVERS', 'AGENT VERSION'] : [])],
       (items as ManagedClusterAddOn[]).map((a) => {
         const w = list.wide?.[`${a.metadata.namespace}/${a.metadata.name}`];
-        return [a.metadata.namespace ?? '', a.metadata.name, conditionStatus(a, 'Available'), conditionStatus(a, 'Degraded'), conditionStatus(a, 'Progressing'),
-          ...(wide ? [age(w?.leaseRenewTime), w?.serverCount != null ? `${w.connectedServers}/${w.serverCount}` : '<none>', w?.agentVersion ?? '<none>'] : [])];
-      }));
+        return [
+          a.metadata.namespace ?? '',
+          a.metadata.name,
+          conditionStatus(a, 'Available'),
+          conditionStatus(a, 'Degraded'),
+          conditionStatus(a, 'Progressing'),
+          ...(wide
+            ? [
+                age(w?.leaseRenewTime),
+                w?.serverCount != null ? `${w.connectedServers}/${w.serverCount}` : '<none>',
+                w?.agentVersion ?? '<none>',
+              ]
+            : []),
+        ];
+      }),
+    );
   }
   return noHeaders ? out.slice(out.indexOf('\n') + 1) : out;
 }

@@ -11,8 +11,8 @@ export const DEFAULT_ADMIN = '127.0.0.1:8095';
 export const DEFAULT_CONNECT_PORT = 8089;
 
 export const hubDataDirFlags: FlagSpecs = {
-  'data-dir': { type: 'string', default: DEFAULT_HUB_DATA_DIR, help: 'the hub\'s --data-dir (tokens.json, ports.json, pki/)' },
-  'tokens-file': { type: 'string', help: 'the hub\'s token file (default DATA_DIR/tokens.json)' },
+  'data-dir': { type: 'string', default: DEFAULT_HUB_DATA_DIR, help: "the hub's --data-dir (tokens.json, ports.json, pki/)" },
+  'tokens-file': { type: 'string', help: "the hub's token file (default DATA_DIR/tokens.json)" },
 };
 
 export const adminFlag: FlagSpecs = {
@@ -94,7 +94,8 @@ export function fetchConnections(admin: { host: string; port: number; text: stri
       res.setEncoding('utf8');
       res.on('data', (d: string) => (body += d));
       res.on('end', () => {
-        if (res.statusCode !== 200) return reject(new Error(`the hub's admin endpoint ${admin.text} answered HTTP ${res.statusCode} to /debug/connections`));
+        if (res.statusCode !== 200)
+          return reject(new Error(`the hub's admin endpoint ${admin.text} answered HTTP ${res.statusCode} to /debug/connections`));
         try {
           const doc = JSON.parse(body) as HubConnections;
           if (!Array.isArray(doc.agents)) throw new Error('no "agents"');
@@ -107,7 +108,11 @@ export function fetchConnections(admin: { host: string; port: number; text: stri
     });
     req.on('timeout', () => req.destroy(Object.assign(new Error('timed out'), { code: 'ETIMEDOUT' })));
     req.on('error', (err: NodeJS.ErrnoException) => {
-      reject(new AdminUnreachable(`cannot reach the hub's admin endpoint at ${admin.text} (${err.code ?? err.message}); is the hub running? (set --admin HOST:PORT or --data-dir)`));
+      reject(
+        new AdminUnreachable(
+          `cannot reach the hub's admin endpoint at ${admin.text} (${err.code ?? err.message}); is the hub running? (set --admin HOST:PORT or --data-dir)`,
+        ),
+      );
     });
   });
 }
@@ -115,7 +120,10 @@ export function fetchConnections(admin: { host: string; port: number; text: stri
 /** The hub's admin API answered with an error status; the message is the hub's one-line reason. */
 export class AdminRequestError extends Error {
   override name = 'AdminRequestError';
-  constructor(readonly status: number, message: string) {
+  constructor(
+    readonly status: number,
+    message: string,
+  ) {
     super(message);
   }
 }
@@ -124,33 +132,55 @@ export class AdminRequestError extends Error {
  * A JSON request to the hub's loopback admin API (`/v1/...`). Unreachable → AdminUnreachable; an
  * error status → AdminRequestError carrying the hub's `{error}` text.
  */
-export function adminRequest(admin: { host: string; port: number; text: string }, method: 'GET' | 'POST' | 'DELETE', urlPath: string, body?: unknown, timeoutMs = 15_000): Promise<unknown> {
+export function adminRequest(
+  admin: { host: string; port: number; text: string },
+  method: 'GET' | 'POST' | 'DELETE',
+  urlPath: string,
+  body?: unknown,
+  timeoutMs = 15_000,
+): Promise<unknown> {
   const payload = body === undefined ? undefined : Buffer.from(JSON.stringify(body));
   return new Promise((resolve, reject) => {
-    const req = http.request({
-      host: admin.host, port: admin.port, method, path: urlPath, timeout: timeoutMs, agent: false,
-      headers: payload ? { 'content-type': 'application/json', 'content-length': payload.length } : {},
-    }, (res) => {
-      let text = '';
-      res.setEncoding('utf8');
-      res.on('data', (d: string) => (text += d));
-      res.on('error', reject);
-      res.on('end', () => {
-        let doc: unknown = null;
-        try {
-          doc = text ? JSON.parse(text) : null;
-        } catch {
-          return reject(new Error(`the hub's admin endpoint ${admin.text} sent an answer to ${method} ${urlPath} that is not JSON (HTTP ${res.statusCode})`));
-        }
-        const status = res.statusCode ?? 0;
-        if (status >= 200 && status < 300) return resolve(doc);
-        const why = typeof (doc as { error?: unknown } | null)?.error === 'string' ? (doc as { error: string }).error : `HTTP ${status}`;
-        reject(new AdminRequestError(status, why));
-      });
-    });
+    const req = http.request(
+      {
+        host: admin.host,
+        port: admin.port,
+        method,
+        path: urlPath,
+        timeout: timeoutMs,
+        agent: false,
+        headers: payload ? { 'content-type': 'application/json', 'content-length': payload.length } : {},
+      },
+      (res) => {
+        let text = '';
+        res.setEncoding('utf8');
+        res.on('data', (d: string) => (text += d));
+        res.on('error', reject);
+        res.on('end', () => {
+          let doc: unknown = null;
+          try {
+            doc = text ? JSON.parse(text) : null;
+          } catch {
+            return reject(
+              new Error(
+                `the hub's admin endpoint ${admin.text} sent an answer to ${method} ${urlPath} that is not JSON (HTTP ${res.statusCode})`,
+              ),
+            );
+          }
+          const status = res.statusCode ?? 0;
+          if (status >= 200 && status < 300) return resolve(doc);
+          const why = typeof (doc as { error?: unknown } | null)?.error === 'string' ? (doc as { error: string }).error : `HTTP ${status}`;
+          reject(new AdminRequestError(status, why));
+        });
+      },
+    );
     req.on('timeout', () => req.destroy(Object.assign(new Error('timed out'), { code: 'ETIMEDOUT' })));
     req.on('error', (err: NodeJS.ErrnoException) => {
-      reject(new AdminUnreachable(`cannot reach the hub's admin endpoint at ${admin.text} (${err.code ?? err.message}); is the hub running? (set --admin HOST:PORT or --data-dir)`));
+      reject(
+        new AdminUnreachable(
+          `cannot reach the hub's admin endpoint at ${admin.text} (${err.code ?? err.message}); is the hub running? (set --admin HOST:PORT or --data-dir)`,
+        ),
+      );
     });
     req.end(payload);
   });

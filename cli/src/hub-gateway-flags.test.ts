@@ -3,7 +3,8 @@ import { describe, expect, it } from 'vitest';
 import { parseFlags } from './flags.js';
 import { gatewayAccessFlags, hubFlags } from './hub.js';
 
-const parse = (args: string[], gatewayOn = true): ReturnType<typeof gatewayAccessFlags> => gatewayAccessFlags(parseFlags(args, hubFlags, {}).flags, gatewayOn);
+const parse = (args: string[], gatewayOn = true): ReturnType<typeof gatewayAccessFlags> =>
+  gatewayAccessFlags(parseFlags(args, hubFlags, {}).flags, gatewayOn);
 const ISSUER = ['--oidc-issuer-url', 'https://idp.example/realms/x', '--oidc-client-id', 'gw'];
 
 describe('hub gateway flags', () => {
@@ -12,14 +13,45 @@ describe('hub gateway flags', () => {
     expect(parse([], false)).toEqual({ config: {} });
   });
 
-  it('the OIDC flags as kube-apiserver\'s', () => {
-    expect(parse([...ISSUER, '--oidc-username-claim', 'email', '--oidc-groups-claim', 'groups', '--oidc-groups-prefix', 'oidc:', '--oidc-required-claim', 'tenant=blue',
-      '--oidc-required-claim', 'env=a=b', '--oidc-signing-algs', 'RS256,ES256', '--oidc-ca-file', '/ca.pem', '--gateway-authorization', 'scope'])).toEqual({
+  it("the OIDC flags as kube-apiserver's", () => {
+    expect(
+      parse([
+        ...ISSUER,
+        '--oidc-username-claim',
+        'email',
+        '--oidc-groups-claim',
+        'groups',
+        '--oidc-groups-prefix',
+        'oidc:',
+        '--oidc-required-claim',
+        'tenant=blue',
+        '--oidc-required-claim',
+        'env=a=b',
+        '--oidc-signing-algs',
+        'RS256,ES256',
+        '--oidc-ca-file',
+        '/ca.pem',
+        '--gateway-authorization',
+        'scope',
+      ]),
+    ).toEqual({
       config: { authorization: 'scope' },
-      oidc: { issuerUrl: 'https://idp.example/realms/x', clientId: 'gw', usernameClaim: 'email', groupsClaim: 'groups', groupsPrefix: 'oidc:', requiredClaims: { tenant: 'blue', env: 'a=b' }, signingAlgs: ['RS256', 'ES256'] },
+      oidc: {
+        issuerUrl: 'https://idp.example/realms/x',
+        clientId: 'gw',
+        usernameClaim: 'email',
+        groupsClaim: 'groups',
+        groupsPrefix: 'oidc:',
+        requiredClaims: { tenant: 'blue', env: 'a=b' },
+        signingAlgs: ['RS256', 'ES256'],
+      },
       oidcCaFile: '/ca.pem',
     });
-    expect(parse([...ISSUER, '--oidc-username-prefix', '-']).oidc).toMatchObject({ usernamePrefix: '-', usernameClaim: 'sub', signingAlgs: ['RS256'] });
+    expect(parse([...ISSUER, '--oidc-username-prefix', '-']).oidc).toMatchObject({
+      usernamePrefix: '-',
+      usernameClaim: 'sub',
+      signingAlgs: ['RS256'],
+    });
   });
 
   it.each([
@@ -37,6 +69,8 @@ describe('hub gateway flags', () => {
   it('the gateway flags need the gateway', () => {
     expect(() => parse(ISSUER, false)).toThrow(/--oidc-issuer-url configures the HTTP gateway: it goes with --gateway-port/);
     expect(() => parse(['--gateway-authorization', 'scope'], false)).toThrow(/--gateway-authorization configures the HTTP gateway/);
-    expect(parse(['--gateway-authorization', 'subjectaccessreview', '--store', 'kubernetes']).config).toEqual({ authorization: 'subjectaccessreview' });
+    expect(parse(['--gateway-authorization', 'subjectaccessreview', '--store', 'kubernetes']).config).toEqual({
+      authorization: 'subjectaccessreview',
+    });
   });
 });

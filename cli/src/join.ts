@@ -9,23 +9,27 @@ import { AdminRequestError, adminAddress, adminFlag, adminRequest, hubDataDirFla
 
 const joinFlags: FlagSpecs = {
   out: { type: 'string', help: 'directory for the bundle (default ./CLUSTER-bootstrap)' },
-  namespace: { type: 'string', default: 'open-cluster-management-agent-addon', help: 'the agent\'s install namespace in the managed cluster' },
+  namespace: {
+    type: 'string',
+    default: 'open-cluster-management-agent-addon',
+    help: "the agent's install namespace in the managed cluster",
+  },
   'token-ttl': { type: 'string', default: '1h', help: 'how long the single-use bootstrap token stays valid' },
-  'agent-entrypoint': { type: 'string', help: 'HOST:PORT agents dial (default: the hub\'s --agent-entrypoint)' },
+  'agent-entrypoint': { type: 'string', help: "HOST:PORT agents dial (default: the hub's --agent-entrypoint)" },
   'server-name': { type: 'string', help: 'TLS name agents verify on the hub certificate' },
-  image: { type: 'string', help: 'agent container image (default: the hub\'s --agent-image)' },
+  image: { type: 'string', help: "agent container image (default: the hub's --agent-image)" },
   replicas: { type: 'string', default: '1', help: 'agent Deployment replicas' },
-  'pod-cidr': { type: 'string', help: 'the cluster\'s pod CIDR (joins NO_PROXY when a proxy is configured)' },
-  'service-cidr': { type: 'string', help: 'the cluster\'s service CIDR (joins NO_PROXY)' },
-  'cluster-domain': { type: 'string', help: 'the cluster\'s DNS domain (default cluster.local)' },
-  'apiserver-ip': { type: 'string', help: 'the cluster\'s apiserver service IP (joins NO_PROXY)' },
+  'pod-cidr': { type: 'string', help: "the cluster's pod CIDR (joins NO_PROXY when a proxy is configured)" },
+  'service-cidr': { type: 'string', help: "the cluster's service CIDR (joins NO_PROXY)" },
+  'cluster-domain': { type: 'string', help: "the cluster's DNS domain (default cluster.local)" },
+  'apiserver-ip': { type: 'string', help: "the cluster's apiserver service IP (joins NO_PROXY)" },
   ...adminFlag,
   'data-dir': hubDataDirFlags['data-dir']!,
 };
 
 export const joinUsage = helpText(
   'cluster-proxy join CLUSTER [--out DIR] [flags]',
-  'Registers CLUSTER with the hub (run on the hub\'s machine: it uses the loopback admin endpoint) and writes ca.crt, bootstrap-token and manifests.yaml for its agent.',
+  "Registers CLUSTER with the hub (run on the hub's machine: it uses the loopback admin endpoint) and writes ca.crt, bootstrap-token and manifests.yaml for its agent.",
   joinFlags,
 );
 
@@ -35,7 +39,8 @@ export async function runJoin(args: string[]): Promise<void> {
     process.stdout.write(joinUsage);
     return;
   }
-  if (positionals.length !== 1) throw new UsageError(`join takes one CLUSTER name, got ${positionals.length === 0 ? 'none' : `"${positionals.join(' ')}"`}`);
+  if (positionals.length !== 1)
+    throw new UsageError(`join takes one CLUSTER name, got ${positionals.length === 0 ? 'none' : `"${positionals.join(' ')}"`}`);
   const cluster = positionals[0]!;
   const replicas = Number(str(flags, 'replicas'));
   if (!Number.isInteger(replicas) || replicas < 1 || replicas > 10) throw new UsageError('--replicas must be a whole number from 1 to 10');
@@ -70,28 +75,30 @@ export async function runJoin(args: string[]): Promise<void> {
   await writeFile(path.join(out, 'manifests.yaml'), answer.manifests, { mode: 0o600 });
   const rel = (f: string): string => path.relative(process.cwd(), path.join(out, f)) || '.';
   const hub = answer.agentEntrypoint;
-  process.stdout.write([
-    `${answer.existed ? 'Cluster' : 'Registered cluster'} ${cluster}${answer.existed ? ' was already registered; issued a new bootstrap token' : ''}.`,
-    `Bootstrap token: single use, valid until ${answer.tokenExpiresAt} (in ${rel('bootstrap-token')}, not shown).`,
-    `Bundle: ${rel('ca.crt')}, ${rel('bootstrap-token')}, ${rel('manifests.yaml')}`,
-    '',
-    'Install the agent in the managed cluster:',
-    `  kubectl apply -f ${rel('manifests.yaml')}`,
-    '',
-    'Or run the agent on this machine (it creates its key locally and exchanges the token for a certificate):',
-    `  cluster-proxy agent --cluster ${cluster} --hub ${hub}${answer.serverName ? ` --server-name ${answer.serverName}` : ''} --ca-cert ${rel('ca.crt')} --bootstrap-token-file ${rel('bootstrap-token')} --credentials-dir ${rel('credentials')} --apiserver HOST:PORT`,
-    '',
-    'Then watch its health:',
-    '  cluster-proxy get managedclusteraddons -A',
-    '',
-  ].join('\n'));
+  process.stdout.write(
+    [
+      `${answer.existed ? 'Cluster' : 'Registered cluster'} ${cluster}${answer.existed ? ' was already registered; issued a new bootstrap token' : ''}.`,
+      `Bootstrap token: single use, valid until ${answer.tokenExpiresAt} (in ${rel('bootstrap-token')}, not shown).`,
+      `Bundle: ${rel('ca.crt')}, ${rel('bootstrap-token')}, ${rel('manifests.yaml')}`,
+      '',
+      'Install the agent in the managed cluster:',
+      `  kubectl apply -f ${rel('manifests.yaml')}`,
+      '',
+      'Or run the agent on this machine (it creates its key locally and exchanges the token for a certificate):',
+      `  cluster-proxy agent --cluster ${cluster} --hub ${hub}${answer.serverName ? ` --server-name ${answer.serverName}` : ''} --ca-cert ${rel('ca.crt')} --bootstrap-token-file ${rel('bootstrap-token')} --credentials-dir ${rel('credentials')} --apiserver HOST:PORT`,
+      '',
+      'Then watch its health:',
+      '  cluster-proxy get managedclusteraddons -A',
+      '',
+    ].join('\n'),
+  );
 }
 
 const deleteFlags: FlagSpecs = { ...adminFlag, 'data-dir': hubDataDirFlags['data-dir']! };
 
 export const deleteUsage = helpText(
   'cluster-proxy delete cluster NAME',
-  'Removes a managed cluster from the hub: its agents\' tunnels are closed and their certificates no longer admitted.',
+  "Removes a managed cluster from the hub: its agents' tunnels are closed and their certificates no longer admitted.",
   deleteFlags,
 );
 
@@ -102,7 +109,8 @@ export async function runDelete(args: string[]): Promise<void> {
     return;
   }
   const [what, name, ...extra] = positionals;
-  if (!what || !['cluster', 'clusters', 'managedcluster', 'managedclusters'].includes(what.toLowerCase())) throw new UsageError('delete takes "cluster NAME"');
+  if (!what || !['cluster', 'clusters', 'managedcluster', 'managedclusters'].includes(what.toLowerCase()))
+    throw new UsageError('delete takes "cluster NAME"');
   if (!name || extra.length > 0) throw new UsageError('delete cluster takes exactly one NAME');
   try {
     await adminRequest(adminAddress(flags), 'DELETE', `/v1/clusters/${encodeURIComponent(name)}`);

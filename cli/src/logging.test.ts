@@ -5,7 +5,15 @@ import { chooseLogFormat, createLogger } from './logging.js';
 
 function sink(): { stream: Writable; text: () => string } {
   const chunks: string[] = [];
-  return { stream: new Writable({ write(c: Buffer, _e, cb) { chunks.push(c.toString()); cb(); } }), text: () => chunks.join('') };
+  return {
+    stream: new Writable({
+      write(c: Buffer, _e, cb) {
+        chunks.push(c.toString());
+        cb();
+      },
+    }),
+    text: () => chunks.join(''),
+  };
 }
 
 describe('log format', () => {
@@ -20,7 +28,9 @@ describe('log format', () => {
     expect(() => chooseLogFormat('yaml', false)).toThrow(UsageError);
     expect(() => chooseLogFormat('yaml', false)).toThrow('--log-format must be one of auto, json, text, got "yaml"');
     expect(() => createLogger('loud', 'hub')).toThrow(UsageError);
-    expect(() => createLogger('loud', 'hub')).toThrow(/^--log-level must be one of fatal, error, warn, info, debug, trace, silent, got "loud"$/);
+    expect(() => createLogger('loud', 'hub')).toThrow(
+      /^--log-level must be one of fatal, error, warn, info, debug, trace, silent, got "loud"$/,
+    );
   });
 
   it('JSON: one object per line, level respected, secrets redacted', () => {
@@ -28,7 +38,11 @@ describe('log format', () => {
     const log = createLogger('info', 'hub', { destination: out.stream, isTTY: false });
     log.debug('hidden');
     log.info({ token: 's3cret', proxy: { password: 'hunter2' }, connectID: 3 }, 'hello');
-    const lines = out.text().trim().split('\n').map((l) => JSON.parse(l) as Record<string, unknown>);
+    const lines = out
+      .text()
+      .trim()
+      .split('\n')
+      .map((l) => JSON.parse(l) as Record<string, unknown>);
     expect(lines).toHaveLength(1);
     expect(lines[0]).toMatchObject({ msg: 'hello', name: 'hub', token: '[Redacted]', proxy: { password: '[Redacted]' }, connectID: 3 });
     expect(out.text()).not.toMatch(/s3cret|hunter2/);

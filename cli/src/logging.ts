@@ -17,11 +17,16 @@ export type LogFormat = (typeof LOG_FORMATS)[number];
 export const REDACT_PATHS = ['key', 'password', 'token', 'authorization', '*.key', '*.password', '*.token', '*.authorization'];
 
 export const LOG_LEVEL_FLAG: FlagSpec = { type: 'string', default: 'info', help: 'fatal, error, warn, info, debug, trace or silent' };
-export const LOG_FORMAT_FLAG: FlagSpec = { type: 'string', default: 'auto', help: 'auto (text on a terminal, JSON otherwise), json or text' };
+export const LOG_FORMAT_FLAG: FlagSpec = {
+  type: 'string',
+  default: 'auto',
+  help: 'auto (text on a terminal, JSON otherwise), json or text',
+};
 
 /** Text or JSON for a `--log-format` value and whether stdout is a terminal. */
 export function chooseLogFormat(format: string, isTTY: boolean): 'json' | 'text' {
-  if (!(LOG_FORMATS as readonly string[]).includes(format)) throw new UsageError(`--log-format must be one of ${LOG_FORMATS.join(', ')}, got "${format}"`);
+  if (!(LOG_FORMATS as readonly string[]).includes(format))
+    throw new UsageError(`--log-format must be one of ${LOG_FORMATS.join(', ')}, got "${format}"`);
   if (format === 'auto') return isTTY ? 'text' : 'json';
   return format as 'json' | 'text';
 }
@@ -35,7 +40,8 @@ export interface LoggerOptions {
 }
 
 export function createLogger(level: string, name: string, opts: LoggerOptions = {}): Logger {
-  if (!(LOG_LEVELS as readonly string[]).includes(level)) throw new UsageError(`--log-level must be one of ${LOG_LEVELS.join(', ')}, got "${level}"`);
+  if (!(LOG_LEVELS as readonly string[]).includes(level))
+    throw new UsageError(`--log-level must be one of ${LOG_LEVELS.join(', ')}, got "${level}"`);
   const dest = opts.destination ?? process.stdout;
   const isTTY = opts.isTTY ?? (dest as { isTTY?: boolean }).isTTY === true;
   const format = chooseLogFormat(opts.format ?? 'auto', isTTY);

@@ -15,23 +15,56 @@ type Command = { summary: string; dataPlane?: true; shortYoungGarbage?: true; lo
 
 const commands: Record<string, Command> = {
   hub: { summary: 'run the proxy server', dataPlane: true, load: async () => (await import('./hub.js')).runHub },
-  agent: { summary: 'run an agent in a managed cluster', dataPlane: true, shortYoungGarbage: true, load: async () => (await import('./agent.js')).runAgent },
-  quickstart: { summary: 'hub + two demo clusters on this machine, with curl, kubectl and forward lines to try', dataPlane: true, load: async () => (await import('./quickstart.js')).runQuickstart },
-  forward: { summary: 'serve a local port through the tunnel', dataPlane: true, load: async () => (await import('./forward.js')).runForward },
-  kubeconfig: { summary: 'write a kubeconfig that reaches a cluster\'s apiserver through the hub', load: async () => (await import('./kubeconfig.js')).runKubeconfig },
-  join: { summary: 'register a managed cluster; writes its agent bootstrap bundle and install manifests', load: async () => (await import('./join.js')).runJoin },
+  agent: {
+    summary: 'run an agent in a managed cluster',
+    dataPlane: true,
+    shortYoungGarbage: true,
+    load: async () => (await import('./agent.js')).runAgent,
+  },
+  quickstart: {
+    summary: 'hub + two demo clusters on this machine, with curl, kubectl and forward lines to try',
+    dataPlane: true,
+    load: async () => (await import('./quickstart.js')).runQuickstart,
+  },
+  forward: {
+    summary: 'serve a local port through the tunnel',
+    dataPlane: true,
+    load: async () => (await import('./forward.js')).runForward,
+  },
+  kubeconfig: {
+    summary: "write a kubeconfig that reaches a cluster's apiserver through the hub",
+    load: async () => (await import('./kubeconfig.js')).runKubeconfig,
+  },
+  join: {
+    summary: 'register a managed cluster; writes its agent bootstrap bundle and install manifests',
+    load: async () => (await import('./join.js')).runJoin,
+  },
   delete: { summary: 'remove a managed cluster (revokes its agents)', load: async () => (await import('./join.js')).runDelete },
-  ca: { summary: 'rotate the hub CA (add, promote, finish) without cutting agents off; issue client and agent certificates', load: async () => (await import('./ca.js')).runCa },
-  get: { summary: 'clusters, agents, managedclusters or managedclusteraddons (kubectl-style tables)', load: async () => (await import('./get.js')).runGet },
+  ca: {
+    summary: 'rotate the hub CA (add, promote, finish) without cutting agents off; issue client and agent certificates',
+    load: async () => (await import('./ca.js')).runCa,
+  },
+  get: {
+    summary: 'clusters, agents, managedclusters or managedclusteraddons (kubectl-style tables)',
+    load: async () => (await import('./get.js')).runGet,
+  },
   token: { summary: 'issue, list or revoke tokens for the HTTP CONNECT frontend', load: async () => (await import('./token.js')).runToken },
-  'proxy-config': { summary: 'render the egress-proxy settings for containerd, kubelet, kubeadm, pods and charts', load: async () => (await import('./proxy-config.js')).runProxyConfig },
-  noproxy: { summary: 'audit a NO_PROXY value (check) or explain one decision', load: async () => (await import('./noproxy.js')).runNoProxy },
+  'proxy-config': {
+    summary: 'render the egress-proxy settings for containerd, kubelet, kubeadm, pods and charts',
+    load: async () => (await import('./proxy-config.js')).runProxyConfig,
+  },
+  noproxy: {
+    summary: 'audit a NO_PROXY value (check) or explain one decision',
+    load: async () => (await import('./noproxy.js')).runNoProxy,
+  },
 };
 
 const usage = `Usage: cluster-proxy COMMAND [flags]
 
 Commands:
-${Object.entries(commands).map(([n, c]) => `  ${n.padEnd(12)} ${c.summary}`).join('\n')}
+${Object.entries(commands)
+  .map(([n, c]) => `  ${n.padEnd(12)} ${c.summary}`)
+  .join('\n')}
   ${'version'.padEnd(12)} the version, the commit it was built from and the Node.js it runs on
 
 Run "cluster-proxy COMMAND --help" for a command's flags; "cluster-proxy --version" for the version.

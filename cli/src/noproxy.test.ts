@@ -8,7 +8,16 @@ async function run(args: string[], env: NodeJS.ProcessEnv = {}): Promise<{ code:
   return { code, out };
 }
 
-const FACTS = ['--pod-cidr', '10.244.0.0/16', '--service-cidr', '10.96.0.0/12', '--apiserver-ip', '10.96.0.1', '--hub', 'hub.corp.example:8091'];
+const FACTS = [
+  '--pod-cidr',
+  '10.244.0.0/16',
+  '--service-cidr',
+  '10.96.0.0/12',
+  '--apiserver-ip',
+  '10.96.0.1',
+  '--hub',
+  'hub.corp.example:8091',
+];
 const GOOD = 'localhost,127.0.0.1,10.244.0.0/16,10.96.0.0/12,.svc,.cluster.local,169.254.169.254,metadata.google.internal';
 
 describe('cluster-proxy noproxy check', () => {
@@ -18,11 +27,23 @@ describe('cluster-proxy noproxy check', () => {
     expect(out).toContain('PROBLEM  pod CIDR 10.244.0.0/16 is not in NO_PROXY');
     expect(out).toContain('fix: add 10.244.0.0/16');
     expect(out).toContain('2 problems, 3 warnings.');
-    expect(out).toContain('suggested NO_PROXY=localhost,127.0.0.1,10.96.0.0/12,.svc,10.244.0.0/16,.cluster.local,169.254.169.254,metadata.google.internal');
+    expect(out).toContain(
+      'suggested NO_PROXY=localhost,127.0.0.1,10.96.0.0/12,.svc,10.244.0.0/16,.cluster.local,169.254.169.254,metadata.google.internal',
+    );
   });
 
   it('exits 0 when only warnings remain; pod/service CIDRs may be comma-separated or repeated', async () => {
-    const { code, out } = await run(['check', '--no-proxy', `${GOOD},fd00::/8`, '--pod-cidr', '10.244.0.0/16,fd00:10:244::/56', '--service-cidr', '10.96.0.0/12', '--hub', 'hub:8091']);
+    const { code, out } = await run([
+      'check',
+      '--no-proxy',
+      `${GOOD},fd00::/8`,
+      '--pod-cidr',
+      '10.244.0.0/16,fd00:10:244::/56',
+      '--service-cidr',
+      '10.96.0.0/12',
+      '--hub',
+      'hub:8091',
+    ]);
     expect(code).toBe(0);
     expect(out).toContain('0 problems, 1 warning.');
   });
@@ -59,12 +80,16 @@ describe('cluster-proxy noproxy check', () => {
 
 describe('cluster-proxy noproxy explain', () => {
   it('prints the decision and the deciding entry', async () => {
-    expect((await run(['explain', '--no-proxy', '.corp.example,10.0.0.0/8', 'hub.corp.example:8091'])).out)
-      .toBe('direct (entry ".corp.example")\n  hub.corp.example ends with NO_PROXY entry ".corp.example"\n');
+    expect((await run(['explain', '--no-proxy', '.corp.example,10.0.0.0/8', 'hub.corp.example:8091'])).out).toBe(
+      'direct (entry ".corp.example")\n  hub.corp.example ends with NO_PROXY entry ".corp.example"\n',
+    );
     const proxied = await run(['explain', '--no-proxy', '10.0.0.0/8', 'db.internal:5432']);
     expect(proxied.out.split('\n')[0]).toBe('proxy');
     expect(proxied.code).toBe(0);
-    const json = JSON.parse((await run(['explain', '--json', '--no-proxy', '10.0.0.0/8', '[::1]:443'])).out) as { decision: string; target: string };
+    const json = JSON.parse((await run(['explain', '--json', '--no-proxy', '10.0.0.0/8', '[::1]:443'])).out) as {
+      decision: string;
+      target: string;
+    };
     expect(json).toMatchObject({ decision: 'direct', target: '[::1]:443' });
   });
 

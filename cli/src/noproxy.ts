@@ -1,16 +1,14 @@
 // `cluster-proxy noproxy check` and `cluster-proxy noproxy explain`: audit a NO_PROXY value against a
 // cluster's facts, or say what Go (and the agent) would do for one destination. The logic lives in the
 // agent package (no-proxy-audit.ts), next to the matcher the agent itself uses.
-import {
-  auditNoProxy, explainNoProxy, formatAudit, formatExplanation, NoProxyAuditError, type ClusterFacts,
-} from '@cluster-proxy/agent';
+import { auditNoProxy, explainNoProxy, formatAudit, formatExplanation, NoProxyAuditError, type ClusterFacts } from '@cluster-proxy/agent';
 import { UsageError, helpText, list, parseFlags, str, type FlagSpecs } from './flags.js';
 
 export const noProxyCheckFlags: FlagSpecs = {
   'no-proxy': { type: 'string', help: 'the NO_PROXY value to check (default: $NO_PROXY, else $no_proxy, as Go reads them)' },
-  'pod-cidr': { type: 'string', multiple: true, help: 'the cluster\'s pod CIDR(s); comma-separated or repeated' },
-  'service-cidr': { type: 'string', multiple: true, help: 'the cluster\'s service CIDR(s); comma-separated or repeated' },
-  'cluster-domain': { type: 'string', default: 'cluster.local', help: 'the cluster\'s DNS domain' },
+  'pod-cidr': { type: 'string', multiple: true, help: "the cluster's pod CIDR(s); comma-separated or repeated" },
+  'service-cidr': { type: 'string', multiple: true, help: "the cluster's service CIDR(s); comma-separated or repeated" },
+  'cluster-domain': { type: 'string', default: 'cluster.local', help: "the cluster's DNS domain" },
   'apiserver-ip': { type: 'string', help: 'the kubernetes Service ClusterIP (or apiserver endpoint IP)' },
   hub: { type: 'string', help: 'the hub the agent dials, HOST:PORT (must NOT match NO_PROXY)' },
   json: { type: 'boolean', help: 'print the report as JSON' },
@@ -36,7 +34,7 @@ Run "cluster-proxy noproxy COMMAND --help" for a command's flags.
 
 export const noProxyCheckUsage = helpText(
   'cluster-proxy noproxy check --no-proxy VALUE [--pod-cidr CIDR] [--service-cidr CIDR] [--cluster-domain DOMAIN] [--apiserver-ip IP] [--hub HOST:PORT]',
-  'Audits a NO_PROXY value against a cluster\'s facts. Exit code 1 when a problem is found (warnings alone exit 0), 2 on bad flags.',
+  "Audits a NO_PROXY value against a cluster's facts. Exit code 1 when a problem is found (warnings alone exit 0), 2 on bad flags.",
   noProxyCheckFlags,
 );
 
@@ -60,7 +58,11 @@ function noProxyValue(flagValue: string | undefined, env: NodeJS.ProcessEnv): { 
   throw new UsageError('--no-proxy is required (or set NO_PROXY)');
 }
 
-const splitList = (values: string[]): string[] => values.flatMap((v) => v.split(',')).map((v) => v.trim()).filter((v) => v !== '');
+const splitList = (values: string[]): string[] =>
+  values
+    .flatMap((v) => v.split(','))
+    .map((v) => v.trim())
+    .filter((v) => v !== '');
 
 /**
  * Runs `noproxy ARGS`, writing the report through `write`. Returns the exit code (0, or 1 when

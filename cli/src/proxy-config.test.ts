@@ -14,12 +14,24 @@ const CA_FILE = path.join(TESTDATA, 'proxy-ca.crt');
 
 /** The one example input every golden file is rendered from (also the README's). */
 const EXAMPLE = [
-  '--http-proxy', 'http://proxy.corp.example:3128',
-  '--https-proxy', 'https://proxy.corp.example:3129',
-  '--ca-bundle', CA_FILE,
-  '--no-proxy', 'corp.example,.internal.corp.example',
-  '--pod-cidr', '10.244.0.0/16', '--service-cidr', '10.96.0.0/12', '--apiserver-ip', '10.96.0.1',
-  '--cluster-domain', 'cluster.local', '--hub', 'hub.example.com:8091',
+  '--http-proxy',
+  'http://proxy.corp.example:3128',
+  '--https-proxy',
+  'https://proxy.corp.example:3129',
+  '--ca-bundle',
+  CA_FILE,
+  '--no-proxy',
+  'corp.example,.internal.corp.example',
+  '--pod-cidr',
+  '10.244.0.0/16',
+  '--service-cidr',
+  '10.96.0.0/12',
+  '--apiserver-ip',
+  '10.96.0.1',
+  '--cluster-domain',
+  'cluster.local',
+  '--hub',
+  'hub.example.com:8091',
 ];
 
 async function run(args: string[]): Promise<{ code: number; out: string; err: string }> {
@@ -71,10 +83,15 @@ describe('cluster-proxy proxy-config render: golden files from one example input
     });
   }
 
-  it('merges as the agent\'s env: install-wide entries first in their order, then the cluster part, each entry once', async () => {
-    const json = JSON.parse((await run(['render', '--format', 'json', ...EXAMPLE, '--no-proxy', 'corp.example,LOCALHOST,.internal.corp.example,10.96.0.1'])).out) as { noProxy: string };
-    expect(json.noProxy).toBe('corp.example,localhost,.internal.corp.example,10.96.0.1,127.0.0.1,10.244.0.0/16,10.96.0.0/12,.svc,.cluster.local,169.254.169.254,metadata.google.internal');
-    const expected = 'corp.example,.internal.corp.example,localhost,127.0.0.1,10.244.0.0/16,10.96.0.0/12,10.96.0.1,.svc,.cluster.local,169.254.169.254,metadata.google.internal';
+  it("merges as the agent's env: install-wide entries first in their order, then the cluster part, each entry once", async () => {
+    const json = JSON.parse(
+      (await run(['render', '--format', 'json', ...EXAMPLE, '--no-proxy', 'corp.example,LOCALHOST,.internal.corp.example,10.96.0.1'])).out,
+    ) as { noProxy: string };
+    expect(json.noProxy).toBe(
+      'corp.example,localhost,.internal.corp.example,10.96.0.1,127.0.0.1,10.244.0.0/16,10.96.0.0/12,.svc,.cluster.local,169.254.169.254,metadata.google.internal',
+    );
+    const expected =
+      'corp.example,.internal.corp.example,localhost,127.0.0.1,10.244.0.0/16,10.96.0.0/12,10.96.0.1,.svc,.cluster.local,169.254.169.254,metadata.google.internal';
     for (const format of ['systemd', 'kubeadm', 'kyverno', 'env', 'helm-values']) {
       expect((await run(['render', '--format', format, ...EXAMPLE])).out, format).toContain(expected);
     }
@@ -103,7 +120,17 @@ describe('cluster-proxy proxy-config render: the audit runs first', () => {
   });
 
   it('says when the hub was not checked', async () => {
-    const { code, err } = await run(['render', '--format', 'env', '--https-proxy', 'http://proxy:3128', '--pod-cidr', '10.244.0.0/16', '--service-cidr', '10.96.0.0/12']);
+    const { code, err } = await run([
+      'render',
+      '--format',
+      'env',
+      '--https-proxy',
+      'http://proxy:3128',
+      '--pod-cidr',
+      '10.244.0.0/16',
+      '--service-cidr',
+      '10.96.0.0/12',
+    ]);
     expect(code).toBe(0);
     expect(err).toContain('--hub not given');
   });
@@ -119,7 +146,16 @@ describe('cluster-proxy proxy-config render: the audit runs first', () => {
 
 describe('cluster-proxy proxy-config render: proxy passwords', () => {
   const SECRET = 'p@ss%word';
-  const withPassword = ['--https-proxy', `http://alice:${encodeURIComponent(SECRET)}@proxy.corp.example:3128`, '--pod-cidr', '10.244.0.0/16', '--service-cidr', '10.96.0.0/12', '--hub', 'hub.example.com:8091'];
+  const withPassword = [
+    '--https-proxy',
+    `http://alice:${encodeURIComponent(SECRET)}@proxy.corp.example:3128`,
+    '--pod-cidr',
+    '10.244.0.0/16',
+    '--service-cidr',
+    '10.96.0.0/12',
+    '--hub',
+    'hub.example.com:8091',
+  ];
   const forms = [SECRET, encodeURIComponent(SECRET), encodeURIComponent(SECRET).replace(/%/g, '%%')];
 
   it('never prints them on stdout without --show-secrets, in any format', async () => {
@@ -171,11 +207,17 @@ describe('cluster-proxy proxy-config render: systemd escaping', () => {
 describe('cluster-proxy proxy-config render: bad input gets one line', () => {
   it('names what is wrong', async () => {
     expect(await usageError(['render'])).toContain('--format is required');
-    expect(await usageError(['render', '--format', 'ini', ...EXAMPLE])).toContain('--format "ini" is not one of systemd|kubeadm|kyverno|env|helm-values|json');
+    expect(await usageError(['render', '--format', 'ini', ...EXAMPLE])).toContain(
+      '--format "ini" is not one of systemd|kubeadm|kyverno|env|helm-values|json',
+    );
     expect(await usageError(['render', '--format', 'env', '--pod-cidr', '10.244.0.0/16'])).toContain('no proxy to render');
     expect(await usageError(['render', '--format', 'env', ...EXAMPLE, '--pod-cidr', '10.244.0.0/33'])).toContain('is not a CIDR');
-    expect(await usageError(['render', '--format', 'env', ...EXAMPLE, '--https-proxy', 'socks5://proxy:1080'])).toContain('socks5:// is not supported');
-    expect(await usageError(['render', '--format', 'env', ...EXAMPLE, '--ca-bundle', '/nonexistent/ca.crt'])).toContain('cannot read --ca-bundle /nonexistent/ca.crt: ENOENT');
+    expect(await usageError(['render', '--format', 'env', ...EXAMPLE, '--https-proxy', 'socks5://proxy:1080'])).toContain(
+      'socks5:// is not supported',
+    );
+    expect(await usageError(['render', '--format', 'env', ...EXAMPLE, '--ca-bundle', '/nonexistent/ca.crt'])).toContain(
+      'cannot read --ca-bundle /nonexistent/ca.crt: ENOENT',
+    );
     expect(await usageError(['render', '--format', 'env', ...EXAMPLE, 'extra'])).toContain('takes no arguments');
     expect(await usageError(['frobnicate'])).toContain('unknown proxy-config command "frobnicate"');
     expect(await usageError(['render', '--format', 'env', ...EXAMPLE, '--bogus'])).toContain('unknown flag --bogus');
@@ -187,7 +229,9 @@ describe('cluster-proxy proxy-config render: bad input gets one line', () => {
     const bad = path.join(dir, 'bad.pem');
     // A key pasted where the CA bundle belongs: made now, never stored.
     await writeFile(bad, generateKeyPairSync('ec', { namedCurve: 'P-256' }).privateKey.export({ type: 'pkcs8', format: 'pem' }));
-    expect(await usageError(['render', '--format', 'env', ...EXAMPLE, '--ca-bundle', bad])).toContain('is a PRIVATE KEY, not a CERTIFICATE');
+    expect(await usageError(['render', '--format', 'env', ...EXAMPLE, '--ca-bundle', bad])).toContain(
+      'is a PRIVATE KEY, not a CERTIFICATE',
+    );
   });
 
   it('--help prints the flags and exits 0', async () => {

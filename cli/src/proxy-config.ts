@@ -6,7 +6,13 @@
 import { readFile, chmod, mkdir, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { auditNoProxy, formatAudit, NoProxyAuditError, type AuditReport, type ClusterFacts } from '@cluster-proxy/agent';
-import type { ClusterProxyConfigResponse, ClusterProxyFacts, MergedProxySettings, ProxyConfig, ProxyConfigRender } from '@cluster-proxy/server';
+import type {
+  ClusterProxyConfigResponse,
+  ClusterProxyFacts,
+  MergedProxySettings,
+  ProxyConfig,
+  ProxyConfigRender,
+} from '@cluster-proxy/server';
 import { UsageError, helpText, list, parseFlags, str, type FlagSpecs, type ParsedFlags } from './flags.js';
 import { AdminRequestError, adminAddress, adminFlag, adminRequest, hubDataDirFlags } from './hub-files.js';
 
@@ -16,14 +22,20 @@ export const proxyConfigRenderFlags: FlagSpecs = {
   format: { type: 'string', help: `what to write: ${FORMATS}` },
   'http-proxy': { type: 'string', help: 'proxy for http:// requests (HTTP_PROXY)' },
   'https-proxy': { type: 'string', help: 'proxy for https:// requests and the hub (HTTPS_PROXY)' },
-  'no-proxy': { type: 'string', help: 'install-wide NO_PROXY entries; the cluster part is added (not read from $NO_PROXY: this machine is not the cluster)' },
+  'no-proxy': {
+    type: 'string',
+    help: 'install-wide NO_PROXY entries; the cluster part is added (not read from $NO_PROXY: this machine is not the cluster)',
+  },
   'ca-bundle': { type: 'string', help: 'FILE with the CA that signs an https:// proxy (PEM)' },
-  'pod-cidr': { type: 'string', multiple: true, help: 'the cluster\'s pod CIDR(s); comma-separated or repeated' },
-  'service-cidr': { type: 'string', multiple: true, help: 'the cluster\'s service CIDR(s); comma-separated or repeated' },
-  'cluster-domain': { type: 'string', help: 'the cluster\'s DNS domain (default cluster.local)' },
+  'pod-cidr': { type: 'string', multiple: true, help: "the cluster's pod CIDR(s); comma-separated or repeated" },
+  'service-cidr': { type: 'string', multiple: true, help: "the cluster's service CIDR(s); comma-separated or repeated" },
+  'cluster-domain': { type: 'string', help: "the cluster's DNS domain (default cluster.local)" },
   'apiserver-ip': { type: 'string', help: 'the kubernetes Service ClusterIP' },
   hub: { type: 'string', help: 'the hub the agent dials, HOST:PORT (NO_PROXY must not match it)' },
-  cluster: { type: 'string', help: 'take the proxy settings and facts of this registered cluster from the hub (flags given override them)' },
+  cluster: {
+    type: 'string',
+    help: 'take the proxy settings and facts of this registered cluster from the hub (flags given override them)',
+  },
   out: { type: 'string', help: 'write the files into DIR (mode 0600 when they hold a proxy password) instead of printing' },
   'exclude-namespace': { type: 'string', multiple: true, help: 'kyverno: namespaces the policy skips (default kube-system, kyverno)' },
   force: { type: 'boolean', help: 'render even when the audit finds problems' },
@@ -47,7 +59,7 @@ Run "cluster-proxy proxy-config COMMAND --help" for a command's flags.
 export const proxyConfigSetFlags: FlagSpecs = {
   'http-proxy': proxyConfigRenderFlags['http-proxy']!,
   'https-proxy': proxyConfigRenderFlags['https-proxy']!,
-  'no-proxy': { type: 'string', help: 'install-wide NO_PROXY entries (each cluster\'s own ranges are added per cluster)' },
+  'no-proxy': { type: 'string', help: "install-wide NO_PROXY entries (each cluster's own ranges are added per cluster)" },
   'ca-bundle': proxyConfigRenderFlags['ca-bundle']!,
   ...adminFlag,
   'data-dir': hubDataDirFlags['data-dir']!,
@@ -55,17 +67,21 @@ export const proxyConfigSetFlags: FlagSpecs = {
 
 export const proxyConfigSetUsage = helpText(
   'cluster-proxy proxy-config set [--https-proxy URL] [--http-proxy URL] [--no-proxy LIST] [--ca-bundle FILE]',
-  'Replaces the hub\'s install-wide egress proxy settings (flags left out are cleared). Manifests written by join from then on carry them.',
+  "Replaces the hub's install-wide egress proxy settings (flags left out are cleared). Manifests written by join from then on carry them.",
   proxyConfigSetFlags,
 );
 
 export const proxyConfigRenderUsage = helpText(
   `cluster-proxy proxy-config render --format ${FORMATS} (--https-proxy URL | --http-proxy URL | --cluster C) [flags]`,
-  'Merges the install-wide settings with the cluster part (pod and service CIDRs, apiserver IP, cluster domain, metadata endpoints) as the agent\'s env is merged, audits the result as `noproxy check` does (exit 1 and nothing written on a problem, unless --force), and writes it in the chosen format.',
+  "Merges the install-wide settings with the cluster part (pod and service CIDRs, apiserver IP, cluster domain, metadata endpoints) as the agent's env is merged, audits the result as `noproxy check` does (exit 1 and nothing written on a problem, unless --force), and writes it in the chosen format.",
   proxyConfigRenderFlags,
 );
 
-const splitList = (values: string[]): string[] => values.flatMap((v) => v.split(',')).map((v) => v.trim()).filter((v) => v !== '');
+const splitList = (values: string[]): string[] =>
+  values
+    .flatMap((v) => v.split(','))
+    .map((v) => v.trim())
+    .filter((v) => v !== '');
 
 export interface RenderIo {
   stdout: (text: string) => void;
@@ -113,7 +129,9 @@ async function setCommand(args: string[], io: RenderIo): Promise<number> {
   }
   const { maskProxyPassword } = await import('@cluster-proxy/server');
   const shown = (v: string | undefined): string => (v === undefined ? '(unset)' : maskProxyPassword(v));
-  io.stdout(`addondeploymentconfig.addon.open-cluster-management.io/cluster-proxy configured: httpProxy ${shown(http)}, httpsProxy ${shown(https)}, noProxy ${noProxy ?? '(unset)'}${ca !== undefined ? ', caBundle from ' + ca : ''}\n`);
+  io.stdout(
+    `addondeploymentconfig.addon.open-cluster-management.io/cluster-proxy configured: httpProxy ${shown(http)}, httpsProxy ${shown(https)}, noProxy ${noProxy ?? '(unset)'}${ca !== undefined ? ', caBundle from ' + ca : ''}\n`,
+  );
   return 0;
 }
 
@@ -122,7 +140,11 @@ async function inputsOf(f: ParsedFlags): Promise<RenderInputs> {
   const cluster = str(f, 'cluster');
   if (cluster !== undefined) {
     try {
-      recorded = (await adminRequest(adminAddress(f), 'GET', `/v1/proxy-config/${encodeURIComponent(cluster)}`)) as ClusterProxyConfigResponse;
+      recorded = (await adminRequest(
+        adminAddress(f),
+        'GET',
+        `/v1/proxy-config/${encodeURIComponent(cluster)}`,
+      )) as ClusterProxyConfigResponse;
     } catch (err) {
       if (err instanceof AdminRequestError && err.status < 500) throw new UsageError(`--cluster ${cluster}: ${err.message}`);
       throw err;
@@ -171,8 +193,10 @@ function auditMerged(merged: MergedProxySettings, inputs: RenderInputs): { repor
     throw err;
   }
   const missing: string[] = [];
-  if (!inputs.facts.podCidrs?.length) missing.push('the pod CIDR is unknown (--pod-cidr): pod-to-pod traffic (Prometheus scrapes, webhooks) would go through the proxy');
-  if (!inputs.facts.serviceCidrs?.length) missing.push('the service CIDR is unknown (--service-cidr): calls to ClusterIP Services would go through the proxy');
+  if (!inputs.facts.podCidrs?.length)
+    missing.push('the pod CIDR is unknown (--pod-cidr): pod-to-pod traffic (Prometheus scrapes, webhooks) would go through the proxy');
+  if (!inputs.facts.serviceCidrs?.length)
+    missing.push('the service CIDR is unknown (--service-cidr): calls to ClusterIP Services would go through the proxy');
   return { report, missing };
 }
 
@@ -215,7 +239,9 @@ export async function proxyConfigCommand(args: string[], io: RenderIo): Promise<
     lines.push(force(flags) ? 'rendering anyway (--force)' : 'nothing written: fix the problems above, or pass --force');
   } else if (report.warnings > 0) {
     // Warnings are about other tools' readings (CIDR, leading dots): worth a line, not a report.
-    lines.push(`audit: no problems; ${report.warnings} warning${report.warnings === 1 ? '' : 's'} about how tools other than Go read NO_PROXY (details: cluster-proxy noproxy check)`);
+    lines.push(
+      `audit: no problems; ${report.warnings} warning${report.warnings === 1 ? '' : 's'} about how tools other than Go read NO_PROXY (details: cluster-proxy noproxy check)`,
+    );
   }
   if (inputs.hub === undefined) lines.push('note: --hub not given, so NO_PROXY was not checked against the hub the agent dials');
   if (lines.length > 0) io.stderr(`${lines.join('\n')}\n`);
@@ -235,7 +261,8 @@ export async function proxyConfigCommand(args: string[], io: RenderIo): Promise<
   const render = server.renderProxyConfig(format, merged, { ...opts, maskSecrets: !flags['show-secrets'] });
   io.stdout(stdoutText(render));
   const tail = notes(render);
-  if (render.hasSecrets && !flags['show-secrets']) io.stderr('proxy passwords are shown as ***: --out DIR writes them into files (mode 0600), --show-secrets prints them\n');
+  if (render.hasSecrets && !flags['show-secrets'])
+    io.stderr('proxy passwords are shown as ***: --out DIR writes them into files (mode 0600), --show-secrets prints them\n');
   if (tail !== '') io.stderr(tail);
   return 0;
 }

@@ -13,7 +13,7 @@ function loadedBy(specifier: string, pattern: RegExp): string[] {
 }
 
 describe('what the long-running commands load at start', () => {
-  it('not undici (Node\'s fetch and WebSocket client), which an ES-module import of node:http pulls in', (ctx) => {
+  it("not undici (Node's fetch and WebSocket client), which an ES-module import of node:http pulls in", (ctx) => {
     const undici = /undici/;
     // The cause: reading node:http's exports, as an ES-module import does, runs getters that load it.
     if (loadedBy('node:http', undici).length === 0) return ctx.skip('this Node.js does not load undici for an import of node:http');

@@ -38,8 +38,16 @@ Commands:
 Run "cluster-proxy token COMMAND --help" for a command's flags.
 `;
 
-const issueUsage = helpText('cluster-proxy token issue --name NAME [--cluster C]... [--ttl 24h]', 'Creates a token and prints it once on stdout (details on stderr). Only its SHA-256 is stored.', issueFlags);
-const listUsage = helpText('cluster-proxy token list [-o json|yaml]', 'Lists the tokens: name, id, clusters, age, expiry. Secrets are never shown.', listFlags);
+const issueUsage = helpText(
+  'cluster-proxy token issue --name NAME [--cluster C]... [--ttl 24h]',
+  'Creates a token and prints it once on stdout (details on stderr). Only its SHA-256 is stored.',
+  issueFlags,
+);
+const listUsage = helpText(
+  'cluster-proxy token list [-o json|yaml]',
+  'Lists the tokens: name, id, clusters, age, expiry. Secrets are never shown.',
+  listFlags,
+);
 const revokeUsage = helpText('cluster-proxy token revoke ID|NAME', 'Deletes a token; the hub refuses it on the next request.', revokeFlags);
 
 /** --ttl as seconds, or undefined for "never". */
@@ -50,13 +58,19 @@ export function ttlSeconds(flags: ParsedFlags, name = 'ttl'): number | undefined
 
 /** Clusters from repeated --cluster flags (comma-separated too); none or "*" = every cluster. */
 export function clustersOf(flags: ParsedFlags): string[] | '*' {
-  const cs = list(flags, 'cluster').flatMap((c) => c.split(',')).map((c) => c.trim()).filter(Boolean);
+  const cs = list(flags, 'cluster')
+    .flatMap((c) => c.split(','))
+    .map((c) => c.trim())
+    .filter(Boolean);
   if (cs.length === 0 || cs.includes('*')) return '*';
   return cs;
 }
 
 /** TokenStore.issue's complaints about its input are the user's mistake (exit 2). */
-export async function issueToken(store: TokenStore, o: { name: string; clusters: string[] | '*'; ttlSeconds?: number }): ReturnType<TokenStore['issue']> {
+export async function issueToken(
+  store: TokenStore,
+  o: { name: string; clusters: string[] | '*'; ttlSeconds?: number },
+): ReturnType<TokenStore['issue']> {
   try {
     return await store.issue(o);
   } catch (err) {
@@ -90,7 +104,8 @@ export async function runToken(args: string[]): Promise<void> {
   if (sub === 'issue') {
     const { flags, positionals } = parseFlags(rest, issueFlags);
     if (flags['help']) return void process.stdout.write(issueUsage);
-    if (positionals.length > 0) throw new UsageError(`token issue takes no arguments (got "${positionals[0]}"); name the token with --name`);
+    if (positionals.length > 0)
+      throw new UsageError(`token issue takes no arguments (got "${positionals[0]}"); name the token with --name`);
     const name = str(flags, 'name');
     if (!name) throw new UsageError('token issue needs --name NAME (who or what will use the token)');
     const format = outputFormat(flags, ['json', 'yaml']);
@@ -103,7 +118,9 @@ export async function runToken(args: string[]): Promise<void> {
     else if (format === 'yaml') process.stdout.write(toYaml(doc as YamlValue));
     else process.stdout.write(`${t.token}\n`);
     const scope = clusters === '*' ? 'every cluster' : `cluster${clusters.length > 1 ? 's' : ''} ${clusters.join(', ')}`;
-    process.stderr.write(`Issued token "${t.name}" (id ${t.id}) for ${scope}, ${t.expiresAt ? `expires ${t.expiresAt}` : 'never expires'}; it is shown only this once. Stored (as a hash) in ${tokensFile(flags)}.\n`);
+    process.stderr.write(
+      `Issued token "${t.name}" (id ${t.id}) for ${scope}, ${t.expiresAt ? `expires ${t.expiresAt}` : 'never expires'}; it is shown only this once. Stored (as a hash) in ${tokensFile(flags)}.\n`,
+    );
     return;
   }
   if (sub === 'list' || sub === 'ls') {
@@ -120,15 +137,25 @@ export async function runToken(args: string[]): Promise<void> {
       return;
     }
     const now = Date.now();
-    process.stdout.write(table(['NAME', 'ID', 'CLUSTERS', 'AGE', 'EXPIRES'], tokens.map((t) => [
-      t.name, t.id, t.clusters === '*' ? '*' : t.clusters.join(','), age(Date.parse(t.createdAt), now), expiresText(t, now),
-    ])));
+    process.stdout.write(
+      table(
+        ['NAME', 'ID', 'CLUSTERS', 'AGE', 'EXPIRES'],
+        tokens.map((t) => [
+          t.name,
+          t.id,
+          t.clusters === '*' ? '*' : t.clusters.join(','),
+          age(Date.parse(t.createdAt), now),
+          expiresText(t, now),
+        ]),
+      ),
+    );
     return;
   }
   if (sub === 'revoke' || sub === 'delete') {
     const { flags, positionals } = parseFlags(rest, revokeFlags);
     if (flags['help']) return void process.stdout.write(revokeUsage);
-    if (positionals.length !== 1) throw new UsageError('token revoke needs exactly one ID or NAME, e.g. "cluster-proxy token revoke ci-bot"');
+    if (positionals.length !== 1)
+      throw new UsageError('token revoke needs exactly one ID or NAME, e.g. "cluster-proxy token revoke ci-bot"');
     const store = await openTokenStore(flags);
     const target = positionals[0]!;
     const found = store.list().find((t) => t.id === target || t.name === target);

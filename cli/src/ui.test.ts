@@ -33,7 +33,7 @@ describe('cliWords', () => {
     expect(cliWords(path.join(linked, 'cluster-proxy'), linked)).toEqual(['cluster-proxy']);
   });
 
-  it('is `cluster-proxy` when the command on PATH is install-cli.sh\'s launcher of this file', () => {
+  it("is `cluster-proxy` when the command on PATH is install-cli.sh's launcher of this file", () => {
     expect(cliWords(main, launching)).toEqual(['cluster-proxy']);
   });
 

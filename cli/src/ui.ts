@@ -19,7 +19,10 @@ export interface Paint {
   cyan(s: string): string;
 }
 
-const sgr = (on: boolean, code: string) => (s: string): string => (on ? `\x1b[${code}m${s}\x1b[0m` : s);
+const sgr =
+  (on: boolean, code: string) =>
+  (s: string): string =>
+    on ? `\x1b[${code}m${s}\x1b[0m` : s;
 
 export function paint(stream: Writable & { isTTY?: boolean }): Paint {
   const on = colourEnabled(stream);
@@ -123,7 +126,11 @@ export function shellCommand(words: string[]): string {
 /** kubectl's table layout: upper-case headers, columns separated by three spaces, no borders. */
 export function table(headers: string[], rows: string[][]): string {
   const widths = headers.map((h, i) => Math.max(h.length, ...rows.map((r) => (r[i] ?? '').length)));
-  const fmt = (cells: string[]): string => cells.map((c, i) => (i === cells.length - 1 ? c : c.padEnd(widths[i]! + 3))).join('').trimEnd();
+  const fmt = (cells: string[]): string =>
+    cells
+      .map((c, i) => (i === cells.length - 1 ? c : c.padEnd(widths[i]! + 3)))
+      .join('')
+      .trimEnd();
   return `${[fmt(headers), ...rows.map(fmt)].join('\n')}\n`;
 }
 

@@ -24,7 +24,11 @@ export class TunnelError extends Error {
    * @param destination The `host:port` that was dialed.
    * @param message What happened; prefixed with the destination unless it names it.
    */
-  constructor(readonly reason: TunnelErrorReason, readonly destination: string, message: string) {
+  constructor(
+    readonly reason: TunnelErrorReason,
+    readonly destination: string,
+    message: string,
+  ) {
     super(message.includes(destination) ? message : `${destination}: ${message}`);
     this.code = `ERR_TUNNEL_${reason.toUpperCase()}`;
   }

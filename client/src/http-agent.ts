@@ -7,7 +7,10 @@ import tls from 'node:tls';
 import type { Tunnel } from './tunnel.js';
 import type * as HttpTypes from 'node:http';
 
-function destination(options: { host?: string | null; hostname?: string | null; port?: number | string | null }, defaultPort: number): string {
+function destination(
+  options: { host?: string | null; hostname?: string | null; port?: number | string | null },
+  defaultPort: number,
+): string {
   const host = options.hostname ?? options.host ?? 'localhost';
   const port = Number(options.port ?? defaultPort) || defaultPort;
   return host.includes(':') ? `[${host}]:${port}` : `${host}:${port}`;

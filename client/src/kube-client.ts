@@ -27,7 +27,10 @@ export type ConnectorCallback = (...args: [null, Duplex] | [Error, null]) => voi
  * An undici connector (`new undici.Agent({ connect: tunnelConnector(tunnel) })`): every connection of
  * that dispatcher is dialed through the tunnel; for https: TLS runs end to end over it.
  */
-export function tunnelConnector(tunnel: Tunnel, tlsOptions: tls.ConnectionOptions = {}): (options: ConnectorOptions, callback: ConnectorCallback) => void {
+export function tunnelConnector(
+  tunnel: Tunnel,
+  tlsOptions: tls.ConnectionOptions = {},
+): (options: ConnectorOptions, callback: ConnectorCallback) => void {
   return (options, callback) => {
     const https = options.protocol === 'https:';
     const port = Number(options.port) || (https ? 443 : 80);
@@ -73,5 +76,7 @@ export interface AgentPickingKubeConfig {
  */
 export function routeKubeConfigThroughTunnel(kc: AgentPickingKubeConfig, tunnel: Tunnel): void {
   kc.createAgent = (cluster, agentOptions) =>
-    cluster?.server?.startsWith('http:') ? new TunnelHttpAgent({ ...agentOptions, tunnel }) : new TunnelHttpsAgent({ ...agentOptions, tunnel });
+    cluster?.server?.startsWith('http:')
+      ? new TunnelHttpAgent({ ...agentOptions, tunnel })
+      : new TunnelHttpsAgent({ ...agentOptions, tunnel });
 }

@@ -1,6 +1,14 @@
 // What carries one tunneled connection between the SDK and the hub: its own gRPC Proxy stream
 // (ANP's way, works with any hub), or a share of one multiplexed TLS connection (our hub).
-import { CAP_HALF_CLOSE, MD_CAPABILITIES, PROXY_PATH, parseCapabilities, type GrpcCallError, type GrpcClient, type Packet } from '@cluster-proxy/proto';
+import {
+  CAP_HALF_CLOSE,
+  MD_CAPABILITIES,
+  PROXY_PATH,
+  parseCapabilities,
+  type GrpcCallError,
+  type GrpcClient,
+  type Packet,
+} from '@cluster-proxy/proto';
 
 export interface LegHandlers {
   onPacket(p: Packet): void;

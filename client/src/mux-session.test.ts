@@ -30,10 +30,23 @@ function setup() {
   }) as MuxLeg;
   const fromHub = (p: Packet): boolean => stream.emit('data', p);
   /** A DATA frame as the framed stream hands it over: its payload as the chunks it arrived in. */
-  const viewsFromHub = (connectID: number, chunks: Buffer[]): void => views!(connectID, chunks, chunks.reduce((n, c) => n + c.length, 0));
+  const viewsFromHub = (connectID: number, chunks: Buffer[]): void =>
+    views!(
+      connectID,
+      chunks,
+      chunks.reduce((n, c) => n + c.length, 0),
+    );
   /** Packets sent to the hub since the last call: type, with CREDIT's and DATA's bytes. */
-  const sent = (): string[] => out.splice(0).map((p) =>
-    p.type === PacketType.CREDIT ? `CREDIT:${p.credit.bytes}` : p.type === PacketType.DATA ? `DATA:${p.data.data.length}` : PacketType[p.type]!);
+  const sent = (): string[] =>
+    out
+      .splice(0)
+      .map((p) =>
+        p.type === PacketType.CREDIT
+          ? `CREDIT:${p.credit.bytes}`
+          : p.type === PacketType.DATA
+            ? `DATA:${p.data.data.length}`
+            : PacketType[p.type]!,
+      );
   return { session, leg, heard, fromHub, viewsFromHub, sent, stream };
 }
 
@@ -83,7 +96,7 @@ describe('MuxLeg: dialing', () => {
 });
 
 describe('MuxLeg: credit', () => {
-  it('DATA within the hub\'s credit; without credit the writer waits for CREDIT', () => {
+  it("DATA within the hub's credit; without credit the writer waits for CREDIT", () => {
     const { leg, fromHub, sent } = opened();
     expect(leg.allowance(WINDOW + 1)).toBe(WINDOW);
     expect(leg.send(packets.data(3, Buffer.alloc(WINDOW)))).toBe(false);
@@ -108,7 +121,7 @@ describe('MuxLeg: credit', () => {
     expect(t.heard).toEqual(['chunks:ab+cde=5']);
   });
 
-  it('the reader\'s credit goes back in batches; a reader that refuses bytes holds it until it reads again', () => {
+  it("the reader's credit goes back in batches; a reader that refuses bytes holds it until it reads again", () => {
     const { leg, sent } = opened();
     leg.received(WINDOW / 16, true);
     expect(sent()).toEqual([]);

@@ -14,8 +14,25 @@
 //   any ──end() / abort() (the socket is done), the connection to the hub broken──▶ closed
 // Half-close is the socket's business: HALF_CLOSE goes through here both ways and changes nothing.
 import {
-  CAP_CREDIT, CAP_HALF_CLOSE, CLIENT_HTTP2_WINDOW, ConnectionTable, MD_CAPABILITIES, MD_WINDOW, PacketType, SendCredit, StreamSender, connectMux, packets,
-  parseCapabilities, type CloseResponsePacket, type DataPacket, type DialResponsePacket, type HalfClosePacket, type FramedPacketStream, type Packet, type TableConnection,
+  CAP_CREDIT,
+  CAP_HALF_CLOSE,
+  CLIENT_HTTP2_WINDOW,
+  ConnectionTable,
+  MD_CAPABILITIES,
+  MD_WINDOW,
+  PacketType,
+  SendCredit,
+  StreamSender,
+  connectMux,
+  packets,
+  parseCapabilities,
+  type CloseResponsePacket,
+  type DataPacket,
+  type DialResponsePacket,
+  type HalfClosePacket,
+  type FramedPacketStream,
+  type Packet,
+  type TableConnection,
 } from '@cluster-proxy/proto';
 import type { Leg, LegFactory, LegHandlers } from './legs.js';
 
@@ -43,7 +60,11 @@ export class MuxLeg implements Leg, TableConnection {
   /** Bytes received while held: their credit goes back when the reader reads again. */
   private withheld = 0;
 
-  constructor(private readonly session: Session, readonly random: bigint, private readonly h: LegHandlers) {
+  constructor(
+    private readonly session: Session,
+    readonly random: bigint,
+    private readonly h: LegHandlers,
+  ) {
     this.credit = new SendCredit(session.peerWindow);
   }
 
@@ -230,7 +251,10 @@ export class Session {
   private readonly legs: ConnectionTable<MuxLeg>;
   broken: string | null = null;
 
-  constructor(readonly stream: FramedPacketStream, readonly window: number) {
+  constructor(
+    readonly stream: FramedPacketStream,
+    readonly window: number,
+  ) {
     this.sender = new StreamSender(stream);
     this.legs = new ConnectionTable<MuxLeg>({
       send: (p) => this.sender.send(p),

@@ -34,12 +34,29 @@ function setup(opts: { halfClose?: boolean; signal?: AbortSignal; timeoutMs?: nu
   socket.on('error', (e: TunnelError) => errors.push(e));
   const attach = (): void => socket.attach({ open: (_r: bigint, h: LegHandlers) => ((handlers = h), leg as Leg) });
   const fromHub = (p: Packet): void => handlers!.onPacket(p);
-  const chunksFromHub = (chunks: Buffer[]): void => handlers!.onChunks(chunks, chunks.reduce((n, c) => n + c.length, 0));
+  const chunksFromHub = (chunks: Buffer[]): void =>
+    handlers!.onChunks(
+      chunks,
+      chunks.reduce((n, c) => n + c.length, 0),
+    );
   const answer = (): void => fromHub(packets.dialResponse(random, 4));
   const state = (): string => (socket as unknown as { state: string }).state;
   /** What the socket did since the last call. */
   const took = (): string[] => did.splice(0);
-  return { socket, leg, attach, fromHub, chunksFromHub, answer, state, took, errors, writers, fail: (why: string) => handlers!.onFailure(why), random: () => random };
+  return {
+    socket,
+    leg,
+    attach,
+    fromHub,
+    chunksFromHub,
+    answer,
+    state,
+    took,
+    errors,
+    writers,
+    fail: (why: string) => handlers!.onFailure(why),
+    random: () => random,
+  };
 }
 
 /** A socket whose dial has been answered, with the record so far taken off. */
@@ -148,7 +165,7 @@ describe('TunnelSocket: half-close', () => {
     expect(took()).toEqual(['CLOSE_REQ', 'resumeReading']);
   });
 
-  it('a payload handed over as chunks is read in order and counted once, with the reader\'s answer to the last chunk', async () => {
+  it("a payload handed over as chunks is read in order and counted once, with the reader's answer to the last chunk", async () => {
     const { socket, chunksFromHub, took } = opened();
     socket.pause();
     chunksFromHub([Buffer.from('ab'), Buffer.from('cd'), Buffer.from('e')]);
@@ -161,7 +178,7 @@ describe('TunnelSocket: half-close', () => {
     socket.destroy();
   });
 
-  it('we half-close first: the destination\'s bytes still arrive; its HALF_CLOSE makes it ended, CLOSE_RSP closed', async () => {
+  it("we half-close first: the destination's bytes still arrive; its HALF_CLOSE makes it ended, CLOSE_RSP closed", async () => {
     const { socket, fromHub, state, took } = opened();
     socket.end();
     await tick();
@@ -245,7 +262,9 @@ describe('TunnelSocket: closing', () => {
     fromHub(packets.closeResponse(4, 'agent disconnected'));
     expect([state(), ...took()]).toEqual(['closed', 'end']);
     await tick();
-    expect(errors.map((e) => `${e.reason}: ${e.message}`)).toEqual(['tunnelclosed: connection to db:5432 closed by the hub: agent disconnected']);
+    expect(errors.map((e) => `${e.reason}: ${e.message}`)).toEqual([
+      'tunnelclosed: connection to db:5432 closed by the hub: agent disconnected',
+    ]);
   });
 });
 

@@ -90,7 +90,10 @@ export class TunnelSocket extends Duplex {
     this.signal = opts.signal;
     this.once('close', () => onSettled?.(this));
     const timeoutMs = opts.timeoutMs ?? 30_000;
-    this.dialTimer = setTimeout(() => this.onDialTimeout(new TunnelError('timeout', destination, `dial ${destination} timed out after ${timeoutMs} ms`)), timeoutMs);
+    this.dialTimer = setTimeout(
+      () => this.onDialTimeout(new TunnelError('timeout', destination, `dial ${destination} timed out after ${timeoutMs} ms`)),
+      timeoutMs,
+    );
     if (this.signal?.aborted) queueMicrotask(this.onAbort);
     else this.signal?.addEventListener('abort', this.onAbort, { once: true });
   }
@@ -270,7 +273,10 @@ export class TunnelSocket extends Duplex {
     // The destination closed the connection: deliver what was read, refuse further writes.
     this.finishLeg();
     if (readable) this.push(null);
-    if (this.pendingWrite) this.pendingWrite.callback(new TunnelError('closed', this.destination, `connection to ${this.destination} was closed by the destination`));
+    if (this.pendingWrite)
+      this.pendingWrite.callback(
+        new TunnelError('closed', this.destination, `connection to ${this.destination} was closed by the destination`),
+      );
     this.pendingWrite = null;
     if (!this.writableEnded) this.end();
   }
@@ -431,7 +437,8 @@ export class TunnelSocket extends Duplex {
       case 'closed':
         break; // the close is under way, or over
     }
-    if (this.pendingWrite) this.pendingWrite.callback(err ?? new TunnelError('closed', this.destination, `connection to ${this.destination} destroyed`));
+    if (this.pendingWrite)
+      this.pendingWrite.callback(err ?? new TunnelError('closed', this.destination, `connection to ${this.destination} destroyed`));
     this.pendingWrite = null;
     callback(err);
   }
@@ -520,10 +527,11 @@ export class TunnelSocket extends Duplex {
       return;
     }
     if (this.idleTimer) this.idleTimer.refresh();
-    else this.idleTimer = setTimeout(() => {
-      this.idleTimer = null;
-      this.emit('timeout');
-    }, this.idleMs);
+    else
+      this.idleTimer = setTimeout(() => {
+        this.idleTimer = null;
+        this.emit('timeout');
+      }, this.idleMs);
   }
 
   private clearDialTimer(): void {

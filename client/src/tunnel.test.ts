@@ -43,7 +43,13 @@ describe('Tunnel.close() with a dial in flight', () => {
     const { createCA, issueClientCert } = await import('@cluster-proxy/server');
     const ca = createCA();
     const me = issueClientCert(ca, { commonName: 'me' });
-    const t = new Tunnel({ address: `127.0.0.1:${port}`, caCert: Buffer.from(ca.certPem), cert: Buffer.from(me.certPem), key: Buffer.from(me.keyPem), transport: 'mux' });
+    const t = new Tunnel({
+      address: `127.0.0.1:${port}`,
+      caCert: Buffer.from(ca.certPem),
+      cert: Buffer.from(me.certPem),
+      key: Buffer.from(me.keyPem),
+      transport: 'mux',
+    });
     const pending = t.dial('c1:443');
     await new Promise((r) => setTimeout(r, 50));
     t.close();
@@ -64,12 +70,21 @@ describe('Tunnel.close() while the mux connection is being opened', () => {
     const me = issueClientCert(ca, { commonName: 'me' });
     let accepted: ((s: InstanceType<typeof FramedPacketStream>) => void) | null = null;
     const arrived = new Promise<InstanceType<typeof FramedPacketStream>>((r) => (accepted = r));
-    const server = tls.createServer({ ca: ca.certPem, cert: hub.certPem, key: hub.keyPem, requestCert: true, ALPNProtocols: [MUX_ALPN] }, (socket) => {
-      accepted!(new FramedPacketStream(socket, 1 << 20));
-    });
+    const server = tls.createServer(
+      { ca: ca.certPem, cert: hub.certPem, key: hub.keyPem, requestCert: true, ALPNProtocols: [MUX_ALPN] },
+      (socket) => {
+        accepted!(new FramedPacketStream(socket, 1 << 20));
+      },
+    );
     await new Promise<void>((r) => server.listen(0, '127.0.0.1', () => r()));
     const port = (server.address() as { port: number }).port;
-    const t = new Tunnel({ address: `127.0.0.1:${port}`, caCert: Buffer.from(ca.certPem), cert: Buffer.from(me.certPem), key: Buffer.from(me.keyPem), transport: 'mux' });
+    const t = new Tunnel({
+      address: `127.0.0.1:${port}`,
+      caCert: Buffer.from(ca.certPem),
+      cert: Buffer.from(me.certPem),
+      key: Buffer.from(me.keyPem),
+      transport: 'mux',
+    });
     try {
       const pending = t.dial('c1:443');
       const stream = await arrived;

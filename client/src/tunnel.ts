@@ -53,7 +53,8 @@ export class Tunnel {
    */
   constructor(readonly opts: TunnelOptions) {
     const uds = opts.address.startsWith('unix:');
-    if (!uds && (!opts.caCert || !opts.cert || !opts.key)) throw new Error(`connecting to ${opts.address} over TCP needs caCert, cert and key (mTLS)`);
+    if (!uds && (!opts.caCert || !opts.cert || !opts.key))
+      throw new Error(`connecting to ${opts.address} over TCP needs caCert, cert and key (mTLS)`);
     // gRPC on node:http2 (proto's grpc-client.ts); it connects on the first gRPC dial only.
     this.client = new GrpcClient({
       address: opts.address,
@@ -66,7 +67,10 @@ export class Tunnel {
     });
     this.grpcLegs = new GrpcLegFactory(this.client);
     this.transport = uds ? 'grpc' : (opts.transport ?? 'auto');
-    this.mux = this.transport === 'grpc' ? null : new MuxLegFactory({ address: opts.address, caCert: opts.caCert!, cert: opts.cert!, key: opts.key!, serverName: opts.serverName });
+    this.mux =
+      this.transport === 'grpc'
+        ? null
+        : new MuxLegFactory({ address: opts.address, caCert: opts.caCert!, cert: opts.cert!, key: opts.key!, serverName: opts.serverName });
   }
 
   /**
@@ -83,7 +87,14 @@ export class Tunnel {
     this.open.add(socket);
     this.legs().then(
       (legs) => socket.attach(legs),
-      (err: Error) => socket.failToStart(new TunnelError('tunnelclosed', destination, `tunnel to ${destination} failed: cannot reach the hub at ${this.opts.address}: ${err.message}`)),
+      (err: Error) =>
+        socket.failToStart(
+          new TunnelError(
+            'tunnelclosed',
+            destination,
+            `tunnel to ${destination} failed: cannot reach the hub at ${this.opts.address}: ${err.message}`,
+          ),
+        ),
     );
     return socket;
   }
@@ -102,10 +113,19 @@ export class Tunnel {
           socket.off('error', onError);
           socket.off('close', onClose);
         };
-        const onConnect = (): void => { done(); resolve(); };
-        const onError = (err: Error): void => { done(); reject(err); };
+        const onConnect = (): void => {
+          done();
+          resolve();
+        };
+        const onError = (err: Error): void => {
+          done();
+          reject(err);
+        };
         // Closed (e.g. tunnel.close()) before the agent reached the destination: no 'connect' will come.
-        const onClose = (): void => { done(); reject(new TunnelError('tunnelclosed', destination, `tunnel closed before ${destination} was reached`)); };
+        const onClose = (): void => {
+          done();
+          reject(new TunnelError('tunnelclosed', destination, `tunnel closed before ${destination} was reached`));
+        };
         socket.once('connect', onConnect);
         socket.once('error', onError);
         socket.once('close', onClose);

@@ -68,14 +68,26 @@ export class Hub {
 
   constructor(options: HubOptions) {
     // Every store request of the hub is counted (cluster_proxy_server_store_requests_total): what a fleet costs the store.
-    const storeRequests = new Counter({ name: 'cluster_proxy_server_store_requests_total', help: 'Requests this hub made of its store, by verb and kind', labelNames: ['verb', 'kind'], registers: [] });
+    const storeRequests = new Counter({
+      name: 'cluster_proxy_server_store_requests_total',
+      help: 'Requests this hub made of its store, by verb and kind',
+      labelNames: ['verb', 'kind'],
+      registers: [],
+    });
     const opts: HubOptions = { ...options, store: countingStore(options.store, (verb, kind) => storeRequests.inc({ verb, kind })) };
     this.opts = opts;
     this.server = new ProxyServer({ ...opts.server, log: opts.log, readinessChecks: [{ name: 'store', check: () => opts.store.ping() }] });
     this.server.metrics.registry.registerMetric(storeRequests);
-    this.replicas = new ReplicaRegistry({ store: opts.store, namespace: HUB_NAMESPACE, serverID: this.server.serverID, leaseDurationMs: opts.replicaLeaseDurationMs, log: opts.log,
-      tunnelClusters: () => this.server.core.routes.backends().map((b) => b.cluster), fleetSize: () => this.manager?.fleetSize ?? 0,
-      onLeaseList: (seconds, code, reason) => this.server.metrics.leaseList(seconds, code, reason) });
+    this.replicas = new ReplicaRegistry({
+      store: opts.store,
+      namespace: HUB_NAMESPACE,
+      serverID: this.server.serverID,
+      leaseDurationMs: opts.replicaLeaseDurationMs,
+      log: opts.log,
+      tunnelClusters: () => this.server.core.routes.backends().map((b) => b.cluster),
+      fleetSize: () => this.manager?.fleetSize ?? 0,
+      onLeaseList: (seconds, code, reason) => this.server.metrics.leaseList(seconds, code, reason),
+    });
     this.replicas.registerRoutes(this.server.hubApi);
     // A dial for a cluster that other replicas reach waits for its agent here (a restart, a reconnect).
     this.server.core.agentWaits.setAgentsElsewhere(() => this.replicas.clustersElsewhere);
@@ -89,12 +101,20 @@ export class Hub {
     // TokenReview and SubjectAccessReview for the gateway: the hub's own API server, on --store kubernetes only
     // (the client module loads only then).
     // The store itself, not its counting wrapper: the reviews use its Kubernetes client.
-    if (options.store.kind === 'kubernetes') this.server.hubReviews = async () => (await import('./gateway/kube-reviews.js')).hubReviewsOf(options.store);
+    if (options.store.kind === 'kubernetes')
+      this.server.hubReviews = async () => (await import('./gateway/kube-reviews.js')).hubReviewsOf(options.store);
     this.signer = opts.signer;
     this.manager = new AddonManager({
-      store: opts.store, core: this.server.core, log: opts.log, serverID: this.server.serverID,
-      healthMode: opts.healthMode, tunnelLossWindowMs: opts.tunnelLossWindowMs,
-      certificates: () => ({ servingCertExpiry: expiry(this.server.tls.cert), signerExpiry: this.signer ? expiry(Buffer.from(this.signer.certPem)) : null }),
+      store: opts.store,
+      core: this.server.core,
+      log: opts.log,
+      serverID: this.server.serverID,
+      healthMode: opts.healthMode,
+      tunnelLossWindowMs: opts.tunnelLossWindowMs,
+      certificates: () => ({
+        servingCertExpiry: expiry(this.server.tls.cert),
+        signerExpiry: this.signer ? expiry(Buffer.from(this.signer.certPem)) : null,
+      }),
       caBundle: () => this.caBundle(),
       agentImage: opts.agentImage ?? DEFAULT_AGENT_IMAGE,
       // After a CA rollover's "promote", agents still on the old CA get new certificates before "finish".
@@ -104,15 +124,20 @@ export class Hub {
         return cert.fingerprint256 !== '' && !!cert.raw && !new X509Certificate(cert.raw).checkIssued(signing);
       },
     });
-    this.reloader = opts.tlsFiles ? new TlsReloader({
-      files: opts.tlsFiles, managedPkiDir: opts.managedPkiDir, intervalMs: opts.tlsReloadIntervalMs ?? 30_000, log: opts.log,
-      onChange: (m) => {
-        this.server.reloadTls({ caCert: m.caCert, cert: m.cert, key: m.key });
-        if (m.caKey) this.signer = { certPem: splitBundle(m.caCert.toString('utf8'))[0]!, keyPem: m.caKey.toString('utf8') };
-        // The installer renders the CA bundle and the signer into the agents' works and registrations.
-        this.manager.installerInputsChanged();
-      },
-    }) : null;
+    this.reloader = opts.tlsFiles
+      ? new TlsReloader({
+          files: opts.tlsFiles,
+          managedPkiDir: opts.managedPkiDir,
+          intervalMs: opts.tlsReloadIntervalMs ?? 30_000,
+          log: opts.log,
+          onChange: (m) => {
+            this.server.reloadTls({ caCert: m.caCert, cert: m.cert, key: m.key });
+            if (m.caKey) this.signer = { certPem: splitBundle(m.caCert.toString('utf8'))[0]!, keyPem: m.caKey.toString('utf8') };
+            // The installer renders the CA bundle and the signer into the agents' works and registrations.
+            this.manager.installerInputsChanged();
+          },
+        })
+      : null;
     this.manager.registerRoutes(this.server.hubApi, this.server.adminApi);
     if (opts.signer) this.registerRegistration(opts.signer);
     else opts.log.warn('no CA key: cluster registration (join, bootstrap tokens) is off; agents need certificates issued from the hub CA');
@@ -121,14 +146,27 @@ export class Hub {
   private registerRegistration(initial: PemPair): void {
     const { store } = this.opts;
     const caBundle = (): string => this.caBundle();
-    registerRegistrationRoutes(this.server.hubApi, { store, signer: () => this.signer ?? initial, caBundle, certValidityDays: this.opts.agentCertValidityDays, log: this.opts.log });
+    registerRegistrationRoutes(this.server.hubApi, {
+      store,
+      signer: () => this.signer ?? initial,
+      caBundle,
+      certValidityDays: this.opts.agentCertValidityDays,
+      log: this.opts.log,
+    });
     registerJoinRoutes(this.server.adminApi, {
       store,
       issueBootstrapToken: (cluster, ttl) => createBootstrapToken(store, cluster, ttl),
       revokeBootstrapTokens: (cluster) => revokeBootstrapTokens(store, cluster),
       renderManifests: async (input) => {
         const config = await store.get('AddOnDeploymentConfig', DEPLOYMENT_CONFIG);
-        return manifestsToYaml(renderAgentInstall({ ...input, proxyConfig: proxyConfigOf(config), nodePlacement: config?.spec.nodePlacement, gateway: this.opts.server.gatewayPort != null }));
+        return manifestsToYaml(
+          renderAgentInstall({
+            ...input,
+            proxyConfig: proxyConfigOf(config),
+            nodePlacement: config?.spec.nodePlacement,
+            gateway: this.opts.server.gatewayPort != null,
+          }),
+        );
       },
       caBundle,
       defaults: () => ({ agentEntrypoint: this.agentEntrypoint(), serverName: this.opts.serverName, image: this.opts.agentImage }),
@@ -164,16 +202,22 @@ export class Hub {
   /** Loaded only in this mode: it brings the X.509 library OCM's ECDSA CSRs need. */
   private async useOcmInstaller(): Promise<void> {
     const { OcmInstaller } = await import('./ocm/installer.js');
-    this.manager.setInstaller(new OcmInstaller({
-      store: this.opts.store, log: this.opts.log,
-      signer: () => this.signer,
-      caBundle: () => this.caBundle(),
-      agentEntrypoint: () => this.agentEntrypoint(),
-      serverName: this.opts.serverName, agentImage: this.opts.agentImage ?? DEFAULT_AGENT_IMAGE,
-      defaultInstallNamespace: this.opts.agentInstallNamespace ?? OCM_DEFAULT_INSTALL_NAMESPACE,
-      gateway: this.opts.server.gatewayPort != null,
-      ...(this.opts.clusterProfilesGatewayUrl ? { clusterProfiles: { gatewayUrl: this.opts.clusterProfilesGatewayUrl, caBundle: () => this.caBundle() } } : {}),
-    }));
+    this.manager.setInstaller(
+      new OcmInstaller({
+        store: this.opts.store,
+        log: this.opts.log,
+        signer: () => this.signer,
+        caBundle: () => this.caBundle(),
+        agentEntrypoint: () => this.agentEntrypoint(),
+        serverName: this.opts.serverName,
+        agentImage: this.opts.agentImage ?? DEFAULT_AGENT_IMAGE,
+        defaultInstallNamespace: this.opts.agentInstallNamespace ?? OCM_DEFAULT_INSTALL_NAMESPACE,
+        gateway: this.opts.server.gatewayPort != null,
+        ...(this.opts.clusterProfilesGatewayUrl
+          ? { clusterProfiles: { gatewayUrl: this.opts.clusterProfilesGatewayUrl, caBundle: () => this.caBundle() } }
+          : {}),
+      }),
+    );
   }
 
   private managerRetry: NodeJS.Timeout | null = null;

@@ -4,9 +4,24 @@ import { randomUUID } from 'node:crypto';
 import { mkdir, rm, writeFile, rename } from 'node:fs/promises';
 import path from 'node:path';
 import {
-  FRONTEND_STREAM_WINDOW, HUB_MEMORY_BUDGET, INITIAL_CONNECTION_WINDOW, MAX_CONNECTION_WINDOW, MemoryBudget, throttleReporter, HTTP2_CONNECTION_WINDOW, HTTP2_STREAM_WINDOW, MAX_MESSAGE_BYTES, AGENT_CONNECT_PATH, PROXY_PATH,
-  type FramedPacketStream, type Hello,
-  HealthChecks, type HealthCheck, MuxRefusedError, refusalHello, http,
+  FRONTEND_STREAM_WINDOW,
+  HUB_MEMORY_BUDGET,
+  INITIAL_CONNECTION_WINDOW,
+  MAX_CONNECTION_WINDOW,
+  MemoryBudget,
+  throttleReporter,
+  HTTP2_CONNECTION_WINDOW,
+  HTTP2_STREAM_WINDOW,
+  MAX_MESSAGE_BYTES,
+  AGENT_CONNECT_PATH,
+  PROXY_PATH,
+  type FramedPacketStream,
+  type Hello,
+  HealthChecks,
+  type HealthCheck,
+  MuxRefusedError,
+  refusalHello,
+  http,
 } from '@cluster-proxy/proto';
 import type { Logger } from 'pino';
 import { makeAgentConnectHandler, onMuxAgentHello, type AgentListenerOptions, type Grant } from './dataplane/agent-listener.js';
@@ -172,7 +187,11 @@ export class ProxyServer {
     const window = opts.window ?? INITIAL_CONNECTION_WINDOW;
     const limit = opts.memoryBudget ?? HUB_MEMORY_BUDGET;
     const logThrottle = throttleReporter(30_000, (count, direction) =>
-      opts.log.warn({ throttled: count, direction, budget: limit, committed: this.core.budget.committed }, 'memory budget is short: connection windows are not growing (slow readers, or many connections)'));
+      opts.log.warn(
+        { throttled: count, direction, budget: limit, committed: this.core.budget.committed },
+        'memory budget is short: connection windows are not growing (slow readers, or many connections)',
+      ),
+    );
     const budget = new MemoryBudget(limit, {
       maxWindow: MAX_CONNECTION_WINDOW,
       onThrottle: (direction) => {
@@ -184,18 +203,33 @@ export class ProxyServer {
     const maxConnections = opts.maxConnections ?? Math.max(1, Math.floor(limit / (2 * window)));
     this.maxConnections = maxConnections;
     this.core = new ProxyCore({
-      dialTimeoutMs: opts.dialTimeoutMs ?? 10_000, log: opts.log, metrics: this.metrics, budget,
-      maxConnections, maxConnectionsPerClient: opts.maxConnectionsPerClient ?? Math.max(1, Math.floor(maxConnections / 2)),
-      agentWaitMs: opts.agentWaitMs, maxWaitingDials: opts.maxWaitingDials, stallTimeoutMs: opts.stallTimeoutMs,
+      dialTimeoutMs: opts.dialTimeoutMs ?? 10_000,
+      log: opts.log,
+      metrics: this.metrics,
+      budget,
+      maxConnections,
+      maxConnectionsPerClient: opts.maxConnectionsPerClient ?? Math.max(1, Math.floor(maxConnections / 2)),
+      agentWaitMs: opts.agentWaitMs,
+      maxWaitingDials: opts.maxWaitingDials,
+      stallTimeoutMs: opts.stallTimeoutMs,
     });
     this.readiness = new HealthChecks('readyz', [{ name: 'listeners', check: this.checkListeners }, ...(opts.readinessChecks ?? [])]);
     this.liveness = new HealthChecks('healthz', [{ name: 'ping', check: () => undefined }, ...(opts.livenessChecks ?? [])]);
     // gRPC on node:http2 (grpc-server.ts): large receive windows on our side too, and every session
     // pinged so a peer that died ends its calls (session-watchdog.ts).
     // An agent opens one Connect stream per session; a client one Proxy stream per connection.
-    this.agentServer = new GrpcServer({ streamWindow: HTTP2_STREAM_WINDOW, connectionWindow: HTTP2_CONNECTION_WINDOW, maxMessageBytes: MAX_MESSAGE_BYTES, watchdog: SESSION_WATCHDOG, maxConcurrentStreams: AGENT_MAX_STREAMS });
+    this.agentServer = new GrpcServer({
+      streamWindow: HTTP2_STREAM_WINDOW,
+      connectionWindow: HTTP2_CONNECTION_WINDOW,
+      maxMessageBytes: MAX_MESSAGE_BYTES,
+      watchdog: SESSION_WATCHDOG,
+      maxConcurrentStreams: AGENT_MAX_STREAMS,
+    });
     this.frontendServer = new GrpcServer({
-      streamWindow: FRONTEND_STREAM_WINDOW, connectionWindow: HTTP2_CONNECTION_WINDOW, maxMessageBytes: MAX_MESSAGE_BYTES, watchdog: SESSION_WATCHDOG,
+      streamWindow: FRONTEND_STREAM_WINDOW,
+      connectionWindow: HTTP2_CONNECTION_WINDOW,
+      maxMessageBytes: MAX_MESSAGE_BYTES,
+      watchdog: SESSION_WATCHDOG,
       sessionWindow: { max: MAX_CONNECTION_WINDOW, budget, direction: 'to_agent' },
       maxConcurrentStreams: Math.min(maxConnections, FRONTEND_MAX_STREAMS),
     });
@@ -250,7 +284,8 @@ export class ProxyServer {
     if (!this.accepting) return refuse(GrpcStatus.UNAVAILABLE, 'server is shutting down');
     // Agents share the CA with hub users; an agent certificate must not open connections into other clusters.
     const cert = call.peerCertificate();
-    if (cert && clusterFromSubject(cert.subject)) return refuse(GrpcStatus.PERMISSION_DENIED, 'agent certificates may not use the client frontend');
+    if (cert && clusterFromSubject(cert.subject))
+      return refuse(GrpcStatus.PERMISSION_DENIED, 'agent certificates may not use the client frontend');
     const f = new GrpcFrontend(call, this.core, this.opts.log, (done) => this.frontends.delete(done));
     this.frontends.add(f);
   };
@@ -267,7 +302,15 @@ export class ProxyServer {
       return;
     }
     const client = principalName(certificatePrincipal(socket.getPeerCertificate().subject?.CN));
-    const session = new MuxFrontendSession(stream, _hello, this.core, this.opts.window ?? INITIAL_CONNECTION_WINDOW, this.opts.log.child({ peer }), (done) => this.muxClients.delete(done), client);
+    const session = new MuxFrontendSession(
+      stream,
+      _hello,
+      this.core,
+      this.opts.window ?? INITIAL_CONNECTION_WINDOW,
+      this.opts.log.child({ peer }),
+      (done) => this.muxClients.delete(done),
+      client,
+    );
     stream.startKeepalive(30_000, 10_000);
     this.muxClients.add(session);
   };
@@ -275,11 +318,28 @@ export class ProxyServer {
   async start(): Promise<BoundPorts> {
     const { tls, bindAddress } = this.opts;
     // TLS is terminated by TlsPort (ALPN picks the transport); the gRPC server gets verified plaintext.
-    this.agentPort = new TlsPort({ name: 'agent', host: bindAddress, port: this.opts.agentPort, tls, grpcServer: this.agentServer, onHello: onMuxAgentHello(this.listenerOptions, { intervalMs: 30_000, timeoutMs: 10_000 }), http1: this.hubApi, log: this.opts.log });
+    this.agentPort = new TlsPort({
+      name: 'agent',
+      host: bindAddress,
+      port: this.opts.agentPort,
+      tls,
+      grpcServer: this.agentServer,
+      onHello: onMuxAgentHello(this.listenerOptions, { intervalMs: 30_000, timeoutMs: 10_000 }),
+      http1: this.hubApi,
+      log: this.opts.log,
+    });
     const agent = await this.agentPort.listen();
     let frontend: number | null = null;
     if (this.opts.frontendPort !== null) {
-      this.frontendPort = new TlsPort({ name: 'frontend', host: bindAddress, port: this.opts.frontendPort, tls, grpcServer: this.frontendServer, onHello: this.onMuxClient, log: this.opts.log });
+      this.frontendPort = new TlsPort({
+        name: 'frontend',
+        host: bindAddress,
+        port: this.opts.frontendPort,
+        tls,
+        grpcServer: this.frontendServer,
+        onHello: this.onMuxClient,
+        log: this.opts.log,
+      });
       frontend = await this.frontendPort.listen();
     }
     let uds: string | null = null;
@@ -289,18 +349,29 @@ export class ProxyServer {
       uds = path.resolve(this.opts.frontendUds);
     }
     if (this.opts.connectPort != null || this.opts.connectUds || this.opts.connectPlain || this.opts.gatewayPort != null) {
-      this.tokens = await TokenStore.open(this.opts.tokensFile ?? path.join(this.opts.dataDir ?? '.', 'tokens.json'), { log: this.opts.log });
+      this.tokens = await TokenStore.open(this.opts.tokensFile ?? path.join(this.opts.dataDir ?? '.', 'tokens.json'), {
+        log: this.opts.log,
+      });
     }
     if (this.opts.gatewayPort != null) {
-      this.gatewayServices = this.opts.gatewayServicesFile ? await ServiceAllowlist.open({ file: this.opts.gatewayServicesFile, log: this.opts.log }) : null;
-      this.gatewayAccess = await buildGatewayAccess(this.opts.gatewayAccess ?? {}, { tokens: this.tokens!, log: this.opts.log, ...(this.hubReviews ? { hubReviews: this.hubReviews } : {}) });
+      this.gatewayServices = this.opts.gatewayServicesFile
+        ? await ServiceAllowlist.open({ file: this.opts.gatewayServicesFile, log: this.opts.log })
+        : null;
+      this.gatewayAccess = await buildGatewayAccess(this.opts.gatewayAccess ?? {}, {
+        tokens: this.tokens!,
+        log: this.opts.log,
+        ...(this.hubReviews ? { hubReviews: this.hubReviews } : {}),
+      });
       this.opts.log.info(this.gatewayAccess.summary, 'gateway access');
       this.gateway = await startGateway({
-        core: this.core, log: this.opts.log, tokens: this.tokens!,
+        core: this.core,
+        log: this.opts.log,
+        tokens: this.tokens!,
         ...(this.gatewayServices ? { services: this.gatewayServices } : {}),
         ...(this.opts.gatewayIdentityPrefix ? { identityPrefix: this.opts.gatewayIdentityPrefix } : {}),
         ...(this.opts.gatewayResponseTimeoutMs ? { responseTimeoutMs: this.opts.gatewayResponseTimeoutMs } : {}),
-        authSources: this.gatewayAccess.sources, authorizer: this.gatewayAccess.authorizer,
+        authSources: this.gatewayAccess.sources,
+        authorizer: this.gatewayAccess.authorizer,
         tls: { host: bindAddress, port: this.opts.gatewayPort, ...tls },
         clusterKnown: (cluster) => this.clusterKnown?.(cluster) ?? Promise.resolve(false),
       });
@@ -319,8 +390,15 @@ export class ProxyServer {
     const health = this.opts.healthPort === null ? null : await this.listenHttp(bindAddress, this.opts.healthPort, this.healthHandler);
     const admin = this.opts.adminPort === null ? null : await this.listenHttp('127.0.0.1', this.opts.adminPort, this.adminHandler);
     this.ports = {
-      serverID: this.serverID, agent, frontend, frontendUds: uds, health, admin,
-      connect: this.connect?.ports.tls ?? null, connectUds: this.connect?.ports.uds ?? null, connectPlain: this.connect?.ports.plain ?? null,
+      serverID: this.serverID,
+      agent,
+      frontend,
+      frontendUds: uds,
+      health,
+      admin,
+      connect: this.connect?.ports.tls ?? null,
+      connectUds: this.connect?.ports.uds ?? null,
+      connectPlain: this.connect?.ports.plain ?? null,
       gateway: this.gateway?.port ?? null,
     };
     if (this.opts.dataDir) await writeJsonAtomic(path.join(this.opts.dataDir, 'ports.json'), this.ports);
@@ -350,7 +428,11 @@ export class ProxyServer {
   snapshot(): ReturnType<ProxyCore['snapshot']> & { frontends: { state: string; connectID: number; address: string }[] } {
     return {
       ...this.core.snapshot(),
-      frontends: [...[...this.frontends].map((f) => f.description), ...[...this.muxClients].flatMap((m) => m.describe()), ...(this.connect?.describe() ?? []).map((c) => ({ state: c.state, connectID: c.connectID, address: c.destination }))],
+      frontends: [
+        ...[...this.frontends].map((f) => f.description),
+        ...[...this.muxClients].flatMap((m) => m.describe()),
+        ...(this.connect?.describe() ?? []).map((c) => ({ state: c.state, connectID: c.connectID, address: c.destination })),
+      ],
     };
   }
 
@@ -386,7 +468,8 @@ export class ProxyServer {
     const deadline = Date.now() + graceMs;
     if (this.openConnections() > 0) this.opts.log.info({ open: this.openConnections(), graceMs }, 'waiting for open connections to finish');
     while (this.openConnections() > 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
-    if (this.openConnections() > 0) this.opts.log.warn({ open: this.openConnections() }, 'grace period over; closing the remaining connections');
+    if (this.openConnections() > 0)
+      this.opts.log.warn({ open: this.openConnections() }, 'grace period over; closing the remaining connections');
     graceMs = Math.max(0, Math.min(graceMs, deadline - Date.now()));
     const connectStopped = this.connect?.stop(graceMs) ?? Promise.resolve();
     const gatewayStopped = this.gateway?.stop(graceMs) ?? Promise.resolve();
@@ -394,7 +477,9 @@ export class ProxyServer {
     const frontendsDone = this.frontendServer.shutdown();
     const agentsDone = this.agentServer.shutdown();
     let timer: NodeJS.Timeout | undefined;
-    const timeout = new Promise<void>((r) => { timer = setTimeout(r, graceMs); });
+    const timeout = new Promise<void>((r) => {
+      timer = setTimeout(r, graceMs);
+    });
     // Agent streams never end by themselves; after the frontends had their chance, close them.
     await Promise.race([Promise.all([frontendsDone, connectStopped, gatewayStopped]), timeout]);
     for (const b of this.core.routes.backends()) b.close('server shutting down');
@@ -407,7 +492,15 @@ export class ProxyServer {
     this.agentServer.forceShutdown();
     await Promise.all([agentPortClosed, frontendPortClosed, connectStopped, gatewayStopped]);
     this.gatewayAccess?.close();
-    await Promise.all(this.httpServers.map((s) => new Promise<void>((r) => { s.close(() => r()); s.closeAllConnections(); })));
+    await Promise.all(
+      this.httpServers.map(
+        (s) =>
+          new Promise<void>((r) => {
+            s.close(() => r());
+            s.closeAllConnections();
+          }),
+      ),
+    );
     this.httpServers = [];
     if (this.opts.frontendUds) await rm(this.opts.frontendUds, { force: true });
   }
@@ -422,15 +515,20 @@ export class ProxyServer {
   private readonly healthHandler = (req: HttpTypes.IncomingMessage, res: HttpTypes.ServerResponse): void => {
     const url = new URL(req.url ?? '/', 'http://hub');
     const answer = (p: Promise<{ status: number; body: string }>): void => {
-      p.then(({ status, body }) => text(res, status, body), (err: Error) => text(res, 500, `${err.message}\n`));
+      p.then(
+        ({ status, body }) => text(res, status, body),
+        (err: Error) => text(res, 500, `${err.message}\n`),
+      );
     };
     if (url.pathname === '/healthz' || url.pathname === '/livez') return answer(this.liveness.respond(url));
     if (url.pathname === '/readyz') return answer(this.readiness.respond(url));
     if (url.pathname === '/metrics') {
-      return answer(this.metrics.expose().then(({ contentType, body }) => {
-        res.setHeader('content-type', contentType);
-        return { status: 200, body };
-      }));
+      return answer(
+        this.metrics.expose().then(({ contentType, body }) => {
+          res.setHeader('content-type', contentType);
+          return { status: 200, body };
+        }),
+      );
     }
     return text(res, 404, 'not found\n');
   };
@@ -470,7 +568,6 @@ function text(res: HttpTypes.ServerResponse, code: number, body: string): void {
   res.writeHead(code);
   res.end(body);
 }
-
 
 async function writeJsonAtomic(file: string, value: unknown): Promise<void> {
   await mkdir(path.dirname(file), { recursive: true });

@@ -14,8 +14,11 @@ describe('addon health from leases and agent reports', () => {
   let hub: HubProcess;
   let echo: TcpTarget;
   const agents: AgentProcess[] = [];
-  const cli = (args: string[]) => runCommand(process.execPath, [CLI, ...args, '--admin', `127.0.0.1:${hub.ports.admin}`], { timeoutMs: 20_000 });
-  const addon = async (cluster: string): Promise<{ status?: { conditions?: { type: string; status: string; reason: string; message: string }[] } } | undefined> => {
+  const cli = (args: string[]) =>
+    runCommand(process.execPath, [CLI, ...args, '--admin', `127.0.0.1:${hub.ports.admin}`], { timeoutMs: 20_000 });
+  const addon = async (
+    cluster: string,
+  ): Promise<{ status?: { conditions?: { type: string; status: string; reason: string; message: string }[] } } | undefined> => {
     const r = await cli(['get', 'managedclusteraddons', '-A', '-o', 'json']);
     if (r.code !== 0) throw new Error(r.stderr);
     return (JSON.parse(r.stdout) as { items: { metadata: { namespace: string } }[] }).items.find((i) => i.metadata.namespace === cluster);
@@ -37,19 +40,34 @@ describe('addon health from leases and agent reports', () => {
   });
 
   it('before any agent: Available Unknown (lease not found), Progressing Installing', async () => {
-    await waitFor(async () => (await condition('c1', 'Available'))?.status === 'Unknown', { timeoutMs: 10_000, intervalMs: 200, message: 'c1 Available Unknown' });
+    await waitFor(async () => (await condition('c1', 'Available'))?.status === 'Unknown', {
+      timeoutMs: 10_000,
+      intervalMs: 200,
+      message: 'c1 Available Unknown',
+    });
     expect(await condition('c1', 'Available')).toMatchObject({ reason: 'ManagedClusterAddOnLeaseNotFound' });
     expect(await condition('c1', 'Progressing')).toMatchObject({ status: 'True', reason: 'Installing' });
   });
 
   it('agent up → Available True, Degraded False; the tables show it (plain, wide, yaml)', async () => {
     agents.push(await startAgent(pki, hub, { cluster: 'c1', apiserver: `127.0.0.1:${echo.port}`, args: ['--lease-duration', '1s'] }));
-    await waitFor(async () => (await condition('c1', 'Available'))?.status === 'True', { timeoutMs: 15_000, intervalMs: 200, message: 'c1 Available True' });
-    await waitFor(async () => (await condition('c1', 'Degraded'))?.status === 'False', { timeoutMs: 10_000, intervalMs: 200, message: 'c1 Degraded False' });
+    await waitFor(async () => (await condition('c1', 'Available'))?.status === 'True', {
+      timeoutMs: 15_000,
+      intervalMs: 200,
+      message: 'c1 Available True',
+    });
+    await waitFor(async () => (await condition('c1', 'Degraded'))?.status === 'False', {
+      timeoutMs: 10_000,
+      intervalMs: 200,
+      message: 'c1 Degraded False',
+    });
     expect(await condition('c1', 'Progressing')).toMatchObject({ status: 'False', reason: 'Completed' });
 
     const plain = await cli(['get', 'managedclusteraddons', '-A']);
-    const lines = plain.stdout.trim().split('\n').map((l) => l.trim().split(/\s+/));
+    const lines = plain.stdout
+      .trim()
+      .split('\n')
+      .map((l) => l.trim().split(/\s+/));
     expect(lines[0]).toEqual(['NAMESPACE', 'NAME', 'AVAILABLE', 'DEGRADED', 'PROGRESSING']);
     expect(lines.find((l) => l[0] === 'c1')).toEqual(['c1', 'cluster-proxy', 'True', 'False', 'False']);
     expect(lines.find((l) => l[0] === 'c2')).toEqual(['c2', 'cluster-proxy', 'Unknown', 'Unknown', 'True']);
@@ -59,20 +77,38 @@ describe('addon health from leases and agent reports', () => {
     expect(wide.find((l) => l.startsWith('c1'))).toMatch(/\s\d+s\s+1\/1\s+0\.1\.0$/);
     expect(wide.find((l) => l.startsWith('c2'))).toMatch(/<none>\s+<none>\s+<none>$/);
 
-    const yaml = parseYaml((await cli(['get', 'managedclusteraddons', '-A', '-o', 'yaml'])).stdout) as { kind: string; items: { kind: string; metadata: { name: string } }[] };
+    const yaml = parseYaml((await cli(['get', 'managedclusteraddons', '-A', '-o', 'yaml'])).stdout) as {
+      kind: string;
+      items: { kind: string; metadata: { name: string } }[];
+    };
     expect(yaml.kind).toBe('List');
-    expect(yaml.items.map((i) => `${i.kind}/${i.metadata.name}`)).toEqual(['ManagedClusterAddOn/cluster-proxy', 'ManagedClusterAddOn/cluster-proxy']);
+    expect(yaml.items.map((i) => `${i.kind}/${i.metadata.name}`)).toEqual([
+      'ManagedClusterAddOn/cluster-proxy',
+      'ManagedClusterAddOn/cluster-proxy',
+    ]);
 
-    const clusters = (await cli(['get', 'managedclusters'])).stdout.trim().split('\n').map((l) => l.trim().split(/\s+/));
-    expect(clusters.slice(1).map((l) => l.slice(0, 2))).toEqual([['c1', 'true'], ['c2', 'true']]);
+    const clusters = (await cli(['get', 'managedclusters'])).stdout
+      .trim()
+      .split('\n')
+      .map((l) => l.trim().split(/\s+/));
+    expect(clusters.slice(1).map((l) => l.slice(0, 2))).toEqual([
+      ['c1', 'true'],
+      ['c2', 'true'],
+    ]);
   });
 
-  it('lease-only mode keeps OCM\'s timing: Available stays True right after the agent dies, turns False after 5 lease durations', async () => {
+  it("lease-only mode keeps OCM's timing: Available stays True right after the agent dies, turns False after 5 lease durations", async () => {
     const agent = agents.shift()!;
     agent.proc.kill('SIGKILL');
     await agent.proc.exited;
     expect((await condition('c1', 'Available'))?.status).toBe('True');
-    const stopped = await waitFor(async () => { const c = await condition('c1', 'Available'); return c?.status === 'False' ? c : undefined; }, { timeoutMs: 20_000, intervalMs: 250, message: 'c1 Available False' });
+    const stopped = await waitFor(
+      async () => {
+        const c = await condition('c1', 'Available');
+        return c?.status === 'False' ? c : undefined;
+      },
+      { timeoutMs: 20_000, intervalMs: 250, message: 'c1 Available False' },
+    );
     expect(stopped.reason).toBe('ManagedClusterAddOnLeaseUpdateStopped');
   });
 
@@ -81,17 +117,29 @@ describe('addon health from leases and agent reports', () => {
     const deadPort = closed.port;
     await closed.close();
     agents.push(await startAgent(pki, hub, { cluster: 'c2', apiserver: `127.0.0.1:${deadPort}`, args: ['--lease-duration', '1s'] }));
-    const d = await waitFor(async () => { const c = await condition('c2', 'Degraded'); return c?.status === 'True' ? c : undefined; }, { timeoutMs: 15_000, intervalMs: 200, message: 'c2 Degraded True' });
+    const d = await waitFor(
+      async () => {
+        const c = await condition('c2', 'Degraded');
+        return c?.status === 'True' ? c : undefined;
+      },
+      { timeoutMs: 15_000, intervalMs: 200, message: 'c2 Degraded True' },
+    );
     expect(d.reason).toBe('ApiserverUnreachable');
     expect(d.message).toContain(`127.0.0.1:${deadPort}`);
     expect((await condition('c2', 'Available'))?.status).toBe('True');
   });
 
   it('ManagedProxyConfiguration reports its certificate conditions with Expiry messages', async () => {
-    const list = (await (await fetch(`http://127.0.0.1:${hub.ports.admin}/v1/managedproxyconfigurations`)).json()) as { items: { metadata: { name: string }; status?: { conditions?: { type: string; status: string; message: string }[] } }[] };
+    const list = (await (await fetch(`http://127.0.0.1:${hub.ports.admin}/v1/managedproxyconfigurations`)).json()) as {
+      items: { metadata: { name: string }; status?: { conditions?: { type: string; status: string; message: string }[] } }[];
+    };
     expect(list.items.map((i) => i.metadata.name)).toEqual(['cluster-proxy']);
     const conds = list.items[0]!.status?.conditions ?? [];
-    expect(conds.map((c) => `${c.type}=${c.status}`)).toEqual(['ProxyServerDeployed=True', 'ProxyServerSecretSigned=True', 'AgentServerSecretSigned=True']);
+    expect(conds.map((c) => `${c.type}=${c.status}`)).toEqual([
+      'ProxyServerDeployed=True',
+      'ProxyServerSecretSigned=True',
+      'AgentServerSecretSigned=True',
+    ]);
     for (const c of conds.slice(1)) expect(c.message).toMatch(/^Expiry: \d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$/);
   });
 });

@@ -7,7 +7,17 @@ import { X509Certificate } from 'node:crypto';
 import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { killAllSpawned, runCommand, spawnProcess, startEchoServer, startFakeKubeApiServer, waitFor, type FakeKubeApiServer, type ManagedProcess, type TcpTarget } from '../src/fixtures/index.js';
+import {
+  killAllSpawned,
+  runCommand,
+  spawnProcess,
+  startEchoServer,
+  startFakeKubeApiServer,
+  waitFor,
+  type FakeKubeApiServer,
+  type ManagedProcess,
+  type TcpTarget,
+} from '../src/fixtures/index.js';
 import { CLI } from '../src/harness.js';
 
 const NS = 'open-cluster-management-agent-addon';
@@ -23,12 +33,47 @@ describe('agent credentials kept in a Secret of the managed cluster', () => {
   const agents: ManagedProcess[] = [];
   const cli = (args: string[]) => runCommand(process.execPath, [CLI, ...args], { cwd: dir, timeoutMs: 20_000 });
   const agentIds = async (): Promise<string[]> =>
-    ((await (await fetch(`http://127.0.0.1:${ports.admin}/debug/connections`)).json()) as { agents: { cluster: string; agentID: string }[] }).agents.filter((a) => a.cluster === 'c1').map((a) => a.agentID).sort();
+    (
+      (await (await fetch(`http://127.0.0.1:${ports.admin}/debug/connections`)).json()) as {
+        agents: { cluster: string; agentID: string }[];
+      }
+    ).agents
+      .filter((a) => a.cluster === 'c1')
+      .map((a) => a.agentID)
+      .sort();
   const startAgent = (id: string, credsDir: string): ManagedProcess => {
-    const p = spawnProcess({ name: id, command: process.execPath, cwd: dir, env: { ...process.env, KUBECONFIG: kubeconfig },
-      args: [CLI, 'agent', '--cluster', 'c1', '--namespace', NS, '--agent-id', id, '--hub', `127.0.0.1:${ports.agent}`, '--ca-cert', 'bundle/ca.crt',
-        '--bootstrap-token-file', 'bundle/bootstrap-token', '--credentials-dir', credsDir, '--credentials-secret', SECRET,
-        '--apiserver', `127.0.0.1:${echo.port}`, '--health-port', '0', '--log-format', 'json'] });
+    const p = spawnProcess({
+      name: id,
+      command: process.execPath,
+      cwd: dir,
+      env: { ...process.env, KUBECONFIG: kubeconfig },
+      args: [
+        CLI,
+        'agent',
+        '--cluster',
+        'c1',
+        '--namespace',
+        NS,
+        '--agent-id',
+        id,
+        '--hub',
+        `127.0.0.1:${ports.agent}`,
+        '--ca-cert',
+        'bundle/ca.crt',
+        '--bootstrap-token-file',
+        'bundle/bootstrap-token',
+        '--credentials-dir',
+        credsDir,
+        '--credentials-secret',
+        SECRET,
+        '--apiserver',
+        `127.0.0.1:${echo.port}`,
+        '--health-port',
+        '0',
+        '--log-format',
+        'json',
+      ],
+    });
     agents.push(p);
     return p;
   };
@@ -40,8 +85,31 @@ describe('agent credentials kept in a Secret of the managed cluster', () => {
     api = await startFakeKubeApiServer({ namespaces: [NS] });
     kubeconfig = path.join(dir, 'kubeconfig');
     await api.writeKubeconfig(kubeconfig);
-    hub = spawnProcess({ name: 'hub', command: process.execPath, cwd: dir, args: [CLI, 'hub', '--data-dir', 'hub', '--bind-address', '127.0.0.1', '--agent-port', '0', '--frontend-port', '0',
-      '--health-port', '0', '--admin-port', '0', '--connect-port', 'off', '--log-format', 'json'] });
+    hub = spawnProcess({
+      name: 'hub',
+      command: process.execPath,
+      cwd: dir,
+      args: [
+        CLI,
+        'hub',
+        '--data-dir',
+        'hub',
+        '--bind-address',
+        '127.0.0.1',
+        '--agent-port',
+        '0',
+        '--frontend-port',
+        '0',
+        '--health-port',
+        '0',
+        '--admin-port',
+        '0',
+        '--connect-port',
+        'off',
+        '--log-format',
+        'json',
+      ],
+    });
     await hub.waitForJsonLine((o) => o['msg'] === 'proxy server listening', 20_000);
     ports = JSON.parse(await readFile(path.join(dir, 'hub', 'ports.json'), 'utf8')) as typeof ports;
     const r = await cli(['join', 'c1', '--data-dir', 'hub', '--out', 'bundle']);
@@ -60,7 +128,10 @@ describe('agent credentials kept in a Secret of the managed cluster', () => {
   it('the first agent bootstraps and saves key and certificate to the Secret', async () => {
     const a = startAgent('agent-a', 'creds-a');
     await a.waitForJsonLine((o) => o['msg'] === 'connected to proxy server', 20_000);
-    const secret = await waitFor(() => api.store.get('Secret', { name: SECRET, namespace: NS }), { timeoutMs: 10_000, message: 'credentials Secret written' });
+    const secret = await waitFor(() => api.store.get('Secret', { name: SECRET, namespace: NS }), {
+      timeoutMs: 10_000,
+      message: 'credentials Secret written',
+    });
     const cert = Buffer.from(secret.data?.['agent.crt'] ?? '', 'base64');
     const key = Buffer.from(secret.data?.['agent.key'] ?? '', 'base64');
     expect(cert.equals(await readFile(path.join(dir, 'creds-a', 'agent.crt')))).toBe(true);

@@ -13,13 +13,32 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { Tunnel } from '@cluster-proxy/client';
 import {
-  connectThrough, killAllSpawned, snapshotHandles, spawnProcess, startEchoServer, waitFor, waitForHandlesAtMost,
-  type ManagedProcess, type SpawnOptions, type TcpTarget,
+  connectThrough,
+  killAllSpawned,
+  snapshotHandles,
+  spawnProcess,
+  startEchoServer,
+  waitFor,
+  waitForHandlesAtMost,
+  type ManagedProcess,
+  type SpawnOptions,
+  type TcpTarget,
 } from '../src/fixtures/index.js';
 import { createNetnsLab, netnsUnavailableReason, type NetnsLab } from '../src/fixtures/netns.js';
 import { startSquid, type SquidAccessLine, type SquidProxy } from '../src/fixtures/squid.js';
 import { echoRoundTripForTest } from '../src/join-helpers.js';
-import { CLI, createPki, expectTablesEmpty, getJson, startHub, type AgentProcess, type AgentTables, type HubProcess, type HubTables, type TestPki } from '../src/harness.js';
+import {
+  CLI,
+  createPki,
+  expectTablesEmpty,
+  getJson,
+  startHub,
+  type AgentProcess,
+  type AgentTables,
+  type HubProcess,
+  type HubTables,
+  type TestPki,
+} from '../src/harness.js';
 
 const USER = 'alice';
 /** Characters that URL-encode differently, so both spellings can be looked for in the logs. */
@@ -29,8 +48,14 @@ const WRONG_PASSWORD = 'Wr0ng/pa55?word';
 const HUB_NAME = 'hub.internal';
 /** Every proxy variable, removed unless a test sets it: the runner's own environment must not leak in. */
 const NO_PROXY_ENV: NodeJS.ProcessEnv = {
-  HTTPS_PROXY: undefined, https_proxy: undefined, HTTP_PROXY: undefined, http_proxy: undefined,
-  NO_PROXY: undefined, no_proxy: undefined, ALL_PROXY: undefined, all_proxy: undefined,
+  HTTPS_PROXY: undefined,
+  https_proxy: undefined,
+  HTTP_PROXY: undefined,
+  http_proxy: undefined,
+  NO_PROXY: undefined,
+  no_proxy: undefined,
+  ALL_PROXY: undefined,
+  all_proxy: undefined,
 };
 
 type Json = Record<string, unknown>;
@@ -73,8 +98,17 @@ async function dialEcho(tunnel: Tunnel, dest: string, text = `hello ${dest}`): P
 }
 
 /** Access-log lines written after `from` lines (CONNECT lines appear when a tunnel *ends*). */
-async function waitForAccess(squid: SquidProxy, from: number, predicate: (l: SquidAccessLine) => boolean, timeoutMs = 5000): Promise<SquidAccessLine> {
-  const line = await waitFor(async () => (await squid.accessLog()).slice(from).find(predicate), { timeoutMs, intervalMs: 50, message: `${squid.process().name}: no matching access-log line` });
+async function waitForAccess(
+  squid: SquidProxy,
+  from: number,
+  predicate: (l: SquidAccessLine) => boolean,
+  timeoutMs = 5000,
+): Promise<SquidAccessLine> {
+  const line = await waitFor(async () => (await squid.accessLog()).slice(from).find(predicate), {
+    timeoutMs,
+    intervalMs: 50,
+    message: `${squid.process().name}: no matching access-log line`,
+  });
   if (line === undefined) throw new Error('unreachable: waitFor resolved without a value');
   return line;
 }
@@ -98,9 +132,33 @@ async function startProxiedAgent(pki: TestPki, o: ProxiedAgentOptions): Promise<
   const proc = (o.spawn ?? spawnProcess)({
     name: `agent-${o.cluster}`,
     command: process.execPath,
-    args: [CLI, 'agent', '--cluster', o.cluster, '--hub', o.hubAddress, '--server-name', 'localhost',
-      '--ca-cert', pki.caPath, '--cert', cert.certPath, '--key', cert.keyPath, '--apiserver', o.apiserver,
-      '--health-bind-address', '127.0.0.1', '--health-port', '0', '--drain-grace', '1s', '--log-level', 'debug', ...(o.args ?? [])],
+    args: [
+      CLI,
+      'agent',
+      '--cluster',
+      o.cluster,
+      '--hub',
+      o.hubAddress,
+      '--server-name',
+      'localhost',
+      '--ca-cert',
+      pki.caPath,
+      '--cert',
+      cert.certPath,
+      '--key',
+      cert.keyPath,
+      '--apiserver',
+      o.apiserver,
+      '--health-bind-address',
+      '127.0.0.1',
+      '--health-port',
+      '0',
+      '--drain-grace',
+      '1s',
+      '--log-level',
+      'debug',
+      ...(o.args ?? []),
+    ],
     env: { ...NO_PROXY_ENV, ...o.env },
   });
   const up = await proc.waitForJsonLine((l) => l['msg'] === 'agent health listener up', 15_000);
@@ -174,7 +232,10 @@ describe('agent process through squid, on loopback (the hub has a name only squi
   afterEach(async () => {
     tunnel.close();
     try {
-      await expectTablesEmpty(hub, agents.filter((a) => a.proc.isRunning()));
+      await expectTablesEmpty(
+        hub,
+        agents.filter((a) => a.proc.isRunning()),
+      );
     } finally {
       await Promise.all(agents.map((a) => a.stop()));
       agents = [];
@@ -200,7 +261,14 @@ describe('agent process through squid, on loopback (the hub has a name only squi
       });
       const egress = await egressLine(agent);
       const shown = `http://${USER}@127.0.0.1:${squid.port}`;
-      expect(egress).toMatchObject({ decision: 'proxy', variable: 'HTTPS_PROXY', noProxyVariable: 'NO_PROXY', entry: null, proxy: shown, hub: hubAddress });
+      expect(egress).toMatchObject({
+        decision: 'proxy',
+        variable: 'HTTPS_PROXY',
+        noProxyVariable: 'NO_PROXY',
+        entry: null,
+        proxy: shown,
+        hub: hubAddress,
+      });
       expect(msgOf(egress)).toBe(`egress: connecting to ${hubAddress} through ${shown} from HTTPS_PROXY (not bypassed by NO_PROXY)`);
 
       await dialEcho(tunnel, `${cluster}:443`);
@@ -209,7 +277,11 @@ describe('agent process through squid, on loopback (the hub has a name only squi
       // Squid writes a CONNECT line when the tunnel ends.
       await expectTablesEmpty(hub, [agent]);
       await agent.stop();
-      const line = await waitForAccess(squid, accessFrom, (l) => l.method === 'CONNECT' && l.url === hubAddress && l.result === 'TCP_TUNNEL/200');
+      const line = await waitForAccess(
+        squid,
+        accessFrom,
+        (l) => l.method === 'CONNECT' && l.url === hubAddress && l.result === 'TCP_TUNNEL/200',
+      );
       expect(line.user).toBe(USER);
       expect(count(agent.proc, 'connected to proxy server')).toBe(1);
       expect(jsonLines(agent.proc).filter((o) => msgOf(o).startsWith('egress: '))).toHaveLength(1);
@@ -230,13 +302,17 @@ describe('agent process through squid, on loopback (the hub has a name only squi
     const egress = await egressLine(agent);
     const shown = `http://${USER}@127.0.0.1:${squid.port}`;
     expect(egress).toMatchObject({ decision: 'direct', variable: 'HTTPS_PROXY', noProxyVariable: 'NO_PROXY', entry: '0.0.0.0' });
-    expect(msgOf(egress)).toBe(`egress: 0.0.0.0 is NO_PROXY entry "0.0.0.0" (NO_PROXY): connecting to ${direct} directly, not through ${shown} from HTTPS_PROXY`);
+    expect(msgOf(egress)).toBe(
+      `egress: 0.0.0.0 is NO_PROXY entry "0.0.0.0" (NO_PROXY): connecting to ${direct} directly, not through ${shown} from HTTPS_PROXY`,
+    );
     await dialEcho(tunnel, 'egress-b:443');
     await expectTablesEmpty(hub, [agent]);
     await agent.stop();
     // A known tunnel through squid, opened after the agent's connection ended: once squid has logged
     // it, a tunnel of the agent's would be in the log too.
-    const probe = await connectThrough(net.connect(squid.port, '127.0.0.1'), `127.0.0.1:${echo.port}`, { auth: `Basic ${Buffer.from(`${USER}:${PASSWORD}`).toString('base64')}` });
+    const probe = await connectThrough(net.connect(squid.port, '127.0.0.1'), `127.0.0.1:${echo.port}`, {
+      auth: `Basic ${Buffer.from(`${USER}:${PASSWORD}`).toString('base64')}`,
+    });
     const echoed = once(probe, 'data');
     probe.write('probe');
     await echoed;
@@ -254,7 +330,11 @@ describe('agent process through squid, on loopback (the hub has a name only squi
       waitConnected: false,
     });
     const isFailure = (o: Json): boolean => msgOf(o).startsWith('cannot connect to hub: ');
-    await waitFor(() => jsonLines(agent.proc).filter(isFailure).length >= 6, { timeoutMs: 30_000, intervalMs: 50, message: 'six failed attempts' });
+    await waitFor(() => jsonLines(agent.proc).filter(isFailure).length >= 6, {
+      timeoutMs: 30_000,
+      intervalMs: 50,
+      message: 'six failed attempts',
+    });
     const failures = jsonLines(agent.proc).filter(isFailure).slice(0, 6);
     const expected = `cannot connect to hub: proxy authentication failed (http://${USER}@127.0.0.1:${squid.port} answered 407)`;
     for (const f of failures) expect(msgOf(f)).toBe(expected);
@@ -299,7 +379,10 @@ describe('agent process through squid, on loopback (the hub has a name only squi
     const started = performance.now();
     await agent.proc.waitForJsonLine((o) => o['msg'] === 'connected to proxy server', 30_000, { after: mark });
     console.log(`(d) agent reconnected ${Math.round(performance.now() - started)} ms after squid was back`);
-    await waitFor(async () => (await hub.tables()).agents.some((a) => a.cluster === 'egress-d'), { timeoutMs: 5000, message: 'hub sees the agent again' });
+    await waitFor(async () => (await hub.tables()).agents.some((a) => a.cluster === 'egress-d'), {
+      timeoutMs: 5000,
+      message: 'hub sees the agent again',
+    });
     await dialEcho(tunnel, 'egress-d:443', 'after the proxy came back');
     expect(count(agent.proc, 'connected to proxy server')).toBe(2);
     expectSecretNowhere(PASSWORD, [agent.proc, hub.proc]);
@@ -317,12 +400,18 @@ describe('agent process through squid, on loopback (the hub has a name only squi
     const untrusting = await start({ cluster: 'egress-e2', env: { https_proxy: proxyUrl }, waitConnected: false });
     expect(await egressLine(untrusting)).toMatchObject({ decision: 'proxy', variable: 'https_proxy', noProxyVariable: null });
     const refused = await untrusting.proc.waitForJsonLine((o) => msgOf(o).startsWith('cannot connect to hub: '), 10_000);
-    expect(msgOf(refused)).toMatch(new RegExp(`^cannot connect to hub: TLS to proxy ${shown.replace(/[.]/g, '\\.')} failed: .+; check the proxy CA bundle$`));
+    expect(msgOf(refused)).toMatch(
+      new RegExp(`^cannot connect to hub: TLS to proxy ${shown.replace(/[.]/g, '\\.')} failed: .+; check the proxy CA bundle$`),
+    );
     await untrusting.stop();
 
     await expectTablesEmpty(hub, [agent]);
     await agent.stop();
-    const line = await waitForAccess(squid, accessFrom, (l) => l.method === 'CONNECT' && l.url === hubAddress && l.result === 'TCP_TUNNEL/200');
+    const line = await waitForAccess(
+      squid,
+      accessFrom,
+      (l) => l.method === 'CONNECT' && l.url === hubAddress && l.result === 'TCP_TUNNEL/200',
+    );
     expect(line.user).toBe(USER);
     expectSecretNowhere(PASSWORD, [agent.proc, untrusting.proc, hub.proc]);
   });
@@ -355,7 +444,9 @@ describe('agent process through squid, on loopback (the hub has a name only squi
     expect(count(control.proc, 'connected to proxy server')).toBeGreaterThanOrEqual(3);
     // The agents' hub API calls (lease, replica list) go through squid too, each a CONNECT of a few
     // milliseconds; the tunnels squid cut are the long ones.
-    const cut = (await idleSquid.accessLog()).slice(accessFrom).filter((l) => l.method === 'CONNECT' && l.url === hubAddress && l.elapsedMs > 2_000);
+    const cut = (await idleSquid.accessLog())
+      .slice(accessFrom)
+      .filter((l) => l.method === 'CONNECT' && l.url === hubAddress && l.elapsedMs > 2_000);
     expect(cut.length).toBeGreaterThanOrEqual(2);
     for (const l of cut) {
       expect(l.elapsedMs).toBeGreaterThan(9_000);
@@ -380,11 +471,13 @@ describe('agent process in network namespaces: squid is the only way to the hub'
   let handles: Map<string, number>;
   const ECHO_PORT = 6443;
 
-  const nsGetJson = (ns: string) => async (port: number, pathName: string): Promise<unknown> => {
-    const script = `fetch('http://127.0.0.1:${port}${pathName}').then(async (r) => { if (!r.ok) throw new Error('HTTP ' + r.status); process.stdout.write(await r.text()); })`;
-    const { stdout } = await lab!.exec(ns, process.execPath, ['-e', script], { timeoutMs: 10_000 });
-    return JSON.parse(stdout) as unknown;
-  };
+  const nsGetJson =
+    (ns: string) =>
+    async (port: number, pathName: string): Promise<unknown> => {
+      const script = `fetch('http://127.0.0.1:${port}${pathName}').then(async (r) => { if (!r.ok) throw new Error('HTTP ' + r.status); process.stdout.write(await r.text()); })`;
+      const { stdout } = await lab!.exec(ns, process.execPath, ['-e', script], { timeoutMs: 10_000 });
+      return JSON.parse(stdout) as unknown;
+    };
 
   beforeAll(async () => {
     lab = await createNetnsLab(['agent', 'proxy', 'hub']);
@@ -402,8 +495,32 @@ describe('agent process in network namespaces: squid is the only way to the hub'
     const proc = l.spawn('hub', {
       name: 'ns-hub',
       command: process.execPath,
-      args: [CLI, 'hub', '--data-dir', dataDir, '--bind-address', '0.0.0.0', '--agent-port', '0', '--frontend-port', '0', '--health-port', '0', '--admin-port', '0',
-        '--frontend-uds', uds, '--connect-port', '0', '--ca-cert', pki.caPath, '--server-cert', pki.server.certPath, '--server-key', pki.server.keyPath],
+      args: [
+        CLI,
+        'hub',
+        '--data-dir',
+        dataDir,
+        '--bind-address',
+        '0.0.0.0',
+        '--agent-port',
+        '0',
+        '--frontend-port',
+        '0',
+        '--health-port',
+        '0',
+        '--admin-port',
+        '0',
+        '--frontend-uds',
+        uds,
+        '--connect-port',
+        '0',
+        '--ca-cert',
+        pki.caPath,
+        '--server-cert',
+        pki.server.certPath,
+        '--server-key',
+        pki.server.keyPath,
+      ],
     });
     await proc.waitForJsonLine((o) => o['msg'] === 'proxy server listening', 15_000);
     const ports = JSON.parse(await readFile(path.join(dataDir, 'ports.json'), 'utf8')) as HubProcess['ports'];
@@ -425,7 +542,11 @@ describe('agent process in network namespaces: squid is the only way to the hub'
     };
     hubAddress = `${HUB_NAME}:${ports.agent}`;
 
-    const apiserver = l.spawn('agent', { name: 'ns-apiserver', command: process.execPath, args: ['-e', `require('node:net').createServer((s) => s.pipe(s)).listen(${ECHO_PORT}, '127.0.0.1', () => console.log('listening'))`] });
+    const apiserver = l.spawn('agent', {
+      name: 'ns-apiserver',
+      command: process.execPath,
+      args: ['-e', `require('node:net').createServer((s) => s.pipe(s)).listen(${ECHO_PORT}, '127.0.0.1', () => console.log('listening'))`],
+    });
     await apiserver.waitForLine((line) => line === 'listening', 10_000);
     nsSquid = await startSquid({
       name: 'ns-squid',
@@ -453,7 +574,10 @@ describe('agent process in network namespaces: squid is the only way to the hub'
     if (!lab || !hub) return;
     tunnel?.close();
     try {
-      await expectTablesEmpty(hub, agents.filter((a) => a.proc.isRunning()));
+      await expectTablesEmpty(
+        hub,
+        agents.filter((a) => a.proc.isRunning()),
+      );
     } finally {
       await Promise.all(agents.map((a) => a.stop()));
       agents = [];
@@ -461,7 +585,9 @@ describe('agent process in network namespaces: squid is the only way to the hub'
     await waitForHandlesAtMost(handles, 5000);
   });
 
-  const start = async (o: Pick<ProxiedAgentOptions, 'cluster' | 'env' | 'waitConnected'> & { hubAddress?: string }): Promise<AgentProcess> => {
+  const start = async (
+    o: Pick<ProxiedAgentOptions, 'cluster' | 'env' | 'waitConnected'> & { hubAddress?: string },
+  ): Promise<AgentProcess> => {
     const a = await startProxiedAgent(pki, {
       hubAddress,
       apiserver: `127.0.0.1:${ECHO_PORT}`,
@@ -481,7 +607,11 @@ describe('agent process in network namespaces: squid is the only way to the hub'
     await dialEcho(tunnel!, 'egress-ns:443');
     await expectTablesEmpty(hub!, [agent]);
     await agent.stop();
-    const line = await waitForAccess(nsSquid!, accessFrom, (l) => l.method === 'CONNECT' && l.url === hubAddress && l.result === 'TCP_TUNNEL/200');
+    const line = await waitForAccess(
+      nsSquid!,
+      accessFrom,
+      (l) => l.method === 'CONNECT' && l.url === hubAddress && l.result === 'TCP_TUNNEL/200',
+    );
     expect(line.user).toBe(USER);
     expectSecretNowhere(PASSWORD, [agent.proc, hub!.proc]);
   });

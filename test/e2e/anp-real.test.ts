@@ -17,10 +17,30 @@ import tls from 'node:tls';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Tunnel } from '@cluster-proxy/client';
 import {
-  connectThrough, digestStream, freeLoopbackPort, killAllSpawned, payloadSha256, startEchoServer, startSourceServer, startTcpServer, waitFor, writePayload,
-  type SourceServer, type TcpTarget, type TrackedServer,
+  connectThrough,
+  digestStream,
+  freeLoopbackPort,
+  killAllSpawned,
+  payloadSha256,
+  startEchoServer,
+  startSourceServer,
+  startTcpServer,
+  waitFor,
+  writePayload,
+  type SourceServer,
+  type TcpTarget,
+  type TrackedServer,
 } from '../src/fixtures/index.js';
-import { ANP_VERSIONS, anpBinary, runProbe, startAnpAgent, startAnpServer, type AnpAgent, type AnpServer, type ProbeFrontend } from '../src/fixtures/anp-real.js';
+import {
+  ANP_VERSIONS,
+  anpBinary,
+  runProbe,
+  startAnpAgent,
+  startAnpServer,
+  type AnpAgent,
+  type AnpServer,
+  type ProbeFrontend,
+} from '../src/fixtures/anp-real.js';
 import { createPki, expectTablesEmpty, startAgent, startHub, type AgentProcess, type HubProcess, type TestPki } from '../src/harness.js';
 
 const MiB = 1024 * 1024;
@@ -124,7 +144,12 @@ async function endCleanly(s: Duplex): Promise<void> {
 /** The probe's scenarios against a frontend that reaches 127.0.0.1 (every destination above). */
 function probeScenarios(version: string, frontend: () => ProbeFrontend, drained: () => Promise<void>): void {
   it('dials and echoes', async () => {
-    const r = await runProbe(version, frontend(), 'echo', ['--dest', dest(echo.port), '--message', `hello from konnectivity-client ${version}`]);
+    const r = await runProbe(version, frontend(), 'echo', [
+      '--dest',
+      dest(echo.port),
+      '--message',
+      `hello from konnectivity-client ${version}`,
+    ]);
     expect(r).toMatchObject({ ok: true, echo: `hello from konnectivity-client ${version}` });
     expect(r.closeError).toBeUndefined();
     await drained();
@@ -182,8 +207,16 @@ for (const v of ANP_VERSIONS) {
     let agent: AgentProcess;
     beforeAll(async () => {
       hub = await startHub(pki, ['--grant', 'go-client=cidr:127.0.0.0/8']);
-      agent = await startAgent(pki, hub, { cluster: 'go-client', apiserver: dest(echo.port), args: ['--identifiers', 'cidr=127.0.0.0/8', '--allow', '127.0.0.1:*'] });
-      await waitFor(async () => (await hub.tables()).agents.some((a) => a.cluster === 'go-client'), { timeoutMs: 10_000, intervalMs: 50, message: 'hub routes go-client' });
+      agent = await startAgent(pki, hub, {
+        cluster: 'go-client',
+        apiserver: dest(echo.port),
+        args: ['--identifiers', 'cidr=127.0.0.0/8', '--allow', '127.0.0.1:*'],
+      });
+      await waitFor(async () => (await hub.tables()).agents.some((a) => a.cluster === 'go-client'), {
+        timeoutMs: 10_000,
+        intervalMs: 50,
+        message: 'hub routes go-client',
+      });
     });
     afterAll(async () => {
       await agent?.stop();
@@ -191,7 +224,7 @@ for (const v of ANP_VERSIONS) {
     });
     const drained = (): Promise<void> => expectTablesEmpty(hub, [agent]);
 
-    describe('over the Unix socket (kube-apiserver\'s gRPC egress transport)', () => {
+    describe("over the Unix socket (kube-apiserver's gRPC egress transport)", () => {
       probeScenarios(v.version, () => ({ uds: hub.ports.frontendUds! }), drained);
 
       it('reaches a cluster by its name, and hears why a name nobody serves fails', async () => {
@@ -205,7 +238,11 @@ for (const v of ANP_VERSIONS) {
     });
 
     describe('over mTLS', () => {
-      const mtls = (): ProbeFrontend => ({ address: `127.0.0.1:${hub.ports.frontend}`, tls: { caPath: pki.caPath, ...pki.client }, serverName: 'localhost' });
+      const mtls = (): ProbeFrontend => ({
+        address: `127.0.0.1:${hub.ports.frontend}`,
+        tls: { caPath: pki.caPath, ...pki.client },
+        serverName: 'localhost',
+      });
       it('dials and echoes', async () => {
         const r = await runProbe(v.version, mtls(), 'echo', ['--dest', dest(echo.port), '--message', 'over mTLS']);
         expect(r).toMatchObject({ ok: true, echo: 'over mTLS' });
@@ -227,8 +264,17 @@ for (const v of ANP_VERSIONS) {
     beforeAll(async () => {
       hub = await startHub(pki, ['--grant', 'anp-agent=cidr:127.0.0.0/8']);
       const cert = await pki.agent('anp-agent');
-      anpAgent = await startAnpAgent(v.version, { server: `127.0.0.1:${hub.ports.agent}`, tls: { caPath: pki.caPath, ...cert }, agentID: `anp-agent-${v.version}`, identifiers: 'host=anp-agent&cidr=127.0.0.0/8' });
-      await waitFor(async () => (await hub.tables()).agents.some((a) => a.cluster === 'anp-agent'), { timeoutMs: 10_000, intervalMs: 50, message: 'hub routes anp-agent' });
+      anpAgent = await startAnpAgent(v.version, {
+        server: `127.0.0.1:${hub.ports.agent}`,
+        tls: { caPath: pki.caPath, ...cert },
+        agentID: `anp-agent-${v.version}`,
+        identifiers: 'host=anp-agent&cidr=127.0.0.0/8',
+      });
+      await waitFor(async () => (await hub.tables()).agents.some((a) => a.cluster === 'anp-agent'), {
+        timeoutMs: 10_000,
+        intervalMs: 50,
+        message: 'hub routes anp-agent',
+      });
       tunnel = hub.tunnel();
     });
     afterAll(async () => {
@@ -251,16 +297,23 @@ for (const v of ANP_VERSIONS) {
       const s = await tunnel.dial(dest(echo.port));
       const back = readBytes(s, BULK);
       await writePayload(s, BULK, { end: false });
-      expect(createHash('sha256').update(await back).digest('hex')).toBe(payloadSha256(BULK));
+      expect(
+        createHash('sha256')
+          .update(await back)
+          .digest('hex'),
+      ).toBe(payloadSha256(BULK));
       await endCleanly(s);
       await drained();
     });
 
-    it('uploads, gets the reply and the destination\'s close (SDK)', async () => {
+    it("uploads, gets the reply and the destination's close (SDK)", async () => {
       const s = await tunnel.dial(dest(digest.port));
       const got = new Promise<string>((resolve, reject) => {
         let reply = '';
-        s.setEncoding('utf8').on('data', (d: string) => (reply += d)).once('end', () => resolve(reply)).once('error', reject);
+        s.setEncoding('utf8')
+          .on('data', (d: string) => (reply += d))
+          .once('end', () => resolve(reply))
+          .once('error', reject);
       });
       s.write(`${UPLOAD}\n`);
       await writePayload(s, UPLOAD, { end: false });
@@ -275,27 +328,42 @@ for (const v of ANP_VERSIONS) {
     });
 
     it(`serves a flood of ${FLOOD} parallel dials (SDK)`, async () => {
-      const results = await Promise.all(Array.from({ length: FLOOD }, async (_, i) => {
-        const s = await tunnel.dial(dest(digest.port));
-        const msg = `message ${i} `.repeat(50);
-        const reply = new Promise<string>((resolve, reject) => {
-          let r = '';
-          s.setEncoding('utf8').on('data', (d: string) => (r += d)).once('end', () => resolve(r)).once('error', reject);
-        });
-        s.write(`${msg.length}\n${msg}`);
-        return (await reply) === createHash('sha256').update(msg).digest('hex');
-      }));
+      const results = await Promise.all(
+        Array.from({ length: FLOOD }, async (_, i) => {
+          const s = await tunnel.dial(dest(digest.port));
+          const msg = `message ${i} `.repeat(50);
+          const reply = new Promise<string>((resolve, reject) => {
+            let r = '';
+            s.setEncoding('utf8')
+              .on('data', (d: string) => (r += d))
+              .once('end', () => resolve(r))
+              .once('error', reject);
+          });
+          s.write(`${msg.length}\n${msg}`);
+          return (await reply) === createHash('sha256').update(msg).digest('hex');
+        }),
+      );
       expect(results.filter(Boolean)).toHaveLength(FLOOD);
       await drained();
     });
 
-    it('reports a refused destination with ANP\'s agent\'s reason (SDK)', async () => {
+    it("reports a refused destination with ANP's agent's reason (SDK)", async () => {
       await expect(tunnel.dial(dest(closedPort))).rejects.toThrow(/refused/i);
       await drained();
     });
 
     it('downloads through the HTTP CONNECT frontend', async () => {
-      const s = await connectThrough(tls.connect({ host: '127.0.0.1', port: hub.ports.connect!, ca: pki.ca.certPem, servername: 'localhost', cert: readFileSync(pki.client.certPath), key: readFileSync(pki.client.keyPath) }), dest(source.port));
+      const s = await connectThrough(
+        tls.connect({
+          host: '127.0.0.1',
+          port: hub.ports.connect!,
+          ca: pki.ca.certPem,
+          servername: 'localhost',
+          cert: readFileSync(pki.client.certPath),
+          key: readFileSync(pki.client.keyPath),
+        }),
+        dest(source.port),
+      );
       expect(await digestStream(s)).toEqual({ bytes: DOWNLOAD, sha256: payloadSha256(DOWNLOAD) });
       await drained();
     });
@@ -310,16 +378,25 @@ for (const v of ANP_VERSIONS) {
     let agent: AgentProcess;
     beforeAll(async () => {
       server = await startAnpServer(v.version, pki.dir, { caPath: pki.caPath, ...pki.server });
-      agent = await startAgent(pki, { ports: { agent: server.agentPort } }, { cluster: 'to-anp', apiserver: dest(echo.port), args: ['--allow', '127.0.0.1:*'] });
+      agent = await startAgent(
+        pki,
+        { ports: { agent: server.agentPort } },
+        { cluster: 'to-anp', apiserver: dest(echo.port), args: ['--allow', '127.0.0.1:*'] },
+      );
       await waitFor(() => server.ready(), { timeoutMs: 10_000, intervalMs: 50, message: `proxy-server ${v.version} sees our agent` });
     });
     afterAll(async () => {
       await agent?.stop();
       await server?.stop();
     });
-    const drained = (): Promise<void> => waitFor(async () => (await agent.tables()).servers.every((s) => s.connections.length === 0), { timeoutMs: 10_000, intervalMs: 100, message: 'our agent\'s connections drain' });
+    const drained = (): Promise<void> =>
+      waitFor(async () => (await agent.tables()).servers.every((s) => s.connections.length === 0), {
+        timeoutMs: 10_000,
+        intervalMs: 100,
+        message: "our agent's connections drain",
+      });
 
-    it('is linked over gRPC (ANP\'s server speaks nothing else)', async () => {
+    it("is linked over gRPC (ANP's server speaks nothing else)", async () => {
       const t = await agent.tables();
       expect(t.servers).toHaveLength(1);
       expect(t.servers[0]).toMatchObject({ serverID: `anp-${v.version}`, transport: 'grpc' });

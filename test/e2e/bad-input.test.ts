@@ -5,10 +5,26 @@ import * as grpc from '@grpc/grpc-js';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import type { Tunnel } from '@cluster-proxy/client';
 import {
-  AGENT_CONNECT_PATH, MAX_MESSAGE_BYTES, MD_AGENT_ID, PROXY_PATH, PacketType, decodePacket, encodePacket, packets, type Packet,
+  AGENT_CONNECT_PATH,
+  MAX_MESSAGE_BYTES,
+  MD_AGENT_ID,
+  PROXY_PATH,
+  PacketType,
+  decodePacket,
+  encodePacket,
+  packets,
+  type Packet,
 } from '@cluster-proxy/proto';
 import { snapshotHandles, waitFor, waitForHandlesAtMost, type TcpTarget } from '../src/fixtures/index.js';
-import { expectTablesEmpty, startAgent, startHub, type AgentProcess, type CertFiles, type HubProcess, type TestPki } from '../src/harness.js';
+import {
+  expectTablesEmpty,
+  startAgent,
+  startHub,
+  type AgentProcess,
+  type CertFiles,
+  type HubProcess,
+  type TestPki,
+} from '../src/harness.js';
 import { startEchoHub, type EchoHub } from '../src/e2e-setup.js';
 import { echoRoundTripForTest as echoRoundTrip } from '../src/join-helpers.js';
 
@@ -48,7 +64,9 @@ function outcome<Req>(call: grpc.ClientDuplexStream<Req, Packet>, what: string, 
   return new Promise((resolve, reject) => {
     const timer = setTimeout(() => {
       call.cancel();
-      reject(new Error(`${what}: no status within ${timeoutMs} ms (received ${got.map((p) => PacketType[p.type]).join(', ') || 'nothing'})`));
+      reject(
+        new Error(`${what}: no status within ${timeoutMs} ms (received ${got.map((p) => PacketType[p.type]).join(', ') || 'nothing'})`),
+      );
     }, timeoutMs);
     call.on('status', (status: grpc.StatusObject) => {
       clearTimeout(timer);
@@ -58,7 +76,12 @@ function outcome<Req>(call: grpc.ClientDuplexStream<Req, Packet>, what: string, 
 }
 
 /** The first packet matching `pred`, from a call that is still open. */
-function nextPacket<Req>(call: grpc.ClientDuplexStream<Req, Packet>, pred: (p: Packet) => boolean, what: string, timeoutMs = 10_000): Promise<Packet> {
+function nextPacket<Req>(
+  call: grpc.ClientDuplexStream<Req, Packet>,
+  pred: (p: Packet) => boolean,
+  what: string,
+  timeoutMs = 10_000,
+): Promise<Packet> {
   return new Promise((resolve, reject) => {
     const onData = (p: Packet): void => {
       if (!pred(p)) return;
@@ -135,7 +158,10 @@ describe('client frontend (ProxyService.Proxy)', () => {
       const { status, packets: got } = await done;
       expect(status.code, `${what}: ${status.details}`).toBe(grpc.status.INTERNAL);
       expect(status.details, what).toMatch(/deserializ/i);
-      expect(got.filter((p) => p.type === PacketType.DIAL_RSP || p.type === PacketType.DATA), what).toEqual([]);
+      expect(
+        got.filter((p) => p.type === PacketType.DIAL_RSP || p.type === PacketType.DATA),
+        what,
+      ).toEqual([]);
       call.end();
     }
     await expectHubServing();
@@ -162,7 +188,9 @@ describe('client frontend (ProxyService.Proxy)', () => {
     atLimit.write(msg);
     const limit = await limitDone;
     expect(limit.status.code, limit.status.details).not.toBe(grpc.status.RESOURCE_EXHAUSTED);
-    expect(limit.packets.map((p) => (p.type === PacketType.CLOSE_RSP ? p.closeResponse.error : PacketType[p.type]))).toEqual(['backend not initialized']);
+    expect(limit.packets.map((p) => (p.type === PacketType.CLOSE_RSP ? p.closeResponse.error : PacketType[p.type]))).toEqual([
+      'backend not initialized',
+    ]);
     atLimit.end();
 
     await expectHubServing();
@@ -196,7 +224,9 @@ describe('client frontend (ProxyService.Proxy)', () => {
       call.write(packets.dialRequest('c1:443', 11n));
       call.write(packets.data(0, Buffer.from('impatient')));
       const { packets: got } = await done;
-      expect(got.some((p) => p.type === PacketType.CLOSE_RSP || (p.type === PacketType.DIAL_RSP && p.dialResponse.error !== ''))).toBe(true);
+      expect(got.some((p) => p.type === PacketType.CLOSE_RSP || (p.type === PacketType.DIAL_RSP && p.dialResponse.error !== ''))).toBe(
+        true,
+      );
       call.end();
       // Whatever the hub answered, the dial it started must not outlive the stream: not in its
       // tables, not at the agent, not as a TCP connection to the destination.
@@ -255,7 +285,10 @@ describe('client frontend (ProxyService.Proxy)', () => {
 
     // The agent closed the destination connection; the tables drain (also checked after each test).
     await waitFor(() => echo.connections() === before, { timeoutMs: 5000, message: 'destination connection closed' });
-    await waitFor(async () => (await agent.tables()).servers.every((s) => s.connections.length === 0), { timeoutMs: 5000, message: 'agent table empty' });
+    await waitFor(async () => (await agent.tables()).servers.every((s) => s.connections.length === 0), {
+      timeoutMs: 5000,
+      message: 'agent table empty',
+    });
     await expectHubServing();
   });
 });
@@ -270,12 +303,18 @@ describe('agent listener (AgentService.Connect)', () => {
     const headers = new Promise<grpc.Metadata>((resolve) => call.once('metadata', resolve));
     await headers;
     // Registered: the hub routes the cluster's names to it.
-    await waitFor(async () => (await hub.tables()).agents.some((a) => a.agentID === agentID && a.cluster === 'bad'), { timeoutMs: 5000, message: `${agentID} registered` });
+    await waitFor(async () => (await hub.tables()).agents.some((a) => a.agentID === agentID && a.cluster === 'bad'), {
+      timeoutMs: 5000,
+      message: `${agentID} registered`,
+    });
     return call;
   }
 
   async function expectGone(agentID: string): Promise<void> {
-    await waitFor(async () => !(await hub.tables()).agents.some((a) => a.agentID === agentID), { timeoutMs: 5000, message: `${agentID} removed from the hub's tables` });
+    await waitFor(async () => !(await hub.tables()).agents.some((a) => a.agentID === agentID), {
+      timeoutMs: 5000,
+      message: `${agentID} removed from the hub's tables`,
+    });
     // Dials to its cluster fail fast instead of going to a dead stream.
     const err = await tunnel.dial('bad:443').catch((e: unknown) => e);
     expect((err as { reason?: string }).reason).toBe('no_agent');

@@ -32,9 +32,13 @@ describe('ca issue-agent', () => {
     await setup?.stop();
   });
 
-  it('writes a certificate with OCM\'s agent subject that the hub accepts from a gRPC (ANP-style) agent', async () => {
+  it("writes a certificate with OCM's agent subject that the hub accepts from a gRPC (ANP-style) agent", async () => {
     const out = path.join(pki.dir, 'issued');
-    const r = await runCommand(process.execPath, [CLI, 'ca', 'issue-agent', 'c7', '--agent-id', 'anp-agent-1', '--out', out, '--data-dir', dataDir], { timeoutMs: 20_000 });
+    const r = await runCommand(
+      process.execPath,
+      [CLI, 'ca', 'issue-agent', 'c7', '--agent-id', 'anp-agent-1', '--out', out, '--data-dir', dataDir],
+      { timeoutMs: 20_000 },
+    );
     expect(r.code, r.stderr).toBe(0);
     const certPath = path.join(out, 'c7-agent.crt');
     const keyPath = path.join(out, 'c7-agent.key');
@@ -42,12 +46,41 @@ describe('ca issue-agent', () => {
     const { readFile } = await import('node:fs/promises');
     const cert = new X509Certificate(await readFile(certPath));
     // Longer than X.509's suggested 64 characters: OCM's names are, and Go and Node accept them.
-    expect(cert.subject).toBe('O=system:open-cluster-management:cluster:c7:addon:cluster-proxy\nCN=system:open-cluster-management:cluster:c7:addon:cluster-proxy:agent:anp-agent-1');
+    expect(cert.subject).toBe(
+      'O=system:open-cluster-management:cluster:c7:addon:cluster-proxy\nCN=system:open-cluster-management:cluster:c7:addon:cluster-proxy:agent:anp-agent-1',
+    );
     expect(r.stdout + r.stderr).not.toContain('PRIVATE KEY');
 
-    agent = spawnProcess({ name: 'agent-c7', command: process.execPath, args: [CLI, 'agent', '--cluster', 'c7', '--transport', 'grpc', '--hub', `127.0.0.1:${hub.ports.agent}`,
-      '--server-name', 'localhost', '--ca-cert', pki.caPath, '--cert', certPath, '--key', keyPath, '--apiserver', `127.0.0.1:${echo.port}`,
-      '--health-bind-address', '127.0.0.1', '--health-port', '0', '--log-format', 'json'] });
+    agent = spawnProcess({
+      name: 'agent-c7',
+      command: process.execPath,
+      args: [
+        CLI,
+        'agent',
+        '--cluster',
+        'c7',
+        '--transport',
+        'grpc',
+        '--hub',
+        `127.0.0.1:${hub.ports.agent}`,
+        '--server-name',
+        'localhost',
+        '--ca-cert',
+        pki.caPath,
+        '--cert',
+        certPath,
+        '--key',
+        keyPath,
+        '--apiserver',
+        `127.0.0.1:${echo.port}`,
+        '--health-bind-address',
+        '127.0.0.1',
+        '--health-port',
+        '0',
+        '--log-format',
+        'json',
+      ],
+    });
     const connected = await agent.waitForJsonLine((o) => o['msg'] === 'connected to proxy server', 20_000);
     expect(connected['transport']).toBe('grpc');
     const s = hub.tunnel('mux').connect('c7:443');
@@ -67,7 +100,10 @@ describe('ca issue-agent', () => {
       [['ca', 'issue-agent', '--data-dir', dataDir], /^cluster-proxy: ca issue-agent takes one CLUSTER/],
       [['ca', 'issue-agent', 'Bad_Name', '--data-dir', dataDir], /^cluster-proxy: ca issue-agent: .*cluster name/],
       [['ca', 'issue-agent', 'c8', '--agent-id', 'a:b', '--data-dir', dataDir], /^cluster-proxy: ca issue-agent: .*agent name/],
-      [['ca', 'issue-agent', 'c8', '--data-dir', path.join(pki.dir, 'no-hub')], /^cluster-proxy: ca issue-agent needs the hub's data-dir PKI: /],
+      [
+        ['ca', 'issue-agent', 'c8', '--data-dir', path.join(pki.dir, 'no-hub')],
+        /^cluster-proxy: ca issue-agent needs the hub's data-dir PKI: /,
+      ],
     ];
     for (const [args, want] of cases) {
       const r = await runCommand(process.execPath, [CLI, ...args], { timeoutMs: 20_000, cwd: pki.dir });

@@ -28,12 +28,37 @@ describe('agent certificate renewal', () => {
 
   it('renews at 80 % of the lifetime with a new key while an open connection keeps carrying data', async () => {
     const bundle = path.join(pki.dir, 'c1-bundle');
-    const join = await runCommand(process.execPath, [CLI, 'join', 'c1', '--out', bundle, '--admin', `127.0.0.1:${hub.ports.admin}`], { timeoutMs: 20_000 });
+    const join = await runCommand(process.execPath, [CLI, 'join', 'c1', '--out', bundle, '--admin', `127.0.0.1:${hub.ports.admin}`], {
+      timeoutMs: 20_000,
+    });
     expect(join.code, join.stderr).toBe(0);
     const creds = path.join(bundle, 'credentials');
-    agent = spawnProcess({ name: 'agent-c1', command: process.execPath, args: [CLI, 'agent', '--cluster', 'c1', '--hub', `127.0.0.1:${hub.ports.agent}`, '--server-name', 'localhost',
-      '--ca-cert', path.join(bundle, 'ca.crt'), '--bootstrap-token-file', path.join(bundle, 'bootstrap-token'), '--credentials-dir', creds,
-      '--apiserver', `127.0.0.1:${echo.port}`, '--health-port', '0', '--log-format', 'json'] });
+    agent = spawnProcess({
+      name: 'agent-c1',
+      command: process.execPath,
+      args: [
+        CLI,
+        'agent',
+        '--cluster',
+        'c1',
+        '--hub',
+        `127.0.0.1:${hub.ports.agent}`,
+        '--server-name',
+        'localhost',
+        '--ca-cert',
+        path.join(bundle, 'ca.crt'),
+        '--bootstrap-token-file',
+        path.join(bundle, 'bootstrap-token'),
+        '--credentials-dir',
+        creds,
+        '--apiserver',
+        `127.0.0.1:${echo.port}`,
+        '--health-port',
+        '0',
+        '--log-format',
+        'json',
+      ],
+    });
     await agent.waitForJsonLine((o) => o['msg'] === 'connected to proxy server', 20_000);
     const first = new X509Certificate(await readFile(path.join(creds, 'agent.crt')));
     const firstKey = await readFile(path.join(creds, 'agent.key'), 'utf8');
@@ -69,15 +94,23 @@ describe('agent certificate renewal', () => {
     expect(s.destroyed).toBe(false);
     s.destroy();
     tunnel.close();
-    await waitFor(async () => (await hub.tables()).agents[0]?.established.length === 0, { timeoutMs: 5000, message: 'connection closed on the hub' });
+    await waitFor(async () => (await hub.tables()).agents[0]?.established.length === 0, {
+      timeoutMs: 5000,
+      message: 'connection closed on the hub',
+    });
   });
 
-  it('--cert/--key files replaced (as OCM\'s CSR flow renews them): a half-swapped pair is skipped, the new pair is used, the open connection keeps carrying data', async () => {
+  it("--cert/--key files replaced (as OCM's CSR flow renews them): a half-swapped pair is skipped, the new pair is used, the open connection keeps carrying data", async () => {
     const first = await pki.agent('c2');
     const live = { certPath: path.join(pki.dir, 'live-c2.crt'), keyPath: path.join(pki.dir, 'live-c2.key') };
     await copyFile(first.certPath, live.certPath);
     await copyFile(first.keyPath, live.keyPath);
-    const a = await startAgent(pki, hub, { cluster: 'c2', apiserver: `127.0.0.1:${echo.port}`, cert: live, args: ['--cert-reload-interval', '200ms'] });
+    const a = await startAgent(pki, hub, {
+      cluster: 'c2',
+      apiserver: `127.0.0.1:${echo.port}`,
+      cert: live,
+      args: ['--cert-reload-interval', '200ms'],
+    });
     const tunnel = hub.tunnel();
     try {
       const s = await tunnel.dial('c2:443');
@@ -87,7 +120,9 @@ describe('agent certificate renewal', () => {
       // The certificate arrives before its key (a swap caught half-way): refused, the old pair stays.
       let mark = a.proc.lineCount();
       await writeFile(live.certPath, await readFile(second.certPath));
-      await a.proc.waitForJsonLine((o) => String(o['msg']).startsWith('cannot use the agent certificate files yet'), 10_000, { after: mark });
+      await a.proc.waitForJsonLine((o) => String(o['msg']).startsWith('cannot use the agent certificate files yet'), 10_000, {
+        after: mark,
+      });
       await ping(2);
       mark = a.proc.lineCount();
       await writeFile(live.keyPath, await readFile(second.keyPath));

@@ -29,12 +29,18 @@ describe(`CLI output through a pipe, ${CLUSTERS} registered clusters`, () => {
     const dataDir = await mkdtemp(path.join(pki.dir, 'hub-'));
     const store = await openStore({ type: 'embedded', dataDir });
     try {
-      await Promise.all(Array.from({ length: CLUSTERS }, (_, i): Promise<ManagedCluster> => store.create('ManagedCluster', {
-        apiVersion: 'cluster.open-cluster-management.io/v1',
-        kind: 'ManagedCluster',
-        metadata: { name: clusterName(i), labels: { 'cluster.open-cluster-management.io/clusterset': 'default' } },
-        spec: { hubAcceptsClient: true, leaseDurationSeconds: 60 },
-      })));
+      await Promise.all(
+        Array.from(
+          { length: CLUSTERS },
+          (_, i): Promise<ManagedCluster> =>
+            store.create('ManagedCluster', {
+              apiVersion: 'cluster.open-cluster-management.io/v1',
+              kind: 'ManagedCluster',
+              metadata: { name: clusterName(i), labels: { 'cluster.open-cluster-management.io/clusterset': 'default' } },
+              spec: { hubAcceptsClient: true, leaseDurationSeconds: 60 },
+            }),
+        ),
+      );
     } finally {
       await store.close();
     }
@@ -72,8 +78,10 @@ describe(`CLI output through a pipe, ${CLUSTERS} registered clusters`, () => {
 
   it('get managedclusteraddons -A -o json: one addon per cluster, all of them', async () => {
     // The hub's addon manager creates each cluster's addon after the hub listens.
-    await waitFor(async () => ((await getJson(hub.ports.admin, '/v1/managedclusteraddons')) as { items: unknown[] }).items.length === CLUSTERS,
-      { timeoutMs: 60_000, intervalMs: 500, message: `${CLUSTERS} ManagedClusterAddOns` });
+    await waitFor(
+      async () => ((await getJson(hub.ports.admin, '/v1/managedclusteraddons')) as { items: unknown[] }).items.length === CLUSTERS,
+      { timeoutMs: 60_000, intervalMs: 500, message: `${CLUSTERS} ManagedClusterAddOns` },
+    );
     const r = await cli(['get', 'managedclusteraddons', '-A', '-o', 'json']);
     expect(r.code, r.stderr).toBe(0);
     const list = JSON.parse(r.stdout) as { items: { metadata: { namespace: string } }[] };
@@ -81,7 +89,9 @@ describe(`CLI output through a pipe, ${CLUSTERS} registered clusters`, () => {
   }, 120_000);
 
   it('a reader that stops early (`| head -c 100`): the CLI exits 0 without a stack trace', async () => {
-    const child = spawn(process.execPath, [CLI, 'get', 'managedclusters', '-o', 'json', '--admin', `127.0.0.1:${hub.ports.admin}`], { stdio: ['ignore', 'pipe', 'pipe'] });
+    const child = spawn(process.execPath, [CLI, 'get', 'managedclusters', '-o', 'json', '--admin', `127.0.0.1:${hub.ports.admin}`], {
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
     let stderr = '';
     child.stderr.setEncoding('utf8').on('data', (s: string) => (stderr += s));
     const first = await new Promise<Buffer>((resolve) => child.stdout.once('data', resolve));

@@ -15,8 +15,25 @@ import { ProxyServer, issueServerCert } from '@cluster-proxy/server';
 // Not exported from the package index yet (the hub wires it in); the built files are the same modules.
 import { startConnectFrontend, TokenStore, type ConnectFrontend } from '@cluster-proxy/server';
 import {
-  digestStream, killAllSpawned, payloadSha256, snapshotHandles, spawnProcess, startBlackhole, startEchoServer, startSinkServer,
-  startSourceServer, waitFor, waitForHandlesAtMost, writePayload, type Blackhole, type ManagedProcess, type SinkServer, type SourceServer, type TcpTarget, runCommand, type RunResult,
+  digestStream,
+  killAllSpawned,
+  payloadSha256,
+  snapshotHandles,
+  spawnProcess,
+  startBlackhole,
+  startEchoServer,
+  startSinkServer,
+  startSourceServer,
+  waitFor,
+  waitForHandlesAtMost,
+  writePayload,
+  type Blackhole,
+  type ManagedProcess,
+  type SinkServer,
+  type SourceServer,
+  type TcpTarget,
+  runCommand,
+  type RunResult,
 } from '../src/fixtures/index.js';
 import { CLI, createPki, getJson, type AgentTables, type CertFiles, type TestPki } from '../src/harness.js';
 
@@ -55,18 +72,47 @@ let cluster2Token: string;
 
 // ------------------------------------------------------------ helpers
 
-async function startAgentProcess(cluster: string, apiserverAddr: string, extraArgs = ['--allow', '127.0.0.1:*', '--identifiers', 'cidr=127.0.0.0/8']): Promise<AgentProc> {
+async function startAgentProcess(
+  cluster: string,
+  apiserverAddr: string,
+  extraArgs = ['--allow', '127.0.0.1:*', '--identifiers', 'cidr=127.0.0.0/8'],
+): Promise<AgentProc> {
   const cert = await pki.agent(cluster);
   const proc = spawnProcess({
     name: `agent-${cluster}`,
     command: process.execPath,
-    args: [CLI, 'agent', '--cluster', cluster, '--hub', `127.0.0.1:${server.ports!.agent}`, '--server-name', 'localhost',
-      '--ca-cert', pki.caPath, '--cert', cert.certPath, '--key', cert.keyPath, '--apiserver', apiserverAddr,
-      '--health-bind-address', '127.0.0.1', '--health-port', '0', '--dial-timeout', '10s', ...extraArgs],
+    args: [
+      CLI,
+      'agent',
+      '--cluster',
+      cluster,
+      '--hub',
+      `127.0.0.1:${server.ports!.agent}`,
+      '--server-name',
+      'localhost',
+      '--ca-cert',
+      pki.caPath,
+      '--cert',
+      cert.certPath,
+      '--key',
+      cert.keyPath,
+      '--apiserver',
+      apiserverAddr,
+      '--health-bind-address',
+      '127.0.0.1',
+      '--health-port',
+      '0',
+      '--dial-timeout',
+      '10s',
+      ...extraArgs,
+    ],
   });
   const up = await proc.waitForJsonLine((o) => o['msg'] === 'agent health listener up', 15_000);
   await proc.waitForJsonLine((o) => o['msg'] === 'connected to proxy server', 15_000);
-  await waitFor(() => server.core.routes.backends().some((b) => b.cluster === cluster), { timeoutMs: 5000, message: `hub routes ${cluster}` });
+  await waitFor(() => server.core.routes.backends().some((b) => b.cluster === cluster), {
+    timeoutMs: 5000,
+    message: `hub routes ${cluster}`,
+  });
   return { proc, healthPort: Number(up['healthPort']) };
 }
 
@@ -86,10 +132,25 @@ interface CurlResult extends RunResult {
 
 /** curl through the TLS listener; `args` add credentials and the URL. */
 async function curl(args: string[]): Promise<CurlResult> {
-  const r = await run('curl', ['-sS', '--max-time', '20', '--proxy', `https://127.0.0.1:${fe.ports.tls}`, '--proxy-cacert', pki.caPath, '--cacert', pki.caPath,
-    '-w', '\n%{http_connect} %{http_code}', ...args]);
+  const r = await run('curl', [
+    '-sS',
+    '--max-time',
+    '20',
+    '--proxy',
+    `https://127.0.0.1:${fe.ports.tls}`,
+    '--proxy-cacert',
+    pki.caPath,
+    '--cacert',
+    pki.caPath,
+    '-w',
+    '\n%{http_connect} %{http_code}',
+    ...args,
+  ]);
   const nl = r.stdout.lastIndexOf('\n');
-  const [connect, http] = r.stdout.slice(nl + 1).split(' ').map(Number);
+  const [connect, http] = r.stdout
+    .slice(nl + 1)
+    .split(' ')
+    .map(Number);
   return { ...r, connect: connect ?? 0, http: http ?? 0, body: r.stdout.slice(0, nl) };
 }
 
@@ -133,7 +194,10 @@ function proxyRequest(socket: net.Socket, request: string | Buffer, timeoutMs = 
   return new Promise((resolve, reject) => {
     let buf = Buffer.alloc(0);
     let reply: Omit<Reply, 'body'> | null = null;
-    const timer = setTimeout(() => fail(new Error(`no complete proxy reply within ${timeoutMs} ms; got ${JSON.stringify(buf.toString('latin1').slice(0, 200))}`)), timeoutMs);
+    const timer = setTimeout(
+      () => fail(new Error(`no complete proxy reply within ${timeoutMs} ms; got ${JSON.stringify(buf.toString('latin1').slice(0, 200))}`)),
+      timeoutMs,
+    );
     const cleanup = (): void => {
       clearTimeout(timer);
       socket.off('data', onData);
@@ -217,17 +281,22 @@ async function getVersionOver(tunnel: net.Socket, servername = 'cluster1'): Prom
 
 async function expectTablesEmpty(frontends: ConnectFrontend[] = [fe]): Promise<void> {
   const agents = [agent, ...extraAgents].filter((a) => a.proc.isRunning());
-  await waitFor(async () => {
-    const s = server.snapshot();
-    if (s.agents.some((a) => a.pending > 0 || a.established.length > 0)) return false;
-    if (frontends.some((f) => f.connections() > 0)) return false;
-    for (const a of agents) {
-      const t = (await getJson(a.healthPort, '/debug/connections')) as AgentTables;
-      if (t.servers.some((sv) => sv.connections.length > 0)) return false;
-    }
-    return true;
-  }, { timeoutMs: 10_000, intervalMs: 50, message: 'connection tables did not drain' }).catch((err: Error) => {
-    throw new Error(`${err.message}: ${JSON.stringify({ hub: server.snapshot(), connect: frontends.map((f) => f.describe()) }).slice(0, 2000)}`);
+  await waitFor(
+    async () => {
+      const s = server.snapshot();
+      if (s.agents.some((a) => a.pending > 0 || a.established.length > 0)) return false;
+      if (frontends.some((f) => f.connections() > 0)) return false;
+      for (const a of agents) {
+        const t = (await getJson(a.healthPort, '/debug/connections')) as AgentTables;
+        if (t.servers.some((sv) => sv.connections.length > 0)) return false;
+      }
+      return true;
+    },
+    { timeoutMs: 10_000, intervalMs: 50, message: 'connection tables did not drain' },
+  ).catch((err: Error) => {
+    throw new Error(
+      `${err.message}: ${JSON.stringify({ hub: server.snapshot(), connect: frontends.map((f) => f.describe()) }).slice(0, 2000)}`,
+    );
   });
 }
 
@@ -236,9 +305,14 @@ async function expectTablesEmpty(frontends: ConnectFrontend[] = [fe]): Promise<v
 beforeAll(async () => {
   const probe = await run('curl', ['--version']).catch(() => null);
   if (!probe || probe.code !== 0) {
-    const apt = await run('apt-get', ['install', '-y', 'curl'], {}, 180_000).catch((e: Error) => ({ code: -1, stdout: '', stderr: e.message }));
+    const apt = await run('apt-get', ['install', '-y', 'curl'], {}, 180_000).catch((e: Error) => ({
+      code: -1,
+      stdout: '',
+      stderr: e.message,
+    }));
     const again = await run('curl', ['--version']).catch(() => null);
-    if (!again || again.code !== 0) curlMissing = `curl is not installed and "apt-get install -y curl" failed: ${apt.stderr.trim().split('\n').pop()}`;
+    if (!again || again.code !== 0)
+      curlMissing = `curl is not installed and "apt-get install -y curl" failed: ${apt.stderr.trim().split('\n').pop()}`;
   }
   pki = await createPki();
   caPem = pki.ca.certPem;
@@ -247,7 +321,11 @@ beforeAll(async () => {
   const log = pino({ level: 'debug' }, { write: (s: string) => void logLines.push(s) });
   [echo, sink, blackhole] = await Promise.all([startEchoServer(), startSinkServer(), startBlackhole()]);
   source = await startSourceServer(20 * MiB);
-  const apiTls = issueServerCert(pki.ca, { commonName: 'cluster1-apiserver', dnsNames: ['cluster1', 'cluster3'], ipAddresses: ['127.0.0.1'] });
+  const apiTls = issueServerCert(pki.ca, {
+    commonName: 'cluster1-apiserver',
+    dnsNames: ['cluster1', 'cluster3'],
+    ipAddresses: ['127.0.0.1'],
+  });
   apiserver = https.createServer({ cert: apiTls.certPem, key: apiTls.keyPem }, (req, res) => {
     res.writeHead(req.url === '/version' ? 200 : 404, { 'content-type': 'application/json' });
     res.end(`${JSON.stringify({ major: '1', minor: '33', gitVersion: 'v1.33.0-demo', cluster: 'cluster1' })}\n`);
@@ -256,8 +334,15 @@ beforeAll(async () => {
   await new Promise<void>((r) => apiserver.listen(0, '127.0.0.1', r));
   const tlsFiles = { caCert: Buffer.from(caPem), cert: readFileSync(pki.server.certPath), key: readFileSync(pki.server.keyPath) };
   server = new ProxyServer({
-    bindAddress: '127.0.0.1', agentPort: 0, frontendPort: null, healthPort: null, adminPort: null, tls: tlsFiles, dialTimeoutMs: 1500,
-    grants: new Map([['cluster1', { hosts: [], cidrs: ['127.0.0.0/8'], defaultRoute: false }]]), log,
+    bindAddress: '127.0.0.1',
+    agentPort: 0,
+    frontendPort: null,
+    healthPort: null,
+    adminPort: null,
+    tls: tlsFiles,
+    dialTimeoutMs: 1500,
+    grants: new Map([['cluster1', { hosts: [], cidrs: ['127.0.0.0/8'], defaultRoute: false }]]),
+    log,
   });
   await server.start();
   agent = await startAgentProcess('cluster1', `127.0.0.1:${(apiserver.address() as net.AddressInfo).port}`);
@@ -267,7 +352,9 @@ beforeAll(async () => {
   cluster2Token = (await tokens.issue({ name: 'cluster2-only', clusters: ['cluster2'] })).token;
   issuedSecrets.push(allToken, cluster2Token);
   fe = await startConnectFrontend({
-    core: server.core, log, tokens,
+    core: server.core,
+    log,
+    tokens,
     tls: { host: '127.0.0.1', port: 0, ...tlsFiles },
     uds: path.join(pki.dir, 'connect.sock'),
     plain: { host: '127.0.0.1', port: 0 },
@@ -299,7 +386,7 @@ afterEach(async () => {
 // ------------------------------------------------------------ tests
 
 describe('HTTP CONNECT frontend: real clients', () => {
-  it('curl over TLS with a client certificate reaches cluster1\'s apiserver (https://cluster1/version)', async (ctx) => {
+  it("curl over TLS with a client certificate reaches cluster1's apiserver (https://cluster1/version)", async (ctx) => {
     needCurl(ctx);
     const r = await curl([...clientCertArgs(), 'https://cluster1/version']);
     expect(r.stderr).toBe('');
@@ -308,19 +395,35 @@ describe('HTTP CONNECT frontend: real clients', () => {
     expect(JSON.parse(r.body)).toMatchObject({ gitVersion: 'v1.33.0-demo', cluster: 'cluster1' });
   });
 
-  it('curl with a Bearer token (--proxy-header) and with Basic (-U user:token, and user-info in the proxy URL as kubectl\'s proxy-url does)', async (ctx) => {
+  it("curl with a Bearer token (--proxy-header) and with Basic (-U user:token, and user-info in the proxy URL as kubectl's proxy-url does)", async (ctx) => {
     needCurl(ctx);
     const bearer = await curl(['--proxy-header', `Proxy-Authorization: Bearer ${allToken}`, 'https://cluster1/version']);
     expect([bearer.connect, bearer.http]).toEqual([200, 200]);
     expect(bearer.body).toContain('v1.33.0-demo');
     const basic = await curl(['-U', `anyone:${allToken}`, 'https://cluster1/version']);
     expect([basic.connect, basic.http]).toEqual([200, 200]);
-    const userinfo = await run('curl', ['-sS', '--max-time', '20', '--proxy', `https://kubectl:${allToken}@127.0.0.1:${fe.ports.tls}`, '--proxy-cacert', pki.caPath, '--cacert', pki.caPath, 'https://cluster1/version']);
+    const userinfo = await run('curl', [
+      '-sS',
+      '--max-time',
+      '20',
+      '--proxy',
+      `https://kubectl:${allToken}@127.0.0.1:${fe.ports.tls}`,
+      '--proxy-cacert',
+      pki.caPath,
+      '--cacert',
+      pki.caPath,
+      'https://cluster1/version',
+    ]);
     expect(userinfo.stdout).toContain('v1.33.0-demo');
   });
 
   it('Python http.client set_tunnel (plain loopback listener that allows tokens)', async () => {
-    const local = await startConnectFrontend({ core: server.core, log: pino({ level: 'debug' }, { write: (s: string) => void logLines.push(s) }), tokens, plain: { host: '127.0.0.1', port: 0, allowTokens: true } });
+    const local = await startConnectFrontend({
+      core: server.core,
+      log: pino({ level: 'debug' }, { write: (s: string) => void logLines.push(s) }),
+      tokens,
+      plain: { host: '127.0.0.1', port: 0, allowTokens: true },
+    });
     try {
       const script = `
 import http.client, os, ssl
@@ -394,7 +497,7 @@ describe('HTTP CONNECT frontend: tunnel bytes', () => {
     expect(await readAll(s)).toEqual({ bytes: 20 * MiB, sha256: source.expectedSha256 });
   });
 
-  it('half-close: the client\'s FIN reaches the destination, which can still answer', async () => {
+  it("half-close: the client's FIN reaches the destination, which can still answer", async () => {
     const s = await openTunnel(`127.0.0.1:${echo.port}`);
     const all = readAll(s);
     s.end('last words');
@@ -405,7 +508,12 @@ describe('HTTP CONNECT frontend: tunnel bytes', () => {
     const a3 = await startAgentProcess('cluster3', `127.0.0.1:${echo.port}`, []);
     extraAgents.push(a3);
     // Plain TCP so the reset is observable as such (over TLS/UDS the frontend can only close).
-    const local = await startConnectFrontend({ core: server.core, log: pino({ level: 'debug' }, { write: (s: string) => void logLines.push(s) }), tokens, plain: { host: '127.0.0.1', port: 0, allowTokens: true } });
+    const local = await startConnectFrontend({
+      core: server.core,
+      log: pino({ level: 'debug' }, { write: (s: string) => void logLines.push(s) }),
+      tokens,
+      plain: { host: '127.0.0.1', port: 0, allowTokens: true },
+    });
     try {
       const r = await proxyRequest(openProxy('plain', local), connectHead('cluster3:443', [`Proxy-Authorization: Bearer ${allToken}`]));
       expect(r.status).toBe(200);
@@ -430,7 +538,12 @@ describe('HTTP CONNECT frontend: tunnel bytes', () => {
 describe('HTTP CONNECT frontend: every refusal', () => {
   it('400 for a malformed request and for a bad authority', async () => {
     expectRefusal(await refusalRaw('GARBAGE\r\n\r\n'), 400, 'CONNECT -', /malformed request line/);
-    expectRefusal(await refusalRaw('CONNECT cluster1:443 HTTP/1.1\r\nHost: x\r\n folded\r\n\r\n'), 400, 'CONNECT cluster1:443:', /line folding/);
+    expectRefusal(
+      await refusalRaw('CONNECT cluster1:443 HTTP/1.1\r\nHost: x\r\n folded\r\n\r\n'),
+      400,
+      'CONNECT cluster1:443:',
+      /line folding/,
+    );
     expectRefusal(await refusalRaw('CONNECT cluster1:443 HTTP/1.1\r\nno colon here\r\n\r\n'), 400, 'cluster1:443', /malformed header line/);
     for (const target of ['cluster1', 'cluster1:99999', 'http://cluster1:443', 'user@cluster1:443', '[not-ipv6]:443']) {
       expectRefusal(await refusal(target, 'tls-cert'), 400, target, /must be HOST:PORT/);
@@ -484,7 +597,10 @@ describe('HTTP CONNECT frontend: every refusal', () => {
     a.socket.destroy();
     expectRefusal(a, 403, 'cluster1:443', /agent certificates may not use the client frontend/);
     // Even together with a valid token.
-    const a2 = await proxyRequest(openProxy('tls-cert', fe, agentTls), connectHead('cluster1:443', [`Proxy-Authorization: Bearer ${allToken}`]));
+    const a2 = await proxyRequest(
+      openProxy('tls-cert', fe, agentTls),
+      connectHead('cluster1:443', [`Proxy-Authorization: Bearer ${allToken}`]),
+    );
     a2.socket.destroy();
     expect(a2.status).toBe(403);
     needCurl(ctx);
@@ -494,13 +610,19 @@ describe('HTTP CONNECT frontend: every refusal', () => {
     expect(c2.connect).toBe(403);
   });
 
-  it('403 when the agent\'s allowlist refuses the destination (decision: policy, not a bad gateway)', async () => {
+  it("403 when the agent's allowlist refuses the destination (decision: policy, not a bad gateway)", async () => {
     // 127.0.0.2 routes to cluster1 by its cidr grant, but the agent only allows 127.0.0.1:*.
     expectRefusal(await refusal('127.0.0.2:80', 'tls-cert'), 403, '127.0.0.2:80', /not in the agent's allowlist.*\(forbidden\)/);
   });
 
   it('403 from a custom authorize hook', async () => {
-    const local = await startConnectFrontend({ core: server.core, log: pino({ level: 'debug' }, { write: (s: string) => void logLines.push(s) }), tokens, uds: path.join(pki.dir, 'authz.sock'), authorize: (p, cluster) => !(p.kind === 'unix-socket' && cluster === 'cluster1') });
+    const local = await startConnectFrontend({
+      core: server.core,
+      log: pino({ level: 'debug' }, { write: (s: string) => void logLines.push(s) }),
+      tokens,
+      uds: path.join(pki.dir, 'authz.sock'),
+      authorize: (p, cluster) => !(p.kind === 'unix-socket' && cluster === 'cluster1'),
+    });
     try {
       const r = await proxyRequest(openProxy('uds', local), connectHead('cluster1:443'));
       r.socket.destroy();
@@ -528,7 +650,7 @@ describe('HTTP CONNECT frontend: every refusal', () => {
     expect((await curl([...clientCertArgs(), 'https://nowhere/version'])).connect).toBe(503);
   });
 
-  it('504 for a blackholed destination at the hub\'s dial deadline (1.5 s)', async () => {
+  it("504 for a blackholed destination at the hub's dial deadline (1.5 s)", async () => {
     const t0 = Date.now();
     const r = await refusal(`${blackhole.host}:${blackhole.port}`, 'tls-cert');
     const took = Date.now() - t0;
@@ -546,9 +668,19 @@ describe('HTTP CONNECT frontend: every refusal', () => {
 describe('HTTP CONNECT frontend: slow clients', () => {
   it('cuts a slow-header client off at the header timeout without blocking others, and frees its slot', async () => {
     const local = await startConnectFrontend({
-      core: server.core, log: pino({ level: 'debug' }, { write: (s: string) => void logLines.push(s) }), tokens,
-      tls: { host: '127.0.0.1', port: 0, caCert: Buffer.from(caPem), cert: readFileSync(pki.server.certPath), key: readFileSync(pki.server.keyPath) },
-      uds: path.join(pki.dir, 'slow.sock'), headerTimeoutMs: 1500, maxConnections: 2,
+      core: server.core,
+      log: pino({ level: 'debug' }, { write: (s: string) => void logLines.push(s) }),
+      tokens,
+      tls: {
+        host: '127.0.0.1',
+        port: 0,
+        caCert: Buffer.from(caPem),
+        cert: readFileSync(pki.server.certPath),
+        key: readFileSync(pki.server.keyPath),
+      },
+      uds: path.join(pki.dir, 'slow.sock'),
+      headerTimeoutMs: 1500,
+      maxConnections: 2,
     });
     try {
       // A trickling client: one byte every 100 ms never finishes its head; the deadline is absolute.
@@ -601,8 +733,14 @@ describe('HTTP CONNECT frontend: slow clients', () => {
 
 describe('HTTP CONNECT frontend: options and hygiene', () => {
   it('refuses to bind the plain listener to a non-loopback address', async () => {
-    await expect(startConnectFrontend({ core: server.core, log: pino({ level: 'silent' }, { write: () => {} }), tokens, plain: { host: '0.0.0.0', port: 0 } }))
-      .rejects.toThrow(/refusing to serve plain-TCP CONNECT on 0\.0\.0\.0: only loopback/);
+    await expect(
+      startConnectFrontend({
+        core: server.core,
+        log: pino({ level: 'silent' }, { write: () => {} }),
+        tokens,
+        plain: { host: '0.0.0.0', port: 0 },
+      }),
+    ).rejects.toThrow(/refusing to serve plain-TCP CONNECT on 0\.0\.0\.0: only loopback/);
   });
 
   it('never logs a token', () => {

@@ -26,11 +26,23 @@ beforeAll(async () => {
   // gRPC: every AgentService.Connect call ends at once with ALREADY_EXISTS (trailers only).
   h2 = http2.createServer();
   h2.on('stream', (stream) => {
-    stream.respond({ ':status': 200, 'content-type': 'application/grpc', 'grpc-status': String(GrpcStatus.ALREADY_EXISTS), 'grpc-message': encodeURIComponent(DETAILS) }, { endStream: true });
+    stream.respond(
+      {
+        ':status': 200,
+        'content-type': 'application/grpc',
+        'grpc-status': String(GrpcStatus.ALREADY_EXISTS),
+        'grpc-message': encodeURIComponent(DETAILS),
+      },
+      { endStream: true },
+    );
   });
   replica = tls.createServer({
-    ca: readFileSync(pki.caPath), cert: readFileSync(pki.server.certPath), key: readFileSync(pki.server.keyPath),
-    requestCert: true, rejectUnauthorized: true, ALPNProtocols: [MUX_ALPN, 'h2', 'http/1.1'],
+    ca: readFileSync(pki.caPath),
+    cert: readFileSync(pki.server.certPath),
+    key: readFileSync(pki.server.keyPath),
+    requestCert: true,
+    rejectUnauthorized: true,
+    ALPNProtocols: [MUX_ALPN, 'h2', 'http/1.1'],
   });
   replica.on('secureConnection', (socket: tls.TLSSocket) => {
     if (socket.alpnProtocol === 'h2') {
@@ -63,11 +75,18 @@ afterAll(async () => {
 describe.each(['mux', 'grpc'] as const)('an agent over %s refused with ALREADY_EXISTS', (transport) => {
   it('counts a duplicate and retries within a second; no error, no "cannot connect to hub"', async () => {
     const hub = { ports: { agent: port } } as HubProcess;
-    const agent = await startAgent(pki, hub, { cluster: `dup-${transport}`, apiserver: '127.0.0.1:1', args: ['--transport', transport], waitConnected: false });
+    const agent = await startAgent(pki, hub, {
+      cluster: `dup-${transport}`,
+      apiserver: '127.0.0.1:1',
+      args: ['--transport', transport],
+      waitConnected: false,
+    });
     try {
       const started = Date.now();
-      await waitFor(async () => (await scrape(agent.healthPort)).value('cluster_proxy_agent_tunnel_connects_total', { result: 'duplicate' }) >= 3,
-        { timeoutMs: 15_000, intervalMs: 100, message: 'three duplicate tunnel attempts counted' });
+      await waitFor(
+        async () => (await scrape(agent.healthPort)).value('cluster_proxy_agent_tunnel_connects_total', { result: 'duplicate' }) >= 3,
+        { timeoutMs: 15_000, intervalMs: 100, message: 'three duplicate tunnel attempts counted' },
+      );
       // 100–600 ms between attempts; a backoff after a failure would be seconds.
       expect(Date.now() - started).toBeLessThan(5000);
       const m = await scrape(agent.healthPort);

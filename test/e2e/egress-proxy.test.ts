@@ -8,8 +8,14 @@ import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from
 import { createCA } from '@cluster-proxy/server';
 import { connectThroughProxy, EgressProxyError } from '@cluster-proxy/agent';
 import {
-  killAllSpawned, snapshotHandles, startEchoServer, startSinkServer, waitFor, waitForHandlesAtMost,
-  type SinkServer, type TcpTarget,
+  killAllSpawned,
+  snapshotHandles,
+  startEchoServer,
+  startSinkServer,
+  waitFor,
+  waitForHandlesAtMost,
+  type SinkServer,
+  type TcpTarget,
 } from '../src/fixtures/index.js';
 import { createNetnsLab, netnsUnavailableReason, type NetnsLab } from '../src/fixtures/netns.js';
 import { startSquid, type SquidProxy } from '../src/fixtures/squid.js';
@@ -90,11 +96,13 @@ describe('connectThroughProxy through squid', () => {
 
   it('a wrong password is "proxy authentication failed", and the password is in no message or log', async () => {
     const wrong = 'not-the-password-42';
-    const e = await expectProxyError(connectThroughProxy({
-      proxy: squid.url({ user: USER, password: wrong }),
-      target: { host: '127.0.0.1', port: echo.port },
-      timeoutMs: 5000,
-    }));
+    const e = await expectProxyError(
+      connectThroughProxy({
+        proxy: squid.url({ user: USER, password: wrong }),
+        target: { host: '127.0.0.1', port: echo.port },
+        timeoutMs: 5000,
+      }),
+    );
     expect(e.kind).toBe('auth');
     expect(e.statusCode).toBe(407);
     expect(e.message).toBe(`proxy authentication failed (http://${USER}@127.0.0.1:${squid.port} answered 407)`);
@@ -106,31 +114,45 @@ describe('connectThroughProxy through squid', () => {
   });
 
   it('no credentials at all: "proxy authentication required"', async () => {
-    const e = await expectProxyError(connectThroughProxy({ proxy: squid.url(), target: { host: '127.0.0.1', port: echo.port }, timeoutMs: 5000 }));
+    const e = await expectProxyError(
+      connectThroughProxy({ proxy: squid.url(), target: { host: '127.0.0.1', port: echo.port }, timeoutMs: 5000 }),
+    );
     expect(e.kind).toBe('auth');
-    expect(e.message).toBe(`proxy authentication required (http://127.0.0.1:${squid.port} answered 407 and the proxy URL has no user name and password)`);
+    expect(e.message).toBe(
+      `proxy authentication required (http://127.0.0.1:${squid.port} answered 407 and the proxy URL has no user name and password)`,
+    );
   });
 
   it('a port squid denies: "proxy refused CONNECT to HOST:PORT (403 Forbidden ...)"', async () => {
-    const e = await expectProxyError(connectThroughProxy({
-      proxy: squid.url({ user: USER, password: PASSWORD }),
-      target: { host: '127.0.0.1', port: denied.port },
-      timeoutMs: 5000,
-    }));
+    const e = await expectProxyError(
+      connectThroughProxy({
+        proxy: squid.url({ user: USER, password: PASSWORD }),
+        target: { host: '127.0.0.1', port: denied.port },
+        timeoutMs: 5000,
+      }),
+    );
     expect(e.kind).toBe('refused');
     expect(e.statusCode).toBe(403);
-    expect(e.message).toBe(`proxy refused CONNECT to 127.0.0.1:${denied.port} (403 Forbidden from http://${USER}@127.0.0.1:${squid.port}, ERR_ACCESS_DENIED 0)`);
+    expect(e.message).toBe(
+      `proxy refused CONNECT to 127.0.0.1:${denied.port} (403 Forbidden from http://${USER}@127.0.0.1:${squid.port}, ERR_ACCESS_DENIED 0)`,
+    );
   });
 
   it('a destination squid cannot reach: the status squid answers with', async () => {
-    const e = await expectProxyError(connectThroughProxy({
-      proxy: squid.url({ user: USER, password: PASSWORD }),
-      target: { host: '127.0.0.1', port: 1 },
-      timeoutMs: 5000,
-    }));
+    const e = await expectProxyError(
+      connectThroughProxy({
+        proxy: squid.url({ user: USER, password: PASSWORD }),
+        target: { host: '127.0.0.1', port: 1 },
+        timeoutMs: 5000,
+      }),
+    );
     expect(e.kind).toBe('status');
     expect(e.statusCode).toBe(503);
-    expect(e.message).toMatch(new RegExp(`^proxy http://${USER}@127.0.0.1:${squid.port} answered CONNECT to 127.0.0.1:1 with 503 Service Unavailable, ERR_CONNECT_FAIL 111$`));
+    expect(e.message).toMatch(
+      new RegExp(
+        `^proxy http://${USER}@127.0.0.1:${squid.port} answered CONNECT to 127.0.0.1:1 with 503 Service Unavailable, ERR_CONNECT_FAIL 111$`,
+      ),
+    );
   });
 
   it('https:// proxy port: TLS verified against its CA; a wrong CA or the system roots fail clearly', async () => {
@@ -142,16 +164,26 @@ describe('connectThroughProxy through squid', () => {
 
     const otherCa = createCA({ commonName: 'not-the-squid-ca' });
     for (const ca of [otherCa.certPem, undefined]) {
-      const e = await expectProxyError(connectThroughProxy({ proxy, ...(ca ? { ca } : {}), target: { host: HUB_NAME, port: echo.port }, timeoutMs: 5000 }));
+      const e = await expectProxyError(
+        connectThroughProxy({ proxy, ...(ca ? { ca } : {}), target: { host: HUB_NAME, port: echo.port }, timeoutMs: 5000 }),
+      );
       expect(e.kind).toBe('tls');
-      expect(e.message).toMatch(new RegExp(`^TLS to proxy https://${USER}@127.0.0.1:${squid.httpsPort} failed: .+; check the proxy CA bundle$`));
+      expect(e.message).toMatch(
+        new RegExp(`^TLS to proxy https://${USER}@127.0.0.1:${squid.httpsPort} failed: .+; check the proxy CA bundle$`),
+      );
       expect(e.message).not.toContain('\n');
       expect(e.message).not.toContain(PASSWORD);
     }
   });
 
   it('http:// pointed at the TLS port is a protocol error that says so', async () => {
-    const e = await expectProxyError(connectThroughProxy({ proxy: new URL(`http://127.0.0.1:${squid.httpsPort}`), target: { host: HUB_NAME, port: echo.port }, timeoutMs: 5000 }));
+    const e = await expectProxyError(
+      connectThroughProxy({
+        proxy: new URL(`http://127.0.0.1:${squid.httpsPort}`),
+        target: { host: HUB_NAME, port: echo.port },
+        timeoutMs: 5000,
+      }),
+    );
     expect(e.kind).toBe('protocol');
     expect(e.message).toBe(`proxy http://127.0.0.1:${squid.httpsPort} answered CONNECT with TLS, not HTTP: is it an https:// proxy?`);
   });
@@ -171,11 +203,16 @@ describe('connectThroughProxy through squid', () => {
 
 describe('squid closing idle tunnels (read_timeout 10 s)', () => {
   it('closes an idle CONNECT tunnel after ~10 s; tunnels with traffic every 2 s (echoed or one-way) survive', async () => {
-    const open = (port: number): Promise<net.Socket> => connectThroughProxy({ proxy: idleSquid.url(), target: { host: '127.0.0.1', port }, timeoutMs: 5000 });
+    const open = (port: number): Promise<net.Socket> =>
+      connectThroughProxy({ proxy: idleSquid.url(), target: { host: '127.0.0.1', port }, timeoutMs: 5000 });
     const [idle, pinged, oneWay] = await Promise.all([open(echo.port), open(echo.port), open(sink.port)]);
     const t0 = performance.now();
     const closedAt = new Map<string, number>();
-    for (const [name, s] of [['idle', idle], ['pinged', pinged], ['oneWay', oneWay]] as const) {
+    for (const [name, s] of [
+      ['idle', idle],
+      ['pinged', pinged],
+      ['oneWay', oneWay],
+    ] as const) {
       s.on('error', () => {});
       s.on('data', () => {});
       s.once('close', () => closedAt.set(name, performance.now() - t0));
@@ -200,11 +237,15 @@ describe('squid closing idle tunnels (read_timeout 10 s)', () => {
       // Two more passes through both tunnels after the idle one was gone: had squid not counted their
       // traffic, they would have been closed with it.
       const passes = pings;
-      await waitFor(() => echoed >= passes + 2 && sink.bytesReceived() - sunk >= passes + 2, { timeoutMs: 10_000, intervalMs: 50, message: 'two more pings through both tunnels' });
+      await waitFor(() => echoed >= passes + 2 && sink.bytesReceived() - sunk >= passes + 2, {
+        timeoutMs: 10_000,
+        intervalMs: 50,
+        message: 'two more pings through both tunnels',
+      });
       expect(closedAt.has('pinged')).toBe(false);
       expect(closedAt.has('oneWay')).toBe(false);
       clearInterval(timer);
-      await waitFor(() => echoed === pings, { timeoutMs: 5000, message: 'the last ping\'s echo' });
+      await waitFor(() => echoed === pings, { timeoutMs: 5000, message: "the last ping's echo" });
       expect((await echoRoundTrip(pinged, Buffer.from('still here'))).toString()).toBe('still here');
     } finally {
       clearInterval(timer);
@@ -297,7 +338,14 @@ describe('through network namespaces (agent <-> proxy <-> hub)', () => {
   async function runAgent(env: Record<string, string>, host: string): Promise<Record<string, string>> {
     const { stdout } = await lab!.exec('agent', 'env', [
       ...Object.entries(env).map(([k, v]) => `${k}=${v}`),
-      process.execPath, '--input-type=module', '-e', AGENT_SCRIPT, EGRESS_MODULE, NO_PROXY_MODULE, host, '8091',
+      process.execPath,
+      '--input-type=module',
+      '-e',
+      AGENT_SCRIPT,
+      EGRESS_MODULE,
+      NO_PROXY_MODULE,
+      host,
+      '8091',
     ]);
     return JSON.parse(stdout.trim().split('\n').at(-1)!) as Record<string, string>;
   }
@@ -318,7 +366,13 @@ describe('through network namespaces (agent <-> proxy <-> hub)', () => {
 
   it('with the hub in NO_PROXY the agent goes direct, and fails: there is no route', async (ctx) => {
     if (!lab || !nsSquid) return ctx.skip();
-    const r = await runAgent({ https_proxy: nsSquid.url({ user: USER, password: PASSWORD }).href, no_proxy: `${hubAddress.split('.').slice(0, 3).join('.')}.0/24` }, hubAddress);
+    const r = await runAgent(
+      {
+        https_proxy: nsSquid.url({ user: USER, password: PASSWORD }).href,
+        no_proxy: `${hubAddress.split('.').slice(0, 3).join('.')}.0/24`,
+      },
+      hubAddress,
+    );
     expect(r).toMatchObject({ decision: 'direct', variable: 'https_proxy', error: 'ENETUNREACH' });
     expect(r.reason).toContain('NO_PROXY entry');
   });

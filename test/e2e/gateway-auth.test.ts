@@ -10,10 +10,28 @@ import path from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { issueServerCert } from '@cluster-proxy/server';
 import {
-  httpsAnswer, killAllSpawned, runCommand, startFakeKubeApiServer, startOidcIssuer, startRecordingApiserver, writeAgentKubeconfig,
-  type FakeKubeApiServer, type OidcIssuer, type RecordingApiserver, type RunResult,
+  httpsAnswer,
+  killAllSpawned,
+  runCommand,
+  startFakeKubeApiServer,
+  startOidcIssuer,
+  startRecordingApiserver,
+  writeAgentKubeconfig,
+  type FakeKubeApiServer,
+  type OidcIssuer,
+  type RecordingApiserver,
+  type RunResult,
 } from '../src/fixtures/index.js';
-import { CLI, createPki, expectTablesEmpty, startAgent, startHub, type AgentProcess, type HubProcess, type TestPki } from '../src/harness.js';
+import {
+  CLI,
+  createPki,
+  expectTablesEmpty,
+  startAgent,
+  startHub,
+  type AgentProcess,
+  type HubProcess,
+  type TestPki,
+} from '../src/harness.js';
 import { kubectlBinary, kubectlUnsupported } from './kubectl-binary.js';
 
 const SA_TOKEN = 'agent-service-account-token';
@@ -31,12 +49,20 @@ const skipKubectl = kubectlUnsupported();
 /** Every bearer token a test sent: none may show up in the hub's log. */
 const sent = new Set<string>();
 
-interface Answer { status: number; headers: Record<string, string | string[] | undefined>; body: string }
+interface Answer {
+  status: number;
+  headers: Record<string, string | string[] | undefined>;
+  body: string;
+}
 
 function gw(port: number, target: string, o: { token?: string; cert?: boolean } = {}): Promise<Answer> {
   if (o.token) sent.add(o.token);
   return httpsAnswer({
-    host: '127.0.0.1', port, path: target, servername: 'localhost', ca: pki.ca.certPem,
+    host: '127.0.0.1',
+    port,
+    path: target,
+    servername: 'localhost',
+    ca: pki.ca.certPem,
     ...(o.cert ? { cert: cert.cert, key: cert.key } : {}),
     headers: o.token ? { authorization: `Bearer ${o.token}` } : {},
   });
@@ -44,7 +70,13 @@ function gw(port: number, target: string, o: { token?: string; cert?: boolean } 
 const viaHub = (target: string, o: { token?: string; cert?: boolean } = {}): Promise<Answer> => gw(hub.ports.gateway!, target, o);
 
 /** A refusal: this status and one-line body, and nothing reached the apiserver. */
-async function expectRefused(target: string, o: { token?: string; cert?: boolean }, status: number, body: RegExp | string, port = hub.ports.gateway!): Promise<void> {
+async function expectRefused(
+  target: string,
+  o: { token?: string; cert?: boolean },
+  status: number,
+  body: RegExp | string,
+  port = hub.ports.gateway!,
+): Promise<void> {
   const before = recorder.requests.length;
   const r = await gw(port, target, o);
   expect(r.status, r.body).toBe(status);
@@ -71,11 +103,27 @@ beforeAll(async () => {
   api = await startFakeKubeApiServer();
   const kubeconfig = path.join(tmp, 'hub.kubeconfig');
   await api.writeKubeconfig(kubeconfig);
-  const oidcFlags = ['--oidc-issuer-url', idp.url, '--oidc-client-id', idp.clientId, '--oidc-groups-claim', 'groups', '--oidc-groups-prefix', 'oidc:',
-    '--oidc-required-claim', 'tenant=blue', '--oidc-ca-file', pki.caPath];
+  const oidcFlags = [
+    '--oidc-issuer-url',
+    idp.url,
+    '--oidc-client-id',
+    idp.clientId,
+    '--oidc-groups-claim',
+    'groups',
+    '--oidc-groups-prefix',
+    'oidc:',
+    '--oidc-required-claim',
+    'tenant=blue',
+    '--oidc-ca-file',
+    pki.caPath,
+  ];
   hub = await startHub(pki, ['--gateway-port', '0', '--store', 'kubernetes', '--kubeconfig', kubeconfig, ...oidcFlags]);
   embedded = await startHub(pki, ['--gateway-port', '0', ...oidcFlags]);
-  const agentKubeconfig = await writeAgentKubeconfig(path.join(tmp, 'agent.kubeconfig'), { server: `https://${recorder.address}`, caPath: pki.caPath, token: SA_TOKEN });
+  const agentKubeconfig = await writeAgentKubeconfig(path.join(tmp, 'agent.kubeconfig'), {
+    server: `https://${recorder.address}`,
+    caPath: pki.caPath,
+    token: SA_TOKEN,
+  });
   agent = await startAgent(pki, hub, { cluster: 'cluster1', apiserver: recorder.address, args: ['--gateway-kubeconfig', agentKubeconfig] });
   cert = await pki.user('dora', ['ops']);
   // Who may reach cluster1 on the hub (RBAC stand-in): OIDC group dev, user carol, certificate user dora.
@@ -105,7 +153,7 @@ afterAll(async () => {
 });
 
 describe('gateway authentication: OIDC', () => {
-  it('a good ID token: the apiserver sees the agent\'s credentials and Impersonate-User/Group with the prefixes, never the ID token', async () => {
+  it("a good ID token: the apiserver sees the agent's credentials and Impersonate-User/Group with the prefixes, never the ID token", async () => {
     const token = await idp.token({ sub: 'alice', groups: ['dev', 'ops'], tenant: 'blue' });
     const r = await viaHub('/cluster1/version', { token });
     expect(r.status, r.body).toBe(200);
@@ -116,27 +164,73 @@ describe('gateway authentication: OIDC', () => {
     expect(JSON.stringify(seen)).not.toContain(token);
     // The hub asked its API server whether this user may reach cluster1.
     const sar = api.access.asked.filter((a) => a.kind === 'SubjectAccessReview').at(-1);
-    expect(sar?.spec).toMatchObject({ user: `${idp.url}#alice`, groups: ['oidc:dev', 'oidc:ops'], resourceAttributes: { verb: 'get', group: 'cluster.open-cluster-management.io', resource: 'managedclusters', subresource: 'proxy', name: 'cluster1' } });
+    expect(sar?.spec).toMatchObject({
+      user: `${idp.url}#alice`,
+      groups: ['oidc:dev', 'oidc:ops'],
+      resourceAttributes: {
+        verb: 'get',
+        group: 'cluster.open-cluster-management.io',
+        resource: 'managedclusters',
+        subresource: 'proxy',
+        name: 'cluster1',
+      },
+    });
   });
 
   it('refusals, 401 each with its reason: no credentials, expired, wrong audience, bad signature, missing required claim, not yet valid', async () => {
-    await expectRefused('/cluster1/version', {}, 401, /^no credentials: present a client certificate of the hub CA or send Authorization: Bearer <hub token \| OIDC ID token \| token of the hub's Kubernetes API>\n$/);
+    await expectRefused(
+      '/cluster1/version',
+      {},
+      401,
+      /^no credentials: present a client certificate of the hub CA or send Authorization: Bearer <hub token \| OIDC ID token \| token of the hub's Kubernetes API>\n$/,
+    );
     const claims = { groups: ['dev'], tenant: 'blue' };
     await expectRefused('/cluster1/version', { token: await idp.token(claims, { expiresIn: -600 }) }, 401, 'the token has expired');
-    await expectRefused('/cluster1/version', { token: await idp.token({ ...claims, aud: 'someone-else' }) }, 401, `the token's audience is not ${idp.clientId} (--oidc-client-id)`);
-    await expectRefused('/cluster1/version', { token: await idp.token(claims, { key: await idp.foreignKey(), kid: idp.current.kid }) }, 401, 'the token\'s signature does not verify');
-    await expectRefused('/cluster1/version', { token: await idp.token({ groups: ['dev'] }) }, 401, 'the token\'s claim "tenant" is missing or does not equal the required value (--oidc-required-claim)');
-    await expectRefused('/cluster1/version', { token: await idp.token(claims, { notBeforeIn: 600 }) }, 401, 'the token is not valid yet (nbf)');
+    await expectRefused(
+      '/cluster1/version',
+      { token: await idp.token({ ...claims, aud: 'someone-else' }) },
+      401,
+      `the token's audience is not ${idp.clientId} (--oidc-client-id)`,
+    );
+    await expectRefused(
+      '/cluster1/version',
+      { token: await idp.token(claims, { key: await idp.foreignKey(), kid: idp.current.kid }) },
+      401,
+      "the token's signature does not verify",
+    );
+    await expectRefused(
+      '/cluster1/version',
+      { token: await idp.token({ groups: ['dev'] }) },
+      401,
+      'the token\'s claim "tenant" is missing or does not equal the required value (--oidc-required-claim)',
+    );
+    await expectRefused(
+      '/cluster1/version',
+      { token: await idp.token(claims, { notBeforeIn: 600 }) },
+      401,
+      'the token is not valid yet (nbf)',
+    );
   });
 
-  it('a JWT of another issuer is not OIDC\'s: on --store kubernetes the hub\'s API server judges it (TokenReview, 401)', async () => {
+  it("a JWT of another issuer is not OIDC's: on --store kubernetes the hub's API server judges it (TokenReview, 401)", async () => {
     const other = await startOidcIssuer({ tls: issueServerCert(pki.ca, { commonName: 'other', ipAddresses: ['127.0.0.1'] }) });
     try {
       const reviews = api.access.count('TokenReview');
-      await expectRefused('/cluster1/version', { token: await other.token({ tenant: 'blue' }) }, 401, 'the hub\'s API server did not accept the token (TokenReview): invalid bearer token');
+      await expectRefused(
+        '/cluster1/version',
+        { token: await other.token({ tenant: 'blue' }) },
+        401,
+        "the hub's API server did not accept the token (TokenReview): invalid bearer token",
+      );
       expect(api.access.count('TokenReview')).toBe(reviews + 1);
       // On the embedded store there is no TokenReview: the issuer is simply wrong.
-      await expectRefused('/cluster1/version', { token: await other.token({ tenant: 'blue' }) }, 401, `the token is not issued by ${idp.url} (--oidc-issuer-url)`, embedded.ports.gateway!);
+      await expectRefused(
+        '/cluster1/version',
+        { token: await other.token({ tenant: 'blue' }) },
+        401,
+        `the token is not issued by ${idp.url} (--oidc-issuer-url)`,
+        embedded.ports.gateway!,
+      );
     } finally {
       await other.close();
     }
@@ -153,20 +247,28 @@ describe('gateway authentication: OIDC', () => {
     expect(idp.served['/realms/fleet/jwks']).toBe(before + 1);
     expect(lastSeen()['impersonate-user']).toEqual([`${idp.url}#alice`]);
     // Cached now: the next token of that key costs no fetch.
-    expect((await viaHub('/cluster1/version', { token: await idp.token({ sub: 'alice', groups: ['dev'], tenant: 'blue' }) })).status).toBe(200);
+    expect((await viaHub('/cluster1/version', { token: await idp.token({ sub: 'alice', groups: ['dev'], tenant: 'blue' }) })).status).toBe(
+      200,
+    );
     expect(idp.served['/realms/fleet/jwks']).toBe(before + 1);
   }, 30_000);
 
-  it('embedded store: OIDC users pass the scope policy (the cluster\'s RBAC decides); a token that is neither kind is 401', async () => {
+  it("embedded store: OIDC users pass the scope policy (the cluster's RBAC decides); a token that is neither kind is 401", async () => {
     const port = embedded.ports.gateway!;
     const ok = await gw(port, '/nosuch/version', { token: await idp.token({ groups: ['dev'], tenant: 'blue' }) });
     expect([ok.status, ok.body]).toEqual([404, 'cluster nosuch is not known to this hub\n']);
-    await expectRefused('/cluster1/version', { token: 'not-a-hub-token-nor-a-jwt' }, 401, 'the token is neither a hub token nor an OIDC ID token', port);
+    await expectRefused(
+      '/cluster1/version',
+      { token: 'not-a-hub-token-nor-a-jwt' },
+      401,
+      'the token is neither a hub token nor an OIDC ID token',
+      port,
+    );
   });
 });
 
 describe('gateway authentication: TokenReview (--store kubernetes)', () => {
-  it('a token of the hub\'s API server: the review\'s user, groups and uid, cached; system: names get cluster:hub:', async () => {
+  it("a token of the hub's API server: the review's user, groups and uid, cached; system: names get cluster:hub:", async () => {
     const carol = api.addUser('carol', ['qa']);
     const reviews = api.access.count('TokenReview');
     const r = await viaHub('/cluster1/api/v1/namespaces/default/pods', { token: carol });
@@ -184,7 +286,7 @@ describe('gateway authentication: TokenReview (--store kubernetes)', () => {
     expect(lastSeen()['impersonate-group']).toEqual(['cluster:hub:system:serviceaccounts', 'cluster:hub:system:serviceaccounts:team']);
   });
 
-  it('a TokenReview\'s extra attributes reach the cluster as Impersonate-Extra-*, the key lowercased and percent-encoded', async () => {
+  it("a TokenReview's extra attributes reach the cluster as Impersonate-Extra-*, the key lowercased and percent-encoded", async () => {
     const erin = api.addUser('erin', ['qa']);
     api.access.setExtra('erin', { 'scopes.authorization.openshift.io': ['user:info', 'user:check-access'], 'Acme.com/Project': ['blue'] });
     expect((await viaHub('/cluster1/version', { token: erin })).status).toBe(200);
@@ -195,24 +297,49 @@ describe('gateway authentication: TokenReview (--store kubernetes)', () => {
   });
 
   it('TokenReview says unauthenticated: 401', async () => {
-    await expectRefused('/cluster1/version', { token: 'some-token-the-api-server-never-issued' }, 401, 'the hub\'s API server did not accept the token (TokenReview): invalid bearer token');
+    await expectRefused(
+      '/cluster1/version',
+      { token: 'some-token-the-api-server-never-issued' },
+      401,
+      "the hub's API server did not accept the token (TokenReview): invalid bearer token",
+    );
   });
 });
 
 describe('gateway authorization', () => {
   it('SubjectAccessReview denies: 403 with the reason, one line', async () => {
     const carol = api.addUser('carol');
-    await expectRefused('/cluster2/version', { token: carol }, 403, 'kubernetes user "carol" may not reach cluster cluster2: the hub\'s RBAC does not allow get on managedclusters/proxy "cluster2" (cluster.open-cluster-management.io): cluster2 is frozen for carol by the change board');
+    await expectRefused(
+      '/cluster2/version',
+      { token: carol },
+      403,
+      'kubernetes user "carol" may not reach cluster cluster2: the hub\'s RBAC does not allow get on managedclusters/proxy "cluster2" (cluster.open-cluster-management.io): cluster2 is frozen for carol by the change board',
+    );
     // No rule at all: the same refusal without a reason (RBAC gives none); a 404 would tell a stranger which clusters exist.
     const eve = api.addUser('eve');
-    await expectRefused('/cluster1/version', { token: eve }, 403, 'kubernetes user "eve" may not reach cluster cluster1: the hub\'s RBAC does not allow get on managedclusters/proxy "cluster1" (cluster.open-cluster-management.io)');
-    await expectRefused('/cluster1/version', { token: await idp.token({ sub: 'mallory', groups: ['guests'], tenant: 'blue' }) }, 403, new RegExp(`^oidc user "${idp.url}#mallory" may not reach cluster cluster1: `));
+    await expectRefused(
+      '/cluster1/version',
+      { token: eve },
+      403,
+      'kubernetes user "eve" may not reach cluster cluster1: the hub\'s RBAC does not allow get on managedclusters/proxy "cluster1" (cluster.open-cluster-management.io)',
+    );
+    await expectRefused(
+      '/cluster1/version',
+      { token: await idp.token({ sub: 'mallory', groups: ['guests'], tenant: 'blue' }) },
+      403,
+      new RegExp(`^oidc user "${idp.url}#mallory" may not reach cluster cluster1: `),
+    );
   });
 
   it('client certificates go through the SubjectAccessReview too', async () => {
     expect((await viaHub('/cluster1/version', { cert: true })).status).toBe(200);
     expect(lastSeen()['impersonate-user']).toEqual(['dora']);
-    await expectRefused('/cluster2/version', { cert: true }, 403, /^certificate "dora" may not reach cluster cluster2: the hub's RBAC does not allow/);
+    await expectRefused(
+      '/cluster2/version',
+      { cert: true },
+      403,
+      /^certificate "dora" may not reach cluster cluster2: the hub's RBAC does not allow/,
+    );
   });
 
   it('a hub token scoped to cluster1: cluster1 by its scope alone (no SubjectAccessReview), cluster2 is 403', async () => {
@@ -229,24 +356,48 @@ describe('gateway authorization', () => {
 
   it.skipIf(skipKubectl !== null)('kubectl with an OIDC ID token in its kubeconfig', async () => {
     const file = path.join(tmp, 'oidc.kubeconfig');
-    await writeFile(file, JSON.stringify({
-      apiVersion: 'v1', kind: 'Config', 'current-context': 'gw',
-      clusters: [{ name: 'gw', cluster: { server: `https://127.0.0.1:${hub.ports.gateway}/cluster1`, 'certificate-authority': pki.caPath } }],
-      users: [{ name: 'u', user: { token: await idp.token({ sub: 'alice', groups: ['dev'], tenant: 'blue' }) } }],
-      contexts: [{ name: 'gw', context: { cluster: 'gw', user: 'u' } }],
-    }), { mode: 0o600 });
-    const r = await runCommand(await kubectlBinary(), ['--kubeconfig', file, 'get', 'pods', '-n', 'kube-system', '-o', 'name', '--request-timeout', '20s'], { env: { PATH: process.env['PATH'], HOME: tmp }, timeoutMs: 30_000 });
+    await writeFile(
+      file,
+      JSON.stringify({
+        apiVersion: 'v1',
+        kind: 'Config',
+        'current-context': 'gw',
+        clusters: [
+          { name: 'gw', cluster: { server: `https://127.0.0.1:${hub.ports.gateway}/cluster1`, 'certificate-authority': pki.caPath } },
+        ],
+        users: [{ name: 'u', user: { token: await idp.token({ sub: 'alice', groups: ['dev'], tenant: 'blue' }) } }],
+        contexts: [{ name: 'gw', context: { cluster: 'gw', user: 'u' } }],
+      }),
+      { mode: 0o600 },
+    );
+    const r = await runCommand(
+      await kubectlBinary(),
+      ['--kubeconfig', file, 'get', 'pods', '-n', 'kube-system', '-o', 'name', '--request-timeout', '20s'],
+      { env: { PATH: process.env['PATH'], HOME: tmp }, timeoutMs: 30_000 },
+    );
     expect(r.code, r.stderr).toBe(0);
     expect(r.stdout.trim()).toBe('pod/demo-pod');
     expect(lastSeen()['impersonate-user']).toEqual([`${idp.url}#alice`]);
   });
 
-  it('no token of any kind appears in the hub\'s log; the audit line names the user', async () => {
+  it("no token of any kind appears in the hub's log; the audit line names the user", async () => {
     const lines = hub.proc.lines();
     expect(sent.size).toBeGreaterThan(10);
-    for (const t of sent) expect(lines.some((l) => l.includes(t)), 'a token in the hub\'s log').toBe(false);
+    for (const t of sent)
+      expect(
+        lines.some((l) => l.includes(t)),
+        "a token in the hub's log",
+      ).toBe(false);
     expect(lines.some((l) => /eyJ[A-Za-z0-9_-]{10,}\.eyJ/.test(l))).toBe(false);
-    const audit = lines.map((l) => { try { return JSON.parse(l) as Record<string, unknown>; } catch { return {}; } }).filter((o) => o['msg'] === 'gateway request');
+    const audit = lines
+      .map((l) => {
+        try {
+          return JSON.parse(l) as Record<string, unknown>;
+        } catch {
+          return {};
+        }
+      })
+      .filter((o) => o['msg'] === 'gateway request');
     expect(audit.some((o) => o['user'] === `${idp.url}#alice` && o['status'] === 200)).toBe(true);
     expect(audit.some((o) => o['reason'] === 'not_authorized' && o['status'] === 403)).toBe(true);
     const started = lines.find((l) => l.includes('"gateway access"'));

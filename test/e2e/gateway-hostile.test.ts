@@ -14,10 +14,27 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import WebSocket from 'ws';
 import { issueServerCert } from '@cluster-proxy/server';
 import {
-  httpsAnswer, killAllSpawned, runCommand, startOidcIssuer, startRecordingApiserver, waitFor, writeAgentKubeconfig,
-  type HttpsAnswer, type OidcIssuer, type RecordingApiserver,
+  httpsAnswer,
+  killAllSpawned,
+  runCommand,
+  startOidcIssuer,
+  startRecordingApiserver,
+  waitFor,
+  writeAgentKubeconfig,
+  type HttpsAnswer,
+  type OidcIssuer,
+  type RecordingApiserver,
 } from '../src/fixtures/index.js';
-import { CLI, createPki, expectTablesEmpty, startAgent, startHub, type AgentProcess, type HubProcess, type TestPki } from '../src/harness.js';
+import {
+  CLI,
+  createPki,
+  expectTablesEmpty,
+  startAgent,
+  startHub,
+  type AgentProcess,
+  type HubProcess,
+  type TestPki,
+} from '../src/harness.js';
 
 const SA_TOKEN = 'agent-service-account-token';
 let pki: TestPki;
@@ -32,12 +49,21 @@ let deadPort: number;
 /** A hub token for cluster2 only. */
 let cluster2Token: string;
 
-interface Caller { token?: string; cert?: { cert: Buffer; key: Buffer }; headers?: Record<string, string> }
+interface Caller {
+  token?: string;
+  cert?: { cert: Buffer; key: Buffer };
+  headers?: Record<string, string>;
+}
 
 function gw(target: string, o: Caller = {}): Promise<HttpsAnswer> {
   return httpsAnswer({
-    host: '127.0.0.1', port: hub.ports.gateway!, path: target, servername: 'localhost', ca: pki.ca.certPem,
-    ...(o.cert ?? {}), headers: { ...(o.token ? { authorization: `Bearer ${o.token}` } : {}), ...o.headers },
+    host: '127.0.0.1',
+    port: hub.ports.gateway!,
+    path: target,
+    servername: 'localhost',
+    ca: pki.ca.certPem,
+    ...(o.cert ?? {}),
+    headers: { ...(o.token ? { authorization: `Bearer ${o.token}` } : {}), ...o.headers },
   });
 }
 
@@ -60,25 +86,58 @@ function lastSeen(): RecordingApiserver['requests'][number] {
 }
 
 /** The bytes of every value of header `name` the apiserver received. */
-const rawValues = (name: string): Buffer[] => lastSeen().raw.filter((h) => h.name === name).map((h) => h.value);
+const rawValues = (name: string): Buffer[] =>
+  lastSeen()
+    .raw.filter((h) => h.name === name)
+    .map((h) => h.value);
 
 beforeAll(async () => {
   pki = await createPki();
   tmp = await mkdtemp(path.join(os.tmpdir(), 'cp-gateway-hostile-'));
   recorder = await startRecordingApiserver(issueServerCert(pki.ca, { commonName: 'cluster1-apiserver', ipAddresses: ['127.0.0.1'] }));
   idp = await startOidcIssuer({ tls: issueServerCert(pki.ca, { commonName: 'idp', ipAddresses: ['127.0.0.1'] }) });
-  hub = await startHub(pki, ['--gateway-port', '0', '--gateway-response-timeout', '2s', '--oidc-issuer-url', idp.url, '--oidc-client-id', idp.clientId,
-    '--oidc-username-prefix', '-', '--oidc-groups-claim', 'groups', '--oidc-ca-file', pki.caPath]);
-  const kubeconfig = await writeAgentKubeconfig(path.join(tmp, 'agent.kubeconfig'), { server: `https://${recorder.address}`, caPath: pki.caPath, token: SA_TOKEN });
+  hub = await startHub(pki, [
+    '--gateway-port',
+    '0',
+    '--gateway-response-timeout',
+    '2s',
+    '--oidc-issuer-url',
+    idp.url,
+    '--oidc-client-id',
+    idp.clientId,
+    '--oidc-username-prefix',
+    '-',
+    '--oidc-groups-claim',
+    'groups',
+    '--oidc-ca-file',
+    pki.caPath,
+  ]);
+  const kubeconfig = await writeAgentKubeconfig(path.join(tmp, 'agent.kubeconfig'), {
+    server: `https://${recorder.address}`,
+    caPath: pki.caPath,
+    token: SA_TOKEN,
+  });
   agent = await startAgent(pki, hub, { cluster: 'cluster1', apiserver: recorder.address, args: ['--gateway-kubeconfig', kubeconfig] });
   // A port nothing listens on: cluster2's apiserver refuses every connection.
   const probe = net.createServer();
   await new Promise<void>((r) => probe.listen(0, '127.0.0.1', r));
   deadPort = (probe.address() as net.AddressInfo).port;
   await new Promise<void>((r) => probe.close(() => r()));
-  const deadKubeconfig = await writeAgentKubeconfig(path.join(tmp, 'dead.kubeconfig'), { server: `https://127.0.0.1:${deadPort}`, caPath: pki.caPath, token: SA_TOKEN });
-  agent2 = await startAgent(pki, hub, { cluster: 'cluster2', apiserver: `127.0.0.1:${deadPort}`, args: ['--gateway-kubeconfig', deadKubeconfig] });
-  const issued = await runCommand(process.execPath, [CLI, 'token', 'issue', '--name', 'c2', '--cluster', 'cluster2', '--data-dir', hub.dataDir], { timeoutMs: 20_000 });
+  const deadKubeconfig = await writeAgentKubeconfig(path.join(tmp, 'dead.kubeconfig'), {
+    server: `https://127.0.0.1:${deadPort}`,
+    caPath: pki.caPath,
+    token: SA_TOKEN,
+  });
+  agent2 = await startAgent(pki, hub, {
+    cluster: 'cluster2',
+    apiserver: `127.0.0.1:${deadPort}`,
+    args: ['--gateway-kubeconfig', deadKubeconfig],
+  });
+  const issued = await runCommand(
+    process.execPath,
+    [CLI, 'token', 'issue', '--name', 'c2', '--cluster', 'cluster2', '--data-dir', hub.dataDir],
+    { timeoutMs: 20_000 },
+  );
   expect(issued.code, issued.stderr).toBe(0);
   cluster2Token = issued.stdout.trim();
 }, 90_000);
@@ -86,7 +145,10 @@ beforeAll(async () => {
 afterEach(async () => {
   // Nothing is left running: no tunneled connection, no request at the apiserver.
   if (hub && agent) await expectTablesEmpty(hub, [agent, agent2]);
-  await waitFor(() => recorder.active() === 0 && recorder.sessions() === 0, { timeoutMs: 5000, message: 'the apiserver to have no open request' });
+  await waitFor(() => recorder.active() === 0 && recorder.sessions() === 0, {
+    timeoutMs: 5000,
+    message: 'the apiserver to have no open request',
+  });
 });
 
 afterAll(async () => {
@@ -106,15 +168,28 @@ describe('gateway identities: judged as the cluster reads them', () => {
     ['a leading tab', { groups: ['\tsystem:masters'] }, /the group "\\u0009system:masters" begins or ends with whitespace/],
     ['a trailing space', { groups: ['admins '] }, /the group "admins " begins or ends with whitespace/],
     ['a username with a leading space', { sub: ' system:admin' }, /the user " system:admin" begins or ends with whitespace/],
-    ['a cluster-proxy: username with a leading space', { sub: ' cluster-proxy:token:bob' }, /the user " cluster-proxy:token:bob" begins or ends with whitespace/],
+    [
+      'a cluster-proxy: username with a leading space',
+      { sub: ' cluster-proxy:token:bob' },
+      /the user " cluster-proxy:token:bob" begins or ends with whitespace/,
+    ],
     ['a username with a trailing tab', { sub: 'bob\t' }, /the user "bob\\u0009" begins or ends with whitespace/],
-    ['a line break', { groups: ['ops\r\nimpersonate-group: system:masters'] }, /the group "ops\\u000d\\u000aimpersonate-group: system:masters" holds a control character/],
+    [
+      'a line break',
+      { groups: ['ops\r\nimpersonate-group: system:masters'] },
+      /the group "ops\\u000d\\u000aimpersonate-group: system:masters" holds a control character/,
+    ],
     ['a NUL', { groups: ['ops\u0000'] }, /the group "ops\\u0000" holds a control character/],
     ['a C1 control', { sub: 'al\u0085ice' }, /the user "al\\u0085ice" holds a control character/],
     ['a lone surrogate', { groups: ['\ud800ops'] }, /the group "\\ud800ops" is not valid Unicode/],
     ['an empty group', { groups: [''] }, /the group "" is empty/],
   ])('an OIDC identity with %s: 401, one line, nothing forwarded', async (_what, claims, why) => {
-    await expectRefused('/cluster1/version', { token: await token(claims) }, 401, new RegExp(`^the credential names an identity the cluster would not read as sent: ${why.source}`));
+    await expectRefused(
+      '/cluster1/version',
+      { token: await token(claims) },
+      401,
+      new RegExp(`^the credential names an identity the cluster would not read as sent: ${why.source}`),
+    );
   });
 
   it('non-ASCII names reach the apiserver as their UTF-8 bytes, as client-go sends them', async () => {
@@ -124,7 +199,7 @@ describe('gateway identities: judged as the cluster reads them', () => {
     expect(rawValues('impersonate-group')).toEqual([Buffer.from('équipe', 'utf8'), Buffer.from('開発', 'utf8'), Buffer.from('ops')]);
   });
 
-  it('a certificate subject in UTF-8 (an external PKI\'s names) arrives as sent', async () => {
+  it("a certificate subject in UTF-8 (an external PKI's names) arrives as sent", async () => {
     const zoe = await pki.user('zoë', ['équipe']);
     const r = await gw('/cluster1/version', { cert: zoe });
     expect(r.status, r.body).toBe(200);
@@ -132,7 +207,7 @@ describe('gateway identities: judged as the cluster reads them', () => {
     expect(rawValues('impersonate-group')).toEqual([Buffer.from('équipe', 'utf8')]);
   });
 
-  it('the hub\'s admin certificate (O=system:masters) is cluster:hub:system:masters in a cluster, never system:masters', async () => {
+  it("the hub's admin certificate (O=system:masters) is cluster:hub:system:masters in a cluster, never system:masters", async () => {
     const admin = await pki.user('hub-admin', ['system:masters', 'ops']);
     const r = await gw('/cluster1/version', { cert: admin });
     expect(r.status, r.body).toBe(200);
@@ -145,7 +220,15 @@ describe('gateway: nothing left running at the apiserver', () => {
   /** Opens `target` through the gateway, waits for the first bytes of the answer, then leaves (destroys the connection). */
   async function openAndLeave(target: string): Promise<void> {
     const t = await token({ groups: ['ops'] });
-    const req = https.request({ host: '127.0.0.1', port: hub.ports.gateway!, path: target, servername: 'localhost', agent: false, ca: pki.ca.certPem, headers: { authorization: `Bearer ${t}` } });
+    const req = https.request({
+      host: '127.0.0.1',
+      port: hub.ports.gateway!,
+      path: target,
+      servername: 'localhost',
+      agent: false,
+      ca: pki.ca.certPem,
+      headers: { authorization: `Bearer ${t}` },
+    });
     await new Promise<void>((resolve, reject) => {
       req.on('response', (res) => res.once('data', () => resolve()));
       req.on('error', reject);
@@ -165,8 +248,11 @@ describe('gateway: nothing left running at the apiserver', () => {
 
   it('an exec session the caller leaves ends at the apiserver too', async () => {
     const t = await token({ groups: ['ops'] });
-    const ws = new WebSocket(`wss://127.0.0.1:${hub.ports.gateway}/cluster1/api/v1/namespaces/default/pods/demo-pod/exec?command=sh&stdin=true&stdout=true`,
-      ['v5.channel.k8s.io'], { ca: pki.ca.certPem, servername: 'localhost', headers: { authorization: `Bearer ${t}` } });
+    const ws = new WebSocket(
+      `wss://127.0.0.1:${hub.ports.gateway}/cluster1/api/v1/namespaces/default/pods/demo-pod/exec?command=sh&stdin=true&stdout=true`,
+      ['v5.channel.k8s.io'],
+      { ca: pki.ca.certPem, servername: 'localhost', headers: { authorization: `Bearer ${t}` } },
+    );
     await new Promise<void>((resolve, reject) => {
       ws.once('open', () => resolve());
       ws.once('error', reject);
@@ -178,7 +264,7 @@ describe('gateway: nothing left running at the apiserver', () => {
 
   it('an agent that does not answer in time: 504, one line, and the apiserver request ends', async () => {
     const r = await gw('/cluster1/hang', { token: await token({ groups: ['ops'] }) });
-    expect([r.status, r.body]).toEqual([504, 'the cluster\'s agent did not answer within 2 s\n']);
+    expect([r.status, r.body]).toEqual([504, "the cluster's agent did not answer within 2 s\n"]);
     await waitFor(() => recorder.active() === 0, { timeoutMs: 3000, message: 'the apiserver request to end after the 504' });
   });
 });
@@ -201,9 +287,18 @@ describe('gateway: nothing is read after a refusal', () => {
   }
 
   it.each([
-    ['400 (a caller\'s Impersonate-User)', async () => `GET /cluster1/version HTTP/1.1\r\nHost: hub\r\nAuthorization: Bearer ${await token({ groups: ['ops'] })}\r\nImpersonate-User: root\r\n\r\n`, 400],
+    [
+      "400 (a caller's Impersonate-User)",
+      async () =>
+        `GET /cluster1/version HTTP/1.1\r\nHost: hub\r\nAuthorization: Bearer ${await token({ groups: ['ops'] })}\r\nImpersonate-User: root\r\n\r\n`,
+      400,
+    ],
     ['401 (no credentials)', async () => 'GET /cluster1/version HTTP/1.1\r\nHost: hub\r\n\r\n', 401],
-    ['403 (a token for another cluster)', async () => `GET /cluster1/version HTTP/1.1\r\nHost: hub\r\nAuthorization: Bearer ${cluster2Token}\r\n\r\n`, 403],
+    [
+      '403 (a token for another cluster)',
+      async () => `GET /cluster1/version HTTP/1.1\r\nHost: hub\r\nAuthorization: Bearer ${cluster2Token}\r\n\r\n`,
+      403,
+    ],
   ])('a POST pipelined behind a %s is never executed; the connection closes after the refusal', async (_what, first, status) => {
     const before = recorder.requests.length;
     const got = await pipelined(await first());
@@ -214,7 +309,9 @@ describe('gateway: nothing is read after a refusal', () => {
 
   it('a POST pipelined behind a request with Connection: close is never executed', async () => {
     const before = recorder.requests.length;
-    const got = await pipelined(`GET /cluster1/version HTTP/1.1\r\nHost: hub\r\nConnection: close\r\nAuthorization: Bearer ${await token({ groups: ['ops'] })}\r\n\r\n`);
+    const got = await pipelined(
+      `GET /cluster1/version HTTP/1.1\r\nHost: hub\r\nConnection: close\r\nAuthorization: Bearer ${await token({ groups: ['ops'] })}\r\n\r\n`,
+    );
     expect(got.startsWith('HTTP/1.1 200 '), got).toBe(true);
     expect(got.match(/HTTP\/1\.1 \d{3} /g)).toHaveLength(1);
     expect(recorder.requests.slice(before).map((r) => `${r.method} ${r.url}`)).toEqual(['GET /version']);
@@ -232,7 +329,11 @@ describe('gateway: request smuggling', () => {
     const chunks: Buffer[] = [];
     socket.on('data', (c: Buffer) => chunks.push(c));
     await new Promise<void>((resolve, reject) => {
-      socket.once('secureConnect', () => socket.write(`POST /cluster1/echo HTTP/1.1\r\nHost: hub\r\nAuthorization: Bearer ${t}\r\n${lengths}\r\n\r\n0\r\n\r\nPOST /cluster1/echo HTTP/1.1\r\nHost: hub\r\nContent-Length: 0\r\n\r\n`));
+      socket.once('secureConnect', () =>
+        socket.write(
+          `POST /cluster1/echo HTTP/1.1\r\nHost: hub\r\nAuthorization: Bearer ${t}\r\n${lengths}\r\n\r\n0\r\n\r\nPOST /cluster1/echo HTTP/1.1\r\nHost: hub\r\nContent-Length: 0\r\n\r\n`,
+        ),
+      );
       socket.once('close', () => resolve());
       socket.once('error', reject);
     });
@@ -243,7 +344,7 @@ describe('gateway: request smuggling', () => {
 });
 
 describe('gateway: one head limit, end to end', () => {
-  it('a head just within the hub\'s 16 KiB passes the agent too (the identity is added on the way)', async () => {
+  it("a head just within the hub's 16 KiB passes the agent too (the identity is added on the way)", async () => {
     const t = await token({ groups: ['ops'] });
     const filler = 'f'.repeat(16 * 1024 - 400 - t.length);
     const r = await gw('/cluster1/version', { token: t, headers: { 'x-filler': filler } });
@@ -261,7 +362,10 @@ describe('gateway: one head limit, end to end', () => {
 
 describe('gateway: no credential passes on, no internal address comes back', () => {
   it('front-proxy headers (X-Remote-*) are dropped', async () => {
-    const r = await gw('/cluster1/version', { token: await token({ groups: ['ops'] }), headers: { 'x-remote-user': 'admin', 'x-remote-group': 'system:masters', 'x-remote-extra-scopes': 'all', 'x-remote-uid': '0' } });
+    const r = await gw('/cluster1/version', {
+      token: await token({ groups: ['ops'] }),
+      headers: { 'x-remote-user': 'admin', 'x-remote-group': 'system:masters', 'x-remote-extra-scopes': 'all', 'x-remote-uid': '0' },
+    });
     expect(r.status, r.body).toBe(200);
     expect(Object.keys(lastSeen().headers).filter((h) => h.startsWith('x-remote-'))).toEqual([]);
   });
@@ -269,8 +373,11 @@ describe('gateway: no credential passes on, no internal address comes back', () 
   it('a bearer token in Sec-WebSocket-Protocol is dropped, the channel protocol kept', async () => {
     const t = await token({ groups: ['ops'] });
     const secret = Buffer.from('a-token-for-the-apiserver').toString('base64url');
-    const ws = new WebSocket(`wss://127.0.0.1:${hub.ports.gateway}/cluster1/api/v1/namespaces/default/pods/demo-pod/exec?command=sh&stdin=true&stdout=true`,
-      ['v5.channel.k8s.io', `base64url.bearer.authorization.k8s.io.${secret}`], { ca: pki.ca.certPem, servername: 'localhost', headers: { authorization: `Bearer ${t}` } });
+    const ws = new WebSocket(
+      `wss://127.0.0.1:${hub.ports.gateway}/cluster1/api/v1/namespaces/default/pods/demo-pod/exec?command=sh&stdin=true&stdout=true`,
+      ['v5.channel.k8s.io', `base64url.bearer.authorization.k8s.io.${secret}`],
+      { ca: pki.ca.certPem, servername: 'localhost', headers: { authorization: `Bearer ${t}` } },
+    );
     await new Promise<void>((resolve, reject) => {
       ws.once('open', () => resolve());
       ws.once('error', reject);
@@ -284,7 +391,7 @@ describe('gateway: no credential passes on, no internal address comes back', () 
 
   it('an apiserver the agent cannot reach: 502 with the error code, not its address', async () => {
     const r = await gw('/cluster2/version', { token: await token({ groups: ['ops'] }) });
-    expect([r.status, r.body]).toEqual([502, 'the agent could not reach the cluster\'s apiserver (ECONNREFUSED)\n']);
+    expect([r.status, r.body]).toEqual([502, "the agent could not reach the cluster's apiserver (ECONNREFUSED)\n"]);
     expect(r.body).not.toContain(String(deadPort));
   });
 });

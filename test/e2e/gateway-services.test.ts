@@ -12,12 +12,31 @@ import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import WebSocket, { WebSocketServer } from 'ws';
 import { createCA, issueServerCert } from '@cluster-proxy/server';
-import { killAllSpawned, runCommand, writeAgentKubeconfig, startRecordingApiserver, waitFor, type RecordingApiserver } from '../src/fixtures/index.js';
-import { CLI, createPki, expectTablesEmpty, startAgent, startHub, type AgentProcess, type HubProcess, type TestPki } from '../src/harness.js';
+import {
+  killAllSpawned,
+  runCommand,
+  writeAgentKubeconfig,
+  startRecordingApiserver,
+  waitFor,
+  type RecordingApiserver,
+} from '../src/fixtures/index.js';
+import {
+  CLI,
+  createPki,
+  expectTablesEmpty,
+  startAgent,
+  startHub,
+  type AgentProcess,
+  type HubProcess,
+  type TestPki,
+} from '../src/harness.js';
 
 /** A private mount namespace needs CAP_SYS_ADMIN; without it the agent could not resolve the names. */
 const unshareProbe = spawnSync('unshare', ['-m', 'true'], { timeout: 5000 });
-const unavailable = unshareProbe.status === 0 ? null : `unshare -m is not available here (${unshareProbe.error?.message ?? unshareProbe.stderr?.toString().trim() ?? 'not root?'})`;
+const unavailable =
+  unshareProbe.status === 0
+    ? null
+    : `unshare -m is not available here (${unshareProbe.error?.message ?? unshareProbe.stderr?.toString().trim() ?? 'not root?'})`;
 if (unavailable) console.log(`skipping the proxy-service tests: ${unavailable}`);
 
 const SA_TOKEN = 'agent-service-account-token';
@@ -33,8 +52,17 @@ let plain: Recorder;
 let secure: Recorder;
 let svcCaPem: string;
 
-interface Seen { method: string; url: string; headers: http.IncomingHttpHeaders; body: string }
-interface Recorder { port: number; seen: Seen[]; server: http.Server }
+interface Seen {
+  method: string;
+  url: string;
+  headers: http.IncomingHttpHeaders;
+  body: string;
+}
+interface Recorder {
+  port: number;
+  seen: Seen[];
+  server: http.Server;
+}
 
 /** A Service: answers 200 with "<name> <path>" and records each request. */
 async function startService(name: string, tlsPair?: { certPem: string; keyPem: string }): Promise<Recorder> {
@@ -62,20 +90,32 @@ async function startService(name: string, tlsPair?: { certPem: string; keyPem: s
   return { port: (server.address() as AddressInfo).port, seen, server };
 }
 
-interface Answer { status: number; body: string }
+interface Answer {
+  status: number;
+  body: string;
+}
 
 function gw(target: string, o: { token?: string | null; method?: string; body?: string } = {}): Promise<Answer> {
   return new Promise((resolve, reject) => {
     const bearer = o.token === undefined ? token : o.token;
-    const req = https.request({
-      host: '127.0.0.1', port: gatewayPort, path: target, method: o.method ?? 'GET', servername: 'localhost', agent: false, ca: pki.ca.certPem,
-      headers: bearer ? { authorization: `Bearer ${bearer}` } : {},
-    }, (res) => {
-      const chunks: Buffer[] = [];
-      res.on('data', (c: Buffer) => chunks.push(c));
-      res.on('end', () => resolve({ status: res.statusCode ?? 0, body: Buffer.concat(chunks).toString() }));
-      res.on('error', reject);
-    });
+    const req = https.request(
+      {
+        host: '127.0.0.1',
+        port: gatewayPort,
+        path: target,
+        method: o.method ?? 'GET',
+        servername: 'localhost',
+        agent: false,
+        ca: pki.ca.certPem,
+        headers: bearer ? { authorization: `Bearer ${bearer}` } : {},
+      },
+      (res) => {
+        const chunks: Buffer[] = [];
+        res.on('data', (c: Buffer) => chunks.push(c));
+        res.on('end', () => resolve({ status: res.statusCode ?? 0, body: Buffer.concat(chunks).toString() }));
+        res.on('error', reject);
+      },
+    );
     req.on('error', reject);
     req.end(o.body);
   });
@@ -97,7 +137,10 @@ beforeAll(async () => {
   svcCaPem = svcCa.certPem;
   await writeFile(path.join(tmp, 'service-ca.crt'), svcCaPem);
   plain = await startService('hello');
-  secure = await startService('secure', issueServerCert(svcCa, { commonName: 'secure.demo.svc', dnsNames: ['secure.demo.svc', 'untrusted.demo.svc'] }));
+  secure = await startService(
+    'secure',
+    issueServerCert(svcCa, { commonName: 'secure.demo.svc', dnsNames: ['secure.demo.svc', 'untrusted.demo.svc'] }),
+  );
   api = await startRecordingApiserver(issueServerCert(pki.ca, { commonName: 'cluster1-apiserver', ipAddresses: ['127.0.0.1'] }));
 
   allowlistFile = path.join(tmp, 'services.yaml');
@@ -115,14 +158,35 @@ beforeAll(async () => {
 
   const hosts = path.join(tmp, 'hosts');
   await writeFile(hosts, '127.0.0.1 localhost\n127.0.0.1 hello.demo.svc secure.demo.svc untrusted.demo.svc not-on-agent.demo.svc\n');
-  const agentKubeconfig = await writeAgentKubeconfig(path.join(tmp, 'agent.kubeconfig'), { server: `https://${api.address}`, caPath: pki.caPath, token: SA_TOKEN });
-  agent = await startAgent(pki, hub, {
-    cluster: 'cluster1', apiserver: api.address,
-    args: ['--gateway-kubeconfig', agentKubeconfig, '--allow', `hello.demo.svc:${plain.port}`, '--allow', `secure.demo.svc:${secure.port}`, '--allow', `untrusted.demo.svc:${secure.port}`],
-    // Its own /etc/hosts, as a pod's resolver would name the Services.
-    wrap: (command, args) => ({ command: 'unshare', args: ['-m', 'sh', '-c', 'mount --bind "$0" /etc/hosts && exec "$@"', hosts, command, ...args] }),
+  const agentKubeconfig = await writeAgentKubeconfig(path.join(tmp, 'agent.kubeconfig'), {
+    server: `https://${api.address}`,
+    caPath: pki.caPath,
+    token: SA_TOKEN,
   });
-  const issued = await runCommand(process.execPath, [CLI, 'token', 'issue', '--name', 'svc-user', '--cluster', 'cluster1', '--data-dir', hub.dataDir], { timeoutMs: 20_000 });
+  agent = await startAgent(pki, hub, {
+    cluster: 'cluster1',
+    apiserver: api.address,
+    args: [
+      '--gateway-kubeconfig',
+      agentKubeconfig,
+      '--allow',
+      `hello.demo.svc:${plain.port}`,
+      '--allow',
+      `secure.demo.svc:${secure.port}`,
+      '--allow',
+      `untrusted.demo.svc:${secure.port}`,
+    ],
+    // Its own /etc/hosts, as a pod's resolver would name the Services.
+    wrap: (command, args) => ({
+      command: 'unshare',
+      args: ['-m', 'sh', '-c', 'mount --bind "$0" /etc/hosts && exec "$@"', hosts, command, ...args],
+    }),
+  });
+  const issued = await runCommand(
+    process.execPath,
+    [CLI, 'token', 'issue', '--name', 'svc-user', '--cluster', 'cluster1', '--data-dir', hub.dataDir],
+    { timeoutMs: 20_000 },
+  );
   expect(issued.code, issued.stderr).toBe(0);
   token = issued.stdout.trim();
 }, 60_000);
@@ -139,7 +203,7 @@ afterAll(async () => {
 });
 
 describe.skipIf(unavailable !== null)('HTTP gateway: the proxy-service form', () => {
-  it('an allowlisted http Service: path and query arrive, a body streams, and none of the caller\'s credentials go with it', async () => {
+  it("an allowlisted http Service: path and query arrive, a body streams, and none of the caller's credentials go with it", async () => {
     const r = await gw(svcPath(`http:hello:${plain.port}`, '/metrics/x?a=1&b=%2F'));
     expect(r).toEqual({ status: 200, body: 'hello /metrics/x?a=1&b=%2F' });
     const seen = plain.seen.at(-1)!;
@@ -154,14 +218,28 @@ describe.skipIf(unavailable !== null)('HTTP gateway: the proxy-service form', ()
     expect(plain.seen.at(-1)!.body).toBe(body);
   });
 
-  it('curl, as a user types it, gets the Service\'s answer', async () => {
+  it("curl, as a user types it, gets the Service's answer", async () => {
     const url = `https://localhost:${gatewayPort}${svcPath(`http:hello:${plain.port}`, '/index.html')}`;
-    const r = await runCommand('curl', ['-sS', '--fail-with-body', '--resolve', `localhost:${gatewayPort}:127.0.0.1`, '--cacert', pki.caPath, '-H', `Authorization: Bearer ${token}`, url], { timeoutMs: 20_000 });
+    const r = await runCommand(
+      'curl',
+      [
+        '-sS',
+        '--fail-with-body',
+        '--resolve',
+        `localhost:${gatewayPort}:127.0.0.1`,
+        '--cacert',
+        pki.caPath,
+        '-H',
+        `Authorization: Bearer ${token}`,
+        url,
+      ],
+      { timeoutMs: 20_000 },
+    );
     expect(r.code, r.stderr).toBe(0);
     expect(r.stdout).toBe('hello /index.html');
   });
 
-  it('an https Service is verified against its entry\'s caFile as NAME.NAMESPACE.svc', async () => {
+  it("an https Service is verified against its entry's caFile as NAME.NAMESPACE.svc", async () => {
     const r = await gw(svcPath(`https:secure:${secure.port}`, '/ok'));
     expect(r).toEqual({ status: 200, body: 'secure /ok' });
     expect(secure.seen.at(-1)!.headers['authorization']).toBeUndefined();
@@ -177,9 +255,21 @@ describe.skipIf(unavailable !== null)('HTTP gateway: the proxy-service form', ()
   });
 
   it.each([
-    ['a Service not on the list', () => svcPath(`http:other:${plain.port}`, '/'), /service demo\/other \(http, port \d+\) is not in the gateway's service allowlist for cluster cluster1/],
-    ['the listed Service on another port', () => svcPath(`http:hello:${plain.port + 1}`, '/'), /service demo\/hello .* is not in the gateway's service allowlist/],
-    ['the listed Service over https where only http is listed', () => svcPath(`https:hello:${plain.port}`, '/'), /not in the gateway's service allowlist/],
+    [
+      'a Service not on the list',
+      () => svcPath(`http:other:${plain.port}`, '/'),
+      /service demo\/other \(http, port \d+\) is not in the gateway's service allowlist for cluster cluster1/,
+    ],
+    [
+      'the listed Service on another port',
+      () => svcPath(`http:hello:${plain.port + 1}`, '/'),
+      /service demo\/hello .* is not in the gateway's service allowlist/,
+    ],
+    [
+      'the listed Service over https where only http is listed',
+      () => svcPath(`https:hello:${plain.port}`, '/'),
+      /not in the gateway's service allowlist/,
+    ],
     ['an entry scoped to another cluster', () => svcPath('http:elsewhere:80', '/'), /service demo\/elsewhere .* for cluster cluster1/],
   ])('403 for %s, one line, nothing reaches any Service', async (_what, target, why) => {
     const before = plain.seen.length + secure.seen.length;
@@ -190,8 +280,12 @@ describe.skipIf(unavailable !== null)('HTTP gateway: the proxy-service form', ()
     expect(plain.seen.length + secure.seen.length).toBe(before);
   });
 
-  it('a WebSocket to an allowlisted Service is spliced through, without the caller\'s credentials', async () => {
-    const ws = new WebSocket(`wss://127.0.0.1:${gatewayPort}${svcPath(`http:hello:${plain.port}`, '/feed?x=1')}`, { ca: pki.ca.certPem, servername: 'localhost', headers: { authorization: `Bearer ${token}` } } as WebSocket.ClientOptions);
+  it("a WebSocket to an allowlisted Service is spliced through, without the caller's credentials", async () => {
+    const ws = new WebSocket(`wss://127.0.0.1:${gatewayPort}${svcPath(`http:hello:${plain.port}`, '/feed?x=1')}`, {
+      ca: pki.ca.certPem,
+      servername: 'localhost',
+      headers: { authorization: `Bearer ${token}` },
+    } as WebSocket.ClientOptions);
     try {
       await new Promise<void>((resolve, reject) => {
         ws.once('open', () => resolve());
@@ -208,7 +302,11 @@ describe.skipIf(unavailable !== null)('HTTP gateway: the proxy-service form', ()
       ws.terminate();
     }
     // Not on the list: refused before any upgrade.
-    const refused = new WebSocket(`wss://127.0.0.1:${gatewayPort}${svcPath(`http:other:${plain.port}`, '/feed')}`, { ca: pki.ca.certPem, servername: 'localhost', headers: { authorization: `Bearer ${token}` } } as WebSocket.ClientOptions);
+    const refused = new WebSocket(`wss://127.0.0.1:${gatewayPort}${svcPath(`http:other:${plain.port}`, '/feed')}`, {
+      ca: pki.ca.certPem,
+      servername: 'localhost',
+      headers: { authorization: `Bearer ${token}` },
+    } as WebSocket.ClientOptions);
     const status = await new Promise<number>((resolve) => {
       refused.once('unexpected-response', (_req, res) => resolve(res.statusCode ?? 0));
       refused.once('error', () => resolve(-1));
@@ -217,7 +315,7 @@ describe.skipIf(unavailable !== null)('HTTP gateway: the proxy-service form', ()
     expect(status).toBe(403);
   });
 
-  it('on the hub\'s list but not the agent\'s --allow: 403 from the cluster side, named', async () => {
+  it("on the hub's list but not the agent's --allow: 403 from the cluster side, named", async () => {
     const r = await gw(svcPath('http:not-on-agent:8000', '/'));
     expect(r.status).toBe(403);
     expect(r.body).toMatch(/the cluster's agent does not allow not-on-agent\.demo\.svc:8000 \(its --allow list\)/);
@@ -242,18 +340,32 @@ describe.skipIf(unavailable !== null)('HTTP gateway: the proxy-service form', ()
 
   it('the list is re-read when the file changes: an entry removed is refused, restored is served again', async () => {
     await writeAllowlist(baseEntries.slice(1));
-    await waitFor(async () => (await gw(svcPath(`http:hello:${plain.port}`, '/'))).status === 403, { timeoutMs: 15_000, intervalMs: 250, message: 'hello still allowed after its entry was removed' });
+    await waitFor(async () => (await gw(svcPath(`http:hello:${plain.port}`, '/'))).status === 403, {
+      timeoutMs: 15_000,
+      intervalMs: 250,
+      message: 'hello still allowed after its entry was removed',
+    });
     // A broken file keeps the last good list (hello stays refused, secure stays served).
     await writeFile(allowlistFile, `${baseEntries.join('\n')}\n- { namespace: demo }\n`);
     // The hub has read the broken file once it says so; the last good list is what it serves then.
-    await waitFor(() => hub.proc.lines().some((l) => l.includes('changed but cannot be used (the last good list stays)') && l.includes('entry 6: service is required')), { timeoutMs: 15_000, intervalMs: 100, message: 'the broken list was not reported' });
+    await waitFor(
+      () =>
+        hub.proc
+          .lines()
+          .some((l) => l.includes('changed but cannot be used (the last good list stays)') && l.includes('entry 6: service is required')),
+      { timeoutMs: 15_000, intervalMs: 100, message: 'the broken list was not reported' },
+    );
     expect((await gw(svcPath(`http:hello:${plain.port}`, '/'))).status).toBe(403);
     expect((await gw(svcPath(`https:secure:${secure.port}`, '/'))).status).toBe(200);
     await writeAllowlist(baseEntries);
-    await waitFor(async () => (await gw(svcPath(`http:hello:${plain.port}`, '/'))).status === 200, { timeoutMs: 15_000, intervalMs: 250, message: 'hello not allowed again after its entry was restored' });
+    await waitFor(async () => (await gw(svcPath(`http:hello:${plain.port}`, '/'))).status === 200, {
+      timeoutMs: 15_000,
+      intervalMs: 250,
+      message: 'hello not allowed again after its entry was restored',
+    });
   }, 45_000);
 
-  it('afterwards the hub\'s and the agent\'s connection tables are empty', async () => {
+  it("afterwards the hub's and the agent's connection tables are empty", async () => {
     await expectTablesEmpty(hub, [agent]);
   });
 });

@@ -10,7 +10,15 @@ import tls from 'node:tls';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import WebSocket from 'ws';
 import { waitFor, type RecordedRequest, type RecordingApiserver, type RunResult } from '../src/fixtures/index.js';
-import { expectTablesEmpty, startAgent, startHub, type AgentProcess, type HubProcess, type TestPki, type UserCert } from '../src/harness.js';
+import {
+  expectTablesEmpty,
+  startAgent,
+  startHub,
+  type AgentProcess,
+  type HubProcess,
+  type TestPki,
+  type UserCert,
+} from '../src/harness.js';
 import { GATEWAY_SA_TOKEN, startGatewayHub, type GatewayHub } from '../src/e2e-setup.js';
 import { kubectlBinary, kubectlUnsupported } from './kubectl-binary.js';
 
@@ -49,12 +57,29 @@ function lastUpgrade(): RecordedRequest {
 }
 
 /** A raw upgrade request over TLS: the status line, the headers and whatever body came before the close. */
-function rawUpgrade(gatewayPort: number, target: string, o: { cert?: boolean; headers?: Record<string, string> } = {}): Promise<{ status: number; head: string; body: string }> {
+function rawUpgrade(
+  gatewayPort: number,
+  target: string,
+  o: { cert?: boolean; headers?: Record<string, string> } = {},
+): Promise<{ status: number; head: string; body: string }> {
   return new Promise((resolve, reject) => {
-    const s = tls.connect({ host: '127.0.0.1', port: gatewayPort, servername: 'localhost', ca: pki.ca.certPem, ...(o.cert ? { cert: userCert.cert, key: userCert.key } : {}) }, () => {
-      const extra = Object.entries(o.headers ?? {}).map(([k, v]) => `${k}: ${v}\r\n`).join('');
-      s.write(`GET ${target} HTTP/1.1\r\nHost: localhost\r\nConnection: Upgrade\r\nUpgrade: SPDY/3.1\r\nX-Stream-Protocol-Version: v4.channel.k8s.io\r\n${extra}\r\n`);
-    });
+    const s = tls.connect(
+      {
+        host: '127.0.0.1',
+        port: gatewayPort,
+        servername: 'localhost',
+        ca: pki.ca.certPem,
+        ...(o.cert ? { cert: userCert.cert, key: userCert.key } : {}),
+      },
+      () => {
+        const extra = Object.entries(o.headers ?? {})
+          .map(([k, v]) => `${k}: ${v}\r\n`)
+          .join('');
+        s.write(
+          `GET ${target} HTTP/1.1\r\nHost: localhost\r\nConnection: Upgrade\r\nUpgrade: SPDY/3.1\r\nX-Stream-Protocol-Version: v4.channel.k8s.io\r\n${extra}\r\n`,
+        );
+      },
+    );
     let text = '';
     s.setEncoding('utf8');
     s.on('data', (d: string) => (text += d));
@@ -69,7 +94,12 @@ function rawUpgrade(gatewayPort: number, target: string, o: { cert?: boolean; he
 
 /** A v5.channel.k8s.io WebSocket through the gateway with the user's certificate. */
 function channelSocket(gatewayPort: number, target: string): Promise<WebSocket> {
-  const ws = new WebSocket(`wss://127.0.0.1:${gatewayPort}${target}`, ['v5.channel.k8s.io'], { ca: pki.ca.certPem, cert: userCert.cert, key: userCert.key, servername: 'localhost' });
+  const ws = new WebSocket(`wss://127.0.0.1:${gatewayPort}${target}`, ['v5.channel.k8s.io'], {
+    ca: pki.ca.certPem,
+    cert: userCert.cert,
+    key: userCert.key,
+    servername: 'localhost',
+  });
   return new Promise((resolve, reject) => {
     ws.once('open', () => resolve(ws));
     ws.once('error', reject);
@@ -90,7 +120,7 @@ function nextStdout(ws: WebSocket): Promise<string> {
 }
 
 describe('gateway upgrades: refusals', () => {
-  it('no credentials 401, a caller\'s Impersonate-* 400, an unknown cluster 404: one line each, nothing forwarded', async () => {
+  it("no credentials 401, a caller's Impersonate-* 400, an unknown cluster 404: one line each, nothing forwarded", async () => {
     const before = api.requests.length;
     const port = hub.ports.gateway!;
     const none = await rawUpgrade(port, `/cluster1${EXEC}?command=sh`);
@@ -105,11 +135,14 @@ describe('gateway upgrades: refusals', () => {
     const bad = await rawUpgrade(port, `/cluster1/api/../${EXEC}`, { cert: true });
     expect(bad.status).toBe(400);
     expect(api.requests.length).toBe(before);
-    const line = await hub.proc.waitForJsonLine((o) => o['msg'] === 'gateway request' && o['status'] === 404 && o['upgrade'] === 'SPDY/3.1', 5000);
+    const line = await hub.proc.waitForJsonLine(
+      (o) => o['msg'] === 'gateway request' && o['status'] === 404 && o['upgrade'] === 'SPDY/3.1',
+      5000,
+    );
     expect(line).toMatchObject({ reason: 'unknown_cluster' });
   });
 
-  it('an apiserver\'s refusal of the upgrade is passed back as it is', async () => {
+  it("an apiserver's refusal of the upgrade is passed back as it is", async () => {
     const r = await rawUpgrade(hub.ports.gateway!, '/cluster1/api/v1/namespaces/default/pods/demo-pod/log', { cert: true });
     expect(r.status).toBe(404);
     expect(r.body).toBe('not found\n');
@@ -118,7 +151,7 @@ describe('gateway upgrades: refusals', () => {
 });
 
 describe('gateway upgrades: raw WebSocket sessions', () => {
-  it('exec over v5.channel.k8s.io: the apiserver sees the agent\'s token and the impersonation headers; stdin echoed; status Success; one audit line with bytes and duration', async () => {
+  it("exec over v5.channel.k8s.io: the apiserver sees the agent's token and the impersonation headers; stdin echoed; status Success; one audit line with bytes and duration", async () => {
     const ws = await channelSocket(hub.ports.gateway!, `/cluster1${EXEC}?command=cat&stdin=true&stdout=true`);
     expect(ws.protocol).toBe('v5.channel.k8s.io');
     const seen = lastUpgrade();
@@ -136,7 +169,10 @@ describe('gateway upgrades: raw WebSocket sessions', () => {
     ws.send(Buffer.of(255, 0));
     expect(JSON.parse(await status)).toMatchObject({ status: 'Success' });
     expect(await closed).toBe(1000);
-    const line = await hub.proc.waitForJsonLine((o) => o['msg'] === 'gateway request' && o['status'] === 101 && o['upgrade'] === 'websocket', 5000);
+    const line = await hub.proc.waitForJsonLine(
+      (o) => o['msg'] === 'gateway request' && o['status'] === 101 && o['upgrade'] === 'websocket',
+      5000,
+    );
     expect(line).toMatchObject({ user: 'alice', cluster: 'cluster1', method: 'GET', path: `/cluster1${EXEC}` });
     expect(line['bytesIn']).toBeGreaterThan(25);
     expect(line['bytesOut']).toBeGreaterThan(25);
@@ -187,13 +223,18 @@ describe.skipIf(skipKubectl !== null)('kubectl v1.33 through the gateway: exec, 
     child.stderr.setEncoding('utf8').on('data', (s: string) => (stderr += s));
     const timer = setTimeout(() => child.kill('SIGKILL'), 30_000);
     child.stdin.end(o.stdin ?? '');
-    return new Promise((resolve) => child.once('close', (code) => {
-      clearTimeout(timer);
-      resolve({ code, stdout, stderr });
-    }));
+    return new Promise((resolve) =>
+      child.once('close', (code) => {
+        clearTimeout(timer);
+        resolve({ code, stdout, stderr });
+      }),
+    );
   };
   /** A long-running kubectl whose output lines are read as they come. */
-  const background = async (args: string[], more: Record<string, string> = {}): Promise<{ child: ChildProcessWithoutNullStreams; lines: { text: string; at: number }[]; stop: () => Promise<void> }> => {
+  const background = async (
+    args: string[],
+    more: Record<string, string> = {},
+  ): Promise<{ child: ChildProcessWithoutNullStreams; lines: { text: string; at: number }[]; stop: () => Promise<void> }> => {
     const child = spawn(await kubectlBinary(), ['--kubeconfig', kubeconfigFile, ...args], { env: env(more) });
     const lines: { text: string; at: number }[] = [];
     let rest = '';
@@ -208,20 +249,32 @@ describe.skipIf(skipKubectl !== null)('kubectl v1.33 through the gateway: exec, 
     child.stdout.setEncoding('utf8').on('data', take);
     child.stderr.setEncoding('utf8').on('data', take);
     const closed = new Promise<void>((resolve) => child.once('close', () => resolve()));
-    return { child, lines, stop: async () => {
-      child.kill('SIGTERM');
-      await closed;
-    } };
+    return {
+      child,
+      lines,
+      stop: async () => {
+        child.kill('SIGTERM');
+        await closed;
+      },
+    };
   };
 
   beforeAll(async () => {
     kubeconfigFile = path.join(tmp, 'user.kubeconfig');
-    await writeFile(kubeconfigFile, JSON.stringify({
-      apiVersion: 'v1', kind: 'Config', 'current-context': 'gw',
-      clusters: [{ name: 'gw', cluster: { server: `https://127.0.0.1:${hub.ports.gateway}/cluster1`, 'certificate-authority': pki.caPath } }],
-      users: [{ name: 'u', user: { 'client-certificate': userCert.certPath, 'client-key': userCert.keyPath } }],
-      contexts: [{ name: 'gw', context: { cluster: 'gw', user: 'u', namespace: 'default' } }],
-    }), { mode: 0o600 });
+    await writeFile(
+      kubeconfigFile,
+      JSON.stringify({
+        apiVersion: 'v1',
+        kind: 'Config',
+        'current-context': 'gw',
+        clusters: [
+          { name: 'gw', cluster: { server: `https://127.0.0.1:${hub.ports.gateway}/cluster1`, 'certificate-authority': pki.caPath } },
+        ],
+        users: [{ name: 'u', user: { 'client-certificate': userCert.certPath, 'client-key': userCert.keyPath } }],
+        contexts: [{ name: 'gw', context: { cluster: 'gw', user: 'u', namespace: 'default' } }],
+      }),
+      { mode: 0o600 },
+    );
   });
 
   it('kubectl exec -i -- cat (WebSocket, v5.channel.k8s.io): stdin comes back on stdout', async () => {
@@ -231,14 +284,19 @@ describe.skipIf(skipKubectl !== null)('kubectl v1.33 through the gateway: exec, 
     expect(r.stdout).toBe(input);
     const seen = lastUpgrade();
     expect(seen.upgrade).toBe('websocket');
-    expect(seen.url).toMatch(/^\/api\/v1\/namespaces\/default\/pods\/demo-pod\/exec\?command=cat&container=main&stderr=true&stdin=true&stdout=true/);
+    expect(seen.url).toMatch(
+      /^\/api\/v1\/namespaces\/default\/pods\/demo-pod\/exec\?command=cat&container=main&stderr=true&stdin=true&stdout=true/,
+    );
     expect(seen.headers['sec-websocket-protocol']?.[0]).toMatch(/^v5\.channel\.k8s\.io/);
     expect(seen.headers['impersonate-user']).toEqual(['alice']);
     expect(seen.headers['authorization']).toEqual([`Bearer ${SA_TOKEN}`]);
   });
 
   it('kubectl exec -i -- cat over SPDY/3.1 (KUBECTL_REMOTE_COMMAND_WEBSOCKETS=false)', async () => {
-    const r = await kubectl(['exec', 'demo-pod', '-i', '--', 'cat'], { stdin: 'over spdy\n', env: { KUBECTL_REMOTE_COMMAND_WEBSOCKETS: 'false' } });
+    const r = await kubectl(['exec', 'demo-pod', '-i', '--', 'cat'], {
+      stdin: 'over spdy\n',
+      env: { KUBECTL_REMOTE_COMMAND_WEBSOCKETS: 'false' },
+    });
     expect(r.code, r.stderr).toBe(0);
     expect(r.stdout).toBe('over spdy\n');
     const seen = lastUpgrade();
@@ -254,26 +312,33 @@ describe.skipIf(skipKubectl !== null)('kubectl v1.33 through the gateway: exec, 
     expect(lastUpgrade().url).toMatch(/^\/api\/v1\/namespaces\/default\/pods\/demo-pod\/attach\?/);
   });
 
-  for (const [how, more] of [['SPDY tunnelled in a WebSocket (the default)', {}], ['SPDY/3.1 (KUBECTL_PORT_FORWARD_WEBSOCKETS=false)', { KUBECTL_PORT_FORWARD_WEBSOCKETS: 'false' }]] as const) {
+  for (const [how, more] of [
+    ['SPDY tunnelled in a WebSocket (the default)', {}],
+    ['SPDY/3.1 (KUBECTL_PORT_FORWARD_WEBSOCKETS=false)', { KUBECTL_PORT_FORWARD_WEBSOCKETS: 'false' }],
+  ] as const) {
     it(`kubectl port-forward over ${how}: several connections, bytes both ways`, async () => {
       const pf = await background(['port-forward', 'pod/demo-pod', ':8080'], more);
       try {
-        await waitFor(() => pf.lines.some((l) => /Forwarding from 127\.0\.0\.1:\d+ -> 8080/.test(l.text)), { timeoutMs: 20_000, message: `port-forward ready: ${pf.lines.map((l) => l.text).join(' | ')}` });
-        const localPort = Number(/127\.0\.0\.1:(\d+)/.exec(pf.lines.find((l) => l.text.includes('Forwarding from 127.0.0.1'))!.text)![1]);
-        const roundTrip = (payload: Buffer): Promise<Buffer> => new Promise((resolve, reject) => {
-          const s = net.connect({ host: '127.0.0.1', port: localPort }, () => s.write(payload));
-          const got: Buffer[] = [];
-          let n = 0;
-          s.on('data', (d: Buffer) => {
-            got.push(d);
-            n += d.length;
-            if (n >= payload.length) {
-              s.end();
-              resolve(Buffer.concat(got));
-            }
-          });
-          s.on('error', reject);
+        await waitFor(() => pf.lines.some((l) => /Forwarding from 127\.0\.0\.1:\d+ -> 8080/.test(l.text)), {
+          timeoutMs: 20_000,
+          message: `port-forward ready: ${pf.lines.map((l) => l.text).join(' | ')}`,
         });
+        const localPort = Number(/127\.0\.0\.1:(\d+)/.exec(pf.lines.find((l) => l.text.includes('Forwarding from 127.0.0.1'))!.text)![1]);
+        const roundTrip = (payload: Buffer): Promise<Buffer> =>
+          new Promise((resolve, reject) => {
+            const s = net.connect({ host: '127.0.0.1', port: localPort }, () => s.write(payload));
+            const got: Buffer[] = [];
+            let n = 0;
+            s.on('data', (d: Buffer) => {
+              got.push(d);
+              n += d.length;
+              if (n >= payload.length) {
+                s.end();
+                resolve(Buffer.concat(got));
+              }
+            });
+            s.on('error', reject);
+          });
         const payloads = [0, 1, 2, 3].map((i) => Buffer.alloc(256 * 1024 + i, 65 + i));
         const echoed = await Promise.all(payloads.map(roundTrip));
         for (let i = 0; i < payloads.length; i++) expect(echoed[i]!.equals(payloads[i]!)).toBe(true);
@@ -298,10 +363,13 @@ describe.skipIf(skipKubectl !== null)('kubectl v1.33 through the gateway: exec, 
     expect(api.requests.at(-1)?.url).toMatch(/\/pods\/demo-pod\/log\?.*follow=true/);
   });
 
-  it('kubectl get pods -w: the list, then the watch\'s events as they happen', async () => {
+  it("kubectl get pods -w: the list, then the watch's events as they happen", async () => {
     const w = await background(['get', 'pods', '-w', '-o', 'name']);
     try {
-      await waitFor(() => w.lines.filter((l) => l.text === 'pod/demo-pod-2').length >= 2, { timeoutMs: 20_000, message: `watch events: ${w.lines.map((l) => l.text).join(' | ')}` });
+      await waitFor(() => w.lines.filter((l) => l.text === 'pod/demo-pod-2').length >= 2, {
+        timeoutMs: 20_000,
+        message: `watch events: ${w.lines.map((l) => l.text).join(' | ')}`,
+      });
       expect(w.lines[0]?.text).toBe('pod/demo-pod');
       expect(api.requests.some((r) => /\/pods\?.*watch=true/.test(r.url) && r.headers['impersonate-user']?.[0] === 'alice')).toBe(true);
     } finally {
@@ -310,17 +378,23 @@ describe.skipIf(skipKubectl !== null)('kubectl v1.33 through the gateway: exec, 
   });
 });
 
-describe('a hub\'s graceful stop with an upgraded session open', () => {
+describe("a hub's graceful stop with an upgraded session open", () => {
   it('the session works within the grace period and is closed after it; the stop waits for it', async () => {
     const hub2 = await startHub(pki, ['--gateway-port', '0', '--shutdown-grace', '3s']);
-    const agent2 = await startAgent(pki, hub2, { cluster: 'cluster1', apiserver: api.address, args: ['--gateway-kubeconfig', agentKubeconfig] });
+    const agent2 = await startAgent(pki, hub2, {
+      cluster: 'cluster1',
+      apiserver: api.address,
+      args: ['--gateway-kubeconfig', agentKubeconfig],
+    });
     try {
       const ws = await channelSocket(hub2.ports.gateway!, `/cluster1${EXEC}?command=cat&stdin=true&stdout=true`);
       let closedAt = 0;
-      const closed = new Promise<void>((resolve) => ws.once('close', () => {
-        closedAt = Date.now();
-        resolve();
-      }));
+      const closed = new Promise<void>((resolve) =>
+        ws.once('close', () => {
+          closedAt = Date.now();
+          resolve();
+        }),
+      );
       const first = nextStdout(ws);
       ws.send(Buffer.concat([Buffer.of(0), Buffer.from('before')]));
       expect(await first).toBe('before');
@@ -345,4 +419,3 @@ describe('a hub\'s graceful stop with an upgraded session open', () => {
     }
   }, 60_000);
 });
-

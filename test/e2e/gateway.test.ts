@@ -25,20 +25,36 @@ let token: string;
 let userCert: UserCert;
 const skipKubectl = kubectlUnsupported();
 
-interface Answer { status: number; headers: Record<string, string | string[] | undefined>; body: Buffer }
+interface Answer {
+  status: number;
+  headers: Record<string, string | string[] | undefined>;
+  body: Buffer;
+}
 
-function gw(target: string, o: { cert?: boolean; token?: string; headers?: Record<string, string>; method?: string; body?: Buffer } = {}): Promise<Answer> {
+function gw(
+  target: string,
+  o: { cert?: boolean; token?: string; headers?: Record<string, string>; method?: string; body?: Buffer } = {},
+): Promise<Answer> {
   return new Promise((resolve, reject) => {
-    const req = https.request({
-      host: '127.0.0.1', port, path: target, method: o.method ?? 'GET', servername: 'localhost', agent: false,
-      ca: pki.ca.certPem, ...(o.cert ? { cert: userCert.cert, key: userCert.key } : {}),
-      headers: { ...(o.token ? { authorization: `Bearer ${o.token}` } : {}), ...o.headers },
-    }, (res) => {
-      const chunks: Buffer[] = [];
-      res.on('data', (c: Buffer) => chunks.push(c));
-      res.on('end', () => resolve({ status: res.statusCode ?? 0, headers: res.headers, body: Buffer.concat(chunks) }));
-      res.on('error', reject);
-    });
+    const req = https.request(
+      {
+        host: '127.0.0.1',
+        port,
+        path: target,
+        method: o.method ?? 'GET',
+        servername: 'localhost',
+        agent: false,
+        ca: pki.ca.certPem,
+        ...(o.cert ? { cert: userCert.cert, key: userCert.key } : {}),
+        headers: { ...(o.token ? { authorization: `Bearer ${o.token}` } : {}), ...o.headers },
+      },
+      (res) => {
+        const chunks: Buffer[] = [];
+        res.on('data', (c: Buffer) => chunks.push(c));
+        res.on('end', () => resolve({ status: res.statusCode ?? 0, headers: res.headers, body: Buffer.concat(chunks) }));
+        res.on('error', reject);
+      },
+    );
     req.on('error', reject);
     req.end(o.body);
   });
@@ -71,7 +87,7 @@ afterAll(async () => {
 });
 
 describe('HTTP gateway', () => {
-  it('a client certificate: the apiserver sees the agent\'s token and Impersonate-User/Group of the certificate, never the caller\'s headers', async () => {
+  it("a client certificate: the apiserver sees the agent's token and Impersonate-User/Group of the certificate, never the caller's headers", async () => {
     const r = await gw('/cluster1/version', { cert: true, headers: { 'x-forwarded-for': '10.9.9.9' } });
     expect(r.status, r.body.toString()).toBe(200);
     expect(JSON.parse(r.body.toString())).toMatchObject({ gitVersion: 'v1.33.0-gateway-test' });
@@ -85,7 +101,7 @@ describe('HTTP gateway', () => {
     expect(Object.keys(seen.headers).filter((h) => h.startsWith('x-cluster-proxy'))).toEqual([]);
   });
 
-  it('a hub token: namespaced user, the token id as uid; the caller\'s Authorization is not passed on', async () => {
+  it("a hub token: namespaced user, the token id as uid; the caller's Authorization is not passed on", async () => {
     const r = await gw('/cluster1/api/v1/namespaces/default/pods?limit=1&labelSelector=app%3Dweb', { token });
     expect(r.status, r.body.toString()).toBe(200);
     const seen = lastRequest();
@@ -97,7 +113,7 @@ describe('HTTP gateway', () => {
     expect(JSON.stringify(seen.headers)).not.toContain(token);
   });
 
-  it('the caller\'s Impersonate-* headers are refused (400) and never reach the apiserver', async () => {
+  it("the caller's Impersonate-* headers are refused (400) and never reach the apiserver", async () => {
     const before = api.requests.length;
     for (const h of ['Impersonate-User', 'Impersonate-Group', 'Impersonate-Uid', 'Impersonate-Extra-scopes']) {
       const r = await gw('/cluster1/version', { cert: true, headers: { [h]: 'system:admin' } });
@@ -109,16 +125,26 @@ describe('HTTP gateway', () => {
 
   it('header tricks: a forged identity is replaced, a bare CR or a folded line is a malformed request (400), nothing forwarded', async () => {
     // The hub's own hand-off headers, sent by a caller: dropped, the real caller's identity goes instead.
-    const forged = await gw('/cluster1/version', { cert: true, headers: { 'x-cluster-proxy-identity': 'eyJ1c2VyIjoiYWRtaW4ifQ.AAAA', 'x-cluster-proxy-identity-signer': 'AAAA' } });
+    const forged = await gw('/cluster1/version', {
+      cert: true,
+      headers: { 'x-cluster-proxy-identity': 'eyJ1c2VyIjoiYWRtaW4ifQ.AAAA', 'x-cluster-proxy-identity-signer': 'AAAA' },
+    });
     expect(forged.status, forged.body.toString()).toBe(200);
     expect(lastRequest().headers['impersonate-user']).toEqual(['alice']);
     // Header lines that a lenient parser (or a proxy behind us) could read as a second header.
     const before = api.requests.length;
-    for (const injected of ['X-Note: a\rImpersonate-User: system:admin\r\n', 'X-Note: a\r\n Impersonate-User: system:admin\r\n', 'X-Note: a\nImpersonate-User: system:admin\r\n']) {
+    for (const injected of [
+      'X-Note: a\rImpersonate-User: system:admin\r\n',
+      'X-Note: a\r\n Impersonate-User: system:admin\r\n',
+      'X-Note: a\nImpersonate-User: system:admin\r\n',
+    ]) {
       const answer = await new Promise<string>((resolve, reject) => {
-        const s = tls.connect({ host: '127.0.0.1', port, servername: 'localhost', ca: pki.ca.certPem, cert: userCert.cert, key: userCert.key }, () => {
-          s.write(`GET /cluster1/version HTTP/1.1\r\nHost: hub\r\n${injected}\r\n`);
-        });
+        const s = tls.connect(
+          { host: '127.0.0.1', port, servername: 'localhost', ca: pki.ca.certPem, cert: userCert.cert, key: userCert.key },
+          () => {
+            s.write(`GET /cluster1/version HTTP/1.1\r\nHost: hub\r\n${injected}\r\n`);
+          },
+        );
         let text = '';
         s.on('data', (d: Buffer) => (text += d.toString()));
         s.on('end', () => resolve(text));
@@ -134,7 +160,9 @@ describe('HTTP gateway', () => {
     const before = api.requests.length;
     const none = await gw('/cluster1/version');
     expect(none.status).toBe(401);
-    expect(none.body.toString()).toMatch(/^no credentials: present a client certificate of the hub CA or send Authorization: Bearer <hub token>\n$/);
+    expect(none.body.toString()).toMatch(
+      /^no credentials: present a client certificate of the hub CA or send Authorization: Bearer <hub token>\n$/,
+    );
     expect(none.headers['www-authenticate']).toBe('Bearer realm="cluster-proxy"');
     const bad = await gw('/cluster1/version', { token: 'A'.repeat(43) });
     expect(bad.status).toBe(401);
@@ -179,7 +207,10 @@ describe('HTTP gateway', () => {
     expect(big.status).toBe(431);
     expect(big.body.toString()).toBe('the request head is larger than 16384 bytes\n');
     // The recording apiserver serves upgrades on pods' exec/attach/portforward only (test/e2e/gateway-streams.test.ts has those).
-    const up = await gw('/cluster1/api/v1/namespaces/default/pods/p/status', { cert: true, headers: { connection: 'Upgrade', upgrade: 'SPDY/3.1' } });
+    const up = await gw('/cluster1/api/v1/namespaces/default/pods/p/status', {
+      cert: true,
+      headers: { connection: 'Upgrade', upgrade: 'SPDY/3.1' },
+    });
     expect([up.status, up.body.toString()]).toEqual([404, 'not found\n']);
     const seen = lastRequest();
     expect([seen.url, seen.upgrade]).toEqual(['/api/v1/namespaces/default/pods/p/status', 'SPDY/3.1']);
@@ -190,9 +221,19 @@ describe('HTTP gateway', () => {
     const t = hub.tunnel();
     await expect(t.dial('cluster-proxy-gateway.invalid:443', { timeoutMs: 5000 })).rejects.toThrow(/reserved for the hub's HTTP gateway/);
     const status = await new Promise<string>((resolve, reject) => {
-      const s = tls.connect({ host: '127.0.0.1', port: hub.ports.connect!, servername: 'localhost', ca: pki.ca.certPem, cert: userCert.cert, key: userCert.key }, () => {
-        s.write('CONNECT cluster-proxy-gateway.invalid:443 HTTP/1.1\r\nHost: cluster-proxy-gateway.invalid:443\r\n\r\n');
-      });
+      const s = tls.connect(
+        {
+          host: '127.0.0.1',
+          port: hub.ports.connect!,
+          servername: 'localhost',
+          ca: pki.ca.certPem,
+          cert: userCert.cert,
+          key: userCert.key,
+        },
+        () => {
+          s.write('CONNECT cluster-proxy-gateway.invalid:443 HTTP/1.1\r\nHost: cluster-proxy-gateway.invalid:443\r\n\r\n');
+        },
+      );
       let text = '';
       s.on('data', (d: Buffer) => {
         text += d.toString();
@@ -213,25 +254,37 @@ describe('HTTP gateway', () => {
     let received = 0;
     let writtenWhilePaused = 0;
     await new Promise<void>((resolve, reject) => {
-      const req = https.request({ host: '127.0.0.1', port, path: `/cluster1/stream?mib=${mib}`, servername: 'localhost', agent: false, ca: pki.ca.certPem, cert: userCert.cert, key: userCert.key }, (res) => {
-        expect(res.statusCode).toBe(200);
-        expect(res.headers['transfer-encoding']).toBe('chunked');
-        let paused = false;
-        res.on('data', (c: Buffer) => {
-          sha.update(c);
-          received += c.length;
-          if (!paused && received >= 1024 * 1024) {
-            paused = true;
-            res.pause();
-            setTimeout(() => {
-              writtenWhilePaused = api.written();
-              res.resume();
-            }, 2000);
-          }
-        });
-        res.on('end', resolve);
-        res.on('error', reject);
-      });
+      const req = https.request(
+        {
+          host: '127.0.0.1',
+          port,
+          path: `/cluster1/stream?mib=${mib}`,
+          servername: 'localhost',
+          agent: false,
+          ca: pki.ca.certPem,
+          cert: userCert.cert,
+          key: userCert.key,
+        },
+        (res) => {
+          expect(res.statusCode).toBe(200);
+          expect(res.headers['transfer-encoding']).toBe('chunked');
+          let paused = false;
+          res.on('data', (c: Buffer) => {
+            sha.update(c);
+            received += c.length;
+            if (!paused && received >= 1024 * 1024) {
+              paused = true;
+              res.pause();
+              setTimeout(() => {
+                writtenWhilePaused = api.written();
+                res.resume();
+              }, 2000);
+            }
+          });
+          res.on('end', resolve);
+          res.on('error', reject);
+        },
+      );
       req.on('error', reject);
       req.end();
     });
@@ -249,7 +302,12 @@ describe('HTTP gateway', () => {
   }, 30_000);
 
   it('requests reuse a kept-alive tunneled connection to the agent: one dial for a burst, each request its own identity; idle ones close', async () => {
-    const dials = async (): Promise<number> => Number(/konnectivity_network_proxy_server_dial_duration_seconds_count (\d+)/.exec((await getStatus(hub.ports.admin, '/metrics')).body)?.[1] ?? NaN);
+    const dials = async (): Promise<number> =>
+      Number(
+        /konnectivity_network_proxy_server_dial_duration_seconds_count (\d+)/.exec(
+          (await getStatus(hub.ports.admin, '/metrics')).body,
+        )?.[1] ?? NaN,
+      );
     await expectTablesEmpty(hub, [agent]);
     const before = await dials();
     const users: string[] = [];
@@ -270,7 +328,10 @@ describe('HTTP gateway', () => {
 
   it('one audit line per request and the metrics by cluster and code', async () => {
     await gw('/cluster1/version', { cert: true });
-    const line = await hub.proc.waitForJsonLine((o) => o['msg'] === 'gateway request' && o['user'] === 'alice' && o['status'] === 200 && o['path'] === '/cluster1/version', 5000);
+    const line = await hub.proc.waitForJsonLine(
+      (o) => o['msg'] === 'gateway request' && o['user'] === 'alice' && o['status'] === 200 && o['path'] === '/cluster1/version',
+      5000,
+    );
     expect(line).toMatchObject({ groups: ['team-a', 'viewers'], cluster: 'cluster1', method: 'GET' });
     expect(typeof line['bytesOut']).toBe('number');
     expect(typeof line['durationMs']).toBe('number');
@@ -285,15 +346,25 @@ describe('HTTP gateway', () => {
   describe.skipIf(skipKubectl !== null)('kubectl v1.33 with server: https://127.0.0.1:PORT/cluster1', () => {
     const kubeconfig = async (name: string, user: Record<string, string>): Promise<string> => {
       const file = path.join(tmp, `${name}.kubeconfig`);
-      await writeFile(file, JSON.stringify({
-        apiVersion: 'v1', kind: 'Config', 'current-context': 'gw',
-        clusters: [{ name: 'gw', cluster: { server: `https://127.0.0.1:${port}/cluster1`, 'certificate-authority': pki.caPath } }],
-        users: [{ name: 'u', user }],
-        contexts: [{ name: 'gw', context: { cluster: 'gw', user: 'u' } }],
-      }), { mode: 0o600 });
+      await writeFile(
+        file,
+        JSON.stringify({
+          apiVersion: 'v1',
+          kind: 'Config',
+          'current-context': 'gw',
+          clusters: [{ name: 'gw', cluster: { server: `https://127.0.0.1:${port}/cluster1`, 'certificate-authority': pki.caPath } }],
+          users: [{ name: 'u', user }],
+          contexts: [{ name: 'gw', context: { cluster: 'gw', user: 'u' } }],
+        }),
+        { mode: 0o600 },
+      );
       return file;
     };
-    const kubectl = async (file: string, args: string[]): Promise<RunResult> => runCommand(await kubectlBinary(), ['--kubeconfig', file, ...args, '--request-timeout', '20s'], { env: { PATH: process.env['PATH'], HOME: tmp }, timeoutMs: 30_000 });
+    const kubectl = async (file: string, args: string[]): Promise<RunResult> =>
+      runCommand(await kubectlBinary(), ['--kubeconfig', file, ...args, '--request-timeout', '20s'], {
+        env: { PATH: process.env['PATH'], HOME: tmp },
+        timeoutMs: 30_000,
+      });
 
     it('kubectl version and get --raw /CLUSTER/version with a client certificate', async () => {
       const file = await kubeconfig('cert', { 'client-certificate': userCert.certPath, 'client-key': userCert.keyPath });
@@ -318,7 +389,11 @@ describe('HTTP gateway', () => {
       expect(pods.code, pods.stderr).toBe(0);
       expect(pods.stdout.trim()).toBe('pod/demo-pod');
       expect(lastRequest().url).toBe('/api/v1/namespaces/kube-system/pods?limit=500&timeout=20s');
-      const r = await kubectl(file, ['get', '--raw', '/cluster1/api/v1/namespaces/kube-system/pods?limit=2&fieldSelector=status.phase%3DRunning']);
+      const r = await kubectl(file, [
+        'get',
+        '--raw',
+        '/cluster1/api/v1/namespaces/kube-system/pods?limit=2&fieldSelector=status.phase%3DRunning',
+      ]);
       expect(r.code, r.stderr).toBe(0);
       const seen = lastRequest();
       // kubectl re-encodes the query in key order and adds its timeout; it arrives as kubectl sent it.
@@ -330,7 +405,18 @@ describe('HTTP gateway', () => {
     it('cluster-proxy kubeconfig CLUSTER --via gateway: a kubeconfig with the gateway URL, the hub CA and a token for CLUSTER that kubectl uses as is', async () => {
       const file = path.join(tmp, 'via-gateway.kubeconfig');
       // (This test hub's CA is not under its data dir, as a hub started with --ca-cert's would be.)
-      const made = await cli(['kubeconfig', 'cluster1', '--via', 'gateway', '--out', file, '--data-dir', hub.dataDir, '--hub-ca', pki.caPath]);
+      const made = await cli([
+        'kubeconfig',
+        'cluster1',
+        '--via',
+        'gateway',
+        '--out',
+        file,
+        '--data-dir',
+        hub.dataDir,
+        '--hub-ca',
+        pki.caPath,
+      ]);
       expect(made.code, made.stderr).toBe(0);
       expect(made.stderr).toMatch(/via the hub's HTTP gateway 127\.0\.0\.1:\d+; issued token "kubeconfig-cluster1-[0-9a-f]{6}"/);
       expect(made.stderr).toContain('kubectl --kubeconfig');
@@ -352,19 +438,54 @@ describe('HTTP gateway', () => {
       // A plugin that answers as client-go expects, with a hub token, and notes the arguments it got.
       const plugin = path.join(tmp, 'credential-plugin.sh');
       const argsSeen = path.join(tmp, 'plugin-args');
-      await writeFile(plugin, `#!/bin/sh\necho "$@" > '${argsSeen}'\necho '{"apiVersion":"client.authentication.k8s.io/v1","kind":"ExecCredential","status":{"token":"${token}"}}'\n`, { mode: 0o755 });
+      await writeFile(
+        plugin,
+        `#!/bin/sh\necho "$@" > '${argsSeen}'\necho '{"apiVersion":"client.authentication.k8s.io/v1","kind":"ExecCredential","status":{"token":"${token}"}}'\n`,
+        { mode: 0o755 },
+      );
       const file = path.join(tmp, 'via-exec.kubeconfig');
-      const made = await cli(['kubeconfig', 'cluster1', '--via', 'gateway', '--exec-command', plugin, '--exec-arg', 'get-token', '--exec-arg=--issuer=https://idp', '--out', file, '--data-dir', hub.dataDir, '--hub-ca', pki.caPath, '--no-check']);
+      const made = await cli([
+        'kubeconfig',
+        'cluster1',
+        '--via',
+        'gateway',
+        '--exec-command',
+        plugin,
+        '--exec-arg',
+        'get-token',
+        '--exec-arg=--issuer=https://idp',
+        '--out',
+        file,
+        '--data-dir',
+        hub.dataDir,
+        '--hub-ca',
+        pki.caPath,
+        '--no-check',
+      ]);
       expect(made.code, made.stderr).toBe(0);
       expect(made.stderr).not.toMatch(/issued token/);
       const text = await readFile(file, 'utf8');
-      expect(text).toContain('kubectl -> hub HTTP gateway -> agent -> apiserver, as the plugin\'s credential\'s user');
+      expect(text).toContain("kubectl -> hub HTTP gateway -> agent -> apiserver, as the plugin's credential's user");
       expect(text).not.toContain('token:');
       const r = await kubectl(file, ['get', '--raw', '/cluster1/version']);
       expect(r.code, r.stderr).toBe(0);
       expect((await readFile(argsSeen, 'utf8')).trim()).toBe('get-token --issuer=https://idp');
       expect(lastRequest().headers['impersonate-user']).toEqual(['cluster-proxy:token:bob']);
-      const both = await cli(['kubeconfig', 'cluster1', '--via', 'gateway', '--exec-command', plugin, '--token', token, '--data-dir', hub.dataDir, '--hub-ca', pki.caPath, '--no-check']);
+      const both = await cli([
+        'kubeconfig',
+        'cluster1',
+        '--via',
+        'gateway',
+        '--exec-command',
+        plugin,
+        '--token',
+        token,
+        '--data-dir',
+        hub.dataDir,
+        '--hub-ca',
+        pki.caPath,
+        '--no-check',
+      ]);
       expect(both.code).toBe(2);
       expect(both.stderr).toMatch(/--exec-command and --token are two credentials: give one/);
     });
@@ -388,7 +509,7 @@ describe('HTTP gateway', () => {
     expect(manifests!.match(/verbs:\n\s+- impersonate/g)?.length).toBe(2);
   });
 
-  it('afterwards the hub\'s and the agent\'s connection tables are empty', async () => {
+  it("afterwards the hub's and the agent's connection tables are empty", async () => {
     await expectTablesEmpty(hub, [agent]);
     await waitFor(async () => (await getStatus(hub.ports.health, '/readyz')).status === 200, { timeoutMs: 5000, message: 'hub ready' });
   });

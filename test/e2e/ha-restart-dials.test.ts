@@ -39,15 +39,28 @@ describe('a restarted hub replica: dials wait for the agents of their cluster in
   const startReplica = (i: number): Promise<HubProcess> => fleet.startReplica(i);
   const allAgentsAtEveryReplica = (): Promise<void> => fleet.allAgentsAt(['hub-0', 'hub-1', 'hub-2']);
   /** Each replica's lease lists c1 among the clusters it holds tunnels for: what a restarted replica reads. */
-  const leasesListC1 = () => waitFor(async () => {
-    const { items } = await api.store.list('Lease', { labels: { 'proxy.open-cluster-management.io/server-replica': 'true' } });
-    return items.length === REPLICAS && items.every((l) => l.metadata.annotations?.['proxy.open-cluster-management.io/tunnel-clusters'] === 'c1');
-  }, { timeoutMs: 20_000, intervalMs: 250, message: 'every replica lease lists c1' });
+  const leasesListC1 = () =>
+    waitFor(
+      async () => {
+        const { items } = await api.store.list('Lease', { labels: { 'proxy.open-cluster-management.io/server-replica': 'true' } });
+        return (
+          items.length === REPLICAS &&
+          items.every((l) => l.metadata.annotations?.['proxy.open-cluster-management.io/tunnel-clusters'] === 'c1')
+        );
+      },
+      { timeoutMs: 20_000, intervalMs: 250, message: 'every replica lease lists c1' },
+    );
   const waits = async (h: HubProcess): Promise<Record<string, number>> => {
     const m = await scrape(h.ports.health);
-    return Object.fromEntries(['connected', 'timeout', 'cancelled', 'shutdown', 'full'].map((r) => [r, m.value('cluster_proxy_server_agent_waits_total', { result: r })]));
+    return Object.fromEntries(
+      ['connected', 'timeout', 'cancelled', 'shutdown', 'full'].map((r) => [
+        r,
+        m.value('cluster_proxy_server_agent_waits_total', { result: r }),
+      ]),
+    );
   };
-  const waitingNow = async (h: HubProcess): Promise<number> => (await scrape(h.ports.health)).value('cluster_proxy_server_agent_waiting_dials');
+  const waitingNow = async (h: HubProcess): Promise<number> =>
+    (await scrape(h.ports.health)).value('cluster_proxy_server_agent_waiting_dials');
 
   const tunnel = (h: HubProcess, transport: 'mux' | 'grpc'): Tunnel => {
     let t = tunnels.get(transport);
@@ -72,9 +85,18 @@ describe('a restarted hub replica: dials wait for the agents of their cluster in
       }
       s = c;
     } else if (client === 'connect') {
-      s = await connectThrough(tls.connect({ host: '127.0.0.1', port: h.ports.connect!, servername: 'localhost', ca: anpTls.ca, cert: anpTls.cert, key: anpTls.key }), destination);
-    }
-    else s = await tunnel(h, client).dial(destination, { timeoutMs: 60_000 });
+      s = await connectThrough(
+        tls.connect({
+          host: '127.0.0.1',
+          port: h.ports.connect!,
+          servername: 'localhost',
+          ca: anpTls.ca,
+          cert: anpTls.cert,
+          key: anpTls.key,
+        }),
+        destination,
+      );
+    } else s = await tunnel(h, client).dial(destination, { timeoutMs: 60_000 });
     try {
       expect((await echoRoundTripForTest(s, Buffer.from(`hi ${client}`))).toString()).toBe(`hi ${client}`);
     } finally {
@@ -89,7 +111,11 @@ describe('a restarted hub replica: dials wait for the agents of their cluster in
     hubs[R] = null;
     const h = await startReplica(R);
     hubs[R] = h;
-    await waitFor(async () => (await getStatus(h.ports.health, '/readyz')).status === 200, { timeoutMs: 10_000, intervalMs: 20, message: 'restarted replica ready' });
+    await waitFor(async () => (await getStatus(h.ports.health, '/readyz')).status === 200, {
+      timeoutMs: 10_000,
+      intervalMs: 20,
+      message: 'restarted replica ready',
+    });
     return h;
   };
 
@@ -105,10 +131,20 @@ describe('a restarted hub replica: dials wait for the agents of their cluster in
 
   beforeAll(async () => {
     // c2 is registered but no agent of it ever runs: the store knows the cluster, no replica has a tunnel.
-    fleet = await startHaFleet({ replicas: REPLICAS, hubArgs: ['--agent-wait', AGENT_WAIT], join: 'c2', agentIDs: ['agent-a', 'agent-b'],
-      agentArgs: ['--replica-sync-interval', '500ms', '--keepalive-time', '2s', '--keepalive-timeout', '2s'] });
+    fleet = await startHaFleet({
+      replicas: REPLICAS,
+      hubArgs: ['--agent-wait', AGENT_WAIT],
+      join: 'c2',
+      agentIDs: ['agent-a', 'agent-b'],
+      agentArgs: ['--replica-sync-interval', '500ms', '--keepalive-time', '2s', '--keepalive-timeout', '2s'],
+    });
     ({ api, hubs, agents } = fleet);
-    anpTls = { ca: Buffer.from(fleet.pki.ca.certPem), cert: await readFile(fleet.pki.client.certPath), key: await readFile(fleet.pki.client.keyPath), serverName: 'localhost' };
+    anpTls = {
+      ca: Buffer.from(fleet.pki.ca.certPem),
+      cert: await readFile(fleet.pki.client.certPath),
+      key: await readFile(fleet.pki.client.keyPath),
+      serverName: 'localhost',
+    };
     await allAgentsAtEveryReplica();
     await leasesListC1();
   }, 120_000);
@@ -148,8 +184,17 @@ describe('a restarted hub replica: dials wait for the agents of their cluster in
       const h = await restart();
       expect((await h.tables()).agents).toEqual([]);
       // One dial per kind of client, all waiting for an agent of c1.
-      const dials = CLIENTS.map((c) => dialVia(h, c).then(() => 'ok', (err: Error) => `${c}: ${err.message}`));
-      await waitFor(async () => (await waitingNow(h)) === CLIENTS.length, { timeoutMs: 15_000, intervalMs: 50, message: `${CLIENTS.length} dials waiting for an agent` });
+      const dials = CLIENTS.map((c) =>
+        dialVia(h, c).then(
+          () => 'ok',
+          (err: Error) => `${c}: ${err.message}`,
+        ),
+      );
+      await waitFor(async () => (await waitingNow(h)) === CLIENTS.length, {
+        timeoutMs: 15_000,
+        intervalMs: 50,
+        message: `${CLIENTS.length} dials waiting for an agent`,
+      });
       return { h, dials };
     });
     expect(await Promise.all(pending.dials)).toEqual(CLIENTS.map(() => 'ok'));
@@ -161,8 +206,17 @@ describe('a restarted hub replica: dials wait for the agents of their cluster in
   it('the replica stops while dials wait: they fail at once as "shutting down", and it exits', async () => {
     await withAgentsFrozen(async () => {
       const h = await restart();
-      const dials = CLIENTS.map((c) => dialVia(h, c).then(() => 'ok', (err: Error) => err.message));
-      await waitFor(async () => (await waitingNow(h)) === CLIENTS.length, { timeoutMs: 15_000, intervalMs: 50, message: `${CLIENTS.length} dials waiting for an agent` });
+      const dials = CLIENTS.map((c) =>
+        dialVia(h, c).then(
+          () => 'ok',
+          (err: Error) => err.message,
+        ),
+      );
+      await waitFor(async () => (await waitingNow(h)) === CLIENTS.length, {
+        timeoutMs: 15_000,
+        intervalMs: 50,
+        message: `${CLIENTS.length} dials waiting for an agent`,
+      });
       h.proc.kill('SIGTERM');
       const outcomes = await Promise.all(dials);
       for (const o of outcomes) expect(o).toMatch(/this proxy server is shutting down; dial c1:443 through another replica/);
@@ -177,12 +231,19 @@ describe('a restarted hub replica: dials wait for the agents of their cluster in
 
   it('a cluster no replica has an agent of (registered c2, unknown nobody) fails at once with the usual reason: no wait', async () => {
     const h = hubs[R]!;
-    await waitFor(async () => (await h.tables()).agents.length === 2, { timeoutMs: 15_000, intervalMs: 100, message: 'agents at the replica' });
+    await waitFor(async () => (await h.tables()).agents.length === 2, {
+      timeoutMs: 15_000,
+      intervalMs: 100,
+      message: 'agents at the replica',
+    });
     const before = await waits(h);
     for (const destination of ['c2:443', 'nobody:443']) {
       for (const client of CLIENTS) {
         // The plain message: a dial that had waited would say what it waited for.
-        const err = await dialVia(h, client, destination).then(() => null, (e: Error) => e);
+        const err = await dialVia(h, client, destination).then(
+          () => null,
+          (e: Error) => e,
+        );
         expect(err?.message, `${client} ${destination}`).toContain(`No agent available for ${destination}`);
         expect(err?.message, `${client} ${destination}`).not.toMatch(/none of cluster|within/);
       }

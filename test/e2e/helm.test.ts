@@ -24,10 +24,22 @@ describe.skipIf(kubectlUnsupported() !== null)('hub Helm chart', () => {
     helm = await helmBinary();
     dir = await mkdtemp(path.join(os.tmpdir(), 'cp-helm-'));
   });
-  afterAll(async () => { if (dir) await rm(dir, { recursive: true, force: true }); });
+  afterAll(async () => {
+    if (dir) await rm(dir, { recursive: true, force: true });
+  });
 
   // helm keeps its cache/config under HOME; give it a throwaway one.
-  const run = (args: string[]) => runCommand(helm, args, { env: { ...process.env, HOME: dir, HELM_CACHE_HOME: path.join(dir, 'cache'), HELM_CONFIG_HOME: path.join(dir, 'config'), HELM_DATA_HOME: path.join(dir, 'data') }, timeoutMs: 60_000 });
+  const run = (args: string[]) =>
+    runCommand(helm, args, {
+      env: {
+        ...process.env,
+        HOME: dir,
+        HELM_CACHE_HOME: path.join(dir, 'cache'),
+        HELM_CONFIG_HOME: path.join(dir, 'config'),
+        HELM_DATA_HOME: path.join(dir, 'data'),
+      },
+      timeoutMs: 60_000,
+    });
 
   async function template(values: string): Promise<Obj[]> {
     const file = path.join(dir, `values-${Math.random().toString(36).slice(2)}.yaml`);
@@ -52,31 +64,64 @@ describe.skipIf(kubectlUnsupported() !== null)('hub Helm chart', () => {
   it('default values: one replica, no PDB; every object (CRDs too) valid against Kubernetes schemas', async () => {
     const objs = await template('');
     for (const o of objs) validateKubeObject(o);
-    expect(objs.filter((o) => o.kind === 'CustomResourceDefinition').map((o) => o.metadata.name).sort()).toEqual([
-      'addondeploymentconfigs.addon.open-cluster-management.io', 'managedclusteraddons.addon.open-cluster-management.io',
-      'managedclusters.cluster.open-cluster-management.io', 'managedproxyconfigurations.proxy.open-cluster-management.io',
+    expect(
+      objs
+        .filter((o) => o.kind === 'CustomResourceDefinition')
+        .map((o) => o.metadata.name)
+        .sort(),
+    ).toEqual([
+      'addondeploymentconfigs.addon.open-cluster-management.io',
+      'managedclusteraddons.addon.open-cluster-management.io',
+      'managedclusters.cluster.open-cluster-management.io',
+      'managedproxyconfigurations.proxy.open-cluster-management.io',
     ]);
     expect(objs.some((o) => o.kind === 'PodDisruptionBudget')).toBe(false);
-    const dep = objs.find((o) => o.kind === 'Deployment') as unknown as { spec: { replicas: number; template: { spec: { containers: { args: string[] }[]; affinity?: unknown } } } };
+    const dep = objs.find((o) => o.kind === 'Deployment') as unknown as {
+      spec: { replicas: number; template: { spec: { containers: { args: string[] }[]; affinity?: unknown } } };
+    };
     expect(dep.spec.replicas).toBe(1);
     expect(dep.spec.template.spec.affinity).toBeUndefined();
-    expect(dep.spec.template.spec.containers[0]!.args).toEqual(expect.arrayContaining(['hub', '--store=kubernetes', '--server-count=1', '--require-registration']));
+    expect(dep.spec.template.spec.containers[0]!.args).toEqual(
+      expect.arrayContaining(['hub', '--store=kubernetes', '--server-count=1', '--require-registration']),
+    );
   });
 
   it('HA values: 3 replicas, required anti-affinity, a PDB, --server-count 3, the agent entrypoint in args and the serving certificate', async () => {
     const objs = await template('replicas: 3\nantiAffinity:\n  mode: required\nagentEntrypoint:\n  address: proxy.hub.example.com:8091\n');
     for (const o of objs) validateKubeObject(o);
-    const dep = objs.find((o) => o.kind === 'Deployment') as unknown as { spec: { replicas: number; template: { spec: { containers: { args: string[] }[]; affinity: { podAntiAffinity: { requiredDuringSchedulingIgnoredDuringExecution: { topologyKey: string }[] } } } } } };
+    const dep = objs.find((o) => o.kind === 'Deployment') as unknown as {
+      spec: {
+        replicas: number;
+        template: {
+          spec: {
+            containers: { args: string[] }[];
+            affinity: { podAntiAffinity: { requiredDuringSchedulingIgnoredDuringExecution: { topologyKey: string }[] } };
+          };
+        };
+      };
+    };
     expect(dep.spec.replicas).toBe(3);
-    expect(dep.spec.template.spec.affinity.podAntiAffinity.requiredDuringSchedulingIgnoredDuringExecution[0]!.topologyKey).toBe('kubernetes.io/hostname');
-    expect(dep.spec.template.spec.containers[0]!.args).toEqual(expect.arrayContaining(['--server-count=3', '--agent-entrypoint=proxy.hub.example.com:8091']));
-    const pdb = objs.find((o) => o.kind === 'PodDisruptionBudget') as unknown as { spec: { maxUnavailable: number; minAvailable?: number; selector: { matchLabels: Record<string, string> } } };
+    expect(dep.spec.template.spec.affinity.podAntiAffinity.requiredDuringSchedulingIgnoredDuringExecution[0]!.topologyKey).toBe(
+      'kubernetes.io/hostname',
+    );
+    expect(dep.spec.template.spec.containers[0]!.args).toEqual(
+      expect.arrayContaining(['--server-count=3', '--agent-entrypoint=proxy.hub.example.com:8091']),
+    );
+    const pdb = objs.find((o) => o.kind === 'PodDisruptionBudget') as unknown as {
+      spec: { maxUnavailable: number; minAvailable?: number; selector: { matchLabels: Record<string, string> } };
+    };
     expect(pdb.spec.maxUnavailable).toBe(1);
     expect(pdb.spec.minAvailable).toBeUndefined();
-    expect(pdb.spec.selector.matchLabels).toEqual((dep as unknown as { spec: { selector: { matchLabels: Record<string, string> } } }).spec.selector.matchLabels);
-    const svc = objs.find((o) => o.kind === 'Service' && o.metadata.name === 'cluster-proxy-agent') as unknown as { spec: { type: string; ports: { port: number }[] } };
+    expect(pdb.spec.selector.matchLabels).toEqual(
+      (dep as unknown as { spec: { selector: { matchLabels: Record<string, string> } } }).spec.selector.matchLabels,
+    );
+    const svc = objs.find((o) => o.kind === 'Service' && o.metadata.name === 'cluster-proxy-agent') as unknown as {
+      spec: { type: string; ports: { port: number }[] };
+    };
     expect(svc.spec).toMatchObject({ type: 'LoadBalancer', sessionAffinity: 'None', ports: [{ port: 8091 }] });
-    const server = objs.find((o) => o.kind === 'Secret' && o.metadata.name === 'cluster-proxy-server') as unknown as { data: Record<string, string> };
+    const server = objs.find((o) => o.kind === 'Secret' && o.metadata.name === 'cluster-proxy-server') as unknown as {
+      data: Record<string, string>;
+    };
     const { X509Certificate } = await import('node:crypto');
     const cert = new X509Certificate(Buffer.from(server.data['tls.crt']!, 'base64'));
     expect(cert.subjectAltName).toContain('DNS:proxy.hub.example.com');
@@ -84,24 +129,45 @@ describe.skipIf(kubectlUnsupported() !== null)('hub Helm chart', () => {
   });
 
   it('PDB with minAvailable instead; a ClusterIP agent entrypoint behind your own L4 balancer; LB source ranges', async () => {
-    const objs = await template('replicas: 3\npodDisruptionBudget:\n  maxUnavailable: null\n  minAvailable: 2\nagentEntrypoint:\n  service:\n    type: ClusterIP\n  address: hub.example.com:443\n');
+    const objs = await template(
+      'replicas: 3\npodDisruptionBudget:\n  maxUnavailable: null\n  minAvailable: 2\nagentEntrypoint:\n  service:\n    type: ClusterIP\n  address: hub.example.com:443\n',
+    );
     for (const o of objs) validateKubeObject(o);
     const pdb = objs.find((o) => o.kind === 'PodDisruptionBudget') as unknown as { spec: Record<string, unknown> };
     expect(pdb.spec['minAvailable']).toBe(2);
     expect(pdb.spec['maxUnavailable']).toBeUndefined();
-    const svc = objs.find((o) => o.kind === 'Service' && o.metadata.name === 'cluster-proxy-agent') as unknown as { spec: Record<string, unknown> };
+    const svc = objs.find((o) => o.kind === 'Service' && o.metadata.name === 'cluster-proxy-agent') as unknown as {
+      spec: Record<string, unknown>;
+    };
     expect(svc.spec).toMatchObject({ type: 'ClusterIP', ports: [{ port: 8091, targetPort: 'agent', protocol: 'TCP' }] });
     expect(svc.spec['externalTrafficPolicy']).toBeUndefined();
-    const lb = await template('agentEntrypoint:\n  service:\n    loadBalancerSourceRanges: [203.0.113.0/24]\n    externalTrafficPolicy: Local\n');
+    const lb = await template(
+      'agentEntrypoint:\n  service:\n    loadBalancerSourceRanges: [203.0.113.0/24]\n    externalTrafficPolicy: Local\n',
+    );
     for (const o of lb) validateKubeObject(o);
-    const lbSvc = lb.find((o) => o.kind === 'Service' && o.metadata.name === 'cluster-proxy-agent') as unknown as { spec: Record<string, unknown> };
-    expect(lbSvc.spec).toMatchObject({ type: 'LoadBalancer', loadBalancerSourceRanges: ['203.0.113.0/24'], externalTrafficPolicy: 'Local' });
+    const lbSvc = lb.find((o) => o.kind === 'Service' && o.metadata.name === 'cluster-proxy-agent') as unknown as {
+      spec: Record<string, unknown>;
+    };
+    expect(lbSvc.spec).toMatchObject({
+      type: 'LoadBalancer',
+      loadBalancerSourceRanges: ['203.0.113.0/24'],
+      externalTrafficPolicy: 'Local',
+    });
   });
 
   it('the server Deployment: ports, probes on 8092, security context, resources, frontend Service', async () => {
     const objs = await template('');
-    type C = { args: string[]; ports: { name: string; containerPort: number }[]; livenessProbe: { httpGet: { path: string; port: string } }; readinessProbe: { httpGet: { path: string; port: string } }; securityContext: Record<string, unknown>; resources: Record<string, unknown> };
-    const dep = objs.find((o) => o.kind === 'Deployment') as unknown as { spec: { template: { spec: { securityContext: Record<string, unknown>; containers: C[] } } } };
+    type C = {
+      args: string[];
+      ports: { name: string; containerPort: number }[];
+      livenessProbe: { httpGet: { path: string; port: string } };
+      readinessProbe: { httpGet: { path: string; port: string } };
+      securityContext: Record<string, unknown>;
+      resources: Record<string, unknown>;
+    };
+    const dep = objs.find((o) => o.kind === 'Deployment') as unknown as {
+      spec: { template: { spec: { securityContext: Record<string, unknown>; containers: C[] } } };
+    };
     const c = dep.spec.template.spec.containers[0]!;
     const ports = Object.fromEntries(c.ports.map((p) => [p.name, p.containerPort]));
     expect(ports).toEqual({ frontend: 8090, agent: 8091, health: 8092, connect: 8089, gateway: 9092 });
@@ -109,26 +175,52 @@ describe.skipIf(kubectlUnsupported() !== null)('hub Helm chart', () => {
     // The Service allowlist: an empty list by default (deny all), mounted as a directory so edits reach the hub.
     expect(c.args).toContain('--gateway-services=/etc/cluster-proxy/gateway/services.yaml');
     const mounts = (c as unknown as { volumeMounts: { name: string; mountPath: string; subPath?: string }[] }).volumeMounts;
-    expect(mounts.find((m) => m.name === 'gateway-services')).toEqual({ name: 'gateway-services', mountPath: '/etc/cluster-proxy/gateway', readOnly: true });
-    const servicesCm = objs.find((o) => o.kind === 'ConfigMap' && o.metadata.name === 'cluster-proxy-gateway-services') as unknown as { data: Record<string, string> };
+    expect(mounts.find((m) => m.name === 'gateway-services')).toEqual({
+      name: 'gateway-services',
+      mountPath: '/etc/cluster-proxy/gateway',
+      readOnly: true,
+    });
+    const servicesCm = objs.find((o) => o.kind === 'ConfigMap' && o.metadata.name === 'cluster-proxy-gateway-services') as unknown as {
+      data: Record<string, string>;
+    };
     expect(parseServiceAllowlist(servicesCm.data['services.yaml']!, () => Buffer.alloc(0))).toEqual([]);
     expect(ports[c.livenessProbe.httpGet.port]).toBe(8092);
     expect(c.livenessProbe.httpGet.path).toBe('/healthz');
     expect(c.readinessProbe.httpGet).toEqual({ path: '/readyz?exclude=store', port: 'health' });
-    expect(c.securityContext).toMatchObject({ allowPrivilegeEscalation: false, readOnlyRootFilesystem: true, capabilities: { drop: ['ALL'] } });
+    expect(c.securityContext).toMatchObject({
+      allowPrivilegeEscalation: false,
+      readOnlyRootFilesystem: true,
+      capabilities: { drop: ['ALL'] },
+    });
     expect(dep.spec.template.spec.securityContext).toMatchObject({ runAsNonRoot: true });
     // Admitted under Kubernetes' restricted Pod Security Standard and OpenShift's restricted-v2 (no fixed UID).
     const pod = dep.spec.template.spec as unknown as PodSpecLike;
     expect(restrictedProblems(pod)).toEqual([]);
     expect(restrictedV2Problems(pod)).toEqual([]);
     expect(c.resources).toHaveProperty('requests');
-    const front = objs.find((o) => o.kind === 'Service' && o.metadata.name === 'cluster-proxy') as unknown as { spec: { ports: { port: number }[] } };
+    const front = objs.find((o) => o.kind === 'Service' && o.metadata.name === 'cluster-proxy') as unknown as {
+      spec: { ports: { port: number }[] };
+    };
     expect(front.spec.ports.map((p) => p.port)).toEqual([8090, 8089, 9092]);
     // Listed Services and their CAs: the hub's own parser takes the rendered list, caFile names a key beside it.
     const ca = createCA({ commonName: 'svc-ca' }).certPem;
-    const listed = await template(stringify({ gateway: { services: [{ namespace: 'monitoring', service: 'prometheus', port: 9090, protocol: 'http', clusters: ['c1'] }, { namespace: 'pay', service: 'api', protocol: 'https', caFile: 'pay-ca.crt' }], serviceCAs: { 'pay-ca.crt': ca } } }));
+    const listed = await template(
+      stringify({
+        gateway: {
+          services: [
+            { namespace: 'monitoring', service: 'prometheus', port: 9090, protocol: 'http', clusters: ['c1'] },
+            { namespace: 'pay', service: 'api', protocol: 'https', caFile: 'pay-ca.crt' },
+          ],
+          serviceCAs: { 'pay-ca.crt': ca },
+        },
+      }),
+    );
     for (const o of listed) validateKubeObject(o);
-    const cm = (listed.find((o) => o.kind === 'ConfigMap' && o.metadata.name === 'cluster-proxy-gateway-services') as unknown as { data: Record<string, string> }).data;
+    const cm = (
+      listed.find((o) => o.kind === 'ConfigMap' && o.metadata.name === 'cluster-proxy-gateway-services') as unknown as {
+        data: Record<string, string>;
+      }
+    ).data;
     const entries = parseServiceAllowlist(cm['services.yaml']!, (f) => Buffer.from(cm[f]!));
     expect(entries.map(({ ca: _ca, ...e }) => e)).toEqual([
       { namespace: 'monitoring', service: 'prometheus', port: 9090, protocol: 'http', clusters: ['c1'] },
@@ -141,37 +233,74 @@ describe.skipIf(kubectlUnsupported() !== null)('hub Helm chart', () => {
     const offDep = off.find((o) => o.kind === 'Deployment') as unknown as { spec: { template: { spec: { containers: C[] } } } };
     expect(offDep.spec.template.spec.containers[0]!.args.some((a) => a.startsWith('--gateway-port'))).toBe(false);
     expect(offDep.spec.template.spec.containers[0]!.ports.map((p) => p.name)).not.toContain('gateway');
-    expect((off.find((o) => o.kind === 'Service' && o.metadata.name === 'cluster-proxy') as unknown as { spec: { ports: { port: number }[] } }).spec.ports.map((p) => p.port)).toEqual([8090, 8089]);
+    expect(
+      (
+        off.find((o) => o.kind === 'Service' && o.metadata.name === 'cluster-proxy') as unknown as { spec: { ports: { port: number }[] } }
+      ).spec.ports.map((p) => p.port),
+    ).toEqual([8090, 8089]);
     const role = objs.find((o) => o.kind === 'ClusterRole') as unknown as { rules: { resources: string[] }[] };
     const resources = role.rules.flatMap((r) => r.resources);
-    for (const r of ['managedclusters', 'managedclusteraddons/status', 'addondeploymentconfigs', 'managedproxyconfigurations/status', 'leases', 'secrets', 'namespaces']) expect(resources).toContain(r);
+    for (const r of [
+      'managedclusters',
+      'managedclusteraddons/status',
+      'addondeploymentconfigs',
+      'managedproxyconfigurations/status',
+      'leases',
+      'secrets',
+      'namespaces',
+    ])
+      expect(resources).toContain(r);
     // The gateway's reviews on the hub's API server, only with the gateway.
     for (const r of ['tokenreviews', 'subjectaccessreviews']) expect(resources).toContain(r);
-    expect((off.find((o) => o.kind === 'ClusterRole') as unknown as { rules: { resources: string[] }[] }).rules.flatMap((r) => r.resources)).not.toContain('tokenreviews');
+    expect(
+      (off.find((o) => o.kind === 'ClusterRole') as unknown as { rules: { resources: string[] }[] }).rules.flatMap((r) => r.resources),
+    ).not.toContain('tokenreviews');
     // The store reads a namespace before creating it (RBAC is checked before existence).
-    expect((role.rules as { resources: string[]; verbs: string[] }[]).find((r) => r.resources.includes('namespaces'))!.verbs).toEqual(expect.arrayContaining(['get', 'create']));
+    expect((role.rules as { resources: string[]; verbs: string[] }[]).find((r) => r.resources.includes('namespaces'))!.verbs).toEqual(
+      expect.arrayContaining(['get', 'create']),
+    );
     // SIGTERM grace: the pod outlives the hub's own grace period.
     expect(c.args).toEqual(expect.arrayContaining(['--shutdown-grace=20s', '--shutdown-delay=5s']));
     expect((dep.spec.template.spec as unknown as { terminationGracePeriodSeconds: number }).terminationGracePeriodSeconds).toBe(40);
   });
 
-  it('manifestwork mode: OCM addon objects, proxy-entrypoint, RBAC for works, placements and CSRs (signing only its own signer); all valid against Kubernetes\' and OCM\'s schemas', async () => {
+  it("manifestwork mode: OCM addon objects, proxy-entrypoint, RBAC for works, placements and CSRs (signing only its own signer); all valid against Kubernetes' and OCM's schemas", async () => {
     const manual = await template('');
-    expect(manual.some((o) => ['ClusterManagementAddOn', 'Placement'].includes(o.kind) || o.metadata.name === 'proxy-entrypoint')).toBe(false);
+    expect(manual.some((o) => ['ClusterManagementAddOn', 'Placement'].includes(o.kind) || o.metadata.name === 'proxy-entrypoint')).toBe(
+      false,
+    );
     const objs = await template('agentInstall:\n  mode: manifestwork\n  installStrategy: Placements\n');
     for (const o of objs) validateKubeObject(o);
-    const dep = objs.find((o) => o.kind === 'Deployment') as unknown as { spec: { template: { spec: { containers: { args: string[] }[] } } } };
-    expect(dep.spec.template.spec.containers[0]!.args).toEqual(expect.arrayContaining(['--agent-install=manifestwork', '--agent-install-namespace=open-cluster-management-cluster-proxy']));
-    const cma = objs.find((o) => o.kind === 'ClusterManagementAddOn') as unknown as { metadata: { annotations: Record<string, string> }; spec: { installStrategy: unknown } };
+    const dep = objs.find((o) => o.kind === 'Deployment') as unknown as {
+      spec: { template: { spec: { containers: { args: string[] }[] } } };
+    };
+    expect(dep.spec.template.spec.containers[0]!.args).toEqual(
+      expect.arrayContaining(['--agent-install=manifestwork', '--agent-install-namespace=open-cluster-management-cluster-proxy']),
+    );
+    const cma = objs.find((o) => o.kind === 'ClusterManagementAddOn') as unknown as {
+      metadata: { annotations: Record<string, string> };
+      spec: { installStrategy: unknown };
+    };
     expect(cma.metadata.annotations['addon.open-cluster-management.io/lifecycle']).toBe('addon-manager');
-    expect(cma.spec.installStrategy).toEqual({ type: 'Placements', placements: [{ name: 'cluster-proxy-placement', namespace: 'open-cluster-management-cluster-proxy' }] });
+    expect(cma.spec.installStrategy).toEqual({
+      type: 'Placements',
+      placements: [{ name: 'cluster-proxy-placement', namespace: 'open-cluster-management-cluster-proxy' }],
+    });
     expect(objs.find((o) => o.kind === 'Placement')?.spec).toEqual({ clusterSets: ['global'] });
     expect(objs.find((o) => o.kind === 'ManagedClusterSetBinding')?.spec).toEqual({ clusterSet: 'global' });
-    const svc = objs.find((o) => o.kind === 'Service' && o.metadata.name === 'proxy-entrypoint') as unknown as { spec: { ports: { port: number; targetPort: string }[] } };
-    expect(svc.spec.ports.map((p) => [p.port, p.targetPort])).toEqual([[8090, 'frontend'], [8091, 'agent']]);
+    const svc = objs.find((o) => o.kind === 'Service' && o.metadata.name === 'proxy-entrypoint') as unknown as {
+      spec: { ports: { port: number; targetPort: string }[] };
+    };
+    expect(svc.spec.ports.map((p) => [p.port, p.targetPort])).toEqual([
+      [8090, 'frontend'],
+      [8091, 'agent'],
+    ]);
     type Rule = { apiGroups: string[]; resources: string[]; resourceNames?: string[]; verbs: string[] };
     const rules = (objs.find((o) => o.kind === 'ClusterRole') as unknown as { rules: Rule[] }).rules;
-    const verbs = (resource: string, name?: string) => rules.filter((r) => r.resources.includes(resource) && (name === undefined || r.resourceNames?.includes(name))).flatMap((r) => r.verbs);
+    const verbs = (resource: string, name?: string) =>
+      rules
+        .filter((r) => r.resources.includes(resource) && (name === undefined || r.resourceNames?.includes(name)))
+        .flatMap((r) => r.verbs);
     expect(verbs('manifestworks')).toEqual(expect.arrayContaining(['create', 'update', 'delete', 'watch']));
     expect(verbs('certificatesigningrequests/approval')).toEqual(['update']);
     expect(verbs('signers', 'open-cluster-management.io/proxy-agent-signer')).toEqual(['approve', 'sign']);
@@ -190,10 +319,15 @@ describe.skipIf(kubectlUnsupported() !== null)('hub Helm chart', () => {
     const pRules = (profiles.find((o) => o.kind === 'ClusterRole') as unknown as { rules: Rule[] }).rules;
     expect(pRules.filter((r) => r.resources.includes('clusterprofiles')).flatMap((r) => r.verbs)).toEqual(['get', 'list', 'watch']);
     expect(pRules.filter((r) => r.resources.includes('clusterprofiles/status')).flatMap((r) => r.verbs)).toEqual(['update']);
-    const pArgs = (profiles.find((o) => o.kind === 'Deployment') as unknown as { spec: { template: { spec: { containers: { args: string[] }[] } } } }).spec.template.spec.containers[0]!.args;
+    const pArgs = (
+      profiles.find((o) => o.kind === 'Deployment') as unknown as { spec: { template: { spec: { containers: { args: string[] }[] } } } }
+    ).spec.template.spec.containers[0]!.args;
     expect(pArgs).toContain('--cluster-profiles-gateway-url=https://cluster-proxy.open-cluster-management-cluster-proxy.svc:9092');
     const manualStrategy = await template('agentInstall:\n  mode: manifestwork\n');
-    expect((manualStrategy.find((o) => o.kind === 'ClusterManagementAddOn') as unknown as { spec: { installStrategy: unknown } }).spec.installStrategy).toEqual({ type: 'Manual' });
+    expect(
+      (manualStrategy.find((o) => o.kind === 'ClusterManagementAddOn') as unknown as { spec: { installStrategy: unknown } }).spec
+        .installStrategy,
+    ).toEqual({ type: 'Manual' });
     expect(manualStrategy.some((o) => o.kind === 'Placement')).toBe(false);
   });
 
@@ -217,7 +351,9 @@ describe.skipIf(kubectlUnsupported() !== null)('hub Helm chart', () => {
 
   it('preferred anti-affinity by default when replicated', async () => {
     const objs = await template('replicas: 2\n');
-    const dep = objs.find((o) => o.kind === 'Deployment') as unknown as { spec: { template: { spec: { affinity: { podAntiAffinity: Record<string, unknown> } } } } };
+    const dep = objs.find((o) => o.kind === 'Deployment') as unknown as {
+      spec: { template: { spec: { affinity: { podAntiAffinity: Record<string, unknown> } } } };
+    };
     expect(Object.keys(dep.spec.template.spec.affinity.podAntiAffinity)).toEqual(['preferredDuringSchedulingIgnoredDuringExecution']);
   });
 });
@@ -229,25 +365,41 @@ describe.skipIf(kubectlUnsupported() !== null)('agent install manifests through 
   beforeAll(async () => {
     dir = await mkdtemp(path.join(os.tmpdir(), 'cp-kubectl-'));
   });
-  afterAll(async () => { if (dir) await rm(dir, { recursive: true, force: true }); });
+  afterAll(async () => {
+    if (dir) await rm(dir, { recursive: true, force: true });
+  });
 
   it('kubectl reads every object, and sees the proxy env on the agent container', async () => {
     const kubectl = await kubectlBinary();
     const file = path.join(dir, 'manifests.yaml');
-    await writeFile(file, toYaml(renderAgentInstall({
-      cluster: 'cluster1', installNamespace: 'open-cluster-management-agent-addon', agentEntrypoint: 'proxy.hub.example.com:8091',
-      caBundle: createCA({ commonName: 'hub-ca' }).certPem, bootstrapToken: 'abcdef.0123456789abcdef', agentReplicas: 2,
-      facts: { podCidrs: ['10.244.0.0/16'], serviceCidrs: ['10.96.0.0/12'], apiserverIp: '10.96.0.1' },
-      proxyConfig: { httpsProxy: 'http://proxy.corp.example:3128' },
-      nodePlacement: { tolerations: [{ operator: 'Exists' }] },
-    })));
+    await writeFile(
+      file,
+      toYaml(
+        renderAgentInstall({
+          cluster: 'cluster1',
+          installNamespace: 'open-cluster-management-agent-addon',
+          agentEntrypoint: 'proxy.hub.example.com:8091',
+          caBundle: createCA({ commonName: 'hub-ca' }).certPem,
+          bootstrapToken: 'abcdef.0123456789abcdef',
+          agentReplicas: 2,
+          facts: { podCidrs: ['10.244.0.0/16'], serviceCidrs: ['10.96.0.0/12'], apiserverIp: '10.96.0.1' },
+          proxyConfig: { httpsProxy: 'http://proxy.corp.example:3128' },
+          nodePlacement: { tolerations: [{ operator: 'Exists' }] },
+        }),
+      ),
+    );
     const env = { ...process.env, HOME: dir, KUBECONFIG: path.join(dir, 'none') };
     const names = await runCommand(kubectl, ['label', '--local', '-f', file, 'checked=yes', '-o', 'name'], { env, timeoutMs: 30_000 });
     expect(names.code, names.stderr).toBe(0);
     expect(names.stdout.trim().split('\n')).toEqual([
-      'namespace/open-cluster-management-agent-addon', 'serviceaccount/cluster-proxy', 'role.rbac.authorization.k8s.io/cluster-proxy',
-      'rolebinding.rbac.authorization.k8s.io/cluster-proxy', 'secret/cluster-proxy-hub-ca', 'secret/cluster-proxy-bootstrap',
-      'deployment.apps/cluster-proxy-proxy-agent', 'service/cluster1',
+      'namespace/open-cluster-management-agent-addon',
+      'serviceaccount/cluster-proxy',
+      'role.rbac.authorization.k8s.io/cluster-proxy',
+      'rolebinding.rbac.authorization.k8s.io/cluster-proxy',
+      'secret/cluster-proxy-hub-ca',
+      'secret/cluster-proxy-bootstrap',
+      'deployment.apps/cluster-proxy-proxy-agent',
+      'service/cluster1',
     ]);
     const listed = await runCommand(kubectl, ['set', 'env', '--local', '-f', file, '--list'], { env, timeoutMs: 30_000 });
     expect(listed.code, listed.stderr).toBe(0);

@@ -48,7 +48,11 @@ async function buildahUnavailable(): Promise<string | undefined> {
     await buildah(['rm', c]);
     return undefined;
   } catch (err) {
-    return `buildah cannot create a container here: ${String((err as { stderr?: string }).stderr ?? (err as Error).message).trim().split('\n').slice(-2).join(' | ')}`;
+    return `buildah cannot create a container here: ${String((err as { stderr?: string }).stderr ?? (err as Error).message)
+      .trim()
+      .split('\n')
+      .slice(-2)
+      .join(' | ')}`;
   }
 }
 
@@ -87,7 +91,9 @@ describe('the OCI image, built with buildah and run with buildah run', () => {
     expect(r.code, `${r.stdout}\n${r.stderr}`).toBe(0);
     built = true;
     expect(existsSync(path.join(dir, 'cluster-proxy.oci.tar'))).toBe(true);
-    const config = JSON.parse(await buildah(['inspect', '--type', 'image', TAG])) as { OCIv1: { config: { Entrypoint: string[]; User: string } } };
+    const config = JSON.parse(await buildah(['inspect', '--type', 'image', TAG])) as {
+      OCIv1: { config: { Entrypoint: string[]; User: string } };
+    };
     // node with the product's launch flags, as this checkout's command starts it (cli/src/memory/gc-tuning.ts).
     expect(config.OCIv1.config.Entrypoint).toEqual(['/usr/local/bin/node', ...cliLaunchFlags(), CLI_IN_IMAGE]);
     expect(config.OCIv1.config.User).toBe('65532:65532');
@@ -105,9 +111,20 @@ describe('the OCI image, built with buildah and run with buildah run', () => {
     const help = await buildah(['run', c, '--', '/usr/local/bin/node', CLI_IN_IMAGE, '--help']);
     expect(help).toContain('Usage: cluster-proxy COMMAND');
     // OpenShift's restricted-v2 runs the pod as an arbitrary UID of the namespace's range, group 0.
-    const arbitrary = await buildah(['run', '--user', `${ARBITRARY_UID}:0`, c, '--', '/usr/local/bin/node', '-e', 'process.stdout.write(String(process.getuid()))']);
+    const arbitrary = await buildah([
+      'run',
+      '--user',
+      `${ARBITRARY_UID}:0`,
+      c,
+      '--',
+      '/usr/local/bin/node',
+      '-e',
+      'process.stdout.write(String(process.getuid()))',
+    ]);
     expect(arbitrary).toBe(String(ARBITRARY_UID));
-    expect(await buildah(['run', '--user', `${ARBITRARY_UID}:0`, c, '--', '/usr/local/bin/node', CLI_IN_IMAGE, '--help'])).toContain('Usage: cluster-proxy COMMAND');
+    expect(await buildah(['run', '--user', `${ARBITRARY_UID}:0`, c, '--', '/usr/local/bin/node', CLI_IN_IMAGE, '--help'])).toContain(
+      'Usage: cluster-proxy COMMAND',
+    );
   }, 120_000);
 
   it('an agent in the image, as an arbitrary UID (OpenShift), connects to a hub on the host; bytes go through it', async (ctx) => {
@@ -119,14 +136,45 @@ describe('the OCI image, built with buildah and run with buildah run', () => {
     const cert = await pki.agent('imaged');
     const c = await buildah(['from', TAG]);
     containers.push(c);
-    for (const [src, dest] of [[pki.caPath, '/pki/ca.crt'], [cert.certPath, '/pki/agent.crt'], [cert.keyPath, '/pki/agent.key']] as const) {
+    for (const [src, dest] of [
+      [pki.caPath, '/pki/ca.crt'],
+      [cert.certPath, '/pki/agent.crt'],
+      [cert.keyPath, '/pki/agent.key'],
+    ] as const) {
       await buildah(['copy', '--chown', `${ARBITRARY_UID}:0`, c, src, dest]);
     }
     agent = spawnProcess({
-      name: 'agent-in-image', command: 'buildah', env: BUILDAH_ENV,
-      args: ['run', '--user', `${ARBITRARY_UID}:0`, c, '--', '/usr/local/bin/node', CLI_IN_IMAGE, 'agent', '--cluster', 'imaged', '--hub', `127.0.0.1:${hub.ports.agent}`, '--server-name', 'localhost',
-        '--ca-cert', '/pki/ca.crt', '--cert', '/pki/agent.crt', '--key', '/pki/agent.key', '--apiserver', `127.0.0.1:${echo.port}`,
-        '--health-port', '0', '--drain-grace', '1s'],
+      name: 'agent-in-image',
+      command: 'buildah',
+      env: BUILDAH_ENV,
+      args: [
+        'run',
+        '--user',
+        `${ARBITRARY_UID}:0`,
+        c,
+        '--',
+        '/usr/local/bin/node',
+        CLI_IN_IMAGE,
+        'agent',
+        '--cluster',
+        'imaged',
+        '--hub',
+        `127.0.0.1:${hub.ports.agent}`,
+        '--server-name',
+        'localhost',
+        '--ca-cert',
+        '/pki/ca.crt',
+        '--cert',
+        '/pki/agent.crt',
+        '--key',
+        '/pki/agent.key',
+        '--apiserver',
+        `127.0.0.1:${echo.port}`,
+        '--health-port',
+        '0',
+        '--drain-grace',
+        '1s',
+      ],
     });
     await agent.waitForJsonLine((o) => o['msg'] === 'connected to proxy server', 30_000);
     const tunnel = hub.tunnel();

@@ -22,7 +22,10 @@ const ROOT = fileURLToPath(new URL('../../', import.meta.url));
 async function readmeRegisterSection(): Promise<{ commands: string[]; table: string[][] }> {
   const readme = await readFile(path.join(ROOT, 'README.md'), 'utf8');
   const section = readme.slice(readme.indexOf('## Register a cluster'));
-  const block = /```sh\n([\s\S]*?)```/.exec(section)![1]!.split('\n').filter((l) => l.trim() !== '');
+  const block = /```sh\n([\s\S]*?)```/
+    .exec(section)![1]!
+    .split('\n')
+    .filter((l) => l.trim() !== '');
   const commands = block.filter((l) => l.startsWith('cluster-proxy ')).map((l) => l.replace(/\s+#.*$/, '').trim());
   const table = block.filter((l) => !l.startsWith('cluster-proxy ') && !l.startsWith('#')).map((l) => l.trim().split(/\s+/));
   return { commands, table };
@@ -36,9 +39,10 @@ describe('packed CLI, installed with npm alone, runs the README\'s "Register a c
   let env: NodeJS.ProcessEnv = {};
 
   /** `bash -c LINE` in the work dir, inside the namespace when there is one. */
-  const shell = (line: string, timeoutMs = 30_000): Promise<RunResult> => lab
-    ? runCommand('ip', ['netns', 'exec', lab.names.get('user')!, 'bash', '-c', line], { cwd: dir, env, timeoutMs })
-    : runCommand('bash', ['-c', line], { cwd: dir, env, timeoutMs });
+  const shell = (line: string, timeoutMs = 30_000): Promise<RunResult> =>
+    lab
+      ? runCommand('ip', ['netns', 'exec', lab.names.get('user')!, 'bash', '-c', line], { cwd: dir, env, timeoutMs })
+      : runCommand('bash', ['-c', line], { cwd: dir, env, timeoutMs });
   const shellInBackground = (name: string, line: string): ManagedProcess => {
     const p = lab
       ? lab.spawn('user', { name, command: 'bash', args: ['-c', `exec ${line}`], cwd: dir, env })
@@ -65,7 +69,11 @@ describe('packed CLI, installed with npm alone, runs the README\'s "Register a c
     expect(pack.code, pack.stderr).toBe(0);
     const tarball = /==> (.*\.tgz)/.exec(pack.stdout)![1]!;
     expect(existsSync(tarball)).toBe(true);
-    const install = await runCommand('npm', ['install', '-g', '--prefix', prefix, '--offline', '--cache', path.join(dir, 'empty-cache'), '--no-audit', '--no-fund', tarball], { timeoutMs: 240_000 });
+    const install = await runCommand(
+      'npm',
+      ['install', '-g', '--prefix', prefix, '--offline', '--cache', path.join(dir, 'empty-cache'), '--no-audit', '--no-fund', tarball],
+      { timeoutMs: 240_000 },
+    );
     expect(install.code, install.stderr).toBe(0);
     // Only Node and npm: no pnpm and no checkout on PATH, HOME elsewhere.
     env = { PATH: `${path.join(prefix, 'bin')}:${path.dirname(process.execPath)}:/usr/bin:/bin:/usr/sbin:/sbin`, HOME: dir };
@@ -76,7 +84,7 @@ describe('packed CLI, installed with npm alone, runs the README\'s "Register a c
     expect(resolved.stdout.trim()).toBe(path.join(prefix, 'bin', 'cluster-proxy'));
   }, 480_000);
 
-  it('the README lines, the agent line join prints, and the README\'s table at the end', async () => {
+  it("the README lines, the agent line join prints, and the README's table at the end", async () => {
     expect(env['PATH'], 'the install test must run first').toBeDefined();
     const { commands, table } = await readmeRegisterSection();
     expect(commands[0]).toBe('cluster-proxy hub');
@@ -87,19 +95,31 @@ describe('packed CLI, installed with npm alone, runs the README\'s "Register a c
 
     const join = await shell(commands[1]!);
     expect(join.code, join.stderr).toBe(0);
-    const agentLine = join.stdout.split('\n').map((l) => l.trim()).find((l) => l.startsWith('cluster-proxy agent '));
+    const agentLine = join.stdout
+      .split('\n')
+      .map((l) => l.trim())
+      .find((l) => l.startsWith('cluster-proxy agent '));
     expect(agentLine).toBeDefined();
     // The apiserver the agent fronts: an echo server where the printed line says HOST:PORT.
-    const apiserver = shellInBackground('apiserver', `node -e "require('node:net').createServer((s) => s.pipe(s)).listen(16443, '127.0.0.1', () => console.log('listening'))"`);
+    const apiserver = shellInBackground(
+      'apiserver',
+      `node -e "require('node:net').createServer((s) => s.pipe(s)).listen(16443, '127.0.0.1', () => console.log('listening'))"`,
+    );
     await apiserver.waitForLine((l) => l === 'listening', 10_000);
     shellInBackground('agent', agentLine!.replace('HOST:PORT', '127.0.0.1:16443'));
 
     let rows: string[][] = [];
-    await waitFor(async () => {
-      const get = await shell(commands[2]!);
-      rows = get.stdout.split('\n').filter((l) => l.trim() !== '').map((l) => l.trim().split(/\s+/));
-      return get.code === 0 && JSON.stringify(rows) === JSON.stringify(table);
-    }, { timeoutMs: 60_000, intervalMs: 1000, message: 'get managedclusteraddons -A printing the README\'s table' }).catch((err: Error) => {
+    await waitFor(
+      async () => {
+        const get = await shell(commands[2]!);
+        rows = get.stdout
+          .split('\n')
+          .filter((l) => l.trim() !== '')
+          .map((l) => l.trim().split(/\s+/));
+        return get.code === 0 && JSON.stringify(rows) === JSON.stringify(table);
+      },
+      { timeoutMs: 60_000, intervalMs: 1000, message: "get managedclusteraddons -A printing the README's table" },
+    ).catch((err: Error) => {
       throw new Error(`${err.message}; last rows: ${JSON.stringify(rows)}`);
     });
     expect(rows).toEqual(table);
@@ -107,19 +127,28 @@ describe('packed CLI, installed with npm alone, runs the README\'s "Register a c
 });
 
 describe('scripts/install-cli.sh (run by quickstart.sh)', () => {
-  it('leaves cluster-proxy on a login shell\'s PATH, pointing at this checkout\'s build', async () => {
+  it("leaves cluster-proxy on a login shell's PATH, pointing at this checkout's build", async () => {
     // Where the script links by default: npm's global bin directory (or ~/.local/bin when not writable).
     const npmPrefix = (await runCommand('npm', ['prefix', '-g'])).stdout.trim();
     const candidates = [path.join(npmPrefix, 'bin', 'cluster-proxy'), path.join(os.homedir(), '.local', 'bin', 'cluster-proxy')];
     const before = new Map(candidates.map((c) => [c, whatIsAt(c)]));
     try {
-      const r = await runCommand('bash', [path.join(ROOT, 'scripts/install-cli.sh')], { env: { ...process.env, CLUSTER_PROXY_BIN_DIR: undefined } });
+      const r = await runCommand('bash', [path.join(ROOT, 'scripts/install-cli.sh')], {
+        env: { ...process.env, CLUSTER_PROXY_BIN_DIR: undefined },
+      });
       expect(r.code, r.stderr).toBe(0);
       // A login shell whose own node may be older: the command still runs on the Node.js this suite runs on.
-      const login = await runCommand('bash', ['-lc', 'command -v cluster-proxy && cluster-proxy --help && cluster-proxy --version'], { env: { HOME: os.homedir(), PATH: '/usr/bin:/bin', TERM: 'dumb' } });
+      const login = await runCommand('bash', ['-lc', 'command -v cluster-proxy && cluster-proxy --help && cluster-proxy --version'], {
+        env: { HOME: os.homedir(), PATH: '/usr/bin:/bin', TERM: 'dumb' },
+      });
       expect(login.code, login.stderr).toBe(0);
       expect(login.stdout).toContain('Usage: cluster-proxy COMMAND');
-      expect(login.stdout).toMatch(new RegExp(`^cluster-proxy \\d+\\.\\d+\\.\\d+ \\(commit [0-9a-f]{12}(-dirty)?, Node\\.js ${process.version.replace(/\./g, '\\.')}\\)$`, 'm'));
+      expect(login.stdout).toMatch(
+        new RegExp(
+          `^cluster-proxy \\d+\\.\\d+\\.\\d+ \\(commit [0-9a-f]{12}(-dirty)?, Node\\.js ${process.version.replace(/\./g, '\\.')}\\)$`,
+          'm',
+        ),
+      );
       const launcher = await readFile(login.stdout.split('\n')[0]!, 'utf8');
       expect(launcher).toContain(`'${path.join(ROOT, 'cli/dist/main.js')}'`);
     } finally {
@@ -141,9 +170,10 @@ type WasAt = { kind: 'none' } | { kind: 'link'; target: string } | { kind: 'file
 function whatIsAt(p: string): WasAt {
   try {
     const st = lstatSync(p);
-    return st.isSymbolicLink() ? { kind: 'link', target: readlinkSync(p) } : { kind: 'file', content: readFileSync(p), mode: st.mode & 0o777 };
+    return st.isSymbolicLink()
+      ? { kind: 'link', target: readlinkSync(p) }
+      : { kind: 'file', content: readFileSync(p), mode: st.mode & 0o777 };
   } catch {
     return { kind: 'none' };
   }
 }
-

@@ -23,7 +23,19 @@ beforeAll(async () => {
     seen.push({ path: req.url ?? '', auth: req.headers.authorization });
     if (req.url === '/version') {
       res.writeHead(200, { 'content-type': 'application/json' });
-      res.end(JSON.stringify({ major: '1', minor: '33', gitVersion: 'v1.33.0-test', gitCommit: 'abc', gitTreeState: 'clean', buildDate: '2026-01-01T00:00:00Z', goVersion: 'go1.24', compiler: 'gc', platform: 'linux/amd64' }));
+      res.end(
+        JSON.stringify({
+          major: '1',
+          minor: '33',
+          gitVersion: 'v1.33.0-test',
+          gitCommit: 'abc',
+          gitTreeState: 'clean',
+          buildDate: '2026-01-01T00:00:00Z',
+          goVersion: 'go1.24',
+          compiler: 'gc',
+          platform: 'linux/amd64',
+        }),
+      );
       return;
     }
     res.writeHead(404).end();

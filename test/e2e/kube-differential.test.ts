@@ -47,8 +47,14 @@ const LEASES = `/apis/coordination.k8s.io/v1/namespaces/${NS}/leases`;
 
 /** An addon whose keys are not in sorted order, at the top and in spec. */
 const addon = (name: string, extra: Record<string, unknown> = {}): Record<string, unknown> => ({
-  kind: 'ManagedClusterAddOn', apiVersion: 'addon.open-cluster-management.io/v1alpha1', metadata: { name, namespace: NS },
-  spec: { installNamespace: 'ns-b', configs: [{ resource: 'addondeploymentconfigs', group: 'addon.open-cluster-management.io', name: 'x', namespace: NS }] }, ...extra,
+  kind: 'ManagedClusterAddOn',
+  apiVersion: 'addon.open-cluster-management.io/v1alpha1',
+  metadata: { name, namespace: NS },
+  spec: {
+    installNamespace: 'ns-b',
+    configs: [{ resource: 'addondeploymentconfigs', group: 'addon.open-cluster-management.io', name: 'x', namespace: NS }],
+  },
+  ...extra,
 });
 
 describe('our API stand-in answers as a real kube-apiserver does', () => {
@@ -64,13 +70,19 @@ describe('our API stand-in answers as a real kube-apiserver does', () => {
     await fake.writeKubeconfig(kubeconfig);
     const token = (JSON.parse(await readFile(kubeconfig, 'utf8')) as { users: { user: { token: string } }[] }).users[0]!.user.token;
     send.fake = async (method, urlPath, body) => {
-      const res = await fetch(`${fake.url}${urlPath}`, { method, headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' }, ...(body === undefined ? {} : { body: JSON.stringify(body) }) });
+      const res = await fetch(`${fake.url}${urlPath}`, {
+        method,
+        headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' },
+        ...(body === undefined ? {} : { body: JSON.stringify(body) }),
+      });
       return answer(res.status, await res.text());
     };
     // OCM's CRDs, as the stand-in validates with (our chart's keep unknown fields in spec and status).
     real = await startRealKube({ controllerManager: false });
     await real.applyOcmCrds(['ManagedClusterAddOn', 'ManagedProxyConfiguration']);
-    expect((await real.request('POST', '/api/v1/namespaces', { apiVersion: 'v1', kind: 'Namespace', metadata: { name: NS } })).status).toBe(201);
+    expect((await real.request('POST', '/api/v1/namespaces', { apiVersion: 'v1', kind: 'Namespace', metadata: { name: NS } })).status).toBe(
+      201,
+    );
     send.real = async (method, urlPath, body) => {
       const r = await real.request(method, urlPath, body);
       return answer(r.status, r.text);
@@ -96,7 +108,12 @@ describe('our API stand-in answers as a real kube-apiserver does', () => {
       const item = (list.body['items'] as Record<string, unknown>[]).find((i) => (i['metadata'] as { name: string }).name === 'sorted')!;
       return [created, got, answer(list.status, JSON.stringify(item))];
     });
-    expect(shape(r.real)[0]).toEqual({ status: 201, reason: undefined, keys: ['apiVersion', 'kind', 'metadata', 'spec'], specKeys: ['configs', 'installNamespace'] });
+    expect(shape(r.real)[0]).toEqual({
+      status: 201,
+      reason: undefined,
+      keys: ['apiVersion', 'kind', 'metadata', 'spec'],
+      specKeys: ['configs', 'installNamespace'],
+    });
     expect(shape(r.fake)).toEqual(shape(r.real));
     // Nested objects too.
     const config = (a: Answer) => Object.keys((a.body['spec'] as { configs: Record<string, unknown>[] }).configs[0]!);
@@ -110,18 +127,45 @@ describe('our API stand-in answers as a real kube-apiserver does', () => {
       const rv = (created.body['metadata'] as { resourceVersion: string }).resourceVersion;
       const again = await s('POST', ADDONS, addon('errs'));
       const missing = await s('GET', `${ADDONS}/nope`);
-      const noNamespace = await s('POST', ADDONS.replace(`/${NS}/`, '/nowhere/'), { ...addon('x'), metadata: { name: 'x', namespace: 'nowhere' } });
-      const first = await s('PUT', `${ADDONS}/errs`, { ...addon('errs', {}), metadata: { name: 'errs', namespace: NS, resourceVersion: rv }, spec: { installNamespace: 'ns-c' } });
-      const stale = await s('PUT', `${ADDONS}/errs`, { ...addon('errs', {}), metadata: { name: 'errs', namespace: NS, resourceVersion: rv }, spec: { installNamespace: 'ns-d' } });
+      const noNamespace = await s('POST', ADDONS.replace(`/${NS}/`, '/nowhere/'), {
+        ...addon('x'),
+        metadata: { name: 'x', namespace: 'nowhere' },
+      });
+      const first = await s('PUT', `${ADDONS}/errs`, {
+        ...addon('errs', {}),
+        metadata: { name: 'errs', namespace: NS, resourceVersion: rv },
+        spec: { installNamespace: 'ns-c' },
+      });
+      const stale = await s('PUT', `${ADDONS}/errs`, {
+        ...addon('errs', {}),
+        metadata: { name: 'errs', namespace: NS, resourceVersion: rv },
+        spec: { installNamespace: 'ns-d' },
+      });
       // OCM's CRD requires spec.authentication, proxyServer and proxyAgent.
-      const invalid = await s('POST', MPCS, { apiVersion: 'proxy.open-cluster-management.io/v1alpha1', kind: 'ManagedProxyConfiguration', metadata: { name: 'bad' }, spec: {} });
+      const invalid = await s('POST', MPCS, {
+        apiVersion: 'proxy.open-cluster-management.io/v1alpha1',
+        kind: 'ManagedProxyConfiguration',
+        metadata: { name: 'bad' },
+        spec: {},
+      });
       const mismatch = await s('PUT', `${ADDONS}/errs`, { ...addon('other') });
       const deleted = await s('DELETE', `${ADDONS}/errs`);
       const deletedAgain = await s('DELETE', `${ADDONS}/errs`);
       return [created, again, missing, noNamespace, first, stale, invalid, mismatch, deleted, deletedAgain];
     });
     const codes = (as: Answer[]) => as.map((a) => `${a.status} ${a.reason ?? ''}`.trim());
-    expect(codes(r.real)).toEqual(['201', '409 AlreadyExists', '404 NotFound', '404 NotFound', '200', '409 Conflict', '422 Invalid', '400 BadRequest', '200', '404 NotFound']);
+    expect(codes(r.real)).toEqual([
+      '201',
+      '409 AlreadyExists',
+      '404 NotFound',
+      '404 NotFound',
+      '200',
+      '409 Conflict',
+      '422 Invalid',
+      '400 BadRequest',
+      '200',
+      '404 NotFound',
+    ]);
     expect(codes(r.fake)).toEqual(codes(r.real));
   });
 
@@ -131,14 +175,28 @@ describe('our API stand-in answers as a real kube-apiserver does', () => {
       const m = created.body['metadata'] as { resourceVersion: string };
       const labelled = await s('PUT', `${ADDONS}/gen`, { ...created.body, metadata: { ...m, labels: { a: 'b' } } });
       const m2 = labelled.body['metadata'] as { resourceVersion: string };
-      const specChanged = await s('PUT', `${ADDONS}/gen`, { ...labelled.body, metadata: m2, spec: { installNamespace: 'ns-z', unknown: true } });
+      const specChanged = await s('PUT', `${ADDONS}/gen`, {
+        ...labelled.body,
+        metadata: m2,
+        spec: { installNamespace: 'ns-z', unknown: true },
+      });
       const m3 = specChanged.body['metadata'] as { resourceVersion: string };
-      const status = await s('PUT', `${ADDONS}/gen/status`, { ...specChanged.body, metadata: m3, spec: { installNamespace: 'ignored' }, status: { namespace: 'ns-s' } });
+      const status = await s('PUT', `${ADDONS}/gen/status`, {
+        ...specChanged.body,
+        metadata: m3,
+        spec: { installNamespace: 'ignored' },
+        status: { namespace: 'ns-s' },
+      });
       return [created, labelled, specChanged, status];
     });
-    const view = (as: Answer[]) => as.map((a) => ({
-      status: a.status, generation: (a.body['metadata'] as { generation: number }).generation, spec: a.body['spec'], st: a.body['status'] ?? null, extra: a.body['extra'] ?? null,
-    }));
+    const view = (as: Answer[]) =>
+      as.map((a) => ({
+        status: a.status,
+        generation: (a.body['metadata'] as { generation: number }).generation,
+        spec: a.body['spec'],
+        st: a.body['status'] ?? null,
+        extra: a.body['extra'] ?? null,
+      }));
     expect(view(r.real)).toEqual([
       { status: 201, generation: 1, spec: addon('x')['spec'], st: null, extra: null },
       { status: 200, generation: 1, spec: addon('x')['spec'], st: null, extra: null },
@@ -154,26 +212,48 @@ describe('our API stand-in answers as a real kube-apiserver does', () => {
       const m = created.body['metadata'] as Record<string, unknown>;
       const same = await s('PUT', `${ADDONS}/noop`, { ...created.body, metadata: m });
       // The same content, keys reversed at every level.
-      const reversed = JSON.parse(JSON.stringify(created.body, (_k, v: unknown) => (v && typeof v === 'object' && !Array.isArray(v) ? Object.fromEntries(Object.entries(v).reverse()) : v))) as Record<string, unknown>;
+      const reversed = JSON.parse(
+        JSON.stringify(created.body, (_k, v: unknown) =>
+          v && typeof v === 'object' && !Array.isArray(v) ? Object.fromEntries(Object.entries(v).reverse()) : v,
+        ),
+      ) as Record<string, unknown>;
       const reordered = await s('PUT', `${ADDONS}/noop`, reversed);
       const changed = await s('PUT', `${ADDONS}/noop`, { ...created.body, metadata: m, spec: { installNamespace: 'ns-other' } });
       return [created, same, reordered, changed];
     });
     const rvs = (as: Answer[]) => as.map((a) => (a.body['metadata'] as { resourceVersion: string }).resourceVersion);
-    const moves = (as: Answer[]) => rvs(as).slice(1).map((rv, i) => rv !== rvs(as)[i]);
+    const moves = (as: Answer[]) =>
+      rvs(as)
+        .slice(1)
+        .map((rv, i) => rv !== rvs(as)[i]);
     expect(moves(r.real)).toEqual([false, false, true]);
     expect(moves(r.fake)).toEqual(moves(r.real));
   });
 
   it('a CSR approval gets the condition times the writer left out; the spec cannot change; /status cannot add an approval condition', async () => {
-    const csr = { apiVersion: 'certificates.k8s.io/v1', kind: 'CertificateSigningRequest', metadata: { name: 'csr-d' },
-      spec: { request: Buffer.from(SAMPLE_CSR).toString('base64'), signerName: 'example.com/signer', usages: ['client auth'] } };
+    const csr = {
+      apiVersion: 'certificates.k8s.io/v1',
+      kind: 'CertificateSigningRequest',
+      metadata: { name: 'csr-d' },
+      spec: { request: Buffer.from(SAMPLE_CSR).toString('base64'), signerName: 'example.com/signer', usages: ['client auth'] },
+    };
     const CSRS = '/apis/certificates.k8s.io/v1/certificatesigningrequests';
     const r = await both(async (s) => {
       const created = await s('POST', CSRS, csr);
-      const approved = await s('PUT', `${CSRS}/csr-d/approval`, { ...created.body, status: { conditions: [{ type: 'Approved', status: 'True', reason: 'R', message: 'm' }] } });
+      const approved = await s('PUT', `${CSRS}/csr-d/approval`, {
+        ...created.body,
+        status: { conditions: [{ type: 'Approved', status: 'True', reason: 'R', message: 'm' }] },
+      });
       const spec = await s('PUT', `${CSRS}/csr-d`, { ...approved.body, spec: { ...csr.spec, usages: ['server auth'] } });
-      const denied = await s('PUT', `${CSRS}/csr-d/status`, { ...approved.body, status: { conditions: [...(approved.body['status'] as { conditions: unknown[] }).conditions, { type: 'Denied', status: 'True', reason: 'R', message: 'm' }] } });
+      const denied = await s('PUT', `${CSRS}/csr-d/status`, {
+        ...approved.body,
+        status: {
+          conditions: [
+            ...(approved.body['status'] as { conditions: unknown[] }).conditions,
+            { type: 'Denied', status: 'True', reason: 'R', message: 'm' },
+          ],
+        },
+      });
       return [created, approved, spec, denied];
     });
     const view = (as: Answer[]) => ({
@@ -181,12 +261,21 @@ describe('our API stand-in answers as a real kube-apiserver does', () => {
       conditionKeys: Object.keys((as[1]!.body['status'] as { conditions: Record<string, unknown>[] }).conditions[0]!).sort(),
       usages: (as[2]!.body['spec'] as { usages: string[] }).usages,
     });
-    expect(view(r.real)).toEqual({ codes: ['201', '200', '200', '422 Invalid'], conditionKeys: ['lastTransitionTime', 'lastUpdateTime', 'message', 'reason', 'status', 'type'], usages: ['client auth'] });
+    expect(view(r.real)).toEqual({
+      codes: ['201', '200', '200', '422 Invalid'],
+      conditionKeys: ['lastTransitionTime', 'lastUpdateTime', 'message', 'reason', 'status', 'type'],
+      usages: ['client auth'],
+    });
     expect(view(r.fake)).toEqual(view(r.real));
   });
 
   it('a Lease (a built-in kind) keeps its MicroTime as sent and its fields in their declared order', async () => {
-    const lease = { apiVersion: 'coordination.k8s.io/v1', kind: 'Lease', metadata: { name: 'l', namespace: NS }, spec: { renewTime: '2025-01-02T03:04:05.123456Z', holderIdentity: 'a', leaseDurationSeconds: 60 } };
+    const lease = {
+      apiVersion: 'coordination.k8s.io/v1',
+      kind: 'Lease',
+      metadata: { name: 'l', namespace: NS },
+      spec: { renewTime: '2025-01-02T03:04:05.123456Z', holderIdentity: 'a', leaseDurationSeconds: 60 },
+    };
     const r = await both(async (s) => [await s('POST', LEASES, lease), await s('GET', `${LEASES}/l`)]);
     expect(r.real.map((a) => a.body['spec'])).toEqual([lease.spec, lease.spec]);
     expect(r.fake.map((a) => a.body['spec'])).toEqual(r.real.map((a) => a.body['spec']));

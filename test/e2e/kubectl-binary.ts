@@ -21,7 +21,8 @@ export function kubectlZipPath(): string {
 
 /** Why this machine cannot run the packaged kubectl, or null if it can. */
 export function kubectlUnsupported(): string | null {
-  if (process.platform !== 'linux' || process.arch !== 'x64') return `the packaged kubectl is linux/amd64; this is ${process.platform}/${process.arch}`;
+  if (process.platform !== 'linux' || process.arch !== 'x64')
+    return `the packaged kubectl is linux/amd64; this is ${process.platform}/${process.arch}`;
   return null;
 }
 
@@ -43,7 +44,9 @@ function run(cmd: string, args: string[]): Promise<void> {
     let stderr = '';
     child.stderr.setEncoding('utf8').on('data', (d: string) => (stderr += d));
     child.once('error', reject);
-    child.once('close', (code) => (code === 0 ? resolve() : reject(new Error(`${cmd} ${args.join(' ')} exited ${code}: ${stderr.trim()}`))));
+    child.once('close', (code) =>
+      code === 0 ? resolve() : reject(new Error(`${cmd} ${args.join(' ')} exited ${code}: ${stderr.trim()}`)),
+    );
   });
 }
 

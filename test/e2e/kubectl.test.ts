@@ -11,7 +11,15 @@ import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createCA, issueServerCert, writePemPair, type PemPair } from '@cluster-proxy/server';
-import { freeLoopbackPort, killAllSpawned, spawnProcess, waitFor, type ManagedProcess, runCommand, type RunResult } from '../src/fixtures/index.js';
+import {
+  freeLoopbackPort,
+  killAllSpawned,
+  spawnProcess,
+  waitFor,
+  type ManagedProcess,
+  runCommand,
+  type RunResult,
+} from '../src/fixtures/index.js';
 import { CLI, createPki, startAgent, startHub, type AgentProcess, type HubProcess, type TestPki } from '../src/harness.js';
 import { createHash } from 'node:crypto';
 import { extractZipEntry, kubectlBinary, kubectlUnsupported, kubectlZipPath } from './kubectl-binary.js';
@@ -44,7 +52,8 @@ function run(cmd: string, args: string[], timeoutMs = 30_000): Promise<RunResult
 }
 
 const cli = (args: string[]): Promise<RunResult> => run(process.execPath, [CLI, ...args]);
-const kubectlRaw = (kubeconfig: string, urlPath = '/version'): Promise<RunResult> => run(kubectl, ['--kubeconfig', kubeconfig, 'get', '--raw', urlPath, '--request-timeout', '20s']);
+const kubectlRaw = (kubeconfig: string, urlPath = '/version'): Promise<RunResult> =>
+  run(kubectl, ['--kubeconfig', kubeconfig, 'get', '--raw', urlPath, '--request-timeout', '20s']);
 
 async function demoApiserver(cluster: string, ca: PemPair): Promise<string> {
   const tls = issueServerCert(ca, { commonName: `${cluster}-apiserver`, dnsNames: [cluster, 'kubernetes.default.svc'] });
@@ -63,7 +72,6 @@ async function demoApiserver(cluster: string, ca: PemPair): Promise<string> {
   return `127.0.0.1:${(server.address() as net.AddressInfo).port}`;
 }
 
-
 /** `cluster-proxy kubeconfig` with the harness hub's data dir (ports.json gives the CONNECT and admin ports). */
 async function kubeconfig(cluster: string, file: string, extra: string[]): Promise<RunResult> {
   const r = await cli(['kubeconfig', cluster, '--data-dir', hub.dataDir, '--hub-ca', pki.caPath, '--out', file, ...extra]);
@@ -73,26 +81,39 @@ async function kubeconfig(cluster: string, file: string, extra: string[]): Promi
 
 beforeAll(async () => {
   if (skip) return;
-  [kubectl] = await Promise.all([kubectlBinary(), (async () => {
-    pki = await createPki();
-    tmp = await mkdtemp(path.join(os.tmpdir(), 'cp-kubectl-'));
-    otherCa = createCA({ commonName: 'cluster2-apiserver-ca' });
-    otherCaPath = (await writePemPair(tmp, 'other-ca', otherCa)).certPath;
-    hub = await startHub(pki);
-    // cluster1's apiserver has a certificate from the hub's CA, cluster2's from a CA of its own.
-    const [api1, api2] = await Promise.all([demoApiserver('cluster1', pki.ca), demoApiserver('cluster2', otherCa)]);
-    agents.push(...(await Promise.all([startAgent(pki, hub, { cluster: 'cluster1', apiserver: api1 }), startAgent(pki, hub, { cluster: 'cluster2', apiserver: api2 })])));
-    await waitFor(async () => (await hub.tables()).agents.length === 2, { timeoutMs: 10_000, message: 'both agents routed' });
-  })()]);
+  [kubectl] = await Promise.all([
+    kubectlBinary(),
+    (async () => {
+      pki = await createPki();
+      tmp = await mkdtemp(path.join(os.tmpdir(), 'cp-kubectl-'));
+      otherCa = createCA({ commonName: 'cluster2-apiserver-ca' });
+      otherCaPath = (await writePemPair(tmp, 'other-ca', otherCa)).certPath;
+      hub = await startHub(pki);
+      // cluster1's apiserver has a certificate from the hub's CA, cluster2's from a CA of its own.
+      const [api1, api2] = await Promise.all([demoApiserver('cluster1', pki.ca), demoApiserver('cluster2', otherCa)]);
+      agents.push(
+        ...(await Promise.all([
+          startAgent(pki, hub, { cluster: 'cluster1', apiserver: api1 }),
+          startAgent(pki, hub, { cluster: 'cluster2', apiserver: api2 }),
+        ])),
+      );
+      await waitFor(async () => (await hub.tables()).agents.length === 2, { timeoutMs: 10_000, message: 'both agents routed' });
+    })(),
+  ]);
 });
 
 afterAll(async () => {
   await Promise.all([...agents.map((a) => a.stop()), hub?.stop()]);
   await killAllSpawned();
-  await Promise.all(apiservers.map((s) => new Promise<void>((r) => {
-    s.closeAllConnections();
-    s.close(() => r());
-  })));
+  await Promise.all(
+    apiservers.map(
+      (s) =>
+        new Promise<void>((r) => {
+          s.closeAllConnections();
+          s.close(() => r());
+        }),
+    ),
+  );
   if (tmp) await rm(tmp, { recursive: true, force: true });
   await pki?.cleanup();
 });
@@ -113,12 +134,16 @@ describe.skipIf(skip !== null)('kubectl v1.33 through cluster-proxy', () => {
   it('--via connect: kubectl get --raw /version through the https proxy-url, hub and apiserver both verified', async () => {
     const file = path.join(tmp, 'cluster1.kubeconfig');
     const r = await kubeconfig('cluster1', file, ['--apiserver-ca', pki.caPath, '--apiserver-token', 'sa-token-1']);
-    expect(r.stderr).toMatch(/^Wrote .*cluster1\.kubeconfig: cluster cluster1 via the hub's CONNECT frontend 127\.0\.0\.1:\d+; issued token "kubeconfig-cluster1-[0-9a-f]{6}" for cluster1/m);
+    expect(r.stderr).toMatch(
+      /^Wrote .*cluster1\.kubeconfig: cluster cluster1 via the hub's CONNECT frontend 127\.0\.0\.1:\d+; issued token "kubeconfig-cluster1-[0-9a-f]{6}" for cluster1/m,
+    );
     expect(r.stderr).not.toContain('warning');
     expect((await stat(file)).mode & 0o777).toBe(0o600);
     const text = await readFile(file, 'utf8');
     expect(text).toContain('server: https://cluster1\n');
-    expect(text).toMatch(new RegExp(`proxy-url: https://kubeconfig-cluster1-[0-9a-f]{6}:[A-Za-z0-9_-]{43}@127\\.0\\.0\\.1:${hub.ports.connect}\n`));
+    expect(text).toMatch(
+      new RegExp(`proxy-url: https://kubeconfig-cluster1-[0-9a-f]{6}:[A-Za-z0-9_-]{43}@127\\.0\\.0\\.1:${hub.ports.connect}\n`),
+    );
     expect(text).not.toContain('insecure-skip-tls-verify');
     expect(text).not.toContain('tls-server-name');
 
@@ -126,7 +151,11 @@ describe.skipIf(skip !== null)('kubectl v1.33 through cluster-proxy', () => {
     expect(k.code, k.stderr).toBe(0);
     expect(JSON.parse(k.stdout)).toMatchObject({ gitVersion: 'v1.33.0-test', cluster: 'cluster1' });
     // The apiserver got kubectl's own credentials; the proxy credentials stayed with the hub.
-    expect(requests.filter((q) => q.cluster === 'cluster1').at(-1)).toEqual({ cluster: 'cluster1', path: '/version', auth: 'Bearer sa-token-1' });
+    expect(requests.filter((q) => q.cluster === 'cluster1').at(-1)).toEqual({
+      cluster: 'cluster1',
+      path: '/version',
+      auth: 'Bearer sa-token-1',
+    });
     // The issued token is limited to cluster1 and listed without its secret.
     const list = await cli(['token', 'list', '--data-dir', hub.dataDir, '-o', 'json']);
     const tokens = (JSON.parse(list.stdout) as { tokens: { name: string; clusters: string[] | '*' }[] }).tokens;
@@ -145,7 +174,9 @@ describe.skipIf(skip !== null)('kubectl v1.33 through cluster-proxy', () => {
   it('--via connect without --apiserver-ca: warns that nothing is verified, and works', async () => {
     const file = path.join(tmp, 'insecure.kubeconfig');
     const r = await kubeconfig('cluster2', file, ['--apiserver-token', 'x']);
-    expect(r.stderr).toMatch(/^warning: no --apiserver-ca: the kubeconfig has insecure-skip-tls-verify: true.*verifies neither the apiserver nor the hub/m);
+    expect(r.stderr).toMatch(
+      /^warning: no --apiserver-ca: the kubeconfig has insecure-skip-tls-verify: true.*verifies neither the apiserver nor the hub/m,
+    );
     const text = await readFile(file, 'utf8');
     expect(text).toContain('insecure-skip-tls-verify: true');
     expect(text).not.toContain('certificate-authority-data');
@@ -156,7 +187,20 @@ describe.skipIf(skip !== null)('kubectl v1.33 through cluster-proxy', () => {
 
   it('--via connect: kubectl verifies the hub with the kubeconfig CA (a wrong --hub-ca fails the proxy handshake)', async () => {
     const file = path.join(tmp, 'wrong-hub-ca.kubeconfig');
-    const r = await cli(['kubeconfig', 'cluster2', '--data-dir', hub.dataDir, '--hub-ca', otherCaPath, '--apiserver-ca', otherCaPath, '--apiserver-token', 'x', '--out', file]);
+    const r = await cli([
+      'kubeconfig',
+      'cluster2',
+      '--data-dir',
+      hub.dataDir,
+      '--hub-ca',
+      otherCaPath,
+      '--apiserver-ca',
+      otherCaPath,
+      '--apiserver-token',
+      'x',
+      '--out',
+      file,
+    ]);
     expect(r.code, r.stderr).toBe(0);
     const before = requests.length;
     const k = await kubectlRaw(file);
@@ -178,7 +222,16 @@ describe.skipIf(skip !== null)('kubectl v1.33 through cluster-proxy', () => {
     expect(forbidden.stderr).toMatch(/Forbidden/);
 
     const c1 = path.join(tmp, 'c1-with-token.kubeconfig');
-    await kubeconfig('cluster1', c1, ['--token', token, '--user', 'alice@example.com', '--apiserver-ca', pki.caPath, '--apiserver-token', 'x']);
+    await kubeconfig('cluster1', c1, [
+      '--token',
+      token,
+      '--user',
+      'alice@example.com',
+      '--apiserver-ca',
+      pki.caPath,
+      '--apiserver-token',
+      'x',
+    ]);
     expect(await readFile(c1, 'utf8')).toContain(`https://alice%40example.com:${token}@`);
     const ok = await kubectlRaw(c1);
     expect(ok.code, ok.stderr).toBe(0);
@@ -194,7 +247,16 @@ describe.skipIf(skip !== null)('kubectl v1.33 through cluster-proxy', () => {
   it('--via forward: kubectl talks to a local `cluster-proxy forward` port, verifying the apiserver by tls-server-name', async () => {
     const port = await freeLoopbackPort();
     const file = path.join(tmp, 'forward.kubeconfig');
-    const r = await kubeconfig('cluster2', file, ['--via', 'forward', '--listen', `127.0.0.1:${port}`, '--apiserver-ca', otherCaPath, '--apiserver-token', 'x']);
+    const r = await kubeconfig('cluster2', file, [
+      '--via',
+      'forward',
+      '--listen',
+      `127.0.0.1:${port}`,
+      '--apiserver-ca',
+      otherCaPath,
+      '--apiserver-token',
+      'x',
+    ]);
     expect(r.stderr).toContain(`forward cluster2 cluster2:443 --listen 127.0.0.1:${port}`);
     const text = await readFile(file, 'utf8');
     expect(text).toContain(`server: https://127.0.0.1:${port}\n`);
@@ -203,9 +265,27 @@ describe.skipIf(skip !== null)('kubectl v1.33 through cluster-proxy', () => {
     let fwd: ManagedProcess | undefined;
     try {
       fwd = spawnProcess({
-        name: 'forward', command: process.execPath, env: cleanEnv(),
-        args: [CLI, 'forward', 'cluster2', 'cluster2:443', '--listen', `127.0.0.1:${port}`, '--frontend', `127.0.0.1:${hub.ports.frontend}`, '--server-name', 'localhost',
-          '--ca-cert', pki.caPath, '--cert', pki.client.certPath, '--key', pki.client.keyPath],
+        name: 'forward',
+        command: process.execPath,
+        env: cleanEnv(),
+        args: [
+          CLI,
+          'forward',
+          'cluster2',
+          'cluster2:443',
+          '--listen',
+          `127.0.0.1:${port}`,
+          '--frontend',
+          `127.0.0.1:${hub.ports.frontend}`,
+          '--server-name',
+          'localhost',
+          '--ca-cert',
+          pki.caPath,
+          '--cert',
+          pki.client.certPath,
+          '--key',
+          pki.client.keyPath,
+        ],
       });
       await fwd.waitForLine((l) => l.startsWith('Forwarding '), 15_000);
       const k = await kubectlRaw(file);

@@ -5,7 +5,16 @@ import net from 'node:net';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { TunnelError, TunnelHttpAgent, TunnelHttpsAgent, type Tunnel, type TunnelSocket } from '@cluster-proxy/client';
 import { issueServerCert } from '@cluster-proxy/server';
-import { killAllSpawned, snapshotHandles, startBlackhole, startEchoServer, waitFor, waitForHandlesAtMost, type Blackhole, type TcpTarget } from '../src/fixtures/index.js';
+import {
+  killAllSpawned,
+  snapshotHandles,
+  startBlackhole,
+  startEchoServer,
+  waitFor,
+  waitForHandlesAtMost,
+  type Blackhole,
+  type TcpTarget,
+} from '../src/fixtures/index.js';
 import { createPki, expectTablesEmpty, startAgent, startHub, type AgentProcess, type HubProcess, type TestPki } from '../src/harness.js';
 
 let pki: TestPki;
@@ -56,16 +65,26 @@ beforeEach(() => {
 
 afterEach(async () => {
   tunnel.close();
-  await expectTablesEmpty(hub, agents.filter((a) => a.proc.isRunning()));
+  await expectTablesEmpty(
+    hub,
+    agents.filter((a) => a.proc.isRunning()),
+  );
   await waitForHandlesAtMost(handles, 5000);
 });
 
 describe('lifecycle', () => {
   it('a pending dial fails at once (`dialclosed`) when its agent goes away', async () => {
-    const a = await startAgent(pki, hub, { cluster: 'pending', apiserver: `${blackhole.host}:${blackhole.port}`, args: ['--dial-timeout', '30s'] });
+    const a = await startAgent(pki, hub, {
+      cluster: 'pending',
+      apiserver: `${blackhole.host}:${blackhole.port}`,
+      args: ['--dial-timeout', '30s'],
+    });
     try {
       const p = tunnel.dial('pending:443').catch((e: unknown) => e);
-      await waitFor(async () => (await hub.tables()).agents.some((x) => x.cluster === 'pending' && x.pending === 1), { timeoutMs: 5000, message: 'dial pending at the hub' });
+      await waitFor(async () => (await hub.tables()).agents.some((x) => x.cluster === 'pending' && x.pending === 1), {
+        timeoutMs: 5000,
+        message: 'dial pending at the hub',
+      });
       const t0 = Date.now();
       a.proc.kill('SIGKILL');
       const err = await p;
@@ -96,8 +115,14 @@ describe('lifecycle', () => {
       replies.forEach((r, i) => expect(r).toBe(`twin-${i}`));
       // Killing one leaves the other's connections working.
       a1.proc.kill('SIGKILL');
-      await waitFor(async () => (await hub.tables()).agents.filter((x) => x.agentID === 'twin-agent').length === 1, { timeoutMs: 5000, message: 'hub dropped the killed stream' });
-      await waitFor(() => sockets.filter((s) => s.destroyed).length === perAgent[0] || sockets.filter((s) => s.destroyed).length === perAgent[1], { timeoutMs: 5000, message: 'connections of the killed agent closed' });
+      await waitFor(async () => (await hub.tables()).agents.filter((x) => x.agentID === 'twin-agent').length === 1, {
+        timeoutMs: 5000,
+        message: 'hub dropped the killed stream',
+      });
+      await waitFor(
+        () => sockets.filter((s) => s.destroyed).length === perAgent[0] || sockets.filter((s) => s.destroyed).length === perAgent[1],
+        { timeoutMs: 5000, message: 'connections of the killed agent closed' },
+      );
       const alive = sockets.filter((s) => !s.destroyed);
       expect(alive.length).toBeGreaterThan(0);
       const again = await Promise.all(alive.map((s, i) => echoOnce(s, `again-${i}`)));
@@ -136,7 +161,11 @@ describe('lifecycle', () => {
 
   it('an agent notices a frozen hub through keepalive and reconnects when it thaws', async () => {
     const h = await startHub(pki);
-    const a = await startAgent(pki, h, { cluster: 'frozen', apiserver: `127.0.0.1:${echo.port}`, args: ['--keepalive-time', '1s', '--keepalive-timeout', '2s'] });
+    const a = await startAgent(pki, h, {
+      cluster: 'frozen',
+      apiserver: `127.0.0.1:${echo.port}`,
+      args: ['--keepalive-time', '1s', '--keepalive-timeout', '2s'],
+    });
     try {
       const after = a.proc.lineCount();
       h.proc.kill('SIGSTOP');
@@ -159,31 +188,41 @@ describe('lifecycle', () => {
     await Promise.all([new Promise<void>((r) => api.listen(0, '127.0.0.1', r)), new Promise<void>((r) => plain.listen(0, '127.0.0.1', r))]);
     const apiPort = (api.address() as net.AddressInfo).port;
     const plainPort = (plain.address() as net.AddressInfo).port;
-    const a = await startAgent(pki, hub, { cluster: 'web', apiserver: `127.0.0.1:${apiPort}`, args: ['--allow', `127.0.0.1:${plainPort}`] });
+    const a = await startAgent(pki, hub, {
+      cluster: 'web',
+      apiserver: `127.0.0.1:${apiPort}`,
+      args: ['--allow', `127.0.0.1:${plainPort}`],
+    });
     const httpsAgent = new TunnelHttpsAgent({ tunnel, ca: pki.ca.certPem, keepAlive: true });
     const httpAgent = new TunnelHttpAgent({ tunnel });
     try {
       // TLS is end to end and verified: the certificate names `web`, the cluster's name.
       const body = await new Promise<string>((resolve, reject) => {
-        https.get({ host: 'web', port: 443, path: '/version', agent: httpsAgent }, (res) => {
-          let b = '';
-          res.on('data', (d: Buffer) => (b += d.toString()));
-          res.on('end', () => resolve(b));
-        }).on('error', reject);
+        https
+          .get({ host: 'web', port: 443, path: '/version', agent: httpsAgent }, (res) => {
+            let b = '';
+            res.on('data', (d: Buffer) => (b += d.toString()));
+            res.on('end', () => resolve(b));
+          })
+          .on('error', reject);
       });
       expect(JSON.parse(body)).toEqual({ path: '/version' });
       // Plain HTTP to an allowlisted port of the same cluster, addressed by the cluster's name.
       const text = await new Promise<string>((resolve, reject) => {
-        http.get({ host: 'web', port: plainPort, path: '/x', agent: httpAgent }, (res) => {
-          let b = '';
-          res.on('data', (d: Buffer) => (b += d.toString()));
-          res.on('end', () => resolve(b));
-        }).on('error', reject);
+        http
+          .get({ host: 'web', port: plainPort, path: '/x', agent: httpAgent }, (res) => {
+            let b = '';
+            res.on('data', (d: Buffer) => (b += d.toString()));
+            res.on('end', () => resolve(b));
+          })
+          .on('error', reject);
       });
       expect(text).toBe('plain /x');
       // A dial failure reaches the request as an error naming the destination.
       const err = await new Promise<Error>((resolve) => {
-        http.get({ host: 'nowhere', port: 80, path: '/', agent: httpAgent }, () => resolve(new Error('unexpected response'))).on('error', resolve);
+        http
+          .get({ host: 'nowhere', port: 80, path: '/', agent: httpAgent }, () => resolve(new Error('unexpected response')))
+          .on('error', resolve);
       });
       expect(err).toBeInstanceOf(TunnelError);
       expect((err as TunnelError).reason).toBe('no_agent');

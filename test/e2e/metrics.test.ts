@@ -19,7 +19,9 @@ describe('metrics and readiness of real hub and agent processes', () => {
     setup = await startEchoHub();
     ({ hub } = setup);
     // gRPC: a hub that dies mid-stream is a stream error (UNAVAILABLE) for ANP's transport.
-    agent = await setup.startAgent('c1', { args: ['--transport', 'grpc', '--keepalive-time', '1s', '--keepalive-timeout', '1s', '--replica-sync-interval', '200ms'] });
+    agent = await setup.startAgent('c1', {
+      args: ['--transport', 'grpc', '--keepalive-time', '1s', '--keepalive-timeout', '1s', '--replica-sync-interval', '200ms'],
+    });
   });
 
   afterAll(async () => {
@@ -31,8 +33,14 @@ describe('metrics and readiness of real hub and agent processes', () => {
     expect(before.value(`${S}ready_backend_connections`)).toBe(1);
     expect(before.has('process_cpu_user_seconds_total')).toBe(true); // process metrics in the CLI
     // The hub lists the replica Leases (ANP's lease_list metrics); the agent asks for the replicas (ANP's lease lists).
-    await waitFor(async () => (await scrape(hub.ports.health)).value(`${S}lease_list_total`, { http_status_code: '200', reason: '' }) > 0, { timeoutMs: 10_000, message: 'hub lease list counted' });
-    await waitFor(async () => (await scrape(agent.healthPort)).value(`${A}lease_lists_total`, { http_response_code: '200', reason: '' }) > 0, { timeoutMs: 10_000, message: 'agent lease list counted' });
+    await waitFor(async () => (await scrape(hub.ports.health)).value(`${S}lease_list_total`, { http_status_code: '200', reason: '' }) > 0, {
+      timeoutMs: 10_000,
+      message: 'hub lease list counted',
+    });
+    await waitFor(
+      async () => (await scrape(agent.healthPort)).value(`${A}lease_lists_total`, { http_response_code: '200', reason: '' }) > 0,
+      { timeoutMs: 10_000, message: 'agent lease list counted' },
+    );
     const t = hub.tunnel();
     const s = await t.dial('c1:443');
     const got = new Promise<Buffer>((resolve) => s.once('data', resolve));
@@ -53,11 +61,20 @@ describe('metrics and readiness of real hub and agent processes', () => {
     expect((await scrape(hub.ports.health)).value(`${S}established_connections`)).toBe(0);
   });
 
-  it('process metrics: Go\'s process collector\'s (as ANP exports them) and the memory a pod is charged', async () => {
+  it("process metrics: Go's process collector's (as ANP exports them) and the memory a pod is charged", async () => {
     for (const port of [hub.ports.health, agent.healthPort]) {
       const m = await scrape(port);
-      for (const name of ['process_cpu_seconds_total', 'process_open_fds', 'process_max_fds', 'process_virtual_memory_bytes', 'process_virtual_memory_max_bytes',
-        'process_resident_memory_bytes', 'process_start_time_seconds', 'process_network_receive_bytes_total', 'process_network_transmit_bytes_total']) {
+      for (const name of [
+        'process_cpu_seconds_total',
+        'process_open_fds',
+        'process_max_fds',
+        'process_virtual_memory_bytes',
+        'process_virtual_memory_max_bytes',
+        'process_resident_memory_bytes',
+        'process_start_time_seconds',
+        'process_network_receive_bytes_total',
+        'process_network_transmit_bytes_total',
+      ]) {
         expect(m.value(name), `${name} on ${port}`).toBeGreaterThan(0);
       }
       const rss = m.value('process_resident_memory_bytes');
@@ -71,11 +88,17 @@ describe('metrics and readiness of real hub and agent processes', () => {
   });
 
   it('readiness: verbose checks on both; the agent loses readiness and counts a stream error and a reconnect when the hub is killed', async () => {
-    expect(await getStatus(hub.ports.health, '/readyz?verbose')).toEqual({ status: 200, body: '[+]listeners ok\n[+]store ok\nreadyz check passed\n' });
+    expect(await getStatus(hub.ports.health, '/readyz?verbose')).toEqual({
+      status: 200,
+      body: '[+]listeners ok\n[+]store ok\nreadyz check passed\n',
+    });
     expect(await getStatus(agent.healthPort, '/readyz?verbose')).toEqual({ status: 200, body: '[+]tunnel ok\nreadyz check passed\n' });
     hub.proc.kill('SIGKILL');
     await hub.proc.exited;
-    await waitFor(async () => (await scrape(agent.healthPort)).value('cluster_proxy_agent_tunnel_reconnects_total') === 1, { timeoutMs: 10_000, message: 'reconnect counted' });
+    await waitFor(async () => (await scrape(agent.healthPort)).value('cluster_proxy_agent_tunnel_reconnects_total') === 1, {
+      timeoutMs: 10_000,
+      message: 'reconnect counted',
+    });
     const a = await scrape(agent.healthPort);
     expect(a.value(`${A}stream_errors_total`, { segment: 'to_agent', code: 'Unavailable', packet_type: 'Unknown' })).toBe(1);
     expect(a.value(`${A}server_connection_failure_count`, { direction: 'from_server' })).toBe(1); // ANP's deprecated twin
@@ -88,7 +111,10 @@ describe('metrics and readiness of real hub and agent processes', () => {
 
 describe('--log-level and --log-format', () => {
   it('a bad --log-level or --log-format is a one-line usage error (exit 2)', async () => {
-    for (const [flag, value] of [['--log-level', 'loud'], ['--log-format', 'yaml']] as const) {
+    for (const [flag, value] of [
+      ['--log-level', 'loud'],
+      ['--log-format', 'yaml'],
+    ] as const) {
       const r = await runCommand(process.execPath, [CLI, 'hub', '--data-dir', '/nonexistent-cp-dir', flag, value], { timeoutMs: 15_000 });
       expect(r.code).toBe(2);
       expect(r.stderr.trim().split('\n')).toHaveLength(1);
@@ -98,7 +124,24 @@ describe('--log-level and --log-format', () => {
     const pki = await createPki();
     try {
       const cert = await pki.agent('c1');
-      const r = await runCommand(process.execPath, [CLI, 'agent', '--cluster', 'c1', '--ca-cert', pki.caPath, '--cert', cert.certPath, '--key', cert.keyPath, '--log-level', 'verbose'], { timeoutMs: 15_000 });
+      const r = await runCommand(
+        process.execPath,
+        [
+          CLI,
+          'agent',
+          '--cluster',
+          'c1',
+          '--ca-cert',
+          pki.caPath,
+          '--cert',
+          cert.certPath,
+          '--key',
+          cert.keyPath,
+          '--log-level',
+          'verbose',
+        ],
+        { timeoutMs: 15_000 },
+      );
       expect(r.code).toBe(2);
       expect(r.stderr).toMatch(/^cluster-proxy: --log-level must be one of .*"verbose"\n$/);
     } finally {
@@ -108,13 +151,41 @@ describe('--log-level and --log-format', () => {
 
   it('JSON when stdout is not a terminal; --log-format text forces readable lines', async () => {
     const pki = await createPki();
-    const args = (extra: string[]): string[] => [CLI, 'hub', '--data-dir', pki.dir, '--bind-address', '127.0.0.1', '--agent-port', '0', '--frontend-port', '0', '--health-port', '0', '--admin-port', '0', '--connect-port', 'off', '--ca-cert', pki.caPath, '--server-cert', pki.server.certPath, '--server-key', pki.server.keyPath, ...extra];
+    const args = (extra: string[]): string[] => [
+      CLI,
+      'hub',
+      '--data-dir',
+      pki.dir,
+      '--bind-address',
+      '127.0.0.1',
+      '--agent-port',
+      '0',
+      '--frontend-port',
+      '0',
+      '--health-port',
+      '0',
+      '--admin-port',
+      '0',
+      '--connect-port',
+      'off',
+      '--ca-cert',
+      pki.caPath,
+      '--server-cert',
+      pki.server.certPath,
+      '--server-key',
+      pki.server.keyPath,
+      ...extra,
+    ];
     try {
       const json = spawnProcess({ name: 'hub-json', command: process.execPath, args: args([]) });
       const line = await json.waitForJsonLine((o) => o['msg'] === 'proxy server listening', 15_000);
       expect(line['level']).toBe(30);
       await json.stop(5000);
-      const text = spawnProcess({ name: 'hub-text', command: process.execPath, args: args(['--log-format', 'text', '--log-level', 'debug']) });
+      const text = spawnProcess({
+        name: 'hub-text',
+        command: process.execPath,
+        args: args(['--log-format', 'text', '--log-level', 'debug']),
+      });
       const l = await text.waitForLine((s) => s.includes('proxy server listening'), 15_000);
       expect(l).toMatch(/INFO.*\(hub\): proxy server listening/);
       expect(() => JSON.parse(l)).toThrow();

@@ -15,7 +15,16 @@ import { kubectlBinary, kubectlUnsupported } from './kubectl-binary.js';
 const REPO = fileURLToPath(new URL('../..', import.meta.url));
 
 interface QuickstartInfo {
-  hub: { serverID: string; agent: string; frontend: string; frontendUds: string | null; connect: string; gateway: string; health: string; admin: string };
+  hub: {
+    serverID: string;
+    agent: string;
+    frontend: string;
+    frontendUds: string | null;
+    connect: string;
+    gateway: string;
+    health: string;
+    admin: string;
+  };
   ca: string;
   client: { cert: string; key: string };
   token: { name: string; id: string; value: string };
@@ -120,7 +129,7 @@ describe('cluster-proxy quickstart', () => {
     expect(info.hub.admin).toBe(`127.0.0.1:${ports.admin}`);
   });
 
-  it('the printed gateway curl lines reach both clusters\' apiservers through the HTTP gateway', async () => {
+  it("the printed gateway curl lines reach both clusters' apiservers through the HTTP gateway", async () => {
     const lines = printed('curl').filter((l) => l.includes(`https://${info.hub.gateway}/`));
     expect(lines).toEqual(info.commands.gatewayCurl);
     expect(lines).toHaveLength(2);
@@ -132,20 +141,23 @@ describe('cluster-proxy quickstart', () => {
     }
   });
 
-  it.skipIf(kubectlSkip !== null)('the printed `kubectl auth whoami` lines: through the gateway the cluster sees the token\'s user, through CONNECT the apiserver token\'s', async () => {
-    const lines = printed('kubectl').filter((l) => l.endsWith(' auth whoami'));
-    expect(lines).toEqual(info.commands.gatewayKubectl);
-    for (const [i, cluster] of ['cluster1', 'cluster2'].entries()) {
-      expect(lines[i]).toBe(`kubectl --kubeconfig ${info.clusters[cluster]!.gatewayKubeconfig} auth whoami`);
-      const r = await paste(lines[i]!);
-      expect(r.code, r.stderr).toBe(0);
-      expect(r.stdout).toMatch(/Username\s+cluster-proxy:token:quickstart/);
-      expect(r.stdout).toMatch(/Groups\s+\[cluster-proxy:tokens system:authenticated\]/);
-    }
-    const direct = await paste(`kubectl --kubeconfig ${info.clusters['cluster1']!.kubeconfig} auth whoami`);
-    expect(direct.code, direct.stderr).toBe(0);
-    expect(direct.stdout).toMatch(/Username\s+demo-admin/);
-  });
+  it.skipIf(kubectlSkip !== null)(
+    "the printed `kubectl auth whoami` lines: through the gateway the cluster sees the token's user, through CONNECT the apiserver token's",
+    async () => {
+      const lines = printed('kubectl').filter((l) => l.endsWith(' auth whoami'));
+      expect(lines).toEqual(info.commands.gatewayKubectl);
+      for (const [i, cluster] of ['cluster1', 'cluster2'].entries()) {
+        expect(lines[i]).toBe(`kubectl --kubeconfig ${info.clusters[cluster]!.gatewayKubeconfig} auth whoami`);
+        const r = await paste(lines[i]!);
+        expect(r.code, r.stderr).toBe(0);
+        expect(r.stdout).toMatch(/Username\s+cluster-proxy:token:quickstart/);
+        expect(r.stdout).toMatch(/Groups\s+\[cluster-proxy:tokens system:authenticated\]/);
+      }
+      const direct = await paste(`kubectl --kubeconfig ${info.clusters['cluster1']!.kubeconfig} auth whoami`);
+      expect(direct.code, direct.stderr).toBe(0);
+      expect(direct.stdout).toMatch(/Username\s+demo-admin/);
+    },
+  );
 
   it('the printed curl lines reach both clusters through the CONNECT frontend', async () => {
     const lines = printed('curl').filter((l) => l.includes('--proxy '));
@@ -207,7 +219,10 @@ describe('cluster-proxy quickstart', () => {
   });
 
   it('the printed addon-health line shows both demo clusters Available, not Degraded', async () => {
-    const line = stdoutLines.find((l) => l.startsWith('Addon health:'))!.slice('Addon health:'.length).trim();
+    const line = stdoutLines
+      .find((l) => l.startsWith('Addon health:'))!
+      .slice('Addon health:'.length)
+      .trim();
     const r = await paste(line);
     expect(r.code, r.stderr).toBe(0);
     expect(r.stdout.split('\n')[0]).toMatch(/^NAMESPACE\s+NAME\s+AVAILABLE\s+DEGRADED\s+PROGRESSING$/);
@@ -221,7 +236,14 @@ describe('cluster-proxy quickstart', () => {
     expect(exit, `quickstart did not exit within 15 s:\n${qs.lines().slice(-20).join('\n')}`).not.toBeNull();
     expect(exit).toEqual({ code: 0, signal: null });
     expect(qs.lines()).toContain('Stopped.');
-    const addrs = [info.hub.agent, info.hub.frontend, info.hub.connect, info.hub.health, info.hub.admin, ...info.clusterNames.flatMap((c) => [info.clusters[c]!.apiserver, info.clusters[c]!.forward])];
+    const addrs = [
+      info.hub.agent,
+      info.hub.frontend,
+      info.hub.connect,
+      info.hub.health,
+      info.hub.admin,
+      ...info.clusterNames.flatMap((c) => [info.clusters[c]!.apiserver, info.clusters[c]!.forward]),
+    ];
     for (const a of addrs) expect(await connectable(a), a).toBe(false);
     if (info.hub.frontendUds) expect(existsSync(info.hub.frontendUds)).toBe(false);
     expect(existsSync(path.join(dir, 'quickstart.json'))).toBe(false);

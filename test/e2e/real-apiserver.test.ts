@@ -10,8 +10,18 @@ import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { ManagedCluster, ManagedClusterAddOn, Store } from '@cluster-proxy/server';
 import {
-  AUDIT_WRITE_VERBS, CHART_CRDS_DIR, WRITE_VERBS, apiRequests, killAllSpawned, runCommand, startEchoServer, startRealKube, waitFor,
-  type AuditEvent, type RealKube, type TcpTarget,
+  AUDIT_WRITE_VERBS,
+  CHART_CRDS_DIR,
+  WRITE_VERBS,
+  apiRequests,
+  killAllSpawned,
+  runCommand,
+  startEchoServer,
+  startRealKube,
+  waitFor,
+  type AuditEvent,
+  type RealKube,
+  type TcpTarget,
 } from '../src/fixtures/index.js';
 import { KlusterletStandIn } from '../src/fixtures/klusterlet.js';
 import { OcmAddonManagerStandIn } from '../src/fixtures/ocm-addon-manager.js';
@@ -29,36 +39,59 @@ const PROFILES_NS = 'clusterset-a';
 const cond = (a: ManagedClusterAddOn | null, type: string) => a?.status?.conditions?.find((c) => c.type === type);
 
 /** The hub's leader-Lease renewals (one per status pass) in the audit log. */
-const passes = (events: AuditEvent[]): number => events.filter((e) => e.user.username === HUB_USER && e.verb === 'update'
-  && e.objectRef?.resource === 'leases' && e.objectRef.name === MANAGER_LEASE && e.responseStatus?.code === 200).length;
+const passes = (events: AuditEvent[]): number =>
+  events.filter(
+    (e) =>
+      e.user.username === HUB_USER &&
+      e.verb === 'update' &&
+      e.objectRef?.resource === 'leases' &&
+      e.objectRef.name === MANAGER_LEASE &&
+      e.responseStatus?.code === 200,
+  ).length;
 
 /** The hub's heartbeats: its leader Lease (each pass) and its replica Lease (cluster-proxy-server-ID, renewed on a timer). */
-const heartbeat = (e: AuditEvent): boolean => e.objectRef?.resource === 'leases' && (e.objectRef.name === MANAGER_LEASE || (e.objectRef.name ?? '').startsWith('cluster-proxy-server-'));
+const heartbeat = (e: AuditEvent): boolean =>
+  e.objectRef?.resource === 'leases' &&
+  (e.objectRef.name === MANAGER_LEASE || (e.objectRef.name ?? '').startsWith('cluster-proxy-server-'));
 
 /** What the hub wrote besides its heartbeats, one line each. */
-const hubWrites = (events: AuditEvent[]): string[] => events
-  .filter((e) => e.user.username === HUB_USER && AUDIT_WRITE_VERBS.includes(e.verb) && !heartbeat(e))
-  .map((e) => `${e.verb} ${e.objectRef?.resource}${e.objectRef?.subresource ? `/${e.objectRef.subresource}` : ''} ${e.objectRef?.namespace ?? ''}/${e.objectRef?.name ?? ''} → ${e.responseStatus?.code}`);
+const hubWrites = (events: AuditEvent[]): string[] =>
+  events
+    .filter((e) => e.user.username === HUB_USER && AUDIT_WRITE_VERBS.includes(e.verb) && !heartbeat(e))
+    .map(
+      (e) =>
+        `${e.verb} ${e.objectRef?.resource}${e.objectRef?.subresource ? `/${e.objectRef.subresource}` : ''} ${e.objectRef?.namespace ?? ''}/${e.objectRef?.name ?? ''} → ${e.responseStatus?.code}`,
+    );
 
 /** Writes to addons and works (any writer) from the apiserver's metrics. */
 async function addonAndWorkWrites(kube: RealKube): Promise<{ addons: number; works: number }> {
   const m = await kube.metrics();
-  return { addons: apiRequests(m, { resource: 'managedclusteraddons', verbs: WRITE_VERBS }), works: apiRequests(m, { resource: 'manifestworks', verbs: WRITE_VERBS }) };
+  return {
+    addons: apiRequests(m, { resource: 'managedclusteraddons', verbs: WRITE_VERBS }),
+    works: apiRequests(m, { resource: 'manifestworks', verbs: WRITE_VERBS }),
+  };
 }
 
 /**
  * Waits for `n` more status passes and returns the hub's writes (other than its leader Lease) during them,
  * and the addon and work writes the apiserver counted.
  */
-async function writesOver(kube: RealKube, n: number, opts: { during?: () => Promise<void>; until?: (events: AuditEvent[]) => boolean } = {}): Promise<{ hub: string[]; metrics: { addons: number; works: number } }> {
+async function writesOver(
+  kube: RealKube,
+  n: number,
+  opts: { during?: () => Promise<void>; until?: (events: AuditEvent[]) => boolean } = {},
+): Promise<{ hub: string[]; metrics: { addons: number; works: number } }> {
   const before = await kube.audit();
   const from = passes(before);
   const m0 = await addonAndWorkWrites(kube);
   await opts.during?.();
-  const after = await waitFor(async () => {
-    const a = await kube.audit();
-    return passes(a) >= from + n && (opts.until?.(a.slice(before.length)) ?? true) ? a : null;
-  }, { timeoutMs: 60_000, intervalMs: 250, message: `${n} hub status passes` });
+  const after = await waitFor(
+    async () => {
+      const a = await kube.audit();
+      return passes(a) >= from + n && (opts.until?.(a.slice(before.length)) ?? true) ? a : null;
+    },
+    { timeoutMs: 60_000, intervalMs: 250, message: `${n} hub status passes` },
+  );
   const m1 = await addonAndWorkWrites(kube);
   return { hub: hubWrites(after!.slice(before.length)), metrics: { addons: m1.addons - m0.addons, works: m1.works - m0.works } };
 }
@@ -84,7 +117,16 @@ describe('the hub on a real kube-apiserver', () => {
       kube = await startRealKube({ crdFiles: await chartCrds() });
       const kubeconfig = path.join(pki.dir, 'join-mode.kubeconfig');
       await kube.writeKubeconfig(kubeconfig, HUB_USER);
-      hub = await startHub(pki, ['--store', 'kubernetes', '--kubeconfig', kubeconfig, '--ca-key', path.join(pki.dir, 'ca.key'), '--tunnel-loss-window', '2s']);
+      hub = await startHub(pki, [
+        '--store',
+        'kubernetes',
+        '--kubeconfig',
+        kubeconfig,
+        '--ca-key',
+        path.join(pki.dir, 'ca.key'),
+        '--tunnel-loss-window',
+        '2s',
+      ]);
     }, START_TIMEOUT_MS);
     afterAll(async () => {
       await Promise.all(agents.map((a) => a.stop()));
@@ -95,22 +137,35 @@ describe('the hub on a real kube-apiserver', () => {
     it('writes no addon status once the addons are Available, over several status passes', async () => {
       for (const c of ['c1', 'c2']) {
         // What an administrator runs: the ManagedCluster, its namespace and addon.
-        const r = await runCommand(process.execPath, [CLI, 'join', c, '--out', path.join(pki.dir, `${c}-bundle`), '--admin', `127.0.0.1:${hub.ports.admin}`], { timeoutMs: 20_000 });
+        const r = await runCommand(
+          process.execPath,
+          [CLI, 'join', c, '--out', path.join(pki.dir, `${c}-bundle`), '--admin', `127.0.0.1:${hub.ports.admin}`],
+          { timeoutMs: 20_000 },
+        );
         expect(r.code, r.stderr).toBe(0);
         agents.push(await startAgent(pki, hub, { cluster: c, apiserver: `127.0.0.1:${echo.port}` }));
       }
       for (const c of ['c1', 'c2']) {
-        await waitFor(async () => {
-          const a = await kube.store.get('ManagedClusterAddOn', { name: 'cluster-proxy', namespace: c });
-          return cond(a, 'Available')?.status === 'True' && cond(a, 'Degraded')?.status === 'False' && cond(a, 'Progressing')?.status === 'False'
-            && (await kube.store.get('Lease', { name: 'cluster-proxy', namespace: c })) !== null;
-        }, { timeoutMs: 30_000, intervalMs: 200, message: `addon of ${c} Available, not Degraded, not Progressing` }).catch(async (err: Error) => {
+        await waitFor(
+          async () => {
+            const a = await kube.store.get('ManagedClusterAddOn', { name: 'cluster-proxy', namespace: c });
+            return (
+              cond(a, 'Available')?.status === 'True' &&
+              cond(a, 'Degraded')?.status === 'False' &&
+              cond(a, 'Progressing')?.status === 'False' &&
+              (await kube.store.get('Lease', { name: 'cluster-proxy', namespace: c })) !== null
+            );
+          },
+          { timeoutMs: 30_000, intervalMs: 200, message: `addon of ${c} Available, not Degraded, not Progressing` },
+        ).catch(async (err: Error) => {
           const a = await kube.store.get('ManagedClusterAddOn', { name: 'cluster-proxy', namespace: c });
           throw new Error(`${err.message}: ${JSON.stringify(a?.status)}\nhub: ${hub.proc.lines().slice(-20).join('\n')}`);
         });
       }
       const w = await writesOver(kube, PASSES);
-      console.log(`join mode, ${PASSES} passes after convergence: hub writes ${w.hub.length}, apiserver counted ${w.metrics.addons} addon writes`);
+      console.log(
+        `join mode, ${PASSES} passes after convergence: hub writes ${w.hub.length}, apiserver counted ${w.metrics.addons} addon writes`,
+      );
       expect(w.hub).toEqual([]);
       expect(w.metrics.addons).toBe(0);
     }, 180_000);
@@ -130,10 +185,26 @@ describe('the hub on a real kube-apiserver', () => {
       await kube.writeKubeconfig(kubeconfig, HUB_USER);
       ocm = new OcmAddonManagerStandIn(kube);
       await ocm.start();
-      hub = await startHub(pki, ['--store', 'kubernetes', '--kubeconfig', kubeconfig, '--agent-install', 'manifestwork', '--ca-key', path.join(pki.dir, 'ca.key'),
-        '--require-registration', '--tunnel-loss-window', '2s', '--server-id', 'hub-a',
+      hub = await startHub(pki, [
+        '--store',
+        'kubernetes',
+        '--kubeconfig',
+        kubeconfig,
+        '--agent-install',
+        'manifestwork',
+        '--ca-key',
+        path.join(pki.dir, 'ca.key'),
+        '--require-registration',
+        '--tunnel-loss-window',
+        '2s',
+        '--server-id',
+        'hub-a',
         // The ClusterProfile access provider too: another status the hub compares with what it would write.
-        '--gateway-port', '0', '--cluster-profiles-gateway-url', 'https://cluster-proxy.open-cluster-management-cluster-proxy.svc:9092/']);
+        '--gateway-port',
+        '0',
+        '--cluster-profiles-gateway-url',
+        'https://cluster-proxy.open-cluster-management-cluster-proxy.svc:9092/',
+      ]);
     }, START_TIMEOUT_MS);
     afterAll(async () => {
       for (const k of klusterlets.values()) await k.stop();
@@ -146,36 +217,88 @@ describe('the hub on a real kube-apiserver', () => {
       await store().ensureNamespace(PROFILES_NS);
       for (const c of ['c1', 'c2']) {
         await store().ensureNamespace(c);
-        const mc: ManagedCluster = { apiVersion: 'cluster.open-cluster-management.io/v1', kind: 'ManagedCluster', metadata: { name: c }, spec: { hubAcceptsClient: true, leaseDurationSeconds: 60 } };
+        const mc: ManagedCluster = {
+          apiVersion: 'cluster.open-cluster-management.io/v1',
+          kind: 'ManagedCluster',
+          metadata: { name: c },
+          spec: { hubAcceptsClient: true, leaseDurationSeconds: 60 },
+        };
         await store().create('ManagedCluster', mc);
-        const k = new KlusterletStandIn({ cluster: c, api: kube, cli: CLI, apiserver: `127.0.0.1:${echo.port}`, runsImage: (image) => !image.startsWith('quay.io/open-cluster-management/') });
+        const k = new KlusterletStandIn({
+          cluster: c,
+          api: kube,
+          cli: CLI,
+          apiserver: `127.0.0.1:${echo.port}`,
+          runsImage: (image) => !image.startsWith('quay.io/open-cluster-management/'),
+        });
         await k.start();
         klusterlets.set(c, k);
-        await store().create('ManagedClusterAddOn', { apiVersion: 'addon.open-cluster-management.io/v1alpha1', kind: 'ManagedClusterAddOn', metadata: { name: 'cluster-proxy', namespace: c }, spec: {} });
+        await store().create('ManagedClusterAddOn', {
+          apiVersion: 'addon.open-cluster-management.io/v1alpha1',
+          kind: 'ManagedClusterAddOn',
+          metadata: { name: 'cluster-proxy', namespace: c },
+          spec: {},
+        });
         // As OCM's registration makes a cluster's profile.
-        await store().create('ClusterProfile', { apiVersion: 'multicluster.x-k8s.io/v1alpha1', kind: 'ClusterProfile',
-          metadata: { name: c, namespace: PROFILES_NS, labels: { 'x-k8s.io/cluster-manager': 'open-cluster-management', 'open-cluster-management.io/cluster-name': c } },
-          spec: { clusterManager: { name: 'open-cluster-management' } } });
+        await store().create('ClusterProfile', {
+          apiVersion: 'multicluster.x-k8s.io/v1alpha1',
+          kind: 'ClusterProfile',
+          metadata: {
+            name: c,
+            namespace: PROFILES_NS,
+            labels: { 'x-k8s.io/cluster-manager': 'open-cluster-management', 'open-cluster-management.io/cluster-name': c },
+          },
+          spec: { clusterManager: { name: 'open-cluster-management' } },
+        });
       }
       for (const c of ['c1', 'c2']) {
-        await waitFor(async () => {
-          const a = await store().get('ManagedClusterAddOn', { name: 'cluster-proxy', namespace: c });
-          // Degraded too: it turns False with the agent's first report, a write of its own just after Available.
-          return cond(a, 'Available')?.status === 'True' && cond(a, 'Degraded')?.status === 'False' && cond(a, 'ManifestApplied')?.status === 'True' && cond(a, 'Progressing')?.reason === 'Completed'
-            && (await store().get('Lease', { name: 'cluster-proxy', namespace: c })) !== null;
-        }, { timeoutMs: 60_000, intervalMs: 200, message: `addon of ${c} Available, not Degraded, ManifestApplied, Completed` }).catch(async (err: Error) => {
+        await waitFor(
+          async () => {
+            const a = await store().get('ManagedClusterAddOn', { name: 'cluster-proxy', namespace: c });
+            // Degraded too: it turns False with the agent's first report, a write of its own just after Available.
+            return (
+              cond(a, 'Available')?.status === 'True' &&
+              cond(a, 'Degraded')?.status === 'False' &&
+              cond(a, 'ManifestApplied')?.status === 'True' &&
+              cond(a, 'Progressing')?.reason === 'Completed' &&
+              (await store().get('Lease', { name: 'cluster-proxy', namespace: c })) !== null
+            );
+          },
+          { timeoutMs: 60_000, intervalMs: 200, message: `addon of ${c} Available, not Degraded, ManifestApplied, Completed` },
+        ).catch(async (err: Error) => {
           const a = await store().get('ManagedClusterAddOn', { name: 'cluster-proxy', namespace: c });
           const k = klusterlets.get(c);
-          throw new Error(`${err.message}: ${JSON.stringify(a?.status)} klusterlet errors: ${k?.errors.join('; ')} stuck: ${k?.stuck().join('; ')} addon-manager errors: ${ocm.errors.join('; ')}`);
+          throw new Error(
+            `${err.message}: ${JSON.stringify(a?.status)} klusterlet errors: ${k?.errors.join('; ')} stuck: ${k?.stuck().join('; ')} addon-manager errors: ${ocm.errors.join('; ')}`,
+          );
         });
-        await waitFor(async () => (await store().get('ClusterProfile', { name: c, namespace: PROFILES_NS }))?.status?.accessProviders?.some((a) => a.name === 'open-cluster-management'),
-          { timeoutMs: 30_000, intervalMs: 200, message: `the gateway in ${c}'s ClusterProfile` });
+        await waitFor(
+          async () =>
+            (await store().get('ClusterProfile', { name: c, namespace: PROFILES_NS }))?.status?.accessProviders?.some(
+              (a) => a.name === 'open-cluster-management',
+            ),
+          { timeoutMs: 30_000, intervalMs: 200, message: `the gateway in ${c}'s ClusterProfile` },
+        );
       }
       const w = await writesOver(kube, PASSES);
-      console.log(`OCM mode, ${PASSES} passes after convergence: hub writes ${w.hub.length}, apiserver counted ${w.metrics.addons} addon and ${w.metrics.works} work writes (all writers)`);
+      console.log(
+        `OCM mode, ${PASSES} passes after convergence: hub writes ${w.hub.length}, apiserver counted ${w.metrics.addons} addon and ${w.metrics.works} work writes (all writers)`,
+      );
       // On a failure, what the hub said it wrote, and the addons as they are now.
-      const why = async (): Promise<string> => `${hub.proc.lines().filter((l) => l.includes('addon status updated')).slice(-6).join('\n')}\n${
-        JSON.stringify(await Promise.all(['c1', 'c2'].map((c) => store().get('ManagedClusterAddOn', { name: 'cluster-proxy', namespace: c }).then((a) => a?.status))))}`;
+      const why = async (): Promise<string> =>
+        `${hub.proc
+          .lines()
+          .filter((l) => l.includes('addon status updated'))
+          .slice(-6)
+          .join('\n')}\n${JSON.stringify(
+          await Promise.all(
+            ['c1', 'c2'].map((c) =>
+              store()
+                .get('ManagedClusterAddOn', { name: 'cluster-proxy', namespace: c })
+                .then((a) => a?.status),
+            ),
+          ),
+        )}`;
       expect(w.hub, w.hub.length > 0 ? await why() : '').toEqual([]);
       // Nor did OCM's stand-ins (their writes are counted too).
       expect(w.metrics).toEqual({ addons: 0, works: 0 });
@@ -186,9 +309,13 @@ describe('the hub on a real kube-apiserver', () => {
       const installer = await writesOver(kube, PASSES, {
         during: async () => {
           const cma = (await store().get('ClusterManagementAddOn', { name: 'cluster-proxy' }))!;
-          await store().update('ClusterManagementAddOn', { ...cma, metadata: { ...cma.metadata, labels: { ...cma.metadata.labels, 'example.com/touched': 'yes' } } });
+          await store().update('ClusterManagementAddOn', {
+            ...cma,
+            metadata: { ...cma.metadata, labels: { ...cma.metadata.labels, 'example.com/touched': 'yes' } },
+          });
         },
-        until: (events) => events.some((e) => e.user.username === HUB_USER && e.verb === 'get' && e.objectRef?.resource === 'clustermanagementaddons'),
+        until: (events) =>
+          events.some((e) => e.user.username === HUB_USER && e.verb === 'get' && e.objectRef?.resource === 'clustermanagementaddons'),
       });
       console.log(`OCM mode, an installer pass and ${PASSES} status passes: hub writes ${installer.hub.length}`);
       expect(installer.hub).toEqual([]);

@@ -21,7 +21,12 @@ import { DEFAULT_AGENT_IMAGE, type ManagedCluster, type ManagedClusterAddOn, typ
 import { renderAgentWork } from '@cluster-proxy/server/ocm';
 import { CHART_CRDS_DIR, killAllSpawned, runCommand, waitFor } from '../src/fixtures/index.js';
 import {
-  goAvailable, ocmPeers, startOcmHub, startOcmManagedCluster, type OcmHub, type OcmManagedCluster,
+  goAvailable,
+  ocmPeers,
+  startOcmHub,
+  startOcmManagedCluster,
+  type OcmHub,
+  type OcmManagedCluster,
 } from '../src/fixtures/real-ocm.js';
 import { CLI, createPki, startHub, type HubProcess, type TestPki } from '../src/harness.js';
 
@@ -34,11 +39,20 @@ const CHART = path.join(path.dirname(CHART_CRDS_DIR));
 const START_TIMEOUT_MS = 45 * 60_000;
 
 const hasGo = await goAvailable();
-if (!hasGo) console.warn('real-ocm.test.ts: skipped: no Go toolchain (`go`) to build OCM\'s programs and Helm from their Go modules with');
+if (!hasGo) console.warn("real-ocm.test.ts: skipped: no Go toolchain (`go`) to build OCM's programs and Helm from their Go modules with");
 
-type Obj = { metadata: { name: string; namespace?: string; uid?: string; ownerReferences?: { kind: string; name: string }[]; deletionTimestamp?: string }; status?: { conditions?: { type: string; status: string; reason?: string; message?: string }[] } };
+type Obj = {
+  metadata: {
+    name: string;
+    namespace?: string;
+    uid?: string;
+    ownerReferences?: { kind: string; name: string }[];
+    deletionTimestamp?: string;
+  };
+  status?: { conditions?: { type: string; status: string; reason?: string; message?: string }[] };
+};
 
-describe.skipIf(!hasGo)('our hub on OCM\'s own hub and klusterlets (real OCM programs, real Helm)', () => {
+describe.skipIf(!hasGo)("our hub on OCM's own hub and klusterlets (real OCM programs, real Helm)", () => {
   let pki: TestPki;
   let ocm: OcmHub;
   let hub: HubProcess | null = null;
@@ -53,27 +67,53 @@ describe.skipIf(!hasGo)('our hub on OCM\'s own hub and klusterlets (real OCM pro
     if (r.status !== 200) throw new Error(`GET ${urlPath}: HTTP ${r.status} ${r.text.slice(0, 300)}`);
     return r.body;
   };
-  const addonPath = (c: string): string => `/apis/addon.open-cluster-management.io/v1alpha1/namespaces/${c}/managedclusteraddons/cluster-proxy`;
+  const addonPath = (c: string): string =>
+    `/apis/addon.open-cluster-management.io/v1alpha1/namespaces/${c}/managedclusteraddons/cluster-proxy`;
   const addon = (c: string) => get<ManagedClusterAddOn>(addonPath(c));
   const work = (c: string) => get<ManifestWork>(`/apis/work.open-cluster-management.io/v1/namespaces/${c}/manifestworks/${WORK}`);
-  const cond = (o: { status?: { conditions?: { type: string; status: string; reason?: string }[] } } | null, type: string) => o?.status?.conditions?.find((c) => c.type === type);
+  const cond = (o: { status?: { conditions?: { type: string; status: string; reason?: string }[] } } | null, type: string) =>
+    o?.status?.conditions?.find((c) => c.type === type);
   const inCluster = async (c: string, urlPath: string): Promise<Obj | null> => {
     const r = await clusters.get(c)!.kube.request<Obj>('GET', urlPath);
     return r.status === 200 ? r.body : null;
   };
   const why = async (c: string): Promise<string> => {
     const k = clusters.get(c);
-    return [`addon: ${JSON.stringify((await addon(c))?.status)}`, `work: ${JSON.stringify((await work(c))?.status?.conditions)}`,
-      `kubelet player: ${k?.kubelet.errors.slice(-3).join('; ')}`, `OCM crashed: ${ocm.crashed().join('; ')}`,
-      `registration agent: ${k?.registration.lines().filter((l) => /^E/.test(l)).slice(-4).join('\n')}`,
-      `work agent${k?.work.isRunning() ? '' : ' (exited)'}: ${k?.work.lines().filter((l) => /^[EF]/.test(l)).slice(-4).join('\n')}`,
-      `addon manager: ${ocm.processes.addon.lines().filter((l) => /^E/.test(l)).slice(-4).join('\n')}`,
-      `hub: ${hub?.proc.lines().filter((l) => /"level":(40|50)/.test(l)).slice(-4).join('\n')}`].join('\n');
+    return [
+      `addon: ${JSON.stringify((await addon(c))?.status)}`,
+      `work: ${JSON.stringify((await work(c))?.status?.conditions)}`,
+      `kubelet player: ${k?.kubelet.errors.slice(-3).join('; ')}`,
+      `OCM crashed: ${ocm.crashed().join('; ')}`,
+      `registration agent: ${k?.registration
+        .lines()
+        .filter((l) => /^E/.test(l))
+        .slice(-4)
+        .join('\n')}`,
+      `work agent${k?.work.isRunning() ? '' : ' (exited)'}: ${k?.work
+        .lines()
+        .filter((l) => /^[EF]/.test(l))
+        .slice(-4)
+        .join('\n')}`,
+      `addon manager: ${ocm.processes.addon
+        .lines()
+        .filter((l) => /^E/.test(l))
+        .slice(-4)
+        .join('\n')}`,
+      `hub: ${hub?.proc
+        .lines()
+        .filter((l) => /"level":(40|50)/.test(l))
+        .slice(-4)
+        .join('\n')}`,
+    ].join('\n');
   };
 
   const enable = async (c: string, spec: Record<string, unknown> = {}): Promise<void> => {
-    const r = await ocm.kube.request('POST', `/apis/addon.open-cluster-management.io/v1alpha1/namespaces/${c}/managedclusteraddons`,
-      { apiVersion: 'addon.open-cluster-management.io/v1alpha1', kind: 'ManagedClusterAddOn', metadata: { name: 'cluster-proxy', namespace: c }, spec });
+    const r = await ocm.kube.request('POST', `/apis/addon.open-cluster-management.io/v1alpha1/namespaces/${c}/managedclusteraddons`, {
+      apiVersion: 'addon.open-cluster-management.io/v1alpha1',
+      kind: 'ManagedClusterAddOn',
+      metadata: { name: 'cluster-proxy', namespace: c },
+      spec,
+    });
     expect(r.status, r.text).toBe(201);
   };
 
@@ -82,10 +122,13 @@ describe.skipIf(!hasGo)('our hub on OCM\'s own hub and klusterlets (real OCM pro
    * reported). Not Progressing Completed: see the FINDING below.
    */
   async function available(c: string, timeoutMs = 90_000): Promise<ManagedClusterAddOn> {
-    return waitFor(async () => {
-      const a = await addon(c);
-      return cond(a, 'Available')?.status === 'True' && cond(a, 'ManifestApplied')?.status === 'True' ? a : null;
-    }, { timeoutMs, intervalMs: 250, message: `addon of ${c} Available and ManifestApplied` }).catch(async (err: Error) => {
+    return waitFor(
+      async () => {
+        const a = await addon(c);
+        return cond(a, 'Available')?.status === 'True' && cond(a, 'ManifestApplied')?.status === 'True' ? a : null;
+      },
+      { timeoutMs, intervalMs: 250, message: `addon of ${c} Available and ManifestApplied` },
+    ).catch(async (err: Error) => {
       throw new Error(`${err.message}\n${await why(c)}`);
     });
   }
@@ -94,10 +137,14 @@ describe.skipIf(!hasGo)('our hub on OCM\'s own hub and klusterlets (real OCM pro
   async function apiserverThroughHub(c: string): Promise<{ gitVersion: string }> {
     const t: Tunnel = hub!.tunnel();
     try {
-      const s = await waitFor(() => t.dial(`${c}:443`).catch((err: unknown) => {
-        if (err instanceof TunnelError && err.reason === 'no_agent') return null;
-        throw err;
-      }), { timeoutMs: 30_000, intervalMs: 250, message: `no agent of ${c} at the hub` });
+      const s = await waitFor(
+        () =>
+          t.dial(`${c}:443`).catch((err: unknown) => {
+            if (err instanceof TunnelError && err.reason === 'no_agent') return null;
+            throw err;
+          }),
+        { timeoutMs: 30_000, intervalMs: 250, message: `no agent of ${c} at the hub` },
+      );
       const sock = tls.connect({ socket: s as never, ca: clusters.get(c)!.kube.caPem, servername: 'localhost' });
       await once(sock, 'secureConnect');
       // No half-close from our side (a tunnel connection closes as a whole): the server closes after answering.
@@ -117,14 +164,37 @@ describe.skipIf(!hasGo)('our hub on OCM\'s own hub and klusterlets (real OCM pro
     }
   }
 
-  const helm = async (args: string[]) => runCommand(ocmPeersBinaries.helm, [...args, '--kubeconfig', adminKubeconfig], {
-    env: { ...process.env, HOME: helmHome, HELM_CACHE_HOME: path.join(helmHome, 'cache'), HELM_CONFIG_HOME: path.join(helmHome, 'config'), HELM_DATA_HOME: path.join(helmHome, 'data') },
-    timeoutMs: 120_000,
-  });
+  const helm = async (args: string[]) =>
+    runCommand(ocmPeersBinaries.helm, [...args, '--kubeconfig', adminKubeconfig], {
+      env: {
+        ...process.env,
+        HOME: helmHome,
+        HELM_CACHE_HOME: path.join(helmHome, 'cache'),
+        HELM_CONFIG_HOME: path.join(helmHome, 'config'),
+        HELM_DATA_HOME: path.join(helmHome, 'data'),
+      },
+      timeoutMs: 120_000,
+    });
   let ocmPeersBinaries: { helm: string };
 
-  const startOurHub = async (): Promise<HubProcess> => startHub(pki, ['--store', 'kubernetes', '--kubeconfig', kubeconfig, '--agent-install', 'manifestwork', '--ca-key', path.join(pki.dir, 'ca.key'),
-    '--require-registration', '--tunnel-loss-window', '2s', '--tls-reload-interval', '500ms', '--server-id', 'hub-a']);
+  const startOurHub = async (): Promise<HubProcess> =>
+    startHub(pki, [
+      '--store',
+      'kubernetes',
+      '--kubeconfig',
+      kubeconfig,
+      '--agent-install',
+      'manifestwork',
+      '--ca-key',
+      path.join(pki.dir, 'ca.key'),
+      '--require-registration',
+      '--tunnel-loss-window',
+      '2s',
+      '--tls-reload-interval',
+      '500ms',
+      '--server-id',
+      'hub-a',
+    ]);
 
   beforeAll(async () => {
     pki = await createPki();
@@ -136,14 +206,26 @@ describe.skipIf(!hasGo)('our hub on OCM\'s own hub and klusterlets (real OCM pro
     // Our chart, with the real Helm, as on an OCM hub: its CRDs OCM already has are left as they are (Helm
     // skips existing CRDs); the ClusterManagementAddOn is the chart's. Nothing runs its hub Deployment (no
     // kubelet on the hub): the hub process below stands for its pod.
-    const installed = await helm(['install', 'cluster-proxy', CHART, '--namespace', AGENT_NS, '--create-namespace', '--set', 'agentInstall.mode=manifestwork']);
+    const installed = await helm([
+      'install',
+      'cluster-proxy',
+      CHART,
+      '--namespace',
+      AGENT_NS,
+      '--create-namespace',
+      '--set',
+      'agentInstall.mode=manifestwork',
+    ]);
     expect(installed.code, `${installed.stdout}\n${installed.stderr}`).toBe(0);
     kubeconfig = path.join(pki.dir, 'hub.kubeconfig');
     // The hub as the chart's service account, with only the rights the chart's RBAC gives it.
-    await ocm.kube.writeKubeconfig(kubeconfig, HUB_USER, ['system:serviceaccounts', `system:serviceaccounts:${AGENT_NS}`], { bindClusterAdmin: false });
+    await ocm.kube.writeKubeconfig(kubeconfig, HUB_USER, ['system:serviceaccounts', `system:serviceaccounts:${AGENT_NS}`], {
+      bindClusterAdmin: false,
+    });
     hub = await startOurHub();
     const runsOurs = (image: string): boolean => !image.startsWith('quay.io/open-cluster-management/');
-    for (const c of await Promise.all(['c1', 'c2'].map((name) => startOcmManagedCluster(ocm, { name, cli: CLI, runsImage: runsOurs })))) clusters.set(c.name, c);
+    for (const c of await Promise.all(['c1', 'c2'].map((name) => startOcmManagedCluster(ocm, { name, cli: CLI, runsImage: runsOurs }))))
+      clusters.set(c.name, c);
   }, START_TIMEOUT_MS);
 
   afterAll(async () => {
@@ -155,25 +237,36 @@ describe.skipIf(!hasGo)('our hub on OCM\'s own hub and klusterlets (real OCM pro
     await pki?.cleanup();
   }, 120_000);
 
-  it('enabling the addon: OCM\'s work agent applies our agent, the registration agent gets its certificate, the tunnel reaches the cluster\'s apiserver, the addon is Available', async () => {
+  it("enabling the addon: OCM's work agent applies our agent, the registration agent gets its certificate, the tunnel reaches the cluster's apiserver, the addon is Available", async () => {
     await enable('c1');
     const a = await available('c1');
     // OCM's addon-manager owns the addon to the chart's ClusterManagementAddOn and resolved the default config.
     expect(a.metadata.ownerReferences?.map((o) => [o.kind, o.name])).toEqual([['ClusterManagementAddOn', 'cluster-proxy']]);
-    expect(a.status?.configReferences?.map((r) => [r.resource, r.desiredConfig?.name])).toEqual([['managedproxyconfigurations', 'cluster-proxy']]);
+    expect(a.status?.configReferences?.map((r) => [r.resource, r.desiredConfig?.name])).toEqual([
+      ['managedproxyconfigurations', 'cluster-proxy'],
+    ]);
     // The work agent applied the Deployment into c1's apiserver and reported it.
     expect(await inCluster('c1', `/apis/apps/v1/namespaces/${AGENT_NS}/deployments/${DEPLOYMENT}`)).not.toBeNull();
     const w = (await work('c1'))!;
     expect(cond(w, 'Applied')?.status).toBe('True');
     expect(cond(w, 'Available')?.status).toBe('True');
     // The registration agent's CSR, made as c1's own hub identity (from its cluster CSR), approved by our hub.
-    const csrs = (await ocm.kube.request<{ items: { spec: { username: string; signerName: string }; status?: { certificate?: string } }[] }>('GET',
-      `/apis/certificates.k8s.io/v1/certificatesigningrequests?labelSelector=${encodeURIComponent('open-cluster-management.io/addon-name=cluster-proxy,open-cluster-management.io/cluster-name=c1')}`)).body.items;
+    const csrs = (
+      await ocm.kube.request<{ items: { spec: { username: string; signerName: string }; status?: { certificate?: string } }[] }>(
+        'GET',
+        `/apis/certificates.k8s.io/v1/certificatesigningrequests?labelSelector=${encodeURIComponent('open-cluster-management.io/addon-name=cluster-proxy,open-cluster-management.io/cluster-name=c1')}`,
+      )
+    ).body.items;
     expect(csrs.map((c) => c.spec.signerName)).toEqual(['open-cluster-management.io/proxy-agent-signer']);
     expect(csrs[0]!.spec.username).toMatch(/^system:open-cluster-management:c1:/);
     expect(csrs[0]!.status?.certificate).toBeTruthy();
     // The Secret it wrote in c1, which the agent's pod mounts.
-    expect(await inCluster('c1', `/api/v1/namespaces/${AGENT_NS}/secrets/cluster-proxy-open-cluster-management.io-proxy-agent-signer-client-cert`)).not.toBeNull();
+    expect(
+      await inCluster(
+        'c1',
+        `/api/v1/namespaces/${AGENT_NS}/secrets/cluster-proxy-open-cluster-management.io-proxy-agent-signer-client-cert`,
+      ),
+    ).not.toBeNull();
     expect(clusters.get('c1')!.kubelet.agents().length).toBe(1);
     expect((await apiserverThroughHub('c1')).gitVersion).toBe(clusters.get('c1')!.kube.versions.kubernetes);
   }, 180_000);
@@ -189,43 +282,88 @@ describe.skipIf(!hasGo)('our hub on OCM\'s own hub and klusterlets (real OCM pro
   // the CMA's into each addon (addonconfiguration/graph.go). Our hub, the addon's manager here, writes none,
   // so specHash stays "" and the work's annotation carries "" too. Our addon-manager stand-in computes the
   // hashes itself, which hid this.
-  describe.skipIf(!process.env['CLUSTER_PROXY_REAL_OCM_FINDINGS'])('FINDING: Progressing never Completed (the hub fills no config spec hashes)', () => {
-    it('the addon\'s rollout reaches Progressing Completed', async () => {
-      await waitFor(async () => cond(await addon('c1'), 'Progressing')?.reason === 'Completed', { timeoutMs: 60_000, intervalMs: 250, message: 'Progressing Completed' })
-        .catch(async (err: Error) => { throw new Error(`${err.message}: ${JSON.stringify(cond(await addon('c1'), 'Progressing'))} configReferences ${JSON.stringify((await addon('c1'))?.status?.configReferences)}`); });
-    }, 90_000);
-  });
+  describe.skipIf(!process.env['CLUSTER_PROXY_REAL_OCM_FINDINGS'])(
+    'FINDING: Progressing never Completed (the hub fills no config spec hashes)',
+    () => {
+      it("the addon's rollout reaches Progressing Completed", async () => {
+        await waitFor(async () => cond(await addon('c1'), 'Progressing')?.reason === 'Completed', {
+          timeoutMs: 60_000,
+          intervalMs: 250,
+          message: 'Progressing Completed',
+        }).catch(async (err: Error) => {
+          throw new Error(
+            `${err.message}: ${JSON.stringify(cond(await addon('c1'), 'Progressing'))} configReferences ${JSON.stringify((await addon('c1'))?.status?.configReferences)}`,
+          );
+        });
+      }, 90_000);
+    },
+  );
 
-  it('an AddOnDeploymentConfig (resolved by OCM\'s addon-manager) moves the agent to another namespace with a proxy env; the old Deployment goes, the tunnel comes back; a change in place restarts the agent', async () => {
+  it("an AddOnDeploymentConfig (resolved by OCM's addon-manager) moves the agent to another namespace with a proxy env; the old Deployment goes, the tunnel comes back; a change in place restarts the agent", async () => {
     const k = clusters.get('c1')!.kubelet;
     const first = k.agents()[0]!;
     const adcs = `/apis/addon.open-cluster-management.io/v1alpha1/namespaces/c1/addondeploymentconfigs`;
-    const made = await ocm.kube.request('POST', adcs, { apiVersion: 'addon.open-cluster-management.io/v1alpha1', kind: 'AddOnDeploymentConfig', metadata: { name: 'proxy', namespace: 'c1' },
-      spec: { agentInstallNamespace: 'cp-agents', proxyConfig: { httpsProxy: 'http://proxy.corp.example:3128', noProxy: '.corp.example' } } });
+    const made = await ocm.kube.request('POST', adcs, {
+      apiVersion: 'addon.open-cluster-management.io/v1alpha1',
+      kind: 'AddOnDeploymentConfig',
+      metadata: { name: 'proxy', namespace: 'c1' },
+      spec: { agentInstallNamespace: 'cp-agents', proxyConfig: { httpsProxy: 'http://proxy.corp.example:3128', noProxy: '.corp.example' } },
+    });
     expect(made.status, made.text).toBe(201);
-    const patched = await ocm.kube.request('PATCH', addonPath('c1'), { spec: { configs: [{ group: 'addon.open-cluster-management.io', resource: 'addondeploymentconfigs', name: 'proxy', namespace: 'c1' }] } }, 'application/merge-patch+json');
+    const patched = await ocm.kube.request(
+      'PATCH',
+      addonPath('c1'),
+      {
+        spec: {
+          configs: [{ group: 'addon.open-cluster-management.io', resource: 'addondeploymentconfigs', name: 'proxy', namespace: 'c1' }],
+        },
+      },
+      'application/merge-patch+json',
+    );
     expect(patched.status, patched.text).toBe(200);
-    await waitFor(async () => (await inCluster('c1', `/apis/apps/v1/namespaces/cp-agents/deployments/${DEPLOYMENT}`)) !== null,
-      { timeoutMs: 60_000, intervalMs: 250, message: 'the Deployment in cp-agents' }).catch(async (err: Error) => { throw new Error(`${err.message}\n${await why('c1')}`); });
+    await waitFor(async () => (await inCluster('c1', `/apis/apps/v1/namespaces/cp-agents/deployments/${DEPLOYMENT}`)) !== null, {
+      timeoutMs: 60_000,
+      intervalMs: 250,
+      message: 'the Deployment in cp-agents',
+    }).catch(async (err: Error) => {
+      throw new Error(`${err.message}\n${await why('c1')}`);
+    });
     await first.proc.exited;
-    const next = await waitFor(() => k.agents()[0], { timeoutMs: 60_000, intervalMs: 250, message: 'the agent in cp-agents started' }).catch(async (err: Error) => { throw new Error(`${err.message}\n${await why('c1')}`); });
+    const next = await waitFor(() => k.agents()[0], {
+      timeoutMs: 60_000,
+      intervalMs: 250,
+      message: 'the agent in cp-agents started',
+    }).catch(async (err: Error) => {
+      throw new Error(`${err.message}\n${await why('c1')}`);
+    });
     expect(next.deployment).toBe(`cp-agents/${DEPLOYMENT}`);
     const environ = (await readFile(`/proc/${next.proc.pid}/environ`, 'utf8')).split('\0');
     expect(environ).toContain('HTTPS_PROXY=http://proxy.corp.example:3128');
     const a = await available('c1');
     expect(a.status?.namespace).toBe('cp-agents');
     // The work agent deleted the old Deployment (owned by the work) and left the old namespace (orphaned).
-    await waitFor(async () => (await inCluster('c1', `/apis/apps/v1/namespaces/${AGENT_NS}/deployments/${DEPLOYMENT}`)) === null,
-      { timeoutMs: 30_000, intervalMs: 250, message: 'the old Deployment deleted' });
+    await waitFor(async () => (await inCluster('c1', `/apis/apps/v1/namespaces/${AGENT_NS}/deployments/${DEPLOYMENT}`)) === null, {
+      timeoutMs: 30_000,
+      intervalMs: 250,
+      message: 'the old Deployment deleted',
+    });
     expect(await inCluster('c1', `/api/v1/namespaces/${AGENT_NS}`)).not.toBeNull();
     expect((await apiserverThroughHub('c1')).gitVersion).toBe(clusters.get('c1')!.kube.versions.kubernetes);
     // A change in place (same namespace): the work agent updates the Deployment, the kubelet player restarts the agent.
     const adc = (await get<{ metadata: { resourceVersion: string }; spec: Record<string, unknown> }>(`${adcs}/proxy`))!;
-    const updated = await ocm.kube.request('PUT', `${adcs}/proxy`, { apiVersion: 'addon.open-cluster-management.io/v1alpha1', kind: 'AddOnDeploymentConfig',
-      metadata: { name: 'proxy', namespace: 'c1', resourceVersion: adc.metadata.resourceVersion }, spec: { ...adc.spec, proxyConfig: { httpsProxy: 'http://proxy.corp.example:3128', noProxy: '.corp.example,.example.org' } } });
+    const updated = await ocm.kube.request('PUT', `${adcs}/proxy`, {
+      apiVersion: 'addon.open-cluster-management.io/v1alpha1',
+      kind: 'AddOnDeploymentConfig',
+      metadata: { name: 'proxy', namespace: 'c1', resourceVersion: adc.metadata.resourceVersion },
+      spec: { ...adc.spec, proxyConfig: { httpsProxy: 'http://proxy.corp.example:3128', noProxy: '.corp.example,.example.org' } },
+    });
     expect(updated.status, updated.text).toBe(200);
     await next.proc.exited;
-    const third = await waitFor(() => k.agents()[0], { timeoutMs: 60_000, intervalMs: 250, message: 'the agent restarted with the new env' });
+    const third = await waitFor(() => k.agents()[0], {
+      timeoutMs: 60_000,
+      intervalMs: 250,
+      message: 'the agent restarted with the new env',
+    });
     expect(third.deployment).toBe(`cp-agents/${DEPLOYMENT}`);
     expect(third.env['NO_PROXY']).toContain('.example.org');
     await available('c1');
@@ -238,15 +376,26 @@ describe.skipIf(!hasGo)('our hub on OCM\'s own hub and klusterlets (real OCM pro
     const ns = (await addon('c1'))!.status!.namespace!;
     const r = await ocm.kube.request('DELETE', addonPath('c1'));
     expect(r.status, r.text).toBe(200);
-    await waitFor(async () => (await work('c1')) === null && (await addon('c1')) === null, { timeoutMs: 60_000, intervalMs: 250, message: 'addon and work of c1 gone' });
-    await waitFor(async () => (await inCluster('c1', `/apis/apps/v1/namespaces/${ns}/deployments/${DEPLOYMENT}`)) === null,
-      { timeoutMs: 60_000, intervalMs: 250, message: 'the Deployment removed from c1' });
+    await waitFor(async () => (await work('c1')) === null && (await addon('c1')) === null, {
+      timeoutMs: 60_000,
+      intervalMs: 250,
+      message: 'addon and work of c1 gone',
+    });
+    await waitFor(async () => (await inCluster('c1', `/apis/apps/v1/namespaces/${ns}/deployments/${DEPLOYMENT}`)) === null, {
+      timeoutMs: 60_000,
+      intervalMs: 250,
+      message: 'the Deployment removed from c1',
+    });
     await agent.proc.exited;
     expect(await inCluster('c1', `/api/v1/namespaces/${ns}`)).not.toBeNull();
-    await waitFor(async () => !(await hub!.tables()).agents.some((x) => x.cluster === 'c1'), { timeoutMs: 30_000, intervalMs: 250, message: 'c1 off the hub' });
+    await waitFor(async () => !(await hub!.tables()).agents.some((x) => x.cluster === 'c1'), {
+      timeoutMs: 30_000,
+      intervalMs: 250,
+      message: 'c1 off the hub',
+    });
   }, 180_000);
 
-  it('upgrade: a work an earlier version of ours wrote (shared namespace, no deleteOption) moves to OCM\'s namespace; OCM\'s work agent leaves the shared namespace and another addon\'s object in it', async () => {
+  it("upgrade: a work an earlier version of ours wrote (shared namespace, no deleteOption) moves to OCM's namespace; OCM's work agent leaves the shared namespace and another addon's object in it", async () => {
     const shared = 'open-cluster-management-agent-addon';
     await hub!.stop();
     const agentPort = hub!.ports.agent;
@@ -254,31 +403,71 @@ describe.skipIf(!hasGo)('our hub on OCM\'s own hub and klusterlets (real OCM pro
     await enable('c1');
     const a = await waitFor(() => addon('c1'), { timeoutMs: 10_000, message: 'addon of c1' });
     const mc = (await get<ManagedCluster>('/apis/cluster.open-cluster-management.io/v1/managedclusters/c1'))!;
-    const earlier = renderAgentWork({ addon: a, cluster: mc, mpc: null, adc: null, caBundle: await readFile(pki.caPath, 'utf8'), agentEntrypoint: `127.0.0.1:${agentPort}`,
-      image: DEFAULT_AGENT_IMAGE, defaultInstallNamespace: shared });
+    const earlier = renderAgentWork({
+      addon: a,
+      cluster: mc,
+      mpc: null,
+      adc: null,
+      caBundle: await readFile(pki.caPath, 'utf8'),
+      agentEntrypoint: `127.0.0.1:${agentPort}`,
+      image: DEFAULT_AGENT_IMAGE,
+      defaultInstallNamespace: shared,
+    });
     // As that version wrote it: no deleteOption, so OCM's work agent owns the namespace it applies.
-    const made = await ocm.kube.request('POST', '/apis/work.open-cluster-management.io/v1/namespaces/c1/manifestworks',
-      { ...earlier, metadata: { ...earlier.metadata, annotations: {} }, spec: { workload: earlier.spec.workload } });
+    const made = await ocm.kube.request('POST', '/apis/work.open-cluster-management.io/v1/namespaces/c1/manifestworks', {
+      ...earlier,
+      metadata: { ...earlier.metadata, annotations: {} },
+      spec: { workload: earlier.spec.workload },
+    });
     expect(made.status, made.text).toBe(201);
-    await waitFor(async () => (await inCluster('c1', `/apis/apps/v1/namespaces/${shared}/deployments/${DEPLOYMENT}`)) !== null,
-      { timeoutMs: 60_000, intervalMs: 250, message: 'the earlier work applied in c1' });
-    const other = await clusters.get('c1')!.kube.request('POST', `/api/v1/namespaces/${shared}/configmaps`, { apiVersion: 'v1', kind: 'ConfigMap', metadata: { name: 'other-addon-config', namespace: shared }, data: { a: 'b' } });
+    await waitFor(async () => (await inCluster('c1', `/apis/apps/v1/namespaces/${shared}/deployments/${DEPLOYMENT}`)) !== null, {
+      timeoutMs: 60_000,
+      intervalMs: 250,
+      message: 'the earlier work applied in c1',
+    });
+    const other = await clusters.get('c1')!.kube.request('POST', `/api/v1/namespaces/${shared}/configmaps`, {
+      apiVersion: 'v1',
+      kind: 'ConfigMap',
+      metadata: { name: 'other-addon-config', namespace: shared },
+      data: { a: 'b' },
+    });
     expect(other.status, other.text).toBe(201);
     hub = await startOurHub();
-    await waitFor(async () => {
-      const w = await work('c1');
-      const names = w?.spec.workload.manifests.filter((m) => m['kind'] === 'Namespace').map((m) => (m['metadata'] as { name: string }).name);
-      return JSON.stringify(names) === JSON.stringify([AGENT_NS]);
-    }, { timeoutMs: 60_000, intervalMs: 250, message: 'the work moved to OCM\'s namespace' }).catch(async (err: Error) => { throw new Error(`${err.message}\n${await why('c1')}`); });
+    await waitFor(
+      async () => {
+        const w = await work('c1');
+        const names = w?.spec.workload.manifests
+          .filter((m) => m['kind'] === 'Namespace')
+          .map((m) => (m['metadata'] as { name: string }).name);
+        return JSON.stringify(names) === JSON.stringify([AGENT_NS]);
+      },
+      { timeoutMs: 60_000, intervalMs: 250, message: "the work moved to OCM's namespace" },
+    ).catch(async (err: Error) => {
+      throw new Error(`${err.message}\n${await why('c1')}`);
+    });
     await available('c1');
-    await waitFor(async () => (await inCluster('c1', `/apis/apps/v1/namespaces/${shared}/deployments/${DEPLOYMENT}`)) === null,
-      { timeoutMs: 60_000, intervalMs: 250, message: 'the earlier Deployment removed' });
+    await waitFor(async () => (await inCluster('c1', `/apis/apps/v1/namespaces/${shared}/deployments/${DEPLOYMENT}`)) === null, {
+      timeoutMs: 60_000,
+      intervalMs: 250,
+      message: 'the earlier Deployment removed',
+    });
     // The work agent's decision is made once its AppliedManifestWork no longer lists the shared namespace: deleted
     // if it owned it, left if it was released.
-    await waitFor(async () => {
-      const r = await clusters.get('c1')!.kube.request<{ items: { status?: { appliedResources?: { resource: string; name: string }[] } }[] }>('GET', '/apis/work.open-cluster-management.io/v1/appliedmanifestworks');
-      return r.body.items.length > 0 && r.body.items.every((x) => !(x.status?.appliedResources ?? []).some((ar) => ar.resource === 'namespaces' && ar.name === shared));
-    }, { timeoutMs: 60_000, intervalMs: 250, message: 'the shared namespace out of the AppliedManifestWork' });
+    await waitFor(
+      async () => {
+        const r = await clusters
+          .get('c1')!
+          .kube.request<{ items: { status?: { appliedResources?: { resource: string; name: string }[] } }[] }>(
+            'GET',
+            '/apis/work.open-cluster-management.io/v1/appliedmanifestworks',
+          );
+        return (
+          r.body.items.length > 0 &&
+          r.body.items.every((x) => !(x.status?.appliedResources ?? []).some((ar) => ar.resource === 'namespaces' && ar.name === shared))
+        );
+      },
+      { timeoutMs: 60_000, intervalMs: 250, message: 'the shared namespace out of the AppliedManifestWork' },
+    );
     const ns = await inCluster('c1', `/api/v1/namespaces/${shared}`);
     expect(ns?.metadata.deletionTimestamp).toBeUndefined();
     expect(await inCluster('c1', `/api/v1/namespaces/${shared}/configmaps/other-addon-config`)).not.toBeNull();
@@ -286,7 +475,11 @@ describe.skipIf(!hasGo)('our hub on OCM\'s own hub and klusterlets (real OCM pro
     expect((await apiserverThroughHub('c1')).gitVersion).toBe(clusters.get('c1')!.kube.versions.kubernetes);
     const r = await ocm.kube.request('DELETE', addonPath('c1'));
     expect(r.status, r.text).toBe(200);
-    await waitFor(async () => (await work('c1')) === null && (await addon('c1')) === null, { timeoutMs: 60_000, intervalMs: 250, message: 'addon and work of c1 gone' });
+    await waitFor(async () => (await work('c1')) === null && (await addon('c1')) === null, {
+      timeoutMs: 60_000,
+      intervalMs: 250,
+      message: 'addon and work of c1 gone',
+    });
   }, 240_000);
 
   it('removing a cluster (its ManagedCluster deleted): OCM cleans up its work and addon, the work agent removes our agent, the hub lets the cluster go', async () => {
@@ -295,15 +488,30 @@ describe.skipIf(!hasGo)('our hub on OCM\'s own hub and klusterlets (real OCM pro
     const agent = clusters.get('c2')!.kubelet.agents()[0]!;
     const r = await ocm.kube.request('DELETE', '/apis/cluster.open-cluster-management.io/v1/managedclusters/c2');
     expect(r.status, r.text).toBe(200);
-    await waitFor(async () => (await work('c2')) === null && (await addon('c2')) === null, { timeoutMs: 90_000, intervalMs: 250, message: 'addon and work of c2 gone' })
-      .catch(async (err: Error) => { throw new Error(`${err.message}
-${await why('c2')}`); });
-    await waitFor(async () => (await inCluster('c2', `/apis/apps/v1/namespaces/${AGENT_NS}/deployments/${DEPLOYMENT}`)) === null,
-      { timeoutMs: 60_000, intervalMs: 250, message: 'the Deployment removed from c2' });
+    await waitFor(async () => (await work('c2')) === null && (await addon('c2')) === null, {
+      timeoutMs: 90_000,
+      intervalMs: 250,
+      message: 'addon and work of c2 gone',
+    }).catch(async (err: Error) => {
+      throw new Error(`${err.message}
+${await why('c2')}`);
+    });
+    await waitFor(async () => (await inCluster('c2', `/apis/apps/v1/namespaces/${AGENT_NS}/deployments/${DEPLOYMENT}`)) === null, {
+      timeoutMs: 60_000,
+      intervalMs: 250,
+      message: 'the Deployment removed from c2',
+    });
     await agent.proc.exited;
-    await waitFor(async () => (await get('/apis/cluster.open-cluster-management.io/v1/managedclusters/c2')) === null,
-      { timeoutMs: 90_000, intervalMs: 250, message: 'ManagedCluster c2 gone (its finalizers done)' });
-    await waitFor(async () => !(await hub!.tables()).agents.some((x) => x.cluster === 'c2'), { timeoutMs: 30_000, intervalMs: 250, message: 'c2 off the hub' });
+    await waitFor(async () => (await get('/apis/cluster.open-cluster-management.io/v1/managedclusters/c2')) === null, {
+      timeoutMs: 90_000,
+      intervalMs: 250,
+      message: 'ManagedCluster c2 gone (its finalizers done)',
+    });
+    await waitFor(async () => !(await hub!.tables()).agents.some((x) => x.cluster === 'c2'), {
+      timeoutMs: 30_000,
+      intervalMs: 250,
+      message: 'c2 off the hub',
+    });
   }, 240_000);
 
   it('uninstalling the chart with Helm: its ClusterManagementAddOn goes, the garbage collector takes the addon it owns and its work, the agent stops', async () => {
@@ -311,8 +519,11 @@ ${await why('c2')}`); });
     await available('c1');
     const agents = [clusters.get('c1')!.kubelet.agents()[0]!];
     // The hub's pod goes with the chart's Deployment: stopped as the kubelet stops it once helm deleted it.
-    const deploymentGone = waitFor(async () => (await get(`/apis/apps/v1/namespaces/${AGENT_NS}/deployments/cluster-proxy`)) === null,
-      { timeoutMs: 120_000, intervalMs: 100, message: 'the chart\'s Deployment deleted' }).then(async () => {
+    const deploymentGone = waitFor(async () => (await get(`/apis/apps/v1/namespaces/${AGENT_NS}/deployments/cluster-proxy`)) === null, {
+      timeoutMs: 120_000,
+      intervalMs: 100,
+      message: "the chart's Deployment deleted",
+    }).then(async () => {
       await hub!.stop();
       hub = null;
     });
@@ -320,9 +531,16 @@ ${await why('c2')}`); });
     await deploymentGone;
     expect(r.code, `${r.stdout}\n${r.stderr}`).toBe(0);
     for (const c of ['c1']) {
-      await waitFor(async () => (await addon(c)) === null && (await work(c)) === null, { timeoutMs: 60_000, intervalMs: 250, message: `addon and work of ${c} garbage-collected` });
-      await waitFor(async () => (await inCluster(c, `/apis/apps/v1/namespaces/${AGENT_NS}/deployments/${DEPLOYMENT}`)) === null,
-        { timeoutMs: 60_000, intervalMs: 250, message: `the Deployment removed from ${c}` });
+      await waitFor(async () => (await addon(c)) === null && (await work(c)) === null, {
+        timeoutMs: 60_000,
+        intervalMs: 250,
+        message: `addon and work of ${c} garbage-collected`,
+      });
+      await waitFor(async () => (await inCluster(c, `/apis/apps/v1/namespaces/${AGENT_NS}/deployments/${DEPLOYMENT}`)) === null, {
+        timeoutMs: 60_000,
+        intervalMs: 250,
+        message: `the Deployment removed from ${c}`,
+      });
     }
     for (const a of agents) await a.proc.exited;
     expect(await get('/apis/addon.open-cluster-management.io/v1alpha1/clustermanagementaddons/cluster-proxy')).toBeNull();

@@ -39,7 +39,10 @@ describe('the SDK, packed alone and installed into an empty project', () => {
     dir = await mkdtemp(path.join(os.tmpdir(), 'cp-sdk-'));
     project = path.join(dir, 'project');
     await mkdir(project);
-    await writeFile(path.join(project, 'package.json'), `${JSON.stringify({ name: 'uses-the-sdk', private: true, type: 'module' }, null, 2)}\n`);
+    await writeFile(
+      path.join(project, 'package.json'),
+      `${JSON.stringify({ name: 'uses-the-sdk', private: true, type: 'module' }, null, 2)}\n`,
+    );
   });
 
   afterAll(async () => {
@@ -47,10 +50,16 @@ describe('the SDK, packed alone and installed into an empty project', () => {
   });
 
   it('installs with npm --offline and an empty cache: one package, no hub, agent or CLI, the size its README says', async () => {
-    const pack = await runCommand(process.execPath, [path.join(ROOT, 'scripts/pack-sdk.mjs'), path.join(dir, 'pack')], { timeoutMs: 120_000 });
+    const pack = await runCommand(process.execPath, [path.join(ROOT, 'scripts/pack-sdk.mjs'), path.join(dir, 'pack')], {
+      timeoutMs: 120_000,
+    });
     expect(pack.code, pack.stderr).toBe(0);
     const tarball = /==> (.*\.tgz)/.exec(pack.stdout)![1]!;
-    const install = await runCommand('npm', ['install', '--offline', '--cache', path.join(dir, 'empty-cache'), '--no-audit', '--no-fund', tarball], { cwd: project, timeoutMs: 120_000 });
+    const install = await runCommand(
+      'npm',
+      ['install', '--offline', '--cache', path.join(dir, 'empty-cache'), '--no-audit', '--no-fund', tarball],
+      { cwd: project, timeoutMs: 120_000 },
+    );
     expect(install.code, install.stderr).toBe(0);
 
     const modules = path.join(project, 'node_modules');
@@ -65,9 +74,15 @@ describe('the SDK, packed alone and installed into an empty project', () => {
     expect(stated, 'client/README.md states the installed size as "about N KiB on disk"').toBeGreaterThan(0);
     expect(Math.abs(measured - stated) / measured, `installed ${measured.toFixed(0)} KiB, README says ${stated} KiB`).toBeLessThan(0.25);
 
-    const load = await runCommand(process.execPath, ['--input-type=module', '-e', "const m = await import('@cluster-proxy/client'); console.log(Object.keys(m).sort().join(','))"], { cwd: project });
+    const load = await runCommand(
+      process.execPath,
+      ['--input-type=module', '-e', "const m = await import('@cluster-proxy/client'); console.log(Object.keys(m).sort().join(','))"],
+      { cwd: project },
+    );
     expect(load.code, load.stderr).toBe(0);
-    expect(load.stdout.trim()).toBe('Tunnel,TunnelError,TunnelHttpAgent,TunnelHttpsAgent,TunnelSocket,routeKubeConfigThroughTunnel,tunnelConnector');
+    expect(load.stdout.trim()).toBe(
+      'Tunnel,TunnelError,TunnelHttpAgent,TunnelHttpsAgent,TunnelSocket,routeKubeConfigThroughTunnel,tunnelConnector',
+    );
   }, 300_000);
 
   it('the README examples compile there with tsc --strict against the installed declarations', async () => {
@@ -78,10 +93,25 @@ describe('the SDK, packed alone and installed into an empty project', () => {
     // A Node project has Node's types; this one borrows the workspace's copy (no registry here).
     await mkdir(path.join(project, 'node_modules', '@types'), { recursive: true });
     await symlink(path.join(ROOT, 'node_modules', '@types', 'node'), path.join(project, 'node_modules', '@types', 'node'));
-    await writeFile(path.join(project, 'tsconfig.json'), `${JSON.stringify({
-      compilerOptions: { strict: true, target: 'ES2022', module: 'NodeNext', moduleResolution: 'NodeNext', types: ['node'], noEmit: true, skipLibCheck: false },
-      files,
-    }, null, 2)}\n`);
+    await writeFile(
+      path.join(project, 'tsconfig.json'),
+      `${JSON.stringify(
+        {
+          compilerOptions: {
+            strict: true,
+            target: 'ES2022',
+            module: 'NodeNext',
+            moduleResolution: 'NodeNext',
+            types: ['node'],
+            noEmit: true,
+            skipLibCheck: false,
+          },
+          files,
+        },
+        null,
+        2,
+      )}\n`,
+    );
     const tsc = await runCommand(process.execPath, [TSC, '-p', project], { cwd: project, timeoutMs: 120_000 });
     expect(tsc.code, `${tsc.stdout}${tsc.stderr}`).toBe(0);
   }, 180_000);

@@ -24,7 +24,13 @@ describe('hub --shutdown-delay', () => {
     const t = hub.tunnel();
     const first = await t.dial('c1:443');
     hub.proc.kill('SIGTERM');
-    const r = await waitFor(async () => { const s = await getStatus(hub.ports.health, '/readyz?verbose'); return s.status === 503 ? s : undefined; }, { timeoutMs: 1500, intervalMs: 25, message: 'readyz 503 at once' });
+    const r = await waitFor(
+      async () => {
+        const s = await getStatus(hub.ports.health, '/readyz?verbose');
+        return s.status === 503 ? s : undefined;
+      },
+      { timeoutMs: 1500, intervalMs: 25, message: 'readyz 503 at once' },
+    );
     expect(r.body).toContain('[-]listeners failed: shutting down');
     // Still within the delay (4 s; this takes a fraction of it): a new dial works and carries data.
     const during = await t.dial('c1:443');

@@ -17,8 +17,18 @@ import { Tunnel } from '@cluster-proxy/client';
 import { issueServerCert } from '@cluster-proxy/server';
 import { echoRoundTripForTest } from '../src/join-helpers.js';
 import {
-  connectThrough, httpsAnswer, killAllSpawned, runCommand, spawnProcess, startEchoServer, startRecordingApiserver, waitFor, writeAgentKubeconfig,
-  type ManagedProcess, type RecordingApiserver, type TcpTarget,
+  connectThrough,
+  httpsAnswer,
+  killAllSpawned,
+  runCommand,
+  spawnProcess,
+  startEchoServer,
+  startRecordingApiserver,
+  waitFor,
+  writeAgentKubeconfig,
+  type ManagedProcess,
+  type RecordingApiserver,
+  type TcpTarget,
 } from '../src/fixtures/index.js';
 import { startHaFleet, type HaFleet } from '../src/ha-fleet.js';
 import { CLI, cliLaunchFlags, createPki, getStatus, startHub, type HubProcess, type TestPki, type UserCert } from '../src/harness.js';
@@ -30,7 +40,15 @@ const BASE = process.env['SKEW_BASE'] ?? previous.commit;
 let OLD: string;
 
 beforeAll(() => {
-  const dir = execFileSync('bash', [path.join(ROOT, 'scripts/build-release.sh'), BASE], { cwd: ROOT, encoding: 'utf8', stdio: ['ignore', 'pipe', 'inherit'], timeout: 600_000 }).trim().split('\n').at(-1)!;
+  const dir = execFileSync('bash', [path.join(ROOT, 'scripts/build-release.sh'), BASE], {
+    cwd: ROOT,
+    encoding: 'utf8',
+    stdio: ['ignore', 'pipe', 'inherit'],
+    timeout: 600_000,
+  })
+    .trim()
+    .split('\n')
+    .at(-1)!;
   OLD = path.join(dir, 'cli/dist/main.js');
 }, 660_000);
 
@@ -41,7 +59,10 @@ afterAll(async () => {
 type Side = 'old' | 'new';
 const cliOf = (s: Side): string => (s === 'old' ? OLD : CLI);
 
-describe.each<[Side, Side]>([['new', 'old'], ['old', 'new']])('hub %s, agent %s', (hubSide, agentSide) => {
+describe.each<[Side, Side]>([
+  ['new', 'old'],
+  ['old', 'new'],
+])('hub %s, agent %s', (hubSide, agentSide) => {
   let pki: TestPki;
   let tmp: string;
   let hub: HubProcess;
@@ -57,16 +78,49 @@ describe.each<[Side, Side]>([['new', 'old'], ['old', 'new']])('hub %s, agent %s'
     tmp = await mkdtemp(path.join(os.tmpdir(), 'cp-skew-'));
     echo = await startEchoServer();
     api = await startRecordingApiserver(issueServerCert(pki.ca, { commonName: 'apiserver', ipAddresses: ['127.0.0.1'] }));
-    hub = await startHub(pki, ['--gateway-port', '0', '--ca-key', path.join(pki.dir, 'ca.key'), '--agent-cert-validity', '20s'], { cli: cliOf(hubSide) });
+    hub = await startHub(pki, ['--gateway-port', '0', '--ca-key', path.join(pki.dir, 'ca.key'), '--agent-cert-validity', '20s'], {
+      cli: cliOf(hubSide),
+    });
     const bundle = path.join(tmp, 'c1-bundle');
     const join = await cli(['join', 'c1', '--out', bundle, '--admin', `127.0.0.1:${hub.ports.admin}`]);
     expect(join.code, join.stderr).toBe(0);
-    const kubeconfig = await writeAgentKubeconfig(path.join(tmp, 'agent.kubeconfig'), { server: `https://${api.address}`, caPath: pki.caPath, token: 'sa-token' });
+    const kubeconfig = await writeAgentKubeconfig(path.join(tmp, 'agent.kubeconfig'), {
+      server: `https://${api.address}`,
+      caPath: pki.caPath,
+      token: 'sa-token',
+    });
     // Bootstrapped as a new cluster's agent is: the join bundle's single-use token traded for a certificate (hub API).
-    agent = spawnProcess({ name: `agent-${agentSide}`, command: process.execPath, args: [...cliLaunchFlags(cliOf(agentSide)), cliOf(agentSide), 'agent', '--cluster', 'c1',
-      '--hub', `127.0.0.1:${hub.ports.agent}`, '--server-name', 'localhost', '--ca-cert', path.join(bundle, 'ca.crt'), '--bootstrap-token-file', path.join(bundle, 'bootstrap-token'),
-      '--credentials-dir', path.join(bundle, 'credentials'), '--apiserver', `127.0.0.1:${echo.port}`, '--gateway-kubeconfig', kubeconfig,
-      '--health-bind-address', '127.0.0.1', '--health-port', '0', '--log-format', 'json'] });
+    agent = spawnProcess({
+      name: `agent-${agentSide}`,
+      command: process.execPath,
+      args: [
+        ...cliLaunchFlags(cliOf(agentSide)),
+        cliOf(agentSide),
+        'agent',
+        '--cluster',
+        'c1',
+        '--hub',
+        `127.0.0.1:${hub.ports.agent}`,
+        '--server-name',
+        'localhost',
+        '--ca-cert',
+        path.join(bundle, 'ca.crt'),
+        '--bootstrap-token-file',
+        path.join(bundle, 'bootstrap-token'),
+        '--credentials-dir',
+        path.join(bundle, 'credentials'),
+        '--apiserver',
+        `127.0.0.1:${echo.port}`,
+        '--gateway-kubeconfig',
+        kubeconfig,
+        '--health-bind-address',
+        '127.0.0.1',
+        '--health-port',
+        '0',
+        '--log-format',
+        'json',
+      ],
+    });
     await agent.waitForJsonLine((o) => o['msg'] === 'connected to proxy server', 30_000);
     user = await pki.user('dora', ['ops']);
   }, 90_000);
@@ -91,25 +145,43 @@ describe.each<[Side, Side]>([['new', 'old'], ['old', 'new']])('hub %s, agent %s'
   });
 
   it('an HTTP CONNECT through the hub carries bytes both ways', async () => {
-    const socket = tls.connect({ host: '127.0.0.1', port: hub.ports.connect!, servername: 'localhost', ca: pki.ca.certPem, cert: user.cert, key: user.key });
+    const socket = tls.connect({
+      host: '127.0.0.1',
+      port: hub.ports.connect!,
+      servername: 'localhost',
+      ca: pki.ca.certPem,
+      cert: user.cert,
+      key: user.key,
+    });
     const s = await connectThrough(socket, 'c1:443');
     const payload = Buffer.from('skew connect '.repeat(1000));
     expect((await echoRoundTripForTest(s, payload)).equals(payload)).toBe(true);
     s.destroy();
   });
 
-  it('the gateway: the agent believes the hub\'s identity and impersonates the caller', async () => {
-    const r = await httpsAnswer({ host: '127.0.0.1', port: hub.ports.gateway!, path: '/c1/version', servername: 'localhost', ca: pki.ca.certPem, cert: user.cert, key: user.key });
+  it("the gateway: the agent believes the hub's identity and impersonates the caller", async () => {
+    const r = await httpsAnswer({
+      host: '127.0.0.1',
+      port: hub.ports.gateway!,
+      path: '/c1/version',
+      servername: 'localhost',
+      ca: pki.ca.certPem,
+      cert: user.cert,
+      key: user.key,
+    });
     expect(r.status, r.body).toBe(200);
     expect(api.requests.at(-1)?.headers['impersonate-user']).toEqual(['dora']);
     expect(api.requests.at(-1)?.headers['impersonate-group']).toEqual(['ops']);
   });
 
-  it('the agent\'s lease reports make the addon Available', async () => {
-    await waitFor(async () => {
-      const r = await cli(['get', 'managedclusteraddons', '-A', '--admin', `127.0.0.1:${hub.ports.admin}`]);
-      return r.code === 0 && /^c1\s+cluster-proxy\s+True\s+False\b/m.test(r.stdout);
-    }, { timeoutMs: 30_000, intervalMs: 500, message: 'the addon of c1 Available' });
+  it("the agent's lease reports make the addon Available", async () => {
+    await waitFor(
+      async () => {
+        const r = await cli(['get', 'managedclusteraddons', '-A', '--admin', `127.0.0.1:${hub.ports.admin}`]);
+        return r.code === 0 && /^c1\s+cluster-proxy\s+True\s+False\b/m.test(r.stdout);
+      },
+      { timeoutMs: 30_000, intervalMs: 500, message: 'the addon of c1 Available' },
+    );
   });
 
   it('the agent renews its certificate through the hub before it expires, and keeps its tunnel', async () => {
@@ -134,7 +206,10 @@ describe('the embedded store, written by one version and read by the other', () 
     await pki?.cleanup();
   });
 
-  const withHub = async (side: Side, f: (hub: HubProcess, cli: (args: string[]) => ReturnType<typeof runCommand>) => Promise<void>): Promise<void> => {
+  const withHub = async (
+    side: Side,
+    f: (hub: HubProcess, cli: (args: string[]) => ReturnType<typeof runCommand>) => Promise<void>,
+  ): Promise<void> => {
     const hub = await startHub(pki, ['--ca-key', path.join(pki.dir, 'ca.key')], { dataDir, cli: cliOf(side) });
     try {
       await f(hub, (args) => runCommand(process.execPath, [cliOf(side), ...args], { timeoutMs: 20_000 }));
@@ -145,7 +220,12 @@ describe('the embedded store, written by one version and read by the other', () 
   const clusters = async (cli: (args: string[]) => ReturnType<typeof runCommand>, admin: number): Promise<string[]> => {
     const r = await cli(['get', 'managedclusters', '--admin', `127.0.0.1:${admin}`]);
     expect(r.code, r.stderr).toBe(0);
-    return r.stdout.trim().split('\n').slice(1).map((l) => l.trim().split(/\s+/)[0]!).sort();
+    return r.stdout
+      .trim()
+      .split('\n')
+      .slice(1)
+      .map((l) => l.trim().split(/\s+/)[0]!)
+      .sort();
   };
 
   it('old → new → old: clusters and tokens each wrote stay readable by the other', async () => {
@@ -187,7 +267,14 @@ describe('a rolling upgrade of three replicas on the Kubernetes store, under loa
 
   beforeAll(async () => {
     // --shutdown-delay as the chart sets it (5 s there): a dial sent just before the balancer noticed is still taken.
-    fleet = await startHaFleet({ replicas: 3, hubArgs: ['--shutdown-delay', '1s'], join: 'c1', agentIDs: ['a1', 'a2'], agentArgs: [], cli: OLD });
+    fleet = await startHaFleet({
+      replicas: 3,
+      hubArgs: ['--shutdown-delay', '1s'],
+      join: 'c1',
+      agentIDs: ['a1', 'a2'],
+      agentArgs: [],
+      cli: OLD,
+    });
     await fleet.allAgentsAt(['hub-0', 'hub-1', 'hub-2']);
   }, 120_000);
   afterAll(async () => {
@@ -202,8 +289,17 @@ describe('a rolling upgrade of three replicas on the Kubernetes store, under loa
       // Our own client, not the harness's hub.tunnel(): stopping a HubProcess closes the tunnels it handed out,
       // and the graceful stop under test must be the hub's alone.
       if (!t) {
-        tunnels.set(i, (t = new Tunnel({ address: `127.0.0.1:${fleet.hubs[i]!.ports.frontend}`, serverName: 'localhost', caCert: Buffer.from(fleet.pki.ca.certPem),
-          cert: readFileSync(fleet.pki.client.certPath), key: readFileSync(fleet.pki.client.keyPath), transport: 'mux' })));
+        tunnels.set(
+          i,
+          (t = new Tunnel({
+            address: `127.0.0.1:${fleet.hubs[i]!.ports.frontend}`,
+            serverName: 'localhost',
+            caCert: Buffer.from(fleet.pki.ca.certPem),
+            cert: readFileSync(fleet.pki.client.certPath),
+            key: readFileSync(fleet.pki.client.keyPath),
+            transport: 'mux',
+          })),
+        );
       }
       return t;
     };
@@ -227,13 +323,20 @@ describe('a rolling upgrade of three replicas on the Kubernetes store, under loa
           s.once('error', (e: Error) => seen.push(`error ${e.message}`));
           const payload = Buffer.from(`dial ${n}`);
           let timer: NodeJS.Timeout | undefined;
-          const echoed = await Promise.race([echoRoundTripForTest(s, payload), new Promise<null>((r) => { timer = setTimeout(() => r(null), 10_000); })]);
+          const echoed = await Promise.race([
+            echoRoundTripForTest(s, payload),
+            new Promise<null>((r) => {
+              timer = setTimeout(() => r(null), 10_000);
+            }),
+          ]);
           clearTimeout(timer);
           s.destroy();
           if (echoed === null) {
             const hubTables = JSON.stringify(await fleet.hubs[i]?.tables().catch(() => null));
             const agentTables = JSON.stringify(await Promise.all(fleet.agents.map((a) => a.tables().catch(() => null))));
-            throw new Error(`no echo within 10 s (the connection saw: ${seen.join(', ') || 'nothing'}); hub: ${hubTables}; agents: ${agentTables}`);
+            throw new Error(
+              `no echo within 10 s (the connection saw: ${seen.join(', ') || 'nothing'}); hub: ${hubTables}; agents: ${agentTables}`,
+            );
           }
           if (!echoed.equals(payload)) throw new Error('wrong bytes');
           dials++;
@@ -253,13 +356,21 @@ describe('a rolling upgrade of three replicas on the Kubernetes store, under loa
         phase = `stopping hub-${i}`;
         const stopping = fleet.hubs[i]!;
         await stopping.stop();
-        stoppedLogs.push(...stopping.proc.lines().slice(-40).map((l) => `hub-${i}: ${l}`));
+        stoppedLogs.push(
+          ...stopping.proc
+            .lines()
+            .slice(-40)
+            .map((l) => `hub-${i}: ${l}`),
+        );
         phase = `starting hub-${i}`;
         fleet.hubs[i] = null;
         tunnels.get(i)?.close();
         tunnels.delete(i);
         fleet.hubs[i] = await fleet.startReplica(i);
-        await waitFor(async () => (await getStatus(fleet.hubs[i]!.ports.health, '/readyz')).status === 200, { timeoutMs: 30_000, message: `hub-${i} ready` });
+        await waitFor(async () => (await getStatus(fleet.hubs[i]!.ports.health, '/readyz')).status === 200, {
+          timeoutMs: 30_000,
+          message: `hub-${i} ready`,
+        });
         phase = `hub-${i} ready, agents coming back`;
         await fleet.allAgentsAt(['hub-0', 'hub-1', 'hub-2']);
         phase = `hub-${i} back`;

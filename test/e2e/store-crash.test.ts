@@ -53,12 +53,24 @@ async function startWriter(dir: string, round: number, compactBytes: number): Pr
     buf = parts.pop() ?? '';
     lines.push(...parts);
   });
-  child.stderr?.on('data', (d: Buffer) => { stderr += d.toString(); });
-  const exited = new Promise<void>((resolve) => child.once('close', () => { children.delete(child); resolve(); }));
+  child.stderr?.on('data', (d: Buffer) => {
+    stderr += d.toString();
+  });
+  const exited = new Promise<void>((resolve) =>
+    child.once('close', () => {
+      children.delete(child);
+      resolve();
+    }),
+  );
   await new Promise<void>((resolve, reject) => {
     const t = setInterval(() => {
-      if (lines.some((l) => l.startsWith('ready '))) { clearInterval(t); resolve(); }
-      else if (child.exitCode !== null) { clearInterval(t); reject(new Error(`writer exited: ${stderr}`)); }
+      if (lines.some((l) => l.startsWith('ready '))) {
+        clearInterval(t);
+        resolve();
+      } else if (child.exitCode !== null) {
+        clearInterval(t);
+        reject(new Error(`writer exited: ${stderr}`));
+      }
     }, 10);
   });
   return { child, lines, exited };
@@ -127,7 +139,10 @@ describe('embedded store crash safety', () => {
     const recordStart = buf.lastIndexOf('\n', mid) + 1;
     buf[mid + 1] = 'N'.charCodeAt(0);
     await writeFile(file, buf);
-    const err = await openEmbeddedStore(dir, { warn: () => {} }).then(() => null, (e: unknown) => e);
+    const err = await openEmbeddedStore(dir, { warn: () => {} }).then(
+      () => null,
+      (e: unknown) => e,
+    );
     expect(err).toBeInstanceOf(StoreCorruptError);
     expect((err as Error).message).toContain(`store journal ${file} is corrupt at offset ${recordStart}`);
     expect((err as Error).message).not.toContain('\n');
@@ -162,13 +177,18 @@ describe('embedded store crash safety', () => {
     const buf = await readFile(file);
     buf[buf.length - 10] ^= 0x01;
     await writeFile(file, buf);
-    await expect(openEmbeddedStore(dir)).rejects.toThrow(new RegExp(`^store snapshot ${file} is corrupt at offset \\d+: checksum mismatch`));
+    await expect(openEmbeddedStore(dir)).rejects.toThrow(
+      new RegExp(`^store snapshot ${file} is corrupt at offset \\d+: checksum mismatch`),
+    );
   });
 
   it('a second process cannot open a directory in use; the lock names the holder', async () => {
     const dir = await tempDir();
     const w = await startWriter(dir, 0, 1 << 30);
-    const err = await openEmbeddedStore(dir).then(() => null, (e: unknown) => e);
+    const err = await openEmbeddedStore(dir).then(
+      () => null,
+      (e: unknown) => e,
+    );
     expect(err).toBeInstanceOf(StoreLockedError);
     expect((err as StoreLockedError).holderPid).toBe(w.child.pid);
     expect((err as Error).message).toContain(`in use by process ${String(w.child.pid)}`);

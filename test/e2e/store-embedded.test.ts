@@ -18,7 +18,10 @@ afterAll(async () => {
 
 storeConformance('embedded', async (opts) => {
   const dir = await mkdtemp(join(tmpdir(), 'store-embedded-'));
-  const store = await openEmbeddedStore(dir, { ...(opts?.historySize !== undefined ? { historySize: opts.historySize } : {}), compactBytes: 16 << 10 });
+  const store = await openEmbeddedStore(dir, {
+    ...(opts?.historySize !== undefined ? { historySize: opts.historySize } : {}),
+    compactBytes: 16 << 10,
+  });
   return {
     store,
     async close() {

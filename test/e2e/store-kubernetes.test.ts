@@ -7,7 +7,15 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { openStore, type Kind, type Store, type WatchEvent } from '@cluster-proxy/server';
 import { KubernetesStore, THROTTLED_RETRIES } from '@cluster-proxy/server/kubernetes-store';
-import { snapshotHandles, startFakeKubeApiServer, startRealKube, waitFor, waitForHandlesAtMost, type FakeKubeApiServer, type RealKube } from '../src/fixtures/index.js';
+import {
+  snapshotHandles,
+  startFakeKubeApiServer,
+  startRealKube,
+  waitFor,
+  waitForHandlesAtMost,
+  type FakeKubeApiServer,
+  type RealKube,
+} from '../src/fixtures/index.js';
 import type { FakeKubeApiServerOptions } from '../src/fixtures/kube-api-server.js';
 import { ALL_KINDS, sampleObject, storeConformance } from '../src/store-conformance.js';
 
@@ -33,7 +41,10 @@ async function kubeStore(api: FakeKubeApiServer): Promise<KubernetesStore> {
 
 storeConformance('kubernetes (fake API server)', async (opts) => {
   // The namespaces the suite writes into exist, as on a real cluster (the server refuses others).
-  const api = await startFakeKubeApiServer({ namespaces: ['c1', 'c2', 'c3', 'x'], ...(opts?.historySize !== undefined ? { historySize: opts.historySize } : {}) });
+  const api = await startFakeKubeApiServer({
+    namespaces: ['c1', 'c2', 'c3', 'x'],
+    ...(opts?.historySize !== undefined ? { historySize: opts.historySize } : {}),
+  });
   const store = await kubeStore(api);
   return {
     store,
@@ -64,23 +75,34 @@ describe('on a real kube-apiserver', () => {
     for (const kind of ALL_KINDS as Kind[]) {
       for (const o of (await store.list(kind)).items) {
         const key = { name: o.metadata.name, ...(o.metadata.namespace ? { namespace: o.metadata.namespace } : {}) };
-        if ((o.metadata.finalizers ?? []).length > 0) await store.update(kind, { ...o, metadata: { ...o.metadata, finalizers: [] } } as never).catch(() => undefined);
+        if ((o.metadata.finalizers ?? []).length > 0)
+          await store.update(kind, { ...o, metadata: { ...o.metadata, finalizers: [] } } as never).catch(() => undefined);
         await store.delete(kind, key).catch(() => undefined);
       }
-      await waitFor(async () => (await store.list(kind)).items.length === 0, { timeoutMs: 10_000, intervalMs: 50, message: `no ${kind} left` });
+      await waitFor(async () => (await store.list(kind)).items.length === 0, {
+        timeoutMs: 10_000,
+        intervalMs: 50,
+        message: `no ${kind} left`,
+      });
     }
   }
 
-  storeConformance('kubernetes (real kube-apiserver)', async () => {
-    await empty(kube.store);
-    const store = await openStore({ type: 'kubernetes', kubeconfig, watchBackoffMs: { initial: 20, max: 200 } });
-    return { store, close: () => store.close() };
-  }, { smallResumeWindow: 'a real apiserver resumes watches from its own cache, sized by itself' });
+  storeConformance(
+    'kubernetes (real kube-apiserver)',
+    async () => {
+      await empty(kube.store);
+      const store = await openStore({ type: 'kubernetes', kubeconfig, watchBackoffMs: { initial: 20, max: 200 } });
+      return { store, close: () => store.close() };
+    },
+    { smallResumeWindow: 'a real apiserver resumes watches from its own cache, sized by itself' },
+  );
 });
 
 /** A store on a fresh API server and a Lease watch recording its events and errors, for `body` to drive. */
-async function watchingLeases(opts: FakeKubeApiServerOptions,
-  body: (t: { api: FakeKubeApiServer; store: KubernetesStore; events: WatchEvent<'Lease'>[]; errors: Error[] }) => Promise<void>): Promise<void> {
+async function watchingLeases(
+  opts: FakeKubeApiServerOptions,
+  body: (t: { api: FakeKubeApiServer; store: KubernetesStore; events: WatchEvent<'Lease'>[]; errors: Error[] }) => Promise<void>,
+): Promise<void> {
   const api = await startFakeKubeApiServer({ namespaces: ['c1'], ...opts });
   const store = await kubeStore(api);
   try {
@@ -105,7 +127,8 @@ describe('kubernetes store watches', () => {
       for (let round = 0; round < 5; round++) {
         expect(api.cutWatches()).toBe(1);
         // Writes while the watch is down: delivered after it resumes.
-        for (let i = 0; i < 3; i++) lease = await store.update('Lease', { ...lease, spec: { ...lease.spec, leaseTransitions: round * 3 + i } });
+        for (let i = 0; i < 3; i++)
+          lease = await store.update('Lease', { ...lease, spec: { ...lease.spec, leaseTransitions: round * 3 + i } });
         await waitFor(() => api.openWatches() === 1, { timeoutMs: 5000, message: `watch reconnected (round ${round})` });
       }
       await store.delete('Lease', { name: 'l', namespace: 'c1' });

@@ -13,7 +13,17 @@ import { Tunnel, TunnelError } from '@cluster-proxy/client';
 import { issueClientCert, writePemPair } from '@cluster-proxy/server';
 import { createPki, expectTablesEmpty, startAgent, startHub, type AgentProcess, type HubProcess, type TestPki } from '../src/harness.js';
 import { scrape } from '../src/metrics-text.js';
-import { connectThrough, kernelQueues, killAllSpawned, payloadSha256, spawnProcess, startStallOrSinkServer, waitFor, writePayload, type TcpTarget } from '../src/fixtures/index.js';
+import {
+  connectThrough,
+  kernelQueues,
+  killAllSpawned,
+  payloadSha256,
+  spawnProcess,
+  startStallOrSinkServer,
+  waitFor,
+  writePayload,
+  type TcpTarget,
+} from '../src/fixtures/index.js';
 import { AnpClientConn } from '../src/fixtures/anp-peers.js';
 
 const MiB = 1024 * 1024;
@@ -37,7 +47,13 @@ const tcpUnder = new WeakMap<Duplex, net.Socket>();
 async function connectThroughHub(hub: HubProcess, pki: TestPki, target: string): Promise<tls.TLSSocket> {
   const raw = net.connect(hub.ports.connect!, '127.0.0.1');
   raw.on('error', () => {});
-  const socket = tls.connect({ socket: raw, servername: 'localhost', ca: pki.ca.certPem, cert: readFileSync(pki.client.certPath), key: readFileSync(pki.client.keyPath) });
+  const socket = tls.connect({
+    socket: raw,
+    servername: 'localhost',
+    ca: pki.ca.certPem,
+    cert: readFileSync(pki.client.certPath),
+    key: readFileSync(pki.client.keyPath),
+  });
   tcpUnder.set(socket, raw);
   return connectThrough(socket, target) as Promise<tls.TLSSocket>;
 }
@@ -107,8 +123,16 @@ describe('destinations that never read', () => {
     pki = await createPki();
     hub = await startHub(pki, ['--memory-budget', `${HUB_BUDGET_MIB}Mi`]);
     const agentArgs = ['--memory-budget', `${AGENT_BUDGET_MIB}Mi`];
-    muxAgent = await startAgent(pki, hub, { cluster: 'stuck-mux', apiserver: `127.0.0.1:${target.port}`, args: [...agentArgs, '--transport', 'mux'] });
-    grpcAgent = await startAgent(pki, hub, { cluster: 'stuck-grpc', apiserver: `127.0.0.1:${target.port}`, args: [...agentArgs, '--transport', 'grpc'] });
+    muxAgent = await startAgent(pki, hub, {
+      cluster: 'stuck-mux',
+      apiserver: `127.0.0.1:${target.port}`,
+      args: [...agentArgs, '--transport', 'mux'],
+    });
+    grpcAgent = await startAgent(pki, hub, {
+      cluster: 'stuck-grpc',
+      apiserver: `127.0.0.1:${target.port}`,
+      args: [...agentArgs, '--transport', 'grpc'],
+    });
   }, 60_000);
 
   afterAll(async () => {
@@ -119,8 +143,15 @@ describe('destinations that never read', () => {
     await pki?.cleanup();
   });
 
-  it(`${3 * STUCK + STUCK_ANP} stuck connections on every path: hub and agents stay within their budgets, a healthy upload beside them arrives intact, and everything is released when the clients leave`, { timeout: 180_000 }, async () => {
-    const anpTls = { ca: Buffer.from(pki.ca.certPem), cert: readFileSync(pki.client.certPath), key: readFileSync(pki.client.keyPath), serverName: 'localhost' };
+  it(`${3 * STUCK + STUCK_ANP} stuck connections on every path: hub and agents stay within their budgets, a healthy upload beside them arrives intact, and everything is released when the clients leave`, {
+    timeout: 180_000,
+  }, async () => {
+    const anpTls = {
+      ca: Buffer.from(pki.ca.certPem),
+      cert: readFileSync(pki.client.certPath),
+      key: readFileSync(pki.client.keyPath),
+      serverName: 'localhost',
+    };
     const muxTunnel = hub.tunnel('mux');
     const grpcTunnel = hub.tunnel('grpc');
     tunnels.push(muxTunnel, grpcTunnel);
@@ -137,15 +168,23 @@ describe('destinations that never read', () => {
     const before = { hub: await rssMiB(hub.proc.pid), mux: await rssMiB(muxAgent.proc.pid), grpc: await rssMiB(grpcAgent.proc.pid) };
     const peak = { ...before };
     const sampler = setInterval(() => {
-      void Promise.all([rssMiB(hub.proc.pid), rssMiB(muxAgent.proc.pid), rssMiB(grpcAgent.proc.pid)]).then(([h, m, g]) => {
-        peak.hub = Math.max(peak.hub, h);
-        peak.mux = Math.max(peak.mux, m);
-        peak.grpc = Math.max(peak.grpc, g);
-      }, () => {});
+      void Promise.all([rssMiB(hub.proc.pid), rssMiB(muxAgent.proc.pid), rssMiB(grpcAgent.proc.pid)]).then(
+        ([h, m, g]) => {
+          peak.hub = Math.max(peak.hub, h);
+          peak.mux = Math.max(peak.mux, m);
+          peak.grpc = Math.max(peak.grpc, g);
+        },
+        () => {},
+      );
     }, 100);
     const stuck: Duplex[] = [];
     try {
-      const plan: [PathName, number][] = [['sdk-mux', STUCK], ['sdk-grpc', STUCK], ['connect', STUCK], ['anp', STUCK_ANP]];
+      const plan: [PathName, number][] = [
+        ['sdk-mux', STUCK],
+        ['sdk-grpc', STUCK],
+        ['connect', STUCK],
+        ['anp', STUCK_ANP],
+      ];
       for (const [p, n] of plan) for (let i = 0; i < n; i++) stuck.push(await open[p]());
       for (const s of stuck) s.on('error', () => {});
       const deadline = Date.now() + 60_000;
@@ -162,20 +201,34 @@ describe('destinations that never read', () => {
       // that never read keeps a smaller unsent allowance (16 KiB, overshot by at most one write), not the
       // 128 KiB of one that kept up with a bulk transfer.
       if (process.platform === 'linux') {
-        for (const [agent, n] of [[muxAgent, STUCK + STUCK_ANP], [grpcAgent, 2 * STUCK]] as const) {
+        for (const [agent, n] of [
+          [muxAgent, STUCK + STUCK_ANP],
+          [grpcAgent, 2 * STUCK],
+        ] as const) {
           const queues = await kernelQueues(agent.proc.pid!);
-          console.info(`stuck: the agent of ${n} stuck connections holds ${(queues.send / 1024).toFixed(0)} KiB unsent or unacknowledged in the kernel`);
-          expect(queues.send, 'bytes the agent\'s sockets hold unsent or unacknowledged').toBeLessThan(n * 100 * 1024);
+          console.info(
+            `stuck: the agent of ${n} stuck connections holds ${(queues.send / 1024).toFixed(0)} KiB unsent or unacknowledged in the kernel`,
+          );
+          expect(queues.send, "bytes the agent's sockets hold unsent or unacknowledged").toBeLessThan(n * 100 * 1024);
         }
       }
       const hubScrape = await scrape(hub.ports.health);
-      if (process.env['STUCK_DEBUG']) for (const port of [hub.ports.health, muxAgent.healthPort]) console.info((await (await fetch(`http://127.0.0.1:${port}/metrics`)).text()).split('\n').filter((l) => /memory_|heap_size|external|resident|array_buffers/.test(l) && !l.startsWith('#')).join('\n'));
+      if (process.env['STUCK_DEBUG'])
+        for (const port of [hub.ports.health, muxAgent.healthPort])
+          console.info(
+            (await (await fetch(`http://127.0.0.1:${port}/metrics`)).text())
+              .split('\n')
+              .filter((l) => /memory_|heap_size|external|resident|array_buffers/.test(l) && !l.startsWith('#'))
+              .join('\n'),
+          );
       expect(hubScrape.value('cluster_proxy_server_memory_committed_bytes')).toBeLessThanOrEqual(HUB_BUDGET_MIB * MiB);
       // Without budgets each stuck connection held ~4 MiB on the agent and ~2.5 MiB on the hub: ~290 MiB on
       // the mux agent (72 connections), ~260 on the gRPC agent, ~280 on the hub. What is left beyond the
       // budgets is memory Node and the allocator keep after moving ~300 MiB (40–100 MiB here, more under load).
       const total = handed.reduce((n, b) => n + b, 0);
-      console.info(`stuck: ${stuck.length} connections took ${(total / MiB).toFixed(0)} MiB before blocking; RSS MiB before → peak: hub ${before.hub.toFixed(0)} → ${peak.hub.toFixed(0)}, mux agent ${before.mux.toFixed(0)} → ${peak.mux.toFixed(0)}, grpc agent ${before.grpc.toFixed(0)} → ${peak.grpc.toFixed(0)}`);
+      console.info(
+        `stuck: ${stuck.length} connections took ${(total / MiB).toFixed(0)} MiB before blocking; RSS MiB before → peak: hub ${before.hub.toFixed(0)} → ${peak.hub.toFixed(0)}, mux agent ${before.mux.toFixed(0)} → ${peak.mux.toFixed(0)}, grpc agent ${before.grpc.toFixed(0)} → ${peak.grpc.toFixed(0)}`,
+      );
       expect(peak.mux - before.mux).toBeLessThan(128);
       expect(peak.grpc - before.grpc).toBeLessThan(128);
       expect(peak.hub - before.hub).toBeLessThan(160);
@@ -206,11 +259,19 @@ describe('destinations that never read', () => {
 
     // The clients left: every table drains, every window goes back to its budget.
     await expectTablesEmpty(hub, [muxAgent, grpcAgent], 30_000);
-    await waitFor(async () => {
-      const [h, m, g] = await Promise.all([scrape(hub.ports.health), scrape(muxAgent.healthPort), scrape(grpcAgent.healthPort)]);
-      return h.value('cluster_proxy_server_memory_committed_bytes') === 0 && h.value('cluster_proxy_server_memory_held_bytes') === 0
-        && [m, g].every((s) => s.value('cluster_proxy_agent_memory_committed_bytes') === 0 && s.value('cluster_proxy_agent_memory_held_bytes') === 0);
-    }, { timeoutMs: 10_000, intervalMs: 200, message: 'budgets released' });
+    await waitFor(
+      async () => {
+        const [h, m, g] = await Promise.all([scrape(hub.ports.health), scrape(muxAgent.healthPort), scrape(grpcAgent.healthPort)]);
+        return (
+          h.value('cluster_proxy_server_memory_committed_bytes') === 0 &&
+          h.value('cluster_proxy_server_memory_held_bytes') === 0 &&
+          [m, g].every(
+            (s) => s.value('cluster_proxy_agent_memory_committed_bytes') === 0 && s.value('cluster_proxy_agent_memory_held_bytes') === 0,
+          )
+        );
+      },
+      { timeoutMs: 10_000, intervalMs: 200, message: 'budgets released' },
+    );
     expect(muxAgent.proc.isRunning() && grpcAgent.proc.isRunning() && hub.proc.isRunning()).toBe(true);
   });
 });
@@ -271,23 +332,41 @@ describe('the stall policy (--stall-timeout)', () => {
     await pki?.cleanup();
   });
 
-  it('closes connections whose destination took nothing for the timeout, on every path, and says why; an idle one stays; a CONNECT client that exited with bytes unsent is let go too', { timeout: 90_000 }, async () => {
+  it('closes connections whose destination took nothing for the timeout, on every path, and says why; an idle one stays; a CONNECT client that exited with bytes unsent is let go too', {
+    timeout: 90_000,
+  }, async () => {
     const tunnel = hub.tunnel('mux');
     tunnels.push(tunnel);
-    const anpTls = { ca: Buffer.from(pki.ca.certPem), cert: readFileSync(pki.client.certPath), key: readFileSync(pki.client.keyPath), serverName: 'localhost' };
+    const anpTls = {
+      ca: Buffer.from(pki.ca.certPem),
+      cert: readFileSync(pki.client.certPath),
+      key: readFileSync(pki.client.keyPath),
+      serverName: 'localhost',
+    };
     const idle = await tunnel.dial('hung:443');
     const sdk = await tunnel.dial('hung:443');
     const connect = await connectThroughHub(hub, pki, 'hung:443');
     const anp = new AnpClientConn(`127.0.0.1:${hub.ports.frontend}`, anpTls, 'hung:443');
     await anp.connected;
-    const stuck: [string, Duplex][] = [['sdk', sdk], ['connect', connect], ['anp', anp]];
+    const stuck: [string, Duplex][] = [
+      ['sdk', sdk],
+      ['connect', connect],
+      ['anp', anp],
+    ];
     const errors = new Map<string, string>();
     for (const [name, s] of [...stuck, ['idle', idle] as [string, Duplex]]) s.on('error', (err: Error) => errors.set(name, err.message));
     const closed = stuck.map(([, s]) => new Promise<void>((resolve) => s.once('close', () => resolve())));
 
-    const exiting = spawnProcess({ name: 'exiting-connect-client', command: process.execPath, args: ['-e', EXITING_CONNECT_CLIENT, String(hub.ports.connect), pki.caPath, pki.client.certPath, pki.client.keyPath, 'hung:443'] });
+    const exiting = spawnProcess({
+      name: 'exiting-connect-client',
+      command: process.execPath,
+      args: ['-e', EXITING_CONNECT_CLIENT, String(hub.ports.connect), pki.caPath, pki.client.certPath, pki.client.keyPath, 'hung:443'],
+    });
     const began = Date.now();
-    await Promise.all([...stuck.map(([, s]) => fillUntilBlocked(s, 64 * MiB, began + 30_000)), exiting.waitForJsonLine((o) => 'blocked' in o, 30_000)]);
+    await Promise.all([
+      ...stuck.map(([, s]) => fillUntilBlocked(s, 64 * MiB, began + 30_000)),
+      exiting.waitForJsonLine((o) => 'blocked' in o, 30_000),
+    ]);
     expect((await exiting.exited).code).toBe(0);
     await waitFor(() => target.stalled() === 4, { timeoutMs: 10_000, message: 'every stuck connection reached the target' });
 
@@ -297,8 +376,14 @@ describe('the stall policy (--stall-timeout)', () => {
     expect(errors.get('sdk')).toMatch(/--stall-timeout/);
     expect(errors.get('anp')).toMatch(/--stall-timeout/);
     expect(errors.get('connect')).toMatch(/ECONNRESET/); // a reset: the client's bytes did not all arrive
-    await waitFor(async () => (await hub.tables()).agents.reduce((n, a) => n + a.established.length, 0) === 1, { timeoutMs: 10_000, message: 'only the idle connection is left (the exited client\'s too is gone)' });
-    await waitFor(async () => (await agent.tables()).servers.reduce((n, srv) => n + srv.connections.length, 0) === 1, { timeoutMs: 10_000, message: 'the agent closed the stalled destinations' });
+    await waitFor(async () => (await hub.tables()).agents.reduce((n, a) => n + a.established.length, 0) === 1, {
+      timeoutMs: 10_000,
+      message: "only the idle connection is left (the exited client's too is gone)",
+    });
+    await waitFor(async () => (await agent.tables()).servers.reduce((n, srv) => n + srv.connections.length, 0) === 1, {
+      timeoutMs: 10_000,
+      message: 'the agent closed the stalled destinations',
+    });
     const scraped = await scrape(hub.ports.health);
     expect(scraped.value('cluster_proxy_server_stalled_connections_closed_total', { direction: 'to_agent' })).toBe(4);
 
@@ -324,7 +409,11 @@ describe('admission limits', () => {
     pki = await createPki();
     hub = await startHub(pki, ['--max-connections', '3', '--max-connections-per-client', '2']);
     agent = await startAgent(pki, hub, { cluster: 'limits', apiserver: `127.0.0.1:${target.port}` });
-    limitedAgent = await startAgent(pki, hub, { cluster: 'one-only', apiserver: `127.0.0.1:${target.port}`, args: ['--max-connections', '1'] });
+    limitedAgent = await startAgent(pki, hub, {
+      cluster: 'one-only',
+      apiserver: `127.0.0.1:${target.port}`,
+      args: ['--max-connections', '1'],
+    });
   }, 60_000);
 
   afterAll(async () => {
@@ -336,18 +425,30 @@ describe('admission limits', () => {
   });
 
   const dialError = async (t: Tunnel, address: string): Promise<TunnelError> => {
-    const err = await t.dial(address).then((s) => {
-      s.destroy();
-      return null;
-    }, (e: unknown) => e);
+    const err = await t.dial(address).then(
+      (s) => {
+        s.destroy();
+        return null;
+      },
+      (e: unknown) => e,
+    );
     expect(err).toBeInstanceOf(TunnelError);
     return err as TunnelError;
   };
 
-  it('per client, per hub and per agent: a refusal with reason "limit" that names the flag, a metric, and room again once connections close', { timeout: 60_000 }, async () => {
+  it('per client, per hub and per agent: a refusal with reason "limit" that names the flag, a metric, and room again once connections close', {
+    timeout: 60_000,
+  }, async () => {
     const first = hub.tunnel('mux');
     const other = await writePemPair(pki.dir, 'other-user', issueClientCert(pki.ca, { commonName: 'other-user' }));
-    const second = new Tunnel({ address: `127.0.0.1:${hub.ports.frontend}`, serverName: 'localhost', caCert: Buffer.from(pki.ca.certPem), cert: readFileSync(other.certPath), key: readFileSync(other.keyPath), transport: 'grpc' });
+    const second = new Tunnel({
+      address: `127.0.0.1:${hub.ports.frontend}`,
+      serverName: 'localhost',
+      caCert: Buffer.from(pki.ca.certPem),
+      cert: readFileSync(other.certPath),
+      key: readFileSync(other.keyPath),
+      transport: 'grpc',
+    });
     tunnels.push(first, second);
 
     const held = [await first.dial('limits:443'), await first.dial('limits:443')];
@@ -368,12 +469,18 @@ describe('admission limits', () => {
 
     // Closing one makes room again.
     held.pop()!.destroy();
-    await waitFor(async () => (await hub.tables()).agents.reduce((n, a) => n + a.established.length, 0) === 2, { timeoutMs: 10_000, message: 'a connection closed' });
+    await waitFor(async () => (await hub.tables()).agents.reduce((n, a) => n + a.established.length, 0) === 2, {
+      timeoutMs: 10_000,
+      message: 'a connection closed',
+    });
 
     // The agent's own limit: one connection, the second dial is refused by the agent.
     held.push(await second.dial('one-only:443'));
     for (const s of held.splice(0, 2)) s.destroy();
-    await waitFor(async () => (await hub.tables()).agents.reduce((n, a) => n + a.established.length, 0) === 1, { timeoutMs: 10_000, message: 'two connections closed' });
+    await waitFor(async () => (await hub.tables()).agents.reduce((n, a) => n + a.established.length, 0) === 1, {
+      timeoutMs: 10_000,
+      message: 'two connections closed',
+    });
     const byAgent = await dialError(second, 'one-only:443');
     expect(byAgent.reason).toBe('limit');
     expect(byAgent.message).toMatch(/agent holds 1 connections.*--max-connections/);

@@ -4,10 +4,34 @@ import { once } from 'node:events';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { TunnelError, type Tunnel } from '@cluster-proxy/client';
 import {
-  digestStream, killAllSpawned, payloadBlock, payloadSha256, snapshotHandles, startBlackhole, startEchoServer, startSinkServer, startSourceServer,
-  startStallServer, waitFor, waitForHandlesAtMost, writePayload, type Blackhole, type SinkServer, type SourceServer, type TcpTarget,
+  digestStream,
+  killAllSpawned,
+  payloadBlock,
+  payloadSha256,
+  snapshotHandles,
+  startBlackhole,
+  startEchoServer,
+  startSinkServer,
+  startSourceServer,
+  startStallServer,
+  waitFor,
+  waitForHandlesAtMost,
+  writePayload,
+  type Blackhole,
+  type SinkServer,
+  type SourceServer,
+  type TcpTarget,
 } from '../src/fixtures/index.js';
-import { createPki, expectTablesEmpty, getStatus, startAgent, startHub, type AgentProcess, type HubProcess, type TestPki } from '../src/harness.js';
+import {
+  createPki,
+  expectTablesEmpty,
+  getStatus,
+  startAgent,
+  startHub,
+  type AgentProcess,
+  type HubProcess,
+  type TestPki,
+} from '../src/harness.js';
 import { echoRoundTripForTest as echoRoundTrip } from '../src/join-helpers.js';
 
 const MiB = 1024 * 1024;
@@ -40,7 +64,11 @@ for (const transport of ['mux', 'grpc'] as const) {
       [echo, sink, blackhole] = await Promise.all([startEchoServer(), startSinkServer(), startBlackhole()]);
       source = await startSourceServer(20 * MiB);
       hub = await startHub(pki, ['--dial-timeout', '2s', '--grant', 'c1=cidr:127.0.0.0/8']);
-      agent = await startAgent(pki, hub, { cluster: 'c1', apiserver: `127.0.0.1:${echo.port}`, args: ['--allow', '127.0.0.1:*', '--identifiers', 'cidr=127.0.0.0/8', '--dial-timeout', '10s', '--transport', transport] });
+      agent = await startAgent(pki, hub, {
+        cluster: 'c1',
+        apiserver: `127.0.0.1:${echo.port}`,
+        args: ['--allow', '127.0.0.1:*', '--identifiers', 'cidr=127.0.0.0/8', '--dial-timeout', '10s', '--transport', transport],
+      });
     });
 
     afterAll(async () => {
@@ -62,7 +90,7 @@ for (const transport of ['mux', 'grpc'] as const) {
     });
 
     describe('tunnel core', () => {
-      it('round-trips bytes to a cluster apiserver name (c1:443 → the agent\'s --apiserver)', async () => {
+      it("round-trips bytes to a cluster apiserver name (c1:443 → the agent's --apiserver)", async () => {
         const s = await tunnel.dial('c1:443');
         const reply = await echoRoundTrip(s, Buffer.from('ping'));
         expect(reply.toString()).toBe('ping');
@@ -72,10 +100,15 @@ for (const transport of ['mux', 'grpc'] as const) {
         s.destroy();
       });
 
-      it('also reaches the cluster by its namespaced name and by OCM\'s service-proxy host', async () => {
-        for (const name of ['c1.open-cluster-management-agent-addon:443', 'cluster-ed5a0b2f5b0a8fe4fd48f6d3a1ed9a47bb5c2ba4b2bfcb41.open-cluster-management.proxy:443']) {
+      it("also reaches the cluster by its namespaced name and by OCM's service-proxy host", async () => {
+        for (const name of [
+          'c1.open-cluster-management-agent-addon:443',
+          'cluster-ed5a0b2f5b0a8fe4fd48f6d3a1ed9a47bb5c2ba4b2bfcb41.open-cluster-management.proxy:443',
+        ]) {
           // The second name is only right if it matches sha256("c1"); compute it rather than trust the literal.
-          const dest = name.startsWith('cluster-') ? `cluster-${createHash('sha256').update('c1').digest('hex').slice(0, 48)}.open-cluster-management.proxy:443` : name;
+          const dest = name.startsWith('cluster-')
+            ? `cluster-${createHash('sha256').update('c1').digest('hex').slice(0, 48)}.open-cluster-management.proxy:443`
+            : name;
           const s = await tunnel.dial(dest);
           expect((await echoRoundTrip(s, Buffer.from('x'))).toString()).toBe('x');
           s.destroy();
@@ -99,10 +132,12 @@ for (const transport of ['mux', 'grpc'] as const) {
         const results = Array.from({ length: n }, () => sink.nextResult(60_000));
         await Promise.all(sockets.map((s) => writePayload(s, size, { end: true })));
         for (const r of await Promise.all(results)) expect(r).toEqual({ bytes: size, sha256: payloadSha256(size) });
-        await Promise.all(sockets.map((s) => {
-          s.resume();
-          return once(s, 'close');
-        }));
+        await Promise.all(
+          sockets.map((s) => {
+            s.resume();
+            return once(s, 'close');
+          }),
+        );
       });
 
       it('one 96 MiB write() goes through piece by piece, intact, while another connection on the tunnel keeps answering', async () => {
@@ -118,7 +153,9 @@ for (const transport of ['mux', 'grpc'] as const) {
         // The neighbour connection round-trips while the big write is in flight.
         let trips = 0;
         let done = false;
-        void written.finally(() => { done = true; });
+        void written.finally(() => {
+          done = true;
+        });
         while (!done && trips < 1000) {
           expect((await echoRoundTrip(other, Buffer.from(`trip-${trips}`))).toString()).toBe(`trip-${trips}`);
           trips++;
@@ -184,7 +221,10 @@ for (const transport of ['mux', 'grpc'] as const) {
         expect(elapsed).toBeGreaterThanOrEqual(1900);
         expect(elapsed).toBeLessThan(8000);
         // The hub told the agent to give up: its table empties (checked in afterEach too).
-        await waitFor(async () => (await agent.tables()).servers.every((s) => s.connections.length === 0), { timeoutMs: 3000, message: 'agent abandoned the dial' });
+        await waitFor(async () => (await agent.tables()).servers.every((s) => s.connections.length === 0), {
+          timeoutMs: 3000,
+          message: 'agent abandoned the dial',
+        });
       });
 
       it('honours the client deadline and abort signal (`timeout`, `context`)', async () => {
@@ -201,7 +241,10 @@ for (const transport of ['mux', 'grpc'] as const) {
         try {
           for (let i = 0; i < 30; i++) {
             const ac = new AbortController();
-            const p = tunnel.dial(`127.0.0.1:${target.port}`, { signal: ac.signal }).then((s) => s.destroy(), () => undefined);
+            const p = tunnel.dial(`127.0.0.1:${target.port}`, { signal: ac.signal }).then(
+              (s) => s.destroy(),
+              () => undefined,
+            );
             // Cancel at different points of the dial: at once, after a tick, after a few ms.
             if (i % 3 === 0) ac.abort();
             else if (i % 3 === 1) queueMicrotask(() => ac.abort());
@@ -253,7 +296,10 @@ for (const transport of ['mux', 'grpc'] as const) {
           a.destroy();
         } finally {
           // The hub gives the bytes A still had waiting 2 s to get credit before it closes towards the agent.
-          await waitFor(async () => (await hub.tables()).agents.every((x) => x.established.length === 0), { timeoutMs: 10_000, message: 'stalled connection closed' });
+          await waitFor(async () => (await hub.tables()).agents.every((x) => x.established.length === 0), {
+            timeoutMs: 10_000,
+            message: 'stalled connection closed',
+          });
           await stall.close();
         }
       });
@@ -304,13 +350,21 @@ for (const transport of ['mux', 'grpc'] as const) {
     describe('agent failures', () => {
       it('agent killed mid-transfer: the client gets an error within 2 s, not a hang', async () => {
         const big = await startSourceServer(1024 * MiB);
-        const victim = await startAgent(pki, hub, { cluster: 'victim', apiserver: `127.0.0.1:${big.port}`, args: ['--transport', transport] });
+        const victim = await startAgent(pki, hub, {
+          cluster: 'victim',
+          apiserver: `127.0.0.1:${big.port}`,
+          args: ['--transport', transport],
+        });
         try {
           const s = await tunnel.dial('victim:443');
           let received = 0;
-          s.on('data', (d: Buffer) => { received += d.length; });
+          s.on('data', (d: Buffer) => {
+            received += d.length;
+          });
           await waitFor(() => received > 2 * MiB, { timeoutMs: 10_000, message: 'transfer started' });
-          const errored = new Promise<{ err: unknown; at: number }>((resolve) => s.once('error', (err) => resolve({ err, at: Date.now() })));
+          const errored = new Promise<{ err: unknown; at: number }>((resolve) =>
+            s.once('error', (err) => resolve({ err, at: Date.now() })),
+          );
           const t0 = Date.now();
           victim.proc.kill('SIGKILL');
           const { err, at } = await errored;
@@ -323,13 +377,21 @@ for (const transport of ['mux', 'grpc'] as const) {
       });
 
       it('agent restart: new dials succeed once it is back', async () => {
-        const first = await startAgent(pki, hub, { cluster: 'restart', apiserver: `127.0.0.1:${echo.port}`, args: ['--transport', transport] });
+        const first = await startAgent(pki, hub, {
+          cluster: 'restart',
+          apiserver: `127.0.0.1:${echo.port}`,
+          args: ['--transport', transport],
+        });
         const s1 = await tunnel.dial('restart:443');
         expect((await echoRoundTrip(s1, Buffer.from('one'))).toString()).toBe('one');
         s1.destroy();
         await first.stop();
         expectTunnelError(await tunnel.dial('restart:443').catch((e: unknown) => e), 'no_agent', 'restart:443');
-        const second = await startAgent(pki, hub, { cluster: 'restart', apiserver: `127.0.0.1:${echo.port}`, args: ['--transport', transport] });
+        const second = await startAgent(pki, hub, {
+          cluster: 'restart',
+          apiserver: `127.0.0.1:${echo.port}`,
+          args: ['--transport', transport],
+        });
         try {
           const s2 = await tunnel.dial('restart:443');
           expect((await echoRoundTrip(s2, Buffer.from('two'))).toString()).toBe('two');
@@ -341,10 +403,17 @@ for (const transport of ['mux', 'grpc'] as const) {
       });
 
       it('agent SIGTERM drains: DRAIN reaches the hub, open connections finish, new dials are refused, then it exits', async () => {
-        const a = await startAgent(pki, hub, { cluster: 'drainer', apiserver: `127.0.0.1:${echo.port}`, args: ['--drain-grace', '3s', '--transport', transport] });
+        const a = await startAgent(pki, hub, {
+          cluster: 'drainer',
+          apiserver: `127.0.0.1:${echo.port}`,
+          args: ['--drain-grace', '3s', '--transport', transport],
+        });
         const open = await tunnel.dial('drainer:443');
         a.proc.kill('SIGTERM');
-        await waitFor(async () => (await hub.tables()).agents.some((x) => x.cluster === 'drainer' && x.draining), { timeoutMs: 5000, message: 'hub saw DRAIN' });
+        await waitFor(async () => (await hub.tables()).agents.some((x) => x.cluster === 'drainer' && x.draining), {
+          timeoutMs: 5000,
+          message: 'hub saw DRAIN',
+        });
         // The open connection still works during the grace period.
         expect((await echoRoundTrip(open, Buffer.from('still here'))).toString()).toBe('still here');
         expectTunnelError(await tunnel.dial('drainer:443').catch((e: unknown) => e), 'draining', 'drainer:443');
@@ -362,7 +431,10 @@ for (const transport of ['mux', 'grpc'] as const) {
         const a = await startAgent(pki, hub, { cluster: 'rogue', apiserver: `127.0.0.1:${echo.port}`, cert, waitConnected: false });
         try {
           await a.proc.waitForJsonLine((o) => String(o['msg']).startsWith('cannot connect to hub'), 10_000);
-          await hub.proc.waitForJsonLine((o) => /TLS handshake on the agent listener refused: .*(SIGNATURE|ISSUER|UNABLE|self)/i.test(String(o['msg'])), 10_000);
+          await hub.proc.waitForJsonLine(
+            (o) => /TLS handshake on the agent listener refused: .*(SIGNATURE|ISSUER|UNABLE|self)/i.test(String(o['msg'])),
+            10_000,
+          );
           expect((await hub.tables()).agents.some((x) => x.cluster === 'rogue')).toBe(false);
           expect((await getStatus(a.healthPort, '/readyz')).status).toBe(503);
         } finally {
@@ -377,16 +449,25 @@ for (const transport of ['mux', 'grpc'] as const) {
         try {
           await a.proc.waitForJsonLine((o) => /expired/.test(String(o['msg'])), 10_000);
           // The hub names the reason too (a TLS refusal tells the agent nothing).
-          await hub.proc.waitForJsonLine((o) => /TLS handshake on the agent listener refused: CERT_HAS_EXPIRED/.test(String(o['msg'])), 10_000);
+          await hub.proc.waitForJsonLine(
+            (o) => /TLS handshake on the agent listener refused: CERT_HAS_EXPIRED/.test(String(o['msg'])),
+            10_000,
+          );
           expect((await hub.tables()).agents.some((x) => x.cluster === 'expired')).toBe(false);
         } finally {
           await a.stop();
         }
       });
 
-      it('refuses an agent that claims another cluster\'s host', async () => {
+      it("refuses an agent that claims another cluster's host", async () => {
         const cert = await pki.agent('c3');
-        const a = await startAgent(pki, hub, { cluster: 'c3', apiserver: `127.0.0.1:${echo.port}`, cert, args: ['--identifiers', 'host=c1'], waitConnected: false });
+        const a = await startAgent(pki, hub, {
+          cluster: 'c3',
+          apiserver: `127.0.0.1:${echo.port}`,
+          cert,
+          args: ['--identifiers', 'host=c1'],
+          waitConnected: false,
+        });
         try {
           const line = await a.proc.waitForJsonLine((o) => String(o['msg']).includes('may not register host=c1'), 10_000);
           expect(String(line['msg'])).toContain('PERMISSION_DENIED');
@@ -405,7 +486,14 @@ for (const transport of ['mux', 'grpc'] as const) {
         const { Tunnel } = await import('@cluster-proxy/client');
         const { readFileSync } = await import('node:fs');
         const cert = await pki.agent('c1');
-        const t = new Tunnel({ address: `127.0.0.1:${hub.ports.frontend}`, serverName: 'localhost', caCert: Buffer.from(pki.ca.certPem), cert: readFileSync(cert.certPath), key: readFileSync(cert.keyPath), transport });
+        const t = new Tunnel({
+          address: `127.0.0.1:${hub.ports.frontend}`,
+          serverName: 'localhost',
+          caCert: Buffer.from(pki.ca.certPem),
+          cert: readFileSync(cert.certPath),
+          key: readFileSync(cert.keyPath),
+          transport,
+        });
         try {
           const err = await t.dial('c1:443').catch((e: unknown) => e);
           expectTunnelError(err, 'tunnelclosed', 'c1:443');
@@ -415,6 +503,5 @@ for (const transport of ['mux', 'grpc'] as const) {
         }
       });
     });
-
   });
 }

@@ -35,7 +35,9 @@ export function readCorpus(target: string): { file: string; data: Buffer }[] {
   const dir = path.join(CORPUS_DIR, target);
   let names: string[];
   try {
-    names = readdirSync(dir).filter((n) => !n.startsWith('.')).sort();
+    names = readdirSync(dir)
+      .filter((n) => !n.startsWith('.'))
+      .sort();
   } catch {
     return [];
   }
@@ -43,56 +45,83 @@ export function readCorpus(target: string): { file: string; data: Buffer }[] {
 }
 
 /** Values that find off-by-ones and overflows in lengths and counts. */
-const INTERESTING_32 = [0, 1, 2, 4, 5, 127, 128, 255, 256, 0x3fff, 0x4000, 0xffff, 0x10000, 0x100000, 0x400400, 0x7fffffff, 0x80000000, 0xffffffff];
+const INTERESTING_32 = [
+  0, 1, 2, 4, 5, 127, 128, 255, 256, 0x3fff, 0x4000, 0xffff, 0x10000, 0x100000, 0x400400, 0x7fffffff, 0x80000000, 0xffffffff,
+];
 
 type Mutation = (b: Buffer, other: Buffer) => Buffer;
 
 const at = (b: Buffer, p: number): number => (b.length === 0 ? 0 : p % b.length);
 
 const mutation: fc.Arbitrary<Mutation> = fc.oneof(
-  fc.record({ p: fc.nat(), bit: fc.integer({ min: 0, max: 7 }) }).map(({ p, bit }): Mutation => (b) => {
-    if (b.length === 0) return b;
-    const c = Buffer.from(b);
-    c[at(c, p)]! ^= 1 << bit;
-    return c;
-  }),
-  fc.record({ p: fc.nat(), v: fc.integer({ min: 0, max: 255 }) }).map(({ p, v }): Mutation => (b) => {
-    if (b.length === 0) return Buffer.from([v]);
-    const c = Buffer.from(b);
-    c[at(c, p)] = v;
-    return c;
-  }),
-  fc.record({ p: fc.nat(), v: fc.constantFrom(...INTERESTING_32), width: fc.constantFrom(1, 2, 4) }).map(({ p, v, width }): Mutation => (b) => {
-    if (b.length < width) return b;
-    const c = Buffer.from(b);
-    const i = p % (c.length - width + 1);
-    if (width === 1) c[i] = v & 0xff;
-    else if (width === 2) c.writeUInt16BE(v & 0xffff, i);
-    else c.writeUInt32BE(v >>> 0, i);
-    return c;
-  }),
-  fc.record({ p: fc.nat(), bytes: fc.uint8Array({ minLength: 1, maxLength: 16 }) }).map(({ p, bytes }): Mutation => (b) => {
-    const i = b.length === 0 ? 0 : p % (b.length + 1);
-    return Buffer.concat([b.subarray(0, i), bytes, b.subarray(i)]);
-  }),
-  fc.record({ p: fc.nat(), n: fc.integer({ min: 1, max: 64 }) }).map(({ p, n }): Mutation => (b) => {
-    if (b.length === 0) return b;
-    const i = at(b, p);
-    return Buffer.concat([b.subarray(0, i), b.subarray(Math.min(b.length, i + n))]);
-  }),
-  fc.record({ p: fc.nat(), n: fc.integer({ min: 1, max: 64 }), times: fc.integer({ min: 1, max: 8 }) }).map(({ p, n, times }): Mutation => (b) => {
-    if (b.length === 0) return b;
-    const i = at(b, p);
-    const piece = b.subarray(i, Math.min(b.length, i + n));
-    return Buffer.concat([b.subarray(0, i), ...new Array<Buffer>(times).fill(piece), b.subarray(i)]);
-  }),
-  fc.record({ p: fc.nat(), q: fc.nat() }).map(({ p, q }): Mutation => (b, other) => {
-    // Splice: the head of this input, the tail of another.
-    const i = b.length === 0 ? 0 : p % (b.length + 1);
-    const j = other.length === 0 ? 0 : q % (other.length + 1);
-    return Buffer.concat([b.subarray(0, i), other.subarray(j)]);
-  }),
-  fc.nat().map((p): Mutation => (b) => b.subarray(0, b.length === 0 ? 0 : p % (b.length + 1))),
+  fc.record({ p: fc.nat(), bit: fc.integer({ min: 0, max: 7 }) }).map(
+    ({ p, bit }): Mutation =>
+      (b) => {
+        if (b.length === 0) return b;
+        const c = Buffer.from(b);
+        c[at(c, p)]! ^= 1 << bit;
+        return c;
+      },
+  ),
+  fc.record({ p: fc.nat(), v: fc.integer({ min: 0, max: 255 }) }).map(
+    ({ p, v }): Mutation =>
+      (b) => {
+        if (b.length === 0) return Buffer.from([v]);
+        const c = Buffer.from(b);
+        c[at(c, p)] = v;
+        return c;
+      },
+  ),
+  fc.record({ p: fc.nat(), v: fc.constantFrom(...INTERESTING_32), width: fc.constantFrom(1, 2, 4) }).map(
+    ({ p, v, width }): Mutation =>
+      (b) => {
+        if (b.length < width) return b;
+        const c = Buffer.from(b);
+        const i = p % (c.length - width + 1);
+        if (width === 1) c[i] = v & 0xff;
+        else if (width === 2) c.writeUInt16BE(v & 0xffff, i);
+        else c.writeUInt32BE(v >>> 0, i);
+        return c;
+      },
+  ),
+  fc.record({ p: fc.nat(), bytes: fc.uint8Array({ minLength: 1, maxLength: 16 }) }).map(
+    ({ p, bytes }): Mutation =>
+      (b) => {
+        const i = b.length === 0 ? 0 : p % (b.length + 1);
+        return Buffer.concat([b.subarray(0, i), bytes, b.subarray(i)]);
+      },
+  ),
+  fc.record({ p: fc.nat(), n: fc.integer({ min: 1, max: 64 }) }).map(
+    ({ p, n }): Mutation =>
+      (b) => {
+        if (b.length === 0) return b;
+        const i = at(b, p);
+        return Buffer.concat([b.subarray(0, i), b.subarray(Math.min(b.length, i + n))]);
+      },
+  ),
+  fc.record({ p: fc.nat(), n: fc.integer({ min: 1, max: 64 }), times: fc.integer({ min: 1, max: 8 }) }).map(
+    ({ p, n, times }): Mutation =>
+      (b) => {
+        if (b.length === 0) return b;
+        const i = at(b, p);
+        const piece = b.subarray(i, Math.min(b.length, i + n));
+        return Buffer.concat([b.subarray(0, i), ...new Array<Buffer>(times).fill(piece), b.subarray(i)]);
+      },
+  ),
+  fc.record({ p: fc.nat(), q: fc.nat() }).map(
+    ({ p, q }): Mutation =>
+      (b, other) => {
+        // Splice: the head of this input, the tail of another.
+        const i = b.length === 0 ? 0 : p % (b.length + 1);
+        const j = other.length === 0 ? 0 : q % (other.length + 1);
+        return Buffer.concat([b.subarray(0, i), other.subarray(j)]);
+      },
+  ),
+  fc.nat().map(
+    (p): Mutation =>
+      (b) =>
+        b.subarray(0, b.length === 0 ? 0 : p % (b.length + 1)),
+  ),
 );
 
 /** Inputs for a target: mutated corpus files most of the time, its own generator, random bytes. */
@@ -140,7 +169,13 @@ export async function fuzzTarget(target: FuzzTarget, opts: FuzzOptions): Promise
   const started = Date.now();
   const corpus = readCorpus(target.name);
   let executions = 0;
-  const result = (extra: Partial<FuzzResult>): FuzzResult => ({ target: target.name, executions, corpusFiles: corpus.length, ms: Date.now() - started, ...extra });
+  const result = (extra: Partial<FuzzResult>): FuzzResult => ({
+    target: target.name,
+    executions,
+    corpusFiles: corpus.length,
+    ms: Date.now() - started,
+    ...extra,
+  });
   await target.setup?.();
   try {
     // The corpus first, each file as it is: every fixed finding stays a regression test.

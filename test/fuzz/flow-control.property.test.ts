@@ -8,10 +8,22 @@ import { EventEmitter } from 'node:events';
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import {
-  MemoryBudget, ReceiveWindow, SendCredit, StreamSender, queueChunks, takeQueued, type Packet, type PacketStream, type QueuedBytes,
+  MemoryBudget,
+  ReceiveWindow,
+  SendCredit,
+  StreamSender,
+  queueChunks,
+  takeQueued,
+  type Packet,
+  type PacketStream,
+  type QueuedBytes,
 } from '../../proto/src/index.js';
 
-type Wire = { kind: 'data'; conn: number; data: Buffer } | { kind: 'end'; conn: number } | { kind: 'reset'; conn: number } | { kind: 'credit'; conn: number; bytes: number };
+type Wire =
+  | { kind: 'data'; conn: number; data: Buffer }
+  | { kind: 'end'; conn: number }
+  | { kind: 'reset'; conn: number }
+  | { kind: 'credit'; conn: number; bytes: number };
 
 /** One direction of the shared stream: ordered, with a writable buffer that fills and drains. */
 class FakeStream extends EventEmitter implements PacketStream {
@@ -79,14 +91,21 @@ type Action =
   | { op: 'credit'; count: number }
   | { op: 'flush'; conn: number; count: number };
 
-const action = (conns: number): fc.Arbitrary<Action> => fc.oneof(
-  { arbitrary: fc.record({ op: fc.constant('write' as const), conn: fc.nat(conns - 1), size: fc.integer({ min: 1, max: 3000 }) }), weight: 5 },
-  { arbitrary: fc.record({ op: fc.constant('end' as const), conn: fc.nat(conns - 1) }), weight: 1 },
-  { arbitrary: fc.record({ op: fc.constant('reset' as const), conn: fc.nat(conns - 1) }), weight: 1 },
-  { arbitrary: fc.record({ op: fc.constant('deliver' as const), count: fc.integer({ min: 1, max: 6 }) }), weight: 4 },
-  { arbitrary: fc.record({ op: fc.constant('credit' as const), count: fc.integer({ min: 1, max: 6 }) }), weight: 3 },
-  { arbitrary: fc.record({ op: fc.constant('flush' as const), conn: fc.nat(conns - 1), count: fc.integer({ min: 1, max: 4 }) }), weight: 4 },
-);
+const action = (conns: number): fc.Arbitrary<Action> =>
+  fc.oneof(
+    {
+      arbitrary: fc.record({ op: fc.constant('write' as const), conn: fc.nat(conns - 1), size: fc.integer({ min: 1, max: 3000 }) }),
+      weight: 5,
+    },
+    { arbitrary: fc.record({ op: fc.constant('end' as const), conn: fc.nat(conns - 1) }), weight: 1 },
+    { arbitrary: fc.record({ op: fc.constant('reset' as const), conn: fc.nat(conns - 1) }), weight: 1 },
+    { arbitrary: fc.record({ op: fc.constant('deliver' as const), count: fc.integer({ min: 1, max: 6 }) }), weight: 4 },
+    { arbitrary: fc.record({ op: fc.constant('credit' as const), count: fc.integer({ min: 1, max: 6 }) }), weight: 3 },
+    {
+      arbitrary: fc.record({ op: fc.constant('flush' as const), conn: fc.nat(conns - 1), count: fc.integer({ min: 1, max: 4 }) }),
+      weight: 4,
+    },
+  );
 
 function run(conns: number, initial: number, highWater: number, actions: readonly Action[], death: boolean): void {
   const budget = new MemoryBudget(1 << 20, { maxWindow: 64 * 1024 });
@@ -100,8 +119,17 @@ function run(conns: number, initial: number, highWater: number, actions: readonl
     senders.push({ credit: new SendCredit(initial), queue: [], written: [], ended: false, endSent: false, reset: false, waiting: false });
     const r: Receiver = { window: null, got: [], ends: 0, unflushed: [], overrun: 0 };
     r.window = new ReceiveWindow({
-      sink: { write: (chunk, cb) => { r.got.push(Buffer.from(chunk)); r.unflushed.push(() => cb()); return true; } },
-      initial, budget, direction: 'to_endpoint', report: (bytes) => back.write({ type: 100, credit: { connectID: i + 1, bytes } }),
+      sink: {
+        write: (chunk, cb) => {
+          r.got.push(Buffer.from(chunk));
+          r.unflushed.push(() => cb());
+          return true;
+        },
+      },
+      initial,
+      budget,
+      direction: 'to_endpoint',
+      report: (bytes) => back.write({ type: 100, credit: { connectID: i + 1, bytes } }),
     });
     receivers.push(r);
   }
@@ -113,7 +141,10 @@ function run(conns: number, initial: number, highWater: number, actions: readonl
       if (streamSender.congested) {
         if (!s.waiting) {
           s.waiting = true;
-          streamSender.whenWritable(() => { s.waiting = false; pump(i); });
+          streamSender.whenWritable(() => {
+            s.waiting = false;
+            pump(i);
+          });
         }
         return;
       }
@@ -128,7 +159,10 @@ function run(conns: number, initial: number, highWater: number, actions: readonl
       streamSender.send({ type: 101, halfClose: { connectID: i + 1 } });
     } else if (s.ended && !s.endSent && s.queue.length === 0 && !s.waiting) {
       s.waiting = true;
-      streamSender.whenWritable(() => { s.waiting = false; pump(i); });
+      streamSender.whenWritable(() => {
+        s.waiting = false;
+        pump(i);
+      });
     }
   };
 
@@ -204,9 +238,19 @@ function run(conns: number, initial: number, highWater: number, actions: readonl
     // Everything settles: the stream delivers, destinations read, credit returns, until nothing moves.
     for (let round = 0; round < 10_000; round++) {
       let moved = false;
-      for (let w = forward.take(); w; w = forward.take()) { deliver(w); moved = true; }
-      for (let i = 0; i < conns; i++) if (receivers[i]!.unflushed.length > 0) { flush(i, Number.POSITIVE_INFINITY); moved = true; }
-      for (let w = back.take(); w; w = back.take()) { grant(w); moved = true; }
+      for (let w = forward.take(); w; w = forward.take()) {
+        deliver(w);
+        moved = true;
+      }
+      for (let i = 0; i < conns; i++)
+        if (receivers[i]!.unflushed.length > 0) {
+          flush(i, Number.POSITIVE_INFINITY);
+          moved = true;
+        }
+      for (let w = back.take(); w; w = back.take()) {
+        grant(w);
+        moved = true;
+      }
       if (!moved) break;
     }
     for (let i = 0; i < conns; i++) {
@@ -243,10 +287,17 @@ describe('flow control: random interleavings (fast-check)', () => {
   it('no byte lost, duplicated or reordered; one end each; credit respected; tables empty', () => {
     fc.assert(
       fc.property(
-        fc.integer({ min: 1, max: 3 }).chain((conns) => fc.tuple(
-          fc.constant(conns), fc.integer({ min: 64, max: 4096 }), fc.integer({ min: 200, max: 20_000 }),
-          fc.array(action(conns), { maxLength: 120 }), fc.boolean(),
-        )),
+        fc
+          .integer({ min: 1, max: 3 })
+          .chain((conns) =>
+            fc.tuple(
+              fc.constant(conns),
+              fc.integer({ min: 64, max: 4096 }),
+              fc.integer({ min: 200, max: 20_000 }),
+              fc.array(action(conns), { maxLength: 120 }),
+              fc.boolean(),
+            ),
+          ),
         ([conns, initial, highWater, actions, death]) => run(conns, initial, highWater, actions, death),
       ),
       { seed: 20261129, numRuns: 300 },

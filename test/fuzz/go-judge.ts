@@ -31,7 +31,11 @@ export function buildGoJudge(): string {
   if (existsSync(bin)) return bin;
   mkdirSync(CACHE, { recursive: true });
   const tmp = `${bin}.${process.pid}.tmp`;
-  const r = spawnSync(goBinary(), ['build', '-trimpath', '-o', tmp, '.'], { cwd: JUDGE_DIR, encoding: 'utf8', env: { ...process.env, CGO_ENABLED: '0' } });
+  const r = spawnSync(goBinary(), ['build', '-trimpath', '-o', tmp, '.'], {
+    cwd: JUDGE_DIR,
+    encoding: 'utf8',
+    env: { ...process.env, CGO_ENABLED: '0' },
+  });
   if (r.status !== 0) throw new Error(`go build of test/go-judge failed: ${r.stderr || r.error?.message}`);
   renameSync(tmp, bin);
   return bin;
@@ -83,7 +87,9 @@ export class GoJudge {
 
   ask(cases: readonly JudgeCase[]): Promise<GoAnswer[]> {
     const answers = cases.map(() => new Promise<GoAnswer>((resolve, reject) => this.waiting.push({ resolve, reject })));
-    this.child.stdin.write(cases.map((c) => `${JSON.stringify({ env: c.env, url: `https://${targetHostPort(c.host, c.port)}` })}\n`).join(''));
+    this.child.stdin.write(
+      cases.map((c) => `${JSON.stringify({ env: c.env, url: `https://${targetHostPort(c.host, c.port)}` })}\n`).join(''),
+    );
     return Promise.all(answers);
   }
 
@@ -103,7 +109,16 @@ function oursFor(c: JudgeCase): { proxy: GoProxy | null } {
   const d = proxyFromEnvironment(c.env, c.host, c.port, 'https');
   if (d.proxy === null) return { proxy: null };
   const u = d.proxy;
-  return { proxy: { scheme: u.protocol.slice(0, -1), user: decodeURIComponent(u.username), password: decodeURIComponent(u.password), hasPassword: u.password !== '', hostname: u.hostname.replace(/^\[(.*)\]$/, '$1'), port: u.port } };
+  return {
+    proxy: {
+      scheme: u.protocol.slice(0, -1),
+      user: decodeURIComponent(u.username),
+      password: decodeURIComponent(u.password),
+      hasPassword: u.password !== '',
+      hostname: u.hostname.replace(/^\[(.*)\]$/, '$1'),
+      port: u.port,
+    },
+  };
 }
 
 const DEFAULT_PORTS: Record<string, string> = { http: '80', https: '443', socks5: '1080', socks5h: '1080' };
@@ -143,7 +158,8 @@ export function difference(c: JudgeCase, go: GoAnswer): string | null {
   const diffs: string[] = [];
   if (g.scheme.toLowerCase() !== o.scheme) diffs.push(`scheme ${g.scheme} vs ${o.scheme}`);
   // WHATWG lower-cases names, writes IDNs as punycode and IPv6 canonically: the same host to connect to.
-  if (g.hostname.toLowerCase() !== o.hostname && !o.hostname.startsWith('xn--') && !o.hostname.includes(':')) diffs.push(`host ${g.hostname} vs ${o.hostname}`);
+  if (g.hostname.toLowerCase() !== o.hostname && !o.hostname.startsWith('xn--') && !o.hostname.includes(':'))
+    diffs.push(`host ${g.hostname} vs ${o.hostname}`);
   if (port(g) !== port(o)) diffs.push(`port ${port(g)} vs ${port(o)}`);
   if (g.user !== o.user) diffs.push(`user ${JSON.stringify(g.user)} vs ${JSON.stringify(o.user)}`);
   if (g.password !== o.password) diffs.push(`password differs`);
@@ -164,12 +180,103 @@ export function prng(seed: number): () => number {
   };
 }
 
-const NAMES = ['example.com', 'foo.example.com', 'a.b.example.com', 'example.co', 'xample.com', 'localhost', 'kubernetes.default.svc', 'svc', 'bücher.de', 'xn--bcher-kva.de', 'münchen.example', 'ß.de', 'e\u0301.com', '例え.jp', 'host_name.local', 'a..b', '-a.com', 'com'];
-const V4 = ['10.0.0.1', '10.1.2.3', '10.255.255.255', '11.0.0.1', '127.0.0.1', '127.1.2.3', '1.2.3.4', '192.168.0.10', '0.0.0.0', '255.255.255.255', '01.2.3.4', '1.2.3', '256.1.1.1', '169.254.169.254'];
-const V6 = ['::1', 'fd00::1', 'fd00:0:0:0:0:0:0:1', 'FD00::1', '2001:db8::5', '::ffff:10.0.0.1', '::ffff:127.0.0.1', '::', 'fe80::1%eth0', '::ffff:a00:1', '0:0:0:0:0:0:0:1', '1::2::3', '::1.2.3.4', 'fd00::'];
-const CIDRS = ['10.0.0.0/8', '10.1.0.0/16', '10.1.2.3/32', '0.0.0.0/0', '127.0.0.0/8', 'fd00::/8', '2001:db8::/32', '::/0', '::ffff:10.0.0.0/104', '::ffff:0:0/96', '1.2.3.4/33', '10.0.0.0/08', 'fd00::/129', '10.0.0.1/24', '10.0.0.0/-1'];
+const NAMES = [
+  'example.com',
+  'foo.example.com',
+  'a.b.example.com',
+  'example.co',
+  'xample.com',
+  'localhost',
+  'kubernetes.default.svc',
+  'svc',
+  'bücher.de',
+  'xn--bcher-kva.de',
+  'münchen.example',
+  'ß.de',
+  'e\u0301.com',
+  '例え.jp',
+  'host_name.local',
+  'a..b',
+  '-a.com',
+  'com',
+];
+const V4 = [
+  '10.0.0.1',
+  '10.1.2.3',
+  '10.255.255.255',
+  '11.0.0.1',
+  '127.0.0.1',
+  '127.1.2.3',
+  '1.2.3.4',
+  '192.168.0.10',
+  '0.0.0.0',
+  '255.255.255.255',
+  '01.2.3.4',
+  '1.2.3',
+  '256.1.1.1',
+  '169.254.169.254',
+];
+const V6 = [
+  '::1',
+  'fd00::1',
+  'fd00:0:0:0:0:0:0:1',
+  'FD00::1',
+  '2001:db8::5',
+  '::ffff:10.0.0.1',
+  '::ffff:127.0.0.1',
+  '::',
+  'fe80::1%eth0',
+  '::ffff:a00:1',
+  '0:0:0:0:0:0:0:1',
+  '1::2::3',
+  '::1.2.3.4',
+  'fd00::',
+];
+const CIDRS = [
+  '10.0.0.0/8',
+  '10.1.0.0/16',
+  '10.1.2.3/32',
+  '0.0.0.0/0',
+  '127.0.0.0/8',
+  'fd00::/8',
+  '2001:db8::/32',
+  '::/0',
+  '::ffff:10.0.0.0/104',
+  '::ffff:0:0/96',
+  '1.2.3.4/33',
+  '10.0.0.0/08',
+  'fd00::/129',
+  '10.0.0.1/24',
+  '10.0.0.0/-1',
+];
 const PORTS = ['443', '80', '8443', '6443', '', '0', '65535', 'abc', '4430'];
-const PROXIES = ['http://proxy:3128', 'proxy:3128', 'https://u:p@proxy.corp:8443', 'http://u@proxy', 'http://proxy', '10.0.0.1:3128', '[fd00::9]:3128', 'socks5://s:1080', 'http://%41:b@p:1', 'http://user:p%40ss@proxy:3128/path?x', 'HTTP://PROXY:3128', 'proxy', 'http://[::1]:3128', '://nohost', 'http://', 'http://a b', 'http://proxy:99999', 'http://proxy:port', 'p:3128/x', 'http:proxy:3128', '//proxy:3128', 'http://bücher.de:3128', 'http://u:p@[fe80::1%25eth0]:3128', 'ftp://f', 'http:///path'];
+const PROXIES = [
+  'http://proxy:3128',
+  'proxy:3128',
+  'https://u:p@proxy.corp:8443',
+  'http://u@proxy',
+  'http://proxy',
+  '10.0.0.1:3128',
+  '[fd00::9]:3128',
+  'socks5://s:1080',
+  'http://%41:b@p:1',
+  'http://user:p%40ss@proxy:3128/path?x',
+  'HTTP://PROXY:3128',
+  'proxy',
+  'http://[::1]:3128',
+  '://nohost',
+  'http://',
+  'http://a b',
+  'http://proxy:99999',
+  'http://proxy:port',
+  'p:3128/x',
+  'http:proxy:3128',
+  '//proxy:3128',
+  'http://bücher.de:3128',
+  'http://u:p@[fe80::1%25eth0]:3128',
+  'ftp://f',
+  'http:///path',
+];
 
 export class CaseGenerator {
   private readonly r: () => number;
@@ -198,7 +305,9 @@ export class CaseGenerator {
   /** An IPv6 address in any of its spellings: full, compressed, mixed case, IPv4-mapped. */
   private randomV6(): string {
     if (this.chance(0.2)) return `::ffff:${this.randomV4()}`;
-    const groups = Array.from({ length: 8 }, (_, i) => (i === 0 ? this.pick(['fd00', '2001', 'fe80', '0']) : this.chance(0.5) ? '0' : this.int(0x10000).toString(16)));
+    const groups = Array.from({ length: 8 }, (_, i) =>
+      i === 0 ? this.pick(['fd00', '2001', 'fe80', '0']) : this.chance(0.5) ? '0' : this.int(0x10000).toString(16),
+    );
     let text = groups.join(':');
     if (this.chance(0.6)) text = text.replace(/(^|:)0(:0)+(:|$)/, '::');
     return this.mangleCase(text);
@@ -245,14 +354,19 @@ export class CaseGenerator {
     const pv = this.r();
     if (pv < 0.7) env['HTTPS_PROXY'] = proxy;
     else if (pv < 0.85) env['https_proxy'] = proxy;
-    else if (pv < 0.9) { env['HTTPS_PROXY'] = ''; env['https_proxy'] = proxy; }
-    else if (pv < 0.95) env['HTTP_PROXY'] = proxy;
+    else if (pv < 0.9) {
+      env['HTTPS_PROXY'] = '';
+      env['https_proxy'] = proxy;
+    } else if (pv < 0.95) env['HTTP_PROXY'] = proxy;
     const entries = Array.from({ length: Math.floor(this.r() * 4) }, () => this.entry());
     const noProxy = entries.join(this.chance(0.1) ? ', ' : ',') + (this.chance(0.05) ? ',' : '');
     const nv = this.r();
     if (nv < 0.75) env['NO_PROXY'] = noProxy;
     else if (nv < 0.9) env['no_proxy'] = noProxy;
-    else if (nv < 0.95) { env['NO_PROXY'] = ''; env['no_proxy'] = noProxy; }
+    else if (nv < 0.95) {
+      env['NO_PROXY'] = '';
+      env['no_proxy'] = noProxy;
+    }
     const port = this.chance(0.8) ? 443 : Number(this.pick(['80', '8443', '6443', '1', '65535']));
     return { env, host: this.host(), port };
   }
@@ -270,7 +384,13 @@ export interface DifferentialResult {
 }
 
 /** Runs `count` generated cases (or until `deadline`) through Go and ours; keeps the first `keep` differences. */
-export async function runDifferential(judge: GoJudge, seed: number, count: number, deadline = Number.POSITIVE_INFINITY, keep = 50): Promise<DifferentialResult> {
+export async function runDifferential(
+  judge: GoJudge,
+  seed: number,
+  count: number,
+  deadline = Number.POSITIVE_INFINITY,
+  keep = 50,
+): Promise<DifferentialResult> {
   const gen = new CaseGenerator(seed);
   const out: DifferentialResult = { cases: 0, unparsed: 0, deliberate: {}, differences: [], differing: 0 };
   const batch = 2000;

@@ -21,10 +21,13 @@ const { values } = parseArgs({
 const names = [...TARGETS.map((t) => t.name), 'proxy-go'];
 if (values.list) {
   for (const t of TARGETS) console.log(`${t.name}\n    ${t.about}`);
-  console.log('proxy-go\n    the agent\'s NO_PROXY / HTTPS_PROXY decision against Go\'s golang.org/x/net/http/httpproxy (test/go-judge)');
+  console.log("proxy-go\n    the agent's NO_PROXY / HTTPS_PROXY decision against Go's golang.org/x/net/http/httpproxy (test/go-judge)");
   process.exit(0);
 }
-const only = values.only?.split(',').map((s) => s.trim()).filter((s) => s !== '');
+const only = values.only
+  ?.split(',')
+  .map((s) => s.trim())
+  .filter((s) => s !== '');
 for (const n of only ?? []) {
   if (!names.includes(n)) {
     console.error(`no fuzz target ${n}; targets: ${names.join(', ')}`);
@@ -49,9 +52,23 @@ for (const name of selected) {
     const judge = GoJudge.start();
     try {
       const d = await runDifferential(judge, seed, Number.MAX_SAFE_INTEGER, started + perTarget, 20);
-      const deliberate = Object.entries(d.deliberate).map(([k, v]) => `${v} × ${k}`).join('; ');
-      r = { target: name, executions: d.cases, corpusFiles: 0, ms: Date.now() - started, ...(d.differing > 0 ? { failure: `${d.differing} cases differ from Go, e.g.\n${d.differences.map((x) => `  ${x.what}: ${JSON.stringify(x.case)}`).join('\n')}` } : {}) };
-      console.log(`proxy-go: ${d.cases} cases (${d.unparsed} Go cannot parse as a target), documented differences: ${deliberate || 'none'}`);
+      const deliberate = Object.entries(d.deliberate)
+        .map(([k, v]) => `${v} × ${k}`)
+        .join('; ');
+      r = {
+        target: name,
+        executions: d.cases,
+        corpusFiles: 0,
+        ms: Date.now() - started,
+        ...(d.differing > 0
+          ? {
+              failure: `${d.differing} cases differ from Go, e.g.\n${d.differences.map((x) => `  ${x.what}: ${JSON.stringify(x.case)}`).join('\n')}`,
+            }
+          : {}),
+      };
+      console.log(
+        `proxy-go: ${d.cases} cases (${d.unparsed} Go cannot parse as a target), documented differences: ${deliberate || 'none'}`,
+      );
     } finally {
       await judge.close();
     }
@@ -59,9 +76,13 @@ for (const name of selected) {
     r = await fuzzTarget(TARGETS.find((t) => t.name === name)!, { seed, timeMs: perTarget, findingsDir: FINDINGS_DIR });
   }
   rows.push(r);
-  console.log(`${r.target.padEnd(16)} ${String(r.executions).padStart(10)} executions ${String(Math.round(r.executions / Math.max(1, r.ms / 1000))).padStart(7)}/s  ${r.failure ? 'FAILED' : 'ok'}`);
+  console.log(
+    `${r.target.padEnd(16)} ${String(r.executions).padStart(10)} executions ${String(Math.round(r.executions / Math.max(1, r.ms / 1000))).padStart(7)}/s  ${r.failure ? 'FAILED' : 'ok'}`,
+  );
   if (r.failure) console.log(`  ${r.failure}${r.savedTo ? `\n  saved to ${r.savedTo}` : ''}`);
 }
 const failed = rows.filter((r) => r.failure);
-console.log(`\n${rows.length - failed.length} of ${rows.length} targets found nothing; ${rows.reduce((n, r) => n + r.executions, 0)} executions in all`);
+console.log(
+  `\n${rows.length - failed.length} of ${rows.length} targets found nothing; ${rows.reduce((n, r) => n + r.executions, 0)} executions in all`,
+);
 process.exit(failed.length > 0 ? 1 : 0);

@@ -27,8 +27,17 @@ const LEGS = 3;
 const legIndex = fc.nat(LEGS - 1);
 const actionArb: fc.Arbitrary<Action> = fc.oneof(
   { arbitrary: fc.record({ op: fc.constant('dialRsp' as const), leg: legIndex, ok: fc.boolean() }), weight: 2 },
-  { arbitrary: fc.record({ op: fc.constant('data' as const), leg: legIndex, size: fc.integer({ min: 1, max: 3000 }), views: fc.boolean() }), weight: 6 },
-  { arbitrary: fc.record({ op: fc.constantFrom('halfClose' as const, 'closeReq' as const, 'resume' as const, 'resume' as const), leg: legIndex }), weight: 3 },
+  {
+    arbitrary: fc.record({ op: fc.constant('data' as const), leg: legIndex, size: fc.integer({ min: 1, max: 3000 }), views: fc.boolean() }),
+    weight: 6,
+  },
+  {
+    arbitrary: fc.record({
+      op: fc.constantFrom('halfClose' as const, 'closeReq' as const, 'resume' as const, 'resume' as const),
+      leg: legIndex,
+    }),
+    weight: 3,
+  },
   { arbitrary: fc.record({ op: fc.constantFrom('closeRsp' as const, 'end' as const, 'abort' as const), leg: legIndex }), weight: 1 },
   { arbitrary: fc.record({ op: fc.constant('credit' as const), leg: legIndex, bytes: fc.integer({ min: 1, max: 5000 }) }), weight: 3 },
   { arbitrary: fc.record({ op: fc.constant('read' as const), leg: legIndex, accepted: fc.boolean() }), weight: 4 },
@@ -38,10 +47,12 @@ const actionArb: fc.Arbitrary<Action> = fc.oneof(
 );
 
 /** Most runs begin with the hub connecting some dials, so that the rest happens on open legs. */
-const runArb: fc.Arbitrary<Action[]> = fc.tuple(
-  fc.subarray([0, 1, 2]).map((ls) => ls.map((leg): Action => ({ op: 'dialRsp', leg, ok: true }))),
-  fc.array(actionArb, { maxLength: 100 }),
-).map(([opened, rest]) => [...opened, ...rest]);
+const runArb: fc.Arbitrary<Action[]> = fc
+  .tuple(
+    fc.subarray([0, 1, 2]).map((ls) => ls.map((leg): Action => ({ op: 'dialRsp', leg, ok: true }))),
+    fc.array(actionArb, { maxLength: 100 }),
+  )
+  .map(([opened, rest]) => [...opened, ...rest]);
 
 interface Model {
   random: bigint;
@@ -86,13 +97,34 @@ function run(actions: readonly Action[]): void {
   const legs: Model[] = [];
   for (let i = 0; i < LEGS; i++) {
     const m = {} as Model;
-    Object.assign(m, { random: BigInt(1000 + i), hub: 'dialing', connectID: 0, hubHalfClosed: false, expected: [], closed: false, got: [], unacknowledged: 0, halfCloses: 0, failures: 0, granted: PEER_WINDOW, sentData: 0, returned: 0, read: 0 });
+    Object.assign(m, {
+      random: BigInt(1000 + i),
+      hub: 'dialing',
+      connectID: 0,
+      hubHalfClosed: false,
+      expected: [],
+      closed: false,
+      got: [],
+      unacknowledged: 0,
+      halfCloses: 0,
+      failures: 0,
+      granted: PEER_WINDOW,
+      sentData: 0,
+      returned: 0,
+      read: 0,
+    });
     m.leg = session.open(m.random, {
       onPacket: (p) => {
-        if (p.type === PacketType.DATA) { m.got.push(Buffer.from(p.data.data)); m.unacknowledged += p.data.data.length; }
+        if (p.type === PacketType.DATA) {
+          m.got.push(Buffer.from(p.data.data));
+          m.unacknowledged += p.data.data.length;
+        }
         if (p.type === PacketType.HALF_CLOSE) m.halfCloses++;
       },
-      onChunks: (chunks, length) => { m.got.push(Buffer.concat(chunks, length)); m.unacknowledged += length; },
+      onChunks: (chunks, length) => {
+        m.got.push(Buffer.concat(chunks, length));
+        m.unacknowledged += length;
+      },
       onFailure: () => void m.failures++,
     }) as MuxLeg;
     legs.push(m);
@@ -100,7 +132,12 @@ function run(actions: readonly Action[]): void {
   const connected = (m: Model): boolean => !m.closed && m.hub === 'open';
   const drainOut = (): void => {
     for (const p of out.splice(0)) {
-      const m = legs.find((x) => x.connectID !== 0 && ((p.type === PacketType.CREDIT && p.credit.connectID === x.connectID) || (p.type === PacketType.DATA && p.data.connectID === x.connectID)));
+      const m = legs.find(
+        (x) =>
+          x.connectID !== 0 &&
+          ((p.type === PacketType.CREDIT && p.credit.connectID === x.connectID) ||
+            (p.type === PacketType.DATA && p.data.connectID === x.connectID)),
+      );
       if (p.type === PacketType.CREDIT && m) m.returned += p.credit.bytes;
       if (p.type === PacketType.DATA && m) m.sentData += p.data.data.length;
     }
@@ -110,13 +147,24 @@ function run(actions: readonly Action[]): void {
     if (a.op === 'death') {
       if (!dead) {
         dead = true;
-        for (const m of legs) if (!m.closed) { m.closed = true; m.failures--; } // each still-open leg hears exactly one failure
+        for (const m of legs)
+          if (!m.closed) {
+            m.closed = true;
+            m.failures--;
+          } // each still-open leg hears exactly one failure
         stream.emit('close');
       }
       continue;
     }
-    if (a.op === 'congest') { congested = true; continue; }
-    if (a.op === 'drain') { congested = false; stream.emit('drain'); continue; }
+    if (a.op === 'congest') {
+      congested = true;
+      continue;
+    }
+    if (a.op === 'drain') {
+      congested = false;
+      stream.emit('drain');
+      continue;
+    }
     if (!('leg' in a)) continue;
     const m = legs[a.leg]!;
     switch (a.op) {
@@ -130,14 +178,21 @@ function run(actions: readonly Action[]): void {
           m.hub = 'gone';
           stream.emit('data', packets.dialResponse(m.random, 0, 'refused'));
         }
-        if (!m.closed) { m.closed = !a.ok; } // a failed dial closes the leg
+        if (!m.closed) {
+          m.closed = !a.ok;
+        } // a failed dial closes the leg
         break;
       case 'data': {
         if (dead || m.hub !== 'open' || m.hubHalfClosed) break;
         const data = Buffer.alloc(a.size);
         for (let k = 0; k < a.size; k++) data[k] = (pattern++ * 13 + a.leg) & 0xff;
         if (connected(m)) m.expected.push(data);
-        if (a.views) views!(m.connectID, [data.subarray(0, a.size >> 1), data.subarray(a.size >> 1)].filter((c) => c.length > 0), a.size);
+        if (a.views)
+          views!(
+            m.connectID,
+            [data.subarray(0, a.size >> 1), data.subarray(a.size >> 1)].filter((c) => c.length > 0),
+            a.size,
+          );
         else stream.emit('data', packets.data(m.connectID, data));
         break;
       }
@@ -181,7 +236,8 @@ function run(actions: readonly Action[]): void {
       case 'abort':
         if (m.closed) break;
         m.closed = true;
-        if (a.op === 'end') m.leg.end(); else m.leg.abort();
+        if (a.op === 'end') m.leg.end();
+        else m.leg.abort();
         break;
     }
     drainOut();
@@ -191,7 +247,11 @@ function run(actions: readonly Action[]): void {
     }
   }
   // The sockets all finish: what is still open ends; the session forgets every leg.
-  for (const m of legs) if (!m.closed) { m.closed = true; m.leg.end(); }
+  for (const m of legs)
+    if (!m.closed) {
+      m.closed = true;
+      m.leg.end();
+    }
   for (const m of legs) {
     const got = Buffer.concat(m.got);
     const expected = Buffer.concat(m.expected);
@@ -209,7 +269,17 @@ function run(actions: readonly Action[]): void {
 describe('client mux session: random interleavings (fast-check)', () => {
   it('each leg gets its DATA once and in order, one half-close, one failure; credit kept; tables empty', () => {
     // One run always: credit used up, then given back in part, then used again.
-    const example: Action[] = [{ op: 'dialRsp', leg: 0, ok: true }, { op: 'send', leg: 0, size: 3000 }, { op: 'send', leg: 0, size: 3000 }, { op: 'credit', leg: 0, bytes: 1000 }, { op: 'send', leg: 0, size: 3000 }, { op: 'send', leg: 0, size: 3000 }];
-    fc.assert(fc.property(runArb, (actions) => run(actions)), { seed: 20261129, numRuns: 400, examples: [[example]] });
+    const example: Action[] = [
+      { op: 'dialRsp', leg: 0, ok: true },
+      { op: 'send', leg: 0, size: 3000 },
+      { op: 'send', leg: 0, size: 3000 },
+      { op: 'credit', leg: 0, bytes: 1000 },
+      { op: 'send', leg: 0, size: 3000 },
+      { op: 'send', leg: 0, size: 3000 },
+    ];
+    fc.assert(
+      fc.property(runArb, (actions) => run(actions)),
+      { seed: 20261129, numRuns: 400, examples: [[example]] },
+    );
   });
 });

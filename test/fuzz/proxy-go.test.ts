@@ -26,7 +26,11 @@ describe('NO_PROXY and HTTPS_PROXY: Go is the judge', () => {
     expect(r.cases).toBeGreaterThanOrEqual(MIN_CASES);
     expect(r.differences.map((d) => `${d.what}: ${JSON.stringify(d.case)}`)).toEqual([]);
     // The generator reaches every documented difference, so each one stays tested.
-    expect(Object.keys(r.deliberate).sort()).toEqual(['LOCALHOST in another case is never proxied', 'a proxy value Go keeps but cannot connect to', 'an IPv6 proxy address with a zone']);
+    expect(Object.keys(r.deliberate).sort()).toEqual([
+      'LOCALHOST in another case is never proxied',
+      'a proxy value Go keeps but cannot connect to',
+      'an IPv6 proxy address with a zone',
+    ]);
   }, 120_000);
 
   it('names each documented difference for the cases that show it', async () => {
@@ -37,7 +41,11 @@ describe('NO_PROXY and HTTPS_PROXY: Go is the judge', () => {
     ]);
     expect(localhost!.proxy?.hostname).toBe('proxy');
     expect(deliberate({ env: {}, host: 'LOCALHOST', port: 443 }, localhost!)).toBe('LOCALHOST in another case is never proxied');
-    expect(deliberate({ env: { HTTPS_PROXY: 'http://proxy:port' }, host: 'example.com', port: 443 }, unusable!)).toBe('a proxy value Go keeps but cannot connect to');
-    expect(deliberate({ env: { HTTPS_PROXY: 'http://[fe80::1%25eth0]:3128' }, host: 'example.com', port: 443 }, zone!)).toBe('an IPv6 proxy address with a zone');
+    expect(deliberate({ env: { HTTPS_PROXY: 'http://proxy:port' }, host: 'example.com', port: 443 }, unusable!)).toBe(
+      'a proxy value Go keeps but cannot connect to',
+    );
+    expect(deliberate({ env: { HTTPS_PROXY: 'http://[fe80::1%25eth0]:3128' }, host: 'example.com', port: 443 }, zone!)).toBe(
+      'an IPv6 proxy address with a zone',
+    );
   });
 });

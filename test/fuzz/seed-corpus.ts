@@ -44,12 +44,21 @@ const ca2 = createCA({ commonName: 'fuzz-seed-ca-2' }).certPem;
 const handPicked: Record<string, Buffer[]> = {
   'packet-codec': samplePackets.map(encodePacket),
   'mux-frames': [
-    Buffer.concat([frame(0, hello), ...samplePackets.map((p) => frame(1, encodePacket(p))), frame(2, Buffer.alloc(0)), frame(3, Buffer.alloc(0))]),
+    Buffer.concat([
+      frame(0, hello),
+      ...samplePackets.map((p) => frame(1, encodePacket(p))),
+      frame(2, Buffer.alloc(0)),
+      frame(3, Buffer.alloc(0)),
+    ]),
     frame(0, Buffer.from('{"error":["refused: unknown agent"]}')),
     frame(1, encodePacket(packets.drain())),
     Buffer.concat([frame(0, Buffer.from('{}')), frame(9, Buffer.alloc(1))]),
   ],
-  'grpc-messages': [Buffer.concat(samplePackets.map((p) => grpc(encodePacket(p)))), Buffer.from([1, 0, 0, 0, 0]), Buffer.from([0, 0x7f, 0xff, 0xff, 0xff])],
+  'grpc-messages': [
+    Buffer.concat(samplePackets.map((p) => grpc(encodePacket(p)))),
+    Buffer.from([1, 0, 0, 0, 0]),
+    Buffer.from([0, 0x7f, 0xff, 0xff, 0xff]),
+  ],
   'connect-head': [
     'CONNECT cluster1.svc:443 HTTP/1.1\r\nHost: cluster1.svc:443\r\nProxy-Authorization: Bearer abc.def\r\n\r\n\x16\x03\x01',
     'CONNECT [fd00::1]:6443 HTTP/1.1\r\nProxy-Authorization: Basic dXNlcjp0b2tlbg==\r\n\r\n',
@@ -70,7 +79,9 @@ const handPicked: Record<string, Buffer[]> = {
   'gateway-headers': [
     'Authorization: Bearer t\nImpersonate-User: admin\nX-Remote-User: x\nConnection: keep-alive, X-Custom\nX-Custom: 1\nAccept: */*\nSec-WebSocket-Protocol: base64url.bearer.authorization.k8s.io.dG9r, v4.channel.k8s.io\nUpgrade: websocket',
   ].map((s) => Buffer.from(s, 'latin1')),
-  'upgrade-answer': [Buffer.concat([Buffer.from([0, 1]), Buffer.from('Switching Protocols\u0000Upgrade:SPDY/3.1\u0000Connection:Upgrade', 'latin1')])],
+  'upgrade-answer': [
+    Buffer.concat([Buffer.from([0, 1]), Buffer.from('Switching Protocols\u0000Upgrade:SPDY/3.1\u0000Connection:Upgrade', 'latin1')]),
+  ],
   'proxy-env': [
     '10.0.0.0/8,.svc,.cluster.local,localhost\u0000http://user:S3cr3tPw@proxy.corp:3128\u0000kubernetes.default.svc\u0000443',
     '*\u0000proxy:3128\u000010.1.2.3\u0000443',

@@ -90,11 +90,17 @@ async function run(actions: readonly Action[]): Promise<void> {
       p.socket.end();
     }
   }
-  const result = await Promise.race([session.done, new Promise<never>((_, reject) => setTimeout(() => reject(new Error(`the session did not end (state ${session.state()})`)), 5000))]);
+  const result = await Promise.race([
+    session.done,
+    new Promise<never>((_, reject) => setTimeout(() => reject(new Error(`the session did not end (state ${session.state()})`)), 5000)),
+  ]);
   for (let i = 0; i < 5; i++) await tick();
   expect(session.state()).toBe('closed');
   const reset = peers.client.reset || peers.server.reset;
-  for (const [from, to] of [['client', 'server'], ['server', 'client']] as const) {
+  for (const [from, to] of [
+    ['client', 'server'],
+    ['server', 'client'],
+  ] as const) {
     const sent = Buffer.concat(peers[from].written);
     const got = Buffer.concat(peers[to].got);
     if (reset) {
@@ -122,6 +128,9 @@ async function run(actions: readonly Action[]): Promise<void> {
 
 describe('splice: random interleavings (fast-check)', () => {
   it('no byte lost, duplicated or reordered; one end each way; a reset closes both; listeners gone', async () => {
-    await fc.assert(fc.asyncProperty(fc.array(actionArb, { maxLength: 40 }), (actions) => run(actions)), { seed: 20261129, numRuns: 120 });
+    await fc.assert(
+      fc.asyncProperty(fc.array(actionArb, { maxLength: 40 }), (actions) => run(actions)),
+      { seed: 20261129, numRuns: 120 },
+    );
   }, 60_000);
 });

@@ -67,7 +67,8 @@ export function objectProblems(s: Schema, v: unknown, path: string, out: string[
       break;
     case 'integer':
       if (!Number.isInteger(v)) out.push(`${path}: not an integer`);
-      else if ((s.minimum !== undefined && (v as number) < s.minimum) || (s.maximum !== undefined && (v as number) > s.maximum)) out.push(`${path}: out of range`);
+      else if ((s.minimum !== undefined && (v as number) < s.minimum) || (s.maximum !== undefined && (v as number) > s.maximum))
+        out.push(`${path}: out of range`);
       break;
     case 'number':
       if (typeof v !== 'number') out.push(`${path}: not a number`);

@@ -7,7 +7,13 @@ import { readdirSync, readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
 import { parseAllDocuments } from 'yaml';
-import { KINDS, type AddOnDeploymentConfig, type ManagedCluster, type ManagedClusterAddOn, type ManagedProxyConfiguration } from '@cluster-proxy/server';
+import {
+  KINDS,
+  type AddOnDeploymentConfig,
+  type ManagedCluster,
+  type ManagedClusterAddOn,
+  type ManagedProxyConfiguration,
+} from '@cluster-proxy/server';
 import { validateKubeObject } from './kube-schemas.js';
 import { objectProblems, structuralProblems, type Schema } from './crd-schema.js';
 
@@ -21,16 +27,27 @@ interface Crd {
     group: string;
     scope: 'Namespaced' | 'Cluster';
     names: { kind: string; plural: string; singular: string; listKind: string };
-    versions: { name: string; served: boolean; storage: boolean; schema: { openAPIV3Schema: Schema }; subresources?: { status?: object } }[];
+    versions: {
+      name: string;
+      served: boolean;
+      storage: boolean;
+      schema: { openAPIV3Schema: Schema };
+      subresources?: { status?: object };
+    }[];
   };
 }
 
 function loadCrds(): Crd[] {
   const out: Crd[] = [];
-  for (const file of readdirSync(DIR).filter((f) => f.endsWith('.yaml')).sort()) {
+  for (const file of readdirSync(DIR)
+    .filter((f) => f.endsWith('.yaml'))
+    .sort()) {
     for (const doc of parseAllDocuments(readFileSync(DIR + file, 'utf8'))) {
       // Duplicate keys and other YAML errors: kubectl and the apiserver refuse them.
-      expect(doc.errors.map((e) => e.message), file).toEqual([]);
+      expect(
+        doc.errors.map((e) => e.message),
+        file,
+      ).toEqual([]);
       out.push(doc.toJSON() as Crd);
     }
   }
@@ -38,37 +55,88 @@ function loadCrds(): Crd[] {
 }
 
 const now = '2026-11-23T07:00:00Z';
-const cond = (type: string) => ({ type, status: 'True' as const, reason: 'R', message: 'm', lastTransitionTime: now, observedGeneration: 1 });
-const meta = (name: string, namespace?: string) => ({ name, ...(namespace ? { namespace } : {}), labels: { a: 'b' }, annotations: { c: 'd' }, resourceVersion: '7', uid: 'u', creationTimestamp: now });
+const cond = (type: string) => ({
+  type,
+  status: 'True' as const,
+  reason: 'R',
+  message: 'm',
+  lastTransitionTime: now,
+  observedGeneration: 1,
+});
+const meta = (name: string, namespace?: string) => ({
+  name,
+  ...(namespace ? { namespace } : {}),
+  labels: { a: 'b' },
+  annotations: { c: 'd' },
+  resourceVersion: '7',
+  uid: 'u',
+  creationTimestamp: now,
+});
 
 // One object per CRD kind with every field objects.ts has (typed, so a field renamed there fails to compile here).
 const samples = {
   ManagedCluster: {
-    apiVersion: 'cluster.open-cluster-management.io/v1', kind: 'ManagedCluster', metadata: meta('c1'),
-    spec: { hubAcceptsClient: true, leaseDurationSeconds: 60, managedClusterClientConfigs: [{ url: 'https://c1.example:6443', caBundle: Buffer.from('pem').toString('base64') }] },
+    apiVersion: 'cluster.open-cluster-management.io/v1',
+    kind: 'ManagedCluster',
+    metadata: meta('c1'),
+    spec: {
+      hubAcceptsClient: true,
+      leaseDurationSeconds: 60,
+      managedClusterClientConfigs: [{ url: 'https://c1.example:6443', caBundle: Buffer.from('pem').toString('base64') }],
+    },
     status: { conditions: [cond('ManagedClusterConditionAvailable')], version: { kubernetes: 'v1.33.0' } },
   } satisfies ManagedCluster,
   ManagedClusterAddOn: {
-    apiVersion: 'addon.open-cluster-management.io/v1alpha1', kind: 'ManagedClusterAddOn', metadata: meta('cluster-proxy', 'c1'),
-    spec: { installNamespace: 'open-cluster-management-agent-addon', configs: [{ group: 'addon.open-cluster-management.io', resource: 'addondeploymentconfigs', name: 'cluster-proxy', namespace: 'open-cluster-management-cluster-proxy' }] },
-    status: { conditions: [cond('Available'), cond('Degraded'), cond('Progressing')], healthCheck: { mode: 'Lease' }, namespace: 'open-cluster-management-agent-addon' },
+    apiVersion: 'addon.open-cluster-management.io/v1alpha1',
+    kind: 'ManagedClusterAddOn',
+    metadata: meta('cluster-proxy', 'c1'),
+    spec: {
+      installNamespace: 'open-cluster-management-agent-addon',
+      configs: [
+        {
+          group: 'addon.open-cluster-management.io',
+          resource: 'addondeploymentconfigs',
+          name: 'cluster-proxy',
+          namespace: 'open-cluster-management-cluster-proxy',
+        },
+      ],
+    },
+    status: {
+      conditions: [cond('Available'), cond('Degraded'), cond('Progressing')],
+      healthCheck: { mode: 'Lease' },
+      namespace: 'open-cluster-management-agent-addon',
+    },
   } satisfies ManagedClusterAddOn,
   ManagedProxyConfiguration: {
-    apiVersion: 'proxy.open-cluster-management.io/v1alpha1', kind: 'ManagedProxyConfiguration', metadata: meta('cluster-proxy'),
+    apiVersion: 'proxy.open-cluster-management.io/v1alpha1',
+    kind: 'ManagedProxyConfiguration',
+    metadata: meta('cluster-proxy'),
     spec: {
       authentication: { signer: { type: 'SelfSigned' }, dump: { secrets: { signingProxyServerSecretName: 'proxy-server' } } },
-      proxyServer: { image: 'i', replicas: 3, namespace: 'open-cluster-management-cluster-proxy', entrypoint: { type: 'Hostname', hostname: { value: 'hub.example.com' }, port: 8091 } },
+      proxyServer: {
+        image: 'i',
+        replicas: 3,
+        namespace: 'open-cluster-management-cluster-proxy',
+        entrypoint: { type: 'Hostname', hostname: { value: 'hub.example.com' }, port: 8091 },
+      },
       proxyAgent: { image: 'i', replicas: 1, imagePullSecrets: ['regcred'] },
     },
     status: { conditions: [cond('ProxyServerDeployed')], lastObservedGeneration: 2 },
   } satisfies ManagedProxyConfiguration,
   AddOnDeploymentConfig: {
-    apiVersion: 'addon.open-cluster-management.io/v1alpha1', kind: 'AddOnDeploymentConfig', metadata: meta('cluster-proxy', 'open-cluster-management-cluster-proxy'),
+    apiVersion: 'addon.open-cluster-management.io/v1alpha1',
+    kind: 'AddOnDeploymentConfig',
+    metadata: meta('cluster-proxy', 'open-cluster-management-cluster-proxy'),
     spec: {
       customizedVariables: [{ name: 'serviceDomain', value: 'svc.cluster.local' }],
       nodePlacement: { nodeSelector: { 'kubernetes.io/os': 'linux' }, tolerations: [{ operator: 'Exists' }] },
       agentInstallNamespace: 'open-cluster-management-agent-addon',
-      proxyConfig: { httpProxy: 'http://p:3128', httpsProxy: 'https://p:3129', noProxy: '.corp', caBundle: Buffer.from('pem').toString('base64') },
+      proxyConfig: {
+        httpProxy: 'http://p:3128',
+        httpsProxy: 'https://p:3129',
+        noProxy: '.corp',
+        caBundle: Buffer.from('pem').toString('base64'),
+      },
     },
   } satisfies AddOnDeploymentConfig,
 };
@@ -85,7 +153,11 @@ describe('chart CRDs', () => {
       const info = KINDS[kind];
       validateKubeObject(crd);
       expect(crd.metadata.name).toBe(`${info.plural}.${info.group}`);
-      expect(crd.spec).toMatchObject({ group: info.group, scope: info.namespaced ? 'Namespaced' : 'Cluster', names: { kind, plural: info.plural, listKind: `${kind}List` } });
+      expect(crd.spec).toMatchObject({
+        group: info.group,
+        scope: info.namespaced ? 'Namespaced' : 'Cluster',
+        names: { kind, plural: info.plural, listKind: `${kind}List` },
+      });
       expect(crd.spec.versions.map((v) => [v.name, v.served, v.storage])).toEqual([[info.version, true, true]]);
       expect(crd.spec.versions[0]!.subresources?.status !== undefined, `${kind} status subresource`).toBe(info.hasStatus);
     }
@@ -103,20 +175,29 @@ describe('chart CRDs', () => {
 
   it('fields OCM has and we do not model are kept (preserve-unknown), and wrong types are caught', () => {
     const schema = (k: CrdKind) => byKind.get(k)!.spec.versions[0]!.schema.openAPIV3Schema;
-    const mca = { ...samples.ManagedClusterAddOn, status: { ...samples.ManagedClusterAddOn.status, relatedObjects: [{ group: '', resource: 'x', name: 'y' }], supportedConfigs: [] } };
+    const mca = {
+      ...samples.ManagedClusterAddOn,
+      status: { ...samples.ManagedClusterAddOn.status, relatedObjects: [{ group: '', resource: 'x', name: 'y' }], supportedConfigs: [] },
+    };
     expect(objectProblems(schema('ManagedClusterAddOn'), mca, '')).toEqual([]);
-    const mpc = structuredClone(samples.ManagedProxyConfiguration) as unknown as { spec: { proxyServer: { entrypoint: Record<string, unknown> }; deploy: unknown } };
+    const mpc = structuredClone(samples.ManagedProxyConfiguration) as unknown as {
+      spec: { proxyServer: { entrypoint: Record<string, unknown> }; deploy: unknown };
+    };
     mpc.spec.proxyServer.entrypoint['loadBalancerService'] = { name: 'proxy-agent-entrypoint', annotations: [{ key: 'k', value: 'v' }] };
     mpc.spec.deploy = { ports: { proxyServer: 8090 } };
     expect(objectProblems(schema('ManagedProxyConfiguration'), mpc, '')).toEqual([]);
     const bad = { ...samples.ManagedCluster, spec: { ...samples.ManagedCluster.spec, hubAcceptsClient: 'yes' } };
     expect(objectProblems(schema('ManagedCluster'), bad, '')).toEqual(['.spec.hubAcceptsClient: not a boolean']);
     const badCond = { ...samples.ManagedClusterAddOn, status: { conditions: [{ ...cond('Available'), status: 'Maybe' }] } };
-    expect(objectProblems(schema('ManagedClusterAddOn'), badCond, '')).toEqual(['.status.conditions[0].status: "Maybe" not in ["True","False","Unknown"]']);
+    expect(objectProblems(schema('ManagedClusterAddOn'), badCond, '')).toEqual([
+      '.status.conditions[0].status: "Maybe" not in ["True","False","Unknown"]',
+    ]);
   });
 
-  it('kubectl get managedclusteraddons shows OCM\'s columns', () => {
-    const cols = (byKind.get('ManagedClusterAddOn')!.spec.versions[0] as unknown as { additionalPrinterColumns: { name: string }[] }).additionalPrinterColumns.map((c) => c.name);
+  it("kubectl get managedclusteraddons shows OCM's columns", () => {
+    const cols = (
+      byKind.get('ManagedClusterAddOn')!.spec.versions[0] as unknown as { additionalPrinterColumns: { name: string }[] }
+    ).additionalPrinterColumns.map((c) => c.name);
     expect(cols.slice(0, 3)).toEqual(['Available', 'Degraded', 'Progressing']);
   });
 });

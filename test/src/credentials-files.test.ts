@@ -12,18 +12,29 @@ import { createCA, signAgentPublicKey } from '@cluster-proxy/server';
 
 const ca = createCA({ commonName: 'credentials-files-test' });
 const pair = () => {
-  const k = generateKeyPairSync('rsa', { modulusLength: 2048, publicKeyEncoding: { type: 'spki', format: 'pem' }, privateKeyEncoding: { type: 'pkcs8', format: 'pem' } });
+  const k = generateKeyPairSync('rsa', {
+    modulusLength: 2048,
+    publicKeyEncoding: { type: 'spki', format: 'pem' },
+    privateKeyEncoding: { type: 'pkcs8', format: 'pem' },
+  });
   return { key: k.privateKey, cert: signAgentPublicKey(ca, { cluster: 'c1', publicKeyPem: k.publicKey }) };
 };
 
 describe('agent credentials directory', () => {
   const dirs: string[] = [];
-  afterAll(async () => { for (const d of dirs) await rm(d, { recursive: true, force: true }); });
+  afterAll(async () => {
+    for (const d of dirs) await rm(d, { recursive: true, force: true });
+  });
   const manager = async (): Promise<{ m: CredentialsManager; dir: string }> => {
     const dir = await mkdtemp(path.join(os.tmpdir(), 'cp-creds-'));
     dirs.push(dir);
     // No bootstrap token: only what is on disk can make load() succeed.
-    const m = new CredentialsManager({ cluster: 'c1', dir, hub: { address: '127.0.0.1:1', caCert: Buffer.from(ca.certPem) }, log: pino({ level: 'silent' }) });
+    const m = new CredentialsManager({
+      cluster: 'c1',
+      dir,
+      hub: { address: '127.0.0.1:1', caCert: Buffer.from(ca.certPem) },
+      log: pino({ level: 'silent' }),
+    });
     return { m, dir };
   };
 

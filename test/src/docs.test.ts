@@ -56,9 +56,23 @@ describe('a fresh clone reads whole', () => {
   it('the check finds what it looks for', () => {
     const caught = (line: string): boolean => FORBIDDEN.some((f) => f.re.test(line));
     // Built from pieces, so that this file passes its own check.
-    const bad = [['see ..', '/shared/', 'SPEC', '.md'], ['the goals of iss', 'ue 3'], ['Iss', 'ue 13: hub RSS'], ['iss', 'ues 3 and 13'], ['fixed in ', '#', '881'], ['SP', 'EC §9']];
+    const bad = [
+      ['see ..', '/shared/', 'SPEC', '.md'],
+      ['the goals of iss', 'ue 3'],
+      ['Iss', 'ue 13: hub RSS'],
+      ['iss', 'ues 3 and 13'],
+      ['fixed in ', '#', '881'],
+      ['SP', 'EC §9'],
+    ];
     for (const parts of bad) expect(caught(parts.join('')), parts.join('')).toBe(true);
-    for (const good of ['https://github.com/kubernetes-sigs/apiserver-network-proxy/issues/180', 'contract §9', '## Heading', 'it&#39;s', 'color: #fff']) expect(caught(good), good).toBe(false);
+    for (const good of [
+      'https://github.com/kubernetes-sigs/apiserver-network-proxy/issues/180',
+      'contract §9',
+      '## Heading',
+      'it&#39;s',
+      'color: #fff',
+    ])
+      expect(caught(good), good).toBe(false);
   });
 
   it('every relative Markdown link resolves, anchors included', () => {
@@ -78,7 +92,11 @@ describe('a fresh clone reads whole', () => {
           if (!PENDING.has(resolved)) broken.push(`${file}: ${target} (no ${resolved})`);
           continue;
         }
-        if (anchor !== undefined && resolved.endsWith('.md') && !headingSlugs(readFileSync(path.join(ROOT, resolved), 'utf8')).has(anchor)) {
+        if (
+          anchor !== undefined &&
+          resolved.endsWith('.md') &&
+          !headingSlugs(readFileSync(path.join(ROOT, resolved), 'utf8')).has(anchor)
+        ) {
           broken.push(`${file}: ${target} (no heading #${anchor} in ${resolved})`);
         }
       }
@@ -92,7 +110,12 @@ function headingSlugs(markdown: string): Set<string> {
   const slugs = new Set<string>();
   const seen = new Map<string, number>();
   for (const m of markdown.replace(/```[\s\S]*?```/g, '').matchAll(/^#{1,6}\s+(.+?)\s*#*$/gm)) {
-    const base = m[1]!.toLowerCase().replace(/`/g, '').replace(/[^\p{L}\p{N}\s_-]/gu, '').trim().replace(/\s/g, '-');
+    const base = m[1]!
+      .toLowerCase()
+      .replace(/`/g, '')
+      .replace(/[^\p{L}\p{N}\s_-]/gu, '')
+      .trim()
+      .replace(/\s/g, '-');
     const n = seen.get(base) ?? 0;
     seen.set(base, n + 1);
     slugs.add(n === 0 ? base : `${base}-${n}`);
@@ -117,7 +140,8 @@ describe('the SDK reference (docs/sdk)', () => {
     const generated = files(out);
     const checkedIn = files(path.join(ROOT, 'docs', 'sdk'));
     expect(Object.keys(checkedIn).sort(), 'run `pnpm run sdk-docs` and commit docs/sdk').toEqual(Object.keys(generated).sort());
-    for (const [name, body] of Object.entries(generated)) expect(checkedIn[name], `docs/sdk/${name} is stale: run \`pnpm run sdk-docs\``).toBe(body);
+    for (const [name, body] of Object.entries(generated))
+      expect(checkedIn[name], `docs/sdk/${name} is stale: run \`pnpm run sdk-docs\``).toBe(body);
   }, 120_000);
 });
 

@@ -5,7 +5,14 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { issueServerCert } from '@cluster-proxy/server';
-import { killAllSpawned, startEchoServer, startRecordingApiserver, writeAgentKubeconfig, type RecordingApiserver, type TcpTarget } from './fixtures/index.js';
+import {
+  killAllSpawned,
+  startEchoServer,
+  startRecordingApiserver,
+  writeAgentKubeconfig,
+  type RecordingApiserver,
+  type TcpTarget,
+} from './fixtures/index.js';
 import { createPki, startAgent, startHub, type AgentProcess, type AgentStartOptions, type HubProcess, type TestPki } from './harness.js';
 
 export interface EchoHub {
@@ -90,7 +97,11 @@ export async function startGatewayHub(tmpPrefix: string, hubArgs: (pki: TestPki)
     api = await startRecordingApiserver(issueServerCert(pki.ca, { commonName: 'cluster1-apiserver', ipAddresses: ['127.0.0.1'] }));
     hub = await startHub(pki, ['--gateway-port', '0', ...hubArgs(pki)]);
     // The agent's own credentials for its apiserver, as a pod's service account would give them.
-    const agentKubeconfig = await writeAgentKubeconfig(path.join(tmp, 'agent.kubeconfig'), { server: `https://${api.address}`, caPath: pki.caPath, token: GATEWAY_SA_TOKEN });
+    const agentKubeconfig = await writeAgentKubeconfig(path.join(tmp, 'agent.kubeconfig'), {
+      server: `https://${api.address}`,
+      caPath: pki.caPath,
+      token: GATEWAY_SA_TOKEN,
+    });
     agent = await startAgent(pki, hub, { cluster: 'cluster1', apiserver: api.address, args: ['--gateway-kubeconfig', agentKubeconfig] });
     return { pki, tmp, api, hub, agent, agentKubeconfig, stop };
   } catch (err) {

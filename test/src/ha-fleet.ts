@@ -4,7 +4,18 @@
 import { mkdtemp } from 'node:fs/promises';
 import path from 'node:path';
 import { expect } from 'vitest';
-import { freeLoopbackPort, killAllSpawned, runCommand, startEchoServer, startFakeKubeApiServer, startHaproxy, waitFor, type FakeKubeApiServer, type Haproxy, type TcpTarget } from './fixtures/index.js';
+import {
+  freeLoopbackPort,
+  killAllSpawned,
+  runCommand,
+  startEchoServer,
+  startFakeKubeApiServer,
+  startHaproxy,
+  waitFor,
+  type FakeKubeApiServer,
+  type Haproxy,
+  type TcpTarget,
+} from './fixtures/index.js';
 import { CLI, createPki, getJson, startAgent, startHub, type AgentProcess, type HubProcess, type TestPki } from './harness.js';
 
 export interface HaFleetOptions {
@@ -58,29 +69,72 @@ export async function startHaFleet(o: HaFleetOptions): Promise<HaFleet> {
     await echo.close();
     await pki.cleanup();
   };
-  const startReplica = (i: number, cli?: string): Promise<HubProcess> => startHub(pki, ['--store', 'kubernetes', '--kubeconfig', kubeconfig, '--agent-port', String(agentPorts[i]),
-    '--server-id', `hub-${i}`, '--replica-lease-duration', '15s', '--shutdown-grace', '3s', '--ca-key', path.join(pki.dir, 'ca.key'), ...o.hubArgs], cli ? { cli } : {});
+  const startReplica = (i: number, cli?: string): Promise<HubProcess> =>
+    startHub(
+      pki,
+      [
+        '--store',
+        'kubernetes',
+        '--kubeconfig',
+        kubeconfig,
+        '--agent-port',
+        String(agentPorts[i]),
+        '--server-id',
+        `hub-${i}`,
+        '--replica-lease-duration',
+        '15s',
+        '--shutdown-grace',
+        '3s',
+        '--ca-key',
+        path.join(pki.dir, 'ca.key'),
+        ...o.hubArgs,
+      ],
+      cli ? { cli } : {},
+    );
   try {
     for (let i = 0; i < o.replicas; i++) agentPorts.push(await freeLoopbackPort());
     for (let i = 0; i < o.replicas; i++) hubs.push(await startReplica(i, o.cli));
     lb = await startHaproxy(agentPorts);
-    const join = await runCommand(process.execPath, [o.cli ?? CLI, 'join', o.join, '--out', path.join(pki.dir, o.join), '--admin', `127.0.0.1:${hubs[0]!.ports.admin}`], { timeoutMs: 20_000 });
+    const join = await runCommand(
+      process.execPath,
+      [o.cli ?? CLI, 'join', o.join, '--out', path.join(pki.dir, o.join), '--admin', `127.0.0.1:${hubs[0]!.ports.admin}`],
+      { timeoutMs: 20_000 },
+    );
     expect(join.code, join.stderr).toBe(0);
     for (const id of o.agentIDs) {
-      agents.push(await startAgent(pki, { ports: { agent: lb.port } } as HubProcess, { cluster: 'c1', apiserver: `127.0.0.1:${echo.port}`, args: ['--agent-id', id, ...o.agentArgs], ...(o.cli ? { cli: o.cli } : {}) }));
+      agents.push(
+        await startAgent(pki, { ports: { agent: lb.port } } as HubProcess, {
+          cluster: 'c1',
+          apiserver: `127.0.0.1:${echo.port}`,
+          args: ['--agent-id', id, ...o.agentArgs],
+          ...(o.cli ? { cli: o.cli } : {}),
+        }),
+      );
     }
   } catch (err) {
     await stopAll();
     throw err;
   }
   const balancer = lb;
-  const servers = async (a: AgentProcess): Promise<string[]> => ((await getJson(a.healthPort, '/debug/connections')) as { servers: { serverID: string }[] }).servers.map((s) => s.serverID).sort();
+  const servers = async (a: AgentProcess): Promise<string[]> =>
+    ((await getJson(a.healthPort, '/debug/connections')) as { servers: { serverID: string }[] }).servers.map((s) => s.serverID).sort();
   return {
-    pki, api, lb: balancer, echo, hubs, agents, startReplica, servers,
-    allAgentsAt: (ids) => waitFor(async () => {
-      for (const a of agents) if ((await servers(a)).join(',') !== ids.join(',')) return false;
-      return true;
-    }, { timeoutMs: 30_000, intervalMs: 200, message: `every agent holds tunnels to ${ids.join(', ')}` }).then(() => undefined),
+    pki,
+    api,
+    lb: balancer,
+    echo,
+    hubs,
+    agents,
+    startReplica,
+    servers,
+    allAgentsAt: (ids) =>
+      waitFor(
+        async () => {
+          for (const a of agents) if ((await servers(a)).join(',') !== ids.join(',')) return false;
+          return true;
+        },
+        { timeoutMs: 30_000, intervalMs: 200, message: `every agent holds tunnels to ${ids.join(', ')}` },
+      ).then(() => undefined),
     stop: stopAll,
   };
 }

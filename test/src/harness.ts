@@ -54,7 +54,11 @@ export async function createPki(): Promise<TestPki> {
   const dir = await mkdtemp(path.join(os.tmpdir(), 'cp-e2e-'));
   const ca = createCA({ commonName: 'e2e-ca' });
   const caFiles = await writePemPair(dir, 'ca', ca);
-  const server = await writePemPair(dir, 'server', issueServerCert(ca, { commonName: 'hub', dnsNames: ['localhost'], ipAddresses: ['127.0.0.1', '::1'] }));
+  const server = await writePemPair(
+    dir,
+    'server',
+    issueServerCert(ca, { commonName: 'hub', dnsNames: ['localhost'], ipAddresses: ['127.0.0.1', '::1'] }),
+  );
   const client = await writePemPair(dir, 'client', issueClientCert(ca, { commonName: 'e2e-user' }));
   let n = 0;
   return {
@@ -63,7 +67,12 @@ export async function createPki(): Promise<TestPki> {
     caPath: caFiles.certPath,
     server,
     client,
-    agent: async (cluster, opts = {}) => writePemPair(dir, opts.name ?? `agent-${cluster}-${++n}`, issueAgentCert(opts.ca ?? ca, { cluster, notBefore: opts.notBefore, notAfter: opts.notAfter })),
+    agent: async (cluster, opts = {}) =>
+      writePemPair(
+        dir,
+        opts.name ?? `agent-${cluster}-${++n}`,
+        issueAgentCert(opts.ca ?? ca, { cluster, notBefore: opts.notBefore, notAfter: opts.notAfter }),
+      ),
     user: async (commonName, groups = []) => {
       const u = issueClientCert(ca, { commonName, organization: groups });
       return { cert: Buffer.from(u.certPem), key: Buffer.from(u.keyPem), ...(await writePemPair(dir, `user-${commonName}-${++n}`, u)) };
@@ -73,14 +82,30 @@ export async function createPki(): Promise<TestPki> {
 }
 
 export interface HubTables {
-  agents: { agentID: string; cluster: string; draining: boolean; hosts: string[]; pending: number; established: { connectID: number; address: string; state: string; bytesToAgent: number; bytesToClient: number }[] }[];
+  agents: {
+    agentID: string;
+    cluster: string;
+    draining: boolean;
+    hosts: string[];
+    pending: number;
+    established: { connectID: number; address: string; state: string; bytesToAgent: number; bytesToClient: number }[];
+  }[];
   frontends: { state: string; connectID: number; address: string }[];
 }
 
 export interface HubProcess {
   proc: ManagedProcess;
   dataDir: string;
-  ports: { agent: number; frontend: number; admin: number; health: number; frontendUds: string | null; connect: number | null; gateway?: number | null; serverID: string };
+  ports: {
+    agent: number;
+    frontend: number;
+    admin: number;
+    health: number;
+    frontendUds: string | null;
+    connect: number | null;
+    gateway?: number | null;
+    serverID: string;
+  };
   tunnel(transport?: TunnelTransport): Tunnel;
   tables(): Promise<HubTables>;
   stop(): Promise<void>;
@@ -90,7 +115,11 @@ export interface HubProcess {
  * `opts.dataDir`: a data directory prepared beforehand (e.g. a store filled in advance); default a new one.
  * `opts.cli`: another build's entry script (the skew tests' previous release); default this checkout's.
  */
-export async function startHub(pki: TestPki, extraArgs: string[] = [], opts: { dataDir?: string; cli?: string; bindAddress?: string | null } = {}): Promise<HubProcess> {
+export async function startHub(
+  pki: TestPki,
+  extraArgs: string[] = [],
+  opts: { dataDir?: string; cli?: string; bindAddress?: string | null } = {},
+): Promise<HubProcess> {
   const cli = opts.cli ?? CLI;
   const dataDir = opts.dataDir ?? (await mkdtemp(path.join(pki.dir, 'hub-')));
   const proc = spawnProcess({
@@ -98,9 +127,33 @@ export async function startHub(pki: TestPki, extraArgs: string[] = [], opts: { d
     command: process.execPath,
     // Started as the command's first line starts it (node's launch flags), as a deployment would run it.
     // `bindAddress`: null leaves the flag out (the hub's default: every address of both families).
-    args: [...cliLaunchFlags(cli), cli, 'hub', '--data-dir', dataDir, ...(opts.bindAddress === null ? [] : ['--bind-address', opts.bindAddress ?? '127.0.0.1']), '--agent-port', '0', '--frontend-port', '0', '--health-port', '0', '--admin-port', '0',
-      '--frontend-uds', path.join(dataDir, 'frontend.sock'), '--connect-port', '0',
-      '--ca-cert', pki.caPath, '--server-cert', pki.server.certPath, '--server-key', pki.server.keyPath, ...extraArgs],
+    args: [
+      ...cliLaunchFlags(cli),
+      cli,
+      'hub',
+      '--data-dir',
+      dataDir,
+      ...(opts.bindAddress === null ? [] : ['--bind-address', opts.bindAddress ?? '127.0.0.1']),
+      '--agent-port',
+      '0',
+      '--frontend-port',
+      '0',
+      '--health-port',
+      '0',
+      '--admin-port',
+      '0',
+      '--frontend-uds',
+      path.join(dataDir, 'frontend.sock'),
+      '--connect-port',
+      '0',
+      '--ca-cert',
+      pki.caPath,
+      '--server-cert',
+      pki.server.certPath,
+      '--server-key',
+      pki.server.keyPath,
+      ...extraArgs,
+    ],
   });
   await proc.waitForJsonLine((o) => o['msg'] === 'proxy server listening', 15_000);
   const ports = JSON.parse(await readFile(path.join(dataDir, 'ports.json'), 'utf8')) as HubProcess['ports'];
@@ -110,7 +163,14 @@ export async function startHub(pki: TestPki, extraArgs: string[] = [], opts: { d
     dataDir,
     ports,
     tunnel: (transport = 'auto') => {
-      const t = new Tunnel({ address: `127.0.0.1:${ports.frontend}`, serverName: 'localhost', caCert: Buffer.from(pki.ca.certPem), cert: readFileSync(pki.client.certPath), key: readFileSync(pki.client.keyPath), transport });
+      const t = new Tunnel({
+        address: `127.0.0.1:${ports.frontend}`,
+        serverName: 'localhost',
+        caCert: Buffer.from(pki.ca.certPem),
+        cert: readFileSync(pki.client.certPath),
+        key: readFileSync(pki.client.keyPath),
+        transport,
+      });
       tunnels.push(t);
       return t;
     },
@@ -151,9 +211,30 @@ export interface AgentStartOptions {
 export async function startAgent(pki: TestPki, hub: { ports: { agent: number } }, opts: AgentStartOptions): Promise<AgentProcess> {
   const cert = opts.cert ?? (await pki.agent(opts.cluster));
   const cli = opts.cli ?? CLI;
-  const args = [...cliLaunchFlags(cli), cli, 'agent', '--cluster', opts.cluster, '--hub', `127.0.0.1:${hub.ports.agent}`, '--server-name', 'localhost',
-    '--ca-cert', pki.caPath, '--cert', cert.certPath, '--key', cert.keyPath, '--apiserver', opts.apiserver,
-    '--health-bind-address', '127.0.0.1', '--health-port', '0', ...(opts.args ?? [])];
+  const args = [
+    ...cliLaunchFlags(cli),
+    cli,
+    'agent',
+    '--cluster',
+    opts.cluster,
+    '--hub',
+    `127.0.0.1:${hub.ports.agent}`,
+    '--server-name',
+    'localhost',
+    '--ca-cert',
+    pki.caPath,
+    '--cert',
+    cert.certPath,
+    '--key',
+    cert.keyPath,
+    '--apiserver',
+    opts.apiserver,
+    '--health-bind-address',
+    '127.0.0.1',
+    '--health-port',
+    '0',
+    ...(opts.args ?? []),
+  ];
   const command = opts.wrap ? opts.wrap(process.execPath, args) : { command: process.execPath, args };
   const proc = spawnProcess({ name: `agent-${opts.cluster}`, ...command });
   const up = await proc.waitForJsonLine((o) => o['msg'] === 'agent health listener up', 15_000);
@@ -185,18 +266,24 @@ export async function getStatus(port: number, pathName: string): Promise<{ statu
 
 /** The connection tables of the hub and of every given agent drain to empty. */
 export async function expectTablesEmpty(hub: HubProcess, agents: AgentProcess[], timeoutMs = 10_000): Promise<void> {
-  await waitFor(async () => {
-    const h = await hub.tables();
-    const hubBusy = h.frontends.length > 0 || h.agents.some((a) => a.pending > 0 || a.established.length > 0);
-    if (hubBusy) return false;
-    for (const a of agents) {
-      if (!a.proc.isRunning()) continue;
-      const t = await a.tables();
-      if (t.servers.some((s) => s.connections.length > 0)) return false;
-    }
-    return true;
-  }, { timeoutMs, intervalMs: 100, message: 'connection tables did not drain' }).catch(async (err: Error) => {
-    const detail = JSON.stringify({ hub: await hub.tables(), agents: await Promise.all(agents.filter((a) => a.proc.isRunning()).map((a) => a.tables())) });
+  await waitFor(
+    async () => {
+      const h = await hub.tables();
+      const hubBusy = h.frontends.length > 0 || h.agents.some((a) => a.pending > 0 || a.established.length > 0);
+      if (hubBusy) return false;
+      for (const a of agents) {
+        if (!a.proc.isRunning()) continue;
+        const t = await a.tables();
+        if (t.servers.some((s) => s.connections.length > 0)) return false;
+      }
+      return true;
+    },
+    { timeoutMs, intervalMs: 100, message: 'connection tables did not drain' },
+  ).catch(async (err: Error) => {
+    const detail = JSON.stringify({
+      hub: await hub.tables(),
+      agents: await Promise.all(agents.filter((a) => a.proc.isRunning()).map((a) => a.tables())),
+    });
     throw new Error(`${err.message}: ${detail.slice(0, 2000)}`);
   });
 }

@@ -17,19 +17,36 @@ describe('hub API on the agent port', () => {
   let server: ProxyServer;
   let address = '';
   const client = (cert?: { certPem: string; keyPem: string }) => ({
-    address, caCert: Buffer.from(ca.certPem), serverName: 'localhost',
+    address,
+    caCert: Buffer.from(ca.certPem),
+    serverName: 'localhost',
     ...(cert ? { cert: Buffer.from(cert.certPem), key: Buffer.from(cert.keyPem) } : {}),
   });
 
   beforeAll(async () => {
     server = new ProxyServer({
-      bindAddress: '127.0.0.1', agentPort: 0, frontendPort: null, healthPort: null, adminPort: null,
+      bindAddress: '127.0.0.1',
+      agentPort: 0,
+      frontendPort: null,
+      healthPort: null,
+      adminPort: null,
       tls: { caCert: Buffer.from(ca.certPem), cert: Buffer.from(serving.certPem), key: Buffer.from(serving.keyPem) },
       log: pino({ level: 'silent' }),
     });
-    server.hubApi.route('POST', '/v1/echo', async (req) => ({ status: 200, body: { got: req.body, authorized: req.caller.authorized } }), { agentOnly: false });
-    server.hubApi.route('GET', '/v1/whoami', async (req) => ({ status: 200, body: { cluster: req.caller.agent?.cluster } }), { agentOnly: true });
-    server.hubApi.route('GET', '/v1/teapot', async () => { throw new HubApiError(418, 'short and stout'); }, { agentOnly: false });
+    server.hubApi.route('POST', '/v1/echo', async (req) => ({ status: 200, body: { got: req.body, authorized: req.caller.authorized } }), {
+      agentOnly: false,
+    });
+    server.hubApi.route('GET', '/v1/whoami', async (req) => ({ status: 200, body: { cluster: req.caller.agent?.cluster } }), {
+      agentOnly: true,
+    });
+    server.hubApi.route(
+      'GET',
+      '/v1/teapot',
+      async () => {
+        throw new HubApiError(418, 'short and stout');
+      },
+      { agentOnly: false },
+    );
     const ports = await server.start();
     address = `127.0.0.1:${ports.agent}`;
   });
@@ -57,8 +74,17 @@ describe('hub API on the agent port', () => {
   });
 
   it('still refuses the tunnel transport to a peer without a verified certificate', async () => {
-    await expect(connectMux({ address, caCert: Buffer.from(ca.certPem), cert: Buffer.from(foreign.certPem), key: Buffer.from(foreign.keyPem), serverName: 'localhost', hello: {}, timeoutMs: 3000 }))
-      .rejects.toThrow(/closed the connection/);
+    await expect(
+      connectMux({
+        address,
+        caCert: Buffer.from(ca.certPem),
+        cert: Buffer.from(foreign.certPem),
+        key: Buffer.from(foreign.keyPem),
+        serverName: 'localhost',
+        hello: {},
+        timeoutMs: 3000,
+      }),
+    ).rejects.toThrow(/closed the connection/);
   });
 });
 
@@ -67,18 +93,30 @@ describe('admin API on the loopback admin port', () => {
     const ca = createCA({ commonName: 'admin-api-test' });
     const serving = issueServerCert(ca, { commonName: 'hub', dnsNames: ['localhost'] });
     const server = new ProxyServer({
-      bindAddress: '127.0.0.1', agentPort: 0, frontendPort: null, healthPort: null, adminPort: 0,
+      bindAddress: '127.0.0.1',
+      agentPort: 0,
+      frontendPort: null,
+      healthPort: null,
+      adminPort: 0,
       tls: { caCert: Buffer.from(ca.certPem), cert: Buffer.from(serving.certPem), key: Buffer.from(serving.keyPem) },
       log: pino({ level: 'silent' }),
     });
-    server.adminApi.route('DELETE', '/v1/things/*', async (req) => ({ status: 200, body: { deleted: req.path.split('/').pop(), authorized: req.caller.authorized } }), { agentOnly: false });
+    server.adminApi.route(
+      'DELETE',
+      '/v1/things/*',
+      async (req) => ({ status: 200, body: { deleted: req.path.split('/').pop(), authorized: req.caller.authorized } }),
+      { agentOnly: false },
+    );
     const ports = await server.start();
     try {
       const call = async (method: string, p: string) => {
         const res = await fetch(`http://127.0.0.1:${ports.admin}${p}`, { method });
         return { status: res.status, body: await res.text() };
       };
-      expect(await call('DELETE', '/v1/things/t1')).toEqual({ status: 200, body: `${JSON.stringify({ deleted: 't1', authorized: false })}\n` });
+      expect(await call('DELETE', '/v1/things/t1')).toEqual({
+        status: 200,
+        body: `${JSON.stringify({ deleted: 't1', authorized: false })}\n`,
+      });
       expect((await call('DELETE', '/v1/things')).status).toBe(404);
       expect((await call('GET', '/debug/connections')).status).toBe(200);
     } finally {

@@ -16,7 +16,8 @@ beforeAll(async () => {
   api = await startFakeKubeApiServer();
   dir = await mkdtemp(path.join(os.tmpdir(), 'kube-reviews-'));
   await api.writeKubeconfig(path.join(dir, 'kubeconfig'));
-  admin = (JSON.parse(await readFile(path.join(dir, 'kubeconfig'), 'utf8')) as { users: { user: { token: string } }[] }).users[0]!.user.token;
+  admin = (JSON.parse(await readFile(path.join(dir, 'kubeconfig'), 'utf8')) as { users: { user: { token: string } }[] }).users[0]!.user
+    .token;
   reviews = hubReviewsOf(api.store)!;
 });
 afterAll(async () => {
@@ -25,7 +26,11 @@ afterAll(async () => {
 });
 
 const post = async (p: string, body: unknown): Promise<{ status: number; body: Record<string, unknown> }> => {
-  const res = await fetch(`${api.url}${p}`, { method: 'POST', headers: { authorization: `Bearer ${admin}`, 'content-type': 'application/json' }, body: typeof body === 'string' ? body : JSON.stringify(body) });
+  const res = await fetch(`${api.url}${p}`, {
+    method: 'POST',
+    headers: { authorization: `Bearer ${admin}`, 'content-type': 'application/json' },
+    body: typeof body === 'string' ? body : JSON.stringify(body),
+  });
   return { status: res.status, body: (await res.json()) as Record<string, unknown> };
 };
 const TR = '/apis/authentication.k8s.io/v1/tokenreviews';
@@ -34,12 +39,27 @@ const attrs = { verb: 'get', group: 'cluster.open-cluster-management.io', resour
 
 describe('review bodies are checked as the apiserver checks them', () => {
   it.each([
-    [TR, { apiVersion: 'authentication.k8s.io/v1beta1', kind: 'TokenReview', spec: { token: 't' } }, 400, /API version in the data \(authentication.k8s.io\/v1beta1\) does not match/],
+    [
+      TR,
+      { apiVersion: 'authentication.k8s.io/v1beta1', kind: 'TokenReview', spec: { token: 't' } },
+      400,
+      /API version in the data \(authentication.k8s.io\/v1beta1\) does not match/,
+    ],
     [TR, { apiVersion: 'authentication.k8s.io/v1', kind: 'SubjectAccessReview', spec: { token: 't' } }, 400, /kind in the data/],
     [TR, { apiVersion: 'authentication.k8s.io/v1', kind: 'TokenReview', spec: {} }, 400, /token is required for TokenReview/],
     [TR, '{"apiVersion":', 400, /not JSON/],
-    [SAR, { apiVersion: 'authorization.k8s.io/v1', kind: 'SubjectAccessReview', spec: { user: 'a' } }, 422, /exactly one of nonResourceAttributes or resourceAttributes/],
-    [SAR, { apiVersion: 'authorization.k8s.io/v1', kind: 'SubjectAccessReview', spec: { resourceAttributes: attrs } }, 422, /at least one of user or group/],
+    [
+      SAR,
+      { apiVersion: 'authorization.k8s.io/v1', kind: 'SubjectAccessReview', spec: { user: 'a' } },
+      422,
+      /exactly one of nonResourceAttributes or resourceAttributes/,
+    ],
+    [
+      SAR,
+      { apiVersion: 'authorization.k8s.io/v1', kind: 'SubjectAccessReview', spec: { resourceAttributes: attrs } },
+      422,
+      /at least one of user or group/,
+    ],
     [SAR, [1, 2], 400, /not a SubjectAccessReview/],
   ])('%s %j → %i', async (p, body, status, why) => {
     const r = await post(p, body);
@@ -48,19 +68,38 @@ describe('review bodies are checked as the apiserver checks them', () => {
   });
 });
 
-describe('kubeReviews: the hub\'s client', () => {
-  it('TokenReview: the fixture\'s users, with system:authenticated; an unknown token is not authenticated', async () => {
+describe("kubeReviews: the hub's client", () => {
+  it("TokenReview: the fixture's users, with system:authenticated; an unknown token is not authenticated", async () => {
     const token = api.addUser('carol', ['qa']);
-    expect(await reviews.tokenReview(token)).toEqual({ authenticated: true, user: { username: 'carol', uid: expect.any(String), groups: ['qa', 'system:authenticated'], extra: undefined } });
+    expect(await reviews.tokenReview(token)).toEqual({
+      authenticated: true,
+      user: { username: 'carol', uid: expect.any(String), groups: ['qa', 'system:authenticated'], extra: undefined },
+    });
     expect(await reviews.tokenReview('nope')).toEqual({ authenticated: false, error: 'invalid bearer token' });
   });
 
   it('SubjectAccessReview: allowed, no opinion, denied with a reason', async () => {
-    api.access.allow({ user: 'carol', verb: 'get', apiGroup: attrs.group, resource: 'managedclusters', subresource: 'proxy', names: ['c1'] });
-    api.access.deny({ group: 'interns', verb: 'get', apiGroup: attrs.group, resource: 'managedclusters', subresource: 'proxy' }, 'no interns');
+    api.access.allow({
+      user: 'carol',
+      verb: 'get',
+      apiGroup: attrs.group,
+      resource: 'managedclusters',
+      subresource: 'proxy',
+      names: ['c1'],
+    });
+    api.access.deny(
+      { group: 'interns', verb: 'get', apiGroup: attrs.group, resource: 'managedclusters', subresource: 'proxy' },
+      'no interns',
+    );
     expect(await reviews.subjectAccessReview({ user: 'carol', groups: [], resourceAttributes: attrs })).toMatchObject({ allowed: true });
-    expect(await reviews.subjectAccessReview({ user: 'carol', groups: [], resourceAttributes: { ...attrs, name: 'c2' } })).toEqual({ allowed: false });
-    expect(await reviews.subjectAccessReview({ user: 'dan', groups: ['interns'], resourceAttributes: attrs })).toEqual({ allowed: false, denied: true, reason: 'no interns' });
+    expect(await reviews.subjectAccessReview({ user: 'carol', groups: [], resourceAttributes: { ...attrs, name: 'c2' } })).toEqual({
+      allowed: false,
+    });
+    expect(await reviews.subjectAccessReview({ user: 'dan', groups: ['interns'], resourceAttributes: attrs })).toEqual({
+      allowed: false,
+      denied: true,
+      reason: 'no interns',
+    });
     expect(api.access.asked.at(-1)?.spec).toMatchObject({ user: 'dan', groups: ['interns'], resourceAttributes: attrs });
   });
 
@@ -70,7 +109,10 @@ describe('kubeReviews: the hub\'s client', () => {
     const client = await down.client('x');
     const r = hubReviewsOf(client)!;
     await down.close();
-    const err = await r.tokenReview(secret).then(() => null, (e: Error) => e);
+    const err = await r.tokenReview(secret).then(
+      () => null,
+      (e: Error) => e,
+    );
     expect(err?.message).toMatch(/^TokenReview: /);
     expect(err?.message).not.toContain(secret);
   });

@@ -32,7 +32,9 @@ const MODELS: Record<string, Model> = {
  * ManagedClusterSetBinding, ManifestWork): the structure of OCM's CRD schemas (fixtures/schemas), checked
  * as the apiserver would, pruning included.
  */
-const OCM = JSON.parse(readFileSync(new URL('../src/fixtures/schemas/ocm-hub-kinds.schema.json', import.meta.url), 'utf8')) as { kinds: Record<string, { schema: Schema }> };
+const OCM = JSON.parse(readFileSync(new URL('../src/fixtures/schemas/ocm-hub-kinds.schema.json', import.meta.url), 'utf8')) as {
+  kinds: Record<string, { schema: Schema }>;
+};
 
 /** Throws, naming the object, when it does not match its kind's schema or its kind is not known here. */
 export function validateKubeObject(obj: { apiVersion?: string; kind?: string; metadata?: { name?: string } }): void {

@@ -6,7 +6,10 @@ export interface Sample {
 }
 
 export class Scrape {
-  constructor(readonly samples: Sample[], readonly types: ReadonlyMap<string, string>) {}
+  constructor(
+    readonly samples: Sample[],
+    readonly types: ReadonlyMap<string, string>,
+  ) {}
 
   /** Sum of the samples of `name` whose labels include `labels` (0 when none). */
   value(name: string, labels: Record<string, string> = {}): number {
@@ -36,7 +39,8 @@ export function parseExposition(text: string): Scrape {
     const m = /^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? (\S+)$/.exec(line);
     if (!m) throw new Error(`not an exposition line: ${line}`);
     const labels: Record<string, string> = {};
-    for (const l of (m[2] ?? '').matchAll(/([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"/g)) labels[l[1]!] = l[2]!.replace(/\\(.)/g, (_, c: string) => (c === 'n' ? '\n' : c));
+    for (const l of (m[2] ?? '').matchAll(/([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"/g))
+      labels[l[1]!] = l[2]!.replace(/\\(.)/g, (_, c: string) => (c === 'n' ? '\n' : c));
     samples.push({ name: m[1]!, labels, value: Number(m[3]) });
   }
   return new Scrape(samples, types);
@@ -45,6 +49,7 @@ export function parseExposition(text: string): Scrape {
 export async function scrape(port: number, path = '/metrics'): Promise<Scrape> {
   const res = await fetch(`http://127.0.0.1:${port}${path}`);
   if (res.status !== 200) throw new Error(`GET ${path} on ${port}: HTTP ${res.status}`);
-  if (!(res.headers.get('content-type') ?? '').startsWith('text/plain')) throw new Error(`GET ${path}: content-type ${res.headers.get('content-type')}`);
+  if (!(res.headers.get('content-type') ?? '').startsWith('text/plain'))
+    throw new Error(`GET ${path}: content-type ${res.headers.get('content-type')}`);
   return parseExposition(await res.text());
 }

@@ -19,12 +19,23 @@ const CA_FILE = fileURLToPath(new URL('../../cli/src/testdata/proxy-config/proxy
 /** A password with characters systemd (%), YAML (:#) and the shell (') treat specially. */
 const PASSWORD = "p%w:d#'x";
 const INPUT = [
-  '--http-proxy', 'http://proxy.corp.example:3128',
-  '--https-proxy', `https://alice:${encodeURIComponent(PASSWORD)}@proxy.corp.example:3129`,
-  '--ca-bundle', CA_FILE,
-  '--no-proxy', 'corp.example',
-  '--pod-cidr', '10.244.0.0/16,fd00:10:244::/56', '--service-cidr', '10.96.0.0/12', '--apiserver-ip', '10.96.0.1',
-  '--hub', 'hub.example.com:8091', '--show-secrets',
+  '--http-proxy',
+  'http://proxy.corp.example:3128',
+  '--https-proxy',
+  `https://alice:${encodeURIComponent(PASSWORD)}@proxy.corp.example:3129`,
+  '--ca-bundle',
+  CA_FILE,
+  '--no-proxy',
+  'corp.example',
+  '--pod-cidr',
+  '10.244.0.0/16,fd00:10:244::/56',
+  '--service-cidr',
+  '10.96.0.0/12',
+  '--apiserver-ip',
+  '10.96.0.1',
+  '--hub',
+  'hub.example.com:8091',
+  '--show-secrets',
 ];
 
 async function render(format: string, extra: string[] = []): Promise<string> {
@@ -59,7 +70,9 @@ describe('systemd drop-ins', () => {
       // A stand-in unit of the same name, so systemd resolves the drop-in directory beside it.
       const unitDir = path.join(out, 'etc/systemd/system');
       await writeFile(path.join(unitDir, `${unit}.service`), `[Unit]\nDescription=${unit} stand-in\n[Service]\nExecStart=/bin/true\n`);
-      const v = await runCommand(analyze!, ['verify', path.join(unitDir, `${unit}.service`)], { env: { ...process.env, SYSTEMD_UNIT_PATH: `${unitDir}:` } });
+      const v = await runCommand(analyze!, ['verify', path.join(unitDir, `${unit}.service`)], {
+        env: { ...process.env, SYSTEMD_UNIT_PATH: `${unitDir}:` },
+      });
       const complaints = v.stderr.split('\n').filter((l) => l.includes('http-proxy.conf'));
       expect(complaints, v.stderr).toEqual([]);
       expect(v.code, v.stderr).toBe(0);
@@ -70,13 +83,21 @@ describe('systemd drop-ins', () => {
     const unitDir = path.join(dir, 'broken');
     await mkdir(path.join(unitDir, 'containerd.service.d'), { recursive: true });
     await writeFile(path.join(unitDir, 'containerd.service'), '[Service]\nExecStart=/bin/true\n');
-    await writeFile(path.join(unitDir, 'containerd.service.d', 'http-proxy.conf'), '[Service]\nEnvironment="HTTPS_PROXY=http://u:a%40b@proxy:3128"\n');
-    const v = await runCommand(analyze!, ['verify', path.join(unitDir, 'containerd.service')], { env: { ...process.env, SYSTEMD_UNIT_PATH: `${unitDir}:` } });
+    await writeFile(
+      path.join(unitDir, 'containerd.service.d', 'http-proxy.conf'),
+      '[Service]\nEnvironment="HTTPS_PROXY=http://u:a%40b@proxy:3128"\n',
+    );
+    const v = await runCommand(analyze!, ['verify', path.join(unitDir, 'containerd.service')], {
+      env: { ...process.env, SYSTEMD_UNIT_PATH: `${unitDir}:` },
+    });
     expect(v.stderr).toContain('http-proxy.conf');
   });
 
   it('says why when systemd-analyze is missing here', () => {
-    if (!analyze) console.warn('systemd-analyze not installed: the drop-ins are checked by the systemd-style parser in cli/src/proxy-config.test.ts only');
+    if (!analyze)
+      console.warn(
+        'systemd-analyze not installed: the drop-ins are checked by the systemd-style parser in cli/src/proxy-config.test.ts only',
+      );
     expect(true).toBe(true);
   });
 });
@@ -100,10 +121,17 @@ describe('kubeadm (Cluster API v1beta1)', () => {
     check('KubeadmConfigTemplate', kct);
     // The patch alone lacks what only the user's object has (version, machineTemplate): merge it the way
     // `kubectl patch --type merge` does into the smallest valid control plane.
-    const spec = (kcp!['spec'] as { kubeadmConfigSpec: unknown });
+    const spec = kcp!['spec'] as { kubeadmConfigSpec: unknown };
     check('kubeadmConfigSpec', spec.kubeadmConfigSpec);
     check('KubeadmControlPlane', {
-      ...kcp, spec: { version: 'v1.31.0', machineTemplate: { infrastructureRef: { apiVersion: 'infrastructure.cluster.x-k8s.io/v1beta1', kind: 'DockerMachineTemplate', name: 'cp' } }, ...spec },
+      ...kcp,
+      spec: {
+        version: 'v1.31.0',
+        machineTemplate: {
+          infrastructureRef: { apiVersion: 'infrastructure.cluster.x-k8s.io/v1beta1', kind: 'DockerMachineTemplate', name: 'cp' },
+        },
+        ...spec,
+      },
     });
   });
 
@@ -116,7 +144,7 @@ describe('kubeadm (Cluster API v1beta1)', () => {
 
   it('the exports are shell-quoted: a POSIX shell reads the password back exactly', async () => {
     const [, kct] = documents(await render('kubeadm'));
-    const commands = ((kct!['spec'] as { template: { spec: { preKubeadmCommands: string[] } } }).template.spec.preKubeadmCommands);
+    const commands = (kct!['spec'] as { template: { spec: { preKubeadmCommands: string[] } } }).template.spec.preKubeadmCommands;
     const exports = commands.filter((c) => c.startsWith('export '));
     expect(exports).toHaveLength(6);
     const r = await runCommand('sh', ['-c', `${exports.join('\n')}\nprintf '%s' "$HTTPS_PROXY"`]);
@@ -125,10 +153,16 @@ describe('kubeadm (Cluster API v1beta1)', () => {
 });
 
 describe('Kyverno ClusterPolicy', () => {
-  it('is valid against Kyverno\'s CRD schema, with its exclusions explicit', async () => {
-    const [policy] = documents(await render('kyverno', ['--exclude-namespace', 'kube-system,kyverno', '--exclude-namespace', 'cert-manager']));
+  it("is valid against Kyverno's CRD schema, with its exclusions explicit", async () => {
+    const [policy] = documents(
+      await render('kyverno', ['--exclude-namespace', 'kube-system,kyverno', '--exclude-namespace', 'cert-manager']),
+    );
     expect(() => new ClusterPolicy(policy as never).validate()).not.toThrow();
-    const rules = (policy!['spec'] as { rules: { name: string; exclude: { any: { resources: { namespaces: string[] } }[] }; mutate: { foreach: unknown[] } }[] }).rules;
+    const rules = (
+      policy!['spec'] as {
+        rules: { name: string; exclude: { any: { resources: { namespaces: string[] } }[] }; mutate: { foreach: unknown[] } }[];
+      }
+    ).rules;
     expect(rules.map((r) => r.name)).toEqual(['proxy-env-containers', 'proxy-env-init-containers']);
     for (const r of rules) {
       expect(r.exclude.any[0]!.resources.namespaces).toEqual(['kube-system', 'kyverno', 'cert-manager']);
@@ -138,8 +172,19 @@ describe('Kyverno ClusterPolicy', () => {
 
   it('the same check fails on an operator Kyverno does not have, or a wrong type', () => {
     const policy = (operator: string, background: unknown): unknown => ({
-      apiVersion: 'kyverno.io/v1', kind: 'ClusterPolicy', metadata: { name: 'x' },
-      spec: { background, rules: [{ name: 'r', match: { any: [{ resources: { kinds: ['Pod'] } }] }, mutate: { foreach: [{ list: 'x', preconditions: { all: [{ key: 'a', operator, value: 'b' }] }, patchStrategicMerge: {} }] } }] },
+      apiVersion: 'kyverno.io/v1',
+      kind: 'ClusterPolicy',
+      metadata: { name: 'x' },
+      spec: {
+        background,
+        rules: [
+          {
+            name: 'r',
+            match: { any: [{ resources: { kinds: ['Pod'] } }] },
+            mutate: { foreach: [{ list: 'x', preconditions: { all: [{ key: 'a', operator, value: 'b' }] }, patchStrategicMerge: {} }] },
+          },
+        ],
+      },
     });
     expect(() => new ClusterPolicy(policy('AnyNotIn', false) as never).validate()).not.toThrow();
     expect(() => new ClusterPolicy(policy('NotInAny', false) as never).validate()).toThrow(/operator/);

@@ -6,19 +6,37 @@ import pino from 'pino';
 import { hubRequest, HubRequestError } from '@cluster-proxy/agent';
 import { bootstrapProofMessage, renewProofMessage } from '@cluster-proxy/proto';
 import {
-  ClusterRegistry, MemoryStore, ProxyServer, clusterUidFromAltNames, consumeBootstrapToken, createBootstrapToken, createCA, issueAgentCert, issueServerCert,
-  registerRegistrationRoutes, type ManagedCluster,
+  ClusterRegistry,
+  MemoryStore,
+  ProxyServer,
+  clusterUidFromAltNames,
+  consumeBootstrapToken,
+  createBootstrapToken,
+  createCA,
+  issueAgentCert,
+  issueServerCert,
+  registerRegistrationRoutes,
+  type ManagedCluster,
 } from '@cluster-proxy/server';
 import { waitFor } from './fixtures/index.js';
 
 const log = pino({ level: 'silent' });
 
 function keyPair() {
-  return generateKeyPairSync('rsa', { modulusLength: 2048, publicKeyEncoding: { type: 'spki', format: 'pem' }, privateKeyEncoding: { type: 'pkcs8', format: 'pem' } });
+  return generateKeyPairSync('rsa', {
+    modulusLength: 2048,
+    publicKeyEncoding: { type: 'spki', format: 'pem' },
+    privateKeyEncoding: { type: 'pkcs8', format: 'pem' },
+  });
 }
 
 function cluster(name: string, accepts = true): ManagedCluster {
-  return { apiVersion: 'cluster.open-cluster-management.io/v1', kind: 'ManagedCluster', metadata: { name }, spec: { hubAcceptsClient: accepts } };
+  return {
+    apiVersion: 'cluster.open-cluster-management.io/v1',
+    kind: 'ManagedCluster',
+    metadata: { name },
+    spec: { hubAcceptsClient: accepts },
+  };
 }
 
 describe('bootstrap and renewal through the hub API', () => {
@@ -29,8 +47,15 @@ describe('bootstrap and renewal through the hub API', () => {
   let hub = { address: '', caCert: Buffer.from(ca.certPem), serverName: 'localhost' };
 
   beforeAll(async () => {
-    server = new ProxyServer({ bindAddress: '127.0.0.1', agentPort: 0, frontendPort: null, healthPort: null, adminPort: null,
-      tls: { caCert: Buffer.from(ca.certPem), cert: Buffer.from(serving.certPem), key: Buffer.from(serving.keyPem) }, log });
+    server = new ProxyServer({
+      bindAddress: '127.0.0.1',
+      agentPort: 0,
+      frontendPort: null,
+      healthPort: null,
+      adminPort: null,
+      tls: { caCert: Buffer.from(ca.certPem), cert: Buffer.from(serving.certPem), key: Buffer.from(serving.keyPem) },
+      log,
+    });
     registerRegistrationRoutes(server.hubApi, { store, signer: () => ca, caBundle: () => ca.certPem, log });
     const ports = await server.start();
     hub = { ...hub, address: `127.0.0.1:${ports.agent}` };
@@ -43,7 +68,13 @@ describe('bootstrap and renewal through the hub API', () => {
 
   async function bootstrap(clusterName: string, token: string, key = keyPair(), proofFor = clusterName) {
     const proof = sign('sha256', bootstrapProofMessage(proofFor, token.split('.')[0] ?? ''), key.privateKey).toString('base64');
-    return { key, answer: (await hubRequest(hub, 'POST', '/v1/bootstrap', { cluster: clusterName, token, publicKey: key.publicKey, proof })) as { certificate: string; caBundle: string } };
+    return {
+      key,
+      answer: (await hubRequest(hub, 'POST', '/v1/bootstrap', { cluster: clusterName, token, publicKey: key.publicKey, proof })) as {
+        certificate: string;
+        caBundle: string;
+      },
+    };
   }
   const refusal = async (p: Promise<unknown>): Promise<HubRequestError> => {
     const err = await p.catch((e: unknown) => e);
@@ -65,8 +96,16 @@ describe('bootstrap and renewal through the hub API', () => {
 
   it('refuses a key the CA would not sign (EC, short RSA) before spending the token', async () => {
     const { token } = await createBootstrapToken(store, 'c1', 3600);
-    const ec = generateKeyPairSync('ec', { namedCurve: 'prime256v1', publicKeyEncoding: { type: 'spki', format: 'pem' }, privateKeyEncoding: { type: 'pkcs8', format: 'pem' } });
-    const short = generateKeyPairSync('rsa', { modulusLength: 1024, publicKeyEncoding: { type: 'spki', format: 'pem' }, privateKeyEncoding: { type: 'pkcs8', format: 'pem' } });
+    const ec = generateKeyPairSync('ec', {
+      namedCurve: 'prime256v1',
+      publicKeyEncoding: { type: 'spki', format: 'pem' },
+      privateKeyEncoding: { type: 'pkcs8', format: 'pem' },
+    });
+    const short = generateKeyPairSync('rsa', {
+      modulusLength: 1024,
+      publicKeyEncoding: { type: 'spki', format: 'pem' },
+      privateKeyEncoding: { type: 'pkcs8', format: 'pem' },
+    });
     for (const key of [ec, short]) {
       const err = await refusal(bootstrap('c1', token, key));
       expect(err.status).toBe(400);
@@ -116,7 +155,9 @@ describe('bootstrap and renewal through the hub API', () => {
     const { token: t2 } = await createBootstrapToken(store, 'c1', 3600);
     const other = keyPair();
     const proof = sign('sha256', bootstrapProofMessage('c1', t2.split('.')[0]!), other.privateKey).toString('base64');
-    const err = await refusal(hubRequest(hub, 'POST', '/v1/bootstrap', { cluster: 'c1', token: t2, publicKey: keyPair().publicKey, proof }));
+    const err = await refusal(
+      hubRequest(hub, 'POST', '/v1/bootstrap', { cluster: 'c1', token: t2, publicKey: keyPair().publicKey, proof }),
+    );
     expect(err.status).toBe(400);
     expect(err.message).toMatch(/proof does not verify/);
     // The token was not spent by the bad request.
@@ -128,7 +169,12 @@ describe('bootstrap and renewal through the hub API', () => {
     const { key, answer } = await bootstrap('c1', token);
     const next = keyPair();
     const proof = sign('sha256', renewProofMessage('c1'), next.privateKey).toString('base64');
-    const renewed = (await hubRequest({ ...hub, cert: Buffer.from(answer.certificate), key: Buffer.from(key.privateKey) }, 'POST', '/v1/renew', { publicKey: next.publicKey, proof })) as { certificate: string };
+    const renewed = (await hubRequest(
+      { ...hub, cert: Buffer.from(answer.certificate), key: Buffer.from(key.privateKey) },
+      'POST',
+      '/v1/renew',
+      { publicKey: next.publicKey, proof },
+    )) as { certificate: string };
     expect(new X509Certificate(renewed.certificate).publicKey.export({ type: 'spki', format: 'pem' })).toBe(next.publicKey);
     expect((await refusal(hubRequest(hub, 'POST', '/v1/renew', { publicKey: next.publicKey, proof }))).status).toBe(401);
   });
@@ -137,15 +183,24 @@ describe('bootstrap and renewal through the hub API', () => {
     const now = new Date('2030-01-01T00:00:00Z');
     const { token } = await createBootstrapToken(store, 'c2', 600, now);
     await expect(consumeBootstrapToken(store, 'c2', token, new Date(now.getTime() + 601_000))).rejects.toThrow(/expired/);
-    await expect(consumeBootstrapToken(store, 'c2', token, new Date(now.getTime() + 599_000))).resolves.toMatchObject({ tokenId: token.split('.')[0] });
+    await expect(consumeBootstrapToken(store, 'c2', token, new Date(now.getTime() + 599_000))).resolves.toMatchObject({
+      tokenId: token.split('.')[0],
+    });
   });
 });
 
 describe('cluster registry admission', () => {
   it('admits hand-issued certificates unless registration is required; uid-bound ones only for the current incarnation', async () => {
     const store = new MemoryStore();
-    const server = new ProxyServer({ bindAddress: '127.0.0.1', agentPort: 0, frontendPort: null, healthPort: null, adminPort: null,
-      tls: { caCert: Buffer.from('x'), cert: Buffer.from('x'), key: Buffer.from('x') }, log });
+    const server = new ProxyServer({
+      bindAddress: '127.0.0.1',
+      agentPort: 0,
+      frontendPort: null,
+      healthPort: null,
+      adminPort: null,
+      tls: { caCert: Buffer.from('x'), cert: Buffer.from('x'), key: Buffer.from('x') },
+      log,
+    });
     const loose = new ClusterRegistry(store, server.core, log, false);
     const strict = new ClusterRegistry(store, server.core, log, true);
     const ca = createCA();
@@ -162,7 +217,10 @@ describe('cluster registry admission', () => {
     expect(strict.check('c9', bound)).toBeNull();
     await store.delete('ManagedCluster', { name: 'c9' });
     await store.create('ManagedCluster', cluster('c9'));
-    await waitFor(() => /earlier registration/.test(strict.check('c9', bound) ?? ''), { timeoutMs: 5000, message: 'the new registration reached the registry' });
+    await waitFor(() => /earlier registration/.test(strict.check('c9', bound) ?? ''), {
+      timeoutMs: 5000,
+      message: 'the new registration reached the registry',
+    });
     expect(strict.check('c9', bound)).toMatch(/earlier registration/);
     loose.stop();
     strict.stop();

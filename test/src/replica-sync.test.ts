@@ -12,8 +12,15 @@ const serving = issueServerCert(ca, { commonName: 'hub', dnsNames: ['localhost']
 const agentCert = issueAgentCert(ca, { cluster: 'c1' });
 
 async function hubWith(answer: (() => unknown) | null): Promise<{ server: ProxyServer; address: string }> {
-  const server = new ProxyServer({ bindAddress: '127.0.0.1', agentPort: 0, frontendPort: null, healthPort: null, adminPort: null,
-    tls: { caCert: Buffer.from(ca.certPem), cert: Buffer.from(serving.certPem), key: Buffer.from(serving.keyPem) }, log: pino({ level: 'silent' }) });
+  const server = new ProxyServer({
+    bindAddress: '127.0.0.1',
+    agentPort: 0,
+    frontendPort: null,
+    healthPort: null,
+    adminPort: null,
+    tls: { caCert: Buffer.from(ca.certPem), cert: Buffer.from(serving.certPem), key: Buffer.from(serving.keyPem) },
+    log: pino({ level: 'silent' }),
+  });
   if (answer) server.hubApi.route('GET', '/v1/replicas', async () => ({ status: 200, body: answer() }), { agentOnly: true });
   const ports = await server.start();
   return { server, address: `127.0.0.1:${ports.agent}` };
@@ -27,8 +34,12 @@ function recordingAgent(): { agent: Agent; calls: [string[], number][]; spreads:
     connectedServers: 1,
     currentTrust: Buffer.from(ca.certPem),
     currentCredentials: { cert: Buffer.from(agentCert.certPem), key: Buffer.from(agentCert.keyPem) },
-    setReplicas: (ids: readonly string[], count: number) => { calls.push([[...ids], count]); },
-    setReconnectSpread: (ms: number) => { spreads.push(ms); },
+    setReplicas: (ids: readonly string[], count: number) => {
+      calls.push([[...ids], count]);
+    },
+    setReconnectSpread: (ms: number) => {
+      spreads.push(ms);
+    },
     metrics,
   } as unknown as Agent;
   return { agent, calls, spreads, metrics };
@@ -36,13 +47,24 @@ function recordingAgent(): { agent: Agent; calls: [string[], number][]; spreads:
 
 describe('ReplicaSync', () => {
   const stops: (() => Promise<void> | void)[] = [];
-  afterAll(async () => { for (const s of stops.reverse()) await s(); });
+  afterAll(async () => {
+    for (const s of stops.reverse()) await s();
+  });
 
-  it('hands the hub\'s live replica list to the agent, every interval', async () => {
-    const hub = await hubWith(() => ({ serverCount: 2, replicas: [{ serverID: 'hub-a' }, { serverID: 'hub-b' }], reconnectSpreadSeconds: 3 }));
+  it("hands the hub's live replica list to the agent, every interval", async () => {
+    const hub = await hubWith(() => ({
+      serverCount: 2,
+      replicas: [{ serverID: 'hub-a' }, { serverID: 'hub-b' }],
+      reconnectSpreadSeconds: 3,
+    }));
     stops.push(() => hub.server.stop(100));
     const { agent, calls, spreads, metrics } = recordingAgent();
-    const sync = new ReplicaSync({ agent, hub: { address: hub.address, serverName: 'localhost' }, intervalMs: 100, log: pino({ level: 'silent' }) });
+    const sync = new ReplicaSync({
+      agent,
+      hub: { address: hub.address, serverName: 'localhost' },
+      intervalMs: 100,
+      log: pino({ level: 'silent' }),
+    });
     stops.push(() => sync.stop());
     sync.start();
     await waitFor(() => calls.length >= 2, { timeoutMs: 5000, message: 'two syncs' });
@@ -51,7 +73,9 @@ describe('ReplicaSync', () => {
     expect(spreads[0]).toBe(3000);
     // Each answer counts as one of ANP's lease lists, with its HTTP status.
     const text = (await metrics.expose()).body;
-    expect(Number(/^konnectivity_network_proxy_agent_lease_lists_total\{http_response_code="200",reason=""\} (\d+)$/m.exec(text)?.[1])).toBeGreaterThanOrEqual(2);
+    expect(
+      Number(/^konnectivity_network_proxy_agent_lease_lists_total\{http_response_code="200",reason=""\} (\d+)$/m.exec(text)?.[1]),
+    ).toBeGreaterThanOrEqual(2);
     expect(text).toMatch(/^konnectivity_network_proxy_agent_lease_list_latency_seconds_count\{http_response_code="200"\} [1-9]/m);
   });
 
@@ -59,7 +83,14 @@ describe('ReplicaSync', () => {
     const anp = await hubWith(null);
     stops.push(() => anp.server.stop(100));
     const lines: string[] = [];
-    const log = pino({ level: 'info' }, { write: (l: string) => { lines.push(l); } });
+    const log = pino(
+      { level: 'info' },
+      {
+        write: (l: string) => {
+          lines.push(l);
+        },
+      },
+    );
     const { agent, calls } = recordingAgent();
     const sync = new ReplicaSync({ agent, hub: { address: anp.address, serverName: 'localhost' }, intervalMs: 50, log });
     stops.push(() => sync.stop());
@@ -69,13 +100,23 @@ describe('ReplicaSync', () => {
     expect(sync.idle).toBe(true);
     expect(lines.filter((l) => l.includes('publishes no replica list'))).toHaveLength(1);
     expect(calls).toEqual([]);
-    expect((await agent.metrics.expose()).body).toMatch(/^konnectivity_network_proxy_agent_lease_lists_total\{http_response_code="404",reason=""\} 1$/m);
+    expect((await agent.metrics.expose()).body).toMatch(
+      /^konnectivity_network_proxy_agent_lease_lists_total\{http_response_code="404",reason=""\} 1$/m,
+    );
 
     let asked = 0;
-    const odd = await hubWith(() => { asked++; return { replicas: 'hub-a' }; });
+    const odd = await hubWith(() => {
+      asked++;
+      return { replicas: 'hub-a' };
+    });
     stops.push(() => odd.server.stop(100));
     const second = recordingAgent();
-    const s2 = new ReplicaSync({ agent: second.agent, hub: { address: odd.address, serverName: 'localhost' }, intervalMs: 50, log: pino({ level: 'silent' }) });
+    const s2 = new ReplicaSync({
+      agent: second.agent,
+      hub: { address: odd.address, serverName: 'localhost' },
+      intervalMs: 50,
+      log: pino({ level: 'silent' }),
+    });
     stops.push(() => s2.stop());
     s2.start();
     await waitFor(() => asked >= 2, { timeoutMs: 5000, message: 'the agent kept asking' });

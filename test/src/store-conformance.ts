@@ -2,8 +2,19 @@
 // factory. Run from test/e2e/store-embedded.test.ts and test/e2e/store-kubernetes.test.ts.
 import { afterEach, describe, expect, it } from 'vitest';
 import {
-  AlreadyExistsError, ConflictError, GoneError, InvalidError, KINDS_WITHOUT_GENERATION, NotFoundError, StoreError, createCA,
-  type Kind, type ObjectOfKind, type Store, type Watch, type WatchEvent,
+  AlreadyExistsError,
+  ConflictError,
+  GoneError,
+  InvalidError,
+  KINDS_WITHOUT_GENERATION,
+  NotFoundError,
+  StoreError,
+  createCA,
+  type Kind,
+  type ObjectOfKind,
+  type Store,
+  type Watch,
+  type WatchEvent,
 } from '@cluster-proxy/server';
 import { waitFor } from './fixtures/poll.js';
 
@@ -40,21 +51,84 @@ aS06oqsuzEcr/8wjgzS3U0HnDkyehzdmajs=
 export function sampleObject<K extends Kind>(kind: K, name: string, namespace = 'c1'): ObjectOfKind<K> {
   const ns = { name, namespace };
   const objects: { [P in Kind]: ObjectOfKind<P> } = {
-    ManagedCluster: { apiVersion: 'cluster.open-cluster-management.io/v1', kind: 'ManagedCluster', metadata: { name }, spec: { hubAcceptsClient: true, leaseDurationSeconds: 60 } },
-    ManagedClusterAddOn: { apiVersion: 'addon.open-cluster-management.io/v1alpha1', kind: 'ManagedClusterAddOn', metadata: ns, spec: { installNamespace: 'open-cluster-management-agent-addon' } },
+    ManagedCluster: {
+      apiVersion: 'cluster.open-cluster-management.io/v1',
+      kind: 'ManagedCluster',
+      metadata: { name },
+      spec: { hubAcceptsClient: true, leaseDurationSeconds: 60 },
+    },
+    ManagedClusterAddOn: {
+      apiVersion: 'addon.open-cluster-management.io/v1alpha1',
+      kind: 'ManagedClusterAddOn',
+      metadata: ns,
+      spec: { installNamespace: 'open-cluster-management-agent-addon' },
+    },
     // Valid against OCM's CRD: both images and authentication are required.
-    ManagedProxyConfiguration: { apiVersion: 'proxy.open-cluster-management.io/v1alpha1', kind: 'ManagedProxyConfiguration', metadata: { name },
-      spec: { authentication: { signer: { type: 'SelfSigned' } }, proxyServer: { image: 'example.com/cp:1', replicas: 1 }, proxyAgent: { image: 'example.com/cp:1', replicas: 1 } } },
-    AddOnDeploymentConfig: { apiVersion: 'addon.open-cluster-management.io/v1alpha1', kind: 'AddOnDeploymentConfig', metadata: ns, spec: { proxyConfig: { httpProxy: 'http://proxy:3128', noProxy: 'localhost' } } },
-    Lease: { apiVersion: 'coordination.k8s.io/v1', kind: 'Lease', metadata: ns, spec: { holderIdentity: 'agent-1', leaseDurationSeconds: 60, renewTime: '2025-01-02T03:04:05.123456Z' } },
-    Secret: { apiVersion: 'v1', kind: 'Secret', metadata: ns, type: 'Opaque', data: { token: Buffer.from('not-a-real-token').toString('base64') } },
-    ClusterManagementAddOn: { apiVersion: 'addon.open-cluster-management.io/v1alpha1', kind: 'ClusterManagementAddOn', metadata: { name }, spec: { installStrategy: { type: 'Manual' } } },
-    ManifestWork: { apiVersion: 'work.open-cluster-management.io/v1', kind: 'ManifestWork', metadata: ns, spec: { workload: { manifests: [{ apiVersion: 'v1', kind: 'Namespace', metadata: { name: 'x' } }] } } },
-    Placement: { apiVersion: 'cluster.open-cluster-management.io/v1beta1', kind: 'Placement', metadata: ns, spec: { clusterSets: ['global'] } },
-    PlacementDecision: { apiVersion: 'cluster.open-cluster-management.io/v1beta1', kind: 'PlacementDecision', metadata: { ...ns, labels: { 'cluster.open-cluster-management.io/placement': 'p' } } },
+    ManagedProxyConfiguration: {
+      apiVersion: 'proxy.open-cluster-management.io/v1alpha1',
+      kind: 'ManagedProxyConfiguration',
+      metadata: { name },
+      spec: {
+        authentication: { signer: { type: 'SelfSigned' } },
+        proxyServer: { image: 'example.com/cp:1', replicas: 1 },
+        proxyAgent: { image: 'example.com/cp:1', replicas: 1 },
+      },
+    },
+    AddOnDeploymentConfig: {
+      apiVersion: 'addon.open-cluster-management.io/v1alpha1',
+      kind: 'AddOnDeploymentConfig',
+      metadata: ns,
+      spec: { proxyConfig: { httpProxy: 'http://proxy:3128', noProxy: 'localhost' } },
+    },
+    Lease: {
+      apiVersion: 'coordination.k8s.io/v1',
+      kind: 'Lease',
+      metadata: ns,
+      spec: { holderIdentity: 'agent-1', leaseDurationSeconds: 60, renewTime: '2025-01-02T03:04:05.123456Z' },
+    },
+    Secret: {
+      apiVersion: 'v1',
+      kind: 'Secret',
+      metadata: ns,
+      type: 'Opaque',
+      data: { token: Buffer.from('not-a-real-token').toString('base64') },
+    },
+    ClusterManagementAddOn: {
+      apiVersion: 'addon.open-cluster-management.io/v1alpha1',
+      kind: 'ClusterManagementAddOn',
+      metadata: { name },
+      spec: { installStrategy: { type: 'Manual' } },
+    },
+    ManifestWork: {
+      apiVersion: 'work.open-cluster-management.io/v1',
+      kind: 'ManifestWork',
+      metadata: ns,
+      spec: { workload: { manifests: [{ apiVersion: 'v1', kind: 'Namespace', metadata: { name: 'x' } }] } },
+    },
+    Placement: {
+      apiVersion: 'cluster.open-cluster-management.io/v1beta1',
+      kind: 'Placement',
+      metadata: ns,
+      spec: { clusterSets: ['global'] },
+    },
+    PlacementDecision: {
+      apiVersion: 'cluster.open-cluster-management.io/v1beta1',
+      kind: 'PlacementDecision',
+      metadata: { ...ns, labels: { 'cluster.open-cluster-management.io/placement': 'p' } },
+    },
     // A real PKCS#10 request (its key was thrown away): the API server refuses anything else.
-    CertificateSigningRequest: { apiVersion: 'certificates.k8s.io/v1', kind: 'CertificateSigningRequest', metadata: { name }, spec: { request: Buffer.from(SAMPLE_CSR).toString('base64'), signerName: 'example.com/signer', usages: ['client auth'] } },
-    ClusterProfile: { apiVersion: 'multicluster.x-k8s.io/v1alpha1', kind: 'ClusterProfile', metadata: ns, spec: { clusterManager: { name: 'open-cluster-management' } } },
+    CertificateSigningRequest: {
+      apiVersion: 'certificates.k8s.io/v1',
+      kind: 'CertificateSigningRequest',
+      metadata: { name },
+      spec: { request: Buffer.from(SAMPLE_CSR).toString('base64'), signerName: 'example.com/signer', usages: ['client auth'] },
+    },
+    ClusterProfile: {
+      apiVersion: 'multicluster.x-k8s.io/v1alpha1',
+      kind: 'ClusterProfile',
+      metadata: ns,
+      spec: { clusterManager: { name: 'open-cluster-management' } },
+    },
   };
   return structuredClone(objects[kind]) as ObjectOfKind<K>;
 }
@@ -63,24 +137,57 @@ export function sampleObject<K extends Kind>(kind: K, name: string, namespace = 
 function mutateBody<K extends Kind>(obj: ObjectOfKind<K>, n: number): ObjectOfKind<K> {
   const o = structuredClone(obj) as ObjectOfKind<Kind>;
   switch (o.kind) {
-    case 'ManagedCluster': o.spec.leaseDurationSeconds = n; break;
-    case 'ManagedClusterAddOn': o.spec.installNamespace = `ns-${n}`; break;
-    case 'ManagedProxyConfiguration': o.spec.proxyServer.replicas = n; break;
-    case 'AddOnDeploymentConfig': o.spec.agentInstallNamespace = `ns-${n}`; break;
-    case 'Lease': o.spec.leaseTransitions = n; break;
-    case 'Secret': o.data = { n: Buffer.from(String(n)).toString('base64') }; break;
-    case 'ClusterManagementAddOn': o.spec.addOnMeta = { displayName: `n-${n}` }; break;
-    case 'ManifestWork': o.spec.workload.manifests = [{ apiVersion: 'v1', kind: 'Namespace', metadata: { name: `ns-${n}` } }]; break;
-    case 'Placement': o.spec = { numberOfClusters: n }; break;
+    case 'ManagedCluster':
+      o.spec.leaseDurationSeconds = n;
+      break;
+    case 'ManagedClusterAddOn':
+      o.spec.installNamespace = `ns-${n}`;
+      break;
+    case 'ManagedProxyConfiguration':
+      o.spec.proxyServer.replicas = n;
+      break;
+    case 'AddOnDeploymentConfig':
+      o.spec.agentInstallNamespace = `ns-${n}`;
+      break;
+    case 'Lease':
+      o.spec.leaseTransitions = n;
+      break;
+    case 'Secret':
+      o.data = { n: Buffer.from(String(n)).toString('base64') };
+      break;
+    case 'ClusterManagementAddOn':
+      o.spec.addOnMeta = { displayName: `n-${n}` };
+      break;
+    case 'ManifestWork':
+      o.spec.workload.manifests = [{ apiVersion: 'v1', kind: 'Namespace', metadata: { name: `ns-${n}` } }];
+      break;
+    case 'Placement':
+      o.spec = { numberOfClusters: n };
+      break;
     // A CSR's spec is immutable: only its metadata can change (and that does not bump the generation).
-    case 'CertificateSigningRequest': o.metadata.labels = { n: String(n) }; break;
-    case 'ClusterProfile': o.spec.displayName = `n-${n}`; break;
+    case 'CertificateSigningRequest':
+      o.metadata.labels = { n: String(n) };
+      break;
+    case 'ClusterProfile':
+      o.spec.displayName = `n-${n}`;
+      break;
   }
   return o as ObjectOfKind<K>;
 }
 
-const ALL_KINDS: Kind[] = ['ManagedCluster', 'ManagedClusterAddOn', 'ManagedProxyConfiguration', 'AddOnDeploymentConfig', 'Lease', 'Secret',
-  'ClusterManagementAddOn', 'ManifestWork', 'Placement', 'CertificateSigningRequest', 'ClusterProfile'];
+const ALL_KINDS: Kind[] = [
+  'ManagedCluster',
+  'ManagedClusterAddOn',
+  'ManagedProxyConfiguration',
+  'AddOnDeploymentConfig',
+  'Lease',
+  'Secret',
+  'ClusterManagementAddOn',
+  'ManifestWork',
+  'Placement',
+  'CertificateSigningRequest',
+  'ClusterProfile',
+];
 // PlacementDecision is left out: it has no spec (status only), so an update never bumps its generation.
 
 async function rejects(p: Promise<unknown>, cls: new (...a: never[]) => StoreError): Promise<StoreError> {
@@ -96,7 +203,11 @@ async function rejects(p: Promise<unknown>, cls: new (...a: never[]) => StoreErr
 }
 
 /** Collects a watch's events and errors. */
-function collect<K extends Kind>(store: Store, kind: K, opts: Parameters<Store['watch']>[1]): { events: WatchEvent<K>[]; errors: Error[]; watch: Watch } {
+function collect<K extends Kind>(
+  store: Store,
+  kind: K,
+  opts: Parameters<Store['watch']>[1],
+): { events: WatchEvent<K>[]; errors: Error[]; watch: Watch } {
   const events: WatchEvent<K>[] = [];
   const errors: Error[] = [];
   const watch = store.watch(kind, opts, { onEvent: (e) => events.push(e), onError: (e) => errors.push(e) });
@@ -136,7 +247,10 @@ export function storeConformance(name: string, factory: StoreFactory, limits: Co
       // Kubernetes keeps no generation for Lease, Secret and CSR (and a CSR's spec cannot change anyway).
       const generation = KINDS_WITHOUT_GENERATION.has(kind) ? undefined : 2;
       const mutated = mutateBody(created, 7);
-      expect(updated).toEqual({ ...mutated, metadata: { ...mutated.metadata, resourceVersion: updated.metadata.resourceVersion, generation } });
+      expect(updated).toEqual({
+        ...mutated,
+        metadata: { ...mutated.metadata, resourceVersion: updated.metadata.resourceVersion, generation },
+      });
       let latest: ObjectOfKind<Kind> = updated;
       if (kind === 'CertificateSigningRequest') {
         // A CSR's spec cannot change: the apiserver keeps the old one and takes the rest of the update.
@@ -164,8 +278,17 @@ export function storeConformance(name: string, factory: StoreFactory, limits: Co
 
     it('cluster-scoped vs namespaced: namespaces required, refused, and filtered; names validated', async () => {
       const store = await make();
-      await rejects(store.create('ManagedCluster', { ...sampleObject('ManagedCluster', 'c1'), metadata: { name: 'c1', namespace: 'x' } }), InvalidError);
-      await rejects(store.create('ManagedClusterAddOn', { ...sampleObject('ManagedClusterAddOn', 'cluster-proxy'), metadata: { name: 'cluster-proxy' } }), InvalidError);
+      await rejects(
+        store.create('ManagedCluster', { ...sampleObject('ManagedCluster', 'c1'), metadata: { name: 'c1', namespace: 'x' } }),
+        InvalidError,
+      );
+      await rejects(
+        store.create('ManagedClusterAddOn', {
+          ...sampleObject('ManagedClusterAddOn', 'cluster-proxy'),
+          metadata: { name: 'cluster-proxy' },
+        }),
+        InvalidError,
+      );
       await rejects(store.create('ManagedCluster', sampleObject('ManagedCluster', 'Bad_Name')), InvalidError);
       await rejects(store.create('Lease', sampleObject('Lease', 'ok', 'Bad.NS')), InvalidError);
       await rejects(store.get('Lease', { name: 'cluster-proxy' }), InvalidError);
@@ -230,10 +353,24 @@ export function storeConformance(name: string, factory: StoreFactory, limits: Co
 
     it('status is separate: create and update keep it out, updateStatus writes only it', async () => {
       const store = await make();
-      const c = await store.create('ManagedCluster', { ...sampleObject('ManagedCluster', 'c1'), status: { version: { kubernetes: 'ignored' } } });
+      const c = await store.create('ManagedCluster', {
+        ...sampleObject('ManagedCluster', 'c1'),
+        status: { version: { kubernetes: 'ignored' } },
+      });
       expect(c.status).toBeUndefined();
-      const cond = { type: 'ManagedClusterConditionAvailable', status: 'True' as const, reason: 'Ok', message: 'up', lastTransitionTime: '2025-01-01T00:00:00Z' };
-      const s1 = await store.updateStatus('ManagedCluster', { ...c, spec: { hubAcceptsClient: false }, metadata: { ...c.metadata, labels: { x: 'y' } }, status: { conditions: [cond] } });
+      const cond = {
+        type: 'ManagedClusterConditionAvailable',
+        status: 'True' as const,
+        reason: 'Ok',
+        message: 'up',
+        lastTransitionTime: '2025-01-01T00:00:00Z',
+      };
+      const s1 = await store.updateStatus('ManagedCluster', {
+        ...c,
+        spec: { hubAcceptsClient: false },
+        metadata: { ...c.metadata, labels: { x: 'y' } },
+        status: { conditions: [cond] },
+      });
       expect(s1.status?.conditions).toEqual([cond]);
       expect(s1.spec.hubAcceptsClient).toBe(true);
       expect(s1.metadata.labels).toBeUndefined();
@@ -246,22 +383,50 @@ export function storeConformance(name: string, factory: StoreFactory, limits: Co
     it('CSR: approval writes only Approved/Denied; status writes the certificate and cannot touch approval', async () => {
       const store = await make();
       const csr = await store.create('CertificateSigningRequest', sampleObject('CertificateSigningRequest', 'csr-1'));
-      const approved = { type: 'Approved' as const, status: 'True' as const, reason: 'AutoApproved', message: 'ok', lastUpdateTime: '2025-01-01T00:00:00Z' };
-      const a = await store.updateStatus('CertificateSigningRequest', { ...csr, status: { conditions: [approved], certificate: Buffer.from('ignored').toString('base64') } }, { subresource: 'approval' });
+      const approved = {
+        type: 'Approved' as const,
+        status: 'True' as const,
+        reason: 'AutoApproved',
+        message: 'ok',
+        lastUpdateTime: '2025-01-01T00:00:00Z',
+      };
+      const a = await store.updateStatus(
+        'CertificateSigningRequest',
+        { ...csr, status: { conditions: [approved], certificate: Buffer.from('ignored').toString('base64') } },
+        { subresource: 'approval' },
+      );
       // The apiserver stamps a condition's lastTransitionTime when the writer leaves it out.
-      expect(a.status).toEqual({ conditions: [{ ...approved, ...(a.status?.conditions?.[0]?.lastTransitionTime !== undefined ? { lastTransitionTime: expect.stringMatching(/^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$/) } : {}) }] });
+      expect(a.status).toEqual({
+        conditions: [
+          {
+            ...approved,
+            ...(a.status?.conditions?.[0]?.lastTransitionTime !== undefined
+              ? { lastTransitionTime: expect.stringMatching(/^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$/) }
+              : {}),
+          },
+        ],
+      });
       const stored = a.status!.conditions![0]!;
       // The apiserver takes only PEM CERTIFICATE blocks.
       const cert = Buffer.from(createCA({ commonName: 'conformance' }).certPem).toString('base64');
       const denied = { type: 'Denied' as const, status: 'True' as const, reason: 'X', message: 'x' };
       // /status cannot add or remove an approval condition.
-      await rejects(store.updateStatus('CertificateSigningRequest', { ...a, status: { conditions: [denied], certificate: cert } }), InvalidError);
+      await rejects(
+        store.updateStatus('CertificateSigningRequest', { ...a, status: { conditions: [denied], certificate: cert } }),
+        InvalidError,
+      );
       await rejects(store.updateStatus('CertificateSigningRequest', { ...a, status: { conditions: [], certificate: cert } }), InvalidError);
       const s = await store.updateStatus('CertificateSigningRequest', { ...a, status: { ...a.status, certificate: cert } });
       expect(s.status).toEqual({ conditions: [stored], certificate: cert });
-      await rejects(store.updateStatus('CertificateSigningRequest', { ...s, status: { conditions: [] } }, { subresource: 'approval' }), InvalidError);
+      await rejects(
+        store.updateStatus('CertificateSigningRequest', { ...s, status: { conditions: [] } }, { subresource: 'approval' }),
+        InvalidError,
+      );
       await rejects(store.updateStatus('ManagedCluster', sampleObject('ManagedCluster', 'c1'), { subresource: 'approval' }), InvalidError);
-      expect((await store.get('CertificateSigningRequest', { name: 'csr-1' }))?.status).toEqual({ conditions: [stored], certificate: cert });
+      expect((await store.get('CertificateSigningRequest', { name: 'csr-1' }))?.status).toEqual({
+        conditions: [stored],
+        certificate: cert,
+      });
     });
 
     it('list, then a watch from its resourceVersion sees every later change in order', async () => {
@@ -276,7 +441,14 @@ export function storeConformance(name: string, factory: StoreFactory, limits: Co
       await store.delete('ManagedClusterAddOn', { name: 'b', namespace: 'c2' });
       await store.delete('ManagedClusterAddOn', { name: 'before', namespace: 'c1' });
       await waitFor(() => w.events.length >= 6, { timeoutMs: 5000, message: 'six watch events' });
-      expect(w.events.map((e) => `${e.type} ${e.object.metadata.name}`)).toEqual(['ADDED a', 'ADDED b', 'MODIFIED a', 'MODIFIED a', 'DELETED b', 'DELETED before']);
+      expect(w.events.map((e) => `${e.type} ${e.object.metadata.name}`)).toEqual([
+        'ADDED a',
+        'ADDED b',
+        'MODIFIED a',
+        'MODIFIED a',
+        'DELETED b',
+        'DELETED before',
+      ]);
       expect(w.events[0]?.object).toEqual(a);
       expect(w.events[1]?.object).toEqual(b);
       expect(w.events[3]?.object).toEqual(a3);
@@ -288,21 +460,39 @@ export function storeConformance(name: string, factory: StoreFactory, limits: Co
 
     it('a watch without resourceVersion starts with ADDED for current objects, filtered by namespace and labels', async () => {
       const store = await make();
-      await store.create('Lease', { ...sampleObject('Lease', 'l1', 'c1'), metadata: { name: 'l1', namespace: 'c1', labels: { app: 'x' } } });
-      await store.create('Lease', { ...sampleObject('Lease', 'l2', 'c1'), metadata: { name: 'l2', namespace: 'c1', labels: { app: 'y' } } });
-      await store.create('Lease', { ...sampleObject('Lease', 'l3', 'c2'), metadata: { name: 'l3', namespace: 'c2', labels: { app: 'x' } } });
+      await store.create('Lease', {
+        ...sampleObject('Lease', 'l1', 'c1'),
+        metadata: { name: 'l1', namespace: 'c1', labels: { app: 'x' } },
+      });
+      await store.create('Lease', {
+        ...sampleObject('Lease', 'l2', 'c1'),
+        metadata: { name: 'l2', namespace: 'c1', labels: { app: 'y' } },
+      });
+      await store.create('Lease', {
+        ...sampleObject('Lease', 'l3', 'c2'),
+        metadata: { name: 'l3', namespace: 'c2', labels: { app: 'x' } },
+      });
       const all = track(collect(store, 'Lease', {}));
       const sel = track(collect(store, 'Lease', { labels: { app: 'x' } }));
       const ns = track(collect(store, 'Lease', { namespace: 'c1', labels: { app: 'x' } }));
-      await waitFor(() => all.events.length >= 3 && sel.events.length >= 2 && ns.events.length >= 1, { timeoutMs: 5000, message: 'initial ADDED events' });
+      await waitFor(() => all.events.length >= 3 && sel.events.length >= 2 && ns.events.length >= 1, {
+        timeoutMs: 5000,
+        message: 'initial ADDED events',
+      });
       expect(all.events.map((e) => `${e.type} ${e.object.metadata.name}`).sort()).toEqual(['ADDED l1', 'ADDED l2', 'ADDED l3']);
       expect(sel.events.map((e) => e.object.metadata.name).sort()).toEqual(['l1', 'l3']);
       expect(ns.events.map((e) => e.object.metadata.name)).toEqual(['l1']);
       expect((await store.list('Lease', { labels: { app: 'x' } })).items.map((o) => o.metadata.name)).toEqual(['l1', 'l3']);
       expect((await store.list('Lease', { labels: { app: 'x', other: 'z' } })).items).toEqual([]);
       // Later changes follow, selector applied.
-      await store.create('Lease', { ...sampleObject('Lease', 'l4', 'c1'), metadata: { name: 'l4', namespace: 'c1', labels: { app: 'x' } } });
-      await store.create('Lease', { ...sampleObject('Lease', 'l5', 'c1'), metadata: { name: 'l5', namespace: 'c1', labels: { app: 'y' } } });
+      await store.create('Lease', {
+        ...sampleObject('Lease', 'l4', 'c1'),
+        metadata: { name: 'l4', namespace: 'c1', labels: { app: 'x' } },
+      });
+      await store.create('Lease', {
+        ...sampleObject('Lease', 'l5', 'c1'),
+        metadata: { name: 'l5', namespace: 'c1', labels: { app: 'y' } },
+      });
       await waitFor(() => all.events.length >= 5 && ns.events.length >= 2, { timeoutMs: 5000, message: 'later events' });
       expect(ns.events.map((e) => `${e.type} ${e.object.metadata.name}`)).toEqual(['ADDED l1', 'ADDED l4']);
     });
@@ -325,29 +515,43 @@ export function storeConformance(name: string, factory: StoreFactory, limits: Co
       expect(w.errors).toEqual([]);
     });
 
-    it.skipIf(limits.smallResumeWindow !== undefined)(`a watch from a version older than the resume window fails with GoneError${limits.smallResumeWindow ? ` (skipped: ${limits.smallResumeWindow})` : ''}`, async () => {
-      const store = await make({ historySize: 5 });
-      const first = await store.create('Lease', sampleObject('Lease', 'l'));
-      let cur = first;
-      for (let i = 0; i < 12; i++) cur = await store.update('Lease', mutateBody(cur, i));
-      const w = track(collect(store, 'Lease', { resourceVersion: first.metadata.resourceVersion ?? '' }));
-      await waitFor(() => w.errors.length >= 1, { timeoutMs: 5000, message: 'GoneError' });
-      expect(w.errors[0]).toBeInstanceOf(GoneError);
-      expect(w.events).toEqual([]);
-      // Within the window it resumes.
-      const recent = track(collect(store, 'Lease', { resourceVersion: String(Number(cur.metadata.resourceVersion) - 2) }));
-      await waitFor(() => recent.events.length >= 2, { timeoutMs: 5000, message: 'recent events' });
-      expect(recent.errors).toEqual([]);
-    });
+    it.skipIf(limits.smallResumeWindow !== undefined)(
+      `a watch from a version older than the resume window fails with GoneError${limits.smallResumeWindow ? ` (skipped: ${limits.smallResumeWindow})` : ''}`,
+      async () => {
+        const store = await make({ historySize: 5 });
+        const first = await store.create('Lease', sampleObject('Lease', 'l'));
+        let cur = first;
+        for (let i = 0; i < 12; i++) cur = await store.update('Lease', mutateBody(cur, i));
+        const w = track(collect(store, 'Lease', { resourceVersion: first.metadata.resourceVersion ?? '' }));
+        await waitFor(() => w.errors.length >= 1, { timeoutMs: 5000, message: 'GoneError' });
+        expect(w.errors[0]).toBeInstanceOf(GoneError);
+        expect(w.events).toEqual([]);
+        // Within the window it resumes.
+        const recent = track(collect(store, 'Lease', { resourceVersion: String(Number(cur.metadata.resourceVersion) - 2) }));
+        await waitFor(() => recent.events.length >= 2, { timeoutMs: 5000, message: 'recent events' });
+        expect(recent.errors).toEqual([]);
+      },
+    );
 
     it('label selector transitions in a watch: leaving the selection is DELETED, entering is ADDED', async () => {
       const store = await make();
-      const w = track(collect(store, 'ManagedCluster', { resourceVersion: (await store.list('ManagedCluster')).resourceVersion, labels: { tier: 'gold' } }));
-      const c = await store.create('ManagedCluster', { ...sampleObject('ManagedCluster', 'c1'), metadata: { name: 'c1', labels: { tier: 'gold' } } });
+      const w = track(
+        collect(store, 'ManagedCluster', {
+          resourceVersion: (await store.list('ManagedCluster')).resourceVersion,
+          labels: { tier: 'gold' },
+        }),
+      );
+      const c = await store.create('ManagedCluster', {
+        ...sampleObject('ManagedCluster', 'c1'),
+        metadata: { name: 'c1', labels: { tier: 'gold' } },
+      });
       const c2 = await store.update('ManagedCluster', { ...c, metadata: { ...c.metadata, labels: { tier: 'silver' } } });
       await store.update('ManagedCluster', mutateBody(c2, 5));
       const c4 = await store.get('ManagedCluster', { name: 'c1' });
-      await store.update('ManagedCluster', { ...(c4 as ObjectOfKind<'ManagedCluster'>), metadata: { ...(c4 as ObjectOfKind<'ManagedCluster'>).metadata, labels: { tier: 'gold' } } });
+      await store.update('ManagedCluster', {
+        ...(c4 as ObjectOfKind<'ManagedCluster'>),
+        metadata: { ...(c4 as ObjectOfKind<'ManagedCluster'>).metadata, labels: { tier: 'gold' } },
+      });
       await waitFor(() => w.events.length >= 3, { timeoutMs: 5000, message: 'three events' });
       expect(w.events.map((e) => e.type)).toEqual(['ADDED', 'DELETED', 'ADDED']);
     });
@@ -373,7 +577,10 @@ export function storeConformance(name: string, factory: StoreFactory, limits: Co
 
     it('finalizers: delete marks deletionTimestamp, removing the last finalizer deletes', async () => {
       const store = await make();
-      await store.create('ManagedCluster', { ...sampleObject('ManagedCluster', 'c1'), metadata: { name: 'c1', finalizers: ['cluster-proxy/cleanup'] } });
+      await store.create('ManagedCluster', {
+        ...sampleObject('ManagedCluster', 'c1'),
+        metadata: { name: 'c1', finalizers: ['cluster-proxy/cleanup'] },
+      });
       await store.delete('ManagedCluster', { name: 'c1' });
       const marked = await store.get('ManagedCluster', { name: 'c1' });
       expect(marked?.metadata.deletionTimestamp).toMatch(/Z$/);

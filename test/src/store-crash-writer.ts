@@ -10,7 +10,10 @@ if (!dir || !roundText) {
   process.exit(2);
 }
 const round = Number(roundText);
-const store = await openEmbeddedStore(dir, { compactBytes: Number(compactText ?? 32768), warn: (m) => process.stderr.write(`warning: ${m}\n`) });
+const store = await openEmbeddedStore(dir, {
+  compactBytes: Number(compactText ?? 32768),
+  warn: (m) => process.stderr.write(`warning: ${m}\n`),
+});
 process.stdout.write(`ready ${process.pid}\n`);
 
 const WORKERS = 8;
@@ -26,7 +29,12 @@ async function worker(w: number): Promise<never> {
     const op = !cur ? 'create' : i % 5 === 4 ? 'delete' : 'update';
     process.stdout.write(`B ${JSON.stringify({ op, name, v })}\n`);
     if (op === 'create') {
-      const o = await store.create('ManagedCluster', { apiVersion: 'cluster.open-cluster-management.io/v1', kind: 'ManagedCluster', metadata: { name }, spec: { hubAcceptsClient: true, leaseDurationSeconds: v } });
+      const o = await store.create('ManagedCluster', {
+        apiVersion: 'cluster.open-cluster-management.io/v1',
+        kind: 'ManagedCluster',
+        metadata: { name },
+        spec: { hubAcceptsClient: true, leaseDurationSeconds: v },
+      });
       present.set(name, o);
       process.stdout.write(`A ${JSON.stringify({ op, name, v, rv: o.metadata.resourceVersion })}\n`);
     } else if (op === 'update' && cur) {

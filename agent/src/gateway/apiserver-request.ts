@@ -19,7 +19,13 @@ export function apiserverUnreachable(err: Error): string {
 }
 
 /** A request to the apiserver of `kube` (its server URL's path prefixed), verified with its CA, with its client certificate if any. */
-export function apiserverRequest(kube: KubeRestConfig, method: string | undefined, path: string, headers: Record<string, string | string[]>, agent: https.Agent | false): https.RequestOptions {
+export function apiserverRequest(
+  kube: KubeRestConfig,
+  method: string | undefined,
+  path: string,
+  headers: Record<string, string | string[]>,
+  agent: https.Agent | false,
+): https.RequestOptions {
   return {
     protocol: 'https:',
     hostname: kube.server.hostname.replace(/^\[(.*)\]$/, '$1'),

@@ -25,8 +25,25 @@ import { readFile } from 'node:fs/promises';
 import https from 'node:https';
 import { type Duplex, duplexPair } from 'node:stream';
 import {
-  GATEWAY_AGENT_MAX_HEAD_BYTES, IDENTITY_HEADER, IDENTITY_SIGNER_HEADER, certificatesOf, endToEndHeaders, gatewayForwardedHeaders, hasNoBody, identityProblem, impersonateExtraHeaders,
-  isReservedInCluster, quoteName, relay, relayResponse, requestLine, textAnswer, utf8HeaderValue, verifyIdentity, type GatewayIdentity, http,
+  GATEWAY_AGENT_MAX_HEAD_BYTES,
+  IDENTITY_HEADER,
+  IDENTITY_SIGNER_HEADER,
+  certificatesOf,
+  endToEndHeaders,
+  gatewayForwardedHeaders,
+  hasNoBody,
+  identityProblem,
+  impersonateExtraHeaders,
+  isReservedInCluster,
+  quoteName,
+  relay,
+  relayResponse,
+  requestLine,
+  textAnswer,
+  utf8HeaderValue,
+  verifyIdentity,
+  type GatewayIdentity,
+  http,
 } from '@cluster-proxy/proto';
 import type { Logger } from 'pino';
 import type { KubeRestConfig } from '../kube-rest.js';
@@ -57,7 +74,7 @@ function socketLike(d: Duplex): Duplex {
 export class ImpersonatingProxy {
   private readonly server: HttpTypes.Server;
   /** Keep-alive connections to the apiserver, shared by every request; destroyed by close(). */
-  private readonly apiAgent = new https.Agent({ keepAlive: true, maxFreeSockets: 64, scheduling: "lifo" });
+  private readonly apiAgent = new https.Agent({ keepAlive: true, maxFreeSockets: 64, scheduling: 'lifo' });
   private trusted: { bundle: Buffer; certs: X509Certificate[] } | null = null;
   private kubeConfig: Promise<KubeRestConfig> | null = null;
   private readonly log: Logger;
@@ -68,16 +85,31 @@ export class ImpersonatingProxy {
     this.log = opts.log.child({ component: 'gateway' });
     // No request timeout: a watch or `logs -f` runs as long as the caller wants.
     // Heads up to what the hub may send: a caller's head within the hub's limit plus the identity.
-    this.server = http.createServer({ requestTimeout: 0, headersTimeout: 15_000, keepAliveTimeout: 0, maxHeaderSize: GATEWAY_AGENT_MAX_HEAD_BYTES }, (req, res) => {
-      this.handle(req, res).catch((err: unknown) => this.failed(err, () => this.refuse(req, res, 500, 'the agent failed to serve the request')));
-    });
+    this.server = http.createServer(
+      { requestTimeout: 0, headersTimeout: 15_000, keepAliveTimeout: 0, maxHeaderSize: GATEWAY_AGENT_MAX_HEAD_BYTES },
+      (req, res) => {
+        this.handle(req, res).catch((err: unknown) =>
+          this.failed(err, () => this.refuse(req, res, 500, 'the agent failed to serve the request')),
+        );
+      },
+    );
     this.server.on('upgrade', (req: HttpTypes.IncomingMessage, socket: Duplex, head: Buffer) => {
-      this.upgrade(req, socket, head).catch((err: unknown) => this.failed(err, () => rawAnswer(socket, 500, 'the agent failed to serve the request')));
+      this.upgrade(req, socket, head).catch((err: unknown) =>
+        this.failed(err, () => rawAnswer(socket, 500, 'the agent failed to serve the request')),
+      );
     });
     this.server.on('clientError', (err: NodeJS.ErrnoException, socket: Duplex) => {
       const tooLarge = err.code === 'HPE_HEADER_OVERFLOW';
       this.log.warn({ err: err.message }, 'malformed gateway request from the hub');
-      if (socket.writable) socket.end(textAnswer(tooLarge ? 431 : 400, tooLarge ? `the request head is larger than the ${GATEWAY_AGENT_MAX_HEAD_BYTES} bytes the agent takes` : 'the agent could not parse the request'));
+      if (socket.writable)
+        socket.end(
+          textAnswer(
+            tooLarge ? 431 : 400,
+            tooLarge
+              ? `the request head is larger than the ${GATEWAY_AGENT_MAX_HEAD_BYTES} bytes the agent takes`
+              : 'the agent could not parse the request',
+          ),
+        );
       else socket.destroy();
     });
   }
@@ -127,9 +159,10 @@ export class ImpersonatingProxy {
   private async prepare(req: HttpTypes.IncomingMessage): Promise<Prepared | { status: number; message: string }> {
     const assertion = req.headers[IDENTITY_HEADER];
     const signer = req.headers[IDENTITY_SIGNER_HEADER];
-    const identity: GatewayIdentity | { error: string } = typeof assertion === 'string' && typeof signer === 'string'
-      ? verifyIdentity(assertion, signer, this.trustedCas(), this.opts.cluster, requestLine(req.method, req.url))
-      : { error: 'no identity assertion' };
+    const identity: GatewayIdentity | { error: string } =
+      typeof assertion === 'string' && typeof signer === 'string'
+        ? verifyIdentity(assertion, signer, this.trustedCas(), this.opts.cluster, requestLine(req.method, req.url))
+        : { error: 'no identity assertion' };
     if ('error' in identity) {
       this.log.warn({ reason: identity.error }, 'gateway request refused: the identity was not signed by the hub');
       return { status: 403, message: `the agent refused the request: ${identity.error}` };
@@ -164,7 +197,9 @@ export class ImpersonatingProxy {
     if (problem) return problem;
     const allowed = this.opts.allowReserved;
     const reserved = [identity.user, ...identity.groups].find((n) => isReservedInCluster(n) && !allowed?.has(n));
-    return reserved === undefined ? null : `${quoteName(reserved)} is a reserved Kubernetes name this agent does not impersonate (--gateway-allow-reserved allows one by name)`;
+    return reserved === undefined
+      ? null
+      : `${quoteName(reserved)} is a reserved Kubernetes name this agent does not impersonate (--gateway-allow-reserved allows one by name)`;
   }
 
   private async upgrade(req: HttpTypes.IncomingMessage, socket: Duplex, head: Buffer): Promise<void> {

@@ -56,7 +56,19 @@ export function upgradeToApiserver(p: Prepared, req: http.IncomingMessage, socke
     void session.done.then((r) => {
       // The path without its query (a query may carry a command line).
       const q = path.indexOf('?');
-      log.info({ user: identity.user, method: req.method, path: q < 0 ? path : path.slice(0, q), upgrade: req.headers.upgrade, bytesIn: head.length + r.aToB, bytesOut: apiHead.length + r.bToA, durationMs: Date.now() - started, ...(r.error ? { error: r.error } : {}) }, 'gateway session');
+      log.info(
+        {
+          user: identity.user,
+          method: req.method,
+          path: q < 0 ? path : path.slice(0, q),
+          upgrade: req.headers.upgrade,
+          bytesIn: head.length + r.aToB,
+          bytesOut: apiHead.length + r.bToA,
+          durationMs: Date.now() - started,
+          ...(r.error ? { error: r.error } : {}),
+        },
+        'gateway session',
+      );
     });
   });
 

@@ -52,7 +52,7 @@ describe('AllocatorTrimmer', () => {
     }
   });
 
-  it('started, follows V8\'s own full collections; stopped, no longer', async () => {
+  it("started, follows V8's own full collections; stopped, no longer", async () => {
     setFlagsFromString('--expose-gc');
     const gc = runInNewContext('gc') as () => void;
     let trims = 0;

@@ -113,7 +113,8 @@ describe('DeadBufferGovernor', () => {
     const gov = new DeadBufferGovernor({ allowance: 0, arrayBuffers: () => reading++ * MiB });
     let majors = 0;
     const obs = new PerformanceObserver((list) => {
-      for (const e of list.getEntries()) if ((e as { detail?: { kind?: number } }).detail?.kind === constants.NODE_PERFORMANCE_GC_MAJOR) majors++;
+      for (const e of list.getEntries())
+        if ((e as { detail?: { kind?: number } }).detail?.kind === constants.NODE_PERFORMANCE_GC_MAJOR) majors++;
     });
     obs.observe({ entryTypes: ['gc'] });
     try {

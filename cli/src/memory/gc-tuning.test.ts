@@ -27,7 +27,9 @@ function majorCollections(tuned: boolean): { applied: boolean; major: number } {
       }
       setTimeout(() => { obs.disconnect(); process.stdout.write(JSON.stringify({ applied, major })); }, 50);
     })();`;
-  return JSON.parse(execFileSync(process.execPath, [...(tuned ? LAUNCH_FLAGS : []), '-e', script], { encoding: 'utf8', timeout: 60_000 })) as { applied: boolean; major: number };
+  return JSON.parse(
+    execFileSync(process.execPath, [...(tuned ? LAUNCH_FLAGS : []), '-e', script], { encoding: 'utf8', timeout: 60_000 }),
+  ) as { applied: boolean; major: number };
 }
 
 describe('tuneGarbageCollector', () => {
@@ -84,13 +86,16 @@ describe('collectYoungBuffersAt', () => {
     expect(youngCapacityFlagFor(1024, false)).toBe(1);
   });
 
-  it.runIf(process.versions.node.startsWith('24.'))('keeps dead young Buffers near the limit set, and V8 lets them pile up again once given back', (ctx) => {
-    const untouched = peakYoungBuffers('untouched');
-    // Young collections that the Buffers' few objects start on their own may have freed them anyway.
-    if (untouched < 40 * MiB) return ctx.skip(`young collections kept Buffers at ${(untouched / MiB).toFixed(0)} MiB without the limit`);
-    expect(peakYoungBuffers(8 * MiB)).toBeLessThan(24 * MiB);
-    expect(peakYoungBuffers('default')).toBeGreaterThan(40 * MiB);
-  });
+  it.runIf(process.versions.node.startsWith('24.'))(
+    'keeps dead young Buffers near the limit set, and V8 lets them pile up again once given back',
+    (ctx) => {
+      const untouched = peakYoungBuffers('untouched');
+      // Young collections that the Buffers' few objects start on their own may have freed them anyway.
+      if (untouched < 40 * MiB) return ctx.skip(`young collections kept Buffers at ${(untouched / MiB).toFixed(0)} MiB without the limit`);
+      expect(peakYoungBuffers(8 * MiB)).toBeLessThan(24 * MiB);
+      expect(peakYoungBuffers('default')).toBeGreaterThan(40 * MiB);
+    },
+  );
 });
 
 describe('LAUNCH_FLAGS', () => {
@@ -101,7 +106,10 @@ describe('LAUNCH_FLAGS', () => {
       ['cli/src/main.ts (its first line)', read('cli/src/main.ts').split('\n')[0]!],
       ['deploy/Dockerfile ENTRYPOINT', /^ENTRYPOINT .*$/m.exec(read('deploy/Dockerfile'))?.[0] ?? ''],
       ['scripts/build-image.sh --entrypoint', /--entrypoint .*$/m.exec(read('scripts/build-image.sh'))?.[0] ?? ''],
-      ['scripts/pack.mjs (the packed command)', /#!\/usr\/bin\/env -S node \$\{LAUNCH_FLAGS\.join\(' '\)\}/.exec(read('scripts/pack.mjs'))?.[0] ?? ''],
+      [
+        'scripts/pack.mjs (the packed command)',
+        /#!\/usr\/bin\/env -S node \$\{LAUNCH_FLAGS\.join\(' '\)\}/.exec(read('scripts/pack.mjs'))?.[0] ?? '',
+      ],
     ];
     for (const [where, line] of launchers) {
       if (where.startsWith('scripts/pack.mjs')) expect(line, where).not.toBe('');

@@ -1,5 +1,12 @@
 import net from 'node:net';
-import { DEFAULT_UNSENT_LIMIT, canTrimAllocator, limitUnsentBytes, trimAllocator, unsentLimitOf, useNativeCalls } from '@cluster-proxy/proto';
+import {
+  DEFAULT_UNSENT_LIMIT,
+  canTrimAllocator,
+  limitUnsentBytes,
+  trimAllocator,
+  unsentLimitOf,
+  useNativeCalls,
+} from '@cluster-proxy/proto';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { loadNativeCalls } from './native-calls.js';
 

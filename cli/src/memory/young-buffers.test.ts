@@ -4,7 +4,12 @@ import { RELAX_SHARE, TIGHT_SHARE, TIGHT_YOUNG_BUFFERS, YoungBufferLimit } from 
 const MiB = 1024 * 1024;
 
 /** A limit over a settable held count and budget, recording what it applies. */
-function limited(budget = 64 * MiB): { limit: YoungBufferLimit; hold: (mib: number) => void; applied: (number | null)[]; setBudget: (b: number) => void } {
+function limited(budget = 64 * MiB): {
+  limit: YoungBufferLimit;
+  hold: (mib: number) => void;
+  applied: (number | null)[];
+  setBudget: (b: number) => void;
+} {
   let held = 0;
   let max = budget;
   const applied: (number | null)[] = [];

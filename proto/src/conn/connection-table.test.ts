@@ -5,7 +5,10 @@ import { ConnectionTable, type ConnectionEvents, type UnknownConnectionAnswer } 
 /** A connection that records what reached it. */
 class Conn {
   readonly got: string[] = [];
-  constructor(readonly dialID: bigint, public connectID = 0) {}
+  constructor(
+    readonly dialID: bigint,
+    public connectID = 0,
+  ) {}
   onData(data: Buffer): void {
     this.got.push(`data:${data.toString()}`);
   }
@@ -27,7 +30,7 @@ function table(unknown: UnknownConnectionAnswer, events: ConnectionEvents<Conn> 
   return { t, sent, counted };
 }
 
-describe('ConnectionTable: a connection\'s own packets', () => {
+describe("ConnectionTable: a connection's own packets", () => {
   it('hands DATA, DATA views, CREDIT and HALF_CLOSE to the connection of that connect ID, counting each packet', () => {
     const { t, sent, counted } = table('close-response');
     const a = new Conn(1n, 7);
@@ -54,7 +57,11 @@ describe('ConnectionTable: an unknown connect ID', () => {
     t.dispatch(packets.closeRequest(9));
     t.dispatch(packets.credit(5, 1));
     t.dispatch(packets.halfClose(5));
-    expect(sent).toEqual([packets.closeResponse(5, 'unrecognized connectID'), packets.closeResponse(6, 'unrecognized connectID'), packets.closeResponse(9, 'Unknown connectID')]);
+    expect(sent).toEqual([
+      packets.closeResponse(5, 'unrecognized connectID'),
+      packets.closeResponse(6, 'unrecognized connectID'),
+      packets.closeResponse(9, 'Unknown connectID'),
+    ]);
     expect(closed).toEqual([]);
   });
 
@@ -77,7 +84,10 @@ describe('ConnectionTable: dials', () => {
   it('DIAL_RSP takes the dial out of the pending table and hands it on; a stale one gets CLOSE_REQ for what the peer opened', () => {
     const answered: [Conn, number][] = [];
     const stale: number[] = [];
-    const { t, sent } = table('ignore', { dialResponse: (c, p) => answered.push([c, p.dialResponse.connectID]), staleDialResponse: (id) => stale.push(id) });
+    const { t, sent } = table('ignore', {
+      dialResponse: (c, p) => answered.push([c, p.dialResponse.connectID]),
+      staleDialResponse: (id) => stale.push(id),
+    });
     const a = new Conn(11n);
     t.addDial(11n, a);
     expect(t.hasDial(11n)).toBe(true);

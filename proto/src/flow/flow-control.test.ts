@@ -149,7 +149,13 @@ describe('ReceiveWindow at a fixed size', () => {
     const sink = new ControlledSink(64);
     let reported = 0;
     let written = 0;
-    const cr = fixedWindow({ sink, initial: 8 * 50, report: (n) => { reported += n; } }); // batch = 50
+    const cr = fixedWindow({
+      sink,
+      initial: 8 * 50,
+      report: (n) => {
+        reported += n;
+      },
+    }); // batch = 50
     for (let i = 0; i < 200; i++) {
       const size = 1 + ((i * 37) % 23);
       cr.write(Buffer.alloc(size, i));
@@ -207,8 +213,14 @@ describe('ReceiveWindow at a fixed size', () => {
     it('a socket-like sink gets them corked, in order, and the payload counts once, when its last chunk left', async () => {
       const sink = new ControlledSink(1 << 20);
       const calls: string[] = [];
-      sink.cork = () => { calls.push('cork'); Writable.prototype.cork.call(sink); };
-      sink.uncork = () => { calls.push('uncork'); Writable.prototype.uncork.call(sink); };
+      sink.cork = () => {
+        calls.push('cork');
+        Writable.prototype.cork.call(sink);
+      };
+      sink.uncork = () => {
+        calls.push('uncork');
+        Writable.prototype.uncork.call(sink);
+      };
       const reports: number[] = [];
       const cr = fixedWindow({ sink, initial: 80, report: (n) => reports.push(n) }); // batch = 10
       const a = Buffer.from('aaaa');
@@ -229,8 +241,13 @@ describe('ReceiveWindow at a fixed size', () => {
       const taken: { chunks: readonly Buffer[]; length: number }[] = [];
       const flushes: Array<() => void> = [];
       const chunked: ByteSink = {
-        write: () => { throw new Error('not this'); },
-        writeChunks: (chunks, length, cb) => { taken.push({ chunks, length }); flushes.push(() => cb()); },
+        write: () => {
+          throw new Error('not this');
+        },
+        writeChunks: (chunks, length, cb) => {
+          taken.push({ chunks, length });
+          flushes.push(() => cb());
+        },
       };
       const reports: number[] = [];
       const cr = fixedWindow({ sink: chunked, initial: 80, report: (n) => reports.push(n) });
@@ -241,7 +258,13 @@ describe('ReceiveWindow at a fixed size', () => {
       cr.dispose();
 
       const written: Buffer[] = [];
-      const plain: ByteSink = { write: (chunk, cb) => { written.push(chunk); cb(); return true; } };
+      const plain: ByteSink = {
+        write: (chunk, cb) => {
+          written.push(chunk);
+          cb();
+          return true;
+        },
+      };
       const other = fixedWindow({ sink: plain, initial: 80, report: () => {} });
       other.writeChunks([Buffer.from('ab'), Buffer.from('cd')], 4);
       expect(written.map(String)).toEqual(['abcd']);
@@ -271,7 +294,13 @@ describe('ReceiveWindow at a fixed size', () => {
       const window = 8 * 64 * 1024;
       let reported = 0;
       let written = 0;
-      const cr = fixedWindow({ sink: client, initial: window, report: (n) => { reported += n; } });
+      const cr = fixedWindow({
+        sink: client,
+        initial: window,
+        report: (n) => {
+          reported += n;
+        },
+      });
       toClose.push(() => cr.dispose());
       const chunk = Buffer.alloc(64 * 1024, 1);
       // Write until the socket pushes back for good: kernel buffers are full, our side holds bytes.
@@ -281,7 +310,10 @@ describe('ReceiveWindow at a fixed size', () => {
         if (cr.buffered === 0) continue;
         const drained = await new Promise<boolean>((resolve) => {
           const t = setTimeout(() => resolve(false), 100);
-          cr.onFlushed = () => { clearTimeout(t); resolve(true); };
+          cr.onFlushed = () => {
+            clearTimeout(t);
+            resolve(true);
+          };
         });
         cr.onFlushed = undefined;
         if (!drained) break;
@@ -297,17 +329,29 @@ describe('ReceiveWindow at a fixed size', () => {
       expect(reported).toBe(stalledReported);
 
       let read = 0;
-      peer.on('data', (d: Buffer) => { read += d.length; });
+      peer.on('data', (d: Buffer) => {
+        read += d.length;
+      });
       peer.resume();
       await new Promise<void>((resolve, reject) => {
         const timer = setTimeout(() => reject(new Error(`not drained: buffered ${cr.buffered}, reported ${reported}/${written}`)), 10_000);
-        cr.onFlushed = () => { clearTimeout(timer); resolve(); };
+        cr.onFlushed = () => {
+          clearTimeout(timer);
+          resolve();
+        };
       });
       expect(cr.buffered).toBe(0);
       expect(reported).toBeGreaterThan(stalledReported);
       expect(reported).toBeLessThanOrEqual(written);
       expect(written - reported).toBeLessThan(window / 8);
-      await new Promise<void>((resolve) => { const t = setInterval(() => { if (read === written) { clearInterval(t); resolve(); } }, 5); });
+      await new Promise<void>((resolve) => {
+        const t = setInterval(() => {
+          if (read === written) {
+            clearInterval(t);
+            resolve();
+          }
+        }, 5);
+      });
       expect(read).toBe(written);
     });
   });

@@ -31,7 +31,10 @@ export class SendCredit {
 
   /** `onExhausted` runs each time the credit runs out (a flow-control stall: the sender must wait
    * for the receiver). A callback, so metrics live with the owner, not in the protocol package. */
-  constructor(window: number | null, private readonly onExhausted?: () => void) {
+  constructor(
+    window: number | null,
+    private readonly onExhausted?: () => void,
+  ) {
     this.enabled = window !== null;
     this.available = window ?? Number.POSITIVE_INFINITY;
   }
@@ -235,7 +238,10 @@ export class ReceiveWindow {
       // always on its way): a bulk transfer. Grow fourfold: it reaches the largest window within a
       // few MiB. Otherwise measure again from here.
       const took = Date.now() - this.measuringSince;
-      const bulk = took <= GROWTH_TURNOVER_MS && this.pendingBytes <= this.window / 2 && (this.lowWater <= this.window / 2 || took <= QUICK_TURNOVER_MS);
+      const bulk =
+        took <= GROWTH_TURNOVER_MS &&
+        this.pendingBytes <= this.window / 2 &&
+        (this.lowWater <= this.window / 2 || took <= QUICK_TURNOVER_MS);
       if (bulk && !this.bulkSeen && this.flushedBeforeBulk >= PROVEN_BULK_BYTES) {
         this.bulkSeen = true;
         this.opts.onBulk?.();

@@ -41,10 +41,23 @@ function pump(w: ReceiveWindow, credit: { n: number }, total: number, sink?: Sin
   return sent;
 }
 
-function connection(budget: MemoryBudget, initial = 32 * KiB, onBulk?: () => void): { w: ReceiveWindow; sink: Sink; credit: { n: number } } {
+function connection(
+  budget: MemoryBudget,
+  initial = 32 * KiB,
+  onBulk?: () => void,
+): { w: ReceiveWindow; sink: Sink; credit: { n: number } } {
   const sink = new Sink();
   const credit = { n: initial };
-  const w = new ReceiveWindow({ sink, initial, budget, direction: 'to_endpoint', report: (n) => { credit.n += n; }, onBulk });
+  const w = new ReceiveWindow({
+    sink,
+    initial,
+    budget,
+    direction: 'to_endpoint',
+    report: (n) => {
+      credit.n += n;
+    },
+    onBulk,
+  });
   return { w, sink, credit };
 }
 
@@ -64,7 +77,7 @@ describe('ReceiveWindow.onBulk: a reader proven to keep up', () => {
     w.dispose();
   });
 
-  it('is not called for a destination that took its kernel buffer\'s worth quickly and then stopped reading', () => {
+  it("is not called for a destination that took its kernel buffer's worth quickly and then stopped reading", () => {
     const budget = new MemoryBudget(64 * MiB, { maxWindow: 4 * MiB });
     let calls = 0;
     const { w, credit, sink } = connection(budget, 32 * KiB, () => calls++);
@@ -279,13 +292,20 @@ describe('throttleReporter', () => {
   it('reports at most once per interval, with the count since the last report', () => {
     let now = 0;
     const seen: Array<[number, string]> = [];
-    const r = throttleReporter(1000, (count, dir) => seen.push([count, dir]), () => now);
+    const r = throttleReporter(
+      1000,
+      (count, dir) => seen.push([count, dir]),
+      () => now,
+    );
     r('a');
     r('a');
     r('b');
     expect(seen).toEqual([[1, 'a']]);
     now = 1000;
     r('b');
-    expect(seen).toEqual([[1, 'a'], [3, 'b']]);
+    expect(seen).toEqual([
+      [1, 'a'],
+      [3, 'b'],
+    ]);
   });
 });

@@ -63,7 +63,10 @@ export class MemoryBudget {
   private epochStart = 0;
   private readonly now: () => number;
 
-  constructor(readonly limit: number, private readonly opts: MemoryBudgetOptions) {
+  constructor(
+    readonly limit: number,
+    private readonly opts: MemoryBudgetOptions,
+  ) {
     if (!(limit > 0)) throw new Error(`memory budget must be positive, got ${limit}`);
     largestLimitInProcess = Math.max(largestLimitInProcess, limit);
     this.now = opts.now ?? Date.now;
@@ -157,7 +160,11 @@ export class MemoryBudget {
  * Turns throttle events into at most one `report` per interval (how many happened since the last
  * one), for a log line that says the budget is short without flooding. No timer: events drive it.
  */
-export function throttleReporter(intervalMs: number, report: (count: number, direction: string) => void, now: () => number = Date.now): (direction: string) => void {
+export function throttleReporter(
+  intervalMs: number,
+  report: (count: number, direction: string) => void,
+  now: () => number = Date.now,
+): (direction: string) => void {
   let last = Number.NEGATIVE_INFINITY;
   let count = 0;
   return (direction) => {

@@ -20,7 +20,10 @@ describe('takeQueued', () => {
     const a = Buffer.from('aaaa');
     const b = Buffer.from('bbbbbb');
     let sentB = 0;
-    const queue: QueuedBytes[] = [{ chunk: a, sent: () => {} }, { chunk: b, sent: () => sentB++ }];
+    const queue: QueuedBytes[] = [
+      { chunk: a, sent: () => {} },
+      { chunk: b, sent: () => sentB++ },
+    ];
     const first = takeQueued(queue, 6);
     expect(Buffer.concat(first.chunks).toString()).toBe('aaaabb');
     expect(first.chunks[1]!.buffer).toBe(b.buffer);
@@ -42,7 +45,11 @@ describe('takeQueued', () => {
     const queue: QueuedBytes[] = [];
     let sent = 0;
     queueChunks(queue, [Buffer.from('a'), Buffer.from('b'), Buffer.from('c')], () => sent++);
-    expect(queue.map((e) => [e.chunk.toString(), e.sent !== undefined])).toEqual([['a', false], ['b', false], ['c', true]]);
+    expect(queue.map((e) => [e.chunk.toString(), e.sent !== undefined])).toEqual([
+      ['a', false],
+      ['b', false],
+      ['c', true],
+    ]);
     for (const s of takeQueued(queue, 3).sent) s();
     expect(sent).toBe(1);
   });

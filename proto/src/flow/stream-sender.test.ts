@@ -92,8 +92,12 @@ describe('StreamSender', () => {
     const sender = new StreamSender(stream);
     let a = 0;
     let b = 0;
-    const wa = (): void => { a++; };
-    const wb = (): void => { b++; };
+    const wa = (): void => {
+      a++;
+    };
+    const wb = (): void => {
+      b++;
+    };
     sender.send(packets.drain());
     sender.whenWritable(wa);
     sender.whenWritable(wb);
@@ -110,7 +114,10 @@ describe('StreamSender', () => {
     const sender = new StreamSender(stream);
     const calls: string[] = [];
     sender.send(packets.drain());
-    sender.whenWritable(() => { calls.push('first'); sender.send(packets.drain()); });
+    sender.whenWritable(() => {
+      calls.push('first');
+      sender.send(packets.drain());
+    });
     sender.whenWritable(() => calls.push('second'));
     sender.whenWritable(() => calls.push('third'));
     await stream.flushOne(); // the first packet leaves: 'drain'; 'first' refills the buffer
@@ -178,7 +185,9 @@ describe('StreamSender', () => {
     stream.resume();
     let ran = 0;
     sender.send(packets.drain());
-    sender.whenWritable(() => { ran++; });
+    sender.whenWritable(() => {
+      ran++;
+    });
     sender.holdReads('x');
     sender.close();
     expect(sender.congested).toBe(false);

@@ -105,7 +105,7 @@ describe('GrpcClientCall: the whole call', () => {
     expect(took()).toEqual([]);
   });
 
-  it('packets right behind the headers wait for the first \'data\' listener, attached ticks later (a dial sent to a newly connected agent)', async () => {
+  it("packets right behind the headers wait for the first 'data' listener, attached ticks later (a dial sent to a newly connected agent)", async () => {
     const stream = new FakeStream();
     const session = { destroyed: false, request: () => stream } as unknown as http2.ClientHttp2Session;
     const call = new GrpcClientCall(session, '/AgentService/Connect', {}, 1 << 16);
@@ -217,7 +217,7 @@ describe('GrpcClientCall: refusals and errors', () => {
     expect(statuses[0]!.details).toMatch(/larger than max/);
   });
 
-  it('the stream gone while streaming: UNAVAILABLE with the connection\'s error; a reset by the server: from its code', () => {
+  it("the stream gone while streaming: UNAVAILABLE with the connection's error; a reset by the server: from its code", () => {
     const first = setup();
     first.stream.respond();
     first.stream.emit('error', Object.assign(new Error('socket hang up'), { code: 'ECONNRESET' }));

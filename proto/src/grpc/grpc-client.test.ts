@@ -41,13 +41,24 @@ afterEach(async () => {
 });
 
 function client(extra: Partial<ConstructorParameters<typeof GrpcClient>[0]> = {}): GrpcClient {
-  const c = new GrpcClient({ address: `unix:${path.join(dir, 'grpc.sock')}`, streamWindow: 1 << 20, connectionWindow: 1 << 22, maxMessageBytes: 1 << 21, ...extra });
+  const c = new GrpcClient({
+    address: `unix:${path.join(dir, 'grpc.sock')}`,
+    streamWindow: 1 << 20,
+    connectionWindow: 1 << 22,
+    maxMessageBytes: 1 << 21,
+    ...extra,
+  });
   clients.push(c);
   return c;
 }
 
 /** Everything a call reported, in order. */
-function record(call: GrpcClientCall): { events: string[]; data: Packet[]; done: Promise<GrpcCallStatus>; error: () => GrpcCallError | null } {
+function record(call: GrpcClientCall): {
+  events: string[];
+  data: Packet[];
+  done: Promise<GrpcCallStatus>;
+  error: () => GrpcCallError | null;
+} {
   const events: string[] = [];
   const data: Packet[] = [];
   let error: GrpcCallError | null = null;
@@ -61,25 +72,32 @@ function record(call: GrpcClientCall): { events: string[]; data: Packet[]; done:
     error = e;
     events.push('error');
   });
-  const done = new Promise<GrpcCallStatus>((resolve) => call.on('status', (s: GrpcCallStatus) => {
-    events.push('status');
-    resolve(s);
-  }));
+  const done = new Promise<GrpcCallStatus>((resolve) =>
+    call.on('status', (s: GrpcCallStatus) => {
+      events.push('status');
+      resolve(s);
+    }),
+  );
   return { events, data, done, error: () => error };
 }
 
 /** A gRPC echo: answers each request message, ends with OK (and the given trailers) after the client's end. */
-const echo = (trailers: Record<string, string> = {}): Handler => (stream, headers) => {
-  const reader = new GrpcMessageReader(1 << 22);
-  stream.respond({ ':status': 200, 'content-type': 'application/grpc', 'x-seen-capabilities': String(headers['cluster-proxy-capabilities'] ?? '') }, { waitForTrailers: true });
-  stream.on('wantTrailers', () => stream.sendTrailers({ 'grpc-status': '0', ...trailers }));
-  stream.on('data', (chunk: Buffer) => {
-    const out: Packet[] = [];
-    reader.push(chunk, out);
-    for (const p of out) writeGrpcMessage(stream, p);
-  });
-  stream.on('end', () => stream.end());
-};
+const echo =
+  (trailers: Record<string, string> = {}): Handler =>
+  (stream, headers) => {
+    const reader = new GrpcMessageReader(1 << 22);
+    stream.respond(
+      { ':status': 200, 'content-type': 'application/grpc', 'x-seen-capabilities': String(headers['cluster-proxy-capabilities'] ?? '') },
+      { waitForTrailers: true },
+    );
+    stream.on('wantTrailers', () => stream.sendTrailers({ 'grpc-status': '0', ...trailers }));
+    stream.on('data', (chunk: Buffer) => {
+      const out: Packet[] = [];
+      reader.push(chunk, out);
+      for (const p of out) writeGrpcMessage(stream, p);
+    });
+    stream.on('end', () => stream.end());
+  };
 
 describe('GrpcClient', () => {
   it('round-trips packets (one larger than many HTTP/2 frames) and ends with OK after the data', async () => {
@@ -133,7 +151,11 @@ describe('GrpcClient', () => {
   });
 
   it('reports a trailers-only refusal with its code and decoded message', async () => {
-    handler = (stream) => stream.respond({ ':status': 200, 'content-type': 'application/grpc', 'grpc-status': '7', 'grpc-message': 'agent%20certificates%20refused' }, { endStream: true });
+    handler = (stream) =>
+      stream.respond(
+        { ':status': 200, 'content-type': 'application/grpc', 'grpc-status': '7', 'grpc-message': 'agent%20certificates%20refused' },
+        { endStream: true },
+      );
     const r = record(client().call('/ProxyService/Proxy'));
     const status = await r.done;
     expect(status).toMatchObject({ code: GrpcStatus.PERMISSION_DENIED, details: 'agent certificates refused' });
@@ -163,12 +185,18 @@ describe('GrpcClient', () => {
       setTimeout(() => session.destroy(), 20);
     };
     const c = client();
-    expect(await record(c.call('/AgentService/Connect')).done).toMatchObject({ code: GrpcStatus.UNAVAILABLE, details: 'connection closed' });
+    expect(await record(c.call('/AgentService/Connect')).done).toMatchObject({
+      code: GrpcStatus.UNAVAILABLE,
+      details: 'connection closed',
+    });
     handler = (stream) => {
       stream.respond({ ':status': 200, 'content-type': 'application/grpc' });
       stream.end();
     };
-    expect(await record(c.call('/AgentService/Connect')).done).toMatchObject({ code: GrpcStatus.UNKNOWN, details: 'server ended the stream without a status' });
+    expect(await record(c.call('/AgentService/Connect')).done).toMatchObject({
+      code: GrpcStatus.UNKNOWN,
+      details: 'server ended the stream without a status',
+    });
   });
 
   it('refuses a message over the size limit with RESOURCE_EXHAUSTED and resets the stream', async () => {
@@ -182,12 +210,20 @@ describe('GrpcClient', () => {
       stream.write(head);
     };
     const status = await record(client().call('/ProxyService/Proxy')).done;
-    expect(status).toMatchObject({ code: GrpcStatus.RESOURCE_EXHAUSTED, details: `Received message larger than max (${(1 << 21) + 1} vs. ${1 << 21})` });
+    expect(status).toMatchObject({
+      code: GrpcStatus.RESOURCE_EXHAUSTED,
+      details: `Received message larger than max (${(1 << 21) + 1} vs. ${1 << 21})`,
+    });
     await serverStreamClosed;
   });
 
   it('reports an unreachable server as UNAVAILABLE with the cause', async () => {
-    const c = new GrpcClient({ address: `unix:${path.join(dir, 'missing.sock')}`, streamWindow: 1 << 16, connectionWindow: 1 << 16, maxMessageBytes: 1 << 16 });
+    const c = new GrpcClient({
+      address: `unix:${path.join(dir, 'missing.sock')}`,
+      streamWindow: 1 << 16,
+      connectionWindow: 1 << 16,
+      maxMessageBytes: 1 << 16,
+    });
     clients.push(c);
     const status = await record(c.call('/ProxyService/Proxy')).done;
     expect(status.code).toBe(GrpcStatus.UNAVAILABLE);
@@ -217,7 +253,7 @@ describe('GrpcClient', () => {
     expect(sessions.size).toBe(1); // the refused session is gone
   });
 
-  it('refuses a call past the server\'s stream limit at once (RESOURCE_EXHAUSTED), and takes one again when a call ends', async () => {
+  it("refuses a call past the server's stream limit at once (RESOURCE_EXHAUSTED), and takes one again when a call ends", async () => {
     server.updateSettings({ maxConcurrentStreams: 2 });
     handler = echo();
     const c = client();
@@ -226,7 +262,10 @@ describe('GrpcClient', () => {
     const r1 = record(first);
     await Promise.all([once(first, 'metadata'), once(second, 'metadata')]);
     const refused = record(c.call('/ProxyService/Proxy'));
-    expect(await refused.done).toMatchObject({ code: GrpcStatus.RESOURCE_EXHAUSTED, details: 'the server allows 2 concurrent calls on one connection, and as many are open' });
+    expect(await refused.done).toMatchObject({
+      code: GrpcStatus.RESOURCE_EXHAUSTED,
+      details: 'the server allows 2 concurrent calls on one connection, and as many are open',
+    });
     first.cancel();
     await r1.done;
     await once(first, 'close');

@@ -38,7 +38,15 @@ import type { DataViewHandler } from '../mux/framing.js';
 import type { DataViews } from '../wire/codec.js';
 import type { Packet } from '../wire/packet.js';
 import {
-  deliverMessage, GrpcCallError, type GrpcFramingError, GrpcMessageReader, GrpcStatus, decodeGrpcMessage, grpcStatusFromHttp, writeGrpcMessage, type GrpcCallStatus,
+  deliverMessage,
+  GrpcCallError,
+  type GrpcFramingError,
+  GrpcMessageReader,
+  GrpcStatus,
+  decodeGrpcMessage,
+  grpcStatusFromHttp,
+  writeGrpcMessage,
+  type GrpcCallStatus,
 } from './grpc-framing.js';
 import { watchSession, type WatchdogOptions } from './session-watchdog.js';
 
@@ -107,7 +115,10 @@ export class GrpcClient {
     // Only once the server's SETTINGS arrived: before that Node reports nghttp2's provisional 100.
     const limit = this.settled.has(session) ? session.remoteSettings.maxConcurrentStreams : undefined;
     if (limit !== undefined && this.callsOn(session) >= limit) {
-      return GrpcClientCall.failed(GrpcStatus.RESOURCE_EXHAUSTED, `the server allows ${limit} concurrent calls on one connection, and as many are open`);
+      return GrpcClientCall.failed(
+        GrpcStatus.RESOURCE_EXHAUSTED,
+        `the server allows ${limit} concurrent calls on one connection, and as many are open`,
+      );
     }
     const call = new GrpcClientCall(session, path, metadata, this.opts.maxMessageBytes);
     this.calls.add(call);
@@ -197,7 +208,11 @@ export class GrpcClient {
       const servername = t.serverName ?? (net.isIP(hp.host) ? undefined : hp.host);
       const tlsSocket = tls.connect({
         ...(handedIn ? { socket: handedIn } : { host: hp.host, port: hp.port }),
-        ca: t.ca, cert: t.cert, key: t.key, servername, ALPNProtocols: ['h2'],
+        ca: t.ca,
+        cert: t.cert,
+        key: t.key,
+        servername,
+        ALPNProtocols: ['h2'],
       });
       socket = tlsSocket;
       transport = h2Socket(tlsSocket);
@@ -268,7 +283,12 @@ export class GrpcClientCall extends EventEmitter {
     return call;
   }
 
-  constructor(private readonly session: http2.ClientHttp2Session | null, path: string, metadata: Record<string, string>, maxMessageBytes: number) {
+  constructor(
+    private readonly session: http2.ClientHttp2Session | null,
+    path: string,
+    metadata: Record<string, string>,
+    maxMessageBytes: number,
+  ) {
     super();
     this.reader = new GrpcMessageReader(maxMessageBytes);
     if (!session) {
@@ -279,8 +299,13 @@ export class GrpcClientCall extends EventEmitter {
     let stream: http2.ClientHttp2Stream;
     try {
       stream = session.request({
-        ':method': 'POST', ':path': path, 'content-type': 'application/grpc', te: 'trailers',
-        'user-agent': 'cluster-proxy', 'grpc-accept-encoding': 'identity', ...metadata,
+        ':method': 'POST',
+        ':path': path,
+        'content-type': 'application/grpc',
+        te: 'trailers',
+        'user-agent': 'cluster-proxy',
+        'grpc-accept-encoding': 'identity',
+        ...metadata,
       });
     } catch (err) {
       this.state = 'failing';
@@ -606,11 +631,16 @@ export class GrpcClientCall extends EventEmitter {
 
 function rstStatus(code: number | undefined): number {
   switch (code) {
-    case NGHTTP2_REFUSED_STREAM: return GrpcStatus.UNAVAILABLE;
-    case NGHTTP2_CANCEL: return GrpcStatus.CANCELLED;
-    case NGHTTP2_ENHANCE_YOUR_CALM: return GrpcStatus.RESOURCE_EXHAUSTED;
-    case NGHTTP2_INADEQUATE_SECURITY: return GrpcStatus.PERMISSION_DENIED;
-    default: return GrpcStatus.INTERNAL;
+    case NGHTTP2_REFUSED_STREAM:
+      return GrpcStatus.UNAVAILABLE;
+    case NGHTTP2_CANCEL:
+      return GrpcStatus.CANCELLED;
+    case NGHTTP2_ENHANCE_YOUR_CALM:
+      return GrpcStatus.RESOURCE_EXHAUSTED;
+    case NGHTTP2_INADEQUATE_SECURITY:
+      return GrpcStatus.PERMISSION_DENIED;
+    default:
+      return GrpcStatus.INTERNAL;
   }
 }
 

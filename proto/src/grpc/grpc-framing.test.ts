@@ -75,6 +75,8 @@ describe('GrpcMessageReader', () => {
     const a = written((s) => writeGrpcData(s, 9, [Buffer.from('ab'), Buffer.from('cd')], 4));
     const b = written((s) => writeGrpcMessage(s, packets.data(9, Buffer.from('abcd'))));
     expect(a.equals(b)).toBe(true);
-    expect(a.subarray(5).equals(encodePacket({ type: PacketType.DATA, data: { connectID: 9, error: '', data: Buffer.from('abcd') } }))).toBe(true);
+    expect(
+      a.subarray(5).equals(encodePacket({ type: PacketType.DATA, data: { connectID: 9, error: '', data: Buffer.from('abcd') } })),
+    ).toBe(true);
   });
 });

@@ -10,14 +10,46 @@ import { packets, type Packet } from '../wire/packet.js';
 
 /** gRPC status codes. */
 export const GrpcStatus = {
-  OK: 0, CANCELLED: 1, UNKNOWN: 2, INVALID_ARGUMENT: 3, DEADLINE_EXCEEDED: 4, NOT_FOUND: 5, ALREADY_EXISTS: 6,
-  PERMISSION_DENIED: 7, RESOURCE_EXHAUSTED: 8, FAILED_PRECONDITION: 9, ABORTED: 10, OUT_OF_RANGE: 11,
-  UNIMPLEMENTED: 12, INTERNAL: 13, UNAVAILABLE: 14, DATA_LOSS: 15, UNAUTHENTICATED: 16,
+  OK: 0,
+  CANCELLED: 1,
+  UNKNOWN: 2,
+  INVALID_ARGUMENT: 3,
+  DEADLINE_EXCEEDED: 4,
+  NOT_FOUND: 5,
+  ALREADY_EXISTS: 6,
+  PERMISSION_DENIED: 7,
+  RESOURCE_EXHAUSTED: 8,
+  FAILED_PRECONDITION: 9,
+  ABORTED: 10,
+  OUT_OF_RANGE: 11,
+  UNIMPLEMENTED: 12,
+  INTERNAL: 13,
+  UNAVAILABLE: 14,
+  DATA_LOSS: 15,
+  UNAUTHENTICATED: 16,
 } as const;
 export type GrpcStatusName = keyof typeof GrpcStatus;
 
 /** Status codes by number as ANP (Go's codes.Code.String()) spells them, for metric labels. */
-const GO_CODE_NAMES = ['OK', 'Canceled', 'Unknown', 'InvalidArgument', 'DeadlineExceeded', 'NotFound', 'AlreadyExists', 'PermissionDenied', 'ResourceExhausted', 'FailedPrecondition', 'Aborted', 'OutOfRange', 'Unimplemented', 'Internal', 'Unavailable', 'DataLoss', 'Unauthenticated'];
+const GO_CODE_NAMES = [
+  'OK',
+  'Canceled',
+  'Unknown',
+  'InvalidArgument',
+  'DeadlineExceeded',
+  'NotFound',
+  'AlreadyExists',
+  'PermissionDenied',
+  'ResourceExhausted',
+  'FailedPrecondition',
+  'Aborted',
+  'OutOfRange',
+  'Unimplemented',
+  'Internal',
+  'Unavailable',
+  'DataLoss',
+  'Unauthenticated',
+];
 
 /** "Unavailable" for 14: Go's spelling, as ANP labels stream errors ("Unknown" outside the table). */
 export function grpcCodeName(code: number | undefined): string {
@@ -40,7 +72,10 @@ export interface GrpcCallStatus {
 
 /** What a failed call reports ('error' event): an Error with the status. */
 export class GrpcCallError extends Error {
-  constructor(readonly code: number, readonly details: string) {
+  constructor(
+    readonly code: number,
+    readonly details: string,
+  ) {
     super(`${grpcStatusName(code)}: ${details}`);
     this.name = 'GrpcCallError';
   }
@@ -70,12 +105,21 @@ export function parseGrpcTimeout(value: string | undefined): number | null {
 /** The gRPC code for an HTTP status that came without grpc-status (gRPC's HTTP-to-gRPC mapping). */
 export function grpcStatusFromHttp(status: number): number {
   switch (status) {
-    case 400: return GrpcStatus.INTERNAL;
-    case 401: return GrpcStatus.UNAUTHENTICATED;
-    case 403: return GrpcStatus.PERMISSION_DENIED;
-    case 404: return GrpcStatus.UNIMPLEMENTED;
-    case 429: case 502: case 503: case 504: return GrpcStatus.UNAVAILABLE;
-    default: return GrpcStatus.UNKNOWN;
+    case 400:
+      return GrpcStatus.INTERNAL;
+    case 401:
+      return GrpcStatus.UNAUTHENTICATED;
+    case 403:
+      return GrpcStatus.PERMISSION_DENIED;
+    case 404:
+      return GrpcStatus.UNIMPLEMENTED;
+    case 429:
+    case 502:
+    case 503:
+    case 504:
+      return GrpcStatus.UNAVAILABLE;
+    default:
+      return GrpcStatus.UNKNOWN;
   }
 }
 
@@ -90,7 +134,13 @@ export function writeGrpcMessage(stream: Writable, p: Packet, callback?: (err?: 
 }
 
 /** Writes a DATA packet whose `length` (> 0) payload bytes are `chunks` as one gRPC message, without copying them. */
-export function writeGrpcData(stream: Writable, connectID: number, chunks: readonly Buffer[], length: number, callback?: (err?: Error | null) => void): boolean {
+export function writeGrpcData(
+  stream: Writable,
+  connectID: number,
+  chunks: readonly Buffer[],
+  length: number,
+  callback?: (err?: Error | null) => void,
+): boolean {
   const header = encodeDataHeader(connectID, length);
   return writeMessageParts(stream, [header, ...chunks], header.length + length, callback);
 }
@@ -109,7 +159,10 @@ function writeMessageParts(stream: Writable, parts: readonly Buffer[], length: n
 
 /** A message we refuse, with the status to answer it with. */
 export class GrpcFramingError extends Error {
-  constructor(readonly code: number, message: string) {
+  constructor(
+    readonly code: number,
+    message: string,
+  ) {
     super(message);
     this.name = 'GrpcFramingError';
   }
@@ -147,8 +200,13 @@ export class GrpcMessageReader {
     while (this.received.length >= HEADER_BYTES) {
       const head = this.received.peek(HEADER_BYTES);
       const length = head.readUInt32BE(1);
-      if (head[0] !== 0) throw new GrpcFramingError(GrpcStatus.UNIMPLEMENTED, 'compressed messages are not supported (send grpc-encoding identity)');
-      if (length > this.maxMessageBytes) throw new GrpcFramingError(GrpcStatus.RESOURCE_EXHAUSTED, `Received message larger than max (${length} vs. ${this.maxMessageBytes})`);
+      if (head[0] !== 0)
+        throw new GrpcFramingError(GrpcStatus.UNIMPLEMENTED, 'compressed messages are not supported (send grpc-encoding identity)');
+      if (length > this.maxMessageBytes)
+        throw new GrpcFramingError(
+          GrpcStatus.RESOURCE_EXHAUSTED,
+          `Received message larger than max (${length} vs. ${this.maxMessageBytes})`,
+        );
       if (this.received.length < HEADER_BYTES + length) return;
       this.received.take(HEADER_BYTES);
       const data = this.views ? this.received.takeDataViews(length) : null;

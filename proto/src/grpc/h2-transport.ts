@@ -40,7 +40,12 @@ function handleOf(socket: tls.TLSSocket): TlsHandle | undefined {
 export function canWatchTlsWrites(socket: tls.TLSSocket): boolean {
   const h = handleOf(socket);
   const tcp = h?._parent;
-  return typeof h?.writeQueueSize === 'number' && tcp?.constructor?.name === 'TCP' && typeof tcp.writeQueueSize === 'number' && typeof tcp.bytesWritten === 'number';
+  return (
+    typeof h?.writeQueueSize === 'number' &&
+    tcp?.constructor?.name === 'TCP' &&
+    typeof tcp.writeQueueSize === 'number' &&
+    typeof tcp.bytesWritten === 'number'
+  );
 }
 
 interface Watched {

@@ -59,9 +59,26 @@ export function requestLine(method: string | undefined, target: string | undefin
 }
 
 /** The two header values the hub sends for `request` (requestLine()): the signed assertion and its signer. */
-export function signIdentity(identity: GatewayIdentity, cluster: string, request: string, servingCertPem: string | Buffer, servingKeyPem: string | Buffer, now = Date.now()): { assertion: string; signer: string } {
+export function signIdentity(
+  identity: GatewayIdentity,
+  cluster: string,
+  request: string,
+  servingCertPem: string | Buffer,
+  servingKeyPem: string | Buffer,
+  now = Date.now(),
+): { assertion: string; signer: string } {
   const extra = identity.extra && Object.keys(identity.extra).length > 0 ? { extra: identity.extra } : {};
-  const payload: AssertionPayload = { aud: AUDIENCE, cluster, req: request, user: identity.user, groups: identity.groups, ...(identity.uid ? { uid: identity.uid } : {}), ...extra, iat: now, exp: now + IDENTITY_TTL_MS };
+  const payload: AssertionPayload = {
+    aud: AUDIENCE,
+    cluster,
+    req: request,
+    user: identity.user,
+    groups: identity.groups,
+    ...(identity.uid ? { uid: identity.uid } : {}),
+    ...extra,
+    iat: now,
+    exp: now + IDENTITY_TTL_MS,
+  };
   const body = Buffer.from(JSON.stringify(payload)).toString('base64url');
   const { key, signer } = delegatedKey(servingCertPem, servingKeyPem, now);
   const sig = sign(null, Buffer.from(body), key).toString('base64url');
@@ -79,9 +96,14 @@ function delegatedKey(certPem: string | Buffer, keyPem: string | Buffer, now: nu
   const same = (a: string | Buffer, b: string | Buffer): boolean => a === b || (Buffer.isBuffer(a) && Buffer.isBuffer(b) && a.equals(b));
   if (delegation && same(delegation.cert, certPem) && same(delegation.keyPem, keyPem) && now < delegation.renewAt) return delegation;
   const ephemeral = generateKeyPairSync('ed25519');
-  const body = Buffer.from(JSON.stringify({
-    aud: DELEGATION_AUDIENCE, key: ephemeral.publicKey.export({ type: 'spki', format: 'der' }).toString('base64'), iat: now, exp: now + DELEGATION_TTL_MS,
-  })).toString('base64url');
+  const body = Buffer.from(
+    JSON.stringify({
+      aud: DELEGATION_AUDIENCE,
+      key: ephemeral.publicKey.export({ type: 'spki', format: 'der' }).toString('base64'),
+      iat: now,
+      exp: now + DELEGATION_TTL_MS,
+    }),
+  ).toString('base64url');
   const sig = sign('sha256', Buffer.from(body), createPrivateKey(keyPem)).toString('base64url');
   // The first certificate of the file is the leaf (a chain may follow it).
   const leaf = new X509Certificate(certPem).raw.toString('base64');
@@ -124,14 +146,17 @@ function checkSignerNow(signerHeader: string, trustedCas: readonly X509Certifica
   } catch {
     return bad('the identity signer is not a certificate');
   }
-  if (!trustedCas.some((ca) => cert.checkIssued(ca) && cert.verify(ca.publicKey))) return bad('the identity signer is not issued by the hub CA');
+  if (!trustedCas.some((ca) => cert.checkIssued(ca) && cert.verify(ca.publicKey)))
+    return bad('the identity signer is not issued by the hub CA');
   if (!(cert.keyUsage ?? []).includes(SERVER_AUTH_OID)) return bad('the identity signer is not a hub serving certificate');
-  if (!verify('sha256', Buffer.from(body), cert.publicKey, Buffer.from(sig, 'base64url'))) return bad('bad identity key delegation signature');
+  if (!verify('sha256', Buffer.from(body), cert.publicKey, Buffer.from(sig, 'base64url')))
+    return bad('bad identity key delegation signature');
   let d: { aud?: unknown; key?: unknown; iat?: unknown; exp?: unknown };
   let key: KeyObject;
   try {
     d = JSON.parse(Buffer.from(body, 'base64url').toString('utf8')) as typeof d;
-    if (d.aud !== DELEGATION_AUDIENCE || typeof d.key !== 'string' || typeof d.iat !== 'number' || typeof d.exp !== 'number') return bad('malformed identity key delegation');
+    if (d.aud !== DELEGATION_AUDIENCE || typeof d.key !== 'string' || typeof d.iat !== 'number' || typeof d.exp !== 'number')
+      return bad('malformed identity key delegation');
     key = createPublicKey({ key: Buffer.from(d.key, 'base64'), format: 'der', type: 'spki' });
   } catch {
     return bad('malformed identity key delegation');
@@ -141,14 +166,22 @@ function checkSignerNow(signerHeader: string, trustedCas: readonly X509Certifica
 }
 
 /** The identity, or why the assertion is not believed for `request` (one line, safe to log: no secrets in it). */
-export function verifyIdentity(assertion: string, signerHeader: string, trustedCas: readonly X509Certificate[], cluster: string, request: string, now = Date.now()): GatewayIdentity | { error: string } {
+export function verifyIdentity(
+  assertion: string,
+  signerHeader: string,
+  trustedCas: readonly X509Certificate[],
+  cluster: string,
+  request: string,
+  now = Date.now(),
+): GatewayIdentity | { error: string } {
   const dot = assertion.indexOf('.');
   if (dot <= 0) return { error: 'malformed identity assertion' };
   const s = checkSigner(signerHeader, trustedCas);
   if (s.error || !s.key) return { error: s.error ?? 'malformed identity signer' };
   if (s.notBefore > now + SKEW_MS || s.notAfter < now) return { error: 'the identity signer is not valid now' };
   const body = assertion.slice(0, dot);
-  if (!verify(null, Buffer.from(body), s.key, Buffer.from(assertion.slice(dot + 1), 'base64url'))) return { error: 'bad identity signature' };
+  if (!verify(null, Buffer.from(body), s.key, Buffer.from(assertion.slice(dot + 1), 'base64url')))
+    return { error: 'bad identity signature' };
   let p: Partial<AssertionPayload>;
   try {
     p = JSON.parse(Buffer.from(body, 'base64url').toString('utf8')) as Partial<AssertionPayload>;
@@ -158,14 +191,26 @@ export function verifyIdentity(assertion: string, signerHeader: string, trustedC
   if (p.aud !== AUDIENCE) return { error: 'identity assertion for another audience' };
   if (p.cluster !== cluster) return { error: `identity assertion for cluster ${JSON.stringify(String(p.cluster))}, not ${cluster}` };
   if (p.req !== request) return { error: 'identity assertion for another request' };
-  if (typeof p.iat !== 'number' || typeof p.exp !== 'number' || p.exp < now || p.iat > now + SKEW_MS) return { error: 'identity assertion expired or not yet valid' };
-  if (typeof p.user !== 'string' || p.user === '' || !Array.isArray(p.groups) || !p.groups.every((g) => typeof g === 'string')) return { error: 'identity assertion without a user' };
+  if (typeof p.iat !== 'number' || typeof p.exp !== 'number' || p.exp < now || p.iat > now + SKEW_MS)
+    return { error: 'identity assertion expired or not yet valid' };
+  if (typeof p.user !== 'string' || p.user === '' || !Array.isArray(p.groups) || !p.groups.every((g) => typeof g === 'string'))
+    return { error: 'identity assertion without a user' };
   if (p.extra !== undefined && !isExtra(p.extra)) return { error: 'identity assertion with malformed extra attributes' };
-  return { user: p.user, groups: p.groups, ...(typeof p.uid === 'string' && p.uid !== '' ? { uid: p.uid } : {}), ...(p.extra && Object.keys(p.extra).length > 0 ? { extra: p.extra } : {}) };
+  return {
+    user: p.user,
+    groups: p.groups,
+    ...(typeof p.uid === 'string' && p.uid !== '' ? { uid: p.uid } : {}),
+    ...(p.extra && Object.keys(p.extra).length > 0 ? { extra: p.extra } : {}),
+  };
 }
 
 function isExtra(v: unknown): v is Record<string, string[]> {
-  return typeof v === 'object' && v !== null && !Array.isArray(v) && Object.entries(v).every(([k, vs]) => k !== '' && Array.isArray(vs) && vs.every((x) => typeof x === 'string'));
+  return (
+    typeof v === 'object' &&
+    v !== null &&
+    !Array.isArray(v) &&
+    Object.entries(v).every(([k, vs]) => k !== '' && Array.isArray(vs) && vs.every((x) => typeof x === 'string'))
+  );
 }
 
 /** What an HTTP header name may hold (RFC 9110 tchar), lowercase. */
@@ -179,7 +224,11 @@ export function impersonateExtraHeaders(extra: Record<string, string[]> | undefi
   const out: Record<string, string[]> = {};
   for (const [key, values] of Object.entries(extra ?? {})) {
     if (values.length === 0) continue;
-    const name = [...key.toLowerCase()].map((c) => (HEADER_NAME_CHAR.test(c) ? c : [...Buffer.from(c, 'utf8')].map((b) => `%${b.toString(16).toUpperCase().padStart(2, '0')}`).join(''))).join('');
+    const name = [...key.toLowerCase()]
+      .map((c) =>
+        HEADER_NAME_CHAR.test(c) ? c : [...Buffer.from(c, 'utf8')].map((b) => `%${b.toString(16).toUpperCase().padStart(2, '0')}`).join(''),
+      )
+      .join('');
     out[`impersonate-extra-${name}`] = values;
   }
   return out;

@@ -27,12 +27,17 @@ export class HealthChecks {
   private readonly checks: HealthCheck[] = [];
 
   /** `what` names the endpoint in the last line ("readyz", "healthz"). */
-  constructor(readonly what: string, checks: readonly HealthCheck[] = [], private readonly timeoutMs = DEFAULT_CHECK_TIMEOUT_MS) {
+  constructor(
+    readonly what: string,
+    checks: readonly HealthCheck[] = [],
+    private readonly timeoutMs = DEFAULT_CHECK_TIMEOUT_MS,
+  ) {
     for (const c of checks) this.add(c);
   }
 
   add(check: HealthCheck): void {
-    if (!/^[A-Za-z0-9_.-]+$/.test(check.name)) throw new Error(`health check name "${check.name}" must be letters, digits, '.', '_' or '-'`);
+    if (!/^[A-Za-z0-9_.-]+$/.test(check.name))
+      throw new Error(`health check name "${check.name}" must be letters, digits, '.', '_' or '-'`);
     if (this.checks.some((c) => c.name === check.name)) throw new Error(`health check "${check.name}" is already registered`);
     this.checks.push(check);
   }

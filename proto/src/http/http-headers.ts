@@ -3,7 +3,17 @@
 import { IDENTITY_HEADER, IDENTITY_SIGNER_HEADER } from './gateway-identity.js';
 
 /** Connection-specific headers, never forwarded (plus whatever Connection itself names). */
-const HOP_BY_HOP = new Set(['connection', 'keep-alive', 'proxy-connection', 'proxy-authenticate', 'proxy-authorization', 'te', 'trailer', 'transfer-encoding', 'upgrade']);
+const HOP_BY_HOP = new Set([
+  'connection',
+  'keep-alive',
+  'proxy-connection',
+  'proxy-authenticate',
+  'proxy-authorization',
+  'te',
+  'trailer',
+  'transfer-encoding',
+  'upgrade',
+]);
 
 /** Headers whose name says they ask the apiserver to act as someone else. */
 export function isImpersonationHeader(name: string): boolean {
@@ -14,7 +24,10 @@ export function isImpersonationHeader(name: string): boolean {
  * The end-to-end headers of `headers` (node's headersDistinct: lower-case names, every value), with
  * hop-by-hop ones removed, and those `drop` says no to.
  */
-export function endToEndHeaders(headers: Readonly<Record<string, string[] | undefined>>, drop?: (name: string) => boolean): Record<string, string[]> {
+export function endToEndHeaders(
+  headers: Readonly<Record<string, string[] | undefined>>,
+  drop?: (name: string) => boolean,
+): Record<string, string[]> {
   // Most messages name no header in Connection but itself (keep-alive, close): no set to build then.
   let named: Set<string> | null = null;
   for (const v of headers['connection'] ?? []) {
@@ -53,7 +66,12 @@ const BEARER_PROTOCOL = /^base64url\.bearer\.authorization\.k8s\.io\./i;
 
 /** `Sec-WebSocket-Protocol` values less any bearer-token entry; null when nothing else is left. */
 export function withoutBearerProtocols(values: readonly string[]): string[] | null {
-  const kept = values.flatMap((v) => v.split(',').map((p) => p.trim()).filter((p) => p !== '' && !BEARER_PROTOCOL.test(p)));
+  const kept = values.flatMap((v) =>
+    v
+      .split(',')
+      .map((p) => p.trim())
+      .filter((p) => p !== '' && !BEARER_PROTOCOL.test(p)),
+  );
   return kept.length > 0 ? [kept.join(', ')] : null;
 }
 
@@ -72,8 +90,16 @@ export const GATEWAY_AGENT_MAX_HEAD_BYTES = 64 * 1024;
  * hand-off headers. The hub sends the result on with its own identity; the agent, with its own credentials.
  */
 export function gatewayForwardedHeaders(headers: Readonly<Record<string, string[] | undefined>>): Record<string, string | string[]> {
-  const out: Record<string, string | string[]> = endToEndHeaders(headers, (name) =>
-    name === 'authorization' || name === 'host' || name === IDENTITY_HEADER || name === IDENTITY_SIGNER_HEADER || isImpersonationHeader(name) || isCredentialHeader(name));
+  const out: Record<string, string | string[]> = endToEndHeaders(
+    headers,
+    (name) =>
+      name === 'authorization' ||
+      name === 'host' ||
+      name === IDENTITY_HEADER ||
+      name === IDENTITY_SIGNER_HEADER ||
+      isImpersonationHeader(name) ||
+      isCredentialHeader(name),
+  );
   const protocols = headers['sec-websocket-protocol'];
   if (protocols) {
     const kept = withoutBearerProtocols(protocols);

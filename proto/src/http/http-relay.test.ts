@@ -19,7 +19,14 @@ function collector(highWaterMark = 16): { sink: Writable; chunks: Buffer[]; rele
       else cb();
     },
   });
-  return { sink, chunks, release: () => { holding = false; held?.(); } };
+  return {
+    sink,
+    chunks,
+    release: () => {
+      holding = false;
+      held?.();
+    },
+  };
 }
 
 describe('relay', () => {
@@ -96,37 +103,43 @@ describe('relayResponse', () => {
   it('sends the head at once when no body byte follows (a watch), and the body when it comes', async () => {
     let sendBody: () => void = () => {};
     const upstream = new PassThrough();
-    await withServer((_req, res) => {
-      res.writeHead(200, { 'content-type': 'text/plain' });
-      relayResponse(upstream, res, () => {});
-      sendBody = () => upstream.end('event\n');
-    }, async (port) => {
-      const res = await get(port);
-      expect(res.statusCode).toBe(200);
-      sendBody();
-      let body = '';
-      for await (const chunk of res) body += String(chunk);
-      expect(body).toBe('event\n');
-    });
+    await withServer(
+      (_req, res) => {
+        res.writeHead(200, { 'content-type': 'text/plain' });
+        relayResponse(upstream, res, () => {});
+        sendBody = () => upstream.end('event\n');
+      },
+      async (port) => {
+        const res = await get(port);
+        expect(res.statusCode).toBe(200);
+        sendBody();
+        let body = '';
+        for await (const chunk of res) body += String(chunk);
+        expect(body).toBe('event\n');
+      },
+    );
   });
 
   it('a source cut mid-body leaves the caller a broken response, not a clean end', async () => {
     const upstream = new PassThrough();
-    await withServer((_req, res) => {
-      res.writeHead(200, { 'content-length': '100' });
-      relayResponse(upstream, res, () => {});
-      upstream.write('x'.repeat(10));
-      setImmediate(() => upstream.destroy());
-    }, async (port) => {
-      const res = await get(port);
-      const failed = await new Promise<boolean>((resolve) => {
-        res.resume();
-        res.once('end', () => resolve(false));
-        res.once('error', () => resolve(true));
-        res.once('aborted', () => resolve(true));
-      });
-      expect(failed).toBe(true);
-    });
+    await withServer(
+      (_req, res) => {
+        res.writeHead(200, { 'content-length': '100' });
+        relayResponse(upstream, res, () => {});
+        upstream.write('x'.repeat(10));
+        setImmediate(() => upstream.destroy());
+      },
+      async (port) => {
+        const res = await get(port);
+        const failed = await new Promise<boolean>((resolve) => {
+          res.resume();
+          res.once('end', () => resolve(false));
+          res.once('error', () => resolve(true));
+          res.once('aborted', () => resolve(true));
+        });
+        expect(failed).toBe(true);
+      },
+    );
   });
 });
 
@@ -142,7 +155,14 @@ describe('hasNoBody', () => {
 
 describe('endToEndHeaders', () => {
   it('drops hop-by-hop headers and those Connection names, keeps the rest', () => {
-    const out = endToEndHeaders({ connection: ['keep-alive, X-Secret'], 'x-secret': ['1'], 'keep-alive': ['timeout=5'], 'transfer-encoding': ['chunked'], 'content-type': ['a'], accept: ['b', 'c'] });
+    const out = endToEndHeaders({
+      connection: ['keep-alive, X-Secret'],
+      'x-secret': ['1'],
+      'keep-alive': ['timeout=5'],
+      'transfer-encoding': ['chunked'],
+      'content-type': ['a'],
+      accept: ['b', 'c'],
+    });
     expect(out).toEqual({ 'content-type': ['a'], accept: ['b', 'c'] });
     expect(endToEndHeaders({ accept: ['x'], authorization: ['y'] }, (n) => n === 'authorization')).toEqual({ accept: ['x'] });
   });

@@ -10,10 +10,13 @@ function rig(): { caller: Duplex; callee: Duplex; a: Duplex; b: Duplex } {
   return { caller, callee, a, b };
 }
 
-const readAll = (s: Duplex): Promise<string> => new Promise((resolve) => {
-  let text = '';
-  s.setEncoding('utf8').on('data', (d: string) => (text += d)).once('end', () => resolve(text));
-});
+const readAll = (s: Duplex): Promise<string> =>
+  new Promise((resolve) => {
+    let text = '';
+    s.setEncoding('utf8')
+      .on('data', (d: string) => (text += d))
+      .once('end', () => resolve(text));
+  });
 
 describe('splice', () => {
   it('moves bytes both ways, counts them, and half-closes each direction on its own', async () => {
@@ -74,7 +77,8 @@ describe('splice', () => {
 
 describe('responseHead', () => {
   it('writes the status line and the raw headers as they came', () => {
-    expect(responseHead(101, 'Switching Protocols', ['Upgrade', 'websocket', 'Connection', 'Upgrade']).toString())
-      .toBe('HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n');
+    expect(responseHead(101, 'Switching Protocols', ['Upgrade', 'websocket', 'Connection', 'Upgrade']).toString()).toBe(
+      'HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n',
+    );
   });
 });

@@ -111,7 +111,16 @@ export function passedBackHead(res: IncomingMessage): Buffer {
 /** A whole one-line text answer for a raw socket (a refusal where node:http no longer writes); the connection closes after it. */
 export function textAnswer(status: number, message: string, headers: Readonly<Record<string, string>> = {}): Buffer {
   const body = `${message.replace(/\s+/g, ' ').trim()}\n`;
-  const raw = ['Content-Type', 'text/plain; charset=utf-8', 'Content-Length', String(Buffer.byteLength(body)), 'X-Content-Type-Options', 'nosniff',
-    ...Object.entries(headers).flat(), 'Connection', 'close'];
+  const raw = [
+    'Content-Type',
+    'text/plain; charset=utf-8',
+    'Content-Length',
+    String(Buffer.byteLength(body)),
+    'X-Content-Type-Options',
+    'nosniff',
+    ...Object.entries(headers).flat(),
+    'Connection',
+    'close',
+  ];
   return Buffer.concat([responseHead(status, http.STATUS_CODES[status] ?? 'Error', raw), Buffer.from(body)]);
 }

@@ -35,10 +35,14 @@ export function identityProblem(id: ImpersonatedNames): string | null {
     const p = nameProblem(name);
     return p ? `${what} ${quoteName(name)} ${p}` : null;
   };
-  const found = check('the user', id.user)
-    ?? firstOf(id.groups, (g) => check('the group', g))
-    ?? (id.uid !== undefined ? check('the uid', id.uid) : null)
-    ?? firstOf(Object.entries(id.extra ?? {}), ([k, vs]) => check('the extra key', k) ?? firstOf(vs, (v) => check(`the extra ${quoteName(k)} value`, v)));
+  const found =
+    check('the user', id.user) ??
+    firstOf(id.groups, (g) => check('the group', g)) ??
+    (id.uid !== undefined ? check('the uid', id.uid) : null) ??
+    firstOf(
+      Object.entries(id.extra ?? {}),
+      ([k, vs]) => check('the extra key', k) ?? firstOf(vs, (v) => check(`the extra ${quoteName(k)} value`, v)),
+    );
   return found;
 }
 

@@ -50,13 +50,25 @@ describe('FramedPacketStream', () => {
     await once(sa, 'hello');
     const got: Packet[] = [];
     sb.on('data', (p: Packet) => got.push(p));
-    const sent = [packets.dialRequest('c1:443', 7n), packets.data(3, Buffer.alloc(300_000, 9)), packets.credit(3, 1024), packets.closeRequest(3)];
+    const sent = [
+      packets.dialRequest('c1:443', 7n),
+      packets.data(3, Buffer.alloc(300_000, 9)),
+      packets.credit(3, 1024),
+      packets.closeRequest(3),
+    ];
     for (const p of sent) sa.write(p);
-    await new Promise<void>((r) => { const t = setInterval(() => { if (got.length === sent.length) { clearInterval(t); r(); } }, 5); });
+    await new Promise<void>((r) => {
+      const t = setInterval(() => {
+        if (got.length === sent.length) {
+          clearInterval(t);
+          r();
+        }
+      }, 5);
+    });
     expect(got).toEqual(sent);
   });
 
-  it('packets right behind the hello wait for the first \'data\' listener, attached ticks later (a dial sent to a newly connected agent)', async () => {
+  it("packets right behind the hello wait for the first 'data' listener, attached ticks later (a dial sent to a newly connected agent)", async () => {
     const { a, b } = await pair();
     const sb = new FramedPacketStream(b, 1 << 20);
     const dial = packets.dialRequest('c1:443', 7n);
@@ -102,7 +114,7 @@ describe('FramedPacketStream', () => {
     expect(Buffer.concat(parts)).toEqual(encodePacket(packets.data(9, payload)));
   });
 
-  it('hands DATA payloads to onDataViews as views of the chunks they arrived in, in order; other packets still go to \'data\'', async () => {
+  it("hands DATA payloads to onDataViews as views of the chunks they arrived in, in order; other packets still go to 'data'", async () => {
     const { a, b } = await pair();
     const sa = new FramedPacketStream(a, 1 << 20);
     const received: Buffer[] = [];
@@ -118,9 +130,19 @@ describe('FramedPacketStream', () => {
     sa.write(packets.data(3, big));
     sa.write(packets.credit(3, 1024));
     sa.writeData(4, [Buffer.from('one '), Buffer.from('payload')], 11);
-    await new Promise<void>((r) => { const t = setInterval(() => { if (views.length === 2 && got.length === 1) { clearInterval(t); r(); } }, 5); });
+    await new Promise<void>((r) => {
+      const t = setInterval(() => {
+        if (views.length === 2 && got.length === 1) {
+          clearInterval(t);
+          r();
+        }
+      }, 5);
+    });
     expect(got).toEqual([packets.credit(3, 1024)]);
-    expect(views.map((v) => [v.connectID, v.length])).toEqual([[3, big.length], [4, 11]]);
+    expect(views.map((v) => [v.connectID, v.length])).toEqual([
+      [3, big.length],
+      [4, 11],
+    ]);
     expect(Buffer.concat(views[0]!.chunks).equals(big)).toBe(true);
     expect(views[0]!.chunks.length).toBeGreaterThan(1); // 600 kB do not arrive in one read
     const backing = new Set(received.map((c) => c.buffer));
@@ -139,7 +161,14 @@ describe('FramedPacketStream', () => {
     sb.onDataViews(null);
     sa.sendHello({});
     sa.writeData(9, [Buffer.from('ab'), Buffer.from('cd')], 4);
-    await new Promise<void>((r) => { const t = setInterval(() => { if (got.length === 1) { clearInterval(t); r(); } }, 5); });
+    await new Promise<void>((r) => {
+      const t = setInterval(() => {
+        if (got.length === 1) {
+          clearInterval(t);
+          r();
+        }
+      }, 5);
+    });
     expect(got).toEqual([packets.data(9, Buffer.from('abcd'))]);
     expect(views).toEqual([]);
   });
@@ -150,7 +179,10 @@ describe('FramedPacketStream', () => {
     const views: Buffer[] = [];
     sb.on('data', () => {});
     sb.onDataViews((_id, chunks) => views.push(Buffer.concat(chunks)));
-    const bytes = Buffer.concat([frame(0, Buffer.from('{}')), frame(1, Buffer.concat(encodePacketParts(packets.data(5, Buffer.from('split me please')))))]);
+    const bytes = Buffer.concat([
+      frame(0, Buffer.from('{}')),
+      frame(1, Buffer.concat(encodePacketParts(packets.data(5, Buffer.from('split me please'))))),
+    ]);
     for (const byte of bytes) {
       a.write(Buffer.from([byte]));
       await new Promise((r) => setImmediate(r));
@@ -164,12 +196,25 @@ describe('FramedPacketStream', () => {
   });
 
   it.each([
-    ['a frame over the size limit', (): Buffer => { const h = Buffer.alloc(5); h.writeUInt32BE(2_000_000, 0); h[4] = 1; return Buffer.concat([frame(0, Buffer.from('{}')), h]); }, /exceeds/],
+    [
+      'a frame over the size limit',
+      (): Buffer => {
+        const h = Buffer.alloc(5);
+        h.writeUInt32BE(2_000_000, 0);
+        h[4] = 1;
+        return Buffer.concat([frame(0, Buffer.from('{}')), h]);
+      },
+      /exceeds/,
+    ],
     ['a first frame that is not a hello', (): Buffer => frame(1, encodePacket(packets.drain())), /not a hello/],
     ['a hello that is not JSON', (): Buffer => frame(0, Buffer.from('{nope')), /not JSON/],
     ['a hello with a non-string value', (): Buffer => frame(0, Buffer.from('{"a":[1]}')), /string arrays/],
     ['an unknown frame kind', (): Buffer => Buffer.concat([frame(0, Buffer.from('{}')), frame(9, Buffer.from('x'))]), /unknown frame kind/],
-    ['a malformed packet', (): Buffer => Buffer.concat([frame(0, Buffer.from('{}')), frame(1, Buffer.from([0x08, 0x80]))]), /malformed packet/],
+    [
+      'a malformed packet',
+      (): Buffer => Buffer.concat([frame(0, Buffer.from('{}')), frame(1, Buffer.from([0x08, 0x80]))]),
+      /malformed packet/,
+    ],
     ['an empty frame', (): Buffer => Buffer.concat([frame(0, Buffer.from('{}')), Buffer.alloc(4)]), /empty frame/],
   ])('fails the stream (only) on %s', async (_name, bytes, message) => {
     const { a, b } = await pair();

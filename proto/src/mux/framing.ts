@@ -64,7 +64,10 @@ export class FramedPacketStream extends EventEmitter {
   private lastReceived = Date.now();
   private dataViews: DataViewHandler | null = null;
 
-  constructor(readonly socket: Duplex, private readonly maxFrameBytes: number) {
+  constructor(
+    readonly socket: Duplex,
+    private readonly maxFrameBytes: number,
+  ) {
     super();
     socket.on('data', this.onData);
     socket.on('end', () => this.emit('end'));
@@ -245,7 +248,14 @@ export class FramedPacketStream extends EventEmitter {
         return;
       }
       const kind = this.received.take(1)[0]!;
-      if (kind === KIND_PACKET && this.dataViews && this.state === 'open' && this.listenerCount('data') > 0 && this.emitDataViews(this.dataViews, length - 1)) continue;
+      if (
+        kind === KIND_PACKET &&
+        this.dataViews &&
+        this.state === 'open' &&
+        this.listenerCount('data') > 0 &&
+        this.emitDataViews(this.dataViews, length - 1)
+      )
+        continue;
       const body = this.received.take(length - 1);
       if (this.state === 'hello') {
         if (kind !== KIND_HELLO) {

@@ -29,7 +29,14 @@ export class MuxUnsupportedError extends Error {
 /** Why a server refused a mux hello: a gRPC status name, as the gRPC transport would report it. */
 export type MuxRefusalCode = 'UNAVAILABLE' | 'UNAUTHENTICATED' | 'INVALID_ARGUMENT' | 'PERMISSION_DENIED' | 'ALREADY_EXISTS' | 'UNKNOWN';
 
-const REFUSAL_CODES: ReadonlySet<string> = new Set<MuxRefusalCode>(['UNAVAILABLE', 'UNAUTHENTICATED', 'INVALID_ARGUMENT', 'PERMISSION_DENIED', 'ALREADY_EXISTS', 'UNKNOWN']);
+const REFUSAL_CODES: ReadonlySet<string> = new Set<MuxRefusalCode>([
+  'UNAVAILABLE',
+  'UNAUTHENTICATED',
+  'INVALID_ARGUMENT',
+  'PERMISSION_DENIED',
+  'ALREADY_EXISTS',
+  'UNKNOWN',
+]);
 
 /** Hello keys of a refusal: `error` holds the text, `code` the MuxRefusalCode. */
 export const HELLO_ERROR = 'error';
@@ -43,7 +50,10 @@ export function refusalHello(code: MuxRefusalCode, message: string): Hello {
 /** The server answered the hello with a refusal. The message reads `CODE: text`. */
 export class MuxRefusedError extends Error {
   override name = 'MuxRefusedError';
-  constructor(readonly code: MuxRefusalCode, readonly details: string) {
+  constructor(
+    readonly code: MuxRefusalCode,
+    readonly details: string,
+  ) {
     super(`${code}: ${details}`);
   }
 }
@@ -81,8 +91,10 @@ export function connectMux(opts: MuxConnectOptions): Promise<{ stream: FramedPac
       reject(err);
     };
     const onAbort = (): void => fail(new Error('cancelled'));
-    const onError = (err: NodeJS.ErrnoException): void => fail(new Error(err.code && !err.message.includes(err.code) ? `${err.message} (${err.code})` : err.message));
-    const onClose = (): void => fail(new Error(`${opts.address} closed the connection during the handshake (is our client certificate accepted?)`));
+    const onError = (err: NodeJS.ErrnoException): void =>
+      fail(new Error(err.code && !err.message.includes(err.code) ? `${err.message} (${err.code})` : err.message));
+    const onClose = (): void =>
+      fail(new Error(`${opts.address} closed the connection during the handshake (is our client certificate accepted?)`));
     const timer = setTimeout(() => fail(new Error(`no hello from ${opts.address} within ${opts.timeoutMs} ms`)), opts.timeoutMs);
     opts.signal?.addEventListener('abort', onAbort, { once: true });
     socket.once('error', onError);

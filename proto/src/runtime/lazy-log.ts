@@ -9,7 +9,10 @@ export interface ChildFactory<L> {
 export class LazyLog<L extends ChildFactory<L>> {
   private made: L | null = null;
 
-  constructor(private readonly parent: L, private bindings: Record<string, unknown>) {}
+  constructor(
+    private readonly parent: L,
+    private bindings: Record<string, unknown>,
+  ) {}
 
   /** The child logger with every binding so far. */
   get log(): L {

@@ -50,7 +50,10 @@ export function netDevTotals(): { receive: number; transmit: number } {
   for (const line of text.split('\n').slice(2)) {
     const colon = line.indexOf(':');
     if (colon < 0) continue;
-    const f = line.slice(colon + 1).trim().split(/\s+/);
+    const f = line
+      .slice(colon + 1)
+      .trim()
+      .split(/\s+/);
     receive += Number(f[0] ?? 0);
     transmit += Number(f[8] ?? 0);
   }

@@ -8,13 +8,17 @@ describe('Prometheus text exposition', () => {
     const r = new Registry();
     const plain = r.register(new Counter('a_total', 'plain'));
     const labelled = r.register(new Counter('b_total', 'with "labels"\nand a newline', ['segment', 'type'] as const));
-    expect(r.text()).toBe('# HELP a_total plain\n# TYPE a_total counter\na_total 0\n# HELP b_total with "labels"\\nand a newline\n# TYPE b_total counter\n');
+    expect(r.text()).toBe(
+      '# HELP a_total plain\n# TYPE a_total counter\na_total 0\n# HELP b_total with "labels"\\nand a newline\n# TYPE b_total counter\n',
+    );
     plain.inc();
     plain.inc(2.5);
     labelled.inc({ type: 'DATA', segment: 'to_agent' });
     labelled.inc({ segment: 'to_agent', type: 'DATA' }, 3);
     labelled.inc({ segment: 'x"y\\z', type: 'CLOSE' });
-    expect(r.text().split('\n')).toEqual(expect.arrayContaining(['a_total 3.5', 'b_total{segment="to_agent",type="DATA"} 4', 'b_total{segment="x\\"y\\\\z",type="CLOSE"} 1']));
+    expect(r.text().split('\n')).toEqual(
+      expect.arrayContaining(['a_total 3.5', 'b_total{segment="to_agent",type="DATA"} 4', 'b_total{segment="x\\"y\\\\z",type="CLOSE"} 1']),
+    );
     expect(() => plain.inc(-1)).toThrow(/only goes up/);
     expect(() => r.register(new Counter('a_total', 'again'))).toThrow(/twice/);
   });
@@ -40,11 +44,21 @@ describe('Prometheus text exposition', () => {
     h.observe(0.5);
     h.observe(3);
     v = 7;
-    expect(r.text()).toBe([
-      '# HELP g gauge', '# TYPE g gauge', 'g 7',
-      '# HELP h_seconds latency', '# TYPE h_seconds histogram',
-      'h_seconds_bucket{le="0.1"} 1', 'h_seconds_bucket{le="1"} 2', 'h_seconds_bucket{le="+Inf"} 3', 'h_seconds_sum 3.55', 'h_seconds_count 3', '',
-    ].join('\n'));
+    expect(r.text()).toBe(
+      [
+        '# HELP g gauge',
+        '# TYPE g gauge',
+        'g 7',
+        '# HELP h_seconds latency',
+        '# TYPE h_seconds histogram',
+        'h_seconds_bucket{le="0.1"} 1',
+        'h_seconds_bucket{le="1"} 2',
+        'h_seconds_bucket{le="+Inf"} 3',
+        'h_seconds_sum 3.55',
+        'h_seconds_count 3',
+        '',
+      ].join('\n'),
+    );
   });
 
   it('process metrics: CPU counters, resident memory, open fds, start time', () => {
@@ -55,7 +69,9 @@ describe('Prometheus text exposition', () => {
     const rss = Number(/^process_resident_memory_bytes (\d+)$/m.exec(text)?.[1]);
     expect(rss).toBeGreaterThan(10 * 1024 * 1024);
     expect(Number(/^process_open_fds (\d+)$/m.exec(text)?.[1])).toBeGreaterThan(2);
-    expect(Math.abs(Number(/^process_start_time_seconds (\d+)$/m.exec(text)?.[1]) - (Date.now() / 1000 - process.uptime()))).toBeLessThan(2);
+    expect(Math.abs(Number(/^process_start_time_seconds (\d+)$/m.exec(text)?.[1]) - (Date.now() / 1000 - process.uptime()))).toBeLessThan(
+      2,
+    );
   });
 
   it('a labelled histogram has a series per label set, none before the first observation', () => {
@@ -64,10 +80,15 @@ describe('Prometheus text exposition', () => {
     expect(r.text()).toBe('# HELP l_seconds lists\n# TYPE l_seconds histogram\n');
     h.observeWith({ http_response_code: '200' }, 0.5);
     h.observeWith({ http_response_code: '404' }, 2);
-    expect(r.text().split('\n')).toEqual(expect.arrayContaining([
-      'l_seconds_bucket{http_response_code="200",le="1"} 1', 'l_seconds_bucket{http_response_code="200",le="+Inf"} 1', 'l_seconds_count{http_response_code="200"} 1',
-      'l_seconds_bucket{http_response_code="404",le="1"} 0', 'l_seconds_sum{http_response_code="404"} 2',
-    ]));
+    expect(r.text().split('\n')).toEqual(
+      expect.arrayContaining([
+        'l_seconds_bucket{http_response_code="200",le="1"} 1',
+        'l_seconds_bucket{http_response_code="200",le="+Inf"} 1',
+        'l_seconds_count{http_response_code="200"} 1',
+        'l_seconds_bucket{http_response_code="404",le="1"} 0',
+        'l_seconds_sum{http_response_code="404"} 2',
+      ]),
+    );
     expect(() => h.observe(1)).toThrow(/observeWith/);
   });
 
@@ -85,7 +106,9 @@ describe('Prometheus text exposition', () => {
     // A connection to ourselves whose receiving side never reads: its bytes wait in the kernel, ours.
     const accepted: net.Socket[] = [];
     // pauseOnConnect: the accepted socket never starts reading (a paused one still fills Node's buffer).
-    const server = net.createServer({ pauseOnConnect: true }, (s) => { accepted.push(s); });
+    const server = net.createServer({ pauseOnConnect: true }, (s) => {
+      accepted.push(s);
+    });
     await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
     const client = net.connect((server.address() as net.AddressInfo).port, '127.0.0.1');
     try {

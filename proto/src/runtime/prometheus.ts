@@ -42,7 +42,11 @@ function header(name: string, help: string, type: string): string[] {
 export class Counter<L extends string = never> implements Metric {
   private readonly series = new Map<string, { labels: Labels; value: number }>();
 
-  constructor(readonly name: string, private readonly help: string, private readonly labelNames: readonly L[] = []) {
+  constructor(
+    readonly name: string,
+    private readonly help: string,
+    private readonly labelNames: readonly L[] = [],
+  ) {
     if (labelNames.length === 0) this.series.set('', { labels: {}, value: 0 });
     this.plainKey = labelNames.length === 0 ? { key: '', ordered: {} } : null;
   }
@@ -51,7 +55,7 @@ export class Counter<L extends string = never> implements Metric {
   private readonly plainKey: { key: string; ordered: Labels } | null;
 
   inc(labels?: Record<L, string> | number, value?: number): void {
-    const by = typeof labels === 'number' ? labels : value ?? 1;
+    const by = typeof labels === 'number' ? labels : (value ?? 1);
     if (this.plainKey && typeof labels !== 'object') return this.add(this.plainKey, by);
     this.add(this.keyOf(typeof labels === 'object' ? labels : ({} as Record<L, string>)), by);
   }
@@ -80,13 +84,21 @@ export class Counter<L extends string = never> implements Metric {
   }
 
   lines(): string[] {
-    return [...header(this.name, this.help, 'counter'), ...[...this.series.values()].map((s) => `${this.name}${labelText(s.labels)} ${num(s.value)}`)];
+    return [
+      ...header(this.name, this.help, 'counter'),
+      ...[...this.series.values()].map((s) => `${this.name}${labelText(s.labels)} ${num(s.value)}`),
+    ];
   }
 }
 
 /** A value read when scraped (a gauge; or a counter kept elsewhere, such as CPU seconds). */
 export class Gauge implements Metric {
-  constructor(readonly name: string, private readonly help: string, private readonly read: () => number, private readonly type: 'gauge' | 'counter' = 'gauge') {}
+  constructor(
+    readonly name: string,
+    private readonly help: string,
+    private readonly read: () => number,
+    private readonly type: 'gauge' | 'counter' = 'gauge',
+  ) {}
 
   lines(): string[] {
     return [...header(this.name, this.help, this.type), `${this.name} ${num(this.read())}`];
@@ -108,7 +120,12 @@ export class Histogram<L extends string = never> implements Metric {
   private readonly series = new Map<string, HistogramSeries>();
   private readonly plain: HistogramSeries | null = null;
 
-  constructor(readonly name: string, private readonly help: string, private readonly buckets: readonly number[], private readonly labelNames: readonly L[] = []) {
+  constructor(
+    readonly name: string,
+    private readonly help: string,
+    private readonly buckets: readonly number[],
+    private readonly labelNames: readonly L[] = [],
+  ) {
     if (labelNames.length === 0) this.series.set('', (this.plain = this.newSeries({})));
   }
 
@@ -146,7 +163,11 @@ export class Histogram<L extends string = never> implements Metric {
         return inner.length ? `{${inner.join(',')}}` : '';
       };
       this.buckets.forEach((b, i) => out.push(`${this.name}_bucket${with_(`le="${num(b)}"`)} ${s.counts[i]}`));
-      out.push(`${this.name}_bucket${with_('le="+Inf"')} ${s.count}`, `${this.name}_sum${with_('')} ${num(s.sum)}`, `${this.name}_count${with_('')} ${s.count}`);
+      out.push(
+        `${this.name}_bucket${with_('le="+Inf"')} ${s.count}`,
+        `${this.name}_sum${with_('')} ${num(s.sum)}`,
+        `${this.name}_count${with_('')} ${s.count}`,
+      );
     }
     return out;
   }
@@ -160,7 +181,12 @@ export class RefreshedGauge implements Metric {
   private value = NaN;
   private readAt = -Infinity;
 
-  constructor(readonly name: string, private readonly help: string, private readonly read: () => Promise<number>, private readonly minIntervalMs = 0) {}
+  constructor(
+    readonly name: string,
+    private readonly help: string,
+    private readonly read: () => Promise<number>,
+    private readonly minIntervalMs = 0,
+  ) {}
 
   async refresh(): Promise<void> {
     const now = performance.now();
@@ -215,19 +241,48 @@ export function processMetrics(): Metric[] {
   return [
     new Gauge('process_cpu_user_seconds_total', 'Total user CPU time spent in seconds.', () => cpu().user / 1e6, 'counter'),
     new Gauge('process_cpu_system_seconds_total', 'Total system CPU time spent in seconds.', () => cpu().system / 1e6, 'counter'),
-    new Gauge('process_cpu_seconds_total', 'Total user and system CPU time spent in seconds.', () => { const c = cpu(); return (c.user + c.system) / 1e6; }, 'counter'),
+    new Gauge(
+      'process_cpu_seconds_total',
+      'Total user and system CPU time spent in seconds.',
+      () => {
+        const c = cpu();
+        return (c.user + c.system) / 1e6;
+      },
+      'counter',
+    ),
     new Gauge('process_start_time_seconds', 'Start time of the process since unix epoch in seconds.', () => startSeconds),
     new Gauge('process_resident_memory_bytes', 'Resident memory size in bytes.', () => process.memoryUsage.rss()),
     new Gauge('process_virtual_memory_bytes', 'Virtual memory size in bytes.', () => procStatusBytes(readProcStatus(), 'VmSize')),
-    new Gauge('process_virtual_memory_max_bytes', 'Maximum amount of virtual memory available in bytes.', () => procLimit('Max address space')),
+    new Gauge('process_virtual_memory_max_bytes', 'Maximum amount of virtual memory available in bytes.', () =>
+      procLimit('Max address space'),
+    ),
     new Gauge('process_open_fds', 'Number of open file descriptors.', openFds),
     new Gauge('process_max_fds', 'Maximum number of open file descriptors.', () => procLimit('Max open files')),
-    new Gauge('process_network_receive_bytes_total', 'Number of bytes received by the process over the network.', () => netDevTotals().receive, 'counter'),
-    new Gauge('process_network_transmit_bytes_total', 'Number of bytes sent by the process over the network.', () => netDevTotals().transmit, 'counter'),
+    new Gauge(
+      'process_network_receive_bytes_total',
+      'Number of bytes received by the process over the network.',
+      () => netDevTotals().receive,
+      'counter',
+    ),
+    new Gauge(
+      'process_network_transmit_bytes_total',
+      'Number of bytes sent by the process over the network.',
+      () => netDevTotals().transmit,
+      'counter',
+    ),
     // What a cgroup v2 memory limit charges for this process, which RSS does not tell: RSS counts the node
     // binary's file-backed pages (~50 MiB, shared, reclaimable) and not the kernel's socket buffers.
-    new Gauge('cluster_proxy_process_anon_memory_bytes', 'Anonymous resident memory of this process (RssAnon of /proc/self/status): the part of RSS a memory limit charges and cannot reclaim', () => procStatusBytes(readProcStatus(), 'RssAnon')),
-    new RefreshedGauge('cluster_proxy_process_socket_memory_bytes', 'Bytes this process\'s TCP sockets hold in the kernel (unsent or unacknowledged, and unread: tx_queue + rx_queue of /proc/self/net/tcp), read at most every 5 s; the kernel charges these, plus buffer overhead, to the pod', socketQueuedBytes, SOCKET_MEMORY_INTERVAL_MS),
+    new Gauge(
+      'cluster_proxy_process_anon_memory_bytes',
+      'Anonymous resident memory of this process (RssAnon of /proc/self/status): the part of RSS a memory limit charges and cannot reclaim',
+      () => procStatusBytes(readProcStatus(), 'RssAnon'),
+    ),
+    new RefreshedGauge(
+      'cluster_proxy_process_socket_memory_bytes',
+      "Bytes this process's TCP sockets hold in the kernel (unsent or unacknowledged, and unread: tx_queue + rx_queue of /proc/self/net/tcp), read at most every 5 s; the kernel charges these, plus buffer overhead, to the pod",
+      socketQueuedBytes,
+      SOCKET_MEMORY_INTERVAL_MS,
+    ),
     new Gauge('nodejs_heap_size_used_bytes', 'Process heap size used from Node.js in bytes.', () => process.memoryUsage().heapUsed),
     new Gauge('nodejs_heap_size_total_bytes', 'Process heap size from Node.js in bytes.', () => process.memoryUsage().heapTotal),
     new Gauge('nodejs_external_memory_bytes', 'Node.js external memory size in bytes.', () => process.memoryUsage().external),

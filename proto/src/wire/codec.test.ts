@@ -1,6 +1,14 @@
 import { describe, expect, it } from 'vitest';
 import * as protoLoader from '@grpc/proto-loader';
-import { decodeDataHeader, decodePacket, encodeDataHeader, encodePacket, encodePacketParts, MAX_DATA_HEADER_BYTES, PacketDecodeError } from './codec.js';
+import {
+  decodeDataHeader,
+  decodePacket,
+  encodeDataHeader,
+  encodePacket,
+  encodePacketParts,
+  MAX_DATA_HEADER_BYTES,
+  PacketDecodeError,
+} from './codec.js';
 import { PacketType, packets, type Packet } from './packet.js';
 import { PROTO_DIR } from '../index.js';
 import { AGENT_CONNECT_PATH, PROXY_PATH } from './services.js';
@@ -115,7 +123,10 @@ describe('DATA headers (a framed transport passes payloads on as the chunks they
     ['DATA with an error', encodePacket({ type: PacketType.DATA, data: { connectID: 3, error: 'boom', data: Buffer.from('x') } })],
     ['DATA with no payload', encodePacket(packets.data(3, Buffer.alloc(0)))],
     ['a truncated header', Buffer.from([0x08, 0x04, 0x22, 0x85])],
-    ['connectID out of range', Buffer.from([0x08, 0x04, 0x22, 0x0d, 0x08, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f, 0x1a, 0x01, 0x00])],
+    [
+      'connectID out of range',
+      Buffer.from([0x08, 0x04, 0x22, 0x0d, 0x08, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f, 0x1a, 0x01, 0x00]),
+    ],
   ])('leaves %s to decodePacket (null)', (_name, wire) => {
     expect(decodeDataHeader(wire, wire.length)).toBeNull();
   });

@@ -18,7 +18,11 @@ const EMPTY: Buffer = Buffer.alloc(0);
 
 class Reader {
   pos: number;
-  constructor(readonly buf: Buffer, start: number, readonly end: number) {
+  constructor(
+    readonly buf: Buffer,
+    start: number,
+    readonly end: number,
+  ) {
     this.pos = start;
   }
 
@@ -67,11 +71,20 @@ class Reader {
 
   skip(wire: number): void {
     switch (wire) {
-      case WIRE_VARINT: this.varint(); return;
-      case WIRE_I64: this.advance(8); return;
-      case WIRE_LEN: this.bytes(); return;
-      case WIRE_I32: this.advance(4); return;
-      default: throw new PacketDecodeError(`unsupported wire type ${wire}`);
+      case WIRE_VARINT:
+        this.varint();
+        return;
+      case WIRE_I64:
+        this.advance(8);
+        return;
+      case WIRE_LEN:
+        this.bytes();
+        return;
+      case WIRE_I32:
+        this.advance(4);
+        return;
+      default:
+        throw new PacketDecodeError(`unsupported wire type ${wire}`);
     }
   }
 
@@ -126,9 +139,21 @@ export function decodePacket(buf: Buffer): Packet {
     case PacketType.DIAL_REQ: {
       const m = { protocol: '', address: '', random: 0n };
       fields(own(2), (f, w, r) => {
-        if (f === 1) { expectWire(w, WIRE_LEN, 'DialRequest.protocol'); m.protocol = r.string(); return true; }
-        if (f === 2) { expectWire(w, WIRE_LEN, 'DialRequest.address'); m.address = r.string(); return true; }
-        if (f === 3) { expectWire(w, WIRE_VARINT, 'DialRequest.random'); m.random = r.varint(); return true; }
+        if (f === 1) {
+          expectWire(w, WIRE_LEN, 'DialRequest.protocol');
+          m.protocol = r.string();
+          return true;
+        }
+        if (f === 2) {
+          expectWire(w, WIRE_LEN, 'DialRequest.address');
+          m.address = r.string();
+          return true;
+        }
+        if (f === 3) {
+          expectWire(w, WIRE_VARINT, 'DialRequest.random');
+          m.random = r.varint();
+          return true;
+        }
         return false;
       });
       return { type, dialRequest: m };
@@ -136,10 +161,26 @@ export function decodePacket(buf: Buffer): Packet {
     case PacketType.DIAL_RSP: {
       const m = { error: '', connectID: 0, random: 0n, reason: '' };
       fields(own(3), (f, w, r) => {
-        if (f === 1) { expectWire(w, WIRE_LEN, 'DialResponse.error'); m.error = r.string(); return true; }
-        if (f === 2) { expectWire(w, WIRE_VARINT, 'DialResponse.connectID'); m.connectID = id(r.varint()); return true; }
-        if (f === 3) { expectWire(w, WIRE_VARINT, 'DialResponse.random'); m.random = r.varint(); return true; }
-        if (f === 100) { expectWire(w, WIRE_LEN, 'DialResponse.reason'); m.reason = r.string(); return true; }
+        if (f === 1) {
+          expectWire(w, WIRE_LEN, 'DialResponse.error');
+          m.error = r.string();
+          return true;
+        }
+        if (f === 2) {
+          expectWire(w, WIRE_VARINT, 'DialResponse.connectID');
+          m.connectID = id(r.varint());
+          return true;
+        }
+        if (f === 3) {
+          expectWire(w, WIRE_VARINT, 'DialResponse.random');
+          m.random = r.varint();
+          return true;
+        }
+        if (f === 100) {
+          expectWire(w, WIRE_LEN, 'DialResponse.reason');
+          m.reason = r.string();
+          return true;
+        }
         return false;
       });
       return { type, dialResponse: m };
@@ -148,7 +189,11 @@ export function decodePacket(buf: Buffer): Packet {
     case PacketType.HALF_CLOSE: {
       const m = { connectID: 0 };
       fields(own(type === PacketType.CLOSE_REQ ? 5 : 101), (f, w, r) => {
-        if (f === 1) { expectWire(w, WIRE_VARINT, 'connectID'); m.connectID = id(r.varint()); return true; }
+        if (f === 1) {
+          expectWire(w, WIRE_VARINT, 'connectID');
+          m.connectID = id(r.varint());
+          return true;
+        }
         return false;
       });
       return type === PacketType.CLOSE_REQ ? { type, closeRequest: m } : { type, halfClose: m };
@@ -156,18 +201,38 @@ export function decodePacket(buf: Buffer): Packet {
     case PacketType.CLOSE_RSP: {
       const m = { error: '', connectID: 0 };
       fields(own(6), (f, w, r) => {
-        if (f === 1) { expectWire(w, WIRE_LEN, 'CloseResponse.error'); m.error = r.string(); return true; }
-        if (f === 2) { expectWire(w, WIRE_VARINT, 'CloseResponse.connectID'); m.connectID = id(r.varint()); return true; }
+        if (f === 1) {
+          expectWire(w, WIRE_LEN, 'CloseResponse.error');
+          m.error = r.string();
+          return true;
+        }
+        if (f === 2) {
+          expectWire(w, WIRE_VARINT, 'CloseResponse.connectID');
+          m.connectID = id(r.varint());
+          return true;
+        }
         return false;
       });
       return { type, closeResponse: m };
     }
     case PacketType.DATA: {
-      const m: { connectID: number; error: string; data: Buffer } = { connectID: 0, error: "", data: EMPTY };
+      const m: { connectID: number; error: string; data: Buffer } = { connectID: 0, error: '', data: EMPTY };
       fields(own(4), (f, w, r) => {
-        if (f === 1) { expectWire(w, WIRE_VARINT, 'Data.connectID'); m.connectID = id(r.varint()); return true; }
-        if (f === 2) { expectWire(w, WIRE_LEN, 'Data.error'); m.error = r.string(); return true; }
-        if (f === 3) { expectWire(w, WIRE_LEN, 'Data.data'); m.data = r.bytes(); return true; }
+        if (f === 1) {
+          expectWire(w, WIRE_VARINT, 'Data.connectID');
+          m.connectID = id(r.varint());
+          return true;
+        }
+        if (f === 2) {
+          expectWire(w, WIRE_LEN, 'Data.error');
+          m.error = r.string();
+          return true;
+        }
+        if (f === 3) {
+          expectWire(w, WIRE_LEN, 'Data.data');
+          m.data = r.bytes();
+          return true;
+        }
         return false;
       });
       return { type, data: m };
@@ -175,7 +240,11 @@ export function decodePacket(buf: Buffer): Packet {
     case PacketType.DIAL_CLS: {
       const m = { random: 0n };
       fields(own(7), (f, w, r) => {
-        if (f === 1) { expectWire(w, WIRE_VARINT, 'CloseDial.random'); m.random = r.varint(); return true; }
+        if (f === 1) {
+          expectWire(w, WIRE_VARINT, 'CloseDial.random');
+          m.random = r.varint();
+          return true;
+        }
         return false;
       });
       return { type, closeDial: m };
@@ -185,8 +254,16 @@ export function decodePacket(buf: Buffer): Packet {
     case PacketType.CREDIT: {
       const m = { connectID: 0, bytes: 0 };
       fields(own(100), (f, w, r) => {
-        if (f === 1) { expectWire(w, WIRE_VARINT, 'Credit.connectID'); m.connectID = id(r.varint()); return true; }
-        if (f === 2) { expectWire(w, WIRE_VARINT, 'Credit.bytes'); m.bytes = id(r.varint()); return true; }
+        if (f === 1) {
+          expectWire(w, WIRE_VARINT, 'Credit.connectID');
+          m.connectID = id(r.varint());
+          return true;
+        }
+        if (f === 2) {
+          expectWire(w, WIRE_VARINT, 'Credit.bytes');
+          m.bytes = id(r.varint());
+          return true;
+        }
         return false;
       });
       return { type, credit: m };
@@ -205,7 +282,11 @@ export interface DataHeader {
 
 /** A DATA packet's payload as the chunks it arrived in, not copied into one Buffer (ChunkQueue.takeDataViews). */
 export class DataViews {
-  constructor(readonly connectID: number, readonly chunks: readonly Buffer[], readonly length: number) {}
+  constructor(
+    readonly connectID: number,
+    readonly chunks: readonly Buffer[],
+    readonly length: number,
+  ) {}
 }
 
 /** Longest header encodePacketParts writes: type (2), Data's tag and length (1 + 5), connectID
@@ -219,7 +300,8 @@ export const MAX_DATA_HEADER_BYTES = 23;
  * arrived in instead of copying it into one Buffer.
  */
 export function decodeDataHeader(prefix: Buffer, length: number): DataHeader | null {
-  if (prefix.length < 4 || prefix[0] !== 1 * 8 + WIRE_VARINT || prefix[1] !== PacketType.DATA || prefix[2] !== 4 * 8 + WIRE_LEN) return null;
+  if (prefix.length < 4 || prefix[0] !== 1 * 8 + WIRE_VARINT || prefix[1] !== PacketType.DATA || prefix[2] !== 4 * 8 + WIRE_LEN)
+    return null;
   try {
     const r = new Reader(prefix, 3, prefix.length);
     const inner = r.smallVarint();
@@ -244,12 +326,18 @@ export function decodeDataHeader(prefix: Buffer, length: number): DataHeader | n
 function varintSize(v: bigint | number): number {
   if (typeof v === 'number' && v >= 0 && v < 2 ** 31) {
     let n = 1;
-    while (v >= 128) { v = Math.floor(v / 128); n++; }
+    while (v >= 128) {
+      v = Math.floor(v / 128);
+      n++;
+    }
     return n;
   }
   let u = BigInt.asUintN(64, BigInt(v));
   let n = 1;
-  while (u >= 128n) { u >>= 7n; n++; }
+  while (u >= 128n) {
+    u >>= 7n;
+    n++;
+  }
   return n;
 }
 
@@ -298,9 +386,20 @@ function fieldSize(f: Field): number {
 function payloadOf(p: Packet): { field: number; fields: Field[] } | null {
   switch (p.type) {
     case PacketType.DIAL_REQ:
-      return { field: 2, fields: [...strField(1, p.dialRequest.protocol), ...strField(2, p.dialRequest.address), ...intField(3, p.dialRequest.random)] };
+      return {
+        field: 2,
+        fields: [...strField(1, p.dialRequest.protocol), ...strField(2, p.dialRequest.address), ...intField(3, p.dialRequest.random)],
+      };
     case PacketType.DIAL_RSP:
-      return { field: 3, fields: [...strField(1, p.dialResponse.error), ...intField(2, p.dialResponse.connectID), ...intField(3, p.dialResponse.random), ...strField(100, p.dialResponse.reason)] };
+      return {
+        field: 3,
+        fields: [
+          ...strField(1, p.dialResponse.error),
+          ...intField(2, p.dialResponse.connectID),
+          ...intField(3, p.dialResponse.random),
+          ...strField(100, p.dialResponse.reason),
+        ],
+      };
     case PacketType.CLOSE_REQ:
       return { field: 5, fields: intField(1, p.closeRequest.connectID) };
     case PacketType.CLOSE_RSP:

@@ -1,6 +1,15 @@
 import { createHash } from 'node:crypto';
 import { describe, expect, it } from 'vitest';
-import { clusterHostNames, emptyIdentifiers, formatIdentifiers, joinHostPort, parseIdentifiers, serviceProxyHost, splitHostPort, type AgentIdentifiers } from './identifiers.js';
+import {
+  clusterHostNames,
+  emptyIdentifiers,
+  formatIdentifiers,
+  joinHostPort,
+  parseIdentifiers,
+  serviceProxyHost,
+  splitHostPort,
+  type AgentIdentifiers,
+} from './identifiers.js';
 
 describe('parseIdentifiers / formatIdentifiers', () => {
   it('round-trips every kind of identifier, including values that need URL escaping', () => {
@@ -43,9 +52,10 @@ describe('parseIdentifiers / formatIdentifiers', () => {
     expect(parseIdentifiers('host=API.Example.COM').host).toEqual(['api.example.com']);
   });
 
-  it('reads default-route like Go\'s strconv.ParseBool, first value only', () => {
+  it("reads default-route like Go's strconv.ParseBool, first value only", () => {
     for (const v of ['1', 't', 'T', 'true', 'TRUE', 'True']) expect(parseIdentifiers(`default-route=${v}`).defaultRoute, v).toBe(true);
-    for (const v of ['0', 'f', 'F', 'false', 'FALSE', 'False', '', 'yes', 'on', 'tRUE']) expect(parseIdentifiers(`default-route=${v}`).defaultRoute, v).toBe(false);
+    for (const v of ['0', 'f', 'F', 'false', 'FALSE', 'False', '', 'yes', 'on', 'tRUE'])
+      expect(parseIdentifiers(`default-route=${v}`).defaultRoute, v).toBe(false);
     expect(parseIdentifiers('default-route=false&default-route=true').defaultRoute).toBe(false);
     expect(parseIdentifiers('default-route=true&default-route=false').defaultRoute).toBe(true);
     expect(parseIdentifiers('host=a').defaultRoute).toBe(false);
@@ -53,7 +63,7 @@ describe('parseIdentifiers / formatIdentifiers', () => {
 });
 
 describe('OCM host names', () => {
-  it('matches OCM\'s documented service-proxy host for cluster1', () => {
+  it("matches OCM's documented service-proxy host for cluster1", () => {
     expect(serviceProxyHost('cluster1')).toBe('cluster-a140791d2b20a847f2c74c62c384f93fb83691d871e80385.open-cluster-management.proxy');
   });
 
@@ -88,7 +98,20 @@ describe('splitHostPort / joinHostPort', () => {
   });
 
   it('rejects a missing or malformed port', () => {
-    for (const bad of ['example.com', 'example.com:', '[::1]', '[::1]443', '[::1]:', '[::1', 'host:http', 'host:-1', 'host:+80', 'host:123456', 'host:4 3', '']) {
+    for (const bad of [
+      'example.com',
+      'example.com:',
+      '[::1]',
+      '[::1]443',
+      '[::1]:',
+      '[::1',
+      'host:http',
+      'host:-1',
+      'host:+80',
+      'host:123456',
+      'host:4 3',
+      '',
+    ]) {
       expect(splitHostPort(bad), bad).toBeNull();
     }
   });
@@ -108,6 +131,11 @@ describe('splitHostPort / joinHostPort', () => {
   it('joins IPv6 hosts with brackets, so the result splits back', () => {
     expect(joinHostPort('::1', 443)).toBe('[::1]:443');
     expect(joinHostPort('example.com', 80)).toBe('example.com:80');
-    for (const [h, p] of [['::1', 443], ['10.0.0.1', 22], ['c1', 6443]] as const) expect(splitHostPort(joinHostPort(h, p))).toEqual({ host: h, port: p });
+    for (const [h, p] of [
+      ['::1', 443],
+      ['10.0.0.1', 22],
+      ['c1', 6443],
+    ] as const)
+      expect(splitHostPort(joinHostPort(h, p))).toEqual({ host: h, port: p });
   });
 });

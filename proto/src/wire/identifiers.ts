@@ -21,16 +21,25 @@ export function parseIdentifiers(query: string): AgentIdentifiers {
   let sawDefaultRoute = false;
   for (const [key, value] of params) {
     switch (key) {
-      case 'host': ids.host.push(value.toLowerCase()); break;
-      case 'ipv4': ids.ipv4.push(value); break;
-      case 'ipv6': ids.ipv6.push(value); break;
-      case 'cidr': ids.cidr.push(value); break;
+      case 'host':
+        ids.host.push(value.toLowerCase());
+        break;
+      case 'ipv4':
+        ids.ipv4.push(value);
+        break;
+      case 'ipv6':
+        ids.ipv6.push(value);
+        break;
+      case 'cidr':
+        ids.cidr.push(value);
+        break;
       case 'default-route':
         // ANP reads only the first value, with Go's strconv.ParseBool.
         if (!sawDefaultRoute) ids.defaultRoute = ['1', 't', 'T', 'true', 'TRUE', 'True'].includes(value);
         sawDefaultRoute = true;
         break;
-      default: break;
+      default:
+        break;
     }
   }
   return ids;

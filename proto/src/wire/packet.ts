@@ -16,15 +16,40 @@ export enum PacketType {
   HALF_CLOSE = 101,
 }
 
-export interface DialRequest { protocol: string; address: string; random: bigint }
+export interface DialRequest {
+  protocol: string;
+  address: string;
+  random: bigint;
+}
 /** `reason` is our extension field (100); ANP peers leave it empty. */
-export interface DialResponse { error: string; connectID: number; random: bigint; reason: string }
-export interface CloseRequest { connectID: number }
-export interface CloseResponse { error: string; connectID: number }
-export interface CloseDial { random: bigint }
-export interface Data { connectID: number; error: string; data: Buffer }
-export interface Credit { connectID: number; bytes: number }
-export interface HalfClose { connectID: number }
+export interface DialResponse {
+  error: string;
+  connectID: number;
+  random: bigint;
+  reason: string;
+}
+export interface CloseRequest {
+  connectID: number;
+}
+export interface CloseResponse {
+  error: string;
+  connectID: number;
+}
+export interface CloseDial {
+  random: bigint;
+}
+export interface Data {
+  connectID: number;
+  error: string;
+  data: Buffer;
+}
+export interface Credit {
+  connectID: number;
+  bytes: number;
+}
+export interface HalfClose {
+  connectID: number;
+}
 
 export type Packet =
   | { type: PacketType.DIAL_REQ; dialRequest: DialRequest }
@@ -43,8 +68,14 @@ export function packetTypeName(type: number): string {
 
 // Constructors keep call sites short and the defaults in one place.
 export const packets = {
-  dialRequest: (address: string, random: bigint, protocol = 'tcp'): Packet => ({ type: PacketType.DIAL_REQ, dialRequest: { protocol, address, random } }),
-  dialResponse: (random: bigint, connectID: number, error = '', reason = ''): Packet => ({ type: PacketType.DIAL_RSP, dialResponse: { random, connectID, error, reason } }),
+  dialRequest: (address: string, random: bigint, protocol = 'tcp'): Packet => ({
+    type: PacketType.DIAL_REQ,
+    dialRequest: { protocol, address, random },
+  }),
+  dialResponse: (random: bigint, connectID: number, error = '', reason = ''): Packet => ({
+    type: PacketType.DIAL_RSP,
+    dialResponse: { random, connectID, error, reason },
+  }),
   closeRequest: (connectID: number): Packet => ({ type: PacketType.CLOSE_REQ, closeRequest: { connectID } }),
   closeResponse: (connectID: number, error = ''): Packet => ({ type: PacketType.CLOSE_RSP, closeResponse: { connectID, error } }),
   data: (connectID: number, data: Buffer): Packet => ({ type: PacketType.DATA, data: { connectID, error: '', data } }),

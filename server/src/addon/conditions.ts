@@ -38,9 +38,15 @@ export type ConditionSpec = Omit<Condition, 'lastTransitionTime'>;
 export function addonConditions(input: ClusterHealthInput): ConditionSpec[] {
   const a = available(input);
   // An agent that is gone cannot be degraded or fine: its last report describes the past.
-  const d: ConditionSpec = a.status === 'False'
-    ? { type: 'Degraded', status: 'Unknown', reason: 'AgentNotAvailable', message: 'the agent is not available; see the Available condition.' }
-    : degraded(input);
+  const d: ConditionSpec =
+    a.status === 'False'
+      ? {
+          type: 'Degraded',
+          status: 'Unknown',
+          reason: 'AgentNotAvailable',
+          message: 'the agent is not available; see the Available condition.',
+        }
+      : degraded(input);
   return [a, d, progressing(input)];
 }
 
@@ -49,22 +55,48 @@ function leaseFresh(lease: Lease, now: number, slackMs = 0): boolean {
 }
 
 function available(i: ClusterHealthInput): ConditionSpec {
-  const ok = { type: 'Available', status: 'True', reason: 'ManagedClusterAddOnLeaseUpdated', message: 'cluster-proxy add-on is available.' } as const;
+  const ok = {
+    type: 'Available',
+    status: 'True',
+    reason: 'ManagedClusterAddOnLeaseUpdated',
+    message: 'cluster-proxy add-on is available.',
+  } as const;
   if (i.mode === 'tunnel') {
     if (i.tunnels > 0) {
       if (i.lease && leaseFresh(i.lease, i.now, i.leaseSlackMs)) return ok;
       // OCM's reasons only (contract §6: tools key on them); the message says it is the tunnel that decided.
-      return { type: 'Available', status: 'True', reason: 'ManagedClusterAddOnLeaseUpdated', message: `cluster-proxy add-on is available: ${i.tunnels} agent tunnel(s) connected to the hub; the lease is ${i.lease ? 'not renewed yet' : 'not created yet'}.` };
+      return {
+        type: 'Available',
+        status: 'True',
+        reason: 'ManagedClusterAddOnLeaseUpdated',
+        message: `cluster-proxy add-on is available: ${i.tunnels} agent tunnel(s) connected to the hub; the lease is ${i.lease ? 'not renewed yet' : 'not created yet'}.`,
+      };
     }
     if (i.tunnelDownSince !== null && i.now - i.tunnelDownSince >= i.tunnelLossGraceMs) {
       // A stable message (no running counter), so the status is written once per transition.
       const since = new Date(i.tunnelDownSince).toISOString().replace(/\.\d{3}Z$/, 'Z');
-      return { type: 'Available', status: 'False', reason: 'ManagedClusterAddOnLeaseUpdateStopped', message: `cluster-proxy add-on is not available: no agent tunnel to the hub since ${since}.` };
+      return {
+        type: 'Available',
+        status: 'False',
+        reason: 'ManagedClusterAddOnLeaseUpdateStopped',
+        message: `cluster-proxy add-on is not available: no agent tunnel to the hub since ${since}.`,
+      };
     }
   }
-  if (!i.lease) return { type: 'Available', status: 'Unknown', reason: 'ManagedClusterAddOnLeaseNotFound', message: 'The status of cluster-proxy add-on is unknown.' };
+  if (!i.lease)
+    return {
+      type: 'Available',
+      status: 'Unknown',
+      reason: 'ManagedClusterAddOnLeaseNotFound',
+      message: 'The status of cluster-proxy add-on is unknown.',
+    };
   if (leaseFresh(i.lease, i.now, i.leaseSlackMs)) return ok;
-  return { type: 'Available', status: 'False', reason: 'ManagedClusterAddOnLeaseUpdateStopped', message: 'cluster-proxy add-on is not available.' };
+  return {
+    type: 'Available',
+    status: 'False',
+    reason: 'ManagedClusterAddOnLeaseUpdateStopped',
+    message: 'cluster-proxy add-on is not available.',
+  };
 }
 
 function reportFresh(i: ClusterHealthInput): AgentReport | null {
@@ -86,19 +118,36 @@ function degraded(i: ClusterHealthInput): ConditionSpec {
     if (reason === 'AsExpected') reason = 'ProxyServerConnectionsMissing';
     problems.push(`the agent holds ${r.connectedServers} of ${r.serverCount} proxy server connections`);
   }
-  if (problems.length === 0) return { type: 'Degraded', status: 'False', reason, message: `the agent holds all ${r.serverCount} proxy server connection(s) and reaches its apiserver.` };
+  if (problems.length === 0)
+    return {
+      type: 'Degraded',
+      status: 'False',
+      reason,
+      message: `the agent holds all ${r.serverCount} proxy server connection(s) and reaches its apiserver.`,
+    };
   return { type: 'Degraded', status: 'True', reason, message: `${problems.join('; ')}.` };
 }
 
 function progressing(i: ClusterHealthInput): ConditionSpec {
   const r = reportFresh(i);
-  if (r && r.phase !== 'Running') return { type: 'Progressing', status: 'True', reason: r.phase, message: `the agent is ${r.phase === 'Bootstrapping' ? 'bootstrapping its credentials' : 'renewing its credentials'}.` };
-  if (!i.lease && i.tunnels === 0) return { type: 'Progressing', status: 'True', reason: 'Installing', message: 'waiting for the agent to connect and renew its lease.' };
+  if (r && r.phase !== 'Running')
+    return {
+      type: 'Progressing',
+      status: 'True',
+      reason: r.phase,
+      message: `the agent is ${r.phase === 'Bootstrapping' ? 'bootstrapping its credentials' : 'renewing its credentials'}.`,
+    };
+  if (!i.lease && i.tunnels === 0)
+    return { type: 'Progressing', status: 'True', reason: 'Installing', message: 'waiting for the agent to connect and renew its lease.' };
   return { type: 'Progressing', status: 'False', reason: 'Completed', message: 'the agent is installed and running.' };
 }
 
 /** Applies specs to existing conditions; lastTransitionTime moves only when the status changes. Returns whether anything changed. */
-export function mergeConditions(current: Condition[] | undefined, specs: ConditionSpec[], now: Date): { conditions: Condition[]; changed: boolean } {
+export function mergeConditions(
+  current: Condition[] | undefined,
+  specs: ConditionSpec[],
+  now: Date,
+): { conditions: Condition[]; changed: boolean } {
   const out: Condition[] = [...(current ?? [])];
   let changed = false;
   for (const spec of specs) {
@@ -106,7 +155,10 @@ export function mergeConditions(current: Condition[] | undefined, specs: Conditi
     const old = idx >= 0 ? out[idx] : undefined;
     if (old && old.status === spec.status && old.reason === spec.reason && old.message === spec.message) continue;
     changed = true;
-    const next: Condition = { ...spec, lastTransitionTime: old && old.status === spec.status ? old.lastTransitionTime : now.toISOString().replace(/\.\d{3}Z$/, 'Z') };
+    const next: Condition = {
+      ...spec,
+      lastTransitionTime: old && old.status === spec.status ? old.lastTransitionTime : now.toISOString().replace(/\.\d{3}Z$/, 'Z'),
+    };
     if (idx >= 0) out[idx] = next;
     else out.push(next);
   }

@@ -73,126 +73,191 @@ export interface JoinDeps {
 
 type StoredProxyConfig = NonNullable<AddOnDeploymentConfig['spec']['proxyConfig']>;
 
-
 export function registerJoinRoutes(api: HubApi, deps: JoinDeps): void {
-  api.route('POST', '/v1/clusters', async (req) => {
-    const body = parseJoinRequest(req.body);
-    const cluster = body.cluster;
-    let existed = true;
-    const current = await deps.store.get('ManagedCluster', { name: cluster });
-    if (!current) {
-      existed = false;
-      const mc: ManagedCluster = {
-        apiVersion: 'cluster.open-cluster-management.io/v1',
-        kind: 'ManagedCluster',
-        metadata: { name: cluster, labels: { 'cluster.open-cluster-management.io/clusterset': 'default' } },
-        spec: { hubAcceptsClient: true, leaseDurationSeconds: 60 },
+  api.route(
+    'POST',
+    '/v1/clusters',
+    async (req) => {
+      const body = parseJoinRequest(req.body);
+      const cluster = body.cluster;
+      let existed = true;
+      const current = await deps.store.get('ManagedCluster', { name: cluster });
+      if (!current) {
+        existed = false;
+        const mc: ManagedCluster = {
+          apiVersion: 'cluster.open-cluster-management.io/v1',
+          kind: 'ManagedCluster',
+          metadata: { name: cluster, labels: { 'cluster.open-cluster-management.io/clusterset': 'default' } },
+          spec: { hubAcceptsClient: true, leaseDurationSeconds: 60 },
+        };
+        await deps.store.create('ManagedCluster', mc);
+      } else if (!current.spec.hubAcceptsClient) {
+        throw new HubApiError(
+          409,
+          `cluster ${cluster} exists with hubAcceptsClient: false; set it to true before issuing a bootstrap token`,
+        );
+      }
+      // The cluster's namespace holds its addon, lease and bootstrap tokens (as in OCM).
+      await deps.store.ensureNamespace(cluster);
+      const ttl = body.tokenTtlSeconds ?? DEFAULT_TOKEN_TTL_SECONDS;
+      const { token, expiresAt } = await deps.issueBootstrapToken(cluster, ttl);
+      const installNamespace = body.installNamespace ?? DEFAULT_INSTALL_NAMESPACE;
+      const defaults = deps.defaults();
+      const agentEntrypoint = body.agentEntrypoint ?? defaults.agentEntrypoint;
+      const serverName = body.serverName ?? defaults.serverName;
+      const caBundle = deps.caBundle();
+      let manifests: string;
+      try {
+        manifests = await deps.renderManifests({
+          cluster,
+          installNamespace,
+          agentEntrypoint,
+          serverName,
+          caBundle,
+          bootstrapToken: token,
+          image: body.image ?? defaults.image,
+          agentReplicas: body.agentReplicas ?? 1,
+          podCidr: body.podCidr,
+          serviceCidr: body.serviceCidr,
+          clusterDomain: body.clusterDomain,
+          apiserverIp: body.apiserverIp,
+        });
+      } catch (err) {
+        // Bad facts (a CIDR that is not one, say): the token must not outlive the failed join.
+        await deps.revokeBootstrapTokens(cluster).catch(() => {});
+        throw new HubApiError(400, (err as Error).message);
+      }
+      await recordInstallNamespace(deps.store, cluster, installNamespace);
+      await recordClusterFacts(deps.store, cluster, body);
+      const answer: JoinResponse = {
+        cluster,
+        existed,
+        bootstrapToken: token,
+        tokenExpiresAt: expiresAt.toISOString(),
+        agentEntrypoint,
+        ...(serverName ? { serverName } : {}),
+        caBundle,
+        installNamespace,
+        manifests,
       };
-      await deps.store.create('ManagedCluster', mc);
-    } else if (!current.spec.hubAcceptsClient) {
-      throw new HubApiError(409, `cluster ${cluster} exists with hubAcceptsClient: false; set it to true before issuing a bootstrap token`);
-    }
-    // The cluster's namespace holds its addon, lease and bootstrap tokens (as in OCM).
-    await deps.store.ensureNamespace(cluster);
-    const ttl = body.tokenTtlSeconds ?? DEFAULT_TOKEN_TTL_SECONDS;
-    const { token, expiresAt } = await deps.issueBootstrapToken(cluster, ttl);
-    const installNamespace = body.installNamespace ?? DEFAULT_INSTALL_NAMESPACE;
-    const defaults = deps.defaults();
-    const agentEntrypoint = body.agentEntrypoint ?? defaults.agentEntrypoint;
-    const serverName = body.serverName ?? defaults.serverName;
-    const caBundle = deps.caBundle();
-    let manifests: string;
-    try {
-      manifests = await deps.renderManifests({
-        cluster, installNamespace, agentEntrypoint, serverName, caBundle, bootstrapToken: token,
-        image: body.image ?? defaults.image, agentReplicas: body.agentReplicas ?? 1,
-        podCidr: body.podCidr, serviceCidr: body.serviceCidr, clusterDomain: body.clusterDomain, apiserverIp: body.apiserverIp,
-      });
-    } catch (err) {
-      // Bad facts (a CIDR that is not one, say): the token must not outlive the failed join.
-      await deps.revokeBootstrapTokens(cluster).catch(() => {});
-      throw new HubApiError(400, (err as Error).message);
-    }
-    await recordInstallNamespace(deps.store, cluster, installNamespace);
-    await recordClusterFacts(deps.store, cluster, body);
-    const answer: JoinResponse = {
-      cluster, existed, bootstrapToken: token, tokenExpiresAt: expiresAt.toISOString(), agentEntrypoint,
-      ...(serverName ? { serverName } : {}), caBundle, installNamespace, manifests,
-    };
-    return { status: existed ? 200 : 201, body: answer };
-  }, { agentOnly: false });
+      return { status: existed ? 200 : 201, body: answer };
+    },
+    { agentOnly: false },
+  );
 
-  api.route('GET', '/v1/proxy-config/*', async (req) => {
-    const cluster = decodeURIComponent(req.path.slice('/v1/proxy-config/'.length));
-    if (!isDns1123Subdomain(cluster)) throw new HubApiError(400, `"${cluster}" is not a valid cluster name`);
-    const mc = await deps.store.get('ManagedCluster', { name: cluster });
-    if (!mc) throw new HubApiError(404, `cluster ${cluster} is not registered`);
-    const facts: ClusterProxyConfigResponse['facts'] = clusterFacts(mc);
-    const p: StoredProxyConfig = (await deps.store.get('AddOnDeploymentConfig', DEPLOYMENT_CONFIG))?.spec.proxyConfig ?? {};
-    const proxyConfig: ClusterProxyConfigResponse['proxyConfig'] = {};
-    if (p.httpProxy) proxyConfig.httpProxy = p.httpProxy;
-    if (p.httpsProxy) proxyConfig.httpsProxy = p.httpsProxy;
-    if (p.noProxy) proxyConfig.noProxy = p.noProxy;
-    if (p.caBundle) proxyConfig.caBundle = p.caBundle;
-    const answer: ClusterProxyConfigResponse = { cluster, proxyConfig, facts, agentEntrypoint: deps.defaults().agentEntrypoint };
-    return { status: 200, body: answer };
-  }, { agentOnly: false });
+  api.route(
+    'GET',
+    '/v1/proxy-config/*',
+    async (req) => {
+      const cluster = decodeURIComponent(req.path.slice('/v1/proxy-config/'.length));
+      if (!isDns1123Subdomain(cluster)) throw new HubApiError(400, `"${cluster}" is not a valid cluster name`);
+      const mc = await deps.store.get('ManagedCluster', { name: cluster });
+      if (!mc) throw new HubApiError(404, `cluster ${cluster} is not registered`);
+      const facts: ClusterProxyConfigResponse['facts'] = clusterFacts(mc);
+      const p: StoredProxyConfig = (await deps.store.get('AddOnDeploymentConfig', DEPLOYMENT_CONFIG))?.spec.proxyConfig ?? {};
+      const proxyConfig: ClusterProxyConfigResponse['proxyConfig'] = {};
+      if (p.httpProxy) proxyConfig.httpProxy = p.httpProxy;
+      if (p.httpsProxy) proxyConfig.httpsProxy = p.httpsProxy;
+      if (p.noProxy) proxyConfig.noProxy = p.noProxy;
+      if (p.caBundle) proxyConfig.caBundle = p.caBundle;
+      const answer: ClusterProxyConfigResponse = { cluster, proxyConfig, facts, agentEntrypoint: deps.defaults().agentEntrypoint };
+      return { status: 200, body: answer };
+    },
+    { agentOnly: false },
+  );
 
   // `cluster-proxy proxy-config set`: the install-wide settings, for hubs on the embedded store (on
   // Kubernetes, `kubectl apply` of the AddOnDeploymentConfig does the same). Empty fields are removed.
-  api.route('POST', '/v1/proxy-config', async (req) => {
-    const proxyConfig = parseProxyConfigRequest(req.body);
-    try {
-      renderProxySettings(proxyConfig);
-    } catch (err) {
-      if (err instanceof ProxySettingsError) throw new HubApiError(400, err.message);
-      throw err;
-    }
-    const written = await untilNotRaced(async () => {
-      const current = await deps.store.get('AddOnDeploymentConfig', DEPLOYMENT_CONFIG);
-      if (!current) {
-        await deps.store.create('AddOnDeploymentConfig', { apiVersion: 'addon.open-cluster-management.io/v1alpha1', kind: 'AddOnDeploymentConfig', metadata: { ...DEPLOYMENT_CONFIG }, spec: { proxyConfig } });
-      } else {
-        const { proxyConfig: _old, ...rest } = current.spec;
-        await deps.store.update('AddOnDeploymentConfig', { ...current, spec: Object.keys(proxyConfig).length > 0 ? { ...rest, proxyConfig } : rest });
+  api.route(
+    'POST',
+    '/v1/proxy-config',
+    async (req) => {
+      const proxyConfig = parseProxyConfigRequest(req.body);
+      try {
+        renderProxySettings(proxyConfig);
+      } catch (err) {
+        if (err instanceof ProxySettingsError) throw new HubApiError(400, err.message);
+        throw err;
       }
-    });
-    if (!written) throw new Error('the AddOnDeploymentConfig kept changing under us');
-    return { status: 200, body: { proxyConfig } };
-  }, { agentOnly: false });
+      const written = await untilNotRaced(async () => {
+        const current = await deps.store.get('AddOnDeploymentConfig', DEPLOYMENT_CONFIG);
+        if (!current) {
+          await deps.store.create('AddOnDeploymentConfig', {
+            apiVersion: 'addon.open-cluster-management.io/v1alpha1',
+            kind: 'AddOnDeploymentConfig',
+            metadata: { ...DEPLOYMENT_CONFIG },
+            spec: { proxyConfig },
+          });
+        } else {
+          const { proxyConfig: _old, ...rest } = current.spec;
+          await deps.store.update('AddOnDeploymentConfig', {
+            ...current,
+            spec: Object.keys(proxyConfig).length > 0 ? { ...rest, proxyConfig } : rest,
+          });
+        }
+      });
+      if (!written) throw new Error('the AddOnDeploymentConfig kept changing under us');
+      return { status: 200, body: { proxyConfig } };
+    },
+    { agentOnly: false },
+  );
 
-  api.route('DELETE', '/v1/clusters/*', async (req) => {
-    const cluster = decodeURIComponent(req.path.slice('/v1/clusters/'.length));
-    if (!isDns1123Subdomain(cluster)) throw new HubApiError(400, `"${cluster}" is not a valid cluster name`);
-    try {
-      await deps.store.delete('ManagedCluster', { name: cluster });
-    } catch (err) {
-      if (err instanceof NotFoundError) throw new HubApiError(404, `cluster ${cluster} is not registered`);
-      throw err;
-    }
-    await deps.revokeBootstrapTokens(cluster);
-    return { status: 200, body: { deleted: cluster } };
-  }, { agentOnly: false });
+  api.route(
+    'DELETE',
+    '/v1/clusters/*',
+    async (req) => {
+      const cluster = decodeURIComponent(req.path.slice('/v1/clusters/'.length));
+      if (!isDns1123Subdomain(cluster)) throw new HubApiError(400, `"${cluster}" is not a valid cluster name`);
+      try {
+        await deps.store.delete('ManagedCluster', { name: cluster });
+      } catch (err) {
+        if (err instanceof NotFoundError) throw new HubApiError(404, `cluster ${cluster} is not registered`);
+        throw err;
+      }
+      await deps.revokeBootstrapTokens(cluster);
+      return { status: 200, body: { deleted: cluster } };
+    },
+    { agentOnly: false },
+  );
 }
 
 /** Strict: unknown fields and wrong types are refused with the field's name. */
 export function parseJoinRequest(body: unknown): JoinRequest {
   if (typeof body !== 'object' || body === null || Array.isArray(body)) throw new HubApiError(400, 'expected a JSON object');
   const b = body as Record<string, unknown>;
-  const strings = ['cluster', 'installNamespace', 'agentEntrypoint', 'serverName', 'image', 'podCidr', 'serviceCidr', 'clusterDomain', 'apiserverIp'] as const;
+  const strings = [
+    'cluster',
+    'installNamespace',
+    'agentEntrypoint',
+    'serverName',
+    'image',
+    'podCidr',
+    'serviceCidr',
+    'clusterDomain',
+    'apiserverIp',
+  ] as const;
   const numbers = ['tokenTtlSeconds', 'agentReplicas'] as const;
   for (const k of Object.keys(b)) {
-    if (!(strings as readonly string[]).includes(k) && !(numbers as readonly string[]).includes(k)) throw new HubApiError(400, `unknown field "${k}"`);
+    if (!(strings as readonly string[]).includes(k) && !(numbers as readonly string[]).includes(k))
+      throw new HubApiError(400, `unknown field "${k}"`);
   }
   for (const k of strings) if (b[k] !== undefined && typeof b[k] !== 'string') throw new HubApiError(400, `"${k}" must be a string`);
   for (const k of numbers) if (b[k] !== undefined && !Number.isInteger(b[k])) throw new HubApiError(400, `"${k}" must be a whole number`);
   const req = b as unknown as JoinRequest;
   // A DNS-1123 label: the name is also the cluster's namespace and the ExternalName Service's name.
-  if (!req.cluster || !/^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$/.test(req.cluster)) throw new HubApiError(400, `cluster name ${JSON.stringify(req.cluster ?? '')} is not a DNS-1123 label (lowercase letters, digits and '-', at most 63; it also names the cluster's namespace)`);
-  if (req.installNamespace !== undefined && !/^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$/.test(req.installNamespace)) throw new HubApiError(400, `install namespace "${req.installNamespace}" is not a DNS-1123 label`);
-  if (req.tokenTtlSeconds !== undefined && (req.tokenTtlSeconds < 60 || req.tokenTtlSeconds > MAX_TOKEN_TTL_SECONDS)) throw new HubApiError(400, 'tokenTtlSeconds must be between 60 and 604800 (7 days)');
-  if (req.agentReplicas !== undefined && (req.agentReplicas < 1 || req.agentReplicas > 10)) throw new HubApiError(400, 'agentReplicas must be between 1 and 10');
-  if (req.agentEntrypoint !== undefined && !/^(\[[0-9a-fA-F:.]+\]|[^\s:/[\]]+):\d{1,5}$/.test(req.agentEntrypoint)) throw new HubApiError(400, `agentEntrypoint "${req.agentEntrypoint}" is not HOST:PORT`);
+  if (!req.cluster || !/^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$/.test(req.cluster))
+    throw new HubApiError(
+      400,
+      `cluster name ${JSON.stringify(req.cluster ?? '')} is not a DNS-1123 label (lowercase letters, digits and '-', at most 63; it also names the cluster's namespace)`,
+    );
+  if (req.installNamespace !== undefined && !/^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$/.test(req.installNamespace))
+    throw new HubApiError(400, `install namespace "${req.installNamespace}" is not a DNS-1123 label`);
+  if (req.tokenTtlSeconds !== undefined && (req.tokenTtlSeconds < 60 || req.tokenTtlSeconds > MAX_TOKEN_TTL_SECONDS))
+    throw new HubApiError(400, 'tokenTtlSeconds must be between 60 and 604800 (7 days)');
+  if (req.agentReplicas !== undefined && (req.agentReplicas < 1 || req.agentReplicas > 10))
+    throw new HubApiError(400, 'agentReplicas must be between 1 and 10');
+  if (req.agentEntrypoint !== undefined && !/^(\[[0-9a-fA-F:.]+\]|[^\s:/[\]]+):\d{1,5}$/.test(req.agentEntrypoint))
+    throw new HubApiError(400, `agentEntrypoint "${req.agentEntrypoint}" is not HOST:PORT`);
   return req;
 }
 
@@ -221,7 +286,8 @@ async function recordClusterFacts(store: Store, cluster: string, body: JoinReque
       else delete annotations[key];
     }
     const before = mc.metadata.annotations ?? {};
-    if (Object.keys(annotations).length === Object.keys(before).length && Object.entries(annotations).every(([k, v]) => before[k] === v)) return;
+    if (Object.keys(annotations).length === Object.keys(before).length && Object.entries(annotations).every(([k, v]) => before[k] === v))
+      return;
     await store.update('ManagedCluster', { ...mc, metadata: { ...mc.metadata, annotations } });
   });
 }
@@ -231,7 +297,12 @@ async function recordInstallNamespace(store: Store, cluster: string, installName
   await untilNotRaced(async () => {
     const addon = await store.get('ManagedClusterAddOn', { name: ADDON_NAME, namespace: cluster });
     if (!addon) {
-      await store.create('ManagedClusterAddOn', { apiVersion: 'addon.open-cluster-management.io/v1alpha1', kind: 'ManagedClusterAddOn', metadata: { name: ADDON_NAME, namespace: cluster }, spec: { installNamespace } });
+      await store.create('ManagedClusterAddOn', {
+        apiVersion: 'addon.open-cluster-management.io/v1alpha1',
+        kind: 'ManagedClusterAddOn',
+        metadata: { name: ADDON_NAME, namespace: cluster },
+        spec: { installNamespace },
+      });
     } else if (addon.spec.installNamespace !== installNamespace) {
       await store.update('ManagedClusterAddOn', { ...addon, spec: { ...addon.spec, installNamespace } });
     }

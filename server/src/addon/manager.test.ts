@@ -11,20 +11,46 @@ const log = pino({ level: 'silent' });
 /** The routes the manager registers, callable directly. */
 function routes(): { api: HubApi; call: (method: string, path: string, req: Partial<HubApiRequest>) => Promise<unknown> } {
   const handlers = new Map<string, HubApiHandler>();
-  const api = { route: (method: string, path: string, handler: HubApiHandler) => void handlers.set(`${method} ${path}`, handler) } as unknown as HubApi;
+  const api = {
+    route: (method: string, path: string, handler: HubApiHandler) => void handlers.set(`${method} ${path}`, handler),
+  } as unknown as HubApi;
   return {
     api,
-    call: async (method, path, req) => (await handlers.get(`${method} ${path}`)!({ method, path, headers: {}, body: null, caller: { authorized: true, agent: null, certificate: null, peer: 'test' }, ...req })).body,
+    call: async (method, path, req) =>
+      (
+        await handlers.get(`${method} ${path}`)!({
+          method,
+          path,
+          headers: {},
+          body: null,
+          caller: { authorized: true, agent: null, certificate: null, peer: 'test' },
+          ...req,
+        })
+      ).body,
   };
 }
 
 /** A core with `clusters` connected (one backend each). */
-const core = (clusters: string[]): ProxyCore => ({
-  routes: { size: clusters.length, backends: () => clusters.map((cluster) => ({ cluster })) },
-}) as unknown as ProxyCore;
+const core = (clusters: string[]): ProxyCore =>
+  ({
+    routes: { size: clusters.length, backends: () => clusters.map((cluster) => ({ cluster })) },
+  }) as unknown as ProxyCore;
 
-const cluster = (name: string): ManagedCluster => ({ apiVersion: 'cluster.open-cluster-management.io/v1', kind: 'ManagedCluster', metadata: { name }, spec: { hubAcceptsClient: true } });
-const report = { agentID: 'a1', leaseDurationSeconds: 60, connectedServers: 1, serverCount: 1, apiserverReachable: true, version: '0.1.0', phase: 'Running' };
+const cluster = (name: string): ManagedCluster => ({
+  apiVersion: 'cluster.open-cluster-management.io/v1',
+  kind: 'ManagedCluster',
+  metadata: { name },
+  spec: { hubAcceptsClient: true },
+});
+const report = {
+  agentID: 'a1',
+  leaseDurationSeconds: 60,
+  connectedServers: 1,
+  serverCount: 1,
+  apiserverReachable: true,
+  version: '0.1.0',
+  phase: 'Running',
+};
 
 async function until(cond: () => Promise<boolean>): Promise<void> {
   for (let i = 0; i < 300; i++) {
@@ -50,9 +76,13 @@ describe('AddonManager', () => {
     manager.registerRoutes(r.api, r.api);
     await manager.start();
     // The renewal's write reaches the pass through the lease watch (no explicit pass by the route).
-    await r.call('POST', '/v1/lease', { body: report, caller: { authorized: true, agent: { cluster: 'c1', agentName: 'proxy-agent' }, certificate: null, peer: 'test' } });
+    await r.call('POST', '/v1/lease', {
+      body: report,
+      caller: { authorized: true, agent: { cluster: 'c1', agentName: 'proxy-agent' }, certificate: null, peer: 'test' },
+    });
     const available = async (c: string): Promise<string | undefined> =>
-      (await store.get('ManagedClusterAddOn', { name: ADDON_NAME, namespace: c }))?.status?.conditions?.find((x) => x.type === 'Available')?.status;
+      (await store.get('ManagedClusterAddOn', { name: ADDON_NAME, namespace: c }))?.status?.conditions?.find((x) => x.type === 'Available')
+        ?.status;
     await until(async () => (await available('c1')) === 'True');
     expect(await available('c2')).not.toBe('True');
   });
@@ -112,14 +142,18 @@ describe('AddonManager', () => {
     expect(huge.renewIntervalSeconds).toBe(600);
   });
 
-  it('runs the installer\'s pass when what it watches changed, else every INSTALLER_RESYNC_MS, not every status pass', async () => {
+  it("runs the installer's pass when what it watches changed, else every INSTALLER_RESYNC_MS, not every status pass", async () => {
     const store = new MemoryStore();
     let kick: (() => void) | null = null;
     let syncs = 0;
     const installer: AddonInstaller = {
-      start: (k) => { kick = k; },
+      start: (k) => {
+        kick = k;
+      },
       stop: () => undefined,
-      sync: async () => { syncs++; },
+      sync: async () => {
+        syncs++;
+      },
       statusOf: () => undefined,
       proxyConfigurationConditions: () => [],
     };
@@ -140,32 +174,64 @@ describe('AddonManager', () => {
     now += INSTALLER_RESYNC_MS;
     await until(async () => syncs === 3);
   });
-  it('on an OCM hub, leaves Available to OCM while the cluster\'s klusterlet is gone (ManagedCluster Available Unknown), and takes it back after', async () => {
+  it("on an OCM hub, leaves Available to OCM while the cluster's klusterlet is gone (ManagedCluster Available Unknown), and takes it back after", async () => {
     const store = new MemoryStore();
     await store.create('ManagedCluster', cluster('c1'));
     await store.ensureNamespace('c1');
-    await store.create('ManagedClusterAddOn', { apiVersion: 'addon.open-cluster-management.io/v1alpha1', kind: 'ManagedClusterAddOn', metadata: { name: ADDON_NAME, namespace: 'c1' }, spec: {} });
+    await store.create('ManagedClusterAddOn', {
+      apiVersion: 'addon.open-cluster-management.io/v1alpha1',
+      kind: 'ManagedClusterAddOn',
+      metadata: { name: ADDON_NAME, namespace: 'c1' },
+      spec: {},
+    });
     let passes = 0;
     const installer: AddonInstaller = {
-      start: () => undefined, stop: () => undefined, sync: async () => undefined,
+      start: () => undefined,
+      stop: () => undefined,
+      sync: async () => undefined,
       // Asked once per addon in every status pass: the pass counter.
-      statusOf: () => { passes++; return undefined; },
+      statusOf: () => {
+        passes++;
+        return undefined;
+      },
       proxyConfigurationConditions: () => [],
     };
     manager = new AddonManager({ store, core: core(['c1']), log, serverID: 'hub-0', tunnelLossWindowMs: 1000 });
     manager.setInstaller(installer);
     await manager.start();
     const addon = async () => (await store.get('ManagedClusterAddOn', { name: ADDON_NAME, namespace: 'c1' }))!;
-    const available = async (): Promise<string | undefined> => (await addon()).status?.conditions?.find((x) => x.type === 'Available')?.status;
+    const available = async (): Promise<string | undefined> =>
+      (await addon()).status?.conditions?.find((x) => x.type === 'Available')?.status;
     await until(async () => (await available()) === 'True');
     // The klusterlet stops renewing: OCM's registration hub marks the cluster Unknown, then every addon.
     const setCluster = async (status: 'Unknown' | 'True'): Promise<void> => {
       const mc = (await store.get('ManagedCluster', { name: 'c1' }))!;
-      await store.updateStatus('ManagedCluster', { ...mc, status: { conditions: [{ type: 'ManagedClusterConditionAvailable', status, reason: status === 'Unknown' ? 'ManagedClusterLeaseUpdateStopped' : 'ManagedClusterAvailable', message: 'x', lastTransitionTime: new Date().toISOString() }] } });
+      await store.updateStatus('ManagedCluster', {
+        ...mc,
+        status: {
+          conditions: [
+            {
+              type: 'ManagedClusterConditionAvailable',
+              status,
+              reason: status === 'Unknown' ? 'ManagedClusterLeaseUpdateStopped' : 'ManagedClusterAvailable',
+              message: 'x',
+              lastTransitionTime: new Date().toISOString(),
+            },
+          ],
+        },
+      });
     };
     await setCluster('Unknown');
     const a = await addon();
-    await store.updateStatus('ManagedClusterAddOn', { ...a, status: { ...a.status, conditions: (a.status?.conditions ?? []).map((c) => c.type === 'Available' ? { ...c, status: 'Unknown', reason: 'ManagedClusterLeaseUpdateStopped' } : c) } });
+    await store.updateStatus('ManagedClusterAddOn', {
+      ...a,
+      status: {
+        ...a.status,
+        conditions: (a.status?.conditions ?? []).map((c) =>
+          c.type === 'Available' ? { ...c, status: 'Unknown', reason: 'ManagedClusterLeaseUpdateStopped' } : c,
+        ),
+      },
+    });
     const from = passes;
     await until(async () => passes >= from + 4);
     expect(await available()).toBe('Unknown');

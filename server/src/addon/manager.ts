@@ -6,7 +6,15 @@ import type { PeerCertificate } from 'node:tls';
 import type { Logger } from 'pino';
 import { HubApiError, type HubApi } from '../fleet/hub-api.js';
 import type { ProxyCore } from '../dataplane/proxy-core.js';
-import { ADDON_NAME, PROXY_CONFIGURATION_NAME, type AddonRegistration, type Lease, type ManagedCluster, type ManagedClusterAddOn, type ManagedProxyConfiguration } from '../store/objects.js';
+import {
+  ADDON_NAME,
+  PROXY_CONFIGURATION_NAME,
+  type AddonRegistration,
+  type Lease,
+  type ManagedCluster,
+  type ManagedClusterAddOn,
+  type ManagedProxyConfiguration,
+} from '../store/objects.js';
 import { AlreadyExistsError, ConflictError, NotFoundError, type Store, type Watch } from '../store/store.js';
 import { WatchCache } from '../store/watch-cache.js';
 import { sameJson } from '../store/same-json.js';
@@ -75,7 +83,13 @@ export interface AddonWideInfo {
 }
 
 const REPORT_FIELDS: Record<keyof Omit<AgentReport, 'receivedAt' | 'apiserverError'>, 'string' | 'number' | 'boolean'> = {
-  agentID: 'string', leaseDurationSeconds: 'number', connectedServers: 'number', serverCount: 'number', apiserverReachable: 'boolean', version: 'string', phase: 'string',
+  agentID: 'string',
+  leaseDurationSeconds: 'number',
+  connectedServers: 'number',
+  serverCount: 'number',
+  apiserverReachable: 'boolean',
+  version: 'string',
+  phase: 'string',
 };
 const MAX_AGENTS_PER_CLUSTER = 16;
 /**
@@ -134,14 +148,26 @@ export class AddonManager {
     this.mode = opts.healthMode ?? 'tunnel';
     this.windowMs = opts.tunnelLossWindowMs ?? 30_000;
     this.now = opts.now ?? Date.now;
-    this.addons = new WatchCache({ store: opts.store, kind: 'ManagedClusterAddOn', log: opts.log, onChange: () => {
-      if (!this.installer) return;
-      this.installerDirty = true;
-      this.kick();
-    } });
+    this.addons = new WatchCache({
+      store: opts.store,
+      kind: 'ManagedClusterAddOn',
+      log: opts.log,
+      onChange: () => {
+        if (!this.installer) return;
+        this.installerDirty = true;
+        this.kick();
+      },
+    });
     // A cluster's lease written (by any replica: a renewal that changed something) asks for a status pass,
     // once the mirror holds it, so Available turns True at once.
-    this.leases = new WatchCache({ store: opts.store, kind: 'Lease', log: opts.log, onChange: (l) => { if (l.metadata.name === ADDON_NAME) this.kick(); } });
+    this.leases = new WatchCache({
+      store: opts.store,
+      kind: 'Lease',
+      log: opts.log,
+      onChange: (l) => {
+        if (l.metadata.name === ADDON_NAME) this.kick();
+      },
+    });
   }
 
   /**
@@ -172,45 +198,75 @@ export class AddonManager {
   }
 
   registerRoutes(hubApi: HubApi, adminApi: HubApi): void {
-    hubApi.route('POST', '/v1/lease', async (req) => {
-      const cluster = req.caller.agent!.cluster;
-      const report = parseReport(req.body, this.now());
-      // A written renewal asks for a status pass through the lease watch (leases' onChange): only when the
-      // store changed, since at 5,000 agents renewals still come ~20 a second.
-      await this.renewLease(cluster, report);
-      const renew = req.caller.certificate && this.opts.shouldRenew ? this.opts.shouldRenew(req.caller.certificate) : false;
-      return { status: 200, body: { leaseDurationSeconds: report.leaseDurationSeconds, renewIntervalSeconds: this.renewIntervalSeconds, ...(this.opts.caBundle ? { caBundle: this.opts.caBundle() } : {}), ...(renew ? { renewCertificate: true } : {}) } };
-    }, { agentOnly: true });
-
-    adminApi.route('GET', '/v1/managedclusteraddons', async () => {
-      // From the watch-fed mirrors once they hold a list (no copy of every addon and lease per request).
-      const cached = this.addons.ready && this.leases.ready;
-      const items = cached ? [...this.addons.values()].sort(byNamespaceAndName) : (await this.opts.store.list('ManagedClusterAddOn')).items;
-      const leaseItems = cached ? [...this.leases.values()] : (await this.opts.store.list('Lease')).items;
-      const leases = new Map(leaseItems.filter((l) => l.metadata.name === ADDON_NAME).map((l) => [l.metadata.namespace!, l]));
-      const wide: Record<string, AddonWideInfo> = {};
-      for (const a of items) {
-        const ns = a.metadata.namespace!;
-        const r = latestReport(reportsOf(leases.get(ns) ?? null));
-        wide[`${ns}/${a.metadata.name}`] = {
-          leaseRenewTime: leases.get(ns)?.spec.renewTime ?? null,
-          connectedServers: r?.connectedServers ?? null,
-          serverCount: r?.serverCount ?? null,
-          agentVersion: r?.version ?? null,
+    hubApi.route(
+      'POST',
+      '/v1/lease',
+      async (req) => {
+        const cluster = req.caller.agent!.cluster;
+        const report = parseReport(req.body, this.now());
+        // A written renewal asks for a status pass through the lease watch (leases' onChange): only when the
+        // store changed, since at 5,000 agents renewals still come ~20 a second.
+        await this.renewLease(cluster, report);
+        const renew = req.caller.certificate && this.opts.shouldRenew ? this.opts.shouldRenew(req.caller.certificate) : false;
+        return {
+          status: 200,
+          body: {
+            leaseDurationSeconds: report.leaseDurationSeconds,
+            renewIntervalSeconds: this.renewIntervalSeconds,
+            ...(this.opts.caBundle ? { caBundle: this.opts.caBundle() } : {}),
+            ...(renew ? { renewCertificate: true } : {}),
+          },
         };
-      }
-      return { status: 200, body: { apiVersion: 'v1', kind: 'List', items, wide } };
-    }, { agentOnly: false });
+      },
+      { agentOnly: true },
+    );
 
-    adminApi.route('GET', '/v1/managedproxyconfigurations', async () => {
-      const { items } = await this.opts.store.list('ManagedProxyConfiguration');
-      return { status: 200, body: { apiVersion: 'v1', kind: 'List', items } };
-    }, { agentOnly: false });
+    adminApi.route(
+      'GET',
+      '/v1/managedclusteraddons',
+      async () => {
+        // From the watch-fed mirrors once they hold a list (no copy of every addon and lease per request).
+        const cached = this.addons.ready && this.leases.ready;
+        const items = cached
+          ? [...this.addons.values()].sort(byNamespaceAndName)
+          : (await this.opts.store.list('ManagedClusterAddOn')).items;
+        const leaseItems = cached ? [...this.leases.values()] : (await this.opts.store.list('Lease')).items;
+        const leases = new Map(leaseItems.filter((l) => l.metadata.name === ADDON_NAME).map((l) => [l.metadata.namespace!, l]));
+        const wide: Record<string, AddonWideInfo> = {};
+        for (const a of items) {
+          const ns = a.metadata.namespace!;
+          const r = latestReport(reportsOf(leases.get(ns) ?? null));
+          wide[`${ns}/${a.metadata.name}`] = {
+            leaseRenewTime: leases.get(ns)?.spec.renewTime ?? null,
+            connectedServers: r?.connectedServers ?? null,
+            serverCount: r?.serverCount ?? null,
+            agentVersion: r?.version ?? null,
+          };
+        }
+        return { status: 200, body: { apiVersion: 'v1', kind: 'List', items, wide } };
+      },
+      { agentOnly: false },
+    );
 
-    adminApi.route('GET', '/v1/managedclusters', async () => {
-      const { items } = await this.opts.store.list('ManagedCluster');
-      return { status: 200, body: { apiVersion: 'v1', kind: 'List', items } };
-    }, { agentOnly: false });
+    adminApi.route(
+      'GET',
+      '/v1/managedproxyconfigurations',
+      async () => {
+        const { items } = await this.opts.store.list('ManagedProxyConfiguration');
+        return { status: 200, body: { apiVersion: 'v1', kind: 'List', items } };
+      },
+      { agentOnly: false },
+    );
+
+    adminApi.route(
+      'GET',
+      '/v1/managedclusters',
+      async () => {
+        const { items } = await this.opts.store.list('ManagedCluster');
+        return { status: 200, body: { apiVersion: 'v1', kind: 'List', items } };
+      },
+      { agentOnly: false },
+    );
   }
 
   async start(): Promise<void> {
@@ -221,28 +277,41 @@ export class AddonManager {
     for (const mc of list.items) this.noteClusterAvailability(mc);
     if (!this.installer) for (const mc of list.items) await this.ensureAddon(mc.metadata.name);
     await this.removeOrphans(new Set(list.items.map((m) => m.metadata.name)));
-    this.installer?.start(() => {
-      this.installerDirty = true;
-      this.kick();
-    }, { addons: this.addons });
-    this.clusterWatch = this.opts.store.watch('ManagedCluster', { resourceVersion: list.resourceVersion }, {
-      onEvent: (e) => {
-        const name = e.object.metadata.name;
-        if (e.type === 'DELETED') this.klusterletGone.delete(name);
-        else if (this.noteClusterAvailability(e.object)) this.kick();
-        if (this.installer) {
-          this.installerDirty = true;
-          this.kick();
-        }
-        const work = e.type === 'DELETED' ? this.removeAddon(name) : this.installer ? Promise.resolve() : this.ensureAddon(name);
-        void work.catch((err: Error) => this.opts.log.warn({ cluster: name, err: err.message }, 'addon manager could not reconcile the cluster; the status loop retries'));
+    this.installer?.start(
+      () => {
+        this.installerDirty = true;
+        this.kick();
       },
-      onError: (err) => {
-        this.opts.log.warn({ err: err.message }, 'ManagedCluster watch ended; restarting the addon manager watch');
-        this.clusterWatch = null;
-        if (!this.stopped) void this.start().catch((e: Error) => this.opts.log.error({ err: e.message }, 'addon manager cannot restart its watch'));
+      { addons: this.addons },
+    );
+    this.clusterWatch = this.opts.store.watch(
+      'ManagedCluster',
+      { resourceVersion: list.resourceVersion },
+      {
+        onEvent: (e) => {
+          const name = e.object.metadata.name;
+          if (e.type === 'DELETED') this.klusterletGone.delete(name);
+          else if (this.noteClusterAvailability(e.object)) this.kick();
+          if (this.installer) {
+            this.installerDirty = true;
+            this.kick();
+          }
+          const work = e.type === 'DELETED' ? this.removeAddon(name) : this.installer ? Promise.resolve() : this.ensureAddon(name);
+          void work.catch((err: Error) =>
+            this.opts.log.warn(
+              { cluster: name, err: err.message },
+              'addon manager could not reconcile the cluster; the status loop retries',
+            ),
+          );
+        },
+        onError: (err) => {
+          this.opts.log.warn({ err: err.message }, 'ManagedCluster watch ended; restarting the addon manager watch');
+          this.clusterWatch = null;
+          if (!this.stopped)
+            void this.start().catch((e: Error) => this.opts.log.error({ err: e.message }, 'addon manager cannot restart its watch'));
+        },
       },
-    });
+    );
     if (!this.timer) this.loop();
   }
 
@@ -316,7 +385,13 @@ export class AddonManager {
       const mine = current.spec.holderIdentity === this.opts.serverID;
       if (!mine && leaseHeld(current, now, { defaultDurationS: durationS })) return null;
       tookOver = !mine;
-      return { spec: { ...current.spec, ...spec, ...(mine ? {} : { acquireTime: renewTime, leaseTransitions: (current.spec.leaseTransitions ?? 0) + 1 }) } };
+      return {
+        spec: {
+          ...current.spec,
+          ...spec,
+          ...(mine ? {} : { acquireTime: renewTime, leaseTransitions: (current.spec.leaseTransitions ?? 0) + 1 }),
+        },
+      };
     });
     if (led && tookOver) {
       this.installerDirty = true;
@@ -358,16 +433,26 @@ export class AddonManager {
       // except one that had a lease (an agent was there once) and no tunnel anywhere since two windows after our
       // start (time for a fleet to come back after a restart; its stored lease may be up to LEASE_REFRESH_MS old).
       else if (!this.downSince.has(cluster) && this.everSeen.has(cluster)) this.downSince.set(cluster, now);
-      else if (!this.downSince.has(cluster) && this.mode === 'tunnel' && leaseOf.has(cluster)) this.downSince.set(cluster, this.startedAt + 2 * this.windowMs);
+      else if (!this.downSince.has(cluster) && this.mode === 'tunnel' && leaseOf.has(cluster))
+        this.downSince.set(cluster, this.startedAt + 2 * this.windowMs);
       if (n > 0) this.everSeen.add(cluster);
       // On an OCM hub addons come and go (disabled, enabled again): a lease not renewed after this addon was
       // created belongs to an earlier one and says nothing about the agent being installed now.
       // (creationTimestamp has whole seconds: a renewal within that second cannot be placed, so it waits.)
       const lease = leaseOf.get(cluster) ?? null;
-      const current = lease && (!this.installer || Date.parse(lease.spec.renewTime ?? '') >= Date.parse(addon.metadata.creationTimestamp ?? '') + 1000) ? lease : null;
+      const current =
+        lease && (!this.installer || Date.parse(lease.spec.renewTime ?? '') >= Date.parse(addon.metadata.creationTimestamp ?? '') + 1000)
+          ? lease
+          : null;
       let specs = addonConditions({
-        lease: current, mode: this.mode, tunnels: n, tunnelDownSince: this.downSince.get(cluster) ?? null,
-        tunnelLossGraceMs: Math.floor(this.windowMs / 2), report: worstReport(reportsOf(current), this.slackMs), now, leaseSlackMs: this.slackMs,
+        lease: current,
+        mode: this.mode,
+        tunnels: n,
+        tunnelDownSince: this.downSince.get(cluster) ?? null,
+        tunnelLossGraceMs: Math.floor(this.windowMs / 2),
+        report: worstReport(reportsOf(current), this.slackMs),
+        now,
+        leaseSlackMs: this.slackMs,
       });
       const installed = this.installer?.statusOf(cluster);
       // On an OCM hub, Progressing is OCM's addon-manager's (rollout from the work's config-spec-hash):
@@ -393,21 +478,41 @@ export class AddonManager {
     return true;
   }
 
-  private async writeConditions(addon: ManagedClusterAddOn, specs: ConditionSpec[], now: number, installed?: AddonInstallStatus): Promise<void> {
+  private async writeConditions(
+    addon: ManagedClusterAddOn,
+    specs: ConditionSpec[],
+    now: number,
+    installed?: AddonInstallStatus,
+  ): Promise<void> {
     const { conditions, changed } = mergeConditions(addon.status?.conditions, specs, new Date(now));
     const registrations = installed?.registrations;
     const supportedConfigs = installed?.supportedConfigs;
-    const namespace = installed ? installed.namespace ?? addon.status?.namespace : addon.spec.installNamespace;
+    const namespace = installed ? (installed.namespace ?? addon.status?.namespace) : addon.spec.installNamespace;
     const differs = (a: unknown, b: unknown): boolean => a !== undefined && !sameJson(a, b ?? []);
-    const extraChanged = differs(registrations, addon.status?.registrations) || differs(supportedConfigs, addon.status?.supportedConfigs) || namespace !== addon.status?.namespace;
+    const extraChanged =
+      differs(registrations, addon.status?.registrations) ||
+      differs(supportedConfigs, addon.status?.supportedConfigs) ||
+      namespace !== addon.status?.namespace;
     if (!changed && !extraChanged) return;
     try {
       // healthCheck Customized: OCM's registration agent then leaves Available to us. On an OCM hub always:
       // our agents renew their lease through the hub, not in the managed cluster where OCM would look.
-      await this.opts.store.updateStatus('ManagedClusterAddOn', { ...addon, status: { ...addon.status, conditions, namespace,
-        healthCheck: { mode: this.mode === 'lease' && !this.installer ? 'Lease' : 'Customized' }, ...(registrations ? { registrations } : {}), ...(supportedConfigs ? { supportedConfigs } : {}) } });
+      await this.opts.store.updateStatus('ManagedClusterAddOn', {
+        ...addon,
+        status: {
+          ...addon.status,
+          conditions,
+          namespace,
+          healthCheck: { mode: this.mode === 'lease' && !this.installer ? 'Lease' : 'Customized' },
+          ...(registrations ? { registrations } : {}),
+          ...(supportedConfigs ? { supportedConfigs } : {}),
+        },
+      });
       const available = conditions.find((c) => c.type === 'Available');
-      this.opts.log.info({ cluster: addon.metadata.namespace, available: available?.status, reason: available?.reason }, 'addon status updated');
+      this.opts.log.info(
+        { cluster: addon.metadata.namespace, available: available?.status, reason: available?.reason },
+        'addon status updated',
+      );
     } catch (err) {
       // Someone else wrote it meanwhile: the next pass reads it again.
       if (!(err instanceof ConflictError) && !(err instanceof NotFoundError)) throw err;
@@ -428,13 +533,29 @@ export class AddonManager {
       if (stored && sameReport(stored, r) && r.receivedAt - stored.receivedAt < this.slackMs) return false;
     }
     const renewTime = microTime(r.receivedAt);
-    const written = await writeLease(this.opts.store, { name: ADDON_NAME, namespace: cluster }, (current) => ({
-      annotations: withReport(current?.metadata.annotations ?? {}, r, this.slackMs),
-      spec: current
-        ? { ...current.spec, holderIdentity: r.agentID, leaseDurationSeconds: r.leaseDurationSeconds, renewTime,
-          leaseTransitions: (current.spec.leaseTransitions ?? 0) + (current.spec.holderIdentity !== r.agentID ? 1 : 0) }
-        : { holderIdentity: r.agentID, leaseDurationSeconds: r.leaseDurationSeconds, acquireTime: renewTime, renewTime, leaseTransitions: 0 },
-    }), 3);
+    const written = await writeLease(
+      this.opts.store,
+      { name: ADDON_NAME, namespace: cluster },
+      (current) => ({
+        annotations: withReport(current?.metadata.annotations ?? {}, r, this.slackMs),
+        spec: current
+          ? {
+              ...current.spec,
+              holderIdentity: r.agentID,
+              leaseDurationSeconds: r.leaseDurationSeconds,
+              renewTime,
+              leaseTransitions: (current.spec.leaseTransitions ?? 0) + (current.spec.holderIdentity !== r.agentID ? 1 : 0),
+            }
+          : {
+              holderIdentity: r.agentID,
+              leaseDurationSeconds: r.leaseDurationSeconds,
+              acquireTime: renewTime,
+              renewTime,
+              leaseTransitions: 0,
+            },
+      }),
+      3,
+    );
     if (!written) throw new HubApiError(503, 'lease is being updated concurrently; retry');
     return true;
   }
@@ -443,7 +564,8 @@ export class AddonManager {
     if (await this.opts.store.get('ManagedClusterAddOn', { name: ADDON_NAME, namespace: cluster })) return;
     await this.opts.store.ensureNamespace(cluster);
     const addon: ManagedClusterAddOn = {
-      apiVersion: 'addon.open-cluster-management.io/v1alpha1', kind: 'ManagedClusterAddOn',
+      apiVersion: 'addon.open-cluster-management.io/v1alpha1',
+      kind: 'ManagedClusterAddOn',
       metadata: { name: ADDON_NAME, namespace: cluster },
       spec: { installNamespace: DEFAULT_INSTALL_NAMESPACE },
     };
@@ -459,7 +581,12 @@ export class AddonManager {
     this.downSince.delete(cluster);
     this.everSeen.delete(cluster);
     // On an OCM hub the addon is OCM's addon-manager's to delete (the cluster namespace goes with the cluster).
-    const ours = this.installer ? [['Lease', ADDON_NAME]] as const : [['ManagedClusterAddOn', ADDON_NAME], ['Lease', ADDON_NAME]] as const;
+    const ours = this.installer
+      ? ([['Lease', ADDON_NAME]] as const)
+      : ([
+          ['ManagedClusterAddOn', ADDON_NAME],
+          ['Lease', ADDON_NAME],
+        ] as const);
     for (const [kind, name] of ours) {
       await this.opts.store.delete(kind, { name, namespace: cluster }).catch((err: unknown) => {
         if (!(err instanceof NotFoundError)) throw err;
@@ -476,12 +603,17 @@ export class AddonManager {
   private async ensureProxyConfiguration(): Promise<void> {
     if (await this.opts.store.get('ManagedProxyConfiguration', { name: PROXY_CONFIGURATION_NAME })) return;
     const mpc: ManagedProxyConfiguration = {
-      apiVersion: 'proxy.open-cluster-management.io/v1alpha1', kind: 'ManagedProxyConfiguration',
+      apiVersion: 'proxy.open-cluster-management.io/v1alpha1',
+      kind: 'ManagedProxyConfiguration',
       metadata: { name: PROXY_CONFIGURATION_NAME },
       // Valid against OCM's CRD (both images are required). No entrypoint: agents dial the hub's
       // --agent-entrypoint (OCM's PortForward would need a hub kubeconfig our agent does not use).
       // One agent replica, as `join` installs (OCM's CRD would default it to 3; our hub sees each agent's tunnels).
-      spec: { authentication: { signer: { type: 'SelfSigned' } }, proxyServer: { image: this.opts.agentImage ?? DEFAULT_AGENT_IMAGE }, proxyAgent: { image: this.opts.agentImage ?? DEFAULT_AGENT_IMAGE, replicas: 1 } },
+      spec: {
+        authentication: { signer: { type: 'SelfSigned' } },
+        proxyServer: { image: this.opts.agentImage ?? DEFAULT_AGENT_IMAGE },
+        proxyAgent: { image: this.opts.agentImage ?? DEFAULT_AGENT_IMAGE, replicas: 1 },
+      },
     };
     await this.opts.store.create('ManagedProxyConfiguration', mpc).catch((err: unknown) => {
       if (!(err instanceof AlreadyExistsError)) throw err;
@@ -492,9 +624,15 @@ export class AddonManager {
     const mpc = await this.opts.store.get('ManagedProxyConfiguration', { name: PROXY_CONFIGURATION_NAME });
     if (!mpc) return;
     const certs = this.opts.certificates?.() ?? { servingCertExpiry: null, signerExpiry: null };
-    const signed = (type: string, expiry: Date | null): ConditionSpec => expiry
-      ? { type, status: expiry.getTime() > now ? 'True' : 'False', reason: expiry.getTime() > now ? 'Signed' : 'Expired', message: `Expiry: ${expiry.toISOString().replace(/\.\d{3}Z$/, 'Z')}` }
-      : { type, status: 'Unknown', reason: 'NotManaged', message: 'the certificate is provided from outside the hub' };
+    const signed = (type: string, expiry: Date | null): ConditionSpec =>
+      expiry
+        ? {
+            type,
+            status: expiry.getTime() > now ? 'True' : 'False',
+            reason: expiry.getTime() > now ? 'Signed' : 'Expired',
+            message: `Expiry: ${expiry.toISOString().replace(/\.\d{3}Z$/, 'Z')}`,
+          }
+        : { type, status: 'Unknown', reason: 'NotManaged', message: 'the certificate is provided from outside the hub' };
     const specs: ConditionSpec[] = [
       { type: 'ProxyServerDeployed', status: 'True', reason: 'Deployed', message: 'the proxy server is running' },
       signed('ProxyServerSecretSigned', certs.servingCertExpiry),
@@ -503,9 +641,11 @@ export class AddonManager {
     ];
     const { conditions, changed } = mergeConditions(mpc.status?.conditions, specs, new Date(now));
     if (!changed) return;
-    await this.opts.store.updateStatus('ManagedProxyConfiguration', { ...mpc, status: { ...mpc.status, conditions } }).catch((err: unknown) => {
-      if (!(err instanceof ConflictError)) throw err;
-    });
+    await this.opts.store
+      .updateStatus('ManagedProxyConfiguration', { ...mpc, status: { ...mpc.status, conditions } })
+      .catch((err: unknown) => {
+        if (!(err instanceof ConflictError)) throw err;
+      });
   }
 }
 
@@ -528,9 +668,13 @@ function withReport(annotations: Record<string, string>, r: AgentReport, slackMs
   const fresh = (v: AgentReport): boolean => r.receivedAt - v.receivedAt < LEASE_GRACE_FACTOR * v.leaseDurationSeconds * 1000 + slackMs;
   // Keep other annotations, and other agents' reports while they are recent; at most MAX_AGENTS_PER_CLUSTER.
   const others = Object.entries(annotations).filter(([k]) => !k.startsWith(REPORT_ANNOTATION_PREFIX));
-  const reports = parseReports({ metadata: { annotations } } as Lease).filter((v) => v.agentID !== r.agentID && fresh(v)).sort((a, b) => b.receivedAt - a.receivedAt).slice(0, MAX_AGENTS_PER_CLUSTER - 1);
+  const reports = parseReports({ metadata: { annotations } } as Lease)
+    .filter((v) => v.agentID !== r.agentID && fresh(v))
+    .sort((a, b) => b.receivedAt - a.receivedAt)
+    .slice(0, MAX_AGENTS_PER_CLUSTER - 1);
   for (const [k, v] of others) out[k] = v;
-  for (const v of [r, ...reports]) out[`${REPORT_ANNOTATION_PREFIX}${v.agentID.replace(/[^A-Za-z0-9_.-]/g, '-').slice(0, 63)}`] = JSON.stringify(v);
+  for (const v of [r, ...reports])
+    out[`${REPORT_ANNOTATION_PREFIX}${v.agentID.replace(/[^A-Za-z0-9_.-]/g, '-').slice(0, 63)}`] = JSON.stringify(v);
   return out;
 }
 
@@ -544,7 +688,7 @@ const parsedReports = new WeakMap<Lease, AgentReport[]>();
 function reportsOf(lease: Lease | null): AgentReport[] {
   if (!lease) return [];
   let out = parsedReports.get(lease);
-  if (!out) parsedReports.set(lease, out = parseReports(lease));
+  if (!out) parsedReports.set(lease, (out = parseReports(lease)));
   return out;
 }
 
@@ -578,13 +722,34 @@ function worstReport(all: AgentReport[], slackMs: number): AgentReport | null {
 function parseReport(body: unknown, now: number): AgentReport {
   if (typeof body !== 'object' || body === null || Array.isArray(body)) throw new HubApiError(400, 'lease report must be a JSON object');
   const b = body as Record<string, unknown>;
-  for (const [k, t] of Object.entries(REPORT_FIELDS)) if (typeof b[k] !== t) throw new HubApiError(400, `lease report field "${k}" must be a ${t}`);
-  if (b['apiserverError'] !== undefined && typeof b['apiserverError'] !== 'string') throw new HubApiError(400, 'lease report field "apiserverError" must be a string');
+  for (const [k, t] of Object.entries(REPORT_FIELDS))
+    if (typeof b[k] !== t) throw new HubApiError(400, `lease report field "${k}" must be a ${t}`);
+  if (b['apiserverError'] !== undefined && typeof b['apiserverError'] !== 'string')
+    throw new HubApiError(400, 'lease report field "apiserverError" must be a string');
   const r = b as unknown as AgentReport;
-  if (!Number.isInteger(r.leaseDurationSeconds) || r.leaseDurationSeconds < 1 || r.leaseDurationSeconds > 3600) throw new HubApiError(400, 'leaseDurationSeconds must be a whole number from 1 to 3600');
-  if (!Number.isInteger(r.connectedServers) || !Number.isInteger(r.serverCount) || r.connectedServers < 0 || r.serverCount < 0 || r.serverCount > 1000) throw new HubApiError(400, 'connectedServers and serverCount must be small whole numbers');
-  if (!['Running', 'Bootstrapping', 'RenewingCredentials'].includes(r.phase)) throw new HubApiError(400, 'phase must be Running, Bootstrapping or RenewingCredentials');
-  if (r.agentID.length > 128 || r.version.length > 64 || (r.apiserverError?.length ?? 0) > 512) throw new HubApiError(400, 'lease report field too long');
-  return { agentID: r.agentID, leaseDurationSeconds: r.leaseDurationSeconds, connectedServers: r.connectedServers, serverCount: r.serverCount, apiserverReachable: r.apiserverReachable,
-    ...(r.apiserverError ? { apiserverError: r.apiserverError } : {}), version: r.version, phase: r.phase, receivedAt: now };
+  if (!Number.isInteger(r.leaseDurationSeconds) || r.leaseDurationSeconds < 1 || r.leaseDurationSeconds > 3600)
+    throw new HubApiError(400, 'leaseDurationSeconds must be a whole number from 1 to 3600');
+  if (
+    !Number.isInteger(r.connectedServers) ||
+    !Number.isInteger(r.serverCount) ||
+    r.connectedServers < 0 ||
+    r.serverCount < 0 ||
+    r.serverCount > 1000
+  )
+    throw new HubApiError(400, 'connectedServers and serverCount must be small whole numbers');
+  if (!['Running', 'Bootstrapping', 'RenewingCredentials'].includes(r.phase))
+    throw new HubApiError(400, 'phase must be Running, Bootstrapping or RenewingCredentials');
+  if (r.agentID.length > 128 || r.version.length > 64 || (r.apiserverError?.length ?? 0) > 512)
+    throw new HubApiError(400, 'lease report field too long');
+  return {
+    agentID: r.agentID,
+    leaseDurationSeconds: r.leaseDurationSeconds,
+    connectedServers: r.connectedServers,
+    serverCount: r.serverCount,
+    apiserverReachable: r.apiserverReachable,
+    ...(r.apiserverError ? { apiserverError: r.apiserverError } : {}),
+    version: r.version,
+    phase: r.phase,
+    receivedAt: now,
+  };
 }

@@ -11,24 +11,55 @@ const TOKEN = 'k3xq9z.Zp0c4b1d2e3f4a5b';
 const PROXY_PASSWORD = 's3cr3t-pw';
 
 const base: AgentInstallInput = {
-  cluster: 'cluster1', installNamespace: 'open-cluster-management-agent-addon', agentEntrypoint: 'proxy.hub.example.com:8091',
-  caBundle: hubCa, bootstrapToken: TOKEN, agentReplicas: 2, image: 'registry.example.com/cluster-proxy:1.2.3',
+  cluster: 'cluster1',
+  installNamespace: 'open-cluster-management-agent-addon',
+  agentEntrypoint: 'proxy.hub.example.com:8091',
+  caBundle: hubCa,
+  bootstrapToken: TOKEN,
+  agentReplicas: 2,
+  image: 'registry.example.com/cluster-proxy:1.2.3',
 };
-const facts = { podCidrs: ['10.244.0.0/16', 'fd00:10:244::/56'], serviceCidrs: ['10.96.0.0/12'], clusterDomain: 'corp.local', apiserverIp: '10.96.0.1' };
+const facts = {
+  podCidrs: ['10.244.0.0/16', 'fd00:10:244::/56'],
+  serviceCidrs: ['10.96.0.0/12'],
+  clusterDomain: 'corp.local',
+  apiserverIp: '10.96.0.1',
+};
 const httpsProxy: AgentInstallInput = {
-  ...base, facts,
-  proxyConfig: { httpsProxy: `https://agent:${PROXY_PASSWORD}@proxy.corp.example:3129`, httpProxy: 'http://proxy.corp.example:3128', noProxy: '.corp.example', caBundle: proxyCa },
+  ...base,
+  facts,
+  proxyConfig: {
+    httpsProxy: `https://agent:${PROXY_PASSWORD}@proxy.corp.example:3129`,
+    httpProxy: 'http://proxy.corp.example:3128',
+    noProxy: '.corp.example',
+    caBundle: proxyCa,
+  },
 };
-const httpProxy: AgentInstallInput = { ...httpsProxy, proxyConfig: { ...httpsProxy.proxyConfig, httpsProxy: 'http://proxy.corp.example:3128' } };
+const httpProxy: AgentInstallInput = {
+  ...httpsProxy,
+  proxyConfig: { ...httpsProxy.proxyConfig, httpsProxy: 'http://proxy.corp.example:3128' },
+};
 
-interface Container { name: string; args: string[]; env: { name: string; value: string }[] }
-interface PodSpec { containers: Container[]; initContainers?: Container[]; nodeSelector?: Record<string, string>; tolerations?: unknown[]; imagePullSecrets?: { name: string }[]; securityContext: Record<string, unknown> }
+interface Container {
+  name: string;
+  args: string[];
+  env: { name: string; value: string }[];
+}
+interface PodSpec {
+  containers: Container[];
+  initContainers?: Container[];
+  nodeSelector?: Record<string, string>;
+  tolerations?: unknown[];
+  imagePullSecrets?: { name: string }[];
+  securityContext: Record<string, unknown>;
+}
 const find = (objs: KubeManifest[], kind: string, name?: string): KubeManifest => {
   const o = objs.find((x) => x.kind === kind && (name === undefined || x.metadata.name === name));
   if (!o) throw new Error(`no ${kind} ${name ?? ''}`);
   return o;
 };
-const podSpec = (objs: KubeManifest[]): PodSpec => (find(objs, 'Deployment') as unknown as { spec: { template: { spec: PodSpec } } }).spec.template.spec;
+const podSpec = (objs: KubeManifest[]): PodSpec =>
+  (find(objs, 'Deployment') as unknown as { spec: { template: { spec: PodSpec } } }).spec.template.spec;
 const allContainers = (objs: KubeManifest[]): Container[] => [...podSpec(objs).containers, ...(podSpec(objs).initContainers ?? [])];
 const envOf = (c: Container): Record<string, string> => Object.fromEntries(c.env.map((e) => [e.name, e.value]));
 const secretData = (objs: KubeManifest[], name: string, key: string): string =>
@@ -36,11 +67,17 @@ const secretData = (objs: KubeManifest[], name: string, key: string): string =>
 const flat = (pem: string): string => pem.replace(/-----[A-Z ]+-----|\s+/g, '');
 
 describe('renderAgentInstall', () => {
-  it('renders OCM\'s names in apply order, every namespaced object in the install namespace', () => {
+  it("renders OCM's names in apply order, every namespaced object in the install namespace", () => {
     const objs = renderAgentInstall(base);
     expect(objs.map((o) => `${o.kind}/${o.metadata.name}`)).toEqual([
-      'Namespace/open-cluster-management-agent-addon', 'ServiceAccount/cluster-proxy', 'Role/cluster-proxy', 'RoleBinding/cluster-proxy',
-      'Secret/cluster-proxy-hub-ca', 'Secret/cluster-proxy-bootstrap', 'Deployment/cluster-proxy-proxy-agent', 'Service/cluster1',
+      'Namespace/open-cluster-management-agent-addon',
+      'ServiceAccount/cluster-proxy',
+      'Role/cluster-proxy',
+      'RoleBinding/cluster-proxy',
+      'Secret/cluster-proxy-hub-ca',
+      'Secret/cluster-proxy-bootstrap',
+      'Deployment/cluster-proxy-proxy-agent',
+      'Service/cluster1',
     ]);
     for (const o of objs) {
       if (o.kind === 'Namespace') expect(o.metadata.namespace).toBeUndefined();
@@ -52,7 +89,9 @@ describe('renderAgentInstall', () => {
   });
 
   it('the Role allows get/update on its Lease and its credentials Secret (and create, which RBAC cannot limit by name), nothing else', () => {
-    const role = find(renderAgentInstall(base), 'Role') as unknown as { rules: { apiGroups: string[]; resources: string[]; resourceNames?: string[]; verbs: string[] }[] };
+    const role = find(renderAgentInstall(base), 'Role') as unknown as {
+      rules: { apiGroups: string[]; resources: string[]; resourceNames?: string[]; verbs: string[] }[];
+    };
     expect(role.rules).toEqual([
       { apiGroups: ['coordination.k8s.io'], resources: ['leases'], verbs: ['create'] },
       { apiGroups: ['coordination.k8s.io'], resources: ['leases'], resourceNames: ['cluster-proxy'], verbs: ['get', 'update', 'patch'] },
@@ -64,14 +103,24 @@ describe('renderAgentInstall', () => {
   it('a hub with the HTTP gateway: the agent may impersonate users, groups, uids and user extras cluster-wide, nothing more; without it, no such right', () => {
     expect(renderAgentInstall(base).some((o) => o.kind.startsWith('ClusterRole'))).toBe(false);
     const objs = renderAgentInstall({ ...base, installNamespace: 'agents', gateway: true });
-    const role = find(objs, 'ClusterRole', 'cluster-proxy-gateway-impersonator') as unknown as { metadata: { namespace?: string }; rules: unknown[] };
+    const role = find(objs, 'ClusterRole', 'cluster-proxy-gateway-impersonator') as unknown as {
+      metadata: { namespace?: string };
+      rules: unknown[];
+    };
     expect(role.metadata.namespace).toBeUndefined();
     expect(role.rules).toEqual([
       { apiGroups: [''], resources: ['users', 'groups'], verbs: ['impersonate'] },
       { apiGroups: ['authentication.k8s.io'], resources: ['*'], verbs: ['impersonate'] },
     ]);
-    const binding = find(objs, 'ClusterRoleBinding', 'cluster-proxy-gateway-impersonator') as unknown as { roleRef: unknown; subjects: unknown[] };
-    expect(binding.roleRef).toEqual({ apiGroup: 'rbac.authorization.k8s.io', kind: 'ClusterRole', name: 'cluster-proxy-gateway-impersonator' });
+    const binding = find(objs, 'ClusterRoleBinding', 'cluster-proxy-gateway-impersonator') as unknown as {
+      roleRef: unknown;
+      subjects: unknown[];
+    };
+    expect(binding.roleRef).toEqual({
+      apiGroup: 'rbac.authorization.k8s.io',
+      kind: 'ClusterRole',
+      name: 'cluster-proxy-gateway-impersonator',
+    });
     expect(binding.subjects).toEqual([{ kind: 'ServiceAccount', name: 'cluster-proxy', namespace: 'agents' }]);
     // Applied after the ServiceAccount it binds, before the Deployment that uses it.
     const order = objs.map((o) => o.kind);
@@ -86,19 +135,42 @@ describe('renderAgentInstall', () => {
     const [c] = podSpec(objs).containers as [Container & Record<string, unknown>];
     expect(c.image).toBe('registry.example.com/cluster-proxy:1.2.3');
     expect(c.args).toEqual([
-      'agent', '--cluster=cluster1', '--namespace=open-cluster-management-agent-addon', '--hub=proxy.hub.example.com:8091', '--server-name=hub.internal',
-      '--ca-cert=/etc/cluster-proxy/hub-ca/ca.crt', '--bootstrap-token-file=/etc/cluster-proxy/bootstrap/token',
-      '--credentials-dir=/var/lib/cluster-proxy/credentials', '--credentials-secret=cluster-proxy-agent-credentials', '--apiserver=kubernetes.default.svc:443', '--health-port=8093', '--memory-budget=64Mi',
+      'agent',
+      '--cluster=cluster1',
+      '--namespace=open-cluster-management-agent-addon',
+      '--hub=proxy.hub.example.com:8091',
+      '--server-name=hub.internal',
+      '--ca-cert=/etc/cluster-proxy/hub-ca/ca.crt',
+      '--bootstrap-token-file=/etc/cluster-proxy/bootstrap/token',
+      '--credentials-dir=/var/lib/cluster-proxy/credentials',
+      '--credentials-secret=cluster-proxy-agent-credentials',
+      '--apiserver=kubernetes.default.svc:443',
+      '--health-port=8093',
+      '--memory-budget=64Mi',
     ]);
     expect(c['livenessProbe']).toMatchObject({ httpGet: { path: '/healthz', port: 8093 } });
     expect(c['readinessProbe']).toMatchObject({ httpGet: { path: '/readyz', port: 8093 } });
-    expect(c['resources']).toMatchObject({ requests: { cpu: expect.any(String), memory: expect.any(String) }, limits: { memory: expect.any(String) } });
-    expect(c['securityContext']).toEqual({ allowPrivilegeEscalation: false, readOnlyRootFilesystem: true, runAsNonRoot: true, capabilities: { drop: ['ALL'] } });
+    expect(c['resources']).toMatchObject({
+      requests: { cpu: expect.any(String), memory: expect.any(String) },
+      limits: { memory: expect.any(String) },
+    });
+    expect(c['securityContext']).toEqual({
+      allowPrivilegeEscalation: false,
+      readOnlyRootFilesystem: true,
+      runAsNonRoot: true,
+      capabilities: { drop: ['ALL'] },
+    });
     expect(podSpec(objs).securityContext).toMatchObject({ runAsNonRoot: true, seccompProfile: { type: 'RuntimeDefault' } });
-    expect(find(objs, 'Service', 'cluster1')).toMatchObject({ spec: { type: 'ExternalName', externalName: 'kubernetes.default.svc.cluster.local' } });
-    expect(find(renderAgentInstall({ ...base, facts }), 'Service', 'cluster1')).toMatchObject({ spec: { externalName: 'kubernetes.default.svc.corp.local' } });
+    expect(find(objs, 'Service', 'cluster1')).toMatchObject({
+      spec: { type: 'ExternalName', externalName: 'kubernetes.default.svc.cluster.local' },
+    });
+    expect(find(renderAgentInstall({ ...base, facts }), 'Service', 'cluster1')).toMatchObject({
+      spec: { externalName: 'kubernetes.default.svc.corp.local' },
+    });
     expect(renderAgentInstall({ ...base, persistCredentials: false }).length).toBe(objs.length);
-    expect(podSpec(renderAgentInstall({ ...base, persistCredentials: false })).containers[0]!.args).not.toContain('--credentials-secret=cluster-proxy-agent-credentials');
+    expect(podSpec(renderAgentInstall({ ...base, persistCredentials: false })).containers[0]!.args).not.toContain(
+      '--credentials-secret=cluster-proxy-agent-credentials',
+    );
   });
 
   it('no proxy configured: no proxy env, the hub CA alone in the trust bundle', () => {
@@ -107,7 +179,10 @@ describe('renderAgentInstall', () => {
     expect(secretData(objs, 'cluster-proxy-hub-ca', 'ca.crt')).toBe(hubCa);
   });
 
-  for (const [name, input, scheme] of [['https', httpsProxy, 'https'], ['http', httpProxy, 'http']] as const) {
+  for (const [name, input, scheme] of [
+    ['https', httpsProxy, 'https'],
+    ['http', httpProxy, 'http'],
+  ] as const) {
     it(`${name} proxy: upper- and lower-case env on every container, NO_PROXY with the cluster ranges and the apiserver`, () => {
       const objs = renderAgentInstall(input);
       const containers = allContainers(objs);
@@ -120,7 +195,17 @@ describe('renderAgentInstall', () => {
         }
         expect(env['HTTPS_PROXY']!.startsWith(`${scheme}://`)).toBe(true);
         const noProxy = env['NO_PROXY']!.split(',');
-        for (const entry of ['.corp.example', '10.244.0.0/16', 'fd00:10:244::/56', '10.96.0.0/12', '10.96.0.1', '.svc', '.corp.local', '169.254.169.254']) expect(noProxy).toContain(entry);
+        for (const entry of [
+          '.corp.example',
+          '10.244.0.0/16',
+          'fd00:10:244::/56',
+          '10.96.0.0/12',
+          '10.96.0.1',
+          '.svc',
+          '.corp.local',
+          '169.254.169.254',
+        ])
+          expect(noProxy).toContain(entry);
         expect(new Set(noProxy).size).toBe(noProxy.length);
       }
     });
@@ -171,7 +256,10 @@ describe('renderAgentInstall', () => {
   it('node placement, pull secrets and resources reach the pod', () => {
     const objs = renderAgentInstall({
       ...base,
-      nodePlacement: { nodeSelector: { 'kubernetes.io/os': 'linux' }, tolerations: [{ key: 'node-role.kubernetes.io/infra', operator: 'Exists', effect: 'NoSchedule' }] },
+      nodePlacement: {
+        nodeSelector: { 'kubernetes.io/os': 'linux' },
+        tolerations: [{ key: 'node-role.kubernetes.io/infra', operator: 'Exists', effect: 'NoSchedule' }],
+      },
       imagePullSecrets: ['regcred'],
       resources: { requests: { memory: '32Mi', cpu: '10m' }, limits: { memory: '128Mi' } },
     });
@@ -179,15 +267,22 @@ describe('renderAgentInstall', () => {
     expect(spec.nodeSelector).toEqual({ 'kubernetes.io/os': 'linux' });
     expect(spec.tolerations).toEqual([{ key: 'node-role.kubernetes.io/infra', operator: 'Exists', effect: 'NoSchedule' }]);
     expect(spec.imagePullSecrets).toEqual([{ name: 'regcred' }]);
-    expect((spec.containers[0] as unknown as { resources: unknown }).resources).toEqual({ requests: { cpu: '10m', memory: '32Mi' }, limits: { memory: '128Mi' } });
+    expect((spec.containers[0] as unknown as { resources: unknown }).resources).toEqual({
+      requests: { cpu: '10m', memory: '32Mi' },
+      limits: { memory: '128Mi' },
+    });
     expect(podSpec(renderAgentInstall(base)).nodeSelector).toBeUndefined();
   });
 
   it('the agent memory budget follows from its memory limit (the default limit gives the default budget)', () => {
     const budgetArg = (resources?: AgentInstallInput['resources']): string | undefined =>
-      (podSpec(renderAgentInstall({ ...base, resources })).containers[0] as unknown as { args: string[] }).args.find((a) => a.startsWith('--memory-budget='));
+      (podSpec(renderAgentInstall({ ...base, resources })).containers[0] as unknown as { args: string[] }).args.find((a) =>
+        a.startsWith('--memory-budget='),
+      );
     expect(budgetArg()).toBe('--memory-budget=64Mi');
-    expect((podSpec(renderAgentInstall(base)).containers[0] as unknown as { resources: { limits: { memory: string } } }).resources.limits.memory).toBe('256Mi');
+    expect(
+      (podSpec(renderAgentInstall(base)).containers[0] as unknown as { resources: { limits: { memory: string } } }).resources.limits.memory,
+    ).toBe('256Mi');
     expect(budgetArg({ limits: { memory: '512Mi' } })).toBe('--memory-budget=166Mi');
     expect(budgetArg({ limits: { memory: '1Gi' } })).toBe('--memory-budget=371Mi');
     expect(budgetArg({ limits: { memory: '268435456' } })).toBe('--memory-budget=64Mi');
@@ -210,7 +305,11 @@ describe('renderAgentInstall', () => {
       ['bad server name', { serverName: 'not a name' }, /^serverName: /],
       ['no CA', { caBundle: '' }, /^caBundle: is required/],
       // The PEM markers are built at run time: no key-looking literal in the repository.
-      ['a key instead of a CA', { caBundle: `${['-----BEGIN', 'PRIVATE', 'KEY-----'].join(' ')}\nAAAA\n${['-----END', 'PRIVATE', 'KEY-----'].join(' ')}\n` }, /^caBundle: the hub CA bundle is not usable: .*PRIVATE KEY/],
+      [
+        'a key instead of a CA',
+        { caBundle: `${['-----BEGIN', 'PRIVATE', 'KEY-----'].join(' ')}\nAAAA\n${['-----END', 'PRIVATE', 'KEY-----'].join(' ')}\n` },
+        /^caBundle: the hub CA bundle is not usable: .*PRIVATE KEY/,
+      ],
       ['zero replicas', { agentReplicas: 0 }, /^agentReplicas: 0 is not a whole number/],
       ['fractional replicas', { agentReplicas: 1.5 }, /^agentReplicas: /],
       ['image with a space', { image: 'quay.io/x y' }, /^image: /],
@@ -220,8 +319,16 @@ describe('renderAgentInstall', () => {
       ['apiserver IP that is not one', { apiserverIp: 'kubernetes' }, /^facts\.apiserverIp: /],
       ['cluster domain', { facts: { clusterDomain: 'bad domain' } }, /^facts\.clusterDomain: /],
       ['node selector value', { nodePlacement: { nodeSelector: { zone: 'a b' } } }, /^nodePlacement\.nodeSelector: /],
-      ['toleration operator', { nodePlacement: { tolerations: [{ key: 'k', operator: 'Maybe' }] } }, /^nodePlacement\.tolerations\[0\]\.operator: /],
-      ['toleration with an unknown field', { nodePlacement: { tolerations: [{ key: 'k', colour: 'red' }] } }, /^nodePlacement\.tolerations\[0\]: unknown field "colour"/],
+      [
+        'toleration operator',
+        { nodePlacement: { tolerations: [{ key: 'k', operator: 'Maybe' }] } },
+        /^nodePlacement\.tolerations\[0\]\.operator: /,
+      ],
+      [
+        'toleration with an unknown field',
+        { nodePlacement: { tolerations: [{ key: 'k', colour: 'red' }] } },
+        /^nodePlacement\.tolerations\[0\]: unknown field "colour"/,
+      ],
       ['pull secret name', { imagePullSecrets: ['Reg Cred'] }, /^imagePullSecrets: /],
       ['resource quantity', { resources: { limits: { memory: 'lots' } } }, /^resources\.limits\.memory: /],
     ];

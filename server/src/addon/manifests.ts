@@ -8,7 +8,17 @@
 // Every input is checked before anything is rendered; a bad one is a ManifestInputError whose message
 // starts with the field's name (and never contains the bootstrap token or a proxy password).
 import { isIP } from 'node:net';
-import { caCertificates, clusterNoProxyEntries, DEFAULT_CLUSTER_DOMAIN, ProxySettingsError, renderProxySettings, trustBundle, type ClusterProxyFacts, type EnvVar, type ProxyConfig } from '../egress/proxy-settings.js';
+import {
+  caCertificates,
+  clusterNoProxyEntries,
+  DEFAULT_CLUSTER_DOMAIN,
+  ProxySettingsError,
+  renderProxySettings,
+  trustBundle,
+  type ClusterProxyFacts,
+  type EnvVar,
+  type ProxyConfig,
+} from '../egress/proxy-settings.js';
 import type { ManifestInput } from './join.js';
 import { yamlLib } from '../kube-yaml.js';
 
@@ -26,7 +36,10 @@ export const DEFAULT_AGENT_IMAGE = 'quay.io/cluster-proxy-ts/cluster-proxy:0.1.0
 export const AGENT_HEALTH_PORT = 8093;
 /** The image's non-root user (deploy/Dockerfile: USER 65532). */
 /** OCM cluster-proxy's agent Deployment selector (addon-agent-deployment.yaml). */
-const OCM_AGENT_SELECTOR = { 'open-cluster-management.io/addon': 'cluster-proxy', 'proxy.open-cluster-management.io/component-name': 'proxy-agent' };
+const OCM_AGENT_SELECTOR = {
+  'open-cluster-management.io/addon': 'cluster-proxy',
+  'proxy.open-cluster-management.io/component-name': 'proxy-agent',
+};
 const MAX_AGENT_REPLICAS = 100;
 
 const HUB_CA_DIR = '/etc/cluster-proxy/hub-ca';
@@ -34,7 +47,11 @@ const BOOTSTRAP_DIR = '/etc/cluster-proxy/bootstrap';
 const CREDENTIALS_DIR = '/var/lib/cluster-proxy/credentials';
 const OCM_CLIENT_CERT_DIR = '/etc/cluster-proxy/client-cert';
 
-export type KubeManifest = { apiVersion: string; kind: string; metadata: { name: string; namespace?: string; labels?: Record<string, string>; annotations?: Record<string, string> } } & Record<string, unknown>;
+export type KubeManifest = {
+  apiVersion: string;
+  kind: string;
+  metadata: { name: string; namespace?: string; labels?: Record<string, string>; annotations?: Record<string, string> };
+} & Record<string, unknown>;
 
 /** core/v1 Toleration (the fields Kubernetes has). */
 export interface Toleration {
@@ -96,7 +113,10 @@ export interface OcmAgentInstallInput extends Omit<AgentInstallInput, 'bootstrap
 /** A bad install input; the message starts with the field's name. */
 export class ManifestInputError extends Error {
   override name = 'ManifestInputError';
-  constructor(readonly field: string, message: string) {
+  constructor(
+    readonly field: string,
+    message: string,
+  ) {
     super(`${field}: ${message}`);
   }
 }
@@ -122,14 +142,21 @@ function str(field: string, v: unknown): string {
 function checkCluster(v: unknown): string {
   const c = str('cluster', v);
   if (!DNS1035_LABEL.test(c)) {
-    throw new ManifestInputError('cluster', `${shown(c)} cannot be installed: the cluster name names its ExternalName Service, so it must be a DNS label (lower-case letters, digits and '-', starting with a letter, at most 63 characters)`);
+    throw new ManifestInputError(
+      'cluster',
+      `${shown(c)} cannot be installed: the cluster name names its ExternalName Service, so it must be a DNS label (lower-case letters, digits and '-', starting with a letter, at most 63 characters)`,
+    );
   }
   return c;
 }
 
 function checkNamespace(v: unknown): string {
   const ns = str('installNamespace', v);
-  if (!DNS_LABEL.test(ns)) throw new ManifestInputError('installNamespace', `${shown(ns)} is not a namespace name (lower-case letters, digits and '-', at most 63 characters)`);
+  if (!DNS_LABEL.test(ns))
+    throw new ManifestInputError(
+      'installNamespace',
+      `${shown(ns)} is not a namespace name (lower-case letters, digits and '-', at most 63 characters)`,
+    );
   return ns;
 }
 
@@ -151,21 +178,25 @@ function checkHostPort(v: unknown): string {
 function checkServerName(v: unknown): string | undefined {
   if (v === undefined || v === '') return undefined;
   const s = str('serverName', v);
-  if (isIP(s) === 0 && !isDnsSubdomain(s.toLowerCase())) throw new ManifestInputError('serverName', `${shown(s)} is not a DNS name or IP address`);
+  if (isIP(s) === 0 && !isDnsSubdomain(s.toLowerCase()))
+    throw new ManifestInputError('serverName', `${shown(s)} is not a DNS name or IP address`);
   return s;
 }
 
 function checkToken(v: unknown): string {
   // Never echo the token: an error message may end up in a log.
-  if (typeof v !== 'string' || v === '') throw new ManifestInputError('bootstrapToken', 'is required (the token "cluster-proxy join" issued)');
-  if (!/^[\x21-\x7e]{1,1024}$/.test(v)) throw new ManifestInputError('bootstrapToken', 'must be printable ASCII without spaces, at most 1024 characters');
+  if (typeof v !== 'string' || v === '')
+    throw new ManifestInputError('bootstrapToken', 'is required (the token "cluster-proxy join" issued)');
+  if (!/^[\x21-\x7e]{1,1024}$/.test(v))
+    throw new ManifestInputError('bootstrapToken', 'must be printable ASCII without spaces, at most 1024 characters');
   return v;
 }
 
 function checkImage(v: unknown): string {
   if (v === undefined || v === '') return DEFAULT_AGENT_IMAGE;
   const img = str('image', v);
-  if (img.length > 512 || !/^[a-z0-9][\x21-\x7e]*$/i.test(img)) throw new ManifestInputError('image', `${shown(img)} is not an image reference such as quay.io/org/cluster-proxy:0.1.0`);
+  if (img.length > 512 || !/^[a-z0-9][\x21-\x7e]*$/i.test(img))
+    throw new ManifestInputError('image', `${shown(img)} is not an image reference such as quay.io/org/cluster-proxy:0.1.0`);
   return img;
 }
 
@@ -198,7 +229,8 @@ function checkNodeSelector(v: unknown): Record<string, string> | undefined {
   for (const key of Object.keys(v).sort()) {
     const value = (v as Record<string, unknown>)[key];
     if (!LABEL_KEY.test(key) || key.length > 316) throw new ManifestInputError(field, `${shown(key)} is not a label key`);
-    if (typeof value !== 'string' || !LABEL_VALUE.test(value)) throw new ManifestInputError(field, `${shown(key)}: ${shown(value)} is not a label value`);
+    if (typeof value !== 'string' || !LABEL_VALUE.test(value))
+      throw new ManifestInputError(field, `${shown(key)}: ${shown(value)} is not a label value`);
     out[key] = value;
   }
   return Object.keys(out).length > 0 ? out : undefined;
@@ -209,34 +241,41 @@ function checkTolerations(v: unknown): Toleration[] | undefined {
   if (!Array.isArray(v)) throw new ManifestInputError('nodePlacement.tolerations', 'must be a list');
   const out = v.map((t: unknown, i): Toleration => {
     const field = `nodePlacement.tolerations[${i}]`;
-    if (t === null || typeof t !== 'object' || Array.isArray(t)) throw new ManifestInputError(field, 'must be an object with key, operator, value, effect, tolerationSeconds');
+    if (t === null || typeof t !== 'object' || Array.isArray(t))
+      throw new ManifestInputError(field, 'must be an object with key, operator, value, effect, tolerationSeconds');
     const r = t as Record<string, unknown>;
     const unknownKey = Object.keys(r).find((k) => !['key', 'operator', 'value', 'effect', 'tolerationSeconds'].includes(k));
     if (unknownKey !== undefined) throw new ManifestInputError(field, `unknown field ${shown(unknownKey)}`);
     const tol: Toleration = {};
     if (r['key'] !== undefined) {
-      if (typeof r['key'] !== 'string' || (r['key'] !== '' && !LABEL_KEY.test(r['key']))) throw new ManifestInputError(`${field}.key`, `${shown(r['key'])} is not a taint key`);
+      if (typeof r['key'] !== 'string' || (r['key'] !== '' && !LABEL_KEY.test(r['key'])))
+        throw new ManifestInputError(`${field}.key`, `${shown(r['key'])} is not a taint key`);
       tol.key = r['key'];
     }
     if (r['operator'] !== undefined) {
-      if (r['operator'] !== 'Exists' && r['operator'] !== 'Equal') throw new ManifestInputError(`${field}.operator`, `${shown(r['operator'])} is not Exists or Equal`);
+      if (r['operator'] !== 'Exists' && r['operator'] !== 'Equal')
+        throw new ManifestInputError(`${field}.operator`, `${shown(r['operator'])} is not Exists or Equal`);
       tol.operator = r['operator'];
     }
     if (r['value'] !== undefined) {
       if (typeof r['value'] !== 'string') throw new ManifestInputError(`${field}.value`, 'must be a string');
-      if (tol.operator === 'Exists' && r['value'] !== '') throw new ManifestInputError(`${field}.value`, 'must be empty with operator Exists');
+      if (tol.operator === 'Exists' && r['value'] !== '')
+        throw new ManifestInputError(`${field}.value`, 'must be empty with operator Exists');
       tol.value = r['value'];
     }
     if (r['effect'] !== undefined && r['effect'] !== '') {
-      if (r['effect'] !== 'NoSchedule' && r['effect'] !== 'PreferNoSchedule' && r['effect'] !== 'NoExecute') throw new ManifestInputError(`${field}.effect`, `${shown(r['effect'])} is not NoSchedule, PreferNoSchedule or NoExecute`);
+      if (r['effect'] !== 'NoSchedule' && r['effect'] !== 'PreferNoSchedule' && r['effect'] !== 'NoExecute')
+        throw new ManifestInputError(`${field}.effect`, `${shown(r['effect'])} is not NoSchedule, PreferNoSchedule or NoExecute`);
       tol.effect = r['effect'];
     }
     if (r['tolerationSeconds'] !== undefined) {
-      if (typeof r['tolerationSeconds'] !== 'number' || !Number.isInteger(r['tolerationSeconds'])) throw new ManifestInputError(`${field}.tolerationSeconds`, 'must be a whole number');
+      if (typeof r['tolerationSeconds'] !== 'number' || !Number.isInteger(r['tolerationSeconds']))
+        throw new ManifestInputError(`${field}.tolerationSeconds`, 'must be a whole number');
       if (tol.effect !== 'NoExecute') throw new ManifestInputError(`${field}.tolerationSeconds`, 'only applies with effect NoExecute');
       tol.tolerationSeconds = r['tolerationSeconds'];
     }
-    if (tol.key === undefined && tol.operator !== 'Exists') throw new ManifestInputError(field, 'a toleration without a key must use operator Exists');
+    if (tol.key === undefined && tol.operator !== 'Exists')
+      throw new ManifestInputError(field, 'a toleration without a key must use operator Exists');
     return tol;
   });
   return out.length > 0 ? out : undefined;
@@ -245,7 +284,9 @@ function checkTolerations(v: unknown): Toleration[] | undefined {
 function checkPullSecrets(v: unknown): string[] | undefined {
   if (v === undefined) return undefined;
   if (!Array.isArray(v)) throw new ManifestInputError('imagePullSecrets', 'must be a list of Secret names');
-  for (const name of v) if (typeof name !== 'string' || !isDnsSubdomain(name)) throw new ManifestInputError('imagePullSecrets', `${shown(name)} is not a Secret name`);
+  for (const name of v)
+    if (typeof name !== 'string' || !isDnsSubdomain(name))
+      throw new ManifestInputError('imagePullSecrets', `${shown(name)} is not a Secret name`);
   return v.length > 0 ? [...(v as string[])] : undefined;
 }
 
@@ -287,12 +328,30 @@ function memoryMiB(q: string | undefined): number | null {
   const m = q === undefined ? null : /^(\d+(?:\.\d*)?)([KMGTPE]i|[kMGTPE])?$/.exec(q);
   if (!m) return null;
   const unit = m[2] ?? '';
-  const factor: Record<string, number> = { '': 1, k: 1e3, M: 1e6, G: 1e9, T: 1e12, P: 1e15, E: 1e18, Ki: 2 ** 10, Mi: 2 ** 20, Gi: 2 ** 30, Ti: 2 ** 40, Pi: 2 ** 50, Ei: 2 ** 60 };
+  const factor: Record<string, number> = {
+    '': 1,
+    k: 1e3,
+    M: 1e6,
+    G: 1e9,
+    T: 1e12,
+    P: 1e15,
+    E: 1e18,
+    Ki: 2 ** 10,
+    Mi: 2 ** 20,
+    Gi: 2 ** 30,
+    Ti: 2 ** 40,
+    Pi: 2 ** 50,
+    Ei: 2 ** 60,
+  };
   return (Number(m[1]) * factor[unit]!) / 2 ** 20;
 }
 
 function checkResources(v: ResourceRequirements | undefined): ResourceRequirements {
-  if (v === undefined) return { requests: { cpu: '50m', memory: '64Mi' }, limits: { memory: `${AGENT_BASE_MIB + AGENT_MEMORY_PER_BUDGET * AGENT_DEFAULT_BUDGET_MIB}Mi` } };
+  if (v === undefined)
+    return {
+      requests: { cpu: '50m', memory: '64Mi' },
+      limits: { memory: `${AGENT_BASE_MIB + AGENT_MEMORY_PER_BUDGET * AGENT_DEFAULT_BUDGET_MIB}Mi` },
+    };
   const out: ResourceRequirements = {};
   for (const part of ['requests', 'limits'] as const) {
     const m = v[part];
@@ -300,7 +359,8 @@ function checkResources(v: ResourceRequirements | undefined): ResourceRequiremen
     const sorted: Record<string, string> = {};
     for (const k of Object.keys(m).sort()) {
       const q = m[k];
-      if (typeof q !== 'string' || !QUANTITY.test(q)) throw new ManifestInputError(`resources.${part}.${k}`, `${shown(q)} is not a quantity such as 100m or 128Mi`);
+      if (typeof q !== 'string' || !QUANTITY.test(q))
+        throw new ManifestInputError(`resources.${part}.${k}`, `${shown(q)} is not a quantity such as 100m or 128Mi`);
       sorted[k] = q;
     }
     out[part] = sorted;
@@ -323,7 +383,8 @@ function factsOf(input: AgentInstallInput | OcmAgentInstallInput): ClusterProxyF
   try {
     clusterNoProxyEntries(facts);
   } catch (err) {
-    if (err instanceof ProxySettingsError) throw new ManifestInputError(`facts.${err.message.split(/[ :]/)[0]}`, err.message.replace(/^\w+:? /, ''));
+    if (err instanceof ProxySettingsError)
+      throw new ManifestInputError(`facts.${err.message.split(/[ :]/)[0]}`, err.message.replace(/^\w+:? /, ''));
     throw err;
   }
   return facts;
@@ -333,7 +394,8 @@ function proxyField<T>(fn: () => T): T {
   try {
     return fn();
   } catch (err) {
-    if (err instanceof ProxySettingsError) throw new ManifestInputError(`proxyConfig.${err.message.split(/[ :]/)[0]}`, err.message.replace(/^\w+:? /, ''));
+    if (err instanceof ProxySettingsError)
+      throw new ManifestInputError(`proxyConfig.${err.message.split(/[ :]/)[0]}`, err.message.replace(/^\w+:? /, ''));
     throw err;
   }
 }
@@ -352,7 +414,9 @@ function gatewayImpersonation(ns: string, labels: Record<string, string>): KubeM
   const metadata = { name: GATEWAY_IMPERSONATOR, labels };
   return [
     {
-      apiVersion: 'rbac.authorization.k8s.io/v1', kind: 'ClusterRole', metadata,
+      apiVersion: 'rbac.authorization.k8s.io/v1',
+      kind: 'ClusterRole',
+      metadata,
       rules: [
         { apiGroups: [''], resources: ['users', 'groups'], verbs: ['impersonate'] },
         // uids and every userextras/<key> (RBAC has no `userextras/*`: the group's resources are only these two).
@@ -360,7 +424,9 @@ function gatewayImpersonation(ns: string, labels: Record<string, string>): KubeM
       ],
     },
     {
-      apiVersion: 'rbac.authorization.k8s.io/v1', kind: 'ClusterRoleBinding', metadata,
+      apiVersion: 'rbac.authorization.k8s.io/v1',
+      kind: 'ClusterRoleBinding',
+      metadata,
       roleRef: { apiGroup: 'rbac.authorization.k8s.io', kind: 'ClusterRole', name: GATEWAY_IMPERSONATOR },
       subjects: [{ kind: 'ServiceAccount', name: AGENT_SERVICE_ACCOUNT, namespace: ns }],
     },
@@ -389,16 +455,30 @@ export function renderAgentInstall(input: AgentInstallInput | OcmAgentInstallInp
   const caBundle = proxyField(() => trustBundle(hubCa, proxy));
   const httpsProxy = env.some((e) => e.name === 'HTTPS_PROXY' && /^https:\/\//i.test(e.value));
   // Validated by factsOf; written as NO_PROXY writes it.
-  const clusterDomain = (facts.clusterDomain ?? DEFAULT_CLUSTER_DOMAIN).trim().toLowerCase().replace(/^\.+|\.+$/g, '');
+  const clusterDomain = (facts.clusterDomain ?? DEFAULT_CLUSTER_DOMAIN)
+    .trim()
+    .toLowerCase()
+    .replace(/^\.+|\.+$/g, '');
 
   // No secret in labels: only names everybody may see.
-  const labels = { 'app.kubernetes.io/name': 'cluster-proxy-agent', 'app.kubernetes.io/part-of': 'cluster-proxy', 'open-cluster-management.io/cluster-name': cluster };
+  const labels = {
+    'app.kubernetes.io/name': 'cluster-proxy-agent',
+    'app.kubernetes.io/part-of': 'cluster-proxy',
+    'open-cluster-management.io/cluster-name': cluster,
+  };
   // OCM's pod labels (other tools select agent pods by them).
-  const podLabels = { ...labels, 'open-cluster-management.io/addon': 'cluster-proxy', 'proxy.open-cluster-management.io/component-name': 'proxy-agent' };
+  const podLabels = {
+    ...labels,
+    'open-cluster-management.io/addon': 'cluster-proxy',
+    'proxy.open-cluster-management.io/component-name': 'proxy-agent',
+  };
   const meta = (name: string) => ({ name, namespace: ns, labels });
 
   const args = [
-    'agent', `--cluster=${cluster}`, `--namespace=${ns}`, `--hub=${agentEntrypoint}`,
+    'agent',
+    `--cluster=${cluster}`,
+    `--namespace=${ns}`,
+    `--hub=${agentEntrypoint}`,
     ...(serverName ? [`--server-name=${serverName}`] : []),
     `--ca-cert=${HUB_CA_DIR}/ca.crt`,
     // The trust bundle holds the https proxy's CA too (OCM merges it the same way).
@@ -411,7 +491,12 @@ export function renderAgentInstall(input: AgentInstallInput | OcmAgentInstallInp
     `--health-port=${AGENT_HEALTH_PORT}`,
     `--memory-budget=${agentBudgetMiB(resources)}Mi`,
   ];
-  const probe = (path: string) => ({ httpGet: { path, port: AGENT_HEALTH_PORT }, periodSeconds: 10, timeoutSeconds: 3, failureThreshold: 3 });
+  const probe = (path: string) => ({
+    httpGet: { path, port: AGENT_HEALTH_PORT },
+    periodSeconds: 10,
+    timeoutSeconds: 3,
+    failureThreshold: 3,
+  });
   const container = {
     name: 'proxy-agent',
     image,
@@ -426,7 +511,10 @@ export function renderAgentInstall(input: AgentInstallInput | OcmAgentInstallInp
       { name: 'hub-ca', mountPath: HUB_CA_DIR, readOnly: true },
       ...(ocm
         ? [{ name: 'client-cert', mountPath: OCM_CLIENT_CERT_DIR, readOnly: true }]
-        : [{ name: 'bootstrap', mountPath: BOOTSTRAP_DIR, readOnly: true }, { name: 'credentials', mountPath: CREDENTIALS_DIR }]),
+        : [
+            { name: 'bootstrap', mountPath: BOOTSTRAP_DIR, readOnly: true },
+            { name: 'credentials', mountPath: CREDENTIALS_DIR },
+          ]),
       // Read-only root filesystem: Node and libraries may still want a scratch directory.
       { name: 'tmp', mountPath: '/tmp' },
     ],
@@ -434,15 +522,19 @@ export function renderAgentInstall(input: AgentInstallInput | OcmAgentInstallInp
 
   // OCM leaves the namespace behind when the work goes (other addons may share it).
   const nsMeta = ocm ? { name: ns, labels, annotations: { 'addon.open-cluster-management.io/deletion-orphan': '' } } : { name: ns, labels };
-  const secretRules = persist ? [
-    { apiGroups: [''], resources: ['secrets'], verbs: ['create'] },
-    { apiGroups: [''], resources: ['secrets'], resourceNames: [CREDENTIALS_SECRET], verbs: ['get', 'update', 'patch'] },
-  ] : [];
+  const secretRules = persist
+    ? [
+        { apiGroups: [''], resources: ['secrets'], verbs: ['create'] },
+        { apiGroups: [''], resources: ['secrets'], resourceNames: [CREDENTIALS_SECRET], verbs: ['get', 'update', 'patch'] },
+      ]
+    : [];
   return [
     { apiVersion: 'v1', kind: 'Namespace', metadata: nsMeta },
     { apiVersion: 'v1', kind: 'ServiceAccount', metadata: meta(AGENT_SERVICE_ACCOUNT) },
     {
-      apiVersion: 'rbac.authorization.k8s.io/v1', kind: 'Role', metadata: meta(AGENT_ROLE),
+      apiVersion: 'rbac.authorization.k8s.io/v1',
+      kind: 'Role',
+      metadata: meta(AGENT_ROLE),
       // `create` cannot be limited to a name (the name is not known to RBAC before the object exists).
       rules: [
         { apiGroups: ['coordination.k8s.io'], resources: ['leases'], verbs: ['create'] },
@@ -451,17 +543,31 @@ export function renderAgentInstall(input: AgentInstallInput | OcmAgentInstallInp
       ],
     },
     {
-      apiVersion: 'rbac.authorization.k8s.io/v1', kind: 'RoleBinding', metadata: meta(AGENT_ROLE),
+      apiVersion: 'rbac.authorization.k8s.io/v1',
+      kind: 'RoleBinding',
+      metadata: meta(AGENT_ROLE),
       roleRef: { apiGroup: 'rbac.authorization.k8s.io', kind: 'Role', name: AGENT_ROLE },
       subjects: [{ kind: 'ServiceAccount', name: AGENT_SERVICE_ACCOUNT, namespace: ns }],
     },
     ...(input.gateway ? gatewayImpersonation(ns, labels) : []),
     { apiVersion: 'v1', kind: 'Secret', metadata: meta(caSecret), type: 'Opaque', data: { 'ca.crt': b64(caBundle) } },
-    ...(token !== null ? [{ apiVersion: 'v1', kind: 'Secret', metadata: meta(BOOTSTRAP_SECRET), type: 'Opaque', data: { token: b64(token) } }] : []),
+    ...(token !== null
+      ? [{ apiVersion: 'v1', kind: 'Secret', metadata: meta(BOOTSTRAP_SECRET), type: 'Opaque', data: { token: b64(token) } }]
+      : []),
     {
-      apiVersion: 'apps/v1', kind: 'Deployment',
+      apiVersion: 'apps/v1',
+      kind: 'Deployment',
       // OCM's labels on the Deployment too: its tooling selects the agent by them.
-      metadata: ocm ? { ...meta(AGENT_DEPLOYMENT_NAME), labels: { ...labels, 'open-cluster-management.io/addon': 'cluster-proxy', 'proxy.open-cluster-management.io/component-name': 'proxy-agent' } } : meta(AGENT_DEPLOYMENT_NAME),
+      metadata: ocm
+        ? {
+            ...meta(AGENT_DEPLOYMENT_NAME),
+            labels: {
+              ...labels,
+              'open-cluster-management.io/addon': 'cluster-proxy',
+              'proxy.open-cluster-management.io/component-name': 'proxy-agent',
+            },
+          }
+        : meta(AGENT_DEPLOYMENT_NAME),
       spec: {
         replicas,
         // On OCM, OCM cluster-proxy's selector (immutable on a Deployment): taking over its Deployment updates it in place.
@@ -482,7 +588,10 @@ export function renderAgentInstall(input: AgentInstallInput | OcmAgentInstallInp
               { name: 'hub-ca', secret: { secretName: caSecret } },
               ...(ocm
                 ? [{ name: 'client-cert', secret: { secretName: OCM_CLIENT_CERT_SECRET } }]
-                : [{ name: 'bootstrap', secret: { secretName: BOOTSTRAP_SECRET } }, { name: 'credentials', emptyDir: {} }]),
+                : [
+                    { name: 'bootstrap', secret: { secretName: BOOTSTRAP_SECRET } },
+                    { name: 'credentials', emptyDir: {} },
+                  ]),
               { name: 'tmp', emptyDir: { sizeLimit: '16Mi' } },
             ],
           },
@@ -490,7 +599,9 @@ export function renderAgentInstall(input: AgentInstallInput | OcmAgentInstallInp
       },
     },
     {
-      apiVersion: 'v1', kind: 'Service', metadata: meta(cluster),
+      apiVersion: 'v1',
+      kind: 'Service',
+      metadata: meta(cluster),
       spec: { type: 'ExternalName', externalName: `kubernetes.default.svc.${clusterDomain}` },
     },
   ];

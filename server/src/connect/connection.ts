@@ -55,7 +55,11 @@ export class ConnectConnection implements Frontend, TrackedConnection {
   private timer: NodeJS.Timeout | null = null;
   private probeTimer: NodeJS.Timeout | null = null;
 
-  constructor(private readonly socket: net.Socket, private readonly listener: ListenerKind, private readonly shared: ConnectShared) {
+  constructor(
+    private readonly socket: net.Socket,
+    private readonly listener: ListenerKind,
+    private readonly shared: ConnectShared,
+  ) {
     this.peer = peerOf(socket) || listener;
     this.log = shared.log.child({ listener, peer: this.peer });
     shared.conns.add(this);
@@ -93,7 +97,14 @@ export class ConnectConnection implements Frontend, TrackedConnection {
   }
 
   describe(): ConnectConnectionInfo {
-    return { state: this.state, listener: this.listener, peer: this.peer, principal: this.principal ? principalName(this.principal) : '', destination: this.destination, connectID: this.connectID };
+    return {
+      state: this.state,
+      listener: this.listener,
+      peer: this.peer,
+      principal: this.principal ? principalName(this.principal) : '',
+      destination: this.destination,
+      connectID: this.connectID,
+    };
   }
 
   isTunnel(): boolean {
@@ -170,7 +181,10 @@ export class ConnectConnection implements Frontend, TrackedConnection {
     this.conn = null;
     conn?.close();
     if (was === 'open' || was === 'half-closed') {
-      this.log.info({ destination: this.destination, bytesToAgent: conn?.bytesToAgent, bytesToClient: conn?.bytesToClient }, 'CONNECT tunnel closed');
+      this.log.info(
+        { destination: this.destination, bytesToAgent: conn?.bytesToAgent, bytesToClient: conn?.bytesToClient },
+        'CONNECT tunnel closed',
+      );
     }
   };
 
@@ -222,7 +236,12 @@ export class ConnectConnection implements Frontend, TrackedConnection {
       return this.refuse(405, `only CONNECT is supported, not ${printable(method)}`, 'method_not_allowed', ['Allow: CONNECT']);
     }
     const address = parseAuthority(target);
-    if (!address) return this.refuse(400, 'the CONNECT target must be HOST:PORT (a DNS name, IPv4 address or [IPv6] address, port 1-65535)', 'bad_request');
+    if (!address)
+      return this.refuse(
+        400,
+        'the CONNECT target must be HOST:PORT (a DNS name, IPv4 address or [IPv6] address, port 1-65535)',
+        'bad_request',
+      );
     this.destination = address;
 
     const auth = this.authenticate(headers.get('proxy-authorization'));
@@ -263,14 +282,19 @@ export class ConnectConnection implements Frontend, TrackedConnection {
     if (!conn || this.state !== 'dialing') return; // dialFailed already answered
     if (conn.backend.cluster !== cluster) {
       // Cannot happen with a synchronous core; refuse rather than tunnel into an unauthorized cluster.
-      this.log.error({ destination: address, authorized: cluster, routed: conn.backend.cluster }, 'dial routed to another cluster than the one authorized; closing it');
+      this.log.error(
+        { destination: address, authorized: cluster, routed: conn.backend.cluster },
+        'dial routed to another cluster than the one authorized; closing it',
+      );
       conn.close();
       return this.refuse(403, `the destination moved to cluster ${conn.backend.cluster} during authorization`, 'not_authorized');
     }
     this.conn = conn;
   }
 
-  private authenticate(values: string[] | undefined): { principal: Principal } | { status: 400 | 403 | 407; message: string; reason: string } {
+  private authenticate(
+    values: string[] | undefined,
+  ): { principal: Principal } | { status: 400 | 403 | 407; message: string; reason: string } {
     if (values && values.length > 1) return { status: 400, message: 'more than one Proxy-Authorization header', reason: 'bad_request' };
     const header = values?.[0];
     let certNote = '';
@@ -280,7 +304,8 @@ export class ConnectConnection implements Frontend, TrackedConnection {
       if (cert && Object.keys(cert).length > 0) {
         if (s.authorized) {
           // Agents share the CA with hub users; an agent certificate must not open connections into other clusters.
-          if (clusterFromSubject(cert.subject)) return { status: 403, message: 'agent certificates may not use the client frontend', reason: 'agent_certificate' };
+          if (clusterFromSubject(cert.subject))
+            return { status: 403, message: 'agent certificates may not use the client frontend', reason: 'agent_certificate' };
           return { principal: certificatePrincipal(cert.subject?.CN) };
         }
         certNote = ` (the client certificate was not accepted: ${oneLine(String(s.authorizationError ?? 'not verified'))})`;
@@ -289,15 +314,35 @@ export class ConnectConnection implements Frontend, TrackedConnection {
     if (header === undefined) {
       if (this.listener === 'uds') return { principal: { kind: 'unix-socket', name: 'unix-socket' } };
       if (this.listener === 'plain') {
-        return { status: 407, message: this.shared.plainAllowsTokens ? 'no credentials: send Proxy-Authorization: Bearer <token> (or Basic with the token as password)' : 'the plain-TCP listener authenticates nobody: tokens are not accepted on it (they would travel unencrypted); use the TLS listener or the Unix socket', reason: 'unauthenticated' };
+        return {
+          status: 407,
+          message: this.shared.plainAllowsTokens
+            ? 'no credentials: send Proxy-Authorization: Bearer <token> (or Basic with the token as password)'
+            : 'the plain-TCP listener authenticates nobody: tokens are not accepted on it (they would travel unencrypted); use the TLS listener or the Unix socket',
+          reason: 'unauthenticated',
+        };
       }
-      return { status: 407, message: `no credentials: present a client certificate signed by the hub CA, or send Proxy-Authorization: Bearer <token> (or Basic with the token as password)${certNote}`, reason: 'unauthenticated' };
+      return {
+        status: 407,
+        message: `no credentials: present a client certificate signed by the hub CA, or send Proxy-Authorization: Bearer <token> (or Basic with the token as password)${certNote}`,
+        reason: 'unauthenticated',
+      };
     }
     if (this.listener === 'plain' && !this.shared.plainAllowsTokens) {
-      return { status: 407, message: 'tokens are not accepted on the plain-TCP listener (they would travel unencrypted); use the TLS listener or the Unix socket', reason: 'token_over_plaintext' };
+      return {
+        status: 407,
+        message:
+          'tokens are not accepted on the plain-TCP listener (they would travel unencrypted); use the TLS listener or the Unix socket',
+        reason: 'token_over_plaintext',
+      };
     }
     const token = tokenFromHeader(header);
-    if (token === null) return { status: 407, message: `unsupported Proxy-Authorization: use "Bearer <token>" or "Basic" with the token as password${certNote}`, reason: 'unauthenticated' };
+    if (token === null)
+      return {
+        status: 407,
+        message: `unsupported Proxy-Authorization: use "Bearer <token>" or "Basic" with the token as password${certNote}`,
+        reason: 'unauthenticated',
+      };
     const principal = this.shared.tokens.verify(token);
     if (!principal) return { status: 407, message: `the token is invalid, expired or revoked${certNote}`, reason: 'bad_token' };
     return { principal };
@@ -405,7 +450,10 @@ export class ConnectConnection implements Frontend, TrackedConnection {
     if (this.state === 'refusing' || this.state === 'closed') return;
     const dest = this.destination || '-';
     const level = status === 408 || status === 431 ? 'debug' : 'info';
-    this.log[level]({ status, reason, destination: dest, principal: this.principal ? principalName(this.principal) : undefined }, `CONNECT refused: ${message}`);
+    this.log[level](
+      { status, reason, destination: dest, principal: this.principal ? principalName(this.principal) : undefined },
+      `CONNECT refused: ${message}`,
+    );
     this.state = 'refusing';
     this.shared.core.metrics.connectRequests.inc({ status: String(status) });
     this.clearTimer();

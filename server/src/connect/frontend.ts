@@ -89,7 +89,9 @@ export interface ConnectFrontend {
 export async function startConnectFrontend(opts: ConnectFrontendOptions): Promise<ConnectFrontend> {
   if (!opts.tls && !opts.uds && !opts.plain) throw new Error('the CONNECT frontend needs at least one listener (tls, uds or plain)');
   if (opts.plain && !isLoopback(opts.plain.host)) {
-    throw new Error(`refusing to serve plain-TCP CONNECT on ${opts.plain.host}: only loopback addresses (127.0.0.0/8, ::1, localhost); use the TLS listener elsewhere`);
+    throw new Error(
+      `refusing to serve plain-TCP CONNECT on ${opts.plain.host}: only loopback addresses (127.0.0.0/8, ::1, localhost); use the TLS listener elsewhere`,
+    );
   }
   const conns = new Set<ConnectConnection>();
   const shared: ConnectShared = {
@@ -127,13 +129,16 @@ export async function startConnectFrontend(opts: ConnectFrontendOptions): Promis
   try {
     if (opts.tls) {
       const t = opts.tls;
-      const server = tlsServer = tls.createServer({
-        ca: t.caCert, cert: t.cert, key: t.key,
-        requestCert: true, rejectUnauthorized: false, // no certificate = token auth; checked per request
+      const server = (tlsServer = tls.createServer({
+        ca: t.caCert,
+        cert: t.cert,
+        key: t.key,
+        requestCert: true,
+        rejectUnauthorized: false, // no certificate = token auth; checked per request
         ALPNProtocols: ['http/1.1'],
         handshakeTimeout: shared.headerTimeoutMs,
         allowHalfOpen: true,
-      });
+      }));
       server.on('secureConnection', (s: tls.TLSSocket) => accept(s, 'tls'));
       server.on('tlsClientError', (err, s) => {
         shared.log.info({ listener: 'tls', peer: peerOf(s) }, `TLS handshake failed: ${oneLine(err.message)}`);

@@ -8,7 +8,10 @@ export class ProbeReads {
   private readonly byConnection = new Map<object, number>();
   private heldBytes = 0;
 
-  constructor(readonly perConnection: number, readonly total: number) {}
+  constructor(
+    readonly perConnection: number,
+    readonly total: number,
+  ) {}
 
   /** Bytes read by probes, not yet passed on, over all connections. */
   get held(): number {

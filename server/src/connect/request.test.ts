@@ -46,9 +46,21 @@ describe('parseAuthority', () => {
     ['[fd00::1]:443', '[fd00::1]:443'],
   ])('accepts %s', (target, want) => expect(parseAuthority(target)).toBe(want));
 
-  it.each(['cluster1', 'cluster1:', 'cluster1:0', 'cluster1:65536', 'cluster1:+1', 'http://cluster1:443', 'user@cluster1:443', 'fd00::1:443', '[nothex]:443', 'a..b:1', '-a:1', '/x', '*:443'])(
-    'refuses %s', (target) => expect(parseAuthority(target)).toBeNull(),
-  );
+  it.each([
+    'cluster1',
+    'cluster1:',
+    'cluster1:0',
+    'cluster1:65536',
+    'cluster1:+1',
+    'http://cluster1:443',
+    'user@cluster1:443',
+    'fd00::1:443',
+    '[nothex]:443',
+    'a..b:1',
+    '-a:1',
+    '/x',
+    '*:443',
+  ])('refuses %s', (target) => expect(parseAuthority(target)).toBeNull());
 });
 
 describe('tokenFromHeader', () => {
@@ -66,7 +78,14 @@ describe('tokenFromHeader', () => {
 describe('DIAL_FAILURE_STATUS', () => {
   it('maps every dial failure class', () => {
     expect(Object.fromEntries(Object.entries(DIAL_FAILURE_STATUS).map(([k, v]) => [k, v.status]))).toEqual({
-      no_agent: 503, draining: 503, endpoint: 502, forbidden: 403, timeout: 504, dialclosed: 502, limit: 503, unknown: 502,
+      no_agent: 503,
+      draining: 503,
+      endpoint: 502,
+      forbidden: 403,
+      timeout: 504,
+      dialclosed: 502,
+      limit: 503,
+      unknown: 502,
     });
   });
 });

@@ -9,7 +9,6 @@ export interface ParsedHead {
   headers: Map<string, string[]>;
 }
 
-
 /** Index just past the empty line that ends the head (CRLF CRLF, or bare LFs), or -1. */
 export function findHeadEnd(buf: Buffer, from: number): number {
   const a = buf.indexOf('\n\r\n', from, 'latin1');
@@ -51,7 +50,8 @@ export function parseHead(text: string): ParsedHead | string {
   return { method: m[1]!, target: m[2]!, headers };
 }
 
-const REG_NAME = /^(?=.{1,253}$)[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?(?:\.[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?)*\.?$/;
+const REG_NAME =
+  /^(?=.{1,253}$)[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?(?:\.[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?)*\.?$/;
 
 /** authority-form `host:port` → normalized address for the core, or null. */
 export function parseAuthority(target: string): string | null {

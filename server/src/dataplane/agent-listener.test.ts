@@ -22,14 +22,16 @@ function refusal(cluster: string, i: AgentIdentifiers, g?: Grant): IdentityError
 }
 
 describe('checkIdentifiers', () => {
-  it('accepts the cluster\'s own names: C, C.<namespace> and OCM\'s service-proxy host', () => {
-    expect(() => checkIdentifiers('c1', ids({ host: ['c1', 'c1.open-cluster-management-agent-addon', serviceProxyHost('c1')] }), undefined)).not.toThrow();
+  it("accepts the cluster's own names: C, C.<namespace> and OCM's service-proxy host", () => {
+    expect(() =>
+      checkIdentifiers('c1', ids({ host: ['c1', 'c1.open-cluster-management-agent-addon', serviceProxyHost('c1')] }), undefined),
+    ).not.toThrow();
     expect(() => checkIdentifiers('c1', ids({ host: ['c1.ns-2'] }), undefined)).not.toThrow();
     expect(() => checkIdentifiers('c1', ids({ host: ['c1.a'] }), undefined)).not.toThrow();
     expect(() => checkIdentifiers('c1', ids({}), undefined)).not.toThrow();
   });
 
-  it('refuses another cluster\'s names, naming the identifier', () => {
+  it("refuses another cluster's names, naming the identifier", () => {
     for (const h of ['c2', 'c2.open-cluster-management-agent-addon', serviceProxyHost('c2'), 'c10', 'xc1']) {
       const e = refusal('c1', ids({ host: ['c1', h] }));
       expect(e.message).toContain(`host=${h}`);
@@ -46,7 +48,9 @@ describe('checkIdentifiers', () => {
 
   it('accepts hosts, cidrs and default-route the hub granted the cluster', () => {
     const g = grant({ hosts: ['API.example.com'], cidrs: ['10.0.0.0/8', 'fd00::/8'], defaultRoute: true });
-    expect(() => checkIdentifiers('c1', ids({ host: ['c1', 'api.example.com'], cidr: ['10.0.0.0/8', 'fd00::/8'], defaultRoute: true }), g)).not.toThrow();
+    expect(() =>
+      checkIdentifiers('c1', ids({ host: ['c1', 'api.example.com'], cidr: ['10.0.0.0/8', 'fd00::/8'], defaultRoute: true }), g),
+    ).not.toThrow();
   });
 
   it('accepts an ipv4/ipv6 identifier the hub granted as a /32 or /128', () => {

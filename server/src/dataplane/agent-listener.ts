@@ -2,9 +2,24 @@
 // identifiers it registers are its own (or granted by the hub), answers with serverID/serverCount
 // and the capabilities in effect, and hands the stream to the proxy core.
 import {
-  CAP_CREDIT, CAP_HALF_CLOSE, CAP_SERVER_DRAIN, MD_AGENT_ID, MD_HELD_SERVERS, MD_AGENT_IDENTIFIERS, MD_CAPABILITIES, MD_SERVER_COUNT, MD_SERVER_ID, MD_WINDOW,
-  parseCapabilities, parseIdentifiers, serviceProxyHost, type AgentIdentifiers, type FramedPacketStream, type Hello,
-  refusalHello, type MuxRefusalCode,
+  CAP_CREDIT,
+  CAP_HALF_CLOSE,
+  CAP_SERVER_DRAIN,
+  MD_AGENT_ID,
+  MD_HELD_SERVERS,
+  MD_AGENT_IDENTIFIERS,
+  MD_CAPABILITIES,
+  MD_SERVER_COUNT,
+  MD_SERVER_ID,
+  MD_WINDOW,
+  parseCapabilities,
+  parseIdentifiers,
+  serviceProxyHost,
+  type AgentIdentifiers,
+  type FramedPacketStream,
+  type Hello,
+  refusalHello,
+  type MuxRefusalCode,
 } from '@cluster-proxy/proto';
 import type { Logger } from 'pino';
 import type { PeerCertificate, TLSSocket } from 'node:tls';
@@ -49,17 +64,28 @@ export function checkIdentifiers(cluster: string, ids: AgentIdentifiers, grant: 
     if (own.has(h)) continue;
     // `<cluster>.<namespace>`: the agent's install namespace is a single DNS label.
     if (h.startsWith(`${cluster}.`) && DNS_LABEL.test(h.slice(cluster.length + 1))) continue;
-    throw new IdentityError(`agent of cluster "${cluster}" may not register host=${h}: it is neither one of the cluster's names nor granted by the hub`);
+    throw new IdentityError(
+      `agent of cluster "${cluster}" may not register host=${h}: it is neither one of the cluster's names nor granted by the hub`,
+    );
   }
   const granted = grant?.cidrs ?? [];
-  for (const [key, values] of [['ipv4', ids.ipv4], ['ipv6', ids.ipv6], ['cidr', ids.cidr]] as const) {
+  for (const [key, values] of [
+    ['ipv4', ids.ipv4],
+    ['ipv6', ids.ipv6],
+    ['cidr', ids.cidr],
+  ] as const) {
     for (const v of values) {
       const asCidr = key === 'cidr' ? v : `${v}/${key === 'ipv4' ? 32 : 128}`;
-      if (!isValidCidr(asCidr) || (key !== 'cidr' && isIP(v) !== (key === 'ipv4' ? 4 : 6))) throw new IdentityError(`agent of cluster "${cluster}" sent an invalid ${key}=${v}`);
-      if (!granted.some((g) => cidrContains(g, asCidr))) throw new IdentityError(`agent of cluster "${cluster}" may not register ${key}=${v}: not within an address range granted by the hub`);
+      if (!isValidCidr(asCidr) || (key !== 'cidr' && isIP(v) !== (key === 'ipv4' ? 4 : 6)))
+        throw new IdentityError(`agent of cluster "${cluster}" sent an invalid ${key}=${v}`);
+      if (!granted.some((g) => cidrContains(g, asCidr)))
+        throw new IdentityError(
+          `agent of cluster "${cluster}" may not register ${key}=${v}: not within an address range granted by the hub`,
+        );
     }
   }
-  if (ids.defaultRoute && !grant?.defaultRoute) throw new IdentityError(`agent of cluster "${cluster}" may not register default-route: not granted by the hub`);
+  if (ids.defaultRoute && !grant?.defaultRoute)
+    throw new IdentityError(`agent of cluster "${cluster}" may not register default-route: not granted by the hub`);
 }
 
 export type Refusal = { code: Exclude<MuxRefusalCode, 'UNKNOWN'>; message: string };
@@ -75,21 +101,28 @@ export interface Admission {
  * agentID and identifiers from its metadata, capabilities. `get(key)` returns every value sent for
  * a (lower-case) metadata key.
  */
-export function admitAgent(opts: AgentListenerOptions, cert: PeerCertificate | undefined, get: (key: string) => string[]): Admission | Refusal {
+export function admitAgent(
+  opts: AgentListenerOptions,
+  cert: PeerCertificate | undefined,
+  get: (key: string) => string[],
+): Admission | Refusal {
   if (!opts.accepting()) return { code: 'UNAVAILABLE', message: 'server is shutting down' };
-  if (get(MD_HELD_SERVERS).join(',').split(',').includes(opts.serverID)) return { code: 'ALREADY_EXISTS', message: `agent already holds a stream to server ${opts.serverID}` };
+  if (get(MD_HELD_SERVERS).join(',').split(',').includes(opts.serverID))
+    return { code: 'ALREADY_EXISTS', message: `agent already holds a stream to server ${opts.serverID}` };
   const identity = clusterFromSubject(cert?.subject);
   if (!identity) return { code: 'UNAUTHENTICATED', message: 'client certificate does not identify a managed cluster agent' };
   const { cluster } = identity;
   const revoked = opts.registry && cert ? opts.registry.check(cluster, cert) : null;
   if (revoked) return { code: 'PERMISSION_DENIED', message: revoked };
   const agentIDs = get(MD_AGENT_ID);
-  if (agentIDs.length !== 1 || agentIDs[0] === '') return { code: 'INVALID_ARGUMENT', message: `expected one agentID metadata value, got ${agentIDs.length}` };
+  if (agentIDs.length !== 1 || agentIDs[0] === '')
+    return { code: 'INVALID_ARGUMENT', message: `expected one agentID metadata value, got ${agentIDs.length}` };
   const idValues = get(MD_AGENT_IDENTIFIERS);
   if (idValues.length > 1) return { code: 'INVALID_ARGUMENT', message: 'expected at most one agentIdentifiers metadata value' };
   const ids = parseIdentifiers(idValues[0] ?? '');
   // An agent that registers nothing is reachable by its cluster's names, as identified by its certificate.
-  if (ids.host.length + ids.ipv4.length + ids.ipv6.length + ids.cidr.length === 0 && !ids.defaultRoute) ids.host.push(cluster, serviceProxyHost(cluster));
+  if (ids.host.length + ids.ipv4.length + ids.ipv6.length + ids.cidr.length === 0 && !ids.defaultRoute)
+    ids.host.push(cluster, serviceProxyHost(cluster));
   try {
     checkIdentifiers(cluster, ids, opts.grants.get(cluster));
   } catch (err) {
@@ -127,9 +160,22 @@ let streamNo = 0;
 /** Registers an admitted agent's channel with the core. */
 export function startBackend(opts: AgentListenerOptions, admission: Admission, channel: AgentChannel, peer: string): AgentBackend {
   const log = opts.log.child({ agentID: admission.backend.agentID, cluster: admission.backend.cluster });
-  const backend = new AgentBackend(channel, { ...admission.backend, log, metrics: opts.core.metrics, budget: opts.core.budget }, ++streamNo);
+  const backend = new AgentBackend(
+    channel,
+    { ...admission.backend, log, metrics: opts.core.metrics, budget: opts.core.budget },
+    ++streamNo,
+  );
   opts.core.addBackend(backend);
-  log.info({ peer, hosts: admission.backend.hosts, credit: admission.backend.credit, halfClose: admission.backend.halfClose, transport: channel.transport }, 'agent connected');
+  log.info(
+    {
+      peer,
+      hosts: admission.backend.hosts,
+      credit: admission.backend.credit,
+      halfClose: admission.backend.halfClose,
+      transport: channel.transport,
+    },
+    'agent connected',
+  );
   return backend;
 }
 
@@ -138,7 +184,10 @@ export function makeAgentConnectHandler(opts: AgentListenerOptions): GrpcHandler
   return (call) => {
     const result = admitAgent(opts, call.peerCertificate(), (key) => call.metadata.get(key));
     if (!('headers' in result)) {
-      opts.log[result.code === 'ALREADY_EXISTS' ? 'debug' : 'warn']({ peer: call.getPeer(), code: result.code }, `agent refused: ${result.message}`);
+      opts.log[result.code === 'ALREADY_EXISTS' ? 'debug' : 'warn'](
+        { peer: call.getPeer(), code: result.code },
+        `agent refused: ${result.message}`,
+      );
       opts.core.metrics.agentRefusals.inc({ code: result.code });
       call.endWithStatus(GrpcStatus[result.code], result.message);
       return;

@@ -95,7 +95,9 @@ describe('AgentWaits', () => {
     const { waits, here } = setup();
     const f = frontend();
     const other: string[] = [];
-    waits.wait('c1:443', f, () => { throw new Error('frontend bug'); });
+    waits.wait('c1:443', f, () => {
+      throw new Error('frontend bug');
+    });
     waits.wait('c1:443', frontend(), () => other.push('ok'));
     here.add('c1');
     waits.agentConnected({ hosts: ['c1'], defaultRoute: false });
@@ -112,7 +114,12 @@ describe('AgentWaits', () => {
     vi.advanceTimersByTime(2999);
     expect(f.failed).toEqual([]);
     vi.advanceTimersByTime(1);
-    expect(f.failed).toEqual([{ reason: 'no_agent', message: 'No agent available for c1:443: none of cluster c1 connected to this proxy server within 3000 ms (other replicas had one)' }]);
+    expect(f.failed).toEqual([
+      {
+        reason: 'no_agent',
+        message: 'No agent available for c1:443: none of cluster c1 connected to this proxy server within 3000 ms (other replicas had one)',
+      },
+    ]);
     expect(ready).toBe(false);
     expect(waits.size).toBe(0);
     expect(await results()).toEqual({ timeout: 1 });
@@ -151,7 +158,10 @@ describe('AgentWaits', () => {
     const fs = [frontend(), frontend()];
     for (const f of fs) waits.wait('c1:443', f, () => {});
     waits.stop();
-    for (const f of fs) expect(f.failed).toEqual([{ reason: 'draining', message: 'this proxy server is shutting down; dial c1:443 through another replica' }]);
+    for (const f of fs)
+      expect(f.failed).toEqual([
+        { reason: 'draining', message: 'this proxy server is shutting down; dial c1:443 through another replica' },
+      ]);
     expect(vi.getTimerCount()).toBe(0);
     expect(waits.wait('c1:443', frontend(), () => {})).toBeNull();
     expect(await results()).toEqual({ shutdown: 2 });

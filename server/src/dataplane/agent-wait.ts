@@ -67,7 +67,11 @@ export class AgentWaits {
 
   constructor(private readonly opts: AgentWaitOptions) {
     this.warnFull = throttleReporter(FULL_WARNING_INTERVAL_MS, (n, cluster) =>
-      opts.log.warn({ notHeld: n, waiting: this.count, max: opts.maxWaiting }, `dials not held for an agent (the last for ${cluster}): ${opts.maxWaiting} wait already (--agent-wait-max-dials); they failed at once`));
+      opts.log.warn(
+        { notHeld: n, waiting: this.count, max: opts.maxWaiting },
+        `dials not held for an agent (the last for ${cluster}): ${opts.maxWaiting} wait already (--agent-wait-max-dials); they failed at once`,
+      ),
+    );
   }
 
   /** Where the clusters with a live agent on another replica come from (the replica registry's last store read). */
@@ -96,7 +100,15 @@ export class AgentWaits {
       this.warnFull(cluster);
       return null;
     }
-    const w: Waiter = { address, host, cluster, frontend, ready, since: Date.now(), timer: setTimeout(() => this.expire(w), this.opts.waitMs) };
+    const w: Waiter = {
+      address,
+      host,
+      cluster,
+      frontend,
+      ready,
+      since: Date.now(),
+      timer: setTimeout(() => this.expire(w), this.opts.waitMs),
+    };
     let set = this.waiters.get(host);
     if (!set) this.waiters.set(host, (set = new Set()));
     set.add(w);
@@ -108,7 +120,9 @@ export class AgentWaits {
   /** An agent connected: the dials it can serve go on (those for its host names; any, for a default route). */
   agentConnected(agent: ConnectedAgent): void {
     if (this.count === 0) return;
-    const candidates = agent.defaultRoute ? [...this.waiters.values()].flatMap((set) => [...set]) : agent.hosts.flatMap((h) => [...(this.waiters.get(h.toLowerCase()) ?? [])]);
+    const candidates = agent.defaultRoute
+      ? [...this.waiters.values()].flatMap((set) => [...set])
+      : agent.hosts.flatMap((h) => [...(this.waiters.get(h.toLowerCase()) ?? [])]);
     for (const w of candidates) {
       // Still waiting (an earlier dial's frontend may have cancelled it), and served now.
       if (!this.waiters.get(w.host)?.has(w) || !this.opts.routable(w.address)) continue;

@@ -2,7 +2,18 @@
 // connections established through it. Connection IDs are the agent's; they are only looked up in
 // this stream's own tables, so IDs repeated by another stream (a reconnect, a duplicate agent
 // stream, an HA peer) can never collide.
-import { ConnectionTable, StreamSender, packetTypeName, packets, tapWrites, type DataViewHandler, type FramedPacketStream, type MemoryBudget, type Packet, type PacketStream } from '@cluster-proxy/proto';
+import {
+  ConnectionTable,
+  StreamSender,
+  packetTypeName,
+  packets,
+  tapWrites,
+  type DataViewHandler,
+  type FramedPacketStream,
+  type MemoryBudget,
+  type Packet,
+  type PacketStream,
+} from '@cluster-proxy/proto';
 import type { Logger } from 'pino';
 import { detachedServerMetrics, grpcCodeName, type ServerMetrics } from './metrics.js';
 import type { ConnectionBackend, ProxiedConnection } from './proxied-connection.js';
@@ -119,7 +130,11 @@ export class AgentBackend implements Routable, ConnectionBackend {
   readonly metrics: ServerMetrics;
   private onClosed: (() => void) | null = null;
 
-  constructor(private readonly channel: AgentChannel, opts: AgentBackendOptions, streamNo: number) {
+  constructor(
+    private readonly channel: AgentChannel,
+    opts: AgentBackendOptions,
+    streamNo: number,
+  ) {
     this.agentID = opts.agentID;
     this.key = `${opts.agentID}#${streamNo}`;
     this.cluster = opts.cluster;
@@ -238,10 +253,19 @@ export class AgentBackend implements Routable, ConnectionBackend {
     return this.conns.openConnections();
   }
 
-  summary(): { pending: number; established: { connectID: number; address: string; state: string; bytesToAgent: number; bytesToClient: number }[] } {
+  summary(): {
+    pending: number;
+    established: { connectID: number; address: string; state: string; bytesToAgent: number; bytesToClient: number }[];
+  } {
     return {
       pending: this.conns.pendingCount,
-      established: this.conns.openConnections().map((c) => ({ connectID: c.connectID, address: c.address, state: c.state, bytesToAgent: c.bytesToAgent, bytesToClient: c.bytesToClient })),
+      established: this.conns.openConnections().map((c) => ({
+        connectID: c.connectID,
+        address: c.address,
+        state: c.state,
+        bytesToAgent: c.bytesToAgent,
+        bytesToClient: c.bytesToClient,
+      })),
     };
   }
 

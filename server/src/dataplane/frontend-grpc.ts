@@ -1,7 +1,18 @@
 // ProxyService.Proxy: one stream carries one tunneled connection (ANP's gRPC frontend). Works with
 // an unmodified konnectivity-client and with our SDK, which also negotiates half-close.
 //   await-dial → DIAL_REQ → dialing → DIAL_RSP ok → open → CLOSE_REQ/CLOSE_RSP → done
-import { CAP_HALF_CLOSE, LazyLog, MD_CAPABILITIES, PacketType, packetTypeName, packets, parseCapabilities, type ByteSink, type DialFailureReason, type Packet } from '@cluster-proxy/proto';
+import {
+  CAP_HALF_CLOSE,
+  LazyLog,
+  MD_CAPABILITIES,
+  PacketType,
+  packetTypeName,
+  packets,
+  parseCapabilities,
+  type ByteSink,
+  type DialFailureReason,
+  type Packet,
+} from '@cluster-proxy/proto';
 import type { Logger } from 'pino';
 import { certificatePrincipal, principalName } from '../http/principal.js';
 import type { Frontend } from './frontend.js';
@@ -148,7 +159,8 @@ export class GrpcFrontend implements Frontend {
       this.send(packets.closeResponse(connectID, 'backend not initialized'));
       return this.finish();
     }
-    if (connectID !== this.connectID) return this.protocolError(`DATA for connectID ${connectID} on the stream of connectID ${this.connectID}`);
+    if (connectID !== this.connectID)
+      return this.protocolError(`DATA for connectID ${connectID} on the stream of connectID ${this.connectID}`);
     this.conn.writeChunks(chunks, length);
   }
 

@@ -5,7 +5,16 @@ import { EventEmitter } from 'node:events';
 import pino from 'pino';
 import { describe, expect, it } from 'vitest';
 import {
-  CAP_CREDIT, CAP_HALF_CLOSE, MAX_CONNECTION_WINDOW, MD_CAPABILITIES, MD_WINDOW, MemoryBudget, PacketType, packets, type FramedPacketStream, type Packet,
+  CAP_CREDIT,
+  CAP_HALF_CLOSE,
+  MAX_CONNECTION_WINDOW,
+  MD_CAPABILITIES,
+  MD_WINDOW,
+  MemoryBudget,
+  PacketType,
+  packets,
+  type FramedPacketStream,
+  type Packet,
 } from '@cluster-proxy/proto';
 import { type MuxFrontendConn, MuxFrontendSession } from './frontend-mux.js';
 import { ServerMetrics } from './metrics.js';
@@ -17,11 +26,16 @@ const WINDOW = 64 * 1024;
 /** Each packet in a word: DIAL_RSP:id or DIAL_RSP:error, DATA:bytes, CREDIT:bytes, HALF_CLOSE, CLOSE_RSP[:error]. */
 function word(p: Packet): string {
   switch (p.type) {
-    case PacketType.DIAL_RSP: return `DIAL_RSP:${p.dialResponse.error || p.dialResponse.connectID}`;
-    case PacketType.DATA: return `DATA:${p.data.data.length}`;
-    case PacketType.CREDIT: return `CREDIT:${p.credit.bytes}`;
-    case PacketType.CLOSE_RSP: return p.closeResponse.error ? `CLOSE_RSP:${p.closeResponse.error}` : 'CLOSE_RSP';
-    default: return PacketType[p.type]!;
+    case PacketType.DIAL_RSP:
+      return `DIAL_RSP:${p.dialResponse.error || p.dialResponse.connectID}`;
+    case PacketType.DATA:
+      return `DATA:${p.data.data.length}`;
+    case PacketType.CREDIT:
+      return `CREDIT:${p.credit.bytes}`;
+    case PacketType.CLOSE_RSP:
+      return p.closeResponse.error ? `CLOSE_RSP:${p.closeResponse.error}` : 'CLOSE_RSP';
+    default:
+      return PacketType[p.type]!;
   }
 }
 
@@ -57,7 +71,15 @@ function setup(opts: { clientCredit?: boolean } = {}) {
   } as unknown as ProxyCore;
   const caps = opts.clientCredit === false ? [CAP_HALF_CLOSE] : [CAP_CREDIT, CAP_HALF_CLOSE];
   const hello = { [MD_CAPABILITIES]: [caps.join(',')], [MD_WINDOW]: [String(WINDOW)] };
-  const session = new MuxFrontendSession(stream as unknown as FramedPacketStream, hello, core, WINDOW, pino({ level: 'silent' }), () => {}, 'sdk-client');
+  const session = new MuxFrontendSession(
+    stream as unknown as FramedPacketStream,
+    hello,
+    core,
+    WINDOW,
+    pino({ level: 'silent' }),
+    () => {},
+    'sdk-client',
+  );
   const fromClient = (p: Packet): boolean => stream.emit('data', p);
   fromClient(packets.dialRequest('c1:443', 5n));
   const c = conn as unknown as MuxFrontendConn;
@@ -121,7 +143,7 @@ describe('MuxFrontendConn: bytes both ways', () => {
     expect(sent()).toEqual([`CREDIT:${WINDOW / 4}`]);
   });
 
-  it('destination bytes go out within the client\'s credit; the rest waits for CREDIT', () => {
+  it("destination bytes go out within the client's credit; the rest waits for CREDIT", () => {
     const { conn, toClient, sent, acks, fromClient } = opened();
     toClient(WINDOW + 100);
     expect(sent()).toEqual([`DATA:${WINDOW}`]);
@@ -199,7 +221,7 @@ describe('MuxFrontendConn: the end', () => {
     expect(session.describe()).toEqual([]);
   });
 
-  it('the client\'s CLOSE_REQ, then the core\'s clean close: the queue is dropped, CLOSE_RSP at once (the client wants no more)', () => {
+  it("the client's CLOSE_REQ, then the core's clean close: the queue is dropped, CLOSE_RSP at once (the client wants no more)", () => {
     const { conn, toClient, sent, fromClient, told, session } = opened();
     toClient(WINDOW + 10);
     sent();
@@ -211,7 +233,7 @@ describe('MuxFrontendConn: the end', () => {
     expect(session.describe()).toEqual([]);
   });
 
-  it('a clean close waiting for the client\'s credit, then its CLOSE_REQ: the queue is dropped, CLOSE_RSP, closed', () => {
+  it("a clean close waiting for the client's credit, then its CLOSE_REQ: the queue is dropped, CLOSE_RSP, closed", () => {
     const { conn, toClient, sent, fromClient, session } = opened();
     toClient(WINDOW + 10);
     sent();
@@ -250,7 +272,7 @@ describe('MuxFrontendConn: the end', () => {
     expect(acks).toEqual([]);
   });
 
-  it('the client\'s connection gone while open: closed, the core told to close; late callbacks change nothing', () => {
+  it("the client's connection gone while open: closed, the core told to close; late callbacks change nothing", () => {
     const { conn, session, stream, told, held, sent, fromClient, toClient } = opened({ clientCredit: false });
     fromClient(packets.data(1, Buffer.alloc(100)));
     conn.pause();

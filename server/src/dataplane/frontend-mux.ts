@@ -26,8 +26,28 @@
 // The client's HALF_CLOSE and CLOSE_REQ go to the core (ProxiedConnection): their outcome comes back
 // here as closed().
 import {
-  CAP_CREDIT, CAP_HALF_CLOSE, ConnectionTable, MAX_DATA_CHUNK, MAX_MESSAGE_BYTES, MD_CAPABILITIES, MD_WINDOW, ReceiveWindow, SendCredit, StreamSender, packetTypeName, packets, parseCapabilities, queueChunks, tapWrites, takeQueued,
-  type ByteSink, type DialFailureReason, type FramedPacketStream, type Hello, type MemoryBudget, type QueuedBytes,
+  CAP_CREDIT,
+  CAP_HALF_CLOSE,
+  ConnectionTable,
+  MAX_DATA_CHUNK,
+  MAX_MESSAGE_BYTES,
+  MD_CAPABILITIES,
+  MD_WINDOW,
+  ReceiveWindow,
+  SendCredit,
+  StreamSender,
+  packetTypeName,
+  packets,
+  parseCapabilities,
+  queueChunks,
+  tapWrites,
+  takeQueued,
+  type ByteSink,
+  type DialFailureReason,
+  type FramedPacketStream,
+  type Hello,
+  type MemoryBudget,
+  type QueuedBytes,
 } from '@cluster-proxy/proto';
 import type { Logger } from 'pino';
 import type { Frontend } from './frontend.js';
@@ -57,7 +77,11 @@ export class MuxFrontendConn implements Frontend {
   private fromClient: ReceiveWindow | null = null;
   readonly sink: ByteSink;
 
-  constructor(private readonly session: MuxFrontendSession, readonly random: bigint, readonly address: string) {
+  constructor(
+    private readonly session: MuxFrontendSession,
+    readonly random: bigint,
+    readonly address: string,
+  ) {
     this.toClient = new SendCredit(session.peerWindow, () => session.metrics.flowControlStalls.inc({ direction: 'to_client' }));
     this.sink = {
       write: (chunk, cb) => this.onDestinationBytes([chunk], cb),

@@ -18,7 +18,12 @@ const sessions: http2.ClientHttp2Session[] = [];
 beforeEach(async () => {
   dir = mkdtempSync(path.join(os.tmpdir(), 'grpc-server-'));
   sock = path.join(dir, 'grpc.sock');
-  server = new GrpcServer({ streamWindow: 1 << 20, connectionWindow: 1 << 22, maxMessageBytes: 1 << 16, watchdog: { intervalMs: 60_000, timeoutMs: 10_000 } });
+  server = new GrpcServer({
+    streamWindow: 1 << 20,
+    connectionWindow: 1 << 22,
+    maxMessageBytes: 1 << 16,
+    watchdog: { intervalMs: 60_000, timeoutMs: 10_000 },
+  });
   // Echo, and OK once the client half-closes.
   server.handle('/ProxyService/Proxy', (call) => {
     call.sendMetadata({ serverid: 'test' });
@@ -50,7 +55,11 @@ function connect(): http2.ClientHttp2Session {
 }
 
 /** Response headers, trailers and body of one raw request. */
-async function request(session: http2.ClientHttp2Session, headers: http2.OutgoingHttpHeaders, body?: Buffer): Promise<{ headers: http2.IncomingHttpHeaders; trailers: http2.IncomingHttpHeaders; body: Buffer }> {
+async function request(
+  session: http2.ClientHttp2Session,
+  headers: http2.OutgoingHttpHeaders,
+  body?: Buffer,
+): Promise<{ headers: http2.IncomingHttpHeaders; trailers: http2.IncomingHttpHeaders; body: Buffer }> {
   const st = session.request({ ':method': 'POST', 'content-type': 'application/grpc', te: 'trailers', ...headers });
   st.on('error', () => {});
   let trailers: http2.IncomingHttpHeaders = {};
@@ -83,7 +92,7 @@ describe('GrpcServer', () => {
     }
   });
 
-  it('a paused call counts the client bytes it holds (Node\'s stream buffer, messages not handed on), and none once they are taken', async () => {
+  it("a paused call counts the client bytes it holds (Node's stream buffer, messages not handed on), and none once they are taken", async () => {
     let held: GrpcServerCall | undefined;
     const taken: Packet[] = [];
     server.handle('/Test/Paused', (call) => {
@@ -147,7 +156,11 @@ describe('GrpcServer', () => {
   it('answers an unknown method and a compressed call with a trailers-only UNIMPLEMENTED, and a non-gRPC request with 415', async () => {
     const s = connect();
     const unknown = await request(s, { ':path': '/Nope/Nope' });
-    expect(unknown.headers).toMatchObject({ ':status': 200, 'grpc-status': String(GrpcStatus.UNIMPLEMENTED), 'grpc-message': 'unknown method /Nope/Nope' });
+    expect(unknown.headers).toMatchObject({
+      ':status': 200,
+      'grpc-status': String(GrpcStatus.UNIMPLEMENTED),
+      'grpc-message': 'unknown method /Nope/Nope',
+    });
     const gzip = await request(s, { ':path': '/ProxyService/Proxy', 'grpc-encoding': 'gzip' });
     expect(gzip.headers['grpc-status']).toBe(String(GrpcStatus.UNIMPLEMENTED));
     const plain = await request(s, { ':path': '/ProxyService/Proxy', 'content-type': 'text/plain' });
@@ -159,7 +172,10 @@ describe('GrpcServer', () => {
     const head = Buffer.alloc(5);
     head.writeUInt32BE((1 << 16) + 1, 1);
     const big = await request(s, { ':path': '/ProxyService/Proxy' }, head);
-    expect(big.trailers).toMatchObject({ 'grpc-status': String(GrpcStatus.RESOURCE_EXHAUSTED), 'grpc-message': `Received message larger than max (${(1 << 16) + 1} vs. ${1 << 16})` });
+    expect(big.trailers).toMatchObject({
+      'grpc-status': String(GrpcStatus.RESOURCE_EXHAUSTED),
+      'grpc-message': `Received message larger than max (${(1 << 16) + 1} vs. ${1 << 16})`,
+    });
     const ok = await request(s, { ':path': '/ProxyService/Proxy' });
     expect(ok.trailers['grpc-status']).toBe('0');
   });
@@ -187,7 +203,12 @@ describe('GrpcServer', () => {
     const message = Buffer.alloc(5 + body.length);
     message.writeUInt32BE(body.length, 1);
     body.copy(message, 5);
-    const echoed = Promise.race([once(st, 'data') as Promise<[Buffer]>, once(st, 'close').then(() => { throw new Error('the call closed before its echo'); })]);
+    const echoed = Promise.race([
+      once(st, 'data') as Promise<[Buffer]>,
+      once(st, 'close').then(() => {
+        throw new Error('the call closed before its echo');
+      }),
+    ]);
     st.write(message);
     expect((await echoed)[0]).toEqual(message);
     expect(done).toBe(false);

@@ -13,8 +13,21 @@ import type net from 'node:net';
 import type { Duplex } from 'node:stream';
 import type { PeerCertificate, TLSSocket } from 'node:tls';
 import {
-  DataViews, GrpcMessageReader, GrpcStatus, PacketType, deliverMessage, encodeGrpcMessage, h2Socket, parseGrpcTimeout, watchSession, writeGrpcData, writeGrpcMessage,
-  type DataViewHandler, type GrpcFramingError, type Packet, type WatchdogOptions,
+  DataViews,
+  GrpcMessageReader,
+  GrpcStatus,
+  PacketType,
+  deliverMessage,
+  encodeGrpcMessage,
+  h2Socket,
+  parseGrpcTimeout,
+  watchSession,
+  writeGrpcData,
+  writeGrpcMessage,
+  type DataViewHandler,
+  type GrpcFramingError,
+  type Packet,
+  type WatchdogOptions,
 } from '@cluster-proxy/proto';
 import { SessionWindow, type SessionWindowOptions } from './session-window.js';
 
@@ -61,7 +74,10 @@ export class GrpcServerCall extends EventEmitter {
     super();
     this.reader = new GrpcMessageReader(maxMessageBytes);
     stream.on('wantTrailers', () => {
-      stream.sendTrailers({ 'grpc-status': String(this.status.code), ...(this.status.details ? { 'grpc-message': encodeGrpcMessage(this.status.details) } : {}) });
+      stream.sendTrailers({
+        'grpc-status': String(this.status.code),
+        ...(this.status.details ? { 'grpc-message': encodeGrpcMessage(this.status.details) } : {}),
+      });
       this.closeAfterStatus();
     });
     stream.on('data', (chunk: Buffer) => this.onData(chunk));
@@ -82,11 +98,14 @@ export class GrpcServerCall extends EventEmitter {
     });
     const timeout = parseGrpcTimeout(headers['grpc-timeout'] as string | undefined);
     if (timeout !== null) {
-      this.deadline = setTimeout(() => {
-        this.deadline = null;
-        this.endWithStatus(GrpcStatus.DEADLINE_EXCEEDED, 'Deadline exceeded');
-        this.cancel();
-      }, Math.max(1, Math.ceil(timeout)));
+      this.deadline = setTimeout(
+        () => {
+          this.deadline = null;
+          this.endWithStatus(GrpcStatus.DEADLINE_EXCEEDED, 'Deadline exceeded');
+          this.cancel();
+        },
+        Math.max(1, Math.ceil(timeout)),
+      );
     }
   }
 
@@ -138,7 +157,10 @@ export class GrpcServerCall extends EventEmitter {
   /** Sends the response headers with our metadata (once; later calls are ignored). */
   sendMetadata(md: Record<string, string> = {}): void {
     if (this.stream.destroyed || this.stream.headersSent) return;
-    this.stream.respond({ ':status': 200, 'content-type': 'application/grpc', 'grpc-accept-encoding': 'identity', ...md }, { waitForTrailers: true });
+    this.stream.respond(
+      { ':status': 200, 'content-type': 'application/grpc', 'grpc-accept-encoding': 'identity', ...md },
+      { waitForTrailers: true },
+    );
   }
 
   write(p: Packet, callback?: (err?: Error | null) => void): boolean {
@@ -181,7 +203,15 @@ export class GrpcServerCall extends EventEmitter {
     this.status = { code, details };
     if (this.stream.destroyed) return;
     if (!this.stream.headersSent) {
-      this.stream.respond({ ':status': 200, 'content-type': 'application/grpc', 'grpc-status': String(code), ...(details ? { 'grpc-message': encodeGrpcMessage(details) } : {}) }, { endStream: true });
+      this.stream.respond(
+        {
+          ':status': 200,
+          'content-type': 'application/grpc',
+          'grpc-status': String(code),
+          ...(details ? { 'grpc-message': encodeGrpcMessage(details) } : {}),
+        },
+        { endStream: true },
+      );
       this.closeAfterStatus();
     } else {
       this.stream.end(); // the trailers follow ('wantTrailers')

@@ -56,7 +56,14 @@ afterEach(() => {
 });
 
 function peer(role: 'client' | 'server', port = 0): ChildProcess {
-  const env = { ...process.env, ROLE: role, PORT: String(port), KEY: role === 'client' ? client.keyPem : serving.keyPem, CERT: role === 'client' ? client.certPem : serving.certPem, CA: ca.certPem };
+  const env = {
+    ...process.env,
+    ROLE: role,
+    PORT: String(port),
+    KEY: role === 'client' ? client.keyPem : serving.keyPem,
+    CERT: role === 'client' ? client.certPem : serving.certPem,
+    CA: ca.certPem,
+  };
   const child = spawn(process.execPath, ['--input-type=module', '-e', PEER], { env, stdio: ['ignore', 'ignore', 'inherit', 'ipc'] });
   children.add(child);
   child.once('exit', () => children.delete(child));
@@ -73,9 +80,12 @@ async function killAndTime(child: ChildProcess, flowing: Promise<unknown>, sessi
   child.kill('SIGKILL');
   let timer: NodeJS.Timeout | undefined;
   try {
-    await Promise.race([closed, new Promise((_, reject) => {
-      timer = setTimeout(() => reject(new Error('the session was still open 2 s after its peer was SIGKILLed')), 2000);
-    })]);
+    await Promise.race([
+      closed,
+      new Promise((_, reject) => {
+        timer = setTimeout(() => reject(new Error('the session was still open 2 s after its peer was SIGKILLed')), 2000);
+      }),
+    ]);
   } finally {
     clearTimeout(timer);
     if (!s.destroyed) s.destroy();
@@ -137,7 +147,14 @@ describe('h2Socket: HTTP/2 on a native TLS socket whose peer is SIGKILLed mid-tr
       st.on('data', () => {});
       pump(st);
     });
-    const server = tls.createServer({ key: serving.keyPem, cert: serving.certPem, ca: ca.certPem, requestCert: true, rejectUnauthorized: true, ALPNProtocols: ['h2'] });
+    const server = tls.createServer({
+      key: serving.keyPem,
+      cert: serving.certPem,
+      ca: ca.certPem,
+      requestCert: true,
+      rejectUnauthorized: true,
+      ALPNProtocols: ['h2'],
+    });
     server.on('secureConnection', (socket: tls.TLSSocket) => h2.emit('connection', h2Socket(socket)));
     server.listen(0, '127.0.0.1');
     await once(server, 'listening');
@@ -156,8 +173,18 @@ describe('h2Socket: HTTP/2 on a native TLS socket whose peer is SIGKILLed mid-tr
       const child = peer('server');
       const [port] = (await once(child, 'message')) as [number];
       const flowing = once(child, 'message');
-      const socket = tls.connect({ host: '127.0.0.1', port, ca: ca.certPem, key: client.keyPem, cert: client.certPem, ALPNProtocols: ['h2'] });
-      const session = http2.connect(`https://127.0.0.1:${port}`, { settings: { initialWindowSize: 16 << 20 }, createConnection: () => h2Socket(socket) });
+      const socket = tls.connect({
+        host: '127.0.0.1',
+        port,
+        ca: ca.certPem,
+        key: client.keyPem,
+        cert: client.certPem,
+        ALPNProtocols: ['h2'],
+      });
+      const session = http2.connect(`https://127.0.0.1:${port}`, {
+        settings: { initialWindowSize: 16 << 20 },
+        createConnection: () => h2Socket(socket),
+      });
       session.on('error', () => {});
       session.once('connect', () => session.setLocalWindowSize(64 << 20));
       const req = session.request({ ':path': '/', ':method': 'POST' });

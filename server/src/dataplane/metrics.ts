@@ -25,7 +25,15 @@ export type Segment = 'from_client' | 'to_client' | 'from_agent' | 'to_agent';
  *   frontend_close         the client gave up on the pending dial (ANP)
  *   bad_request            the request could not be dialled at all, e.g. protocol not tcp (ours)
  */
-export type ServerDialFailure = 'no_agent' | 'draining' | 'error_response' | 'unrecognized_response' | 'backend_close' | 'backend_dial_timeout' | 'frontend_close' | 'bad_request';
+export type ServerDialFailure =
+  | 'no_agent'
+  | 'draining'
+  | 'error_response'
+  | 'unrecognized_response'
+  | 'backend_close'
+  | 'backend_dial_timeout'
+  | 'frontend_close'
+  | 'bad_request';
 
 /** What the scrape-time gauges read from the live server (tables, not counters that could drift). */
 export interface ServerGaugeSource {
@@ -90,8 +98,14 @@ export class ServerMetrics {
    * (every frontend: gRPC, mux, CONNECT). Node's writes do not block, so this is the time the hub spends
    * passing it on; a client that does not read shows in the stall and held-bytes metrics instead.
    */
-  readonly frontendWriteDuration = registerTally(this.registry, new TallyHistogram(`${ANP}frontend_write_duration_seconds`,
-    'Latency of write to the frontend in seconds (each DATA payload handed on towards a client)', ANP_LATENCY_BUCKETS));
+  readonly frontendWriteDuration = registerTally(
+    this.registry,
+    new TallyHistogram(
+      `${ANP}frontend_write_duration_seconds`,
+      'Latency of write to the frontend in seconds (each DATA payload handed on towards a client)',
+      ANP_LATENCY_BUCKETS,
+    ),
+  );
   readonly dialFailures = new Counter({
     name: `${ANP}dial_failure_count`,
     help: 'Dials that failed, by reason (no_agent, draining, error_response, unrecognized_response, backend_close, backend_dial_timeout, frontend_close, bad_request)',
@@ -258,7 +272,9 @@ export class ServerMetrics {
       name: `${ANP}ready_backend_connections`,
       help: 'Agent streams (backend connections) registered with this server (deprecated in ANP; see ready_backends)',
       registers: r,
-      collect() { this.set(src()?.agentStreams().total ?? 0); },
+      collect() {
+        this.set(src()?.agentStreams().total ?? 0);
+      },
     });
     new Gauge({
       name: `${ANP}ready_backends`,
@@ -276,19 +292,25 @@ export class ServerMetrics {
       name: `${ANP}pending_backend_dials`,
       help: 'Dials sent to agents and not yet answered',
       registers: r,
-      collect() { this.set(src()?.pendingDials() ?? 0); },
+      collect() {
+        this.set(src()?.pendingDials() ?? 0);
+      },
     });
     new Gauge({
       name: `${OWN}agent_waiting_dials`,
       help: 'Dials waiting now for an agent of their cluster to connect to this replica (--agent-wait)',
       registers: r,
-      collect() { this.set(src()?.waitingDials() ?? 0); },
+      collect() {
+        this.set(src()?.waitingDials() ?? 0);
+      },
     });
     new Gauge({
       name: `${ANP}established_connections`,
       help: 'Tunneled connections established through agents (open or closing)',
       registers: r,
-      collect() { this.set(src()?.established() ?? 0); },
+      collect() {
+        this.set(src()?.established() ?? 0);
+      },
     });
     new Gauge({
       name: `${ANP}grpc_connections`,
@@ -316,7 +338,9 @@ export class ServerMetrics {
       name: `${ANP}http_connections`,
       help: 'Open HTTP CONNECT client connections',
       registers: r,
-      collect() { this.set(src()?.httpConnections() ?? 0); },
+      collect() {
+        this.set(src()?.httpConnections() ?? 0);
+      },
     });
     new Gauge({
       name: `${OWN}mux_connections`,
@@ -333,27 +357,35 @@ export class ServerMetrics {
       name: `${OWN}server_count`,
       help: 'Number of server replicas this server tells agents to connect to',
       registers: r,
-      collect() { this.set(src()?.serverCount() ?? 0); },
+      collect() {
+        this.set(src()?.serverCount() ?? 0);
+      },
     });
     new Gauge({
       name: `${OWN}memory_budget_bytes`,
       help: 'Bytes this hub may hold on behalf of its peers (--memory-budget)',
       registers: r,
-      collect() { this.set(src()?.memory().limit ?? 0); },
+      collect() {
+        this.set(src()?.memory().limit ?? 0);
+      },
     });
     new Gauge({
       name: `${OWN}memory_committed_bytes`,
-      help: 'Sum of the per-connection windows granted to peers, by direction (to_agent: client bytes towards agents, gRPC clients\' stream windows included; to_client: agent bytes towards clients)',
+      help: "Sum of the per-connection windows granted to peers, by direction (to_agent: client bytes towards agents, gRPC clients' stream windows included; to_client: agent bytes towards clients)",
       labelNames: ['direction'] as const,
       registers: r,
-      collect() { for (const u of src()?.memory().directions ?? []) this.set({ direction: u.direction }, u.committed); },
+      collect() {
+        for (const u of src()?.memory().directions ?? []) this.set({ direction: u.direction }, u.committed);
+      },
     });
     new Gauge({
       name: `${OWN}memory_held_bytes`,
       help: 'Bytes held now on behalf of peers, not yet passed on, by direction (to_agent, to_client; to_agent includes client bytes in the buffers of paused sockets and HTTP/2 streams)',
       labelNames: ['direction'] as const,
       registers: r,
-      collect() { for (const u of src()?.memory().directions ?? []) this.set({ direction: u.direction }, u.buffered); },
+      collect() {
+        for (const u of src()?.memory().directions ?? []) this.set({ direction: u.direction }, u.buffered);
+      },
     });
     // The CLI's process metrics, the agent's set (proto's prometheus.ts): prom-client's default collectors
     // and the OpenTelemetry API they load cost the hub ~3 MiB of RSS at start.
@@ -404,7 +436,10 @@ export class ServerMetrics {
   /** The exposition text and its content type, for a /metrics handler. */
   async expose(): Promise<{ contentType: string; body: string }> {
     // prom-client's text ends with a newline; the process metrics follow it.
-    return { contentType: this.registry.contentType, body: `${await this.registry.metrics()}${(await this.processRegistry?.collect()) ?? ''}` };
+    return {
+      contentType: this.registry.contentType,
+      body: `${await this.registry.metrics()}${(await this.processRegistry?.collect()) ?? ''}`,
+    };
   }
 }
 

@@ -15,27 +15,71 @@ function setup(opts: { clientHalfClose?: boolean; sink?: Frontend['sink']; onBul
   const sent: Packet[] = [];
   const events: string[] = [];
   const waiters: Array<() => void> = [];
-  const sender = { send: (p: Packet) => { sent.push(p); }, sendData: (id: number, chunks: readonly Buffer[], n: number) => { sent.push(packets.data(id, chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks, n))); }, congested: false, queued: 0, whenWritable: (w: () => void) => { waiters.push(w); }, cancelWaiter: () => {}, releaseReads: () => {}, holdReads: () => {} };
+  const sender = {
+    send: (p: Packet) => {
+      sent.push(p);
+    },
+    sendData: (id: number, chunks: readonly Buffer[], n: number) => {
+      sent.push(packets.data(id, chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks, n)));
+    },
+    congested: false,
+    queued: 0,
+    whenWritable: (w: () => void) => {
+      waiters.push(w);
+    },
+    cancelWaiter: () => {},
+    releaseReads: () => {},
+    holdReads: () => {},
+  };
   const backend = {
-    agentID: 'a1', peerWindow: WINDOW, window: WINDOW, budget: new MemoryBudget(256 * 1024 * 1024, { maxWindow: MAX_CONNECTION_WINDOW }), credit: true, halfClose: true, metrics: new ServerMetrics(), sender,
-    sendDialRequest: () => {}, sendDialClose: () => {}, forget: () => {}, established: () => {},
+    agentID: 'a1',
+    peerWindow: WINDOW,
+    window: WINDOW,
+    budget: new MemoryBudget(256 * 1024 * 1024, { maxWindow: MAX_CONNECTION_WINDOW }),
+    credit: true,
+    halfClose: true,
+    metrics: new ServerMetrics(),
+    sender,
+    sendDialRequest: () => {},
+    sendDialClose: () => {},
+    forget: () => {},
+    established: () => {},
     sendCredit: () => {},
-    sendCloseRequest: () => { events.push('CLOSE_REQ'); },
-    sendHalfClose: () => { events.push('HALF_CLOSE'); },
+    sendCloseRequest: () => {
+      events.push('CLOSE_REQ');
+    },
+    sendHalfClose: () => {
+      events.push('HALF_CLOSE');
+    },
   } as unknown as AgentBackend;
   const frontend: Frontend = {
-    sink: opts.sink ?? { write: () => true }, client: 'test', halfClose: opts.clientHalfClose ?? true,
-    dialSucceeded: () => {}, dialFailed: () => {}, remoteEnded: () => { events.push('remoteEnded'); },
-    closed: (e) => { events.push(`closed:${e}`); },
-    pause: () => { events.push('pause'); }, resume: () => { events.push('resume'); },
+    sink: opts.sink ?? { write: () => true },
+    client: 'test',
+    halfClose: opts.clientHalfClose ?? true,
+    dialSucceeded: () => {},
+    dialFailed: () => {},
+    remoteEnded: () => {
+      events.push('remoteEnded');
+    },
+    closed: (e) => {
+      events.push(`closed:${e}`);
+    },
+    pause: () => {
+      events.push('pause');
+    },
+    resume: () => {
+      events.push('resume');
+    },
     onBulk: opts.onBulk,
   };
   const conn = new ProxiedConnection(backend, frontend, 1n, 'c1:443', pino({ level: 'silent' }));
   conn.startDial(60_000);
   conn.onDialResponse(7, '', '');
-  const dataBytes = (): number => sent.filter((p) => p.type === PacketType.DATA).reduce((n, p) => n + (p as { data: { data: Uint8Array } }).data.data.length, 0);
+  const dataBytes = (): number =>
+    sent.filter((p) => p.type === PacketType.DATA).reduce((n, p) => n + (p as { data: { data: Uint8Array } }).data.data.length, 0);
   const lastData = (): Uint8Array => (sent.filter((p) => p.type === PacketType.DATA).at(-1) as { data: { data: Uint8Array } }).data.data;
-  const dataInOrder = (): Buffer => Buffer.concat(sent.filter((p) => p.type === PacketType.DATA).map((p) => Buffer.from((p as { data: { data: Uint8Array } }).data.data)));
+  const dataInOrder = (): Buffer =>
+    Buffer.concat(sent.filter((p) => p.type === PacketType.DATA).map((p) => Buffer.from((p as { data: { data: Uint8Array } }).data.data)));
   /** The shared stream drained: its waiters run. */
   const drain = (): void => {
     sender.congested = false;
@@ -48,7 +92,15 @@ function setup(opts: { clientHalfClose?: boolean; sink?: Frontend['sink']; onBul
 describe('ProxiedConnection: a client that keeps up with what the agent sends', () => {
   it('the frontend hears it once (onBulk: its socket may keep more unsent); never about a client that takes nothing', () => {
     let bulk = 0;
-    const fast = setup({ sink: { write: (_chunk, cb) => { cb(); return true; } }, onBulk: () => bulk++ });
+    const fast = setup({
+      sink: {
+        write: (_chunk, cb) => {
+          cb();
+          return true;
+        },
+      },
+      onBulk: () => bulk++,
+    });
     for (let i = 0; i < 64; i++) fast.conn.onData(Buffer.alloc(64 * 1024));
     expect(bulk).toBe(1);
     fast.conn.close();
@@ -199,7 +251,14 @@ describe('ProxiedConnection: the stall policy (--stall-timeout)', () => {
   it('bytes for a client that takes none of them are stalled towards the client, from when the first began to wait', () => {
     vi.useFakeTimers({ toFake: ['Date'] });
     const callbacks: Array<(err?: Error | null) => void> = [];
-    const { conn } = setup({ sink: { write: (_chunk, cb) => { callbacks.push(cb); return false; } } });
+    const { conn } = setup({
+      sink: {
+        write: (_chunk, cb) => {
+          callbacks.push(cb);
+          return false;
+        },
+      },
+    });
     conn.onData(Buffer.alloc(1000));
     vi.advanceTimersByTime(2000);
     conn.onData(Buffer.alloc(1000));
@@ -224,7 +283,9 @@ describe('ProxiedConnection: the stall policy (--stall-timeout)', () => {
     expect(conn.stall(Date.now())).toBeNull();
     conn.onCloseResponse('');
     expect(conn.state).toBe('closed');
-    expect(events.at(-1)).toBe('closed:closed by the proxy server: the destination took none of the client\'s bytes for 300 s (--stall-timeout)');
+    expect(events.at(-1)).toBe(
+      "closed:closed by the proxy server: the destination took none of the client's bytes for 300 s (--stall-timeout)",
+    );
     const counted = (await conn.backend.metrics.stalledCloses.get()).values;
     expect(counted).toEqual([expect.objectContaining({ labels: { direction: 'to_agent' }, value: 1 })]);
   });

@@ -6,7 +6,21 @@
 //            then CLOSE_REQ to the agent, waiting for CLOSE_RSP (timer running); or the stall policy
 //            closed it (closeStalled): nothing waiting is kept, CLOSE_REQ at once
 //   closed   removed from every table; the frontend has been told
-import { LazyLog, MAX_DATA_CHUNK, MAX_MESSAGE_BYTES, ReceiveWindow, SendCredit, classifyDialError, queueChunks, takeQueued, unpinned, type DialFailureReason, type MemoryBudget, type QueuedBytes, type StreamSender } from '@cluster-proxy/proto';
+import {
+  LazyLog,
+  MAX_DATA_CHUNK,
+  MAX_MESSAGE_BYTES,
+  ReceiveWindow,
+  SendCredit,
+  classifyDialError,
+  queueChunks,
+  takeQueued,
+  unpinned,
+  type DialFailureReason,
+  type MemoryBudget,
+  type QueuedBytes,
+  type StreamSender,
+} from '@cluster-proxy/proto';
 import type { Logger } from 'pino';
 import type { Frontend } from './frontend.js';
 import type { ServerMetrics } from './metrics.js';
@@ -287,9 +301,13 @@ export class ProxiedConnection {
    */
   closeStalled(direction: StallDirection, ms: number): void {
     if (this.state !== 'open') return;
-    const where = direction === 'to_agent' ? 'the destination took none of the client\'s bytes' : 'the client took none of the destination\'s bytes';
+    const where =
+      direction === 'to_agent' ? "the destination took none of the client's bytes" : "the client took none of the destination's bytes";
     this.closeError = `closed by the proxy server: ${where} for ${Math.round(ms / 1000)} s (--stall-timeout)`;
-    this.log.info({ direction, stalledMs: ms, waiting: this.waitingBytes, buffered: this.toClient?.buffered ?? 0 }, 'closing a stalled connection');
+    this.log.info(
+      { direction, stalledMs: ms, waiting: this.waitingBytes, buffered: this.toClient?.buffered ?? 0 },
+      'closing a stalled connection',
+    );
     this.backend.metrics.stalledCloses.inc({ direction });
     this.state = 'closing';
     this.dropWaiting();
@@ -404,7 +422,8 @@ export class ProxiedConnection {
   private finish(error: string): void {
     this.dropWaiting();
     this.afterWaiting = null;
-    if (this.establishedAt !== 0n) this.backend.metrics.connectionDuration.observe(Number(process.hrtime.bigint() - this.establishedAt) / 1e9);
+    if (this.establishedAt !== 0n)
+      this.backend.metrics.connectionDuration.observe(Number(process.hrtime.bigint() - this.establishedAt) / 1e9);
     this.clearTimer();
     this.releaseFrontendPressure();
     this.toClient?.dispose();

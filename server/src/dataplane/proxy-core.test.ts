@@ -10,7 +10,14 @@ import { ProxyCore } from './proxy-core.js';
 function coreWith(budget: MemoryBudget, frontendsHold: (number | undefined)[]): ProxyCore {
   const core = new ProxyCore({ dialTimeoutMs: 1000, log: pino({ level: 'silent' }), budget });
   const conns = frontendsHold.map((n) => ({ frontend: n === undefined ? {} : { heldBytes: () => n } }) as unknown as ProxiedConnection);
-  const backend = { key: 'a1', hosts: ['c1'], cidrs: [], defaultRoute: false, draining: false, establishedConnections: () => conns } as unknown as AgentBackend;
+  const backend = {
+    key: 'a1',
+    hosts: ['c1'],
+    cidrs: [],
+    defaultRoute: false,
+    draining: false,
+    establishedConnections: () => conns,
+  } as unknown as AgentBackend;
   core.routes.add(backend);
   return core;
 }
@@ -22,10 +29,12 @@ describe('ProxyCore.memoryByDirection', () => {
     budget.held('to_agent', 300);
     budget.commit('to_client', 500);
     const usage = coreWith(budget, [4096, undefined, 16384]).memoryByDirection();
-    expect(usage).toEqual(expect.arrayContaining([
-      { direction: 'to_agent', committed: 1000, buffered: 300 + 4096 + 16384 },
-      { direction: 'to_client', committed: 500, buffered: 0 },
-    ]));
+    expect(usage).toEqual(
+      expect.arrayContaining([
+        { direction: 'to_agent', committed: 1000, buffered: 300 + 4096 + 16384 },
+        { direction: 'to_client', committed: 500, buffered: 0 },
+      ]),
+    );
     // The budget's own figures are unchanged (its decisions use them).
     expect(budget.usageByDirection().find((u) => u.direction === 'to_agent')?.buffered).toBe(300);
     budget.held('to_agent', -300);

@@ -1,6 +1,14 @@
 // The hub's routing core, independent of how clients arrive: registered agent streams, the routing
 // table, and dialing a destination for a frontend.
-import { GATEWAY_DESTINATION, HUB_MEMORY_BUDGET, MAX_CONNECTION_WINDOW, MemoryBudget, isGatewayHost, splitHostPort, type DirectionUsage } from '@cluster-proxy/proto';
+import {
+  GATEWAY_DESTINATION,
+  HUB_MEMORY_BUDGET,
+  MAX_CONNECTION_WINDOW,
+  MemoryBudget,
+  isGatewayHost,
+  splitHostPort,
+  type DirectionUsage,
+} from '@cluster-proxy/proto';
 import type { Logger } from 'pino';
 import { AgentWaits, DEFAULT_AGENT_WAIT_MS, type AgentWait } from './agent-wait.js';
 import type { AgentBackend } from './backend.js';
@@ -196,8 +204,16 @@ export class ProxyCore {
 
   /** Null when a new connection of `client` fits the limits, else which limit and what to say. */
   private admission(client: string): { limit: 'hub' | 'client'; message: string } | null {
-    if (this.connections >= this.maxConnections) return { limit: 'hub', message: `this proxy server holds ${this.maxConnections} connections, its limit (--max-connections); try again later or another replica` };
-    if ((this.perClient.get(client) ?? 0) >= this.maxConnectionsPerClient) return { limit: 'client', message: `${client} holds ${this.maxConnectionsPerClient} connections through this proxy server, its limit per client (--max-connections-per-client)` };
+    if (this.connections >= this.maxConnections)
+      return {
+        limit: 'hub',
+        message: `this proxy server holds ${this.maxConnections} connections, its limit (--max-connections); try again later or another replica`,
+      };
+    if ((this.perClient.get(client) ?? 0) >= this.maxConnectionsPerClient)
+      return {
+        limit: 'client',
+        message: `${client} holds ${this.maxConnectionsPerClient} connections through this proxy server, its limit per client (--max-connections-per-client)`,
+      };
     return null;
   }
 
@@ -217,9 +233,20 @@ export class ProxyCore {
   }
 
   /** Connection tables for /debug/connections and tests. */
-  snapshot(): { agents: { agentID: string; cluster: string; draining: boolean; hosts: string[]; pending: number; established: ReturnType<AgentBackend['summary']>['established'] }[] } {
+  snapshot(): {
+    agents: {
+      agentID: string;
+      cluster: string;
+      draining: boolean;
+      hosts: string[];
+      pending: number;
+      established: ReturnType<AgentBackend['summary']>['established'];
+    }[];
+  } {
     return {
-      agents: this.routes.backends().map((b) => ({ agentID: b.agentID, cluster: b.cluster, draining: b.draining, hosts: b.hosts, ...b.summary() })),
+      agents: this.routes
+        .backends()
+        .map((b) => ({ agentID: b.agentID, cluster: b.cluster, draining: b.draining, hosts: b.hosts, ...b.summary() })),
     };
   }
 }

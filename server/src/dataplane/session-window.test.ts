@@ -10,7 +10,12 @@ const MiB = 1024 * KiB;
 
 function setup(limit = 256 * MiB) {
   const settings: number[] = [];
-  const session = { destroyed: false, settings: (s: { initialWindowSize?: number }) => { settings.push(s.initialWindowSize!); } };
+  const session = {
+    destroyed: false,
+    settings: (s: { initialWindowSize?: number }) => {
+      settings.push(s.initialWindowSize!);
+    },
+  };
   const budget = new MemoryBudget(limit, { maxWindow: 4 * MiB });
   const w = new SessionWindow(session as never, { initial: 64 * KiB, max: 4 * MiB, budget, direction: 'to_agent' });
   /** The hub reads `total` bytes in pieces of 16 KiB, `ms` apart. */
@@ -53,7 +58,7 @@ describe('SessionWindow', () => {
     expect(settings).toEqual([256 * KiB]);
   });
 
-  it('a second stream on the session puts the window back (it is every stream\'s); it grows again, charged for each stream; down to one, charged once', () => {
+  it("a second stream on the session puts the window back (it is every stream's); it grows again, charged for each stream; down to one, charged once", () => {
     const { w, budget, settings, read } = setup();
     w.streamOpened();
     read(1 * MiB);
@@ -100,8 +105,12 @@ describe('SessionWindow', () => {
 
   it('many streams share a sixteenth of the budget: the window halves as they pass it, not below 16 KiB, and comes back once it would use half of it', () => {
     const { w, budget, settings } = setup(256 * MiB); // 16 MiB for all streams of the session
-    const open = (n: number): void => { for (let i = 0; i < n; i++) w.streamOpened(); };
-    const close = (n: number): void => { for (let i = 0; i < n; i++) w.streamClosed(); };
+    const open = (n: number): void => {
+      for (let i = 0; i < n; i++) w.streamOpened();
+    };
+    const close = (n: number): void => {
+      for (let i = 0; i < n; i++) w.streamClosed();
+    };
     open(256);
     expect(w.size).toBe(64 * KiB); // 256 x 64 KiB = 16 MiB
     expect(settings).toEqual([]);

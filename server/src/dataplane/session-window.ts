@@ -49,7 +49,10 @@ export class SessionWindow {
   private turnover = 0;
   private since = Date.now();
 
-  constructor(private readonly session: Pick<http2.ServerHttp2Session, 'settings' | 'destroyed'>, private readonly opts: SessionWindowOptions) {
+  constructor(
+    private readonly session: Pick<http2.ServerHttp2Session, 'settings' | 'destroyed'>,
+    private readonly opts: SessionWindowOptions,
+  ) {
     this.window = opts.initial;
   }
 

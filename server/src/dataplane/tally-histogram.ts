@@ -3,7 +3,11 @@
 // prom-client's own Histogram hashes its labels on every observe().
 import type { Registry } from './prom.js';
 
-interface Sample { metricName: string; labels: Record<string, string | number>; value: number }
+interface Sample {
+  metricName: string;
+  labels: Record<string, string | number>;
+  value: number;
+}
 
 export class TallyHistogram {
   /** Observations per bucket (not cumulative: the scrape adds them up). */
@@ -11,7 +15,11 @@ export class TallyHistogram {
   private sum = 0;
   private count = 0;
 
-  constructor(readonly name: string, readonly help: string, private readonly buckets: readonly number[]) {
+  constructor(
+    readonly name: string,
+    readonly help: string,
+    private readonly buckets: readonly number[],
+  ) {
     this.counts = new Float64Array(buckets.length);
   }
 

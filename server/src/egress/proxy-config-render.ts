@@ -17,7 +17,14 @@
 // Secrets: a proxy URL may carry `user:password@`. Callers render twice when they print: with the
 // password masked for stdout, and unmasked for files written with mode 0600 (`RenderedFile.secret`).
 import { toYaml, type YamlValue } from '../kube-yaml.js';
-import { caCertificates, maskProxyPassword, renderProxySettings, type ClusterProxyFacts, type EnvVar, type ProxyConfig } from './proxy-settings.js';
+import {
+  caCertificates,
+  maskProxyPassword,
+  renderProxySettings,
+  type ClusterProxyFacts,
+  type EnvVar,
+  type ProxyConfig,
+} from './proxy-settings.js';
 
 export const PROXY_CONFIG_FORMATS = ['systemd', 'kubeadm', 'kyverno', 'env', 'helm-values', 'json'] as const;
 export type ProxyConfigFormat = (typeof PROXY_CONFIG_FORMATS)[number];
@@ -95,7 +102,8 @@ function hasPassword(url: string | undefined): boolean {
  */
 export function mergeProxySettings(proxy: ProxyConfig, facts: ClusterProxyFacts = {}): MergedProxySettings {
   const rendered = renderProxySettings(proxy, facts);
-  if (rendered.env.length === 0) throw new ProxyConfigRenderError('no proxy to render: set httpProxy and/or httpsProxy (--http-proxy, --https-proxy)');
+  if (rendered.env.length === 0)
+    throw new ProxyConfigRenderError('no proxy to render: set httpProxy and/or httpsProxy (--http-proxy, --https-proxy)');
   const value = (name: string): string | undefined => rendered.env.find((e) => e.name === name)?.value;
   const httpsProxy = value('HTTPS_PROXY');
   const merged: MergedProxySettings = { noProxy: rendered.noProxy, env: rendered.env };
@@ -110,14 +118,21 @@ export function mergeProxySettings(proxy: ProxyConfig, facts: ClusterProxyFacts 
 
 /** The settings with every proxy password as "***" (NO_PROXY is not a URL and stays as it is). */
 function masked(s: MergedProxySettings): MergedProxySettings {
-  const out: MergedProxySettings = { ...s, env: s.env.map((e) => (/^https?_proxy$/i.test(e.name) ? { ...e, value: maskProxyPassword(e.value) } : e)) };
+  const out: MergedProxySettings = {
+    ...s,
+    env: s.env.map((e) => (/^https?_proxy$/i.test(e.name) ? { ...e, value: maskProxyPassword(e.value) } : e)),
+  };
   if (s.httpProxy !== undefined) out.httpProxy = maskProxyPassword(s.httpProxy);
   if (s.httpsProxy !== undefined) out.httpsProxy = maskProxyPassword(s.httpsProxy);
   return out;
 }
 
 /** Writes `settings` in `format`. */
-export function renderProxyConfig(format: ProxyConfigFormat, settings: MergedProxySettings, opts: ProxyConfigRenderOptions = {}): ProxyConfigRender {
+export function renderProxyConfig(
+  format: ProxyConfigFormat,
+  settings: MergedProxySettings,
+  opts: ProxyConfigRenderOptions = {},
+): ProxyConfigRender {
   const hasSecrets = hasPassword(settings.httpProxy) || hasPassword(settings.httpsProxy);
   const s = opts.maskSecrets ? masked(settings) : settings;
   const mode = hasSecrets ? 0o600 : 0o644;
@@ -125,16 +140,22 @@ export function renderProxyConfig(format: ProxyConfigFormat, settings: MergedPro
   switch (format) {
     case 'systemd':
       return {
-        format, hasSecrets,
+        format,
+        hasSecrets,
         files: SYSTEMD_DROP_INS.map((d) => ({ path: d.path, mode, content: systemdDropIn(s, d.unit) })),
         notes: [
           'then on the node: systemctl daemon-reload && systemctl restart containerd kubelet',
-          ...(s.caBundle !== undefined ? [`the https proxy's CA must be in the node's trust store (e.g. ${NODE_PROXY_CA_PATH}, then update-ca-certificates): containerd and kubelet use the system roots`] : []),
+          ...(s.caBundle !== undefined
+            ? [
+                `the https proxy's CA must be in the node's trust store (e.g. ${NODE_PROXY_CA_PATH}, then update-ca-certificates): containerd and kubelet use the system roots`,
+              ]
+            : []),
         ],
       };
     case 'kubeadm':
       return {
-        format, hasSecrets,
+        format,
+        hasSecrets,
         files: [{ path: 'kubeadm-proxy.yaml', mode, content: kubeadmPatches(s, cluster, hasSecrets) }],
         notes: [
           'merge spec.kubeadmConfigSpec into your KubeadmControlPlane and spec.template.spec into your KubeadmConfigTemplate (append to existing files: and preKubeadmCommands:)',
@@ -144,7 +165,8 @@ export function renderProxyConfig(format: ProxyConfigFormat, settings: MergedPro
     case 'kyverno': {
       const excluded = [...new Set(opts.excludeNamespaces ?? DEFAULT_POLICY_EXCLUDED_NAMESPACES)];
       return {
-        format, hasSecrets,
+        format,
+        hasSecrets,
         files: [{ path: 'kyverno-proxy-env.yaml', mode, content: kyvernoPolicy(s, excluded) }],
         notes: [
           `the policy skips ${excluded.length > 0 ? `namespaces ${excluded.join(', ')}` : 'no namespace'} and cannot reach static pods (kubelet starts them without the API server): use the systemd or kubeadm format for those nodes' components`,
@@ -154,11 +176,26 @@ export function renderProxyConfig(format: ProxyConfigFormat, settings: MergedPro
       };
     }
     case 'env':
-      return { format, hasSecrets, files: [{ path: 'proxy.env', mode, content: s.env.map((e) => `${e.name}=${e.value}\n`).join('') }], notes: [] };
+      return {
+        format,
+        hasSecrets,
+        files: [{ path: 'proxy.env', mode, content: s.env.map((e) => `${e.name}=${e.value}\n`).join('') }],
+        notes: [],
+      };
     case 'helm-values':
-      return { format, hasSecrets, files: [{ path: 'proxy-values.yaml', mode, content: helmValues(s) }], notes: ['map these keys to each chart\'s own (cert-manager: http_proxy, https_proxy, no_proxy; others: extraEnv / env)'] };
+      return {
+        format,
+        hasSecrets,
+        files: [{ path: 'proxy-values.yaml', mode, content: helmValues(s) }],
+        notes: ["map these keys to each chart's own (cert-manager: http_proxy, https_proxy, no_proxy; others: extraEnv / env)"],
+      };
     case 'json':
-      return { format, hasSecrets, files: [{ path: 'proxy-config.json', mode, content: `${JSON.stringify(jsonView(s), null, 2)}\n` }], notes: [] };
+      return {
+        format,
+        hasSecrets,
+        files: [{ path: 'proxy-config.json', mode, content: `${JSON.stringify(jsonView(s), null, 2)}\n` }],
+        notes: [],
+      };
   }
 }
 
@@ -199,7 +236,12 @@ interface KubeadmFile {
 
 function kubeadmConfigPart(s: MergedProxySettings, hasSecrets: boolean): { files: KubeadmFile[]; preKubeadmCommands: string[] } {
   const permissions = hasSecrets ? '0600' : '0644';
-  const files: KubeadmFile[] = SYSTEMD_DROP_INS.map((d) => ({ path: d.path, owner: 'root:root', permissions, content: systemdDropIn(s, d.unit) }));
+  const files: KubeadmFile[] = SYSTEMD_DROP_INS.map((d) => ({
+    path: d.path,
+    owner: 'root:root',
+    permissions,
+    content: systemdDropIn(s, d.unit),
+  }));
   const commands: string[] = [];
   if (s.caBundle !== undefined) {
     files.push({ path: NODE_PROXY_CA_PATH, owner: 'root:root', permissions: '0644', content: s.caBundle });

@@ -3,12 +3,36 @@ import { describe, expect, it } from 'vitest';
 import { auditNoProxy } from '@cluster-proxy/agent';
 import { createCA } from '../pki/index.js';
 import {
-  caCertificates, clusterNoProxyEntries, maskProxyPassword, mergeNoProxy, normalizeProxyUrl, proxyEnv, renderProxySettings, trustBundle, ProxySettingsError,
-  type ClusterProxyFacts, type ProxyConfig,
+  caCertificates,
+  clusterNoProxyEntries,
+  maskProxyPassword,
+  mergeNoProxy,
+  normalizeProxyUrl,
+  proxyEnv,
+  renderProxySettings,
+  trustBundle,
+  ProxySettingsError,
+  type ClusterProxyFacts,
+  type ProxyConfig,
 } from './proxy-settings.js';
 
-const FACTS: ClusterProxyFacts = { podCidrs: ['10.244.0.0/16'], serviceCidrs: ['10.96.0.0/12'], clusterDomain: 'cluster.local', apiserverIp: '10.96.0.1' };
-const CLUSTER_PART = ['localhost', '127.0.0.1', '10.244.0.0/16', '10.96.0.0/12', '10.96.0.1', '.svc', '.cluster.local', '169.254.169.254', 'metadata.google.internal'];
+const FACTS: ClusterProxyFacts = {
+  podCidrs: ['10.244.0.0/16'],
+  serviceCidrs: ['10.96.0.0/12'],
+  clusterDomain: 'cluster.local',
+  apiserverIp: '10.96.0.1',
+};
+const CLUSTER_PART = [
+  'localhost',
+  '127.0.0.1',
+  '10.244.0.0/16',
+  '10.96.0.0/12',
+  '10.96.0.1',
+  '.svc',
+  '.cluster.local',
+  '169.254.169.254',
+  'metadata.google.internal',
+];
 
 function expectError(fn: () => unknown, message: string | RegExp): ProxySettingsError {
   let caught: unknown;
@@ -28,31 +52,64 @@ function expectError(fn: () => unknown, message: string | RegExp): ProxySettings
 describe('mergeNoProxy', () => {
   it('install-wide entries first, in their order; then the cluster part in its fixed order', () => {
     expect(mergeNoProxy({ noProxy: 'registry.corp.example,.corp.example,10.0.0.0/8' }, FACTS)).toEqual([
-      'registry.corp.example', '.corp.example', '10.0.0.0/8', ...CLUSTER_PART,
+      'registry.corp.example',
+      '.corp.example',
+      '10.0.0.0/8',
+      ...CLUSTER_PART,
     ]);
   });
 
   it('the cluster part does not depend on the order or spelling of the facts object', () => {
-    const a = clusterNoProxyEntries({ apiserverIp: '10.96.0.1', clusterDomain: 'cluster.local', serviceCidrs: ['10.96.0.0/12'], podCidrs: ['10.244.0.0/16'] });
+    const a = clusterNoProxyEntries({
+      apiserverIp: '10.96.0.1',
+      clusterDomain: 'cluster.local',
+      serviceCidrs: ['10.96.0.0/12'],
+      podCidrs: ['10.244.0.0/16'],
+    });
     expect(a).toEqual(CLUSTER_PART);
     expect(clusterNoProxyEntries({ ...FACTS, clusterDomain: '.Cluster.Local.' })).toEqual(CLUSTER_PART);
   });
 
   it('de-duplicates case-folded, keeping the first occurrence in place', () => {
     expect(mergeNoProxy({ noProxy: ' .SVC , Localhost,169.254.169.254,foo.example,FOO.example,,10.96.0.0/12 ' }, FACTS)).toEqual([
-      '.svc', 'localhost', '169.254.169.254', 'foo.example', '10.96.0.0/12',
-      '127.0.0.1', '10.244.0.0/16', '10.96.0.1', '.cluster.local', 'metadata.google.internal',
+      '.svc',
+      'localhost',
+      '169.254.169.254',
+      'foo.example',
+      '10.96.0.0/12',
+      '127.0.0.1',
+      '10.244.0.0/16',
+      '10.96.0.1',
+      '.cluster.local',
+      'metadata.google.internal',
     ]);
   });
 
   it('writes cluster CIDRs and IPs canonically, so spellings of one range are one entry', () => {
-    expect(clusterNoProxyEntries({
-      podCidrs: ['10.244.1.7/16', 'FD00:10:244:0:0:0:0:0/56'],
-      serviceCidrs: ['10.96.0.0/12,fd00:10:96::/112', '10.96.0.1/12'],
-      apiserverIp: '[FD00:10:96::1]',
-    })).toEqual(['localhost', '127.0.0.1', '10.244.0.0/16', 'fd00:10:244::/56', '10.96.0.0/12', 'fd00:10:96::/112', '10.96.0.0/12', 'fd00:10:96::1', '.svc', '.cluster.local', '169.254.169.254', 'metadata.google.internal']);
+    expect(
+      clusterNoProxyEntries({
+        podCidrs: ['10.244.1.7/16', 'FD00:10:244:0:0:0:0:0/56'],
+        serviceCidrs: ['10.96.0.0/12,fd00:10:96::/112', '10.96.0.1/12'],
+        apiserverIp: '[FD00:10:96::1]',
+      }),
+    ).toEqual([
+      'localhost',
+      '127.0.0.1',
+      '10.244.0.0/16',
+      'fd00:10:244::/56',
+      '10.96.0.0/12',
+      'fd00:10:96::/112',
+      '10.96.0.0/12',
+      'fd00:10:96::1',
+      '.svc',
+      '.cluster.local',
+      '169.254.169.254',
+      'metadata.google.internal',
+    ]);
     // ...and mergeNoProxy drops the repeated one.
-    expect(mergeNoProxy({}, { serviceCidrs: ['10.96.0.0/12', '10.96.0.1/12', '10.96.7.7/12'] }).filter((e) => e === '10.96.0.0/12')).toHaveLength(1);
+    expect(
+      mergeNoProxy({}, { serviceCidrs: ['10.96.0.0/12', '10.96.0.1/12', '10.96.7.7/12'] }).filter((e) => e === '10.96.0.0/12'),
+    ).toHaveLength(1);
   });
 
   it('empty parts: no install-wide entries, no facts, empty strings', () => {
@@ -64,24 +121,40 @@ describe('mergeNoProxy', () => {
   });
 
   it('keeps install-wide entries as Go reads them (trimmed, lower-cased), without judging them', () => {
-    expect(mergeNoProxy({ noProxy: '*.Example.COM, [::1]:443 ,1.2.3.4:8443' }, {}).slice(0, 3)).toEqual(['*.example.com', '[::1]:443', '1.2.3.4:8443']);
+    expect(mergeNoProxy({ noProxy: '*.Example.COM, [::1]:443 ,1.2.3.4:8443' }, {}).slice(0, 3)).toEqual([
+      '*.example.com',
+      '[::1]:443',
+      '1.2.3.4:8443',
+    ]);
   });
 });
 
 describe('validation: one-line errors that name the field and the value', () => {
   it('bad CIDRs', () => {
-    expectError(() => mergeNoProxy({}, { podCidrs: ['10.244.0.0'] }), 'podCidrs: "10.244.0.0" is not a CIDR such as 10.244.0.0/16 or fd00:10:244::/56');
+    expectError(
+      () => mergeNoProxy({}, { podCidrs: ['10.244.0.0'] }),
+      'podCidrs: "10.244.0.0" is not a CIDR such as 10.244.0.0/16 or fd00:10:244::/56',
+    );
     expectError(() => mergeNoProxy({}, { podCidrs: ['10.244.0.0/33'] }), /^podCidrs: "10\.244\.0\.0\/33" is not a CIDR/);
-    expectError(() => mergeNoProxy({}, { serviceCidrs: ['10.96.0.0/12,banana/8'] }), 'serviceCidrs: "banana/8" is not a CIDR such as 10.96.0.0/12 or fd00:10:96::/112');
+    expectError(
+      () => mergeNoProxy({}, { serviceCidrs: ['10.96.0.0/12,banana/8'] }),
+      'serviceCidrs: "banana/8" is not a CIDR such as 10.96.0.0/12 or fd00:10:96::/112',
+    );
     expectError(() => mergeNoProxy({}, { serviceCidrs: ['fd00::/129'] }), /^serviceCidrs: "fd00::\/129"/);
     expectError(() => mergeNoProxy({}, { podCidrs: ['010.244.0.0/16'] }), /^podCidrs: "010\.244\.0\.0\/16"/);
     expectError(() => mergeNoProxy({}, { podCidrs: ['10.0.0.0/8\nx'] }), /^podCidrs: "10\.0\.0\.0\/8\\nx" is not a CIDR/);
   });
 
   it('bad apiserver IP and cluster domain', () => {
-    expectError(() => mergeNoProxy({}, { apiserverIp: 'kubernetes.default' }), 'apiserverIp "kubernetes.default" is not an IP address such as 10.96.0.1');
+    expectError(
+      () => mergeNoProxy({}, { apiserverIp: 'kubernetes.default' }),
+      'apiserverIp "kubernetes.default" is not an IP address such as 10.96.0.1',
+    );
     expectError(() => mergeNoProxy({}, { apiserverIp: '10.96.0.0/12' }), /^apiserverIp "10\.96\.0\.0\/12" is not an IP address/);
-    expectError(() => mergeNoProxy({}, { clusterDomain: 'cluster_local' }), 'clusterDomain "cluster_local" is not a DNS domain such as cluster.local');
+    expectError(
+      () => mergeNoProxy({}, { clusterDomain: 'cluster_local' }),
+      'clusterDomain "cluster_local" is not a DNS domain such as cluster.local',
+    );
     expectError(() => mergeNoProxy({}, { clusterDomain: 'a..b' }), /^clusterDomain "a\.\.b"/);
   });
 
@@ -94,11 +167,26 @@ describe('validation: one-line errors that name the field and the value', () => 
   });
 
   it('proxy URLs: no host, unsupported scheme, not a URL; the password never appears', () => {
-    expectError(() => proxyEnv({ httpsProxy: 'http://' }), 'httpsProxy "http://" is not a proxy URL such as http://proxy.corp.example:3128');
-    expectError(() => proxyEnv({ httpsProxy: 'http://alice:s3cret@:3128' }), /^httpsProxy "http:\/\/alice@:3128" (has no host|is not a proxy URL)/);
-    expectError(() => proxyEnv({ httpProxy: 'socks5://alice:s3cret@proxy:1080' }), 'httpProxy "socks5://alice@proxy:1080": scheme socks5:// is not supported (use http:// or https://)');
-    expectError(() => proxyEnv({ httpsProxy: 'http://alice:p@ss word@proxy:3128' }), 'httpsProxy "http://alice@proxy:3128" contains whitespace or control characters');
-    expectError(() => proxyEnv({ httpsProxy: 'http://proxy:99999' }), 'httpsProxy "http://proxy:99999" is not a proxy URL such as http://proxy.corp.example:3128');
+    expectError(
+      () => proxyEnv({ httpsProxy: 'http://' }),
+      'httpsProxy "http://" is not a proxy URL such as http://proxy.corp.example:3128',
+    );
+    expectError(
+      () => proxyEnv({ httpsProxy: 'http://alice:s3cret@:3128' }),
+      /^httpsProxy "http:\/\/alice@:3128" (has no host|is not a proxy URL)/,
+    );
+    expectError(
+      () => proxyEnv({ httpProxy: 'socks5://alice:s3cret@proxy:1080' }),
+      'httpProxy "socks5://alice@proxy:1080": scheme socks5:// is not supported (use http:// or https://)',
+    );
+    expectError(
+      () => proxyEnv({ httpsProxy: 'http://alice:p@ss word@proxy:3128' }),
+      'httpsProxy "http://alice@proxy:3128" contains whitespace or control characters',
+    );
+    expectError(
+      () => proxyEnv({ httpsProxy: 'http://proxy:99999' }),
+      'httpsProxy "http://proxy:99999" is not a proxy URL such as http://proxy.corp.example:3128',
+    );
     for (const bad of ['http://alice:s3cret@:3128', 'socks5://alice:s3cret@proxy:1080', 'http://alice:s3cr@t@proxy:99999']) {
       try {
         proxyEnv({ httpsProxy: bad });
@@ -120,7 +208,10 @@ describe('validation: one-line errors that name the field and the value', () => 
 
 describe('env vars', () => {
   it('upper- and lower-case HTTP_PROXY, HTTPS_PROXY and NO_PROXY as Kubernetes EnvVars, in a fixed order', () => {
-    const env = proxyEnv({ httpProxy: 'http://proxy.corp.example:3128', httpsProxy: 'http://alice:pw@proxy.corp.example:3128', noProxy: '.corp.example' }, FACTS);
+    const env = proxyEnv(
+      { httpProxy: 'http://proxy.corp.example:3128', httpsProxy: 'http://alice:pw@proxy.corp.example:3128', noProxy: '.corp.example' },
+      FACTS,
+    );
     const noProxy = ['.corp.example', ...CLUSTER_PART].join(',');
     expect(env).toEqual([
       { name: 'HTTP_PROXY', value: 'http://proxy.corp.example:3128' },
@@ -133,9 +224,17 @@ describe('env vars', () => {
   });
 
   it('only the variables that have a value', () => {
-    expect(proxyEnv({ httpsProxy: 'https://proxy:3129' }, {}).map((e) => e.name)).toEqual(['HTTPS_PROXY', 'https_proxy', 'NO_PROXY', 'no_proxy']);
+    expect(proxyEnv({ httpsProxy: 'https://proxy:3129' }, {}).map((e) => e.name)).toEqual([
+      'HTTPS_PROXY',
+      'https_proxy',
+      'NO_PROXY',
+      'no_proxy',
+    ]);
     expect(proxyEnv({ httpProxy: 'proxy:3128', httpsProxy: '' }, {}).map((e) => `${e.name}=${e.value.split(',')[0]}`)).toEqual([
-      'HTTP_PROXY=http://proxy:3128', 'http_proxy=http://proxy:3128', 'NO_PROXY=localhost', 'no_proxy=localhost',
+      'HTTP_PROXY=http://proxy:3128',
+      'http_proxy=http://proxy:3128',
+      'NO_PROXY=localhost',
+      'no_proxy=localhost',
     ]);
     // No proxy at all: nothing to bypass, nothing rendered (the merged list is still computed and validated).
     const none = renderProxySettings({ noProxy: '.corp.example' }, FACTS);
@@ -190,21 +289,48 @@ describe('trustBundle and caBundle', () => {
   it('refuses a caBundle with no certificate, a private key, or a broken certificate', () => {
     const https = { httpsProxy: 'https://proxy:3129' };
     expectError(() => trustBundle(hubCa, { ...https, caBundle: 'not a certificate' }), /^caBundle holds no PEM certificate/);
-    expectError(() => trustBundle(hubCa, { ...https, caBundle: `-----BEGIN ${'PRIVATE'} KEY-----\nMIIB\n-----END ${'PRIVATE'} KEY-----\n` }), 'caBundle block 1 is a PRIVATE KEY, not a CERTIFICATE: the bundle must hold CA certificates only');
-    expectError(() => trustBundle(hubCa, { ...https, caBundle: `${proxyCa}-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n` }), /^caBundle certificate 2 cannot be parsed: /);
+    expectError(
+      () => trustBundle(hubCa, { ...https, caBundle: `-----BEGIN ${'PRIVATE'} KEY-----\nMIIB\n-----END ${'PRIVATE'} KEY-----\n` }),
+      'caBundle block 1 is a PRIVATE KEY, not a CERTIFICATE: the bundle must hold CA certificates only',
+    );
+    expectError(
+      () => trustBundle(hubCa, { ...https, caBundle: `${proxyCa}-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n` }),
+      /^caBundle certificate 2 cannot be parsed: /,
+    );
     // Broken even while unused (an http:// proxy): said at once, not when someone switches to https://.
     expectError(() => renderProxySettings({ httpsProxy: 'http://proxy:3128', caBundle: 'nope' }), /^caBundle holds no PEM certificate/);
   });
 });
 
-describe('agrees with the agent\'s NO_PROXY audit (`cluster-proxy noproxy check`)', () => {
+describe("agrees with the agent's NO_PROXY audit (`cluster-proxy noproxy check`)", () => {
   const cases: Array<[string, ProxyConfig, ClusterProxyFacts]> = [
     ['kind defaults', { httpsProxy: 'http://proxy:3128' }, FACTS],
     ['install-wide entries too', { httpsProxy: 'http://proxy:3128', noProxy: 'registry.corp.example,.corp.example' }, FACTS],
-    ['dual-stack', { httpsProxy: 'http://proxy:3128' }, { podCidrs: ['10.244.0.0/16,fd00:10:244::/56'], serviceCidrs: ['10.96.0.0/12', 'fd00:10:96::/112'], apiserverIp: '10.96.0.1', clusterDomain: 'cluster.local' }],
-    ['IPv6 only, custom domain', { httpsProxy: 'http://proxy:3128' }, { podCidrs: ['fd00:10:244::/56'], serviceCidrs: ['fd00:10:96::/112'], apiserverIp: 'fd00:10:96::1', clusterDomain: 'corp.k8s' }],
-    ['host bits set in the facts', { httpsProxy: 'http://proxy:3128' }, { podCidrs: ['10.244.3.4/16'], serviceCidrs: ['172.30.5.5/16'], apiserverIp: '172.30.0.1' }],
-    ['apiserver outside the service CIDR', { httpsProxy: 'http://proxy:3128' }, { podCidrs: ['10.128.0.0/14'], serviceCidrs: ['172.30.0.0/16'], apiserverIp: '192.168.10.5', clusterDomain: 'cluster.local' }],
+    [
+      'dual-stack',
+      { httpsProxy: 'http://proxy:3128' },
+      {
+        podCidrs: ['10.244.0.0/16,fd00:10:244::/56'],
+        serviceCidrs: ['10.96.0.0/12', 'fd00:10:96::/112'],
+        apiserverIp: '10.96.0.1',
+        clusterDomain: 'cluster.local',
+      },
+    ],
+    [
+      'IPv6 only, custom domain',
+      { httpsProxy: 'http://proxy:3128' },
+      { podCidrs: ['fd00:10:244::/56'], serviceCidrs: ['fd00:10:96::/112'], apiserverIp: 'fd00:10:96::1', clusterDomain: 'corp.k8s' },
+    ],
+    [
+      'host bits set in the facts',
+      { httpsProxy: 'http://proxy:3128' },
+      { podCidrs: ['10.244.3.4/16'], serviceCidrs: ['172.30.5.5/16'], apiserverIp: '172.30.0.1' },
+    ],
+    [
+      'apiserver outside the service CIDR',
+      { httpsProxy: 'http://proxy:3128' },
+      { podCidrs: ['10.128.0.0/14'], serviceCidrs: ['172.30.0.0/16'], apiserverIp: '192.168.10.5', clusterDomain: 'cluster.local' },
+    ],
   ];
   for (const [name, proxy, facts] of cases) {
     it(`${name}: no problem for the rendered NO_PROXY`, () => {
@@ -213,7 +339,11 @@ describe('agrees with the agent\'s NO_PROXY audit (`cluster-proxy noproxy check`
       const split = (v: readonly string[] | undefined): string[] | undefined => v?.flatMap((x) => x.split(','));
       // The renderer defaults the domain to cluster.local; the audit is given the effective facts.
       const report = auditNoProxy(value, {
-        ...facts, clusterDomain: facts.clusterDomain ?? 'cluster.local', podCidrs: split(facts.podCidrs), serviceCidrs: split(facts.serviceCidrs), hub: 'hub.example.net:8091',
+        ...facts,
+        clusterDomain: facts.clusterDomain ?? 'cluster.local',
+        podCidrs: split(facts.podCidrs),
+        serviceCidrs: split(facts.serviceCidrs),
+        hub: 'hub.example.net:8091',
       });
       expect(report.findings.filter((f) => f.severity === 'problem')).toEqual([]);
       expect(report.unresolved).toEqual([]);

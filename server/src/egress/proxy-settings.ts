@@ -210,7 +210,10 @@ function cidrList(values: readonly string[] | undefined, field: 'podCidrs' | 'se
 
 function clusterDomainOf(value: string | undefined): string {
   if (value === undefined || value.trim() === '') return DEFAULT_CLUSTER_DOMAIN;
-  const d = value.trim().toLowerCase().replace(/^\.+|\.+$/g, '');
+  const d = value
+    .trim()
+    .toLowerCase()
+    .replace(/^\.+|\.+$/g, '');
   const label = /^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$/;
   if (d === '' || d.length > 253 || !d.split('.').every((l) => label.test(l))) {
     throw new ProxySettingsError(`clusterDomain ${oneLine(value)} is not a DNS domain such as cluster.local`);
@@ -227,7 +230,8 @@ export function clusterNoProxyEntries(facts: ClusterProxyFacts = {}): string[] {
   let apiserver: string[] = [];
   if (facts.apiserverIp !== undefined && facts.apiserverIp.trim() !== '') {
     const ip = canonicalIp(facts.apiserverIp);
-    if (ip === null) throw new ProxySettingsError(`apiserverIp ${oneLine(facts.apiserverIp.trim())} is not an IP address such as 10.96.0.1`);
+    if (ip === null)
+      throw new ProxySettingsError(`apiserverIp ${oneLine(facts.apiserverIp.trim())} is not an IP address such as 10.96.0.1`);
     apiserver = [ip];
   }
   const domain = clusterDomainOf(facts.clusterDomain);
@@ -236,7 +240,10 @@ export function clusterNoProxyEntries(facts: ClusterProxyFacts = {}): string[] {
 
 /** Splits a NO_PROXY value as Go does: comma-separated, trimmed, lower-cased, empty entries dropped. */
 export function splitNoProxy(value: string | undefined): string[] {
-  return (value ?? '').split(',').map((e) => e.trim().toLowerCase()).filter((e) => e !== '');
+  return (value ?? '')
+    .split(',')
+    .map((e) => e.trim().toLowerCase())
+    .filter((e) => e !== '');
 }
 
 /** Install-wide entries first (in their order), then the cluster part; each entry once (case-folded). */
@@ -308,7 +315,8 @@ export function caCertificates(bundle: string | Uint8Array): string[] {
   for (const m of text.matchAll(PEM_BLOCK)) {
     n++;
     const type = m[1]!;
-    if (type !== 'CERTIFICATE') throw new ProxySettingsError(`caBundle block ${n} is a ${type}, not a CERTIFICATE: the bundle must hold CA certificates only`);
+    if (type !== 'CERTIFICATE')
+      throw new ProxySettingsError(`caBundle block ${n} is a ${type}, not a CERTIFICATE: the bundle must hold CA certificates only`);
     const body = m[2]!.replace(/\s+/g, '');
     const pem = `-----BEGIN CERTIFICATE-----\n${body.replace(/(.{64})/g, '$1\n').replace(/\n$/, '')}\n-----END CERTIFICATE-----\n`;
     try {
@@ -318,7 +326,8 @@ export function caCertificates(bundle: string | Uint8Array): string[] {
     }
     certs.push(pem);
   }
-  if (certs.length === 0) throw new ProxySettingsError('caBundle holds no PEM certificate (expected "-----BEGIN CERTIFICATE-----" blocks, or base64 of them)');
+  if (certs.length === 0)
+    throw new ProxySettingsError('caBundle holds no PEM certificate (expected "-----BEGIN CERTIFICATE-----" blocks, or base64 of them)');
   return certs;
 }
 

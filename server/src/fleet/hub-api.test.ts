@@ -34,7 +34,8 @@ function get(port: number, agent: http.Agent): Promise<{ status: number; headers
 /** An http.Agent that speaks TLS to the test listener. */
 const tlsAgent = (): http.Agent => {
   const a = new http.Agent({ keepAlive: true, maxSockets: 1, timeout: 120_000 });
-  a.createConnection = (o: { port?: number | null }) => tls.connect({ host: '127.0.0.1', port: o.port ?? 0, ca: ca.certPem, ALPNProtocols: ['http/1.1'] });
+  a.createConnection = (o: { port?: number | null }) =>
+    tls.connect({ host: '127.0.0.1', port: o.port ?? 0, ca: ca.certPem, ALPNProtocols: ['http/1.1'] });
   return a;
 };
 
@@ -49,7 +50,11 @@ describe('HubApi keep-alive', () => {
     api.route('GET', '/v1/ping', async () => ({ status: 200, body: { ok: true } }), { agentOnly: false });
     const l = await listen(api);
     const agent = tlsAgent();
-    cleanup.push(() => l.close(), () => api.close(), () => agent.destroy());
+    cleanup.push(
+      () => l.close(),
+      () => api.close(),
+      () => agent.destroy(),
+    );
     const first = await get(l.port, agent);
     expect(first.headers['keep-alive']).toBe(`timeout=${HUB_API_KEEPALIVE_MS / 1000}`);
     expect((await get(l.port, agent)).reused).toBe(true);
@@ -59,13 +64,28 @@ describe('HubApi keep-alive', () => {
   it('drain() closes idle connections at once and busy ones after their answer', async () => {
     const api = new HubApi(pino({ level: 'silent' }));
     let release!: () => void;
-    const held = new Promise<void>((r) => { release = r; });
+    const held = new Promise<void>((r) => {
+      release = r;
+    });
     api.route('GET', '/v1/ping', async () => ({ status: 200, body: { ok: true } }), { agentOnly: false });
-    api.route('GET', '/v1/slow', async () => { await held; return { status: 200, body: { ok: true } }; }, { agentOnly: false });
+    api.route(
+      'GET',
+      '/v1/slow',
+      async () => {
+        await held;
+        return { status: 200, body: { ok: true } };
+      },
+      { agentOnly: false },
+    );
     const l = await listen(api);
     const idle = tlsAgent();
     const busy = tlsAgent();
-    cleanup.push(() => l.close(), () => api.close(), () => idle.destroy(), () => busy.destroy());
+    cleanup.push(
+      () => l.close(),
+      () => api.close(),
+      () => idle.destroy(),
+      () => busy.destroy(),
+    );
     await get(l.port, idle);
     const slow = new Promise<http.IncomingMessage>((resolve, reject) => {
       http.get({ host: '127.0.0.1', port: l.port, path: '/v1/slow', agent: busy }, resolve).on('error', reject);

@@ -46,7 +46,10 @@ export type HubApiHandler = (req: HubApiRequest) => Promise<HubApiResponse>;
 
 /** Thrown by handlers for an answer that is not 200: `{ error: message }` with this status. */
 export class HubApiError extends Error {
-  constructor(readonly status: number, message: string) {
+  constructor(
+    readonly status: number,
+    message: string,
+  ) {
     super(message);
   }
 }

@@ -32,19 +32,30 @@ export interface LeaseWrite {
  * writer got there first) is read and tried again, `attempts` times in all; then `false`.
  * Returns true when written, false when `next` declined or every attempt lost.
  */
-export async function writeLease(store: Store, key: { name: string; namespace: string }, next: (current: Lease | null) => LeaseWrite | null, attempts = 1): Promise<boolean> {
+export async function writeLease(
+  store: Store,
+  key: { name: string; namespace: string },
+  next: (current: Lease | null) => LeaseWrite | null,
+  attempts = 1,
+): Promise<boolean> {
   for (let attempt = 0; attempt < attempts; attempt++) {
     const current = await store.get('Lease', key);
     const want = next(current);
     if (!want) return false;
     try {
       if (!current) {
-        const metadata: ObjectMeta = { ...key, ...(want.labels ? { labels: want.labels } : {}), ...(want.annotations ? { annotations: want.annotations } : {}) };
+        const metadata: ObjectMeta = {
+          ...key,
+          ...(want.labels ? { labels: want.labels } : {}),
+          ...(want.annotations ? { annotations: want.annotations } : {}),
+        };
         await store.create('Lease', { apiVersion: 'coordination.k8s.io/v1', kind: 'Lease', metadata, spec: want.spec });
       } else {
-        const metadata: ObjectMeta = { ...current.metadata,
+        const metadata: ObjectMeta = {
+          ...current.metadata,
           ...(want.labels ? { labels: { ...current.metadata.labels, ...want.labels } } : {}),
-          ...(want.annotations ? { annotations: want.annotations } : {}) };
+          ...(want.annotations ? { annotations: want.annotations } : {}),
+        };
         await store.update('Lease', { ...current, metadata, spec: want.spec });
       }
       return true;

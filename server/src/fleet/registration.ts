@@ -20,7 +20,6 @@ const TOKEN_LABEL = 'cluster-proxy.io/bootstrap-token-id';
 const TOKEN = /^([a-z0-9]{6})\.([a-z0-9]{16})$/;
 const TOKEN_CHARS = 'abcdefghijklmnopqrstuvwxyz0123456789';
 
-
 function randomToken(n: number): string {
   const bytes = randomBytes(n);
   let out = '';
@@ -37,7 +36,12 @@ export function bootstrapSecretName(tokenId: string): string {
 }
 
 /** Issues a token for `cluster`; the returned string is the only copy of its secret part. */
-export async function createBootstrapToken(store: Store, cluster: string, ttlSeconds: number, now = new Date()): Promise<{ token: string; expiresAt: Date }> {
+export async function createBootstrapToken(
+  store: Store,
+  cluster: string,
+  ttlSeconds: number,
+  now = new Date(),
+): Promise<{ token: string; expiresAt: Date }> {
   const id = randomToken(6);
   const secret = randomToken(16);
   const expiresAt = new Date(now.getTime() + ttlSeconds * 1000);
@@ -78,14 +82,21 @@ export async function consumeBootstrapToken(store: Store, cluster: string, token
   }
   const want = Buffer.from(unb64(secretObj.data?.['token-secret-sha256']));
   const got = Buffer.from(sha256(secret));
-  if (want.length !== got.length || !timingSafeEqual(want, got)) throw new HubApiError(401, 'bootstrap token does not match (wrong secret part)');
+  if (want.length !== got.length || !timingSafeEqual(want, got))
+    throw new HubApiError(401, 'bootstrap token does not match (wrong secret part)');
   const expiration = Date.parse(unb64(secretObj.data?.['expiration']));
-  if (!(expiration > now.getTime())) throw new HubApiError(401, `bootstrap token expired at ${new Date(expiration).toISOString()}; run "cluster-proxy join ${cluster}" again for a new one`);
-  if (unb64(secretObj.data?.['used']) === 'true') throw new HubApiError(401, 'bootstrap token already used (tokens are single use); run "cluster-proxy join" again for a new one');
+  if (!(expiration > now.getTime()))
+    throw new HubApiError(
+      401,
+      `bootstrap token expired at ${new Date(expiration).toISOString()}; run "cluster-proxy join ${cluster}" again for a new one`,
+    );
+  if (unb64(secretObj.data?.['used']) === 'true')
+    throw new HubApiError(401, 'bootstrap token already used (tokens are single use); run "cluster-proxy join" again for a new one');
   try {
     await store.update('Secret', { ...secretObj, data: { ...secretObj.data, used: b64('true'), 'used-at': b64(now.toISOString()) } });
   } catch (err) {
-    if (err instanceof ConflictError) throw new HubApiError(401, 'bootstrap token already used (tokens are single use); run "cluster-proxy join" again for a new one');
+    if (err instanceof ConflictError)
+      throw new HubApiError(401, 'bootstrap token already used (tokens are single use); run "cluster-proxy join" again for a new one');
     throw err;
   }
   return { tokenId: id };
@@ -110,7 +121,8 @@ interface KeyRequest {
 function parseKeyRequest(body: unknown, extra: string[]): KeyRequest & Record<string, string> {
   if (typeof body !== 'object' || body === null || Array.isArray(body)) throw new HubApiError(400, 'expected a JSON object');
   const b = body as Record<string, unknown>;
-  for (const k of ['publicKey', 'proof', ...extra]) if (typeof b[k] !== 'string' || b[k] === '') throw new HubApiError(400, `"${k}" must be a non-empty string`);
+  for (const k of ['publicKey', 'proof', ...extra])
+    if (typeof b[k] !== 'string' || b[k] === '') throw new HubApiError(400, `"${k}" must be a non-empty string`);
   return b as KeyRequest & Record<string, string>;
 }
 
@@ -133,36 +145,49 @@ function checkProof(req: KeyRequest, message: Buffer): void {
 async function acceptedCluster(store: Store, cluster: string): Promise<ManagedCluster> {
   const mc = await store.get('ManagedCluster', { name: cluster });
   if (!mc || mc.metadata.deletionTimestamp) throw new HubApiError(403, `cluster ${cluster} is not registered with the hub`);
-  if (!mc.spec.hubAcceptsClient) throw new HubApiError(403, `cluster ${cluster} is registered but the hub does not accept it (hubAcceptsClient: false)`);
+  if (!mc.spec.hubAcceptsClient)
+    throw new HubApiError(403, `cluster ${cluster} is registered but the hub does not accept it (hubAcceptsClient: false)`);
   return mc;
 }
 
 export function registerRegistrationRoutes(api: HubApi, opts: RegistrationOptions): void {
-  api.route('POST', '/v1/bootstrap', async (req) => {
-    const body = parseKeyRequest(req.body, ['cluster', 'token']);
-    const cluster = body['cluster']!;
-    if (!isDns1123Subdomain(cluster)) throw new HubApiError(400, `"${cluster}" is not a valid cluster name`);
-    const id = TOKEN.exec(body['token']!)?.[1];
-    if (!id) throw new HubApiError(401, 'bootstrap token is malformed (expected the <id>.<secret> value written by "cluster-proxy join")');
-    checkProof(body, bootstrapProofMessage(cluster, id));
-    const mc = await acceptedCluster(opts.store, cluster);
-    await consumeBootstrapToken(opts.store, cluster, body['token']!);
-    const certificate = sign(opts, cluster, mc, body.publicKey);
-    opts.log.info({ cluster, peer: req.caller.peer }, 'agent bootstrapped: certificate issued');
-    return { status: 200, body: { certificate, caBundle: opts.caBundle() } };
-  }, { agentOnly: false });
+  api.route(
+    'POST',
+    '/v1/bootstrap',
+    async (req) => {
+      const body = parseKeyRequest(req.body, ['cluster', 'token']);
+      const cluster = body['cluster']!;
+      if (!isDns1123Subdomain(cluster)) throw new HubApiError(400, `"${cluster}" is not a valid cluster name`);
+      const id = TOKEN.exec(body['token']!)?.[1];
+      if (!id)
+        throw new HubApiError(401, 'bootstrap token is malformed (expected the <id>.<secret> value written by "cluster-proxy join")');
+      checkProof(body, bootstrapProofMessage(cluster, id));
+      const mc = await acceptedCluster(opts.store, cluster);
+      await consumeBootstrapToken(opts.store, cluster, body['token']!);
+      const certificate = sign(opts, cluster, mc, body.publicKey);
+      opts.log.info({ cluster, peer: req.caller.peer }, 'agent bootstrapped: certificate issued');
+      return { status: 200, body: { certificate, caBundle: opts.caBundle() } };
+    },
+    { agentOnly: false },
+  );
 
-  api.route('POST', '/v1/renew', async (req) => {
-    const cluster = req.caller.agent!.cluster;
-    const body = parseKeyRequest(req.body, []);
-    checkProof(body, renewProofMessage(cluster));
-    const mc = await acceptedCluster(opts.store, cluster);
-    const uid = clusterUidFromAltNames(req.caller.certificate?.subjectaltname);
-    if (uid !== null && uid !== mc.metadata.uid) throw new HubApiError(403, `certificate belongs to an earlier registration of cluster ${cluster}`);
-    const certificate = sign(opts, cluster, mc, body.publicKey);
-    opts.log.info({ cluster, peer: req.caller.peer }, 'agent certificate renewed');
-    return { status: 200, body: { certificate, caBundle: opts.caBundle() } };
-  }, { agentOnly: true });
+  api.route(
+    'POST',
+    '/v1/renew',
+    async (req) => {
+      const cluster = req.caller.agent!.cluster;
+      const body = parseKeyRequest(req.body, []);
+      checkProof(body, renewProofMessage(cluster));
+      const mc = await acceptedCluster(opts.store, cluster);
+      const uid = clusterUidFromAltNames(req.caller.certificate?.subjectaltname);
+      if (uid !== null && uid !== mc.metadata.uid)
+        throw new HubApiError(403, `certificate belongs to an earlier registration of cluster ${cluster}`);
+      const certificate = sign(opts, cluster, mc, body.publicKey);
+      opts.log.info({ cluster, peer: req.caller.peer }, 'agent certificate renewed');
+      return { status: 200, body: { certificate, caBundle: opts.caBundle() } };
+    },
+    { agentOnly: true },
+  );
 }
 
 function sign(opts: RegistrationOptions, cluster: string, mc: ManagedCluster, publicKeyPem: string): string {
@@ -171,7 +196,13 @@ function sign(opts: RegistrationOptions, cluster: string, mc: ManagedCluster, pu
   // Backdate a little for clock skew, but never so much that the agent's 80 % renewal point has passed already.
   const notBefore = new Date(now - Math.min(5 * 60_000, lifetimeMs / 10));
   try {
-    return signAgentPublicKey(opts.signer(), { cluster, publicKeyPem, clusterUid: mc.metadata.uid, notBefore, notAfter: new Date(now + lifetimeMs) });
+    return signAgentPublicKey(opts.signer(), {
+      cluster,
+      publicKeyPem,
+      clusterUid: mc.metadata.uid,
+      notBefore,
+      notAfter: new Date(now + lifetimeMs),
+    });
   } catch (err) {
     throw new HubApiError(400, (err as Error).message);
   }
@@ -188,33 +219,48 @@ export class ClusterRegistry {
   private watch: Watch | null = null;
   private synced = false;
 
-  constructor(private readonly store: Store, private readonly core: ProxyCore, private readonly log: Logger, private readonly strict: boolean) {}
+  constructor(
+    private readonly store: Store,
+    private readonly core: ProxyCore,
+    private readonly log: Logger,
+    private readonly strict: boolean,
+  ) {}
 
   async start(): Promise<void> {
     const list = await this.store.list('ManagedCluster');
     // A relist after a broken watch replaces the table: a cluster removed meanwhile loses its tunnels now.
     const before = new Map(this.clusters);
     this.clusters.clear();
-    for (const mc of list.items) this.clusters.set(mc.metadata.name, { uid: mc.metadata.uid, accepts: mc.spec.hubAcceptsClient && !mc.metadata.deletionTimestamp });
+    for (const mc of list.items)
+      this.clusters.set(mc.metadata.name, { uid: mc.metadata.uid, accepts: mc.spec.hubAcceptsClient && !mc.metadata.deletionTimestamp });
     for (const [name, old] of before) {
       const now = this.clusters.get(name);
       if (!now) this.cut(name, 'cluster removed from the hub');
       else if (old.accepts && !now.accepts) this.cut(name, 'cluster no longer accepted by the hub');
     }
     this.synced = true;
-    this.watch = this.store.watch('ManagedCluster', { resourceVersion: list.resourceVersion }, {
-      onEvent: (e) => {
-        const name = e.object.metadata.name;
-        if (e.type === 'DELETED') this.clusters.delete(name);
-        else this.clusters.set(name, { uid: e.object.metadata.uid, accepts: e.object.spec.hubAcceptsClient && !e.object.metadata.deletionTimestamp });
-        if (e.type === 'DELETED' || !this.clusters.get(name)?.accepts) this.cut(name, e.type === 'DELETED' ? 'cluster removed from the hub' : 'cluster no longer accepted by the hub');
+    this.watch = this.store.watch(
+      'ManagedCluster',
+      { resourceVersion: list.resourceVersion },
+      {
+        onEvent: (e) => {
+          const name = e.object.metadata.name;
+          if (e.type === 'DELETED') this.clusters.delete(name);
+          else
+            this.clusters.set(name, {
+              uid: e.object.metadata.uid,
+              accepts: e.object.spec.hubAcceptsClient && !e.object.metadata.deletionTimestamp,
+            });
+          if (e.type === 'DELETED' || !this.clusters.get(name)?.accepts)
+            this.cut(name, e.type === 'DELETED' ? 'cluster removed from the hub' : 'cluster no longer accepted by the hub');
+        },
+        onError: (err) => {
+          this.log.warn({ err: err.message }, 'cluster registry watch ended; listing again');
+          this.watch = null;
+          void this.start().catch((e: Error) => this.log.error({ err: e.message }, 'cluster registry cannot list ManagedClusters'));
+        },
       },
-      onError: (err) => {
-        this.log.warn({ err: err.message }, 'cluster registry watch ended; listing again');
-        this.watch = null;
-        void this.start().catch((e: Error) => this.log.error({ err: e.message }, 'cluster registry cannot list ManagedClusters'));
-      },
-    });
+    );
   }
 
   stop(): void {
@@ -232,7 +278,8 @@ export class ClusterRegistry {
       return `cluster ${cluster} is not registered with the hub (run "cluster-proxy join ${cluster}")`;
     }
     if (!entry.accepts) return `cluster ${cluster} is not accepted by the hub (hubAcceptsClient: false)`;
-    if (uid !== null && uid !== entry.uid) return `certificate belongs to an earlier registration of cluster ${cluster}; bootstrap the agent again`;
+    if (uid !== null && uid !== entry.uid)
+      return `certificate belongs to an earlier registration of cluster ${cluster}; bootstrap the agent again`;
     return null;
   }
 

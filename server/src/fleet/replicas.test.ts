@@ -1,27 +1,48 @@
 import { describe, expect, it } from 'vitest';
 import { pino } from 'pino';
-import { MAX_CLUSTERS_ANNOTATION_BYTES, MAX_RECONNECT_SPREAD_SECONDS, REPLICA_CLUSTERS_ANNOTATION, REPLICA_CLUSTERS_GZIP_ANNOTATION, REPLICA_LABEL, ReplicaRegistry, decodeTunnelClusters, encodeTunnelClusters, pacingHints, tunnelsOnOtherReplicas } from './replicas.js';
+import {
+  MAX_CLUSTERS_ANNOTATION_BYTES,
+  MAX_RECONNECT_SPREAD_SECONDS,
+  REPLICA_CLUSTERS_ANNOTATION,
+  REPLICA_CLUSTERS_GZIP_ANNOTATION,
+  REPLICA_LABEL,
+  ReplicaRegistry,
+  decodeTunnelClusters,
+  encodeTunnelClusters,
+  pacingHints,
+  tunnelsOnOtherReplicas,
+} from './replicas.js';
 import type { Lease } from '../store/objects.js';
 import { MemoryStore } from '../store/memory.js';
 import { UnavailableError } from '../store/store.js';
 
 const NOW = Date.parse('2026-11-24T10:00:00Z');
 const lease = (holder: string, renewAgoMs: number, clusters: string, replica = true): Lease => ({
-  apiVersion: 'coordination.k8s.io/v1', kind: 'Lease',
-  metadata: { name: `cluster-proxy-server-${holder}`, namespace: 'hub', labels: replica ? { [REPLICA_LABEL]: 'true' } : {}, annotations: { [REPLICA_CLUSTERS_ANNOTATION]: clusters } },
+  apiVersion: 'coordination.k8s.io/v1',
+  kind: 'Lease',
+  metadata: {
+    name: `cluster-proxy-server-${holder}`,
+    namespace: 'hub',
+    labels: replica ? { [REPLICA_LABEL]: 'true' } : {},
+    annotations: { [REPLICA_CLUSTERS_ANNOTATION]: clusters },
+  },
   spec: { holderIdentity: holder, leaseDurationSeconds: 30, renewTime: new Date(NOW - renewAgoMs).toISOString() },
 });
 
 describe('tunnelsOnOtherReplicas', () => {
   it('counts the clusters other live replicas hold tunnels for; skips itself, expired replicas and other leases', () => {
-    const counts = tunnelsOnOtherReplicas([
-      lease('self', 0, 'c9'),
-      lease('hub-1', 1000, 'c1,c2'),
-      lease('hub-2', 29_000, 'c1'),
-      lease('gone', 30_000, 'c3'),
-      lease('agent-lease', 0, 'c4', false),
-      lease('hub-3', 0, ''),
-    ], 'self', NOW);
+    const counts = tunnelsOnOtherReplicas(
+      [
+        lease('self', 0, 'c9'),
+        lease('hub-1', 1000, 'c1,c2'),
+        lease('hub-2', 29_000, 'c1'),
+        lease('gone', 30_000, 'c3'),
+        lease('agent-lease', 0, 'c4', false),
+        lease('hub-3', 0, ''),
+      ],
+      'self',
+      NOW,
+    );
     expect(Object.fromEntries(counts)).toEqual({ c1: 2, c2: 1 });
   });
 });
@@ -59,7 +80,10 @@ describe('encodeTunnelClusters / decodeTunnelClusters', () => {
   });
 
   it('stays within the bound however many clusters, saying how many it left out', () => {
-    const random = Array.from({ length: 20_000 }, (_, i) => `${i}-${Math.random().toString(36).slice(2)}${Math.random().toString(36).slice(2)}`);
+    const random = Array.from(
+      { length: 20_000 },
+      (_, i) => `${i}-${Math.random().toString(36).slice(2)}${Math.random().toString(36).slice(2)}`,
+    );
     const { annotations, omitted } = encodeTunnelClusters(random);
     expect(annotations[REPLICA_CLUSTERS_GZIP_ANNOTATION]!.length).toBeLessThanOrEqual(MAX_CLUSTERS_ANNOTATION_BYTES);
     expect(omitted).toBeGreaterThan(0);
@@ -73,17 +97,25 @@ describe('encodeTunnelClusters / decodeTunnelClusters', () => {
   });
 });
 
-describe('ReplicaRegistry lease lists (ANP\'s lease_list metrics)', () => {
+describe("ReplicaRegistry lease lists (ANP's lease_list metrics)", () => {
   it('reports each list of the replica leases: 200 when it worked, the status of a store error when not', async () => {
     const lists: [number, string][] = [];
     const store = new MemoryStore();
     let down = false;
     const list = store.list.bind(store);
-    store.list = ((...args: Parameters<typeof list>) => (down ? Promise.reject(new UnavailableError('store unreachable')) : list(...args))) as typeof store.list;
-    const registry = (serverID: string): ReplicaRegistry => new ReplicaRegistry({ store, namespace: 'hub', serverID, log: pino({ level: 'silent' }), onLeaseList: (seconds, code, reason) => {
-      expect(seconds).toBeGreaterThanOrEqual(0);
-      lists.push([code, reason]);
-    } });
+    store.list = ((...args: Parameters<typeof list>) =>
+      down ? Promise.reject(new UnavailableError('store unreachable')) : list(...args)) as typeof store.list;
+    const registry = (serverID: string): ReplicaRegistry =>
+      new ReplicaRegistry({
+        store,
+        namespace: 'hub',
+        serverID,
+        log: pino({ level: 'silent' }),
+        onLeaseList: (seconds, code, reason) => {
+          expect(seconds).toBeGreaterThanOrEqual(0);
+          lists.push([code, reason]);
+        },
+      });
     // start() renews its lease and lists the replicas once.
     const up = registry('hub-a');
     await up.start();
@@ -92,6 +124,9 @@ describe('ReplicaRegistry lease lists (ANP\'s lease_list metrics)', () => {
     const failing = registry('hub-b');
     await failing.start();
     await failing.stop();
-    expect(lists).toEqual([[200, ''], [503, 'ServiceUnavailable']]);
+    expect(lists).toEqual([
+      [200, ''],
+      [503, 'ServiceUnavailable'],
+    ]);
   });
 });

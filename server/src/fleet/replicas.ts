@@ -35,7 +35,8 @@ export const MAX_CLUSTERS_ANNOTATION_BYTES = 200 * 1024;
 export function encodeTunnelClusters(clusters: readonly string[]): { annotations: Record<string, string>; omitted: number } {
   let names = [...new Set(clusters)].sort();
   const plain = names.join(',');
-  if (plain.length <= PLAIN_CLUSTERS_MAX_BYTES) return { annotations: { [REPLICA_CLUSTERS_ANNOTATION]: plain, [REPLICA_CLUSTERS_GZIP_ANNOTATION]: '' }, omitted: 0 };
+  if (plain.length <= PLAIN_CLUSTERS_MAX_BYTES)
+    return { annotations: { [REPLICA_CLUSTERS_ANNOTATION]: plain, [REPLICA_CLUSTERS_GZIP_ANNOTATION]: '' }, omitted: 0 };
   const all = names.length;
   let gz = gzipSync(plain).toString('base64');
   // Beyond the bound: drop the tail until it fits (a few rounds; each shrinks by the overshoot and 5 %).
@@ -111,12 +112,18 @@ export interface ReplicaRegistryOptions {
 /** A store error as the HTTP status and Kubernetes reason of the call that failed. */
 export function storeErrorStatus(err: StoreError): { code: number; reason: string } {
   switch (err.code) {
-    case 'NotFound': return { code: 404, reason: 'NotFound' };
-    case 'AlreadyExists': return { code: 409, reason: 'AlreadyExists' };
-    case 'Conflict': return { code: 409, reason: 'Conflict' };
-    case 'Gone': return { code: 410, reason: 'Expired' };
-    case 'Invalid': return { code: 422, reason: 'Invalid' };
-    case 'Unavailable': return { code: 503, reason: 'ServiceUnavailable' };
+    case 'NotFound':
+      return { code: 404, reason: 'NotFound' };
+    case 'AlreadyExists':
+      return { code: 409, reason: 'AlreadyExists' };
+    case 'Conflict':
+      return { code: 409, reason: 'Conflict' };
+    case 'Gone':
+      return { code: 410, reason: 'Expired' };
+    case 'Invalid':
+      return { code: 422, reason: 'Invalid' };
+    case 'Unavailable':
+      return { code: 503, reason: 'ServiceUnavailable' };
   }
 }
 
@@ -146,7 +153,10 @@ export class ReplicaRegistry {
   constructor(private readonly opts: ReplicaRegistryOptions) {
     this.durationMs = opts.leaseDurationMs ?? 30_000;
     this.now = opts.now ?? Date.now;
-    this.leaseName = `${REPLICA_LEASE_PREFIX}${opts.serverID.toLowerCase().replace(/[^a-z0-9-]/g, '-').slice(0, 200)}`;
+    this.leaseName = `${REPLICA_LEASE_PREFIX}${opts.serverID
+      .toLowerCase()
+      .replace(/[^a-z0-9-]/g, '-')
+      .slice(0, 200)}`;
   }
 
   /** Live replicas as last read; this one always, until it stops (it knows it is alive before its lease is read back). */
@@ -174,12 +184,24 @@ export class ReplicaRegistry {
   }
 
   registerRoutes(hubApi: HubApi): void {
-    hubApi.route('GET', '/v1/replicas', async () => {
-      // Agents drop tunnels to replicas missing from this list, so answer from a fresh read: a list
-      // from before a replica (re)started would make them close the tunnel they just opened to it.
-      if (this.now() - this.refreshedAt > LIST_MAX_AGE_MS) await this.refreshOnce().catch(() => {});
-      return { status: 200, body: { serverCount: this.count, replicas: this.serverIDs.map((serverID) => ({ serverID })), ...pacingHints(Math.max(this.agents, this.opts.fleetSize?.() ?? 0)) } };
-    }, { agentOnly: true });
+    hubApi.route(
+      'GET',
+      '/v1/replicas',
+      async () => {
+        // Agents drop tunnels to replicas missing from this list, so answer from a fresh read: a list
+        // from before a replica (re)started would make them close the tunnel they just opened to it.
+        if (this.now() - this.refreshedAt > LIST_MAX_AGE_MS) await this.refreshOnce().catch(() => {});
+        return {
+          status: 200,
+          body: {
+            serverCount: this.count,
+            replicas: this.serverIDs.map((serverID) => ({ serverID })),
+            ...pacingHints(Math.max(this.agents, this.opts.fleetSize?.() ?? 0)),
+          },
+        };
+      },
+      { agentOnly: true },
+    );
   }
 
   private ticking: Promise<void> | null = null;
@@ -197,11 +219,17 @@ export class ReplicaRegistry {
     // a store that hangs must not hold up the shutdown).
     if (this.ticking) {
       let t: NodeJS.Timeout | undefined;
-      await Promise.race([this.ticking, new Promise<void>((r) => { t = setTimeout(r, STOP_WAIT_MS); })]);
+      await Promise.race([
+        this.ticking,
+        new Promise<void>((r) => {
+          t = setTimeout(r, STOP_WAIT_MS);
+        }),
+      ]);
       clearTimeout(t);
     }
     await this.opts.store.delete('Lease', { name: this.leaseName, namespace: this.opts.namespace }).catch((err: unknown) => {
-      if (!(err instanceof NotFoundError)) this.opts.log.warn({ err: (err as Error).message }, 'cannot delete this replica\'s lease; it expires by itself');
+      if (!(err instanceof NotFoundError))
+        this.opts.log.warn({ err: (err as Error).message }, "cannot delete this replica's lease; it expires by itself");
     });
   }
 
@@ -213,14 +241,19 @@ export class ReplicaRegistry {
       this.opts.log.warn({ err: (err as Error).message }, 'replica lease renewal failed; retrying');
     }
     if (this.stopped) return;
-    this.timer = setTimeout(() => {
-      this.timer = null;
-      void this.runTick();
-    }, Math.max(200, Math.floor(this.durationMs / 3)));
+    this.timer = setTimeout(
+      () => {
+        this.timer = null;
+        void this.runTick();
+      },
+      Math.max(200, Math.floor(this.durationMs / 3)),
+    );
   }
 
   private runTick(): Promise<void> {
-    this.ticking = this.tick().finally(() => { this.ticking = null; });
+    this.ticking = this.tick().finally(() => {
+      this.ticking = null;
+    });
     return this.ticking;
   }
 
@@ -228,7 +261,11 @@ export class ReplicaRegistry {
     const renewTime = microTime(this.now());
     const spec = { holderIdentity: this.opts.serverID, leaseDurationSeconds: Math.max(1, Math.ceil(this.durationMs / 1000)), renewTime };
     const { annotations: clusters, omitted } = encodeTunnelClusters(this.opts.tunnelClusters?.() ?? []);
-    if (omitted > 0 && !this.warnedOmitted) this.opts.log.warn({ omitted, maxBytes: MAX_CLUSTERS_ANNOTATION_BYTES }, 'too many tunnelled clusters to publish on the replica lease; the others are left out (the addon leader may report them unavailable if they reach only this replica)');
+    if (omitted > 0 && !this.warnedOmitted)
+      this.opts.log.warn(
+        { omitted, maxBytes: MAX_CLUSTERS_ANNOTATION_BYTES },
+        'too many tunnelled clusters to publish on the replica lease; the others are left out (the addon leader may report them unavailable if they reach only this replica)',
+      );
     this.warnedOmitted = omitted > 0;
     // Losing a race to another write of our own lease is harmless: the next tick renews again.
     await writeLease(this.opts.store, { name: this.leaseName, namespace: this.opts.namespace }, (current) => ({
@@ -246,7 +283,9 @@ export class ReplicaRegistry {
 
   /** One store read at a time, shared by the renewal loop and concurrent API requests. */
   private refreshOnce(): Promise<void> {
-    this.refreshing ??= this.refresh().finally(() => { this.refreshing = null; });
+    this.refreshing ??= this.refresh().finally(() => {
+      this.refreshing = null;
+    });
     return this.refreshing;
   }
 
@@ -266,7 +305,11 @@ export class ReplicaRegistry {
     }
     this.opts.onLeaseList?.(seconds(), 200, '');
     const now = this.now();
-    const live = items.filter((l) => leaseHeld(l, now, { defaultDurationS: 30 })).map((l) => l.spec.holderIdentity ?? '').filter(Boolean).sort();
+    const live = items
+      .filter((l) => leaseHeld(l, now, { defaultDurationS: 30 }))
+      .map((l) => l.spec.holderIdentity ?? '')
+      .filter(Boolean)
+      .sort();
     if (live.join(',') !== this.live.join(',')) this.opts.log.info({ replicas: live }, `live proxy server replicas: ${live.length}`);
     this.live = live;
     const elsewhere = [...tunnelsOnOtherReplicas(items, this.opts.serverID, now).keys()].sort();

@@ -46,7 +46,8 @@ describe('TokenStore', () => {
     const store = await TokenStore.open(file);
     const t = await store.issue({ name: 'a', clusters: '*' });
     const flipped = (t.token[0] === 'A' ? 'B' : 'A') + t.token.slice(1);
-    for (const bad of [flipped, '', 'x', `${t.token}x`, t.token.slice(1), ` ${t.token}`, 42 as unknown as string]) expect(store.verify(bad)).toBeNull();
+    for (const bad of [flipped, '', 'x', `${t.token}x`, t.token.slice(1), ` ${t.token}`, 42 as unknown as string])
+      expect(store.verify(bad)).toBeNull();
   });
 
   it('persists across reopen; list() shows no secrets', async () => {
@@ -128,8 +129,16 @@ describe('TokenStore', () => {
       ['[]', /expected an object/],
       ['{"version":2,"tokens":[]}', /unsupported version 2/],
       ['{"version":1,"tokens":{}}', /"tokens" is not an array/],
-      ['{"version":1,"tokens":[{"id":"a","name":"n","clusters":"*","sha256":"zz","createdAt":"x","expiresAt":null}]}', /sha256 is not a hex SHA-256/],
-      ['{"version":1,"tokens":[{"id":"a","name":"n","clusters":["BAD"],"sha256":"' + 'a'.repeat(64) + '","createdAt":"x","expiresAt":null}]}', /clusters: invalid cluster name/],
+      [
+        '{"version":1,"tokens":[{"id":"a","name":"n","clusters":"*","sha256":"zz","createdAt":"x","expiresAt":null}]}',
+        /sha256 is not a hex SHA-256/,
+      ],
+      [
+        '{"version":1,"tokens":[{"id":"a","name":"n","clusters":["BAD"],"sha256":"' +
+          'a'.repeat(64) +
+          '","createdAt":"x","expiresAt":null}]}',
+        /clusters: invalid cluster name/,
+      ],
     ];
     await writeFile(path.join(dir, 'x'), '');
     for (const [content, msg] of cases) {

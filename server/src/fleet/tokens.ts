@@ -92,7 +92,10 @@ export class TokenStore {
   private queue: Promise<unknown> = Promise.resolve();
   private readonly now: () => number;
 
-  private constructor(readonly file: string, private readonly opts: TokenStoreOptions) {
+  private constructor(
+    readonly file: string,
+    private readonly opts: TokenStoreOptions,
+  ) {
     this.now = opts.now ?? Date.now;
   }
 
@@ -108,21 +111,31 @@ export class TokenStore {
   issue(o: IssueTokenOptions): Promise<IssuedToken> {
     return this.mutate(() => {
       if (typeof o.name !== 'string' || !NAME_SHAPE.test(o.name)) {
-        throw new Error(`invalid token name ${JSON.stringify(o.name)}: 1-128 characters, letters, digits and . _ @ : - (starting with a letter or digit)`);
+        throw new Error(
+          `invalid token name ${JSON.stringify(o.name)}: 1-128 characters, letters, digits and . _ @ : - (starting with a letter or digit)`,
+        );
       }
       if (ID_SHAPE.test(o.name)) throw new Error(`invalid token name "${o.name}": it looks like a token id`);
       if (this.records.some((r) => r.name === o.name)) throw new Error(`a token named "${o.name}" already exists; revoke it first`);
       const clusters = checkClusters(o.clusters);
       let expiresAt: string | null = null;
       if (o.ttlSeconds !== undefined) {
-        if (!Number.isFinite(o.ttlSeconds) || o.ttlSeconds <= 0) throw new Error(`invalid token lifetime ${o.ttlSeconds}: must be a positive number of seconds`);
+        if (!Number.isFinite(o.ttlSeconds) || o.ttlSeconds <= 0)
+          throw new Error(`invalid token lifetime ${o.ttlSeconds}: must be a positive number of seconds`);
         expiresAt = new Date(this.now() + o.ttlSeconds * 1000).toISOString();
       }
       let id: string;
       do id = randomBytes(8).toString('hex');
       while (this.records.some((r) => r.id === id));
       const token = newTokenSecret();
-      const record: TokenRecord = { id, name: o.name, clusters, sha256: sha256Hex(token), createdAt: new Date(this.now()).toISOString(), expiresAt };
+      const record: TokenRecord = {
+        id,
+        name: o.name,
+        clusters,
+        sha256: sha256Hex(token),
+        createdAt: new Date(this.now()).toISOString(),
+        expiresAt,
+      };
       return { records: [...this.records, record], result: { id, name: o.name, token, expiresAt } };
     });
   }
@@ -139,7 +152,14 @@ export class TokenStore {
   list(): TokenInfo[] {
     this.refresh();
     const now = this.now();
-    return this.records.map((r) => ({ id: r.id, name: r.name, clusters: r.clusters, createdAt: r.createdAt, expiresAt: r.expiresAt, expired: isExpired(r, now) }));
+    return this.records.map((r) => ({
+      id: r.id,
+      name: r.name,
+      clusters: r.clusters,
+      createdAt: r.createdAt,
+      expiresAt: r.expiresAt,
+      expired: isExpired(r, now),
+    }));
   }
 
   /** The principal a presented token stands for, or null (unknown, malformed, expired, revoked).

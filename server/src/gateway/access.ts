@@ -37,7 +37,8 @@ export async function buildGatewayAccess(config: GatewayAccessConfig, deps: Gate
   const log = deps.log.child({ component: 'gateway-auth' });
   const reviews = deps.hubReviews ? await deps.hubReviews() : null;
   const mode = config.authorization ?? (reviews ? 'subjectaccessreview' : 'scope');
-  if (mode === 'subjectaccessreview' && !reviews) throw new Error('gateway authorization subjectaccessreview needs the hub\'s Kubernetes API (--store kubernetes)');
+  if (mode === 'subjectaccessreview' && !reviews)
+    throw new Error("gateway authorization subjectaccessreview needs the hub's Kubernetes API (--store kubernetes)");
   const verifier = config.oidc ? new OidcVerifier(config.oidc, { ...config.oidcRuntime, log }) : null;
   const sources: AuthSource[] = [hubTokenSource(deps.tokens, { onlyHubShaped: verifier !== null || reviews !== null })];
   if (verifier) sources.push(oidcSource(verifier, { otherIssuers: reviews ? 'pass' : 'refuse' }));
@@ -47,7 +48,11 @@ export async function buildGatewayAccess(config: GatewayAccessConfig, deps: Gate
   return {
     sources,
     authorizer,
-    summary: { authentication: sources.map((s) => s.name), authorizationMode: mode, ...(config.oidc ? { oidcIssuer: config.oidc.issuerUrl } : {}) },
+    summary: {
+      authentication: sources.map((s) => s.name),
+      authorizationMode: mode,
+      ...(config.oidc ? { oidcIssuer: config.oidc.issuerUrl } : {}),
+    },
     close: () => verifier?.close(),
   };
 }

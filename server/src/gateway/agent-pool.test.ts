@@ -33,7 +33,7 @@ describe('GatewayPool', () => {
     pool.close();
     expect(pool.size).toBe(0);
   });
-  it('a kept connection does not collect node:http\'s per-request timeout listeners (setTimeout(0, cb) takes cb off, as on net.Socket)', () => {
+  it("a kept connection does not collect node:http's per-request timeout listeners (setTimeout(0, cb) takes cb off, as on net.Socket)", () => {
     const s = new TunnelSocket({ dialGateway: () => null } as unknown as ProxyCore, 'c1', 'alice', () => {});
     for (let i = 0; i < 50; i++) {
       const cb = (): void => {};

@@ -18,7 +18,12 @@ export const IDLE_MS = 4000;
 const MAX_IDLE = 16;
 
 class TunnelAgent extends http.Agent {
-  constructor(private readonly core: ProxyCore, private readonly cluster: string, private readonly client: string, private readonly emptied: () => void) {
+  constructor(
+    private readonly core: ProxyCore,
+    private readonly cluster: string,
+    private readonly client: string,
+    private readonly emptied: () => void,
+  ) {
     super({ keepAlive: true, maxFreeSockets: MAX_IDLE, timeout: IDLE_MS, scheduling: 'lifo' });
   }
 
@@ -31,9 +36,12 @@ class TunnelAgent extends http.Agent {
 
   override createConnection(_opts: unknown, oncreate: (err: Error | null, socket?: Duplex) => void): undefined {
     const socket = new TunnelSocket(this.core, this.cluster, this.client, (err, s) => (err ? oncreate(err) : oncreate(null, s)));
-    socket.once('close', () => setImmediate(() => {
-      if (Object.keys(this.sockets).length === 0 && Object.keys(this.freeSockets).length === 0 && Object.keys(this.requests).length === 0) this.emptied();
-    }));
+    socket.once('close', () =>
+      setImmediate(() => {
+        if (Object.keys(this.sockets).length === 0 && Object.keys(this.freeSockets).length === 0 && Object.keys(this.requests).length === 0)
+          this.emptied();
+      }),
+    );
     return undefined; // the socket comes through oncreate, once the agent accepted the dial
   }
 }

@@ -45,7 +45,8 @@ export async function authenticate(req: http.IncomingMessage, sources: readonly 
   if (values && values.length > 1) return { status: 400, message: 'more than one Authorization header' };
   const header = values?.[0];
   if (header !== undefined) {
-    if (!/^Bearer /i.test(header)) return { status: 401, message: `unsupported Authorization scheme: use Bearer <${kinds[0] ?? 'hub token'}>` };
+    if (!/^Bearer /i.test(header))
+      return { status: 401, message: `unsupported Authorization scheme: use Bearer <${kinds[0] ?? 'hub token'}>` };
     if (tokenFromHeader(header) === null) return { status: 401, message: 'the Authorization header holds no bearer token' };
   }
   for (const s of sources) {
@@ -54,12 +55,23 @@ export async function authenticate(req: http.IncomingMessage, sources: readonly 
   }
   if (header !== undefined) {
     // A bearer token no source took as its own.
-    return { status: 401, message: kinds.length <= 1 ? 'the token is invalid, expired or revoked' : `the token is neither ${kinds.map((k) => `${/^[aeiouAEIOU]/.test(k) ? 'an' : 'a'} ${k}`).join(' nor ')}` };
+    return {
+      status: 401,
+      message:
+        kinds.length <= 1
+          ? 'the token is invalid, expired or revoked'
+          : `the token is neither ${kinds.map((k) => `${/^[aeiouAEIOU]/.test(k) ? 'an' : 'a'} ${k}`).join(' nor ')}`,
+    };
   }
   const tlsSocket = req.socket as tls.TLSSocket;
-  const note = tlsSocket.getPeerCertificate && Object.keys(tlsSocket.getPeerCertificate()).length > 0 && !tlsSocket.authorized
-    ? ` (the client certificate was not accepted: ${oneLine(String(tlsSocket.authorizationError ?? 'not verified'))})` : '';
-  return { status: 401, message: `no credentials: present a client certificate of the hub CA or send Authorization: Bearer <${kinds.join(' | ') || 'hub token'}>${note}` };
+  const note =
+    tlsSocket.getPeerCertificate && Object.keys(tlsSocket.getPeerCertificate()).length > 0 && !tlsSocket.authorized
+      ? ` (the client certificate was not accepted: ${oneLine(String(tlsSocket.authorizationError ?? 'not verified'))})`
+      : '';
+  return {
+    status: 401,
+    message: `no credentials: present a client certificate of the hub CA or send Authorization: Bearer <${kinds.join(' | ') || 'hub token'}>${note}`,
+  };
 }
 
 /** Hub tokens (`cluster-proxy token issue`): user `cluster-proxy:token:<name>`, uid the token id. */
@@ -75,7 +87,14 @@ export function hubTokenSource(tokens: TokenStore, opts: { onlyHubShaped?: boole
       const p = tokens.verify(token);
       if (!p) return { status: 401, message: 'the token is invalid, expired or revoked' };
       // Namespaced, so a token can never pose as a certificate's user or a cluster's own user.
-      return { user: `cluster-proxy:token:${p.name}`, groups: ['cluster-proxy:tokens'], uid: p.id, source: 'token', name: `token "${p.name}" (${p.id})`, clusters: p.clusters };
+      return {
+        user: `cluster-proxy:token:${p.name}`,
+        groups: ['cluster-proxy:tokens'],
+        uid: p.id,
+        source: 'token',
+        name: `token "${p.name}" (${p.id})`,
+        clusters: p.clusters,
+      };
     },
   };
 }
@@ -107,7 +126,7 @@ export function oidcSource(verifier: OidcVerifier, opts: { otherIssuers: 'refuse
 export function tokenReviewSource(reviewer: TokenReviewer): AuthSource {
   return {
     name: 'tokenreview',
-    bearer: 'token of the hub\'s Kubernetes API',
+    bearer: "token of the hub's Kubernetes API",
     authenticate(req) {
       const token = bearerToken(req);
       return token === null ? null : reviewer.authenticate(token);

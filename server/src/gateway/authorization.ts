@@ -18,7 +18,12 @@ export type AuthorizationMode = 'scope' | 'subjectaccessreview';
 export const AUTHORIZATION_MODES: readonly AuthorizationMode[] = ['scope', 'subjectaccessreview'];
 
 /** What the SubjectAccessReview asks for; the cluster is the name. */
-export const PROXY_ACCESS = { verb: 'get', group: 'cluster.open-cluster-management.io', resource: 'managedclusters', subresource: 'proxy' } as const;
+export const PROXY_ACCESS = {
+  verb: 'get',
+  group: 'cluster.open-cluster-management.io',
+  resource: 'managedclusters',
+  subresource: 'proxy',
+} as const;
 
 export type Decision = { allowed: true } | { allowed: false; status: 403 | 503; message: string };
 
@@ -28,7 +33,9 @@ export interface GatewayAuthorizer {
 }
 
 function scopeDecision(caller: GatewayCaller, cluster: string): Decision {
-  return callerMayReach(caller, cluster) ? { allowed: true } : { allowed: false, status: 403, message: `${caller.name} may not reach cluster ${cluster}` };
+  return callerMayReach(caller, cluster)
+    ? { allowed: true }
+    : { allowed: false, status: 403, message: `${caller.name} may not reach cluster ${cluster}` };
 }
 
 export function scopeAuthorizer(): GatewayAuthorizer {
@@ -45,13 +52,20 @@ export interface SarAuthorizerOptions {
 
 export function subjectAccessReviewSpec(caller: GatewayCaller, cluster: string): SubjectAccessReviewSpec {
   return {
-    user: caller.user, groups: caller.groups, ...(caller.uid ? { uid: caller.uid } : {}), ...(caller.extra ? { extra: caller.extra } : {}),
+    user: caller.user,
+    groups: caller.groups,
+    ...(caller.uid ? { uid: caller.uid } : {}),
+    ...(caller.extra ? { extra: caller.extra } : {}),
     resourceAttributes: { ...PROXY_ACCESS, name: cluster },
   };
 }
 
 export function subjectAccessReviewAuthorizer(opts: SarAuthorizerOptions): GatewayAuthorizer {
-  const cache = new TtlCache<SubjectAccessReviewStatus>({ ttlMs: opts.ttlMs ?? 10_000, maxEntries: opts.maxEntries ?? 4096, ...(opts.now ? { now: opts.now } : {}) });
+  const cache = new TtlCache<SubjectAccessReviewStatus>({
+    ttlMs: opts.ttlMs ?? 10_000,
+    maxEntries: opts.maxEntries ?? 4096,
+    ...(opts.now ? { now: opts.now } : {}),
+  });
   return {
     mode: 'subjectaccessreview',
     async authorize(caller, cluster) {
@@ -64,12 +78,17 @@ export function subjectAccessReviewAuthorizer(opts: SarAuthorizerOptions): Gatew
         status = await cache.getOrLoad(key, () => opts.reviews.subjectAccessReview(spec));
       } catch (err) {
         opts.log?.warn({ user: caller.user, cluster, err: oneLine((err as Error).message) }, 'SubjectAccessReview failed');
-        return { allowed: false, status: 503, message: `cannot check access with the hub's API server: ${oneLine((err as Error).message)}` };
+        return {
+          allowed: false,
+          status: 503,
+          message: `cannot check access with the hub's API server: ${oneLine((err as Error).message)}`,
+        };
       }
       if (status.allowed && !status.denied) return { allowed: true };
       const why = status.reason || status.evaluationError;
       return {
-        allowed: false, status: 403,
+        allowed: false,
+        status: 403,
         message: `${caller.name} may not reach cluster ${cluster}: the hub's RBAC does not allow ${PROXY_ACCESS.verb} on ${PROXY_ACCESS.resource}/${PROXY_ACCESS.subresource} "${cluster}" (${PROXY_ACCESS.group})${why ? `: ${oneLine(why)}` : ''}`,
       };
     },

@@ -5,7 +5,23 @@
 // which honours backpressure (write() → false → wait for 'drain'); nothing is buffered whole.
 import type { Duplex } from 'node:stream';
 import tls from 'node:tls';
-import { GATEWAY_AGENT_MAX_HEAD_BYTES, GATEWAY_HOST, IDENTITY_HEADER, IDENTITY_SIGNER_HEADER, appendForwardedFor, endToEndHeaders, gatewayForwardedHeaders, hasNoBody, relay, relayResponse, requestLine, signIdentity, type DialFailureReason, type GatewayIdentity, http } from '@cluster-proxy/proto';
+import {
+  GATEWAY_AGENT_MAX_HEAD_BYTES,
+  GATEWAY_HOST,
+  IDENTITY_HEADER,
+  IDENTITY_SIGNER_HEADER,
+  appendForwardedFor,
+  endToEndHeaders,
+  gatewayForwardedHeaders,
+  hasNoBody,
+  relay,
+  relayResponse,
+  requestLine,
+  signIdentity,
+  type DialFailureReason,
+  type GatewayIdentity,
+  http,
+} from '@cluster-proxy/proto';
 import type { ProxyCore } from '../dataplane/proxy-core.js';
 import type { GatewayPool } from './agent-pool.js';
 import type { GatewayCaller } from './auth.js';
@@ -54,11 +70,22 @@ export interface ServiceDestination {
 
 /** The identity the cluster sees: the caller's names with --gateway-identity-prefix ('' for none) before the user and each group. */
 export function impersonatedIdentity(caller: GatewayCaller, prefix: string): GatewayIdentity {
-  return { user: `${prefix}${caller.user}`, groups: caller.groups.map((g) => `${prefix}${g}`), ...(caller.uid ? { uid: caller.uid } : {}), ...(caller.extra ? { extra: caller.extra } : {}) };
+  return {
+    user: `${prefix}${caller.user}`,
+    groups: caller.groups.map((g) => `${prefix}${g}`),
+    ...(caller.uid ? { uid: caller.uid } : {}),
+    ...(caller.extra ? { extra: caller.extra } : {}),
+  };
 }
 
 /** The identity assertion for the agent, bound to this request's method and target (upgrades too). */
-export function identityHeaders(ctx: Pick<ForwardContext, 'signing'>, identity: GatewayIdentity, cluster: string, path: string, req: HttpTypes.IncomingMessage): Record<string, string> {
+export function identityHeaders(
+  ctx: Pick<ForwardContext, 'signing'>,
+  identity: GatewayIdentity,
+  cluster: string,
+  path: string,
+  req: HttpTypes.IncomingMessage,
+): Record<string, string> {
   const { cert, key } = ctx.signing();
   const signed = signIdentity(identity, cluster, requestLine(req.method, path), cert, key);
   return { [IDENTITY_HEADER]: signed.assertion, [IDENTITY_SIGNER_HEADER]: signed.signer };
@@ -77,8 +104,11 @@ export function callerHeaders(req: HttpTypes.IncomingMessage): Record<string, st
  */
 export function headTooLarge(method: string | undefined, path: string, headers: Record<string, string | string[]>): string | null {
   let n = (method ?? '').length + path.length + 12;
-  for (const [name, v] of Object.entries(headers)) for (const value of Array.isArray(v) ? v : [v]) n += name.length + Buffer.byteLength(value, 'latin1') + 4;
-  return n > GATEWAY_AGENT_MAX_HEAD_BYTES ? `the request head with the caller's identity (${n} bytes) is larger than the ${GATEWAY_AGENT_MAX_HEAD_BYTES} bytes an agent takes` : null;
+  for (const [name, v] of Object.entries(headers))
+    for (const value of Array.isArray(v) ? v : [v]) n += name.length + Buffer.byteLength(value, 'latin1') + 4;
+  return n > GATEWAY_AGENT_MAX_HEAD_BYTES
+    ? `the request head with the caller's identity (${n} bytes) is larger than the ${GATEWAY_AGENT_MAX_HEAD_BYTES} bytes an agent takes`
+    : null;
 }
 
 /** Fails a request whose agent has not answered with a head in time (ForwardContext.responseTimeoutMs). */
@@ -88,11 +118,23 @@ export class ResponseTimeoutError extends Error {
 
 /** Arms the response-head timer of `upstream`; returns the function that disarms it. */
 export function responseTimer(upstream: HttpTypes.ClientRequest, ms: number): () => void {
-  const t = setTimeout(() => upstream.destroy(new ResponseTimeoutError(`the cluster's agent did not answer within ${Math.round(ms / 1000)} s`)), ms);
+  const t = setTimeout(
+    () => upstream.destroy(new ResponseTimeoutError(`the cluster's agent did not answer within ${Math.round(ms / 1000)} s`)),
+    ms,
+  );
   return () => clearTimeout(t);
 }
 
-export function forward(ctx: ForwardContext, caller: GatewayCaller, identity: GatewayIdentity, cluster: string, path: string, req: HttpTypes.IncomingMessage, res: HttpTypes.ServerResponse, service?: ServiceDestination): Promise<ForwardResult> {
+export function forward(
+  ctx: ForwardContext,
+  caller: GatewayCaller,
+  identity: GatewayIdentity,
+  cluster: string,
+  path: string,
+  req: HttpTypes.IncomingMessage,
+  res: HttpTypes.ServerResponse,
+  service?: ServiceDestination,
+): Promise<ForwardResult> {
   return new Promise((resolve) => {
     let bytesIn = 0;
     let bytesOut = 0;
@@ -124,7 +166,9 @@ export function forward(ctx: ForwardContext, caller: GatewayCaller, identity: Ga
       method: req.method,
       path,
       headers,
-      ...(service ? { createConnection: serviceConnection(ctx.core, cluster, caller, service) } : { agent: ctx.pool.agentFor(cluster, caller.name) }),
+      ...(service
+        ? { createConnection: serviceConnection(ctx.core, cluster, caller, service) }
+        : { agent: ctx.pool.agentFor(cluster, caller.name) }),
     });
 
     const disarm = responseTimer(upstream, ctx.responseTimeoutMs);
@@ -186,7 +230,10 @@ export function forward(ctx: ForwardContext, caller: GatewayCaller, identity: Ga
  */
 export function failureOf(err: Error, service?: ServiceDestination): { status: number; why: string } {
   if (err instanceof GatewayDialError && service && err.reason === 'forbidden') {
-    return { status: 403, why: `the cluster's agent does not allow ${serviceHost(service.target)}:${service.target.port} (its --allow list)` };
+    return {
+      status: 403,
+      why: `the cluster's agent does not allow ${serviceHost(service.target)}:${service.target.port} (its --allow list)`,
+    };
   }
   if (err instanceof GatewayDialError) return DIAL_STATUS[err.reason];
   if (err instanceof ServiceTlsError) return { status: 502, why: `TLS to the service failed: ${err.message}` };
@@ -196,14 +243,25 @@ export function failureOf(err: Error, service?: ServiceDestination): { status: n
 }
 
 /** node:http's createConnection for a Service: NAME.NS.svc:PORT dialed on an agent of `cluster`, TLS inside for https. */
-export function serviceConnection(core: ProxyCore, cluster: string, caller: GatewayCaller, service: ServiceDestination): HttpTypes.RequestOptions['createConnection'] {
+export function serviceConnection(
+  core: ProxyCore,
+  cluster: string,
+  caller: GatewayCaller,
+  service: ServiceDestination,
+): HttpTypes.RequestOptions['createConnection'] {
   const host = serviceHost(service.target);
   return ((_opts: unknown, oncreate: (err: Error | null, socket?: Duplex) => void) => {
-    new TunnelSocket(core, cluster, caller.name, (err, socket) => {
-      if (err) oncreate(err);
-      else if (service.target.protocol === 'https') startServiceTls(socket, host, service.ca, oncreate);
-      else oncreate(null, socket);
-    }, `${host}:${service.target.port}`);
+    new TunnelSocket(
+      core,
+      cluster,
+      caller.name,
+      (err, socket) => {
+        if (err) oncreate(err);
+        else if (service.target.protocol === 'https') startServiceTls(socket, host, service.ca, oncreate);
+        else oncreate(null, socket);
+      },
+      `${host}:${service.target.port}`,
+    );
     return undefined; // the socket comes through oncreate, once the agent accepted the dial
   }) as unknown as HttpTypes.RequestOptions['createConnection'];
 }
@@ -218,13 +276,22 @@ class ServiceTlsError extends Error {
 }
 
 /** TLS to an https Service over its tunneled connection, verified as `name.ns.svc`. */
-function startServiceTls(socket: TunnelSocket, host: string, ca: Buffer | undefined, done: (err: Error | null, socket?: Duplex) => void): void {
+function startServiceTls(
+  socket: TunnelSocket,
+  host: string,
+  ca: Buffer | undefined,
+  done: (err: Error | null, socket?: Duplex) => void,
+): void {
   const t = tls.connect({ socket, servername: host, ...(ca ? { ca } : {}), ALPNProtocols: ['http/1.1'] });
   const failed = (err: Error): void => {
     t.destroy();
     socket.destroy();
     const code = (err as NodeJS.ErrnoException).code ?? 'handshake failed';
-    done(new ServiceTlsError(`${code}${ca ? '' : ' (no caFile for this service in the gateway\'s service allowlist: its certificate must chain to a public root)'}`));
+    done(
+      new ServiceTlsError(
+        `${code}${ca ? '' : " (no caFile for this service in the gateway's service allowlist: its certificate must chain to a public root)"}`,
+      ),
+    );
   };
   t.once('error', failed);
   t.once('secureConnect', () => {

@@ -55,7 +55,9 @@ export function kubeReviews(kc: KubeConfig, timeoutMs = DEFAULT_TIMEOUT_MS): Hub
   const authz = kc.makeApiClient(AuthorizationV1Api);
   return {
     async tokenReview(token) {
-      const r = await bounded('TokenReview', timeoutMs, () => authn.createTokenReview({ body: { apiVersion: 'authentication.k8s.io/v1', kind: 'TokenReview', spec: { token } } }));
+      const r = await bounded('TokenReview', timeoutMs, () =>
+        authn.createTokenReview({ body: { apiVersion: 'authentication.k8s.io/v1', kind: 'TokenReview', spec: { token } } }),
+      );
       const s = r.status;
       return {
         authenticated: s?.authenticated === true,
@@ -64,9 +66,16 @@ export function kubeReviews(kc: KubeConfig, timeoutMs = DEFAULT_TIMEOUT_MS): Hub
       };
     },
     async subjectAccessReview(spec) {
-      const r = await bounded('SubjectAccessReview', timeoutMs, () => authz.createSubjectAccessReview({ body: { apiVersion: 'authorization.k8s.io/v1', kind: 'SubjectAccessReview', spec } }));
+      const r = await bounded('SubjectAccessReview', timeoutMs, () =>
+        authz.createSubjectAccessReview({ body: { apiVersion: 'authorization.k8s.io/v1', kind: 'SubjectAccessReview', spec } }),
+      );
       const s = r.status;
-      return { allowed: s?.allowed === true, ...(s?.denied ? { denied: true } : {}), ...(s?.reason ? { reason: s.reason } : {}), ...(s?.evaluationError ? { evaluationError: s.evaluationError } : {}) };
+      return {
+        allowed: s?.allowed === true,
+        ...(s?.denied ? { denied: true } : {}),
+        ...(s?.reason ? { reason: s.reason } : {}),
+        ...(s?.evaluationError ? { evaluationError: s.evaluationError } : {}),
+      };
     },
   };
 }
@@ -84,7 +93,9 @@ async function bounded<T>(what: string, timeoutMs: number, call: () => Promise<T
       const message = statusMessage(err.body);
       throw new Error(`${what}: HTTP ${err.code}${message ? `: ${message}` : ''}`);
     }
-    throw err instanceof Error && err.message.startsWith(what) ? err : new Error(`${what}: ${err instanceof Error ? err.message : String(err)}`);
+    throw err instanceof Error && err.message.startsWith(what)
+      ? err
+      : new Error(`${what}: ${err instanceof Error ? err.message : String(err)}`);
   } finally {
     clearTimeout(timer);
   }

@@ -6,7 +6,11 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { createCA, issueServerCert } from '../pki/certificates.js';
 import { OidcVerifier, checkOidcConfig, peekJwt, usernamePrefixOf, type OidcConfig, type OidcRuntimeOptions } from './oidc.js';
 
-interface Key { kid: string; privateKey: CryptoKey; jwk: JWK }
+interface Key {
+  kid: string;
+  privateKey: CryptoKey;
+  jwk: JWK;
+}
 
 const ca = createCA({ commonName: 'oidc-test-ca' });
 const serving = issueServerCert(ca, { commonName: 'issuer', ipAddresses: ['127.0.0.1'] });
@@ -33,7 +37,10 @@ function sign(claims: JWTPayload, o: { key?: Key; kid?: string; alg?: string; om
 }
 
 function verifier(extra: Partial<OidcConfig> = {}, runtime: OidcRuntimeOptions = {}): OidcVerifier {
-  const v = new OidcVerifier({ issuerUrl: issuer, clientId: 'gw', caCert: Buffer.from(ca.certPem), ...extra }, { refetchIntervalMs: 300, ...runtime });
+  const v = new OidcVerifier(
+    { issuerUrl: issuer, clientId: 'gw', caCert: Buffer.from(ca.certPem), ...extra },
+    { refetchIntervalMs: 300, ...runtime },
+  );
   verifiers.push(v);
   return v;
 }
@@ -66,7 +73,7 @@ afterAll(async () => {
   await new Promise<void>((r) => server.close(() => r()));
 });
 
-describe('OIDC configuration (kube-apiserver\'s rules)', () => {
+describe("OIDC configuration (kube-apiserver's rules)", () => {
   it('checks the flags', () => {
     expect(checkOidcConfig({ issuerUrl: 'http://x', clientId: 'a' })).toMatch(/must be an https:\/\/ URL/);
     expect(checkOidcConfig({ issuerUrl: 'https://x', clientId: '' })).toMatch(/--oidc-client-id is required/);
@@ -115,7 +122,9 @@ describe('OidcVerifier', () => {
       expect(!r.ok && r.status).toBe(401);
       expect(!r.ok && r.message).toMatch(why);
     }
-    const hs = await new SignJWT({ iss: issuer, aud: 'gw', sub: 'x', exp: now + 60 }).setProtectedHeader({ alg: 'HS256' }).sign(new Uint8Array(32));
+    const hs = await new SignJWT({ iss: issuer, aud: 'gw', sub: 'x', exp: now + 60 })
+      .setProtectedHeader({ alg: 'HS256' })
+      .sign(new Uint8Array(32));
     expect(await v.verify(hs)).toMatchObject({ ok: false, message: expect.stringMatching(/signed with "HS256"; this hub accepts RS256/) });
   });
 
@@ -128,17 +137,29 @@ describe('OidcVerifier', () => {
 
   it('claims: required claims, email with email_verified, reserved names, groups of the wrong type', async () => {
     const req = verifier({ requiredClaims: { tenant: 'a' } });
-    expect(await req.verify(await sign({ tenant: 'b' }))).toMatchObject({ ok: false, message: expect.stringMatching(/claim "tenant" is missing or does not equal/) });
+    expect(await req.verify(await sign({ tenant: 'b' }))).toMatchObject({
+      ok: false,
+      message: expect.stringMatching(/claim "tenant" is missing or does not equal/),
+    });
     expect((await req.verify(await sign({ tenant: 'a' }))).ok).toBe(true);
     const email = verifier({ usernameClaim: 'email' });
     expect(await email.verify(await sign({ email: 'a@x.io' }))).toMatchObject({ ok: true, identity: { user: 'a@x.io' } });
     expect(await email.verify(await sign({ email: 'a@x.io', email_verified: true }))).toMatchObject({ ok: true });
-    expect(await email.verify(await sign({ email: 'a@x.io', email_verified: false }))).toMatchObject({ ok: false, message: expect.stringMatching(/email is not verified/) });
+    expect(await email.verify(await sign({ email: 'a@x.io', email_verified: false }))).toMatchObject({
+      ok: false,
+      message: expect.stringMatching(/email is not verified/),
+    });
     expect(await email.verify(await sign({}))).toMatchObject({ ok: false, message: expect.stringMatching(/no string claim "email"/) });
     const bare = verifier({ usernamePrefix: '-', groupsClaim: 'groups' });
     expect(await bare.verify(await sign({ sub: 'system:admin' }))).toMatchObject({ ok: false, message: expect.stringMatching(/reserved/) });
-    expect(await bare.verify(await sign({ groups: ['system:masters'] }))).toMatchObject({ ok: false, message: expect.stringMatching(/group "system:masters" is reserved/) });
-    expect(await bare.verify(await sign({ groups: 7 }))).toMatchObject({ ok: false, message: expect.stringMatching(/neither a string nor a list/) });
+    expect(await bare.verify(await sign({ groups: ['system:masters'] }))).toMatchObject({
+      ok: false,
+      message: expect.stringMatching(/group "system:masters" is reserved/),
+    });
+    expect(await bare.verify(await sign({ groups: 7 }))).toMatchObject({
+      ok: false,
+      message: expect.stringMatching(/neither a string nor a list/),
+    });
     expect(await bare.verify(await sign({ groups: 'one' }))).toMatchObject({ ok: true, identity: { user: 'alice', groups: ['one'] } });
   });
 
@@ -164,9 +185,17 @@ describe('OidcVerifier', () => {
   it('a wrong issuer in the discovery document or an unreachable issuer is 503, not a verdict on the token', async () => {
     discoveryIssuer = 'https://evil.example';
     const v = verifier();
-    expect(await v.verify(await sign({}))).toMatchObject({ ok: false, status: 503, message: expect.stringMatching(/names issuer "https:\/\/evil.example"/) });
+    expect(await v.verify(await sign({}))).toMatchObject({
+      ok: false,
+      status: 503,
+      message: expect.stringMatching(/names issuer "https:\/\/evil.example"/),
+    });
     const untrusted = verifier({ caCert: undefined });
-    expect(await untrusted.verify(await sign({}))).toMatchObject({ ok: false, status: 503, message: expect.stringMatching(/cannot fetch the OIDC issuer's keys/) });
+    expect(await untrusted.verify(await sign({}))).toMatchObject({
+      ok: false,
+      status: 503,
+      message: expect.stringMatching(/cannot fetch the OIDC issuer's keys/),
+    });
   });
 
   it('isOurs: only tokens whose iss is the configured issuer', async () => {

@@ -75,11 +75,13 @@ export function checkOidcConfig(c: OidcConfig): string | null {
     return `--oidc-issuer-url "${c.issuerUrl}" is not a URL`;
   }
   if (url.protocol !== 'https:') return `--oidc-issuer-url must be an https:// URL, got "${c.issuerUrl}"`;
-  if (url.search !== '' || url.hash !== '' || url.username !== '' || url.password !== '') return `--oidc-issuer-url "${c.issuerUrl}" may not hold a query, a fragment or credentials`;
+  if (url.search !== '' || url.hash !== '' || url.username !== '' || url.password !== '')
+    return `--oidc-issuer-url "${c.issuerUrl}" may not hold a query, a fragment or credentials`;
   if (!c.clientId) return '--oidc-client-id is required with --oidc-issuer-url (it is the audience tokens must carry)';
   if (c.usernameClaim === '') return '--oidc-username-claim may not be empty';
   for (const a of c.signingAlgs ?? []) {
-    if (!(OIDC_SIGNING_ALGS as readonly string[]).includes(a)) return `--oidc-signing-algs: "${a}" is not one of ${OIDC_SIGNING_ALGS.join(', ')}`;
+    if (!(OIDC_SIGNING_ALGS as readonly string[]).includes(a))
+      return `--oidc-signing-algs: "${a}" is not one of ${OIDC_SIGNING_ALGS.join(', ')}`;
   }
   if (c.signingAlgs && c.signingAlgs.length === 0) return '--oidc-signing-algs names no algorithm';
   for (const k of Object.keys(c.requiredClaims ?? {})) if (k === '') return '--oidc-required-claim needs KEY=VALUE with a non-empty KEY';
@@ -128,7 +130,10 @@ export class OidcVerifier {
   private lastFetchAt = Number.NEGATIVE_INFINITY;
   private readonly closing = new AbortController();
 
-  constructor(readonly config: OidcConfig, private readonly opts: OidcRuntimeOptions = {}) {
+  constructor(
+    readonly config: OidcConfig,
+    private readonly opts: OidcRuntimeOptions = {},
+  ) {
     const problem = checkOidcConfig(config);
     if (problem) throw new Error(problem);
     this.now = opts.now ?? Date.now;
@@ -147,7 +152,9 @@ export class OidcVerifier {
     if (!peeked) return fail('the token is not a JWT');
     const { header } = peeked;
     if (typeof header.alg !== 'string' || !this.algs.includes(header.alg)) {
-      return fail(`the token is signed with ${JSON.stringify(header.alg ?? null)}; this hub accepts ${this.algs.join(', ')} (--oidc-signing-algs)`);
+      return fail(
+        `the token is signed with ${JSON.stringify(header.alg ?? null)}; this hub accepts ${this.algs.join(', ')} (--oidc-signing-algs)`,
+      );
     }
     try {
       await this.ensureKeys();
@@ -199,7 +206,10 @@ export class OidcVerifier {
       } catch (err) {
         // An old key set is better than none while the issuer is away.
         if (!this.keys) throw err;
-        this.opts.log?.warn({ issuer: this.config.issuerUrl, err: (err as Error).message }, 'OIDC key set refresh failed; keeping the old one');
+        this.opts.log?.warn(
+          { issuer: this.config.issuerUrl, err: (err as Error).message },
+          'OIDC key set refresh failed; keeping the old one',
+        );
       }
     }
   }
@@ -210,7 +220,7 @@ export class OidcVerifier {
       const wait = this.lastFetchAt + (this.opts.refetchIntervalMs ?? DEFAULT_REFETCH_INTERVAL_MS) - this.now();
       if (wait > 0) await sleep(wait, undefined, { signal: this.closing.signal });
       this.lastFetchAt = this.now();
-      const uri = this.jwksUri ?? await this.discover();
+      const uri = this.jwksUri ?? (await this.discover());
       let jwks: unknown;
       try {
         jwks = await this.getJson(uri, 'JWKS');
@@ -230,10 +240,15 @@ export class OidcVerifier {
 
   private async discover(): Promise<string> {
     const base = this.config.issuerUrl.replace(/\/$/, '');
-    const doc = await this.getJson(`${base}/.well-known/openid-configuration`, 'discovery document') as { issuer?: unknown; jwks_uri?: unknown };
+    const doc = (await this.getJson(`${base}/.well-known/openid-configuration`, 'discovery document')) as {
+      issuer?: unknown;
+      jwks_uri?: unknown;
+    };
     // As kube: the document must name the configured issuer exactly (OIDC Discovery §4.3).
-    if (doc.issuer !== this.config.issuerUrl) throw new Error(`the discovery document names issuer ${JSON.stringify(doc.issuer)}, not ${this.config.issuerUrl}`);
-    if (typeof doc.jwks_uri !== 'string' || !doc.jwks_uri.startsWith('https://')) throw new Error('the discovery document has no https jwks_uri');
+    if (doc.issuer !== this.config.issuerUrl)
+      throw new Error(`the discovery document names issuer ${JSON.stringify(doc.issuer)}, not ${this.config.issuerUrl}`);
+    if (typeof doc.jwks_uri !== 'string' || !doc.jwks_uri.startsWith('https://'))
+      throw new Error('the discovery document has no https jwks_uri');
     this.jwksUri = doc.jwks_uri;
     return doc.jwks_uri;
   }
@@ -241,29 +256,39 @@ export class OidcVerifier {
   private getJson(url: string, what: string): Promise<unknown> {
     return new Promise((resolve, reject) => {
       const signal = AbortSignal.any([this.closing.signal, AbortSignal.timeout(this.opts.fetchTimeoutMs ?? DEFAULT_FETCH_TIMEOUT_MS)]);
-      const req = https.get(url, { ...(this.config.caCert ? { ca: this.config.caCert } : {}), headers: { accept: 'application/json' }, signal, agent: false }, (res) => {
-        if (res.statusCode !== 200) {
-          res.resume();
-          reject(new Error(`${what} ${url}: HTTP ${res.statusCode}`));
-          return;
-        }
-        const chunks: Buffer[] = [];
-        let size = 0;
-        res.on('data', (c: Buffer) => {
-          size += c.length;
-          if (size > MAX_DOCUMENT_BYTES) req.destroy(new Error(`${what} ${url}: larger than ${MAX_DOCUMENT_BYTES} bytes`));
-          else chunks.push(c);
-        });
-        res.on('end', () => {
-          try {
-            resolve(JSON.parse(Buffer.concat(chunks).toString('utf8')) as unknown);
-          } catch {
-            reject(new Error(`${what} ${url}: not JSON`));
+      const req = https.get(
+        url,
+        { ...(this.config.caCert ? { ca: this.config.caCert } : {}), headers: { accept: 'application/json' }, signal, agent: false },
+        (res) => {
+          if (res.statusCode !== 200) {
+            res.resume();
+            reject(new Error(`${what} ${url}: HTTP ${res.statusCode}`));
+            return;
           }
-        });
-        res.on('error', reject);
-      });
-      req.on('error', (err) => reject(err.name === 'AbortError' || err.name === 'TimeoutError' ? new Error(`${what} ${url}: ${this.closing.signal.aborted ? 'shutting down' : 'timed out'}`) : new Error(`${what} ${url}: ${err.message}`)));
+          const chunks: Buffer[] = [];
+          let size = 0;
+          res.on('data', (c: Buffer) => {
+            size += c.length;
+            if (size > MAX_DOCUMENT_BYTES) req.destroy(new Error(`${what} ${url}: larger than ${MAX_DOCUMENT_BYTES} bytes`));
+            else chunks.push(c);
+          });
+          res.on('end', () => {
+            try {
+              resolve(JSON.parse(Buffer.concat(chunks).toString('utf8')) as unknown);
+            } catch {
+              reject(new Error(`${what} ${url}: not JSON`));
+            }
+          });
+          res.on('error', reject);
+        },
+      );
+      req.on('error', (err) =>
+        reject(
+          err.name === 'AbortError' || err.name === 'TimeoutError'
+            ? new Error(`${what} ${url}: ${this.closing.signal.aborted ? 'shutting down' : 'timed out'}`)
+            : new Error(`${what} ${url}: ${err.message}`),
+        ),
+      );
     });
   }
 
@@ -271,15 +296,22 @@ export class OidcVerifier {
     if (err instanceof errors.JWTExpired) return fail('the token has expired');
     if (err instanceof errors.JWTClaimValidationFailed) {
       switch (err.claim) {
-        case 'aud': return fail(`the token's audience is not ${this.config.clientId} (--oidc-client-id)`);
-        case 'iss': return fail(`the token is not issued by ${this.config.issuerUrl}`);
-        case 'nbf': return fail('the token is not valid yet (nbf)');
-        case 'exp': return fail('the token has no expiry (exp)');
-        default: return fail(`the token's ${err.claim} claim is invalid: ${err.reason}`);
+        case 'aud':
+          return fail(`the token's audience is not ${this.config.clientId} (--oidc-client-id)`);
+        case 'iss':
+          return fail(`the token is not issued by ${this.config.issuerUrl}`);
+        case 'nbf':
+          return fail('the token is not valid yet (nbf)');
+        case 'exp':
+          return fail('the token has no expiry (exp)');
+        default:
+          return fail(`the token's ${err.claim} claim is invalid: ${err.reason}`);
       }
     }
-    if (err instanceof errors.JWKSNoMatchingKey) return fail(`no key of the issuer matches the token's key id ${JSON.stringify(header.kid ?? null)}`);
-    if (err instanceof errors.JWSSignatureVerificationFailed || err instanceof errors.JWKSMultipleMatchingKeys) return fail('the token\'s signature does not verify');
+    if (err instanceof errors.JWKSNoMatchingKey)
+      return fail(`no key of the issuer matches the token's key id ${JSON.stringify(header.kid ?? null)}`);
+    if (err instanceof errors.JWSSignatureVerificationFailed || err instanceof errors.JWKSMultipleMatchingKeys)
+      return fail("the token's signature does not verify");
     if (err instanceof errors.JOSEAlgNotAllowed) return fail(`the token's algorithm ${JSON.stringify(header.alg ?? null)} is not accepted`);
     if (err instanceof errors.JOSEError) return fail(`the token is malformed: ${err.message}`);
     if (err instanceof Error && this.closing.signal.aborted) return { ok: false, status: 503, message: 'the gateway is shutting down' };
@@ -288,26 +320,35 @@ export class OidcVerifier {
 
   private identityOf(payload: JWTPayload): OidcIdentity | { error: string } {
     for (const [k, v] of Object.entries(this.config.requiredClaims ?? {})) {
-      if (payload[k] !== v) return { error: `the token's claim ${JSON.stringify(k)} is missing or does not equal the required value (--oidc-required-claim)` };
+      if (payload[k] !== v)
+        return { error: `the token's claim ${JSON.stringify(k)} is missing or does not equal the required value (--oidc-required-claim)` };
     }
     const claim = this.config.usernameClaim ?? 'sub';
     const name = payload[claim];
-    if (typeof name !== 'string' || name === '') return { error: `the token has no string claim ${JSON.stringify(claim)} for the username` };
+    if (typeof name !== 'string' || name === '')
+      return { error: `the token has no string claim ${JSON.stringify(claim)} for the username` };
     if (claim === 'email' && 'email_verified' in payload) {
       // kube: if the issuer says whether the address is verified, it must say true.
-      if (payload['email_verified'] !== true) return { error: 'the token\'s email is not verified (email_verified is not true)' };
+      if (payload['email_verified'] !== true) return { error: "the token's email is not verified (email_verified is not true)" };
     }
     const user = `${this.prefix}${name}`;
-    if (RESERVED.test(user)) return { error: `the username ${JSON.stringify(user)} is reserved (system: and cluster-proxy: names are not taken from ID tokens; set --oidc-username-prefix)` };
+    if (RESERVED.test(user))
+      return {
+        error: `the username ${JSON.stringify(user)} is reserved (system: and cluster-proxy: names are not taken from ID tokens; set --oidc-username-prefix)`,
+      };
     let groups: string[] = [];
     if (this.config.groupsClaim) {
       const g = payload[this.config.groupsClaim];
       if (typeof g === 'string') groups = [g];
       else if (Array.isArray(g) && g.every((x): x is string => typeof x === 'string')) groups = g;
-      else if (g !== undefined) return { error: `the token's ${JSON.stringify(this.config.groupsClaim)} claim is neither a string nor a list of strings` };
+      else if (g !== undefined)
+        return { error: `the token's ${JSON.stringify(this.config.groupsClaim)} claim is neither a string nor a list of strings` };
       groups = groups.map((x) => `${this.config.groupsPrefix ?? ''}${x}`);
       const reserved = groups.find((x) => RESERVED.test(x));
-      if (reserved) return { error: `the group ${JSON.stringify(reserved)} is reserved (system: and cluster-proxy: names are not taken from ID tokens; set --oidc-groups-prefix)` };
+      if (reserved)
+        return {
+          error: `the group ${JSON.stringify(reserved)} is reserved (system: and cluster-proxy: names are not taken from ID tokens; set --oidc-groups-prefix)`,
+        };
     }
     return { user, groups };
   }

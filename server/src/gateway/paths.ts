@@ -49,7 +49,14 @@ export function parseGatewayTarget(target: string | undefined): GatewayTarget {
     // A trailing slash is a real path (/api/ lists like /api); an empty segment elsewhere is `//`.
     if (seg === '' && i !== rest.length - 1) return { error: 'empty path segments (//) are not allowed' };
   }
-  if (rest.length >= 7 && rest[6] === 'proxy-service' && rest[0] === 'api' && rest[1] === 'v1' && rest[2] === 'namespaces' && rest[4] === 'services') {
+  if (
+    rest.length >= 7 &&
+    rest[6] === 'proxy-service' &&
+    rest[0] === 'api' &&
+    rest[1] === 'v1' &&
+    rest[2] === 'namespaces' &&
+    rest[4] === 'services'
+  ) {
     const service = parseService(rest[3]!, rest[5]!);
     if ('error' in service) return service;
     const servicePath = `/${rest.slice(7).join('/')}${query}`;
@@ -66,11 +73,13 @@ function parseService(ns: string, spec: string): ServiceTarget | { error: string
   const parts = spec.split(':');
   if (parts.length > 3) return { error: `service "${spec}" must be [http:|https:]NAME[:PORT]` };
   const [protocol, name, portText] = parts.length === 3 ? parts : parts.length === 2 ? ['', parts[0]!, parts[1]!] : ['', parts[0]!, ''];
-  if (protocol !== '' && protocol !== 'http' && protocol !== 'https') return { error: `service protocol "${protocol}" must be http or https` };
+  if (protocol !== '' && protocol !== 'http' && protocol !== 'https')
+    return { error: `service protocol "${protocol}" must be http or https` };
   if (!DNS_LABEL.test(ns)) return { error: `namespace "${ns}" is not a namespace name (a DNS-1123 label)` };
   if (!DNS_LABEL.test(name!)) return { error: `service name "${name}" is not a Service name (a DNS-1123 label)` };
   const proto = protocol === 'http' ? 'http' : 'https';
-  if (portText !== '' && !/^\d{1,5}$/.test(portText!)) return { error: `service port "${portText}" must be a port number (named ports are not resolved)` };
+  if (portText !== '' && !/^\d{1,5}$/.test(portText!))
+    return { error: `service port "${portText}" must be a port number (named ports are not resolved)` };
   const port = portText === '' ? (proto === 'http' ? 80 : 443) : Number(portText);
   if (port < 1 || port > 65535) return { error: `service port ${port} is out of range` };
   return { protocol: proto, namespace: ns, name: name!, port };

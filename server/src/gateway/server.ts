@@ -105,8 +105,11 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
   };
 
   const server = https.createServer({
-    ca: opts.tls.caCert, cert: opts.tls.cert, key: opts.tls.key,
-    requestCert: true, rejectUnauthorized: false, // no certificate = token auth; checked per request
+    ca: opts.tls.caCert,
+    cert: opts.tls.cert,
+    key: opts.tls.key,
+    requestCert: true,
+    rejectUnauthorized: false, // no certificate = token auth; checked per request
     ALPNProtocols: ['http/1.1'],
     maxHeaderSize: maxHeaderBytes,
     headersTimeout: opts.headerTimeoutMs ?? DEFAULT_HEADER_TIMEOUT_MS,
@@ -120,18 +123,42 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
     // The path without its query (a query may carry a value nobody should find in logs).
     const target = req.url ?? '';
     const q = target.indexOf('?');
-    log.info({
-      user: a.user, groups: a.groups, cluster: a.cluster, method: printable(req.method ?? '', 20), path: printable(q < 0 ? target : target.slice(0, q)),
-      status: a.status, bytesIn: a.bytesIn, bytesOut: a.bytesOut, durationMs: Math.round(seconds * 1000), peer: peerOf(req.socket),
-      ...(a.upgrade ? { upgrade: printable(a.upgrade, 64) } : {}), ...(a.reason ? { reason: a.reason } : {}), ...(a.error ? { error: oneLine(a.error) } : {}),
-    }, 'gateway request');
+    log.info(
+      {
+        user: a.user,
+        groups: a.groups,
+        cluster: a.cluster,
+        method: printable(req.method ?? '', 20),
+        path: printable(q < 0 ? target : target.slice(0, q)),
+        status: a.status,
+        bytesIn: a.bytesIn,
+        bytesOut: a.bytesOut,
+        durationMs: Math.round(seconds * 1000),
+        peer: peerOf(req.socket),
+        ...(a.upgrade ? { upgrade: printable(a.upgrade, 64) } : {}),
+        ...(a.reason ? { reason: a.reason } : {}),
+        ...(a.error ? { error: oneLine(a.error) } : {}),
+      },
+      'gateway request',
+    );
   };
 
   const handle = async (req: HttpTypes.IncomingMessage, ex: Exchange): Promise<void> => {
     const started = process.hrtime.bigint();
-    const audit: Audit = { clusterLabel: '', status: 0, bytesIn: 0, bytesOut: 0, ...(ex.kind === 'upgrade' ? { upgrade: req.headers.upgrade ?? '' } : {}) };
+    const audit: Audit = {
+      clusterLabel: '',
+      status: 0,
+      bytesIn: 0,
+      bytesOut: 0,
+      ...(ex.kind === 'upgrade' ? { upgrade: req.headers.upgrade ?? '' } : {}),
+    };
     // Every refusal, here or further down (431, 502, 504, …), closes the connection: nothing after it is handled.
-    const closeAfter = (to: HttpTypes.ServerResponse | Duplex, status: number, message: string, extra: Record<string, string> = {}): void => {
+    const closeAfter = (
+      to: HttpTypes.ServerResponse | Duplex,
+      status: number,
+      message: string,
+      extra: Record<string, string> = {},
+    ): void => {
       laneOf(req.socket).closed = true;
       if (to instanceof http.ServerResponse) refuse(to, status, message, extra);
       else rawRefusal(to, status, message, extra);
@@ -147,7 +174,13 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
       const target = parseGatewayTarget(req.url);
       if ('error' in target) return fail(400, target.error, 'bad_path');
       const auth = await authenticate(req, sources);
-      if (isFailure(auth)) return fail(auth.status, auth.message, 'unauthenticated', auth.status === 401 ? { 'www-authenticate': 'Bearer realm="cluster-proxy"' } : {});
+      if (isFailure(auth))
+        return fail(
+          auth.status,
+          auth.message,
+          'unauthenticated',
+          auth.status === 401 ? { 'www-authenticate': 'Bearer realm="cluster-proxy"' } : {},
+        );
       const caller: GatewayCaller = auth;
       audit.user = caller.user;
       audit.groups = caller.groups;
@@ -155,22 +188,40 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
       // Judged as the cluster will read it: a name a header would trim or cannot carry is refused, never cleaned.
       const identity = impersonatedIdentity(caller, opts.identityPrefix ?? '');
       const problem = identityProblem(identity);
-      if (problem) return fail(401, `${caller.source === 'certificate' ? 'the client certificate' : 'the credential'} names an identity the cluster would not read as sent: ${problem}`, 'bad_identity', { 'www-authenticate': 'Bearer realm="cluster-proxy"' });
+      if (problem)
+        return fail(
+          401,
+          `${caller.source === 'certificate' ? 'the client certificate' : 'the credential'} names an identity the cluster would not read as sent: ${problem}`,
+          'bad_identity',
+          { 'www-authenticate': 'Bearer realm="cluster-proxy"' },
+        );
       const impersonating = Object.keys(req.headers).find(isImpersonationHeader);
-      if (impersonating) return fail(400, `${printable(impersonating)}: the gateway impersonates the authenticated caller itself; callers may not send Impersonate-* headers`, 'impersonation');
+      if (impersonating)
+        return fail(
+          400,
+          `${printable(impersonating)}: the gateway impersonates the authenticated caller itself; callers may not send Impersonate-* headers`,
+          'impersonation',
+        );
       const decision = await authorizer.authorize(caller, target.cluster);
-      if (!decision.allowed) return fail(decision.status, decision.message, decision.status === 403 ? 'not_authorized' : 'authorization_unavailable');
+      if (!decision.allowed)
+        return fail(decision.status, decision.message, decision.status === 403 ? 'not_authorized' : 'authorization_unavailable');
       // The proxy-service form: default deny, per cluster (service-allowlist.ts).
-      const allowed = target.service ? opts.services?.allowed(target.cluster, target.service) ?? null : null;
+      const allowed = target.service ? (opts.services?.allowed(target.cluster, target.service) ?? null) : null;
       if (target.service && !allowed) {
         const t = target.service;
-        return fail(403, `service ${t.namespace}/${t.name} (${t.protocol}, port ${t.port}) is not in the gateway's service allowlist for cluster ${target.cluster}`, 'service_not_allowed');
+        return fail(
+          403,
+          `service ${t.namespace}/${t.name} (${t.protocol}, port ${t.port}) is not in the gateway's service allowlist for cluster ${target.cluster}`,
+          'service_not_allowed',
+        );
       }
       if (!opts.core.hasCluster(target.cluster)) {
         const known = opts.clusterKnown ? await opts.clusterKnown(target.cluster).catch(() => false) : false;
         if (!known) {
           // `kubectl get --raw` replaces the server URL's path (client-go's RequestURI): say so.
-          const hint = KUBE_ROOTS.has(target.cluster) ? ` (the path has no /CLUSTER prefix? kubectl get --raw drops the server URL's path: use --raw /CLUSTER${printable(req.url ?? '')})` : '';
+          const hint = KUBE_ROOTS.has(target.cluster)
+            ? ` (the path has no /CLUSTER prefix? kubectl get --raw drops the server URL's path: use --raw /CLUSTER${printable(req.url ?? '')})`
+            : '';
           return fail(404, `cluster ${target.cluster} is not known to this hub${hint}`, 'unknown_cluster');
         }
         audit.clusterLabel = target.cluster;
@@ -178,15 +229,44 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
       }
       audit.clusterLabel = target.cluster;
       const service = target.service ? { target: target.service, ...(allowed?.ca ? { ca: allowed.ca } : {}) } : undefined;
-      const r = ex.kind === 'request'
-        ? await forward({ core: opts.core, signing: () => material, refuse: (rs, status, message) => closeAfter(rs, status, message), pool, responseTimeoutMs }, caller, identity, target.cluster, target.path, req, ex.res, service)
-        : await forwardUpgrade({
-          core: opts.core, signing: () => material, refuse: (s, status, message) => closeAfter(s, status, message), responseTimeoutMs,
-          opened: (session) => {
-            sessions.add(session);
-            void session.done.then(() => sessions.delete(session));
-          },
-        }, caller, identity, target.cluster, target.path, req, ex.socket, ex.head, service);
+      const r =
+        ex.kind === 'request'
+          ? await forward(
+              {
+                core: opts.core,
+                signing: () => material,
+                refuse: (rs, status, message) => closeAfter(rs, status, message),
+                pool,
+                responseTimeoutMs,
+              },
+              caller,
+              identity,
+              target.cluster,
+              target.path,
+              req,
+              ex.res,
+              service,
+            )
+          : await forwardUpgrade(
+              {
+                core: opts.core,
+                signing: () => material,
+                refuse: (s, status, message) => closeAfter(s, status, message),
+                responseTimeoutMs,
+                opened: (session) => {
+                  sessions.add(session);
+                  void session.done.then(() => sessions.delete(session));
+                },
+              },
+              caller,
+              identity,
+              target.cluster,
+              target.path,
+              req,
+              ex.socket,
+              ex.head,
+              service,
+            );
       Object.assign(audit, { status: r.status, bytesIn: r.bytesIn, bytesOut: r.bytesOut, ...(r.error ? { error: r.error } : {}) });
     } catch (err) {
       log.error({ err: (err as Error).message }, 'gateway request failed unexpectedly');
@@ -203,33 +283,41 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
   };
 
   // handle() answers its own failures; this keeps a lane going should anything escape it.
-  const laneFailed = (err: unknown): void => log.error({ err: err instanceof Error ? err.message : String(err) }, 'gateway request failed unexpectedly');
+  const laneFailed = (err: unknown): void =>
+    log.error({ err: err instanceof Error ? err.message : String(err) }, 'gateway request failed unexpectedly');
   server.on('request', (req: HttpTypes.IncomingMessage, res: HttpTypes.ServerResponse) => {
     inFlight++;
     res.once('close', () => inFlight--);
     const lane = laneOf(req.socket);
-    lane.tail = lane.tail.then(() => {
-      if (lane.closed) {
-        // Pipelined behind a refusal or a `Connection: close`: never handled; the connection closes once the answer before it is out.
-        req.resume();
-        res.destroy();
-        return undefined;
-      }
-      if (/(^|,)\s*close\s*(,|$)/i.test(req.headers.connection ?? '')) lane.closed = true;
-      return handle(req, { kind: 'request', res });
-    }).catch(laneFailed);
+    lane.tail = lane.tail
+      .then(() => {
+        if (lane.closed) {
+          // Pipelined behind a refusal or a `Connection: close`: never handled; the connection closes once the answer before it is out.
+          req.resume();
+          res.destroy();
+          return undefined;
+        }
+        if (/(^|,)\s*close\s*(,|$)/i.test(req.headers.connection ?? '')) lane.closed = true;
+        return handle(req, { kind: 'request', res });
+      })
+      .catch(laneFailed);
   });
   // kubectl exec/attach/port-forward (WebSocket, SPDY/3.1): the same checks, then spliced (upgrade.ts).
   // In flight from the head until the session closed, so a draining hub gives it the grace period.
   server.on('upgrade', (req: HttpTypes.IncomingMessage, socket: net.Socket, head: Buffer) => {
     // node:http took its own 'error' listener off the socket: without one a reset would throw.
-    socket.on('error', (err: NodeJS.ErrnoException) => log.debug({ peer: peerOf(socket), err: oneLine(err.message) }, 'gateway upgrade socket failed'));
+    socket.on('error', (err: NodeJS.ErrnoException) =>
+      log.debug({ peer: peerOf(socket), err: oneLine(err.message) }, 'gateway upgrade socket failed'),
+    );
     inFlight++;
     // Until it closes (a refused caller may keep its end open): closed by stop() if still there.
     upgrades.add(socket);
     socket.once('close', () => upgrades.delete(socket));
     const lane = laneOf(socket);
-    lane.tail = lane.tail.then(() => (lane.closed ? void socket.destroy() : handle(req, { kind: 'upgrade', socket, head }))).catch(laneFailed).finally(() => inFlight--);
+    lane.tail = lane.tail
+      .then(() => (lane.closed ? void socket.destroy() : handle(req, { kind: 'upgrade', socket, head })))
+      .catch(laneFailed)
+      .finally(() => inFlight--);
   });
   server.on('clientError', (err: NodeJS.ErrnoException, socket: net.Socket) => {
     // Bytes after a request with `Connection: close`: not read; the answer to that request, still being
@@ -238,7 +326,11 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
     const tooLarge = err.code === 'HPE_HEADER_OVERFLOW';
     if (!tooLarge) log.debug({ peer: peerOf(socket), err: oneLine(err.message) }, 'malformed gateway request');
     if (tooLarge) metrics.gatewayRequests.inc({ cluster: '', code: '431' });
-    rawRefusal(socket, tooLarge ? 431 : err.code === 'ERR_HTTP_REQUEST_TIMEOUT' ? 408 : 400, tooLarge ? `the request head is larger than ${maxHeaderBytes} bytes` : 'malformed HTTP request');
+    rawRefusal(
+      socket,
+      tooLarge ? 431 : err.code === 'ERR_HTTP_REQUEST_TIMEOUT' ? 408 : 400,
+      tooLarge ? `the request head is larger than ${maxHeaderBytes} bytes` : 'malformed HTTP request',
+    );
   });
   server.on('tlsClientError', (err, s) => {
     log.info({ peer: peerOf(s) }, `gateway TLS handshake failed: ${oneLine(err.message)}`);
@@ -282,7 +374,12 @@ function refuse(res: HttpTypes.ServerResponse, status: number, message: string, 
   }
   const body = `${oneLine(message)}\n`;
   res.shouldKeepAlive = false;
-  res.writeHead(status, { 'content-type': 'text/plain; charset=utf-8', 'content-length': Buffer.byteLength(body), 'x-content-type-options': 'nosniff', ...extra });
+  res.writeHead(status, {
+    'content-type': 'text/plain; charset=utf-8',
+    'content-length': Buffer.byteLength(body),
+    'x-content-type-options': 'nosniff',
+    ...extra,
+  });
   res.end(body);
 }
 

@@ -8,7 +8,12 @@ import { createCA } from '../pki/certificates.js';
 import { parseGatewayTarget, type ServiceTarget } from './paths.js';
 import { ServiceAllowlist, allowedEntry, parseServiceAllowlist } from './service-allowlist.js';
 
-const svc = (name: string, port: number, protocol: 'http' | 'https' = 'http', namespace = 'demo'): ServiceTarget => ({ protocol, namespace, name, port });
+const svc = (name: string, port: number, protocol: 'http' | 'https' = 'http', namespace = 'demo'): ServiceTarget => ({
+  protocol,
+  namespace,
+  name,
+  port,
+});
 const noCa = (): Buffer => {
   throw new Error('no caFile expected');
 };
@@ -26,10 +31,16 @@ describe('the proxy-service URL form', () => {
     expect(parseGatewayTarget(target)).toEqual({ cluster: 'c1', path: p, service });
   });
   it('default/kubernetes is the apiserver itself (impersonated, no allowlist), as in OCM', () => {
-    expect(parseGatewayTarget('/c1/api/v1/namespaces/default/services/https:kubernetes:443/proxy-service/api/v1/pods')).toEqual({ cluster: 'c1', path: '/api/v1/pods' });
+    expect(parseGatewayTarget('/c1/api/v1/namespaces/default/services/https:kubernetes:443/proxy-service/api/v1/pods')).toEqual({
+      cluster: 'c1',
+      path: '/api/v1/pods',
+    });
   });
-  it('the apiserver\'s own service proxy path (no proxy-service segment) is a plain kube path', () => {
-    expect(parseGatewayTarget(`${base}/hello:80/proxy/x`)).toEqual({ cluster: 'c1', path: '/api/v1/namespaces/demo/services/hello:80/proxy/x' });
+  it("the apiserver's own service proxy path (no proxy-service segment) is a plain kube path", () => {
+    expect(parseGatewayTarget(`${base}/hello:80/proxy/x`)).toEqual({
+      cluster: 'c1',
+      path: '/api/v1/namespaces/demo/services/hello:80/proxy/x',
+    });
   });
   it.each([
     [`${base}/ftp:hello:21/proxy-service/`, /protocol "ftp" must be http or https/],
@@ -50,11 +61,14 @@ describe('the proxy-service URL form', () => {
 describe('the service allowlist', () => {
   it('default deny: empty, or no entry matching namespace, name, port, protocol and cluster', () => {
     expect(parseServiceAllowlist('', noCa)).toEqual([]);
-    const list = parseServiceAllowlist(`
+    const list = parseServiceAllowlist(
+      `
 - { namespace: demo, service: hello, port: 8080, protocol: http }
 - { namespace: demo, service: any-port }
 - { namespace: demo, service: scoped, clusters: [c2] }
-`, noCa);
+`,
+      noCa,
+    );
     expect(allowedEntry(list, 'c1', svc('hello', 8080))).toMatchObject({ service: 'hello' });
     expect(allowedEntry(list, 'c1', svc('hello', 8081))).toBeNull();
     expect(allowedEntry(list, 'c1', svc('hello', 8080, 'https'))).toBeNull();
@@ -82,14 +96,18 @@ describe('the service allowlist', () => {
     ['- { namespace: demo, service: a, caFile: /nonexistent/ca.crt }', /cannot read caFile \/nonexistent\/ca.crt: ENOENT/],
     ['- [unclosed', /not YAML or JSON/],
   ])('refuses %s', (text, why) => {
-    expect(() => parseServiceAllowlist(text, (f) => {
-      const err = new Error(`open ${f}`) as NodeJS.ErrnoException;
-      err.code = 'ENOENT';
-      throw err;
-    })).toThrow(why);
+    expect(() =>
+      parseServiceAllowlist(text, (f) => {
+        const err = new Error(`open ${f}`) as NodeJS.ErrnoException;
+        err.code = 'ENOENT';
+        throw err;
+      }),
+    ).toThrow(why);
   });
   it('a caFile must hold a PEM certificate', () => {
-    expect(() => parseServiceAllowlist('- { namespace: d, service: a, caFile: x }', () => Buffer.from('not a certificate'))).toThrow(/holds no PEM certificate/);
+    expect(() => parseServiceAllowlist('- { namespace: d, service: a, caFile: x }', () => Buffer.from('not a certificate'))).toThrow(
+      /holds no PEM certificate/,
+    );
     const pem = createCA({ commonName: 'svc-ca' }).certPem;
     expect(parseServiceAllowlist('- { namespace: d, service: a, caFile: x }', () => Buffer.from(pem))[0]!.ca?.toString()).toBe(pem);
   });
@@ -106,9 +124,13 @@ describe('ServiceAllowlist (the file)', () => {
   });
 
   it('a missing or broken file at start is a one-line error', async () => {
-    await expect(ServiceAllowlist.open({ file: path.join(dir, 'none.yaml'), log })).rejects.toThrow(/--gateway-services .*none.yaml: no such file/);
+    await expect(ServiceAllowlist.open({ file: path.join(dir, 'none.yaml'), log })).rejects.toThrow(
+      /--gateway-services .*none.yaml: no such file/,
+    );
     await writeFile(path.join(dir, 'bad.yaml'), '- { service: x }');
-    await expect(ServiceAllowlist.open({ file: path.join(dir, 'bad.yaml'), log })).rejects.toThrow(/bad.yaml: entry 1: namespace is required/);
+    await expect(ServiceAllowlist.open({ file: path.join(dir, 'bad.yaml'), log })).rejects.toThrow(
+      /bad.yaml: entry 1: namespace is required/,
+    );
   });
 
   it('re-read on change; a broken change keeps the last good list; a deleted file denies everything', async () => {

@@ -53,7 +53,8 @@ export function parseServiceAllowlist(text: string, readCa: (file: string) => Bu
     const entry: AllowedService = { namespace: e['namespace'], service: e['service'] };
     if (e['port'] !== undefined) {
       const port = typeof e['port'] === 'string' && /^\d+$/.test(e['port']) ? Number(e['port']) : e['port'];
-      if (typeof port !== 'number' || !Number.isInteger(port) || port < 1 || port > 65535) throw new ServiceAllowlistError(`${at}: port must be a number from 1 to 65535`);
+      if (typeof port !== 'number' || !Number.isInteger(port) || port < 1 || port > 65535)
+        throw new ServiceAllowlistError(`${at}: port must be a number from 1 to 65535`);
       entry.port = port;
     }
     if (e['protocol'] !== undefined) {
@@ -62,7 +63,8 @@ export function parseServiceAllowlist(text: string, readCa: (file: string) => Bu
     }
     if (e['clusters'] !== undefined) {
       const c = e['clusters'];
-      if (!Array.isArray(c) || c.length === 0 || !c.every((x) => typeof x === 'string' && x !== '')) throw new ServiceAllowlistError(`${at}: clusters must be a non-empty list of cluster names`);
+      if (!Array.isArray(c) || c.length === 0 || !c.every((x) => typeof x === 'string' && x !== ''))
+        throw new ServiceAllowlistError(`${at}: clusters must be a non-empty list of cluster names`);
       entry.clusters = c as string[];
     }
     if (e['caFile'] !== undefined) {
@@ -70,9 +72,12 @@ export function parseServiceAllowlist(text: string, readCa: (file: string) => Bu
       try {
         entry.ca = readCa(e['caFile']);
       } catch (err) {
-        throw new ServiceAllowlistError(`${at}: cannot read caFile ${e['caFile']}: ${(err as NodeJS.ErrnoException).code ?? (err as Error).message}`);
+        throw new ServiceAllowlistError(
+          `${at}: cannot read caFile ${e['caFile']}: ${(err as NodeJS.ErrnoException).code ?? (err as Error).message}`,
+        );
       }
-      if (!entry.ca.toString('latin1').includes('-----BEGIN CERTIFICATE-----')) throw new ServiceAllowlistError(`${at}: caFile ${e['caFile']} holds no PEM certificate`);
+      if (!entry.ca.toString('latin1').includes('-----BEGIN CERTIFICATE-----'))
+        throw new ServiceAllowlistError(`${at}: caFile ${e['caFile']} holds no PEM certificate`);
     }
     return entry;
   });
@@ -80,11 +85,16 @@ export function parseServiceAllowlist(text: string, readCa: (file: string) => Bu
 
 /** The entry allowing `service` in `cluster`, or null (default deny). */
 export function allowedEntry(list: readonly AllowedService[], cluster: string, service: ServiceTarget): AllowedService | null {
-  return list.find((e) =>
-    e.namespace === service.namespace && e.service === service.name &&
-    (e.port === undefined || e.port === service.port) &&
-    (e.protocol === undefined || e.protocol === service.protocol) &&
-    (e.clusters === undefined || e.clusters.includes(cluster))) ?? null;
+  return (
+    list.find(
+      (e) =>
+        e.namespace === service.namespace &&
+        e.service === service.name &&
+        (e.port === undefined || e.port === service.port) &&
+        (e.protocol === undefined || e.protocol === service.protocol) &&
+        (e.clusters === undefined || e.clusters.includes(cluster)),
+    ) ?? null
+  );
 }
 
 export interface ServiceAllowlistOptions {
@@ -111,7 +121,9 @@ export class ServiceAllowlist {
       list.stamp = await list.stampOf();
       text = await readFile(opts.file, 'utf8');
     } catch (err) {
-      throw new ServiceAllowlistError(`--gateway-services ${opts.file}: ${(err as NodeJS.ErrnoException).code === 'ENOENT' ? 'no such file' : (err as Error).message}`);
+      throw new ServiceAllowlistError(
+        `--gateway-services ${opts.file}: ${(err as NodeJS.ErrnoException).code === 'ENOENT' ? 'no such file' : (err as Error).message}`,
+      );
     }
     try {
       list.entries = list.parse(text);

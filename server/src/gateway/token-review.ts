@@ -30,7 +30,11 @@ export class TokenReviewer {
   private readonly cache: TtlCache<TokenReviewStatus>;
 
   constructor(private readonly opts: TokenReviewerOptions) {
-    this.cache = new TtlCache({ ttlMs: opts.ttlMs ?? DEFAULT_TTL_MS, maxEntries: opts.maxEntries ?? DEFAULT_MAX_ENTRIES, ...(opts.now ? { now: opts.now } : {}) });
+    this.cache = new TtlCache({
+      ttlMs: opts.ttlMs ?? DEFAULT_TTL_MS,
+      maxEntries: opts.maxEntries ?? DEFAULT_MAX_ENTRIES,
+      ...(opts.now ? { now: opts.now } : {}),
+    });
   }
 
   get cached(): number {
@@ -48,7 +52,10 @@ export class TokenReviewer {
       return { status: 503, message: `cannot check the token with the hub's API server: ${oneLine((err as Error).message)}` };
     }
     if (!status.authenticated || !status.user?.username) {
-      return { status: 401, message: `the hub's API server did not accept the token (TokenReview)${status.error ? `: ${oneLine(status.error)}` : ''}` };
+      return {
+        status: 401,
+        message: `the hub's API server did not accept the token (TokenReview)${status.error ? `: ${oneLine(status.error)}` : ''}`,
+      };
     }
     const u = status.user;
     const username = u.username!;

@@ -49,10 +49,12 @@ export class TtlCache<V> {
     if (hit !== undefined) return hit;
     const inFlight = this.pending.get(key);
     if (inFlight) return inFlight;
-    const p = load().then((v) => {
-      this.set(key, v, ttlOf(v));
-      return v;
-    }).finally(() => this.pending.delete(key));
+    const p = load()
+      .then((v) => {
+        this.set(key, v, ttlOf(v));
+        return v;
+      })
+      .finally(() => this.pending.delete(key));
     this.pending.set(key, p);
     return p;
   }

@@ -20,7 +20,10 @@ export type TunnelSocketState = 'dialing' | 'open' | 'ended' | 'failed' | 'destr
 /** A dial through the core that failed, with the core's reason (for the gateway's status). */
 export class GatewayDialError extends Error {
   override name = 'GatewayDialError';
-  constructor(readonly reason: DialFailureReason, message: string) {
+  constructor(
+    readonly reason: DialFailureReason,
+    message: string,
+  ) {
     super(message);
   }
 }

@@ -10,7 +10,17 @@ import type net from 'node:net';
 import { pipeline, type Duplex } from 'node:stream';
 import { GATEWAY_HOST, passedBackHead, responseHead, splice, type GatewayIdentity, type Splice, http } from '@cluster-proxy/proto';
 import type { GatewayCaller } from './auth.js';
-import { callerHeaders, failureOf, headTooLarge, identityHeaders, responseTimer, serviceConnection, serviceHost, type ForwardContext, type ServiceDestination } from './forward.js';
+import {
+  callerHeaders,
+  failureOf,
+  headTooLarge,
+  identityHeaders,
+  responseTimer,
+  serviceConnection,
+  serviceHost,
+  type ForwardContext,
+  type ServiceDestination,
+} from './forward.js';
 import { TunnelSocket } from './tunnel-socket.js';
 import type * as HttpTypes from 'node:http';
 
@@ -28,7 +38,17 @@ export interface UpgradeContext extends Pick<ForwardContext, 'core' | 'signing' 
   opened?: (session: Splice) => void;
 }
 
-export function forwardUpgrade(ctx: UpgradeContext, caller: GatewayCaller, identity: GatewayIdentity, cluster: string, path: string, req: HttpTypes.IncomingMessage, socket: net.Socket, head: Buffer, service?: ServiceDestination): Promise<UpgradeResult> {
+export function forwardUpgrade(
+  ctx: UpgradeContext,
+  caller: GatewayCaller,
+  identity: GatewayIdentity,
+  cluster: string,
+  path: string,
+  req: HttpTypes.IncomingMessage,
+  socket: net.Socket,
+  head: Buffer,
+  service?: ServiceDestination,
+): Promise<UpgradeResult> {
   return new Promise((resolve) => {
     let done = false;
     const finish = (r: UpgradeResult): void => {
@@ -65,10 +85,12 @@ export function forwardUpgrade(ctx: UpgradeContext, caller: GatewayCaller, ident
       method: req.method,
       path,
       headers,
-      createConnection: service ? serviceConnection(ctx.core, cluster, caller, service) : ((_opts: unknown, oncreate: (err: Error | null, s?: TunnelSocket) => void) => {
-        new TunnelSocket(ctx.core, cluster, caller.name, (err, s) => (err ? oncreate(err) : oncreate(null, s)));
-        return undefined;
-      }) as unknown as HttpTypes.RequestOptions['createConnection'],
+      createConnection: service
+        ? serviceConnection(ctx.core, cluster, caller, service)
+        : (((_opts: unknown, oncreate: (err: Error | null, s?: TunnelSocket) => void) => {
+            new TunnelSocket(ctx.core, cluster, caller.name, (err, s) => (err ? oncreate(err) : oncreate(null, s)));
+            return undefined;
+          }) as unknown as HttpTypes.RequestOptions['createConnection']),
     });
     socket.once('close', callerLeft);
     const disarm = responseTimer(upstream, ctx.responseTimeoutMs);
@@ -90,7 +112,9 @@ export function forwardUpgrade(ctx: UpgradeContext, caller: GatewayCaller, ident
       if (head.length > 0) tunnel.write(head);
       const session = splice(socket, tunnel);
       ctx.opened?.(session);
-      void session.done.then((r) => finish({ status, bytesIn: head.length + r.aToB, bytesOut: upHead.length + r.bToA, ...(r.error ? { error: r.error } : {}) }));
+      void session.done.then((r) =>
+        finish({ status, bytesIn: head.length + r.aToB, bytesOut: upHead.length + r.bToA, ...(r.error ? { error: r.error } : {}) }),
+      );
     });
 
     // Not upgraded (the apiserver's 400/403/404…, or the agent's own refusal): passed back as it is.
@@ -103,7 +127,9 @@ export function forwardUpgrade(ctx: UpgradeContext, caller: GatewayCaller, ident
       let bytesOut = 0;
       res.on('data', (c: Buffer) => (bytesOut += c.length));
       // Without a length the body ends with the connection (the framing was the agent's).
-      pipeline(res, socket, (err) => finish({ status, bytesIn: 0, bytesOut, ...(err ? { error: `response cut off: ${err.message}` } : {}) }));
+      pipeline(res, socket, (err) =>
+        finish({ status, bytesIn: 0, bytesOut, ...(err ? { error: `response cut off: ${err.message}` } : {}) }),
+      );
     });
 
     upstream.on('error', (err) => {

@@ -12,10 +12,7 @@ export interface TokenPrincipal {
 
 /** Who is asking. Certificates and Unix-socket peers may reach every cluster (subject to
  * `authorize`); a token only the clusters it was issued for. */
-export type Principal =
-  | { kind: 'certificate'; name: string }
-  | { kind: 'unix-socket'; name: string }
-  | TokenPrincipal;
+export type Principal = { kind: 'certificate'; name: string } | { kind: 'unix-socket'; name: string } | TokenPrincipal;
 
 /** A certificate subject field (node:tls gives an array when a name repeats): its first value. */
 function firstValue(v: string | string[] | undefined): string {

@@ -13,7 +13,9 @@ afterEach(() => {
 });
 
 /** A server whose accepted sockets are paused at once (as for a connection waiting for credit). */
-async function pausedServer(make: (onSocket: (s: net.Socket) => void) => net.Server): Promise<{ port: number; accepted: Promise<net.Socket> }> {
+async function pausedServer(
+  make: (onSocket: (s: net.Socket) => void) => net.Server,
+): Promise<{ port: number; accepted: Promise<net.Socket> }> {
   let resolve!: (s: net.Socket) => void;
   const accepted = new Promise<net.Socket>((r) => (resolve = r));
   const server = make((s) => {

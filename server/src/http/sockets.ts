@@ -85,7 +85,8 @@ export function isLoopback(host: string): boolean {
 
 export function listen(server: net.Server, where: net.ListenOptions): Promise<number> {
   return new Promise((resolve, reject) => {
-    const onError = (err: NodeJS.ErrnoException): void => reject(new Error(`cannot listen on ${where.host}:${where.port}: ${err.code ?? err.message}`));
+    const onError = (err: NodeJS.ErrnoException): void =>
+      reject(new Error(`cannot listen on ${where.host}:${where.port}: ${err.code ?? err.message}`));
     server.once('error', onError);
     server.listen(where, () => {
       server.removeListener('error', onError);

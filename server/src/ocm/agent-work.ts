@@ -8,9 +8,31 @@
 // `config-spec-hash` annotation from the addon's status.configReferences (OCM's rollout reads it).
 import { createHash } from 'node:crypto';
 import { clusterFacts } from '../addon/join.js';
-import { AGENT_DEPLOYMENT_NAME, ManifestInputError, renderAgentInstall, type KubeManifest, type ResourceRequirements } from '../addon/manifests.js';
-import { KINDS, type AddOnDeploymentConfig, type ConfigReference, type ManagedCluster, type ManagedClusterAddOn, type ManagedProxyConfiguration, type ManifestWork, type ManifestWorkDeleteOption } from '../store/objects.js';
-import { ADDON_NAME_LABEL, AGENT_WORK_NAME, CONFIG_HASH_ANNOTATION, CONFIG_SPEC_HASH_ANNOTATION, CONFIGURATION_GENERATION_ANNOTATION, DELETION_ORPHAN_ANNOTATION } from './names.js';
+import {
+  AGENT_DEPLOYMENT_NAME,
+  ManifestInputError,
+  renderAgentInstall,
+  type KubeManifest,
+  type ResourceRequirements,
+} from '../addon/manifests.js';
+import {
+  KINDS,
+  type AddOnDeploymentConfig,
+  type ConfigReference,
+  type ManagedCluster,
+  type ManagedClusterAddOn,
+  type ManagedProxyConfiguration,
+  type ManifestWork,
+  type ManifestWorkDeleteOption,
+} from '../store/objects.js';
+import {
+  ADDON_NAME_LABEL,
+  AGENT_WORK_NAME,
+  CONFIG_HASH_ANNOTATION,
+  CONFIG_SPEC_HASH_ANNOTATION,
+  CONFIGURATION_GENERATION_ANNOTATION,
+  DELETION_ORPHAN_ANNOTATION,
+} from './names.js';
 import { sameJson } from '../store/same-json.js';
 
 export interface AgentWorkInput {
@@ -49,9 +71,12 @@ function entrypointOf(i: AgentWorkInput): string {
   const e = i.mpc?.spec.proxyServer.entrypoint;
   if (!e) return i.agentEntrypoint;
   if (e.type === 'Hostname' && e.hostname?.value) return `${e.hostname.value}:${e.port ?? 8091}`;
-  if (e.type === 'Hostname') throw new ManifestInputError('ManagedProxyConfiguration spec.proxyServer.entrypoint.hostname.value', 'is empty');
-  throw new ManifestInputError('ManagedProxyConfiguration spec.proxyServer.entrypoint.type',
-    `${JSON.stringify(e.type)} is not supported by cluster-proxy (TypeScript); use "Hostname" with the address agents dial, or remove the entrypoint to use the hub's --agent-entrypoint`);
+  if (e.type === 'Hostname')
+    throw new ManifestInputError('ManagedProxyConfiguration spec.proxyServer.entrypoint.hostname.value', 'is empty');
+  throw new ManifestInputError(
+    'ManagedProxyConfiguration spec.proxyServer.entrypoint.type',
+    `${JSON.stringify(e.type)} is not supported by cluster-proxy (TypeScript); use "Hostname" with the address agents dial, or remove the entrypoint to use the hub's --agent-entrypoint`,
+  );
 }
 
 /** addon-framework's ConfigsToMap: `<resource>.<group>/<namespace>/<name>` → desired spec hash. */
@@ -59,17 +84,25 @@ export function configSpecHashes(refs: readonly ConfigReference[]): Record<strin
   const out: Record<string, string> = {};
   for (const r of refs) {
     if (!r.desiredConfig) continue;
-    out[`${r.resource}${r.group ? `.${r.group}` : ''}/${r.desiredConfig.namespace ?? ''}/${r.desiredConfig.name}`] = r.desiredConfig.specHash;
+    out[`${r.resource}${r.group ? `.${r.group}` : ''}/${r.desiredConfig.namespace ?? ''}/${r.desiredConfig.name}`] =
+      r.desiredConfig.specHash;
   }
   return out;
 }
 
 /** SelectivelyOrphan with one rule per object annotated deletion-orphan (addon-framework getDeletionOrphaningRule). */
 function deleteOptionOf(manifests: KubeManifest[]): ManifestWorkDeleteOption | undefined {
-  const rules = manifests.filter((m) => m.metadata.annotations?.[DELETION_ORPHAN_ANNOTATION] !== undefined).map((m) => {
-    const group = m.apiVersion.includes('/') ? m.apiVersion.split('/')[0]! : '';
-    return { group, resource: `${m.kind.toLowerCase()}s`, name: m.metadata.name, ...(m.metadata.namespace ? { namespace: m.metadata.namespace } : {}) };
-  });
+  const rules = manifests
+    .filter((m) => m.metadata.annotations?.[DELETION_ORPHAN_ANNOTATION] !== undefined)
+    .map((m) => {
+      const group = m.apiVersion.includes('/') ? m.apiVersion.split('/')[0]! : '';
+      return {
+        group,
+        resource: `${m.kind.toLowerCase()}s`,
+        name: m.metadata.name,
+        ...(m.metadata.namespace ? { namespace: m.metadata.namespace } : {}),
+      };
+    });
   return rules.length > 0 ? { propagationPolicy: 'SelectivelyOrphan', selectivelyOrphans: { orphaningRules: rules } } : undefined;
 }
 
@@ -112,7 +145,9 @@ export function renderAgentWork(i: AgentWorkInput): ManifestWork {
   const hash = createHash('sha256').update(JSON.stringify(manifests)).digest('hex').slice(0, 16);
   const deleteOption = deleteOptionOf(manifests);
   const specHashes = configSpecHashes(i.addon.status?.configReferences ?? []);
-  const deployment = manifests.find((m) => m.kind === 'Deployment') as KubeManifest & { spec: { template: { metadata: { annotations?: Record<string, string> } } } };
+  const deployment = manifests.find((m) => m.kind === 'Deployment') as KubeManifest & {
+    spec: { template: { metadata: { annotations?: Record<string, string> } } };
+  };
   deployment.metadata.annotations = { [CONFIGURATION_GENERATION_ANNOTATION]: String(i.mpc?.metadata.generation ?? 0) };
   deployment.spec.template.metadata.annotations = { [CONFIG_HASH_ANNOTATION]: hash };
   return {
@@ -122,8 +157,19 @@ export function renderAgentWork(i: AgentWorkInput): ManifestWork {
       name: AGENT_WORK_NAME,
       namespace: cluster,
       labels: { [ADDON_NAME_LABEL]: i.addon.metadata.name },
-      ...(Object.keys(specHashes).length > 0 ? { annotations: { [CONFIG_SPEC_HASH_ANNOTATION]: JSON.stringify(sortedKeys(specHashes)) } } : {}),
-      ownerReferences: [{ apiVersion: KINDS.ManagedClusterAddOn.apiVersion, kind: 'ManagedClusterAddOn', name: i.addon.metadata.name, uid: i.addon.metadata.uid ?? '', controller: true, blockOwnerDeletion: true }],
+      ...(Object.keys(specHashes).length > 0
+        ? { annotations: { [CONFIG_SPEC_HASH_ANNOTATION]: JSON.stringify(sortedKeys(specHashes)) } }
+        : {}),
+      ownerReferences: [
+        {
+          apiVersion: KINDS.ManagedClusterAddOn.apiVersion,
+          kind: 'ManagedClusterAddOn',
+          name: i.addon.metadata.name,
+          uid: i.addon.metadata.uid ?? '',
+          controller: true,
+          blockOwnerDeletion: true,
+        },
+      ],
     },
     spec: { workload: { manifests: manifests as unknown as Record<string, unknown>[] }, ...(deleteOption ? { deleteOption } : {}) },
   };
@@ -142,13 +188,29 @@ export function releasingNamespaces(desired: ManifestWork, existing: ManifestWor
   const nameOf = (m: Record<string, unknown>): string => (m['metadata'] as { name: string }).name;
   const wanted = new Set(desired.spec.workload.manifests.filter(isNs).map(nameOf));
   const dropped = existing.spec.workload.manifests.filter((m) => isNs(m) && !wanted.has(nameOf(m)));
-  const applied = existing.status?.conditions?.some((c) => c.type === 'Applied' && c.status === 'True' && c.observedGeneration === existing.metadata.generation) ?? false;
-  const orphanedBy = (w: ManifestWork, name: string): boolean => w.spec.deleteOption?.propagationPolicy === 'Orphan'
-    || (w.spec.deleteOption?.propagationPolicy === 'SelectivelyOrphan' && (w.spec.deleteOption.selectivelyOrphans?.orphaningRules ?? []).some((r) => r.group === '' && r.resource === 'namespaces' && r.name === name));
+  const applied =
+    existing.status?.conditions?.some(
+      (c) => c.type === 'Applied' && c.status === 'True' && c.observedGeneration === existing.metadata.generation,
+    ) ?? false;
+  const orphanedBy = (w: ManifestWork, name: string): boolean =>
+    w.spec.deleteOption?.propagationPolicy === 'Orphan' ||
+    (w.spec.deleteOption?.propagationPolicy === 'SelectivelyOrphan' &&
+      (w.spec.deleteOption.selectivelyOrphans?.orphaningRules ?? []).some(
+        (r) => r.group === '' && r.resource === 'namespaces' && r.name === name,
+      ));
   const keep = dropped.filter((m) => !(applied && orphanedBy(existing, nameOf(m))));
   if (keep.length === 0) return desired;
-  const rules = [...(desired.spec.deleteOption?.selectivelyOrphans?.orphaningRules ?? []), ...keep.map((m) => ({ group: '', resource: 'namespaces', name: nameOf(m) }))];
-  return { ...desired, spec: { workload: { manifests: [...keep, ...desired.spec.workload.manifests] }, deleteOption: { propagationPolicy: 'SelectivelyOrphan', selectivelyOrphans: { orphaningRules: rules } } } };
+  const rules = [
+    ...(desired.spec.deleteOption?.selectivelyOrphans?.orphaningRules ?? []),
+    ...keep.map((m) => ({ group: '', resource: 'namespaces', name: nameOf(m) })),
+  ];
+  return {
+    ...desired,
+    spec: {
+      workload: { manifests: [...keep, ...desired.spec.workload.manifests] },
+      deleteOption: { propagationPolicy: 'SelectivelyOrphan', selectivelyOrphans: { orphaningRules: rules } },
+    },
+  };
 }
 
 /**
@@ -160,7 +222,12 @@ export function releasingNamespaces(desired: ManifestWork, existing: ManifestWor
  */
 export function keepingDeploymentSelectors(desired: ManifestWork, existing: ManifestWork | null): ManifestWork {
   if (!existing) return desired;
-  type Dep = { kind?: unknown; apiVersion?: unknown; metadata: { name: string; namespace?: string }; spec: { selector: { matchLabels?: Record<string, string> }; template: { metadata?: { labels?: Record<string, string> } } } };
+  type Dep = {
+    kind?: unknown;
+    apiVersion?: unknown;
+    metadata: { name: string; namespace?: string };
+    spec: { selector: { matchLabels?: Record<string, string> }; template: { metadata?: { labels?: Record<string, string> } } };
+  };
   const isDeployment = (m: Record<string, unknown>): boolean => m['kind'] === 'Deployment' && m['apiVersion'] === 'apps/v1';
   const key = (m: Dep): string => `${m.metadata.namespace ?? ''}/${m.metadata.name}`;
   const held = new Map(existing.spec.workload.manifests.filter(isDeployment).map((m) => [key(m as unknown as Dep), m as unknown as Dep]));
@@ -172,7 +239,10 @@ export function keepingDeploymentSelectors(desired: ManifestWork, existing: Mani
     if (!old || sameJson(old, d.spec.selector)) return m;
     changed = true;
     const labels = { ...d.spec.template.metadata?.labels, ...old.matchLabels };
-    return { ...m, spec: { ...d.spec, selector: old, template: { ...d.spec.template, metadata: { ...d.spec.template.metadata, labels } } } } as unknown as Record<string, unknown>;
+    return {
+      ...m,
+      spec: { ...d.spec, selector: old, template: { ...d.spec.template, metadata: { ...d.spec.template.metadata, labels } } },
+    } as unknown as Record<string, unknown>;
   });
   return changed ? { ...desired, spec: { ...desired.spec, workload: { manifests } } } : desired;
 }
@@ -181,4 +251,3 @@ export function keepingDeploymentSelectors(desired: ManifestWork, existing: Mani
 function sortedKeys(m: Record<string, string>): Record<string, string> {
   return Object.fromEntries(Object.entries(m).sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)));
 }
-

@@ -63,7 +63,11 @@ export function withAccessProvider(p: ClusterProfile, opts: ClusterProfileOption
 export class ClusterProfileWriter {
   private unavailable = '';
 
-  constructor(private readonly store: Store, private readonly log: Logger, private readonly opts: ClusterProfileOptions) {}
+  constructor(
+    private readonly store: Store,
+    private readonly log: Logger,
+    private readonly opts: ClusterProfileOptions,
+  ) {}
 
   /** One pass over every ClusterProfile; returns how many were written. */
   async sync(): Promise<number> {
@@ -72,7 +76,10 @@ export class ClusterProfileWriter {
       profiles = (await this.store.list('ClusterProfile')).items;
     } catch (err) {
       // The Cluster Inventory CRD is not installed (yet): say so once, try again next pass.
-      const msg = err instanceof NotFoundError ? 'the ClusterProfile API (multicluster.x-k8s.io/v1alpha1) is not served by this hub; install its CRD' : (err as Error).message;
+      const msg =
+        err instanceof NotFoundError
+          ? 'the ClusterProfile API (multicluster.x-k8s.io/v1alpha1) is not served by this hub; install its CRD'
+          : (err as Error).message;
       if (msg !== this.unavailable) this.log.warn({ err: msg }, 'cannot list ClusterProfiles; access providers are not written');
       this.unavailable = msg;
       return 0;

@@ -51,7 +51,13 @@ export async function readCertificateRequest(pem: string): Promise<RequestSubjec
  * proxy-agent signer issues), valid from now (backdated a little for clock skew) until `notAfter`;
  * `uris` become URI SANs (the hub binds an agent certificate to its ManagedCluster's uid that way).
  */
-export async function signCertificateRequest(ca: PemPair, pem: string, notAfter: Date, now = new Date(), uris: readonly string[] = []): Promise<string> {
+export async function signCertificateRequest(
+  ca: PemPair,
+  pem: string,
+  notAfter: Date,
+  now = new Date(),
+  uris: readonly string[] = [],
+): Promise<string> {
   const req = parse(pem);
   const caCert = new x509.X509Certificate(ca.certPem);
   const der = createPrivateKey(ca.keyPem).export({ type: 'pkcs8', format: 'der' });

@@ -5,4 +5,13 @@ export { OcmInstaller, workConditions, clusterManagementAddOn, type OcmInstaller
 export { renderAgentWork, installNamespaceOf, type AgentWorkInput } from './agent-work.js';
 export { addonRegistrations, reviewCsr, signerOrganizationalUnit, type CsrReview } from './registrations.js';
 export { readCertificateRequest, signCertificateRequest, CertificateRequestError } from './csr-signer.js';
-export { ClusterProfileWriter, accessProviderOf, withAccessProvider, isOcmProfile, ACCESS_PROVIDER_NAME, CLUSTER_MANAGER_LABEL, OCM_CLUSTER_MANAGER, type ClusterProfileOptions } from './cluster-profiles.js';
+export {
+  ClusterProfileWriter,
+  accessProviderOf,
+  withAccessProvider,
+  isOcmProfile,
+  ACCESS_PROVIDER_NAME,
+  CLUSTER_MANAGER_LABEL,
+  OCM_CLUSTER_MANAGER,
+  type ClusterProfileOptions,
+} from './cluster-profiles.js';

@@ -10,8 +10,19 @@ import { OcmInstaller } from './installer.js';
 import { AGENT_WORK_NAME } from './names.js';
 
 const ca = createCA({ commonName: 'installer-test-ca' });
-const CONFIGURED: Condition = { type: 'Configured', status: 'True', reason: 'ConfigurationsConfigured', message: 'Configurations configured', lastTransitionTime: '2026-01-01T00:00:00Z' };
-const NOT_CONFIGURED: Condition = { ...CONFIGURED, status: 'False', reason: 'ConfigurationsNotConfigured', message: 'Configurations updated and not configured yet' };
+const CONFIGURED: Condition = {
+  type: 'Configured',
+  status: 'True',
+  reason: 'ConfigurationsConfigured',
+  message: 'Configurations configured',
+  lastTransitionTime: '2026-01-01T00:00:00Z',
+};
+const NOT_CONFIGURED: Condition = {
+  ...CONFIGURED,
+  status: 'False',
+  reason: 'ConfigurationsNotConfigured',
+  message: 'Configurations updated and not configured yet',
+};
 
 const log = pino({ level: 'silent' });
 const installers: OcmInstaller[] = [];
@@ -24,29 +35,62 @@ afterEach(() => {
 /** A pass once the mirrors show what the store holds now (they are fed by watches). */
 async function syncWhenMirrored(store: MemoryStore, installer: OcmInstaller, addons: WatchCache<'ManagedClusterAddOn'>): Promise<void> {
   const want = (await store.get('ManagedClusterAddOn', { name: 'cluster-proxy', namespace: 'c1' }))!.metadata.resourceVersion;
-  for (let i = 0; i < 200 && addons.get({ name: 'cluster-proxy', namespace: 'c1' })?.metadata.resourceVersion !== want; i++) await new Promise((r) => setTimeout(r, 5));
+  for (let i = 0; i < 200 && addons.get({ name: 'cluster-proxy', namespace: 'c1' })?.metadata.resourceVersion !== want; i++)
+    await new Promise((r) => setTimeout(r, 5));
   const work = await store.get('ManifestWork', { name: AGENT_WORK_NAME, namespace: 'c1' });
-  for (let i = 0; i < 200 && work && (installer as unknown as { mirrors: { works: WatchCache<'ManifestWork'> } }).mirrors.works.get(work.metadata)?.metadata.resourceVersion !== work.metadata.resourceVersion; i++) {
+  for (
+    let i = 0;
+    i < 200 &&
+    work &&
+    (installer as unknown as { mirrors: { works: WatchCache<'ManifestWork'> } }).mirrors.works.get(work.metadata)?.metadata
+      .resourceVersion !== work.metadata.resourceVersion;
+    i++
+  ) {
     await new Promise((r) => setTimeout(r, 5));
   }
   await installer.sync();
 }
 
-async function setup(): Promise<{ store: MemoryStore; installer: OcmInstaller; addon: () => Promise<ManagedClusterAddOn>; sync: () => Promise<void> }> {
+async function setup(): Promise<{
+  store: MemoryStore;
+  installer: OcmInstaller;
+  addon: () => Promise<ManagedClusterAddOn>;
+  sync: () => Promise<void>;
+}> {
   const store = new MemoryStore();
-  await store.create('ManagedCluster', { apiVersion: 'cluster.open-cluster-management.io/v1', kind: 'ManagedCluster', metadata: { name: 'c1' }, spec: { hubAcceptsClient: true } });
+  await store.create('ManagedCluster', {
+    apiVersion: 'cluster.open-cluster-management.io/v1',
+    kind: 'ManagedCluster',
+    metadata: { name: 'c1' },
+    spec: { hubAcceptsClient: true },
+  });
   await store.ensureNamespace('c1');
-  await store.create('ManagedClusterAddOn', { apiVersion: 'addon.open-cluster-management.io/v1alpha1', kind: 'ManagedClusterAddOn', metadata: { name: 'cluster-proxy', namespace: 'c1' }, spec: {} });
+  await store.create('ManagedClusterAddOn', {
+    apiVersion: 'addon.open-cluster-management.io/v1alpha1',
+    kind: 'ManagedClusterAddOn',
+    metadata: { name: 'cluster-proxy', namespace: 'c1' },
+    spec: {},
+  });
   const installer = new OcmInstaller({
-    store, log, signer: () => ca, caBundle: () => ca.certPem, agentEntrypoint: () => 'hub.example:8091',
-    agentImage: 'example/cluster-proxy:1', defaultInstallNamespace: 'open-cluster-management-cluster-proxy',
+    store,
+    log,
+    signer: () => ca,
+    caBundle: () => ca.certPem,
+    agentEntrypoint: () => 'hub.example:8091',
+    agentImage: 'example/cluster-proxy:1',
+    defaultInstallNamespace: 'open-cluster-management-cluster-proxy',
   });
   const addons = new WatchCache({ store, kind: 'ManagedClusterAddOn', log });
   caches.push(addons);
   installers.push(installer);
   await addons.start();
   installer.start(() => {}, { addons });
-  return { store, installer, addon: async () => (await store.get('ManagedClusterAddOn', { name: 'cluster-proxy', namespace: 'c1' }))!, sync: () => syncWhenMirrored(store, installer, addons) };
+  return {
+    store,
+    installer,
+    addon: async () => (await store.get('ManagedClusterAddOn', { name: 'cluster-proxy', namespace: 'c1' }))!,
+    sync: () => syncWhenMirrored(store, installer, addons),
+  };
 }
 
 async function setStatus(store: MemoryStore, addon: ManagedClusterAddOn, status: ManagedClusterAddOn['status']): Promise<void> {
@@ -55,8 +99,8 @@ async function setStatus(store: MemoryStore, addon: ManagedClusterAddOn, status:
 
 const work = (store: MemoryStore) => store.get('ManifestWork', { name: AGENT_WORK_NAME, namespace: 'c1' });
 
-describe('the installer and OCM\'s Configured condition (addon-framework config check)', () => {
-  it('builds no work until OCM\'s addon-manager has resolved the configs; then builds it', async () => {
+describe("the installer and OCM's Configured condition (addon-framework config check)", () => {
+  it("builds no work until OCM's addon-manager has resolved the configs; then builds it", async () => {
     const { store, installer, addon, sync } = await setup();
     await sync();
     expect(await work(store)).toBeNull();
@@ -71,15 +115,26 @@ describe('the installer and OCM\'s Configured condition (addon-framework config 
     expect(await work(store)).not.toBeNull();
   });
 
-  it('an addon outside the rollout\'s batch keeps the work it has, whatever its configs say now', async () => {
+  it("an addon outside the rollout's batch keeps the work it has, whatever its configs say now", async () => {
     const { store, addon, sync } = await setup();
     await setStatus(store, await addon(), { conditions: [CONFIGURED] });
     await sync();
     const before = (await work(store))!;
     // A new AddOnDeploymentConfig resolved for the addon, but OCM has not put it in a batch yet (Configured False).
-    const adc: AddOnDeploymentConfig = { apiVersion: 'addon.open-cluster-management.io/v1alpha1', kind: 'AddOnDeploymentConfig', metadata: { name: 'moved', namespace: 'c1' }, spec: { agentInstallNamespace: 'elsewhere' } };
+    const adc: AddOnDeploymentConfig = {
+      apiVersion: 'addon.open-cluster-management.io/v1alpha1',
+      kind: 'AddOnDeploymentConfig',
+      metadata: { name: 'moved', namespace: 'c1' },
+      spec: { agentInstallNamespace: 'elsewhere' },
+    };
     await store.create('AddOnDeploymentConfig', adc);
-    const ref = { group: 'addon.open-cluster-management.io', resource: 'addondeploymentconfigs', name: 'moved', namespace: 'c1', desiredConfig: { name: 'moved', namespace: 'c1', specHash: 'x' } };
+    const ref = {
+      group: 'addon.open-cluster-management.io',
+      resource: 'addondeploymentconfigs',
+      name: 'moved',
+      namespace: 'c1',
+      desiredConfig: { name: 'moved', namespace: 'c1', specHash: 'x' },
+    };
     await setStatus(store, await addon(), { conditions: [NOT_CONFIGURED], configReferences: [ref] });
     await sync();
     const kept = (await work(store))!;

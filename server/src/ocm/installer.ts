@@ -26,8 +26,19 @@ import { HUB_NAMESPACE } from '../addon/hub-namespace.js';
 import { CLUSTER_UID_URI_PREFIX, issueClientCert, type PemPair } from '../pki/certificates.js';
 import { renewalDue } from '../pki/rotation.js';
 import {
-  ADDON_NAME, KINDS, PROXY_CONFIGURATION_NAME, type AddOnDeploymentConfig, type CertificateSigningRequest, type ClusterManagementAddOn,
-  type CsrCondition, type Kind, type ManagedCluster, type ManagedClusterAddOn, type ManagedProxyConfiguration, type ManifestWork, type Secret,
+  ADDON_NAME,
+  KINDS,
+  PROXY_CONFIGURATION_NAME,
+  type AddOnDeploymentConfig,
+  type CertificateSigningRequest,
+  type ClusterManagementAddOn,
+  type CsrCondition,
+  type Kind,
+  type ManagedCluster,
+  type ManagedClusterAddOn,
+  type ManagedProxyConfiguration,
+  type ManifestWork,
+  type Secret,
 } from '../store/objects.js';
 import { AlreadyExistsError, ConflictError, NotFoundError, type Store, type Watch } from '../store/store.js';
 import { installNamespaceOf, keepingDeploymentSelectors, releasingNamespaces, renderAgentWork } from './agent-work.js';
@@ -35,8 +46,17 @@ import { sameJson } from '../store/same-json.js';
 import { ClusterProfileWriter, type ClusterProfileOptions } from './cluster-profiles.js';
 import { signCertificateRequest } from './csr-signer.js';
 import {
-  ADDON_NAME_LABEL, AGENT_CERT_DAYS, AGENT_WORK_NAME, CLUSTER_NAME_LABEL, CONFIG_SPEC_HASH_ANNOTATION, LIFECYCLE_ANNOTATION, PROXY_AGENT_SIGNER, PROXY_CLIENT_COMMON_NAME, PROXY_CLIENT_GROUP,
-  PROXY_CLIENT_SECRET, PROXY_SERVER_CA_SECRET,
+  ADDON_NAME_LABEL,
+  AGENT_CERT_DAYS,
+  AGENT_WORK_NAME,
+  CLUSTER_NAME_LABEL,
+  CONFIG_SPEC_HASH_ANNOTATION,
+  LIFECYCLE_ANNOTATION,
+  PROXY_AGENT_SIGNER,
+  PROXY_CLIENT_COMMON_NAME,
+  PROXY_CLIENT_GROUP,
+  PROXY_CLIENT_SECRET,
+  PROXY_SERVER_CA_SECRET,
 } from './names.js';
 import { addonRegistrations, reviewCsr } from './registrations.js';
 
@@ -90,7 +110,12 @@ export class OcmInstaller {
 
   private readonly profiles: ClusterProfileWriter | null;
   /** Watch-fed mirrors a pass reads instead of listing every cluster, addon and work (three copies of each). */
-  private mirrors: { addons: WatchCache<'ManagedClusterAddOn'>; clusters: WatchCache<'ManagedCluster'>; works: WatchCache<'ManifestWork'>; ready: Promise<void> } | null = null;
+  private mirrors: {
+    addons: WatchCache<'ManagedClusterAddOn'>;
+    clusters: WatchCache<'ManagedCluster'>;
+    works: WatchCache<'ManifestWork'>;
+    ready: Promise<void>;
+  } | null = null;
 
   constructor(private readonly opts: OcmInstallerOptions) {
     this.now = opts.now ?? Date.now;
@@ -104,7 +129,14 @@ export class OcmInstaller {
     const { store, log } = this.opts;
     const clusters = new WatchCache({ store, kind: 'ManagedCluster', log, onChange: () => kick() });
     // Only our works (the addon-name label every version of ours and OCM's cluster-proxy put on them), kept slim.
-    const works = new WatchCache({ store, kind: 'ManifestWork', log, select: { labels: { [ADDON_NAME_LABEL]: ADDON_NAME } }, project: slimWork, onChange: () => kick() });
+    const works = new WatchCache({
+      store,
+      kind: 'ManifestWork',
+      log,
+      select: { labels: { [ADDON_NAME_LABEL]: ADDON_NAME } },
+      project: slimWork,
+      onChange: () => kick(),
+    });
     this.mirrors = { addons: mirrors.addons, clusters, works, ready: Promise.all([clusters.start(), works.start()]).then(() => undefined) };
     // A failed first list is retried by the next pass (sync awaits it again).
     this.mirrors.ready.catch(() => {});
@@ -115,18 +147,25 @@ export class OcmInstaller {
   private watchKind(kind: Kind, kick: () => void): void {
     if (this.stopped) return;
     // No resourceVersion: the first events replay what exists, which costs one extra pass at start only.
-    this.watches.set(kind, this.opts.store.watch(kind, {}, {
-      onEvent: () => kick(),
-      onError: (err) => {
-        this.watches.delete(kind);
-        this.opts.log.warn({ kind, err: err.message }, 'OCM install watch ended; restarting it');
-        const t = setTimeout(() => {
-          this.retries.delete(t);
-          this.watchKind(kind, kick);
-        }, WATCH_RETRY_MS);
-        this.retries.add(t);
-      },
-    }));
+    this.watches.set(
+      kind,
+      this.opts.store.watch(
+        kind,
+        {},
+        {
+          onEvent: () => kick(),
+          onError: (err) => {
+            this.watches.delete(kind);
+            this.opts.log.warn({ kind, err: err.message }, 'OCM install watch ended; restarting it');
+            const t = setTimeout(() => {
+              this.retries.delete(t);
+              this.watchKind(kind, kick);
+            }, WATCH_RETRY_MS);
+            this.retries.add(t);
+          },
+        },
+      ),
+    );
   }
 
   stop(): void {
@@ -151,7 +190,8 @@ export class OcmInstaller {
   async sync(): Promise<void> {
     const signer = this.opts.signer();
     if (!signer) {
-      if (!this.warnedNoSigner) this.opts.log.error('--agent-install manifestwork needs the CA key (--ca-key) to sign agent certificates; nothing is installed');
+      if (!this.warnedNoSigner)
+        this.opts.log.error('--agent-install manifestwork needs the CA key (--ca-key) to sign agent certificates; nothing is installed');
       this.warnedNoSigner = true;
       return;
     }
@@ -164,7 +204,9 @@ export class OcmInstaller {
     const addons = [...mirrors.addons.values()].filter((a) => a.metadata.name === ADDON_NAME);
     const mpc = await store.get('ManagedProxyConfiguration', { name: PROXY_CONFIGURATION_NAME });
     this.mpcConditions = [agentImageCondition(mpc, this.opts.agentImage)];
-    const works = new Map([...mirrors.works.values()].filter((w) => w.metadata.name === AGENT_WORK_NAME).map((w) => [w.metadata.namespace!, w]));
+    const works = new Map(
+      [...mirrors.works.values()].filter((w) => w.metadata.name === AGENT_WORK_NAME).map((w) => [w.metadata.namespace!, w]),
+    );
     const configs = new Map<string, Promise<AddOnDeploymentConfig | null>>();
     const status = new Map<string, AddonInstallStatus>();
     for (const addon of addons) {
@@ -188,12 +230,22 @@ export class OcmInstaller {
     await this.profiles?.sync();
   }
 
-  private async syncAddon(addon: ManagedClusterAddOn, mc: ManagedCluster | null, existing: ManifestWork | null,
-    ctx: { mpc: ManagedProxyConfiguration | null; signer: PemPair; configs: Map<string, Promise<AddOnDeploymentConfig | null>> }): Promise<AddonInstallStatus> {
+  private async syncAddon(
+    addon: ManagedClusterAddOn,
+    mc: ManagedCluster | null,
+    existing: ManifestWork | null,
+    ctx: { mpc: ManagedProxyConfiguration | null; signer: PemPair; configs: Map<string, Promise<AddOnDeploymentConfig | null>> },
+  ): Promise<AddonInstallStatus> {
     const cluster = addon.metadata.namespace!;
     if (!mc?.spec.hubAcceptsClient) {
       if (existing) await this.deleteWork(existing, mc ? 'the cluster no longer accepts clients' : 'the cluster is gone');
-      return { registrations: [], supportedConfigs: SUPPORTED_CONFIGS, conditions: waiting(mc ? 'the cluster is not accepted by the hub (hubAcceptsClient is false)' : 'the managed cluster does not exist') };
+      return {
+        registrations: [],
+        supportedConfigs: SUPPORTED_CONFIGS,
+        conditions: waiting(
+          mc ? 'the cluster is not accepted by the hub (hubAcceptsClient is false)' : 'the managed cluster does not exist',
+        ),
+      };
     }
     const registrations = addonRegistrations(cluster, ctx.signer.certPem);
     if (!configured(addon)) {
@@ -202,8 +254,16 @@ export class OcmInstaller {
       // outside a rollout's batch keeps the work it has, and a new one gets none with defaults first.
       // The registration half still runs (addon-framework's registration controller does not wait): status.namespace
       // from the configs resolved so far, so the klusterlet's CSR is made once, for the namespace the agent gets.
-      const namespace = installNamespaceOf({ adc: await this.configOf(addon, ctx.configs).catch(() => null), defaultInstallNamespace: this.opts.defaultInstallNamespace });
-      return { registrations, supportedConfigs: SUPPORTED_CONFIGS, namespace, conditions: [...registered(), ...(existing ? workConditions(existing) : [])] };
+      const namespace = installNamespaceOf({
+        adc: await this.configOf(addon, ctx.configs).catch(() => null),
+        defaultInstallNamespace: this.opts.defaultInstallNamespace,
+      });
+      return {
+        registrations,
+        supportedConfigs: SUPPORTED_CONFIGS,
+        namespace,
+        conditions: [...registered(), ...(existing ? workConditions(existing) : [])],
+      };
     }
     let desired: ManifestWork;
     let namespace: string;
@@ -211,16 +271,34 @@ export class OcmInstaller {
       const adc = await this.configOf(addon, ctx.configs);
       namespace = installNamespaceOf({ adc, defaultInstallNamespace: this.opts.defaultInstallNamespace });
       desired = renderAgentWork({
-        addon, cluster: mc, mpc: ctx.mpc, adc, caBundle: this.opts.caBundle(), agentEntrypoint: this.opts.agentEntrypoint(),
-        serverName: this.opts.serverName, image: this.opts.agentImage, defaultInstallNamespace: this.opts.defaultInstallNamespace,
+        addon,
+        cluster: mc,
+        mpc: ctx.mpc,
+        adc,
+        caBundle: this.opts.caBundle(),
+        agentEntrypoint: this.opts.agentEntrypoint(),
+        serverName: this.opts.serverName,
+        image: this.opts.agentImage,
+        defaultInstallNamespace: this.opts.defaultInstallNamespace,
         gateway: this.opts.gateway === true,
       });
     } catch (err) {
       if (!(err instanceof ManifestInputError)) throw err;
       // The last good work stays in place; ManifestApplied says why nothing newer is rolled out, with
       // addon-framework's reason for manifests the addon cannot produce (agentdeploy/controller.go).
-      return { registrations, supportedConfigs: SUPPORTED_CONFIGS, conditions: [...registered(),
-        { type: 'ManifestApplied', status: 'False', reason: 'ManifestWorkApplyFailed', message: `failed to get manifest from agent interface: ${err.message}` }] };
+      return {
+        registrations,
+        supportedConfigs: SUPPORTED_CONFIGS,
+        conditions: [
+          ...registered(),
+          {
+            type: 'ManifestApplied',
+            status: 'False',
+            reason: 'ManifestWorkApplyFailed',
+            message: `failed to get manifest from agent interface: ${err.message}`,
+          },
+        ],
+      };
     }
     const work = await this.applyWork(keepingDeploymentSelectors(releasingNamespaces(desired, existing), existing), existing);
     return { registrations, supportedConfigs: SUPPORTED_CONFIGS, namespace, conditions: [...registered(), ...workConditions(work)] };
@@ -244,8 +322,13 @@ export class OcmInstaller {
    * The cluster's AddOnDeploymentConfig: the one OCM's addon-manager resolved into the addon's
    * status.configReferences (addon-framework's GetAddOnDeploymentConfigValues reads only that), or none.
    */
-  private configOf(addon: ManagedClusterAddOn, cache: Map<string, Promise<AddOnDeploymentConfig | null>>): Promise<AddOnDeploymentConfig | null> {
-    const ref = addon.status?.configReferences?.find((c) => c.group === KINDS.AddOnDeploymentConfig.group && c.resource === KINDS.AddOnDeploymentConfig.plural)?.desiredConfig;
+  private configOf(
+    addon: ManagedClusterAddOn,
+    cache: Map<string, Promise<AddOnDeploymentConfig | null>>,
+  ): Promise<AddOnDeploymentConfig | null> {
+    const ref = addon.status?.configReferences?.find(
+      (c) => c.group === KINDS.AddOnDeploymentConfig.group && c.resource === KINDS.AddOnDeploymentConfig.plural,
+    )?.desiredConfig;
     if (!ref) return Promise.resolve(null);
     const key = { name: ref.name, namespace: ref.namespace ?? '' };
     const k = `${key.namespace}/${key.name}`;
@@ -265,18 +348,28 @@ export class OcmInstaller {
       }
       const sameSpec = specHashOf(existing) === canonicalJson(desired.spec);
       const hashes = (w: ManifestWork): string => w.metadata.annotations?.[CONFIG_SPEC_HASH_ANNOTATION] ?? '';
-      const sameMeta = sameJson(existing.metadata.ownerReferences ?? [], desired.metadata.ownerReferences)
-        && Object.entries(desired.metadata.labels ?? {}).every(([k, v]) => existing.metadata.labels?.[k] === v) && hashes(existing) === hashes(desired);
+      const sameMeta =
+        sameJson(existing.metadata.ownerReferences ?? [], desired.metadata.ownerReferences) &&
+        Object.entries(desired.metadata.labels ?? {}).every(([k, v]) => existing.metadata.labels?.[k] === v) &&
+        hashes(existing) === hashes(desired);
       if (sameSpec && sameMeta) return existing;
       const annotations = { ...existing.metadata.annotations };
       delete annotations[CONFIG_SPEC_HASH_ANNOTATION];
       Object.assign(annotations, desired.metadata.annotations);
       const updated = await store.update('ManifestWork', {
         ...existing,
-        metadata: { ...existing.metadata, labels: { ...existing.metadata.labels, ...desired.metadata.labels }, annotations, ownerReferences: desired.metadata.ownerReferences! },
+        metadata: {
+          ...existing.metadata,
+          labels: { ...existing.metadata.labels, ...desired.metadata.labels },
+          annotations,
+          ownerReferences: desired.metadata.ownerReferences!,
+        },
         spec: desired.spec,
       });
-      log.info({ cluster, generation: updated.metadata.generation }, 'agent ManifestWork updated (configuration changed, or it was edited elsewhere)');
+      log.info(
+        { cluster, generation: updated.metadata.generation },
+        'agent ManifestWork updated (configuration changed, or it was edited elsewhere)',
+      );
       return updated;
     } catch (err) {
       // Another writer got there first: the next pass compares again.
@@ -286,7 +379,12 @@ export class OcmInstaller {
   }
 
   private async deleteWork(work: ManifestWork, why: string): Promise<void> {
-    await this.opts.store.delete('ManifestWork', { name: work.metadata.name, namespace: work.metadata.namespace! }, { resourceVersion: work.metadata.resourceVersion! })
+    await this.opts.store
+      .delete(
+        'ManifestWork',
+        { name: work.metadata.name, namespace: work.metadata.namespace! },
+        { resourceVersion: work.metadata.resourceVersion! },
+      )
       .then(() => this.opts.log.info({ cluster: work.metadata.namespace, why }, 'agent ManifestWork deleted'))
       .catch((err: unknown) => {
         if (!(err instanceof NotFoundError) && !(err instanceof ConflictError)) throw err;
@@ -303,16 +401,31 @@ export class OcmInstaller {
       const approved = conds.some((c) => c.type === 'Approved' && c.status === 'True');
       if (approved && (csr.spec.signerName !== PROXY_AGENT_SIGNER || csr.status?.certificate)) continue;
       const cluster = csr.metadata.labels?.[CLUSTER_NAME_LABEL] ?? '';
-      const review = await reviewCsr(csr, { cluster: clusters.get(cluster) ?? null, addonEnabled: enabled.has(cluster), signingCaPem: signer.certPem });
+      const review = await reviewCsr(csr, {
+        cluster: clusters.get(cluster) ?? null,
+        addonEnabled: enabled.has(cluster),
+        signingCaPem: signer.certPem,
+      });
       if (review.decision === 'ignore') continue;
       try {
         if (review.decision === 'pending') {
           // As OCM's approver: not approved, never denied (a denied CSR is a dead end for the klusterlet).
           stillPending.add(csr.metadata.name);
-          if (!this.loggedPending.has(csr.metadata.name)) this.opts.log.warn({ csr: csr.metadata.name, cluster, reason: review.reason, why: review.message }, 'CSR left pending (not approvable)');
+          if (!this.loggedPending.has(csr.metadata.name))
+            this.opts.log.warn(
+              { csr: csr.metadata.name, cluster, reason: review.reason, why: review.message },
+              'CSR left pending (not approvable)',
+            );
           continue;
         }
-        const current = approved ? csr : await this.writeApproval(csr, { type: 'Approved', status: 'True', reason: 'ClusterProxyAddonApproved', message: `approved by the cluster-proxy addon manager for cluster ${cluster}` });
+        const current = approved
+          ? csr
+          : await this.writeApproval(csr, {
+              type: 'Approved',
+              status: 'True',
+              reason: 'ClusterProxyAddonApproved',
+              message: `approved by the cluster-proxy addon manager for cluster ${cluster}`,
+            });
         if (review.sign) await this.sign(current, signer, cluster, clusters.get(cluster)?.metadata.uid);
       } catch (err) {
         if (!(err instanceof ConflictError) && !(err instanceof NotFoundError)) throw err;
@@ -321,10 +434,17 @@ export class OcmInstaller {
     this.loggedPending = stillPending;
   }
 
-  private writeApproval(csr: CertificateSigningRequest, c: Omit<CsrCondition, 'lastUpdateTime' | 'lastTransitionTime'>): Promise<CertificateSigningRequest> {
+  private writeApproval(
+    csr: CertificateSigningRequest,
+    c: Omit<CsrCondition, 'lastUpdateTime' | 'lastTransitionTime'>,
+  ): Promise<CertificateSigningRequest> {
     const at = new Date(this.now()).toISOString().replace(/\.\d{3}Z$/, 'Z');
     const conditions = [...(csr.status?.conditions ?? []), { ...c, lastUpdateTime: at, lastTransitionTime: at }];
-    return this.opts.store.updateStatus('CertificateSigningRequest', { ...csr, status: { ...csr.status, conditions } }, { subresource: 'approval' });
+    return this.opts.store.updateStatus(
+      'CertificateSigningRequest',
+      { ...csr, status: { ...csr.status, conditions } },
+      { subresource: 'approval' },
+    );
   }
 
   /** Signs with the cluster's uid as a URI SAN, as `join` certificates carry it: a re-created cluster does not admit old agents. */
@@ -333,8 +453,17 @@ export class OcmInstaller {
     const caExpiry = Date.parse(new X509Certificate(signer.certPem).validTo);
     const notAfter = new Date(Math.min(now + AGENT_CERT_DAYS * DAY_MS, caExpiry));
     const uris = clusterUid ? [`${CLUSTER_UID_URI_PREFIX}${clusterUid}`] : [];
-    const pem = await signCertificateRequest(signer, Buffer.from(csr.spec.request, 'base64').toString('utf8'), notAfter, new Date(now), uris);
-    await this.opts.store.updateStatus('CertificateSigningRequest', { ...csr, status: { ...csr.status, certificate: Buffer.from(pem).toString('base64') } });
+    const pem = await signCertificateRequest(
+      signer,
+      Buffer.from(csr.spec.request, 'base64').toString('utf8'),
+      notAfter,
+      new Date(now),
+      uris,
+    );
+    await this.opts.store.updateStatus('CertificateSigningRequest', {
+      ...csr,
+      status: { ...csr.status, certificate: Buffer.from(pem).toString('base64') },
+    });
     this.opts.log.info({ csr: csr.metadata.name, cluster, notAfter: notAfter.toISOString() }, 'agent certificate signed (OCM CSR flow)');
   }
 
@@ -346,22 +475,37 @@ export class OcmInstaller {
       await this.opts.store.ensureNamespace(namespace);
       this.ensuredNamespaces.add(namespace);
     }
-    await this.putSecret({ name: PROXY_SERVER_CA_SECRET, namespace }, (cur) => (cur && b64d(cur.data?.['ca.crt']) === caBundle ? null : { type: 'Opaque', data: { 'ca.crt': b64(caBundle) } }));
+    await this.putSecret({ name: PROXY_SERVER_CA_SECRET, namespace }, (cur) =>
+      cur && b64d(cur.data?.['ca.crt']) === caBundle ? null : { type: 'Opaque', data: { 'ca.crt': b64(caBundle) } },
+    );
     await this.putSecret({ name: PROXY_CLIENT_SECRET, namespace }, (cur) => {
       if (cur && !clientCertDue(b64d(cur.data?.['tls.crt']), signer, this.now()) && b64d(cur.data?.['ca.crt']) === caBundle) return null;
-      const pair = issueClientCert(signer, { commonName: PROXY_CLIENT_COMMON_NAME, organization: [PROXY_CLIENT_GROUP], validityDays: AGENT_CERT_DAYS });
+      const pair = issueClientCert(signer, {
+        commonName: PROXY_CLIENT_COMMON_NAME,
+        organization: [PROXY_CLIENT_GROUP],
+        validityDays: AGENT_CERT_DAYS,
+      });
       this.opts.log.info({ namespace }, 'hub client certificate (Secret proxy-client) issued');
       return { type: 'kubernetes.io/tls', data: { 'tls.crt': b64(pair.certPem), 'tls.key': b64(pair.keyPem), 'ca.crt': b64(caBundle) } };
     });
   }
 
-  private async putSecret(key: { name: string; namespace: string }, want: (cur: Secret | null) => Pick<Secret, 'type' | 'data'> | null): Promise<void> {
+  private async putSecret(
+    key: { name: string; namespace: string },
+    want: (cur: Secret | null) => Pick<Secret, 'type' | 'data'> | null,
+  ): Promise<void> {
     const cur = await this.opts.store.get('Secret', key);
     const next = want(cur);
     if (!next) return;
     try {
       if (cur) await this.opts.store.update('Secret', { ...cur, ...next });
-      else await this.opts.store.create('Secret', { apiVersion: 'v1', kind: 'Secret', metadata: { ...key, labels: { 'app.kubernetes.io/part-of': 'cluster-proxy' } }, ...next });
+      else
+        await this.opts.store.create('Secret', {
+          apiVersion: 'v1',
+          kind: 'Secret',
+          metadata: { ...key, labels: { 'app.kubernetes.io/part-of': 'cluster-proxy' } },
+          ...next,
+        });
     } catch (err) {
       if (!(err instanceof AlreadyExistsError) && !(err instanceof ConflictError)) throw err;
     }
@@ -371,14 +515,12 @@ export class OcmInstaller {
 /** The ClusterManagementAddOn the hub creates when none exists (installStrategy Manual). */
 export function clusterManagementAddOn(): ClusterManagementAddOn {
   return {
-    apiVersion: KINDS.ClusterManagementAddOn.apiVersion, kind: 'ClusterManagementAddOn',
+    apiVersion: KINDS.ClusterManagementAddOn.apiVersion,
+    kind: 'ClusterManagementAddOn',
     metadata: { name: ADDON_NAME, annotations: { [LIFECYCLE_ANNOTATION]: 'addon-manager' } },
     spec: {
       addOnMeta: { displayName: 'cluster-proxy', description: 'reverse tunnels from the hub into managed clusters' },
-      supportedConfigs: [
-        { ...SUPPORTED_CONFIGS[0]!, defaultConfig: { name: PROXY_CONFIGURATION_NAME } },
-        { ...SUPPORTED_CONFIGS[1]! },
-      ],
+      supportedConfigs: [{ ...SUPPORTED_CONFIGS[0]!, defaultConfig: { name: PROXY_CONFIGURATION_NAME } }, { ...SUPPORTED_CONFIGS[1]! }],
       installStrategy: { type: 'Manual' },
     },
   };
@@ -403,8 +545,12 @@ function clientCertDue(pem: string, signer: PemPair, now: number): boolean {
 function agentImageCondition(mpc: ManagedProxyConfiguration | null, ours: string): ConditionSpec {
   const named = mpc?.spec.proxyAgent.image;
   if (!named || named === ours) return { type: 'AgentImageAccepted', status: 'True', reason: 'OwnImage', message: `agents run ${ours}` };
-  return { type: 'AgentImageAccepted', status: 'False', reason: 'NotClusterProxyImage',
-    message: `spec.proxyAgent.image ${named} is not this hub's agent image; agents run ${ours} (set the hub's --agent-image to change it)` };
+  return {
+    type: 'AgentImageAccepted',
+    status: 'False',
+    reason: 'NotClusterProxyImage',
+    message: `spec.proxyAgent.image ${named} is not this hub's agent image; agents run ${ours} (set the hub's --agent-image to change it)`,
+  };
 }
 
 /** The spec of each mirrored work, as canonical JSON (what applyWork compares), by the slim object that stands for it. */
@@ -422,12 +568,21 @@ function specHashOf(work: ManifestWork): string {
 function slimWork(work: ManifestWork): ManifestWork {
   const keep = (m: Record<string, unknown>): Record<string, unknown> | null => {
     if (m['kind'] === 'Namespace') return m;
-    if (m['kind'] === 'Deployment') return { apiVersion: m['apiVersion'], kind: m['kind'], metadata: m['metadata'], spec: { selector: (m['spec'] as { selector?: unknown } | undefined)?.selector } };
+    if (m['kind'] === 'Deployment')
+      return {
+        apiVersion: m['apiVersion'],
+        kind: m['kind'],
+        metadata: m['metadata'],
+        spec: { selector: (m['spec'] as { selector?: unknown } | undefined)?.selector },
+      };
     return null;
   };
   const slim: ManifestWork = {
     ...work,
-    spec: { ...(work.spec.deleteOption ? { deleteOption: work.spec.deleteOption } : {}), workload: { manifests: work.spec.workload.manifests.map(keep).filter((m): m is Record<string, unknown> => m !== null) } },
+    spec: {
+      ...(work.spec.deleteOption ? { deleteOption: work.spec.deleteOption } : {}),
+      workload: { manifests: work.spec.workload.manifests.map(keep).filter((m): m is Record<string, unknown> => m !== null) },
+    },
     status: { conditions: work.status?.conditions ?? [] },
   };
   SPEC_OF.set(slim, canonicalJson(work.spec));
@@ -440,7 +595,14 @@ function configured(addon: ManagedClusterAddOn): boolean {
 }
 
 function registered(): ConditionSpec[] {
-  return [{ type: 'RegistrationApplied', status: 'True', reason: 'SetPermissionApplied', message: 'Registration of the addon agent is configured' }];
+  return [
+    {
+      type: 'RegistrationApplied',
+      status: 'True',
+      reason: 'SetPermissionApplied',
+      message: 'Registration of the addon agent is configured',
+    },
+  ];
 }
 
 function waiting(why: string): ConditionSpec[] {
@@ -456,5 +618,12 @@ export function workConditions(work: ManifestWork | null): ConditionSpec[] {
   if (!applied) return [];
   return applied.status === 'True'
     ? [{ type: 'ManifestApplied', status: 'True', reason: 'AddonManifestApplied', message: 'manifests of addon are applied successfully' }]
-    : [{ type: 'ManifestApplied', status: 'False', reason: 'AddonManifestAppliedFailed', message: 'failed to apply the manifests of addon' }];
+    : [
+        {
+          type: 'ManifestApplied',
+          status: 'False',
+          reason: 'AddonManifestAppliedFailed',
+          message: 'failed to apply the manifests of addon',
+        },
+      ];
 }

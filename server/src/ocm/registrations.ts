@@ -14,7 +14,14 @@ import { createHash } from 'node:crypto';
 import { ADDON_NAME, type AddonRegistration, type CertificateSigningRequest, type ManagedCluster } from '../store/objects.js';
 import { agentSubject } from '../pki/agent-identity.js';
 import { readCertificateRequest, CertificateRequestError } from './csr-signer.js';
-import { ADDON_NAME_LABEL, CLUSTER_NAME_LABEL, CSR_USER_ANNOTATION, GRPC_REGISTRATION_SERVICE_ACCOUNT, OCM_CLUSTER_PROXY_GROUP, PROXY_AGENT_SIGNER } from './names.js';
+import {
+  ADDON_NAME_LABEL,
+  CLUSTER_NAME_LABEL,
+  CSR_USER_ANNOTATION,
+  GRPC_REGISTRATION_SERVICE_ACCOUNT,
+  OCM_CLUSTER_PROXY_GROUP,
+  PROXY_AGENT_SIGNER,
+} from './names.js';
 
 /** OCM cluster-proxy's OU: "signer-" + hex of the base64 of sha256(CA PEM). */
 export function signerOrganizationalUnit(caCertPem: string): string {
@@ -25,7 +32,14 @@ export function signerOrganizationalUnit(caCertPem: string): string {
 export function addonRegistrations(cluster: string, signingCaPem: string): AddonRegistration[] {
   const tunnel = agentSubject(cluster);
   return [
-    { signerName: PROXY_AGENT_SIGNER, subject: { user: tunnel.commonName, groups: [tunnel.organization, OCM_CLUSTER_PROXY_GROUP], organizationUnit: [signerOrganizationalUnit(signingCaPem)] } },
+    {
+      signerName: PROXY_AGENT_SIGNER,
+      subject: {
+        user: tunnel.commonName,
+        groups: [tunnel.organization, OCM_CLUSTER_PROXY_GROUP],
+        organizationUnit: [signerOrganizationalUnit(signingCaPem)],
+      },
+    },
   ];
 }
 
@@ -42,7 +56,8 @@ export interface CsrReviewContext {
   signingCaPem: string;
 }
 
-const sameSet = (a: readonly string[], b: readonly string[]): boolean => a.length === b.length && [...a].sort().join('\n') === [...b].sort().join('\n');
+const sameSet = (a: readonly string[], b: readonly string[]): boolean =>
+  a.length === b.length && [...a].sort().join('\n') === [...b].sort().join('\n');
 const TUNNEL_USAGES = new Set(['digital signature', 'key encipherment', 'client auth', 'server auth']);
 
 /** Who asked for the CSR: the API server's spec.username, or the agent the gRPC registration driver names. */
@@ -77,7 +92,8 @@ export async function reviewCsr(csr: CertificateSigningRequest, ctx: CsrReviewCo
   const cluster = labels[CLUSTER_NAME_LABEL] ?? '';
   const pending = (reason: string, message: string): CsrReview => ({ decision: 'pending', cluster, reason, message });
   if (!ctx.cluster) return pending('ClusterNotFound', `managed cluster "${cluster}" does not exist`);
-  if (!ctx.cluster.spec.hubAcceptsClient) return pending('ClusterNotAccepted', `managed cluster "${cluster}" is not accepted by the hub (hubAcceptsClient is false)`);
+  if (!ctx.cluster.spec.hubAcceptsClient)
+    return pending('ClusterNotAccepted', `managed cluster "${cluster}" is not accepted by the hub (hubAcceptsClient is false)`);
   if (!ctx.addonEnabled) return pending('AddonNotEnabled', `the cluster-proxy addon is not enabled for cluster "${cluster}"`);
   // The apiserver sets spec.username and spec.groups from who created the CSR: it must be that cluster's own
   // klusterlet, whichever registration driver it uses (klusterletOf). An empty one is nobody.
@@ -96,11 +112,21 @@ export async function reviewCsr(csr: CertificateSigningRequest, ctx: CsrReviewCo
   }
   const want = registration.subject;
   if (subject.commonNames.length !== 1 || subject.commonNames[0] !== want.user) {
-    return pending('SubjectMismatch', `the request's common name ${JSON.stringify(subject.commonNames.join(','))} is not ${JSON.stringify(want.user)} (the registration of cluster "${cluster}")`);
+    return pending(
+      'SubjectMismatch',
+      `the request's common name ${JSON.stringify(subject.commonNames.join(','))} is not ${JSON.stringify(want.user)} (the registration of cluster "${cluster}")`,
+    );
   }
-  if (!sameSet(subject.organizations, want.groups ?? [])) return pending('SubjectMismatch', `the request's organizations [${subject.organizations.join(', ')}] are not [${(want.groups ?? []).join(', ')}]`);
+  if (!sameSet(subject.organizations, want.groups ?? []))
+    return pending(
+      'SubjectMismatch',
+      `the request's organizations [${subject.organizations.join(', ')}] are not [${(want.groups ?? []).join(', ')}]`,
+    );
   if (!sameSet(subject.organizationalUnits, want.organizationUnit ?? [])) {
-    return pending('SubjectMismatch', 'the request\'s organizational unit does not name the hub\'s current signing CA (the registration changed; the klusterlet asks again)');
+    return pending(
+      'SubjectMismatch',
+      "the request's organizational unit does not name the hub's current signing CA (the registration changed; the klusterlet asks again)",
+    );
   }
   const bad = (csr.spec.usages ?? []).filter((u) => !TUNNEL_USAGES.has(u));
   if (bad.length > 0) return pending('BadUsages', `usages ${bad.join(', ')} are not allowed for ${PROXY_AGENT_SIGNER}`);

@@ -21,9 +21,7 @@ const DNS1123_SUBDOMAIN_MAX = 253;
 // each starting and ending with an alphanumeric. No ':' can appear, which is what makes the
 // colon-separated CN unambiguous to parse.
 const DNS1123_SUBDOMAIN = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$/;
-const AGENT_CN = new RegExp(
-  `^${escapeRegExp(CLUSTER_PREFIX)}([^:]+):addon:${escapeRegExp(AGENT_ADDON_NAME)}:agent:([^:]+)$`,
-);
+const AGENT_CN = new RegExp(`^${escapeRegExp(CLUSTER_PREFIX)}([^:]+):addon:${escapeRegExp(AGENT_ADDON_NAME)}:agent:([^:]+)$`);
 
 /** Subject attribute values as Node's `tls.PeerCertificate.subject` presents them. */
 export interface SubjectLike {
@@ -55,10 +53,7 @@ export function agentGroup(cluster: string): string {
   return `${CLUSTER_PREFIX}${cluster}:addon:${AGENT_ADDON_NAME}`;
 }
 
-export function agentSubject(
-  cluster: string,
-  agentName: string = DEFAULT_AGENT_NAME,
-): { commonName: string; organization: string } {
+export function agentSubject(cluster: string, agentName: string = DEFAULT_AGENT_NAME): { commonName: string; organization: string } {
   assertDns1123Subdomain(cluster, 'cluster name');
   assertDns1123Subdomain(agentName, 'agent name');
   return {

@@ -142,9 +142,13 @@ export function signAgentPublicKey(ca: PemPair, opts: AgentKeyCertOptions): stri
   } catch {
     throw new Error('agent public key is not a PEM RSA public key (SPKI)');
   }
-  if (!publicKey.n || publicKey.n.bitLength() < MIN_AGENT_RSA_BITS) throw new Error(`agent public key must be RSA with at least ${MIN_AGENT_RSA_BITS} bits`);
+  if (!publicKey.n || publicKey.n.bitLength() < MIN_AGENT_RSA_BITS)
+    throw new Error(`agent public key must be RSA with at least ${MIN_AGENT_RSA_BITS} bits`);
   if (opts.clusterUid !== undefined && !/^[A-Za-z0-9-]{1,64}$/.test(opts.clusterUid)) throw new Error('cluster uid is not a UID');
-  const subject: SubjectAttribute[] = [{ shortName: 'O', value: organization }, { shortName: 'CN', value: commonName }];
+  const subject: SubjectAttribute[] = [
+    { shortName: 'O', value: organization },
+    { shortName: 'CN', value: commonName },
+  ];
   const altNames = opts.clusterUid ? [{ type: SAN_URI, value: `${CLUSTER_UID_URI_PREFIX}${opts.clusterUid}` }] : [];
   return issueLeaf(ca, subject, opts, { extKeyUsage: { clientAuth: true }, altNames }, publicKey).certPem;
 }
@@ -165,7 +169,13 @@ interface LeafProfile {
 }
 
 /** Issues a leaf for a new key pair, or for `publicKey` when the holder made its own (keyPem is then ''). */
-function issueLeaf(ca: PemPair, subject: SubjectAttribute[], validity: ValidityOptions, profile: LeafProfile, publicKey?: forge.pki.rsa.PublicKey): PemPair {
+function issueLeaf(
+  ca: PemPair,
+  subject: SubjectAttribute[],
+  validity: ValidityOptions,
+  profile: LeafProfile,
+  publicKey?: forge.pki.rsa.PublicKey,
+): PemPair {
   const window = validityWindow(validity, DEFAULT_LEAF_VALIDITY_DAYS);
   const issuer = loadIssuer(ca);
   const keys = publicKey ? { publicKey, keyPem: '' } : generateRsaKeys();
@@ -240,7 +250,10 @@ interface ValidityWindow {
 function validityWindow(opts: ValidityOptions, defaultDays: number): ValidityWindow {
   const days = opts.validityDays ?? defaultDays;
   if (!Number.isFinite(days) || days <= 0) throw new Error(`invalid validityDays ${days}: must be a positive number`);
-  for (const [name, date] of [['notBefore', opts.notBefore], ['notAfter', opts.notAfter]] as const) {
+  for (const [name, date] of [
+    ['notBefore', opts.notBefore],
+    ['notAfter', opts.notAfter],
+  ] as const) {
     if (date !== undefined && !(date instanceof Date && Number.isFinite(date.getTime()))) {
       throw new Error(`invalid ${name}: not a valid Date`);
     }

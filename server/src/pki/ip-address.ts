@@ -17,7 +17,10 @@ export function ipToBytes(ip: string): Uint8Array {
   const lastColon = rest.lastIndexOf(':');
   if (rest.includes('.', lastColon)) {
     // Embedded IPv4 in the last 32 bits ("::ffff:10.0.0.1"): rewrite it as two hex groups.
-    const [a, b, c, d] = rest.slice(lastColon + 1).split('.').map((part) => Number(part)) as [number, number, number, number];
+    const [a, b, c, d] = rest
+      .slice(lastColon + 1)
+      .split('.')
+      .map((part) => Number(part)) as [number, number, number, number];
     rest = `${rest.slice(0, lastColon + 1)}${((a << 8) | b).toString(16)}:${((c << 8) | d).toString(16)}`;
   }
 

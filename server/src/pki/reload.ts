@@ -45,7 +45,8 @@ export class TlsReloader {
   async check(): Promise<void> {
     if (this.opts.managedPkiDir) {
       try {
-        if (await renewServingCertIfDue(this.opts.managedPkiDir)) this.opts.log.info('hub serving certificate renewed (80 % of its lifetime had passed)');
+        if (await renewServingCertIfDue(this.opts.managedPkiDir))
+          this.opts.log.info('hub serving certificate renewed (80 % of its lifetime had passed)');
       } catch (err) {
         this.problem(`cannot renew the hub serving certificate: ${(err as Error).message}`);
       }
@@ -84,11 +85,17 @@ export class TlsReloader {
 
   private async read(): Promise<TlsMaterial> {
     const f = this.opts.files;
-    const [caCert, cert, key, caKey] = await Promise.all([readFile(f.ca), readFile(f.cert), readFile(f.key), f.caKey ? readFile(f.caKey) : Promise.resolve(undefined)]);
+    const [caCert, cert, key, caKey] = await Promise.all([
+      readFile(f.ca),
+      readFile(f.cert),
+      readFile(f.key),
+      f.caKey ? readFile(f.caKey) : Promise.resolve(undefined),
+    ]);
     const x = new X509Certificate(cert);
     if (!x.checkPrivateKey(createPrivateKey(key))) throw new Error(`${f.key} does not match ${f.cert}`);
     const first = new X509Certificate(caCert);
-    if (caKey && !first.checkPrivateKey(createPrivateKey(caKey))) throw new Error(`${f.caKey} does not match the first certificate of ${f.ca}`);
+    if (caKey && !first.checkPrivateKey(createPrivateKey(caKey)))
+      throw new Error(`${f.caKey} does not match the first certificate of ${f.ca}`);
     return { caCert, cert, key, ...(caKey ? { caKey } : {}) };
   }
 }

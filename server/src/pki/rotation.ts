@@ -9,7 +9,14 @@
 import { X509Certificate } from 'node:crypto';
 import { readFile, rm } from 'node:fs/promises';
 import { createCA, issueClientCert, issueServerCert, type PemPair } from './certificates.js';
-import { HUB_CLIENT_COMMON_NAME, HUB_CLIENT_ORGANIZATION, HUB_SERVER_COMMON_NAME, pemPairPaths, readPemPair, writePemPair } from './files.js';
+import {
+  HUB_CLIENT_COMMON_NAME,
+  HUB_CLIENT_ORGANIZATION,
+  HUB_SERVER_COMMON_NAME,
+  pemPairPaths,
+  readPemPair,
+  writePemPair,
+} from './files.js';
 
 const PEM_CERT = /-----BEGIN CERTIFICATE-----[\s\S]*?-----END CERTIFICATE-----\r?\n?/g;
 
@@ -56,7 +63,10 @@ export type RotationStage = 'add' | 'promote' | 'finish';
 /** One stage of the CA rollover (see the top of this file). Returns a one-line summary. */
 export async function rotateCa(dir: string, stage: RotationStage): Promise<string> {
   const next = pemPairPaths(dir, 'ca-next');
-  const hasNext = await readFile(next.certPath).then(() => true, () => false);
+  const hasNext = await readFile(next.certPath).then(
+    () => true,
+    () => false,
+  );
   const ca = await signer(dir);
   if (stage === 'add') {
     if (hasNext) throw new Error('a new CA was added already; run "promote" next');
@@ -72,7 +82,11 @@ export async function rotateCa(dir: string, stage: RotationStage): Promise<strin
     await writePemPair(dir, 'ca', { certPem: [fresh.certPem, ...others].join(''), keyPem: fresh.keyPem });
     const server = await readPemPair(dir, 'server');
     await writePemPair(dir, 'server', issueServerCert(fresh, { commonName: HUB_SERVER_COMMON_NAME, ...sans(server.certPem) }));
-    await writePemPair(dir, 'client', issueClientCert(fresh, { commonName: HUB_CLIENT_COMMON_NAME, organization: [HUB_CLIENT_ORGANIZATION] }));
+    await writePemPair(
+      dir,
+      'client',
+      issueClientCert(fresh, { commonName: HUB_CLIENT_COMMON_NAME, organization: [HUB_CLIENT_ORGANIZATION] }),
+    );
     await rm(next.certPath, { force: true });
     await rm(next.keyPath, { force: true });
     return 'the new CA now signs; server and client certificates re-issued; the old CA stays trusted until "finish"';

@@ -8,14 +8,37 @@ export type StoreVerb = 'get' | 'list' | 'create' | 'update' | 'updateStatus' | 
 /** The same store, calling `count` once per request (a watch counts once, when it starts). */
 export function countingStore(store: Store, count: (verb: StoreVerb, kind: Kind) => void): Store {
   return {
-    get kind() { return store.kind; },
-    get: (kind, key) => { count('get', kind); return store.get(kind, key); },
-    list: (kind, opts) => { count('list', kind); return store.list(kind, opts); },
-    create: (kind, obj) => { count('create', kind); return store.create(kind, obj); },
-    update: (kind, obj) => { count('update', kind); return store.update(kind, obj); },
-    updateStatus: (kind, obj, opts) => { count('updateStatus', kind); return store.updateStatus(kind, obj, opts); },
-    delete: (kind, key, opts) => { count('delete', kind); return store.delete(kind, key, opts); },
-    watch: (kind, opts, handlers) => { count('watch', kind); return store.watch(kind, opts, handlers); },
+    get kind() {
+      return store.kind;
+    },
+    get: (kind, key) => {
+      count('get', kind);
+      return store.get(kind, key);
+    },
+    list: (kind, opts) => {
+      count('list', kind);
+      return store.list(kind, opts);
+    },
+    create: (kind, obj) => {
+      count('create', kind);
+      return store.create(kind, obj);
+    },
+    update: (kind, obj) => {
+      count('update', kind);
+      return store.update(kind, obj);
+    },
+    updateStatus: (kind, obj, opts) => {
+      count('updateStatus', kind);
+      return store.updateStatus(kind, obj, opts);
+    },
+    delete: (kind, key, opts) => {
+      count('delete', kind);
+      return store.delete(kind, key, opts);
+    },
+    watch: (kind, opts, handlers) => {
+      count('watch', kind);
+      return store.watch(kind, opts, handlers);
+    },
     ensureNamespace: (name) => store.ensureNamespace(name),
     ping: () => store.ping(),
     close: () => store.close(),

@@ -11,7 +11,10 @@ export const LOCK_FILE = 'store.lock';
 
 /** Another live process holds the data directory. */
 export class StoreLockedError extends UnavailableError {
-  constructor(message: string, readonly holderPid: number) {
+  constructor(
+    message: string,
+    readonly holderPid: number,
+  ) {
     super(message);
     this.name = 'StoreLockedError';
   }
@@ -71,7 +74,13 @@ export class EmbeddedStore extends MemoryStore {
   private closing: Promise<void> | null = null;
 
   /** Use openEmbeddedStore(). */
-  constructor(readonly dataDir: string, private readonly journal: Journal, private readonly lockFile: string, snapshot: StoreSnapshot, historySize?: number) {
+  constructor(
+    readonly dataDir: string,
+    private readonly journal: Journal,
+    private readonly lockFile: string,
+    snapshot: StoreSnapshot,
+    historySize?: number,
+  ) {
     super({ kind: 'embedded', persist: (m) => journal.append(m), ...(historySize !== undefined ? { historySize } : {}) }, snapshot);
     journal.snapshotSource = () => this.snapshot();
   }
@@ -108,7 +117,9 @@ export async function openEmbeddedStore(dir: string, opts: EmbeddedStoreOptions 
     await removeStaleTmp(dir);
     const loaded = await loadState(dir);
     if (loaded.tornTail) {
-      warn(`store: dropped a torn record at the end of ${join(dir, 'journal.log')} (offset ${loaded.tornTail.offset}, ${loaded.tornTail.bytes} bytes: ${loaded.tornTail.reason}); it was never acknowledged`);
+      warn(
+        `store: dropped a torn record at the end of ${join(dir, 'journal.log')} (offset ${loaded.tornTail.offset}, ${loaded.tornTail.bytes} bytes: ${loaded.tornTail.reason}); it was never acknowledged`,
+      );
     }
     const journal = await Journal.open(dir, loaded.validBytes, opts);
     await fsyncDir(dir);

@@ -61,8 +61,15 @@ function parseRecord(buf: Buffer, off: number): Parsed {
     return { ok: false, reason: 'record is not JSON' };
   }
   const r = v as Partial<StoreMutation>;
-  if (typeof r.rv !== 'number' || (r.op !== 'put' && r.op !== 'delete') || typeof r.kind !== 'string' || !(r.kind in KINDS)
-    || !r.object || typeof r.object !== 'object' || typeof (r.object as HubObject).metadata?.name !== 'string') {
+  if (
+    typeof r.rv !== 'number' ||
+    (r.op !== 'put' && r.op !== 'delete') ||
+    typeof r.kind !== 'string' ||
+    !(r.kind in KINDS) ||
+    !r.object ||
+    typeof r.object !== 'object' ||
+    typeof (r.object as HubObject).metadata?.name !== 'string'
+  ) {
     return { ok: false, reason: 'record has an unexpected shape' };
   }
   return { ok: true, m: r as StoreMutation, end };
@@ -92,7 +99,9 @@ export async function readSnapshot(dir: string): Promise<StoreSnapshot> {
     throw err;
   }
   const bad = (offset: number, why: string): never => {
-    throw new StoreCorruptError(`store snapshot ${file} is corrupt at offset ${offset}: ${why}; refusing to start (restore the data directory from a backup)`);
+    throw new StoreCorruptError(
+      `store snapshot ${file} is corrupt at offset ${offset}: ${why}; refusing to start (restore the data directory from a backup)`,
+    );
   };
   const nl = buf.indexOf(0x0a);
   if (nl < 0) bad(0, 'no header line');
@@ -101,7 +110,8 @@ export async function readSnapshot(dir: string): Promise<StoreSnapshot> {
   const lenText = head.pop() ?? '';
   if (head.join(' ') !== SNAPSHOT_MAGIC) bad(0, 'not a cluster-proxy store snapshot');
   const json = buf.subarray(nl + 1);
-  if (!/^\d+$/.test(lenText) || Number(lenText) !== json.length) bad(nl + 1, `length ${json.length} is not the ${lenText} the header gives`);
+  if (!/^\d+$/.test(lenText) || Number(lenText) !== json.length)
+    bad(nl + 1, `length ${json.length} is not the ${lenText} the header gives`);
   if (crc32(json) !== parseInt(crcText, 16)) bad(nl + 1, 'checksum mismatch');
   try {
     const s = JSON.parse(json.toString('utf8')) as StoreSnapshot;
@@ -144,13 +154,17 @@ export async function loadState(dir: string): Promise<LoadResult> {
     const p = parseRecord(buf, off);
     if (!p.ok) {
       if (validRecordAfter(buf, off)) {
-        throw new StoreCorruptError(`store journal ${file} is corrupt at offset ${off} (record ${records + 1}): ${p.reason}, and valid records follow; refusing to start (restore the data directory from a backup)`);
+        throw new StoreCorruptError(
+          `store journal ${file} is corrupt at offset ${off} (record ${records + 1}): ${p.reason}, and valid records follow; refusing to start (restore the data directory from a backup)`,
+        );
       }
       tornTail = { offset: off, bytes: buf.length - off, reason: p.reason };
       break;
     }
     if (p.m.rv <= lastRv) {
-      throw new StoreCorruptError(`store journal ${file} is corrupt at offset ${off} (record ${records + 1}): version ${p.m.rv} does not follow ${lastRv}; refusing to start`);
+      throw new StoreCorruptError(
+        `store journal ${file} is corrupt at offset ${off} (record ${records + 1}): version ${p.m.rv} does not follow ${lastRv}; refusing to start`,
+      );
     }
     lastRv = p.m.rv;
     records++;
@@ -197,7 +211,12 @@ export class Journal {
   /** Supplies the full current state for compaction (set by the store). */
   snapshotSource: (() => StoreSnapshot) | null = null;
 
-  private constructor(private readonly dir: string, private readonly fh: FileHandle, size: number, private readonly opts: JournalOptions) {
+  private constructor(
+    private readonly dir: string,
+    private readonly fh: FileHandle,
+    size: number,
+    private readonly opts: JournalOptions,
+  ) {
     this.bytes = size;
   }
 
@@ -229,7 +248,9 @@ export class Journal {
     const buf = encodeRecord(m);
     return new Promise<void>((resolve, reject) => {
       this.queue.push({ buf, resolve, reject });
-      this.running ??= this.run().finally(() => { this.running = null; });
+      this.running ??= this.run().finally(() => {
+        this.running = null;
+      });
     });
   }
 

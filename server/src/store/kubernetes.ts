@@ -5,14 +5,40 @@ import { createHash } from 'node:crypto';
 import { http } from '@cluster-proxy/proto';
 import https from 'node:https';
 import {
-  ApiException, CertificatesV1Api, CoordinationV1Api, CoreV1Api, CustomObjectsApi, KubeConfig, ServerConfiguration, Watch as KubeWatch, createConfiguration,
-  type RequestContext, type SecurityAuthentication, type V1CertificateSigningRequest, type V1Lease, type V1Secret,
+  ApiException,
+  CertificatesV1Api,
+  CoordinationV1Api,
+  CoreV1Api,
+  CustomObjectsApi,
+  KubeConfig,
+  ServerConfiguration,
+  Watch as KubeWatch,
+  createConfiguration,
+  type RequestContext,
+  type SecurityAuthentication,
+  type V1CertificateSigningRequest,
+  type V1Lease,
+  type V1Secret,
 } from '@kubernetes/client-node';
 import { KINDS, type HubObject, type Kind, type ObjectOfKind } from './objects.js';
 import { checkSubresource, validateKey } from './memory.js';
 import {
-  AlreadyExistsError, ConflictError, GoneError, InvalidError, NotFoundError, StoreError, UnavailableError, describeKey,
-  type ListOptions, type ListResult, type ObjectKey, type StatusOptions, type Store, type Watch, type WatchEventType, type WatchHandlers,
+  AlreadyExistsError,
+  ConflictError,
+  GoneError,
+  InvalidError,
+  NotFoundError,
+  StoreError,
+  UnavailableError,
+  describeKey,
+  type ListOptions,
+  type ListResult,
+  type ObjectKey,
+  type StatusOptions,
+  type Store,
+  type Watch,
+  type WatchEventType,
+  type WatchHandlers,
   type WatchOptions,
 } from './store.js';
 import type * as HttpTypes from 'node:http';
@@ -82,11 +108,17 @@ export function mapKubeError(err: unknown, what: string): Error {
     const status = parseBody(err.body);
     const msg = `${what}: ${status?.message ?? `HTTP ${err.code}`}`;
     switch (err.code) {
-      case 404: return new NotFoundError(msg);
-      case 409: return status?.reason === 'AlreadyExists' ? new AlreadyExistsError(msg) : new ConflictError(msg);
-      case 410: return new GoneError(msg);
-      case 400: case 422: return new InvalidError(msg);
-      default: return new UnavailableError(msg);
+      case 404:
+        return new NotFoundError(msg);
+      case 409:
+        return status?.reason === 'AlreadyExists' ? new AlreadyExistsError(msg) : new ConflictError(msg);
+      case 410:
+        return new GoneError(msg);
+      case 400:
+      case 422:
+        return new InvalidError(msg);
+      default:
+        return new UnavailableError(msg);
     }
   }
   const e = err instanceof Error ? err : new Error(String(err));
@@ -112,7 +144,9 @@ function toPlain<K extends Kind>(kind: K, obj: unknown): ObjectOfKind<K> {
 
 function labelSelector(labels: Record<string, string> | undefined): string | undefined {
   if (!labels || Object.keys(labels).length === 0) return undefined;
-  return Object.entries(labels).map(([k, v]) => `${k}=${v}`).join(',');
+  return Object.entries(labels)
+    .map(([k, v]) => `${k}=${v}`)
+    .join(',');
 }
 
 /** API path of a kind's collection (for watches). */
@@ -137,7 +171,10 @@ export class KubernetesStore implements Store {
 
   private readonly auth: KeepAliveAuth;
 
-  constructor(readonly kubeConfig: KubeConfig, opts: Pick<KubernetesStoreOptions, 'watchBackoffMs'> = {}) {
+  constructor(
+    readonly kubeConfig: KubeConfig,
+    opts: Pick<KubernetesStoreOptions, 'watchBackoffMs'> = {},
+  ) {
     // As kubeConfig.makeApiClient() does, with connections kept between requests (KeepAliveAuth).
     const cluster = kubeConfig.getCurrentCluster();
     if (!cluster) throw new Error('No active cluster!');
@@ -189,14 +226,20 @@ export class KubernetesStore implements Store {
     try {
       let res: { items?: unknown[]; metadata?: { resourceVersion?: string } };
       if (kind === 'Lease') {
-        res = opts.namespace ? await this.coord.listNamespacedLease({ namespace: opts.namespace, ...q }) : await this.coord.listLeaseForAllNamespaces(q);
+        res = opts.namespace
+          ? await this.coord.listNamespacedLease({ namespace: opts.namespace, ...q })
+          : await this.coord.listLeaseForAllNamespaces(q);
       } else if (kind === 'Secret') {
-        res = opts.namespace ? await this.core.listNamespacedSecret({ namespace: opts.namespace, ...q }) : await this.core.listSecretForAllNamespaces(q);
+        res = opts.namespace
+          ? await this.core.listNamespacedSecret({ namespace: opts.namespace, ...q })
+          : await this.core.listSecretForAllNamespaces(q);
       } else {
         const g = { group: info.group, version: info.version, plural: info.plural, ...q };
-        res = (opts.namespace
-          ? await this.custom.listNamespacedCustomObject({ ...g, namespace: opts.namespace })
-          : await this.custom.listClusterCustomObject(g)) as typeof res;
+        res = (
+          opts.namespace
+            ? await this.custom.listNamespacedCustomObject({ ...g, namespace: opts.namespace })
+            : await this.custom.listClusterCustomObject(g)
+        ) as typeof res;
       }
       return { items: (res.items ?? []).map((o) => toPlain(kind, o)), resourceVersion: res.metadata?.resourceVersion ?? '' };
     } catch (err) {
@@ -211,12 +254,17 @@ export class KubernetesStore implements Store {
     const body = toPlain(kind, obj);
     const ns = body.metadata.namespace ?? '';
     try {
-      if (kind === 'Lease') return toPlain(kind, await this.coord.createNamespacedLease({ namespace: ns, body: body as unknown as V1Lease }));
-      if (kind === 'Secret') return toPlain(kind, await this.core.createNamespacedSecret({ namespace: ns, body: body as unknown as V1Secret }));
+      if (kind === 'Lease')
+        return toPlain(kind, await this.coord.createNamespacedLease({ namespace: ns, body: body as unknown as V1Lease }));
+      if (kind === 'Secret')
+        return toPlain(kind, await this.core.createNamespacedSecret({ namespace: ns, body: body as unknown as V1Secret }));
       const g = { group: info.group, version: info.version, plural: info.plural, body };
-      return toPlain(kind, info.namespaced
-        ? await this.custom.createNamespacedCustomObject({ ...g, namespace: ns })
-        : await this.custom.createClusterCustomObject(g));
+      return toPlain(
+        kind,
+        info.namespaced
+          ? await this.custom.createNamespacedCustomObject({ ...g, namespace: ns })
+          : await this.custom.createClusterCustomObject(g),
+      );
     } catch (err) {
       throw mapKubeError(err, `create ${describeKey(kind, obj.metadata)}`);
     }
@@ -265,9 +313,15 @@ export class KubernetesStore implements Store {
     const name = body.metadata.name;
     const ns = body.metadata.namespace ?? '';
     // CustomObjectsApi addresses built-in groups too (same REST paths), but has no approval subresource.
-    if (status === 'approval') return toPlain(kind, await this.certificates.replaceCertificateSigningRequestApproval({ name, body: body as unknown as V1CertificateSigningRequest }));
-    if (kind === 'Lease') return toPlain(kind, await this.coord.replaceNamespacedLease({ name, namespace: ns, body: body as unknown as V1Lease }));
-    if (kind === 'Secret') return toPlain(kind, await this.core.replaceNamespacedSecret({ name, namespace: ns, body: body as unknown as V1Secret }));
+    if (status === 'approval')
+      return toPlain(
+        kind,
+        await this.certificates.replaceCertificateSigningRequestApproval({ name, body: body as unknown as V1CertificateSigningRequest }),
+      );
+    if (kind === 'Lease')
+      return toPlain(kind, await this.coord.replaceNamespacedLease({ name, namespace: ns, body: body as unknown as V1Lease }));
+    if (kind === 'Secret')
+      return toPlain(kind, await this.core.replaceNamespacedSecret({ name, namespace: ns, body: body as unknown as V1Secret }));
     const g = { group: info.group, version: info.version, plural: info.plural, name, body };
     let raw: unknown;
     if (info.namespaced) {
@@ -365,7 +419,15 @@ class KeepAliveAuth implements SecurityAuthentication {
     const tls = made?.constructor === https.Agent;
     if (!made || (!tls && made.constructor !== http.Agent)) return;
     const o = (made as https.Agent).options;
-    const key = createHash('sha256').update(JSON.stringify([tls, o.ca, o.cert, o.key, o.pfx, o.passphrase, o.servername, o.rejectUnauthorized].map((v) => (v === undefined ? null : String(v))))).digest('base64');
+    const key = createHash('sha256')
+      .update(
+        JSON.stringify(
+          [tls, o.ca, o.cert, o.key, o.pfx, o.passphrase, o.servername, o.rejectUnauthorized].map((v) =>
+            v === undefined ? null : String(v),
+          ),
+        ),
+      )
+      .digest('base64');
     if (this.cached?.key !== key) {
       this.cached?.agent.destroy();
       // Idle connections are closed after 30 s; a few stay open for the next requests.

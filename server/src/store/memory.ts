@@ -8,11 +8,32 @@
 // reader never acts on a write that a crash could still take back.
 import { randomUUID } from 'node:crypto';
 import { sameJson } from './same-json.js';
-import { KINDS, KINDS_WITHOUT_GENERATION, type CertificateSigningRequest, type HubObject, type Kind, type ObjectOfKind } from './objects.js';
 import {
-  AlreadyExistsError, ConflictError, GoneError, InvalidError, NotFoundError, UnavailableError, describeKey,
-  type ListOptions, type ListResult, type ObjectKey, type StatusOptions, type Store, type Watch, type WatchEvent, type WatchEventType,
-  type WatchHandlers, type WatchOptions,
+  KINDS,
+  KINDS_WITHOUT_GENERATION,
+  type CertificateSigningRequest,
+  type HubObject,
+  type Kind,
+  type ObjectOfKind,
+} from './objects.js';
+import {
+  AlreadyExistsError,
+  ConflictError,
+  GoneError,
+  InvalidError,
+  NotFoundError,
+  UnavailableError,
+  describeKey,
+  type ListOptions,
+  type ListResult,
+  type ObjectKey,
+  type StatusOptions,
+  type Store,
+  type Watch,
+  type WatchEvent,
+  type WatchEventType,
+  type WatchHandlers,
+  type WatchOptions,
 } from './store.js';
 
 /** One durable change: the object as stored after a put, or as it was when deleted. */
@@ -69,7 +90,9 @@ export function validateKey(kind: Kind, key: ObjectKey): void {
   const info = KINDS[kind];
   if (typeof key.name !== 'string' || key.name.length === 0) throw new InvalidError(`${kind}: metadata.name is required`);
   if (key.name.length > 253 || !SUBDOMAIN.test(key.name)) {
-    throw new InvalidError(`${kind} name ${JSON.stringify(key.name)} is not a DNS-1123 subdomain (lower case alphanumerics, '-', '.', at most 253)`);
+    throw new InvalidError(
+      `${kind} name ${JSON.stringify(key.name)} is not a DNS-1123 subdomain (lower case alphanumerics, '-', '.', at most 253)`,
+    );
   }
   if (info.namespaced) {
     if (!key.namespace) throw new InvalidError(`${kind} ${key.name}: namespace is required (namespaced kind)`);
@@ -108,7 +131,8 @@ function copy<T>(v: T): T {
 
 /** `approval` is a CertificateSigningRequest subresource only. */
 export function checkSubresource(kind: Kind, opts: StatusOptions): void {
-  if (opts.subresource === 'approval' && kind !== 'CertificateSigningRequest') throw new InvalidError(`${kind} has no approval subresource`);
+  if (opts.subresource === 'approval' && kind !== 'CertificateSigningRequest')
+    throw new InvalidError(`${kind} has no approval subresource`);
 }
 
 const APPROVAL = new Set(['Approved', 'Denied']);
@@ -118,7 +142,11 @@ const APPROVAL = new Set(['Approved', 'Denied']);
  * adds or keeps Approved/Denied, never removes one); the status subresource writes the rest and leaves
  * Approved/Denied as they were.
  */
-function csrStatus(current: CertificateSigningRequest['status'], given: CertificateSigningRequest['status'], sub: 'status' | 'approval'): CertificateSigningRequest['status'] {
+function csrStatus(
+  current: CertificateSigningRequest['status'],
+  given: CertificateSigningRequest['status'],
+  sub: 'status' | 'approval',
+): CertificateSigningRequest['status'] {
   const cur = current?.conditions ?? [];
   const next = given?.conditions ?? [];
   if (sub === 'approval') {
@@ -131,10 +159,12 @@ function csrStatus(current: CertificateSigningRequest['status'], given: Certific
   }
   // On /status the approval conditions stay as they are: adding or removing one is refused (as the apiserver does).
   for (const c of cur.filter((x) => APPROVAL.has(x.type))) {
-    if (!next.some((n) => n.type === c.type)) throw new InvalidError(`CertificateSigningRequest: status updates may not remove a condition of type "${c.type}"`);
+    if (!next.some((n) => n.type === c.type))
+      throw new InvalidError(`CertificateSigningRequest: status updates may not remove a condition of type "${c.type}"`);
   }
   for (const n of next.filter((x) => APPROVAL.has(x.type))) {
-    if (!cur.some((c) => c.type === n.type)) throw new InvalidError(`CertificateSigningRequest: status updates may not add a condition of type "${n.type}"`);
+    if (!cur.some((c) => c.type === n.type))
+      throw new InvalidError(`CertificateSigningRequest: status updates may not add a condition of type "${n.type}"`);
   }
   const conditions = [...cur.filter((c) => APPROVAL.has(c.type)), ...next.filter((c) => !APPROVAL.has(c.type))];
   const out: NonNullable<CertificateSigningRequest['status']> = { ...given, conditions };
@@ -282,7 +312,11 @@ export class MemoryStore implements Store {
     return this.replace(kind, obj, opts.subresource ?? 'status');
   }
 
-  private async replace<K extends Kind>(kind: K, obj: ObjectOfKind<K>, statusOnly: false | 'status' | 'approval'): Promise<ObjectOfKind<K>> {
+  private async replace<K extends Kind>(
+    kind: K,
+    obj: ObjectOfKind<K>,
+    statusOnly: false | 'status' | 'approval',
+  ): Promise<ObjectOfKind<K>> {
     this.usable();
     const c = this.checkShape(kind, obj);
     const table = this.table(kind);
@@ -293,16 +327,18 @@ export class MemoryStore implements Store {
     let next: HubObject;
     if (statusOnly) {
       next = copy(current);
-      const status = kind === 'CertificateSigningRequest'
-        ? csrStatus((current as CertificateSigningRequest).status, (c as CertificateSigningRequest).status, statusOnly)
-        : (c as { status?: unknown }).status;
+      const status =
+        kind === 'CertificateSigningRequest'
+          ? csrStatus((current as CertificateSigningRequest).status, (c as CertificateSigningRequest).status, statusOnly)
+          : (c as { status?: unknown }).status;
       if (status === undefined) delete (next as { status?: unknown }).status;
       else (next as { status?: unknown }).status = status;
     } else {
       next = c;
       // Kubernetes: a CSR's spec never changes after create (what was asked for is what gets judged); an update
       // keeps the old spec and takes the rest, as the apiserver's strategy does.
-      if (kind === 'CertificateSigningRequest') (next as CertificateSigningRequest).spec = copy((current as CertificateSigningRequest).spec);
+      if (kind === 'CertificateSigningRequest')
+        (next as CertificateSigningRequest).spec = copy((current as CertificateSigningRequest).spec);
       const m = next.metadata;
       const cur = current.metadata;
       m.uid = cur.uid;
@@ -380,9 +416,14 @@ export class MemoryStore implements Store {
         for (const w of this.watchers) this.fail(w, new UnavailableError(`store failed: ${this.failure.message}`));
       },
     );
-    return step.then(() => undefined, (err: unknown) => {
-      throw new UnavailableError(`write of ${describeKey(m.kind, m.object.metadata)} not persisted: ${err instanceof Error ? err.message : String(err)}`);
-    });
+    return step.then(
+      () => undefined,
+      (err: unknown) => {
+        throw new UnavailableError(
+          `write of ${describeKey(m.kind, m.object.metadata)} not persisted: ${err instanceof Error ? err.message : String(err)}`,
+        );
+      },
+    );
   }
 
   private done(): void {
@@ -438,7 +479,11 @@ export class MemoryStore implements Store {
       // Deliver what was queued before the error, then the error, unless stopped meanwhile.
       while (!w.stopped && w.queue.length > 0) {
         const next = w.queue.shift() as WatchEvent<Kind>;
-        try { w.handlers.onEvent(next); } catch { /* reported above */ }
+        try {
+          w.handlers.onEvent(next);
+        } catch {
+          /* reported above */
+        }
       }
       if (w.stopped) return;
       w.stopped = true;
@@ -448,8 +493,14 @@ export class MemoryStore implements Store {
 
   watch<K extends Kind>(kind: K, opts: WatchOptions, handlers: WatchHandlers<K>): Watch {
     const w: Watcher = {
-      kind, opts: copy(opts), handlers: handlers as unknown as WatchHandlers<Kind>,
-      fromRv: 0, started: false, stopped: false, queue: [], scheduled: false,
+      kind,
+      opts: copy(opts),
+      handlers: handlers as unknown as WatchHandlers<Kind>,
+      fromRv: 0,
+      started: false,
+      stopped: false,
+      queue: [],
+      scheduled: false,
     };
     const handle: Watch = {
       stop: () => {
@@ -461,7 +512,8 @@ export class MemoryStore implements Store {
     try {
       this.usable();
       this.table(kind);
-      if (opts.namespace !== undefined && !KINDS[kind].namespaced) throw new InvalidError(`${kind} is cluster-scoped: no namespace in a watch`);
+      if (opts.namespace !== undefined && !KINDS[kind].namespaced)
+        throw new InvalidError(`${kind} is cluster-scoped: no namespace in a watch`);
     } catch (err) {
       this.watchers.add(w);
       this.fail(w, err as Error);

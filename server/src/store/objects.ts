@@ -247,8 +247,19 @@ export interface ClusterProfile extends KubeObject {
   };
 }
 
-export type HubObject = ManagedCluster | ManagedClusterAddOn | ManagedProxyConfiguration | AddOnDeploymentConfig | Lease | Secret
-  | ClusterManagementAddOn | ManifestWork | Placement | PlacementDecision | CertificateSigningRequest | ClusterProfile;
+export type HubObject =
+  | ManagedCluster
+  | ManagedClusterAddOn
+  | ManagedProxyConfiguration
+  | AddOnDeploymentConfig
+  | Lease
+  | Secret
+  | ClusterManagementAddOn
+  | ManifestWork
+  | Placement
+  | PlacementDecision
+  | CertificateSigningRequest
+  | ClusterProfile;
 
 /** The kinds a store holds, keyed by `kind`, with what the Kubernetes API needs to address them. */
 export interface KindInfo {
@@ -263,19 +274,96 @@ export interface KindInfo {
 }
 
 export const KINDS = {
-  ManagedCluster: { apiVersion: 'cluster.open-cluster-management.io/v1', group: 'cluster.open-cluster-management.io', version: 'v1', plural: 'managedclusters', namespaced: false, hasStatus: true },
-  ManagedClusterAddOn: { apiVersion: 'addon.open-cluster-management.io/v1alpha1', group: 'addon.open-cluster-management.io', version: 'v1alpha1', plural: 'managedclusteraddons', namespaced: true, hasStatus: true },
-  ManagedProxyConfiguration: { apiVersion: 'proxy.open-cluster-management.io/v1alpha1', group: 'proxy.open-cluster-management.io', version: 'v1alpha1', plural: 'managedproxyconfigurations', namespaced: false, hasStatus: true },
-  AddOnDeploymentConfig: { apiVersion: 'addon.open-cluster-management.io/v1alpha1', group: 'addon.open-cluster-management.io', version: 'v1alpha1', plural: 'addondeploymentconfigs', namespaced: true, hasStatus: false },
-  Lease: { apiVersion: 'coordination.k8s.io/v1', group: 'coordination.k8s.io', version: 'v1', plural: 'leases', namespaced: true, hasStatus: false },
+  ManagedCluster: {
+    apiVersion: 'cluster.open-cluster-management.io/v1',
+    group: 'cluster.open-cluster-management.io',
+    version: 'v1',
+    plural: 'managedclusters',
+    namespaced: false,
+    hasStatus: true,
+  },
+  ManagedClusterAddOn: {
+    apiVersion: 'addon.open-cluster-management.io/v1alpha1',
+    group: 'addon.open-cluster-management.io',
+    version: 'v1alpha1',
+    plural: 'managedclusteraddons',
+    namespaced: true,
+    hasStatus: true,
+  },
+  ManagedProxyConfiguration: {
+    apiVersion: 'proxy.open-cluster-management.io/v1alpha1',
+    group: 'proxy.open-cluster-management.io',
+    version: 'v1alpha1',
+    plural: 'managedproxyconfigurations',
+    namespaced: false,
+    hasStatus: true,
+  },
+  AddOnDeploymentConfig: {
+    apiVersion: 'addon.open-cluster-management.io/v1alpha1',
+    group: 'addon.open-cluster-management.io',
+    version: 'v1alpha1',
+    plural: 'addondeploymentconfigs',
+    namespaced: true,
+    hasStatus: false,
+  },
+  Lease: {
+    apiVersion: 'coordination.k8s.io/v1',
+    group: 'coordination.k8s.io',
+    version: 'v1',
+    plural: 'leases',
+    namespaced: true,
+    hasStatus: false,
+  },
   /** Core group: API path /api/v1/... */
   Secret: { apiVersion: 'v1', group: '', version: 'v1', plural: 'secrets', namespaced: true, hasStatus: false },
-  ClusterManagementAddOn: { apiVersion: 'addon.open-cluster-management.io/v1alpha1', group: 'addon.open-cluster-management.io', version: 'v1alpha1', plural: 'clustermanagementaddons', namespaced: false, hasStatus: true },
-  ManifestWork: { apiVersion: 'work.open-cluster-management.io/v1', group: 'work.open-cluster-management.io', version: 'v1', plural: 'manifestworks', namespaced: true, hasStatus: true },
-  Placement: { apiVersion: 'cluster.open-cluster-management.io/v1beta1', group: 'cluster.open-cluster-management.io', version: 'v1beta1', plural: 'placements', namespaced: true, hasStatus: true },
-  PlacementDecision: { apiVersion: 'cluster.open-cluster-management.io/v1beta1', group: 'cluster.open-cluster-management.io', version: 'v1beta1', plural: 'placementdecisions', namespaced: true, hasStatus: true },
-  CertificateSigningRequest: { apiVersion: 'certificates.k8s.io/v1', group: 'certificates.k8s.io', version: 'v1', plural: 'certificatesigningrequests', namespaced: false, hasStatus: true },
-  ClusterProfile: { apiVersion: 'multicluster.x-k8s.io/v1alpha1', group: 'multicluster.x-k8s.io', version: 'v1alpha1', plural: 'clusterprofiles', namespaced: true, hasStatus: true },
+  ClusterManagementAddOn: {
+    apiVersion: 'addon.open-cluster-management.io/v1alpha1',
+    group: 'addon.open-cluster-management.io',
+    version: 'v1alpha1',
+    plural: 'clustermanagementaddons',
+    namespaced: false,
+    hasStatus: true,
+  },
+  ManifestWork: {
+    apiVersion: 'work.open-cluster-management.io/v1',
+    group: 'work.open-cluster-management.io',
+    version: 'v1',
+    plural: 'manifestworks',
+    namespaced: true,
+    hasStatus: true,
+  },
+  Placement: {
+    apiVersion: 'cluster.open-cluster-management.io/v1beta1',
+    group: 'cluster.open-cluster-management.io',
+    version: 'v1beta1',
+    plural: 'placements',
+    namespaced: true,
+    hasStatus: true,
+  },
+  PlacementDecision: {
+    apiVersion: 'cluster.open-cluster-management.io/v1beta1',
+    group: 'cluster.open-cluster-management.io',
+    version: 'v1beta1',
+    plural: 'placementdecisions',
+    namespaced: true,
+    hasStatus: true,
+  },
+  CertificateSigningRequest: {
+    apiVersion: 'certificates.k8s.io/v1',
+    group: 'certificates.k8s.io',
+    version: 'v1',
+    plural: 'certificatesigningrequests',
+    namespaced: false,
+    hasStatus: true,
+  },
+  ClusterProfile: {
+    apiVersion: 'multicluster.x-k8s.io/v1alpha1',
+    group: 'multicluster.x-k8s.io',
+    version: 'v1alpha1',
+    plural: 'clusterprofiles',
+    namespaced: true,
+    hasStatus: true,
+  },
 } as const satisfies Record<HubObject['kind'], KindInfo>;
 
 export type Kind = keyof typeof KINDS;

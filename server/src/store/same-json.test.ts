@@ -3,8 +3,13 @@ import { canonicalJson, sameJson } from './same-json.js';
 
 describe('sameJson', () => {
   it('ignores the order of object keys, at every depth (a real apiserver sorts them)', () => {
-    const sent = { signerName: 'open-cluster-management.io/proxy-agent-signer', subject: { user: 'u', groups: ['g'], organizationUnit: ['ou'] } };
-    const read = JSON.parse('{"signerName":"open-cluster-management.io/proxy-agent-signer","subject":{"groups":["g"],"organizationUnit":["ou"],"user":"u"}}') as unknown;
+    const sent = {
+      signerName: 'open-cluster-management.io/proxy-agent-signer',
+      subject: { user: 'u', groups: ['g'], organizationUnit: ['ou'] },
+    };
+    const read = JSON.parse(
+      '{"signerName":"open-cluster-management.io/proxy-agent-signer","subject":{"groups":["g"],"organizationUnit":["ou"],"user":"u"}}',
+    ) as unknown;
     expect(JSON.stringify(read)).not.toBe(JSON.stringify(sent));
     expect(sameJson([sent], [read])).toBe(true);
   });

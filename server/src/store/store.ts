@@ -86,29 +86,44 @@ export interface Store {
 }
 
 export class StoreError extends Error {
-  constructor(message: string, readonly code: 'NotFound' | 'AlreadyExists' | 'Conflict' | 'Gone' | 'Invalid' | 'Unavailable') {
+  constructor(
+    message: string,
+    readonly code: 'NotFound' | 'AlreadyExists' | 'Conflict' | 'Gone' | 'Invalid' | 'Unavailable',
+  ) {
     super(message);
     this.name = `${code}Error`;
   }
 }
 export class NotFoundError extends StoreError {
-  constructor(message: string) { super(message, 'NotFound'); }
+  constructor(message: string) {
+    super(message, 'NotFound');
+  }
 }
 export class AlreadyExistsError extends StoreError {
-  constructor(message: string) { super(message, 'AlreadyExists'); }
+  constructor(message: string) {
+    super(message, 'AlreadyExists');
+  }
 }
 export class ConflictError extends StoreError {
-  constructor(message: string) { super(message, 'Conflict'); }
+  constructor(message: string) {
+    super(message, 'Conflict');
+  }
 }
 /** A watch asked to resume from a version the store no longer has. */
 export class GoneError extends StoreError {
-  constructor(message: string) { super(message, 'Gone'); }
+  constructor(message: string) {
+    super(message, 'Gone');
+  }
 }
 export class InvalidError extends StoreError {
-  constructor(message: string) { super(message, 'Invalid'); }
+  constructor(message: string) {
+    super(message, 'Invalid');
+  }
 }
 export class UnavailableError extends StoreError {
-  constructor(message: string) { super(message, 'Unavailable'); }
+  constructor(message: string) {
+    super(message, 'Unavailable');
+  }
 }
 
 /** "Kind ns/name" for error messages. */

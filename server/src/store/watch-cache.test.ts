@@ -6,7 +6,10 @@ import { WatchCache } from './watch-cache.js';
 
 const log = pino({ level: 'silent' });
 const lease = (ns: string, holder: string): Lease => ({
-  apiVersion: 'coordination.k8s.io/v1', kind: 'Lease', metadata: { name: 'cluster-proxy', namespace: ns }, spec: { holderIdentity: holder },
+  apiVersion: 'coordination.k8s.io/v1',
+  kind: 'Lease',
+  metadata: { name: 'cluster-proxy', namespace: ns },
+  spec: { holderIdentity: holder },
 });
 const until = async (cond: () => boolean): Promise<void> => {
   for (let i = 0; i < 200 && !cond(); i++) await new Promise((r) => setTimeout(r, 5));
@@ -21,7 +24,12 @@ describe('WatchCache', () => {
     const store = new MemoryStore();
     await store.create('Lease', lease('c1', 'a'));
     const changes: string[] = [];
-    cache = new WatchCache({ store, kind: 'Lease', log, onChange: (l, deleted) => changes.push(`${l.metadata.namespace}:${deleted ? 'gone' : l.spec.holderIdentity}`) });
+    cache = new WatchCache({
+      store,
+      kind: 'Lease',
+      log,
+      onChange: (l, deleted) => changes.push(`${l.metadata.namespace}:${deleted ? 'gone' : l.spec.holderIdentity}`),
+    });
     await cache.start();
     expect(cache.ready).toBe(true);
     expect(cache.get({ namespace: 'c1', name: 'cluster-proxy' })?.spec.holderIdentity).toBe('a');
@@ -45,7 +53,11 @@ describe('WatchCache', () => {
         if (prop !== 'watch') return Reflect.get(target, prop, receiver) as unknown;
         return (...args: Parameters<MemoryStore['watch']>) => {
           const w = target.watch(...args);
-          if (!fail) fail = (err) => { w.stop(); args[2].onError?.(err); };
+          if (!fail)
+            fail = (err) => {
+              w.stop();
+              args[2].onError?.(err);
+            };
           return w;
         };
       },

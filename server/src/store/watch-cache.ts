@@ -43,21 +43,25 @@ export class WatchCache<K extends Kind> {
     this.objects.clear();
     const keep = this.opts.project ?? ((o: ObjectOfKind<K>) => o);
     for (const o of list.items) this.objects.set(keyOf(o.metadata), keep(o));
-    this.watch = this.opts.store.watch(this.opts.kind, { ...this.opts.select, resourceVersion: list.resourceVersion }, {
-      onEvent: (e) => {
-        const k = keyOf(e.object.metadata);
-        if (e.type === 'DELETED') this.objects.delete(k);
-        else this.objects.set(k, this.opts.project ? this.opts.project(e.object) : e.object);
-        this.restartMs = RESTART_MIN_MS;
-        this.opts.onChange?.(e.object, e.type === 'DELETED');
+    this.watch = this.opts.store.watch(
+      this.opts.kind,
+      { ...this.opts.select, resourceVersion: list.resourceVersion },
+      {
+        onEvent: (e) => {
+          const k = keyOf(e.object.metadata);
+          if (e.type === 'DELETED') this.objects.delete(k);
+          else this.objects.set(k, this.opts.project ? this.opts.project(e.object) : e.object);
+          this.restartMs = RESTART_MIN_MS;
+          this.opts.onChange?.(e.object, e.type === 'DELETED');
+        },
+        onError: (err) => {
+          this.watch = null;
+          if (this.stopped) return;
+          this.opts.log.warn({ kind: this.opts.kind, err: err.message, retryInMs: this.restartMs }, 'watch ended; listing again');
+          this.restartLater();
+        },
       },
-      onError: (err) => {
-        this.watch = null;
-        if (this.stopped) return;
-        this.opts.log.warn({ kind: this.opts.kind, err: err.message, retryInMs: this.restartMs }, 'watch ended; listing again');
-        this.restartLater();
-      },
-    });
+    );
     this.synced = true;
   }
 

@@ -16,14 +16,55 @@ function safeDecode(s: string): string {
   }
 }
 
-const noProxyParts = fc.array(fc.oneof(
-  fc.constantFrom('*', '.example.com', '*.example.com', 'example.com:443', '10.0.0.0/8', '::1', '[::1]:443', 'fd00::/8', '1.2.3.4:80', ' Foo.COM ', 'bücher.de', '.', '*foo', '[fe80::1]', 'http://x', 'a b', '::ffff:10.0.0.0/104', '0.0.0.0/0', 'localhost'),
-  fc.string({ maxLength: 12 })), { maxLength: 6 }).map((es) => es.join(','));
+const noProxyParts = fc
+  .array(
+    fc.oneof(
+      fc.constantFrom(
+        '*',
+        '.example.com',
+        '*.example.com',
+        'example.com:443',
+        '10.0.0.0/8',
+        '::1',
+        '[::1]:443',
+        'fd00::/8',
+        '1.2.3.4:80',
+        ' Foo.COM ',
+        'bücher.de',
+        '.',
+        '*foo',
+        '[fe80::1]',
+        'http://x',
+        'a b',
+        '::ffff:10.0.0.0/104',
+        '0.0.0.0/0',
+        'localhost',
+      ),
+      fc.string({ maxLength: 12 }),
+    ),
+    { maxLength: 6 },
+  )
+  .map((es) => es.join(','));
 
 export const proxyEnvTarget: FuzzTarget = {
   name: 'proxy-env',
-  about: 'the agent\'s HTTPS_PROXY / NO_PROXY reading (parseNoProxy, proxyFromEnvironment, redactProxyUrl) and the hub\'s proxy settings (normalizeProxyUrl, maskProxyPassword): never throws but a one-line ProxySettingsError; the decision\'s reason is one line and never shows the password',
-  generate: fc.tuple(noProxyParts, fc.constantFrom('proxy:3128', `http://u:${SECRET}@proxy:3128`, `https://u:${SECRET}@[::1]:443/p?q`, `u:${SECRET}@p`, 'socks5://p:1080', '://x', 'http://', `http://u:${SECRET}@`), fc.constantFrom('api.example.com', '10.1.2.3', '::1', '[fd00::1]', 'LOCALHOST', 'xn--bcher-kva.de', 'bücher.de', 'a\nb'))
+  about:
+    "the agent's HTTPS_PROXY / NO_PROXY reading (parseNoProxy, proxyFromEnvironment, redactProxyUrl) and the hub's proxy settings (normalizeProxyUrl, maskProxyPassword): never throws but a one-line ProxySettingsError; the decision's reason is one line and never shows the password",
+  generate: fc
+    .tuple(
+      noProxyParts,
+      fc.constantFrom(
+        'proxy:3128',
+        `http://u:${SECRET}@proxy:3128`,
+        `https://u:${SECRET}@[::1]:443/p?q`,
+        `u:${SECRET}@p`,
+        'socks5://p:1080',
+        '://x',
+        'http://',
+        `http://u:${SECRET}@`,
+      ),
+      fc.constantFrom('api.example.com', '10.1.2.3', '::1', '[fd00::1]', 'LOCALHOST', 'xn--bcher-kva.de', 'bücher.de', 'a\nb'),
+    )
     .map(([np, proxy, host]) => Buffer.from(`${np}\u0000${proxy}\u0000${host}\u0000443`)),
   run(input) {
     const [noProxy = '', proxy = '', host = '', port = ''] = input.toString('utf8').split('\u0000');
@@ -32,11 +73,14 @@ export const proxyEnvTarget: FuzzTarget = {
     const hit = m.matches(host, port);
     check(typeof hit.bypass === 'boolean', 'no-proxy: no decision');
     const d = proxyFromEnvironment({ HTTPS_PROXY: proxy, NO_PROXY: noProxy }, host, Number(port) || 443);
-    if (!host.includes('\n') && !host.includes('\r') && !proxy.includes('\n') && !proxy.includes('\r')) checkOneLine(d.reason, 'proxy decision');
+    if (!host.includes('\n') && !host.includes('\r') && !proxy.includes('\n') && !proxy.includes('\r'))
+      checkOneLine(d.reason, 'proxy decision');
     // The password (what follows the user name's colon) never shows; the user name may.
     const parsed = parseProxyUrl(proxy);
     const password = parsed?.password ?? '';
-    const elsewhere = [host, noProxy, parsed?.username ?? '', parsed?.hostname ?? ''].some((t) => t.includes(password) || safeDecode(t).includes(password));
+    const elsewhere = [host, noProxy, parsed?.username ?? '', parsed?.hostname ?? ''].some(
+      (t) => t.includes(password) || safeDecode(t).includes(password),
+    );
     if (password.length >= 4 && !elsewhere) {
       check(!d.reason.includes(password), `proxy decision shows the password: ${d.reason}`);
       check(!redactProxyUrl(proxy).includes(password), `redactProxyUrl shows the password: ${redactProxyUrl(proxy)}`);
@@ -61,9 +105,37 @@ export const proxyEnvTarget: FuzzTarget = {
   },
 };
 
-const configLines = fc.array(fc.oneof(
-  fc.constantFrom('hub: hub.example.com:8091', 'cluster: c1', 'identifier:\n  - a\n  - b', 'x: &a 1', 'y: *a', 'z: !!str 1', 'k: |\n  multi', '---', '# comment', 'k: {a: 1}', 'k: [1, 2]', 'debug: true', 'v: 1.20', 'n: 0x1f', 'dup: 1', 'dup: 2', 'empty:', '? complex', '"q": "v"', '\t', 'k: "\\u0000"'),
-  fc.string({ maxLength: 16 })), { maxLength: 8 }).map((ls) => Buffer.from(ls.join('\n')));
+const configLines = fc
+  .array(
+    fc.oneof(
+      fc.constantFrom(
+        'hub: hub.example.com:8091',
+        'cluster: c1',
+        'identifier:\n  - a\n  - b',
+        'x: &a 1',
+        'y: *a',
+        'z: !!str 1',
+        'k: |\n  multi',
+        '---',
+        '# comment',
+        'k: {a: 1}',
+        'k: [1, 2]',
+        'debug: true',
+        'v: 1.20',
+        'n: 0x1f',
+        'dup: 1',
+        'dup: 2',
+        'empty:',
+        '? complex',
+        '"q": "v"',
+        '\t',
+        'k: "\\u0000"',
+      ),
+      fc.string({ maxLength: 16 }),
+    ),
+    { maxLength: 8 },
+  )
+  .map((ls) => Buffer.from(ls.join('\n')));
 
 export const configFileTarget: FuzzTarget = {
   name: 'config-file',
@@ -94,8 +166,12 @@ const PEM_LABELS = ['CERTIFICATE', 'PRIVATE KEY', 'RSA PRIVATE KEY', 'X', 'CERTI
 
 export const caBundleTarget: FuzzTarget = {
   name: 'ca-bundle',
-  about: 'a CA bundle (caCertificates: PEM blocks or base64 of them, as OCM\'s caBundle is written): certificates that parse and re-read to themselves, or a one-line ProxySettingsError',
-  generate: fc.array(fc.tuple(fc.constantFrom(...PEM_LABELS), fc.base64String({ maxLength: 200 }), fc.constantFrom('\n', '\r\n', ' ')), { maxLength: 3 })
+  about:
+    "a CA bundle (caCertificates: PEM blocks or base64 of them, as OCM's caBundle is written): certificates that parse and re-read to themselves, or a one-line ProxySettingsError",
+  generate: fc
+    .array(fc.tuple(fc.constantFrom(...PEM_LABELS), fc.base64String({ maxLength: 200 }), fc.constantFrom('\n', '\r\n', ' ')), {
+      maxLength: 3,
+    })
     .map((bs) => Buffer.from(bs.map(([l, b, eol]) => `-----BEGIN ${l}-----${eol}${b}${eol}-----END ${l}-----${eol}`).join(''))),
   run(input) {
     for (const bundle of [input, input.toString('latin1')]) {

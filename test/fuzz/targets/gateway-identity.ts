@@ -26,7 +26,8 @@ export function signedInputs(): Buffer[] {
 
 export const gatewayIdentityTarget: FuzzTarget = {
   name: 'gateway-identity',
-  about: 'the hub-signed identity the agent believes (verifyIdentity on a mutated assertion and signer): what verifies is exactly an identity the hub signed, anything else a one-line refusal',
+  about:
+    'the hub-signed identity the agent believes (verifyIdentity on a mutated assertion and signer): what verifies is exactly an identity the hub signed, anything else a one-line refusal',
   generate: fc.constantFrom(...signedInputs()),
   seeds: signedInputs,
   run(input) {
@@ -47,6 +48,9 @@ export const gatewayIdentityTarget: FuzzTarget = {
       checkOneLine(r.error, 'identity refusal');
       return;
     }
-    check(SIGNED.some((who) => isDeepStrictEqual(JSON.parse(JSON.stringify(r)), who)), `a changed assertion verified as ${JSON.stringify(r)}`);
+    check(
+      SIGNED.some((who) => isDeepStrictEqual(JSON.parse(JSON.stringify(r)), who)),
+      `a changed assertion verified as ${JSON.stringify(r)}`,
+    );
   },
 };

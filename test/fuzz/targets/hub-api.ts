@@ -19,16 +19,33 @@ let tlsAgent: https.Agent | null = null;
 let plainAgent: http.Agent | null = null;
 
 const ROUTES: readonly [string, string, 'agent' | 'admin'][] = [
-  ['POST', '/v1/bootstrap', 'agent'], ['POST', '/v1/renew', 'agent'], ['POST', '/v1/lease', 'agent'], ['GET', '/v1/replicas', 'agent'],
-  ['POST', '/v1/clusters', 'admin'], ['GET', '/v1/proxy-config/c1', 'admin'], ['POST', '/v1/proxy-config', 'admin'], ['DELETE', '/v1/clusters/c2', 'admin'],
-  ['GET', '/v1/managedclusters', 'admin'], ['GET', '/v1/nope', 'agent'], ['PUT', '/v1/lease', 'agent'],
+  ['POST', '/v1/bootstrap', 'agent'],
+  ['POST', '/v1/renew', 'agent'],
+  ['POST', '/v1/lease', 'agent'],
+  ['GET', '/v1/replicas', 'agent'],
+  ['POST', '/v1/clusters', 'admin'],
+  ['GET', '/v1/proxy-config/c1', 'admin'],
+  ['POST', '/v1/proxy-config', 'admin'],
+  ['DELETE', '/v1/clusters/c2', 'admin'],
+  ['GET', '/v1/managedclusters', 'admin'],
+  ['GET', '/v1/nope', 'agent'],
+  ['PUT', '/v1/lease', 'agent'],
 ];
 
 const BODIES = [
   '{"cluster":"c1","token":"abc.def","publicKey":"-----BEGIN PUBLIC KEY-----\\nMIIB\\n-----END PUBLIC KEY-----\\n","proof":"x"}',
   '{"agentID":"a1","version":"v1","phase":"Running","leaseDurationSeconds":60,"connectedServers":1,"serverCount":1,"apiserverReachable":true}',
-  '{"cluster":"c2","labels":{"a":"b"}}', '{"cluster":"c1","httpsProxy":"http://u:pw@proxy:3128","noProxy":"10.0.0.0/8"}',
-  '[]', 'null', '{}', '"x"', '{"cluster":"C1"}', '{"cluster":"' + 'a'.repeat(300) + '"}', '', '{', '\u0000',
+  '{"cluster":"c2","labels":{"a":"b"}}',
+  '{"cluster":"c1","httpsProxy":"http://u:pw@proxy:3128","noProxy":"10.0.0.0/8"}',
+  '[]',
+  'null',
+  '{}',
+  '"x"',
+  '{"cluster":"C1"}',
+  '{"cluster":"' + 'a'.repeat(300) + '"}',
+  '',
+  '{',
+  '\u0000',
 ];
 
 interface Answer {
@@ -41,7 +58,14 @@ function send(method: string, path: string, port: 'agent' | 'admin', body: Buffe
     const opts = { host: '127.0.0.1', method, path, headers: { 'content-type': 'application/json', 'content-length': body.length } };
     // The agent port serves the hub API to ALPN http/1.1 (the tunnel protocols otherwise).
     const tlsOpts: https.RequestOptions & { ALPNProtocols: string[] } = {
-      ...opts, port: ports!.agent, agent: tlsAgent!, servername: 'localhost', ca: ca.certPem, cert: agentCert.certPem, key: agentCert.keyPem, ALPNProtocols: ['http/1.1'],
+      ...opts,
+      port: ports!.agent,
+      agent: tlsAgent!,
+      servername: 'localhost',
+      ca: ca.certPem,
+      cert: agentCert.certPem,
+      key: agentCert.keyPem,
+      ALPNProtocols: ['http/1.1'],
     };
     const req = port === 'agent' ? https.request(tlsOpts) : http.request({ ...opts, port: ports!.admin, agent: plainAgent! });
     req.on('response', (res) => {
@@ -68,13 +92,19 @@ function requestFrom(input: Buffer): { method: string; path: string; port: 'agen
 
 export const hubApiTarget: FuzzTarget = {
   name: 'hub-api',
-  about: 'the hub API (bootstrap, renew, lease, replicas on the agent port; join, proxy settings, deletion on the admin port) on a real in-process hub: JSON answers, a refusal is a 4xx with a one-line error (never a 500), no request hangs, the hub answers afterwards',
-  generate: fc.tuple(fc.nat(ROUTES.length - 1), fc.nat(255), fc.oneof(fc.constantFrom(...BODIES), fc.json({ maxDepth: 2 })))
+  about:
+    'the hub API (bootstrap, renew, lease, replicas on the agent port; join, proxy settings, deletion on the admin port) on a real in-process hub: JSON answers, a refusal is a 4xx with a one-line error (never a 500), no request hangs, the hub answers afterwards',
+  generate: fc
+    .tuple(fc.nat(ROUTES.length - 1), fc.nat(255), fc.oneof(fc.constantFrom(...BODIES), fc.json({ maxDepth: 2 })))
     .map(([r, pick, body]) => Buffer.concat([Buffer.from([r, pick | 2]), Buffer.from(body)])),
   async setup() {
     hub = new Hub({
       server: {
-        bindAddress: '127.0.0.1', agentPort: 0, frontendPort: null, healthPort: null, adminPort: 0,
+        bindAddress: '127.0.0.1',
+        agentPort: 0,
+        frontendPort: null,
+        healthPort: null,
+        adminPort: 0,
         tls: { caCert: Buffer.from(ca.certPem), cert: Buffer.from(serving.certPem), key: Buffer.from(serving.keyPem) },
       },
       store: new MemoryStore(),
@@ -98,7 +128,10 @@ export const hubApiTarget: FuzzTarget = {
   async run(input) {
     const { method, path, port, body } = requestFrom(input);
     const answer = await within(send(method, path, port, body), 5000, `hub API ${method} ${path}`);
-    check(answer.status !== 500 && answer.status >= 200 && answer.status < 600, `hub API ${method} ${path}: status ${answer.status} ${answer.body}`);
+    check(
+      answer.status !== 500 && answer.status >= 200 && answer.status < 600,
+      `hub API ${method} ${path}: status ${answer.status} ${answer.body}`,
+    );
     let parsed: unknown;
     try {
       parsed = JSON.parse(answer.body);

@@ -3,7 +3,14 @@
 import { isDeepStrictEqual } from 'node:util';
 import fc from 'fast-check';
 import {
-  PacketDecodeError, PacketType, decodeDataHeader, decodePacket, encodeDataHeader, encodePacket, encodePacketParts, type Packet,
+  PacketDecodeError,
+  PacketType,
+  decodeDataHeader,
+  decodePacket,
+  encodeDataHeader,
+  encodePacket,
+  encodePacketParts,
+  type Packet,
 } from '../../../proto/src/index.js';
 import { check, checkBounded, checkOneLine, heldBytes, type FuzzTarget } from '../engine.js';
 
@@ -40,22 +47,41 @@ class ByteSource {
   }
 }
 
-const TYPES = [PacketType.DIAL_REQ, PacketType.DIAL_RSP, PacketType.CLOSE_REQ, PacketType.CLOSE_RSP, PacketType.DATA, PacketType.DIAL_CLS, PacketType.DRAIN, PacketType.CREDIT, PacketType.HALF_CLOSE];
+const TYPES = [
+  PacketType.DIAL_REQ,
+  PacketType.DIAL_RSP,
+  PacketType.CLOSE_REQ,
+  PacketType.CLOSE_RSP,
+  PacketType.DATA,
+  PacketType.DIAL_CLS,
+  PacketType.DRAIN,
+  PacketType.CREDIT,
+  PacketType.HALF_CLOSE,
+];
 
 /** A packet of any type (ANP's and our extensions: CREDIT, HALF_CLOSE, DialResponse.reason) chosen by `input`. */
 export function packetFrom(input: Buffer): Packet {
   const s = new ByteSource(input);
   const type = TYPES[s.byte() % TYPES.length]!;
   switch (type) {
-    case PacketType.DIAL_REQ: return { type, dialRequest: { protocol: s.string(), address: s.string(), random: s.int64() } };
-    case PacketType.DIAL_RSP: return { type, dialResponse: { error: s.string(), connectID: s.id(), random: s.int64(), reason: s.string() } };
-    case PacketType.CLOSE_REQ: return { type, closeRequest: { connectID: s.id() } };
-    case PacketType.CLOSE_RSP: return { type, closeResponse: { error: s.string(), connectID: s.id() } };
-    case PacketType.DATA: return { type, data: { connectID: s.id(), error: s.byte() % 4 === 0 ? s.string() : '', data: s.bytes() } };
-    case PacketType.DIAL_CLS: return { type, closeDial: { random: s.int64() } };
-    case PacketType.DRAIN: return { type };
-    case PacketType.CREDIT: return { type, credit: { connectID: s.id(), bytes: s.id() } };
-    case PacketType.HALF_CLOSE: return { type, halfClose: { connectID: s.id() } };
+    case PacketType.DIAL_REQ:
+      return { type, dialRequest: { protocol: s.string(), address: s.string(), random: s.int64() } };
+    case PacketType.DIAL_RSP:
+      return { type, dialResponse: { error: s.string(), connectID: s.id(), random: s.int64(), reason: s.string() } };
+    case PacketType.CLOSE_REQ:
+      return { type, closeRequest: { connectID: s.id() } };
+    case PacketType.CLOSE_RSP:
+      return { type, closeResponse: { error: s.string(), connectID: s.id() } };
+    case PacketType.DATA:
+      return { type, data: { connectID: s.id(), error: s.byte() % 4 === 0 ? s.string() : '', data: s.bytes() } };
+    case PacketType.DIAL_CLS:
+      return { type, closeDial: { random: s.int64() } };
+    case PacketType.DRAIN:
+      return { type };
+    case PacketType.CREDIT:
+      return { type, credit: { connectID: s.id(), bytes: s.id() } };
+    case PacketType.HALF_CLOSE:
+      return { type, halfClose: { connectID: s.id() } };
   }
 }
 
@@ -77,7 +103,8 @@ export function samePacket(a: Packet, b: Packet): boolean {
 
 function jsonSafe(_k: string, v: unknown): unknown {
   if (typeof v === 'bigint') return `${v}n`;
-  if (v && typeof v === 'object' && (v as { type?: string }).type === 'Buffer') return Buffer.from((v as { data: number[] }).data).toString('hex');
+  if (v && typeof v === 'object' && (v as { type?: string }).type === 'Buffer')
+    return Buffer.from((v as { data: number[] }).data).toString('hex');
   return v;
 }
 
@@ -93,7 +120,10 @@ export function checkEncodes(p: Packet, where: string): Buffer {
     const header = decodeDataHeader(bytes.subarray(0, Math.min(bytes.length, 23)), bytes.length);
     check(header !== null, `${where}: decodeDataHeader did not read our own DATA layout`);
     check(header.connectID === p.data.connectID, `${where}: decodeDataHeader read another connectID`);
-    check(encodeDataHeader(p.data.connectID, p.data.data.length).equals(bytes.subarray(0, header.headerLength)), `${where}: header length disagrees with encodeDataHeader`);
+    check(
+      encodeDataHeader(p.data.connectID, p.data.data.length).equals(bytes.subarray(0, header.headerLength)),
+      `${where}: header length disagrees with encodeDataHeader`,
+    );
   }
   return bytes;
 }
@@ -113,7 +143,10 @@ export function checkDecodes(bytes: Buffer, where: string): Packet | null {
   const canonical = encodePacket(p);
   check(samePacket(decodePacket(canonical), p), `${where}: the canonical encoding of a decoded packet decodes differently`);
   // Invalid UTF-8 in a string field decodes to U+FFFD (three bytes) per bad byte: at most threefold.
-  check(canonical.length <= 3 * bytes.length + 16, `${where}: the canonical form is ${canonical.length} bytes for a ${bytes.length}-byte input`);
+  check(
+    canonical.length <= 3 * bytes.length + 16,
+    `${where}: the canonical form is ${canonical.length} bytes for a ${bytes.length}-byte input`,
+  );
   // decodeDataHeader may read a prefix of this message only if it agrees with the full decoder.
   const header = decodeDataHeader(bytes.subarray(0, 23), bytes.length);
   if (header !== null) {
@@ -128,7 +161,8 @@ export const packetGenerator: fc.Arbitrary<Buffer> = fc.uint8Array({ maxLength: 
 
 export const packetCodecTarget: FuzzTarget = {
   name: 'packet-codec',
-  about: 'decodePacket on untrusted bytes (one-line PacketDecodeError or a packet whose canonical form is a fixpoint); encodePacket of every packet type, ANP\'s and our extensions (decodes back, same bytes, parts agree, DATA header agrees)',
+  about:
+    "decodePacket on untrusted bytes (one-line PacketDecodeError or a packet whose canonical form is a fixpoint); encodePacket of every packet type, ANP's and our extensions (decodes back, same bytes, parts agree, DATA header agrees)",
   generate: packetGenerator,
   run(input) {
     checkDecodes(input, 'decode');

@@ -4,7 +4,15 @@
 import { Duplex } from 'node:stream';
 import fc from 'fast-check';
 import {
-  DataViews, FrameError, FramedPacketStream, GrpcFramingError, GrpcMessageReader, PacketType, encodePacket, packets, type Packet,
+  DataViews,
+  FrameError,
+  FramedPacketStream,
+  GrpcFramingError,
+  GrpcMessageReader,
+  PacketType,
+  encodePacket,
+  packets,
+  type Packet,
 } from '../../../proto/src/index.js';
 import { check, checkBounded, checkOneLine, chunksOf, within, type FuzzTarget } from '../engine.js';
 import { packetFrom, packetsFrom, samePacket } from './packets.js';
@@ -21,7 +29,13 @@ function frame(kind: number, body: Buffer): Buffer {
 }
 
 function normalized(p: Packet): string {
-  return JSON.stringify(p, (_k, v: unknown) => (typeof v === 'bigint' ? `${v}n` : v && typeof v === 'object' && (v as { type?: string }).type === 'Buffer' ? Buffer.from((v as { data: number[] }).data).toString('hex') : v));
+  return JSON.stringify(p, (_k, v: unknown) =>
+    typeof v === 'bigint'
+      ? `${v}n`
+      : v && typeof v === 'object' && (v as { type?: string }).type === 'Buffer'
+        ? Buffer.from((v as { data: number[] }).data).toString('hex')
+        : v,
+  );
 }
 
 interface MuxRun {
@@ -48,11 +62,12 @@ async function readMux(chunks: readonly Buffer[], views: boolean, inputBytes: nu
     const held = stream['received'].length;
     checkBounded(held, inputBytes, 'mux: bytes held');
   });
-  if (views) stream.onDataViews((connectID, cs, length) => {
-    check(cs.reduce((n, c) => n + c.length, 0) === length, 'mux: DataViews length is not the sum of its chunks');
-    check(length > 0, 'mux: an empty DATA payload came as views');
-    events.push(`packet ${normalized(packets.data(connectID, Buffer.concat(cs, length)))}`);
-  });
+  if (views)
+    stream.onDataViews((connectID, cs, length) => {
+      check(cs.reduce((n, c) => n + c.length, 0) === length, 'mux: DataViews length is not the sum of its chunks');
+      check(length > 0, 'mux: an empty DATA payload came as views');
+      events.push(`packet ${normalized(packets.data(connectID, Buffer.concat(cs, length)))}`);
+    });
   stream.on('error', (err: Error) => {
     check(err instanceof FrameError, `mux: 'error' with ${err.name}: ${err.message}`);
     checkOneLine(err.message, 'mux error');
@@ -67,20 +82,40 @@ async function readMux(chunks: readonly Buffer[], views: boolean, inputBytes: nu
   return { events, written };
 }
 
-const helloArb = fc.dictionary(fc.constantFrom('agentID', 'identifiers', 'capabilities', 'serverID', 'error', 'x'), fc.array(fc.string({ maxLength: 12 }), { maxLength: 3 }), { maxKeys: 4 });
+const helloArb = fc.dictionary(
+  fc.constantFrom('agentID', 'identifiers', 'capabilities', 'serverID', 'error', 'x'),
+  fc.array(fc.string({ maxLength: 12 }), { maxLength: 3 }),
+  { maxKeys: 4 },
+);
 
 export const muxFramesTarget: FuzzTarget = {
   name: 'mux-frames',
-  about: 'FramedPacketStream (hello, PACKET, PING/PONG) on untrusted bytes: same hellos, packets and one-line FrameError however the bytes are chunked and with zero-copy DATA on or off; always closes; held bytes and PONG bytes bounded',
-  generate: fc.tuple(helloArb, fc.array(fc.oneof(fc.uint8Array({ maxLength: 80 }), fc.constant(null)), { maxLength: 8 })).map(([hello, items]) =>
-    Buffer.concat([frame(0, Buffer.from(JSON.stringify(hello))), ...items.map((it) => (it === null ? frame(2, Buffer.alloc(0)) : frame(1, encodePacket(packetFrom(Buffer.from(it))))))])),
+  about:
+    'FramedPacketStream (hello, PACKET, PING/PONG) on untrusted bytes: same hellos, packets and one-line FrameError however the bytes are chunked and with zero-copy DATA on or off; always closes; held bytes and PONG bytes bounded',
+  generate: fc
+    .tuple(helloArb, fc.array(fc.oneof(fc.uint8Array({ maxLength: 80 }), fc.constant(null)), { maxLength: 8 }))
+    .map(([hello, items]) =>
+      Buffer.concat([
+        frame(0, Buffer.from(JSON.stringify(hello))),
+        ...items.map((it) => (it === null ? frame(2, Buffer.alloc(0)) : frame(1, encodePacket(packetFrom(Buffer.from(it)))))),
+      ]),
+    ),
   async run(input) {
     const whole = await readMux([input], false, input.length);
     const cut = await readMux(chunksOf(input, 7), true, input.length);
-    const bytewise = input.length <= 256 ? await readMux(chunksOf(input, 0).flatMap((c) => [...c].map((b) => Buffer.from([b]))), true, input.length) : cut;
+    const bytewise =
+      input.length <= 256
+        ? await readMux(
+            chunksOf(input, 0).flatMap((c) => [...c].map((b) => Buffer.from([b]))),
+            true,
+            input.length,
+          )
+        : cut;
     for (const other of [cut, bytewise]) {
-      check(other.events.length === whole.events.length && other.events.every((e, i) => e === whole.events[i]),
-        `mux: chunking or zero-copy DATA changed what was read:\n${whole.events.join('\n')}\n---\n${other.events.join('\n')}`);
+      check(
+        other.events.length === whole.events.length && other.events.every((e, i) => e === whole.events[i]),
+        `mux: chunking or zero-copy DATA changed what was read:\n${whole.events.join('\n')}\n---\n${other.events.join('\n')}`,
+      );
     }
     // A PONG (5 bytes) per PING (5 bytes), nothing else is written back.
     check(whole.written <= input.length, `mux: wrote back ${whole.written} bytes for a ${input.length}-byte input`);
@@ -131,15 +166,26 @@ function grpcMessage(body: Buffer): Buffer {
 
 export const grpcMessagesTarget: FuzzTarget = {
   name: 'grpc-messages',
-  about: 'GrpcMessageReader on untrusted bytes: same packets and one-line GrpcFramingError however chunked and with DataViews on or off; held bytes within one message plus a chunk',
-  generate: fc.array(fc.uint8Array({ maxLength: 120 }), { maxLength: 8 }).map((items) => Buffer.concat(packetsFrom(Buffer.concat(items.map((i) => Buffer.from(i))), 8).map((p) => grpcMessage(encodePacket(p))))),
+  about:
+    'GrpcMessageReader on untrusted bytes: same packets and one-line GrpcFramingError however chunked and with DataViews on or off; held bytes within one message plus a chunk',
+  generate: fc
+    .array(fc.uint8Array({ maxLength: 120 }), { maxLength: 8 })
+    .map((items) =>
+      Buffer.concat(packetsFrom(Buffer.concat(items.map((i) => Buffer.from(i))), 8).map((p) => grpcMessage(encodePacket(p)))),
+    ),
   run(input) {
     const whole = readGrpc([input], false, input.length);
-    for (const [chunks, views] of [[chunksOf(input, 3), true], [chunksOf(input, 11), false]] as const) {
+    for (const [chunks, views] of [
+      [chunksOf(input, 3), true],
+      [chunksOf(input, 11), false],
+    ] as const) {
       const other = readGrpc(chunks, views, input.length);
       // A message the whole read refused may come out of a chunked read's earlier pushes only up to the error.
       check(other.error === whole.error, `grpc: chunking changed the error: ${whole.error} vs ${other.error}`);
-      check(other.out.length === whole.out.length && other.out.every((e, i) => e === whole.out[i]), 'grpc: chunking or DataViews changed the packets read');
+      check(
+        other.out.length === whole.out.length && other.out.every((e, i) => e === whole.out[i]),
+        'grpc: chunking or DataViews changed the packets read',
+      );
       if (!whole.error) check(other.pending === whole.pending, 'grpc: chunking changed the bytes left pending');
     }
   },

@@ -48,7 +48,14 @@ interface SdkTunnel {
   close(): void;
   readonly activeTransport: string;
 }
-type SdkTunnelClass = new (opts: { address: string; serverName: string; caCert: Buffer; cert: Buffer; key: Buffer; transport: 'mux' }) => SdkTunnel;
+type SdkTunnelClass = new (opts: {
+  address: string;
+  serverName: string;
+  caCert: Buffer;
+  cert: Buffer;
+  key: Buffer;
+  transport: 'mux';
+}) => SdkTunnel;
 
 interface Build {
   name: string;
@@ -64,7 +71,10 @@ interface Subject {
 const FIGURES: readonly CpuFigure[] = ['client', 'hub', 'agent', 'target', 'proxy'];
 
 async function exists(file: string): Promise<boolean> {
-  return access(file).then(() => true, () => false);
+  return access(file).then(
+    () => true,
+    () => false,
+  );
 }
 
 /** The build's `cluster-proxy` entry: cli/dist/main.js, or client/dist/cli/main.js before the CLI had its own package. */
@@ -93,7 +103,10 @@ async function commitOf(dir: string): Promise<string> {
     const head = (await readFile(path.join(gitDir, 'HEAD'), 'utf8')).trim();
     if (!head.startsWith('ref: ')) return head.slice(0, 7);
     const ref = head.slice(5);
-    const common = await readFile(path.join(gitDir, 'commondir'), 'utf8').then((c) => path.resolve(gitDir, c.trim()), () => gitDir);
+    const common = await readFile(path.join(gitDir, 'commondir'), 'utf8').then(
+      (c) => path.resolve(gitDir, c.trim()),
+      () => gitDir,
+    );
     const hash = await readFile(path.join(gitDir, ref), 'utf8').catch(() => readFile(path.join(common, ref), 'utf8'));
     return `${hash.trim().slice(0, 7)} (${ref.replace('refs/heads/', '')})`;
   } catch {
@@ -123,14 +136,23 @@ function fmt(value: number | null, digits = 2): string {
 
 function table(header: readonly string[], body: readonly (readonly string[])[]): string {
   const widths = header.map((h, i) => Math.max(h.length, ...body.map((row) => (row[i] ?? '').length)));
-  const line = (cells: readonly string[]): string => cells.map((c, i) => (i < 2 ? c.padEnd(widths[i] ?? 0) : c.padStart(widths[i] ?? 0))).join(' | ');
+  const line = (cells: readonly string[]): string =>
+    cells.map((c, i) => (i < 2 ? c.padEnd(widths[i] ?? 0) : c.padStart(widths[i] ?? 0))).join(' | ');
   return [line(header), widths.map((w) => '-'.repeat(w)).join('-|-'), ...body.map(line)].join('\n');
 }
 
 function parse(argv: string[]) {
   return parseArgs({
     args: argv[0] === '--' ? argv.slice(1) : argv,
-    options: { build: { type: 'string', multiple: true }, rounds: { type: 'string' }, seconds: { type: 'string' }, 'no-ssh': { type: 'boolean' }, json: { type: 'string' }, 'cpu-prof': { type: 'string' }, help: { type: 'boolean' } },
+    options: {
+      build: { type: 'string', multiple: true },
+      rounds: { type: 'string' },
+      seconds: { type: 'string' },
+      'no-ssh': { type: 'boolean' },
+      json: { type: 'string' },
+      'cpu-prof': { type: 'string' },
+      help: { type: 'boolean' },
+    },
     strict: true,
     allowPositionals: false,
   }).values;
@@ -186,13 +208,25 @@ async function main(): Promise<number> {
     const portOf = (target: TargetName): number => targets.ports[target];
 
     const subjects: Subject[] = [];
-    const runsFor = (dialer: Dialer): Record<Direction, ThroughputRun> => ({ up: new ThroughputRun(dialer, 'up', cfg, 1, true), down: new ThroughputRun(dialer, 'down', cfg, 1, true) });
+    const runsFor = (dialer: Dialer): Record<Direction, ThroughputRun> => ({
+      up: new ThroughputRun(dialer, 'up', cfg, 1, true),
+      down: new ThroughputRun(dialer, 'down', cfg, 1, true),
+    });
 
     if (!values['no-ssh']) {
       const tools = await findSshTools(log);
       if (tools.ok) {
         const sshd = await startSshd(tools.tools, register);
-        const tunnel = await startSshTunnel(tools.tools, sshd, { label: 'ab', sshPort: sshd.port, targets: { echo: portOf('echo'), sink: portOf('sink'), sinkHash: portOf('sinkHash'), source: portOf('source') } }, register);
+        const tunnel = await startSshTunnel(
+          tools.tools,
+          sshd,
+          {
+            label: 'ab',
+            sshPort: sshd.port,
+            targets: { echo: portOf('echo'), sink: portOf('sink'), sinkHash: portOf('sinkHash'), source: portOf('source') },
+          },
+          register,
+        );
         const sshPid = tunnel.proc.pid;
         if (sshPid === undefined) throw new Error('ssh has no pid');
         const processes: PathProcesses = { hub: tunnel.sessionPids, agent: [sshPid], target: [targetPid] };
@@ -217,8 +251,21 @@ async function main(): Promise<number> {
       const cli = await cliOf(build.dir);
       const Tunnel = await sdkOf(build.dir);
       log(`starting ${build.name} (${build.commit}, ${cli}) ...`);
-      const cluster = await startCluster(pki, { label: `ab-${build.name}`, transport: 'mux', cli, onStarted: register, ...(values['cpu-prof'] ? { cpuProfDir: path.resolve(values['cpu-prof']) } : {}) });
-      const tunnel = new Tunnel({ address: `127.0.0.1:${cluster.hub.ports.frontend}`, serverName: 'localhost', caCert, cert, key, transport: 'mux' });
+      const cluster = await startCluster(pki, {
+        label: `ab-${build.name}`,
+        transport: 'mux',
+        cli,
+        onStarted: register,
+        ...(values['cpu-prof'] ? { cpuProfDir: path.resolve(values['cpu-prof']) } : {}),
+      });
+      const tunnel = new Tunnel({
+        address: `127.0.0.1:${cluster.hub.ports.frontend}`,
+        serverName: 'localhost',
+        caCert,
+        cert,
+        key,
+        transport: 'mux',
+      });
       register(`tunnel-${build.name}`, async () => tunnel.close());
       const processes: PathProcesses = { hub: [cluster.hub.pid], agent: [cluster.agentPid], target: [targetPid] };
       const dialer: Dialer = {
@@ -250,14 +297,24 @@ async function main(): Promise<number> {
       const after = (await readFile('/proc/loadavg', 'utf8')).trim();
       const tcpAfter = await tcpMemory();
       // Under TCP memory pressure the proxies' throughput (and batch sizes) collapse: such a round is flagged.
-      const tcpPressureMs = tcpBefore && tcpAfter && Number.isFinite(tcpAfter.pressureMs - tcpBefore.pressureMs) ? tcpAfter.pressureMs - tcpBefore.pressureMs : null;
+      const tcpPressureMs =
+        tcpBefore && tcpAfter && Number.isFinite(tcpAfter.pressureMs - tcpBefore.pressureMs)
+          ? tcpAfter.pressureMs - tcpBefore.pressureMs
+          : null;
       loads.push({ round: round + 1, before, after, tcpPressureMs });
       log(`round ${round + 1}: /proc/loadavg ${before} -> ${after}; TCP memory pressure ${tcpPressureMs ?? 'n/a'} ms`);
     }
     if (stopping()) return 1;
     machine['load after'] = loadAverage();
 
-    const header = ['subject', 'dir', 'MB/s', ...FIGURES.map((f) => `${CPU_FIGURE_LABELS[f].replace('CPU ', '')} ${CPU_UNIT}`), 'hub+agent per round', 'MB/s per round'];
+    const header = [
+      'subject',
+      'dir',
+      'MB/s',
+      ...FIGURES.map((f) => `${CPU_FIGURE_LABELS[f].replace('CPU ', '')} ${CPU_UNIT}`),
+      'hub+agent per round',
+      'MB/s per round',
+    ];
     const body: string[][] = [];
     const json: Record<string, unknown>[] = [];
     for (const subject of subjects) {
@@ -268,11 +325,21 @@ async function main(): Promise<number> {
         const { cpu } = run;
         if (!cpu) continue;
         body.push([
-          subject.name, dir, fmt(v[0] ?? null, 1), ...FIGURES.map((f) => fmt(cpu.perGiB(f), 3)),
-          cpu.perRound('proxy').map((x) => x.toFixed(2)).join(' '), (r[0] ?? []).map((x) => x.toFixed(0)).join(' '),
+          subject.name,
+          dir,
+          fmt(v[0] ?? null, 1),
+          ...FIGURES.map((f) => fmt(cpu.perGiB(f), 3)),
+          cpu
+            .perRound('proxy')
+            .map((x) => x.toFixed(2))
+            .join(' '),
+          (r[0] ?? []).map((x) => x.toFixed(0)).join(' '),
         ]);
         json.push({
-          subject: subject.name, dir, mbPerSecond: v[0] ?? null, mbPerSecondRounds: r[0] ?? [],
+          subject: subject.name,
+          dir,
+          mbPerSecond: v[0] ?? null,
+          mbPerSecondRounds: r[0] ?? [],
           cpuSecondsPerGiB: Object.fromEntries(FIGURES.map((f) => [f, cpu.perGiB(f)])),
           cpuRounds: Object.fromEntries(FIGURES.map((f) => [f, cpu.perRound(f)])),
           cpuBoundPerGiB: Object.fromEntries(FIGURES.map((f) => [f, cpu.boundPerGiB(f)])),
@@ -296,10 +363,13 @@ async function main(): Promise<number> {
         const cpuRounds = perRound(a.cpu?.perRound('proxy') ?? [], b.cpu?.perRound('proxy') ?? []);
         const mbRounds = perRound(a.roundValues()[0] ?? [], b.roundValues()[0] ?? []);
         const calm = (r: number[]): number[] => r.filter((_, i) => loads[i]?.tcpPressureMs === 0);
-        const calmText = (r: number[]): string => (loads.some((l) => l.tcpPressureMs !== 0) ? `, without TCP pressure ${fmt(median(calm(r)))}x` : '');
-        ratios.push(`${subject.name}/${reference.name} ${dir}: hub+agent CPU/GiB ${fmt(cpuRatio)}x (per round ${cpuRounds.map((r) => r.toFixed(2)).join(' ')}, median ${fmt(median(cpuRounds))}x${calmText(cpuRounds)}), `
-          + `client ${fmt((a.cpu?.perGiB('client') ?? NaN) / (b.cpu?.perGiB('client') ?? NaN))}x, `
-          + `MB/s ${fmt(mbRatio)}x (per round ${mbRounds.map((r) => r.toFixed(2)).join(' ')}, median ${fmt(median(mbRounds))}x${calmText(mbRounds)})`);
+        const calmText = (r: number[]): string =>
+          loads.some((l) => l.tcpPressureMs !== 0) ? `, without TCP pressure ${fmt(median(calm(r)))}x` : '';
+        ratios.push(
+          `${subject.name}/${reference.name} ${dir}: hub+agent CPU/GiB ${fmt(cpuRatio)}x (per round ${cpuRounds.map((r) => r.toFixed(2)).join(' ')}, median ${fmt(median(cpuRounds))}x${calmText(cpuRounds)}), ` +
+            `client ${fmt((a.cpu?.perGiB('client') ?? NaN) / (b.cpu?.perGiB('client') ?? NaN))}x, ` +
+            `MB/s ${fmt(mbRatio)}x (per round ${mbRounds.map((r) => r.toFixed(2)).join(' ')}, median ${fmt(median(mbRounds))}x${calmText(mbRounds)})`,
+        );
       }
     }
     const out = [
@@ -310,7 +380,9 @@ async function main(): Promise<number> {
       '',
       ...ratios,
       '',
-      ...loads.map((l) => `round ${l.round}: /proc/loadavg ${l.before} -> ${l.after}; ${l.tcpPressureMs ?? 'n/a'} ms under TCP memory pressure`),
+      ...loads.map(
+        (l) => `round ${l.round}: /proc/loadavg ${l.before} -> ${l.after}; ${l.tcpPressureMs ?? 'n/a'} ms under TCP memory pressure`,
+      ),
       ...subjects.flatMap((s) => (['up', 'down'] as const).map((dir) => `note ${s.name} ${dir}: ${s.runs[dir].notes().join('; ')}`)),
     ];
     process.stdout.write(`${out.join('\n')}\n`);

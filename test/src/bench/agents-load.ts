@@ -13,8 +13,24 @@
 import { randomUUID } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import {
-  AGENT_CONNECT_PATH, CAP_CREDIT, CAP_HALF_CLOSE, INITIAL_CONNECTION_WINDOW, GrpcClient, HTTP2_CONNECTION_WINDOW, HTTP2_STREAM_WINDOW, MAX_MESSAGE_BYTES, MD_AGENT_ID,
-  MD_AGENT_IDENTIFIERS, MD_CAPABILITIES, MD_SERVER_ID, MD_WINDOW, clusterHostNames, connectMux, emptyIdentifiers, formatIdentifiers, type Hello,
+  AGENT_CONNECT_PATH,
+  CAP_CREDIT,
+  CAP_HALF_CLOSE,
+  INITIAL_CONNECTION_WINDOW,
+  GrpcClient,
+  HTTP2_CONNECTION_WINDOW,
+  HTTP2_STREAM_WINDOW,
+  MAX_MESSAGE_BYTES,
+  MD_AGENT_ID,
+  MD_AGENT_IDENTIFIERS,
+  MD_CAPABILITIES,
+  MD_SERVER_ID,
+  MD_WINDOW,
+  clusterHostNames,
+  connectMux,
+  emptyIdentifiers,
+  formatIdentifiers,
+  type Hello,
 } from '@cluster-proxy/proto';
 import { exitWithParent } from './child-util.js';
 import type { TlsFiles } from './clients.js';
@@ -59,7 +75,15 @@ async function main(): Promise<void> {
   const openMux = async (): Promise<void> => {
     const hello: Hello = {};
     for (const [k, v] of Object.entries(metadata())) hello[k] = [v];
-    const { stream, hello: answer } = await connectMux({ address: job.hubAddress, caCert, cert, key, serverName: 'localhost', hello, timeoutMs: TIMEOUT_MS });
+    const { stream, hello: answer } = await connectMux({
+      address: job.hubAddress,
+      caCert,
+      cert,
+      key,
+      serverName: 'localhost',
+      hello,
+      timeoutMs: TIMEOUT_MS,
+    });
     if ((answer[MD_SERVER_ID] ?? []).length !== 1) throw new Error('hub answered without serverID');
     stream.startKeepalive(15_000, 10_000);
     holding++;
@@ -76,41 +100,46 @@ async function main(): Promise<void> {
     stream.on('close', onGone);
   };
 
-  const openGrpc = (): Promise<void> => new Promise((resolve, reject) => {
-    const client = new GrpcClient({
-      address: job.hubAddress, tls: { ca: caCert, cert, key, serverName: 'localhost' },
-      streamWindow: HTTP2_STREAM_WINDOW, connectionWindow: HTTP2_CONNECTION_WINDOW, maxMessageBytes: MAX_MESSAGE_BYTES,
-      keepalive: { intervalMs: 15_000, timeoutMs: 10_000 }, refWhenIdle: true,
-    });
-    const call = client.call(AGENT_CONNECT_PATH, metadata());
-    let settled = false;
-    const timer = setTimeout(() => {
-      settled = true;
-      client.close();
-      reject(new Error(`no response headers within ${TIMEOUT_MS} ms`));
-    }, TIMEOUT_MS);
-    call.on('data', () => {});
-    call.on('error', (err: Error) => {
-      if (!settled) {
+  const openGrpc = (): Promise<void> =>
+    new Promise((resolve, reject) => {
+      const client = new GrpcClient({
+        address: job.hubAddress,
+        tls: { ca: caCert, cert, key, serverName: 'localhost' },
+        streamWindow: HTTP2_STREAM_WINDOW,
+        connectionWindow: HTTP2_CONNECTION_WINDOW,
+        maxMessageBytes: MAX_MESSAGE_BYTES,
+        keepalive: { intervalMs: 15_000, timeoutMs: 10_000 },
+        refWhenIdle: true,
+      });
+      const call = client.call(AGENT_CONNECT_PATH, metadata());
+      let settled = false;
+      const timer = setTimeout(() => {
+        settled = true;
+        client.close();
+        reject(new Error(`no response headers within ${TIMEOUT_MS} ms`));
+      }, TIMEOUT_MS);
+      call.on('data', () => {});
+      call.on('error', (err: Error) => {
+        if (!settled) {
+          settled = true;
+          clearTimeout(timer);
+          client.close();
+          reject(err);
+        } else gone();
+      });
+      call.once('metadata', (headers: Record<string, string[]>) => {
+        if (settled) return;
         settled = true;
         clearTimeout(timer);
-        client.close();
-        reject(err);
-      } else gone();
+        if ((headers[MD_SERVER_ID] ?? []).length !== 1) {
+          client.close();
+          reject(new Error('hub answered without serverID'));
+          return;
+        }
+        holding++;
+        resolve();
+      });
     });
-    call.once('metadata', (headers: Record<string, string[]>) => {
-      if (settled) return;
-      settled = true;
-      clearTimeout(timer);
-      if ((headers[MD_SERVER_ID] ?? []).length !== 1) {
-        client.close();
-        reject(new Error('hub answered without serverID'));
-        return;
-      }
-      holding++;
-      resolve();
-    });
-  });
 
   const open = job.transport === 'mux' ? openMux : openGrpc;
   let started = 0;

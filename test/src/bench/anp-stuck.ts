@@ -26,7 +26,11 @@ import type { StuckJob } from './stuck-client.js';
 
 const { values: flags } = parseArgs({
   options: {
-    'proxy-server': { type: 'string', default: process.env['ANP_PROXY_SERVER'] ?? path.join(os.homedir(), '.cache/cluster-proxy/real-peers/proxy-server-v0.36.0/proxy-server') },
+    'proxy-server': {
+      type: 'string',
+      default:
+        process.env['ANP_PROXY_SERVER'] ?? path.join(os.homedir(), '.cache/cluster-proxy/real-peers/proxy-server-v0.36.0/proxy-server'),
+    },
     count: { type: 'string', default: '1024' },
     seconds: { type: 'string', default: '20' },
   },
@@ -52,32 +56,70 @@ async function main(): Promise<void> {
   try {
     const targets = await startTargets();
     stops.push(targets.stop);
-    const [serverPort, agentPort, adminPort, healthPort] = [await freeLoopbackPort(), await freeLoopbackPort(), await freeLoopbackPort(), await freeLoopbackPort()];
+    const [serverPort, agentPort, adminPort, healthPort] = [
+      await freeLoopbackPort(),
+      await freeLoopbackPort(),
+      await freeLoopbackPort(),
+      await freeLoopbackPort(),
+    ];
     // Loopback only; mTLS on both sides with the bench PKI; one replica, no leases, no agent tokens.
-    const server = reapOnDeath(spawnProcess({
-      name: 'anp-proxy-server', command: binary, args: [
-        '--mode=grpc', '--server-bind-address=127.0.0.1', `--server-port=${serverPort}`, '--agent-bind-address=127.0.0.1', `--agent-port=${agentPort}`,
-        '--admin-bind-address=127.0.0.1', `--admin-port=${adminPort}`, '--health-bind-address=127.0.0.1', `--health-port=${healthPort}`,
-        `--server-ca-cert=${pki.caPath}`, `--server-cert=${pki.server.certPath}`, `--server-key=${pki.server.keyPath}`,
-        `--cluster-ca-cert=${pki.caPath}`, `--cluster-cert=${pki.server.certPath}`, `--cluster-key=${pki.server.keyPath}`,
-        '--server-count=1', '--proxy-strategies=default', '--v=0',
-      ],
-    }));
+    const server = reapOnDeath(
+      spawnProcess({
+        name: 'anp-proxy-server',
+        command: binary,
+        args: [
+          '--mode=grpc',
+          '--server-bind-address=127.0.0.1',
+          `--server-port=${serverPort}`,
+          '--agent-bind-address=127.0.0.1',
+          `--agent-port=${agentPort}`,
+          '--admin-bind-address=127.0.0.1',
+          `--admin-port=${adminPort}`,
+          '--health-bind-address=127.0.0.1',
+          `--health-port=${healthPort}`,
+          `--server-ca-cert=${pki.caPath}`,
+          `--server-cert=${pki.server.certPath}`,
+          `--server-key=${pki.server.keyPath}`,
+          `--cluster-ca-cert=${pki.caPath}`,
+          `--cluster-cert=${pki.server.certPath}`,
+          `--cluster-key=${pki.server.keyPath}`,
+          '--server-count=1',
+          '--proxy-strategies=default',
+          '--v=0',
+        ],
+      }),
+    );
     stops.push(async () => server.stop(5000));
     const agent = await startAgent(pki, 'anp', `127.0.0.1:${agentPort}`, { label: 'anp', transport: 'grpc' });
     stops.push(async () => agent.stop(5000));
     await waitUntil('the agent at the proxy-server', server, 20_000, async () =>
-      /^konnectivity_network_proxy_server_ready_backend_connections 1$/m.test(await metricsText(healthPort)) ? true : undefined);
+      /^konnectivity_network_proxy_server_ready_backend_connections 1$/m.test(await metricsText(healthPort)) ? true : undefined,
+    );
     const pid = server.pid!;
     const anon = async (): Promise<number> => (await procStatusKiB(pid, 'RssAnon')) ?? 0;
     await sleep(5000);
     const before = { anon: await anon(), socket: (await socketMemory(pid)) / 1024 };
     let peak = before.anon;
-    const sampler = setInterval(() => void anon().then((kib) => { peak = Math.max(peak, kib); }), 100);
+    const sampler = setInterval(
+      () =>
+        void anon().then((kib) => {
+          peak = Math.max(peak, kib);
+        }),
+      100,
+    );
     try {
       const job: StuckJob = {
-        spec: { kind: 'anp', address: `127.0.0.1:${serverPort}`, tls: { caPath: pki.caPath, certPath: pki.client.certPath, keyPath: pki.client.keyPath }, targets: targets.ports },
-        count, concurrency: 64, seconds, chunkBytes: 64 * 1024, perConnectionLimit: 256 * MiB,
+        spec: {
+          kind: 'anp',
+          address: `127.0.0.1:${serverPort}`,
+          tls: { caPath: pki.caPath, certPath: pki.client.certPath, keyPath: pki.client.keyPath },
+          targets: targets.ports,
+        },
+        count,
+        concurrency: 64,
+        seconds,
+        chunkBytes: 64 * 1024,
+        perConnectionLimit: 256 * MiB,
       };
       child = spawnHelper(`stuck-client-anp-${count}`, 'stuck-client.js', job);
       const opened = await child.waitForJsonLine((o) => 'opened' in o, 60_000 + count * 100);
@@ -92,12 +134,17 @@ async function main(): Promise<void> {
       await sleep(10_000);
       const after = await anon();
       const growthKiB = peak + held.socket - before.anon - before.socket;
-      process.stdout.write(`${JSON.stringify({
-        server: 'ANP proxy-server v0.36.0', count, opened: Number(opened['opened']), acceptedMiB: Number(filled['filled']) / MiB,
-        anonMiB: { before: before.anon / 1024, peak: peak / 1024, held: held.anon / 1024, after: after / 1024 },
-        socketMiB: { before: before.socket / 1024, held: held.socket / 1024 },
-        growthKiBPerConnection: growthKiB / count,
-      })}\n`);
+      process.stdout.write(
+        `${JSON.stringify({
+          server: 'ANP proxy-server v0.36.0',
+          count,
+          opened: Number(opened['opened']),
+          acceptedMiB: Number(filled['filled']) / MiB,
+          anonMiB: { before: before.anon / 1024, peak: peak / 1024, held: held.anon / 1024, after: after / 1024 },
+          socketMiB: { before: before.socket / 1024, held: held.socket / 1024 },
+          growthKiBPerConnection: growthKiB / count,
+        })}\n`,
+      );
     } finally {
       clearInterval(sampler);
     }
@@ -108,7 +155,10 @@ async function main(): Promise<void> {
   }
 }
 
-main().then(() => process.exit(0), (err: unknown) => {
-  process.stderr.write(`anp-stuck: ${err instanceof Error ? err.stack ?? err.message : String(err)}\n`);
-  process.exit(1);
-});
+main().then(
+  () => process.exit(0),
+  (err: unknown) => {
+    process.stderr.write(`anp-stuck: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}\n`);
+    process.exit(1);
+  },
+);

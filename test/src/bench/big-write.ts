@@ -5,7 +5,16 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { payloadBlock, payloadSha256 } from '../fixtures/index.js';
 import { errorMessage, Pinger, readToEnd, SocketScope } from './io.js';
 import type { Dialer } from './paths.js';
-import { describeBytes, DIAL_TIMEOUT_MS, meanOrNull, parseSinkReply, withTimeout, type BenchConfig, type PathRun, type Scenario } from './scenarios.js';
+import {
+  describeBytes,
+  DIAL_TIMEOUT_MS,
+  meanOrNull,
+  parseSinkReply,
+  withTimeout,
+  type BenchConfig,
+  type PathRun,
+  type Scenario,
+} from './scenarios.js';
 import { mbPerSecond, MiB, Samples } from './stats.js';
 
 /** Between the echo pings on the other connection. */
@@ -52,7 +61,10 @@ class BigWriteRun implements PathRun {
   private readonly perRound: number[][] = [[], [], [], []];
   private readonly notesList: string[] = [];
 
-  constructor(private readonly dialer: Dialer, private readonly cfg: BenchConfig) {}
+  constructor(
+    private readonly dialer: Dialer,
+    private readonly cfg: BenchConfig,
+  ) {}
 
   async measure(): Promise<string> {
     const bytes = this.cfg.bigWriteBytes;
@@ -85,7 +97,12 @@ class BigWriteRun implements PathRun {
       const seconds = (performance.now() - started) / 1000;
       const during = await beside.stop();
       // Still open and answering afterwards?
-      const lastPing = during.error ? during.error : await withTimeout(pinger.ping(), ECHO_STUCK_MS, 'echo').then(() => '', (err: unknown) => errorMessage(err));
+      const lastPing = during.error
+        ? during.error
+        : await withTimeout(pinger.ping(), ECHO_STUCK_MS, 'echo').then(
+            () => '',
+            (err: unknown) => errorMessage(err),
+          );
 
       const faults: string[] = [];
       if (writeError) faults.push(`the big write FAILED: ${writeError}`);
@@ -102,9 +119,10 @@ class BigWriteRun implements PathRun {
       }
       this.perRound[3]!.push(faults.length);
       const max = during.rtts.count > 0 ? Math.max(...during.rtts.values()) : Number.NaN;
-      const summary = `${describeBytes(bytes)} in one write(): ${writeError ? 'failed' : `${seconds.toFixed(2)} s = ${mbps.toFixed(1)} MB/s, sha256 ${result?.sha256 === expected ? 'ok' : 'WRONG'}`}; `
-        + `echo beside it: ${during.rtts.count} round trips, p50 ${p50.toFixed(1)} ms, p99 ${p99.toFixed(1)} ms, max ${max.toFixed(0)} ms `
-        + `(alone: p50 ${solo.rtts.percentile(50).toFixed(1)} ms, p99 ${solo.rtts.percentile(99).toFixed(1)} ms), ${lastPing ? 'NOT open/answering after' : 'still open after'}`;
+      const summary =
+        `${describeBytes(bytes)} in one write(): ${writeError ? 'failed' : `${seconds.toFixed(2)} s = ${mbps.toFixed(1)} MB/s, sha256 ${result?.sha256 === expected ? 'ok' : 'WRONG'}`}; ` +
+        `echo beside it: ${during.rtts.count} round trips, p50 ${p50.toFixed(1)} ms, p99 ${p99.toFixed(1)} ms, max ${max.toFixed(0)} ms ` +
+        `(alone: p50 ${solo.rtts.percentile(50).toFixed(1)} ms, p99 ${solo.rtts.percentile(99).toFixed(1)} ms), ${lastPing ? 'NOT open/answering after' : 'still open after'}`;
       this.notesList.push(faults.length > 0 ? `${summary}; ${faults.join('; ')}` : summary);
       if (faults.length > 0) throw new Error(faults.join('; '));
       return summary;
@@ -127,7 +145,8 @@ class BigWriteRun implements PathRun {
 export const BIG_WRITE: Scenario = {
   name: 'big-write',
   network: 'lan',
-  description: 'one socket.write() of bigWriteBytes through the SDK to sinkHash, while another connection of the same Tunnel echoes 64 bytes every 50 ms',
+  description:
+    'one socket.write() of bigWriteBytes through the SDK to sinkHash, while another connection of the same Tunnel echoes 64 bytes every 50 ms',
   metrics: [
     { metric: 'throughput', unit: 'MB/s', better: 'higher' },
     { metric: 'echo p50', unit: 'ms', better: 'lower' },

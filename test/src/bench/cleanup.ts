@@ -12,7 +12,10 @@ export class CleanupStack {
   private readonly steps: Step[] = [];
   private running: Promise<void> | undefined;
 
-  constructor(private readonly log: LogFn, private readonly stepTimeoutMs = 15_000) {}
+  constructor(
+    private readonly log: LogFn,
+    private readonly stepTimeoutMs = 15_000,
+  ) {}
 
   /** Registers a teardown step. */
   add(name: string, run: () => Promise<unknown>): void {

@@ -64,7 +64,12 @@ export function openClient(spec: ClientSpec): Client {
       };
     }
     case 'anp': {
-      const tlsFiles = { ca: readFileSync(spec.tls.caPath), cert: readFileSync(spec.tls.certPath), key: readFileSync(spec.tls.keyPath), serverName: 'localhost' };
+      const tlsFiles = {
+        ca: readFileSync(spec.tls.caPath),
+        cert: readFileSync(spec.tls.certPath),
+        key: readFileSync(spec.tls.keyPath),
+        serverName: 'localhost',
+      };
       return {
         dial: async (target, timeoutMs) => {
           const conn = new AnpClientConn(spec.address, tlsFiles, `127.0.0.1:${portOf(spec.targets, target, 'anp')}`);
@@ -88,13 +93,22 @@ export function openClient(spec: ClientSpec): Client {
     }
     case 'connect': {
       // One TLS context for every connection, as any client that loads its certificate once does.
-      const secureContext = tls.createSecureContext({ ca: readFileSync(spec.tls.caPath), cert: readFileSync(spec.tls.certPath), key: readFileSync(spec.tls.keyPath) });
+      const secureContext = tls.createSecureContext({
+        ca: readFileSync(spec.tls.caPath),
+        cert: readFileSync(spec.tls.certPath),
+        key: readFileSync(spec.tls.keyPath),
+      });
       let session: Buffer | undefined;
       let resumed = 0;
       const onSession = spec.resume ? (s: Buffer): void => void (session = s) : undefined;
       return {
         dial: async (target, timeoutMs) => {
-          const socket = await dialConnect(spec.port, { secureContext, session: spec.resume ? session : undefined, onSession }, `127.0.0.1:${portOf(spec.targets, target, 'connect')}`, timeoutMs);
+          const socket = await dialConnect(
+            spec.port,
+            { secureContext, session: spec.resume ? session : undefined, onSession },
+            `127.0.0.1:${portOf(spec.targets, target, 'connect')}`,
+            timeoutMs,
+          );
           if (socket.isSessionReused()) resumed++;
           return socket;
         },
@@ -125,7 +139,10 @@ export function dialConnect(
     socket.setNoDelay(true);
     let head: Buffer = Buffer.alloc(0);
     let settled = false;
-    const timer = setTimeout(() => fail(new Error(`CONNECT ${destination} via 127.0.0.1:${port}: no answer within ${timeoutMs} ms`)), timeoutMs);
+    const timer = setTimeout(
+      () => fail(new Error(`CONNECT ${destination} via 127.0.0.1:${port}: no answer within ${timeoutMs} ms`)),
+      timeoutMs,
+    );
     const cleanup = (): void => {
       clearTimeout(timer);
       socket.off('readable', onReadable);
@@ -139,19 +156,30 @@ export function dialConnect(
       socket.destroy();
       reject(err);
     }
-    const onEnd = (): void => fail(new Error(`CONNECT ${destination}: the proxy closed the connection (got ${JSON.stringify(head.toString('latin1').slice(0, 200))})`));
+    const onEnd = (): void =>
+      fail(
+        new Error(`CONNECT ${destination}: the proxy closed the connection (got ${JSON.stringify(head.toString('latin1').slice(0, 200))})`),
+      );
     function onReadable(): void {
       for (let chunk: Buffer | null = socket.read() as Buffer | null; chunk !== null; chunk = socket.read() as Buffer | null) {
         head = head.length === 0 ? chunk : Buffer.concat([head, chunk]);
         const end = head.indexOf('\r\n\r\n');
         if (end < 0) {
-          if (head.length > MAX_RESPONSE_HEAD) fail(new Error(`CONNECT ${destination}: response head larger than ${MAX_RESPONSE_HEAD} bytes`));
+          if (head.length > MAX_RESPONSE_HEAD)
+            fail(new Error(`CONNECT ${destination}: response head larger than ${MAX_RESPONSE_HEAD} bytes`));
           continue;
         }
         const text = head.subarray(0, end).toString('latin1');
         const status = /^HTTP\/1\.[01] (\d{3})/.exec(text)?.[1];
         if (status !== '200') {
-          fail(new Error(`CONNECT ${destination}: ${text.split('\r\n')[0] ?? text} ${head.subarray(end + 4, end + 204).toString('utf8').trim()}`));
+          fail(
+            new Error(
+              `CONNECT ${destination}: ${text.split('\r\n')[0] ?? text} ${head
+                .subarray(end + 4, end + 204)
+                .toString('utf8')
+                .trim()}`,
+            ),
+          );
           return;
         }
         settled = true;

@@ -54,7 +54,10 @@ export interface BenchCluster {
    * One `cluster-proxy forward` process per target (what an admin runs): resolves with the local
    * port each serves, and its PID. Each process is registered with `onStarted` so it is stopped with the rest.
    */
-  forwards(targets: Partial<Record<TargetName, number>>, onStarted: (name: string, stop: () => Promise<void>) => void): Promise<{ ports: Partial<Record<TargetName, number>>; pids: Partial<Record<TargetName, number>> }>;
+  forwards(
+    targets: Partial<Record<TargetName, number>>,
+    onStarted: (name: string, stop: () => Promise<void>) => void,
+  ): Promise<{ ports: Partial<Record<TargetName, number>>; pids: Partial<Record<TargetName, number>> }>;
   stop(): Promise<void>;
 }
 
@@ -90,7 +93,8 @@ export async function waitUntil<T>(what: string, proc: ManagedProcess, timeoutMs
   const deadline = performance.now() + timeoutMs;
   let lastError = '';
   for (;;) {
-    if (!proc.isRunning()) throw new Error(`${proc.name} exited while waiting for ${what}; last output:\n${proc.lines().slice(-20).join('\n')}`);
+    if (!proc.isRunning())
+      throw new Error(`${proc.name} exited while waiting for ${what}; last output:\n${proc.lines().slice(-20).join('\n')}`);
     try {
       const value = await check();
       if (value !== undefined) return value;
@@ -98,7 +102,9 @@ export async function waitUntil<T>(what: string, proc: ManagedProcess, timeoutMs
       lastError = err instanceof Error ? err.message : String(err);
     }
     if (performance.now() > deadline) {
-      throw new Error(`${what}: not ready within ${timeoutMs} ms${lastError ? ` (last error: ${lastError})` : ''}; ${proc.name} output:\n${proc.lines().slice(-20).join('\n')}`);
+      throw new Error(
+        `${what}: not ready within ${timeoutMs} ms${lastError ? ` (last error: ${lastError})` : ''}; ${proc.name} output:\n${proc.lines().slice(-20).join('\n')}`,
+      );
     }
     await sleep(50);
   }
@@ -137,17 +143,44 @@ export interface HubOptions extends ProcessOptions {
 export async function startBenchHub(pki: TestPki, opts: HubOptions): Promise<BenchHub> {
   const { label } = opts;
   const dataDir = await mkdtemp(path.join(pki.dir, `hub-${label}-`));
-  const proc = reapOnDeath(spawnNode(`hub-${label}`, [
-    ...nodeFlags(`hub-${label}`, opts),
-    opts.cli ?? CLI, 'hub', '--data-dir', dataDir, '--bind-address', '127.0.0.1', '--agent-port', '0', '--frontend-port', '0', '--health-port', '0', '--admin-port', '0',
-    '--connect-port', '0',
-    '--ca-cert', pki.caPath, '--server-cert', pki.server.certPath, '--server-key', pki.server.keyPath,
-    ...(opts.grants ?? []).flatMap((g) => ['--grant', g]), '--log-level', 'warn', ...(opts.hubArgs ?? []),
-  ]));
+  const proc = reapOnDeath(
+    spawnNode(`hub-${label}`, [
+      ...nodeFlags(`hub-${label}`, opts),
+      opts.cli ?? CLI,
+      'hub',
+      '--data-dir',
+      dataDir,
+      '--bind-address',
+      '127.0.0.1',
+      '--agent-port',
+      '0',
+      '--frontend-port',
+      '0',
+      '--health-port',
+      '0',
+      '--admin-port',
+      '0',
+      '--connect-port',
+      '0',
+      '--ca-cert',
+      pki.caPath,
+      '--server-cert',
+      pki.server.certPath,
+      '--server-key',
+      pki.server.keyPath,
+      ...(opts.grants ?? []).flatMap((g) => ['--grant', g]),
+      '--log-level',
+      'warn',
+      ...(opts.hubArgs ?? []),
+    ]),
+  );
   opts.onStarted?.(`hub-${label}`, async () => void (await proc.stop(8000)));
   // ports.json is written (atomically) once every listener is bound.
-  const ports = await waitUntil(`hub-${label} ports.json`, proc, READY_TIMEOUT_MS, async () =>
-    JSON.parse(await readFile(path.join(dataDir, 'ports.json'), 'utf8')) as HubPorts,
+  const ports = await waitUntil(
+    `hub-${label} ports.json`,
+    proc,
+    READY_TIMEOUT_MS,
+    async () => JSON.parse(await readFile(path.join(dataDir, 'ports.json'), 'utf8')) as HubPorts,
   );
   return {
     proc,
@@ -161,13 +194,40 @@ export async function startBenchHub(pki: TestPki, opts: HubOptions): Promise<Ben
 
 export async function startAgent(pki: TestPki, label: string, hubAddress: string, opts: ClusterOptions): Promise<ManagedProcess> {
   const cert = await pki.agent(BENCH_CLUSTER);
-  return reapOnDeath(spawnNode(`agent-${label}`, [
-    ...nodeFlags(`agent-${label}`, opts),
-    opts.cli ?? CLI, 'agent', '--cluster', BENCH_CLUSTER, '--hub', hubAddress, '--server-name', 'localhost', '--transport', opts.transport,
-    '--ca-cert', pki.caPath, '--cert', cert.certPath, '--key', cert.keyPath,
-    '--allow', '127.0.0.1:*', '--identifiers', 'cidr=127.0.0.0/8',
-    '--health-bind-address', '127.0.0.1', '--health-port', '0', '--drain-grace', '1s', '--log-level', 'warn', ...(opts.agentArgs ?? []),
-  ]));
+  return reapOnDeath(
+    spawnNode(`agent-${label}`, [
+      ...nodeFlags(`agent-${label}`, opts),
+      opts.cli ?? CLI,
+      'agent',
+      '--cluster',
+      BENCH_CLUSTER,
+      '--hub',
+      hubAddress,
+      '--server-name',
+      'localhost',
+      '--transport',
+      opts.transport,
+      '--ca-cert',
+      pki.caPath,
+      '--cert',
+      cert.certPath,
+      '--key',
+      cert.keyPath,
+      '--allow',
+      '127.0.0.1:*',
+      '--identifiers',
+      'cidr=127.0.0.0/8',
+      '--health-bind-address',
+      '127.0.0.1',
+      '--health-port',
+      '0',
+      '--drain-grace',
+      '1s',
+      '--log-level',
+      'warn',
+      ...(opts.agentArgs ?? []),
+    ]),
+  );
 }
 
 /** Starts a hub and one agent for cluster `bench` that may dial any 127.0.0.1 port. */
@@ -200,11 +260,29 @@ export async function startCluster(pki: TestPki, opts: ClusterOptions): Promise<
       const ports: Partial<Record<TargetName, number>> = {};
       const pids: Partial<Record<TargetName, number>> = {};
       for (const [name, port] of Object.entries(targets) as [TargetName, number][]) {
-        const proc = reapOnDeath(spawnNode(`forward-${label}-${name}`, [
-          ...nodeFlags(`forward-${label}-${name}`, opts),
-          opts.cli ?? CLI, 'forward', BENCH_CLUSTER, `127.0.0.1:${port}`, '--listen', '127.0.0.1:0', '--frontend', `127.0.0.1:${hub.ports.frontend}`,
-          '--server-name', 'localhost', '--ca-cert', tls.caPath, '--cert', tls.certPath, '--key', tls.keyPath, '--log-level', 'info',
-        ]));
+        const proc = reapOnDeath(
+          spawnNode(`forward-${label}-${name}`, [
+            ...nodeFlags(`forward-${label}-${name}`, opts),
+            opts.cli ?? CLI,
+            'forward',
+            BENCH_CLUSTER,
+            `127.0.0.1:${port}`,
+            '--listen',
+            '127.0.0.1:0',
+            '--frontend',
+            `127.0.0.1:${hub.ports.frontend}`,
+            '--server-name',
+            'localhost',
+            '--ca-cert',
+            tls.caPath,
+            '--cert',
+            tls.certPath,
+            '--key',
+            tls.keyPath,
+            '--log-level',
+            'info',
+          ]),
+        );
         started(`forward-${label}-${name}`, async () => void (await proc.stop(8000)));
         const line = await proc.waitForJsonLine((o) => o['msg'] === 'forwarding', READY_TIMEOUT_MS);
         ports[name] = Number(/:(\d+)$/.exec(String(line['listen']))?.[1]);

@@ -109,9 +109,12 @@ export class CpuTally {
   /** CPU seconds per GiB moved of one role, or of hub + agent together ('proxy'); null if not on the path. */
   perGiB(figure: CpuFigure): number | null {
     if (this.bytes === 0) return null;
-    const s = figure === 'proxy'
-      ? (this.seconds.hub === undefined || this.seconds.agent === undefined ? undefined : this.seconds.hub + this.seconds.agent)
-      : this.seconds[figure];
+    const s =
+      figure === 'proxy'
+        ? this.seconds.hub === undefined || this.seconds.agent === undefined
+          ? undefined
+          : this.seconds.hub + this.seconds.agent
+        : this.seconds[figure];
     return s === undefined ? null : s / (this.bytes / GiB);
   }
 
@@ -123,7 +126,8 @@ export class CpuTally {
   /** ± s/GiB a figure can be off by from tick truncation (the client's process.cpuUsage() is exact to a microsecond). */
   boundPerGiB(figure: CpuFigure): number | null {
     if (this.bytes === 0) return null;
-    const readings = figure === 'proxy' ? (this.readings.hub ?? 0) + (this.readings.agent ?? 0) : figure === 'client' ? 0 : (this.readings[figure] ?? 0);
+    const readings =
+      figure === 'proxy' ? (this.readings.hub ?? 0) + (this.readings.agent ?? 0) : figure === 'client' ? 0 : (this.readings[figure] ?? 0);
     return readings / CLOCK_TICKS / (this.bytes / GiB);
   }
 

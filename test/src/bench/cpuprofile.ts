@@ -63,7 +63,9 @@ function summarise(profile: Profile, top: number): string {
   }
   const pct = (us: number): string => `${((100 * us) / Math.max(1, busy)).toFixed(1).padStart(5)} %`;
   const lines: string[] = [];
-  lines.push(`  wall ${((profile.endTime - profile.startTime) / 1e6).toFixed(1)} s, busy ${(busy / 1e6).toFixed(1)} s (${((100 * busy) / Math.max(1, total)).toFixed(0)} % of samples); shares below are of busy time`);
+  lines.push(
+    `  wall ${((profile.endTime - profile.startTime) / 1e6).toFixed(1)} s, busy ${(busy / 1e6).toFixed(1)} s (${((100 * busy) / Math.max(1, total)).toFixed(0)} % of samples); shares below are of busy time`,
+  );
   lines.push('  by module (self):');
   for (const [m, us] of [...mods].sort((a, b) => b[1] - a[1]).slice(0, top)) lines.push(`    ${pct(us)}  ${m}`);
   lines.push('  by function (self):');

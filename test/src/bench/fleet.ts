@@ -46,8 +46,14 @@ export type FleetFigure = (typeof FIGURES)[number]['key'];
 export const fleetMetric = (n: number, figure: FleetFigure): string => `N=${n} ${figure}`;
 
 function fleetMetrics(cfg: BenchConfig): MetricSpec[] {
-  const base: MetricSpec[] = [{ metric: `N=${FLEET_BASE_N} dial rate`, unit: 'conn/s', better: 'higher' }, { metric: `N=${FLEET_BASE_N} dial p99`, unit: 'ms', better: 'lower' }];
-  return [...base, ...fleetSizes(cfg).flatMap((n) => FIGURES.map((f) => ({ metric: fleetMetric(n, f.key), unit: f.unit, better: f.better })))];
+  const base: MetricSpec[] = [
+    { metric: `N=${FLEET_BASE_N} dial rate`, unit: 'conn/s', better: 'higher' },
+    { metric: `N=${FLEET_BASE_N} dial p99`, unit: 'ms', better: 'lower' },
+  ];
+  return [
+    ...base,
+    ...fleetSizes(cfg).flatMap((n) => FIGURES.map((f) => ({ metric: fleetMetric(n, f.key), unit: f.unit, better: f.better }))),
+  ];
 }
 
 const log = (message: string): void => void process.stderr.write(`[bench] fleet: ${message}\n`);
@@ -117,8 +123,12 @@ async function measureSize(n: number, cfg: BenchConfig, baseP99: number | undefi
     if (ticks0 !== undefined && ticks1 !== undefined) figures['hub CPU idle'] = ((ticks1 - ticks0) / CLOCK_TICKS / (minutes * 60)) * 100;
     figures['store req/min'] = (store1 - store0) / minutes;
     const { childRssKiB } = await fleet.connectedAgents();
-    notes.push(`N=${n}: steady ${(minutes * 60).toFixed(0)} s, ${dialFailures} of the once-a-second dials failed; agent processes ${(childRssKiB / 1024).toFixed(0)} MiB together`);
-    log(`N=${n}: steady: hub ${figures['hub RSS'].toFixed(0)} MiB, CPU ${figures['hub CPU idle']?.toFixed(1)} %, store ${figures['store req/min'].toFixed(0)} req/min`);
+    notes.push(
+      `N=${n}: steady ${(minutes * 60).toFixed(0)} s, ${dialFailures} of the once-a-second dials failed; agent processes ${(childRssKiB / 1024).toFixed(0)} MiB together`,
+    );
+    log(
+      `N=${n}: steady: hub ${figures['hub RSS'].toFixed(0)} MiB, CPU ${figures['hub CPU idle']?.toFixed(1)} %, store ${figures['store req/min'].toFixed(0)} req/min`,
+    );
 
     const d = await dials(fleet, n, cfg.dialSeconds * 1000);
     figures['dial rate'] = d.rate;
@@ -130,10 +140,15 @@ async function measureSize(n: number, cfg: BenchConfig, baseP99: number | undefi
     const gets: number[] = [];
     for (let i = 0; i < 3; i++) {
       const began = performance.now();
-      const r = await runCommand(process.execPath, [CLI, 'get', 'managedclusteraddons', '-A', '--admin', `127.0.0.1:${fleet.ports.admin}`], { timeoutMs: 60_000 });
+      const r = await runCommand(
+        process.execPath,
+        [CLI, 'get', 'managedclusteraddons', '-A', '--admin', `127.0.0.1:${fleet.ports.admin}`],
+        { timeoutMs: 60_000 },
+      );
       if (r.code !== 0) throw new Error(`get managedclusteraddons failed: ${r.stderr.slice(0, 300)}`);
       gets.push(performance.now() - began);
-      if (i === 0 && r.stdout.trim().split('\n').length !== n + 1) notes.push(`N=${n}: get managedclusteraddons listed ${r.stdout.trim().split('\n').length - 1} addons`);
+      if (i === 0 && r.stdout.trim().split('\n').length !== n + 1)
+        notes.push(`N=${n}: get managedclusteraddons listed ${r.stdout.trim().split('\n').length - 1} addons`);
     }
     figures['get addons'] = gets.sort((a, b) => a - b)[1];
 
@@ -168,7 +183,12 @@ async function measureSize(n: number, cfg: BenchConfig, baseP99: number | undefi
       const buckets = new Map<number, number>();
       for (const t of times) buckets.set(Math.floor((t - readyAt) / 1000), (buckets.get(Math.floor((t - readyAt) / 1000)) ?? 0) + 1);
       figures['restart: max in 1 s'] = (Math.max(...buckets.values()) / live) * 100;
-      notes.push(`N=${n}: hub down ${((readyAt - stoppedAt) / 1000).toFixed(1)} s; reconnects per second after it was ready: ${[...buckets.entries()].sort((a, b) => a[0] - b[0]).map(([s, c]) => `${s}s:${c}`).join(' ')}`);
+      notes.push(
+        `N=${n}: hub down ${((readyAt - stoppedAt) / 1000).toFixed(1)} s; reconnects per second after it was ready: ${[...buckets.entries()]
+          .sort((a, b) => a[0] - b[0])
+          .map(([s, c]) => `${s}s:${c}`)
+          .join(' ')}`,
+      );
       // And until every live cluster's addon says Available True again (what an operator's dashboard shows).
       for (;;) {
         const up = (await fleet.addons()).filter((a) => a.cluster !== victim && a.available === 'True').length;
@@ -243,7 +263,8 @@ class FleetRun implements PathRun {
 export const FLEET: Scenario = {
   name: 'fleet',
   network: 'lan',
-  description: 'N simulated clusters (real agents, own identities, mux + gRPC) on one hub: idle RSS, CPU and store requests, restart convergence, unavailability, dials, get addons',
+  description:
+    'N simulated clusters (real agents, own identities, mux + gRPC) on one hub: idle RSS, CPU and store requests, restart convergence, unavailability, dials, get addons',
   metrics: [],
   metricsFor: fleetMetrics,
   rounds: () => 1,

@@ -64,7 +64,10 @@ async function startApiserver(pair: { certPem: string; keyPem: string }): Promis
     res.writeHead(200, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) });
     res.end(body);
   });
-  const wss = new WebSocketServer({ noServer: true, handleProtocols: (offered) => (offered.has('v5.channel.k8s.io') ? 'v5.channel.k8s.io' : false) });
+  const wss = new WebSocketServer({
+    noServer: true,
+    handleProtocols: (offered) => (offered.has('v5.channel.k8s.io') ? 'v5.channel.k8s.io' : false),
+  });
   server.on('upgrade', (req: http.IncomingMessage, socket: Duplex, head: Buffer) => {
     socket.on('error', () => socket.destroy());
     wss.handleUpgrade(req, socket, head, (ws) => {
@@ -88,12 +91,13 @@ async function startApiserver(pair: { certPem: string; keyPem: string }): Promis
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
   return {
     port: (server.address() as net.AddressInfo).port,
-    close: () => new Promise<void>((resolve) => {
-      for (const c of wss.clients) c.terminate();
-      wss.close();
-      server.closeAllConnections();
-      server.close(() => resolve());
-    }),
+    close: () =>
+      new Promise<void>((resolve) => {
+        for (const c of wss.clients) c.terminate();
+        wss.close();
+        server.closeAllConnections();
+        server.close(() => resolve());
+      }),
   };
 }
 
@@ -115,9 +119,16 @@ async function startRig(): Promise<Rig> {
     const api = await startApiserver(issueServerCert(pki.ca, { commonName: 'bench-apiserver', ipAddresses: ['127.0.0.1'] }));
     steps.push(() => api.close());
     // The agent's own credentials for its apiserver (what a service account gives it in a pod).
-    const kubeconfig = await writeAgentKubeconfig(path.join(pki.dir, 'agent-apiserver.kubeconfig'), { server: `https://127.0.0.1:${api.port}`, caPath: pki.caPath, token: 'bench-agent-token' });
+    const kubeconfig = await writeAgentKubeconfig(path.join(pki.dir, 'agent-apiserver.kubeconfig'), {
+      server: `https://127.0.0.1:${api.port}`,
+      caPath: pki.caPath,
+      token: 'bench-agent-token',
+    });
     const cluster = await startCluster(pki, {
-      label: 'gateway', transport: 'mux', hubArgs: ['--gateway-port', '0'], agentArgs: ['--gateway-kubeconfig', kubeconfig],
+      label: 'gateway',
+      transport: 'mux',
+      hubArgs: ['--gateway-port', '0'],
+      agentArgs: ['--gateway-kubeconfig', kubeconfig],
       ...(process.env['GATEWAY_CPU_PROF'] ? { cpuProfDir: path.resolve(process.env['GATEWAY_CPU_PROF']) } : {}),
       onStarted: (_name, s) => void steps.push(s),
     });
@@ -134,7 +145,11 @@ function agentFor(mode: Mode, rig: Rig): { agent: https.Agent; target: { host: s
   const ca = readFileSync(rig.pki.caPath);
   const cert = readFileSync(rig.pki.client.certPath);
   const key = readFileSync(rig.pki.client.keyPath);
-  if (mode === 'direct') return { agent: new https.Agent({ keepAlive: true, maxSockets: CONCURRENCY, ca }), target: { host: '127.0.0.1', port: rig.apiPort, path: '/version' } };
+  if (mode === 'direct')
+    return {
+      agent: new https.Agent({ keepAlive: true, maxSockets: CONCURRENCY, ca }),
+      target: { host: '127.0.0.1', port: rig.apiPort, path: '/version' },
+    };
   if (mode === 'gateway') {
     return {
       agent: new https.Agent({ keepAlive: true, maxSockets: CONCURRENCY, ca, cert, key, servername: 'localhost' }),
@@ -144,13 +159,18 @@ function agentFor(mode: Mode, rig: Rig): { agent: https.Agent; target: { host: s
   // CONNECT: each pooled connection is a tunnel through the hub, TLS to the apiserver inside it.
   const connectPort = rig.cluster.hub.ports.connect!;
   const agent = new https.Agent({ keepAlive: true, maxSockets: CONCURRENCY, ca });
-  (agent as unknown as { createConnection: (o: tls.ConnectionOptions, cb: (err: Error | null, s?: net.Socket) => void) => undefined }).createConnection = (o, cb) => {
+  (
+    agent as unknown as { createConnection: (o: tls.ConnectionOptions, cb: (err: Error | null, s?: net.Socket) => void) => undefined }
+  ).createConnection = (o, cb) => {
     const toHub = tls.connect({ host: '127.0.0.1', port: connectPort, servername: 'localhost', ca, cert, key });
-    connectThrough(toHub, `127.0.0.1:${rig.apiPort}`).then((tunnel) => {
-      const inner = tls.connect({ socket: tunnel, servername: '127.0.0.1', ca });
-      inner.once('secureConnect', () => cb(null, inner));
-      inner.once('error', (err) => cb(err));
-    }, (err: Error) => cb(err));
+    connectThrough(toHub, `127.0.0.1:${rig.apiPort}`).then(
+      (tunnel) => {
+        const inner = tls.connect({ socket: tunnel, servername: '127.0.0.1', ca });
+        inner.once('secureConnect', () => cb(null, inner));
+        inner.once('error', (err) => cb(err));
+      },
+      (err: Error) => cb(err),
+    );
     return undefined;
   };
   return { agent, target: { host: '127.0.0.1', port: rig.apiPort, path: '/version' } };
@@ -158,11 +178,14 @@ function agentFor(mode: Mode, rig: Rig): { agent: https.Agent; target: { host: s
 
 function get(agent: https.Agent, target: { host: string; port: number; path: string }): Promise<void> {
   return new Promise((resolve, reject) => {
-    const req = https.request({ ...target, agent, servername: target.path === '/bench/version' ? 'localhost' : '127.0.0.1', timeout: REQUEST_TIMEOUT_MS }, (res: http.IncomingMessage) => {
-      res.resume();
-      res.once('end', () => (res.statusCode === 200 ? resolve() : reject(new Error(`HTTP ${res.statusCode}`))));
-      res.once('error', reject);
-    });
+    const req = https.request(
+      { ...target, agent, servername: target.path === '/bench/version' ? 'localhost' : '127.0.0.1', timeout: REQUEST_TIMEOUT_MS },
+      (res: http.IncomingMessage) => {
+        res.resume();
+        res.once('end', () => (res.statusCode === 200 ? resolve() : reject(new Error(`HTTP ${res.statusCode}`))));
+        res.once('error', reject);
+      },
+    );
     req.once('timeout', () => req.destroy(new Error(`no answer within ${REQUEST_TIMEOUT_MS} ms`)));
     req.once('error', reject);
     req.end();
@@ -170,17 +193,23 @@ function get(agent: https.Agent, target: { host: string; port: number; path: str
 }
 
 /** CONCURRENCY loops of sequential GETs for `seconds`; latencies in ms. */
-async function load(agent: https.Agent, target: { host: string; port: number; path: string }, seconds: number): Promise<{ count: number; seconds: number; latencies: Samples }> {
+async function load(
+  agent: https.Agent,
+  target: { host: string; port: number; path: string },
+  seconds: number,
+): Promise<{ count: number; seconds: number; latencies: Samples }> {
   const latencies = new Samples();
   const began = performance.now();
   const end = began + seconds * 1000;
-  await Promise.all(Array.from({ length: CONCURRENCY }, async () => {
-    while (performance.now() < end) {
-      const t = performance.now();
-      await get(agent, target);
-      latencies.add(performance.now() - t);
-    }
-  }));
+  await Promise.all(
+    Array.from({ length: CONCURRENCY }, async () => {
+      while (performance.now() < end) {
+        const t = performance.now();
+        await get(agent, target);
+        latencies.add(performance.now() - t);
+      }
+    }),
+  );
   return { count: latencies.count, seconds: (performance.now() - began) / 1000, latencies };
 }
 
@@ -189,7 +218,10 @@ async function execEcho(agent: https.Agent, target: { host: string; port: number
   const base = target.path.replace(/\/version$/, '');
   const url = `wss://${target.host}:${target.port}${base}/api/v1/namespaces/default/pods/bench/exec?command=cat&stdin=true&stdout=true`;
   // ws hands these to https.request: the TLS name to verify, as for the GETs.
-  const options: WebSocket.ClientOptions & { servername: string } = { agent, servername: target.path === '/bench/version' ? 'localhost' : '127.0.0.1' };
+  const options: WebSocket.ClientOptions & { servername: string } = {
+    agent,
+    servername: target.path === '/bench/version' ? 'localhost' : '127.0.0.1',
+  };
   const ws = new WebSocket(url, ['v5.channel.k8s.io'], options);
   try {
     await new Promise<void>((resolve, reject) => {
@@ -273,7 +305,10 @@ class GatewayRun implements PathRun {
   }
 
   notes(): string[] {
-    return [`${CONCURRENCY} requests in flight on keep-alive connections (the gateway keeps its tunneled connections to the agent alive too)`, ...this.notesList];
+    return [
+      `${CONCURRENCY} requests in flight on keep-alive connections (the gateway keeps its tunneled connections to the agent alive too)`,
+      ...this.notesList,
+    ];
   }
 }
 
@@ -282,6 +317,6 @@ export const GATEWAY: Scenario = {
   network: 'lan',
   description: `GET /version per second, ${CONCURRENCY} at a time, and an exec session echoing ${EXEC_BYTES / 1024 / 1024} MiB, to an HTTPS apiserver: directly, through CONNECT (kubectl proxy-url), and through the HTTP gateway (authenticated, impersonated)`,
   metrics: METRICS,
-  appliesTo: { paths: ['connect'], otherwise: 'an HTTP scenario of the hub\'s own frontends: all three ways are in the connect column' },
+  appliesTo: { paths: ['connect'], otherwise: "an HTTP scenario of the hub's own frontends: all three ways are in the connect column" },
   forPath: (_dialer: Dialer, cfg: BenchConfig) => new GatewayRun(cfg),
 };

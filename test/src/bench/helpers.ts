@@ -127,9 +127,15 @@ export async function startTargets(): Promise<HelperProcess<TargetPorts>> {
 }
 
 /** One relay per NAME=PORT, each adding `oneWayDelayMs` in each direction. */
-export async function startRelays(name: string, oneWayDelayMs: number, targets: Record<string, number>): Promise<HelperProcess<Record<string, number>>> {
+export async function startRelays(
+  name: string,
+  oneWayDelayMs: number,
+  targets: Record<string, number>,
+): Promise<HelperProcess<Record<string, number>>> {
   const specs = Object.entries(targets).map(([k, port]) => `${k}=${port}`);
-  const proc = reapOnDeath(spawnProcess({ name, command: process.execPath, args: [script('relay-process.js'), '--delay-ms', String(oneWayDelayMs), ...specs] }));
+  const proc = reapOnDeath(
+    spawnProcess({ name, command: process.execPath, args: [script('relay-process.js'), '--delay-ms', String(oneWayDelayMs), ...specs] }),
+  );
   try {
     const line = await proc.waitForJsonLine((o) => 'relays' in o, 15_000);
     return { proc, ports: portsFrom(line, 'relays'), stop: async () => void (await proc.stop(3000)) };

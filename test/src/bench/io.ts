@@ -79,7 +79,10 @@ export class Pinger {
   private waiter: { resolve: () => void; reject: (err: Error) => void } | null = null;
   private failure: Error | null = null;
 
-  constructor(private readonly socket: Duplex, private readonly size = 64) {
+  constructor(
+    private readonly socket: Duplex,
+    private readonly size = 64,
+  ) {
     this.message = Buffer.alloc(size, 0x5a);
     this.received = Buffer.alloc(size);
     socket.on('data', this.onData);

@@ -56,7 +56,10 @@ export async function cpuBusy(ms: number): Promise<number | undefined> {
 }
 
 export function loadAverage(): string {
-  return os.loadavg().map((l) => l.toFixed(2)).join(' ');
+  return os
+    .loadavg()
+    .map((l) => l.toFixed(2))
+    .join(' ');
 }
 
 /** The kernel's TCP buffer memory: pages in use, the tcp_mem thresholds, and ms spent under pressure so far. */
@@ -84,7 +87,10 @@ export async function tcpMemory(): Promise<TcpMemory | undefined> {
     const pages = Number(/^TCP:.* mem (\d+)/m.exec(sockstat)?.[1]);
     const pressurePages = Number(tcpMem.trim().split(/\s+/)[1]);
     // Two "TcpExt:" lines: the field names, then their values.
-    const [names, values] = netstat.split('\n').filter((l) => l.startsWith('TcpExt:')).map((l) => l.trim().split(/\s+/));
+    const [names, values] = netstat
+      .split('\n')
+      .filter((l) => l.startsWith('TcpExt:'))
+      .map((l) => l.trim().split(/\s+/));
     const at = names?.indexOf('TCPMemoryPressuresChrono') ?? -1;
     const pressureMs = at > 0 ? Number(values?.[at]) : Number.NaN;
     if (!Number.isFinite(pages) || !Number.isFinite(pressurePages)) return undefined;

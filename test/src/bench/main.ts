@@ -9,7 +9,15 @@ import { cpuBusy, describeTcpMemory, loadAverage, machineFacts, tcpMemory } from
 import { runToExit, startBenchRun } from './run.js';
 import { PATH_LABELS, PATH_NAMES, setupPaths, type Network, type PathName, type PathSet } from './paths.js';
 import { checkGoals, computeRatios, formatReport, type BenchReport, type ResultRow } from './report.js';
-import { FULL_CONFIG, QUICK_CONFIG, positiveCounts, SCENARIOS as MAIN_SCENARIOS, type BenchConfig, type PathRun, type Scenario } from './scenarios.js';
+import {
+  FULL_CONFIG,
+  QUICK_CONFIG,
+  positiveCounts,
+  SCENARIOS as MAIN_SCENARIOS,
+  type BenchConfig,
+  type PathRun,
+  type Scenario,
+} from './scenarios.js';
 import { BIG_WRITE } from './big-write.js';
 import { GATEWAY } from './gateway.js';
 import { STUCK_DESTINATION } from './stuck.js';
@@ -55,17 +63,38 @@ interface Options {
 function parseOptions(argv: string[]): Options | 'help' {
   const { values } = parseArgs({
     args: argv,
-    options: { json: { type: 'string' }, quick: { type: 'boolean' }, only: { type: 'string' }, 'cpu-prof': { type: 'string' }, 'fleet-sizes': { type: 'string' }, 'stuck-counts': { type: 'string' }, paths: { type: 'string' }, help: { type: 'boolean' } },
+    options: {
+      json: { type: 'string' },
+      quick: { type: 'boolean' },
+      only: { type: 'string' },
+      'cpu-prof': { type: 'string' },
+      'fleet-sizes': { type: 'string' },
+      'stuck-counts': { type: 'string' },
+      paths: { type: 'string' },
+      help: { type: 'boolean' },
+    },
     strict: true,
     allowPositionals: false,
   });
   if (values.help) return 'help';
-  const scenarioNames = values.only === undefined ? undefined : pickNames('--only', 'scenario', values.only, SCENARIOS.map((s) => s.name));
+  const scenarioNames =
+    values.only === undefined
+      ? undefined
+      : pickNames(
+          '--only',
+          'scenario',
+          values.only,
+          SCENARIOS.map((s) => s.name),
+        );
   const scenarios = scenarioNames ? SCENARIOS.filter((s) => scenarioNames.includes(s.name)) : [...SCENARIOS];
   const pathNames = values.paths === undefined ? undefined : pickNames('--paths', 'path', values.paths, PATH_NAMES);
   const paths = pathNames ? PATH_NAMES.filter((p) => pathNames.includes(p)) : PATH_NAMES;
-  for (const [flag, value] of [['--fleet-sizes', values['fleet-sizes']], ['--stuck-counts', values['stuck-counts']]] as const) {
-    if (value !== undefined && positiveCounts(value).join(',') !== value.replace(/\s/g, '')) throw new Error(`${flag}: expected positive integers separated by commas, got "${value}"`);
+  for (const [flag, value] of [
+    ['--fleet-sizes', values['fleet-sizes']],
+    ['--stuck-counts', values['stuck-counts']],
+  ] as const) {
+    if (value !== undefined && positiveCounts(value).join(',') !== value.replace(/\s/g, ''))
+      throw new Error(`${flag}: expected positive integers separated by commas, got "${value}"`);
   }
   return {
     json: values.json,
@@ -80,14 +109,24 @@ function parseOptions(argv: string[]): Options | 'help' {
 
 /** The names a flag lists (comma-separated), each one of `known`; throws naming the unknown ones. */
 function pickNames(flag: string, what: string, value: string, known: readonly string[]): string[] {
-  const names = value.split(',').map((n) => n.trim()).filter(Boolean);
+  const names = value
+    .split(',')
+    .map((n) => n.trim())
+    .filter(Boolean);
   const unknown = names.filter((n) => !known.includes(n));
-  if (unknown.length > 0 || names.length === 0) throw new Error(`${flag}: unknown ${what} ${unknown.join(', ') || '(none given)'}; choose from ${known.join(', ')}`);
+  if (unknown.length > 0 || names.length === 0)
+    throw new Error(`${flag}: unknown ${what} ${unknown.join(', ') || '(none given)'}; choose from ${known.join(', ')}`);
   return names;
 }
 
 /** Runs one scenario on every available path it applies to, its rounds alternating the path order. */
-async function runScenario(scenario: Scenario, set: PathSet, cfg: BenchConfig, only: readonly PathName[], stopped: () => boolean): Promise<ResultRow[]> {
+async function runScenario(
+  scenario: Scenario,
+  set: PathSet,
+  cfg: BenchConfig,
+  only: readonly PathName[],
+  stopped: () => boolean,
+): Promise<ResultRow[]> {
   const runs = new Map<PathName, PathRun>();
   const failures = new Map<PathName, string[]>();
   const applies = (p: PathName): boolean => !scenario.appliesTo || scenario.appliesTo.paths.includes(p);
@@ -122,7 +161,12 @@ async function runScenario(scenario: Scenario, set: PathSet, cfg: BenchConfig, o
     for (const n of runs.get(p)?.notes() ?? []) notes.push(`${PATH_LABELS[p]}: ${n}`);
     for (const f of failures.get(p) ?? []) notes.push(`${PATH_LABELS[p]} ${f}`);
   }
-  if (scenario.appliesTo) notes.push(`n/a for ${PATH_NAMES.filter((p) => !applies(p)).map((p) => PATH_LABELS[p]).join(', ')}: ${scenario.appliesTo.otherwise}`);
+  if (scenario.appliesTo)
+    notes.push(
+      `n/a for ${PATH_NAMES.filter((p) => !applies(p))
+        .map((p) => PATH_LABELS[p])
+        .join(', ')}: ${scenario.appliesTo.otherwise}`,
+    );
   return (scenario.metricsFor?.(cfg) ?? scenario.metrics).map((m, i) => {
     const values = {} as Record<PathName, number | null>;
     const perRound = {} as Record<PathName, number[]>;
@@ -165,10 +209,10 @@ async function main(): Promise<number> {
     ...(options.stuckCounts !== undefined ? { stuckCounts: options.stuckCounts } : {}),
   };
   const machine = machineFacts(
-    `${mode}: ${cfg.rounds} round(s) (rtt20 ${cfg.rtt20Rounds}, hol ${cfg.holRounds}, scale 1), throughput ~${cfg.throughputSeconds} s, rtt ${cfg.rttSeconds} s, `
-    + `dial ${cfg.dialSeconds} s x${cfg.dialConcurrency}, hol ${2 * cfg.holStalled + 1} x ~${cfg.holSeconds} s, `
-    + `scale ${cfg.scaleConnections} connections (ssh -R ${cfg.scaleSshConnections}) / ${cfg.scaleAgents} agents, `
-    + `stuck ${cfg.stuckCounts} connections x ${cfg.stuckSeconds} s, big write ${cfg.bigWriteBytes / 2 ** 20} MiB`,
+    `${mode}: ${cfg.rounds} round(s) (rtt20 ${cfg.rtt20Rounds}, hol ${cfg.holRounds}, scale 1), throughput ~${cfg.throughputSeconds} s, rtt ${cfg.rttSeconds} s, ` +
+      `dial ${cfg.dialSeconds} s x${cfg.dialConcurrency}, hol ${2 * cfg.holStalled + 1} x ~${cfg.holSeconds} s, ` +
+      `scale ${cfg.scaleConnections} connections (ssh -R ${cfg.scaleSshConnections}) / ${cfg.scaleAgents} agents, ` +
+      `stuck ${cfg.stuckCounts} connections x ${cfg.stuckSeconds} s, big write ${cfg.bigWriteBytes / 2 ** 20} MiB`,
   );
   const run = startBenchRun(log, WATCHDOG_MS[mode] + (options.scenarios.includes(FLEET) ? FLEET_WATCHDOG_MS[mode] : 0));
   const { cleanup, stopping } = run;
@@ -178,10 +222,14 @@ async function main(): Promise<number> {
     // Other work on the machine (a test run, a build) skews every figure: say so up front.
     const busy = await cpuBusy(options.quick ? 500 : 1000);
     machine['busy before start'] = busy === undefined ? 'n/a' : `${(busy * 100).toFixed(0)}% of all cores (load average ${loadAverage()})`;
-    if (busy !== undefined && busy > 0.15) log(`WARNING: the machine is already ${(busy * 100).toFixed(0)}% busy before the benchmark starts; figures will be noisy`);
+    if (busy !== undefined && busy > 0.15)
+      log(`WARNING: the machine is already ${(busy * 100).toFixed(0)}% busy before the benchmark starts; figures will be noisy`);
     const tcp = await tcpMemory();
     machine['tcp memory'] = describeTcpMemory(tcp);
-    if (tcp && tcp.pages >= tcp.pressurePages) log('WARNING: the kernel is under TCP memory pressure (another process holds full socket buffers); throughput through the proxies will be far lower');
+    if (tcp && tcp.pages >= tcp.pressurePages)
+      log(
+        'WARNING: the kernel is under TCP memory pressure (another process holds full socket buffers); throughput through the proxies will be far lower',
+      );
     const networks = new Set<Network>(options.scenarios.map((s) => s.network));
     if (options.cpuProf !== undefined) {
       await mkdir(options.cpuProf, { recursive: true });
@@ -208,7 +256,8 @@ async function main(): Promise<number> {
     machine['load after'] = loadAverage();
     const tcpAfter = await tcpMemory();
     const pressured = tcp && tcpAfter ? (tcpAfter.pressureMs - tcp.pressureMs) / 1000 : Number.NaN;
-    machine['tcp memory after'] = `${describeTcpMemory(tcpAfter)}${Number.isFinite(pressured) ? `; ${pressured.toFixed(0)} s under pressure during the run` : ''}`;
+    machine['tcp memory after'] =
+      `${describeTcpMemory(tcpAfter)}${Number.isFinite(pressured) ? `; ${pressured.toFixed(0)} s under pressure during the run` : ''}`;
     const report: BenchReport = {
       machine,
       config: { mode, ...cfg, scenarios: options.scenarios.map((s) => s.name).join(',') },
@@ -219,7 +268,8 @@ async function main(): Promise<number> {
     process.stdout.write(`${formatReport(report)}\n`);
     if (options.json !== undefined) {
       // Three decimals are plenty for any of these figures.
-      const round = (_key: string, value: unknown): unknown => (typeof value === 'number' && !Number.isInteger(value) ? Math.round(value * 1000) / 1000 : value);
+      const round = (_key: string, value: unknown): unknown =>
+        typeof value === 'number' && !Number.isInteger(value) ? Math.round(value * 1000) / 1000 : value;
       await writeFile(options.json, `${JSON.stringify(report, round, 2)}\n`);
       log(`wrote ${options.json}`);
     }

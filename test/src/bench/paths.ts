@@ -26,7 +26,14 @@ import { findSshTools, startSshd, startSshTunnel, type Sshd, type SshTools } fro
 
 export type PathName = 'direct' | 'ssh' | 'tunnel' | 'tunnel-grpc' | 'connect' | 'forward';
 export const PATH_NAMES: readonly PathName[] = ['direct', 'ssh', 'tunnel', 'tunnel-grpc', 'connect', 'forward'];
-export const PATH_LABELS: Readonly<Record<PathName, string>> = { direct: 'direct', ssh: 'ssh -R', tunnel: 'tunnel', 'tunnel-grpc': 'tunnel-grpc', connect: 'connect', forward: 'forward' };
+export const PATH_LABELS: Readonly<Record<PathName, string>> = {
+  direct: 'direct',
+  ssh: 'ssh -R',
+  tunnel: 'tunnel',
+  'tunnel-grpc': 'tunnel-grpc',
+  connect: 'connect',
+  forward: 'forward',
+};
 /** Our paths: the ones the goals of docs/goals.md are checked for (forward has its own goal: against the SDK path). */
 export const OUR_PATHS: readonly PathName[] = ['tunnel', 'tunnel-grpc', 'connect'];
 /** The columns of the goals table. */
@@ -126,7 +133,12 @@ function dialerFor(path: PathName, network: Network, client: Client, extra: Part
 }
 
 /** Starts targets, hubs/agents, sshd/ssh and relays for the requested networks. */
-export async function setupPaths(networks: ReadonlySet<Network>, cleanup: CleanupStack, log: LogFn, options: SetupOptions = {}): Promise<PathsSetup> {
+export async function setupPaths(
+  networks: ReadonlySet<Network>,
+  cleanup: CleanupStack,
+  log: LogFn,
+  options: SetupOptions = {},
+): Promise<PathsSetup> {
   const register = (name: string, stop: () => Promise<void>): void => void cleanup.add(name, stop);
   const facts: Record<string, string> = {};
   const sets = new Map<Network, PathSet>();
@@ -177,7 +189,12 @@ export async function setupPaths(networks: ReadonlySet<Network>, cleanup: Cleanu
     const tools = sshTools;
     const server = sshd;
     return attempt(`ssh -R (${network})`, log, async () => {
-      const tunnel = await startSshTunnel(tools, server, { label: network, sshPort: await sshPort(server.port), targets: targetMap }, register);
+      const tunnel = await startSshTunnel(
+        tools,
+        server,
+        { label: network, sshPort: await sshPort(server.port), targets: targetMap },
+        register,
+      );
       const client = useClient(`ssh-${network}`, { kind: 'tcp', ports: tunnel.remotePorts });
       const sshPid = tunnel.proc.pid;
       const processes = sshPid === undefined ? undefined : (): PathProcesses => ({ hub: tunnel.sessionPids, agent: [sshPid], target });
@@ -189,7 +206,12 @@ export async function setupPaths(networks: ReadonlySet<Network>, cleanup: Cleanu
   // session processes and the ssh client.
   const sshScaleRig = async (tools: SshTools, server: Sshd): Promise<ScaleRig> => {
     const steps: (() => Promise<void>)[] = [];
-    const tunnel = await startSshTunnel(tools, server, { label: 'scale', sshPort: server.port, targets: { echo: targetPorts.echo } }, (_name, stop) => void steps.push(stop));
+    const tunnel = await startSshTunnel(
+      tools,
+      server,
+      { label: 'scale', sshPort: server.port, targets: { echo: targetPorts.echo } },
+      (_name, stop) => void steps.push(stop),
+    );
     const { sessionPids } = tunnel;
     const sshPid = tunnel.proc.pid;
     if (sshPid === undefined) {
@@ -218,8 +240,12 @@ export async function setupPaths(networks: ReadonlySet<Network>, cleanup: Cleanu
       // and per agent) would refuse most of the 10,000 idle connections measured here.
       const limits = '20000'; // twice the full run's 10,000
       const cluster = await startCluster(pki, {
-        label, transport, gcHook: true, onStarted: (_name, stop) => void steps.push(stop),
-        hubArgs: ['--max-connections', limits, '--max-connections-per-client', limits], agentArgs: ['--max-connections', limits],
+        label,
+        transport,
+        gcHook: true,
+        onStarted: (_name, stop) => void steps.push(stop),
+        hubArgs: ['--max-connections', limits, '--max-connections-per-client', limits],
+        agentArgs: ['--max-connections', limits],
       });
       const echoOnly = { echo: targetPorts.echo };
       return {
@@ -261,38 +287,85 @@ export async function setupPaths(networks: ReadonlySet<Network>, cleanup: Cleanu
 
   const clusterProcesses = (cluster: BenchCluster) => (): PathProcesses => ({ hub: [cluster.hub.pid], agent: [cluster.agentPid], target });
 
-  const tunnelSlots = async (network: Network, agentHubAddress?: (label: string) => (port: number) => Promise<string>): Promise<Pick<PathSet, 'tunnel' | 'tunnel-grpc' | 'connect' | 'forward'>> => {
+  const tunnelSlots = async (
+    network: Network,
+    agentHubAddress?: (label: string) => (port: number) => Promise<string>,
+  ): Promise<Pick<PathSet, 'tunnel' | 'tunnel-grpc' | 'connect' | 'forward'>> => {
     const lan = network === 'lan';
     let mux: BenchCluster | undefined;
     const tunnel = await attempt(`tunnel (${network})`, log, async () => {
-      mux = await startCluster(pki, { ...processOptions, label: network, transport: 'mux', agentHubAddress: agentHubAddress?.('relay-tunnel'), onStarted: register });
+      mux = await startCluster(pki, {
+        ...processOptions,
+        label: network,
+        transport: 'mux',
+        agentHubAddress: agentHubAddress?.('relay-tunnel'),
+        onStarted: register,
+      });
       const client = useClient(`tunnel-${network}`, mux.tunnelSpec(targetPorts));
       const processes = clusterProcesses(mux);
-      const dialer = dialerFor('tunnel', network, client, lan ? { scaleConns: () => clusterRig('scale-tunnel', 'mux', 'tunnel'), scaleAgents: () => agentsRig('scale-agents-mux', 'mux'), processes } : {});
+      const dialer = dialerFor(
+        'tunnel',
+        network,
+        client,
+        lan
+          ? {
+              scaleConns: () => clusterRig('scale-tunnel', 'mux', 'tunnel'),
+              scaleAgents: () => agentsRig('scale-agents-mux', 'mux'),
+              processes,
+            }
+          : {},
+      );
       await probe(dialer);
-      if (client.describe() !== 'SDK transport mux') throw new Error(`expected the SDK to use the mux transport, it uses: ${client.describe()}`);
+      if (client.describe() !== 'SDK transport mux')
+        throw new Error(`expected the SDK to use the mux transport, it uses: ${client.describe()}`);
       return dialer;
     });
     const connect: PathSlot = !mux
       ? { ok: false, reason: `connect (${network}): needs the tunnel path's hub, which did not start` }
       : await attempt(`connect (${network})`, log, async () => {
-        const client = useClient(`connect-${network}`, mux!.connectSpec(targetPorts));
-        return dialerFor('connect', network, client, lan ? { scaleConns: () => clusterRig('scale-connect', 'mux', 'connect'), processes: clusterProcesses(mux!) } : {});
-      });
+          const client = useClient(`connect-${network}`, mux!.connectSpec(targetPorts));
+          return dialerFor(
+            'connect',
+            network,
+            client,
+            lan ? { scaleConns: () => clusterRig('scale-connect', 'mux', 'connect'), processes: clusterProcesses(mux!) } : {},
+          );
+        });
     const forward: PathSlot = !mux
       ? { ok: false, reason: `forward (${network}): needs the tunnel path's hub, which did not start` }
       : await attempt(`forward (${network})`, log, async () => {
-        const { ports, pids } = await mux!.forwards(targetPorts, register);
-        const hubAndAgent = clusterProcesses(mux!);
-        // Only the forward process of the target in use: the others idle meanwhile.
-        const processes = (to: TargetName): PathProcesses => ({ ...hubAndAgent(), forward: pids[to] === undefined ? [] : [pids[to]], target });
-        return dialerFor('forward', network, useClient(`forward-${network}`, { kind: 'tcp', ports }), lan ? { processes } : {});
-      });
+          const { ports, pids } = await mux!.forwards(targetPorts, register);
+          const hubAndAgent = clusterProcesses(mux!);
+          // Only the forward process of the target in use: the others idle meanwhile.
+          const processes = (to: TargetName): PathProcesses => ({
+            ...hubAndAgent(),
+            forward: pids[to] === undefined ? [] : [pids[to]],
+            target,
+          });
+          return dialerFor('forward', network, useClient(`forward-${network}`, { kind: 'tcp', ports }), lan ? { processes } : {});
+        });
     const grpc = await attempt(`tunnel-grpc (${network})`, log, async () => {
-      const cluster = await startCluster(pki, { ...processOptions, label: `${network}-grpc`, transport: 'grpc', agentHubAddress: agentHubAddress?.('relay-tunnel-grpc'), onStarted: register });
+      const cluster = await startCluster(pki, {
+        ...processOptions,
+        label: `${network}-grpc`,
+        transport: 'grpc',
+        agentHubAddress: agentHubAddress?.('relay-tunnel-grpc'),
+        onStarted: register,
+      });
       const client = useClient(`tunnel-grpc-${network}`, cluster.tunnelSpec(targetPorts));
       const processes = clusterProcesses(cluster);
-      const dialer = dialerFor('tunnel-grpc', network, client, lan ? { scaleConns: () => clusterRig('scale-grpc', 'grpc', 'tunnel'), scaleAgents: () => agentsRig('scale-agents-grpc', 'grpc'), processes } : {});
+      const dialer = dialerFor(
+        'tunnel-grpc',
+        network,
+        client,
+        lan
+          ? {
+              scaleConns: () => clusterRig('scale-grpc', 'grpc', 'tunnel'),
+              scaleAgents: () => agentsRig('scale-agents-grpc', 'grpc'),
+              processes,
+            }
+          : {},
+      );
       await probe(dialer);
       if (client.describe() !== 'SDK transport grpc') throw new Error(`expected the SDK to use gRPC, it uses: ${client.describe()}`);
       return dialer;
@@ -302,7 +375,9 @@ export async function setupPaths(networks: ReadonlySet<Network>, cleanup: Cleanu
 
   if (networks.has('lan')) {
     log('setting up lan paths (direct, ssh -R, tunnel, tunnel-grpc, connect, forward) ...');
-    const direct = await attempt('direct (lan)', log, async () => dialerFor('direct', 'lan', useClient('direct-lan', { kind: 'tcp', ports: targetPorts }), { processes: () => ({ target }) }));
+    const direct = await attempt('direct (lan)', log, async () =>
+      dialerFor('direct', 'lan', useClient('direct-lan', { kind: 'tcp', ports: targetPorts }), { processes: () => ({ target }) }),
+    );
     const ssh = await sshSlot('lan', async (port) => port);
     sets.set('lan', { direct, ssh, ...(await tunnelSlots('lan')) });
   }
@@ -321,15 +396,17 @@ export async function setupPaths(networks: ReadonlySet<Network>, cleanup: Cleanu
       if (port === undefined) throw new Error('relay-ssh reported no port');
       return port;
     });
-    const relayed = (name: string) => async (hubAgentPort: number): Promise<string> => {
-      const relays = await startRelays(name, RTT20_ONE_WAY_MS, { hub: hubAgentPort });
-      register(name, relays.stop);
-      return `127.0.0.1:${relays.ports['hub'] ?? 0}`;
-    };
+    const relayed =
+      (name: string) =>
+      async (hubAgentPort: number): Promise<string> => {
+        const relays = await startRelays(name, RTT20_ONE_WAY_MS, { hub: hubAgentPort });
+        register(name, relays.stop);
+        return `127.0.0.1:${relays.ports['hub'] ?? 0}`;
+      };
     sets.set('rtt20', { direct, ssh, ...(await tunnelSlots('rtt20', relayed)) });
   }
 
-  facts['paths'] = 'tunnel = SDK + agent over our mux transport; tunnel-grpc = SDK transport grpc + agent --transport grpc (ANP-compatible); connect = HTTP CONNECT over TLS (client cert) to the hub, mux agent; forward = `cluster-proxy forward` processes (a local port each) in front of the tunnel path';
+  facts['paths'] =
+    'tunnel = SDK + agent over our mux transport; tunnel-grpc = SDK transport grpc + agent --transport grpc (ANP-compatible); connect = HTTP CONNECT over TLS (client cert) to the hub, mux agent; forward = `cluster-proxy forward` processes (a local port each) in front of the tunnel path';
   return { sets, facts };
 }
-

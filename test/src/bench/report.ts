@@ -19,7 +19,6 @@ export interface ResultRow {
   notes: string[];
 }
 
-
 export interface BenchReport {
   machine: MachineFacts;
   config: Record<string, number | string | boolean>;
@@ -49,7 +48,12 @@ export const RATIOS: readonly (readonly [PathName, PathName])[] = [
 ];
 
 export const ratioKey = (a: PathName, b: PathName): string => `${a}/${b}`;
-const RATIO_HEADERS: Readonly<Record<string, string>> = { 'tunnel/direct': 'tunnel/direct', 'tunnel/ssh': 'tunnel/ssh', 'tunnel-grpc/ssh': 'grpc/ssh', 'connect/ssh': 'connect/ssh' };
+const RATIO_HEADERS: Readonly<Record<string, string>> = {
+  'tunnel/direct': 'tunnel/direct',
+  'tunnel/ssh': 'tunnel/ssh',
+  'tunnel-grpc/ssh': 'grpc/ssh',
+  'connect/ssh': 'connect/ssh',
+};
 
 const DISPLAY_UNIT: Record<string, string> = { us: 'µs' };
 
@@ -87,14 +91,22 @@ function formatRatio(value: number | null): string {
 function table(header: readonly string[], body: readonly (readonly string[])[], leftColumns: number): string {
   const widths = header.map((h, i) => Math.max(h.length, ...body.map((row) => (row[i] ?? '').length)));
   const line = (cells: readonly string[]): string =>
-    cells.map((c, i) => (i < leftColumns ? c.padEnd(widths[i] ?? 0) : c.padStart(widths[i] ?? 0))).join(' | ').trimEnd();
+    cells
+      .map((c, i) => (i < leftColumns ? c.padEnd(widths[i] ?? 0) : c.padStart(widths[i] ?? 0)))
+      .join(' | ')
+      .trimEnd();
   const rule = widths.map((w) => '-'.repeat(w)).join('-|-');
   return [line(header), rule, ...body.map(line)].join('\n');
 }
 
 /** Plain-text table; first two columns left-aligned, the rest right-aligned. */
 export function formatTable(rows: readonly ResultRow[]): string {
-  const header = ['scenario', 'metric', ...PATH_NAMES.map((p) => PATH_LABELS[p]), ...RATIOS.map(([a, b]) => RATIO_HEADERS[ratioKey(a, b)] ?? ratioKey(a, b))];
+  const header = [
+    'scenario',
+    'metric',
+    ...PATH_NAMES.map((p) => PATH_LABELS[p]),
+    ...RATIOS.map(([a, b]) => RATIO_HEADERS[ratioKey(a, b)] ?? ratioKey(a, b)),
+  ];
   const body = rows.map((r) => [
     r.scenario,
     `${r.metric} ${displayUnit(r.unit)}`,
@@ -127,67 +139,411 @@ const FLEET_GOAL_PATHS: readonly PathName[] = ['tunnel'];
 
 const GOALS: readonly GoalSpec[] = [
   { goal: 'one-connection throughput, up', scenario: 'throughput-up', metric: 'throughput', compare: 'ssh', op: '>=', bound: 1, unit: 'x' },
-  { goal: 'one-connection throughput, down', scenario: 'throughput-down', metric: 'throughput', compare: 'ssh', op: '>=', bound: 1, unit: 'x' },
+  {
+    goal: 'one-connection throughput, down',
+    scenario: 'throughput-down',
+    metric: 'throughput',
+    compare: 'ssh',
+    op: '>=',
+    bound: 1,
+    unit: 'x',
+  },
   // CPU per byte: what our two proxy processes spend per GiB against sshd + ssh (steadier than MB/s on a shared VM).
-  { goal: 'hub + agent CPU per GiB, up', scenario: 'throughput-up', metric: CPU_FIGURE_LABELS.proxy, compare: 'ssh', op: '<=', bound: 1.3, unit: 'x' },
-  { goal: 'hub + agent CPU per GiB, down', scenario: 'throughput-down', metric: CPU_FIGURE_LABELS.proxy, compare: 'ssh', op: '<=', bound: 1.3, unit: 'x' },
+  {
+    goal: 'hub + agent CPU per GiB, up',
+    scenario: 'throughput-up',
+    metric: CPU_FIGURE_LABELS.proxy,
+    compare: 'ssh',
+    op: '<=',
+    bound: 1.3,
+    unit: 'x',
+  },
+  {
+    goal: 'hub + agent CPU per GiB, down',
+    scenario: 'throughput-down',
+    metric: CPU_FIGURE_LABELS.proxy,
+    compare: 'ssh',
+    op: '<=',
+    bound: 1.3,
+    unit: 'x',
+  },
   { goal: '8-connection throughput, up', scenario: 'throughput-8-up', metric: 'throughput', compare: 'ssh', op: '>=', bound: 1, unit: 'x' },
-  { goal: '8-connection throughput, down', scenario: 'throughput-8-down', metric: 'throughput', compare: 'ssh', op: '>=', bound: 1, unit: 'x' },
+  {
+    goal: '8-connection throughput, down',
+    scenario: 'throughput-8-down',
+    metric: 'throughput',
+    compare: 'ssh',
+    op: '>=',
+    bound: 1,
+    unit: 'x',
+  },
   { goal: '64-byte round trip p50', scenario: 'rtt-64', metric: 'p50', compare: 'ssh', op: '<=', bound: 1, unit: 'x' },
   { goal: 'dials per second', scenario: 'dial-rate', metric: 'rate', compare: 'ssh', op: '>=', bound: 10, unit: 'x' },
-  { goal: '20 ms RTT, one connection, up', scenario: 'rtt20-throughput-up', metric: 'throughput', compare: 'ssh', op: '>=', bound: 1, unit: 'x' },
-  { goal: '20 ms RTT, one connection, down', scenario: 'rtt20-throughput-down', metric: 'throughput', compare: 'ssh', op: '>=', bound: 1, unit: 'x' },
+  {
+    goal: '20 ms RTT, one connection, up',
+    scenario: 'rtt20-throughput-up',
+    metric: 'throughput',
+    compare: 'ssh',
+    op: '>=',
+    bound: 1,
+    unit: 'x',
+  },
+  {
+    goal: '20 ms RTT, one connection, down',
+    scenario: 'rtt20-throughput-down',
+    metric: 'throughput',
+    compare: 'ssh',
+    op: '>=',
+    bound: 1,
+    unit: 'x',
+  },
   { goal: 'head-of-line, stalled upload', scenario: 'hol-up', metric: 'bulk kept', compare: 'value', op: '>=', bound: 90, unit: '%' },
   { goal: 'head-of-line, stalled download', scenario: 'hol-down', metric: 'bulk kept', compare: 'value', op: '>=', bound: 90, unit: '%' },
   { goal: 'idle connection, hub', scenario: 'scale-conns', metric: 'hub KiB/conn', compare: 'value', op: '<=', bound: 16, unit: 'KiB' },
   { goal: 'idle connection, agent', scenario: 'scale-conns', metric: 'agent KiB/conn', compare: 'value', op: '<=', bound: 16, unit: 'KiB' },
-  { goal: 'idle agent, hub', scenario: 'scale-agents', metric: 'hub KiB/agent', compare: 'value', op: '<=', bound: 100, unit: 'KiB', paths: ['tunnel', 'tunnel-grpc'] },
+  {
+    goal: 'idle agent, hub',
+    scenario: 'scale-agents',
+    metric: 'hub KiB/agent',
+    compare: 'value',
+    op: '<=',
+    bound: 100,
+    unit: 'KiB',
+    paths: ['tunnel', 'tunnel-grpc'],
+  },
   // Footprint: the agent runs in every managed cluster; the hub on the embedded store.
-  { goal: 'agent RSS at start', scenario: 'idle-rss', metric: 'agent start', compare: 'value', op: '<=', bound: 60, unit: 'MiB', paths: ['tunnel', 'tunnel-grpc'] },
-  { goal: 'hub RSS at start (embedded store)', scenario: 'idle-rss', metric: 'hub start', compare: 'value', op: '<=', bound: 80, unit: 'MiB', paths: ['tunnel', 'tunnel-grpc'] },
+  {
+    goal: 'agent RSS at start',
+    scenario: 'idle-rss',
+    metric: 'agent start',
+    compare: 'value',
+    op: '<=',
+    bound: 60,
+    unit: 'MiB',
+    paths: ['tunnel', 'tunnel-grpc'],
+  },
+  {
+    goal: 'hub RSS at start (embedded store)',
+    scenario: 'idle-rss',
+    metric: 'hub start',
+    compare: 'value',
+    op: '<=',
+    bound: 80,
+    unit: 'MiB',
+    paths: ['tunnel', 'tunnel-grpc'],
+  },
   // What a pod is charged: anonymous memory, without the node binary's file-backed pages.
-  { goal: 'agent anonymous memory at start', scenario: 'idle-rss', metric: 'agent anon start', compare: 'value', op: '<=', bound: 20, unit: 'MiB', paths: ['tunnel', 'tunnel-grpc'] },
-  { goal: 'hub anonymous memory at start (embedded store)', scenario: 'idle-rss', metric: 'hub anon start', compare: 'value', op: '<=', bound: 24, unit: 'MiB', paths: ['tunnel', 'tunnel-grpc'] },
+  {
+    goal: 'agent anonymous memory at start',
+    scenario: 'idle-rss',
+    metric: 'agent anon start',
+    compare: 'value',
+    op: '<=',
+    bound: 20,
+    unit: 'MiB',
+    paths: ['tunnel', 'tunnel-grpc'],
+  },
+  {
+    goal: 'hub anonymous memory at start (embedded store)',
+    scenario: 'idle-rss',
+    metric: 'hub anon start',
+    compare: 'value',
+    op: '<=',
+    bound: 24,
+    unit: 'MiB',
+    paths: ['tunnel', 'tunnel-grpc'],
+  },
   // The ANP path (Go hub components, ANP agents) against our own transport; forward against the SDK path.
   ...(['throughput-up', 'throughput-down', 'throughput-8-up', 'throughput-8-down'] as const).flatMap((scenario): GoalSpec[] => [
-    { goal: `${scenario}: gRPC vs mux`, scenario, metric: 'throughput', compare: 'tunnel', op: '>=', bound: 0.8, unit: 'x', paths: ['tunnel-grpc'] },
-    { goal: `${scenario}: gRPC vs ssh -R`, scenario, metric: 'throughput', compare: 'ssh', op: '>=', bound: 0.7, unit: 'x', paths: ['tunnel-grpc'] },
-    { goal: `${scenario}: forward vs SDK`, scenario, metric: 'throughput', compare: 'tunnel', op: '>=', bound: 0.9, unit: 'x', paths: ['forward'] },
+    {
+      goal: `${scenario}: gRPC vs mux`,
+      scenario,
+      metric: 'throughput',
+      compare: 'tunnel',
+      op: '>=',
+      bound: 0.8,
+      unit: 'x',
+      paths: ['tunnel-grpc'],
+    },
+    {
+      goal: `${scenario}: gRPC vs ssh -R`,
+      scenario,
+      metric: 'throughput',
+      compare: 'ssh',
+      op: '>=',
+      bound: 0.7,
+      unit: 'x',
+      paths: ['tunnel-grpc'],
+    },
+    {
+      goal: `${scenario}: forward vs SDK`,
+      scenario,
+      metric: 'throughput',
+      compare: 'tunnel',
+      op: '>=',
+      bound: 0.9,
+      unit: 'x',
+      paths: ['forward'],
+    },
   ]),
-  { goal: 'dials per second: gRPC vs mux', scenario: 'dial-rate', metric: 'rate', compare: 'tunnel', op: '>=', bound: 0.8, unit: 'x', paths: ['tunnel-grpc'] },
-  { goal: 'dials per second: forward vs SDK', scenario: 'dial-rate', metric: 'rate', compare: 'tunnel', op: '>=', bound: 0.9, unit: 'x', paths: ['forward'] },
-  { goal: '64-byte round trip p50: gRPC vs mux', scenario: 'rtt-64', metric: 'p50', compare: 'tunnel', op: '<=', bound: 1.2, unit: 'x', paths: ['tunnel-grpc'] },
-  { goal: 'idle gRPC connection, hub', scenario: 'scale-conns', metric: 'hub KiB/conn', compare: 'value', op: '<=', bound: 4, unit: 'KiB', paths: ['tunnel-grpc'] },
+  {
+    goal: 'dials per second: gRPC vs mux',
+    scenario: 'dial-rate',
+    metric: 'rate',
+    compare: 'tunnel',
+    op: '>=',
+    bound: 0.8,
+    unit: 'x',
+    paths: ['tunnel-grpc'],
+  },
+  {
+    goal: 'dials per second: forward vs SDK',
+    scenario: 'dial-rate',
+    metric: 'rate',
+    compare: 'tunnel',
+    op: '>=',
+    bound: 0.9,
+    unit: 'x',
+    paths: ['forward'],
+  },
+  {
+    goal: '64-byte round trip p50: gRPC vs mux',
+    scenario: 'rtt-64',
+    metric: 'p50',
+    compare: 'tunnel',
+    op: '<=',
+    bound: 1.2,
+    unit: 'x',
+    paths: ['tunnel-grpc'],
+  },
+  {
+    goal: 'idle gRPC connection, hub',
+    scenario: 'scale-conns',
+    metric: 'hub KiB/conn',
+    compare: 'value',
+    op: '<=',
+    bound: 4,
+    unit: 'KiB',
+    paths: ['tunnel-grpc'],
+  },
   // Destinations that never read (stuck-destination at N=1024) and one enormous write (big-write).
   ...STUCK_CLIENTS.flatMap((clients): GoalSpec[] => {
     const at = (figure: StuckFigureName): string => stuckMetric(STUCK_GOAL_COUNT, figure, clients);
     const who = `${STUCK_GOAL_COUNT} stuck ${clients === 'sdk' ? 'connections' : 'konnectivity-style clients'}`;
     const paths: Pick<GoalSpec, 'paths'> = { paths: stuckClientPaths(clients) };
     return [
-      { goal: `${who}: hub peak RSS`, scenario: 'stuck-destination', metric: at('hub peak'), compare: 'value', op: '<=', bound: 256, unit: 'MiB', ...paths },
-      { goal: `${who}: agent peak RSS`, scenario: 'stuck-destination', metric: at('agent peak'), compare: 'value', op: '<=', bound: 128, unit: 'MiB', ...paths },
-      { goal: `${who}: nothing killed or lost`, scenario: 'stuck-destination', metric: at('lost'), compare: 'value', op: '<=', bound: 0, unit: 'count', ...paths },
-      { goal: `${who}: healthy bulk kept`, scenario: 'stuck-destination', metric: at('bulk kept'), compare: 'value', op: '>=', bound: 80, unit: '%', ...paths },
-      { goal: `${who}: hub RSS after - before`, scenario: 'stuck-destination', metric: at('hub after'), minus: at('hub before'), compare: 'value', op: '<=', bound: 20, unit: 'MiB', ...paths },
-      { goal: `${who}: agent RSS after - before`, scenario: 'stuck-destination', metric: at('agent after'), minus: at('agent before'), compare: 'value', op: '<=', bound: 20, unit: 'MiB', ...paths },
-      { goal: `${who}: tables empty after`, scenario: 'stuck-destination', metric: at('left'), compare: 'value', op: '<=', bound: 0, unit: 'count', ...paths },
+      {
+        goal: `${who}: hub peak RSS`,
+        scenario: 'stuck-destination',
+        metric: at('hub peak'),
+        compare: 'value',
+        op: '<=',
+        bound: 256,
+        unit: 'MiB',
+        ...paths,
+      },
+      {
+        goal: `${who}: agent peak RSS`,
+        scenario: 'stuck-destination',
+        metric: at('agent peak'),
+        compare: 'value',
+        op: '<=',
+        bound: 128,
+        unit: 'MiB',
+        ...paths,
+      },
+      {
+        goal: `${who}: nothing killed or lost`,
+        scenario: 'stuck-destination',
+        metric: at('lost'),
+        compare: 'value',
+        op: '<=',
+        bound: 0,
+        unit: 'count',
+        ...paths,
+      },
+      {
+        goal: `${who}: healthy bulk kept`,
+        scenario: 'stuck-destination',
+        metric: at('bulk kept'),
+        compare: 'value',
+        op: '>=',
+        bound: 80,
+        unit: '%',
+        ...paths,
+      },
+      {
+        goal: `${who}: hub RSS after - before`,
+        scenario: 'stuck-destination',
+        metric: at('hub after'),
+        minus: at('hub before'),
+        compare: 'value',
+        op: '<=',
+        bound: 20,
+        unit: 'MiB',
+        ...paths,
+      },
+      {
+        goal: `${who}: agent RSS after - before`,
+        scenario: 'stuck-destination',
+        metric: at('agent after'),
+        minus: at('agent before'),
+        compare: 'value',
+        op: '<=',
+        bound: 20,
+        unit: 'MiB',
+        ...paths,
+      },
+      {
+        goal: `${who}: tables empty after`,
+        scenario: 'stuck-destination',
+        metric: at('left'),
+        compare: 'value',
+        op: '<=',
+        bound: 0,
+        unit: 'count',
+        ...paths,
+      },
       // What the pods are charged: anonymous memory and the kernel's socket buffers.
-      { goal: `${who}: agent anonymous + socket memory`, scenario: 'stuck-destination', metric: at('agent anon+socket'), compare: 'value', op: '<=', bound: 128, unit: 'MiB', ...paths },
-      { goal: `${who}: hub anonymous after - before`, scenario: 'stuck-destination', metric: at('hub anon after'), minus: at('hub anon before'), compare: 'value', op: '<=', bound: 20, unit: 'MiB', ...paths },
-      { goal: `${who}: agent anonymous after - before`, scenario: 'stuck-destination', metric: at('agent anon after'), minus: at('agent anon before'), compare: 'value', op: '<=', bound: 20, unit: 'MiB', ...paths },
-      ...(clients === 'sdk' ? [{ goal: `${who}: hub + agent anonymous + socket memory per connection`, scenario: 'stuck-destination', metric: at('hub+agent KiB/conn'), compare: 'value', op: '<=', bound: 128, unit: 'KiB', paths: ['tunnel', 'tunnel-grpc'] } satisfies GoalSpec] : []),
+      {
+        goal: `${who}: agent anonymous + socket memory`,
+        scenario: 'stuck-destination',
+        metric: at('agent anon+socket'),
+        compare: 'value',
+        op: '<=',
+        bound: 128,
+        unit: 'MiB',
+        ...paths,
+      },
+      {
+        goal: `${who}: hub anonymous after - before`,
+        scenario: 'stuck-destination',
+        metric: at('hub anon after'),
+        minus: at('hub anon before'),
+        compare: 'value',
+        op: '<=',
+        bound: 20,
+        unit: 'MiB',
+        ...paths,
+      },
+      {
+        goal: `${who}: agent anonymous after - before`,
+        scenario: 'stuck-destination',
+        metric: at('agent anon after'),
+        minus: at('agent anon before'),
+        compare: 'value',
+        op: '<=',
+        bound: 20,
+        unit: 'MiB',
+        ...paths,
+      },
+      ...(clients === 'sdk'
+        ? [
+            {
+              goal: `${who}: hub + agent anonymous + socket memory per connection`,
+              scenario: 'stuck-destination',
+              metric: at('hub+agent KiB/conn'),
+              compare: 'value',
+              op: '<=',
+              bound: 128,
+              unit: 'KiB',
+              paths: ['tunnel', 'tunnel-grpc'],
+            } satisfies GoalSpec,
+          ]
+        : []),
     ];
   }),
   // Fleet size (the fleet scenario: one hub replica, embedded store, N simulated clusters).
-  { goal: `${FLEET_GOAL_N} clusters: hub RSS`, scenario: 'fleet', metric: FLEET_AT('hub RSS'), compare: 'value', op: '<=', bound: 1024, unit: 'MiB', paths: FLEET_GOAL_PATHS },
-  { goal: `${FLEET_GOAL_N} clusters: idle hub CPU (% of one core)`, scenario: 'fleet', metric: FLEET_AT('hub CPU idle'), compare: 'value', op: '<=', bound: 10, unit: '%', paths: FLEET_GOAL_PATHS },
-  { goal: `${FLEET_GOAL_N} clusters: store requests per minute (N/10)`, scenario: 'fleet', metric: FLEET_AT('store req/min'), compare: 'value', op: '<=', bound: FLEET_GOAL_N / 10, unit: 'count', paths: FLEET_GOAL_PATHS },
-  { goal: `${FLEET_GOAL_N} clusters: all back after a hub restart (s)`, scenario: 'fleet', metric: FLEET_AT('restart: all back'), compare: 'value', op: '<=', bound: 60, unit: 's', paths: FLEET_GOAL_PATHS },
-  { goal: `${FLEET_GOAL_N} clusters: every addon Available after a hub restart (s)`, scenario: 'fleet', metric: FLEET_AT('restart: all Available'), compare: 'value', op: '<=', bound: 60, unit: 's', paths: FLEET_GOAL_PATHS },
-  { goal: `${FLEET_GOAL_N} clusters: reconnects in any one second`, scenario: 'fleet', metric: FLEET_AT('restart: max in 1 s'), compare: 'value', op: '<=', bound: 10, unit: '%', paths: FLEET_GOAL_PATHS },
-  { goal: `${FLEET_GOAL_N} clusters: killed agent unavailable (s)`, scenario: 'fleet', metric: FLEET_AT('killed → unavailable'), compare: 'value', op: '<=', bound: 30, unit: 's', paths: FLEET_GOAL_PATHS },
-  { goal: `${FLEET_GOAL_N} clusters: dial p99 vs 10 clusters`, scenario: 'fleet', metric: FLEET_AT('dial p99 / N=10'), compare: 'value', op: '<=', bound: 1.5, unit: 'x', paths: FLEET_GOAL_PATHS },
-  { goal: 'big write: sha256 intact, other connection undisturbed', scenario: 'big-write', metric: 'faults', compare: 'value', op: '<=', bound: 0, unit: 'count', paths: ['tunnel', 'tunnel-grpc'] },
+  {
+    goal: `${FLEET_GOAL_N} clusters: hub RSS`,
+    scenario: 'fleet',
+    metric: FLEET_AT('hub RSS'),
+    compare: 'value',
+    op: '<=',
+    bound: 1024,
+    unit: 'MiB',
+    paths: FLEET_GOAL_PATHS,
+  },
+  {
+    goal: `${FLEET_GOAL_N} clusters: idle hub CPU (% of one core)`,
+    scenario: 'fleet',
+    metric: FLEET_AT('hub CPU idle'),
+    compare: 'value',
+    op: '<=',
+    bound: 10,
+    unit: '%',
+    paths: FLEET_GOAL_PATHS,
+  },
+  {
+    goal: `${FLEET_GOAL_N} clusters: store requests per minute (N/10)`,
+    scenario: 'fleet',
+    metric: FLEET_AT('store req/min'),
+    compare: 'value',
+    op: '<=',
+    bound: FLEET_GOAL_N / 10,
+    unit: 'count',
+    paths: FLEET_GOAL_PATHS,
+  },
+  {
+    goal: `${FLEET_GOAL_N} clusters: all back after a hub restart (s)`,
+    scenario: 'fleet',
+    metric: FLEET_AT('restart: all back'),
+    compare: 'value',
+    op: '<=',
+    bound: 60,
+    unit: 's',
+    paths: FLEET_GOAL_PATHS,
+  },
+  {
+    goal: `${FLEET_GOAL_N} clusters: every addon Available after a hub restart (s)`,
+    scenario: 'fleet',
+    metric: FLEET_AT('restart: all Available'),
+    compare: 'value',
+    op: '<=',
+    bound: 60,
+    unit: 's',
+    paths: FLEET_GOAL_PATHS,
+  },
+  {
+    goal: `${FLEET_GOAL_N} clusters: reconnects in any one second`,
+    scenario: 'fleet',
+    metric: FLEET_AT('restart: max in 1 s'),
+    compare: 'value',
+    op: '<=',
+    bound: 10,
+    unit: '%',
+    paths: FLEET_GOAL_PATHS,
+  },
+  {
+    goal: `${FLEET_GOAL_N} clusters: killed agent unavailable (s)`,
+    scenario: 'fleet',
+    metric: FLEET_AT('killed → unavailable'),
+    compare: 'value',
+    op: '<=',
+    bound: 30,
+    unit: 's',
+    paths: FLEET_GOAL_PATHS,
+  },
+  {
+    goal: `${FLEET_GOAL_N} clusters: dial p99 vs 10 clusters`,
+    scenario: 'fleet',
+    metric: FLEET_AT('dial p99 / N=10'),
+    compare: 'value',
+    op: '<=',
+    bound: 1.5,
+    unit: 'x',
+    paths: FLEET_GOAL_PATHS,
+  },
+  {
+    goal: 'big write: sha256 intact, other connection undisturbed',
+    scenario: 'big-write',
+    metric: 'faults',
+    compare: 'value',
+    op: '<=',
+    bound: 0,
+    unit: 'count',
+    paths: ['tunnel', 'tunnel-grpc'],
+  },
 ];
 
 function targetText(g: GoalSpec): string {
@@ -227,7 +583,11 @@ function formatGoals(goals: readonly GoalCheck[]): string {
       if (!c) return '-';
       if (c.value === null || c.met === null) return 'n/a';
       const unit = /(%|KiB|MiB|count|s|x)$/.exec(g.target)?.[1] ?? '';
-      const shown = /x (ssh|tunnel)/.test(g.target) ? `${c.value.toFixed(2)}x` : unit === 'count' ? c.value.toFixed(0) : `${c.value.toFixed(1)} ${unit}`;
+      const shown = /x (ssh|tunnel)/.test(g.target)
+        ? `${c.value.toFixed(2)}x`
+        : unit === 'count'
+          ? c.value.toFixed(0)
+          : `${c.value.toFixed(1)} ${unit}`;
       return `${shown} ${c.met ? 'met' : 'NOT met'}`;
     }),
   ]);
@@ -241,16 +601,34 @@ export function formatReport(report: BenchReport): string {
   out.push('');
   out.push(formatTable(report.results));
   out.push('');
-  out.push('Ratios are pair by pair (grpc = tunnel-grpc). MB/s, conn/s and %: higher is better; µs, ms, KiB, MiB, s/GiB and counts: lower is better.');
-  if (report.results.some((r) => r.scenario.startsWith('rtt20-'))) out.push('rtt20-*: 20 ms RTT relay between client and target (direct), ssh and sshd (ssh -R), agent and hub (tunnel, tunnel-grpc, connect).');
+  out.push(
+    'Ratios are pair by pair (grpc = tunnel-grpc). MB/s, conn/s and %: higher is better; µs, ms, KiB, MiB, s/GiB and counts: lower is better.',
+  );
+  if (report.results.some((r) => r.scenario.startsWith('rtt20-')))
+    out.push(
+      'rtt20-*: 20 ms RTT relay between client and target (direct), ssh and sshd (ssh -R), agent and hub (tunnel, tunnel-grpc, connect).',
+    );
   if (report.results.some((r) => r.unit === CPU_UNIT)) {
-    out.push(`CPU ${CPU_UNIT}: CPU seconds (user + system, all threads) per GiB moved during the timed transfers, per process: client = the bench process itself (it is the client on every path; process.cpuUsage()), hub|sshd = the hub (ssh -R: sshd's session process), agent|ssh = the agent (ssh -R: the ssh client), forward = the \`cluster-proxy forward\` process, target = the targets process; others from /proc/PID/stat in ${1000 / CLOCK_TICKS} ms ticks (error bounds in the notes). hub+agent|sshd+ssh = the proxy processes together; its tunnel/ssh, grpc/ssh and connect/ssh columns are our proxies' CPU per GiB over OpenSSH's.`);
+    out.push(
+      `CPU ${CPU_UNIT}: CPU seconds (user + system, all threads) per GiB moved during the timed transfers, per process: client = the bench process itself (it is the client on every path; process.cpuUsage()), hub|sshd = the hub (ssh -R: sshd's session process), agent|ssh = the agent (ssh -R: the ssh client), forward = the \`cluster-proxy forward\` process, target = the targets process; others from /proc/PID/stat in ${1000 / CLOCK_TICKS} ms ticks (error bounds in the notes). hub+agent|sshd+ssh = the proxy processes together; its tunnel/ssh, grpc/ssh and connect/ssh columns are our proxies' CPU per GiB over OpenSSH's.`,
+    );
   }
-  if (report.results.some((r) => r.scenario.startsWith('hol-'))) out.push('hol-*: bulk throughput next to a stalled connection on the same path, in % of the same transfer alone.');
-  if (report.results.some((r) => r.scenario === 'stuck-destination')) out.push('stuck-destination: N connections whose destination never reads, fresh hub + agent per N; peak = highest VmRSS sampled every 100 ms, before/after = after a full GC (after: 10 s after the clients left); bulk kept = a healthy upload beside them in % of alone; accepted = bytes their writers handed over in all; lost = processes died + tunnels lost + stuck connections not opened or closed by the path; left = connections the hub\'s or the agent\'s table still lists after (the most in any one).');
-  if (report.results.some((r) => r.scenario === 'big-write')) out.push('big-write: one write() of a single Buffer through the SDK; echo p50/p99 = 64-byte round trips on another connection of the same Tunnel meanwhile; faults = sha256 or byte count wrong, or the echo connection closed or stuck.');
-  if (report.results.some((r) => r.scenario === 'fleet')) out.push(`fleet: N simulated clusters on one hub (embedded store), figures in the tunnel column; hub CPU idle = % of one core over the steady window; store req/min = the hub's store requests then; restart: all back = from the new hub's readiness to the last agent's return, max in 1 s = the largest share of the agents that came back within one second; dial p99 / N=10 = against a fleet of ${FLEET_BASE_N}.`);
-  if (report.results.some((r) => r.scenario === 'scale-conns')) out.push('scale-conns: hub = the hub (sshd session processes for ssh -R), agent = the agent (the ssh client for ssh -R).');
+  if (report.results.some((r) => r.scenario.startsWith('hol-')))
+    out.push('hol-*: bulk throughput next to a stalled connection on the same path, in % of the same transfer alone.');
+  if (report.results.some((r) => r.scenario === 'stuck-destination'))
+    out.push(
+      "stuck-destination: N connections whose destination never reads, fresh hub + agent per N; peak = highest VmRSS sampled every 100 ms, before/after = after a full GC (after: 10 s after the clients left); bulk kept = a healthy upload beside them in % of alone; accepted = bytes their writers handed over in all; lost = processes died + tunnels lost + stuck connections not opened or closed by the path; left = connections the hub's or the agent's table still lists after (the most in any one).",
+    );
+  if (report.results.some((r) => r.scenario === 'big-write'))
+    out.push(
+      'big-write: one write() of a single Buffer through the SDK; echo p50/p99 = 64-byte round trips on another connection of the same Tunnel meanwhile; faults = sha256 or byte count wrong, or the echo connection closed or stuck.',
+    );
+  if (report.results.some((r) => r.scenario === 'fleet'))
+    out.push(
+      `fleet: N simulated clusters on one hub (embedded store), figures in the tunnel column; hub CPU idle = % of one core over the steady window; store req/min = the hub's store requests then; restart: all back = from the new hub's readiness to the last agent's return, max in 1 s = the largest share of the agents that came back within one second; dial p99 / N=10 = against a fleet of ${FLEET_BASE_N}.`,
+    );
+  if (report.results.some((r) => r.scenario === 'scale-conns'))
+    out.push('scale-conns: hub = the hub (sshd session processes for ssh -R), agent = the agent (the ssh client for ssh -R).');
   if (report.goals.length > 0) {
     out.push('');
     out.push(formatGoals(report.goals));

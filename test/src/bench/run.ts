@@ -48,14 +48,16 @@ export function startBenchRun(log: (message: string) => void, watchdogMs: number
 
 /** Runs an entry point's `main` and exits with its code once stdout and stderr are flushed. */
 export function runToExit(main: () => Promise<number>, log: (message: string) => void): void {
-  main().then(
-    (code) => code,
-    (err: unknown) => {
-      log(`error: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}`);
-      return 1;
-    },
-  ).then(async (code) => {
-    await stdioFlushed();
-    process.exit(code);
-  });
+  main()
+    .then(
+      (code) => code,
+      (err: unknown) => {
+        log(`error: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}`);
+        return 1;
+      },
+    )
+    .then(async (code) => {
+      await stdioFlushed();
+      process.exit(code);
+    });
 }

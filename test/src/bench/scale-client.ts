@@ -109,11 +109,16 @@ async function main(): Promise<void> {
   say({ holding: open.size, lost });
   closing = true;
   const all = [...open];
-  await Promise.all(all.map((s) => new Promise<void>((resolve) => {
-    if (s.destroyed && s.closed) return resolve();
-    s.once('close', () => resolve());
-    s.destroy();
-  })));
+  await Promise.all(
+    all.map(
+      (s) =>
+        new Promise<void>((resolve) => {
+          if (s.destroyed && s.closed) return resolve();
+          s.once('close', () => resolve());
+          s.destroy();
+        }),
+    ),
+  );
   for (const c of clients) c.close();
   clearInterval(keepAlive);
   say({ closed: all.length });

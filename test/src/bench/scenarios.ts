@@ -72,7 +72,11 @@ export interface BenchConfig {
 }
 
 /** "1000, 2500,5000" → [1000, 2500, 5000]: the counts a config or a flag lists (what is not a positive integer is left out). */
-export const positiveCounts = (text: string): number[] => text.split(',').map((s) => Number(s.trim())).filter((n) => Number.isInteger(n) && n > 0);
+export const positiveCounts = (text: string): number[] =>
+  text
+    .split(',')
+    .map((s) => Number(s.trim()))
+    .filter((n) => Number.isInteger(n) && n > 0);
 
 export const FULL_CONFIG: BenchConfig = {
   rounds: 2,
@@ -214,13 +218,22 @@ export function parseSinkReply(text: string): { bytes: number; sha256?: string }
  * after our EOF) / every connection saw EOF (down). Dials happen before the clock starts. With
  * `hashed`, the sha256 of what arrived on each connection is checked as well.
  */
-export async function transfer(dialer: Dialer, dir: Direction, bytes: number, hashed: boolean, timeoutMs: number, connections = 1): Promise<number> {
+export async function transfer(
+  dialer: Dialer,
+  dir: Direction,
+  bytes: number,
+  hashed: boolean,
+  timeoutMs: number,
+  connections = 1,
+): Promise<number> {
   const each = bytes / connections;
   if (!Number.isInteger(each)) throw new Error(`internal: ${bytes} bytes do not split over ${connections} connections`);
   const what = `${dir} ${describeBytes(bytes)}${connections > 1 ? ` over ${connections} connections` : ''}${hashed ? ' (sha256)' : ''}`;
   return SocketScope.run(what, timeoutMs, async (scope) => {
     const target = dir === 'up' ? (hashed ? 'sinkHash' : 'sink') : 'source';
-    const sockets = await Promise.all(Array.from({ length: connections }, async () => scope.track(await dialer.dial(target, DIAL_TIMEOUT_MS))));
+    const sockets = await Promise.all(
+      Array.from({ length: connections }, async () => scope.track(await dialer.dial(target, DIAL_TIMEOUT_MS))),
+    );
     if (dir === 'up') {
       const replies = sockets.map((socket) => {
         const reply = readToEnd(socket);
@@ -228,12 +241,14 @@ export async function transfer(dialer: Dialer, dir: Direction, bytes: number, ha
         return reply;
       });
       const started = performance.now();
-      await Promise.all(sockets.map(async (socket, i) => {
-        await writePayload(socket, each);
-        const result = parseSinkReply((await replies[i]!).toString('utf8'));
-        if (result.bytes !== each) throw new Error(`${what}: a sink received ${result.bytes} of ${each} bytes`);
-        if (hashed && result.sha256 !== payloadSha256(each)) throw new Error(`${what}: sha256 mismatch at the sink`);
-      }));
+      await Promise.all(
+        sockets.map(async (socket, i) => {
+          await writePayload(socket, each);
+          const result = parseSinkReply((await replies[i]!).toString('utf8'));
+          if (result.bytes !== each) throw new Error(`${what}: a sink received ${result.bytes} of ${each} bytes`);
+          if (hashed && result.sha256 !== payloadSha256(each)) throw new Error(`${what}: sha256 mismatch at the sink`);
+        }),
+      );
       return (performance.now() - started) / 1000;
     }
     const received = sockets.map((socket) => {
@@ -243,11 +258,13 @@ export async function transfer(dialer: Dialer, dir: Direction, bytes: number, ha
     });
     const started = performance.now();
     for (const socket of sockets) socket.write(`${each}\n`);
-    await Promise.all(received.map(async (r) => {
-      const result = await r;
-      if (result.bytes !== each) throw new Error(`${what}: received ${result.bytes} of ${each} bytes`);
-      if (hashed && result.sha256 !== payloadSha256(each)) throw new Error(`${what}: sha256 mismatch at the client`);
-    }));
+    await Promise.all(
+      received.map(async (r) => {
+        const result = await r;
+        if (result.bytes !== each) throw new Error(`${what}: received ${result.bytes} of ${each} bytes`);
+        if (hashed && result.sha256 !== payloadSha256(each)) throw new Error(`${what}: sha256 mismatch at the client`);
+      }),
+    );
     return (performance.now() - started) / 1000;
   });
 }
@@ -269,7 +286,13 @@ export class ThroughputRun implements PathRun {
   readonly cpu: CpuTally | undefined;
 
   /** With `cpu`, the values also hold CPU seconds per GiB (CPU_FIGURES, after the MB/s). */
-  constructor(private readonly dialer: Dialer, private readonly dir: Direction, private readonly cfg: BenchConfig, private readonly connections = 1, cpu = false) {
+  constructor(
+    private readonly dialer: Dialer,
+    private readonly dir: Direction,
+    private readonly cfg: BenchConfig,
+    private readonly connections = 1,
+    cpu = false,
+  ) {
     this.cpu = cpu ? new CpuTally() : undefined;
   }
 
@@ -302,7 +325,11 @@ export class ThroughputRun implements PathRun {
         const mbps = mbPerSecond(bytes, seconds);
         this.perRound.push(mbps);
         if (cpu) this.cpu?.add(bytes, cpu);
-        const cpuText = cpu ? `; CPU s: ${Object.entries(cpu.seconds).map(([role, s]) => `${role} ${s.toFixed(2)}`).join(', ')}` : '';
+        const cpuText = cpu
+          ? `; CPU s: ${Object.entries(cpu.seconds)
+              .map(([role, s]) => `${role} ${s.toFixed(2)}`)
+              .join(', ')}`
+          : '';
         return `${verified}${describeBytes(bytes)} in ${seconds.toFixed(2)} s = ${mbps.toFixed(1)} MB/s${cpuText}`;
       }
     }
@@ -324,7 +351,11 @@ export class ThroughputRun implements PathRun {
 }
 
 /** The CPU rows of a throughput scenario, after its MB/s. */
-export const CPU_METRICS: readonly MetricSpec[] = CPU_FIGURES.map((f) => ({ metric: CPU_FIGURE_LABELS[f], unit: CPU_UNIT, better: 'lower' }));
+export const CPU_METRICS: readonly MetricSpec[] = CPU_FIGURES.map((f) => ({
+  metric: CPU_FIGURE_LABELS[f],
+  unit: CPU_UNIT,
+  better: 'lower',
+}));
 
 /** With `cpu`, also CPU seconds per GiB of every process on the path (lan paths know their processes). */
 function throughput(name: string, network: Network, dir: Direction, connections = 1, cpu = false): Scenario {
@@ -374,7 +405,8 @@ async function openStall(dialer: Dialer, dir: Direction, cfg: BenchConfig, scope
         socket.once('drain', onDrain);
       });
       if (!drained) break;
-      if (accepted > cfg.holStallLimitBytes) throw new Error(`stalled upload: still accepting after ${describeBytes(accepted)} (unbounded buffering?)`);
+      if (accepted > cfg.holStallLimitBytes)
+        throw new Error(`stalled upload: still accepting after ${describeBytes(accepted)} (unbounded buffering?)`);
     }
     return { bytes: accepted, alive: () => !socket.destroyed };
   }
@@ -387,7 +419,8 @@ async function openStall(dialer: Dialer, dir: Direction, cfg: BenchConfig, scope
     await sleep(50);
     if (socket.destroyed) throw new Error('stalled download: connection closed');
     const buffered = socket.readableLength;
-    if (buffered > cfg.holStallLimitBytes) throw new Error(`stalled download: the client buffered ${describeBytes(buffered)} unread (unbounded buffering?)`);
+    if (buffered > cfg.holStallLimitBytes)
+      throw new Error(`stalled download: the client buffered ${describeBytes(buffered)} unread (unbounded buffering?)`);
     if (buffered !== last) {
       last = buffered;
       stableSince = performance.now();
@@ -406,7 +439,11 @@ class HolRun implements PathRun {
   private readonly kept: number[] = [];
   private readonly stallSizes: number[] = [];
 
-  constructor(private readonly dialer: Dialer, private readonly dir: Direction, private readonly cfg: BenchConfig) {}
+  constructor(
+    private readonly dialer: Dialer,
+    private readonly dir: Direction,
+    private readonly cfg: BenchConfig,
+  ) {}
 
   /** One bulk transfer of `bytes` while another connection on the same path is stalled with a full window. */
   private async nextToStall(bytes: number, timeoutMs: number): Promise<number> {
@@ -467,9 +504,14 @@ class HolRun implements PathRun {
 
   notes(): string[] {
     if (this.stallSizes.length === 0) return [];
-    const held = this.dir === 'up' ? 'accepted by the stalled connection before its writer blocked' : 'buffered unread at the client on the stalled connection';
+    const held =
+      this.dir === 'up'
+        ? 'accepted by the stalled connection before its writer blocked'
+        : 'buffered unread at the client on the stalled connection';
     const sizes = [...new Set(this.stallSizes.map(describeBytes))].join(', ');
-    return [`${sizes} ${held}; bulk solo ${mbPerSecond(this.soloBytes, this.soloSeconds).toFixed(0)} MB/s, next to the stall ${mbPerSecond(this.stalledBytes, this.stalledSeconds).toFixed(0)} MB/s`];
+    return [
+      `${sizes} ${held}; bulk solo ${mbPerSecond(this.soloBytes, this.soloSeconds).toFixed(0)} MB/s, next to the stall ${mbPerSecond(this.stalledBytes, this.stalledSeconds).toFixed(0)} MB/s`,
+    ];
   }
 }
 
@@ -477,9 +519,10 @@ function headOfLine(name: string, dir: Direction): Scenario {
   return {
     name,
     network: 'lan',
-    description: dir === 'up'
-      ? 'bulk upload on one connection while another upload on the same path is stalled (destination never reads)'
-      : 'bulk download on one connection while another download on the same path is stalled (client never reads)',
+    description:
+      dir === 'up'
+        ? 'bulk upload on one connection while another upload on the same path is stalled (destination never reads)'
+        : 'bulk download on one connection while another download on the same path is stalled (client never reads)',
     metrics: [{ metric: 'bulk kept', unit: '%', better: 'higher' }],
     rounds: (cfg) => cfg.holRounds,
     forPath: (dialer, cfg) => new HolRun(dialer, dir, cfg),
@@ -522,7 +565,12 @@ async function settledRss(rig: ScaleRig, settleMs: number): Promise<Reading> {
   const heap = await rig.gc();
   await sleep(AFTER_TRIM_MS);
   const pids = await rig.pids();
-  return { hub: await sumRss(pids.hub), agent: await sumRss(pids.agent), anon: { hub: await sumAnon(pids.hub), agent: await sumAnon(pids.agent) }, heap };
+  return {
+    hub: await sumRss(pids.hub),
+    agent: await sumRss(pids.agent),
+    anon: { hub: await sumAnon(pids.hub), agent: await sumAnon(pids.agent) },
+    heap,
+  };
 }
 
 async function waitHubConnections(rig: ScaleRig, want: (n: number) => boolean, timeoutMs: number, what: string): Promise<void> {
@@ -551,7 +599,12 @@ interface IdleCycle {
  * and closes them all (RSS "closed").
  */
 async function idleConnectionsCycle(path: PathName, rig: ScaleRig, cfg: BenchConfig, n: number): Promise<IdleCycle> {
-  const child = spawnHelper(`scale-client-${path}`, 'scale-client.js', { spec: rig.spec, count: n, concurrency: cfg.scaleConcurrency, warmup: cfg.scaleWarmup });
+  const child = spawnHelper(`scale-client-${path}`, 'scale-client.js', {
+    spec: rig.spec,
+    count: n,
+    concurrency: cfg.scaleConcurrency,
+    warmup: cfg.scaleWarmup,
+  });
   try {
     const warm = await child.waitForJsonLine((o) => 'warm' in o, 60_000);
     await waitHubConnections(rig, (c) => c === 0, 15_000, 'after the warm-up');
@@ -560,13 +613,17 @@ async function idleConnectionsCycle(path: PathName, rig: ScaleRig, cfg: BenchCon
     child.kill('SIGUSR2');
     const ready = await child.waitForJsonLine((o) => 'ready' in o, Math.max(120_000, n * 10), { after });
     const opened = Number(ready['ready']);
-    if (opened !== n) throw new Error(`opened ${opened} of ${n} connections (${String(ready['failed'])} failed; first error: ${String(ready['firstError'])})`);
+    if (opened !== n)
+      throw new Error(
+        `opened ${opened} of ${n} connections (${String(ready['failed'])} failed; first error: ${String(ready['firstError'])})`,
+      );
     await waitHubConnections(rig, (c) => c >= n, 15_000, 'all connections up');
     const held = await settledRss(rig, cfg.scaleSettleMs);
     after = child.lineCount();
     child.kill('SIGUSR2');
     const holding = await child.waitForJsonLine((o) => 'holding' in o, 10_000, { after });
-    if (Number(holding['lost']) !== 0) throw new Error(`${String(holding['lost'])} of the ${n} idle connections were closed by the path while idle`);
+    if (Number(holding['lost']) !== 0)
+      throw new Error(`${String(holding['lost'])} of the ${n} idle connections were closed by the path while idle`);
     await child.waitForJsonLine((o) => 'closed' in o, 60_000, { after });
     await waitHubConnections(rig, (c) => c === 0, 30_000, 'after closing');
     const closed = await settledRss(rig, cfg.scaleSettleMs);
@@ -588,7 +645,10 @@ class ScaleConnsRun implements PathRun {
   private readonly agent: number[] = [];
   private readonly notesList: string[] = [];
 
-  constructor(private readonly dialer: Dialer, private readonly cfg: BenchConfig) {}
+  constructor(
+    private readonly dialer: Dialer,
+    private readonly cfg: BenchConfig,
+  ) {}
 
   async measure(): Promise<string> {
     const { cfg, dialer } = this;
@@ -606,9 +666,10 @@ class ScaleConnsRun implements PathRun {
         const kib = (b: number): string => `${(b / 1024 / n).toFixed(1)}`;
         return `; V8 heap ${kib(held.heap[side] - before.heap[side])} KiB/conn, ${kib(closed.heap[side] - before.heap[side])} KiB/conn left after closing`;
       };
-      const summary = `${n} idle connections opened in ${seconds.toFixed(1)} s (${client}); `
-        + `${rig.sides.hub} RSS ${mib(before.hub)} → ${mib(held.hub)} (${mib(closed.hub)} after closing)${heap('hub')}; `
-        + `${rig.sides.agent} RSS ${mib(before.agent)} → ${mib(held.agent)} (${mib(closed.agent)} after closing)${heap('agent')}`;
+      const summary =
+        `${n} idle connections opened in ${seconds.toFixed(1)} s (${client}); ` +
+        `${rig.sides.hub} RSS ${mib(before.hub)} → ${mib(held.hub)} (${mib(closed.hub)} after closing)${heap('hub')}; ` +
+        `${rig.sides.agent} RSS ${mib(before.agent)} → ${mib(held.agent)} (${mib(closed.agent)} after closing)${heap('agent')}`;
       this.notesList.push(summary);
       return `${summary}: ${hub.toFixed(1)} / ${agent.toFixed(1)} KiB per connection`;
     } finally {
@@ -643,18 +704,19 @@ async function echoThrough(socket: Duplex, bytes: number): Promise<void> {
   });
   for (let sent = 0; sent < bytes; sent += chunk.length) {
     const piece = bytes - sent < chunk.length ? chunk.subarray(0, bytes - sent) : chunk;
-    if (!socket.write(piece)) await new Promise<void>((resolve, reject) => {
-      const onDrain = (): void => {
-        socket.off('close', onClose);
-        resolve();
-      };
-      const onClose = (): void => {
-        socket.off('drain', onDrain);
-        reject(new Error(`closed after ${sent} of ${bytes} bytes sent`));
-      };
-      socket.once('drain', onDrain);
-      socket.once('close', onClose);
-    });
+    if (!socket.write(piece))
+      await new Promise<void>((resolve, reject) => {
+        const onDrain = (): void => {
+          socket.off('close', onClose);
+          resolve();
+        };
+        const onClose = (): void => {
+          socket.off('drain', onDrain);
+          reject(new Error(`closed after ${sent} of ${bytes} bytes sent`));
+        };
+        socket.once('drain', onDrain);
+        socket.once('close', onClose);
+      });
   }
   await done;
 }
@@ -669,7 +731,10 @@ class IdleRssRun implements PathRun {
   private readonly figures: number[][] = [[], [], [], [], [], [], [], [], [], []];
   private readonly notesList: string[] = [];
 
-  constructor(private readonly dialer: Dialer, private readonly cfg: BenchConfig) {}
+  constructor(
+    private readonly dialer: Dialer,
+    private readonly cfg: BenchConfig,
+  ) {}
 
   async measure(): Promise<string> {
     const { cfg, dialer } = this;
@@ -689,12 +754,24 @@ class IdleRssRun implements PathRun {
       await waitHubConnections(rig, (c) => c === 0, 15_000, 'after the transfer');
       const moved = await settledRss(rig, cfg.scaleSettleMs);
       const { closed } = await idleConnectionsCycle(dialer.path, rig, cfg, n);
-      const readings = [start.hub, moved.hub, closed.hub, start.agent, moved.agent, closed.agent, start.anon.hub, closed.anon.hub, start.anon.agent, closed.anon.agent].map((kib) => kib / 1024);
+      const readings = [
+        start.hub,
+        moved.hub,
+        closed.hub,
+        start.agent,
+        moved.agent,
+        closed.agent,
+        start.anon.hub,
+        closed.anon.hub,
+        start.anon.agent,
+        closed.anon.agent,
+      ].map((kib) => kib / 1024);
       readings.forEach((v, i) => this.figures[i]!.push(v));
-      const moveText = `${(cfg.idleRssBytes / GiB >= 1 ? `${cfg.idleRssBytes / GiB} GiB` : `${cfg.idleRssBytes / MiB} MiB`)} each way`;
-      const summary = `${rig.sides.hub} ${mib(start.hub)} at start, ${mib(moved.hub)} after ${moveText}, ${mib(closed.hub)} after ${n} idle connections closed; `
-        + `${rig.sides.agent} ${mib(start.agent)}, ${mib(moved.agent)}, ${mib(closed.agent)}; anonymous (RssAnon): ${rig.sides.hub} ${mib(start.anon.hub)} at start, `
-        + `${mib(moved.anon.hub)}, ${mib(closed.anon.hub)}; ${rig.sides.agent} ${mib(start.anon.agent)}, ${mib(moved.anon.agent)}, ${mib(closed.anon.agent)}`;
+      const moveText = `${cfg.idleRssBytes / GiB >= 1 ? `${cfg.idleRssBytes / GiB} GiB` : `${cfg.idleRssBytes / MiB} MiB`} each way`;
+      const summary =
+        `${rig.sides.hub} ${mib(start.hub)} at start, ${mib(moved.hub)} after ${moveText}, ${mib(closed.hub)} after ${n} idle connections closed; ` +
+        `${rig.sides.agent} ${mib(start.agent)}, ${mib(moved.agent)}, ${mib(closed.agent)}; anonymous (RssAnon): ${rig.sides.hub} ${mib(start.anon.hub)} at start, ` +
+        `${mib(moved.anon.hub)}, ${mib(closed.anon.hub)}; ${rig.sides.agent} ${mib(start.anon.agent)}, ${mib(moved.anon.agent)}, ${mib(closed.anon.agent)}`;
       this.notesList.push(summary);
       return summary;
     } finally {
@@ -719,7 +796,10 @@ class ScaleAgentsRun implements PathRun {
   private readonly perAgent: number[] = [];
   private readonly notesList: string[] = [];
 
-  constructor(private readonly dialer: Dialer, private readonly cfg: BenchConfig) {}
+  constructor(
+    private readonly dialer: Dialer,
+    private readonly cfg: BenchConfig,
+  ) {}
 
   async measure(): Promise<string> {
     const { cfg, dialer } = this;
@@ -732,10 +812,20 @@ class ScaleAgentsRun implements PathRun {
       const heapBefore = await rig.gc();
       await sleep(200);
       const before = await rssKiB(rig.hubPid);
-      child = spawnHelper(`agents-load-${rig.transport}`, 'agents-load.js', { transport: rig.transport, hubAddress: rig.hubAddress, tls: rig.tls, cluster: rig.cluster, count: n, concurrency: cfg.scaleAgentsConcurrency });
+      child = spawnHelper(`agents-load-${rig.transport}`, 'agents-load.js', {
+        transport: rig.transport,
+        hubAddress: rig.hubAddress,
+        tls: rig.tls,
+        cluster: rig.cluster,
+        count: n,
+        concurrency: cfg.scaleAgentsConcurrency,
+      });
       const ready = await child.waitForJsonLine((o) => 'ready' in o, Math.max(120_000, n * 100));
       const registered = Number(ready['ready']);
-      if (registered !== n) throw new Error(`registered ${registered} of ${n} agents (${String(ready['failed'])} failed; first error: ${String(ready['firstError'])})`);
+      if (registered !== n)
+        throw new Error(
+          `registered ${registered} of ${n} agents (${String(ready['failed'])} failed; first error: ${String(ready['firstError'])})`,
+        );
       const deadline = performance.now() + 15_000;
       let atHub = 0;
       while ((atHub = await rig.agentsRegistered()) < n) {
@@ -752,8 +842,9 @@ class ScaleAgentsRun implements PathRun {
       if (Number(holding['lost']) !== 0) throw new Error(`${String(holding['lost'])} of the ${n} agents were disconnected while idle`);
       const perAgent = (held - before) / n;
       this.perAgent.push(perAgent);
-      const summary = `${n} ${rig.transport} agents registered in ${Number(ready['seconds']).toFixed(1)} s; hub RSS ${(before / 1024).toFixed(1)} MiB → ${(held / 1024).toFixed(1)} MiB; `
-        + `V8 heap ${((heapHeld - heapBefore) / 1024 / n).toFixed(1)} KiB/agent`;
+      const summary =
+        `${n} ${rig.transport} agents registered in ${Number(ready['seconds']).toFixed(1)} s; hub RSS ${(before / 1024).toFixed(1)} MiB → ${(held / 1024).toFixed(1)} MiB; ` +
+        `V8 heap ${((heapHeld - heapBefore) / 1024 / n).toFixed(1)} KiB/agent`;
       this.notesList.push(summary);
       return `${summary}: ${perAgent.toFixed(1)} KiB per agent`;
     } finally {
@@ -782,7 +873,10 @@ class RttRun implements PathRun {
   private readonly p50s: number[] = [];
   private readonly p99s: number[] = [];
 
-  constructor(private readonly dialer: Dialer, private readonly cfg: BenchConfig) {}
+  constructor(
+    private readonly dialer: Dialer,
+    private readonly cfg: BenchConfig,
+  ) {}
 
   async measure(): Promise<string> {
     const { cfg } = this;
@@ -827,7 +921,10 @@ class DialRateRun implements PathRun {
   private firstError = '';
   private readonly perRound: number[][] = [[], [], []];
 
-  constructor(private readonly dialer: Dialer, private readonly cfg: BenchConfig) {}
+  constructor(
+    private readonly dialer: Dialer,
+    private readonly cfg: BenchConfig,
+  ) {}
 
   async measure(): Promise<string> {
     const { cfg, dialer } = this;
@@ -958,7 +1055,10 @@ export const SCENARIOS: readonly Scenario[] = [
       { metric: 'agent anon after conns', unit: 'MiB', better: 'lower' },
     ],
     rounds: () => 1,
-    appliesTo: { paths: ['ssh', 'tunnel', 'tunnel-grpc'], otherwise: 'no process in between (direct); connect shares tunnel\'s hub and agent' },
+    appliesTo: {
+      paths: ['ssh', 'tunnel', 'tunnel-grpc'],
+      otherwise: "no process in between (direct); connect shares tunnel's hub and agent",
+    },
     forPath: (dialer, cfg) => new IdleRssRun(dialer, cfg),
   },
   {
@@ -967,7 +1067,10 @@ export const SCENARIOS: readonly Scenario[] = [
     description: 'idle agents connected to one hub (fresh hub, simulated agents): hub VmRSS growth per agent after a full GC',
     metrics: [{ metric: 'hub KiB/agent', unit: 'KiB', better: 'lower' }],
     rounds: () => 1,
-    appliesTo: { paths: ['tunnel', 'tunnel-grpc'], otherwise: 'tunnel = mux agents, tunnel-grpc = gRPC agents; connect uses the same agents as tunnel' },
+    appliesTo: {
+      paths: ['tunnel', 'tunnel-grpc'],
+      otherwise: 'tunnel = mux agents, tunnel-grpc = gRPC agents; connect uses the same agents as tunnel',
+    },
     forPath: (dialer, cfg) => new ScaleAgentsRun(dialer, cfg),
   },
 ];

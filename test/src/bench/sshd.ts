@@ -50,7 +50,8 @@ async function aptInstall(log: LogFn): Promise<string | undefined> {
   if (process.getuid?.() !== 0) return 'not root, cannot apt-get install openssh-server';
   if ((await which('apt-get')) === undefined) return 'apt-get not available';
   const env = { ...process.env, DEBIAN_FRONTEND: 'noninteractive' };
-  const install = () => run('apt-get', ['install', '-y', 'openssh-server', 'openssh-client'], { env, timeout: 300_000, maxBuffer: 16 * 1024 * 1024 });
+  const install = () =>
+    run('apt-get', ['install', '-y', 'openssh-server', 'openssh-client'], { env, timeout: 300_000, maxBuffer: 16 * 1024 * 1024 });
   log('ssh: sshd/ssh missing, trying apt-get install -y openssh-server openssh-client ...');
   try {
     await install();
@@ -80,12 +81,18 @@ export async function findSshTools(log: LogFn): Promise<SshToolsResult> {
     const failure = await aptInstall(log);
     found = await locate();
     if (!found.sshd || !found.ssh || !found['ssh-keygen']) {
-      const missing = Object.entries(found).filter(([, v]) => v === undefined).map(([k]) => k).join(', ');
+      const missing = Object.entries(found)
+        .filter(([, v]) => v === undefined)
+        .map(([k]) => k)
+        .join(', ');
       return { ok: false, reason: `${missing} not found${failure ? `; ${failure}` : ''}` };
     }
   }
   const { sshd, ssh, 'ssh-keygen': keygen } = found;
-  const versionOut = await run(ssh, ['-V']).catch((err: unknown) => ({ stdout: '', stderr: String((err as { stderr?: unknown }).stderr ?? '') }));
+  const versionOut = await run(ssh, ['-V']).catch((err: unknown) => ({
+    stdout: '',
+    stderr: String((err as { stderr?: unknown }).stderr ?? ''),
+  }));
   const version = (versionOut.stderr || versionOut.stdout).trim();
   const config = await run(ssh, ['-G', '-F', '/dev/null', '127.0.0.1']).catch(() => ({ stdout: '' }));
   const ciphers = /^ciphers (\S+)/m.exec(config.stdout)?.[1] ?? '';
@@ -116,25 +123,28 @@ export async function startSshd(tools: SshTools, onStarted: (name: string, stop:
   await writeFile(authorizedKeys, await readFile(`${keyPath}.pub`), { mode: 0o600 });
   const port = await freePort();
   const configPath = path.join(dir, 'sshd_config');
-  await writeFile(configPath, [
-    'ListenAddress 127.0.0.1',
-    `Port ${port}`,
-    `HostKey ${hostKey}`,
-    `AuthorizedKeysFile ${authorizedKeys}`,
-    'PermitRootLogin prohibit-password',
-    'PubkeyAuthentication yes',
-    'PasswordAuthentication no',
-    'KbdInteractiveAuthentication no',
-    'UsePAM no',
-    'PidFile none',
-    'StrictModes no',
-    'AllowTcpForwarding yes',
-    'GatewayPorts no',
-    'X11Forwarding no',
-    'PrintMotd no',
-    'LogLevel INFO',
-    '',
-  ].join('\n'));
+  await writeFile(
+    configPath,
+    [
+      'ListenAddress 127.0.0.1',
+      `Port ${port}`,
+      `HostKey ${hostKey}`,
+      `AuthorizedKeysFile ${authorizedKeys}`,
+      'PermitRootLogin prohibit-password',
+      'PubkeyAuthentication yes',
+      'PasswordAuthentication no',
+      'KbdInteractiveAuthentication no',
+      'UsePAM no',
+      'PidFile none',
+      'StrictModes no',
+      'AllowTcpForwarding yes',
+      'GatewayPorts no',
+      'X11Forwarding no',
+      'PrintMotd no',
+      'LogLevel INFO',
+      '',
+    ].join('\n'),
+  );
   const proc = reapOnDeath(spawnProcess({ name: 'sshd', command: tools.sshd, args: ['-f', configPath, '-D', '-e'] }));
   onStarted('sshd', async () => void (await proc.stop(3000)));
   await proc.waitForLine((line) => line.includes('Server listening on'), 10_000);
@@ -171,23 +181,49 @@ export async function startSshTunnel(
     remotePorts[name] = remote;
     forwards.push('-R', `127.0.0.1:${remote}:127.0.0.1:${targetPort}`);
   }
-  const proc = reapOnDeath(spawnProcess({
-    name: `ssh-${opts.label}`,
-    command: tools.ssh,
-    args: ['-N', '-F', '/dev/null', '-o', 'StrictHostKeyChecking=no', '-o', 'UserKnownHostsFile=/dev/null', '-o', 'BatchMode=yes',
-      '-o', 'IdentitiesOnly=yes', '-o', 'ExitOnForwardFailure=yes', '-o', 'LogLevel=ERROR',
-      '-i', sshd.keyPath, '-p', String(opts.sshPort), ...forwards, `${sshd.user}@127.0.0.1`],
-  }));
+  const proc = reapOnDeath(
+    spawnProcess({
+      name: `ssh-${opts.label}`,
+      command: tools.ssh,
+      args: [
+        '-N',
+        '-F',
+        '/dev/null',
+        '-o',
+        'StrictHostKeyChecking=no',
+        '-o',
+        'UserKnownHostsFile=/dev/null',
+        '-o',
+        'BatchMode=yes',
+        '-o',
+        'IdentitiesOnly=yes',
+        '-o',
+        'ExitOnForwardFailure=yes',
+        '-o',
+        'LogLevel=ERROR',
+        '-i',
+        sshd.keyPath,
+        '-p',
+        String(opts.sshPort),
+        ...forwards,
+        `${sshd.user}@127.0.0.1`,
+      ],
+    }),
+  );
   onStarted(`ssh-${opts.label}`, async () => void (await proc.stop(3000)));
   const deadline = performance.now() + 15_000;
   for (const [name, port] of Object.entries(remotePorts)) {
     for (;;) {
-      if (!proc.isRunning()) throw new Error(`ssh-${opts.label} exited before forwarding ${name}; output:\n${proc.lines().slice(-20).join('\n') || '(none)'}`);
+      if (!proc.isRunning())
+        throw new Error(`ssh-${opts.label} exited before forwarding ${name}; output:\n${proc.lines().slice(-20).join('\n') || '(none)'}`);
       try {
         await probeConnect(port);
         break;
       } catch (err) {
-        if (performance.now() > deadline) throw new Error(`ssh-${opts.label}: remote port ${port} (${name}) not accepting after 15 s: ${err instanceof Error ? err.message : String(err)}`);
+        if (performance.now() > deadline)
+          throw new Error(
+            `ssh-${opts.label}: remote port ${port} (${name}) not accepting after 15 s: ${err instanceof Error ? err.message : String(err)}`,
+          );
         await sleep(50);
       }
     }

@@ -62,7 +62,9 @@ async function main(): Promise<void> {
   process.on('SIGTERM', () => process.exit(0));
   const job = JSON.parse(process.argv[2] ?? '') as StuckJob;
   // The system calls hub and agent use (the CLI's, as the CLI installs them; the test package does not depend on it).
-  const native = (await import(new URL('../../../cli/dist/memory/native-calls.js', import.meta.url).href)) as { loadNativeCalls(): NativeCalls | null };
+  const native = (await import(new URL('../../../cli/dist/memory/native-calls.js', import.meta.url).href)) as {
+    loadNativeCalls(): NativeCalls | null;
+  };
   useNativeCalls(native.loadNativeCalls());
   const client = openClient(job.spec);
   const chunk = payloadBlock().subarray(0, job.chunkBytes);

@@ -24,7 +24,8 @@ export type StuckClients = 'sdk' | 'konnectivity';
 export const STUCK_PATHS: readonly StuckPath[] = ['tunnel', 'tunnel-grpc', 'connect'];
 export const STUCK_CLIENTS: readonly StuckClients[] = ['sdk', 'konnectivity'];
 /** The paths each kind of stuck client is measured on: konnectivity-style ones reach the hub over gRPC only. */
-export const stuckClientPaths = (clients: StuckClients): readonly StuckPath[] => (clients === 'konnectivity' ? ['tunnel-grpc'] : STUCK_PATHS);
+export const stuckClientPaths = (clients: StuckClients): readonly StuckPath[] =>
+  clients === 'konnectivity' ? ['tunnel-grpc'] : STUCK_PATHS;
 
 /** RSS of the hub and the agent in KiB; undefined for a process that is gone. */
 export interface RssPair {
@@ -152,15 +153,30 @@ export async function startStuckRig(path: StuckPath, clients: StuckClients): Pro
     const targets = await startTargets();
     steps.push(targets.stop);
     const transport = path === 'tunnel-grpc' ? 'grpc' : 'mux';
-    const cluster = await startCluster(pki, { label: `stuck-${path}`, transport, gcHook: true, onStarted: (_name, stop) => void steps.push(stop) });
+    const cluster = await startCluster(pki, {
+      label: `stuck-${path}`,
+      transport,
+      gcHook: true,
+      onStarted: (_name, stop) => void steps.push(stop),
+    });
     const healthPort = await agentHealthPort(cluster);
     const procs = { hub: cluster.hub.proc, agent: cluster.agent };
-    const rss = async (): Promise<RssPair> => ({ hub: await procStatusKiB(cluster.hub.pid, 'VmRSS'), agent: await procStatusKiB(cluster.agentPid, 'VmRSS') });
-    const anon = async (): Promise<RssPair> => ({ hub: await procStatusKiB(cluster.hub.pid, 'RssAnon'), agent: await procStatusKiB(cluster.agentPid, 'RssAnon') });
+    const rss = async (): Promise<RssPair> => ({
+      hub: await procStatusKiB(cluster.hub.pid, 'VmRSS'),
+      agent: await procStatusKiB(cluster.agentPid, 'VmRSS'),
+    });
+    const anon = async (): Promise<RssPair> => ({
+      hub: await procStatusKiB(cluster.hub.pid, 'RssAnon'),
+      agent: await procStatusKiB(cluster.agentPid, 'RssAnon'),
+    });
     // CONNECT clients resume TLS sessions: a thousand full RSA handshakes cost seconds on 2 cores,
     // and what is measured is the memory of open connections, not the dial.
-    const spec: ClientSpec = path === 'connect' ? { ...cluster.connectSpec(targets.ports), resume: true } : cluster.tunnelSpec(targets.ports);
-    const stuckSpec: ClientSpec = spec.kind === 'tunnel' && clients === 'konnectivity' ? { kind: 'anp', address: spec.address, tls: spec.tls, targets: spec.targets } : spec;
+    const spec: ClientSpec =
+      path === 'connect' ? { ...cluster.connectSpec(targets.ports), resume: true } : cluster.tunnelSpec(targets.ports);
+    const stuckSpec: ClientSpec =
+      spec.kind === 'tunnel' && clients === 'konnectivity'
+        ? { kind: 'anp', address: spec.address, tls: spec.tls, targets: spec.targets }
+        : spec;
     return {
       cluster,
       spec,
@@ -182,7 +198,10 @@ export async function startStuckRig(path: StuckPath, clients: StuckClients): Pro
       },
       budgets: async () => {
         const [hub, agent] = await Promise.all([getText(cluster.hub.ports.health, '/metrics'), getText(healthPort, '/metrics')]);
-        const read = (text: string, prefix: string): { held: number; committed: number } => ({ held: metricSum(text, `${prefix}_memory_held_bytes`), committed: metricSum(text, `${prefix}_memory_committed_bytes`) });
+        const read = (text: string, prefix: string): { held: number; committed: number } => ({
+          held: metricSum(text, `${prefix}_memory_held_bytes`),
+          committed: metricSum(text, `${prefix}_memory_committed_bytes`),
+        });
         return { hub: read(hub, 'cluster_proxy_server'), agent: read(agent, 'cluster_proxy_agent') };
       },
       kernelQueues: async () => {
@@ -191,7 +210,10 @@ export async function startStuckRig(path: StuckPath, clients: StuckClients): Pro
       },
       agentCounters: async () => {
         const text = await getText(healthPort, '/metrics');
-        return { tunnelsLost: metricSum(text, 'cluster_proxy_agent_tunnel_reconnects_total'), tunnelsOpened: metricSum(text, 'cluster_proxy_agent_tunnel_connects_total', 'result="ok"') };
+        return {
+          tunnelsLost: metricSum(text, 'cluster_proxy_agent_tunnel_reconnects_total'),
+          tunnelsOpened: metricSum(text, 'cluster_proxy_agent_tunnel_connects_total', 'result="ok"'),
+        };
       },
       gcAndRss: async () => {
         if (procs.hub.isRunning() && procs.agent.isRunning()) await cluster.gc();
@@ -201,7 +223,8 @@ export async function startStuckRig(path: StuckPath, clients: StuckClients): Pro
       rss,
       anon,
       socketMemory: async () => {
-        const kib = async (proc: ManagedProcess, pid: number): Promise<number | undefined> => (proc.isRunning() ? (await socketMemory(pid)) / 1024 : undefined);
+        const kib = async (proc: ManagedProcess, pid: number): Promise<number | undefined> =>
+          proc.isRunning() ? (await socketMemory(pid)) / 1024 : undefined;
         return { hub: await kib(procs.hub, cluster.hub.pid), agent: await kib(procs.agent, cluster.agentPid) };
       },
       deaths: async () => {
@@ -234,7 +257,11 @@ export class RssSampler {
   private timer: NodeJS.Timeout | undefined;
   private busy = false;
 
-  constructor(private readonly rig: StuckRig, private readonly guardKiB: number, private readonly onGuard: () => void) {}
+  constructor(
+    private readonly rig: StuckRig,
+    private readonly guardKiB: number,
+    private readonly onGuard: () => void,
+  ) {}
 
   start(): void {
     this.timer = setInterval(() => void this.sample(), 100);

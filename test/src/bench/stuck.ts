@@ -9,10 +9,31 @@ import { openClient } from './clients.js';
 import { describeTcpMemory, tcpMemory } from './machine.js';
 import { errorMessage } from './io.js';
 import type { Dialer, PathName } from './paths.js';
-import { describeBytes, mib, positiveCounts, spawnHelper, transfer, transferSize, type BenchConfig, type MetricSpec, type PathRun, type Scenario } from './scenarios.js';
+import {
+  describeBytes,
+  mib,
+  positiveCounts,
+  spawnHelper,
+  transfer,
+  transferSize,
+  type BenchConfig,
+  type MetricSpec,
+  type PathRun,
+  type Scenario,
+} from './scenarios.js';
 import { mbPerSecond, MiB } from './stats.js';
 import type { StuckJob } from './stuck-client.js';
-import { memAvailableKiB, RssSampler, STUCK_CLIENTS, STUCK_PATHS, startStuckRig, stuckClientPaths, type StuckClients, type StuckPath, type Tables } from './stuck-rig.js';
+import {
+  memAvailableKiB,
+  RssSampler,
+  STUCK_CLIENTS,
+  STUCK_PATHS,
+  startStuckRig,
+  stuckClientPaths,
+  type StuckClients,
+  type StuckPath,
+  type Tables,
+} from './stuck-rig.js';
 
 /** The goals of docs/goals.md are checked at this N (one of the full run's cfg.stuckCounts). */
 export const STUCK_GOAL_COUNT = 1024;
@@ -49,7 +70,8 @@ const STUCK_FIGURES = [
 type StuckFigure = (typeof STUCK_FIGURES)[number]['key'];
 
 /** The metric name of one figure at N stuck connections, e.g. "N=1024 hub peak", "N=1024 konnectivity hub peak". */
-export const stuckMetric = (n: number, figure: StuckFigure, clients: StuckClients = 'sdk'): string => `N=${n} ${clients === 'sdk' ? '' : `${clients} `}${figure}`;
+export const stuckMetric = (n: number, figure: StuckFigure, clients: StuckClients = 'sdk'): string =>
+  `N=${n} ${clients === 'sdk' ? '' : `${clients} `}${figure}`;
 
 export { STUCK_CLIENTS, stuckClientPaths };
 
@@ -58,7 +80,9 @@ const clientsFor = (path: StuckPath): StuckClients[] => STUCK_CLIENTS.filter((cl
 
 /** Rows for the path's own clients at every N, then for konnectivity-style clients (measured on tunnel-grpc only). */
 function stuckMetrics(counts: readonly number[]): MetricSpec[] {
-  return STUCK_CLIENTS.flatMap((clients) => counts.flatMap((n) => STUCK_FIGURES.map((f) => ({ metric: stuckMetric(n, f.key, clients), unit: f.unit, better: f.better }))));
+  return STUCK_CLIENTS.flatMap((clients) =>
+    counts.flatMap((n) => STUCK_FIGURES.map((f) => ({ metric: stuckMetric(n, f.key, clients), unit: f.unit, better: f.better }))),
+  );
 }
 
 /** Bytes one write() of the stuck clients hands over (what an application copying a stream writes). */
@@ -75,9 +99,14 @@ const GUARD_MAX_KIB = 16 * 1024 * 1024;
 function fillEnd(filled: Record<string, unknown>): string {
   const seconds = Number(filled['seconds']);
   const quiet = seconds - Number(filled['lastWriteAfter']);
-  const how = filled['stoppedBy'] === 'time'
-    ? quiet * 1000 >= STUCK_FULL_MS ? `all full (nothing accepted in the last ${quiet.toFixed(1)} s)` : 'still accepting when the time was up: NOT all full'
-    : filled['stoppedBy'] === 'guard' ? 'stopped by the memory guard' : 'every connection closed or capped';
+  const how =
+    filled['stoppedBy'] === 'time'
+      ? quiet * 1000 >= STUCK_FULL_MS
+        ? `all full (nothing accepted in the last ${quiet.toFixed(1)} s)`
+        : 'still accepting when the time was up: NOT all full'
+      : filled['stoppedBy'] === 'guard'
+        ? 'stopped by the memory guard'
+        : 'every connection closed or capped';
   return `${how} at ${seconds.toFixed(1)} s`;
 }
 
@@ -121,7 +150,14 @@ async function stuckOnce(path: StuckPath, clients: StuckClients, n: number, cfg:
     const guardKiB = Math.min(GUARD_MAX_KIB, GUARD_SHARE * (await memAvailableKiB()));
     const sampler = new RssSampler(rig, guardKiB, () => void child?.kill('SIGUSR1'));
     sampler.start();
-    const job: StuckJob = { spec: rig.stuckSpec, count: n, concurrency: 64, seconds: cfg.stuckSeconds, chunkBytes: STUCK_CHUNK_BYTES, perConnectionLimit: STUCK_CONNECTION_LIMIT };
+    const job: StuckJob = {
+      spec: rig.stuckSpec,
+      count: n,
+      concurrency: 64,
+      seconds: cfg.stuckSeconds,
+      chunkBytes: STUCK_CHUNK_BYTES,
+      perConnectionLimit: STUCK_CONNECTION_LIMIT,
+    };
     child = spawnHelper(`stuck-client-${path}-${n}`, 'stuck-client.js', job);
     const opened = await child.waitForJsonLine((o) => 'opened' in o, 60_000 + n * 100);
     const filled = await child.waitForJsonLine((o) => 'filled' in o, (cfg.stuckSeconds + 60) * 1000);
@@ -155,7 +191,10 @@ async function stuckOnce(path: StuckPath, clients: StuckClients, n: number, cfg:
     await sampler.stop();
     figures['hub peak'] = sampler.peak.hub / 1024;
     figures['agent peak'] = sampler.peak.agent / 1024;
-    const anonPeak = { hub: Math.max(sampler.anonPeak.hub, anonHeld.hub ?? 0), agent: Math.max(sampler.anonPeak.agent, anonHeld.agent ?? 0) };
+    const anonPeak = {
+      hub: Math.max(sampler.anonPeak.hub, anonHeld.hub ?? 0),
+      agent: Math.max(sampler.anonPeak.agent, anonHeld.agent ?? 0),
+    };
     figures['hub anon peak'] = anonPeak.hub / 1024;
     figures['agent anon peak'] = anonPeak.agent / 1024;
     if (socketHeld?.hub !== undefined && socketHeld.agent !== undefined) {
@@ -192,11 +231,18 @@ async function stuckOnce(path: StuckPath, clients: StuckClients, n: number, cfg:
     figures.accepted = Number(filled['filled']) / MiB;
 
     if (deaths.length > 0) notes.push(`DIED: ${deaths.join(', ')}`);
-    if (tunnelsLost > 0 || tunnelsReopened > 0) notes.push(`the agent LOST its tunnel ${tunnelsLost} time(s) (${tunnelsReopened} reconnect(s))`);
-    if (openedCount < n) notes.push(`only ${openedCount} of ${n} connections opened (${String(opened['failed'])} dials failed: ${String(opened['firstError'])})`);
+    if (tunnelsLost > 0 || tunnelsReopened > 0)
+      notes.push(`the agent LOST its tunnel ${tunnelsLost} time(s) (${tunnelsReopened} reconnect(s))`);
+    if (openedCount < n)
+      notes.push(
+        `only ${openedCount} of ${n} connections opened (${String(opened['failed'])} dials failed: ${String(opened['firstError'])})`,
+      );
     if (lostByPath > 0) notes.push(`${lostByPath} stuck connection(s) CLOSED by the path (${String(holding['firstError']) || 'no error'})`);
     if (filled['stoppedBy'] === 'guard') notes.push(`the clients stopped writing early: hub + agent passed ${mib(guardKiB)}`);
-    if (Number(filled['capped']) > 0) notes.push(`${String(filled['capped'])} connection(s) still accepted after ${describeBytes(STUCK_CONNECTION_LIMIT)} (no back-pressure)`);
+    if (Number(filled['capped']) > 0)
+      notes.push(
+        `${String(filled['capped'])} connection(s) still accepted after ${describeBytes(STUCK_CONNECTION_LIMIT)} (no back-pressure)`,
+      );
     const tablesText = (t: Tables): string => `the hub lists ${t.hubRoutes} (frontends ${t.hubFrontends}), the agent ${t.agent}`;
     if (!left) notes.push('the connection tables could not be read after');
     else if (listed(left) > 0) notes.push(`${cfg.stuckAfterMs / 1000} s after: ${tablesText(left)}`);
@@ -204,24 +250,31 @@ async function stuckOnce(path: StuckPath, clients: StuckClients, n: number, cfg:
     if (warnings.length > 0) notes.push(`logged: ${warnings.join('; ')}`);
 
     const per = (b: number): string => describeBytes(b);
-    const budgetText = budgets ? `; their budgets: hub holds ${per(budgets.hub.held)} (windows ${per(budgets.hub.committed)}), agent ${per(budgets.agent.held)} (${per(budgets.agent.committed)})` : '';
+    const budgetText = budgets
+      ? `; their budgets: hub holds ${per(budgets.hub.held)} (windows ${per(budgets.hub.committed)}), agent ${per(budgets.agent.held)} (${per(budgets.agent.committed)})`
+      : '';
     const queueText = queues
       ? `; in their sockets' kernel queues: hub ${per(queues.hub.send)} unsent or unacknowledged, ${per(queues.hub.receive)} unread; agent ${per(queues.agent.send)}, ${per(queues.agent.receive)}`
       : '';
     const heldText = `${typeof held === 'string' ? `tables unreadable while held (${held})` : `while held ${tablesText(held)}`}${budgetText}${queueText}`;
     const limited = Number(opened['unsentLimited']);
-    const capText = limited > 0 ? `; ${limited} client sockets capped at ${DEFAULT_UNSENT_LIMIT / 1024} KiB unsent (a real client's kernel is on its own machine)`
-      : rig.stuckSpec.kind === 'connect' ? '; client sockets NOT capped (no system calls here): their send queues count on this machine' : '';
+    const capText =
+      limited > 0
+        ? `; ${limited} client sockets capped at ${DEFAULT_UNSENT_LIMIT / 1024} KiB unsent (a real client's kernel is on its own machine)`
+        : rig.stuckSpec.kind === 'connect'
+          ? '; client sockets NOT capped (no system calls here): their send queues count on this machine'
+          : '';
     const clientText = `${String(opened['client'])}${capText}`;
-    const summary = `N=${n}: ${openedCount} opened in ${Number(opened['seconds']).toFixed(1)} s (${clientText}); `
-      + `${per(Number(filled['filled']))} handed over in all (${per(Number(filled['min']))}–${per(Number(filled['max']))} per connection; last write() at ${Number(filled['lastWriteAfter']).toFixed(1)} s; `
-      + `${fillEnd(filled)} with ${String(filled['open'])} open, ${String(filled['blocked'])} blocked); ${heldText}; `
-      + `hub ${mib(before.hub ?? 0)} → peak ${mib(sampler.peak.hub)} → ${end.hub === undefined ? 'gone' : mib(end.hub)}, `
-      + `agent ${mib(before.agent ?? 0)} → peak ${mib(sampler.peak.agent)} → ${end.agent === undefined ? 'gone' : mib(end.agent)} (${sampler.samples} samples); `
-      + `anonymous: hub ${mib(anonBefore.hub ?? 0)} → peak ${mib(anonPeak.hub)} → ${anonEnd.hub === undefined ? 'gone' : mib(anonEnd.hub)}, agent ${mib(anonBefore.agent ?? 0)} → peak ${mib(anonPeak.agent)} → ${anonEnd.agent === undefined ? 'gone' : mib(anonEnd.agent)}; `
-      + `socket memory (skmem) before / while held: hub ${socketBefore?.hub === undefined ? '?' : mib(socketBefore.hub)} / ${socketHeld?.hub === undefined ? '?' : mib(socketHeld.hub)}, agent ${socketBefore?.agent === undefined ? '?' : mib(socketBefore.agent)} / ${socketHeld?.agent === undefined ? '?' : mib(socketHeld.agent)}; `
-      + `bulk ${describeBytes(bulkBytes)} alone ${soloMBps.toFixed(0)} MB/s, next to them ${stuckSeconds === undefined ? 'did not finish' : `${stuckMBps.toFixed(0)} MB/s`} (kernel TCP memory while held: ${describeTcpMemory(kernelTcp)})`
-      + (notes.length > 0 ? `; ${notes.join('; ')}` : '');
+    const summary =
+      `N=${n}: ${openedCount} opened in ${Number(opened['seconds']).toFixed(1)} s (${clientText}); ` +
+      `${per(Number(filled['filled']))} handed over in all (${per(Number(filled['min']))}–${per(Number(filled['max']))} per connection; last write() at ${Number(filled['lastWriteAfter']).toFixed(1)} s; ` +
+      `${fillEnd(filled)} with ${String(filled['open'])} open, ${String(filled['blocked'])} blocked); ${heldText}; ` +
+      `hub ${mib(before.hub ?? 0)} → peak ${mib(sampler.peak.hub)} → ${end.hub === undefined ? 'gone' : mib(end.hub)}, ` +
+      `agent ${mib(before.agent ?? 0)} → peak ${mib(sampler.peak.agent)} → ${end.agent === undefined ? 'gone' : mib(end.agent)} (${sampler.samples} samples); ` +
+      `anonymous: hub ${mib(anonBefore.hub ?? 0)} → peak ${mib(anonPeak.hub)} → ${anonEnd.hub === undefined ? 'gone' : mib(anonEnd.hub)}, agent ${mib(anonBefore.agent ?? 0)} → peak ${mib(anonPeak.agent)} → ${anonEnd.agent === undefined ? 'gone' : mib(anonEnd.agent)}; ` +
+      `socket memory (skmem) before / while held: hub ${socketBefore?.hub === undefined ? '?' : mib(socketBefore.hub)} / ${socketHeld?.hub === undefined ? '?' : mib(socketHeld.hub)}, agent ${socketBefore?.agent === undefined ? '?' : mib(socketBefore.agent)} / ${socketHeld?.agent === undefined ? '?' : mib(socketHeld.agent)}; ` +
+      `bulk ${describeBytes(bulkBytes)} alone ${soloMBps.toFixed(0)} MB/s, next to them ${stuckSeconds === undefined ? 'did not finish' : `${stuckMBps.toFixed(0)} MB/s`} (kernel TCP memory while held: ${describeTcpMemory(kernelTcp)})` +
+      (notes.length > 0 ? `; ${notes.join('; ')}` : '');
     return { figures, summary };
   } finally {
     bulk.close();
@@ -234,7 +287,10 @@ class StuckRun implements PathRun {
   private readonly figures = new Map<string, number>();
   private readonly notesList: string[] = [];
 
-  constructor(private readonly path: StuckPath, private readonly cfg: BenchConfig) {}
+  constructor(
+    private readonly path: StuckPath,
+    private readonly cfg: BenchConfig,
+  ) {}
 
   async measure(): Promise<string> {
     const failed: string[] = [];
@@ -274,11 +330,15 @@ const isStuckPath = (p: PathName): p is StuckPath => (STUCK_PATHS as readonly Pa
 export const STUCK_DESTINATION: Scenario = {
   name: 'stuck-destination',
   network: 'lan',
-  description: 'N connections to a destination that never reads, written into as fast as the path allows (fresh hub + agent per N): peak RSS, a healthy bulk beside them, RSS and tables after',
+  description:
+    'N connections to a destination that never reads, written into as fast as the path allows (fresh hub + agent per N): peak RSS, a healthy bulk beside them, RSS and tables after',
   metrics: stuckMetrics([STUCK_GOAL_COUNT]),
   metricsFor: (cfg) => stuckMetrics(stuckCounts(cfg)),
   rounds: () => 1,
-  appliesTo: { paths: STUCK_PATHS, otherwise: 'no hub or agent in between (direct, ssh -R); forward is the tunnel path behind one more process' },
+  appliesTo: {
+    paths: STUCK_PATHS,
+    otherwise: 'no hub or agent in between (direct, ssh -R); forward is the tunnel path behind one more process',
+  },
   forPath: (dialer, cfg) => {
     if (!isStuckPath(dialer.path)) throw new Error(`stuck-destination does not apply to ${dialer.path}`);
     return new StuckRun(dialer.path, cfg);

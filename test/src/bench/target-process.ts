@@ -63,7 +63,9 @@ async function main(): Promise<void> {
   const sinkHash = await startTcpServer('127.0.0.1', sinkHandler(true));
   const source = await startTcpServer('127.0.0.1', sourceHandler);
   const stall = await startStallServer();
-  process.stdout.write(`${JSON.stringify({ targets: { echo: echo.port, sink: sink.port, sinkHash: sinkHash.port, source: source.port, stall: stall.port } })}\n`);
+  process.stdout.write(
+    `${JSON.stringify({ targets: { echo: echo.port, sink: sink.port, sinkHash: sinkHash.port, source: source.port, stall: stall.port } })}\n`,
+  );
 }
 
 main().catch((err: unknown) => {

@@ -30,7 +30,12 @@ interface SimAgent {
 }
 
 /** One certificate per cluster, for a fresh ECDSA key, signed with the hub CA's (RSA) key over WebCrypto. */
-async function issue(job: FleetChildJob, cluster: string, signingKey: webcrypto.CryptoKey, caCert: x509.X509Certificate): Promise<{ cert: Buffer; key: Buffer }> {
+async function issue(
+  job: FleetChildJob,
+  cluster: string,
+  signingKey: webcrypto.CryptoKey,
+  caCert: x509.X509Certificate,
+): Promise<{ cert: Buffer; key: Buffer }> {
   const { privateKey, publicKey } = generateKeyPairSync('ec', { namedCurve: 'P-256' });
   const spki = publicKey.export({ type: 'spki', format: 'der' });
   const pub = await webcrypto.subtle.importKey('spki', spki, { name: 'ECDSA', namedCurve: 'P-256' }, true, ['verify']);
@@ -74,10 +79,26 @@ async function main(): Promise<void> {
   for (const [i, cluster] of job.clusters.entries()) {
     const { cert, key } = await issue(job, cluster, signingKey, caCert);
     const agent = new Agent({
-      cluster, namespace: 'open-cluster-management-agent-addon', hubAddress: job.hubAddress, caCert: caBuf, cert, key, serverName: 'localhost',
-      transport: job.grpc.includes(i) ? 'grpc' : 'mux', apiserver: job.apiserver, allow: [], gateway: false, log,
+      cluster,
+      namespace: 'open-cluster-management-agent-addon',
+      hubAddress: job.hubAddress,
+      caCert: caBuf,
+      cert,
+      key,
+      serverName: 'localhost',
+      transport: job.grpc.includes(i) ? 'grpc' : 'mux',
+      apiserver: job.apiserver,
+      allow: [],
+      gateway: false,
+      log,
     });
-    const lease = new LeaseRenewer({ agent, hub: { address: job.hubAddress, serverName: 'localhost', caCert: caBuf }, apiserver: job.apiserver, leaseDurationMs: job.leaseDurationMs, log });
+    const lease = new LeaseRenewer({
+      agent,
+      hub: { address: job.hubAddress, serverName: 'localhost', caCert: caBuf },
+      apiserver: job.apiserver,
+      leaseDurationMs: job.leaseDurationMs,
+      log,
+    });
     const sync = new ReplicaSync({ agent, hub: { address: job.hubAddress, serverName: 'localhost' }, intervalMs: job.replicaSyncMs, log });
     agents.push({ cluster, agent, lease, sync, up: false, upAt: 0, stopped: false });
   }
@@ -121,7 +142,15 @@ async function main(): Promise<void> {
       case 'status': {
         let connected = 0;
         for (const a of agents) if (a.up) connected++;
-        send({ type: 'status', id: msg.id, connected, total: agents.length, started, issuedSeconds, rssKiB: Math.round(process.memoryUsage.rss() / 1024) });
+        send({
+          type: 'status',
+          id: msg.id,
+          connected,
+          total: agents.length,
+          started,
+          issuedSeconds,
+          rssKiB: Math.round(process.memoryUsage.rss() / 1024),
+        });
         return;
       }
       case 'up-times': {

@@ -9,9 +9,24 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { Tunnel } from '@cluster-proxy/client';
-import { embeddedStoreDir, openEmbeddedStore, type ManagedCluster, type ManagedClusterAddOn, type ManifestWork, type Watch } from '@cluster-proxy/server';
+import {
+  embeddedStoreDir,
+  openEmbeddedStore,
+  type ManagedCluster,
+  type ManagedClusterAddOn,
+  type ManifestWork,
+  type Watch,
+} from '@cluster-proxy/server';
 import { CLI, cliLaunchFlags, createPki, type TestPki } from '../harness.js';
-import { freeLoopbackPort, spawnProcess, startEchoServer, startFakeKubeApiServer, type FakeKubeApiServer, type ManagedProcess, type TcpTarget } from '../fixtures/index.js';
+import {
+  freeLoopbackPort,
+  spawnProcess,
+  startEchoServer,
+  startFakeKubeApiServer,
+  type FakeKubeApiServer,
+  type ManagedProcess,
+  type TcpTarget,
+} from '../fixtures/index.js';
 import type { ChildReply, ChildRequest, FleetChildJob } from './protocol.js';
 
 export interface FleetOptions {
@@ -65,10 +80,16 @@ class ChildHandle {
   private readonly pending = new Map<number, { resolve: (r: ChildReply) => void; reject: (e: Error) => void; timer: NodeJS.Timeout }>();
   readonly ready: Promise<number>;
 
-  constructor(readonly proc: ChildProcess, readonly clusters: readonly string[]) {
+  constructor(
+    readonly proc: ChildProcess,
+    readonly clusters: readonly string[],
+  ) {
     let onReady!: (s: number) => void;
     let onFail!: (e: Error) => void;
-    this.ready = new Promise((resolve, reject) => { onReady = resolve; onFail = reject; });
+    this.ready = new Promise((resolve, reject) => {
+      onReady = resolve;
+      onFail = reject;
+    });
     proc.on('message', (raw: unknown) => {
       const msg = raw as ChildReply;
       if (msg.type === 'ready') return onReady(msg.issuedSeconds);
@@ -97,7 +118,11 @@ class ChildHandle {
         this.pending.delete(id);
         reject(new Error(`fleet agent process did not answer ${req.type} within ${REQUEST_TIMEOUT_MS} ms`));
       }, REQUEST_TIMEOUT_MS);
-      this.pending.set(id, { resolve: (r) => (r.type === want ? resolve(r as Extract<ChildReply, { type: T }>) : reject(new Error(`unexpected ${r.type}`))), reject, timer });
+      this.pending.set(id, {
+        resolve: (r) => (r.type === want ? resolve(r as Extract<ChildReply, { type: T }>) : reject(new Error(`unexpected ${r.type}`))),
+        reject,
+        timer,
+      });
       this.proc.send({ ...req, id } as ChildRequest);
     });
   }
@@ -136,7 +161,12 @@ export class Fleet {
   static async create(opts: FleetOptions): Promise<Fleet> {
     const pki = await createPki();
     const echo = await startEchoServer();
-    const ports = { agent: await freeLoopbackPort(), frontend: await freeLoopbackPort(), admin: await freeLoopbackPort(), health: await freeLoopbackPort() };
+    const ports = {
+      agent: await freeLoopbackPort(),
+      frontend: await freeLoopbackPort(),
+      admin: await freeLoopbackPort(),
+      health: await freeLoopbackPort(),
+    };
     const clusters = Array.from({ length: opts.clusters }, (_, i) => clusterName(i));
     const fleet = new Fleet(opts, pki, echo, ports, clusters);
     try {
@@ -164,18 +194,41 @@ export class Fleet {
 
   /** The ManagedClusters, written straight into the hub's (not yet running) store. */
   private async registerClusters(): Promise<void> {
-    const store = this.kube?.store ?? await openEmbeddedStore(embeddedStoreDir(this.dataDir));
+    const store = this.kube?.store ?? (await openEmbeddedStore(embeddedStoreDir(this.dataDir)));
     try {
       for (const name of this.clusters) {
-        const mc: ManagedCluster = { apiVersion: 'cluster.open-cluster-management.io/v1', kind: 'ManagedCluster', metadata: { name }, spec: { hubAcceptsClient: true } };
+        const mc: ManagedCluster = {
+          apiVersion: 'cluster.open-cluster-management.io/v1',
+          kind: 'ManagedCluster',
+          metadata: { name },
+          spec: { hubAcceptsClient: true },
+        };
         await store.create('ManagedCluster', mc);
         if (!this.opts.ocm) continue;
         // As OCM's addon-manager does for an enabled addon (installStrategy Manual: an admin enabled it).
         await store.ensureNamespace(name);
-        const addon: ManagedClusterAddOn = { apiVersion: 'addon.open-cluster-management.io/v1alpha1', kind: 'ManagedClusterAddOn', metadata: { name: 'cluster-proxy', namespace: name }, spec: {} };
+        const addon: ManagedClusterAddOn = {
+          apiVersion: 'addon.open-cluster-management.io/v1alpha1',
+          kind: 'ManagedClusterAddOn',
+          metadata: { name: 'cluster-proxy', namespace: name },
+          spec: {},
+        };
         const created = await store.create('ManagedClusterAddOn', addon);
         // Its configs resolved (none but the defaults): the hub builds no work before that.
-        await store.updateStatus('ManagedClusterAddOn', { ...created, status: { conditions: [{ type: 'Configured', status: 'True', reason: 'ConfigurationsConfigured', message: 'Configurations configured', lastTransitionTime: new Date().toISOString() }] } });
+        await store.updateStatus('ManagedClusterAddOn', {
+          ...created,
+          status: {
+            conditions: [
+              {
+                type: 'Configured',
+                status: 'True',
+                reason: 'ConfigurationsConfigured',
+                message: 'Configurations configured',
+                lastTransitionTime: new Date().toISOString(),
+              },
+            ],
+          },
+        });
       }
     } finally {
       if (!this.kube) await store.close();
@@ -185,18 +238,40 @@ export class Fleet {
   /** The light klusterlet: every agent ManifestWork the hub writes is reported applied (its current generation). */
   private applyWorks(): void {
     const store = this.kube!.store;
-    this.workWatch = store.watch('ManifestWork', {}, {
-      onEvent: (e) => {
-        const w: ManifestWork = e.object;
-        if (e.type === 'DELETED' || w.status?.conditions?.some((c) => c.type === 'Applied' && c.observedGeneration === w.metadata.generation)) return;
-        const at = new Date().toISOString();
-        const done = (type: string, reason: string): NonNullable<NonNullable<ManifestWork['status']>['conditions']>[number] =>
-          ({ type, status: 'True', reason, message: `${type} by the fleet's light klusterlet`, lastTransitionTime: at, observedGeneration: w.metadata.generation });
-        // A conflict (the hub rewrote the work meanwhile) comes back as another event.
-        void store.updateStatus('ManifestWork', { ...w, status: { ...w.status, conditions: [done('Applied', 'AppliedManifestWorkComplete'), done('Available', 'ResourcesAvailable')] } }).catch(() => undefined);
+    this.workWatch = store.watch(
+      'ManifestWork',
+      {},
+      {
+        onEvent: (e) => {
+          const w: ManifestWork = e.object;
+          if (
+            e.type === 'DELETED' ||
+            w.status?.conditions?.some((c) => c.type === 'Applied' && c.observedGeneration === w.metadata.generation)
+          )
+            return;
+          const at = new Date().toISOString();
+          const done = (type: string, reason: string): NonNullable<NonNullable<ManifestWork['status']>['conditions']>[number] => ({
+            type,
+            status: 'True',
+            reason,
+            message: `${type} by the fleet's light klusterlet`,
+            lastTransitionTime: at,
+            observedGeneration: w.metadata.generation,
+          });
+          // A conflict (the hub rewrote the work meanwhile) comes back as another event.
+          void store
+            .updateStatus('ManifestWork', {
+              ...w,
+              status: {
+                ...w.status,
+                conditions: [done('Applied', 'AppliedManifestWorkComplete'), done('Available', 'ResourcesAvailable')],
+              },
+            })
+            .catch(() => undefined);
+        },
+        onError: (err) => this.log(`light klusterlet: ManifestWork watch ended: ${err.message}`),
       },
-      onError: (err) => this.log(`light klusterlet: ManifestWork watch ended: ${err.message}`),
-    });
+    );
   }
 
   get hub(): FleetHub {
@@ -207,16 +282,45 @@ export class Fleet {
   /** Starts the hub on the fleet's ports and data directory; resolves once /readyz answers 200. */
   async startHub(): Promise<void> {
     const p = this.ports;
-    const args = [...cliLaunchFlags(), ...(this.opts.hubNodeArgs ?? []), CLI, 'hub', '--data-dir', this.dataDir, '--bind-address', '127.0.0.1',
-      '--agent-port', String(p.agent), '--frontend-port', String(p.frontend), '--admin-port', String(p.admin), '--health-port', String(p.health), '--connect-port', 'off',
-      '--ca-cert', this.pki.caPath, '--server-cert', this.pki.server.certPath, '--server-key', this.pki.server.keyPath,
-      '--log-level', this.opts.hubLogLevel ?? 'warn', ...(this.kube ? ['--store', 'kubernetes', '--kubeconfig', this.kubeconfig] : []),
-      ...(this.opts.ocm ? ['--agent-install', 'manifestwork', '--ca-key', this.caKeyPath] : []), ...(this.opts.hubArgs ?? [])];
+    const args = [
+      ...cliLaunchFlags(),
+      ...(this.opts.hubNodeArgs ?? []),
+      CLI,
+      'hub',
+      '--data-dir',
+      this.dataDir,
+      '--bind-address',
+      '127.0.0.1',
+      '--agent-port',
+      String(p.agent),
+      '--frontend-port',
+      String(p.frontend),
+      '--admin-port',
+      String(p.admin),
+      '--health-port',
+      String(p.health),
+      '--connect-port',
+      'off',
+      '--ca-cert',
+      this.pki.caPath,
+      '--server-cert',
+      this.pki.server.certPath,
+      '--server-key',
+      this.pki.server.keyPath,
+      '--log-level',
+      this.opts.hubLogLevel ?? 'warn',
+      ...(this.kube ? ['--store', 'kubernetes', '--kubeconfig', this.kubeconfig] : []),
+      ...(this.opts.ocm ? ['--agent-install', 'manifestwork', '--ca-key', this.caKeyPath] : []),
+      ...(this.opts.hubArgs ?? []),
+    ];
     this.hubProc = spawnProcess({ name: 'fleet-hub', command: process.execPath, args });
     const deadline = performance.now() + 60_000;
     for (;;) {
       if (!this.hubProc.isRunning()) throw new Error(`fleet hub exited at start:\n${this.hubProc.lines().slice(-20).join('\n')}`);
-      const status = await fetch(`http://127.0.0.1:${p.health}/readyz`, { signal: AbortSignal.timeout(2000) }).then((r) => r.status, () => 0);
+      const status = await fetch(`http://127.0.0.1:${p.health}/readyz`, { signal: AbortSignal.timeout(2000) }).then(
+        (r) => r.status,
+        () => 0,
+      );
       if (status === 200) return;
       if (performance.now() > deadline) throw new Error('fleet hub not ready within 60 s');
       await sleep(100);
@@ -242,9 +346,18 @@ export class Fleet {
       // Every 1/grpcShare-th agent speaks gRPC.
       const grpc = grpcShare > 0 ? mine.map((_, i) => i).filter((i) => (i + 1) % Math.round(1 / grpcShare) === 0) : [];
       const job: FleetChildJob = {
-        index: k, hubAddress: `127.0.0.1:${this.ports.agent}`, caCertPath: this.pki.caPath, caKeyPath: this.caKeyPath, clusters: mine, grpc,
-        apiserver: `127.0.0.1:${this.echo.port}`, leaseDurationMs: this.opts.leaseDurationMs ?? 60_000, replicaSyncMs: this.opts.replicaSyncMs ?? 10_000,
-        startPerSecond: perSecond / procs, certValidityDays: 30, logLevel: 'error',
+        index: k,
+        hubAddress: `127.0.0.1:${this.ports.agent}`,
+        caCertPath: this.pki.caPath,
+        caKeyPath: this.caKeyPath,
+        clusters: mine,
+        grpc,
+        apiserver: `127.0.0.1:${this.echo.port}`,
+        leaseDurationMs: this.opts.leaseDurationMs ?? 60_000,
+        replicaSyncMs: this.opts.replicaSyncMs ?? 10_000,
+        startPerSecond: perSecond / procs,
+        certValidityDays: 30,
+        logLevel: 'error',
       };
       const proc = fork(CHILD_SCRIPT, [JSON.stringify(job)], { stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
       this.children.push(new ChildHandle(proc, mine));
@@ -256,7 +369,11 @@ export class Fleet {
   /** Agents (as their processes see them) holding a tunnel now. */
   async connectedAgents(): Promise<{ connected: number; total: number; childRssKiB: number }> {
     const all = await Promise.all(this.children.map((c) => c.request({ type: 'status' }, 'status')));
-    return { connected: all.reduce((a, s) => a + s.connected, 0), total: all.reduce((a, s) => a + s.total, 0), childRssKiB: all.reduce((a, s) => a + s.rssKiB, 0) };
+    return {
+      connected: all.reduce((a, s) => a + s.connected, 0),
+      total: all.reduce((a, s) => a + s.total, 0),
+      childRssKiB: all.reduce((a, s) => a + s.rssKiB, 0),
+    };
   }
 
   /** Waits until `want` agents hold a tunnel (as the agents see it) and the hub counts as many; throws after timeoutMs. */
@@ -307,8 +424,13 @@ export class Fleet {
   async addons(): Promise<{ cluster: string; available: string | undefined }[]> {
     const res = await fetch(`http://127.0.0.1:${this.ports.admin}/v1/managedclusteraddons`, { signal: AbortSignal.timeout(60_000) });
     if (res.status !== 200) throw new Error(`GET /v1/managedclusteraddons: HTTP ${res.status}`);
-    const body = (await res.json()) as { items: { metadata: { namespace?: string }; status?: { conditions?: { type: string; status: string }[] } }[] };
-    return body.items.map((a) => ({ cluster: a.metadata.namespace ?? '', available: a.status?.conditions?.find((c) => c.type === 'Available')?.status }));
+    const body = (await res.json()) as {
+      items: { metadata: { namespace?: string }; status?: { conditions?: { type: string; status: string }[] } }[];
+    };
+    return body.items.map((a) => ({
+      cluster: a.metadata.namespace ?? '',
+      available: a.status?.conditions?.find((c) => c.type === 'Available')?.status,
+    }));
   }
 
   /** One dial to `cluster`'s apiserver (the echo server), 64 bytes echoed; resolves with the milliseconds it took. */
@@ -339,11 +461,18 @@ export class Fleet {
   }
 
   private clientTunnel(): Tunnel {
-    return this.tunnel ??= this.newTunnel();
+    return (this.tunnel ??= this.newTunnel());
   }
 
   private newTunnel(): Tunnel {
-    return new Tunnel({ address: `127.0.0.1:${this.ports.frontend}`, serverName: 'localhost', caCert: Buffer.from(this.pki.ca.certPem), cert: this.clientCert.cert, key: this.clientCert.key, transport: 'mux' });
+    return new Tunnel({
+      address: `127.0.0.1:${this.ports.frontend}`,
+      serverName: 'localhost',
+      caCert: Buffer.from(this.pki.ca.certPem),
+      cert: this.clientCert.cert,
+      key: this.clientCert.key,
+      transport: 'mux',
+    });
   }
 
   private clientCertCache: { cert: Buffer; key: Buffer } | null = null;
@@ -370,4 +499,3 @@ export class Fleet {
     await rm(this.pki.dir, { recursive: true, force: true }).catch(() => undefined);
   }
 }
-
