@@ -64,6 +64,8 @@ export class EndpointConnection {
   /** Destination bytes read beyond the hub's credit: the rest of one read, sent when credit comes. */
   private unsent: Buffer | null = null;
   private flushTimer: NodeJS.Timeout | null = null;
+  /** While set, the destination's bytes wait in the socket (see attach's holdReadsMs); cleared when reading starts. */
+  private holdTimer: NodeJS.Timeout | null = null;
   readonly abort = new AbortController();
   bytesIn = 0;
   bytesOut = 0;
@@ -84,7 +86,13 @@ export class EndpointConnection {
     if (this.stateNow === 'dialing') this.stateNow = 'closed';
   }
 
-  attach(socket: net.Socket): void {
+  /**
+   * `holdReadsMs`: wait that long (or until the first bytes from the client) before reading the destination.
+   * konnectivity-client registers a connection only after its receive loop has handed DIAL_RSP on, and drops a
+   * DATA that comes right behind it; ANP's proxy-server passes the agent's packets straight on, so behind it
+   * a destination that speaks first could lose its first bytes. The bytes wait in the socket meanwhile.
+   */
+  attach(socket: net.Socket, holdReadsMs = 0): void {
     switch (this.state) {
       case 'dialing':
         break;
@@ -116,7 +124,8 @@ export class EndpointConnection {
       },
     });
     this.writer.onFlushed = () => this.owner.sender.releaseReads(this);
-    socket.on('data', this.onSocketData);
+    if (holdReadsMs > 0) this.holdTimer = setTimeout(this.startReading, holdReadsMs);
+    else socket.on('data', this.onSocketData);
     socket.on('end', this.onSocketEnd);
     socket.on('error', this.onSocketError);
     socket.on('close', this.onSocketClose);
@@ -130,6 +139,8 @@ export class EndpointConnection {
 
   /** One DATA payload as the chunks it arrived in, `n` bytes in all (a mux link does not copy them into one). */
   onChunks(chunks: readonly Buffer[], n: number): void {
+    // The client wrote: it has registered the connection, so the destination's bytes may go to it now.
+    if (this.holdTimer) this.startReading();
     switch (this.state) {
       case 'open':
       case 'destination-ended':
@@ -353,6 +364,8 @@ export class EndpointConnection {
       return;
     }
     socket.removeListener('data', this.onSocketData);
+    if (this.holdTimer) clearTimeout(this.holdTimer);
+    this.holdTimer = null;
     if (!flush) {
       socket.destroy();
       this.enterClosed();
@@ -373,8 +386,18 @@ export class EndpointConnection {
     this.enterClosed();
   }
 
+  /** Ends the hold of attach(): the destination's bytes flow from now on. */
+  private readonly startReading = (): void => {
+    if (!this.holdTimer) return;
+    clearTimeout(this.holdTimer);
+    this.holdTimer = null;
+    if (this.stateNow === 'open' || this.stateNow === 'hub-ended') this.socket?.on('data', this.onSocketData);
+  };
+
   private enterClosed(): void {
     this.stateNow = 'closed';
+    if (this.holdTimer) clearTimeout(this.holdTimer);
+    this.holdTimer = null;
     if (this.flushTimer) clearTimeout(this.flushTimer);
     this.flushTimer = null;
     const socket = this.socket;

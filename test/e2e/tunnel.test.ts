@@ -386,7 +386,15 @@ for (const transport of ['mux', 'grpc'] as const) {
         expect((await echoRoundTrip(s1, Buffer.from('one'))).toString()).toBe('one');
         s1.destroy();
         await first.stop();
-        expectTunnelError(await tunnel.dial('restart:443').catch((e: unknown) => e), 'no_agent', 'restart:443');
+        // The hub may still hold the drained agent's stream for a moment after the process exited ("draining"); then no agent.
+        const gone = await waitFor(
+          async () => {
+            const e = await tunnel.dial('restart:443').catch((err: unknown) => err);
+            return e instanceof TunnelError && e.reason === 'no_agent' ? e : null;
+          },
+          { timeoutMs: 10_000, intervalMs: 50, message: 'the hub to say no agent is connected for restart:443' },
+        );
+        expectTunnelError(gone, 'no_agent', 'restart:443');
         const second = await startAgent(pki, hub, {
           cluster: 'restart',
           apiserver: `127.0.0.1:${echo.port}`,
