@@ -189,22 +189,20 @@ for (const transport of ['mux', 'grpc'] as const) {
         expect(d.bytes).toBe('last words'.length);
       });
 
-      it('fails a dial to a closed port with `endpoint`, quickly', async () => {
+      // Not waiting: the refusal comes before a client deadline shorter than any wait the hub or agent could add
+      // (the hub's agent wait is 5 s, its dial timeout longer); a dial that waited would end with `timeout`.
+      it('fails a dial to a closed port with `endpoint`, without waiting', async () => {
         const closed = await startEchoServer();
         const port = closed.port;
         await closed.close();
-        const t0 = Date.now();
-        const err = await tunnel.dial(`127.0.0.1:${port}`).catch((e: unknown) => e);
+        const err = await tunnel.dial(`127.0.0.1:${port}`, { timeoutMs: 4000 }).catch((e: unknown) => e);
         expectTunnelError(err, 'endpoint', `127.0.0.1:${port}`);
         expect((err as Error).message).toMatch(/connection refused/);
-        expect(Date.now() - t0).toBeLessThan(1000);
       });
 
-      it('fails a dial to an unknown cluster with `no_agent` at once', async () => {
-        const t0 = Date.now();
-        const err = await tunnel.dial('nowhere:443').catch((e: unknown) => e);
+      it('fails a dial to an unknown cluster with `no_agent`, without waiting', async () => {
+        const err = await tunnel.dial('nowhere:443', { timeoutMs: 4000 }).catch((e: unknown) => e);
         expectTunnelError(err, 'no_agent', 'nowhere:443');
-        expect(Date.now() - t0).toBeLessThan(1000);
       });
 
       it('refuses destinations outside the agent allowlist with `forbidden`', async () => {
