@@ -1,5 +1,6 @@
 // Text an operator or a hub hands in: NO_PROXY and proxy URLs (the agent's environment, the hub's proxy
 // settings), `--config` files, CA bundles.
+import { generateKeyPairSync } from 'node:crypto';
 import fc from 'fast-check';
 import { parseNoProxy, parseProxyUrl, proxyFromEnvironment, redactProxyUrl } from '../../../agent/src/no-proxy.js';
 import { caCertificates, maskProxyPassword, normalizeProxyUrl, ProxySettingsError } from '../../../server/src/egress/proxy-settings.js';
@@ -164,6 +165,19 @@ export const configFileTarget: FuzzTarget = {
 // A real certificate for the corpus generator's blocks (a self-signed CA, made once by the corpus script).
 const PEM_LABELS = ['CERTIFICATE', 'PRIVATE KEY', 'RSA PRIVATE KEY', 'X', 'CERTIFICATE REQUEST'];
 
+/**
+ * Bundles with private-key blocks beside certificate-shaped ones, made at run time with a key generated now (the
+ * corpus keeps no key material): a bundle must never take a key for a certificate.
+ */
+function keyBlocks(): Buffer[] {
+  const { privateKey } = generateKeyPairSync('ed25519');
+  const key = privateKey.export({ type: 'pkcs8', format: 'pem' }).toString();
+  const junkCert = '-----BEGIN CERTIFICATE-----\nfcLnl4dY\n-----END CERTIFICATE-----\n';
+  return [key, key.replace(/\n/g, '\r\n'), `${junkCert}${key}`, key.replace(/ PRIVATE KEY/g, ' RSA PRIVATE KEY') + junkCert].map((s) =>
+    Buffer.from(s),
+  );
+}
+
 export const caBundleTarget: FuzzTarget = {
   name: 'ca-bundle',
   about:
@@ -173,6 +187,7 @@ export const caBundleTarget: FuzzTarget = {
       maxLength: 3,
     })
     .map((bs) => Buffer.from(bs.map(([l, b, eol]) => `-----BEGIN ${l}-----${eol}${b}${eol}-----END ${l}-----${eol}`).join(''))),
+  seeds: keyBlocks,
   run(input) {
     for (const bundle of [input, input.toString('latin1')]) {
       let certs: string[];
