@@ -23,15 +23,13 @@ import {
   parseCapabilities,
   tapWrites,
   type MemoryBudget,
+  KONNECTIVITY_FIRST_DATA_HOLD_MS,
 } from '@cluster-proxy/proto';
 import { AgentMetrics } from './metrics.js';
 import type { Logger } from 'pino';
 import { EndpointConnection, type EndpointOwner } from './endpoint-connection.js';
 import { openGrpcLink, openMuxLink, type AgentTransport, type EgressOptions, type Link, type LinkOptions } from './links.js';
 import { DialFailure, type TargetDialer } from './target-dialer.js';
-
-/** How long the destination's first bytes wait behind DIAL_RSP on a link to ANP's proxy-server (EndpointConnection.attach). */
-export const ANP_SERVER_FIRST_DATA_HOLD_MS = 50;
 
 export interface ServerConnectionOptions {
   /** host:port of the hub's agent listener (or its load balancer). */
@@ -261,7 +259,7 @@ export class ServerConnection extends EventEmitter implements EndpointOwner {
         }
         // Behind a server without our capabilities (ANP's proxy-server), a konnectivity-client may not have
         // registered the connection when the destination's first bytes arrive: they wait a moment (attach).
-        conn.attach(socket, this.halfClose ? 0 : ANP_SERVER_FIRST_DATA_HOLD_MS);
+        conn.attach(socket, this.halfClose ? 0 : KONNECTIVITY_FIRST_DATA_HOLD_MS);
         this.sender.send(packets.dialResponse(random, conn.connectID));
         const seconds = Number(process.hrtime.bigint() - started) / 1e9;
         this.metrics.dialDuration.observe(seconds);

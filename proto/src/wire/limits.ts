@@ -33,3 +33,14 @@ export const FRONTEND_STREAM_WINDOW = 64 * 1024;
 /** Receive window our SDK asks for: enough for ~400 MB/s at 20 ms, and the most a client that
  * stops reading one connection holds in memory for it. */
 export const CLIENT_HTTP2_WINDOW = 8 * 1024 * 1024;
+
+/**
+ * After DIAL_RSP, how long the destination's first bytes wait before going to an ANP client (one that
+ * did not negotiate half-close: konnectivity-client), unless the client writes first. konnectivity-client's
+ * receive loop hands DIAL_RSP to the dialing goroutine and reads on; that goroutine registers the
+ * connection only afterwards, so a DATA right behind DIAL_RSP is "not recognized": dropped, and the
+ * connection closed (a server-first destination lost its first bytes or all of them). Its own Write
+ * comes only after the registration, so client-first traffic never waits. The hub holds them towards such a
+ * client; our agent holds them behind ANP's proxy-server, which passes them straight on.
+ */
+export const KONNECTIVITY_FIRST_DATA_HOLD_MS = 50;

@@ -12,6 +12,7 @@ import {
   type ByteSink,
   type DialFailureReason,
   type Packet,
+  KONNECTIVITY_FIRST_DATA_HOLD_MS,
 } from '@cluster-proxy/proto';
 import type { Logger } from 'pino';
 import { certificatePrincipal, principalName } from '../http/principal.js';
@@ -23,16 +24,6 @@ import type { ProxiedConnection } from './proxied-connection.js';
 import type { AgentWait } from './agent-wait.js';
 
 type FrontendState = 'await-dial' | 'dialing' | 'open' | 'done';
-
-/**
- * After DIAL_RSP, how long the destination's first bytes wait before going to an ANP client (one that
- * did not negotiate half-close: konnectivity-client), unless the client writes first. konnectivity-client's
- * receive loop hands DIAL_RSP to the dialing goroutine and reads on; that goroutine registers the
- * connection only afterwards, so a DATA right behind DIAL_RSP is "not recognized": dropped, and the
- * connection closed (a server-first destination lost its first bytes or all of them). Its own Write
- * comes only after the registration, so client-first traffic never waits.
- */
-export const ANP_CLIENT_FIRST_DATA_DELAY_MS = 50;
 
 export class GrpcFrontend implements Frontend {
   readonly halfClose: boolean;
@@ -47,7 +38,7 @@ export class GrpcFrontend implements Frontend {
   private connectID = 0;
   /** Child logger made only if this connection logs (pino's child() per dial shows in the dial rate). */
   private readonly lazyLog: LazyLog<Logger>;
-  /** Writes to an ANP client held right after DIAL_RSP (ANP_CLIENT_FIRST_DATA_DELAY_MS), in order; null: none held. */
+  /** Writes to an ANP client held right after DIAL_RSP (KONNECTIVITY_FIRST_DATA_HOLD_MS), in order; null: none held. */
   private held: (() => void)[] | null = null;
   private holdTimer: NodeJS.Timeout | null = null;
 
@@ -184,11 +175,11 @@ export class GrpcFrontend implements Frontend {
       this.send(packets.dialResponse(this.clientRandom, connectID));
       return;
     }
-    // An ANP client: the destination's bytes wait a moment behind DIAL_RSP (ANP_CLIENT_FIRST_DATA_DELAY_MS).
+    // An ANP client: the destination's bytes wait a moment behind DIAL_RSP (KONNECTIVITY_FIRST_DATA_HOLD_MS).
     this.held = [];
     this.core.metrics.packet('to_client', PacketType.DIAL_RSP);
     this.call.write(packets.dialResponse(this.clientRandom, connectID), () => {
-      if (this.held) this.holdTimer = setTimeout(this.releaseHeld, ANP_CLIENT_FIRST_DATA_DELAY_MS);
+      if (this.held) this.holdTimer = setTimeout(this.releaseHeld, KONNECTIVITY_FIRST_DATA_HOLD_MS);
     });
   }
 

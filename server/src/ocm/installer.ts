@@ -114,12 +114,27 @@ export class OcmInstaller {
     addons: WatchCache<'ManagedClusterAddOn'>;
     clusters: WatchCache<'ManagedCluster'>;
     works: WatchCache<'ManifestWork'>;
-    ready: Promise<void>;
   } | null = null;
+  /** The mirrors' first lists; dropped when one failed, so the next pass lists again. */
+  private mirrorsListed: Promise<void> | null = null;
 
   constructor(private readonly opts: OcmInstallerOptions) {
     this.now = opts.now ?? Date.now;
     this.profiles = opts.clusterProfiles ? new ClusterProfileWriter(opts.store, opts.log, opts.clusterProfiles) : null;
+  }
+
+  /** The mirrors hold their lists (a cache already listed and watching returns at once from start()). */
+  private mirrorsReady(): Promise<void> {
+    const m = this.mirrors;
+    if (!m) return Promise.reject(new Error('the OCM installer was not started'));
+    this.mirrorsListed ??= Promise.all([m.clusters.start(), m.works.start()]).then(
+      () => undefined,
+      (err: unknown) => {
+        this.mirrorsListed = null;
+        throw err;
+      },
+    );
+    return this.mirrorsListed;
   }
 
   /** Watches what a pass depends on; `kick` asks the addon manager for a pass. Idempotent. */
@@ -137,9 +152,9 @@ export class OcmInstaller {
       project: slimWork,
       onChange: () => kick(),
     });
-    this.mirrors = { addons: mirrors.addons, clusters, works, ready: Promise.all([clusters.start(), works.start()]).then(() => undefined) };
-    // A failed first list is retried by the next pass (sync awaits it again).
-    this.mirrors.ready.catch(() => {});
+    this.mirrors = { addons: mirrors.addons, clusters, works };
+    // Listed now; a failure is said by the first pass, and the pass after it lists again.
+    this.mirrorsReady().catch(() => {});
     for (const kind of WATCHED) this.watchKind(kind, kick);
     if (this.profiles) this.watchKind('ClusterProfile', kick);
   }
@@ -198,7 +213,7 @@ export class OcmInstaller {
     const { store } = this.opts;
     const mirrors = this.mirrors;
     if (!mirrors) throw new Error('the OCM installer was not started');
-    await mirrors.ready;
+    await this.mirrorsReady();
     await this.ensureClusterManagementAddOn();
     const clusters = new Map([...mirrors.clusters.values()].map((c) => [c.metadata.name, c]));
     const addons = [...mirrors.addons.values()].filter((a) => a.metadata.name === ADDON_NAME);
