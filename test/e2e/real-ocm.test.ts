@@ -18,7 +18,7 @@ import tls from 'node:tls';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type Tunnel, TunnelError } from '@cluster-proxy/client';
 import { DEFAULT_AGENT_IMAGE, type ManagedCluster, type ManagedClusterAddOn, type ManifestWork } from '@cluster-proxy/server';
-import { renderAgentWork } from '@cluster-proxy/server/ocm';
+import { configSpecHash, renderAgentWork } from '@cluster-proxy/server/ocm';
 import { CHART_CRDS_DIR, killAllSpawned, runCommand, waitFor } from '../src/fixtures/index.js';
 import {
   goAvailable,
@@ -271,33 +271,39 @@ describe.skipIf(!hasGo)("our hub on OCM's own hub and klusterlets (real OCM prog
     expect((await apiserverThroughHub('c1')).gitVersion).toBe(clusters.get('c1')!.kube.versions.kubernetes);
   }, 180_000);
 
-  // FINDING (kept out of the default run; CLUSTER_PROXY_REAL_OCM_FINDINGS=1 runs it): OCM's addon-manager never
-  // reports the rollout Completed. Its addonprogressing controller (ocm pkg/addon/controllers/addonprogressing/
-  // controller.go, workConfigsMatchesAddon) wants every configReference's desiredConfig.specHash non-empty and
-  // equal to the work's config-spec-hash annotation; it stays "progressing... mca and work configs mismatch".
-  // The hashes are not OCM's hub to fill: addon-framework's addonconfig and cmaconfig controllers
-  // (pkg/addonmanager/controllers/addonconfig/controller.go, cmaconfig/controller.go), which run in the
-  // addon's own manager, write them into the ManagedClusterAddOn's status (configs in its spec) and the
-  // ClusterManagementAddOn's status (defaultConfigReferences, installProgressions); OCM's addon-manager copies
-  // the CMA's into each addon (addonconfiguration/graph.go). Our hub, the addon's manager here, writes none,
-  // so specHash stays "" and the work's annotation carries "" too. Our addon-manager stand-in computes the
-  // hashes itself, which hid this.
-  describe.skipIf(!process.env['CLUSTER_PROXY_REAL_OCM_FINDINGS'])(
-    'FINDING: Progressing never Completed (the hub fills no config spec hashes)',
-    () => {
-      it("the addon's rollout reaches Progressing Completed", async () => {
-        await waitFor(async () => cond(await addon('c1'), 'Progressing')?.reason === 'Completed', {
-          timeoutMs: 60_000,
-          intervalMs: 250,
-          message: 'Progressing Completed',
-        }).catch(async (err: Error) => {
-          throw new Error(
-            `${err.message}: ${JSON.stringify(cond(await addon('c1'), 'Progressing'))} configReferences ${JSON.stringify((await addon('c1'))?.status?.configReferences)}`,
-          );
-        });
-      }, 90_000);
-    },
-  );
+  // OCM's addon-manager reports the rollout Completed only when every configReference's desiredConfig.specHash is
+  // non-empty and equal to the work's config-spec-hash annotation (ocm addonprogressing/controller.go). It copies
+  // the hashes from where addon-framework's cmaconfig and addonconfig controllers (the addon's half, so our hub's)
+  // wrote them: the ClusterManagementAddOn's status.defaultconfigReferences, and the addon's own status for its
+  // spec.configs. The hub computes them as addon-framework's GetSpecHash does (server/src/ocm/config-hashes.ts).
+  it("the addon's rollout reaches Progressing Completed: the hub writes the config spec hashes OCM's addon-manager copies", async () => {
+    const cmaPath = '/apis/addon.open-cluster-management.io/v1alpha1/clustermanagementaddons/cluster-proxy';
+    const a = await waitFor(
+      async () => {
+        const x = await addon('c1');
+        return cond(x, 'Progressing')?.reason === 'Completed' ? x : null;
+      },
+      { timeoutMs: 60_000, intervalMs: 250, message: 'Progressing Completed' },
+    ).catch(async (err: Error) => {
+      const x = await addon('c1');
+      throw new Error(
+        `${err.message}: ${JSON.stringify(cond(x, 'Progressing'))} configReferences ${JSON.stringify(x?.status?.configReferences)} CMA status ${JSON.stringify((await get<{ status?: unknown }>(cmaPath))?.status)}\n${await why('c1')}`,
+      );
+    });
+    expect(cond(a, 'Progressing')?.status).toBe('False');
+    const mpc = (await get<Record<string, unknown>>(
+      '/apis/proxy.open-cluster-management.io/v1alpha1/managedproxyconfigurations/cluster-proxy',
+    ))!;
+    const ref = a.status?.configReferences?.find((r) => r.resource === 'managedproxyconfigurations');
+    // The hash of the MPC as the API server holds it, the way Go's GetSpecHash computes it.
+    expect(ref?.desiredConfig?.specHash).toBe(configSpecHash(mpc));
+    expect(ref?.lastAppliedConfig?.specHash).toBe(ref?.desiredConfig?.specHash);
+    const cma = (await get<{ status?: { defaultconfigReferences?: { desiredConfig?: { specHash?: string } }[] } }>(cmaPath))!;
+    expect(cma.status?.defaultconfigReferences?.map((r) => r.desiredConfig?.specHash)).toEqual([configSpecHash(mpc)]);
+    expect(JSON.parse((await work('c1'))!.metadata.annotations!['open-cluster-management.io/config-spec-hash']!)).toEqual({
+      'managedproxyconfigurations.proxy.open-cluster-management.io//cluster-proxy': configSpecHash(mpc),
+    });
+  }, 90_000);
 
   it("an AddOnDeploymentConfig (resolved by OCM's addon-manager) moves the agent to another namespace with a proxy env; the old Deployment goes, the tunnel comes back; a change in place restarts the agent", async () => {
     const k = clusters.get('c1')!.kubelet;
@@ -368,6 +374,19 @@ describe.skipIf(!hasGo)("our hub on OCM's own hub and klusterlets (real OCM prog
     expect(third.env['NO_PROXY']).toContain('.example.org');
     await available('c1');
     expect((await apiserverThroughHub('c1')).gitVersion).toBe(clusters.get('c1')!.kube.versions.kubernetes);
+    // The rollout of the changed config completes: the hub hashed the addon's own config (addon-framework's
+    // addonconfig), the work carries that hash, OCM's addon-manager recorded it as applied.
+    const adcNow = (await get<Record<string, unknown>>(`${adcs}/proxy`))!;
+    await waitFor(
+      async () => {
+        const x = await addon('c1');
+        const ref = x?.status?.configReferences?.find((r) => r.resource === 'addondeploymentconfigs');
+        return cond(x, 'Progressing')?.reason === 'Completed' && ref?.lastAppliedConfig?.specHash === configSpecHash(adcNow);
+      },
+      { timeoutMs: 60_000, intervalMs: 250, message: 'Progressing Completed with the changed config applied' },
+    ).catch(async (err: Error) => {
+      throw new Error(`${err.message}: ${JSON.stringify((await addon('c1'))?.status?.configReferences)}\n${await why('c1')}`);
+    });
   }, 180_000);
 
   it('disabling the addon: the garbage collector takes the work, the work agent removes the agent and leaves the namespace, the agent stops', async () => {

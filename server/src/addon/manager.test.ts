@@ -156,6 +156,7 @@ describe('AddonManager', () => {
       },
       statusOf: () => undefined,
       proxyConfigurationConditions: () => [],
+      configReferences: () => async () => null,
     };
     let now = Date.parse('2026-11-26T00:00:00Z');
     // Each status pass reads the clock once as it begins: a count of passes.
@@ -195,6 +196,7 @@ describe('AddonManager', () => {
         return undefined;
       },
       proxyConfigurationConditions: () => [],
+      configReferences: () => async () => null,
     };
     manager = new AddonManager({ store, core: core(['c1']), log, serverID: 'hub-0', tunnelLossWindowMs: 1000 });
     manager.setInstaller(installer);

@@ -12,6 +12,7 @@ import {
   type AddonRegistration,
   type Lease,
   type ManagedCluster,
+  type ConfigReference,
   type ManagedClusterAddOn,
   type ManagedProxyConfiguration,
 } from '../store/objects.js';
@@ -42,6 +43,11 @@ export interface AddonInstaller {
   statusOf(cluster: string): AddonInstallStatus | undefined;
   /** Conditions for the ManagedProxyConfiguration's status (e.g. an agent image that is not ours). */
   proxyConfigurationConditions(): ConditionSpec[];
+  /**
+   * For one status pass: the addon's status.configReferences with the config spec hashes the addon writes,
+   * or null when they need no change (each config read once per pass).
+   */
+  configReferences(): (addon: ManagedClusterAddOn) => Promise<ConfigReference[] | null>;
 }
 
 /** What the installer's last pass found for a cluster's addon, written into the addon's status. */
@@ -424,6 +430,7 @@ export class AddonManager {
     for (const b of this.opts.core.routes.backends()) tunnels.set(b.cluster, (tunnels.get(b.cluster) ?? 0) + 1);
     const leaseOf = new Map<string, Lease>();
     for (const l of leases) if (l.metadata.name === ADDON_NAME) leaseOf.set(l.metadata.namespace!, l);
+    const configReferencesOf = this.installer?.configReferences();
     for (const addon of [...this.addons.values()]) {
       if (addon.metadata.name !== ADDON_NAME) continue;
       const cluster = addon.metadata.namespace!;
@@ -461,7 +468,8 @@ export class AddonManager {
       // The klusterlet is gone: OCM's hub says Available Unknown for every addon of the cluster; one writer.
       if (this.installer && this.klusterletGone.has(cluster)) specs = specs.filter((c) => c.type !== 'Available');
       if (installed) specs = [...specs.filter((c) => !installed.conditions.some((i) => i.type === c.type)), ...installed.conditions];
-      await this.writeConditions(addon, specs, now, installed);
+      const configReferences = configReferencesOf ? await configReferencesOf(addon).catch(() => null) : null;
+      await this.writeConditions(addon, specs, now, installed, configReferences);
     }
     await this.syncProxyConfigurationStatus(now);
   }
@@ -483,6 +491,7 @@ export class AddonManager {
     specs: ConditionSpec[],
     now: number,
     installed?: AddonInstallStatus,
+    configReferences: ConfigReference[] | null = null,
   ): Promise<void> {
     const { conditions, changed } = mergeConditions(addon.status?.conditions, specs, new Date(now));
     const registrations = installed?.registrations;
@@ -492,6 +501,7 @@ export class AddonManager {
     const extraChanged =
       differs(registrations, addon.status?.registrations) ||
       differs(supportedConfigs, addon.status?.supportedConfigs) ||
+      configReferences !== null ||
       namespace !== addon.status?.namespace;
     if (!changed && !extraChanged) return;
     try {
@@ -506,6 +516,7 @@ export class AddonManager {
           healthCheck: { mode: this.mode === 'lease' && !this.installer ? 'Lease' : 'Customized' },
           ...(registrations ? { registrations } : {}),
           ...(supportedConfigs ? { supportedConfigs } : {}),
+          ...(configReferences ? { configReferences } : {}),
         },
       });
       const available = conditions.find((c) => c.type === 'Available');

@@ -15,3 +15,4 @@ export {
   OCM_CLUSTER_MANAGER,
   type ClusterProfileOptions,
 } from './cluster-profiles.js';
+export { configSpecHash, goJson } from './config-hashes.js';

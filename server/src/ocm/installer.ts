@@ -1,10 +1,11 @@
 // `--agent-install manifestwork`: the hub is the addon's half of OCM's addon-framework contract for
 // `cluster-proxy`, and nothing of OCM's half. OCM's hub addon-manager (ClusterManagementAddOn lifecycle
 // `addon-manager`) owns install strategy (which clusters get a ManagedClusterAddOn), config resolution
-// (status.configReferences with spec hashes) and rollout (the Progressing condition); OCM's klusterlet
+// (status.configReferences) and rollout (the Progressing condition); OCM's klusterlet
 // owns CSRs, Secrets, applying the work. One pass (run by the addon manager's leader, after every change
 // it watches and on its status period):
-//   1. ClusterManagementAddOn `cluster-proxy` exists (created with installStrategy Manual if missing);
+//   1. ClusterManagementAddOn `cluster-proxy` exists (created with installStrategy Manual if missing), with the
+//      spec hashes of its default configs in its status (config-hashes.ts);
 //   2. every ManagedClusterAddOn whose cluster accepts clients and whose configs OCM resolved (Configured) has ManifestWork
 //      `addon-cluster-proxy-deploy-0` holding the agent (agent-work.ts), rendered from the configs OCM
 //      resolved into the addon's status.configReferences, rewritten when it differs (a config change, or
@@ -14,7 +15,8 @@
 //   4. Secrets `proxy-server-ca` and `proxy-client` exist where OCM's hub clients read them.
 // What the addon writes on its ManagedClusterAddOn (addon-framework's registration and agentdeploy
 // controllers): status.supportedConfigs, status.registrations, status.namespace, RegistrationApplied and
-// ManifestApplied. The addon manager writes them with the health condition (Available).
+// ManifestApplied, and (addonconfig) the spec hashes and observed generations in status.configReferences. The
+// addon manager writes them with the health condition (Available).
 import { X509Certificate } from 'node:crypto';
 import type { Logger } from 'pino';
 import { ManifestInputError } from '../addon/manifests.js';
@@ -32,6 +34,7 @@ import {
   type AddOnDeploymentConfig,
   type CertificateSigningRequest,
   type ClusterManagementAddOn,
+  type ConfigReference,
   type CsrCondition,
   type Kind,
   type ManagedCluster,
@@ -59,6 +62,7 @@ import {
   PROXY_SERVER_CA_SECRET,
 } from './names.js';
 import { addonRegistrations, reviewCsr } from './registrations.js';
+import { addonConfigReferences, clusterManagementAddOnStatus, memoLookup, type ConfigLookup, type ConfigObject } from './config-hashes.js';
 
 export interface OcmInstallerOptions {
   store: Store;
@@ -197,6 +201,37 @@ export class OcmInstaller {
     return this.status.get(cluster);
   }
 
+  /** status.configReferences with addon-framework's addonconfig hashes (config-hashes.ts), for one status pass. */
+  configReferences(): (addon: ManagedClusterAddOn) => Promise<ConfigReference[] | null> {
+    const lookup = this.configLookup();
+    return (addon) => addonConfigReferences(addon, lookup);
+  }
+
+  /** The configs the addon reads (SUPPORTED_CONFIGS), each read once per pass; undefined for any other kind. */
+  private configLookup(): ConfigLookup {
+    const { store } = this.opts;
+    return memoLookup(async ({ group, resource, name, namespace }) => {
+      if (group === KINDS.AddOnDeploymentConfig.group && resource === KINDS.AddOnDeploymentConfig.plural)
+        return (await store.get('AddOnDeploymentConfig', { name, namespace: namespace ?? '' })) as ConfigObject | null;
+      if (group === KINDS.ManagedProxyConfiguration.group && resource === KINDS.ManagedProxyConfiguration.plural)
+        return (await store.get('ManagedProxyConfiguration', { name })) as ConfigObject | null;
+      return undefined;
+    });
+  }
+
+  /** cmaconfig's hashes in the ClusterManagementAddOn's status (OCM's addon-manager copies them into each addon). */
+  private async syncClusterManagementAddOnHashes(cma: ClusterManagementAddOn): Promise<void> {
+    const status = await clusterManagementAddOnStatus(cma, this.configLookup());
+    if (!status) return;
+    try {
+      await this.opts.store.updateStatus('ClusterManagementAddOn', { ...cma, status });
+      this.opts.log.info('ClusterManagementAddOn cluster-proxy: config spec hashes written');
+    } catch (err) {
+      // OCM's addon-manager wrote it meanwhile (its watch kicks the next pass), or it is gone.
+      if (!(err instanceof ConflictError) && !(err instanceof NotFoundError)) throw err;
+    }
+  }
+
   /** What the last pass found about the ManagedProxyConfiguration (written on its status by the manager). */
   proxyConfigurationConditions(): ConditionSpec[] {
     return this.mpcConditions;
@@ -214,7 +249,7 @@ export class OcmInstaller {
     const mirrors = this.mirrors;
     if (!mirrors) throw new Error('the OCM installer was not started');
     await this.mirrorsReady();
-    await this.ensureClusterManagementAddOn();
+    await this.syncClusterManagementAddOnHashes(await this.ensureClusterManagementAddOn());
     const clusters = new Map([...mirrors.clusters.values()].map((c) => [c.metadata.name, c]));
     const addons = [...mirrors.addons.values()].filter((a) => a.metadata.name === ADDON_NAME);
     const mpc = await store.get('ManagedProxyConfiguration', { name: PROXY_CONFIGURATION_NAME });
