@@ -95,9 +95,21 @@ async function measureSize(n: number, cfg: BenchConfig, baseP99: number | undefi
   const notes: string[] = [];
   const prof = process.env['FLEET_HUB_CPU_PROF'];
   const store = fleetStore();
-  const ocm = process.env['FLEET_OCM'] === '1';
-  const fleet = await Fleet.create({ clusters: n, log, store, ocm, hubNodeArgs: prof ? ['--cpu-prof', '--cpu-prof-dir', prof] : [] });
-  if (ocm) notes.push(`N=${n}: OCM mode (FLEET_OCM=1): --agent-install manifestwork, the store in the Kubernetes API fixture`);
+  const realOcm = process.env['FLEET_OCM'] === 'real';
+  const ocm = process.env['FLEET_OCM'] === '1' || realOcm;
+  const fleet = await Fleet.create({
+    clusters: n,
+    log,
+    store,
+    ocm,
+    realOcm,
+    hubNodeArgs: prof ? ['--cpu-prof', '--cpu-prof-dir', prof] : [],
+  });
+  if (realOcm)
+    notes.push(
+      `N=${n}: OCM mode on OCM itself (FLEET_OCM=real): --agent-install manifestwork on a real kube-apiserver with OCM's hub controllers (registration, addon-manager, placement, work)`,
+    );
+  else if (ocm) notes.push(`N=${n}: OCM mode (FLEET_OCM=1): --agent-install manifestwork, the store in the Kubernetes API fixture`);
   else if (store === 'kubernetes') notes.push(`N=${n}: hub store: the Kubernetes API fixture (FLEET_STORE=kubernetes)`);
   try {
     await fleet.loadClient();

@@ -15,10 +15,12 @@ import {
   type ManagedCluster,
   type ManagedClusterAddOn,
   type ManifestWork,
+  type Store,
   type Watch,
 } from '@cluster-proxy/server';
 import { CLI, cliLaunchFlags, createPki, type TestPki } from '../harness.js';
 import {
+  CHART_CRDS_DIR,
   freeLoopbackPort,
   spawnProcess,
   startEchoServer,
@@ -27,6 +29,7 @@ import {
   type ManagedProcess,
   type TcpTarget,
 } from '../fixtures/index.js';
+import { startOcmHub } from '../fixtures/real-ocm.js';
 import type { ChildReply, ChildRequest, FleetChildJob } from './protocol.js';
 
 export interface FleetOptions {
@@ -55,6 +58,13 @@ export interface FleetOptions {
    * ManifestWork applied (the fleet's agents run from the simulator, not from the works; no CSR flow).
    */
   ocm?: boolean;
+  /**
+   * With `ocm`: the store is a real control plane (etcd, kube-apiserver, kube-controller-manager) running OCM's own
+   * hub controllers (test/src/fixtures/real-ocm.ts); OCM's addon-manager owns and configures the addons (Configured,
+   * config references), its registration controller accepts the clusters (their leases last an hour: no klusterlet
+   * renews them here). The light klusterlet still reports the works applied.
+   */
+  realOcm?: boolean;
   /** Hub log level (default warn: logging would skew the figures). */
   hubLogLevel?: string;
   log?: (message: string) => void;
@@ -144,7 +154,7 @@ export class Fleet {
   private caKeyPath = '';
   private dataDir = '';
   /** The Kubernetes API fixture the hub keeps its store in (store: 'kubernetes'). */
-  private kube: FakeKubeApiServer | null = null;
+  private kube: { store: Store; close(): Promise<void> } | null = null;
   private kubeconfig = '';
   /** OCM mode: the light klusterlet's watch of the agent ManifestWorks. */
   private workWatch: Watch | null = null;
@@ -173,10 +183,17 @@ export class Fleet {
       fleet.caKeyPath = path.join(pki.dir, 'ca-signing.key');
       await writeFile(fleet.caKeyPath, pki.ca.keyPem, { mode: 0o600 });
       fleet.dataDir = await mkdtemp(path.join(pki.dir, 'hub-'));
-      if (opts.store === 'kubernetes' || opts.ocm) {
-        fleet.kube = await startFakeKubeApiServer();
-        fleet.kubeconfig = path.join(pki.dir, 'hub-kubeconfig');
-        await fleet.kube.writeKubeconfig(fleet.kubeconfig);
+      fleet.kubeconfig = path.join(pki.dir, 'hub-kubeconfig');
+      if (opts.ocm && opts.realOcm) {
+        const ocm = await startOcmHub();
+        fleet.kube = { store: await ocm.kube.client('fleet-admin', ['system:masters']), close: () => ocm.stop() };
+        // What our chart adds beside OCM's CRDs (Helm leaves existing CRDs alone).
+        await ocm.kube.applyCrdFiles([path.join(CHART_CRDS_DIR, 'managedproxyconfigurations.crd.yaml')]);
+        await ocm.kube.writeKubeconfig(fleet.kubeconfig);
+      } else if (opts.store === 'kubernetes' || opts.ocm) {
+        const api: FakeKubeApiServer = await startFakeKubeApiServer();
+        fleet.kube = { store: api.store, close: () => api.close() };
+        await api.writeKubeconfig(fleet.kubeconfig);
       }
       await fleet.registerClusters();
       if (opts.ocm) fleet.applyWorks();
@@ -201,7 +218,7 @@ export class Fleet {
           apiVersion: 'cluster.open-cluster-management.io/v1',
           kind: 'ManagedCluster',
           metadata: { name },
-          spec: { hubAcceptsClient: true },
+          spec: { hubAcceptsClient: true, ...(this.opts.realOcm ? { leaseDurationSeconds: 3600 } : {}) },
         };
         await store.create('ManagedCluster', mc);
         if (!this.opts.ocm) continue;
@@ -214,6 +231,7 @@ export class Fleet {
           spec: {},
         };
         const created = await store.create('ManagedClusterAddOn', addon);
+        if (this.opts.realOcm) continue; // OCM's addon-manager resolves its configs.
         // Its configs resolved (none but the defaults): the hub builds no work before that.
         await store.updateStatus('ManagedClusterAddOn', {
           ...created,
@@ -322,7 +340,7 @@ export class Fleet {
         () => 0,
       );
       if (status === 200) return;
-      if (performance.now() > deadline) throw new Error('fleet hub not ready within 60 s');
+      if (performance.now() > deadline) throw new Error(`fleet hub not ready within 60 s:\n${this.hubProc.lines().slice(-10).join('\n')}`);
       await sleep(100);
     }
   }
