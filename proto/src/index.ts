@@ -19,6 +19,7 @@ export * from './mux/mux-connect.js';
 // grpc/: gRPC on node:http2 (ANP's transport)
 export * from './grpc/grpc-framing.js';
 export * from './grpc/grpc-client.js';
+export * from './grpc/grpc-client-call.js';
 export * from './grpc/session-watchdog.js';
 export * from './grpc/h2-transport.js';
 
