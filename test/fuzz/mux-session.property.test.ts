@@ -88,9 +88,7 @@ function run(actions: readonly Action[]): void {
     resume: () => {},
     destroy: () => {},
   });
-  const session = new Session(stream as unknown as FramedPacketStream, WINDOW);
-  session.peerWindow = PEER_WINDOW;
-  session.halfClose = true;
+  const session = new Session(stream as unknown as FramedPacketStream, WINDOW, { halfClose: true, peerWindow: PEER_WINDOW });
   let dead = false;
   let nextID = 1;
   let pattern = 0;
