@@ -7,10 +7,14 @@
 //
 //   both open ──endInbound()──▶ inbound ended ──endOutbound()──▶ both ended
 //   both open ──endOutbound()──▶ outbound ended ──endInbound()──▶ both ended
+//   open ──inboundEnding()──▶ ending ──endInbound()──▶ ended   (an end that queues what it passes on)
 // A direction ends once: ending it again changes nothing (and says so).
 
-/** One direction of a connection: bytes may still come, or its sender ended it. */
-export type DirectionState = 'open' | 'ended';
+/**
+ * One direction of a connection: bytes may still come; its end is known but bytes before it are still
+ * queued at this end (ending: only at an end that queues them itself); or it ended.
+ */
+export type DirectionState = 'open' | 'ending' | 'ended';
 
 export class HalfCloseDirections {
   private inboundNow: DirectionState = 'open';
@@ -24,7 +28,14 @@ export class HalfCloseDirections {
     return this.outboundNow;
   }
 
-  /** The peer ended its direction: true if this is news (false: ended already). */
+  /** The peer ended its direction and bytes before its end wait here: true if this is news. */
+  inboundEnding(): boolean {
+    if (this.inboundNow !== 'open') return false;
+    this.inboundNow = 'ending';
+    return true;
+  }
+
+  /** The peer ended its direction (and nothing before its end waits here): true if this is news (false: ended already). */
   endInbound(): boolean {
     if (this.inboundNow === 'ended') return false;
     this.inboundNow = 'ended';
@@ -38,9 +49,9 @@ export class HalfCloseDirections {
     return true;
   }
 
-  /** Either direction ended (the connection is half-closed, or both halves are). */
+  /** Either direction ended or is ending (the connection is half-closed, or both halves are). */
   get anyEnded(): boolean {
-    return this.inboundNow === 'ended' || this.outboundNow === 'ended';
+    return this.inboundNow !== 'open' || this.outboundNow !== 'open';
   }
 
   get bothEnded(): boolean {
