@@ -1,10 +1,10 @@
 // The layers of the code, checked in CI (`pnpm check-layers`). Each rule names what may not import what;
 // a module may always import from its own folder and from the layers below it.
 //
-//   packages:      cli → server, agent, client → proto          (test/ may import any of them)
+//   packages:      cli → server, agent, client → proto          (test/ may import any of them, by their entry points)
 //   proto/src:     index.ts                                      the public surface
 //                  grpc/ → mux/ → conn/ → flow/ → wire/, runtime/, http/   gRPC, our framed transport, connection tables, flow control, the wire format
-//   server/src:    proxy-server.ts, hub.ts, index.ts             the hub's wiring and public surface
+//   server/src:    proxy-server.ts, hub.ts, index.ts, parsers.ts the hub's wiring and public surface
 //                  ocm/                                          OCM's addon framework, our half
 //                  addon/   connect/   gateway/                  addon manager; the CONNECT and HTTP gateway frontends
 //                  fleet/                                        hub API, registration, replicas, tokens
@@ -16,7 +16,7 @@ const LAYERS = {
   'server/src/': [['pki', 'store', 'http'], ['egress'], ['dataplane'], ['fleet'], ['addon', 'connect', 'gateway'], ['ocm']],
 };
 /** Each package's top-level modules that wire its folders together or are its public surface. */
-const TOP = { 'proto/src/': 'index', 'server/src/': 'proxy-server|hub|index' };
+const TOP = { 'proto/src/': 'index', 'server/src/': 'proxy-server|hub|index|parsers' };
 
 /** Per folder: no import of a folder of a higher layer or another folder of its own layer (tests excepted); and
  * no folder imports the package's top-level modules (its wiring and public surface). */

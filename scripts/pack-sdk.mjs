@@ -62,6 +62,8 @@ try {
   cpSync(path.join(root, 'client', 'dist'), path.join(stage, 'dist'), { recursive: true, filter: shipped('client') });
   cpSync(path.join(root, 'client', 'README.md'), path.join(stage, 'README.md'));
   const manifest = publishedManifest(client, client.version);
+  // The SDK's API is its main entry; the workspace's other subpaths (./mux-session) serve our own tests.
+  manifest.exports = { '.': client.exports['.'] };
   manifest.bundleDependencies = [proto.name];
   writeFileSync(path.join(stage, 'package.json'), `${JSON.stringify(manifest, null, 2)}\n`);
 

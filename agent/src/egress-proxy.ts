@@ -100,8 +100,6 @@ export function proxyAuthorization(proxy: URL): string | null {
   return `Basic ${Buffer.from(`${decode(proxy.username)}:${decode(proxy.password)}`).toString('base64')}`;
 }
 
-type Phase = 'connecting' | 'tls' | 'waiting';
-
 /**
  * Opens a tunnel to `target` through the proxy. Resolves with the proxy connection (a net.Socket for
  * http://, a tls.TLSSocket for https://) once the proxy answered 2xx; rejects with an
@@ -137,207 +135,302 @@ export function connectThroughProxy(opts: ConnectThroughProxyOptions): Promise<n
   if (!(opts.timeoutMs > 0)) return Promise.reject(fail('config', `CONNECT timeout must be positive, got ${opts.timeoutMs}`));
   const maxHead = opts.maxHeadBytes ?? DEFAULT_MAX_HEAD_BYTES;
   if (opts.signal?.aborted) return Promise.reject(fail('aborted', `CONNECT to ${target} through ${shown} aborted`));
+  return new ProxyConnect(opts, { shown, target, secure, proxyHost, proxyPort, maxHead }).start();
+}
 
-  return new Promise((resolve, reject) => {
-    let phase: Phase = 'connecting';
-    let settled = false;
-    let received: Buffer = Buffer.alloc(0);
+/** Where one CONNECT through a proxy is (see ProxyConnect). */
+type ProxyConnectState = 'idle' | 'connecting' | 'tls' | 'waiting' | 'tunneled' | 'failed';
 
-    const allowHalfOpen = opts.allowHalfOpen ?? false;
-    const socket: net.Socket | tls.TLSSocket = secure
-      ? tls.connect({
-          host: proxyHost,
-          port: proxyPort,
-          ...(opts.ca !== undefined ? { ca: opts.ca } : {}),
-          // SNI only for names (RFC 6066); Node verifies the certificate against the host either way.
-          ...(net.isIP(proxyHost) ? {} : { servername: proxyHost }),
-        })
-      : net.connect({ host: proxyHost, port: proxyPort, allowHalfOpen });
+/** What connectThroughProxy checked and worked out from its options. */
+interface ProxyConnectPlan {
+  /** The proxy URL without its password, for messages. */
+  shown: string;
+  /** HOST:PORT of the target, as the request line names it. */
+  target: string;
+  secure: boolean;
+  proxyHost: string;
+  proxyPort: number;
+  maxHead: number;
+}
 
-    const timer = setTimeout(() => {
+/**
+ * One CONNECT through a proxy. States:
+ *   idle       made, start() not called yet
+ *   connecting TCP to the proxy
+ *   tls        TCP connected, TLS handshake with an https:// proxy
+ *   waiting    CONNECT sent, reading the proxy's answer head
+ *   tunneled   the proxy answered 2xx: the socket is the caller's (resolved)
+ *   failed     an error, the timeout, an abort or stop(): the socket destroyed (rejected with an EgressProxyError)
+ *
+ *   idle ──start()──▶ connecting ──connect (http://)──▶ waiting ──2xx──▶ tunneled
+ *   connecting ──connect (https://)──▶ tls ──secureConnect──▶ waiting
+ *   connecting, tls, waiting ──error, close, timeout, abort, stop(), an answer not 2xx──▶ failed
+ * Entering tunneled or failed (finish(), the only way there) settles the promise; the timer, the abort
+ * listener and every listener on the socket go then.
+ */
+class ProxyConnect {
+  private state: ProxyConnectState = 'idle';
+  private received: Buffer = Buffer.alloc(0);
+  private socket: net.Socket | tls.TLSSocket | null = null;
+  private timer: NodeJS.Timeout | null = null;
+  private resolve: (s: net.Socket | tls.TLSSocket) => void = () => {};
+  private reject: (err: EgressProxyError) => void = () => {};
+
+  constructor(
+    private readonly opts: ConnectThroughProxyOptions,
+    private readonly plan: ProxyConnectPlan,
+  ) {}
+
+  /** Dials the proxy and sends CONNECT; resolves with the socket once the proxy answered 2xx. */
+  start(): Promise<net.Socket | tls.TLSSocket> {
+    if (this.state !== 'idle') return Promise.reject(new Error('ProxyConnect.start() runs once'));
+    const { opts, plan } = this;
+    return new Promise((resolve, reject) => {
+      this.resolve = resolve;
+      this.reject = reject;
+      this.setState('connecting');
+      const allowHalfOpen = opts.allowHalfOpen ?? false;
+      const socket: net.Socket | tls.TLSSocket = plan.secure
+        ? tls.connect({
+            host: plan.proxyHost,
+            port: plan.proxyPort,
+            ...(opts.ca !== undefined ? { ca: opts.ca } : {}),
+            // SNI only for names (RFC 6066); Node verifies the certificate against the host either way.
+            ...(net.isIP(plan.proxyHost) ? {} : { servername: plan.proxyHost }),
+          })
+        : net.connect({ host: plan.proxyHost, port: plan.proxyPort, allowHalfOpen });
+      this.socket = socket;
+      this.timer = setTimeout(this.onTimeout, opts.timeoutMs);
+      opts.signal?.addEventListener('abort', this.onAbort, { once: true });
+      socket.on('connect', this.onConnect);
+      if (plan.secure) socket.on('secureConnect', this.onSecureConnect);
+      socket.on('readable', this.onReadable);
+      socket.on('error', this.onError);
+      socket.on('end', this.onEnd);
+      socket.on('close', this.onClose);
+    });
+  }
+
+  /** Gives up (as an abort does): the socket is destroyed and the promise rejected. */
+  stop(): void {
+    this.onAbort();
+  }
+
+  private get settled(): boolean {
+    return this.state === 'tunneled' || this.state === 'failed';
+  }
+
+  /** The one place the state changes; settling stops the timer and removes every listener. */
+  private setState(next: ProxyConnectState): void {
+    this.state = next;
+    if (next !== 'tunneled' && next !== 'failed') return;
+    if (this.timer) clearTimeout(this.timer);
+    this.timer = null;
+    this.opts.signal?.removeEventListener('abort', this.onAbort);
+    const socket = this.socket;
+    if (!socket) return;
+    socket.off('connect', this.onConnect);
+    socket.off('secureConnect', this.onSecureConnect);
+    socket.off('readable', this.onReadable);
+    socket.off('error', this.onError);
+    socket.off('end', this.onEnd);
+    socket.off('close', this.onClose);
+  }
+
+  private fail(
+    kind: EgressProxyErrorKind,
+    message: string,
+    extra: { statusCode?: number; code?: string; cause?: unknown } = {},
+  ): EgressProxyError {
+    return new EgressProxyError(kind, message, { proxy: this.plan.shown, target: this.plan.target, ...extra });
+  }
+
+  private finish(err: EgressProxyError | null, rest?: Buffer): void {
+    if (this.settled || this.state === 'idle') return;
+    const socket = this.socket!;
+    this.setState(err === null ? 'tunneled' : 'failed');
+    if (err !== null) {
+      // Nothing may surface as an uncaught 'error' after we gave up on the socket.
+      socket.on('error', () => {});
+      socket.destroy();
+      this.reject(err);
+      return;
+    }
+    if (rest !== undefined && rest.length > 0) socket.unshift(rest);
+    this.resolve(socket);
+  }
+
+  private readonly onTimeout = (): void => {
+    const { shown } = this.plan;
+    const ms = this.opts.timeoutMs;
+    const message =
+      this.state === 'connecting'
+        ? `cannot reach proxy ${shown}: no connection within ${ms} ms`
+        : this.state === 'tls'
+          ? `TLS handshake with proxy ${shown} did not finish within ${ms} ms`
+          : `proxy ${shown} did not answer CONNECT within ${ms} ms`;
+    this.finish(this.fail('timeout', message));
+  };
+
+  private readonly onAbort = (): void => {
+    this.finish(this.fail('aborted', `CONNECT to ${this.plan.target} through ${this.plan.shown} aborted`));
+  };
+
+  private readonly onConnect = (): void => {
+    if (this.plan.secure) {
+      this.setState('tls');
+      return;
+    }
+    this.sendConnect();
+  };
+
+  private readonly onSecureConnect = (): void => {
+    this.sendConnect();
+  };
+
+  private sendConnect(): void {
+    this.setState('waiting');
+    const { target } = this.plan;
+    const lines = [`CONNECT ${target} HTTP/1.1`, `Host: ${target}`];
+    const auth = proxyAuthorization(this.opts.proxy);
+    if (auth !== null) lines.push(`Proxy-Authorization: ${auth}`);
+    for (const [k, v] of Object.entries(this.opts.headers ?? {})) {
+      if (/[\r\n]/.test(k) || /[\r\n]/.test(v)) continue;
+      lines.push(`${k}: ${v}`);
+    }
+    this.socket!.write(`${lines.join('\r\n')}\r\n\r\n`);
+  }
+
+  private readonly onReadable = (): void => {
+    if (this.settled) return;
+    const { maxHead, shown } = this.plan;
+    const socket = this.socket!;
+    let chunk: Buffer | null;
+    while ((chunk = socket.read() as Buffer | null) !== null) {
+      this.received = this.received.length === 0 ? chunk : Buffer.concat([this.received, chunk]);
+      const received = this.received;
+      const end = received.indexOf('\r\n\r\n');
+      if (end >= 0 && end + 4 <= maxHead) {
+        this.handleHead(received.subarray(0, end).toString('latin1'), received.subarray(end + 4));
+        return;
+      }
+      if (received.length > maxHead) {
+        this.finish(this.fail('protocol', `proxy ${shown} sent a CONNECT answer head larger than ${Math.round(maxHead / 1024)} KiB`));
+        return;
+      }
+      if (received[0] === 0x15 || received[0] === 0x16) {
+        this.finish(this.fail('protocol', this.notHttp()));
+        return;
+      }
+    }
+  };
+
+  private notHttp(): string {
+    const { received } = this;
+    const { shown } = this.plan;
+    // A TLS record (alert 0x15, handshake 0x16) where HTTP was expected: an https:// proxy addressed as http://.
+    if (received[0] === 0x15 || received[0] === 0x16) return `proxy ${shown} answered CONNECT with TLS, not HTTP: is it an https:// proxy?`;
+    return `proxy ${shown} answered CONNECT with something that is not HTTP: ${printable(received.toString('latin1').split('\r\n')[0]!)}`;
+  }
+
+  private handleHead(head: string, rest: Buffer): void {
+    const { shown, target } = this.plan;
+    const [statusLine = '', ...headerLines] = head.split('\r\n');
+    const m = /^HTTP\/1\.[01] (\d{3})(?: (.*))?$/.exec(statusLine);
+    if (!m) {
+      this.finish(this.fail('protocol', this.notHttp()));
+      return;
+    }
+    const status = Number(m[1]);
+    const reason = (m[2] ?? '').trim();
+    const statusText = reason !== '' ? `${status} ${printable(reason)}` : String(status);
+    if (status >= 200 && status < 300) {
+      this.finish(null, rest);
+      return;
+    }
+    const headers = headerLines.map((l) => {
+      const i = l.indexOf(':');
+      return i < 0 ? ['', ''] : [l.slice(0, i).trim().toLowerCase(), l.slice(i + 1).trim()];
+    });
+    const header = (name: string): string[] => headers.filter(([k]) => k === name).map(([, v]) => v!);
+    if (status === 407) {
+      const schemes = header('proxy-authenticate')
+        .map((v) => v.split(/\s/)[0]!)
+        .filter((s) => s !== '');
+      const noBasic =
+        schemes.length > 0 && !schemes.some((s) => s.toLowerCase() === 'basic')
+          ? `; it asks for ${schemes.join(', ')}, only Basic is supported`
+          : '';
       const message =
-        phase === 'connecting'
-          ? `cannot reach proxy ${shown}: no connection within ${opts.timeoutMs} ms`
-          : phase === 'tls'
-            ? `TLS handshake with proxy ${shown} did not finish within ${opts.timeoutMs} ms`
-            : `proxy ${shown} did not answer CONNECT within ${opts.timeoutMs} ms`;
-      finish(fail('timeout', message));
-    }, opts.timeoutMs);
-
-    const onAbort = (): void => finish(fail('aborted', `CONNECT to ${target} through ${shown} aborted`));
-    opts.signal?.addEventListener('abort', onAbort, { once: true });
-
-    const cleanup = (): void => {
-      clearTimeout(timer);
-      opts.signal?.removeEventListener('abort', onAbort);
-      socket.off('connect', onConnect);
-      socket.off('secureConnect', onSecureConnect);
-      socket.off('readable', onReadable);
-      socket.off('error', onError);
-      socket.off('end', onEnd);
-      socket.off('close', onClose);
-    };
-
-    function finish(err: EgressProxyError | null, rest?: Buffer): void {
-      if (settled) return;
-      settled = true;
-      cleanup();
-      if (err !== null) {
-        // Nothing may surface as an uncaught 'error' after we gave up on the socket.
-        socket.on('error', () => {});
-        socket.destroy();
-        reject(err);
-        return;
-      }
-      if (rest !== undefined && rest.length > 0) socket.unshift(rest);
-      resolve(socket);
+        proxyAuthorization(this.opts.proxy) !== null
+          ? `proxy authentication failed (${shown} answered 407${noBasic})`
+          : `proxy authentication required (${shown} answered 407 and the proxy URL has no user name and password${noBasic})`;
+      this.finish(this.fail('auth', message, { statusCode: status }));
+      return;
     }
-
-    function onConnect(): void {
-      if (secure) {
-        phase = 'tls';
-        return;
-      }
-      sendConnect();
+    const squid = header('x-squid-error')[0];
+    const detail = squid !== undefined ? `, ${printable(squid)}` : '';
+    if (status === 403) {
+      this.finish(
+        this.fail('refused', `proxy refused CONNECT to ${target} (${statusText} from ${shown}${detail})`, { statusCode: status }),
+      );
+      return;
     }
+    this.finish(this.fail('status', `proxy ${shown} answered CONNECT to ${target} with ${statusText}${detail}`, { statusCode: status }));
+  }
 
-    function onSecureConnect(): void {
-      sendConnect();
-    }
-
-    function sendConnect(): void {
-      phase = 'waiting';
-      const lines = [`CONNECT ${target} HTTP/1.1`, `Host: ${target}`];
-      const auth = proxyAuthorization(opts.proxy);
-      if (auth !== null) lines.push(`Proxy-Authorization: ${auth}`);
-      for (const [k, v] of Object.entries(opts.headers ?? {})) {
-        if (/[\r\n]/.test(k) || /[\r\n]/.test(v)) continue;
-        lines.push(`${k}: ${v}`);
-      }
-      socket.write(`${lines.join('\r\n')}\r\n\r\n`);
-    }
-
-    function onReadable(): void {
-      if (settled) return;
-      let chunk: Buffer | null;
-      while ((chunk = socket.read() as Buffer | null) !== null) {
-        received = received.length === 0 ? chunk : Buffer.concat([received, chunk]);
-        const end = received.indexOf('\r\n\r\n');
-        if (end >= 0 && end + 4 <= maxHead) {
-          handleHead(received.subarray(0, end).toString('latin1'), received.subarray(end + 4));
-          return;
-        }
-        if (received.length > maxHead) {
-          finish(fail('protocol', `proxy ${shown} sent a CONNECT answer head larger than ${Math.round(maxHead / 1024)} KiB`));
-          return;
-        }
-        if (received[0] === 0x15 || received[0] === 0x16) {
-          finish(fail('protocol', notHttp()));
-          return;
-        }
-      }
-    }
-
-    function notHttp(): string {
-      // A TLS record (alert 0x15, handshake 0x16) where HTTP was expected: an https:// proxy addressed as http://.
-      if (received[0] === 0x15 || received[0] === 0x16)
-        return `proxy ${shown} answered CONNECT with TLS, not HTTP: is it an https:// proxy?`;
-      return `proxy ${shown} answered CONNECT with something that is not HTTP: ${printable(received.toString('latin1').split('\r\n')[0]!)}`;
-    }
-
-    function handleHead(head: string, rest: Buffer): void {
-      const [statusLine = '', ...headerLines] = head.split('\r\n');
-      const m = /^HTTP\/1\.[01] (\d{3})(?: (.*))?$/.exec(statusLine);
-      if (!m) {
-        finish(fail('protocol', notHttp()));
-        return;
-      }
-      const status = Number(m[1]);
-      const reason = (m[2] ?? '').trim();
-      const statusText = reason !== '' ? `${status} ${printable(reason)}` : String(status);
-      if (status >= 200 && status < 300) {
-        finish(null, rest);
-        return;
-      }
-      const headers = headerLines.map((l) => {
-        const i = l.indexOf(':');
-        return i < 0 ? ['', ''] : [l.slice(0, i).trim().toLowerCase(), l.slice(i + 1).trim()];
-      });
-      const header = (name: string): string[] => headers.filter(([k]) => k === name).map(([, v]) => v!);
-      if (status === 407) {
-        const schemes = header('proxy-authenticate')
-          .map((v) => v.split(/\s/)[0]!)
-          .filter((s) => s !== '');
-        const noBasic =
-          schemes.length > 0 && !schemes.some((s) => s.toLowerCase() === 'basic')
-            ? `; it asks for ${schemes.join(', ')}, only Basic is supported`
-            : '';
-        const message =
-          proxyAuthorization(opts.proxy) !== null
-            ? `proxy authentication failed (${shown} answered 407${noBasic})`
-            : `proxy authentication required (${shown} answered 407 and the proxy URL has no user name and password${noBasic})`;
-        finish(fail('auth', message, { statusCode: status }));
-        return;
-      }
-      const squid = header('x-squid-error')[0];
-      const detail = squid !== undefined ? `, ${printable(squid)}` : '';
-      if (status === 403) {
-        finish(fail('refused', `proxy refused CONNECT to ${target} (${statusText} from ${shown}${detail})`, { statusCode: status }));
-        return;
-      }
-      finish(fail('status', `proxy ${shown} answered CONNECT to ${target} with ${statusText}${detail}`, { statusCode: status }));
-    }
-
-    function onError(err: NodeJS.ErrnoException): void {
-      const code = err.code;
-      if (phase === 'connecting') {
-        const dns = code === 'ENOTFOUND' || code === 'EAI_AGAIN' ? ` (no DNS answer for ${proxyHost})` : '';
-        finish(fail('unreachable', `cannot reach proxy ${shown}: ${code ?? err.message}${dns}`, { code, cause: err }));
-      } else if (phase === 'tls') {
-        const hint = /wrong version number|packet length too long|unknown protocol|record layer failure/i.test(err.message)
-          ? '; is it an http:// proxy?'
-          : isCertError(code)
-            ? '; check the proxy CA bundle'
-            : '';
-        // OpenSSL's messages span lines and name source files; its `reason` is the readable part.
-        const reason = (err as { reason?: unknown }).reason;
-        const text = typeof reason === 'string' && reason !== '' ? reason : err.message.split('\n')[0]!;
-        finish(
-          fail('tls', `TLS to proxy ${shown} failed: ${text}${code && !text.includes(code) ? ` (${code})` : ''}${hint}`, {
+  private readonly onError = (err: NodeJS.ErrnoException): void => {
+    const { shown, target, proxyHost } = this.plan;
+    const code = err.code;
+    if (this.state === 'connecting') {
+      const dns = code === 'ENOTFOUND' || code === 'EAI_AGAIN' ? ` (no DNS answer for ${proxyHost})` : '';
+      this.finish(this.fail('unreachable', `cannot reach proxy ${shown}: ${code ?? err.message}${dns}`, { code, cause: err }));
+    } else if (this.state === 'tls') {
+      const hint = /wrong version number|packet length too long|unknown protocol|record layer failure/i.test(err.message)
+        ? '; is it an http:// proxy?'
+        : isCertError(code)
+          ? '; check the proxy CA bundle'
+          : '';
+      // OpenSSL's messages span lines and name source files; its `reason` is the readable part.
+      const reason = (err as { reason?: unknown }).reason;
+      const text = typeof reason === 'string' && reason !== '' ? reason : err.message.split('\n')[0]!;
+      this.finish(
+        this.fail('tls', `TLS to proxy ${shown} failed: ${text}${code && !text.includes(code) ? ` (${code})` : ''}${hint}`, {
+          code,
+          cause: err,
+        }),
+      );
+    } else {
+      this.finish(
+        this.fail(
+          'closed',
+          `connection to proxy ${shown} failed while waiting for the answer to CONNECT ${target}: ${code ?? err.message}`,
+          {
             code,
             cause: err,
-          }),
-        );
-      } else {
-        finish(
-          fail('closed', `connection to proxy ${shown} failed while waiting for the answer to CONNECT ${target}: ${code ?? err.message}`, {
-            code,
-            cause: err,
-          }),
-        );
-      }
+          },
+        ),
+      );
     }
+  };
 
-    function onEnd(): void {
-      onClose();
-    }
+  private readonly onEnd = (): void => {
+    this.onClose();
+  };
 
-    function onClose(): void {
-      if (settled) return;
-      if (phase === 'connecting') finish(fail('unreachable', `cannot reach proxy ${shown}: connection closed`));
-      else if (phase === 'tls')
-        finish(fail('tls', `TLS to proxy ${shown} failed: the proxy closed the connection during the handshake; is it an http:// proxy?`));
-      else if (received.length > 0 && !'HTTP/'.startsWith(received.subarray(0, 5).toString('latin1'))) finish(fail('protocol', notHttp()));
-      else finish(fail('closed', `proxy ${shown} closed the connection without answering CONNECT ${target}`));
-    }
-
-    socket.on('connect', onConnect);
-    if (secure) socket.on('secureConnect', onSecureConnect);
-    socket.on('readable', onReadable);
-    socket.on('error', onError);
-    socket.on('end', onEnd);
-    socket.on('close', onClose);
-  });
+  private readonly onClose = (): void => {
+    if (this.settled) return;
+    const { shown, target } = this.plan;
+    const { received } = this;
+    if (this.state === 'connecting') this.finish(this.fail('unreachable', `cannot reach proxy ${shown}: connection closed`));
+    else if (this.state === 'tls')
+      this.finish(
+        this.fail('tls', `TLS to proxy ${shown} failed: the proxy closed the connection during the handshake; is it an http:// proxy?`),
+      );
+    else if (received.length > 0 && !'HTTP/'.startsWith(received.subarray(0, 5).toString('latin1')))
+      this.finish(this.fail('protocol', this.notHttp()));
+    else this.finish(this.fail('closed', `proxy ${shown} closed the connection without answering CONNECT ${target}`));
+  };
 }
 
 function printable(s: string): string {

@@ -1,17 +1,17 @@
 // One tunneled connection as the agent sees it: a TCP socket to the destination, bridged to a
 // connectID on one server stream. States:
-//   dialing            the dial is in progress (no socket yet)
-//   open               bytes flow both ways
-//   destination-ended  the destination sent EOF and we sent HALF_CLOSE; the hub's bytes still go to it
-//   hub-ended          the hub sent HALF_CLOSE and we ended the socket; the destination's bytes still go to the hub
-//   both-ended         both of the above: waiting for the socket to close, then CLOSE_RSP
-//   closing            CLOSE_RSP sent; the socket flushes what the destination has not read (bounded)
-//   closed             nothing left: socket, timer and listeners released
+//   dialing   the dial is in progress (no socket yet)
+//   open      the socket is attached; each direction flows until it ends (`directions`, proto's HalfCloseDirections):
+//               outbound ended  the destination sent EOF and we sent HALF_CLOSE; the hub's bytes still go to it
+//               inbound ended   the hub sent HALF_CLOSE and we ended the socket; the destination's bytes still go to the hub
+//               both ended      waiting for the socket to close, then CLOSE_RSP
+//   closing   CLOSE_RSP sent; the socket flushes what the destination has not read (bounded)
+//   closed    nothing left: socket, timer and listeners released
 //
-//   dialing ──attach──▶ open ──destination EOF──▶ destination-ended ──HALF_CLOSE──▶ both-ended
-//                         └────HALF_CLOSE────▶ hub-ended
-//   dialing, open, *-ended ──CLOSE_REQ or DIAL_CLS, an error, the socket closing──▶ closing ──socket closed──▶ closed
-//   hub-ended ──destination EOF (HALF_CLOSE first)──▶ closing
+//   dialing ──attach──▶ open
+//   open ──destination EOF──▶ open, outbound ended ──HALF_CLOSE──▶ open, both ended
+//   open ──HALF_CLOSE──▶ open, inbound ended ──destination EOF (HALF_CLOSE first)──▶ closing
+//   dialing, open ──CLOSE_REQ or DIAL_CLS, an error, the socket closing──▶ closing ──socket closed──▶ closed
 //   closing is skipped when nothing is left to flush; destroy() (the stream gone) goes to closed from any state.
 //   A failed dial: dialFailed() (the owner answers DIAL_RSP; nothing was started).
 // finish() sends CLOSE_RSP on the way out; a CLOSE_REQ after that is acknowledged again.
@@ -22,6 +22,7 @@ import {
   MAX_MESSAGE_BYTES,
   ReceiveWindow,
   SendCredit,
+  HalfCloseDirections,
   limitUnsentBytes,
   packets,
   type MemoryBudget,
@@ -35,7 +36,7 @@ const LEGACY_BACKLOG = 4 * 1024 * 1024;
 /** After CLOSE_REQ we flush what the destination has not read yet, but not forever. */
 const CLOSE_FLUSH_MS = 2000;
 
-export type EndpointState = 'dialing' | 'open' | 'destination-ended' | 'hub-ended' | 'both-ended' | 'closing' | 'closed';
+export type EndpointState = 'dialing' | 'open' | 'closing' | 'closed';
 
 export interface EndpointOwner {
   readonly sender: StreamSender;
@@ -58,6 +59,8 @@ export class EndpointConnection {
   get state(): EndpointState {
     return this.stateNow;
   }
+  /** While open: which directions ended (inbound: the hub's HALF_CLOSE; outbound: the destination's EOF). */
+  readonly directions = new HalfCloseDirections();
   private socket: net.Socket | null = null;
   private writer: ReceiveWindow | null = null;
   private readonly sendCredit: SendCredit;
@@ -143,12 +146,11 @@ export class EndpointConnection {
     if (this.holdTimer) this.startReading();
     switch (this.state) {
       case 'open':
-      case 'destination-ended':
+        if (this.directions.inbound === 'ended') {
+          this.fail('DATA after HALF_CLOSE');
+          return;
+        }
         break;
-      case 'hub-ended':
-      case 'both-ended':
-        this.fail('DATA after HALF_CLOSE');
-        return;
       case 'dialing': // no connection yet: the hub has no DIAL_RSP
       case 'closing':
       case 'closed':
@@ -175,15 +177,10 @@ export class EndpointConnection {
   onHalfClose(): void {
     switch (this.state) {
       case 'open':
-        this.stateNow = 'hub-ended';
-        this.socket!.end();
-        return;
-      case 'destination-ended':
-        this.stateNow = 'both-ended';
-        this.socket!.end();
-        return;
+        if (this.directions.endInbound()) this.socket!.end();
+        return; // a repeated HALF_CLOSE: ignored
       default:
-        // Not open yet, a repeated HALF_CLOSE, or closing already: ignored.
+        // Not open yet, or closing already: ignored.
         return;
     }
   }
@@ -218,8 +215,7 @@ export class EndpointConnection {
   private readingDestination(): boolean {
     switch (this.state) {
       case 'open':
-      case 'hub-ended':
-        return true;
+        return this.directions.outbound === 'open';
       default:
         return false;
     }
@@ -274,24 +270,26 @@ export class EndpointConnection {
   private readonly onSocketEnd = (): void => {
     switch (this.state) {
       case 'open':
-        this.sendUnsent();
-        if (!this.owner.halfClose) {
-          // An ANP server has no half-close: EOF from the destination closes the connection (as ANP's agent does).
-          this.finish('');
-          return;
-        }
-        this.stateNow = 'destination-ended';
-        this.owner.sender.send(packets.halfClose(this.connectID));
-        return;
-      case 'hub-ended':
-        this.sendUnsent();
-        if (this.owner.halfClose) this.owner.sender.send(packets.halfClose(this.connectID));
-        this.finish('');
-        return;
+        break;
       default:
-        // EOF comes once, and not after we closed: ignored.
-        return;
+        return; // EOF does not come after we closed: ignored
     }
+    if (this.directions.outbound === 'ended') return; // EOF comes once
+    this.sendUnsent();
+    if (this.directions.inbound === 'ended') {
+      // Both directions are over: HALF_CLOSE, then CLOSE_RSP.
+      this.directions.endOutbound();
+      if (this.owner.halfClose) this.owner.sender.send(packets.halfClose(this.connectID));
+      this.finish('');
+      return;
+    }
+    if (!this.owner.halfClose) {
+      // An ANP server has no half-close: EOF from the destination closes the connection (as ANP's agent does).
+      this.finish('');
+      return;
+    }
+    this.directions.endOutbound();
+    this.owner.sender.send(packets.halfClose(this.connectID));
   };
 
   private readonly onSocketError = (err: Error): void => {
@@ -302,9 +300,6 @@ export class EndpointConnection {
   private readonly onSocketClose = (hadError: boolean): void => {
     switch (this.state) {
       case 'open':
-      case 'destination-ended':
-      case 'hub-ended':
-      case 'both-ended':
         if (!hadError) this.sendUnsent();
         this.finish(hadError ? 'connection to destination reset' : '');
         return;
@@ -327,9 +322,6 @@ export class EndpointConnection {
   private readonly reportCredit = (bytes: number): void => {
     switch (this.state) {
       case 'open':
-      case 'destination-ended':
-      case 'hub-ended':
-      case 'both-ended':
         if (this.owner.credit) this.owner.sender.send(packets.credit(this.connectID, bytes));
         return;
       default:
@@ -391,7 +383,7 @@ export class EndpointConnection {
     if (!this.holdTimer) return;
     clearTimeout(this.holdTimer);
     this.holdTimer = null;
-    if (this.stateNow === 'open' || this.stateNow === 'hub-ended') this.socket?.on('data', this.onSocketData);
+    if (this.readingDestination()) this.socket?.on('data', this.onSocketData);
   };
 
   private enterClosed(): void {

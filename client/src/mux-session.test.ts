@@ -18,9 +18,7 @@ function setup() {
     resume: () => {},
     destroy: () => {},
   });
-  const session = new Session(stream as unknown as FramedPacketStream, WINDOW);
-  session.peerWindow = WINDOW;
-  session.halfClose = true;
+  const session = new Session(stream as unknown as FramedPacketStream, WINDOW, { halfClose: true, peerWindow: WINDOW });
   /** What reached the socket: packet types, and failures. */
   const heard: string[] = [];
   const leg = session.open(5n, {

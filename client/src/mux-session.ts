@@ -243,18 +243,38 @@ export class MuxLeg implements Leg, TableConnection {
   }
 }
 
+/** What the hub's hello said: it takes HALF_CLOSE; the window it grants per connection (null: no credit). */
+export interface SessionPeer {
+  readonly halfClose: boolean;
+  readonly peerWindow: number | null;
+}
+
+/** A Session's connection to the hub: open, or broken for good (with why). Changed only by fail(). */
+export type SessionState = { readonly kind: 'open' } | { readonly kind: 'broken'; readonly why: string };
+
+/**
+ * One multiplexed connection to the hub and the legs on it. States:
+ *   open    legs are opened and their packets flow
+ *   broken  the connection failed or was closed (fail()): its sender is closed, the stream destroyed, every
+ *           leg told; the factory opens a new Session for the next dial
+ *
+ *   open ──stream error, end or close; fail() (Tunnel.close())──▶ broken
+ */
 export class Session {
   readonly sender: StreamSender;
-  halfClose = false;
-  peerWindow: number | null = null;
+  readonly halfClose: boolean;
+  readonly peerWindow: number | null;
   /** Legs by dial ID until DIAL_RSP, then by their connect ID. */
   private readonly legs: ConnectionTable<MuxLeg>;
-  broken: string | null = null;
+  private state: SessionState = { kind: 'open' };
 
   constructor(
     readonly stream: FramedPacketStream,
     readonly window: number,
+    peer: SessionPeer,
   ) {
+    this.halfClose = peer.halfClose;
+    this.peerWindow = peer.peerWindow;
     this.sender = new StreamSender(stream);
     this.legs = new ConnectionTable<MuxLeg>({
       send: (p) => this.sender.send(p),
@@ -280,6 +300,11 @@ export class Session {
     return this.legs.pendingCount + this.legs.openCount;
   }
 
+  /** Why the connection broke, or null while it is open. */
+  get broken(): string | null {
+    return this.state.kind === 'broken' ? this.state.why : null;
+  }
+
   open(random: bigint, h: LegHandlers): Leg {
     const leg = new MuxLeg(this, random, h);
     this.legs.addDial(random, leg);
@@ -296,8 +321,8 @@ export class Session {
   }
 
   fail(why: string): void {
-    if (this.broken) return;
-    this.broken = why;
+    if (this.state.kind === 'broken') return;
+    this.state = { kind: 'broken', why };
     this.sender.close();
     this.stream.destroy();
     for (const leg of this.legs.takeAll()) leg.onSessionFailed(why);
@@ -380,11 +405,12 @@ export class MuxLegFactory implements LegFactory {
       hello: { [MD_CAPABILITIES]: [`${CAP_CREDIT},${CAP_HALF_CLOSE}`], [MD_WINDOW]: [String(window)] },
       timeoutMs: this.opts.connectTimeoutMs ?? 10_000,
     });
-    const session = new Session(stream, window);
     const caps = parseCapabilities((hello[MD_CAPABILITIES] ?? []).join(','));
-    session.halfClose = caps.has(CAP_HALF_CLOSE);
     const w = Number(hello[MD_WINDOW]?.[0]);
-    session.peerWindow = caps.has(CAP_CREDIT) && Number.isSafeInteger(w) && w > 0 ? w : null;
+    const session = new Session(stream, window, {
+      halfClose: caps.has(CAP_HALF_CLOSE),
+      peerWindow: caps.has(CAP_CREDIT) && Number.isSafeInteger(w) && w > 0 ? w : null,
+    });
     stream.startKeepalive(30_000, 10_000);
     return session;
   }

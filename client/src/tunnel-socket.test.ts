@@ -41,6 +41,11 @@ function setup(opts: { halfClose?: boolean; signal?: AbortSignal; timeoutMs?: nu
     );
   const answer = (): void => fromHub(packets.dialResponse(random, 4));
   const state = (): string => (socket as unknown as { state: string }).state;
+  /** The state and, while open, which directions ended: [state, inbound, outbound]. */
+  const where = (): string[] => {
+    const d = (socket as unknown as { directions: { inbound: string; outbound: string } }).directions;
+    return [state(), d.inbound, d.outbound];
+  };
   /** What the socket did since the last call. */
   const took = (): string[] => did.splice(0);
   return {
@@ -51,6 +56,7 @@ function setup(opts: { halfClose?: boolean; signal?: AbortSignal; timeoutMs?: nu
     chunksFromHub,
     answer,
     state,
+    where,
     took,
     errors,
     writers,
@@ -74,7 +80,7 @@ afterEach(() => {
 
 describe('TunnelSocket: dialing', () => {
   it('attach sends DIAL_REQ; DIAL_RSP opens it; writes and end() made meanwhile follow in order', async () => {
-    const { socket, attach, answer, state, took } = setup();
+    const { socket, attach, answer, state, where, took } = setup();
     let connected = false;
     socket.on('connect', () => (connected = true));
     expect(state()).toBe('starting');
@@ -89,7 +95,7 @@ describe('TunnelSocket: dialing', () => {
     expect(connected).toBe(true);
     expect(socket.connecting).toBe(false);
     expect(took()).toEqual(['DATA:10', 'HALF_CLOSE']);
-    expect(state()).toBe('write-ended');
+    expect(where()).toEqual(['open', 'open', 'ended']);
   });
 
   it('DIAL_RSP with an error: closed with its reason, the leg finished; a second answer is ignored', async () => {
@@ -147,17 +153,17 @@ describe('TunnelSocket: dialing', () => {
 
 describe('TunnelSocket: half-close', () => {
   it('the hub half-closes: later DATA is ignored, we still write; end() makes it ended; once all is read, the Duplex closes it', async () => {
-    const { socket, fromHub, state, took } = opened();
+    const { socket, fromHub, state, where, took } = opened();
     fromHub(packets.data(4, Buffer.alloc(5)));
     fromHub(packets.halfClose(4));
-    expect(state()).toBe('read-ended');
+    expect(where()).toEqual(['open', 'ended', 'open']);
     fromHub(packets.data(4, Buffer.alloc(7)));
     fromHub(packets.halfClose(4));
     expect(socket.bytesRead).toBe(5);
     socket.write(Buffer.alloc(3));
     socket.end();
     await tick();
-    expect(state()).toBe('ended');
+    expect(where()).toEqual(['open', 'ended', 'ended']);
     expect(took()).toEqual(['received:5:true', 'DATA:3', 'HALF_CLOSE']);
     socket.resume(); // the reader takes the rest and the end: both sides are done, the Duplex destroys itself
     await new Promise((r) => socket.once('close', r));
@@ -179,14 +185,14 @@ describe('TunnelSocket: half-close', () => {
   });
 
   it("we half-close first: the destination's bytes still arrive; its HALF_CLOSE makes it ended, CLOSE_RSP closed", async () => {
-    const { socket, fromHub, state, took } = opened();
+    const { socket, fromHub, state, where, took } = opened();
     socket.end();
     await tick();
-    expect(state()).toBe('write-ended');
+    expect(where()).toEqual(['open', 'open', 'ended']);
     fromHub(packets.data(4, Buffer.alloc(5)));
     expect(took()).toEqual(['HALF_CLOSE', 'received:5:true']);
     fromHub(packets.halfClose(4));
-    expect(state()).toBe('ended');
+    expect(where()).toEqual(['open', 'ended', 'ended']);
     fromHub(packets.closeResponse(4));
     expect(state()).toBe('closed');
     expect(took()).toEqual(['end']);

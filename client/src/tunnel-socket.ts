@@ -3,24 +3,33 @@
 // own gRPC stream, or a share of a multiplexed connection (legs.ts). States:
 //   starting     waiting for the tunnel's transport (no leg yet)
 //   dialing      DIAL_REQ sent on a leg, waiting for DIAL_RSP; writes and end() wait (timer running)
-//   open         bytes flow both ways
-//   read-ended   the hub sent HALF_CLOSE (the destination's FIN): our readable has ended; we still write
-//   write-ended  we sent HALF_CLOSE (end()): the destination still sends
-//   ended        both: the hub's CLOSE_RSP comes once the destination's socket has closed
+//   open         connected; each direction flows until it ends (`directions`, proto's HalfCloseDirections):
+//                  inbound ended   the hub sent HALF_CLOSE (the destination's FIN): our readable has ended; we still write
+//                  outbound ended  we sent HALF_CLOSE (end()): the destination still sends
+//                  both ended      the hub's CLOSE_RSP comes once the destination's socket has closed
 //   closing      we sent CLOSE_REQ (destroy(), or end() towards a hub without half-close); waiting for
 //                CLOSE_RSP (timer running)
 //   closed       the leg is finished (ended or aborted); every timer stopped
 //
-//   starting ──attach──▶ dialing ──DIAL_RSP──▶ open ──HALF_CLOSE──▶ read-ended ──end()──▶ ended
-//                                                └───end()───▶ write-ended ──HALF_CLOSE──▶ ended
-//   open, read-ended, write-ended, ended ──destroy()──▶ closing ──CLOSE_RSP, 5 s, leg broken──▶ closed
-//   open, read-ended, write-ended, ended ──CLOSE_RSP (the destination closed), an error, leg broken──▶ closed
+//   starting ──attach──▶ dialing ──DIAL_RSP──▶ open
+//   open ──HALF_CLOSE──▶ open, inbound ended ──end()──▶ open, both ended
+//   open ──end()──▶ open, outbound ended ──HALF_CLOSE──▶ open, both ended
+//   open ──destroy()──▶ closing ──CLOSE_RSP, 5 s, leg broken──▶ closed
+//   open ──CLOSE_RSP (the destination closed), an error, leg broken──▶ closed
 //   starting, dialing ──dial timeout, abort, DIAL_RSP with an error, destroy(), no transport──▶ closed
 // The Duplex has its own end: a closed connection still hands over what was read; the abort signal's
 // listener goes when the Duplex is destroyed (as net.Socket's does).
 import { randomBytes } from 'node:crypto';
 import { Duplex } from 'node:stream';
-import { MAX_DATA_CHUNK, PacketType, classifyDialError, packets, type DialResponse, type Packet } from '@cluster-proxy/proto';
+import {
+  HalfCloseDirections,
+  MAX_DATA_CHUNK,
+  PacketType,
+  classifyDialError,
+  packets,
+  type DialResponse,
+  type Packet,
+} from '@cluster-proxy/proto';
 import { TunnelError } from './errors.js';
 import type { Leg, LegFactory } from './legs.js';
 
@@ -34,7 +43,7 @@ export interface ConnectOptions {
   allowHalfOpen?: boolean;
 }
 
-type SocketState = 'starting' | 'dialing' | 'open' | 'read-ended' | 'write-ended' | 'ended' | 'closing' | 'closed';
+type SocketState = 'starting' | 'dialing' | 'open' | 'closing' | 'closed';
 
 /** After we close, how long we wait for the hub's CLOSE_RSP before giving up on it. */
 const CLOSE_ACK_MS = 5000;
@@ -67,6 +76,8 @@ export class TunnelSocket extends Duplex {
   /** True until the agent reached the destination, as for `net.Socket`. */
   connecting = true;
   private state: SocketState = 'starting';
+  /** While open: inbound ended by the hub's HALF_CLOSE, outbound by ours (end()). */
+  private readonly directions = new HalfCloseDirections();
   private connectID = 0;
   private readonly random = randomDialID();
   private leg: Leg | null = null;
@@ -220,10 +231,10 @@ export class TunnelSocket extends Duplex {
   private readonly onChunks = (chunks: readonly Uint8Array[], n: number): void => {
     switch (this.state) {
       case 'open':
-      case 'write-ended':
+        if (this.directions.inbound === 'ended') return; // after the hub's HALF_CLOSE: ignored
         break;
       default:
-        return; // not connected yet, after the hub's HALF_CLOSE, or after the close: ignored
+        return; // not connected yet, or after the close: ignored
     }
     this.bytesRead += n;
     this.touch();
@@ -235,15 +246,10 @@ export class TunnelSocket extends Duplex {
   private onHalfClose(): void {
     switch (this.state) {
       case 'open':
-        this.state = 'read-ended';
-        this.push(null);
-        return;
-      case 'write-ended':
-        this.state = 'ended';
-        this.push(null);
-        return;
+        if (this.directions.endInbound()) this.push(null);
+        return; // repeated: ignored
       default:
-        return; // before the dial's answer, repeated, or after the close: ignored
+        return; // before the dial's answer, or after the close: ignored
     }
   }
 
@@ -257,13 +263,10 @@ export class TunnelSocket extends Duplex {
       case 'closed':
         return; // no leg yet; or finished already
       case 'dialing':
-      case 'open':
-      case 'write-ended':
         readable = true;
         break;
-      case 'read-ended':
-      case 'ended':
-        readable = false;
+      case 'open':
+        readable = this.directions.inbound === 'open';
         break;
     }
     if (error) {
@@ -318,21 +321,23 @@ export class TunnelSocket extends Duplex {
         this.pendingWrite = { chunk, callback };
         return;
       case 'open':
-      case 'read-ended':
-        this.sendData(this.leg!, chunk, callback);
-        return;
+        // No write follows end(), so the outbound direction is open here.
+        if (this.directions.outbound === 'open') {
+          this.sendData(this.leg!, chunk, callback);
+          return;
+        }
+        break;
       default:
-        // Closed (no write follows end(), so never ended here).
-        callback(new TunnelError('closed', this.destination, `connection to ${this.destination} is closed`));
+        break; // closing or closed
     }
+    callback(new TunnelError('closed', this.destination, `connection to ${this.destination} is closed`));
   }
 
   /** Whether DATA may still go out (a write's pieces ask again after each wait). */
   private sending(leg: Leg): boolean {
     switch (this.state) {
       case 'open':
-      case 'read-ended':
-        return this.leg === leg;
+        return this.directions.outbound === 'open' && this.leg === leg;
       default:
         return false;
     }
@@ -385,13 +390,9 @@ export class TunnelSocket extends Duplex {
     const leg = this.leg!;
     switch (this.state) {
       case 'open':
+        if (this.directions.outbound === 'ended') return; // ended already
         if (!leg.halfClose) break;
-        this.state = 'write-ended';
-        leg.send(packets.halfClose(this.connectID));
-        return;
-      case 'read-ended':
-        if (!leg.halfClose) break;
-        this.state = 'ended';
+        this.directions.endOutbound();
         leg.send(packets.halfClose(this.connectID));
         return;
       default:
@@ -428,9 +429,6 @@ export class TunnelSocket extends Duplex {
         this.enterClosed();
         break;
       case 'open':
-      case 'read-ended':
-      case 'write-ended':
-      case 'ended':
         this.closeConnection();
         break;
       case 'closing':

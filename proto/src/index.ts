@@ -9,8 +9,10 @@ export * from './wire/services.js';
 export * from './wire/limits.js';
 export * from './wire/errors.js';
 
-// conn/: the connections one stream carries (by dial ID and connect ID) and the dispatch of its packets
+// conn/: the connections one stream carries (by dial ID and connect ID), the dispatch of its packets, and
+// each connection's half-close per direction
 export * from './conn/connection-table.js';
+export * from './conn/half-close.js';
 
 // mux/: our framed transport (ALPN cluster-proxy-mux/1)
 export * from './mux/framing.js';
@@ -19,6 +21,7 @@ export * from './mux/mux-connect.js';
 // grpc/: gRPC on node:http2 (ANP's transport)
 export * from './grpc/grpc-framing.js';
 export * from './grpc/grpc-client.js';
+export * from './grpc/grpc-client-call.js';
 export * from './grpc/session-watchdog.js';
 export * from './grpc/h2-transport.js';
 

@@ -133,6 +133,22 @@ export interface BoundPorts {
   gateway: number | null;
 }
 
+/** Where a ProxyServer is in its life (see the class comment). */
+export type ProxyServerState = 'starting' | 'running' | 'unready' | 'draining' | 'stopped';
+
+/**
+ * The hub's data plane and its listeners. States:
+ *   starting  constructed; start() binds the listeners (readiness: "listeners not bound yet")
+ *   running   every listener bound: ready, work accepted
+ *   unready   stop() began: readiness is false while --shutdown-delay still accepts work, so load
+ *             balancers take the replica out before anything is refused
+ *   draining  no new work (dials and agents refused); agents told (DRAIN); open connections get the
+ *             grace period, then the listeners and everything left are closed
+ *   stopped   stop() finished
+ *
+ *   starting ──start()──▶ running ──stop()──▶ unready ──delay over──▶ draining ──all closed──▶ stopped
+ *   starting ──stop()──▶ unready (start() finishing later leaves it so)
+ */
 export class ProxyServer {
   readonly serverID: string;
   readonly maxConnections: number;
@@ -173,10 +189,7 @@ export class ProxyServer {
   /** Named checks behind /readyz and /healthz. */
   readonly readiness: HealthChecks;
   readonly liveness: HealthChecks;
-  private accepting = true;
-  private ready = false;
-  /** stop() began: readiness is false even while --shutdown-delay still accepts work. */
-  private unreadyForShutdown = false;
+  private lifecycle: ProxyServerState = 'starting';
   ports: BoundPorts | null = null;
 
   constructor(private opts: ProxyServerOptions) {
@@ -274,6 +287,22 @@ export class ProxyServer {
     });
     this.agentServer.handle(AGENT_CONNECT_PATH, makeAgentConnectHandler(this.listenerOptions));
     this.frontendServer.handle(PROXY_PATH, this.handleProxy);
+  }
+
+  get state(): ProxyServerState {
+    return this.lifecycle;
+  }
+
+  /** Work (dials, agents, clients) is taken: until stop()'s delay is over. */
+  private get accepting(): boolean {
+    return this.lifecycle === 'starting' || this.lifecycle === 'running' || this.lifecycle === 'unready';
+  }
+
+  /** The one place the state changes. */
+  private setState(next: ProxyServerState): void {
+    if (next === this.lifecycle) return;
+    this.opts.log.debug({ from: this.lifecycle, to: next }, 'proxy server state');
+    this.lifecycle = next;
   }
 
   private readonly handleProxy = (call: GrpcServerCall): void => {
@@ -402,7 +431,7 @@ export class ProxyServer {
       gateway: this.gateway?.port ?? null,
     };
     if (this.opts.dataDir) await writeJsonAtomic(path.join(this.opts.dataDir, 'ports.json'), this.ports);
-    this.ready = true;
+    if (this.lifecycle === 'starting') this.setState('running');
     this.opts.log.info(this.ports, 'proxy server listening');
     return this.ports;
   }
@@ -453,13 +482,12 @@ export class ProxyServer {
    * balancers and Service endpoints take the replica out before anything is refused.
    */
   async stop(graceMs = 5000, delayMs = 0): Promise<void> {
-    this.ready = false;
-    this.unreadyForShutdown = true;
-    if (delayMs > 0 && this.accepting) {
+    if (this.lifecycle === 'starting' || this.lifecycle === 'running') this.setState('unready');
+    if (delayMs > 0 && this.lifecycle === 'unready') {
       this.opts.log.info({ delayMs }, 'readiness off; still serving while load balancers notice');
       await new Promise((r) => setTimeout(r, delayMs));
     }
-    this.accepting = false;
+    if (this.lifecycle === 'unready') this.setState('draining');
     this.core.stop();
     // Agents that understand it stop counting this replica and find the others while we finish.
     let told = 0;
@@ -503,13 +531,14 @@ export class ProxyServer {
     );
     this.httpServers = [];
     if (this.opts.frontendUds) await rm(this.opts.frontendUds, { force: true });
+    this.setState('stopped');
   }
 
   // ------------------------------------------------------------ HTTP listeners
 
   private readonly checkListeners = (): void => {
-    if (!this.accepting || this.unreadyForShutdown) throw new Error('shutting down');
-    if (!this.ready) throw new Error('listeners not bound yet');
+    if (this.lifecycle === 'starting') throw new Error('listeners not bound yet');
+    if (this.lifecycle !== 'running') throw new Error('shutting down');
   };
 
   private readonly healthHandler = (req: HttpTypes.IncomingMessage, res: HttpTypes.ServerResponse): void => {

@@ -17,7 +17,7 @@ import {
   type Packet,
   type PacketStream,
   type QueuedBytes,
-} from '../../proto/src/index.js';
+} from '@cluster-proxy/proto';
 
 type Wire =
   | { kind: 'data'; conn: number; data: Buffer }

@@ -7,7 +7,7 @@ import { createHash } from 'node:crypto';
 import { existsSync, mkdirSync, readFileSync, renameSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { proxyFromEnvironment } from '../../agent/src/no-proxy.js';
+import { proxyFromEnvironment } from '@cluster-proxy/agent';
 import { FUZZ_DIR } from './engine.js';
 
 const JUDGE_DIR = path.join(FUZZ_DIR, '..', 'go-judge');

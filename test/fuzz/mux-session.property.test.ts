@@ -9,7 +9,7 @@ import { EventEmitter } from 'node:events';
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { PacketType, packets, type DataViewHandler, type FramedPacketStream, type Packet } from '@cluster-proxy/proto';
-import { Session, type MuxLeg } from '../../client/src/mux-session.js';
+import { Session, type MuxLeg } from '@cluster-proxy/client/mux-session';
 
 const WINDOW = 8 * 1024;
 const PEER_WINDOW = 4 * 1024;
@@ -88,9 +88,7 @@ function run(actions: readonly Action[]): void {
     resume: () => {},
     destroy: () => {},
   });
-  const session = new Session(stream as unknown as FramedPacketStream, WINDOW);
-  session.peerWindow = PEER_WINDOW;
-  session.halfClose = true;
+  const session = new Session(stream as unknown as FramedPacketStream, WINDOW, { halfClose: true, peerWindow: PEER_WINDOW });
   let dead = false;
   let nextID = 1;
   let pattern = 0;

@@ -4,8 +4,8 @@
 import { createHash } from 'node:crypto';
 import { existsSync, mkdirSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
-import { encodePacket, packets } from '../../proto/src/index.js';
-import { createCA } from '../../server/src/pki/certificates.js';
+import { encodePacket, packets } from '@cluster-proxy/proto';
+import { createCA } from '@cluster-proxy/server/pki';
 import { CORPUS_DIR, fc } from './engine.js';
 import { TARGETS } from './targets/index.js';
 

@@ -6,7 +6,7 @@
 import { duplexPair, type Duplex } from 'node:stream';
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { splice } from '../../proto/src/index.js';
+import { splice } from '@cluster-proxy/proto';
 
 type Side = 'client' | 'server';
 type Action =

@@ -4,7 +4,7 @@
 import { EventEmitter } from 'node:events';
 import http2 from 'node:http2';
 import { describe, expect, it } from 'vitest';
-import { GrpcClientCall } from './grpc-client.js';
+import { GrpcClientCall } from './grpc-client-call.js';
 import { GrpcStatus, writeGrpcMessage, type GrpcCallStatus } from './grpc-framing.js';
 import { packets, type Packet } from '../wire/packet.js';
 

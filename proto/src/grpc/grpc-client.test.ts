@@ -7,7 +7,8 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { GrpcClient, type GrpcClientCall } from './grpc-client.js';
+import { GrpcClient } from './grpc-client.js';
+import type { GrpcClientCall } from './grpc-client-call.js';
 import { type GrpcCallError, GrpcMessageReader, GrpcStatus, writeGrpcMessage, type GrpcCallStatus } from './grpc-framing.js';
 import { PacketType, packets, type Packet } from '../wire/packet.js';
 

@@ -2,7 +2,7 @@
 // dials through the core, then is that connection's Frontend (see frontend.ts for the state diagram).
 import type net from 'node:net';
 import type tls from 'node:tls';
-import { STARTING_UNSENT_LIMIT, limitUnsentBytes, type ByteSink, type DialFailureReason } from '@cluster-proxy/proto';
+import { HalfCloseDirections, STARTING_UNSENT_LIMIT, limitUnsentBytes, type ByteSink, type DialFailureReason } from '@cluster-proxy/proto';
 import type { Logger } from 'pino';
 import { clusterFromSubject } from '../pki/agent-identity.js';
 import { tokenAllowsCluster } from '../fleet/tokens.js';
@@ -49,8 +49,8 @@ export class ConnectConnection implements Frontend, TrackedConnection {
   private connectID = 0;
   private destination = '';
   private principal: Principal | null = null;
-  private clientEnded = false;
-  private remoteEnded_ = false;
+  /** Outbound: the client's bytes towards the agent (its FIN); inbound: the destination's bytes to the client. */
+  private readonly directions = new HalfCloseDirections();
   private corePaused = false;
   private timer: NodeJS.Timeout | null = null;
   private probeTimer: NodeJS.Timeout | null = null;
@@ -98,7 +98,7 @@ export class ConnectConnection implements Frontend, TrackedConnection {
 
   describe(): ConnectConnectionInfo {
     return {
-      state: this.state,
+      state: this.state === 'open' && this.directions.anyEnded ? 'half-closed' : this.state,
       listener: this.listener,
       peer: this.peer,
       principal: this.principal ? principalName(this.principal) : '',
@@ -108,7 +108,7 @@ export class ConnectConnection implements Frontend, TrackedConnection {
   }
 
   isTunnel(): boolean {
-    return this.state === 'open' || this.state === 'half-closed';
+    return this.state === 'open';
   }
 
   /** Answer before reading anything (shutting down, over the connection limit). */
@@ -132,8 +132,7 @@ export class ConnectConnection implements Frontend, TrackedConnection {
         if (this.pendingBytes >= PIPELINE_LIMIT) this.socket.pause();
         return;
       case 'open':
-      case 'half-closed':
-        if (!this.clientEnded) this.conn?.write(chunk);
+        if (this.directions.outbound === 'open') this.conn?.write(chunk);
         if (this.corePaused) {
           // Read by a probe: one chunk, then paused again until the next probe.
           this.shared.probeReads.read(this, chunk.length);
@@ -151,13 +150,10 @@ export class ConnectConnection implements Frontend, TrackedConnection {
       case 'reading-head':
         return this.refuse(400, 'the connection ended before the request head was complete', 'bad_request');
       case 'dialing':
-        this.clientEnded = true; // applied once the tunnel is open
+        this.directions.endOutbound(); // applied once the tunnel is open
         return;
       case 'open':
-      case 'half-closed':
-        if (this.clientEnded) return;
-        this.clientEnded = true;
-        this.state = 'half-closed';
+        if (!this.directions.endOutbound()) return;
         this.conn?.endWrite();
         return;
       default:
@@ -180,7 +176,7 @@ export class ConnectConnection implements Frontend, TrackedConnection {
     const conn = this.conn;
     this.conn = null;
     conn?.close();
-    if (was === 'open' || was === 'half-closed') {
+    if (was === 'open') {
       this.log.info(
         { destination: this.destination, bytesToAgent: conn?.bytesToAgent, bytesToClient: conn?.bytesToClient },
         'CONNECT tunnel closed',
@@ -366,10 +362,7 @@ export class ConnectConnection implements Frontend, TrackedConnection {
     this.pending = [];
     this.pendingBytes = 0;
     for (const b of pipelined) this.conn.write(b);
-    if (this.clientEnded) {
-      this.state = 'half-closed';
-      this.conn.endWrite();
-    }
+    if (this.directions.outbound === 'ended') this.conn.endWrite();
     if (!this.corePaused) this.socket.resume();
   }
 
@@ -381,9 +374,7 @@ export class ConnectConnection implements Frontend, TrackedConnection {
   }
 
   remoteEnded(): void {
-    if (!this.isTunnel() || this.remoteEnded_) return;
-    this.remoteEnded_ = true;
-    this.state = 'half-closed';
+    if (!this.isTunnel() || !this.directions.endInbound()) return;
     this.socket.end(); // after everything queued before it
   }
 
@@ -399,8 +390,9 @@ export class ConnectConnection implements Frontend, TrackedConnection {
     // Clean close: flush, FIN, and give the client a moment to close its side. Bytes it still
     // sends have nowhere to go: they get a reset, as TCP answers data for a closed socket, so a
     // client that keeps writing learns at once that nobody reads them.
-    this.state = 'half-closed';
-    this.remoteEnded_ = true;
+    // Nothing more comes from the destination: an open connection with its inbound direction over.
+    this.state = 'open';
+    this.directions.endInbound();
     this.linger();
     this.socket.once('data', () => resetSocket(this.socket));
   }

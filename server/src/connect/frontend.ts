@@ -13,9 +13,13 @@
 // `Connection: close`, and after `200 Connection Established` (and nothing else) the socket is
 // this connection's Frontend towards the core:
 //
-//   reading-head ──► dialing ──► open ──► half-closed ──► closed
-//        │              │                                  ▲
+//   reading-head ──► dialing ──► open ──► closed
+//        │              │                    ▲
 //        └──────────────┴──► refusing (error sent, lingering for the client to read it) ┘
+// While open, each direction ends on its own (proto's HalfCloseDirections): outbound, the client's
+// FIN (passed on as HALF_CLOSE; one during the dial waits for it); inbound, the destination's end
+// (our FIN to the client) or the core's clean close. describe() reports an open connection with
+// an ended direction as `half-closed`.
 //
 // Backpressure: client bytes go to ProxiedConnection.write(), which calls pause()/resume() as
 // credit towards the agent runs out/returns; we pause the socket. Bytes to the client go through

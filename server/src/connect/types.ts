@@ -11,10 +11,12 @@ import type { Principal } from '../http/principal.js';
 
 export type { Principal };
 
-export type ConnectState = 'reading-head' | 'dialing' | 'open' | 'half-closed' | 'refusing' | 'closed';
+/** A client connection's lifecycle; while open, which directions ended is its HalfCloseDirections (proto). */
+export type ConnectState = 'reading-head' | 'dialing' | 'open' | 'refusing' | 'closed';
 
 export interface ConnectConnectionInfo {
-  state: ConnectState;
+  /** The state, or `half-closed`: open, and a direction ended. */
+  state: ConnectState | 'half-closed';
   listener: ListenerKind;
   peer: string;
   principal: string;

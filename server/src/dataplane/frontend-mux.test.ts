@@ -196,11 +196,11 @@ describe('MuxFrontendConn: the end', () => {
     toClient(WINDOW + 10);
     sent();
     conn.remoteEnded();
-    expect(conn.state).toBe('ending');
+    expect([conn.state, conn.directions.inbound]).toEqual(['open', 'ending']);
     expect(sent()).toEqual([]);
     fromClient(packets.credit(1, WINDOW));
     expect(sent()).toEqual(['DATA:10', 'HALF_CLOSE']);
-    expect(conn.state).toBe('ended');
+    expect([conn.state, conn.directions.inbound]).toEqual(['open', 'ended']);
     fromClient(packets.data(1, Buffer.alloc(5)));
     expect(told).toEqual(['write:5']);
     conn.remoteEnded(); // once only
@@ -253,7 +253,7 @@ describe('MuxFrontendConn: the end', () => {
     sent();
     conn.remoteEnded();
     conn.closed('');
-    expect(conn.state).toBe('ending-closing');
+    expect([conn.state, conn.directions.inbound]).toEqual(['closing', 'ending']);
     fromClient(packets.credit(1, WINDOW));
     expect(sent()).toEqual(['DATA:10', 'HALF_CLOSE', 'CLOSE_RSP']);
     expect(conn.state).toBe('closed');

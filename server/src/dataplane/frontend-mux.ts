@@ -4,21 +4,22 @@
 // never stalls the others.
 //
 // One connection (MuxFrontendConn), states:
-//   dialing         DIAL_REQ taken; the core is dialing
-//   open            bytes flow both ways
-//   ending          the destination ended: HALF_CLOSE goes to the client behind the queued bytes
-//   ended           HALF_CLOSE sent; the client's bytes still go to the destination
-//   closing         the core closed cleanly: CLOSE_RSP goes to the client behind the queued bytes
-//   ending-closing  both: HALF_CLOSE, then CLOSE_RSP, behind the queued bytes
-//   closed          forgotten by the session; queue, waiter, read hold and window released
+//   dialing  DIAL_REQ taken; the core is dialing
+//   open     bytes flow both ways until a direction ends (`directions`, proto's HalfCloseDirections;
+//            inbound is the destination's, towards the client):
+//              inbound ending  the destination ended: HALF_CLOSE goes to the client behind the queued bytes
+//              inbound ended   HALF_CLOSE sent; the client's bytes still go to the destination
+//            (the client's HALF_CLOSE goes to the core, which ends the destination's side)
+//   closing  the core closed cleanly: CLOSE_RSP goes to the client behind the queued bytes (and
+//            HALF_CLOSE before it, while inbound is ending)
+//   closed   forgotten by the session; queue, waiter, read hold and window released
 //
-//   dialing ──dialSucceeded (DIAL_RSP)──▶ open ──remoteEnded──▶ ending ──queue sent (HALF_CLOSE)──▶ ended
-//   open, ended ──closed('')──▶ closing ──queue sent (CLOSE_RSP)──▶ closed
-//   ending ──closed('')──▶ ending-closing ──queue sent (HALF_CLOSE, CLOSE_RSP)──▶ closed
+//   dialing ──dialSucceeded (DIAL_RSP)──▶ open
+//   open ──remoteEnded──▶ open, inbound ending ──queue sent (HALF_CLOSE)──▶ open, inbound ended
+//   open ──closed('')──▶ closing ──queue sent (HALF_CLOSE if inbound was ending, CLOSE_RSP)──▶ closed
 //   dialing ──dialFailed (DIAL_RSP with the error)──▶ closed
-//   open, ending, ended ──closed(error), or closed('') after the client's CLOSE_REQ: the queue is
-//                         dropped, CLOSE_RSP(error)──▶ closed
-//   closing, ending-closing ──CLOSE_REQ from the client: the queue is dropped, CLOSE_RSP──▶ closed
+//   open ──closed(error), or closed('') after the client's CLOSE_REQ: the queue is dropped, CLOSE_RSP(error)──▶ closed
+//   closing ──CLOSE_REQ from the client: the queue is dropped, CLOSE_RSP──▶ closed
 //   any ──abandon (DIAL_CLS, the client gone)──▶ closed
 // The client's CLOSE_REQ means it wants nothing more (our SDK sends it when its socket is destroyed, and
 // forgets the connection if no CLOSE_RSP comes within 5 s): queued bytes wait for its credit no longer,
@@ -29,6 +30,7 @@ import {
   CAP_CREDIT,
   CAP_HALF_CLOSE,
   ConnectionTable,
+  HalfCloseDirections,
   MAX_DATA_CHUNK,
   MAX_MESSAGE_BYTES,
   MD_CAPABILITIES,
@@ -56,7 +58,7 @@ import type { ProxiedConnection } from './proxied-connection.js';
 import type { AgentWait } from './agent-wait.js';
 import type { ProxyCore } from './proxy-core.js';
 
-export type MuxConnState = 'dialing' | 'open' | 'ending' | 'ended' | 'closing' | 'ending-closing' | 'closed';
+export type MuxConnState = 'dialing' | 'open' | 'closing' | 'closed';
 
 export class MuxFrontendConn implements Frontend {
   readonly halfClose = true;
@@ -64,6 +66,8 @@ export class MuxFrontendConn implements Frontend {
     return this.session.client;
   }
   state: MuxConnState = 'dialing';
+  /** Inbound: the destination's bytes towards the client (its end passed on as HALF_CLOSE). */
+  readonly directions = new HalfCloseDirections();
   id = 0;
   proxied: ProxiedConnection | null = null;
   /** The dial waits for an agent of its cluster to connect to this replica (agent-wait.ts). */
@@ -99,10 +103,7 @@ export class MuxFrontendConn implements Frontend {
   onChunks(chunks: readonly Buffer[], n: number): void {
     switch (this.state) {
       case 'open':
-      case 'ending':
-      case 'ended':
       case 'closing':
-      case 'ending-closing':
         break;
       case 'dialing': // not registered yet: the session answers an unknown connectID
       case 'closed':
@@ -130,7 +131,6 @@ export class MuxFrontendConn implements Frontend {
   clientClosing(): void {
     switch (this.state) {
       case 'closing':
-      case 'ending-closing':
         this.drop(''); // the core closed already; its queued bytes were waiting for the client's credit
         return;
       case 'closed':
@@ -197,25 +197,22 @@ export class MuxFrontendConn implements Frontend {
   remoteEnded(): void {
     switch (this.state) {
       case 'open':
-        this.state = 'ending';
-        this.flush();
-        return;
+        if (this.directions.inboundEnding()) this.flush();
+        return; // the core reports the destination's end once
       default:
-        return; // the core reports the destination's end once, and only while open
+        return; // and only while open
     }
   }
 
   closed(error: string): void {
     switch (this.state) {
       case 'open':
-      case 'ended':
-      case 'ending':
         if (error !== '' || this.closeRequested) {
           this.drop(error);
           return;
         }
         // A clean close delivers what is queued first (and a HALF_CLOSE still owed, before it).
-        this.state = this.state === 'ending' ? 'ending-closing' : 'closing';
+        this.state = 'closing';
         this.flush();
         return;
       case 'dialing':
@@ -223,7 +220,6 @@ export class MuxFrontendConn implements Frontend {
         this.drop(error);
         return;
       case 'closing':
-      case 'ending-closing':
       case 'closed':
         return; // closed once already
     }
@@ -234,8 +230,6 @@ export class MuxFrontendConn implements Frontend {
   pause(): void {
     switch (this.state) {
       case 'open':
-      case 'ending':
-      case 'ended':
         if (this.session.peerWindow === null) this.session.sender.holdReads(this);
         return;
       default:
@@ -277,21 +271,12 @@ export class MuxFrontendConn implements Frontend {
         if (!this.sendQueued()) return;
     }
     const sender = this.session.sender;
-    switch (this.state) {
-      case 'ending':
-        this.state = 'ended';
-        sender.send(packets.halfClose(this.id));
-        return;
-      case 'ending-closing':
-        sender.send(packets.halfClose(this.id));
-        this.closeAfterQueue();
-        return;
-      case 'closing':
-        this.closeAfterQueue();
-        return;
-      default:
-        return;
+    // The HALF_CLOSE owed goes first, then (closing) the CLOSE_RSP.
+    if (this.directions.inbound === 'ending') {
+      this.directions.endInbound();
+      sender.send(packets.halfClose(this.id));
     }
+    if (this.state === 'closing') this.closeAfterQueue();
   };
 
   /** True when the queue is empty; false while the client's credit or the stream holds some back. */
@@ -342,7 +327,20 @@ export class MuxFrontendConn implements Frontend {
   }
 
   describe(): { state: string; connectID: number; address: string } {
-    return { state: this.state, connectID: this.id, address: this.address };
+    return { state: this.label(), connectID: this.id, address: this.address };
+  }
+
+  /** The state as the snapshot names it: open with its inbound end ending or ended, closing with a HALF_CLOSE still owed. */
+  private label(): string {
+    const inbound = this.directions.inbound;
+    switch (this.state) {
+      case 'open':
+        return inbound === 'open' ? 'open' : inbound;
+      case 'closing':
+        return inbound === 'ending' ? 'ending-closing' : 'closing';
+      default:
+        return this.state;
+    }
   }
 }
 

@@ -5,8 +5,7 @@
 // serverID/serverCount), `grpc-status`/`grpc-message` trailers (trailers-only for early refusals),
 // `grpc-timeout`, message size limits, pings (answered by HTTP/2; session-watchdog.ts sends ours).
 //
-// A call's life: open (headers not yet sent) → responding (headers sent) → ended (status sent, by us)
-// or cancelled (the client reset the stream, or its deadline passed) → closed (the stream is gone).
+// A call's states are GrpcServerCall's (below).
 import { EventEmitter } from 'node:events';
 import http2 from 'node:http2';
 import type net from 'node:net';
@@ -49,13 +48,32 @@ const peerCertificates = new WeakMap<object, PeerCertificate | undefined>();
  * ServerDuplexStream has, so the handlers read the same): 'data' (a Packet), 'end' (the client
  * half-closed), 'cancelled' (it reset the stream or its deadline passed), 'error' ({code, details}:
  * a message we could not take), 'drain'.
+ *
+ * States (GrpcServerCallState):
+ *   open        request headers taken; no response headers yet (a status would go out trailers-only)
+ *   responding  our response headers are out: messages flow both ways
+ *   ended       our status is out (trailers, or trailers-only); writes are refused, the client's
+ *               messages are still read
+ *   reset       ended, and we reset the stream after the status (RST_STREAM NO_ERROR, as gRPC servers
+ *               do): a reset code on its close is ours
+ *   closed      the stream is gone after our status
+ *   cancelled   'cancelled' emitted: the client reset the stream, its deadline passed, or the stream
+ *               went before our status (then we reset it, CANCEL); nothing more is read
+ *
+ *   open ──sendMetadata (or the first write)──▶ responding
+ *   open, responding ──endWithStatus──▶ ended ──status out, the stream still open──▶ reset ──stream closed──▶ closed
+ *   ended ──stream closed──▶ closed;   ended ──the client's reset──▶ cancelled
+ *   open, responding ──the client's reset, a stream error, the stream closed──▶ cancelled
+ *   open, responding, ended, reset ──deadline (DEADLINE_EXCEEDED first, if no status yet)──▶ cancelled
+ * The deadline's timer stops on entering closed or cancelled. Whether the handler reads (flowing or
+ * paused) is its own state, apart from the call's.
  */
+export type GrpcServerCallState = 'open' | 'responding' | 'ended' | 'reset' | 'closed' | 'cancelled';
+
 export class GrpcServerCall extends EventEmitter {
-  private ended = false;
-  private cancelledFlag = false;
-  /** We reset the stream (so a reset code on 'close' is ours, not the client's). */
-  private resetByUs = false;
-  private paused = false;
+  private state: GrpcServerCallState = 'open';
+  /** The handler's reads: messages parsed while paused wait in `queue`. */
+  private reading: 'flowing' | 'paused' = 'flowing';
   private readonly reader: GrpcMessageReader;
   /** Told what the call read and when it stopped reading (the session's window grows from that). */
   flow: Pick<SessionWindow, 'consumed' | 'paused'> | undefined;
@@ -82,19 +100,27 @@ export class GrpcServerCall extends EventEmitter {
     });
     stream.on('data', (chunk: Buffer) => this.onData(chunk));
     stream.on('end', () => {
-      if (!this.cancelledFlag) this.emit('end');
+      if (this.state !== 'cancelled') this.emit('end');
     });
     stream.on('drain', () => this.emit('drain'));
     stream.on('aborted', () => this.cancel());
     stream.on('error', () => this.cancel());
     stream.on('close', () => {
-      if (this.deadline) clearTimeout(this.deadline);
-      this.deadline = null;
       // Torn down before we sent our status (the session died), or reset by the client at any time
       // (also after our status: it abandoned the call rather than finishing it).
       const code = stream.rstCode;
-      const resetByClient = code !== undefined && code !== NGHTTP2_NO_ERROR && !this.resetByUs;
-      if (!this.ended || resetByClient) this.cancel();
+      switch (this.state) {
+        case 'open':
+        case 'responding':
+          return this.cancel();
+        case 'ended':
+          if (code !== undefined && code !== NGHTTP2_NO_ERROR) return this.cancel();
+          return this.setState('closed');
+        case 'reset':
+          return this.setState('closed');
+        default:
+          return; // cancelled already
+      }
     });
     const timeout = parseGrpcTimeout(headers['grpc-timeout'] as string | undefined);
     if (timeout !== null) {
@@ -118,7 +144,21 @@ export class GrpcServerCall extends EventEmitter {
   };
 
   get writableEnded(): boolean {
-    return this.ended;
+    return this.statusSettled;
+  }
+
+  /** Our status is out, or the call was cancelled: no more writes. */
+  private get statusSettled(): boolean {
+    return this.state !== 'open' && this.state !== 'responding';
+  }
+
+  /** The one place the state changes; entering closed or cancelled stops the deadline. */
+  private setState(next: GrpcServerCallState): void {
+    this.state = next;
+    if ((next === 'closed' || next === 'cancelled') && this.deadline) {
+      clearTimeout(this.deadline);
+      this.deadline = null;
+    }
   }
 
   /** Bytes written to the stream and not yet sent (HTTP/2 flow control holds them back too). */
@@ -161,6 +201,7 @@ export class GrpcServerCall extends EventEmitter {
       { ':status': 200, 'content-type': 'application/grpc', 'grpc-accept-encoding': 'identity', ...md },
       { waitForTrailers: true },
     );
+    if (this.state === 'open') this.setState('responding');
   }
 
   write(p: Packet, callback?: (err?: Error | null) => void): boolean {
@@ -174,7 +215,7 @@ export class GrpcServerCall extends EventEmitter {
 
   /** Whether a message may still be written (our headers go first); if not, `callback` hears why. */
   private writable(callback?: (err?: Error | null) => void): boolean {
-    if (this.ended || this.stream.destroyed) {
+    if (this.statusSettled || this.stream.destroyed) {
       if (callback) process.nextTick(callback, new Error('call ended'));
       return false;
     }
@@ -198,8 +239,8 @@ export class GrpcServerCall extends EventEmitter {
 
   /** Ends the call with this status (trailers, or a trailers-only response if no headers went out). */
   endWithStatus(code: number, details: string): void {
-    if (this.ended) return;
-    this.ended = true;
+    if (this.statusSettled) return;
+    this.setState('ended');
     this.status = { code, details };
     if (this.stream.destroyed) return;
     if (!this.stream.headersSent) {
@@ -226,43 +267,40 @@ export class GrpcServerCall extends EventEmitter {
   private closeAfterStatus(): void {
     setImmediate(() => {
       if (this.stream.destroyed || this.stream.readableEnded) return;
-      this.resetByUs = true;
+      if (this.state === 'ended') this.setState('reset');
       this.stream.close(NGHTTP2_NO_ERROR);
     });
   }
 
   /** Whether the handler paused the call (its reads stop). */
   get isPaused(): boolean {
-    return this.paused;
+    return this.reading === 'paused';
   }
 
   pause(): this {
-    if (!this.paused) this.flow?.paused();
-    this.paused = true;
+    if (this.reading === 'flowing') this.flow?.paused();
+    this.reading = 'paused';
     this.stream.pause();
     return this;
   }
 
   resume(): this {
-    this.paused = false;
+    this.reading = 'flowing';
     this.flush();
-    if (!this.paused) this.stream.resume();
+    if (this.reading === 'flowing') this.stream.resume();
     return this;
   }
 
   private cancel(): void {
-    if (this.cancelledFlag) return;
-    this.cancelledFlag = true;
-    if (!this.ended) {
-      this.ended = true;
-      this.resetByUs = true;
-      if (!this.stream.destroyed) this.stream.close(NGHTTP2_CANCEL);
-    }
+    if (this.state === 'cancelled') return;
+    const hadStatus = this.statusSettled;
+    this.setState('cancelled');
+    if (!hadStatus && !this.stream.destroyed) this.stream.close(NGHTTP2_CANCEL);
     this.emit('cancelled');
   }
 
   private onData(chunk: Buffer): void {
-    if (this.cancelledFlag) return;
+    if (this.state === 'cancelled') return;
     this.flow?.consumed(chunk.length);
     try {
       this.reader.push(chunk, this.queue);
@@ -275,7 +313,8 @@ export class GrpcServerCall extends EventEmitter {
 
   /** Hands parsed messages to the handler while it is not paused. */
   private flush(): void {
-    while (!this.paused && this.queue.length > 0 && !this.cancelledFlag) deliverMessage(this.queue.shift()!, this.dataViews, this.emitData);
+    while (this.reading === 'flowing' && this.queue.length > 0 && this.state !== 'cancelled')
+      deliverMessage(this.queue.shift()!, this.dataViews, this.emitData);
   }
 
   private readonly emitData = (p: Packet): void => {

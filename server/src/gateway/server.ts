@@ -13,6 +13,7 @@
 // the refusal is never forwarded.
 import https from 'node:https';
 import type net from 'node:net';
+import type tls from 'node:tls';
 import type { Duplex } from 'node:stream';
 import type { Logger } from 'pino';
 import { GATEWAY_MAX_HEAD_BYTES, identityProblem, isImpersonationHeader, textAnswer, type Splice, http } from '@cluster-proxy/proto';
@@ -83,47 +84,213 @@ interface Audit {
 /** What a request is answered on: node's response, or the raw socket of an upgrade request. */
 type Exchange = { kind: 'request'; res: HttpTypes.ServerResponse } | { kind: 'upgrade'; socket: net.Socket; head: Buffer };
 
+/** Where a GatewayServer is in its life (see the class). */
+export type GatewayState = 'idle' | 'starting' | 'listening' | 'stopping' | 'stopped';
+
+/** Starts the gateway and resolves once it listens. */
 export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
-  const log = opts.log.child({ component: 'gateway' });
-  const metrics = opts.core.metrics;
-  const sources = opts.authSources ?? [hubTokenSource(opts.tokens), certificateSource()];
-  const pool = new GatewayPool(opts.core);
-  const authorizer = opts.authorizer ?? scopeAuthorizer();
-  let material = { cert: opts.tls.cert, key: opts.tls.key };
-  let inFlight = 0;
+  const gateway = new GatewayServer(opts);
+  await gateway.start();
+  return gateway;
+}
+
+/**
+ * The gateway's HTTPS server and what it holds. States:
+ *   idle       made; nothing bound
+ *   starting   start(): binding the port
+ *   listening  requests and upgrades are served
+ *   stopping   stop(): no new connections; requests in flight and upgraded sessions get the grace period
+ *   stopped    every connection, pooled agent connection and session closed; the server's listeners removed
+ *
+ *   idle ──start()──▶ starting ──bound──▶ listening ──stop()──▶ stopping ──all closed──▶ stopped
+ *   starting ──bind failed──▶ stopped (start() rejects)
+ */
+export class GatewayServer implements Gateway {
+  private state: GatewayState = 'idle';
+  private readonly log: Logger;
+  private readonly metrics: ProxyCore['metrics'];
+  private readonly sources: readonly AuthSource[];
+  private readonly pool: GatewayPool;
+  private readonly authorizer: GatewayAuthorizer;
+  private material: { cert: Buffer; key: Buffer };
+  private inFlight = 0;
   /** Upgraded sessions and upgrade requests waiting for their answer: node's closeAllConnections() no longer sees their sockets. */
-  const upgrades = new Set<net.Socket>();
-  const sessions = new Set<Splice>();
-  const maxHeaderBytes = opts.maxHeaderBytes ?? GATEWAY_MAX_HEAD_BYTES;
-  const responseTimeoutMs = opts.responseTimeoutMs ?? DEFAULT_RESPONSE_TIMEOUT_MS;
+  private readonly upgrades = new Set<net.Socket>();
+  private readonly sessions = new Set<Splice>();
+  private readonly maxHeaderBytes: number;
+  private readonly responseTimeoutMs: number;
   /** Per caller connection: the request being handled now (the next waits for it), and whether a refusal closed it. */
-  const lanes = new WeakMap<net.Socket, { tail: Promise<void>; closed: boolean }>();
-  const laneOf = (socket: net.Socket): { tail: Promise<void>; closed: boolean } => {
-    let lane = lanes.get(socket);
-    if (!lane) lanes.set(socket, (lane = { tail: Promise.resolve(), closed: false }));
+  private readonly lanes = new WeakMap<net.Socket, { tail: Promise<void>; closed: boolean }>();
+  private readonly server: https.Server;
+  private boundPort = 0;
+  private stopped: Promise<void> | null = null;
+
+  constructor(private readonly opts: GatewayOptions) {
+    this.log = opts.log.child({ component: 'gateway' });
+    this.metrics = opts.core.metrics;
+    this.sources = opts.authSources ?? [hubTokenSource(opts.tokens), certificateSource()];
+    this.pool = new GatewayPool(opts.core);
+    this.authorizer = opts.authorizer ?? scopeAuthorizer();
+    this.material = { cert: opts.tls.cert, key: opts.tls.key };
+    this.maxHeaderBytes = opts.maxHeaderBytes ?? GATEWAY_MAX_HEAD_BYTES;
+    this.responseTimeoutMs = opts.responseTimeoutMs ?? DEFAULT_RESPONSE_TIMEOUT_MS;
+    this.server = https.createServer({
+      ca: opts.tls.caCert,
+      cert: opts.tls.cert,
+      key: opts.tls.key,
+      requestCert: true,
+      rejectUnauthorized: false, // no certificate = token auth; checked per request
+      ALPNProtocols: ['http/1.1'],
+      maxHeaderSize: this.maxHeaderBytes,
+      headersTimeout: opts.headerTimeoutMs ?? DEFAULT_HEADER_TIMEOUT_MS,
+      requestTimeout: 0,
+    });
+  }
+
+  get port(): number {
+    return this.boundPort;
+  }
+
+  /** Requests being served now, upgraded sessions included. */
+  requests(): number {
+    return this.inFlight;
+  }
+
+  setTls(m: { caCert: Buffer; cert: Buffer; key: Buffer }): void {
+    this.material = { cert: m.cert, key: m.key };
+    this.server.setSecureContext({ ca: m.caCert, cert: m.cert, key: m.key });
+  }
+
+  /** The one place the state changes. */
+  private setState(next: GatewayState): void {
+    this.log.debug({ from: this.state, to: next }, 'gateway state');
+    this.state = next;
+  }
+
+  /** Binds the port and serves; resolves with it. */
+  async start(): Promise<number> {
+    if (this.state !== 'idle') throw new Error(`the gateway was started already (${this.state})`);
+    this.setState('starting');
+    const server = this.server;
+    server.on('request', this.onRequest);
+    server.on('upgrade', this.onUpgrade);
+    server.on('clientError', this.onClientError);
+    server.on('tlsClientError', this.onTlsClientError);
+    try {
+      this.boundPort = await listen(server, { host: this.opts.tls.host, port: this.opts.tls.port });
+    } catch (err) {
+      this.removeListeners();
+      this.setState('stopped');
+      throw err;
+    }
+    if ((this.state as GatewayState) !== 'starting') return this.boundPort; // stop() came while binding
+    this.setState('listening');
+    this.log.info({ port: this.boundPort }, 'gateway listening');
+    return this.boundPort;
+  }
+
+  /** Stops listening; requests in flight and upgraded sessions get up to `graceMs`, then every connection is closed. */
+  stop(graceMs = 0): Promise<void> {
+    this.stopped ??= (async () => {
+      this.setState('stopping');
+      const server = this.server;
+      const closed = closeServer(server);
+      server.closeIdleConnections();
+      this.pool.closeIdle();
+      const deadline = Date.now() + graceMs;
+      while (this.inFlight > 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, Math.min(50, deadline - Date.now())));
+      server.closeAllConnections();
+      this.pool.close();
+      // Upgraded sockets are no longer node's connections: closed here, each session still audited.
+      for (const s of this.sessions) s.close('the gateway is shutting down');
+      for (const s of this.upgrades) s.destroy();
+      await closed;
+      this.removeListeners();
+      this.setState('stopped');
+    })();
+    return this.stopped;
+  }
+
+  private removeListeners(): void {
+    this.server.off('request', this.onRequest);
+    this.server.off('upgrade', this.onUpgrade);
+    this.server.off('clientError', this.onClientError);
+    this.server.off('tlsClientError', this.onTlsClientError);
+  }
+
+  private laneOf(socket: net.Socket): { tail: Promise<void>; closed: boolean } {
+    let lane = this.lanes.get(socket);
+    if (!lane) this.lanes.set(socket, (lane = { tail: Promise.resolve(), closed: false }));
     return lane;
+  }
+
+  // handle() answers its own failures; this keeps a lane going should anything escape it.
+  private readonly laneFailed = (err: unknown): void =>
+    this.log.error({ err: err instanceof Error ? err.message : String(err) }, 'gateway request failed unexpectedly');
+
+  private readonly onRequest = (req: HttpTypes.IncomingMessage, res: HttpTypes.ServerResponse): void => {
+    this.inFlight++;
+    res.once('close', () => this.inFlight--);
+    const lane = this.laneOf(req.socket);
+    lane.tail = lane.tail
+      .then(() => {
+        if (lane.closed) {
+          // Pipelined behind a refusal or a `Connection: close`: never handled; the connection closes once the answer before it is out.
+          req.resume();
+          res.destroy();
+          return undefined;
+        }
+        if (/(^|,)\s*close\s*(,|$)/i.test(req.headers.connection ?? '')) lane.closed = true;
+        return this.handle(req, { kind: 'request', res });
+      })
+      .catch(this.laneFailed);
   };
 
-  const server = https.createServer({
-    ca: opts.tls.caCert,
-    cert: opts.tls.cert,
-    key: opts.tls.key,
-    requestCert: true,
-    rejectUnauthorized: false, // no certificate = token auth; checked per request
-    ALPNProtocols: ['http/1.1'],
-    maxHeaderSize: maxHeaderBytes,
-    headersTimeout: opts.headerTimeoutMs ?? DEFAULT_HEADER_TIMEOUT_MS,
-    requestTimeout: 0,
-  });
+  // kubectl exec/attach/port-forward (WebSocket, SPDY/3.1): the same checks, then spliced (upgrade.ts).
+  // In flight from the head until the session closed, so a draining hub gives it the grace period.
+  private readonly onUpgrade = (req: HttpTypes.IncomingMessage, socket: net.Socket, head: Buffer): void => {
+    // node:http took its own 'error' listener off the socket: without one a reset would throw.
+    socket.on('error', (err: NodeJS.ErrnoException) =>
+      this.log.debug({ peer: peerOf(socket), err: oneLine(err.message) }, 'gateway upgrade socket failed'),
+    );
+    this.inFlight++;
+    // Until it closes (a refused caller may keep its end open): closed by stop() if still there.
+    this.upgrades.add(socket);
+    socket.once('close', () => this.upgrades.delete(socket));
+    const lane = this.laneOf(socket);
+    lane.tail = lane.tail
+      .then(() => (lane.closed ? void socket.destroy() : this.handle(req, { kind: 'upgrade', socket, head })))
+      .catch(this.laneFailed)
+      .finally(() => this.inFlight--);
+  };
 
-  const record = (req: HttpTypes.IncomingMessage, started: bigint, a: Audit): void => {
+  private readonly onClientError = (err: NodeJS.ErrnoException, socket: net.Socket): void => {
+    // Bytes after a request with `Connection: close`: not read; the answer to that request, still being
+    // written, ends the connection (a refusal written now would cut into it).
+    if (err.code === 'HPE_CLOSED_CONNECTION') return;
+    const tooLarge = err.code === 'HPE_HEADER_OVERFLOW';
+    if (!tooLarge) this.log.debug({ peer: peerOf(socket), err: oneLine(err.message) }, 'malformed gateway request');
+    if (tooLarge) this.metrics.gatewayRequests.inc({ cluster: '', code: '431' });
+    rawRefusal(
+      socket,
+      tooLarge ? 431 : err.code === 'ERR_HTTP_REQUEST_TIMEOUT' ? 408 : 400,
+      tooLarge ? `the request head is larger than ${this.maxHeaderBytes} bytes` : 'malformed HTTP request',
+    );
+  };
+
+  private readonly onTlsClientError = (err: Error, s: tls.TLSSocket): void => {
+    this.log.info({ peer: peerOf(s) }, `gateway TLS handshake failed: ${oneLine(err.message)}`);
+    s.destroy();
+  };
+
+  private record(req: HttpTypes.IncomingMessage, started: bigint, a: Audit): void {
     const seconds = Number(process.hrtime.bigint() - started) / 1e9;
-    metrics.gatewayRequests.inc({ cluster: a.clusterLabel, code: String(a.status) });
-    metrics.gatewayDuration.observe(seconds);
+    this.metrics.gatewayRequests.inc({ cluster: a.clusterLabel, code: String(a.status) });
+    this.metrics.gatewayDuration.observe(seconds);
     // The path without its query (a query may carry a value nobody should find in logs).
     const target = req.url ?? '';
     const q = target.indexOf('?');
-    log.info(
+    this.log.info(
       {
         user: a.user,
         groups: a.groups,
@@ -141,9 +308,9 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
       },
       'gateway request',
     );
-  };
+  }
 
-  const handle = async (req: HttpTypes.IncomingMessage, ex: Exchange): Promise<void> => {
+  private async handle(req: HttpTypes.IncomingMessage, ex: Exchange): Promise<void> {
     const started = process.hrtime.bigint();
     const audit: Audit = {
       clusterLabel: '',
@@ -159,7 +326,7 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
       message: string,
       extra: Record<string, string> = {},
     ): void => {
-      laneOf(req.socket).closed = true;
+      this.laneOf(req.socket).closed = true;
       if (to instanceof http.ServerResponse) refuse(to, status, message, extra);
       else rawRefusal(to, status, message, extra);
     };
@@ -173,7 +340,7 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
     try {
       const target = parseGatewayTarget(req.url);
       if ('error' in target) return fail(400, target.error, 'bad_path');
-      const auth = await authenticate(req, sources);
+      const auth = await authenticate(req, this.sources);
       if (isFailure(auth))
         return fail(
           auth.status,
@@ -186,7 +353,7 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
       audit.groups = caller.groups;
       audit.cluster = target.cluster;
       // Judged as the cluster will read it: a name a header would trim or cannot carry is refused, never cleaned.
-      const identity = impersonatedIdentity(caller, opts.identityPrefix ?? '');
+      const identity = impersonatedIdentity(caller, this.opts.identityPrefix ?? '');
       const problem = identityProblem(identity);
       if (problem)
         return fail(
@@ -202,11 +369,11 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
           `${printable(impersonating)}: the gateway impersonates the authenticated caller itself; callers may not send Impersonate-* headers`,
           'impersonation',
         );
-      const decision = await authorizer.authorize(caller, target.cluster);
+      const decision = await this.authorizer.authorize(caller, target.cluster);
       if (!decision.allowed)
         return fail(decision.status, decision.message, decision.status === 403 ? 'not_authorized' : 'authorization_unavailable');
       // The proxy-service form: default deny, per cluster (service-allowlist.ts).
-      const allowed = target.service ? (opts.services?.allowed(target.cluster, target.service) ?? null) : null;
+      const allowed = target.service ? (this.opts.services?.allowed(target.cluster, target.service) ?? null) : null;
       if (target.service && !allowed) {
         const t = target.service;
         return fail(
@@ -215,8 +382,8 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
           'service_not_allowed',
         );
       }
-      if (!opts.core.hasCluster(target.cluster)) {
-        const known = opts.clusterKnown ? await opts.clusterKnown(target.cluster).catch(() => false) : false;
+      if (!this.opts.core.hasCluster(target.cluster)) {
+        const known = this.opts.clusterKnown ? await this.opts.clusterKnown(target.cluster).catch(() => false) : false;
         if (!known) {
           // `kubectl get --raw` replaces the server URL's path (client-go's RequestURI): say so.
           const hint = KUBE_ROOTS.has(target.cluster)
@@ -233,11 +400,11 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
         ex.kind === 'request'
           ? await forward(
               {
-                core: opts.core,
-                signing: () => material,
+                core: this.opts.core,
+                signing: () => this.material,
                 refuse: (rs, status, message) => closeAfter(rs, status, message),
-                pool,
-                responseTimeoutMs,
+                pool: this.pool,
+                responseTimeoutMs: this.responseTimeoutMs,
               },
               caller,
               identity,
@@ -249,13 +416,13 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
             )
           : await forwardUpgrade(
               {
-                core: opts.core,
-                signing: () => material,
+                core: this.opts.core,
+                signing: () => this.material,
                 refuse: (s, status, message) => closeAfter(s, status, message),
-                responseTimeoutMs,
+                responseTimeoutMs: this.responseTimeoutMs,
                 opened: (session) => {
-                  sessions.add(session);
-                  void session.done.then(() => sessions.delete(session));
+                  this.sessions.add(session);
+                  void session.done.then(() => this.sessions.delete(session));
                 },
               },
               caller,
@@ -269,7 +436,7 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
             );
       Object.assign(audit, { status: r.status, bytesIn: r.bytesIn, bytesOut: r.bytesOut, ...(r.error ? { error: r.error } : {}) });
     } catch (err) {
-      log.error({ err: (err as Error).message }, 'gateway request failed unexpectedly');
+      this.log.error({ err: (err as Error).message }, 'gateway request failed unexpectedly');
       if (ex.kind === 'upgrade') {
         if (audit.status === 0) fail(500, 'internal error in the gateway', 'internal');
         else ex.socket.destroy();
@@ -278,92 +445,9 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
       audit.status ||= 500;
     } finally {
       // Every answer, refusals included, is one audit line and one count.
-      record(req, started, audit);
+      this.record(req, started, audit);
     }
-  };
-
-  // handle() answers its own failures; this keeps a lane going should anything escape it.
-  const laneFailed = (err: unknown): void =>
-    log.error({ err: err instanceof Error ? err.message : String(err) }, 'gateway request failed unexpectedly');
-  server.on('request', (req: HttpTypes.IncomingMessage, res: HttpTypes.ServerResponse) => {
-    inFlight++;
-    res.once('close', () => inFlight--);
-    const lane = laneOf(req.socket);
-    lane.tail = lane.tail
-      .then(() => {
-        if (lane.closed) {
-          // Pipelined behind a refusal or a `Connection: close`: never handled; the connection closes once the answer before it is out.
-          req.resume();
-          res.destroy();
-          return undefined;
-        }
-        if (/(^|,)\s*close\s*(,|$)/i.test(req.headers.connection ?? '')) lane.closed = true;
-        return handle(req, { kind: 'request', res });
-      })
-      .catch(laneFailed);
-  });
-  // kubectl exec/attach/port-forward (WebSocket, SPDY/3.1): the same checks, then spliced (upgrade.ts).
-  // In flight from the head until the session closed, so a draining hub gives it the grace period.
-  server.on('upgrade', (req: HttpTypes.IncomingMessage, socket: net.Socket, head: Buffer) => {
-    // node:http took its own 'error' listener off the socket: without one a reset would throw.
-    socket.on('error', (err: NodeJS.ErrnoException) =>
-      log.debug({ peer: peerOf(socket), err: oneLine(err.message) }, 'gateway upgrade socket failed'),
-    );
-    inFlight++;
-    // Until it closes (a refused caller may keep its end open): closed by stop() if still there.
-    upgrades.add(socket);
-    socket.once('close', () => upgrades.delete(socket));
-    const lane = laneOf(socket);
-    lane.tail = lane.tail
-      .then(() => (lane.closed ? void socket.destroy() : handle(req, { kind: 'upgrade', socket, head })))
-      .catch(laneFailed)
-      .finally(() => inFlight--);
-  });
-  server.on('clientError', (err: NodeJS.ErrnoException, socket: net.Socket) => {
-    // Bytes after a request with `Connection: close`: not read; the answer to that request, still being
-    // written, ends the connection (a refusal written now would cut into it).
-    if (err.code === 'HPE_CLOSED_CONNECTION') return;
-    const tooLarge = err.code === 'HPE_HEADER_OVERFLOW';
-    if (!tooLarge) log.debug({ peer: peerOf(socket), err: oneLine(err.message) }, 'malformed gateway request');
-    if (tooLarge) metrics.gatewayRequests.inc({ cluster: '', code: '431' });
-    rawRefusal(
-      socket,
-      tooLarge ? 431 : err.code === 'ERR_HTTP_REQUEST_TIMEOUT' ? 408 : 400,
-      tooLarge ? `the request head is larger than ${maxHeaderBytes} bytes` : 'malformed HTTP request',
-    );
-  });
-  server.on('tlsClientError', (err, s) => {
-    log.info({ peer: peerOf(s) }, `gateway TLS handshake failed: ${oneLine(err.message)}`);
-    s.destroy();
-  });
-
-  const port = await listen(server, { host: opts.tls.host, port: opts.tls.port });
-  log.info({ port }, 'gateway listening');
-  let stopped: Promise<void> | null = null;
-  return {
-    port,
-    requests: () => inFlight,
-    setTls: (m) => {
-      material = { cert: m.cert, key: m.key };
-      server.setSecureContext({ ca: m.caCert, cert: m.cert, key: m.key });
-    },
-    stop(graceMs = 0): Promise<void> {
-      stopped ??= (async () => {
-        const closed = closeServer(server);
-        server.closeIdleConnections();
-        pool.closeIdle();
-        const deadline = Date.now() + graceMs;
-        while (inFlight > 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, Math.min(50, deadline - Date.now())));
-        server.closeAllConnections();
-        pool.close();
-        // Upgraded sockets are no longer node's connections: closed here, each session still audited.
-        for (const s of sessions) s.close('the gateway is shutting down');
-        for (const s of upgrades) s.destroy();
-        await closed;
-      })();
-      return stopped;
-    },
-  };
+  }
 }
 
 /** A one-line text answer; the connection closes after it. */

@@ -2,9 +2,9 @@
 // settings), `--config` files, CA bundles.
 import { generateKeyPairSync } from 'node:crypto';
 import fc from 'fast-check';
-import { parseNoProxy, parseProxyUrl, proxyFromEnvironment, redactProxyUrl } from '../../../agent/src/no-proxy.js';
-import { caCertificates, maskProxyPassword, normalizeProxyUrl, ProxySettingsError } from '../../../server/src/egress/proxy-settings.js';
-import { parseConfigYaml } from '../../../cli/src/config-file.js';
+import { parseNoProxy, parseProxyUrl, proxyFromEnvironment, redactProxyUrl } from '@cluster-proxy/agent';
+import { caCertificates, maskProxyPassword, normalizeProxyUrl, ProxySettingsError } from '@cluster-proxy/server';
+import { parseConfigYaml } from '@cluster-proxy/cli/parsers';
 import { check, checkBounded, checkOneLine, heldBytes, type FuzzTarget } from '../engine.js';
 
 const SECRET = 'S3cr3tPw';

@@ -3,8 +3,8 @@
 // exactly what the hub signed (a changed byte that still verifies would let someone else choose the user),
 // and everything else is a one-line refusal.
 import { isDeepStrictEqual } from 'node:util';
-import { certificatesOf, requestLine, signIdentity, verifyIdentity } from '../../../proto/src/index.js';
-import { createCA, issueServerCert } from '../../../server/src/pki/certificates.js';
+import { certificatesOf, requestLine, signIdentity, verifyIdentity } from '@cluster-proxy/proto';
+import { createCA, issueServerCert } from '@cluster-proxy/server/pki';
 import { check, checkOneLine, fc, type FuzzTarget } from '../engine.js';
 
 const ca = createCA({ commonName: 'fuzz-identity-ca' });

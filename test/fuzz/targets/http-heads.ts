@@ -10,10 +10,9 @@ import {
   quoteName,
   responseHead,
   textAnswer,
-} from '../../../proto/src/index.js';
-import { findHeadEnd, parseAuthority, parseHead } from '../../../server/src/connect/request.js';
-import { tokenFromHeader } from '../../../server/src/http/bearer-token.js';
-import { parseGatewayTarget } from '../../../server/src/gateway/paths.js';
+} from '@cluster-proxy/proto';
+import { parseGatewayTarget } from '@cluster-proxy/server';
+import { findHeadEnd, parseAuthority, parseHead, tokenFromHeader } from '@cluster-proxy/server/parsers';
 import { check, checkBounded, checkOneLine, chunksOf, heldBytes, type FuzzTarget } from '../engine.js';
 
 const TOKEN = /^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$/;

@@ -6,7 +6,7 @@
 import http from 'node:http';
 import https from 'node:https';
 import pino from 'pino';
-import { Hub, MemoryStore, createCA, issueAgentCert, issueServerCert } from '../../../server/src/index.js';
+import { Hub, MemoryStore, createCA, issueAgentCert, issueServerCert } from '@cluster-proxy/server';
 import { check, checkOneLine, fc, within, type FuzzTarget } from '../engine.js';
 
 const ca = createCA({ commonName: 'fuzz-hub-ca' });

@@ -2,8 +2,8 @@
 // hands in: read back as kubectl would (YAML 1.1), every value is exactly what went in (no value can add a
 // key, a document or a line), and a proxy URL parses back to the same user, token, host and port.
 import { parse } from 'yaml';
-import { buildKubeconfig, proxyUrl } from '../../../cli/src/kubeconfig.js';
-import { isDns1123Subdomain } from '../../../server/src/pki/agent-identity.js';
+import { buildKubeconfig, proxyUrl } from '@cluster-proxy/cli/parsers';
+import { isDns1123Subdomain } from '@cluster-proxy/server/pki';
 import { check, fc, type FuzzTarget } from '../engine.js';
 
 const field = fc.oneof(

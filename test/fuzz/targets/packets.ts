@@ -11,7 +11,7 @@ import {
   encodePacket,
   encodePacketParts,
   type Packet,
-} from '../../../proto/src/index.js';
+} from '@cluster-proxy/proto';
 import { check, checkBounded, checkOneLine, heldBytes, type FuzzTarget } from '../engine.js';
 
 /** Reads fields from fuzz bytes; past the end every read is zero. */

@@ -13,7 +13,7 @@ import {
   encodePacket,
   packets,
   type Packet,
-} from '../../../proto/src/index.js';
+} from '@cluster-proxy/proto';
 import { check, checkBounded, checkOneLine, chunksOf, within, type FuzzTarget } from '../engine.js';
 import { packetFrom, packetsFrom, samePacket } from './packets.js';
 
