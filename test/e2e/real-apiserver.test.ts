@@ -10,26 +10,22 @@ import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { ManagedCluster, ManagedClusterAddOn, Store } from '@cluster-proxy/server';
 import {
-  AUDIT_WRITE_VERBS,
   CHART_CRDS_DIR,
-  WRITE_VERBS,
-  apiRequests,
   killAllSpawned,
   runCommand,
   startEchoServer,
   startRealKube,
   waitFor,
-  type AuditEvent,
   type RealKube,
   type TcpTarget,
 } from '../src/fixtures/index.js';
+import { writesOver } from '../src/fixtures/hub-writes.js';
 import { KlusterletStandIn } from '../src/fixtures/klusterlet.js';
 import { OcmAddonManagerStandIn } from '../src/fixtures/ocm-addon-manager.js';
 import { CLI, createPki, startAgent, startHub, type AgentProcess, type HubProcess, type TestPki } from '../src/harness.js';
 
 /** The hub's identity towards the apiserver (as the chart's service account). */
 const HUB_USER = 'system:serviceaccount:open-cluster-management-cluster-proxy:cluster-proxy';
-const MANAGER_LEASE = 'cluster-proxy-addon-manager';
 /** The first start may build the binaries (the script prints its progress); later starts take seconds. */
 const START_TIMEOUT_MS = 45 * 60_000;
 const PASSES = 8;
@@ -37,64 +33,6 @@ const PASSES = 8;
 const PROFILES_NS = 'clusterset-a';
 
 const cond = (a: ManagedClusterAddOn | null, type: string) => a?.status?.conditions?.find((c) => c.type === type);
-
-/** The hub's leader-Lease renewals (one per status pass) in the audit log. */
-const passes = (events: AuditEvent[]): number =>
-  events.filter(
-    (e) =>
-      e.user.username === HUB_USER &&
-      e.verb === 'update' &&
-      e.objectRef?.resource === 'leases' &&
-      e.objectRef.name === MANAGER_LEASE &&
-      e.responseStatus?.code === 200,
-  ).length;
-
-/** The hub's heartbeats: its leader Lease (each pass) and its replica Lease (cluster-proxy-server-ID, renewed on a timer). */
-const heartbeat = (e: AuditEvent): boolean =>
-  e.objectRef?.resource === 'leases' &&
-  (e.objectRef.name === MANAGER_LEASE || (e.objectRef.name ?? '').startsWith('cluster-proxy-server-'));
-
-/** What the hub wrote besides its heartbeats, one line each. */
-const hubWrites = (events: AuditEvent[]): string[] =>
-  events
-    .filter((e) => e.user.username === HUB_USER && AUDIT_WRITE_VERBS.includes(e.verb) && !heartbeat(e))
-    .map(
-      (e) =>
-        `${e.verb} ${e.objectRef?.resource}${e.objectRef?.subresource ? `/${e.objectRef.subresource}` : ''} ${e.objectRef?.namespace ?? ''}/${e.objectRef?.name ?? ''} → ${e.responseStatus?.code}`,
-    );
-
-/** Writes to addons and works (any writer) from the apiserver's metrics. */
-async function addonAndWorkWrites(kube: RealKube): Promise<{ addons: number; works: number }> {
-  const m = await kube.metrics();
-  return {
-    addons: apiRequests(m, { resource: 'managedclusteraddons', verbs: WRITE_VERBS }),
-    works: apiRequests(m, { resource: 'manifestworks', verbs: WRITE_VERBS }),
-  };
-}
-
-/**
- * Waits for `n` more status passes and returns the hub's writes (other than its leader Lease) during them,
- * and the addon and work writes the apiserver counted.
- */
-async function writesOver(
-  kube: RealKube,
-  n: number,
-  opts: { during?: () => Promise<void>; until?: (events: AuditEvent[]) => boolean } = {},
-): Promise<{ hub: string[]; metrics: { addons: number; works: number } }> {
-  const before = await kube.audit();
-  const from = passes(before);
-  const m0 = await addonAndWorkWrites(kube);
-  await opts.during?.();
-  const after = await waitFor(
-    async () => {
-      const a = await kube.audit();
-      return passes(a) >= from + n && (opts.until?.(a.slice(before.length)) ?? true) ? a : null;
-    },
-    { timeoutMs: 60_000, intervalMs: 250, message: `${n} hub status passes` },
-  );
-  const m1 = await addonAndWorkWrites(kube);
-  return { hub: hubWrites(after!.slice(before.length)), metrics: { addons: m1.addons - m0.addons, works: m1.works - m0.works } };
-}
 
 describe('the hub on a real kube-apiserver', () => {
   let pki: TestPki;
@@ -162,7 +100,7 @@ describe('the hub on a real kube-apiserver', () => {
           throw new Error(`${err.message}: ${JSON.stringify(a?.status)}\nhub: ${hub.proc.lines().slice(-20).join('\n')}`);
         });
       }
-      const w = await writesOver(kube, PASSES);
+      const w = await writesOver(kube, HUB_USER, PASSES);
       console.log(
         `join mode, ${PASSES} passes after convergence: hub writes ${w.hub.length}, apiserver counted ${w.metrics.addons} addon writes`,
       );
@@ -280,7 +218,7 @@ describe('the hub on a real kube-apiserver', () => {
           { timeoutMs: 30_000, intervalMs: 200, message: `the gateway in ${c}'s ClusterProfile` },
         );
       }
-      const w = await writesOver(kube, PASSES);
+      const w = await writesOver(kube, HUB_USER, PASSES);
       console.log(
         `OCM mode, ${PASSES} passes after convergence: hub writes ${w.hub.length}, apiserver counted ${w.metrics.addons} addon and ${w.metrics.works} work writes (all writers)`,
       );
@@ -306,7 +244,7 @@ describe('the hub on a real kube-apiserver', () => {
       // The installer's pass (works, CSRs, hub Secrets, ClusterProfiles) runs on a change it watches, else every
       // minute: a label on the ClusterManagementAddOn starts one, seen as the hub reading the ClusterManagementAddOn
       // (only the installer's pass does; works, addons and clusters it reads from watch-fed mirrors).
-      const installer = await writesOver(kube, PASSES, {
+      const installer = await writesOver(kube, HUB_USER, PASSES, {
         during: async () => {
           const cma = (await store().get('ClusterManagementAddOn', { name: 'cluster-proxy' }))!;
           await store().update('ClusterManagementAddOn', {

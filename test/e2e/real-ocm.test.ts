@@ -28,6 +28,7 @@ import {
   type OcmHub,
   type OcmManagedCluster,
 } from '../src/fixtures/real-ocm.js';
+import { writesOver } from '../src/fixtures/hub-writes.js';
 import { CLI, createPki, startHub, type HubProcess, type TestPki } from '../src/harness.js';
 
 const AGENT_NS = 'open-cluster-management-cluster-proxy';
@@ -388,6 +389,57 @@ describe.skipIf(!hasGo)("our hub on OCM's own hub and klusterlets (real OCM prog
       throw new Error(`${err.message}: ${JSON.stringify((await addon('c1'))?.status?.configReferences)}\n${await why('c1')}`);
     });
   }, 180_000);
+
+  // One writer per field: while a cluster's klusterlet is gone, OCM's registration hub sets every addon's Available
+  // to the ManagedCluster's Unknown (ocm pkg/registration/hub/addon/healthcheck_controller.go), whatever the health
+  // mode. The hub steps back then, though the agent's tunnel is still up, and writes Available again once OCM says
+  // the cluster is back.
+  it("the cluster's klusterlet gone (its registration agent stopped): OCM sets the cluster and the addon Available Unknown; the hub writes no Available meanwhile, tunnel or not; back, the hub's Available again", async () => {
+    await enable('c2');
+    await available('c2');
+    const mcPath = '/apis/cluster.open-cluster-management.io/v1/managedclusters/c2';
+    const mcAvailable = async (): Promise<string | undefined> =>
+      (await get<{ status?: { conditions?: { type: string; status: string }[] } }>(mcPath))?.status?.conditions?.find(
+        (c) => c.type === 'ManagedClusterConditionAvailable',
+      )?.status;
+    // A short lease, so OCM's hub gives the klusterlet up within 5 × 2 s instead of five minutes.
+    const patched = await ocm.kube.request('PATCH', mcPath, { spec: { leaseDurationSeconds: 2 } }, 'application/merge-patch+json');
+    expect(patched.status, patched.text).toBe(200);
+    const registration = clusters.get('c2')!.registration;
+    const pid = registration.pid!;
+    process.kill(pid, 'SIGSTOP');
+    try {
+      await waitFor(async () => (await mcAvailable()) === 'Unknown', {
+        timeoutMs: 60_000,
+        intervalMs: 250,
+        message: 'c2 Available Unknown',
+      });
+      await waitFor(async () => cond(await addon('c2'), 'Available')?.status === 'Unknown', {
+        timeoutMs: 30_000,
+        intervalMs: 250,
+        message: "c2's addon Available Unknown (OCM's registration hub)",
+      });
+      // Several status passes of the hub, with the tunnel up all along: no addon status write for c2.
+      const w = await writesOver(ocm.kube, HUB_USER, 4, { during: async () => void (await apiserverThroughHub('c2')) });
+      expect(w.hub.filter((x) => x.includes('managedclusteraddons') && x.includes(' c2/'))).toEqual([]);
+      expect(cond(await addon('c2'), 'Available')?.status).toBe('Unknown');
+      expect((await apiserverThroughHub('c2')).gitVersion).toBe(clusters.get('c2')!.kube.versions.kubernetes);
+    } finally {
+      process.kill(pid, 'SIGCONT');
+    }
+    await waitFor(async () => (await mcAvailable()) === 'True', { timeoutMs: 90_000, intervalMs: 250, message: 'c2 Available again' });
+    // Ours again, from the tunnel (OCM's registration hub only ever writes Unknown in Customized mode).
+    await available('c2');
+    const restore = await ocm.kube.request('PATCH', mcPath, { spec: { leaseDurationSeconds: 60 } }, 'application/merge-patch+json');
+    expect(restore.status, restore.text).toBe(200);
+    const r = await ocm.kube.request('DELETE', addonPath('c2'));
+    expect(r.status, r.text).toBe(200);
+    await waitFor(async () => (await addon('c2')) === null && (await work('c2')) === null, {
+      timeoutMs: 60_000,
+      intervalMs: 250,
+      message: "c2's addon and work gone",
+    });
+  }, 240_000);
 
   it('disabling the addon: the garbage collector takes the work, the work agent removes the agent and leaves the namespace, the agent stops', async () => {
     const k = clusters.get('c1')!.kubelet;
