@@ -439,6 +439,23 @@ export class Fleet {
   }
 
   /** `cluster-proxy get managedclusteraddons -A` as the CLI asks it (the admin API). */
+  /**
+   * OCM mode: how many addons have settled, read from the store as OCM sees them: Available and ManifestApplied
+   * True, and, on OCM itself, the rollout Completed (OCM's addon-manager is done with them).
+   */
+  async settledAddons(): Promise<number> {
+    if (!this.kube || !this.opts.ocm) throw new Error('settledAddons() is for OCM mode');
+    const is = (a: ManagedClusterAddOn, type: string, status: string, reason?: string): boolean =>
+      a.status?.conditions?.some((c) => c.type === type && c.status === status && (reason === undefined || c.reason === reason)) ?? false;
+    const { items } = await this.kube.store.list('ManagedClusterAddOn');
+    return items.filter(
+      (a) =>
+        is(a, 'Available', 'True') &&
+        is(a, 'ManifestApplied', 'True') &&
+        (!this.opts.realOcm || is(a, 'Progressing', 'False', 'Completed')),
+    ).length;
+  }
+
   async addons(): Promise<{ cluster: string; available: string | undefined }[]> {
     const res = await fetch(`http://127.0.0.1:${this.ports.admin}/v1/managedclusteraddons`, { signal: AbortSignal.timeout(60_000) });
     if (res.status !== 200) throw new Error(`GET /v1/managedclusteraddons: HTTP ${res.status}`);
