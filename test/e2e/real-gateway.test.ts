@@ -360,9 +360,9 @@ describe('SelfSubjectReview (kubectl auth whoami) through the gateway: the ident
     });
     expect(await whoami({ cert: dora })).toEqual({ username: 'dora', groups: ['ops', 'system:authenticated'] });
     // UTF-8 on the wire (as client-go sends it) is what Go reads: Latin-1 would arrive as something else.
-    expect(await whoami({ cert: await pki.user('josé', ['équipe']) })).toEqual({
+    expect(await whoami({ cert: await pki.user('josé', ['équipe', '開発']) })).toEqual({
       username: 'josé',
-      groups: ['équipe', 'system:authenticated'],
+      groups: ['équipe', '開発', 'system:authenticated'],
     });
   });
 
