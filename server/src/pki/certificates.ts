@@ -195,8 +195,16 @@ function issueLeaf(
   const keys = publicKey ? { publicKey, keyPem: '' } : generateRsaKeys();
   const cert = newCertificate(keys.publicKey, window);
   cert.setSubject(encodedSubject(subject));
-  // Copy the CA's subject as parsed so the issuer name matches it byte for byte.
-  cert.setIssuer(issuer.cert.subject.attributes);
+  // Copy the CA's subject as parsed so the issuer name matches it byte for byte. forge gives a UTF8String's
+  // value as its UTF-8 bytes and would encode them again: decoded first.
+  cert.setIssuer(
+    issuer.cert.subject.attributes.map((a) =>
+      // (@types/node-forge types valueTagClass as a tag class; forge keeps the value's tag there.)
+      (a.valueTagClass as number | undefined) === UTF8_STRING && typeof a.value === 'string'
+        ? { ...a, value: forgeLib().util.decodeUtf8(a.value) }
+        : a,
+    ),
+  );
   const extensions: object[] = [
     { name: 'basicConstraints', cA: false, critical: true },
     { name: 'keyUsage', digitalSignature: true, keyEncipherment: true, critical: true },

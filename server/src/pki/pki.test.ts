@@ -168,6 +168,12 @@ describe('issueClientCert', () => {
     };
     for (const v of ['開発', 'a@b', 'josé']) expect(der.includes(tagged(12, v)), v).toBe(true);
     expect(der.includes(tagged(19, 'ops'))).toBe(true);
+    // A CA named so: its leaves name it as it names itself.
+    const utf8Ca = createCA({ commonName: 'Café 開発 CA' });
+    const leaf = new X509Certificate(issueClientCert(utf8Ca, { commonName: 'zoë' }).certPem);
+    const utf8CaX = new X509Certificate(utf8Ca.certPem);
+    expect([utf8CaX.subject, leaf.issuer]).toEqual(['CN=Café 開発 CA', 'CN=Café 開発 CA']);
+    expect(leaf.checkIssued(utf8CaX)).toBe(true);
   });
 });
 
