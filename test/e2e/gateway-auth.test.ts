@@ -129,7 +129,8 @@ beforeAll(async () => {
   // Who may reach cluster1 on the hub (RBAC stand-in): OIDC group dev, user carol, certificate user dora.
   api.access.allow({ group: 'oidc:dev', ...PROXY, names: ['cluster1'] });
   api.access.allow({ user: 'carol', ...PROXY, names: ['cluster1'] });
-  api.access.allow({ user: 'cluster:hub:system:serviceaccount:team:ci', ...PROXY, names: ['cluster1'] });
+  // The hub's RBAC names its own service account as its API server does (no cluster:hub: prefix).
+  api.access.allow({ user: 'system:serviceaccount:team:ci', ...PROXY, names: ['cluster1'] });
   api.access.allow({ user: 'dora', ...PROXY, names: ['cluster1'] });
   api.access.allow({ user: 'erin', ...PROXY, names: ['cluster1'] });
   api.access.deny({ user: 'carol', ...PROXY, names: ['cluster2'] }, 'cluster2 is frozen for carol by the change board');

@@ -1,7 +1,9 @@
-// Three (or N) hub replicas on the Kubernetes store (the local API server fixture) behind a real haproxy,
-// and agents of one cluster dialing the balanced address: the set-up the HA end-to-end tests share.
+// Three (or N) hub replicas on the Kubernetes store behind a real haproxy, and agents of one cluster dialing
+// the balanced address: the set-up the HA end-to-end tests share. The store's API server is our stand-in
+// (kube-api-server.ts) or, with `apiserver: 'real'`, a real control plane (real-kube.ts) with our chart's CRDs,
+// where the replicas run as the chart's service account with only the chart's RBAC (real-install.ts).
 // `hubs` and `agents` are the live lists the tests change (a replica stopped is null until restarted).
-import { mkdtemp } from 'node:fs/promises';
+import { mkdtemp, readdir } from 'node:fs/promises';
 import path from 'node:path';
 import { expect } from 'vitest';
 import {
@@ -12,10 +14,14 @@ import {
   startFakeKubeApiServer,
   startHaproxy,
   waitFor,
+  startRealKube,
+  CHART_CRDS_DIR,
   type FakeKubeApiServer,
   type Haproxy,
+  type RealKube,
   type TcpTarget,
 } from './fixtures/index.js';
+import { installHubIdentity } from './fixtures/real-install.js';
 import { CLI, createPki, getJson, startAgent, startHub, type AgentProcess, type HubProcess, type TestPki } from './harness.js';
 
 export interface HaFleetOptions {
@@ -29,11 +35,13 @@ export interface HaFleetOptions {
   agentArgs: string[];
   /** Another build's entry script for the first replicas, the join and the agents (the skew tests' previous release). */
   cli?: string;
+  /** The store's API server: our stand-in (default) or a real control plane. */
+  apiserver?: 'stand-in' | 'real';
 }
 
-export interface HaFleet {
+export interface HaFleet<A extends FakeKubeApiServer | RealKube = FakeKubeApiServer> {
   pki: TestPki;
-  api: FakeKubeApiServer;
+  api: A;
   lb: Haproxy;
   echo: TcpTarget;
   hubs: (HubProcess | null)[];
@@ -47,13 +55,33 @@ export interface HaFleet {
   stop(): Promise<void>;
 }
 
-export async function startHaFleet(o: HaFleetOptions): Promise<HaFleet> {
+export function startHaFleet(o: HaFleetOptions & { apiserver?: 'stand-in' }): Promise<HaFleet<FakeKubeApiServer>>;
+export function startHaFleet(o: HaFleetOptions & { apiserver: 'real' }): Promise<HaFleet<RealKube>>;
+export async function startHaFleet(o: HaFleetOptions): Promise<HaFleet<FakeKubeApiServer | RealKube>> {
   const pki = await createPki();
   const echo = await startEchoServer();
-  // Strict about namespaces, like a real apiserver: the hub must create the ones it writes into.
-  const api = await startFakeKubeApiServer({ requireNamespaces: true });
-  const kubeconfig = path.join(await mkdtemp(path.join(pki.dir, 'kube-')), 'kubeconfig');
-  await api.writeKubeconfig(kubeconfig);
+  const kubeDir = await mkdtemp(path.join(pki.dir, 'kube-'));
+  let kubeconfig = path.join(kubeDir, 'kubeconfig');
+  let api: FakeKubeApiServer | RealKube;
+  let closeApi: () => Promise<void>;
+  if (o.apiserver === 'real') {
+    const crds = (await readdir(CHART_CRDS_DIR)).filter((f) => f.endsWith('.yaml')).map((f) => path.join(CHART_CRDS_DIR, f));
+    const kube = await startRealKube({ crdFiles: crds });
+    api = kube;
+    closeApi = () => kube.stop();
+    try {
+      kubeconfig = await installHubIdentity(kube, kubeDir);
+    } catch (err) {
+      await Promise.all([kube.stop(), echo.close(), pki.cleanup()]);
+      throw err;
+    }
+  } else {
+    // Strict about namespaces, like a real apiserver: the hub must create the ones it writes into.
+    const fake = await startFakeKubeApiServer({ requireNamespaces: true });
+    api = fake;
+    closeApi = () => fake.close();
+    await fake.writeKubeconfig(kubeconfig);
+  }
   const agentPorts: number[] = [];
   const hubs: (HubProcess | null)[] = [];
   const agents: AgentProcess[] = [];
@@ -65,7 +93,7 @@ export async function startHaFleet(o: HaFleetOptions): Promise<HaFleet> {
     await Promise.all(hubs.map((h) => h?.stop()));
     await lb?.close();
     await killAllSpawned();
-    await api.close();
+    await closeApi();
     await echo.close();
     await pki.cleanup();
   };

@@ -139,6 +139,10 @@ describe('gateway access: the sources in order', () => {
       groups: ['cluster:hub:system:serviceaccounts', 'cluster:hub:system:serviceaccounts:team', 'devs'],
       uid: 'u-1',
       extra: { 'authentication.kubernetes.io/pod-name': ['p'] },
+      reviewed: {
+        user: 'system:serviceaccount:team:ci',
+        groups: ['system:serviceaccounts', 'system:serviceaccounts:team', 'system:authenticated', 'devs'],
+      },
       source: 'tokenreview',
       name: 'kubernetes user "system:serviceaccount:team:ci"',
       clusters: '*',
@@ -155,15 +159,16 @@ describe('gateway access: the sources in order', () => {
     await authenticate(request(`Bearer ${'A'.repeat(43)}`), a.sources);
     expect(reviews.tokenReviews).toBe(2);
 
-    // Authorization: SAR for the TokenReview user, cached; the hub token by its scope alone.
+    // Authorization: SAR for the TokenReview user as the API server named it (its RBAC binds those names), cached;
+    // the hub token by its scope alone.
     const caller = sa as GatewayCaller;
-    reviews.allow.add(`${caller.user}/c1`);
+    reviews.allow.add('system:serviceaccount:team:ci/c1');
     expect(await a.authorizer.authorize(caller, 'c1')).toEqual({ allowed: true });
     expect(await a.authorizer.authorize(caller, 'c1')).toEqual({ allowed: true });
     expect(reviews.sars).toHaveLength(1);
     expect(reviews.sars[0]).toEqual({
-      user: caller.user,
-      groups: caller.groups,
+      user: 'system:serviceaccount:team:ci',
+      groups: ['system:serviceaccounts', 'system:serviceaccounts:team', 'system:authenticated', 'devs'],
       uid: 'u-1',
       extra: caller.extra,
       resourceAttributes: { ...PROXY_ACCESS, name: 'c1' },
@@ -189,7 +194,10 @@ describe('gateway access: the sources in order', () => {
       status: 503,
       message: "cannot check the token with the hub's API server: TokenReview: connect ECONNREFUSED",
     });
-    expect(await a.authorizer.authorize({ ...caller, user: 'someone' }, 'c1')).toMatchObject({ allowed: false, status: 503 });
+    expect(await a.authorizer.authorize({ ...caller, reviewed: { user: 'someone', groups: [] } }, 'c1')).toMatchObject({
+      allowed: false,
+      status: 503,
+    });
     a.close();
   });
 

@@ -52,8 +52,9 @@ export interface SarAuthorizerOptions {
 
 export function subjectAccessReviewSpec(caller: GatewayCaller, cluster: string): SubjectAccessReviewSpec {
   return {
-    user: caller.user,
-    groups: caller.groups,
+    // A TokenReview's user as the hub's API server knows it (a ServiceAccount subject matches), not the cluster-side name.
+    user: caller.reviewed?.user ?? caller.user,
+    groups: caller.reviewed?.groups ?? caller.groups,
     ...(caller.uid ? { uid: caller.uid } : {}),
     ...(caller.extra ? { extra: caller.extra } : {}),
     resourceAttributes: { ...PROXY_ACCESS, name: cluster },

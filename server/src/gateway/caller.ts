@@ -7,6 +7,11 @@ export interface GatewayCaller {
   uid?: string;
   /** Extra attributes (TokenReview): in the hub's SubjectAccessReview, and Impersonate-Extra-* in the cluster. */
   extra?: Record<string, string[]>;
+  /**
+   * The user and groups as the hub's API server named them (TokenReview), before the cluster:hub: prefix: what
+   * the hub's own SubjectAccessReview asks about, so its RBAC (a ServiceAccount subject, a group) matches.
+   */
+  reviewed?: { user: string; groups: string[] };
   /** Which source authenticated them ('token', 'certificate', 'oidc', 'tokenreview'), and a display name for logs and the per-client limit. */
   source: string;
   name: string;

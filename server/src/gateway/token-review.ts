@@ -6,7 +6,8 @@
 //
 // The identity is the review's, with one change: names in Kubernetes' and our reserved namespaces get the
 // prefix `cluster:hub:` (hub-names.ts). `system:authenticated` is dropped: the managed apiserver adds it to
-// every impersonated user.
+// every impersonated user. The hub's own SubjectAccessReview asks about the review's names as they are
+// (authorization.ts): they are that API server's users, and its RBAC binds them by those names.
 import { createHash } from 'node:crypto';
 import type { Logger } from 'pino';
 import { oneLine } from '../http/text.js';
@@ -64,6 +65,7 @@ export class TokenReviewer {
       groups: (u.groups ?? []).filter((g) => g !== 'system:authenticated').map(hubName),
       ...(u.uid ? { uid: u.uid } : {}),
       ...(u.extra && Object.keys(u.extra).length > 0 ? { extra: u.extra } : {}),
+      reviewed: { user: username, groups: u.groups ?? [] },
       source: 'tokenreview',
       name: `kubernetes user "${username}"`,
       clusters: '*',

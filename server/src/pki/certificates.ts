@@ -64,6 +64,20 @@ export const MIN_AGENT_RSA_BITS = 2048;
 
 type SubjectAttribute = { shortName: string; value: string };
 
+/** ASN.1 PrintableString's characters (forge's default string type for a name's attributes). */
+const PRINTABLE = /^[A-Za-z0-9 '()+,\-./:=?]*$/;
+/** ASN.1 UTF8String's tag. */
+const UTF8_STRING = 12;
+
+/**
+ * A subject as forge will encode it: a value that is not a PrintableString (`josé`, `開発`, `a@b`) as a
+ * UTF8String, which forge writes as UTF-8 (as a PrintableString it wrote the code units as bytes: invalid for
+ * Go's parser, and a broken PEM for characters beyond U+00FF). Printable values keep their encoding.
+ */
+function encodedSubject(subject: SubjectAttribute[]): (SubjectAttribute & { valueTagClass?: number })[] {
+  return subject.map((a) => (PRINTABLE.test(a.value) ? a : { ...a, valueTagClass: UTF8_STRING }));
+}
+
 export function createCA(opts: CAOptions = {}): PemPair {
   const commonName = opts.commonName ?? DEFAULT_CA_COMMON_NAME;
   assertNonEmpty(commonName, 'CA common name');
@@ -71,7 +85,7 @@ export function createCA(opts: CAOptions = {}): PemPair {
   const window = validityWindow(opts, DEFAULT_CA_VALIDITY_DAYS);
   const keys = generateRsaKeys();
   const cert = newCertificate(keys.publicKey, window);
-  const subject: SubjectAttribute[] = [{ shortName: 'CN', value: commonName }];
+  const subject = encodedSubject([{ shortName: 'CN', value: commonName }]);
   cert.setSubject(subject);
   cert.setIssuer(subject);
   cert.setExtensions([
@@ -180,9 +194,17 @@ function issueLeaf(
   const issuer = loadIssuer(ca);
   const keys = publicKey ? { publicKey, keyPem: '' } : generateRsaKeys();
   const cert = newCertificate(keys.publicKey, window);
-  cert.setSubject(subject);
-  // Copy the CA's subject as parsed so the issuer name matches it byte for byte.
-  cert.setIssuer(issuer.cert.subject.attributes);
+  cert.setSubject(encodedSubject(subject));
+  // Copy the CA's subject as parsed so the issuer name matches it byte for byte. forge gives a UTF8String's
+  // value as its UTF-8 bytes and would encode them again: decoded first.
+  cert.setIssuer(
+    issuer.cert.subject.attributes.map((a) =>
+      // (@types/node-forge types valueTagClass as a tag class; forge keeps the value's tag there.)
+      (a.valueTagClass as number | undefined) === UTF8_STRING && typeof a.value === 'string'
+        ? { ...a, value: forgeLib().util.decodeUtf8(a.value) }
+        : a,
+    ),
+  );
   const extensions: object[] = [
     { name: 'basicConstraints', cA: false, critical: true },
     { name: 'keyUsage', digitalSignature: true, keyEncipherment: true, critical: true },

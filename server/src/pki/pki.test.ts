@@ -156,6 +156,25 @@ describe('issueClientCert', () => {
     expect(x.checkIssued(caX)).toBe(true);
     expect(x.verify(caX.publicKey)).toBe(true);
   });
+
+  it('writes names that are not PrintableStrings as UTF8Strings of their UTF-8 bytes; printable ones as before', () => {
+    const pair = issueClientCert(ca, { commonName: 'josé', organization: ['開発', 'a@b', 'ops'] });
+    const x = new X509Certificate(pair.certPem);
+    expect(x.subject.split('\n')).toEqual(['O=開発', 'O=a@b', 'O=ops', 'CN=josé']);
+    const der = x.raw;
+    const tagged = (tag: number, value: string): Buffer => {
+      const bytes = Buffer.from(value, 'utf8');
+      return Buffer.concat([Buffer.from([tag, bytes.length]), bytes]);
+    };
+    for (const v of ['開発', 'a@b', 'josé']) expect(der.includes(tagged(12, v)), v).toBe(true);
+    expect(der.includes(tagged(19, 'ops'))).toBe(true);
+    // A CA named so: its leaves name it as it names itself.
+    const utf8Ca = createCA({ commonName: 'Café 開発 CA' });
+    const leaf = new X509Certificate(issueClientCert(utf8Ca, { commonName: 'zoë' }).certPem);
+    const utf8CaX = new X509Certificate(utf8Ca.certPem);
+    expect([utf8CaX.subject, leaf.issuer]).toEqual(['CN=Café 開発 CA', 'CN=Café 開発 CA']);
+    expect(leaf.checkIssued(utf8CaX)).toBe(true);
+  });
 });
 
 describe('issueAgentCert', () => {
