@@ -7,6 +7,7 @@
 // and the tunnel comes up through our hub; and, as the reason for the orphaning step, that a plain
 // `helm uninstall` of OCM's chart has the garbage collector delete the addon (OCM's addon-manager makes the
 // ClusterManagementAddOn its controller owner). Skipped, with the reason, when there is no Go toolchain.
+import { randomUUID } from 'node:crypto';
 import { once } from 'node:events';
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import os from 'node:os';
@@ -191,12 +192,16 @@ describe.skipIf(!hasGo || noKubectl !== null)("migrating from OCM's cluster-prox
     ]);
   };
   /** A chart's Deployment is gone (helm deleted it): the process that stands for its pod stops, as the kubelet stops it. */
-  const stopWithDeployment = (namespace: string, name: string, stop: () => Promise<void>): Promise<void> =>
-    waitFor(async () => (await get(`/apis/apps/v1/namespaces/${namespace}/deployments/${name}`)) === null, {
+  const stopWithDeployment = (namespace: string, name: string, stop: () => Promise<void>): Promise<void> => {
+    const done = waitFor(async () => (await get(`/apis/apps/v1/namespaces/${namespace}/deployments/${name}`)) === null, {
       timeoutMs: 120_000,
       intervalMs: 100,
       message: `Deployment ${namespace}/${name} deleted`,
     }).then(stop);
+    // Awaited by the case unless the helm command before fails first.
+    done.catch(() => undefined);
+    return done;
+  };
 
   /** GET /version of c1's apiserver through our hub and the agent's tunnel. */
   async function apiserverThroughHub(): Promise<{ gitVersion: string }> {
@@ -247,6 +252,20 @@ describe.skipIf(!hasGo || noKubectl !== null)("migrating from OCM's cluster-prox
     adminKubeconfig = path.join(pki.dir, 'hub-admin.kubeconfig');
     await ocm.kube.writeKubeconfig(adminKubeconfig);
     c1 = await startOcmManagedCluster(ocm, { name: 'c1', cli: CLI, runsImage: (image) => !image.startsWith(OCM_IMAGE) });
+    // The garbage collector watches a CRD's kind only from its next discovery pass (every 30 s) after the CRD
+    // appears; until then it cannot orphan an addon (nor delete one), which a long-running hub never sees. An
+    // addon owned by an object that does not exist is deleted once it watches addons.
+    const probe = await ocm.kube.request('POST', '/apis/addon.open-cluster-management.io/v1alpha1/namespaces/default/managedclusteraddons', {
+      apiVersion: 'addon.open-cluster-management.io/v1alpha1',
+      kind: 'ManagedClusterAddOn',
+      metadata: { name: 'gc-probe', namespace: 'default', ownerReferences: [{ apiVersion: 'v1', kind: 'ConfigMap', name: 'gone', uid: randomUUID() }] },
+      spec: {},
+    });
+    expect(probe.status, probe.text).toBe(201);
+    await waitFor(
+      async () => (await get('/apis/addon.open-cluster-management.io/v1alpha1/namespaces/default/managedclusteraddons/gc-probe')) === null,
+      { timeoutMs: 90_000, intervalMs: 500, message: 'the garbage collector watching ManagedClusterAddOns' },
+    );
   }, START_TIMEOUT_MS);
 
   afterAll(async () => {
@@ -305,7 +324,7 @@ describe.skipIf(!hasGo || noKubectl !== null)("migrating from OCM's cluster-prox
     await orphanedAddon(ocmCma);
     // 2. OCM's chart goes (its ClusterManagementAddOn is gone already); its manager's pod with its Deployment.
     const managerGone = stopWithDeployment(OCM_NS, 'cluster-proxy-addon-manager', async () => {
-      await ocmManager!.stop();
+      await ocmManager?.stop();
       ocmManager = null;
     });
     await type('helm', ['uninstall', 'cluster-proxy', '--namespace', OCM_NS]);
@@ -337,6 +356,25 @@ describe.skipIf(!hasGo || noKubectl !== null)("migrating from OCM's cluster-prox
     expect(shared.status).toBe(200);
     expect(shared.body.metadata.deletionTimestamp).toBeUndefined();
     expect((await c1.kube.request('GET', `/api/v1/namespaces/${SHARED_NS}/configmaps/other-addon-config`)).status).toBe(200);
+    // Had OCM's ManagedProxyConfiguration stayed (its default entry point PortForward), the addon says why nothing
+    // is installed, naming the field; the documented fix (delete it: the hub then uses its defaults) clears it.
+    const MPC = '/apis/proxy.open-cluster-management.io/v1alpha1/managedproxyconfigurations/cluster-proxy';
+    const mpc = (await get<{ spec: { proxyServer: Record<string, unknown> } }>(MPC))!;
+    const portForward = await ocm.kube.request(
+      'PATCH',
+      MPC,
+      { spec: { proxyServer: { ...mpc.spec.proxyServer, entrypoint: { type: 'PortForward', port: 8091 } } } },
+      'application/merge-patch+json',
+    );
+    expect(portForward.status, portForward.text).toBe(200);
+    const refused = await until(async () => {
+      const x = cond(await addon(), 'ManifestApplied') as { status: string; message?: string } | undefined;
+      return x?.status === 'False' ? x : null;
+    }, 'ManifestApplied False for a PortForward entry point');
+    expect(refused.message).toContain('spec.proxyServer.entrypoint.type');
+    await type('kubectl', ['delete', 'managedproxyconfiguration', 'cluster-proxy', '--ignore-not-found']);
+    await until(async () => cond(await addon(), 'ManifestApplied')?.status === 'True', 'ManifestApplied True with the hub\'s own ManagedProxyConfiguration');
+    expect((await apiserverThroughHub()).gitVersion).toBe(c1.kube.versions.kubernetes);
   }, 300_000);
 
   it("back to OCM's, as the docs tell it: our uninstall keeps the ClusterManagementAddOn and the agents; orphaned, our ManagedProxyConfiguration deleted and OCM's Placement decided first, OCM's chart installs and its manager rewrites the work; the addon (same UID) and its config stay", async () => {
@@ -344,7 +382,7 @@ describe.skipIf(!hasGo || noKubectl !== null)("migrating from OCM's cluster-prox
     // 1. Ours goes; its ClusterManagementAddOn stays (resource policy keep), so nothing is taken from the clusters.
     const ours = (await cma())!.metadata.uid;
     const hubGone = stopWithDeployment(OUR_NS, 'cluster-proxy', async () => {
-      await hub!.stop();
+      await hub?.stop();
       hub = null;
     });
     await type('helm', ['uninstall', 'cluster-proxy', '--namespace', OUR_NS]);
@@ -356,7 +394,7 @@ describe.skipIf(!hasGo || noKubectl !== null)("migrating from OCM's cluster-prox
     // 2. Orphan the addons; delete the ManagedProxyConfiguration our hub made (OCM's chart makes its own).
     await type('kubectl', ['annotate', 'clustermanagementaddon', 'cluster-proxy', 'addon.open-cluster-management.io/lifecycle=self', '--overwrite']);
     await type('kubectl', ['delete', 'clustermanagementaddon', 'cluster-proxy', '--cascade=orphan']);
-    await type('kubectl', ['delete', 'managedproxyconfiguration', 'cluster-proxy']);
+    await type('kubectl', ['delete', 'managedproxyconfiguration', 'cluster-proxy', '--ignore-not-found']);
     await orphanedAddon(ours);
     // 3. The Placement OCM's chart installs by, decided before the chart's ClusterManagementAddOn exists (OCM's
     // addon-manager deletes every addon of a cluster the Placement has not chosen), then OCM's chart naming it,
@@ -410,7 +448,7 @@ describe.skipIf(!hasGo || noKubectl !== null)("migrating from OCM's cluster-prox
     expect(a.metadata.uid).toBe(addonUid);
     expect(await work()).not.toBeNull();
     const managerGone = stopWithDeployment(OCM_NS, 'cluster-proxy-addon-manager', async () => {
-      await ocmManager!.stop();
+      await ocmManager?.stop();
       ocmManager = null;
     });
     await type('helm', ['uninstall', 'cluster-proxy', '--namespace', OCM_NS]);
