@@ -19,7 +19,14 @@ import { type Tunnel, TunnelError } from '@cluster-proxy/client';
 import type { ManagedClusterAddOn, ManifestWork } from '@cluster-proxy/server';
 import { AUDIT_WRITE_VERBS, CHART_CRDS_DIR, killAllSpawned, runCommand, waitFor, type ManagedProcess } from '../src/fixtures/index.js';
 import { ocmClusterProxy, startOcmClusterProxyManager, type OcmClusterProxy } from '../src/fixtures/ocm-cluster-proxy.js';
-import { goAvailable, ocmPeers, startOcmHub, startOcmManagedCluster, type OcmHub, type OcmManagedCluster } from '../src/fixtures/real-ocm.js';
+import {
+  goAvailable,
+  ocmPeers,
+  startOcmHub,
+  startOcmManagedCluster,
+  type OcmHub,
+  type OcmManagedCluster,
+} from '../src/fixtures/real-ocm.js';
 import { CLI, createPki, startHub, type HubProcess, type TestPki } from '../src/harness.js';
 import { kubectlBinary, kubectlUnsupported } from './kubectl-binary.js';
 
@@ -114,7 +121,9 @@ describe.skipIf(!hasGo || noKubectl !== null)("migrating from OCM's cluster-prox
       `addon: ${JSON.stringify((await addon())?.metadata.ownerReferences)} ${JSON.stringify((await addon())?.status?.conditions)}`,
       `addon configReferences: ${JSON.stringify((await addon())?.status?.configReferences)}`,
       `work: ${JSON.stringify((await work())?.status?.conditions)} ${JSON.stringify(
-        (await work())?.spec.workload.manifests.filter((m) => m['kind'] === 'Deployment').map((m) => (m as unknown as Deployment).spec.template.spec),
+        (await work())?.spec.workload.manifests
+          .filter((m) => m['kind'] === 'Deployment')
+          .map((m) => (m as unknown as Deployment).spec.template.spec),
       )}`,
       `c1 Deployments: ${JSON.stringify((await c1.kube.request<{ items: Obj[] }>('GET', '/apis/apps/v1/deployments')).body.items.map((x) => x.metadata))}`,
       `work Deployment metadata: ${JSON.stringify((await work())?.spec.workload.manifests.filter((m) => m['kind'] === 'Deployment').map((m) => m['metadata']))}`,
@@ -255,12 +264,20 @@ describe.skipIf(!hasGo || noKubectl !== null)("migrating from OCM's cluster-prox
     // The garbage collector watches a CRD's kind only from its next discovery pass (every 30 s) after the CRD
     // appears; until then it cannot orphan an addon (nor delete one), which a long-running hub never sees. An
     // addon owned by an object that does not exist is deleted once it watches addons.
-    const probe = await ocm.kube.request('POST', '/apis/addon.open-cluster-management.io/v1alpha1/namespaces/default/managedclusteraddons', {
-      apiVersion: 'addon.open-cluster-management.io/v1alpha1',
-      kind: 'ManagedClusterAddOn',
-      metadata: { name: 'gc-probe', namespace: 'default', ownerReferences: [{ apiVersion: 'v1', kind: 'ConfigMap', name: 'gone', uid: randomUUID() }] },
-      spec: {},
-    });
+    const probe = await ocm.kube.request(
+      'POST',
+      '/apis/addon.open-cluster-management.io/v1alpha1/namespaces/default/managedclusteraddons',
+      {
+        apiVersion: 'addon.open-cluster-management.io/v1alpha1',
+        kind: 'ManagedClusterAddOn',
+        metadata: {
+          name: 'gc-probe',
+          namespace: 'default',
+          ownerReferences: [{ apiVersion: 'v1', kind: 'ConfigMap', name: 'gone', uid: randomUUID() }],
+        },
+        spec: {},
+      },
+    );
     expect(probe.status, probe.text).toBe(201);
     await waitFor(
       async () => (await get('/apis/addon.open-cluster-management.io/v1alpha1/namespaces/default/managedclusteraddons/gc-probe')) === null,
@@ -319,7 +336,13 @@ describe.skipIf(!hasGo || noKubectl !== null)("migrating from OCM's cluster-prox
     const ocmCma = (await cma())!.metadata.uid;
     // 1. Orphan the addons: OCM's addon-manager stops owning them to this ClusterManagementAddOn (lifecycle no
     // longer addon-manager), then the garbage collector takes its owner reference off them as it deletes it.
-    await type('kubectl', ['annotate', 'clustermanagementaddon', 'cluster-proxy', 'addon.open-cluster-management.io/lifecycle=self', '--overwrite']);
+    await type('kubectl', [
+      'annotate',
+      'clustermanagementaddon',
+      'cluster-proxy',
+      'addon.open-cluster-management.io/lifecycle=self',
+      '--overwrite',
+    ]);
     await type('kubectl', ['delete', 'clustermanagementaddon', 'cluster-proxy', '--cascade=orphan']);
     await orphanedAddon(ocmCma);
     // 2. OCM's chart goes (its ClusterManagementAddOn is gone already); its manager's pod with its Deployment.
@@ -332,7 +355,16 @@ describe.skipIf(!hasGo || noKubectl !== null)("migrating from OCM's cluster-prox
     expect(await get('/apis/proxy.open-cluster-management.io/v1alpha1/managedproxyconfigurations/cluster-proxy')).toBeNull();
     // 3. Ours, with its hub (the chart Deployment's pod).
     const t0 = performance.now();
-    await type('helm', ['install', 'cluster-proxy', OUR_CHART, '--namespace', OUR_NS, '--create-namespace', '--set', 'agentInstall.mode=manifestwork']);
+    await type('helm', [
+      'install',
+      'cluster-proxy',
+      OUR_CHART,
+      '--namespace',
+      OUR_NS,
+      '--create-namespace',
+      '--set',
+      'agentInstall.mode=manifestwork',
+    ]);
     hub = await startOurHub();
     const agent = await until(async () => c1.kubelet.agents()[0], 'our agent started in c1');
     expect((await apiserverThroughHub()).gitVersion).toBe(c1.kube.versions.kubernetes);
@@ -342,7 +374,7 @@ describe.skipIf(!hasGo || noKubectl !== null)("migrating from OCM's cluster-prox
     const a = await until(async () => {
       const x = await addon();
       return cond(x, 'Available')?.status === 'True' && controllerOf(x)?.uid === ours.metadata.uid ? x : null;
-    }, "the addon Available and owned by our ClusterManagementAddOn");
+    }, 'the addon Available and owned by our ClusterManagementAddOn');
     expect(a.metadata.uid).toBe(addonUid);
     expect(a.spec?.configs).toEqual(configs);
     // The same Deployment, updated in place by the work agent (same namespace: the config's), and the shared
@@ -373,7 +405,10 @@ describe.skipIf(!hasGo || noKubectl !== null)("migrating from OCM's cluster-prox
     }, 'ManifestApplied False for a PortForward entry point');
     expect(refused.message).toContain('spec.proxyServer.entrypoint.type');
     await type('kubectl', ['delete', 'managedproxyconfiguration', 'cluster-proxy', '--ignore-not-found']);
-    await until(async () => cond(await addon(), 'ManifestApplied')?.status === 'True', 'ManifestApplied True with the hub\'s own ManagedProxyConfiguration');
+    await until(
+      async () => cond(await addon(), 'ManifestApplied')?.status === 'True',
+      "ManifestApplied True with the hub's own ManagedProxyConfiguration",
+    );
     expect((await apiserverThroughHub()).gitVersion).toBe(c1.kube.versions.kubernetes);
   }, 300_000);
 
@@ -392,7 +427,13 @@ describe.skipIf(!hasGo || noKubectl !== null)("migrating from OCM's cluster-prox
     expect(await work()).not.toBeNull();
     expect(agent.proc.isRunning()).toBe(true);
     // 2. Orphan the addons; delete the ManagedProxyConfiguration our hub made (OCM's chart makes its own).
-    await type('kubectl', ['annotate', 'clustermanagementaddon', 'cluster-proxy', 'addon.open-cluster-management.io/lifecycle=self', '--overwrite']);
+    await type('kubectl', [
+      'annotate',
+      'clustermanagementaddon',
+      'cluster-proxy',
+      'addon.open-cluster-management.io/lifecycle=self',
+      '--overwrite',
+    ]);
     await type('kubectl', ['delete', 'clustermanagementaddon', 'cluster-proxy', '--cascade=orphan']);
     await type('kubectl', ['delete', 'managedproxyconfiguration', 'cluster-proxy', '--ignore-not-found']);
     await orphanedAddon(ours);

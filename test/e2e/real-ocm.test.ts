@@ -533,9 +533,11 @@ ${await why('c2')}`);
     const r = await helm(['uninstall', 'cluster-proxy', '--namespace', AGENT_NS]);
     await deploymentGone;
     expect(r.code, `${r.stdout}\n${r.stderr}`).toBe(0);
-    // Helm is done (it deletes kept objects last, if at all): the ClusterManagementAddOn is the same object, so the
-    // addon it owns has an owner and the garbage collector leaves it, its work and the agent.
-    expect(r.stdout).toMatch(/kept due to the resource policy[\s\S]*ClusterManagementAddOn|ClusterManagementAddOn[\s\S]*kept due to the resource policy/);
+    // Helm is done and says it kept the ClusterManagementAddOn: the same object, so the addon it owns has an owner
+    // and the garbage collector leaves it, its work and the agent.
+    expect(r.stdout).toMatch(
+      /kept due to the resource policy[\s\S]*ClusterManagementAddOn|ClusterManagementAddOn[\s\S]*kept due to the resource policy/,
+    );
     expect((await get(cmaPath))?.metadata.uid).toBe(cma.metadata.uid);
     expect((await addon('c1'))?.metadata.deletionTimestamp).toBeUndefined();
     expect((await addon('c1'))?.metadata.uid).toBe(addonUid);
