@@ -389,7 +389,8 @@ describe.skipIf(!hasGo || noKubectl !== null)("migrating from OCM's cluster-prox
     expect(shared.body.metadata.deletionTimestamp).toBeUndefined();
     expect((await c1.kube.request('GET', `/api/v1/namespaces/${SHARED_NS}/configmaps/other-addon-config`)).status).toBe(200);
     // Had OCM's ManagedProxyConfiguration stayed (its default entry point PortForward), the addon says why nothing
-    // is installed, naming the field; the documented fix (delete it: the hub then uses its defaults) clears it.
+    // is installed, naming the field; one documented fix (an entry point of type Hostname with the address agents
+    // dial) clears it. (The other, deleting it, the way back below types.)
     const MPC = '/apis/proxy.open-cluster-management.io/v1alpha1/managedproxyconfigurations/cluster-proxy';
     const mpc = (await get<{ spec: { proxyServer: Record<string, unknown> } }>(MPC))!;
     const portForward = await ocm.kube.request(
@@ -404,11 +405,11 @@ describe.skipIf(!hasGo || noKubectl !== null)("migrating from OCM's cluster-prox
       return x?.status === 'False' ? x : null;
     }, 'ManifestApplied False for a PortForward entry point');
     expect(refused.message).toContain('spec.proxyServer.entrypoint.type');
-    await type('kubectl', ['delete', 'managedproxyconfiguration', 'cluster-proxy', '--ignore-not-found']);
-    await until(
-      async () => cond(await addon(), 'ManifestApplied')?.status === 'True',
-      "ManifestApplied True with the hub's own ManagedProxyConfiguration",
-    );
+    const hostname = {
+      spec: { proxyServer: { entrypoint: { type: 'Hostname', hostname: { value: '127.0.0.1' }, port: hub!.ports.agent } } },
+    };
+    await type('kubectl', ['patch', 'managedproxyconfiguration', 'cluster-proxy', '--type=merge', '-p', JSON.stringify(hostname)]);
+    await until(async () => cond(await addon(), 'ManifestApplied')?.status === 'True', 'ManifestApplied True with a Hostname entry point');
     expect((await apiserverThroughHub()).gitVersion).toBe(c1.kube.versions.kubernetes);
   }, 300_000);
 
@@ -435,6 +436,13 @@ describe.skipIf(!hasGo || noKubectl !== null)("migrating from OCM's cluster-prox
       '--overwrite',
     ]);
     await type('kubectl', ['delete', 'clustermanagementaddon', 'cluster-proxy', '--cascade=orphan']);
+    // Helm will not install OCM's chart over the ManagedProxyConfiguration our hub made (nothing is created).
+    const over = await runCommand(helmBin, ['install', 'cluster-proxy', ocmCp.chart, '--namespace', OCM_NS], {
+      env: env(),
+      timeoutMs: 120_000,
+    });
+    expect(over.code).not.toBe(0);
+    expect(over.stderr).toMatch(/ManagedProxyConfiguration "cluster-proxy".*exists and cannot be imported into the current release/);
     await type('kubectl', ['delete', 'managedproxyconfiguration', 'cluster-proxy', '--ignore-not-found']);
     await orphanedAddon(ours);
     // 3. The Placement OCM's chart installs by, decided before the chart's ClusterManagementAddOn exists (OCM's
