@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the real Kubernetes control plane the tests run against (test/src/fixtures/real-kube.ts): etcd,
 # kube-apiserver and kube-controller-manager, from their Go modules at the versions pinned in
-# test/real-k8s/go.mod (the one place the pins live); and OCM's hub and klusterlet programs and Helm
+# test/real-k8s/go.mod (the one place the pins live); and OCM's hub and klusterlet programs, OCM's cluster-proxy
+# addon manager and Helm
 # (test/src/fixtures/real-ocm.ts, test/e2e/real-ocm.test.ts) pinned in test/real-ocm/go.mod. Each binary goes to
 # $CLUSTER_PROXY_PEERS_CACHE (default ~/.cache/cluster-proxy/real-peers)/<name>-<version>/<name>, outside
 # git and shared by every clone on the machine, and is built only when that file is missing, so a moved pin
@@ -101,9 +102,13 @@ for p in registration work addon placement; do
   ov=open-cluster-management.io/ocm/pkg/version; om="${OCM_VERSION#v}"
   LDFLAGS[ocm-$p]="-X $ov.versionFromGit=$OCM_VERSION -X $ov.majorFromGit=${om%%.*} -X $ov.minorFromGit=$(echo "$om" | cut -d. -f2)"
 done
+# OCM's own cluster-proxy addon manager (what OCM's cluster-proxy chart runs on the hub): the migration test
+# (test/e2e/real-ocm-migration.test.ts) moves a hub from it to ours and back.
+OCM_CP_VERSION="$(cd "$OCM_MOD" && version_of open-cluster-management.io/cluster-proxy)"
+PEERS+=("ocm-cluster-proxy $OCM_CP_VERSION open-cluster-management.io/cluster-proxy/cmd/addon-manager $OCM_MOD")
 PEERS+=("helm $HELM_VERSION helm.sh/helm/v3/cmd/helm $OCM_MOD")
 LDFLAGS[helm]="-X helm.sh/helm/v3/internal/version.version=$HELM_VERSION"
-VERSIONS+=("\"ocm\": \"$OCM_VERSION\"" "\"helm\": \"$HELM_VERSION\"")
+VERSIONS+=("\"ocm\": \"$OCM_VERSION\"" "\"ocm-cluster-proxy\": \"$OCM_CP_VERSION\"" "\"helm\": \"$HELM_VERSION\"")
 # --------------------------------------------------------------------------------------------------------
 
 # One build at a time (test files may ask at once); whoever waited finds the binaries there.

@@ -282,6 +282,8 @@ describe.skipIf(kubectlUnsupported() !== null)('hub Helm chart', () => {
       spec: { installStrategy: unknown };
     };
     expect(cma.metadata.annotations['addon.open-cluster-management.io/lifecycle']).toBe('addon-manager');
+    // `helm uninstall` keeps it (OCM's addon-manager makes it every addon's controller owner).
+    expect(cma.metadata.annotations['helm.sh/resource-policy']).toBe('keep');
     expect(cma.spec.installStrategy).toEqual({
       type: 'Placements',
       placements: [{ name: 'cluster-proxy-placement', namespace: 'open-cluster-management-cluster-proxy' }],

@@ -120,7 +120,7 @@ describe.skipIf(!hasGo)("our hub on OCM's own hub and klusterlets (real OCM prog
 
   /**
    * Available (our hub, from the agent's tunnel) and ManifestApplied (our hub, from the work OCM's work agent
-   * reported). Not Progressing Completed: see the FINDING below.
+   * reported). Progressing Completed is its own case below.
    */
   async function available(c: string, timeoutMs = 90_000): Promise<ManagedClusterAddOn> {
     return waitFor(
@@ -585,10 +585,13 @@ ${await why('c2')}`);
     });
   }, 240_000);
 
-  it('uninstalling the chart with Helm: its ClusterManagementAddOn goes, the garbage collector takes the addon it owns and its work, the agent stops', async () => {
+  it('uninstalling the chart with Helm keeps its ClusterManagementAddOn (resource policy keep): the addon, its work and the agent stay; deleting the ClusterManagementAddOn then has the garbage collector take the addon it owns and its work, and the agent stops', async () => {
     await enable('c1');
     await available('c1');
     const agents = [clusters.get('c1')!.kubelet.agents()[0]!];
+    const cmaPath = '/apis/addon.open-cluster-management.io/v1alpha1/clustermanagementaddons/cluster-proxy';
+    const cma = (await get(cmaPath))!;
+    const addonUid = (await addon('c1'))!.metadata.uid;
     // The hub's pod goes with the chart's Deployment: stopped as the kubelet stops it once helm deleted it.
     const deploymentGone = waitFor(async () => (await get(`/apis/apps/v1/namespaces/${AGENT_NS}/deployments/cluster-proxy`)) === null, {
       timeoutMs: 120_000,
@@ -601,6 +604,19 @@ ${await why('c2')}`);
     const r = await helm(['uninstall', 'cluster-proxy', '--namespace', AGENT_NS]);
     await deploymentGone;
     expect(r.code, `${r.stdout}\n${r.stderr}`).toBe(0);
+    // Helm is done and says it kept the ClusterManagementAddOn: the same object, so the addon it owns has an owner
+    // and the garbage collector leaves it, its work and the agent.
+    expect(r.stdout).toMatch(
+      /kept due to the resource policy[\s\S]*ClusterManagementAddOn|ClusterManagementAddOn[\s\S]*kept due to the resource policy/,
+    );
+    expect((await get(cmaPath))?.metadata.uid).toBe(cma.metadata.uid);
+    expect((await addon('c1'))?.metadata.deletionTimestamp).toBeUndefined();
+    expect((await addon('c1'))?.metadata.uid).toBe(addonUid);
+    expect(await work('c1')).not.toBeNull();
+    expect(agents[0]!.proc.isRunning()).toBe(true);
+    // Removing the addon everywhere: delete the ClusterManagementAddOn (docs/ocm.md).
+    const d = await ocm.kube.request('DELETE', cmaPath);
+    expect(d.status, d.text).toBe(200);
     for (const c of ['c1']) {
       await waitFor(async () => (await addon(c)) === null && (await work(c)) === null, {
         timeoutMs: 60_000,
@@ -614,6 +630,6 @@ ${await why('c2')}`);
       });
     }
     for (const a of agents) await a.proc.exited;
-    expect(await get('/apis/addon.open-cluster-management.io/v1alpha1/clustermanagementaddons/cluster-proxy')).toBeNull();
+    expect(await get(cmaPath)).toBeNull();
   }, 240_000);
 });

@@ -7,6 +7,7 @@ go 1.25.0
 
 tool (
 	helm.sh/helm/v3/cmd/helm
+	open-cluster-management.io/cluster-proxy/cmd/addon-manager
 	open-cluster-management.io/ocm/cmd/addon
 	open-cluster-management.io/ocm/cmd/placement
 	open-cluster-management.io/ocm/cmd/registration
@@ -214,6 +215,7 @@ require (
 	k8s.io/utils v0.0.0-20250604170112-4c0f3b243397 // indirect
 	open-cluster-management.io/addon-framework v1.2.0 // indirect
 	open-cluster-management.io/api v1.2.0 // indirect
+	open-cluster-management.io/cluster-proxy v0.10.0 // indirect
 	open-cluster-management.io/ocm v1.2.0 // indirect
 	open-cluster-management.io/sdk-go v1.2.0 // indirect
 	oras.land/oras-go/v2 v2.6.0 // indirect
