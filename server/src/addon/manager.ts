@@ -117,6 +117,8 @@ export const LEASE_RENEWAL_BUDGET_PER_SECOND = 20;
  * and renders every agent's work, ~8 % of a 1,000-cluster OCM hub's CPU at a pass every 7.5 s.
  */
 export const INSTALLER_RESYNC_MS = 60_000;
+/** Addon status writes of one pass in flight at once (each a round trip to the store). */
+const STATUS_WRITES_IN_FLIGHT = 16;
 
 export class AddonManager {
   private readonly mode: 'tunnel' | 'lease';
@@ -431,6 +433,9 @@ export class AddonManager {
     const leaseOf = new Map<string, Lease>();
     for (const l of leases) if (l.metadata.name === ADDON_NAME) leaseOf.set(l.metadata.namespace!, l);
     const configReferencesOf = this.installer?.configReferences();
+    // The judging is synchronous and in order; the writes go STATUS_WRITES_IN_FLIGHT at a time, so a pass over a
+    // fleet that all changed (a restart, a CA rollover) takes writes/16 round trips, not one per addon.
+    const writes: (() => Promise<void>)[] = [];
     for (const addon of [...this.addons.values()]) {
       if (addon.metadata.name !== ADDON_NAME) continue;
       const cluster = addon.metadata.namespace!;
@@ -468,9 +473,12 @@ export class AddonManager {
       // The klusterlet is gone: OCM's hub says Available Unknown for every addon of the cluster; one writer.
       if (this.installer && this.klusterletGone.has(cluster)) specs = specs.filter((c) => c.type !== 'Available');
       if (installed) specs = [...specs.filter((c) => !installed.conditions.some((i) => i.type === c.type)), ...installed.conditions];
-      const configReferences = configReferencesOf ? await configReferencesOf(addon).catch(() => null) : null;
-      await this.writeConditions(addon, specs, now, installed, configReferences);
+      writes.push(async () => {
+        const configReferences = configReferencesOf ? await configReferencesOf(addon).catch(() => null) : null;
+        await this.writeConditions(addon, specs, now, installed, configReferences);
+      });
     }
+    await inFlight(writes, STATUS_WRITES_IN_FLIGHT);
     await this.syncProxyConfigurationStatus(now);
   }
 
@@ -687,6 +695,22 @@ function withReport(annotations: Record<string, string>, r: AgentReport, slackMs
   for (const v of [r, ...reports])
     out[`${REPORT_ANNOTATION_PREFIX}${v.agentID.replace(/[^A-Za-z0-9_.-]/g, '-').slice(0, 63)}`] = JSON.stringify(v);
   return out;
+}
+
+/** Runs the tasks, at most `limit` at a time; rejects with the first failure once the running ones settled. */
+async function inFlight(tasks: (() => Promise<void>)[], limit: number): Promise<void> {
+  let next = 0;
+  let failure: { err: unknown } | null = null;
+  const worker = async (): Promise<void> => {
+    while (next < tasks.length && !failure) {
+      const task = tasks[next++]!;
+      await task().catch((err: unknown) => {
+        failure ??= { err };
+      });
+    }
+  };
+  await Promise.all(Array.from({ length: Math.min(limit, tasks.length) }, worker));
+  if (failure) throw (failure as { err: unknown }).err;
 }
 
 function byNamespaceAndName(a: ManagedClusterAddOn, b: ManagedClusterAddOn): number {
