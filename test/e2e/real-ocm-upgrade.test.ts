@@ -5,9 +5,10 @@
 // the same agent port (the chart's Service), the same store, a new replica name (a new pod). OCM's work agent
 // applies what the new hub writes over the works the old one wrote; the kubelet player runs each agent
 // Deployment with the CLI of its image (the release's for the release's image, this build's for the new one).
-// Two clusters at once: c1 keeps its install namespace (the agent rolls in place), c2's AddOnDeploymentConfig
-// names another namespace while the hub is down (the agent moves; the old namespace stays). Each case logs how
-// long after the new hub's start the tunnel was back, and back through this build's agent.
+// Three clusters at once: c1 keeps its install namespace (the agent rolls in place), c2's AddOnDeploymentConfig
+// names another namespace while the hub is down (the agent moves; the old namespace stays), c3's mirrors the
+// new image to the release's (the hub goes first, the agent stays: it reconnects by itself). Each case logs how
+// long after the new hub's start the tunnel was back (and back through this build's agent).
 // Skipped, with the reason, when there is no Go toolchain to build OCM's programs with.
 import { execFileSync } from 'node:child_process';
 import { once } from 'node:events';
@@ -78,6 +79,7 @@ describe.skipIf(!hasGo)(`upgrading the hub from ${previous.version} in place, on
   /** When the new hub started (performance.now()), and per cluster how long until its tunnel was back. */
   let upgradedAt = 0;
   const back = new Map<string, Promise<{ firstMs: number; newAgentMs: number }>>();
+  let c3Back: Promise<number> | null = null;
 
   const get = async <T>(urlPath: string): Promise<T | null> => {
     const r = await ocm.kube.request<T>('GET', urlPath);
@@ -276,7 +278,9 @@ describe.skipIf(!hasGo)(`upgrading the hub from ${previous.version} in place, on
     hub = await startOurHub(oldCli, `cluster-proxy-${previous.version.replaceAll('.', '-')}`);
     const runsOurs = (image: string): boolean => !image.startsWith('quay.io/open-cluster-management/');
     for (const c of await Promise.all(
-      ['c1', 'c2'].map((name) => startOcmManagedCluster(ocm, { name, cli: CLI, cliByImage: { [oldImage]: oldCli }, runsImage: runsOurs })),
+      ['c1', 'c2', 'c3'].map((name) =>
+        startOcmManagedCluster(ocm, { name, cli: CLI, cliByImage: { [oldImage]: oldCli }, runsImage: runsOurs }),
+      ),
     ))
       clusters.set(c.name, c);
   }, START_TIMEOUT_MS);
@@ -290,22 +294,42 @@ describe.skipIf(!hasGo)(`upgrading the hub from ${previous.version} in place, on
     await pki?.cleanup();
   }, 120_000);
 
-  it(`${previous.version} installs the addon: c1 in OCM's namespace, c2 in the one its AddOnDeploymentConfig names; both Available, each tunnel reaches its cluster's apiserver, the agents run ${previous.version}`, async () => {
+  it(`${previous.version} installs the addon: c1 in OCM's namespace, c2 in the one its AddOnDeploymentConfig names, c3 with its mirror; all Available, each tunnel reaches its cluster's apiserver, the agents run ${previous.version}`, async () => {
     expect(oldImage).toBe(`quay.io/cluster-proxy-ts/cluster-proxy:${previous.version}`);
-    const made = await ocm.kube.request('POST', '/apis/addon.open-cluster-management.io/v1alpha1/namespaces/c2/addondeploymentconfigs', {
-      apiVersion: 'addon.open-cluster-management.io/v1alpha1',
-      kind: 'AddOnDeploymentConfig',
-      metadata: { name: 'proxy', namespace: 'c2' },
-      spec: { agentInstallNamespace: OLD_NS },
+    const configs = (c: string) => ({
+      configs: [{ group: 'addon.open-cluster-management.io', resource: 'addondeploymentconfigs', name: 'proxy', namespace: c }],
     });
-    expect(made.status, made.text).toBe(201);
+    for (const [c, spec] of [
+      ['c2', { agentInstallNamespace: OLD_NS }],
+      // OCM's rule: the first mirror whose source prefixes the image. The release's image is left as it is.
+      // (An AddOnDeploymentConfig's agentInstallNamespace defaults to OCM's shared namespace: named here.)
+      [
+        'c3',
+        {
+          agentInstallNamespace: AGENT_NS,
+          registries: [{ source: `quay.io/cluster-proxy-ts/cluster-proxy:${NEW_TAG}`, mirror: oldImage }],
+        },
+      ],
+    ] as const) {
+      const made = await ocm.kube.request(
+        'POST',
+        `/apis/addon.open-cluster-management.io/v1alpha1/namespaces/${c}/addondeploymentconfigs`,
+        {
+          apiVersion: 'addon.open-cluster-management.io/v1alpha1',
+          kind: 'AddOnDeploymentConfig',
+          metadata: { name: 'proxy', namespace: c },
+          spec,
+        },
+      );
+      expect(made.status, made.text).toBe(201);
+    }
     await enable('c1');
-    await enable('c2', {
-      configs: [{ group: 'addon.open-cluster-management.io', resource: 'addondeploymentconfigs', name: 'proxy', namespace: 'c2' }],
-    });
+    await enable('c2', configs('c2'));
+    await enable('c3', configs('c3'));
     for (const [c, ns] of [
       ['c1', AGENT_NS],
       ['c2', OLD_NS],
+      ['c3', AGENT_NS],
     ] as const) {
       const a = await available(c);
       expect(a.status?.namespace).toBe(ns);
@@ -376,6 +400,8 @@ describe.skipIf(!hasGo)(`upgrading the hub from ${previous.version} in place, on
       timing.catch(() => undefined);
       back.set(c, timing);
     }
+    c3Back = apiserverThroughHub('c3', 90_000).then(() => performance.now() - upgradedAt);
+    c3Back.catch(() => undefined);
 
     const { deployment, work: oldWork } = before.get('c1')!;
     const w = await waitFor(async () => ((x) => (workImage(x) === newImage && appliedAtGeneration(x) ? x : null))(await work('c1')), {
@@ -466,4 +492,32 @@ describe.skipIf(!hasGo)(`upgrading the hub from ${previous.version} in place, on
       `real-ocm-upgrade: c2 (namespace move): tunnel back ${Math.round(firstMs)} ms after the new hub's start, through this build's agent ${Math.round(newAgentMs)} ms`,
     );
   }, 180_000);
+  it(`the hub first, the agent later: c3's mirror keeps the release's image; its ${previous.version} agent keeps running (no rollout) and reconnects to this build's hub by itself, Available, the rollout Completed`, async () => {
+    const { agent, deployment } = before.get('c3')!;
+    const ms = await c3Back!;
+    const w = await waitFor(async () => ((x) => (appliedAtGeneration(x) ? x : null))(await work('c3')), {
+      timeoutMs: 30_000,
+      intervalMs: 250,
+      message: "c3's work applied at its generation",
+    }).catch(explained('c3'));
+    expect(workImage(w)).toBe(oldImage);
+    const d = (await deploymentIn('c3', AGENT_NS))!;
+    expect([d.metadata.uid, d.spec.template]).toEqual([deployment.metadata.uid, deployment.spec.template]);
+    // The same process throughout: the release's agent, its tunnel now to this build's hub.
+    const agents = clusters.get('c3')!.kubelet.agents();
+    expect(agents).toHaveLength(1);
+    expect(agents[0]).toBe(agent);
+    expect(agent.cli).toBe(oldCli);
+    expect(await apiserverThroughHub('c3')).toBe(clusters.get('c3')!.kube.versions.kubernetes);
+    expect((await hub!.tables()).agents.filter((a) => a.cluster === 'c3')).toHaveLength(1);
+    await available('c3');
+    const done = await completed('c3');
+    const adc = (await get<Record<string, unknown>>(adcPath('c3')))!;
+    expect(done.status?.configReferences?.find((r) => r.resource === 'addondeploymentconfigs')?.lastAppliedConfig?.specHash).toBe(
+      configSpecHash(adc),
+    );
+    console.log(
+      `real-ocm-upgrade: c3 (agent image kept): tunnel back ${Math.round(ms)} ms after the new hub's start (the agent's own reconnect)`,
+    );
+  }, 120_000);
 });
