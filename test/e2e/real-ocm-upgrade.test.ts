@@ -341,6 +341,15 @@ describe.skipIf(!hasGo)(`upgrading the hub from ${previous.version} in place, on
         intervalMs: 250,
         message: `the work of ${c} applied`,
       });
+      // The rollout as the release leaves it: with no config spec hash written (the release wrote none), OCM's
+      // addon-manager holds it Progressing, never Completed.
+      const progressing = await waitFor(async () => cond(await addon(c), 'Progressing'), {
+        timeoutMs: 30_000,
+        intervalMs: 250,
+        message: `OCM's Progressing on ${c}'s addon`,
+      });
+      const unhashed = ((await addon(c))?.status?.configReferences ?? []).every((r) => !r.desiredConfig?.specHash);
+      if (unhashed) expect([progressing.status, progressing.reason]).toEqual(['True', 'Progressing']);
       before.set(c, { deployment: (await deploymentIn(c, ns))!, work: w, agent });
     }
   }, 180_000);
