@@ -128,8 +128,10 @@ export class AddonManager {
   private timer: NodeJS.Timeout | null = null;
   private stopped = false;
   private syncing: Promise<void> | null = null;
-  /** A change arrived during a pass: run another right after it. */
+  /** A change arrived during a pass: run another after it (see pass()). */
   private again = false;
+  /** The pause after a pass that was asked for again while it ran (see pass()). */
+  private resting: NodeJS.Timeout | null = null;
   private installer: AddonInstaller | null = null;
   /** Something the installer watches changed since its last pass (or it never ran on this leader). */
   private installerDirty = true;
@@ -332,6 +334,8 @@ export class AddonManager {
     this.leases.stop();
     if (this.timer) clearTimeout(this.timer);
     this.timer = null;
+    if (this.resting) clearTimeout(this.resting);
+    this.resting = null;
     await this.syncing?.catch(() => {});
     // Hand leadership over at once instead of letting the next replica wait for the lease to expire.
     const key = { name: MANAGER_LEASE, namespace: HUB_NAMESPACE };
@@ -353,19 +357,33 @@ export class AddonManager {
   /** Runs one status pass now (used after a lease renewal, so Available turns True at once). */
   private kick(): void {
     if (this.stopped) return;
-    if (this.syncing) this.again = true;
+    if (this.syncing || this.resting) this.again = true;
     else void this.pass();
   }
 
-  /** The pass running now, or a new one; a change seen during a pass (`again`) gets one more right after it. */
+  /**
+   * The pass running now, or a new one. A change seen during a pass (`again`) gets one more after a pause as long
+   * as that pass took: a stream of changes (a big fleet converging, every addon and work written in turn) keeps the
+   * manager at most half busy, with its passes growing with the fleet, instead of running them back to back.
+   */
   private pass(): Promise<void> {
-    this.syncing ??= this.syncStatus()
+    if (this.syncing) return this.syncing;
+    const began = performance.now();
+    this.syncing = this.syncStatus()
       .catch((err: Error) => this.opts.log.warn({ err: err.message }, 'addon status pass failed; retrying'))
       .finally(() => {
         this.syncing = null;
-        if (this.again && !this.stopped) {
+        if (this.again && !this.stopped && !this.resting) {
           this.again = false;
-          void this.pass();
+          this.resting = setTimeout(
+            () => {
+              // Whatever changed during the pause, the next pass sees.
+              this.resting = null;
+              this.again = false;
+              void this.pass();
+            },
+            Math.ceil(performance.now() - began),
+          );
         }
       });
     return this.syncing;

@@ -90,7 +90,7 @@ const DAY_MS = 86_400_000;
  * The kinds whose changes start a pass at once (the status period catches anything else). Addons, clusters and
  * our works are mirrored (watch-fed, below) and kick a pass from there.
  */
-const WATCHED: Kind[] = ['CertificateSigningRequest', 'AddOnDeploymentConfig', 'ManagedProxyConfiguration', 'ClusterManagementAddOn'];
+const WATCHED: Kind[] = ['CertificateSigningRequest', 'ClusterManagementAddOn'];
 /** The config kinds the addon reads (status.supportedConfigs; OCM's addon-manager resolves only these). */
 export const SUPPORTED_CONFIGS = [
   { group: KINDS.ManagedProxyConfiguration.group, resource: KINDS.ManagedProxyConfiguration.plural },
@@ -118,6 +118,9 @@ export class OcmInstaller {
     addons: WatchCache<'ManagedClusterAddOn'>;
     clusters: WatchCache<'ManagedCluster'>;
     works: WatchCache<'ManifestWork'>;
+    /** The configs (read per addon, and hashed in every status pass: from here, not one GET each). */
+    adcs: WatchCache<'AddOnDeploymentConfig'>;
+    mpcs: WatchCache<'ManagedProxyConfiguration'>;
   } | null = null;
   /** The mirrors' first lists; dropped when one failed, so the next pass lists again. */
   private mirrorsListed: Promise<void> | null = null;
@@ -131,7 +134,7 @@ export class OcmInstaller {
   private mirrorsReady(): Promise<void> {
     const m = this.mirrors;
     if (!m) return Promise.reject(new Error('the OCM installer was not started'));
-    this.mirrorsListed ??= Promise.all([m.clusters.start(), m.works.start()]).then(
+    this.mirrorsListed ??= Promise.all([m.clusters.start(), m.works.start(), m.adcs.start(), m.mpcs.start()]).then(
       () => undefined,
       (err: unknown) => {
         this.mirrorsListed = null;
@@ -156,7 +159,9 @@ export class OcmInstaller {
       project: slimWork,
       onChange: () => kick(),
     });
-    this.mirrors = { addons: mirrors.addons, clusters, works };
+    const adcs = new WatchCache({ store, kind: 'AddOnDeploymentConfig', log, onChange: () => kick() });
+    const mpcs = new WatchCache({ store, kind: 'ManagedProxyConfiguration', log, onChange: () => kick() });
+    this.mirrors = { addons: mirrors.addons, clusters, works, adcs, mpcs };
     // Listed now; a failure is said by the first pass, and the pass after it lists again.
     this.mirrorsReady().catch(() => {});
     for (const kind of WATCHED) this.watchKind(kind, kick);
@@ -191,6 +196,8 @@ export class OcmInstaller {
     this.stopped = true;
     this.mirrors?.clusters.stop();
     this.mirrors?.works.stop();
+    this.mirrors?.adcs.stop();
+    this.mirrors?.mpcs.stop();
     for (const w of this.watches.values()) w.stop();
     this.watches.clear();
     for (const t of this.retries) clearTimeout(t);
@@ -207,16 +214,26 @@ export class OcmInstaller {
     return (addon) => addonConfigReferences(addon, lookup);
   }
 
-  /** The configs the addon reads (SUPPORTED_CONFIGS), each read once per pass; undefined for any other kind. */
+  /** The configs the addon reads (SUPPORTED_CONFIGS), from the mirrors; undefined for any other kind. */
   private configLookup(): ConfigLookup {
-    const { store } = this.opts;
     return memoLookup(async ({ group, resource, name, namespace }) => {
       if (group === KINDS.AddOnDeploymentConfig.group && resource === KINDS.AddOnDeploymentConfig.plural)
-        return (await store.get('AddOnDeploymentConfig', { name, namespace: namespace ?? '' })) as ConfigObject | null;
+        return (await this.adcOf({ name, namespace: namespace ?? '' })) as ConfigObject | null;
       if (group === KINDS.ManagedProxyConfiguration.group && resource === KINDS.ManagedProxyConfiguration.plural)
-        return (await store.get('ManagedProxyConfiguration', { name })) as ConfigObject | null;
+        return (await this.mpcOf(name)) as ConfigObject | null;
       return undefined;
     });
+  }
+
+  /** An AddOnDeploymentConfig from its mirror (from the store while the mirror has no list yet). */
+  private async adcOf(key: { name: string; namespace: string }): Promise<AddOnDeploymentConfig | null> {
+    const m = this.mirrors?.adcs;
+    return m?.ready ? (m.get(key) ?? null) : this.opts.store.get('AddOnDeploymentConfig', key);
+  }
+
+  private async mpcOf(name: string): Promise<ManagedProxyConfiguration | null> {
+    const m = this.mirrors?.mpcs;
+    return m?.ready ? (m.get({ name }) ?? null) : this.opts.store.get('ManagedProxyConfiguration', { name });
   }
 
   /** cmaconfig's hashes in the ClusterManagementAddOn's status (OCM's addon-manager copies them into each addon). */
@@ -245,14 +262,13 @@ export class OcmInstaller {
       this.warnedNoSigner = true;
       return;
     }
-    const { store } = this.opts;
     const mirrors = this.mirrors;
     if (!mirrors) throw new Error('the OCM installer was not started');
     await this.mirrorsReady();
     await this.syncClusterManagementAddOnHashes(await this.ensureClusterManagementAddOn());
     const clusters = new Map([...mirrors.clusters.values()].map((c) => [c.metadata.name, c]));
     const addons = [...mirrors.addons.values()].filter((a) => a.metadata.name === ADDON_NAME);
-    const mpc = await store.get('ManagedProxyConfiguration', { name: PROXY_CONFIGURATION_NAME });
+    const mpc = await this.mpcOf(PROXY_CONFIGURATION_NAME);
     this.mpcConditions = [agentImageCondition(mpc, this.opts.agentImage)];
     const works = new Map(
       [...mirrors.works.values()].filter((w) => w.metadata.name === AGENT_WORK_NAME).map((w) => [w.metadata.namespace!, w]),
@@ -382,7 +398,7 @@ export class OcmInstaller {
     if (!ref) return Promise.resolve(null);
     const key = { name: ref.name, namespace: ref.namespace ?? '' };
     const k = `${key.namespace}/${key.name}`;
-    if (!cache.has(k)) cache.set(k, this.opts.store.get('AddOnDeploymentConfig', key));
+    if (!cache.has(k)) cache.set(k, this.adcOf(key));
     return cache.get(k)!;
   }
 
