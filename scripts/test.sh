@@ -1,8 +1,15 @@
 #!/usr/bin/env bash
-# The whole test suite, from a fresh clone: installs what it needs, builds, runs every test.
-# Arguments go to vitest (e.g. a file or -t NAME) and then select from the whole suite in one run.
+# The test suite, from a fresh clone: installs what it needs, builds, runs the tests.
+#   bash scripts/test.sh --all     every test (what CI runs: .ci/run)
+#   bash scripts/test.sh           the default run, under 15 min warm on 2 cores: all but the slowest real-stack files
+# Other arguments go to vitest (e.g. a file or -t NAME) and then select from the whole suite in one run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+all=0
+if [ "${1:-}" = "--all" ]; then
+  all=1
+  shift
+fi
 source scripts/ensure-tools.sh
 echo "==> build"
 pnpm build
@@ -26,11 +33,18 @@ status=0
 # The packaging tests (npm pack + install, the OCI image build) saturate CPU and disk for minutes; they run
 # after the rest, on their own, so they do not skew the timing-sensitive end-to-end tests beside them.
 PACKAGING=(test/e2e/install.test.ts test/e2e/image.test.ts)
+# The slowest files on real control planes (a minute or more of several apiservers and OCM's programs each), whose
+# fast stand-in twins run by default: only with --all.
+REAL_STACK_EXTRA=(test/e2e/real-ocm-migration.test.ts test/e2e/real-ocm-upgrade.test.ts test/e2e/real-ha.test.ts test/e2e/real-gateway.test.ts)
 if [ $# -gt 0 ]; then
   pnpm exec vitest run --reporter=default --reporter=json --outputFile.json="$results/all.json" "$@" || status=$?
 else
   excludes=()
   for f in "${PACKAGING[@]}"; do excludes+=(--exclude "$f"); done
+  if [ "$all" = 0 ]; then
+    for f in "${REAL_STACK_EXTRA[@]}"; do excludes+=(--exclude "$f"); done
+    echo "(default run: ${REAL_STACK_EXTRA[*]} run with --all)"
+  fi
   pnpm exec vitest run --reporter=default --reporter=json --outputFile.json="$results/main.json" "${excludes[@]}" || status=$?
   echo "==> packaging tests"
   pnpm exec vitest run --reporter=default --reporter=json --outputFile.json="$results/packaging.json" "${PACKAGING[@]}" || status=$?
