@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The test suite, from a fresh clone: installs what it needs, builds, runs the tests.
 #   bash scripts/test.sh --all     every test (what CI runs: .ci/run)
-#   bash scripts/test.sh           the default run, under 15 min warm on 2 cores: all but the slowest real-stack files
+#   bash scripts/test.sh           the default run: all but the slowest real-stack files (a few minutes less)
 # Other arguments go to vitest (e.g. a file or -t NAME) and then select from the whole suite in one run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
