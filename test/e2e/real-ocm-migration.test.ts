@@ -8,14 +8,12 @@
 // `helm uninstall` of OCM's chart has the garbage collector delete the addon (OCM's addon-manager makes the
 // ClusterManagementAddOn its controller owner). Skipped, with the reason, when there is no Go toolchain.
 import { randomUUID } from 'node:crypto';
-import { once } from 'node:events';
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
-import tls from 'node:tls';
 import { performance } from 'node:perf_hooks';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { type Tunnel, TunnelError } from '@cluster-proxy/client';
+import type { Tunnel } from '@cluster-proxy/client';
 import type { ManagedClusterAddOn, ManifestWork } from '@cluster-proxy/server';
 import { AUDIT_WRITE_VERBS, CHART_CRDS_DIR, killAllSpawned, runCommand, waitFor, type ManagedProcess } from '../src/fixtures/index.js';
 import { ocmClusterProxy, startOcmClusterProxyManager, type OcmClusterProxy } from '../src/fixtures/ocm-cluster-proxy.js';
@@ -27,6 +25,7 @@ import {
   type OcmHub,
   type OcmManagedCluster,
 } from '../src/fixtures/real-ocm.js';
+import { addonPath, conditionOf, getObject, ocmHubArgs, versionThroughTunnel, workPath } from '../src/fixtures/ocm-hub-api.js';
 import { CLI, createPki, startHub, type HubProcess, type TestPki } from '../src/harness.js';
 import { kubectlBinary, kubectlUnsupported } from './kubectl-binary.js';
 
@@ -92,16 +91,11 @@ describe.skipIf(!hasGo || noKubectl !== null)("migrating from OCM's cluster-prox
   let helmBin = '';
   let kubectlBin = '';
 
-  const get = async <T = Obj>(urlPath: string): Promise<T | null> => {
-    const r = await ocm.kube.request<T>('GET', urlPath);
-    if (r.status === 404) return null;
-    if (r.status !== 200) throw new Error(`GET ${urlPath}: HTTP ${r.status} ${r.text.slice(0, 300)}`);
-    return r.body;
-  };
-  const ADDON = '/apis/addon.open-cluster-management.io/v1alpha1/namespaces/c1/managedclusteraddons/cluster-proxy';
+  const get = <T = Obj>(urlPath: string): Promise<T | null> => getObject<T>(ocm.kube, urlPath);
+  const ADDON = addonPath('c1');
   const CMA = '/apis/addon.open-cluster-management.io/v1alpha1/clustermanagementaddons/cluster-proxy';
   const addon = () => get<ManagedClusterAddOn>(ADDON);
-  const work = () => get<ManifestWork>(`/apis/work.open-cluster-management.io/v1/namespaces/c1/manifestworks/${WORK}`);
+  const work = () => get<ManifestWork>(workPath('c1', WORK));
   const cma = () => get(CMA);
   /** The agent Deployment in c1's apiserver, as OCM's work agent applied it: the only one, in whichever namespace. */
   const agentDeployment = async (): Promise<(Deployment & { metadata: { namespace: string } }) | null> => {
@@ -112,8 +106,7 @@ describe.skipIf(!hasGo || noKubectl !== null)("migrating from OCM's cluster-prox
     const found = r.body.items.filter((d) => d.metadata.name === DEPLOYMENT);
     return found.length === 1 ? found[0]! : null;
   };
-  const cond = (o: { status?: { conditions?: { type: string; status: string }[] } } | null, type: string) =>
-    o?.status?.conditions?.find((c) => c.type === type);
+  const cond = conditionOf;
   const controllerOf = (o: Obj | ManagedClusterAddOn | null): Owner | undefined =>
     (o?.metadata.ownerReferences as Owner[] | undefined)?.find((r) => r.controller);
   const why = async (): Promise<string> =>
@@ -182,23 +175,7 @@ describe.skipIf(!hasGo || noKubectl !== null)("migrating from OCM's cluster-prox
       ['system:serviceaccounts', `system:serviceaccounts:${OUR_NS}`],
       { bindClusterAdmin: false },
     );
-    return startHub(pki, [
-      '--store',
-      'kubernetes',
-      '--kubeconfig',
-      kubeconfig,
-      '--agent-install',
-      'manifestwork',
-      '--ca-key',
-      path.join(pki.dir, 'ca.key'),
-      '--require-registration',
-      '--tunnel-loss-window',
-      '2s',
-      '--tls-reload-interval',
-      '500ms',
-      '--server-id',
-      'hub-a',
-    ]);
+    return startHub(pki, ocmHubArgs({ kubeconfig, caKey: path.join(pki.dir, 'ca.key'), serverId: 'hub-a' }));
   };
   /** A chart's Deployment is gone (helm deleted it): the process that stands for its pod stops, as the kubelet stops it. */
   const stopWithDeployment = (namespace: string, name: string, stop: () => Promise<void>): Promise<void> => {
@@ -216,22 +193,7 @@ describe.skipIf(!hasGo || noKubectl !== null)("migrating from OCM's cluster-prox
   async function apiserverThroughHub(): Promise<{ gitVersion: string }> {
     const t: Tunnel = hub!.tunnel();
     try {
-      const s = await waitFor(
-        () =>
-          t.dial('c1:443').catch((err: unknown) => {
-            if (err instanceof TunnelError && err.reason === 'no_agent') return null;
-            throw err;
-          }),
-        { timeoutMs: 60_000, intervalMs: 100, message: 'no agent of c1 at the hub' },
-      );
-      const sock = tls.connect({ socket: s as never, ca: c1.kube.caPem, servername: 'localhost' });
-      await once(sock, 'secureConnect');
-      sock.write('GET /version HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n');
-      let text = '';
-      sock.setEncoding('utf8').on('data', (d: string) => (text += d));
-      await once(sock, 'end');
-      sock.destroy();
-      return JSON.parse(text.slice(text.indexOf('\r\n\r\n') + 4)) as { gitVersion: string };
+      return await versionThroughTunnel(t, 'c1', c1.kube.caPem, 60_000);
     } finally {
       t.close();
     }

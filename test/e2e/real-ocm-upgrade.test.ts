@@ -11,12 +11,10 @@
 // long after the new hub's start the tunnel was back (and back through this build's agent).
 // Skipped, with the reason, when there is no Go toolchain to build OCM's programs with.
 import { execFileSync } from 'node:child_process';
-import { once } from 'node:events';
 import { readFileSync } from 'node:fs';
 import { mkdtemp, rm } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
-import tls from 'node:tls';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { ManagedClusterAddOn, ManifestWork } from '@cluster-proxy/server';
@@ -31,6 +29,7 @@ import {
   type OcmHub,
   type OcmManagedCluster,
 } from '../src/fixtures/real-ocm.js';
+import { addonPath, conditionOf, enableAddon, getObject, ocmHubArgs, versionThroughTunnel, workPath } from '../src/fixtures/ocm-hub-api.js';
 import { CLI, createPki, startHub, type HubProcess, type TestPki } from '../src/harness.js';
 
 const ROOT = fileURLToPath(new URL('../..', import.meta.url));
@@ -55,7 +54,6 @@ const hasGo = await goAvailable();
 if (!hasGo)
   console.warn("real-ocm-upgrade.test.ts: skipped: no Go toolchain (`go`) to build OCM's programs and Helm from their Go modules with");
 
-type Cond = { type: string; status: string; reason?: string; message?: string; observedGeneration?: number };
 type Deployment = {
   metadata: { uid: string; namespace: string; deletionTimestamp?: string };
   spec: { selector: unknown; template: { spec: { containers: { image: string; args?: string[] }[] } } };
@@ -81,19 +79,11 @@ describe.skipIf(!hasGo)(`upgrading the hub from ${previous.version} in place, on
   const back = new Map<string, Promise<{ firstMs: number; newAgentMs: number }>>();
   let c3Back: Promise<number> | null = null;
 
-  const get = async <T>(urlPath: string): Promise<T | null> => {
-    const r = await ocm.kube.request<T>('GET', urlPath);
-    if (r.status === 404) return null;
-    if (r.status !== 200) throw new Error(`GET ${urlPath}: HTTP ${r.status} ${r.text.slice(0, 300)}`);
-    return r.body;
-  };
-  const addonPath = (c: string): string =>
-    `/apis/addon.open-cluster-management.io/v1alpha1/namespaces/${c}/managedclusteraddons/cluster-proxy`;
+  const get = <T>(urlPath: string): Promise<T | null> => getObject<T>(ocm.kube, urlPath);
   const adcPath = (c: string): string => `/apis/addon.open-cluster-management.io/v1alpha1/namespaces/${c}/addondeploymentconfigs/proxy`;
   const addon = (c: string) => get<ManagedClusterAddOn>(addonPath(c));
-  const work = (c: string) => get<ManifestWork>(`/apis/work.open-cluster-management.io/v1/namespaces/${c}/manifestworks/${WORK}`);
-  const cond = (o: { status?: { conditions?: Cond[] } } | null, type: string): Cond | undefined =>
-    o?.status?.conditions?.find((c) => c.type === type);
+  const work = (c: string) => get<ManifestWork>(workPath(c, WORK));
+  const cond = conditionOf;
   const inCluster = async <T = { metadata: { deletionTimestamp?: string } }>(c: string, urlPath: string): Promise<T | null> => {
     const r = await clusters.get(c)!.kube.request<T>('GET', urlPath);
     return r.status === 200 ? r.body : null;
@@ -126,20 +116,7 @@ describe.skipIf(!hasGo)(`upgrading the hub from ${previous.version} in place, on
   async function versionThroughHub(c: string): Promise<string> {
     const t = hub!.tunnel();
     try {
-      const s = await t.dial(`${c}:443`);
-      const sock = tls.connect({ socket: s as never, ca: clusters.get(c)!.kube.caPem, servername: 'localhost' });
-      const timer = setTimeout(() => sock.destroy(new Error(`GET /version of ${c}: no answer in 10 s`)), 10_000);
-      try {
-        await once(sock, 'secureConnect');
-        sock.write('GET /version HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n');
-        let text = '';
-        sock.setEncoding('utf8').on('data', (d: string) => (text += d));
-        await once(sock, 'end');
-        return (JSON.parse(text.slice(text.indexOf('\r\n\r\n') + 4)) as { gitVersion: string }).gitVersion;
-      } finally {
-        clearTimeout(timer);
-        sock.destroy();
-      }
+      return (await versionThroughTunnel(t, c, clusters.get(c)!.kube.caPem, 0)).gitVersion;
     } finally {
       t.close();
     }
@@ -171,21 +148,7 @@ describe.skipIf(!hasGo)(`upgrading the hub from ${previous.version} in place, on
     const h = await startHub(
       pki,
       [
-        '--store',
-        'kubernetes',
-        '--kubeconfig',
-        kubeconfig,
-        '--agent-install',
-        'manifestwork',
-        '--ca-key',
-        path.join(pki.dir, 'ca.key'),
-        '--require-registration',
-        '--tunnel-loss-window',
-        '2s',
-        '--tls-reload-interval',
-        '500ms',
-        '--server-id',
-        serverId,
+        ...ocmHubArgs({ kubeconfig, caKey: path.join(pki.dir, 'ca.key'), serverId }),
         '--agent-port',
         String(agentPort),
         '--agent-image',
@@ -197,15 +160,7 @@ describe.skipIf(!hasGo)(`upgrading the hub from ${previous.version} in place, on
     return h;
   }
 
-  async function enable(c: string, spec: Record<string, unknown> = {}): Promise<void> {
-    const r = await ocm.kube.request('POST', `/apis/addon.open-cluster-management.io/v1alpha1/namespaces/${c}/managedclusteraddons`, {
-      apiVersion: 'addon.open-cluster-management.io/v1alpha1',
-      kind: 'ManagedClusterAddOn',
-      metadata: { name: 'cluster-proxy', namespace: c },
-      spec,
-    });
-    expect(r.status, r.text).toBe(201);
-  }
+  const enable = (c: string, spec: Record<string, unknown> = {}): Promise<void> => enableAddon(ocm.kube, c, spec);
 
   async function available(c: string, timeoutMs = 90_000): Promise<ManagedClusterAddOn> {
     return waitFor(

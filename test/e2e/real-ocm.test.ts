@@ -9,14 +9,12 @@
 // CSRs and Secrets (as the cluster's own hub identity, under the RBAC OCM's registration controller makes),
 // the work agent's apply, ownership and deletion, and the garbage collector of the real controller manager.
 // Skipped, with the reason, when there is no Go toolchain to build OCM's programs with.
-import { once } from 'node:events';
 import { readFile } from 'node:fs/promises';
 import { mkdtemp, rm } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
-import tls from 'node:tls';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { type Tunnel, TunnelError } from '@cluster-proxy/client';
+import type { Tunnel } from '@cluster-proxy/client';
 import { DEFAULT_AGENT_IMAGE, type ManagedCluster, type ManagedClusterAddOn, type ManifestWork } from '@cluster-proxy/server';
 import { configSpecHash, renderAgentWork } from '@cluster-proxy/server/ocm';
 import { CHART_CRDS_DIR, killAllSpawned, runCommand, waitFor } from '../src/fixtures/index.js';
@@ -29,6 +27,7 @@ import {
   type OcmManagedCluster,
 } from '../src/fixtures/real-ocm.js';
 import { writesOver } from '../src/fixtures/hub-writes.js';
+import { addonPath, conditionOf, enableAddon, getObject, ocmHubArgs, versionThroughTunnel, workPath } from '../src/fixtures/ocm-hub-api.js';
 import { CLI, createPki, startHub, type HubProcess, type TestPki } from '../src/harness.js';
 
 const AGENT_NS = 'open-cluster-management-cluster-proxy';
@@ -62,18 +61,10 @@ describe.skipIf(!hasGo)("our hub on OCM's own hub and klusterlets (real OCM prog
   let kubeconfig = '';
   let adminKubeconfig = '';
 
-  const get = async <T = Obj>(urlPath: string): Promise<T | null> => {
-    const r = await ocm.kube.request<T>('GET', urlPath);
-    if (r.status === 404) return null;
-    if (r.status !== 200) throw new Error(`GET ${urlPath}: HTTP ${r.status} ${r.text.slice(0, 300)}`);
-    return r.body;
-  };
-  const addonPath = (c: string): string =>
-    `/apis/addon.open-cluster-management.io/v1alpha1/namespaces/${c}/managedclusteraddons/cluster-proxy`;
+  const get = <T = Obj>(urlPath: string): Promise<T | null> => getObject<T>(ocm.kube, urlPath);
   const addon = (c: string) => get<ManagedClusterAddOn>(addonPath(c));
-  const work = (c: string) => get<ManifestWork>(`/apis/work.open-cluster-management.io/v1/namespaces/${c}/manifestworks/${WORK}`);
-  const cond = (o: { status?: { conditions?: { type: string; status: string; reason?: string }[] } } | null, type: string) =>
-    o?.status?.conditions?.find((c) => c.type === type);
+  const work = (c: string) => get<ManifestWork>(workPath(c, WORK));
+  const cond = conditionOf;
   const inCluster = async (c: string, urlPath: string): Promise<Obj | null> => {
     const r = await clusters.get(c)!.kube.request<Obj>('GET', urlPath);
     return r.status === 200 ? r.body : null;
@@ -108,15 +99,7 @@ describe.skipIf(!hasGo)("our hub on OCM's own hub and klusterlets (real OCM prog
     ].join('\n');
   };
 
-  const enable = async (c: string, spec: Record<string, unknown> = {}): Promise<void> => {
-    const r = await ocm.kube.request('POST', `/apis/addon.open-cluster-management.io/v1alpha1/namespaces/${c}/managedclusteraddons`, {
-      apiVersion: 'addon.open-cluster-management.io/v1alpha1',
-      kind: 'ManagedClusterAddOn',
-      metadata: { name: 'cluster-proxy', namespace: c },
-      spec,
-    });
-    expect(r.status, r.text).toBe(201);
-  };
+  const enable = (c: string, spec: Record<string, unknown> = {}): Promise<void> => enableAddon(ocm.kube, c, spec);
 
   /**
    * Available (our hub, from the agent's tunnel) and ManifestApplied (our hub, from the work OCM's work agent
@@ -138,28 +121,7 @@ describe.skipIf(!hasGo)("our hub on OCM's own hub and klusterlets (real OCM prog
   async function apiserverThroughHub(c: string): Promise<{ gitVersion: string }> {
     const t: Tunnel = hub!.tunnel();
     try {
-      const s = await waitFor(
-        () =>
-          t.dial(`${c}:443`).catch((err: unknown) => {
-            if (err instanceof TunnelError && err.reason === 'no_agent') return null;
-            throw err;
-          }),
-        { timeoutMs: 30_000, intervalMs: 250, message: `no agent of ${c} at the hub` },
-      );
-      const sock = tls.connect({ socket: s as never, ca: clusters.get(c)!.kube.caPem, servername: 'localhost' });
-      await once(sock, 'secureConnect');
-      // No half-close from our side (a tunnel connection closes as a whole): the server closes after answering.
-      sock.write('GET /version HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n');
-      let text = '';
-      sock.setEncoding('utf8').on('data', (d: string) => (text += d));
-      await once(sock, 'end');
-      sock.destroy();
-      const body = text.slice(text.indexOf('\r\n\r\n') + 4);
-      try {
-        return JSON.parse(body) as { gitVersion: string };
-      } catch {
-        throw new Error(`GET /version of ${c} through the hub answered: ${text.slice(0, 300)}`);
-      }
+      return await versionThroughTunnel(t, c, clusters.get(c)!.kube.caPem);
     } finally {
       t.close();
     }
@@ -178,24 +140,8 @@ describe.skipIf(!hasGo)("our hub on OCM's own hub and klusterlets (real OCM prog
     });
   let ocmPeersBinaries: { helm: string };
 
-  const startOurHub = async (): Promise<HubProcess> =>
-    startHub(pki, [
-      '--store',
-      'kubernetes',
-      '--kubeconfig',
-      kubeconfig,
-      '--agent-install',
-      'manifestwork',
-      '--ca-key',
-      path.join(pki.dir, 'ca.key'),
-      '--require-registration',
-      '--tunnel-loss-window',
-      '2s',
-      '--tls-reload-interval',
-      '500ms',
-      '--server-id',
-      'hub-a',
-    ]);
+  const startOurHub = (): Promise<HubProcess> =>
+    startHub(pki, ocmHubArgs({ kubeconfig, caKey: path.join(pki.dir, 'ca.key'), serverId: 'hub-a' }));
 
   beforeAll(async () => {
     pki = await createPki();

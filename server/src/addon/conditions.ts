@@ -35,6 +35,9 @@ export interface ClusterHealthInput {
 
 export type ConditionSpec = Omit<Condition, 'lastTransitionTime'>;
 
+/** Our reason for Available Unknown (no lease yet), as OCM's Lease mode says it. */
+export const LEASE_NOT_FOUND_REASON = 'ManagedClusterAddOnLeaseNotFound';
+
 export function addonConditions(input: ClusterHealthInput): ConditionSpec[] {
   const a = available(input);
   // An agent that is gone cannot be degraded or fine: its last report describes the past.
@@ -87,7 +90,7 @@ function available(i: ClusterHealthInput): ConditionSpec {
     return {
       type: 'Available',
       status: 'Unknown',
-      reason: 'ManagedClusterAddOnLeaseNotFound',
+      reason: LEASE_NOT_FOUND_REASON,
       message: 'The status of cluster-proxy add-on is unknown.',
     };
   if (leaseFresh(i.lease, i.now, i.leaseSlackMs)) return ok;

@@ -21,7 +21,14 @@ import { WatchCache } from '../store/watch-cache.js';
 import { sameJson } from '../store/same-json.js';
 import { tunnelsOnOtherReplicas } from '../fleet/replicas.js';
 import { leaseHeld, microTime, writeLease } from '../fleet/lease.js';
-import { LEASE_GRACE_FACTOR, addonConditions, mergeConditions, type AgentReport, type ConditionSpec } from './conditions.js';
+import {
+  LEASE_GRACE_FACTOR,
+  LEASE_NOT_FOUND_REASON,
+  addonConditions,
+  mergeConditions,
+  type AgentReport,
+  type ConditionSpec,
+} from './conditions.js';
 import { HUB_NAMESPACE } from './hub-namespace.js';
 import { DEFAULT_INSTALL_NAMESPACE } from './join.js';
 import { DEFAULT_AGENT_IMAGE } from './manifests.js';
@@ -488,7 +495,13 @@ export class AddonManager {
       // On an OCM hub, Progressing is OCM's addon-manager's (rollout from the work's config-spec-hash):
       // we never write it there; the installer's conditions (RegistrationApplied, ManifestApplied) join ours.
       if (this.installer) specs = specs.filter((c) => c.type !== 'Progressing');
-      // The klusterlet is gone: OCM's hub says Available Unknown for every addon of the cluster; one writer.
+      // The klusterlet is gone: OCM's hub says Available Unknown for every addon of the cluster; one writer. The
+      // ManagedCluster and the addon come on two watches: an addon OCM already set Unknown while the cluster's event
+      // has not arrived yet is checked against the cluster as the store has it now (an Unknown of OCM's: not ours).
+      if (this.installer && !this.klusterletGone.has(cluster) && unknownOfOcm(addon)) {
+        const mc = await this.opts.store.get('ManagedCluster', { name: cluster }).catch(() => null);
+        if (mc) this.noteClusterAvailability(mc);
+      }
       if (this.installer && this.klusterletGone.has(cluster)) specs = specs.filter((c) => c.type !== 'Available');
       if (installed) specs = [...specs.filter((c) => !installed.conditions.some((i) => i.type === c.type)), ...installed.conditions];
       writes.push(async () => {
@@ -713,6 +726,12 @@ function withReport(annotations: Record<string, string>, r: AgentReport, slackMs
   for (const v of [r, ...reports])
     out[`${REPORT_ANNOTATION_PREFIX}${v.agentID.replace(/[^A-Za-z0-9_.-]/g, '-').slice(0, 63)}`] = JSON.stringify(v);
   return out;
+}
+
+/** Available Unknown with a reason other than ours (OCM's registration hub copies the cluster's). */
+function unknownOfOcm(addon: ManagedClusterAddOn): boolean {
+  const a = addon.status?.conditions?.find((c) => c.type === 'Available');
+  return a?.status === 'Unknown' && a.reason !== LEASE_NOT_FOUND_REASON;
 }
 
 /** Runs the tasks, at most `limit` at a time; rejects with the first failure once the running ones settled. */
