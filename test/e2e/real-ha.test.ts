@@ -15,26 +15,18 @@ import { HUB_NAMESPACE } from '../src/fixtures/real-install.js';
 import { startHaFleet, type HaFleet } from '../src/ha-fleet.js';
 import { echoRoundTripForTest } from '../src/join-helpers.js';
 import { getJson, type HubProcess } from '../src/harness.js';
+import { MANAGER_LEASE, statusPasses } from '../src/fixtures/hub-writes.js';
 
 /** The first start may build the binaries (the script prints its progress); later starts take seconds. */
 const START_TIMEOUT_MS = 45 * 60_000;
 /** Every replica's identity towards the apiserver: the chart's service account. */
 const HUB_USER = `system:serviceaccount:${HUB_NAMESPACE}:cluster-proxy`;
-const MANAGER_LEASE = 'cluster-proxy-addon-manager';
 const REPLICA_LABEL = 'proxy.open-cluster-management.io/server-replica';
 const PASSES = 6;
 const ALL = ['hub-0', 'hub-1', 'hub-2'];
 
 /** Status passes: the leader's renewals of its Lease (only the leader writes it; one per pass). */
-const passes = (events: AuditEvent[]): number =>
-  events.filter(
-    (e) =>
-      e.user.username === HUB_USER &&
-      e.verb === 'update' &&
-      e.objectRef?.resource === 'leases' &&
-      e.objectRef.name === MANAGER_LEASE &&
-      e.responseStatus?.code === 200,
-  ).length;
+const passes = (events: AuditEvent[]): number => statusPasses(events, HUB_USER);
 
 /** The heartbeats: the leader's Lease and each replica's own Lease (renewed on a timer). */
 const heartbeat = (e: AuditEvent): boolean =>
