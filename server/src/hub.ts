@@ -61,6 +61,7 @@ export class Hub {
   readonly manager: AddonManager;
   private readonly registry: ClusterRegistry;
   private signer: PemPair | undefined;
+  private signingX509: { pem: string; x509: X509Certificate } | null = null;
   private readonly reloader: TlsReloader | null;
   readonly replicas: ReplicaRegistry;
 
@@ -120,8 +121,10 @@ export class Hub {
       // After a CA rollover's "promote", agents still on the old CA get new certificates before "finish".
       shouldRenew: (cert) => {
         if (!this.signer) return false;
-        const signing = new X509Certificate(this.signer.certPem);
-        return cert.fingerprint256 !== '' && !!cert.raw && !new X509Certificate(cert.raw).checkIssued(signing);
+        // Asked on every lease renewal: the signer is parsed once per signer, not per renewal.
+        if (this.signingX509?.pem !== this.signer.certPem)
+          this.signingX509 = { pem: this.signer.certPem, x509: new X509Certificate(this.signer.certPem) };
+        return cert.fingerprint256 !== '' && !!cert.raw && !new X509Certificate(cert.raw).checkIssued(this.signingX509.x509);
       },
     });
     this.reloader = opts.tlsFiles

@@ -18,6 +18,7 @@ import {
 } from '../store/objects.js';
 import { AlreadyExistsError, ConflictError, NotFoundError, type Store, type Watch } from '../store/store.js';
 import { WatchCache } from '../store/watch-cache.js';
+import { inFlight, STORE_WRITES_IN_FLIGHT } from '../store/in-flight.js';
 import { sameJson } from '../store/same-json.js';
 import { tunnelsOnOtherReplicas } from '../fleet/replicas.js';
 import { leaseHeld, microTime, writeLease } from '../fleet/lease.js';
@@ -124,8 +125,6 @@ export const LEASE_RENEWAL_BUDGET_PER_SECOND = 20;
  * and renders every agent's work, ~8 % of a 1,000-cluster OCM hub's CPU at a pass every 7.5 s.
  */
 export const INSTALLER_RESYNC_MS = 60_000;
-/** Addon status writes of one pass in flight at once (each a round trip to the store). */
-const STATUS_WRITES_IN_FLIGHT = 16;
 
 export class AddonManager {
   private readonly mode: 'tunnel' | 'lease';
@@ -169,9 +168,10 @@ export class AddonManager {
       store: opts.store,
       kind: 'ManagedClusterAddOn',
       log: opts.log,
-      onChange: () => {
+      onChange: (addon, deleted, previous) => {
         if (!this.installer) return;
-        this.installerDirty = true;
+        // Our own status writes come back as events too: they change nothing the installer reads.
+        if (deleted || !previous || !sameJson(installerView(previous), installerView(addon))) this.installerDirty = true;
         this.kick();
       },
     });
@@ -458,7 +458,7 @@ export class AddonManager {
     const leaseOf = new Map<string, Lease>();
     for (const l of leases) if (l.metadata.name === ADDON_NAME) leaseOf.set(l.metadata.namespace!, l);
     const configReferencesOf = this.installer?.configReferences();
-    // The judging is synchronous and in order; the writes go STATUS_WRITES_IN_FLIGHT at a time, so a pass over a
+    // The judging is synchronous and in order; the writes go STORE_WRITES_IN_FLIGHT at a time, so a pass over a
     // fleet that all changed (a restart, a CA rollover) takes writes/16 round trips, not one per addon.
     const writes: (() => Promise<void>)[] = [];
     for (const addon of [...this.addons.values()]) {
@@ -509,7 +509,7 @@ export class AddonManager {
         await this.writeConditions(addon, specs, now, installed, configReferences);
       });
     }
-    await inFlight(writes, STATUS_WRITES_IN_FLIGHT);
+    await inFlight(writes, STORE_WRITES_IN_FLIGHT);
     await this.syncProxyConfigurationStatus(now);
   }
 
@@ -728,26 +728,24 @@ function withReport(annotations: Record<string, string>, r: AgentReport, slackMs
   return out;
 }
 
+/**
+ * What the OCM installer reads of an addon (metadata, spec, the config references OCM resolved, Configured): an
+ * event that changes none of it (a condition, the registrations) needs no installer pass.
+ */
+function installerView(addon: ManagedClusterAddOn): unknown {
+  const { resourceVersion: _rv, ...metadata } = addon.metadata;
+  return {
+    metadata,
+    spec: addon.spec,
+    configReferences: addon.status?.configReferences,
+    configured: addon.status?.conditions?.find((c) => c.type === 'Configured'),
+  };
+}
+
 /** Available Unknown with a reason other than ours (OCM's registration hub copies the cluster's). */
 function unknownOfOcm(addon: ManagedClusterAddOn): boolean {
   const a = addon.status?.conditions?.find((c) => c.type === 'Available');
   return a?.status === 'Unknown' && a.reason !== LEASE_NOT_FOUND_REASON;
-}
-
-/** Runs the tasks, at most `limit` at a time; rejects with the first failure once the running ones settled. */
-async function inFlight(tasks: (() => Promise<void>)[], limit: number): Promise<void> {
-  let next = 0;
-  let failure: { err: unknown } | null = null;
-  const worker = async (): Promise<void> => {
-    while (next < tasks.length && !failure) {
-      const task = tasks[next++]!;
-      await task().catch((err: unknown) => {
-        failure ??= { err };
-      });
-    }
-  };
-  await Promise.all(Array.from({ length: Math.min(limit, tasks.length) }, worker));
-  if (failure) throw (failure as { err: unknown }).err;
 }
 
 function byNamespaceAndName(a: ManagedClusterAddOn, b: ManagedClusterAddOn): number {

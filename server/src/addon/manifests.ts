@@ -207,13 +207,18 @@ function checkReplicas(v: unknown): number {
   return v;
 }
 
+/** The last bundle that parsed: every agent's manifests carry the same one, parsed once rather than per cluster. */
+let usableCaBundle: string | null = null;
+
 function checkCaBundle(v: unknown): string {
   const pem = str('caBundle', v);
+  if (pem === usableCaBundle) return pem;
   try {
     caCertificates(pem);
   } catch (err) {
     throw new ManifestInputError('caBundle', `the hub CA bundle is not usable: ${(err as Error).message.replace(/^caBundle /, '')}`);
   }
+  usableCaBundle = pem;
   return pem;
 }
 

@@ -23,6 +23,7 @@ import { ManifestInputError } from '../addon/manifests.js';
 import type { ConditionSpec } from '../addon/conditions.js';
 import type { AddonInstallStatus, AddonMirrors } from '../addon/manager.js';
 import { WatchCache } from '../store/watch-cache.js';
+import { inFlight } from '../store/in-flight.js';
 import { canonicalJson } from '../store/same-json.js';
 import { HUB_NAMESPACE } from '../addon/hub-namespace.js';
 import { CLUSTER_UID_URI_PREFIX, issueClientCert, type PemPair } from '../pki/certificates.js';
@@ -106,6 +107,12 @@ export class OcmInstaller {
   private stopped = false;
   private readonly now: () => number;
   private warnedNoSigner = false;
+  /**
+   * Each cluster's last rendered work and what it was rendered from (objects by identity: the mirrors replace an
+   * object when it changes): a pass whose inputs did not change reuses it instead of rendering and serializing
+   * every agent's work again.
+   */
+  private renders = new Map<string, { inputs: readonly unknown[]; work: ManifestWork }>();
   /** Namespaces of the hub-side Secrets already made sure of (one read per namespace, not per pass). */
   private readonly ensuredNamespaces = new Set<string>();
   /** Pending CSRs already logged (a CSR left pending is logged once, not every pass). */
@@ -275,21 +282,27 @@ export class OcmInstaller {
     );
     const configs = new Map<string, Promise<AddOnDeploymentConfig | null>>();
     const status = new Map<string, AddonInstallStatus>();
-    for (const addon of addons) {
+    // Each addon's work is written STORE_WRITES_IN_FLIGHT at a time: a first install over a fleet is one create per
+    // cluster, each a round trip to the API server.
+    const tasks = addons.map((addon) => {
       const cluster = addon.metadata.namespace!;
       const existing = works.get(cluster) ?? null;
       works.delete(cluster);
-      // One cluster's failure (a refused write, a broken object) is logged and retried next pass; the others go on.
-      try {
-        status.set(cluster, await this.syncAddon(addon, clusters.get(cluster) ?? null, existing, { mpc, signer, configs }));
-      } catch (err) {
-        this.opts.log.warn({ cluster, err: (err as Error).message }, 'cannot install the agent of this cluster now; retrying next pass');
-        const previous = this.status.get(cluster);
-        if (previous) status.set(cluster, previous);
-      }
-    }
+      return async (): Promise<void> => {
+        // One cluster's failure (a refused write, a broken object) is logged and retried next pass; the others go on.
+        try {
+          status.set(cluster, await this.syncAddon(addon, clusters.get(cluster) ?? null, existing, { mpc, signer, configs }));
+        } catch (err) {
+          this.opts.log.warn({ cluster, err: (err as Error).message }, 'cannot install the agent of this cluster now; retrying next pass');
+          const previous = this.status.get(cluster);
+          if (previous) status.set(cluster, previous);
+        }
+      };
+    });
     // Works whose addon is gone (disabled, or the cluster left the Placement).
-    for (const orphan of works.values()) await this.deleteWork(orphan, 'its ManagedClusterAddOn is gone');
+    for (const orphan of works.values()) tasks.push(() => this.deleteWork(orphan, 'its ManagedClusterAddOn is gone'));
+    await inFlight(tasks);
+    for (const cluster of this.renders.keys()) if (!status.has(cluster)) this.renders.delete(cluster);
     this.status = status;
     await this.reviewCsrs(clusters, new Set(addons.map((a) => a.metadata.namespace!)), signer);
     await this.ensureHubSecrets(mpc, signer);
@@ -336,7 +349,7 @@ export class OcmInstaller {
     try {
       const adc = await this.configOf(addon, ctx.configs);
       namespace = installNamespaceOf({ adc, defaultInstallNamespace: this.opts.defaultInstallNamespace });
-      desired = renderAgentWork({
+      const input = {
         addon,
         cluster: mc,
         mpc: ctx.mpc,
@@ -347,7 +360,17 @@ export class OcmInstaller {
         image: this.opts.agentImage,
         defaultInstallNamespace: this.opts.defaultInstallNamespace,
         gateway: this.opts.gateway === true,
-      });
+      };
+      // What renderAgentWork reads of the addon: its name, uid and config references (its status changes with
+      // every condition written, which changes nothing in the work).
+      const addonKey = JSON.stringify([addon.metadata.name, addon.metadata.uid, addon.status?.configReferences ?? []]);
+      const inputs = [addonKey, mc, ctx.mpc, adc, input.caBundle, input.agentEntrypoint, input.serverName, input.image, input.gateway];
+      const last = this.renders.get(cluster);
+      if (last && last.inputs.length === inputs.length && last.inputs.every((v, n) => v === inputs[n])) desired = last.work;
+      else {
+        desired = renderAgentWork(input);
+        this.renders.set(cluster, { inputs, work: desired });
+      }
     } catch (err) {
       if (!(err instanceof ManifestInputError)) throw err;
       // The last good work stays in place; ManifestApplied says why nothing newer is rolled out, with
@@ -412,7 +435,7 @@ export class OcmInstaller {
         log.info({ cluster }, 'agent ManifestWork created');
         return created;
       }
-      const sameSpec = specHashOf(existing) === canonicalJson(desired.spec);
+      const sameSpec = specHashOf(existing) === specHashOf(desired);
       const hashes = (w: ManifestWork): string => w.metadata.annotations?.[CONFIG_SPEC_HASH_ANNOTATION] ?? '';
       const sameMeta =
         sameJson(existing.metadata.ownerReferences ?? [], desired.metadata.ownerReferences) &&
@@ -623,7 +646,9 @@ function agentImageCondition(mpc: ManagedProxyConfiguration | null, ours: string
 const SPEC_OF = new WeakMap<ManifestWork, string>();
 
 function specHashOf(work: ManifestWork): string {
-  return SPEC_OF.get(work) ?? canonicalJson(work.spec);
+  let spec = SPEC_OF.get(work);
+  if (spec === undefined) SPEC_OF.set(work, (spec = canonicalJson(work.spec)));
+  return spec;
 }
 
 /**

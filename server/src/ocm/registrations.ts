@@ -23,10 +23,15 @@ import {
   PROXY_AGENT_SIGNER,
 } from './names.js';
 
+/** The last CA and its OU: every addon's registrations name the same signer, hashed once rather than per addon. */
+let lastSignerOu: { pem: string; ou: string } | null = null;
+
 /** OCM cluster-proxy's OU: "signer-" + hex of the base64 of sha256(CA PEM). */
 export function signerOrganizationalUnit(caCertPem: string): string {
+  if (lastSignerOu?.pem === caCertPem) return lastSignerOu.ou;
   const b64 = createHash('sha256').update(caCertPem).digest('base64');
-  return `signer-${Buffer.from(b64, 'utf8').toString('hex')}`;
+  lastSignerOu = { pem: caCertPem, ou: `signer-${Buffer.from(b64, 'utf8').toString('hex')}` };
+  return lastSignerOu.ou;
 }
 
 export function addonRegistrations(cluster: string, signingCaPem: string): AddonRegistration[] {

@@ -126,9 +126,18 @@ export function mapKubeError(err: unknown, what: string): Error {
 }
 
 /** Plain JSON in our shapes: typed clients hand back class instances with Date fields. */
+/** A copy of `obj` (a typed client's object, with Date fields, or a body of ours) as the API's plain JSON. */
 function toPlain<K extends Kind>(kind: K, obj: unknown): ObjectOfKind<K> {
-  const o = JSON.parse(JSON.stringify(obj)) as HubObject;
-  const { apiVersion: _a, kind: _k, ...rest } = o;
+  return fromJson(kind, JSON.parse(JSON.stringify(obj)));
+}
+
+/**
+ * An object parsed from the API's JSON (a watch event, a custom object's answer), which nothing else holds:
+ * normalized in place, without the deep copy toPlain makes (a watch over thousands of ManifestWorks copied each
+ * event's whole object).
+ */
+function fromJson<K extends Kind>(kind: K, obj: unknown): ObjectOfKind<K> {
+  const { apiVersion: _a, kind: _k, ...rest } = obj as HubObject;
   const m = rest.metadata;
   for (const f of ['creationTimestamp', 'deletionTimestamp'] as const) {
     const v = m[f];
@@ -214,7 +223,7 @@ export class KubernetesStore implements Store {
     const raw: unknown = info.namespaced
       ? await this.custom.getNamespacedCustomObject({ ...g, namespace: ns })
       : await this.custom.getClusterCustomObject(g);
-    return toPlain(kind, raw);
+    return fromJson(kind, raw);
   }
 
   async list<K extends Kind>(kind: K, opts: ListOptions = {}): Promise<ListResult<K>> {
@@ -241,7 +250,8 @@ export class KubernetesStore implements Store {
             : await this.custom.listClusterCustomObject(g)
         ) as typeof res;
       }
-      return { items: (res.items ?? []).map((o) => toPlain(kind, o)), resourceVersion: res.metadata?.resourceVersion ?? '' };
+      const plain = kind === 'Lease' || kind === 'Secret' ? toPlain : fromJson;
+      return { items: (res.items ?? []).map((o) => plain(kind, o)), resourceVersion: res.metadata?.resourceVersion ?? '' };
     } catch (err) {
       throw mapKubeError(err, `list ${kind}`);
     }
@@ -259,7 +269,7 @@ export class KubernetesStore implements Store {
       if (kind === 'Secret')
         return toPlain(kind, await this.core.createNamespacedSecret({ namespace: ns, body: body as unknown as V1Secret }));
       const g = { group: info.group, version: info.version, plural: info.plural, body };
-      return toPlain(
+      return fromJson(
         kind,
         info.namespaced
           ? await this.custom.createNamespacedCustomObject({ ...g, namespace: ns })
@@ -331,7 +341,7 @@ export class KubernetesStore implements Store {
     } else {
       raw = status ? await this.custom.replaceClusterCustomObjectStatus(g) : await this.custom.replaceClusterCustomObject(g);
     }
-    return toPlain(kind, raw);
+    return fromJson(kind, raw);
   }
 
   async delete<K extends Kind>(kind: K, key: ObjectKey, opts: { resourceVersion?: string } = {}): Promise<void> {
@@ -513,7 +523,7 @@ class ResumingWatch<K extends Kind> {
       this.delay = this.backoff.initial;
       if (type === 'BOOKMARK') return;
       if (type !== 'ADDED' && type !== 'MODIFIED' && type !== 'DELETED') return;
-      this.handlers.onEvent({ type: type as WatchEventType, object: toPlain(this.kind, o) });
+      this.handlers.onEvent({ type: type as WatchEventType, object: fromJson(this.kind, o) });
     };
     const onDone = (err: unknown): void => {
       if (this.stopped || gen !== this.gen) return;

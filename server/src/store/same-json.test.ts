@@ -29,4 +29,39 @@ describe('sameJson', () => {
     expect(canonicalJson({ b: { d: 1, c: [true, 'x'] }, a: null })).toBe('{"a":null,"b":{"c":[true,"x"],"d":1}}');
     expect(canonicalJson(undefined)).toBe('null');
   });
+
+  it('agrees with comparing canonicalJson strings on random values, equal and nearly equal (seeded)', () => {
+    let seed = 42;
+    const rnd = (n: number): number => {
+      seed = (seed * 1103515245 + 12345) % 2147483648;
+      return seed % n;
+    };
+    const leaf = (): unknown => [null, undefined, 0, -0, 1, 1.5, Number.NaN, '', 'a', 'b', true, false, new Date(0), new Date(1), () => 1][rnd(15)];
+    const value = (depth: number): unknown => {
+      if (depth === 0 || rnd(3) === 0) return leaf();
+      if (rnd(2) === 0) return Array.from({ length: rnd(4) }, () => value(depth - 1));
+      return Object.fromEntries(Array.from({ length: rnd(4) }, () => [['a', 'b', 'c', 'd'][rnd(4)]!, value(depth - 1)]));
+    };
+    // A copy with its keys in another order, and sometimes one change somewhere.
+    const variant = (v: unknown): unknown => {
+      if (Array.isArray(v)) return v.map((x) => (rnd(8) === 0 ? value(1) : variant(x)));
+      if (v !== null && typeof v === 'object' && !(v instanceof Date)) {
+        const entries = Object.entries(v).reverse();
+        if (rnd(8) === 0) entries.push([['a', 'e'][rnd(2)]!, value(1)]);
+        return Object.fromEntries(entries.map(([k, x]) => [k, variant(x)]));
+      }
+      return rnd(10) === 0 ? leaf() : v;
+    };
+    let equal = 0;
+    for (let i = 0; i < 5000; i++) {
+      const a = value(4);
+      const b = rnd(4) === 0 ? value(4) : variant(a);
+      const want = canonicalJson(a) === canonicalJson(b);
+      if (want) equal++;
+      expect(sameJson(a, b), `${canonicalJson(a)} / ${canonicalJson(b)}`).toBe(want);
+    }
+    // Both outcomes were exercised.
+    expect(equal).toBeGreaterThan(500);
+    expect(equal).toBeLessThan(4500);
+  });
 });

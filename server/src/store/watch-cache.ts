@@ -16,8 +16,8 @@ export interface WatchCacheOptions<K extends Kind> {
   /** Which objects (a namespace, labels); all of the kind when absent. */
   select?: ListOptions;
   log: Logger;
-  /** Called after each change the watch delivers (not for the initial list). */
-  onChange?: (obj: ObjectOfKind<K>, deleted: boolean) => void;
+  /** Called after each change the watch delivers (not for the initial list), with what the mirror held before. */
+  onChange?: (obj: ObjectOfKind<K>, deleted: boolean, previous: ObjectOfKind<K> | undefined) => void;
   /** What the mirror keeps of each object (default: all of it); a loop that reads a few fields of large objects keeps those. */
   project?: (obj: ObjectOfKind<K>) => ObjectOfKind<K>;
 }
@@ -49,10 +49,11 @@ export class WatchCache<K extends Kind> {
       {
         onEvent: (e) => {
           const k = keyOf(e.object.metadata);
+          const previous = this.objects.get(k);
           if (e.type === 'DELETED') this.objects.delete(k);
           else this.objects.set(k, this.opts.project ? this.opts.project(e.object) : e.object);
           this.restartMs = RESTART_MIN_MS;
-          this.opts.onChange?.(e.object, e.type === 'DELETED');
+          this.opts.onChange?.(e.object, e.type === 'DELETED', previous);
         },
         onError: (err) => {
           this.watch = null;

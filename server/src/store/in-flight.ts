@@ -1,0 +1,22 @@
+// Store writes a bounded number at a time: a pass over a fleet that all changed (a first install, a restart, a
+// CA rollover) takes writes/STORE_WRITES_IN_FLIGHT round trips instead of one per object, without opening a
+// request per object at once against an API server that sheds load.
+
+/** How many writes of one pass are in flight at once. */
+export const STORE_WRITES_IN_FLIGHT = 16;
+
+/** Runs the tasks, at most `limit` at a time; rejects with the first failure once the running ones settled. */
+export async function inFlight(tasks: (() => Promise<void>)[], limit: number = STORE_WRITES_IN_FLIGHT): Promise<void> {
+  let next = 0;
+  let failure: { err: unknown } | null = null;
+  const worker = async (): Promise<void> => {
+    while (next < tasks.length && !failure) {
+      const task = tasks[next++]!;
+      await task().catch((err: unknown) => {
+        failure ??= { err };
+      });
+    }
+  };
+  await Promise.all(Array.from({ length: Math.min(limit, tasks.length) }, worker));
+  if (failure) throw (failure as { err: unknown }).err;
+}
