@@ -137,7 +137,8 @@ export function signedLength(bodyLength: number, servingCertPem: string | Buffer
  */
 export function linkIdentityKey(socket: Pick<TLSSocket, 'exportKeyingMaterial'>): KeyObject | null {
   try {
-    return createSecretKey(socket.exportKeyingMaterial(LINK_KEY_BYTES, LINK_KEY_LABEL, LINK_KEY_CONTEXT));
+    const material = socket.exportKeyingMaterial(LINK_KEY_BYTES, LINK_KEY_LABEL, LINK_KEY_CONTEXT);
+    return material.length === LINK_KEY_BYTES ? createSecretKey(material) : null;
   } catch {
     return null;
   }

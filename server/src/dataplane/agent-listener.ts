@@ -181,6 +181,7 @@ export function startBackend(opts: AgentListenerOptions, admission: Admission, c
       hosts: admission.backend.hosts,
       credit: admission.backend.credit,
       halfClose: admission.backend.halfClose,
+      gatewayIdentityMac: admission.backend.identityKey != null,
       transport: channel.transport,
     },
     'agent connected',
@@ -191,7 +192,7 @@ export function startBackend(opts: AgentListenerOptions, admission: Admission, c
 /** AgentService.Connect over gRPC (unmodified ANP agents, and ours when told to use gRPC). */
 export function makeAgentConnectHandler(opts: AgentListenerOptions): GrpcHandler {
   return (call) => {
-    const result = admitAgent(opts, call.peerCertificate(), (key) => call.metadata.get(key));
+    const result = admitAgent(opts, call.peerCertificate(), (key) => call.metadata.get(key), call.identityKey());
     if (!('headers' in result)) {
       opts.log[result.code === 'ALREADY_EXISTS' ? 'debug' : 'warn'](
         { peer: call.getPeer(), code: result.code },
