@@ -126,7 +126,12 @@ export function signPayload(
 }
 
 /** The length of signPayload()'s two header values for a payload of `bodyLength`, without signing (a head's size check). */
-export function signedLength(bodyLength: number, servingCertPem: string | Buffer, servingKeyPem: string | Buffer, now = Date.now()): number {
+export function signedLength(
+  bodyLength: number,
+  servingCertPem: string | Buffer,
+  servingKeyPem: string | Buffer,
+  now = Date.now(),
+): number {
   // An Ed25519 signature is 64 bytes: 86 in base64url.
   return bodyLength + 1 + 86 + delegatedKey(servingCertPem, servingKeyPem, now).signer.length;
 }

@@ -141,9 +141,12 @@ export function admitAgent(
   const serverDrain = caps.has(CAP_SERVER_DRAIN);
   const gatewayKey = caps.has(CAP_GATEWAY_HMAC) ? identityKey : null;
   const headers: Record<string, string> = { [MD_SERVER_ID]: opts.serverID, [MD_SERVER_COUNT]: String(opts.serverCount()) };
-  const accepted = [credit ? CAP_CREDIT : '', halfClose ? CAP_HALF_CLOSE : '', serverDrain ? CAP_SERVER_DRAIN : '', gatewayKey ? CAP_GATEWAY_HMAC : ''].filter(
-    Boolean,
-  );
+  const accepted = [
+    credit ? CAP_CREDIT : '',
+    halfClose ? CAP_HALF_CLOSE : '',
+    serverDrain ? CAP_SERVER_DRAIN : '',
+    gatewayKey ? CAP_GATEWAY_HMAC : '',
+  ].filter(Boolean);
   if (accepted.length) headers[MD_CAPABILITIES] = accepted.join(',');
   if (credit) headers[MD_WINDOW] = String(opts.window);
   return {
