@@ -38,22 +38,30 @@ let server: tls.Server;
 const links: { hub: KeyObject; agent: KeyObject }[] = [];
 const sockets: tls.TLSSocket[] = [];
 let proxy: ImpersonatingProxy;
+let agentCert: PemPair;
 
-/** One mutual-TLS connection as an agent makes to the hub; both ends' link keys. */
-async function link(agentCert: PemPair): Promise<{ hub: KeyObject; agent: KeyObject }> {
+/** One mutual-TLS connection as an agent makes to the hub: the hub's end and the agent's. */
+async function connectLink(cert: PemPair, maxVersion?: tls.SecureVersion): Promise<{ hubEnd: tls.TLSSocket; client: tls.TLSSocket }> {
   const accepted = once(server, 'secureConnection') as Promise<[tls.TLSSocket]>;
   const client = tls.connect({
     port: (server.address() as AddressInfo).port,
     host: '127.0.0.1',
     servername: 'localhost',
     ca: ca.certPem,
-    cert: agentCert.certPem,
-    key: agentCert.keyPem,
+    cert: cert.certPem,
+    key: cert.keyPem,
+    ...(maxVersion ? { maxVersion } : {}),
   });
   sockets.push(client);
   await once(client, 'secureConnect');
   const [hubEnd] = await accepted;
   sockets.push(hubEnd);
+  return { hubEnd, client };
+}
+
+/** Both ends' link keys of a new link. */
+async function link(cert: PemPair): Promise<{ hub: KeyObject; agent: KeyObject }> {
+  const { hubEnd, client } = await connectLink(cert);
   const hub = linkIdentityKey(hubEnd);
   const agent = linkIdentityKey(client);
   if (!hub || !agent) throw new Error('no link key');
@@ -67,7 +75,7 @@ beforeAll(async () => {
   server = tls.createServer({ cert: serving.certPem, key: serving.keyPem, ca: ca.certPem, requestCert: true, rejectUnauthorized: true });
   server.listen(0, '127.0.0.1');
   await once(server, 'listening');
-  const agentCert = issueAgentCert(ca, { cluster: 'c1' });
+  agentCert = issueAgentCert(ca, { cluster: 'c1' });
   links.push(await link(agentCert), await link(agentCert));
   proxy = new ImpersonatingProxy({
     cluster: 'c1',
@@ -122,15 +130,12 @@ describe('the link key', () => {
     expect(a!.hub.export()).toHaveLength(32);
   });
 
-  it('a socket that is not an established TLS session gives none', () => {
-    expect(linkIdentityKey({ exportKeyingMaterial: () => Buffer.alloc(0) } as never)).toBeNull();
-    expect(
-      linkIdentityKey({
-        exportKeyingMaterial: () => {
-          throw new Error('not connected');
-        },
-      }),
-    ).toBeNull();
+  it('a TLS 1.2 link gives none at either end (signed identities then), nor does a socket not yet connected', async () => {
+    const { hubEnd, client } = await connectLink(agentCert, 'TLSv1.2');
+    expect(client.getProtocol()).toBe('TLSv1.2');
+    expect(linkIdentityKey(hubEnd)).toBeNull();
+    expect(linkIdentityKey(client)).toBeNull();
+    expect(linkIdentityKey(new tls.TLSSocket(null as never))).toBeNull();
   });
 });
 

@@ -138,10 +138,13 @@ export function signedLength(
 
 /**
  * The key a link's two ends share for the identity MAC: keying material exported from its TLS session,
- * or null when the session cannot export any (not TLS, or not established).
+ * or null when the session cannot give one (not TLS, not established, or not TLS 1.3: TLS 1.2's exporter
+ * is bound to the handshake only with the extended master secret, which node does not report, so a 1.2
+ * link keeps signed identities).
  */
-export function linkIdentityKey(socket: Pick<TLSSocket, 'exportKeyingMaterial'>): KeyObject | null {
+export function linkIdentityKey(socket: Pick<TLSSocket, 'exportKeyingMaterial' | 'getProtocol'>): KeyObject | null {
   try {
+    if (socket.getProtocol() !== 'TLSv1.3') return null;
     const material = socket.exportKeyingMaterial(LINK_KEY_BYTES, LINK_KEY_LABEL, LINK_KEY_CONTEXT);
     return material.length === LINK_KEY_BYTES ? createSecretKey(material) : null;
   } catch {
