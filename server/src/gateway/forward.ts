@@ -2,8 +2,9 @@
 // the agent's tunnel (TunnelSocket: the core's in-process dial, no new tunnel), as HTTP/1.1 to the
 // agent's reserved destination, with the caller's identity authenticated by the hub (proto
 // gateway-identity.ts: an HMAC under the key of the link the connection rides when the agent takes one,
-// else a signature) and none of the caller's credentials. Bodies stream both ways through relay() (proto http-relay.ts),
-// which honours backpressure (write() → false → wait for 'drain'); nothing is buffered whole.
+// else a signature) and none of the caller's credentials. Bodies stream both ways through relay()
+// (proto http-relay.ts), which honours backpressure (write() → false → wait for 'drain'); nothing is
+// buffered whole.
 import type { Duplex } from 'node:stream';
 import tls from 'node:tls';
 import {
