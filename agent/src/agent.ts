@@ -1,6 +1,6 @@
 // The agent: keeps one Connect stream per proxy-server replica (reached through one address, usually
 // a load balancer), reconnects with backoff, and drains on shutdown.
-import { X509Certificate, randomUUID } from 'node:crypto';
+import { X509Certificate, randomUUID, type KeyObject } from 'node:crypto';
 import {
   clusterHostNames,
   formatIdentifiers,
@@ -73,8 +73,9 @@ export interface AgentOptions {
    * (`kubeconfig`; default as kube-rest.ts finds them: $KUBECONFIG, ~/.kube/config, the service
    * account), or false to refuse the gateway's reserved destination. Default: on. `allowReserved`:
    * `system:` users and groups it impersonates all the same, by exact name (none by default).
+   * `signedOnly`: believe signed identities only, announcing no CAP_GATEWAY_HMAC (as agents before it did).
    */
-  gateway?: { kubeconfig?: string; allowReserved?: readonly string[] } | false;
+  gateway?: { kubeconfig?: string; allowReserved?: readonly string[]; signedOnly?: boolean } | false;
   /** Export the process metrics too (CPU, memory, fds; the CLI sets it). */
   processMetrics?: boolean;
   log: Logger;
@@ -169,7 +170,7 @@ export class Agent {
       apiserver: opts.apiserver,
       allow: opts.allow,
       dialTimeoutMs: opts.dialTimeoutMs ?? 5000,
-      ...(gateway ? { gateway: () => gateway.connect() } : {}),
+      ...(gateway ? { gateway: (linkKey: KeyObject | null) => gateway.connect(linkKey) } : {}),
     });
     const ids = { ...emptyIdentifiers(), ...opts.extraIdentifiers };
     ids.host = [...names, ...(opts.extraIdentifiers?.host ?? [])];
@@ -350,6 +351,7 @@ export class Agent {
       window: this.opts.window ?? INITIAL_CONNECTION_WINDOW,
       budget: this.budget,
       dialer: this.dialer,
+      gatewayHmac: !(this.opts.gateway && this.opts.gateway.signedOnly),
       log: this.opts.log,
       isDraining: () => this.state !== 'running',
       atCapacity: () =>

@@ -7,6 +7,7 @@ import {
   HTTP2_CONNECTION_WINDOW,
   HTTP2_STREAM_WINDOW,
   MAX_MESSAGE_BYTES,
+  linkIdentityKey,
   type GrpcCallError,
 } from '@cluster-proxy/proto';
 import type { Link, LinkOptions } from './link.js';
@@ -73,6 +74,11 @@ export function grpcLink(opts: LinkOptions, serverName: string | undefined, sock
         onPacket: (l) => call.on('data', l),
         offPacket: (l) => call.removeListener('data', l),
         onDataViews: (h) => call.onDataViews(h),
+        // One client per link and the call on its first session: that session's TLS socket is the link's.
+        identityKey: () => {
+          const s = client.currentTlsSocket;
+          return s ? linkIdentityKey(s) : null;
+        },
         onGone: (l) => {
           const once = onlyOnce(l);
           call.on('error', (err: GrpcCallError) => once(err));

@@ -1,5 +1,6 @@
 // What an agent's connection to one proxy server is, whichever transport carries it (links.ts opens one:
 // our framed transport or ANP's gRPC, grpc-link.ts).
+import type { KeyObject } from 'node:crypto';
 import type { DataViewHandler, Packet, PacketStream } from '@cluster-proxy/proto';
 
 export type AgentTransport = 'mux' | 'grpc';
@@ -12,6 +13,8 @@ export interface Link {
   offPacket(listener: (p: Packet) => void): void;
   /** DATA payloads as the chunks they arrived in (not copied into one Buffer); null: as packets again. */
   onDataViews?(handler: DataViewHandler | null): void;
+  /** The key this link's TLS session gives the gateway's identity MAC (proto linkIdentityKey), if it gives one. */
+  identityKey?(): KeyObject | null;
   /** Called at most once, when the link ends or breaks. */
   onGone(listener: (err: Error) => void): void;
   close(): void;

@@ -2,7 +2,8 @@
 // or ANP's AgentService.Connect over gRPC. Both give a "link": a packet stream plus the server's
 // response headers.
 import { isIP } from 'node:net';
-import { connectMux, splitHostPort, type Hello } from '@cluster-proxy/proto';
+import type { TLSSocket } from 'node:tls';
+import { connectMux, linkIdentityKey, splitHostPort, type Hello } from '@cluster-proxy/proto';
 import { connectThroughProxy } from './egress-proxy.js';
 import { onlyOnce } from './only-once.js';
 import type { AgentTransport, EgressOptions, Link, LinkOptions } from './link.js';
@@ -34,6 +35,8 @@ export async function openMuxLink(opts: LinkOptions): Promise<Link> {
     onPacket: (l) => stream.on('data', l),
     offPacket: (l) => stream.removeListener('data', l),
     onDataViews: (h) => stream.onDataViews(h),
+    // The stream runs on the TLS socket connectMux made (inside the egress tunnel, if any: TLS is end to end).
+    identityKey: () => linkIdentityKey(stream.socket as TLSSocket),
     onGone: (l) => {
       const once = onlyOnce(l);
       stream.on('error', (err: Error) => once(err));

@@ -1,11 +1,13 @@
 // One link (our framed transport, or AgentService.Connect over gRPC) to one proxy-server replica. It announces who we are (agentID,
 // agentIdentifiers, capabilities), reads serverID/serverCount from the response headers, and then
 // serves DIAL_REQ / DATA / CLOSE_REQ / DIAL_CLS / CREDIT / HALF_CLOSE for the connections it carries.
+import type { KeyObject } from 'node:crypto';
 import { EventEmitter } from 'node:events';
 import {
   GrpcCallError,
   grpcCodeName,
   CAP_CREDIT,
+  CAP_GATEWAY_HMAC,
   CAP_HALF_CLOSE,
   CAP_SERVER_DRAIN,
   MD_HELD_SERVERS,
@@ -49,6 +51,8 @@ export interface ServerConnectionOptions {
   /** The agent's memory budget (one per process, shared by every link). */
   budget: MemoryBudget;
   dialer: TargetDialer;
+  /** Announce CAP_GATEWAY_HMAC: the gateway may authenticate identities with this link's key (default: when the dialer serves the gateway). */
+  gatewayHmac?: boolean;
   log: Logger;
   /** New dials are refused while this returns true. */
   isDraining: () => boolean;
@@ -81,6 +85,8 @@ export class ServerConnection extends EventEmitter implements EndpointOwner {
   credit = false;
   halfClose = false;
   peerWindow: number | null = null;
+  /** This link's key for the gateway's identity MAC, when the hub took CAP_GATEWAY_HMAC; null: signed identities only. */
+  identityKey: KeyObject | null = null;
   readonly window: number;
   readonly budget: MemoryBudget;
   private senderOrNull: StreamSender | null = null;
@@ -132,7 +138,12 @@ export class ServerConnection extends EventEmitter implements EndpointOwner {
       metadata: {
         [MD_AGENT_ID]: this.opts.agentID,
         ...(this.opts.identifiers ? { [MD_AGENT_IDENTIFIERS]: this.opts.identifiers } : {}),
-        [MD_CAPABILITIES]: [CAP_CREDIT, CAP_HALF_CLOSE, CAP_SERVER_DRAIN].join(','),
+        [MD_CAPABILITIES]: [
+          CAP_CREDIT,
+          CAP_HALF_CLOSE,
+          CAP_SERVER_DRAIN,
+          ...((this.opts.gatewayHmac ?? true) && this.opts.dialer.servesGateway ? [CAP_GATEWAY_HMAC] : []),
+        ].join(','),
         [MD_WINDOW]: String(this.opts.window),
         ...(this.opts.heldServers?.length ? { [MD_HELD_SERVERS]: this.opts.heldServers.join(',') } : {}),
       },
@@ -177,6 +188,8 @@ export class ServerConnection extends EventEmitter implements EndpointOwner {
     const caps = parseCapabilities(link.header(MD_CAPABILITIES).join(','));
     this.credit = caps.has(CAP_CREDIT);
     this.halfClose = caps.has(CAP_HALF_CLOSE);
+    // Only if the hub took it (it has the same key then); without a key here, no MAC is believed on this link.
+    this.identityKey = caps.has(CAP_GATEWAY_HMAC) ? (link.identityKey?.() ?? null) : null;
     if (this.credit) {
       const w = Number(link.header(MD_WINDOW)[0]);
       if (!Number.isSafeInteger(w) || w <= 0) throw new Error(`server ${this.opts.address} announced credit without a valid window`);
@@ -251,7 +264,7 @@ export class ServerConnection extends EventEmitter implements EndpointOwner {
     this.conns.add(conn.connectID, conn);
     this.conns.addDial(random, conn);
     const started = process.hrtime.bigint();
-    this.opts.dialer.dial(target, conn.abort.signal).then(
+    this.opts.dialer.dial(target, conn.abort.signal, this.identityKey).then(
       (socket) => {
         if (conn.state !== 'dialing' || this.state === 'closed') {
           socket.destroy();

@@ -1,5 +1,6 @@
 // Turns a DialRequest address into a TCP connection: maps the cluster's own names to its
 // apiserver, enforces the allowlist, and dials with a timeout.
+import type { KeyObject } from 'node:crypto';
 import net from 'node:net';
 import type { Duplex } from 'node:stream';
 import {
@@ -20,8 +21,11 @@ export interface TargetDialerOptions {
   /** Extra destinations the hub configured (see allowlist.ts for the syntax). */
   allow: readonly string[];
   dialTimeoutMs: number;
-  /** Serves the hub gateway's reserved destination in process (gateway/impersonating-proxy.ts); unset: refused. */
-  gateway?: () => Duplex;
+  /**
+   * Serves the hub gateway's reserved destination in process (gateway/impersonating-proxy.ts); unset:
+   * refused. `linkKey`: the identity MAC key of the link the dial came in on (null: none).
+   */
+  gateway?: (linkKey: KeyObject | null) => Duplex;
 }
 
 export class DialFailure extends Error {
@@ -73,11 +77,19 @@ export class TargetDialer {
     return target;
   }
 
-  /** Connects; rejects with DialFailure('endpoint' | 'timeout') on failure or `signal` abort. */
-  dial(target: ResolvedTarget, signal: AbortSignal): Promise<net.Socket> {
+  /** Whether the reserved gateway destination is served here. */
+  get servesGateway(): boolean {
+    return this.opts.gateway !== undefined;
+  }
+
+  /**
+   * Connects; rejects with DialFailure('endpoint' | 'timeout') on failure or `signal` abort. `linkKey`: the
+   * identity MAC key of the link the dial came in on, for the gateway's destination.
+   */
+  dial(target: ResolvedTarget, signal: AbortSignal, linkKey: KeyObject | null = null): Promise<net.Socket> {
     if (target.virtual === 'gateway' && this.opts.gateway) {
       // An in-memory pair with the socket calls the endpoint connection makes (gateway/impersonating-proxy.ts).
-      return Promise.resolve(this.opts.gateway() as net.Socket);
+      return Promise.resolve(this.opts.gateway(linkKey) as net.Socket);
     }
     return new Promise((resolve, reject) => {
       const where = joinHostPort(target.host, target.port);

@@ -74,6 +74,11 @@ export const agentFlags: FlagSpecs = {
     multiple: true,
     help: 'a reserved Kubernetes name (system: user or group, e.g. system:masters) the gateway may impersonate all the same, exactly as written; none by default: hub callers never become system: identities in this cluster',
   },
+  'gateway-identity-mac': {
+    type: 'string',
+    default: 'on',
+    help: "believe identities the hub authenticates with this link's TLS session key (cheaper than a signature per request): on, or off for signed identities only (as agents before it)",
+  },
   'gateway-kubeconfig': {
     type: 'string',
     help: "the gateway's apiserver and the agent's own credentials for it (default: KUBECONFIG, ~/.kube/config, else the pod's service account)",
@@ -327,8 +332,8 @@ async function bootstrapUntilDone(
   return null;
 }
 
-/** --gateway on|off, --gateway-kubeconfig and --gateway-allow-reserved. */
-function gatewayOption(flags: ParsedFlags): { kubeconfig?: string; allowReserved?: string[] } | false {
+/** --gateway on|off, --gateway-kubeconfig, --gateway-allow-reserved and --gateway-identity-mac on|off. */
+function gatewayOption(flags: ParsedFlags): { kubeconfig?: string; allowReserved?: string[]; signedOnly?: boolean } | false {
   const v = str(flags, 'gateway');
   if (v !== 'on' && v !== 'off') throw new UsageError(`--gateway must be on or off, not "${v}"`);
   const allowReserved = list(flags, 'gateway-allow-reserved');
@@ -339,6 +344,12 @@ function gatewayOption(flags: ParsedFlags): { kubeconfig?: string; allowReserved
   for (const n of allowReserved)
     if (!n.startsWith('system:'))
       throw new UsageError(`--gateway-allow-reserved takes system: names (others need no allowing), got "${n}"`);
+  const mac = str(flags, 'gateway-identity-mac');
+  if (mac !== 'on' && mac !== 'off') throw new UsageError(`--gateway-identity-mac must be on or off, not "${mac}"`);
   const kubeconfig = str(flags, 'gateway-kubeconfig');
-  return { ...(kubeconfig ? { kubeconfig } : {}), ...(allowReserved.length > 0 ? { allowReserved } : {}) };
+  return {
+    ...(kubeconfig ? { kubeconfig } : {}),
+    ...(allowReserved.length > 0 ? { allowReserved } : {}),
+    ...(mac === 'off' ? { signedOnly: true } : {}),
+  };
 }

@@ -127,7 +127,11 @@ describe('HTTP gateway', () => {
     // The hub's own hand-off headers, sent by a caller: dropped, the real caller's identity goes instead.
     const forged = await gw('/cluster1/version', {
       cert: true,
-      headers: { 'x-cluster-proxy-identity': 'eyJ1c2VyIjoiYWRtaW4ifQ.AAAA', 'x-cluster-proxy-identity-signer': 'AAAA' },
+      headers: {
+        'x-cluster-proxy-identity': 'eyJ1c2VyIjoiYWRtaW4ifQ.AAAA',
+        'x-cluster-proxy-identity-signer': 'AAAA',
+        'x-cluster-proxy-identity-mac': 'eyJ1c2VyIjoiYWRtaW4ifQ.AAAA',
+      },
     });
     expect(forged.status, forged.body.toString()).toBe(200);
     expect(lastRequest().headers['impersonate-user']).toEqual(['alice']);

@@ -1,8 +1,10 @@
 // The agent's half of the hub's HTTP gateway (docs/gateway.md): an in-process HTTP/1.1 handler behind
 // the reserved destination GATEWAY_DESTINATION. It never listens on a port: the tunnel hands it one
 // end of an in-memory duplex pair per dial (connect()). For each request it
-//   - believes the caller's identity only from a hub-signed assertion (proto gateway-identity.ts):
-//     signed by a serving certificate of the hub CA this agent trusts, for this cluster, not expired;
+//   - believes the caller's identity only from an assertion the hub authenticated (proto gateway-identity.ts):
+//     an HMAC under the key of the link the request's dial came in on (its TLS session's exported keying
+//     material), or a signature by a serving certificate of the hub CA this agent trusts; for this
+//     cluster and this very request (method and target), not expired;
 //   - refuses (403) an identity a header would not carry exactly (proto identity-names.ts) and, unless
 //     the admin allows the name (--gateway-allow-reserved), every `system:` user and group but
 //     `system:authenticated`: whatever the hub signs, this agent never makes anyone system:masters,
@@ -20,13 +22,14 @@
 // `impersonate` on users, groups and uids (agent/README.md). Every request gets an answer: a failure
 // inside is a 500 with one line, never an unhandled rejection. When the hub closes the tunneled
 // connection (its caller left), the request to the apiserver ends with it (a watch included).
-import type { X509Certificate } from 'node:crypto';
+import type { KeyObject, X509Certificate } from 'node:crypto';
 import { readFile } from 'node:fs/promises';
 import https from 'node:https';
 import { type Duplex, duplexPair } from 'node:stream';
 import {
   GATEWAY_AGENT_MAX_HEAD_BYTES,
   IDENTITY_HEADER,
+  IDENTITY_MAC_HEADER,
   IDENTITY_SIGNER_HEADER,
   certificatesOf,
   endToEndHeaders,
@@ -42,6 +45,7 @@ import {
   textAnswer,
   utf8HeaderValue,
   verifyIdentity,
+  verifyLinkIdentity,
   type GatewayIdentity,
   http,
 } from '@cluster-proxy/proto';
@@ -80,6 +84,8 @@ export class ImpersonatingProxy {
   private readonly log: Logger;
   /** Upgrade requests and their sessions (node's closeAllConnections() no longer sees them). */
   private readonly upgraded = new Set<Duplex>();
+  /** The identity MAC key of the link each tunneled connection came in on (none: signed identities only). */
+  private readonly linkKeys = new WeakMap<object, KeyObject>();
 
   constructor(private readonly opts: ImpersonatingProxyOptions) {
     this.log = opts.log.child({ component: 'gateway' });
@@ -114,9 +120,13 @@ export class ImpersonatingProxy {
     });
   }
 
-  /** One tunneled connection to the reserved destination: returns the end the tunnel writes into. */
-  connect(): Duplex {
+  /**
+   * One tunneled connection to the reserved destination: returns the end the tunnel writes into.
+   * `linkKey`: the identity MAC key of the link it came in on (null: that link's requests need signed identities).
+   */
+  connect(linkKey: KeyObject | null = null): Duplex {
     const [tunnelEnd, serverEnd] = duplexPair({ allowHalfOpen: true });
+    if (linkKey) this.linkKeys.set(serverEnd, linkKey);
     // The tunnel's end destroyed (the hub closed the connection: its caller left) ends the server's side
     // too, and with it any request to the apiserver still open (res 'close' → upstream destroyed). The other
     // way needs nothing: the server's end reaches the tunnel as EOF after every byte it wrote.
@@ -157,14 +167,9 @@ export class ImpersonatingProxy {
 
   /** The identity checked and the outgoing headers made, or the refusal (status and one line). */
   private async prepare(req: HttpTypes.IncomingMessage): Promise<Prepared | { status: number; message: string }> {
-    const assertion = req.headers[IDENTITY_HEADER];
-    const signer = req.headers[IDENTITY_SIGNER_HEADER];
-    const identity: GatewayIdentity | { error: string } =
-      typeof assertion === 'string' && typeof signer === 'string'
-        ? verifyIdentity(assertion, signer, this.trustedCas(), this.opts.cluster, requestLine(req.method, req.url))
-        : { error: 'no identity assertion' };
+    const identity = this.identityOf(req);
     if ('error' in identity) {
-      this.log.warn({ reason: identity.error }, 'gateway request refused: the identity was not signed by the hub');
+      this.log.warn({ reason: identity.error }, 'gateway request refused: the identity was not authenticated by the hub');
       return { status: 403, message: `the agent refused the request: ${identity.error}` };
     }
     const refused = this.refusedIdentity(identity);
@@ -189,6 +194,22 @@ export class ImpersonatingProxy {
     for (const [name, values] of Object.entries(impersonateExtraHeaders(identity.extra))) headers[name] = values.map(utf8HeaderValue);
     headers['host'] = kube.server.host;
     return { kube, headers, identity };
+  }
+
+  /** The identity the hub authenticated for this request, or why there is none it believes. */
+  private identityOf(req: HttpTypes.IncomingMessage): GatewayIdentity | { error: string } {
+    const mac = req.headers[IDENTITY_MAC_HEADER];
+    const assertion = req.headers[IDENTITY_HEADER];
+    const signer = req.headers[IDENTITY_SIGNER_HEADER];
+    const request = requestLine(req.method, req.url);
+    if (mac !== undefined) {
+      // One identity per request: a second one alongside is not something the hub sends.
+      if (assertion !== undefined || signer !== undefined || typeof mac !== 'string') return { error: 'more than one identity assertion' };
+      return verifyLinkIdentity(mac, this.linkKeys.get(req.socket) ?? null, this.opts.cluster, request);
+    }
+    return typeof assertion === 'string' && typeof signer === 'string'
+      ? verifyIdentity(assertion, signer, this.trustedCas(), this.opts.cluster, request)
+      : { error: 'no identity assertion' };
   }
 
   /** Why this agent does not impersonate `identity` (null: it does). */

@@ -52,6 +52,8 @@ export class GrpcClient {
   private readonly sockets = new Set<Duplex>();
   private readonly calls = new Set<GrpcClientCall>();
   private socketHandedIn: Duplex | undefined;
+  /** The TLS socket of the latest session (a call runs on the session that was current when it started). */
+  private tlsSocket: tls.TLSSocket | undefined;
   private keepalive: WatchdogOptions | undefined;
   private closed = false;
 
@@ -151,6 +153,11 @@ export class GrpcClient {
     return session;
   }
 
+  /** The TLS socket of the current session (undefined on a Unix socket or before the first call). */
+  get currentTlsSocket(): tls.TLSSocket | undefined {
+    return this.tlsSocket;
+  }
+
   private connect(): http2.ClientHttp2Session {
     const settings: http2.Settings = { initialWindowSize: this.opts.streamWindow, enablePush: false };
     // Our frames are bounded by the message size; nghttp2's default session memory (10 MiB) would
@@ -182,6 +189,7 @@ export class GrpcClient {
         ALPNProtocols: ['h2'],
       });
       socket = tlsSocket;
+      this.tlsSocket = tlsSocket;
       transport = h2Socket(tlsSocket);
       if (handedIn) this.track(handedIn);
       authority = `https://${t.serverName ?? (hp.host.includes(':') ? `[${hp.host}]` : hp.host)}:${hp.port}`;

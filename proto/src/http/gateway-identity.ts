@@ -11,8 +11,27 @@
 // So even a dial that got past the hub's refusal cannot make the agent impersonate anyone: it would need
 // the hub's private key (or the in-memory key it certified); an assertion read off the wire is good for
 // that one request only. Certificate, chain and delegation are checked once per signer, not per request.
+//
+// Over a link whose agent announced CAP_GATEWAY_HMAC (and the hub accepted it), the same payload is
+// authenticated instead with an HMAC-SHA256 (the MAC header, no signer) keyed by the link's own TLS
+// session: both ends export the same keying material from it (RFC 5705 / RFC 8446 §7.5, linkIdentityKey),
+// which nobody outside that TLS session can compute, not a client whose dial got past the hub, not
+// another agent, not another hub replica's link. The agent checks a MAC with the key of the link the
+// request's dial came in on, so an assertion replayed on another link (another replica, a reconnect) fails.
 import { Buffer } from 'node:buffer';
-import { X509Certificate, createPrivateKey, createPublicKey, generateKeyPairSync, sign, verify, type KeyObject } from 'node:crypto';
+import {
+  X509Certificate,
+  createHmac,
+  createPrivateKey,
+  createPublicKey,
+  createSecretKey,
+  generateKeyPairSync,
+  sign,
+  timingSafeEqual,
+  verify,
+  type KeyObject,
+} from 'node:crypto';
+import type { TLSSocket } from 'node:tls';
 
 /** The reserved virtual destination the agent serves in process (`.invalid` never resolves: RFC 2606). */
 export const GATEWAY_HOST = 'cluster-proxy-gateway.invalid';
@@ -20,6 +39,13 @@ export const GATEWAY_DESTINATION = `${GATEWAY_HOST}:443`;
 /** Request headers from hub to agent (never from a caller: the hub sets them, the agent strips them). */
 export const IDENTITY_HEADER = 'x-cluster-proxy-identity';
 export const IDENTITY_SIGNER_HEADER = 'x-cluster-proxy-identity-signer';
+/** The identity assertion authenticated by the link's key (HMAC) instead of a signature: `base64url(json payload) "." base64url(mac)`. */
+export const IDENTITY_MAC_HEADER = 'x-cluster-proxy-identity-mac';
+/** The TLS exporter label of the link key (RFC 5705: labels of private use start with "EXPERIMENTAL"). */
+const LINK_KEY_LABEL = 'EXPERIMENTAL-cluster-proxy-gateway-identity-key';
+const LINK_KEY_BYTES = 32;
+/** The exporter's context: which use of the key this is (a later form of the MAC takes another). */
+const LINK_KEY_CONTEXT = Buffer.from('identity-mac-v1');
 /** How long an assertion is good for: it is used within a second of being made. */
 export const IDENTITY_TTL_MS = 60_000;
 /** Clock skew between hub and agent we tolerate on `iat`. */
@@ -58,15 +84,8 @@ export function requestLine(method: string | undefined, target: string | undefin
   return `${method ?? ''} ${target ?? ''}`;
 }
 
-/** The two header values the hub sends for `request` (requestLine()): the signed assertion and its signer. */
-export function signIdentity(
-  identity: GatewayIdentity,
-  cluster: string,
-  request: string,
-  servingCertPem: string | Buffer,
-  servingKeyPem: string | Buffer,
-  now = Date.now(),
-): { assertion: string; signer: string } {
+/** The assertion's payload, base64url JSON: for `request` (requestLine()), valid from `now` for IDENTITY_TTL_MS. */
+export function identityPayload(identity: GatewayIdentity, cluster: string, request: string, now = Date.now()): string {
   const extra = identity.extra && Object.keys(identity.extra).length > 0 ? { extra: identity.extra } : {};
   const payload: AssertionPayload = {
     aud: AUDIENCE,
@@ -79,10 +98,63 @@ export function signIdentity(
     iat: now,
     exp: now + IDENTITY_TTL_MS,
   };
-  const body = Buffer.from(JSON.stringify(payload)).toString('base64url');
+  return Buffer.from(JSON.stringify(payload)).toString('base64url');
+}
+
+/** The two header values the hub sends for `request` (requestLine()): the signed assertion and its signer. */
+export function signIdentity(
+  identity: GatewayIdentity,
+  cluster: string,
+  request: string,
+  servingCertPem: string | Buffer,
+  servingKeyPem: string | Buffer,
+  now = Date.now(),
+): { assertion: string; signer: string } {
+  return signPayload(identityPayload(identity, cluster, request, now), servingCertPem, servingKeyPem, now);
+}
+
+/** signIdentity() for a payload made already (identityPayload()). */
+export function signPayload(
+  body: string,
+  servingCertPem: string | Buffer,
+  servingKeyPem: string | Buffer,
+  now = Date.now(),
+): { assertion: string; signer: string } {
   const { key, signer } = delegatedKey(servingCertPem, servingKeyPem, now);
   const sig = sign(null, Buffer.from(body), key).toString('base64url');
   return { assertion: `${body}.${sig}`, signer };
+}
+
+/** The length of signPayload()'s two header values for a payload of `bodyLength`, without signing (a head's size check). */
+export function signedLength(
+  bodyLength: number,
+  servingCertPem: string | Buffer,
+  servingKeyPem: string | Buffer,
+  now = Date.now(),
+): number {
+  // An Ed25519 signature is 64 bytes: 86 in base64url.
+  return bodyLength + 1 + 86 + delegatedKey(servingCertPem, servingKeyPem, now).signer.length;
+}
+
+/**
+ * The key a link's two ends share for the identity MAC: keying material exported from its TLS session,
+ * or null when the session cannot give one (not TLS, not established, or not TLS 1.3: TLS 1.2's exporter
+ * is bound to the handshake only with the extended master secret, which node does not report, so a 1.2
+ * link keeps signed identities).
+ */
+export function linkIdentityKey(socket: Pick<TLSSocket, 'exportKeyingMaterial' | 'getProtocol'>): KeyObject | null {
+  try {
+    if (socket.getProtocol() !== 'TLSv1.3') return null;
+    const material = socket.exportKeyingMaterial(LINK_KEY_BYTES, LINK_KEY_LABEL, LINK_KEY_CONTEXT);
+    return material.length === LINK_KEY_BYTES ? createSecretKey(material) : null;
+  } catch {
+    return null;
+  }
+}
+
+/** The MAC header's value: a payload (identityPayload()) and its HMAC-SHA256 under the link's key. */
+export function macPayload(body: string, key: KeyObject): string {
+  return `${body}.${createHmac('sha256', key).update(body).digest('base64url')}`;
 }
 
 /**
@@ -182,12 +254,43 @@ export function verifyIdentity(
   const body = assertion.slice(0, dot);
   if (!verify(null, Buffer.from(body), s.key, Buffer.from(assertion.slice(dot + 1), 'base64url')))
     return { error: 'bad identity signature' };
+  return checkPayload(body, cluster, request, now);
+}
+
+const MAC_BYTES = 32;
+
+/**
+ * The identity of a MAC header's assertion (macPayload()) checked with `linkKey`, the key of the link the
+ * request came in on (null: the link has none, so no MAC is believed), or why it is not believed (one line).
+ */
+export function verifyLinkIdentity(
+  assertion: string,
+  linkKey: KeyObject | null,
+  cluster: string,
+  request: string,
+  now = Date.now(),
+): GatewayIdentity | { error: string } {
+  if (!linkKey) return { error: 'an identity MAC on a link without an identity key' };
+  const dot = assertion.indexOf('.');
+  if (dot <= 0) return { error: 'malformed identity assertion' };
+  const body = assertion.slice(0, dot);
+  const mac = assertion.slice(dot + 1);
+  const given = Buffer.from(mac, 'base64url');
+  // The exact base64url of the MAC only: no second spelling of the same bytes verifies.
+  if (given.length !== MAC_BYTES || given.toString('base64url') !== mac) return { error: 'bad identity MAC' };
+  if (!timingSafeEqual(given, createHmac('sha256', linkKey).update(body).digest())) return { error: 'bad identity MAC' };
+  return checkPayload(body, cluster, request, now);
+}
+
+/** An authenticated payload's identity, if it is for this agent's cluster and `request`, now. */
+function checkPayload(body: string, cluster: string, request: string, now: number): GatewayIdentity | { error: string } {
   let p: Partial<AssertionPayload>;
   try {
     p = JSON.parse(Buffer.from(body, 'base64url').toString('utf8')) as Partial<AssertionPayload>;
   } catch {
     return { error: 'malformed identity payload' };
   }
+  if (typeof p !== 'object' || p === null) return { error: 'malformed identity payload' };
   if (p.aud !== AUDIENCE) return { error: 'identity assertion for another audience' };
   if (p.cluster !== cluster) return { error: `identity assertion for cluster ${JSON.stringify(String(p.cluster))}, not ${cluster}` };
   if (p.req !== request) return { error: 'identity assertion for another request' };

@@ -1,6 +1,6 @@
 // Header hygiene for the HTTP gateway's two proxies (the hub's gateway and the agent's impersonating
 // proxy): what one HTTP hop must not pass on (RFC 9110 §7.6.1), and who may send Impersonate-*.
-import { IDENTITY_HEADER, IDENTITY_SIGNER_HEADER } from './gateway-identity.js';
+import { IDENTITY_HEADER, IDENTITY_MAC_HEADER, IDENTITY_SIGNER_HEADER } from './gateway-identity.js';
 
 /** Connection-specific headers, never forwarded (plus whatever Connection itself names). */
 const HOP_BY_HOP = new Set([
@@ -97,6 +97,7 @@ export function gatewayForwardedHeaders(headers: Readonly<Record<string, string[
       name === 'host' ||
       name === IDENTITY_HEADER ||
       name === IDENTITY_SIGNER_HEADER ||
+      name === IDENTITY_MAC_HEADER ||
       isImpersonationHeader(name) ||
       isCredentialHeader(name),
   );

@@ -22,6 +22,11 @@ export const CAP_CREDIT = 'credit';
 export const CAP_HALF_CLOSE = 'half-close';
 /** The server may send DRAIN to the agent: "I am shutting down; count me out and find the other replicas". */
 export const CAP_SERVER_DRAIN = 'server-drain';
+/**
+ * The agent believes a gateway identity authenticated with the link's own key (an HMAC, proto
+ * http/gateway-identity.ts) as well as a signed one. Only where the link's TLS session can export keying material.
+ */
+export const CAP_GATEWAY_HMAC = 'gateway-hmac';
 
 export function parseCapabilities(value: string | undefined): Set<string> {
   const caps = new Set<string>();

@@ -3,6 +3,7 @@
 // and the capabilities in effect, and hands the stream to the proxy core.
 import {
   CAP_CREDIT,
+  CAP_GATEWAY_HMAC,
   CAP_HALF_CLOSE,
   CAP_SERVER_DRAIN,
   MD_AGENT_ID,
@@ -12,6 +13,7 @@ import {
   MD_SERVER_COUNT,
   MD_SERVER_ID,
   MD_WINDOW,
+  linkIdentityKey,
   parseCapabilities,
   parseIdentifiers,
   serviceProxyHost,
@@ -22,6 +24,7 @@ import {
   type MuxRefusalCode,
 } from '@cluster-proxy/proto';
 import type { Logger } from 'pino';
+import type { KeyObject } from 'node:crypto';
 import type { PeerCertificate, TLSSocket } from 'node:tls';
 import { GrpcStatus, type GrpcHandler } from './grpc-server.js';
 import { AgentBackend, grpcAgentChannel, muxAgentChannel, type AgentBackendOptions, type AgentChannel } from './backend.js';
@@ -99,12 +102,14 @@ export interface Admission {
 /**
  * The transport-independent part of accepting an agent: identity from the verified certificate,
  * agentID and identifiers from its metadata, capabilities. `get(key)` returns every value sent for
- * a (lower-case) metadata key.
+ * a (lower-case) metadata key. `identityKey`: the link's key for gateway identity MACs, where its TLS
+ * session exports one (CAP_GATEWAY_HMAC is accepted only then).
  */
 export function admitAgent(
   opts: AgentListenerOptions,
   cert: PeerCertificate | undefined,
   get: (key: string) => string[],
+  identityKey: KeyObject | null = null,
 ): Admission | Refusal {
   if (!opts.accepting()) return { code: 'UNAVAILABLE', message: 'server is shutting down' };
   if (get(MD_HELD_SERVERS).join(',').split(',').includes(opts.serverID))
@@ -134,8 +139,14 @@ export function admitAgent(
   const credit = caps.has(CAP_CREDIT) && Number.isSafeInteger(peerWindow) && peerWindow > 0;
   const halfClose = caps.has(CAP_HALF_CLOSE);
   const serverDrain = caps.has(CAP_SERVER_DRAIN);
+  const gatewayKey = caps.has(CAP_GATEWAY_HMAC) ? identityKey : null;
   const headers: Record<string, string> = { [MD_SERVER_ID]: opts.serverID, [MD_SERVER_COUNT]: String(opts.serverCount()) };
-  const accepted = [credit ? CAP_CREDIT : '', halfClose ? CAP_HALF_CLOSE : '', serverDrain ? CAP_SERVER_DRAIN : ''].filter(Boolean);
+  const accepted = [
+    credit ? CAP_CREDIT : '',
+    halfClose ? CAP_HALF_CLOSE : '',
+    serverDrain ? CAP_SERVER_DRAIN : '',
+    gatewayKey ? CAP_GATEWAY_HMAC : '',
+  ].filter(Boolean);
   if (accepted.length) headers[MD_CAPABILITIES] = accepted.join(',');
   if (credit) headers[MD_WINDOW] = String(opts.window);
   return {
@@ -149,6 +160,7 @@ export function admitAgent(
       credit,
       halfClose,
       serverDrain,
+      identityKey: gatewayKey,
       window: opts.window,
       peerWindow: credit ? peerWindow : null,
     },
@@ -172,6 +184,7 @@ export function startBackend(opts: AgentListenerOptions, admission: Admission, c
       hosts: admission.backend.hosts,
       credit: admission.backend.credit,
       halfClose: admission.backend.halfClose,
+      gatewayIdentityMac: admission.backend.identityKey != null,
       transport: channel.transport,
     },
     'agent connected',
@@ -182,7 +195,7 @@ export function startBackend(opts: AgentListenerOptions, admission: Admission, c
 /** AgentService.Connect over gRPC (unmodified ANP agents, and ours when told to use gRPC). */
 export function makeAgentConnectHandler(opts: AgentListenerOptions): GrpcHandler {
   return (call) => {
-    const result = admitAgent(opts, call.peerCertificate(), (key) => call.metadata.get(key));
+    const result = admitAgent(opts, call.peerCertificate(), (key) => call.metadata.get(key), call.identityKey());
     if (!('headers' in result)) {
       opts.log[result.code === 'ALREADY_EXISTS' ? 'debug' : 'warn'](
         { peer: call.getPeer(), code: result.code },
@@ -200,7 +213,7 @@ export function makeAgentConnectHandler(opts: AgentListenerOptions): GrpcHandler
 /** A mux agent said hello on the agent port: admit it or refuse it. */
 export function onMuxAgentHello(opts: AgentListenerOptions, keepalive: { intervalMs: number; timeoutMs: number }) {
   return (stream: FramedPacketStream, hello: Hello, socket: TLSSocket, peer: string): void => {
-    const result = admitAgent(opts, socket.getPeerCertificate(), (key) => hello[key] ?? []);
+    const result = admitAgent(opts, socket.getPeerCertificate(), (key) => hello[key] ?? [], linkIdentityKey(socket));
     if (!('headers' in result)) {
       opts.log[result.code === 'ALREADY_EXISTS' ? 'debug' : 'warn']({ peer, code: result.code }, `agent refused: ${result.message}`);
       opts.core.metrics.agentRefusals.inc({ code: result.code });

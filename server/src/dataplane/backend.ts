@@ -14,6 +14,7 @@ import {
   type Packet,
   type PacketStream,
 } from '@cluster-proxy/proto';
+import type { KeyObject } from 'node:crypto';
 import type { Logger } from 'pino';
 import { detachedServerMetrics, grpcCodeName, type ServerMetrics } from './metrics.js';
 import type { ConnectionBackend, ProxiedConnection } from './proxied-connection.js';
@@ -92,6 +93,8 @@ export interface AgentBackendOptions {
   halfClose: boolean;
   /** The agent understands DRAIN from the server (we are shutting down). */
   serverDrain?: boolean;
+  /** The link's key for the gateway's identity MAC (CAP_GATEWAY_HMAC in effect), or null: identities are signed. */
+  identityKey?: KeyObject | null;
   /** Window we grant the agent per connection at first. */
   window: number;
   /** Window the agent granted us, or null. */
@@ -118,6 +121,7 @@ export class AgentBackend implements Routable, ConnectionBackend {
   readonly credit: boolean;
   readonly halfClose: boolean;
   readonly serverDrain: boolean;
+  readonly identityKey: KeyObject | null;
   readonly window: number;
   readonly peerWindow: number | null;
   readonly budget: MemoryBudget;
@@ -144,6 +148,7 @@ export class AgentBackend implements Routable, ConnectionBackend {
     this.credit = opts.credit;
     this.halfClose = opts.halfClose;
     this.serverDrain = opts.serverDrain ?? false;
+    this.identityKey = opts.identityKey ?? null;
     this.window = opts.window;
     this.peerWindow = opts.peerWindow;
     this.budget = opts.budget;

@@ -6,6 +6,7 @@
 // `grpc-timeout`, message size limits, pings (answered by HTTP/2; session-watchdog.ts sends ours).
 //
 // A call's states are GrpcServerCall's (below).
+import type { KeyObject } from 'node:crypto';
 import { EventEmitter } from 'node:events';
 import http2 from 'node:http2';
 import type net from 'node:net';
@@ -19,6 +20,7 @@ import {
   deliverMessage,
   encodeGrpcMessage,
   h2Socket,
+  linkIdentityKey,
   parseGrpcTimeout,
   watchSession,
   writeGrpcData,
@@ -192,6 +194,12 @@ export class GrpcServerCall extends EventEmitter {
     const cert = got && Object.keys(got).length > 0 ? got : undefined;
     peerCertificates.set(s, cert);
     return cert;
+  }
+
+  /** The key this connection's TLS session gives the gateway's identity MAC (proto linkIdentityKey), or null (the Unix socket). */
+  identityKey(): KeyObject | null {
+    const s = this.socket as TLSSocket | undefined;
+    return s && typeof s.exportKeyingMaterial === 'function' ? linkIdentityKey(s) : null;
   }
 
   /** Sends the response headers with our metadata (once; later calls are ignored). */

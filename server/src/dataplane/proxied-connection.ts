@@ -21,6 +21,7 @@ import {
   type QueuedBytes,
   type StreamSender,
 } from '@cluster-proxy/proto';
+import type { KeyObject } from 'node:crypto';
 import type { Logger } from 'pino';
 import type { Frontend } from './frontend.js';
 import type { ServerMetrics } from './metrics.js';
@@ -41,6 +42,8 @@ export interface ConnectionBackend {
   readonly peerWindow: number | null;
   readonly credit: boolean;
   readonly halfClose: boolean;
+  /** The link's key for the gateway's identity MAC, or null (tunnel-socket.ts). */
+  readonly identityKey?: KeyObject | null;
   readonly sender: StreamSender;
   readonly metrics: ServerMetrics;
   sendDialRequest(conn: ProxiedConnection): void;

@@ -1,23 +1,29 @@
 // One authenticated gateway request, forwarded to the agent of its cluster: over a connection through
 // the agent's tunnel (TunnelSocket: the core's in-process dial, no new tunnel), as HTTP/1.1 to the
-// agent's reserved destination, with the caller's identity signed by the hub (proto gateway-identity.ts)
-// and none of the caller's credentials. Bodies stream both ways through relay() (proto http-relay.ts),
-// which honours backpressure (write() → false → wait for 'drain'); nothing is buffered whole.
+// agent's reserved destination, with the caller's identity authenticated by the hub (proto
+// gateway-identity.ts: an HMAC under the key of the link the connection rides when the agent takes one,
+// else a signature) and none of the caller's credentials. Bodies stream both ways through relay()
+// (proto http-relay.ts), which honours backpressure (write() → false → wait for 'drain'); nothing is
+// buffered whole.
 import type { Duplex } from 'node:stream';
 import tls from 'node:tls';
 import {
   GATEWAY_AGENT_MAX_HEAD_BYTES,
   GATEWAY_HOST,
   IDENTITY_HEADER,
+  IDENTITY_MAC_HEADER,
   IDENTITY_SIGNER_HEADER,
   appendForwardedFor,
   endToEndHeaders,
   gatewayForwardedHeaders,
   hasNoBody,
+  identityPayload,
+  macPayload,
   relay,
   relayResponse,
   requestLine,
-  signIdentity,
+  signPayload,
+  signedLength,
   type DialFailureReason,
   type GatewayIdentity,
   http,
@@ -78,17 +84,46 @@ export function impersonatedIdentity(caller: GatewayCaller, prefix: string): Gat
   };
 }
 
-/** The identity assertion for the agent, bound to this request's method and target (upgrades too). */
-export function identityHeaders(
-  ctx: Pick<ForwardContext, 'signing'>,
-  identity: GatewayIdentity,
-  cluster: string,
-  path: string,
-  req: HttpTypes.IncomingMessage,
-): Record<string, string> {
-  const { cert, key } = ctx.signing();
-  const signed = signIdentity(identity, cluster, requestLine(req.method, path), cert, key);
-  return { [IDENTITY_HEADER]: signed.assertion, [IDENTITY_SIGNER_HEADER]: signed.signer };
+/**
+ * The caller's identity for the agent, bound to this request's method and target (upgrades too). Its
+ * payload is made at once; it is authenticated for the connection the request gets (headers()): with the
+ * MAC of that connection's link when the agent takes one (CAP_GATEWAY_HMAC), else signed.
+ */
+export class IdentityHandoff {
+  private readonly body: string;
+
+  constructor(
+    private readonly ctx: Pick<ForwardContext, 'signing'>,
+    identity: GatewayIdentity,
+    cluster: string,
+    path: string,
+    req: HttpTypes.IncomingMessage,
+  ) {
+    this.body = identityPayload(identity, cluster, requestLine(req.method, path));
+  }
+
+  /** The most the identity headers add to the head (the signed form: the MAC form is shorter). */
+  maxBytes(): number {
+    const { cert, key } = this.ctx.signing();
+    return IDENTITY_HEADER.length + IDENTITY_SIGNER_HEADER.length + 8 + signedLength(this.body.length, cert, key);
+  }
+
+  /** The headers for a request on `socket` (a TunnelSocket: its link's key decides the form). */
+  headers(socket: Duplex): Record<string, string> {
+    const linkKey = socket instanceof TunnelSocket ? socket.identityKey : null;
+    if (linkKey) return { [IDENTITY_MAC_HEADER]: macPayload(this.body, linkKey) };
+    const { cert, key } = this.ctx.signing();
+    const signed = signPayload(this.body, cert, key);
+    return { [IDENTITY_HEADER]: signed.assertion, [IDENTITY_SIGNER_HEADER]: signed.signer };
+  }
+
+  /** Sets the headers on `upstream` once it has its connection, then runs `start` (which sends the head). */
+  whenConnected(upstream: HttpTypes.ClientRequest, start: () => void): void {
+    upstream.once('socket', (socket: Duplex) => {
+      for (const [name, value] of Object.entries(this.headers(socket))) upstream.setHeader(name, value);
+      start();
+    });
+  }
 }
 
 /** The caller's end-to-end headers for the agent: less its credentials (a WebSocket's bearer subprotocol too), with our X-Forwarded-For. */
@@ -102,8 +137,14 @@ export function callerHeaders(req: HttpTypes.IncomingMessage): Record<string, st
  * Why the head the agent would get is too large for it (GATEWAY_AGENT_MAX_HEAD_BYTES), or null: the caller's
  * head is within the hub's own limit, but the identity assertion adds to it (a caller with many groups).
  */
-export function headTooLarge(method: string | undefined, path: string, headers: Record<string, string | string[]>): string | null {
-  let n = (method ?? '').length + path.length + 12;
+export function headTooLarge(
+  method: string | undefined,
+  path: string,
+  headers: Record<string, string | string[]>,
+  /** Bytes headers added later will take (IdentityHandoff.maxBytes()). */
+  more = 0,
+): string | null {
+  let n = (method ?? '').length + path.length + 12 + more;
   for (const [name, v] of Object.entries(headers))
     for (const value of Array.isArray(v) ? v : [v]) n += name.length + Buffer.byteLength(value, 'latin1') + 4;
   return n > GATEWAY_AGENT_MAX_HEAD_BYTES
@@ -148,13 +189,13 @@ export function forward(
     const headers = callerHeaders(req);
     const host = service ? serviceHost(service.target) : GATEWAY_HOST;
     headers['host'] = service ? `${host}:${service.target.port}` : host;
-    if (!service) Object.assign(headers, identityHeaders(ctx, identity, cluster, path, req));
+    const handoff = service ? null : new IdentityHandoff(ctx, identity, cluster, path, req);
     // A Service gets one connection per request (nothing of it idles in the tables); the agent's
     // reserved destination is reached through the keep-alive pool.
     if (service) headers['connection'] = 'close';
     // A chunked body stays chunked (no length to give); node's client frames it.
     if (req.headers['transfer-encoding']) headers['transfer-encoding'] = 'chunked';
-    const tooLarge = headTooLarge(req.method, path, headers);
+    const tooLarge = headTooLarge(req.method, path, headers, handoff?.maxBytes() ?? 0);
     if (tooLarge) {
       req.resume();
       ctx.refuse(res, 431, tooLarge);
@@ -192,26 +233,35 @@ export function forward(
         finish(res.statusCode, `upstream failed: ${err.message}`);
         return;
       }
+      // No connection, so nothing of the caller's body was read: it is read to its end and dropped.
+      if (!started) req.resume();
       const m = failureOf(err, service);
       ctx.refuse(res, m.status, m.why);
       finish(m.status, err.message);
     });
 
-    if (hasNoBody(req)) {
-      // Nothing to relay: the request goes out whole now (node reads the caller's empty body to its end).
-      req.resume();
-      upstream.end();
-    } else {
-      req.on('data', (chunk: Buffer) => (bytesIn += chunk.length));
-      relay(req, upstream, (err) => {
-        if (err && !done) {
-          upstream.destroy();
-          if (!res.headersSent && !res.destroyed) ctx.refuse(res, 400, `the request body was cut off: ${err.message}`);
-          else res.destroy();
-          finish(res.headersSent ? res.statusCode : 400, `request body cut off: ${err.message}`);
-        }
-      });
-    }
+    let started = false;
+    const start = (): void => {
+      started = true;
+      if (hasNoBody(req)) {
+        // Nothing to relay: the request goes out whole now (node reads the caller's empty body to its end).
+        req.resume();
+        upstream.end();
+      } else {
+        req.on('data', (chunk: Buffer) => (bytesIn += chunk.length));
+        relay(req, upstream, (err) => {
+          if (err && !done) {
+            upstream.destroy();
+            if (!res.headersSent && !res.destroyed) ctx.refuse(res, 400, `the request body was cut off: ${err.message}`);
+            else res.destroy();
+            finish(res.headersSent ? res.statusCode : 400, `request body cut off: ${err.message}`);
+          }
+        });
+      }
+    };
+    // The identity is authenticated for the connection the request gets, so its head waits for it.
+    if (handoff) handoff.whenConnected(upstream, start);
+    else start();
     // The caller left: stop the upstream request (its tunnel connection closes with it).
     res.on('close', () => {
       if (!res.writableFinished) {

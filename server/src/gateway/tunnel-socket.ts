@@ -9,6 +9,7 @@
 // _read(), and the agent gets no credit until then. Bytes to the agent wait in _write until the core
 // resumes us (credit towards the agent), so the caller's request body is not read faster than the
 // destination takes it.
+import type { KeyObject } from 'node:crypto';
 import { Duplex } from 'node:stream';
 import type { ByteSink, DialFailureReason } from '@cluster-proxy/proto';
 import type { Frontend } from '../dataplane/frontend.js';
@@ -128,6 +129,11 @@ export class TunnelSocket extends Duplex {
       else this.armIdle(this.idleMs - idle);
     }, ms);
     this.idleTimer.unref();
+  }
+
+  /** The key of the link this connection rides for the gateway's identity MAC, or null (the agent takes signed identities only). */
+  get identityKey(): KeyObject | null {
+    return this.conn?.backend.identityKey ?? null;
   }
 
   /** Whether the agent behind this connection is shutting down (a keep-alive pool does not keep it then). */

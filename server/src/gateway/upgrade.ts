@@ -13,8 +13,8 @@ import type { GatewayCaller } from './auth.js';
 import {
   callerHeaders,
   failureOf,
+  IdentityHandoff,
   headTooLarge,
-  identityHeaders,
   responseTimer,
   serviceConnection,
   serviceHost,
@@ -66,15 +66,17 @@ export function forwardUpgrade(
     };
 
     // A Service gets the request as its caller sent it (no identity: it is reached, not impersonated through).
-    const headers: Record<string, string | string[]> = service
-      ? { ...callerHeaders(req), host: `${serviceHost(service.target)}:${service.target.port}` }
-      : { ...callerHeaders(req), host: GATEWAY_HOST, ...identityHeaders(ctx, identity, cluster, path, req) };
+    const headers: Record<string, string | string[]> = {
+      ...callerHeaders(req),
+      host: service ? `${serviceHost(service.target)}:${service.target.port}` : GATEWAY_HOST,
+    };
+    const handoff = service ? null : new IdentityHandoff(ctx, identity, cluster, path, req);
     // An upgrade carries no body: what follows the head belongs to the upgraded protocol.
     delete headers['content-length'];
     delete headers['transfer-encoding'];
     headers['connection'] = 'Upgrade';
     headers['upgrade'] = req.headersDistinct['upgrade'] ?? [];
-    const tooLarge = headTooLarge(req.method, path, headers);
+    const tooLarge = headTooLarge(req.method, path, headers, handoff?.maxBytes() ?? 0);
     if (tooLarge) {
       ctx.refuse(socket, 431, tooLarge);
       finish({ status: 431, bytesIn: 0, bytesOut: 0, error: tooLarge });
@@ -140,6 +142,8 @@ export function forwardUpgrade(
       ctx.refuse(socket, m.status, m.why);
       finish({ status: m.status, bytesIn: 0, bytesOut: 0, error: err.message });
     });
-    upstream.end();
+    // The identity is authenticated for the connection the request gets (forward.ts), so the head waits for it.
+    if (handoff) handoff.whenConnected(upstream, () => upstream.end());
+    else upstream.end();
   });
 }
