@@ -102,6 +102,22 @@ describe('Prometheus text exposition', () => {
     expect(reads).toBe(1);
   });
 
+  it('a refreshed gauge never holds up a scrape after its first reading: a slow one answers with the last value', async () => {
+    const r = new Registry();
+    const pending: ((v: number) => void)[] = [];
+    r.register(new RefreshedGauge('slow', 'read asynchronously', () => new Promise<number>((resolve) => pending.push(resolve)), 0));
+    const first = r.collect();
+    pending.shift()!(7);
+    expect(await first).toContain('slow 7');
+    // The next reading starts and does not finish: the scrape answers with the last value, and starts no second one.
+    expect(await r.collect()).toContain('slow 7');
+    expect(await r.collect()).toContain('slow 7');
+    expect(pending).toHaveLength(1);
+    pending.shift()!(9);
+    await new Promise((resolve) => setImmediate(resolve));
+    expect(r.text()).toContain('slow 9');
+  });
+
   it('the memory a pod is charged: anonymous memory below RSS, and the bytes our sockets hold unread', async () => {
     // A connection to ourselves whose receiving side never reads: its bytes wait in the kernel, ours.
     const accepted: net.Socket[] = [];

@@ -174,12 +174,16 @@ export class Histogram<L extends string = never> implements Metric {
 }
 
 /**
- * A gauge whose value is read asynchronously before a scrape (Registry.collect()), at most once per
- * `minIntervalMs`: for readings too costly for every scrape or for the event loop.
+ * A gauge whose value is read asynchronously, at most once per `minIntervalMs`: for readings too costly for
+ * every scrape or for the event loop. The first scrape (Registry.collect()) waits for the first reading; later
+ * ones start a new reading when the last is older than the interval and answer with the last value, so a slow
+ * reading (a process with thousands of sockets on a busy machine took seconds) never holds up a scrape.
  */
 export class RefreshedGauge implements Metric {
   private value = NaN;
   private readAt = -Infinity;
+  private reading: Promise<void> | null = null;
+  private readOnce = false;
 
   constructor(
     readonly name: string,
@@ -190,9 +194,17 @@ export class RefreshedGauge implements Metric {
 
   async refresh(): Promise<void> {
     const now = performance.now();
-    if (now - this.readAt < this.minIntervalMs) return;
-    this.readAt = now;
-    this.value = await this.read().catch(() => NaN);
+    if (!this.reading && now - this.readAt >= this.minIntervalMs) {
+      this.readAt = now;
+      this.reading = this.read()
+        .catch(() => NaN)
+        .then((v) => {
+          this.value = v;
+          this.readOnce = true;
+          this.reading = null;
+        });
+    }
+    if (!this.readOnce) await this.reading;
   }
 
   lines(): string[] {

@@ -656,7 +656,7 @@ function specHashOf(work: ManifestWork): string {
  * Deployments' selectors (releasingNamespaces, keepingDeploymentSelectors), and its spec as canonical JSON, not
  * the rendered Secrets and Deployments themselves (at fleet scale most of the hub's memory).
  */
-function slimWork(work: ManifestWork): ManifestWork {
+function slimWork(work: ManifestWork, previous: ManifestWork | undefined): ManifestWork {
   const keep = (m: Record<string, unknown>): Record<string, unknown> | null => {
     if (m['kind'] === 'Namespace') return m;
     if (m['kind'] === 'Deployment')
@@ -676,7 +676,13 @@ function slimWork(work: ManifestWork): ManifestWork {
     },
     status: { conditions: work.status?.conditions ?? [] },
   };
-  SPEC_OF.set(slim, canonicalJson(work.spec));
+  // A status update (the work agent's, every few seconds per work) keeps the generation: the spec is the same.
+  const same =
+    work.metadata.generation !== undefined &&
+    previous?.metadata.uid === work.metadata.uid &&
+    previous?.metadata.generation === work.metadata.generation;
+  const spec = same && previous ? SPEC_OF.get(previous) : undefined;
+  SPEC_OF.set(slim, spec ?? canonicalJson(work.spec));
   return slim;
 }
 

@@ -132,6 +132,15 @@ function toPlain<K extends Kind>(kind: K, obj: unknown): ObjectOfKind<K> {
 }
 
 /**
+ * A body to send for `obj` (ours, plain JSON): a copy of its top level and metadata, which a request changes
+ * (resourceVersion), without deep-copying the rest (a ManifestWork holds every manifest of an agent).
+ */
+function outgoing<K extends Kind>(kind: K, obj: ObjectOfKind<K>): ObjectOfKind<K> {
+  const { managedFields: _m, ...metadata } = obj.metadata as ObjectOfKind<K>['metadata'] & { managedFields?: unknown };
+  return { ...obj, apiVersion: KINDS[kind].apiVersion, kind, metadata } as ObjectOfKind<K>;
+}
+
+/**
  * An object parsed from the API's JSON (a watch event, a custom object's answer), which nothing else holds:
  * normalized in place, without the deep copy toPlain makes (a watch over thousands of ManifestWorks copied each
  * event's whole object).
@@ -261,7 +270,7 @@ export class KubernetesStore implements Store {
     this.usable();
     validateKey(kind, obj.metadata);
     const info = KINDS[kind];
-    const body = toPlain(kind, obj);
+    const body = outgoing(kind, obj);
     const ns = body.metadata.namespace ?? '';
     try {
       if (kind === 'Lease')
@@ -301,7 +310,7 @@ export class KubernetesStore implements Store {
   private async replace<K extends Kind>(kind: K, obj: ObjectOfKind<K>, status: false | 'status' | 'approval'): Promise<ObjectOfKind<K>> {
     this.usable();
     validateKey(kind, obj.metadata);
-    const body = toPlain(kind, obj);
+    const body = outgoing(kind, obj);
     const what = `${status ? `update ${status} of` : 'update'} ${describeKey(kind, obj.metadata)}`;
     const unconditional = !body.metadata.resourceVersion;
     for (let attempt = 0; ; attempt++) {

@@ -19,7 +19,7 @@ export interface WatchCacheOptions<K extends Kind> {
   /** Called after each change the watch delivers (not for the initial list), with what the mirror held before. */
   onChange?: (obj: ObjectOfKind<K>, deleted: boolean, previous: ObjectOfKind<K> | undefined) => void;
   /** What the mirror keeps of each object (default: all of it); a loop that reads a few fields of large objects keeps those. */
-  project?: (obj: ObjectOfKind<K>) => ObjectOfKind<K>;
+  project?: (obj: ObjectOfKind<K>, previous: ObjectOfKind<K> | undefined) => ObjectOfKind<K>;
 }
 
 const keyOf = (k: ObjectKey): string => `${k.namespace ?? ''}/${k.name}`;
@@ -40,9 +40,10 @@ export class WatchCache<K extends Kind> {
     if (this.watch) return;
     const list = await this.opts.store.list(this.opts.kind, this.opts.select);
     if (this.stopped) return;
-    this.objects.clear();
     const keep = this.opts.project ?? ((o: ObjectOfKind<K>) => o);
-    for (const o of list.items) this.objects.set(keyOf(o.metadata), keep(o));
+    const before = new Map(this.objects);
+    this.objects.clear();
+    for (const o of list.items) this.objects.set(keyOf(o.metadata), keep(o, before.get(keyOf(o.metadata))));
     this.watch = this.opts.store.watch(
       this.opts.kind,
       { ...this.opts.select, resourceVersion: list.resourceVersion },
@@ -51,7 +52,7 @@ export class WatchCache<K extends Kind> {
           const k = keyOf(e.object.metadata);
           const previous = this.objects.get(k);
           if (e.type === 'DELETED') this.objects.delete(k);
-          else this.objects.set(k, this.opts.project ? this.opts.project(e.object) : e.object);
+          else this.objects.set(k, this.opts.project ? this.opts.project(e.object, previous) : e.object);
           this.restartMs = RESTART_MIN_MS;
           this.opts.onChange?.(e.object, e.type === 'DELETED', previous);
         },
