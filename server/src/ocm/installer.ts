@@ -108,11 +108,12 @@ export class OcmInstaller {
   private readonly now: () => number;
   private warnedNoSigner = false;
   /**
-   * Each cluster's last rendered work and what it was rendered from (objects by identity: the mirrors replace an
-   * object when it changes): a pass whose inputs did not change reuses it instead of rendering and serializing
-   * every agent's work again.
+   * Per cluster, what its work was last rendered from (objects by identity: the mirrors replace an object when it
+   * changes) and the spec and metadata that render came to, once the stored work held them: a pass whose inputs
+   * did not change, over a work that did not either, renders and serializes nothing. The spec is the stored
+   * work's own canonical string (shared, not a second copy per cluster).
    */
-  private renders = new Map<string, { inputs: readonly unknown[]; work: ManifestWork }>();
+  private renders = new Map<string, { inputs: readonly unknown[]; spec: string; metadata: ManifestWork['metadata'] }>();
   /** Namespaces of the hub-side Secrets already made sure of (one read per namespace, not per pass). */
   private readonly ensuredNamespaces = new Set<string>();
   /** Pending CSRs already logged (a CSR left pending is logged once, not every pass). */
@@ -345,6 +346,7 @@ export class OcmInstaller {
       };
     }
     let desired: ManifestWork;
+    let inputsOfDesired: readonly unknown[];
     let namespace: string;
     try {
       const adc = await this.configOf(addon, ctx.configs);
@@ -366,11 +368,20 @@ export class OcmInstaller {
       const addonKey = JSON.stringify([addon.metadata.name, addon.metadata.uid, addon.status?.configReferences ?? []]);
       const inputs = [addonKey, mc, ctx.mpc, adc, input.caBundle, input.agentEntrypoint, input.serverName, input.image, input.gateway];
       const last = this.renders.get(cluster);
-      if (last && last.inputs.length === inputs.length && last.inputs.every((v, n) => v === inputs[n])) desired = last.work;
-      else {
-        desired = renderAgentWork(input);
-        this.renders.set(cluster, { inputs, work: desired });
+      if (
+        existing &&
+        last &&
+        last.inputs.length === inputs.length &&
+        last.inputs.every((v, n) => v === inputs[n]) &&
+        specHashOf(existing) === last.spec &&
+        sameWorkMetadata(existing, last.metadata)
+      ) {
+        last.spec = specHashOf(existing);
+        return { registrations, supportedConfigs: SUPPORTED_CONFIGS, namespace, conditions: [...registered(), ...workConditions(existing)] };
       }
+      this.renders.delete(cluster);
+      desired = renderAgentWork(input);
+      inputsOfDesired = inputs;
     } catch (err) {
       if (!(err instanceof ManifestInputError)) throw err;
       // The last good work stays in place; ManifestApplied says why nothing newer is rolled out, with
@@ -389,7 +400,10 @@ export class OcmInstaller {
         ],
       };
     }
-    const work = await this.applyWork(keepingDeploymentSelectors(releasingNamespaces(desired, existing), existing), existing);
+    const toWrite = keepingDeploymentSelectors(releasingNamespaces(desired, existing), existing);
+    const work = await this.applyWork(toWrite, existing);
+    if (work === existing && existing)
+      this.renders.set(cluster, { inputs: inputsOfDesired, spec: specHashOf(existing), metadata: toWrite.metadata });
     return { registrations, supportedConfigs: SUPPORTED_CONFIGS, namespace, conditions: [...registered(), ...workConditions(work)] };
   }
 
@@ -435,13 +449,7 @@ export class OcmInstaller {
         log.info({ cluster }, 'agent ManifestWork created');
         return created;
       }
-      const sameSpec = specHashOf(existing) === specHashOf(desired);
-      const hashes = (w: ManifestWork): string => w.metadata.annotations?.[CONFIG_SPEC_HASH_ANNOTATION] ?? '';
-      const sameMeta =
-        sameJson(existing.metadata.ownerReferences ?? [], desired.metadata.ownerReferences) &&
-        Object.entries(desired.metadata.labels ?? {}).every(([k, v]) => existing.metadata.labels?.[k] === v) &&
-        hashes(existing) === hashes(desired);
-      if (sameSpec && sameMeta) return existing;
+      if (specHashOf(existing) === specHashOf(desired) && sameWorkMetadata(existing, desired.metadata)) return existing;
       const annotations = { ...existing.metadata.annotations };
       delete annotations[CONFIG_SPEC_HASH_ANNOTATION];
       Object.assign(annotations, desired.metadata.annotations);
@@ -644,6 +652,16 @@ function agentImageCondition(mpc: ManagedProxyConfiguration | null, ours: string
 
 /** The spec of each mirrored work, as canonical JSON (what applyWork compares), by the slim object that stands for it. */
 const SPEC_OF = new WeakMap<ManifestWork, string>();
+
+/** Whether the stored work has the metadata we would write: our owner, our labels and the config spec hashes. */
+function sameWorkMetadata(existing: ManifestWork, desired: ManifestWork['metadata']): boolean {
+  const hashes = (m: ManifestWork['metadata']): string => m.annotations?.[CONFIG_SPEC_HASH_ANNOTATION] ?? '';
+  return (
+    sameJson(existing.metadata.ownerReferences ?? [], desired.ownerReferences) &&
+    Object.entries(desired.labels ?? {}).every(([k, v]) => existing.metadata.labels?.[k] === v) &&
+    hashes(existing.metadata) === hashes(desired)
+  );
+}
 
 function specHashOf(work: ManifestWork): string {
   let spec = SPEC_OF.get(work);
