@@ -401,10 +401,7 @@ export class GrpcClientCall extends EventEmitter {
     }
   }
 
-  private readonly emitPacket = (m: Packet | DataViews): void => deliverMessage(m, this.dataViews, this.emitData);
-  private readonly emitData = (p: Packet): void => {
-    this.emit('data', p);
-  };
+  private readonly emitPacket = (m: Packet | DataViews): void => deliverMessage(m, this.dataViews, this);
 
   private dataViews: DataViewHandler | null = null;
 

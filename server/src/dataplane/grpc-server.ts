@@ -70,78 +70,149 @@ const peerCertificates = new WeakMap<object, PeerCertificate | undefined>();
  */
 export type GrpcServerCallState = 'open' | 'responding' | 'ended' | 'reset' | 'closed' | 'cancelled';
 
+/** The call a stream carries (its listeners are shared functions, not closures per call). */
+const kCall = Symbol('grpcServerCall');
+type CallStream = http2.ServerHttp2Stream & { [kCall]?: GrpcServerCall };
+
+/**
+ * Response headers without metadata: one shared array, which node:http2 keeps with the stream and only
+ * reads (it adds `:status` or `date` to an array that lacks them, hence frozen: a change there fails loudly).
+ */
+const RESPONSE_HEADERS: readonly string[] = Object.freeze([
+  ':status',
+  '200',
+  'content-type',
+  'application/grpc',
+  'grpc-accept-encoding',
+  'identity',
+]);
+/** No `date` header: gRPC has no use for it (node:http2 reads `sendDate` as its compatibility API does). */
+const RESPOND_OPTIONS = { waitForTrailers: true, sendDate: false } as http2.ServerStreamResponseOptions;
+const RESPOND_END_OPTIONS = { endStream: true, sendDate: false } as http2.ServerStreamResponseOptions;
+
+const noop = (): void => {};
+
+/** Told when a call's stream has closed: its session's window, and the server's set of open calls. */
+interface CallOwner {
+  streamClosed(call: GrpcServerCall): void;
+}
+
 export class GrpcServerCall extends EventEmitter {
   private state: GrpcServerCallState = 'open';
   /** The handler's reads: messages parsed while paused wait in `queue`. */
   private reading: 'flowing' | 'paused' = 'flowing';
   private readonly reader: GrpcMessageReader;
   /** Told what the call read and when it stopped reading (the session's window grows from that). */
-  flow: Pick<SessionWindow, 'consumed' | 'paused'> | undefined;
-  /** Messages parsed while the handler is paused (DataViews: DATA for onDataViews' handler). */
-  private readonly queue: (Packet | DataViews)[] = [];
+  flow: Pick<SessionWindow, 'consumed' | 'paused' | 'streamClosed'> | undefined;
+  /** Told when the stream has closed. */
+  owner: CallOwner | undefined;
+  /** Messages parsed while the handler is paused (DataViews: DATA for onDataViews' handler); made on first use. */
+  private queue: (Packet | DataViews)[] | null = null;
   private dataViews: DataViewHandler | null = null;
   private deadline: NodeJS.Timeout | null = null;
-  private status = { code: GrpcStatus.OK as number, details: '' };
+  /** Our status, once ended (OK until then). */
+  private status: GrpcStatusError | null = null;
+  /** The request headers, until the handler has run (see metadata). */
+  private headers: http2.IncomingHttpHeaders | null;
 
   constructor(
     private readonly stream: http2.ServerHttp2Stream,
-    private readonly headers: http2.IncomingHttpHeaders,
+    headers: http2.IncomingHttpHeaders,
     private readonly socket: net.Socket | undefined,
     maxMessageBytes: number,
   ) {
     super();
+    this.headers = headers;
     this.reader = new GrpcMessageReader(maxMessageBytes);
-    stream.on('wantTrailers', () => {
-      stream.sendTrailers({
-        'grpc-status': String(this.status.code),
-        ...(this.status.details ? { 'grpc-message': encodeGrpcMessage(this.status.details) } : {}),
-      });
-      this.closeAfterStatus();
-    });
-    stream.on('data', (chunk: Buffer) => this.onData(chunk));
-    stream.on('end', () => {
-      if (this.state !== 'cancelled') this.emit('end');
-    });
-    stream.on('drain', () => this.emit('drain'));
-    stream.on('aborted', () => this.cancel());
-    stream.on('error', () => this.cancel());
-    stream.on('close', () => {
-      // Torn down before we sent our status (the session died), or reset by the client at any time
-      // (also after our status: it abandoned the call rather than finishing it).
-      const code = stream.rstCode;
-      switch (this.state) {
-        case 'open':
-        case 'responding':
-          return this.cancel();
-        case 'ended':
-          if (code !== undefined && code !== NGHTTP2_NO_ERROR) return this.cancel();
-          return this.setState('closed');
-        case 'reset':
-          return this.setState('closed');
-        default:
-          return; // cancelled already
-      }
-    });
+    (stream as CallStream)[kCall] = this;
+    stream.on('wantTrailers', GrpcServerCall.onStreamWantTrailers);
+    stream.on('data', GrpcServerCall.onStreamData);
+    stream.on('end', GrpcServerCall.onStreamEnd);
+    stream.on('drain', GrpcServerCall.onStreamDrain);
+    stream.on('aborted', GrpcServerCall.onStreamCancel);
+    stream.on('error', GrpcServerCall.onStreamCancel);
+    stream.on('close', GrpcServerCall.onStreamClose);
     const timeout = parseGrpcTimeout(headers['grpc-timeout'] as string | undefined);
-    if (timeout !== null) {
-      this.deadline = setTimeout(
-        () => {
-          this.deadline = null;
-          this.endWithStatus(GrpcStatus.DEADLINE_EXCEEDED, 'Deadline exceeded');
-          this.cancel();
-        },
-        Math.max(1, Math.ceil(timeout)),
-      );
+    if (timeout !== null) this.deadline = setTimeout(GrpcServerCall.onDeadline, Math.max(1, Math.ceil(timeout)), this);
+  }
+
+  // The stream's listeners: `this` is the stream.
+  private static onStreamWantTrailers(this: CallStream): void {
+    const call = this[kCall]!;
+    const status = call.status ?? { code: GrpcStatus.OK, details: '' };
+    this.sendTrailers(
+      status.details
+        ? { 'grpc-status': String(status.code), 'grpc-message': encodeGrpcMessage(status.details) }
+        : { 'grpc-status': String(status.code) },
+    );
+    call.closeAfterStatus();
+  }
+
+  private static onStreamData(this: CallStream, chunk: Buffer): void {
+    this[kCall]!.onData(chunk);
+  }
+
+  private static onStreamEnd(this: CallStream): void {
+    const call = this[kCall]!;
+    if (call.state !== 'cancelled') call.emit('end');
+  }
+
+  private static onStreamDrain(this: CallStream): void {
+    this[kCall]!.emit('drain');
+  }
+
+  private static onStreamCancel(this: CallStream): void {
+    this[kCall]!.cancel();
+  }
+
+  private static onStreamClose(this: CallStream): void {
+    const call = this[kCall]!;
+    call.onClose();
+    call.owner?.streamClosed(call);
+  }
+
+  private static onDeadline(call: GrpcServerCall): void {
+    call.deadline = null;
+    call.endWithStatus(GrpcStatus.DEADLINE_EXCEEDED, 'Deadline exceeded');
+    call.cancel();
+  }
+
+  /** Torn down before we sent our status (the session died), or reset by the client at any time (also after our status: it abandoned the call rather than finishing it). */
+  private onClose(): void {
+    const code = this.stream.rstCode;
+    switch (this.state) {
+      case 'open':
+      case 'responding':
+        return this.cancel();
+      case 'ended':
+        if (code !== undefined && code !== NGHTTP2_NO_ERROR) return this.cancel();
+        return this.setState('closed');
+      case 'reset':
+        return this.setState('closed');
+      default:
+        return; // cancelled already
     }
   }
 
-  /** Request metadata: the request headers, lower-cased as HTTP/2 carries them. */
-  readonly metadata = {
-    get: (key: string): string[] => {
-      const v = this.headers[key.toLowerCase()];
-      return v === undefined ? [] : Array.isArray(v) ? v : [String(v)];
-    },
-  };
+  /**
+   * Request metadata: the request headers, lower-cased as HTTP/2 carries them. Readable while the
+   * handler runs: the server drops them after it (an idle call keeps no copy of its headers).
+   */
+  get metadata(): { get(key: string): string[] } {
+    const headers = this.headers;
+    if (!headers) throw new Error('request metadata is read while the handler runs');
+    return {
+      get: (key: string): string[] => {
+        const v = headers[key.toLowerCase()];
+        return v === undefined ? [] : Array.isArray(v) ? v : [String(v)];
+      },
+    };
+  }
+
+  /** The handler has run: the request headers are no longer needed. */
+  dropRequestHeaders(): void {
+    this.headers = null;
+  }
 
   get writableEnded(): boolean {
     return this.statusSettled;
@@ -169,7 +240,7 @@ export class GrpcServerCall extends EventEmitter {
   /** Client bytes the call holds that its handler has not taken: Node's buffer of the paused stream, a message not complete yet, messages parsed while paused. */
   get heldBytes(): number {
     let queued = 0;
-    for (const p of this.queue) {
+    for (const p of this.queue ?? []) {
       if (p instanceof DataViews) queued += p.length;
       else if (p.type === PacketType.DATA) queued += p.data.data.length;
     }
@@ -195,12 +266,17 @@ export class GrpcServerCall extends EventEmitter {
   }
 
   /** Sends the response headers with our metadata (once; later calls are ignored). */
-  sendMetadata(md: Record<string, string> = {}): void {
+  sendMetadata(md?: Record<string, string>): void {
     if (this.stream.destroyed || this.stream.headersSent) return;
-    this.stream.respond(
-      { ':status': 200, 'content-type': 'application/grpc', 'grpc-accept-encoding': 'identity', ...md },
-      { waitForTrailers: true },
-    );
+    let headers = RESPONSE_HEADERS as string[]; // read-only, see RESPONSE_HEADERS
+    if (md) {
+      const keys = Object.keys(md);
+      if (keys.length > 0) {
+        headers = [...RESPONSE_HEADERS];
+        for (const k of keys) headers.push(k, md[k]!);
+      }
+    }
+    this.stream.respond(headers, RESPOND_OPTIONS);
     if (this.state === 'open') this.setState('responding');
   }
 
@@ -244,15 +320,9 @@ export class GrpcServerCall extends EventEmitter {
     this.status = { code, details };
     if (this.stream.destroyed) return;
     if (!this.stream.headersSent) {
-      this.stream.respond(
-        {
-          ':status': 200,
-          'content-type': 'application/grpc',
-          'grpc-status': String(code),
-          ...(details ? { 'grpc-message': encodeGrpcMessage(details) } : {}),
-        },
-        { endStream: true },
-      );
+      const headers = [':status', '200', 'content-type', 'application/grpc', 'grpc-status', String(code)];
+      if (details) headers.push('grpc-message', encodeGrpcMessage(details));
+      this.stream.respond(headers, RESPOND_END_OPTIONS);
       this.closeAfterStatus();
     } else {
       this.stream.end(); // the trailers follow ('wantTrailers')
@@ -265,11 +335,13 @@ export class GrpcServerCall extends EventEmitter {
    * has sent the trailers, and the reset would overtake them.
    */
   private closeAfterStatus(): void {
-    setImmediate(() => {
-      if (this.stream.destroyed || this.stream.readableEnded) return;
-      if (this.state === 'ended') this.setState('reset');
-      this.stream.close(NGHTTP2_NO_ERROR);
-    });
+    setImmediate(GrpcServerCall.resetAfterStatus, this);
+  }
+
+  private static resetAfterStatus(call: GrpcServerCall): void {
+    if (call.stream.destroyed || call.stream.readableEnded) return;
+    if (call.state === 'ended') call.setState('reset');
+    call.stream.close(NGHTTP2_NO_ERROR);
   }
 
   /** Whether the handler paused the call (its reads stop). */
@@ -303,7 +375,7 @@ export class GrpcServerCall extends EventEmitter {
     if (this.state === 'cancelled') return;
     this.flow?.consumed(chunk.length);
     try {
-      this.reader.push(chunk, this.queue);
+      this.reader.push(chunk, (this.queue ??= []));
     } catch (err) {
       const e = err as GrpcFramingError;
       return this.refuse(e.code, e.message);
@@ -313,17 +385,14 @@ export class GrpcServerCall extends EventEmitter {
 
   /** Hands parsed messages to the handler while it is not paused. */
   private flush(): void {
-    while (this.reading === 'flowing' && this.queue.length > 0 && this.state !== 'cancelled')
-      deliverMessage(this.queue.shift()!, this.dataViews, this.emitData);
+    const queue = this.queue;
+    if (!queue) return;
+    while (this.reading === 'flowing' && queue.length > 0 && this.state !== 'cancelled') deliverMessage(queue.shift()!, this.dataViews, this);
   }
-
-  private readonly emitData = (p: Packet): void => {
-    this.emit('data', p);
-  };
 
   private refuse(code: number, details: string): void {
     this.reader.clear();
-    this.queue.length = 0;
+    if (this.queue) this.queue.length = 0;
     this.stream.pause();
     // Our status first: the handler's reaction to the error may end the call too.
     this.endWithStatus(code, details);
@@ -461,7 +530,7 @@ export class GrpcServer {
   }
 
   private onStream(stream: http2.ServerHttp2Stream, headers: http2.IncomingHttpHeaders): void {
-    stream.on('error', () => {}); // the call reports it
+    stream.on('error', noop); // the call reports it
     const contentType = String(headers['content-type'] ?? '');
     if (headers[':method'] !== 'POST' || !contentType.startsWith('application/grpc')) {
       stream.respond({ ':status': 415, 'content-type': 'text/plain' }, { endStream: false });
@@ -474,9 +543,9 @@ export class GrpcServer {
     const window = session && this.sessionWindows.get(session);
     if (window) {
       window.streamOpened();
-      stream.once('close', () => window.streamClosed());
       call.flow = window;
     }
+    call.owner = this.callOwner;
     const handler = this.handlers.get(String(headers[':path'] ?? ''));
     if (!handler) {
       call.endWithStatus(GrpcStatus.UNIMPLEMENTED, `unknown method ${String(headers[':path'])}`);
@@ -488,12 +557,17 @@ export class GrpcServer {
       return;
     }
     this.calls.add(call);
-    stream.once('close', () => {
-      this.calls.delete(call);
-      if (this.calls.size > 0) return;
+    handler(call);
+    call.dropRequestHeaders();
+  }
+
+  /** Every call's stream, once closed: its session's window shrinks back, and shutdown hears when the last call went. */
+  private readonly callOwner = {
+    streamClosed: (call: GrpcServerCall): void => {
+      call.flow?.streamClosed();
+      if (!this.calls.delete(call) || this.calls.size > 0) return;
       for (const done of this.callsDone) done();
       this.callsDone.clear();
-    });
-    handler(call);
-  }
+    },
+  };
 }
