@@ -54,14 +54,14 @@ const peerCertificates = new WeakMap<object, PeerCertificate | undefined>();
  *   responding  our response headers are out: messages flow both ways
  *   ended       our status is out (trailers, or trailers-only); writes are refused, the client's
  *               messages are still read
- *   reset       ended, and we reset the stream after the status (RST_STREAM NO_ERROR, as gRPC servers
- *               do): a reset code on its close is ours
+ *   reset       ended, and the client's side was still open a while after our status: we reset the
+ *               stream (RST_STREAM NO_ERROR, as gRPC servers do); a reset code on its close is ours
  *   closed      the stream is gone after our status
  *   cancelled   'cancelled' emitted: the client reset the stream, its deadline passed, or the stream
  *               went before our status (then we reset it, CANCEL); nothing more is read
  *
  *   open ──sendMetadata (or the first write)──▶ responding
- *   open, responding ──endWithStatus──▶ ended ──status out, the stream still open──▶ reset ──stream closed──▶ closed
+ *   open, responding ──endWithStatus──▶ ended ──status out, the stream still open after RESET_GRACE_MS──▶ reset ──stream closed──▶ closed
  *   ended ──stream closed──▶ closed;   ended ──the client's reset──▶ cancelled
  *   open, responding ──the client's reset, a stream error, the stream closed──▶ cancelled
  *   open, responding, ended, reset ──deadline (DEADLINE_EXCEEDED first, if no status yet)──▶ cancelled
@@ -92,8 +92,14 @@ const RESPOND_END_OPTIONS = { endStream: true, sendDate: false } as http2.Server
 
 const noop = (): void => {};
 
-/** Told when a call's stream has closed: its session's window, and the server's set of open calls. */
+/** A client's side still open this long after our status is reset (see GrpcServerCall.closeAfterStatus). */
+const RESET_GRACE_MS = 1000;
+
+/** The server a call belongs to. */
 interface CallOwner {
+  /** Our status is out: the stream is to be reset if the client's side is still open a while later. */
+  statusSent(call: GrpcServerCall): void;
+  /** The stream has closed. */
   streamClosed(call: GrpcServerCall): void;
 }
 
@@ -330,18 +336,27 @@ export class GrpcServerCall extends EventEmitter {
   }
 
   /**
-   * The client may still be sending: once our status is out, the stream ends (RST_STREAM NO_ERROR, as
-   * gRPC servers do), so neither side waits on the other. Not on 'finish': that comes before Node
-   * has sent the trailers, and the reset would overtake them.
+   * Our status is out; the client may still be sending. A gRPC client ends its side when it reads the
+   * status (ours with END_STREAM, grpc-go's with RST_STREAM), and the stream closes. One that does not
+   * has the stream reset (RST_STREAM NO_ERROR, as gRPC servers do) by its owner a little later
+   * (GrpcServer's RESET_GRACE_MS), so neither side waits on the other for good: a reset right behind
+   * every status would cost each call one more frame and a write of its own. Not on 'finish': that
+   * comes before Node has sent the trailers, and the reset would overtake them.
    */
   private closeAfterStatus(): void {
-    setImmediate(GrpcServerCall.resetAfterStatus, this);
+    if (this.owner) this.owner.statusSent(this);
+    else setImmediate(GrpcServerCall.resetAfterStatus, this);
   }
 
   private static resetAfterStatus(call: GrpcServerCall): void {
-    if (call.stream.destroyed || call.stream.readableEnded) return;
-    if (call.state === 'ended') call.setState('reset');
-    call.stream.close(NGHTTP2_NO_ERROR);
+    call.resetIfOpen();
+  }
+
+  /** Resets the stream (RST_STREAM NO_ERROR) if the client's side is still open after our status. */
+  resetIfOpen(): void {
+    if (this.stream.destroyed || this.stream.readableEnded) return;
+    if (this.state === 'ended') this.setState('reset');
+    this.stream.close(NGHTTP2_NO_ERROR);
   }
 
   /** Whether the handler paused the call (its reads stop). */
@@ -486,6 +501,7 @@ export class GrpcServer {
 
   /** Ends every call and session now. */
   forceShutdown(): void {
+    this.stopResetTimer();
     for (const c of [...this.calls]) c.endWithStatus(GrpcStatus.UNAVAILABLE, 'server shutting down');
     for (const s of [...this.sessions]) s.destroy();
     for (const l of this.listeners) l.close();
@@ -561,9 +577,38 @@ export class GrpcServer {
     call.dropRequestHeaders();
   }
 
-  /** Every call's stream, once closed: its session's window shrinks back, and shutdown hears when the last call went. */
+  /**
+   * Calls whose status is out while the client's side was open, in two generations: each tick of
+   * resetTimer resets what is still open in `older` (so 1–2 ticks after the status), then ages `newer`.
+   */
+  private resetsNewer = new Set<GrpcServerCall>();
+  private resetsOlder = new Set<GrpcServerCall>();
+  private resetTimer: NodeJS.Timeout | null = null;
+
+  private readonly resetTick = (): void => {
+    for (const call of this.resetsOlder) call.resetIfOpen();
+    this.resetsOlder.clear();
+    [this.resetsOlder, this.resetsNewer] = [this.resetsNewer, this.resetsOlder];
+    if (this.resetsOlder.size === 0) this.stopResetTimer();
+  };
+
+  private stopResetTimer(): void {
+    if (this.resetTimer) clearInterval(this.resetTimer);
+    this.resetTimer = null;
+  }
+
+  /** Every call's owner: resets after the status, and once the stream closed, its session's window shrinks back and shutdown hears when the last call went. */
   private readonly callOwner = {
+    statusSent: (call: GrpcServerCall): void => {
+      this.resetsNewer.add(call);
+      if (!this.resetTimer) {
+        this.resetTimer = setInterval(this.resetTick, RESET_GRACE_MS / 2);
+        this.resetTimer.unref();
+      }
+    },
     streamClosed: (call: GrpcServerCall): void => {
+      this.resetsNewer.delete(call);
+      this.resetsOlder.delete(call);
       call.flow?.streamClosed();
       if (!this.calls.delete(call) || this.calls.size > 0) return;
       for (const done of this.callsDone) done();
