@@ -53,7 +53,6 @@ const AGENT_MAX_STREAMS = 8;
 /** A client session (our SDK over gRPC, or a konnectivity-client) opens a Proxy stream per connection. */
 const FRONTEND_MAX_STREAMS = 1024;
 
-
 /** Whether a client certificate is an agent's (read once per connection: the certificate object is kept per connection). */
 const agentCertificates = new WeakMap<object, boolean>();
 function isAgentCertificate(cert: PeerCertificate): boolean {
@@ -325,8 +324,7 @@ export class ProxyServer {
     if (!this.accepting) return refuse(GrpcStatus.UNAVAILABLE, 'server is shutting down');
     // Agents share the CA with hub users; an agent certificate must not open connections into other clusters.
     const cert = call.peerCertificate();
-    if (cert && isAgentCertificate(cert))
-      return refuse(GrpcStatus.PERMISSION_DENIED, 'agent certificates may not use the client frontend');
+    if (cert && isAgentCertificate(cert)) return refuse(GrpcStatus.PERMISSION_DENIED, 'agent certificates may not use the client frontend');
     const f = new GrpcFrontend(call, this.core, this.opts.log, (done) => this.frontends.delete(done));
     this.frontends.add(f);
   };

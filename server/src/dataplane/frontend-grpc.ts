@@ -79,7 +79,9 @@ export class GrpcFrontend implements Frontend, ByteSink {
   /** A child logger with this connection's IDs, made when it logs (rarely: pino's child() per dial shows in the dial rate). */
   private get log(): Logger {
     return this.parentLog.child(
-      this.state === 'await-dial' ? {} : { clientDialID: String(this.clientRandom), ...(this.connectID ? { connectID: this.connectID } : {}) },
+      this.state === 'await-dial'
+        ? {}
+        : { clientDialID: String(this.clientRandom), ...(this.connectID ? { connectID: this.connectID } : {}) },
     );
   }
 

@@ -402,7 +402,8 @@ export class GrpcServerCall extends EventEmitter {
   private flush(): void {
     const queue = this.queue;
     if (!queue) return;
-    while (this.reading === 'flowing' && queue.length > 0 && this.state !== 'cancelled') deliverMessage(queue.shift()!, this.dataViews, this);
+    while (this.reading === 'flowing' && queue.length > 0 && this.state !== 'cancelled')
+      deliverMessage(queue.shift()!, this.dataViews, this);
   }
 
   private refuse(code: number, details: string): void {
