@@ -16,7 +16,7 @@ import {
 import type { Logger } from 'pino';
 import { certificatePrincipal, principalName } from '../http/principal.js';
 import type { Frontend } from './frontend.js';
-import { GrpcStatus, type GrpcServerCall } from './grpc-server.js';
+import { GrpcStatus, type GrpcCallHandler, type GrpcServerCall, type GrpcStatusError } from './grpc-server.js';
 import { grpcCodeName } from './metrics.js';
 import type { ProxyCore } from './proxy-core.js';
 import type { ProxiedConnection } from './proxied-connection.js';
@@ -42,7 +42,7 @@ function clientName(call: GrpcServerCall): string {
 }
 
 /** One Proxy stream. It is its own sink (bytes towards the client): an idle stream holds no closures for it. */
-export class GrpcFrontend implements Frontend, ByteSink {
+export class GrpcFrontend implements Frontend, ByteSink, GrpcCallHandler {
   readonly halfClose: boolean;
   readonly client: string;
   readonly sink: ByteSink = this;
@@ -69,11 +69,8 @@ export class GrpcFrontend implements Frontend, ByteSink {
     const caps = parseCapabilities(call.metadata.get(MD_CAPABILITIES).map(String).join(','));
     this.halfClose = caps.has(CAP_HALF_CLOSE);
     call.sendMetadata(this.halfClose ? HALF_CLOSE_METADATA : undefined);
-    call.on('data', this.onPacket);
+    call.setHandler(this);
     call.onDataViews(this.onDataViews);
-    call.on('end', this.onEnd);
-    call.on('cancelled', this.onCancelled);
-    call.on('error', this.onError);
   }
 
   /** A child logger with this connection's IDs, made when it logs (rarely: pino's child() per dial shows in the dial rate). */
@@ -109,24 +106,24 @@ export class GrpcFrontend implements Frontend, ByteSink {
   // ------------------------------------------------------------ the call's events
 
   /** The client ended its side of the stream: close whatever we hold. */
-  private readonly onEnd = (): void => {
+  onCallEnd(): void {
     this.clientEnded ||= this.state !== 'done';
     this.clientGone();
-  };
+  }
 
   /**
    * The client went away. A cancel is a stream error unless we had finished the stream ourselves first
    * (a client may reset the stream after its half-close; our SDK cancels after reading the status).
    */
-  private readonly onCancelled = (): void => {
+  onCallCancelled(): void {
     if (this.state !== 'done' || this.clientEnded) this.core.metrics.streamError('from_client', 'Canceled');
     this.clientGone();
-  };
+  }
 
-  private readonly onError = (err: Error & { code?: number }): void => {
+  onCallError(err: Error & GrpcStatusError): void {
     if (this.state !== 'done') this.core.metrics.streamError('from_client', grpcCodeName(err.code));
     this.clientGone();
-  };
+  }
 
   get description(): { state: FrontendState; connectID: number; address: string } {
     return { state: this.state, connectID: this.connectID, address: this.address };
@@ -137,7 +134,9 @@ export class GrpcFrontend implements Frontend, ByteSink {
     this.call.write(p);
   }
 
-  private readonly onPacket = (p: Packet): void => {
+  /** A packet from the client (none is taken once the stream is done). */
+  onCallPacket(p: Packet): void {
+    if (this.state === 'done') return;
     this.core.metrics.packet('from_client', p.type);
     switch (p.type) {
       case PacketType.DIAL_REQ:
@@ -169,7 +168,7 @@ export class GrpcFrontend implements Frontend, ByteSink {
       default:
         this.log.warn({ type: packetTypeName(p.type) }, 'unexpected packet from client, ignored');
     }
-  };
+  }
 
   /** DATA with its payload as the HTTP/2 chunks it arrived in (not copied into one Buffer). */
   private readonly onDataViews = (connectID: number, chunks: readonly Buffer[], length: number): void => {
@@ -279,7 +278,6 @@ export class GrpcFrontend implements Frontend, ByteSink {
     if (this.state === 'done') return;
     this.state = 'done';
     this.dropHeld();
-    this.call.removeListener('data', this.onPacket);
     this.call.onDataViews(null);
     this.call.endWithStatus(GrpcStatus.INVALID_ARGUMENT, message);
     this.onDone(this);
@@ -301,7 +299,6 @@ export class GrpcFrontend implements Frontend, ByteSink {
     this.agentWait?.cancel();
     this.agentWait = null;
     this.conn?.close();
-    this.call.removeListener('data', this.onPacket);
     this.call.onDataViews(null);
     if (!this.call.writableEnded) this.call.end();
     this.call.resume(); // drain anything still queued so the stream can complete

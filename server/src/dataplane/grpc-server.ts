@@ -16,7 +16,7 @@ import {
   GrpcMessageReader,
   GrpcStatus,
   PacketType,
-  deliverMessage,
+  packets,
   encodeGrpcMessage,
   h2Socket,
   parseGrpcTimeout,
@@ -95,6 +95,17 @@ const noop = (): void => {};
 /** A client's side still open this long after our status is reset (see GrpcServerCall.closeAfterStatus). */
 const RESET_GRACE_MS = 1000;
 
+/**
+ * Takes a call's events in place of its listeners ('data', 'end', 'cancelled', 'error'): a handler
+ * holding many idle calls needs no closures per call for them (GrpcServerCall.setHandler).
+ */
+export interface GrpcCallHandler {
+  onCallPacket(p: Packet): void;
+  onCallEnd(): void;
+  onCallCancelled(): void;
+  onCallError(err: Error & GrpcStatusError): void;
+}
+
 /** The server a call belongs to. */
 interface CallOwner {
   /** Our status is out: the stream is to be reset if the client's side is still open a while later. */
@@ -116,6 +127,8 @@ export class GrpcServerCall extends EventEmitter {
   private queue: (Packet | DataViews)[] | null = null;
   private dataViews: DataViewHandler | null = null;
   private deadline: NodeJS.Timeout | null = null;
+  /** Takes the events instead of listeners, while set. */
+  private handler: GrpcCallHandler | null = null;
   /** Our status, once ended (OK until then). */
   private status: GrpcStatusError | null = null;
   /** The request headers, until the handler has run (see metadata). */
@@ -160,7 +173,9 @@ export class GrpcServerCall extends EventEmitter {
 
   private static onStreamEnd(this: CallStream): void {
     const call = this[kCall]!;
-    if (call.state !== 'cancelled') call.emit('end');
+    if (call.state === 'cancelled') return;
+    if (call.handler) call.handler.onCallEnd();
+    else call.emit('end');
   }
 
   private static onStreamDrain(this: CallStream): void {
@@ -314,6 +329,11 @@ export class GrpcServerCall extends EventEmitter {
     this.reader.views = handler !== null;
   }
 
+  /** Hands 'data', 'end', 'cancelled' and 'error' to `handler` instead of the listeners (null: to the listeners again). */
+  setHandler(handler: GrpcCallHandler | null): void {
+    this.handler = handler;
+  }
+
   /** Ends the call with status OK. */
   end(): void {
     this.endWithStatus(GrpcStatus.OK, '');
@@ -383,7 +403,8 @@ export class GrpcServerCall extends EventEmitter {
     const hadStatus = this.statusSettled;
     this.setState('cancelled');
     if (!hadStatus && !this.stream.destroyed) this.stream.close(NGHTTP2_CANCEL);
-    this.emit('cancelled');
+    if (this.handler) this.handler.onCallCancelled();
+    else this.emit('cancelled');
   }
 
   private onData(chunk: Buffer): void {
@@ -402,8 +423,18 @@ export class GrpcServerCall extends EventEmitter {
   private flush(): void {
     const queue = this.queue;
     if (!queue) return;
-    while (this.reading === 'flowing' && queue.length > 0 && this.state !== 'cancelled')
-      deliverMessage(queue.shift()!, this.dataViews, this);
+    while (this.reading === 'flowing' && queue.length > 0 && this.state !== 'cancelled') this.deliver(queue.shift()!);
+  }
+
+  /** A message to the handler: DataViews to onDataViews' handler (copied into one DATA packet if it went meanwhile), packets to the handler or 'data'. */
+  private deliver(m: Packet | DataViews): void {
+    let p: Packet;
+    if (m instanceof DataViews) {
+      if (this.dataViews) return this.dataViews(m.connectID, m.chunks, m.length);
+      p = packets.data(m.connectID, Buffer.concat(m.chunks, m.length));
+    } else p = m;
+    if (this.handler) this.handler.onCallPacket(p);
+    else this.emit('data', p);
   }
 
   private refuse(code: number, details: string): void {
@@ -412,7 +443,9 @@ export class GrpcServerCall extends EventEmitter {
     this.stream.pause();
     // Our status first: the handler's reaction to the error may end the call too.
     this.endWithStatus(code, details);
-    if (this.listenerCount('error') > 0) this.emit('error', Object.assign(new Error(details), { code, details }));
+    const err = Object.assign(new Error(details), { code, details });
+    if (this.handler) this.handler.onCallError(err);
+    else if (this.listenerCount('error') > 0) this.emit('error', err);
   }
 }
 
