@@ -68,7 +68,7 @@ export class GrpcFrontend implements Frontend, ByteSink, GrpcCallHandler {
     this.client = clientName(call);
     const caps = parseCapabilities(call.metadata.get(MD_CAPABILITIES).map(String).join(','));
     this.halfClose = caps.has(CAP_HALF_CLOSE);
-    call.sendMetadata(this.halfClose ? HALF_CLOSE_METADATA : undefined);
+    call.sendMetadataWithFirstMessage(this.halfClose ? HALF_CLOSE_METADATA : undefined);
     call.setHandler(this);
     call.onDataViews(this.onDataViews);
   }

@@ -127,6 +127,8 @@ export class GrpcServerCall extends EventEmitter {
   private queue: (Packet | DataViews)[] | null = null;
   private dataViews: DataViewHandler | null = null;
   private deadline: NodeJS.Timeout | null = null;
+  /** Metadata for the response headers sent with the first message (sendMetadataWithFirstMessage). */
+  private firstMessageMetadata: Record<string, string> | undefined = undefined;
   /** Takes the events instead of listeners, while set. */
   private handler: GrpcCallHandler | null = null;
   /** Our status, once ended (OK until then). */
@@ -286,6 +288,15 @@ export class GrpcServerCall extends EventEmitter {
     return cert;
   }
 
+  /**
+   * Our metadata goes with the response headers ahead of the first message (as grpc-go servers send
+   * them): headers and message leave in one write instead of two. Dropped if the call ends without a
+   * message (its status then goes trailers-only).
+   */
+  sendMetadataWithFirstMessage(md: Record<string, string> | undefined): void {
+    this.firstMessageMetadata = md;
+  }
+
   /** Sends the response headers with our metadata (once; later calls are ignored). */
   sendMetadata(md?: Record<string, string>): void {
     if (this.stream.destroyed || this.stream.headersSent) return;
@@ -316,7 +327,7 @@ export class GrpcServerCall extends EventEmitter {
       if (callback) process.nextTick(callback, new Error('call ended'));
       return false;
     }
-    this.sendMetadata();
+    if (!this.stream.headersSent) this.sendMetadata(this.firstMessageMetadata);
     return true;
   }
 
