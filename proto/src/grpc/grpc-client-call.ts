@@ -518,7 +518,9 @@ function statusFrom(headers: http2.IncomingHttpHeaders): GrpcCallStatus {
 /** Headers as gRPC metadata: lower-case keys, without HTTP/2 pseudo-headers and transport headers. */
 function metadataFrom(headers: http2.IncomingHttpHeaders): Record<string, string[]> {
   const md: Record<string, string[]> = {};
-  for (const [k, v] of Object.entries(headers)) {
+  // for-in (node:http2's header objects have no prototype): no entry arrays per response.
+  for (const k in headers) {
+    const v = headers[k];
     if (k.startsWith(':') || k === 'content-type' || k === 'grpc-status' || k === 'grpc-message' || v === undefined) continue;
     md[k] = Array.isArray(v) ? v : [String(v)];
   }
