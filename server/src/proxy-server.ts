@@ -35,7 +35,7 @@ import { startGateway, type Gateway } from './gateway/server.js';
 import { ServiceAllowlist } from './gateway/service-allowlist.js';
 import { buildGatewayAccess, type GatewayAccess, type GatewayAccessConfig } from './gateway/access.js';
 import type { HubReviews } from './gateway/kube-reviews.js';
-import type { TLSSocket } from 'node:tls';
+import type { PeerCertificate, TLSSocket } from 'node:tls';
 import { GrpcFrontend } from './dataplane/frontend-grpc.js';
 import { GrpcServer, GrpcStatus, type GrpcServerCall } from './dataplane/grpc-server.js';
 import { clusterFromSubject } from './pki/agent-identity.js';
@@ -52,6 +52,17 @@ const SESSION_WATCHDOG = { intervalMs: 5000, timeoutMs: 10_000 };
 const AGENT_MAX_STREAMS = 8;
 /** A client session (our SDK over gRPC, or a konnectivity-client) opens a Proxy stream per connection. */
 const FRONTEND_MAX_STREAMS = 1024;
+
+/** Whether a client certificate is an agent's (read once per connection: the certificate object is kept per connection). */
+const agentCertificates = new WeakMap<object, boolean>();
+function isAgentCertificate(cert: PeerCertificate): boolean {
+  let agent = agentCertificates.get(cert);
+  if (agent === undefined) {
+    agent = Boolean(clusterFromSubject(cert.subject));
+    agentCertificates.set(cert, agent);
+  }
+  return agent;
+}
 
 export interface TlsFiles {
   /** PEM contents. */
@@ -313,8 +324,7 @@ export class ProxyServer {
     if (!this.accepting) return refuse(GrpcStatus.UNAVAILABLE, 'server is shutting down');
     // Agents share the CA with hub users; an agent certificate must not open connections into other clusters.
     const cert = call.peerCertificate();
-    if (cert && clusterFromSubject(cert.subject))
-      return refuse(GrpcStatus.PERMISSION_DENIED, 'agent certificates may not use the client frontend');
+    if (cert && isAgentCertificate(cert)) return refuse(GrpcStatus.PERMISSION_DENIED, 'agent certificates may not use the client frontend');
     const f = new GrpcFrontend(call, this.core, this.opts.log, (done) => this.frontends.delete(done));
     this.frontends.add(f);
   };

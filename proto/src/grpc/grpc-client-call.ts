@@ -72,6 +72,10 @@ class Inbox {
   }
 }
 
+/** The call a stream carries. */
+const kCall = Symbol('grpcClientCall');
+type CallStream = http2.ClientHttp2Stream & { [kCall]?: GrpcClientCall };
+
 export type GrpcCallState = 'failing' | 'open' | 'streaming' | 'ending' | 'closing' | 'finished' | 'closed';
 
 /** A client-side bidi call (the events and methods grpc-js's ClientDuplexStream has that we use). */
@@ -109,15 +113,23 @@ export class GrpcClientCall extends EventEmitter {
     }
     let stream: http2.ClientHttp2Stream;
     try {
-      stream = session.request({
-        ':method': 'POST',
-        ':path': path,
-        'content-type': 'application/grpc',
-        te: 'trailers',
-        'user-agent': 'cluster-proxy',
-        'grpc-accept-encoding': 'identity',
-        ...metadata,
-      });
+      // A header array: node:http2 copies a header object into one of its own (and keeps it).
+      const headers = [
+        ':method',
+        'POST',
+        ':path',
+        path,
+        'content-type',
+        'application/grpc',
+        'te',
+        'trailers',
+        'user-agent',
+        'cluster-proxy',
+        'grpc-accept-encoding',
+        'identity',
+      ];
+      for (const k in metadata) headers.push(k, metadata[k]!);
+      stream = session.request(headers as unknown as http2.OutgoingHttpHeaders);
     } catch (err) {
       this.state = 'failing';
       this.stream = null;
@@ -126,18 +138,47 @@ export class GrpcClientCall extends EventEmitter {
     }
     this.state = 'open';
     this.stream = stream;
-    stream.on('response', (headers) => this.onResponse(headers));
-    stream.on('trailers', (headers) => this.onTrailers(headers));
-    stream.on('data', (chunk: Buffer) => this.onData(chunk));
-    stream.on('end', () => this.onEnd());
-    stream.on('drain', () => this.emit('drain'));
-    stream.on('error', (err: NodeJS.ErrnoException) => this.onStreamError(err));
-    stream.on('close', () => this.onClose());
-    this.on('newListener', (event: string) => {
-      // The listener is added after this event returns: hand it the waiting packets just after.
-      if (event === 'data' && this.inbox.packets.length > 0) queueMicrotask(() => this.continueReading());
-    });
+    (stream as CallStream)[kCall] = this;
+    stream.on('response', GrpcClientCall.onStreamResponse);
+    stream.on('trailers', GrpcClientCall.onStreamTrailers);
+    stream.on('data', GrpcClientCall.onStreamData);
+    stream.on('end', GrpcClientCall.onStreamEnd);
+    stream.on('drain', GrpcClientCall.onStreamDrain);
+    stream.on('error', GrpcClientCall.onStreamError);
+    stream.on('close', GrpcClientCall.onStreamClose);
   }
+
+  // The stream's listeners (shared, not closures per call): `this` is the stream.
+  private static onStreamResponse(this: CallStream, headers: http2.IncomingHttpHeaders & http2.IncomingHttpStatusHeader): void {
+    this[kCall]!.onResponse(headers);
+  }
+
+  private static onStreamTrailers(this: CallStream, headers: http2.IncomingHttpHeaders): void {
+    this[kCall]!.onTrailers(headers);
+  }
+
+  private static onStreamData(this: CallStream, chunk: Buffer): void {
+    this[kCall]!.onData(chunk);
+  }
+
+  private static onStreamEnd(this: CallStream): void {
+    this[kCall]!.onEnd();
+  }
+
+  private static onStreamDrain(this: CallStream): void {
+    this[kCall]!.emit('drain');
+  }
+
+  private static onStreamError(this: CallStream, err: NodeJS.ErrnoException): void {
+    this[kCall]!.onStreamError(err);
+  }
+
+  private static onStreamClose(this: CallStream): void {
+    this[kCall]!.onClose();
+  }
+
+  /** Set while packets wait for a 'data' listener (see flush). */
+  private onNewListener: ((event: string | symbol) => void) | null = null;
 
   /** Whether this call runs on `session`. */
   isOn(session: http2.ClientHttp2Session): boolean {
@@ -385,6 +426,17 @@ export class GrpcClientCall extends EventEmitter {
     // headers, and the hub may send a packet right behind them (a dial that waited for this agent).
     if (this.inbox.packets.length > 0 && this.listenerCount('data') === 0) {
       this.stream?.pause();
+      if (!this.onNewListener) {
+        // The listener is added after this event returns: hand it the waiting packets just after.
+        const hook = (event: string | symbol): void => {
+          if (event !== 'data') return;
+          this.off('newListener', hook);
+          this.onNewListener = null;
+          queueMicrotask(() => this.continueReading());
+        };
+        this.onNewListener = hook;
+        this.on('newListener', hook);
+      }
       return;
     }
     if (!this.inbox.drain(this.emitPacket)) return;
@@ -401,10 +453,7 @@ export class GrpcClientCall extends EventEmitter {
     }
   }
 
-  private readonly emitPacket = (m: Packet | DataViews): void => deliverMessage(m, this.dataViews, this.emitData);
-  private readonly emitData = (p: Packet): void => {
-    this.emit('data', p);
-  };
+  private readonly emitPacket = (m: Packet | DataViews): void => deliverMessage(m, this.dataViews, this);
 
   private dataViews: DataViewHandler | null = null;
 
@@ -469,7 +518,9 @@ function statusFrom(headers: http2.IncomingHttpHeaders): GrpcCallStatus {
 /** Headers as gRPC metadata: lower-case keys, without HTTP/2 pseudo-headers and transport headers. */
 function metadataFrom(headers: http2.IncomingHttpHeaders): Record<string, string[]> {
   const md: Record<string, string[]> = {};
-  for (const [k, v] of Object.entries(headers)) {
+  // for-in (node:http2's header objects have no prototype): no entry arrays per response.
+  for (const k in headers) {
+    const v = headers[k];
     if (k.startsWith(':') || k === 'content-type' || k === 'grpc-status' || k === 'grpc-message' || v === undefined) continue;
     md[k] = Array.isArray(v) ? v : [String(v)];
   }

@@ -170,12 +170,16 @@ export class GrpcFramingError extends Error {
 
 /**
  * Hands a message the reader produced to a call's reader: DataViews to `views`, or, when that handler
- * went after the message was read, to `packet` as one DATA packet; anything else to `packet`.
+ * went after the message was read, as one DATA packet to the call's 'data'; anything else to 'data'.
  */
-export function deliverMessage(m: Packet | DataViews, views: DataViewHandler | null, packet: (p: Packet) => void): void {
-  if (!(m instanceof DataViews)) packet(m);
+export function deliverMessage(
+  m: Packet | DataViews,
+  views: DataViewHandler | null,
+  call: { emit(event: 'data', p: Packet): unknown },
+): void {
+  if (!(m instanceof DataViews)) call.emit('data', m);
   else if (views) views(m.connectID, m.chunks, m.length);
-  else packet(packets.data(m.connectID, Buffer.concat(m.chunks, m.length)));
+  else call.emit('data', packets.data(m.connectID, Buffer.concat(m.chunks, m.length)));
 }
 
 /**

@@ -3,7 +3,6 @@
 //   await-dial → DIAL_REQ → dialing → DIAL_RSP ok → open → CLOSE_REQ/CLOSE_RSP → done
 import {
   CAP_HALF_CLOSE,
-  LazyLog,
   MD_CAPABILITIES,
   PacketType,
   packetTypeName,
@@ -17,18 +16,36 @@ import {
 import type { Logger } from 'pino';
 import { certificatePrincipal, principalName } from '../http/principal.js';
 import type { Frontend } from './frontend.js';
-import { GrpcStatus, type GrpcServerCall } from './grpc-server.js';
+import { GrpcStatus, type GrpcCallHandler, type GrpcServerCall, type GrpcStatusError } from './grpc-server.js';
 import { grpcCodeName } from './metrics.js';
 import type { ProxyCore } from './proxy-core.js';
 import type { ProxiedConnection } from './proxied-connection.js';
 import type { AgentWait } from './agent-wait.js';
 
+/** The response metadata to a client that negotiates half-close (our SDK). */
+const HALF_CLOSE_METADATA = { [MD_CAPABILITIES]: CAP_HALF_CLOSE };
+
 type FrontendState = 'await-dial' | 'dialing' | 'open' | 'done';
 
-export class GrpcFrontend implements Frontend {
+/** Each client certificate's name, made once (a connection keeps the certificate object: see GrpcServerCall.peerCertificate). */
+const clientNames = new WeakMap<object, string>();
+
+function clientName(call: GrpcServerCall): string {
+  const cert = call.peerCertificate();
+  if (!cert) return 'unix-socket';
+  let name = clientNames.get(cert);
+  if (name === undefined) {
+    name = principalName(certificatePrincipal(cert.subject?.CN));
+    clientNames.set(cert, name);
+  }
+  return name;
+}
+
+/** One Proxy stream. It is its own sink (bytes towards the client): an idle stream holds no closures for it. */
+export class GrpcFrontend implements Frontend, ByteSink, GrpcCallHandler {
   readonly halfClose: boolean;
   readonly client: string;
-  readonly sink: ByteSink;
+  readonly sink: ByteSink = this;
   private state: FrontendState = 'await-dial';
   private conn: ProxiedConnection | null = null;
   /** The dial waits for an agent of its cluster to connect to this replica (agent-wait.ts). */
@@ -36,8 +53,8 @@ export class GrpcFrontend implements Frontend {
   private address = '';
   private clientRandom = 0n;
   private connectID = 0;
-  /** Child logger made only if this connection logs (pino's child() per dial shows in the dial rate). */
-  private readonly lazyLog: LazyLog<Logger>;
+  /** True once the client ended its side of the stream while the connection was not done. */
+  private clientEnded = false;
   /** Writes to an ANP client held right after DIAL_RSP (KONNECTIVITY_FIRST_DATA_HOLD_MS), in order; null: none held. */
   private held: (() => void)[] | null = null;
   private holdTimer: NodeJS.Timeout | null = null;
@@ -45,52 +62,67 @@ export class GrpcFrontend implements Frontend {
   constructor(
     private readonly call: GrpcServerCall,
     private readonly core: ProxyCore,
-    log: Logger,
+    private readonly parentLog: Logger,
     private readonly onDone: (f: GrpcFrontend) => void,
   ) {
-    this.lazyLog = new LazyLog(log, {});
-    const cert = call.peerCertificate();
-    this.client = cert ? principalName(certificatePrincipal(cert.subject?.CN)) : 'unix-socket';
+    this.client = clientName(call);
     const caps = parseCapabilities(call.metadata.get(MD_CAPABILITIES).map(String).join(','));
     this.halfClose = caps.has(CAP_HALF_CLOSE);
-    call.sendMetadata(this.halfClose ? { [MD_CAPABILITIES]: CAP_HALF_CLOSE } : {});
-    this.sink = {
-      write: (chunk, callback) => {
-        if (this.held) {
-          this.held.push(() => this.sink.write(chunk, callback));
-          return true;
-        }
-        const p = packets.data(this.connectID, chunk);
-        core.metrics.packet('to_client', p.type);
-        return call.write(p, callback);
-      },
-      writeChunks: (chunks, length, callback) => {
-        if (this.held) {
-          this.held.push(() => this.sink.writeChunks!(chunks, length, callback));
-          return;
-        }
-        core.metrics.packet('to_client', PacketType.DATA);
-        call.writeData(this.connectID, chunks, length, callback);
-      },
-    };
-    call.on('data', this.onPacket);
+    call.sendMetadataWithFirstMessage(this.halfClose ? HALF_CLOSE_METADATA : undefined);
+    call.setHandler(this);
     call.onDataViews(this.onDataViews);
-    // The client ended its side of the stream, or went away: close whatever we hold.
-    let clientEnded = false;
-    call.on('end', () => {
-      clientEnded ||= this.state !== 'done';
-      this.clientGone();
-    });
-    // A cancel is a stream error unless we had finished the stream ourselves first (a client may reset
-    // the stream after its half-close; our SDK cancels after reading the status).
-    call.on('cancelled', () => {
-      if (this.state !== 'done' || clientEnded) core.metrics.streamError('from_client', 'Canceled');
-      this.clientGone();
-    });
-    call.on('error', (err: Error & { code?: number }) => {
-      if (this.state !== 'done') core.metrics.streamError('from_client', grpcCodeName(err.code));
-      this.clientGone();
-    });
+  }
+
+  /** A child logger with this connection's IDs, made when it logs (rarely: pino's child() per dial shows in the dial rate). */
+  private get log(): Logger {
+    return this.parentLog.child(
+      this.state === 'await-dial'
+        ? {}
+        : { clientDialID: String(this.clientRandom), ...(this.connectID ? { connectID: this.connectID } : {}) },
+    );
+  }
+
+  // ------------------------------------------------------------ ByteSink (bytes towards the client)
+
+  write(chunk: Buffer, callback: (err?: Error | null) => void): boolean {
+    if (this.held) {
+      this.held.push(() => this.write(chunk, callback));
+      return true;
+    }
+    const p = packets.data(this.connectID, chunk);
+    this.core.metrics.packet('to_client', p.type);
+    return this.call.write(p, callback);
+  }
+
+  writeChunks(chunks: readonly Buffer[], length: number, callback: (err?: Error | null) => void): void {
+    if (this.held) {
+      this.held.push(() => this.writeChunks(chunks, length, callback));
+      return;
+    }
+    this.core.metrics.packet('to_client', PacketType.DATA);
+    this.call.writeData(this.connectID, chunks, length, callback);
+  }
+
+  // ------------------------------------------------------------ the call's events
+
+  /** The client ended its side of the stream: close whatever we hold. */
+  onCallEnd(): void {
+    this.clientEnded ||= this.state !== 'done';
+    this.clientGone();
+  }
+
+  /**
+   * The client went away. A cancel is a stream error unless we had finished the stream ourselves first
+   * (a client may reset the stream after its half-close; our SDK cancels after reading the status).
+   */
+  onCallCancelled(): void {
+    if (this.state !== 'done' || this.clientEnded) this.core.metrics.streamError('from_client', 'Canceled');
+    this.clientGone();
+  }
+
+  onCallError(err: Error & GrpcStatusError): void {
+    if (this.state !== 'done') this.core.metrics.streamError('from_client', grpcCodeName(err.code));
+    this.clientGone();
   }
 
   get description(): { state: FrontendState; connectID: number; address: string } {
@@ -102,13 +134,14 @@ export class GrpcFrontend implements Frontend {
     this.call.write(p);
   }
 
-  private readonly onPacket = (p: Packet): void => {
+  /** A packet from the client (none is taken once the stream is done). */
+  onCallPacket(p: Packet): void {
+    if (this.state === 'done') return;
     this.core.metrics.packet('from_client', p.type);
     switch (p.type) {
       case PacketType.DIAL_REQ:
         if (this.state !== 'await-dial') return this.protocolError('second DIAL_REQ on one stream');
         this.clientRandom = p.dialRequest.random;
-        this.lazyLog.bind({ clientDialID: String(p.dialRequest.random) });
         this.state = 'dialing';
         this.address = p.dialRequest.address;
         this.dial(p.dialRequest.address, p.dialRequest.protocol);
@@ -133,9 +166,9 @@ export class GrpcFrontend implements Frontend {
         }
         return;
       default:
-        this.lazyLog.log.warn({ type: packetTypeName(p.type) }, 'unexpected packet from client, ignored');
+        this.log.warn({ type: packetTypeName(p.type) }, 'unexpected packet from client, ignored');
     }
-  };
+  }
 
   /** DATA with its payload as the HTTP/2 chunks it arrived in (not copied into one Buffer). */
   private readonly onDataViews = (connectID: number, chunks: readonly Buffer[], length: number): void => {
@@ -169,7 +202,6 @@ export class GrpcFrontend implements Frontend {
   dialSucceeded(connectID: number): void {
     if (this.state !== 'dialing') return;
     this.connectID = connectID;
-    this.lazyLog.bind({ connectID });
     this.state = 'open';
     if (this.halfClose) {
       this.send(packets.dialResponse(this.clientRandom, connectID));
@@ -239,14 +271,13 @@ export class GrpcFrontend implements Frontend {
   // ------------------------------------------------------------ teardown
 
   private protocolError(message: string): void {
-    this.lazyLog.log.warn(`client protocol error: ${message}`);
+    this.log.warn(`client protocol error: ${message}`);
     this.agentWait?.cancel();
     this.agentWait = null;
     this.conn?.close();
     if (this.state === 'done') return;
     this.state = 'done';
     this.dropHeld();
-    this.call.removeListener('data', this.onPacket);
     this.call.onDataViews(null);
     this.call.endWithStatus(GrpcStatus.INVALID_ARGUMENT, message);
     this.onDone(this);
@@ -268,7 +299,6 @@ export class GrpcFrontend implements Frontend {
     this.agentWait?.cancel();
     this.agentWait = null;
     this.conn?.close();
-    this.call.removeListener('data', this.onPacket);
     this.call.onDataViews(null);
     if (!this.call.writableEnded) this.call.end();
     this.call.resume(); // drain anything still queued so the stream can complete

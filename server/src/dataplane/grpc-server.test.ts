@@ -217,4 +217,55 @@ describe('GrpcServer', () => {
     await once(s, 'close'); // the server closed the connection; this client did nothing more
     expect(server.openCalls).toBe(0);
   });
+
+  it('resets a finished stream whose client keeps its side open (RST_STREAM NO_ERROR, after a grace); one that ends its side is done too', async () => {
+    server.handle('/Refuse/Call', (call: GrpcServerCall) => call.endWithStatus(GrpcStatus.PERMISSION_DENIED, 'no'));
+    const s = connect();
+    // This client never ends its side: the server resets the stream after the status.
+    const open = s.request({ ':method': 'POST', ':path': '/Refuse/Call', 'content-type': 'application/grpc' });
+    open.on('error', () => {});
+    const [headers] = (await once(open, 'response')) as [http2.IncomingHttpHeaders];
+    expect(headers['grpc-status']).toBe(String(GrpcStatus.PERMISSION_DENIED));
+    await once(open, 'close');
+    expect(open.rstCode).toBe(http2.constants.NGHTTP2_NO_ERROR);
+    expect(open.readableEnded).toBe(true);
+    // This one ends its side once it has read the status (as gRPC clients do): the stream closes.
+    const ended = await request(s, { ':path': '/Refuse/Call' });
+    expect(ended.headers['grpc-status']).toBe(String(GrpcStatus.PERMISSION_DENIED));
+    await waitUntil(() => server.openCalls === 0);
+  });
+
+  it('sends the response headers with the first message when asked to, its metadata in them; request metadata is read while the handler runs', async () => {
+    let later: (() => void) | undefined;
+    let metadataAfter = '';
+    server.handle('/Late/Call', (call: GrpcServerCall) => {
+      call.sendMetadataWithFirstMessage({ capabilities: call.metadata.get('x-ask').join(',') });
+      later = () => call.write(packets.closeRequest(7));
+      setImmediate(() => {
+        try {
+          call.metadata.get('x-ask');
+        } catch (err) {
+          metadataAfter = (err as Error).message;
+        }
+      });
+    });
+    const s = connect();
+    const st = s.request({ ':method': 'POST', ':path': '/Late/Call', 'content-type': 'application/grpc', 'x-ask': 'half-close' });
+    st.on('error', () => {});
+    let responded = false;
+    st.once('response', () => (responded = true));
+    await waitUntil(() => later !== undefined && metadataAfter !== '');
+    // A ping's answer has come back: the server had its chance to send headers and did not.
+    await new Promise<void>((resolve, reject) => s.ping((err) => (err ? reject(err) : resolve())));
+    expect(responded).toBe(false);
+    expect(metadataAfter).toMatch(/while the handler runs/);
+    const response = once(st, 'response') as Promise<[http2.IncomingHttpHeaders]>;
+    const data = once(st, 'data') as Promise<[Buffer]>;
+    later!();
+    const [h] = await response;
+    expect(h['capabilities']).toBe('half-close');
+    expect(h['date']).toBeUndefined();
+    expect((await data)[0].length).toBeGreaterThan(5);
+    st.close();
+  });
 });

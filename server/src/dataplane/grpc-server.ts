@@ -17,7 +17,7 @@ import {
   GrpcMessageReader,
   GrpcStatus,
   PacketType,
-  deliverMessage,
+  packets,
   encodeGrpcMessage,
   h2Socket,
   linkIdentityKey,
@@ -56,14 +56,14 @@ const peerCertificates = new WeakMap<object, PeerCertificate | undefined>();
  *   responding  our response headers are out: messages flow both ways
  *   ended       our status is out (trailers, or trailers-only); writes are refused, the client's
  *               messages are still read
- *   reset       ended, and we reset the stream after the status (RST_STREAM NO_ERROR, as gRPC servers
- *               do): a reset code on its close is ours
+ *   reset       ended, and the client's side was still open a while after our status: we reset the
+ *               stream (RST_STREAM NO_ERROR, as gRPC servers do); a reset code on its close is ours
  *   closed      the stream is gone after our status
  *   cancelled   'cancelled' emitted: the client reset the stream, its deadline passed, or the stream
  *               went before our status (then we reset it, CANCEL); nothing more is read
  *
  *   open ──sendMetadata (or the first write)──▶ responding
- *   open, responding ──endWithStatus──▶ ended ──status out, the stream still open──▶ reset ──stream closed──▶ closed
+ *   open, responding ──endWithStatus──▶ ended ──status out, the stream still open after RESET_GRACE_MS──▶ reset ──stream closed──▶ closed
  *   ended ──stream closed──▶ closed;   ended ──the client's reset──▶ cancelled
  *   open, responding ──the client's reset, a stream error, the stream closed──▶ cancelled
  *   open, responding, ended, reset ──deadline (DEADLINE_EXCEEDED first, if no status yet)──▶ cancelled
@@ -72,78 +72,172 @@ const peerCertificates = new WeakMap<object, PeerCertificate | undefined>();
  */
 export type GrpcServerCallState = 'open' | 'responding' | 'ended' | 'reset' | 'closed' | 'cancelled';
 
+/** The call a stream carries (its listeners are shared functions, not closures per call). */
+const kCall = Symbol('grpcServerCall');
+type CallStream = http2.ServerHttp2Stream & { [kCall]?: GrpcServerCall };
+
+/**
+ * Response headers without metadata: one shared array, which node:http2 keeps with the stream and only
+ * reads (it adds `:status` or `date` to an array that lacks them, hence frozen: a change there fails loudly).
+ */
+const RESPONSE_HEADERS: readonly string[] = Object.freeze([
+  ':status',
+  '200',
+  'content-type',
+  'application/grpc',
+  'grpc-accept-encoding',
+  'identity',
+]);
+/** No `date` header: gRPC has no use for it (node:http2 reads `sendDate` as its compatibility API does). */
+const RESPOND_OPTIONS = { waitForTrailers: true, sendDate: false } as http2.ServerStreamResponseOptions;
+const RESPOND_END_OPTIONS = { endStream: true, sendDate: false } as http2.ServerStreamResponseOptions;
+
+const noop = (): void => {};
+
+/** A client's side still open this long after our status is reset (see GrpcServerCall.closeAfterStatus). */
+const RESET_GRACE_MS = 1000;
+
+/**
+ * Takes a call's events in place of its listeners ('data', 'end', 'cancelled', 'error'): a handler
+ * holding many idle calls needs no closures per call for them (GrpcServerCall.setHandler).
+ */
+export interface GrpcCallHandler {
+  onCallPacket(p: Packet): void;
+  onCallEnd(): void;
+  onCallCancelled(): void;
+  onCallError(err: Error & GrpcStatusError): void;
+}
+
+/** The server a call belongs to. */
+interface CallOwner {
+  /** Our status is out: the stream is to be reset if the client's side is still open a while later. */
+  statusSent(call: GrpcServerCall): void;
+  /** The stream has closed. */
+  streamClosed(call: GrpcServerCall): void;
+}
+
 export class GrpcServerCall extends EventEmitter {
   private state: GrpcServerCallState = 'open';
   /** The handler's reads: messages parsed while paused wait in `queue`. */
   private reading: 'flowing' | 'paused' = 'flowing';
   private readonly reader: GrpcMessageReader;
   /** Told what the call read and when it stopped reading (the session's window grows from that). */
-  flow: Pick<SessionWindow, 'consumed' | 'paused'> | undefined;
-  /** Messages parsed while the handler is paused (DataViews: DATA for onDataViews' handler). */
-  private readonly queue: (Packet | DataViews)[] = [];
+  flow: Pick<SessionWindow, 'consumed' | 'paused' | 'streamClosed'> | undefined;
+  /** Told when the stream has closed. */
+  owner: CallOwner | undefined;
+  /** Messages parsed while the handler is paused (DataViews: DATA for onDataViews' handler); made on first use. */
+  private queue: (Packet | DataViews)[] | null = null;
   private dataViews: DataViewHandler | null = null;
   private deadline: NodeJS.Timeout | null = null;
-  private status = { code: GrpcStatus.OK as number, details: '' };
+  /** Metadata for the response headers sent with the first message (sendMetadataWithFirstMessage). */
+  private firstMessageMetadata: Record<string, string> | undefined = undefined;
+  /** Takes the events instead of listeners, while set. */
+  private handler: GrpcCallHandler | null = null;
+  /** Our status, once ended (OK until then). */
+  private status: GrpcStatusError | null = null;
+  /** The request headers, until the handler has run (see metadata). */
+  private headers: http2.IncomingHttpHeaders | null;
 
   constructor(
     private readonly stream: http2.ServerHttp2Stream,
-    private readonly headers: http2.IncomingHttpHeaders,
+    headers: http2.IncomingHttpHeaders,
     private readonly socket: net.Socket | undefined,
     maxMessageBytes: number,
   ) {
     super();
+    this.headers = headers;
     this.reader = new GrpcMessageReader(maxMessageBytes);
-    stream.on('wantTrailers', () => {
-      stream.sendTrailers({
-        'grpc-status': String(this.status.code),
-        ...(this.status.details ? { 'grpc-message': encodeGrpcMessage(this.status.details) } : {}),
-      });
-      this.closeAfterStatus();
-    });
-    stream.on('data', (chunk: Buffer) => this.onData(chunk));
-    stream.on('end', () => {
-      if (this.state !== 'cancelled') this.emit('end');
-    });
-    stream.on('drain', () => this.emit('drain'));
-    stream.on('aborted', () => this.cancel());
-    stream.on('error', () => this.cancel());
-    stream.on('close', () => {
-      // Torn down before we sent our status (the session died), or reset by the client at any time
-      // (also after our status: it abandoned the call rather than finishing it).
-      const code = stream.rstCode;
-      switch (this.state) {
-        case 'open':
-        case 'responding':
-          return this.cancel();
-        case 'ended':
-          if (code !== undefined && code !== NGHTTP2_NO_ERROR) return this.cancel();
-          return this.setState('closed');
-        case 'reset':
-          return this.setState('closed');
-        default:
-          return; // cancelled already
-      }
-    });
+    (stream as CallStream)[kCall] = this;
+    stream.on('wantTrailers', GrpcServerCall.onStreamWantTrailers);
+    stream.on('data', GrpcServerCall.onStreamData);
+    stream.on('end', GrpcServerCall.onStreamEnd);
+    stream.on('drain', GrpcServerCall.onStreamDrain);
+    stream.on('aborted', GrpcServerCall.onStreamCancel);
+    stream.on('error', GrpcServerCall.onStreamCancel);
+    stream.on('close', GrpcServerCall.onStreamClose);
     const timeout = parseGrpcTimeout(headers['grpc-timeout'] as string | undefined);
-    if (timeout !== null) {
-      this.deadline = setTimeout(
-        () => {
-          this.deadline = null;
-          this.endWithStatus(GrpcStatus.DEADLINE_EXCEEDED, 'Deadline exceeded');
-          this.cancel();
-        },
-        Math.max(1, Math.ceil(timeout)),
-      );
+    if (timeout !== null) this.deadline = setTimeout(GrpcServerCall.onDeadline, Math.max(1, Math.ceil(timeout)), this);
+  }
+
+  // The stream's listeners: `this` is the stream.
+  private static onStreamWantTrailers(this: CallStream): void {
+    const call = this[kCall]!;
+    const status = call.status ?? { code: GrpcStatus.OK, details: '' };
+    this.sendTrailers(
+      status.details
+        ? { 'grpc-status': String(status.code), 'grpc-message': encodeGrpcMessage(status.details) }
+        : { 'grpc-status': String(status.code) },
+    );
+    call.closeAfterStatus();
+  }
+
+  private static onStreamData(this: CallStream, chunk: Buffer): void {
+    this[kCall]!.onData(chunk);
+  }
+
+  private static onStreamEnd(this: CallStream): void {
+    const call = this[kCall]!;
+    if (call.state === 'cancelled') return;
+    if (call.handler) call.handler.onCallEnd();
+    else call.emit('end');
+  }
+
+  private static onStreamDrain(this: CallStream): void {
+    this[kCall]!.emit('drain');
+  }
+
+  private static onStreamCancel(this: CallStream): void {
+    this[kCall]!.cancel();
+  }
+
+  private static onStreamClose(this: CallStream): void {
+    const call = this[kCall]!;
+    call.onClose();
+    call.owner?.streamClosed(call);
+  }
+
+  private static onDeadline(call: GrpcServerCall): void {
+    call.deadline = null;
+    call.endWithStatus(GrpcStatus.DEADLINE_EXCEEDED, 'Deadline exceeded');
+    call.cancel();
+  }
+
+  /** Torn down before we sent our status (the session died), or reset by the client at any time (also after our status: it abandoned the call rather than finishing it). */
+  private onClose(): void {
+    const code = this.stream.rstCode;
+    switch (this.state) {
+      case 'open':
+      case 'responding':
+        return this.cancel();
+      case 'ended':
+        if (code !== undefined && code !== NGHTTP2_NO_ERROR) return this.cancel();
+        return this.setState('closed');
+      case 'reset':
+        return this.setState('closed');
+      default:
+        return; // cancelled already
     }
   }
 
-  /** Request metadata: the request headers, lower-cased as HTTP/2 carries them. */
-  readonly metadata = {
-    get: (key: string): string[] => {
-      const v = this.headers[key.toLowerCase()];
-      return v === undefined ? [] : Array.isArray(v) ? v : [String(v)];
-    },
-  };
+  /**
+   * Request metadata: the request headers, lower-cased as HTTP/2 carries them. Readable while the
+   * handler runs: the server drops them after it (an idle call keeps no copy of its headers).
+   */
+  get metadata(): { get(key: string): string[] } {
+    const headers = this.headers;
+    if (!headers) throw new Error('request metadata is read while the handler runs');
+    return {
+      get: (key: string): string[] => {
+        const v = headers[key.toLowerCase()];
+        return v === undefined ? [] : Array.isArray(v) ? v : [String(v)];
+      },
+    };
+  }
+
+  /** The handler has run: the request headers are no longer needed. */
+  dropRequestHeaders(): void {
+    this.headers = null;
+  }
 
   get writableEnded(): boolean {
     return this.statusSettled;
@@ -171,7 +265,7 @@ export class GrpcServerCall extends EventEmitter {
   /** Client bytes the call holds that its handler has not taken: Node's buffer of the paused stream, a message not complete yet, messages parsed while paused. */
   get heldBytes(): number {
     let queued = 0;
-    for (const p of this.queue) {
+    for (const p of this.queue ?? []) {
       if (p instanceof DataViews) queued += p.length;
       else if (p.type === PacketType.DATA) queued += p.data.data.length;
     }
@@ -202,13 +296,27 @@ export class GrpcServerCall extends EventEmitter {
     return s && typeof s.exportKeyingMaterial === 'function' ? linkIdentityKey(s) : null;
   }
 
+  /**
+   * Our metadata goes with the response headers ahead of the first message (as grpc-go servers send
+   * them): headers and message leave in one write instead of two. Dropped if the call ends without a
+   * message (its status then goes trailers-only).
+   */
+  sendMetadataWithFirstMessage(md: Record<string, string> | undefined): void {
+    this.firstMessageMetadata = md;
+  }
+
   /** Sends the response headers with our metadata (once; later calls are ignored). */
-  sendMetadata(md: Record<string, string> = {}): void {
+  sendMetadata(md?: Record<string, string>): void {
     if (this.stream.destroyed || this.stream.headersSent) return;
-    this.stream.respond(
-      { ':status': 200, 'content-type': 'application/grpc', 'grpc-accept-encoding': 'identity', ...md },
-      { waitForTrailers: true },
-    );
+    let headers = RESPONSE_HEADERS as string[]; // read-only, see RESPONSE_HEADERS
+    if (md) {
+      const keys = Object.keys(md);
+      if (keys.length > 0) {
+        headers = [...RESPONSE_HEADERS];
+        for (const k of keys) headers.push(k, md[k]!);
+      }
+    }
+    this.stream.respond(headers, RESPOND_OPTIONS);
     if (this.state === 'open') this.setState('responding');
   }
 
@@ -227,7 +335,7 @@ export class GrpcServerCall extends EventEmitter {
       if (callback) process.nextTick(callback, new Error('call ended'));
       return false;
     }
-    this.sendMetadata();
+    if (!this.stream.headersSent) this.sendMetadata(this.firstMessageMetadata);
     return true;
   }
 
@@ -238,6 +346,11 @@ export class GrpcServerCall extends EventEmitter {
   onDataViews(handler: DataViewHandler | null): void {
     this.dataViews = handler;
     this.reader.views = handler !== null;
+  }
+
+  /** Hands 'data', 'end', 'cancelled' and 'error' to `handler` instead of the listeners (null: to the listeners again). */
+  setHandler(handler: GrpcCallHandler | null): void {
+    this.handler = handler;
   }
 
   /** Ends the call with status OK. */
@@ -252,15 +365,9 @@ export class GrpcServerCall extends EventEmitter {
     this.status = { code, details };
     if (this.stream.destroyed) return;
     if (!this.stream.headersSent) {
-      this.stream.respond(
-        {
-          ':status': 200,
-          'content-type': 'application/grpc',
-          'grpc-status': String(code),
-          ...(details ? { 'grpc-message': encodeGrpcMessage(details) } : {}),
-        },
-        { endStream: true },
-      );
+      const headers = [':status', '200', 'content-type', 'application/grpc', 'grpc-status', String(code)];
+      if (details) headers.push('grpc-message', encodeGrpcMessage(details));
+      this.stream.respond(headers, RESPOND_END_OPTIONS);
       this.closeAfterStatus();
     } else {
       this.stream.end(); // the trailers follow ('wantTrailers')
@@ -268,16 +375,27 @@ export class GrpcServerCall extends EventEmitter {
   }
 
   /**
-   * The client may still be sending: once our status is out, the stream ends (RST_STREAM NO_ERROR, as
-   * gRPC servers do), so neither side waits on the other. Not on 'finish': that comes before Node
-   * has sent the trailers, and the reset would overtake them.
+   * Our status is out; the client may still be sending. A gRPC client ends its side when it reads the
+   * status (ours with END_STREAM, grpc-go's with RST_STREAM), and the stream closes. One that does not
+   * has the stream reset (RST_STREAM NO_ERROR, as gRPC servers do) by its owner a little later
+   * (GrpcServer's RESET_GRACE_MS), so neither side waits on the other for good: a reset right behind
+   * every status would cost each call one more frame and a write of its own. Not on 'finish': that
+   * comes before Node has sent the trailers, and the reset would overtake them.
    */
   private closeAfterStatus(): void {
-    setImmediate(() => {
-      if (this.stream.destroyed || this.stream.readableEnded) return;
-      if (this.state === 'ended') this.setState('reset');
-      this.stream.close(NGHTTP2_NO_ERROR);
-    });
+    if (this.owner) this.owner.statusSent(this);
+    else setImmediate(GrpcServerCall.resetAfterStatus, this);
+  }
+
+  private static resetAfterStatus(call: GrpcServerCall): void {
+    call.resetIfOpen();
+  }
+
+  /** Resets the stream (RST_STREAM NO_ERROR) if the client's side is still open after our status. */
+  resetIfOpen(): void {
+    if (this.stream.destroyed || this.stream.readableEnded) return;
+    if (this.state === 'ended') this.setState('reset');
+    this.stream.close(NGHTTP2_NO_ERROR);
   }
 
   /** Whether the handler paused the call (its reads stop). */
@@ -304,14 +422,15 @@ export class GrpcServerCall extends EventEmitter {
     const hadStatus = this.statusSettled;
     this.setState('cancelled');
     if (!hadStatus && !this.stream.destroyed) this.stream.close(NGHTTP2_CANCEL);
-    this.emit('cancelled');
+    if (this.handler) this.handler.onCallCancelled();
+    else this.emit('cancelled');
   }
 
   private onData(chunk: Buffer): void {
     if (this.state === 'cancelled') return;
     this.flow?.consumed(chunk.length);
     try {
-      this.reader.push(chunk, this.queue);
+      this.reader.push(chunk, (this.queue ??= []));
     } catch (err) {
       const e = err as GrpcFramingError;
       return this.refuse(e.code, e.message);
@@ -321,21 +440,31 @@ export class GrpcServerCall extends EventEmitter {
 
   /** Hands parsed messages to the handler while it is not paused. */
   private flush(): void {
-    while (this.reading === 'flowing' && this.queue.length > 0 && this.state !== 'cancelled')
-      deliverMessage(this.queue.shift()!, this.dataViews, this.emitData);
+    const queue = this.queue;
+    if (!queue) return;
+    while (this.reading === 'flowing' && queue.length > 0 && this.state !== 'cancelled') this.deliver(queue.shift()!);
   }
 
-  private readonly emitData = (p: Packet): void => {
-    this.emit('data', p);
-  };
+  /** A message to the handler: DataViews to onDataViews' handler (copied into one DATA packet if it went meanwhile), packets to the handler or 'data'. */
+  private deliver(m: Packet | DataViews): void {
+    let p: Packet;
+    if (m instanceof DataViews) {
+      if (this.dataViews) return this.dataViews(m.connectID, m.chunks, m.length);
+      p = packets.data(m.connectID, Buffer.concat(m.chunks, m.length));
+    } else p = m;
+    if (this.handler) this.handler.onCallPacket(p);
+    else this.emit('data', p);
+  }
 
   private refuse(code: number, details: string): void {
     this.reader.clear();
-    this.queue.length = 0;
+    if (this.queue) this.queue.length = 0;
     this.stream.pause();
     // Our status first: the handler's reaction to the error may end the call too.
     this.endWithStatus(code, details);
-    if (this.listenerCount('error') > 0) this.emit('error', Object.assign(new Error(details), { code, details }));
+    const err = Object.assign(new Error(details), { code, details });
+    if (this.handler) this.handler.onCallError(err);
+    else if (this.listenerCount('error') > 0) this.emit('error', err);
   }
 }
 
@@ -425,6 +554,7 @@ export class GrpcServer {
 
   /** Ends every call and session now. */
   forceShutdown(): void {
+    this.stopResetTimer();
     for (const c of [...this.calls]) c.endWithStatus(GrpcStatus.UNAVAILABLE, 'server shutting down');
     for (const s of [...this.sessions]) s.destroy();
     for (const l of this.listeners) l.close();
@@ -469,7 +599,7 @@ export class GrpcServer {
   }
 
   private onStream(stream: http2.ServerHttp2Stream, headers: http2.IncomingHttpHeaders): void {
-    stream.on('error', () => {}); // the call reports it
+    stream.on('error', noop); // the call reports it
     const contentType = String(headers['content-type'] ?? '');
     if (headers[':method'] !== 'POST' || !contentType.startsWith('application/grpc')) {
       stream.respond({ ':status': 415, 'content-type': 'text/plain' }, { endStream: false });
@@ -482,9 +612,9 @@ export class GrpcServer {
     const window = session && this.sessionWindows.get(session);
     if (window) {
       window.streamOpened();
-      stream.once('close', () => window.streamClosed());
       call.flow = window;
     }
+    call.owner = this.callOwner;
     const handler = this.handlers.get(String(headers[':path'] ?? ''));
     if (!handler) {
       call.endWithStatus(GrpcStatus.UNIMPLEMENTED, `unknown method ${String(headers[':path'])}`);
@@ -496,12 +626,46 @@ export class GrpcServer {
       return;
     }
     this.calls.add(call);
-    stream.once('close', () => {
-      this.calls.delete(call);
-      if (this.calls.size > 0) return;
+    handler(call);
+    call.dropRequestHeaders();
+  }
+
+  /**
+   * Calls whose status is out while the client's side was open, in two generations: each tick of
+   * resetTimer resets what is still open in `older` (so 1–2 ticks after the status), then ages `newer`.
+   */
+  private resetsNewer = new Set<GrpcServerCall>();
+  private resetsOlder = new Set<GrpcServerCall>();
+  private resetTimer: NodeJS.Timeout | null = null;
+
+  private readonly resetTick = (): void => {
+    for (const call of this.resetsOlder) call.resetIfOpen();
+    this.resetsOlder.clear();
+    [this.resetsOlder, this.resetsNewer] = [this.resetsNewer, this.resetsOlder];
+    if (this.resetsOlder.size === 0) this.stopResetTimer();
+  };
+
+  private stopResetTimer(): void {
+    if (this.resetTimer) clearInterval(this.resetTimer);
+    this.resetTimer = null;
+  }
+
+  /** Every call's owner: resets after the status, and once the stream closed, its session's window shrinks back and shutdown hears when the last call went. */
+  private readonly callOwner = {
+    statusSent: (call: GrpcServerCall): void => {
+      this.resetsNewer.add(call);
+      if (!this.resetTimer) {
+        this.resetTimer = setInterval(this.resetTick, RESET_GRACE_MS / 2);
+        this.resetTimer.unref();
+      }
+    },
+    streamClosed: (call: GrpcServerCall): void => {
+      this.resetsNewer.delete(call);
+      this.resetsOlder.delete(call);
+      call.flow?.streamClosed();
+      if (!this.calls.delete(call) || this.calls.size > 0) return;
       for (const done of this.callsDone) done();
       this.callsDone.clear();
-    });
-    handler(call);
-  }
+    },
+  };
 }
