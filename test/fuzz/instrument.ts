@@ -44,7 +44,9 @@ export function fuzzCoverage(): Plugin {
   let instrumenter: Instrumenter | undefined;
   let pruned = false;
   const instrument = async (code: string, file: string): Promise<Instrumented> => {
-    const key = createHash('sha256').update(JSON.stringify([VERSION, OPTIONS, file, code])).digest('hex');
+    const key = createHash('sha256')
+      .update(JSON.stringify([VERSION, OPTIONS, file, code]))
+      .digest('hex');
     const cached = path.join(CACHE, `${key}.json`);
     try {
       return JSON.parse(readFileSync(cached, 'utf8')) as Instrumented;

@@ -48,9 +48,7 @@ if (!(minutes > 0)) {
 const seed = values.seed !== undefined ? Number(values.seed) : Math.floor(Math.random() * 2 ** 31);
 const perTarget = (minutes * 60_000) / selected.length;
 const mode = values.unguided ? 'unguided (no coverage feedback)' : 'coverage-guided';
-console.log(
-  `fuzzing ${selected.length} target(s) for ${minutes} min (${Math.round(perTarget / 1000)} s each), ${mode}, seed ${seed}`,
-);
+console.log(`fuzzing ${selected.length} target(s) for ${minutes} min (${Math.round(perTarget / 1000)} s each), ${mode}, seed ${seed}`);
 
 const rows: FuzzResult[] = [];
 for (const name of selected) {
