@@ -2,15 +2,16 @@
 // libFuzzer read theirs: every statement, branch arm and function is a slot whose hit count in one input
 // falls into a bucket (1, 2, 3, 4-7, 8-15, 16-31, 32-127, 128+); an input that puts any slot into a bucket
 // it never reached before has new coverage. istanbul keeps each file's counters in plain objects; on binding,
-// they are replaced by views of one Uint32Array (the instrumented code does `cov().s[7]++`, which works the
-// same on a typed array), so a scan is one pass over contiguous memory that also zeroes it.
+// they are replaced by views of one Uint8Array (the instrumented code does `cov().s[7]++`, which works the
+// same on a typed array), so a scan is one pass over contiguous memory, eight counters a step (as two
+// 32-bit words), that also zeroes it. Like AFL's, a counter is 8 bits and wraps: 256 hits read as none.
 import { COVERAGE_GLOBAL } from './instrument.js';
 
 interface IstanbulFile {
   path: string;
-  s: Record<string, number> | Uint32Array;
-  f: Record<string, number> | Uint32Array;
-  b: Record<string, number[] | Uint32Array>;
+  s: Record<string, number> | Uint8Array;
+  f: Record<string, number> | Uint8Array;
+  b: Record<string, number[] | Uint8Array>;
 }
 
 interface BoundFile {
@@ -25,7 +26,7 @@ interface BoundFile {
   end: number;
 }
 
-/** AFL's hit-count buckets, as one bit each; 128 and more share the top bit. */
+/** AFL's hit-count buckets, as one bit each; 128 to 255 share the top bit; 0 has none. */
 const BUCKET = new Uint8Array(256);
 for (let v = 1; v < 256; v++) BUCKET[v] = v <= 3 ? 1 << (v - 1) : v < 8 ? 8 : v < 16 ? 16 : v < 32 ? 32 : v < 128 ? 64 : 128;
 
@@ -43,7 +44,9 @@ export interface CoverageSummary {
 
 export class CoverageMap {
   private files: BoundFile[] = [];
-  private counts = new Uint32Array(1 << 16);
+  private counts = new Uint8Array(1 << 16);
+  /** The counters eight at a time (two words each), to skip the zero ones fast. */
+  private words = new Int32Array(this.counts.buffer);
   private used = 0;
   /** Per slot, the buckets any input reached since the last reset. */
   private seen = new Uint8Array(1 << 16);
@@ -86,18 +89,19 @@ export class CoverageMap {
     if (n <= this.counts.length) return;
     let size = this.counts.length;
     while (size < n) size *= 2;
-    const counts = new Uint32Array(size);
+    const counts = new Uint8Array(size);
     counts.set(this.counts);
     const seen = new Uint8Array(size);
     seen.set(this.seen);
     this.counts = counts;
+    this.words = new Int32Array(counts.buffer);
     this.seen = seen;
     for (const f of this.files) this.point(f, false);
   }
 
   /** Makes a file's counters views of the map, carrying over what they hold. */
   private point(f: BoundFile, first: boolean): void {
-    const view = (at: number, n: number, from: ArrayLike<number> | Record<string, number>): Uint32Array => {
+    const view = (at: number, n: number, from: ArrayLike<number> | Record<string, number>): Uint8Array => {
       const v = this.counts.subarray(at, at + n);
       if (first) for (let i = 0; i < n; i++) v[i] = (from as Record<number, number>)[i] ?? 0;
       return v;
@@ -132,17 +136,20 @@ export class CoverageMap {
   scan(): number {
     this.bindNew();
     const counts = this.counts;
+    const words = this.words;
     const seen = this.seen;
     let fresh = 0;
-    for (let i = 0, n = this.used; i < n; i++) {
-      const v = counts[i]!;
-      if (v === 0) continue;
-      counts[i] = 0;
-      const bit = v < 256 ? BUCKET[v]! : 128;
-      if ((seen[i]! & bit) === 0) {
-        seen[i]! |= bit;
-        fresh++;
+    for (let w = 0, n = (this.used + 7) >> 3; w < n; w++) {
+      if ((words[2 * w]! | words[2 * w + 1]!) === 0) continue;
+      for (let i = 8 * w, end = i + 8; i < end; i++) {
+        const bit = BUCKET[counts[i]!]!;
+        if (bit !== 0 && (seen[i]! & bit) === 0) {
+          seen[i]! |= bit;
+          fresh++;
+        }
       }
+      words[2 * w] = 0;
+      words[2 * w + 1] = 0;
     }
     this.features += fresh;
     return fresh;

@@ -219,7 +219,7 @@ export async function fuzzTarget(target: FuzzTarget, opts: FuzzOptions): Promise
       } catch (err) {
         return result({ failure: `corpus file ${path.relative(FUZZ_DIR, file)}: ${describe(data, err)}` });
       }
-      if (guided) cov.scan();
+      cov.scan();
       pool.push(data);
     }
     pool.push(...(target.seeds?.() ?? []));
@@ -240,7 +240,8 @@ export async function fuzzTarget(target: FuzzTarget, opts: FuzzOptions): Promise
                 growing = false;
                 throw err;
               }
-              if (growing && cov.scan() > 0) {
+              // Read after every input in both modes: the 8-bit counters would wrap over a whole run.
+              if (cov.scan() > 0 && growing) {
                 pool.push(input);
                 added.push(input);
               }
@@ -254,7 +255,6 @@ export async function fuzzTarget(target: FuzzTarget, opts: FuzzOptions): Promise
               skipEqualValues: false,
             },
           );
-    if (!guided) cov.scan(); // the counts of the whole run at once: what it reached
     coverage = cov.summary();
     const saved = opts.saveCorpusDir && added.length > 0 ? await saveCorpus(target, files, added, opts.saveCorpusDir) : undefined;
     const extra = saved === undefined ? {} : { saved };
