@@ -34,7 +34,7 @@ describe('coverage map', () => {
     expect(map).not.toBeNull();
     const a = files['a']!;
     expect(a.s).toBeInstanceOf(Uint8Array);
-    expect(a.s[0]).toBe(5);
+    expect((a.s as Uint8Array)[0]).toBe(5);
     map.reset();
 
     hit(a.s, 0);
@@ -71,7 +71,7 @@ describe('coverage map', () => {
     expect(map.scan()).toBe(0);
     const s = map.summary(); // ...and what was reached stays
     expect(s).toEqual({ modules: 2, branches: 2, branchTotal: 7, statements: 3, statementTotal: 70_003, features: 8 });
-    expect(describeCoverage(s)).toBe('2 of 7 branch arms (29 %), 3 of 70003 statements, in 2 modules');
+    expect(describeCoverage(s)).toBe('2 of 7 branch arms (29 %), 3 of 70003 statements, in 2 modules; 8 features');
 
     map.reset();
     expect(map.summary().modules).toBe(0);

@@ -161,8 +161,10 @@ export interface FuzzResult {
   /** The in-memory corpus at the end: the files, the target's run-time seeds and the inputs that added coverage. */
   corpusSize: number;
   ms: number;
-  /** What the inputs reached in our packages' code (the Go differential has none). */
+  /** What the inputs reached in our packages' code (the Go differential has none)... */
   coverage?: CoverageSummary;
+  /** ...and where the branch arms they did not take are, per module. */
+  untaken?: string[];
   /** The first property that failed, with the (shrunk) input, as a message; undefined: none failed. */
   failure?: string;
   /** Where the failing input was saved. */
@@ -199,6 +201,7 @@ export async function fuzzTarget(target: FuzzTarget, opts: FuzzOptions): Promise
   /** Inputs that added coverage, in the order found. */
   const added: Buffer[] = [];
   let coverage: CoverageSummary | undefined;
+  let untaken: string[] | undefined;
   const result = (extra: Partial<FuzzResult>): FuzzResult => ({
     target: target.name,
     executions,
@@ -206,6 +209,7 @@ export async function fuzzTarget(target: FuzzTarget, opts: FuzzOptions): Promise
     corpusSize: pool.length,
     ms: Date.now() - started,
     coverage: (coverage ??= cov.summary()),
+    untaken: (untaken ??= cov.untaken(path.resolve(FUZZ_DIR, '../..'))),
     ...extra,
   });
   await target.setup?.();
@@ -256,6 +260,7 @@ export async function fuzzTarget(target: FuzzTarget, opts: FuzzOptions): Promise
             },
           );
     coverage = cov.summary();
+    untaken = cov.untaken(path.resolve(FUZZ_DIR, '../..'));
     const saved = opts.saveCorpusDir && added.length > 0 ? await saveCorpus(target, files, added, opts.saveCorpusDir) : undefined;
     const extra = saved === undefined ? {} : { saved };
     if (!out?.failed || !out.counterexample) return result(extra);

@@ -1,10 +1,11 @@
-// `pnpm fuzz -- [--minutes N] [--only NAME[,NAME]] [--seed S] [--save-corpus DIR] [--unguided]`: runs every
+// `pnpm fuzz -- [--minutes N] [--only NAME[,NAME]] [--seed S] [--save-corpus DIR] [--unguided] [--untaken]`: runs every
 // fuzz target (and the Go differential of the agent's proxy selection, `proxy-go`) for N minutes in all
 // (default 10), split evenly, from a random seed unless one is given. Prints per target the executions, the
 // coverage reached and the corpus size; a failing input is written to test/fuzz/findings/<target>/ (not
 // committed: fix the bug, then move the file into corpus/<target>/ as regression-<what> so the suite replays
 // it). `--save-corpus DIR` writes the inputs that added coverage, minimized, to DIR/<target>/; `--unguided`
-// turns the feedback off (the corpus does not grow), to compare. Exits 1 when anything failed.
+// turns the feedback off (the corpus does not grow), to compare; `--untaken` lists where the branch arms no
+// input took are (lines of the packages' built JavaScript). Exits 1 when anything failed.
 import { parseArgs } from 'node:util';
 import { describeCoverage } from './coverage.js';
 import { FINDINGS_DIR, fuzzTarget, type FuzzResult } from './engine.js';
@@ -20,6 +21,7 @@ const { values } = parseArgs({
     list: { type: 'boolean', default: false },
     'save-corpus': { type: 'string' },
     unguided: { type: 'boolean', default: false },
+    untaken: { type: 'boolean', default: false },
   },
 });
 
@@ -96,6 +98,7 @@ for (const name of selected) {
     const saved = r.saved !== undefined ? `, ${r.saved} written to ${values['save-corpus']}/${r.target}` : '';
     console.log(`  ${describeCoverage(r.coverage)}; corpus ${r.corpusFiles} files → ${r.corpusSize} entries${saved}`);
   }
+  if (values.untaken) for (const u of r.untaken ?? []) console.log(`  branch arms not taken: ${u}`);
   if (r.failure) console.log(`  ${r.failure}${r.savedTo ? `\n  saved to ${r.savedTo}` : ''}`);
 }
 const failed = rows.filter((r) => r.failure);
