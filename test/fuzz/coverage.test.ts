@@ -71,6 +71,7 @@ describe('coverage map', () => {
     expect(map.scan()).toBe(0);
     const s = map.summary(); // ...and what was reached stays
     expect(s).toEqual({ modules: 2, branches: 2, branchTotal: 7, statements: 3, statementTotal: 70_003, features: 8 });
+    expect(map.slotsReached()).toBe(5);
     expect(describeCoverage(s)).toBe('2 of 7 branch arms (29 %), 3 of 70003 statements, in 2 modules; 8 features');
 
     map.reset();

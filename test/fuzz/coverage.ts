@@ -177,6 +177,13 @@ export class CoverageMap {
     return out;
   }
 
+  /** Statements, functions and branch arms reached at all (whatever their hit counts). */
+  slotsReached(): number {
+    let n = 0;
+    for (let i = 0; i < this.used; i++) if (this.seen[i] !== 0) n++;
+    return n;
+  }
+
   /** Where the branch arms no input took are, per module reached: `server/dist/parsers.js: lines 41, 57`. */
   untaken(root: string): string[] {
     this.bindNew();

@@ -280,29 +280,30 @@ export async function fuzzTarget(target: FuzzTarget, opts: FuzzOptions): Promise
 const hashName = (input: Buffer): string => createHash('sha1').update(input).digest('hex').slice(0, 16);
 
 /**
- * Writes the inputs that added coverage, minimized: from nothing reached, the corpus files are replayed, then
- * the new inputs smallest first, and an input is kept only if it still reaches something the ones before did
- * not. Returns how many were written.
+ * Writes the inputs that added coverage, minimized for keeping: from nothing reached, the corpus files are
+ * replayed, then the new inputs smallest first, and an input is kept only if it reaches a statement, function
+ * or branch arm the ones before it did not (a new hit count alone steers a run but is not worth a file).
+ * Returns how many were written.
  */
 async function saveCorpus(target: FuzzTarget, files: { data: Buffer }[], added: Buffer[], dir: string): Promise<number> {
   const cov = coverageMap();
   cov.reset();
-  const replay = async (input: Buffer): Promise<number> => {
+  const replay = async (input: Buffer): Promise<void> => {
     try {
       await target.run(input);
     } catch {
       // An input that fails now (a flaky property) is no corpus file; the run reports failures itself.
-      cov.scan();
-      return 0;
     }
-    return cov.scan();
+    cov.scan();
   };
   for (const { data } of files) await replay(data);
   const out = path.join(dir, target.name);
   mkdirSync(out, { recursive: true });
   let kept = 0;
   for (const input of [...added].sort((a, b) => a.length - b.length)) {
-    if ((await replay(input)) === 0) continue;
+    const before = cov.slotsReached();
+    await replay(input);
+    if (cov.slotsReached() === before) continue;
     writeFileSync(path.join(out, `cov-${hashName(input)}`), input);
     kept++;
   }
