@@ -275,6 +275,23 @@ describe('proxyFromEnvironment: Go precedence', () => {
     const direct = proxyFromEnvironment({ ...env, NO_PROXY: 'example.com' }, hub.host, hub.port);
     expect(direct.reason).not.toMatch(/s3cr/);
   });
+
+  it('shows a long host, entry or proxy cut, so the reason stays a short line (found by fuzzing)', () => {
+    const host = `${'a.'.repeat(1000)}example.com`;
+    const entry = `${'a.'.repeat(500)}example.com`;
+    const bypassed = proxyFromEnvironment({ HTTPS_PROXY: 'http://proxy:3128', NO_PROXY: entry }, host, 443);
+    expect(bypassed.decision).toBe('direct');
+    expect(bypassed.reason).toContain(
+      `${'a.'.repeat(128)}… (2011 characters) is a subdomain of NO_PROXY entry "${'a.'.repeat(128)}… (1011 characters)"`,
+    );
+    expect(bypassed.reason.length).toBeLessThan(1200);
+    const proxied = proxyFromEnvironment({ HTTPS_PROXY: `http://${'p.'.repeat(1000)}:3128` }, host, 443);
+    expect(proxied.decision).toBe('proxy');
+    expect(proxied.reason).toMatch(
+      /^connecting to (a\.){128}… \(2011 characters\):443 through http:\/\/(p\.){124}p… \(\d+ characters\) from HTTPS_PROXY/,
+    );
+    expect(proxied.reason.length).toBeLessThan(1200);
+  });
 });
 
 describe('redactProxyUrl', () => {

@@ -310,7 +310,7 @@ export function parseNoProxy(value: string | undefined | null): NoProxyMatcher {
       let host = hostIn.trim().toLowerCase();
       if (host.startsWith('[') && host.endsWith(']')) host = host.slice(1, -1);
       host = toAscii(host);
-      const target = `${host.includes(':') ? `[${host}]` : host}:${port}`;
+      const target = `${host.includes(':') ? `[${cut(host)}]` : cut(host)}:${port}`;
       if (host === 'localhost') return { bypass: true, entry: null, why: `${target} is localhost, which is never proxied` };
       const ip = parseIp(host.replace(/%.*$/, ''));
       if (ip !== null && isLoopbackIp(ip))
@@ -336,12 +336,12 @@ export function parseNoProxy(value: string | undefined | null): NoProxyMatcher {
           if (e.port === null || e.port === port) {
             const how = host.endsWith(e.suffix) ? (e.matchHost ? 'is a subdomain of' : 'ends with') : 'is';
             const portNote = e.port === null ? '' : ` on port ${e.port}`;
-            return { bypass: true, entry: e.text, why: `${host} ${how} NO_PROXY entry "${e.text}"${portNote}` };
+            return { bypass: true, entry: e.text, why: `${cut(host)} ${how} NO_PROXY entry "${cut(e.text)}"${portNote}` };
           }
           portMiss ??= e.text;
         }
       }
-      const hint = portMiss !== undefined ? ` (entry "${portMiss}" names this host but another port)` : '';
+      const hint = portMiss !== undefined ? ` (entry "${cut(portMiss)}" names this host but another port)` : '';
       return {
         bypass: false,
         entry: null,
@@ -396,6 +396,13 @@ export function parseProxyUrl(value: string): URL | null {
   return null;
 }
 
+/** A name or URL longer than this (a DNS name has at most 253 characters) shows cut in a reason: one short line. */
+const SHOWN_MAX = 256;
+
+function cut(text: string): string {
+  return text.length > SHOWN_MAX ? `${text.slice(0, SHOWN_MAX)}… (${text.length} characters)` : text;
+}
+
 /**
  * Which proxy (if any) to use for `scheme://targetHost:targetPort`, reading the environment as Go
  * does: HTTPS_PROXY then https_proxy for https (no fallback to HTTP_PROXY), HTTP_PROXY then
@@ -412,7 +419,7 @@ export function proxyFromEnvironment(
   const found = getEnvAny(env, ...names);
   const noProxy = getEnvAny(env, 'NO_PROXY', 'no_proxy');
   const base = { noProxyVariable: noProxy?.name ?? null, entry: null };
-  const hostText = targetHost.includes(':') && !targetHost.startsWith('[') ? `[${targetHost}]` : targetHost;
+  const hostText = cut(targetHost.includes(':') && !targetHost.startsWith('[') ? `[${targetHost}]` : targetHost);
   const target = `${hostText}:${targetPort}`;
   if (found === null) {
     return {
@@ -442,7 +449,7 @@ export function proxyFromEnvironment(
       reason: `${found.name} is refused because REQUEST_METHOD is set (CGI, "httpoxy"): connecting to ${target} directly`,
     };
   }
-  const shown = redactProxyUrl(proxy);
+  const shown = cut(redactProxyUrl(proxy));
   const m = parseNoProxy(noProxy?.value ?? '').matches(targetHost, targetPort);
   if (m.bypass) {
     const source = m.entry !== null ? ` (${noProxy?.name ?? 'NO_PROXY'})` : '';

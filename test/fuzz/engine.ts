@@ -1,16 +1,19 @@
-// A seeded mutational fuzzer on fast-check: every input is a corpus file (replayed as it is first), a corpus
-// file mutated (bit flips, byte and length overwrites, inserted, deleted, duplicated or spliced ranges), a
-// target's own structured input, or random bytes. fast-check gives a reproducible stream from a seed and
-// shrinks a failing input to a small one. It is not coverage-guided: Jazzer.js, the coverage-guided
-// fuzzer for Node, does not load here (its native part needs glibc 2.38; this machine kind has 2.36), so
-// the targets' generators and the corpus have to reach the deep paths themselves. See README.md.
+// A coverage-guided mutational fuzzer on fast-check. Every input is a corpus file (replayed as it is first),
+// a corpus entry mutated (bit flips, byte and length overwrites, inserted, deleted, duplicated or spliced
+// ranges), a target's own structured input, or random bytes. Our packages' code runs instrumented
+// (instrument.ts) and after each input its counters are read (coverage.ts): an input that reaches a
+// statement, branch arm or function not reached before, or reaches one a number of times in a bucket not
+// seen before, joins the in-memory corpus that later mutations start from, as in libFuzzer. fast-check
+// makes the stream reproducible from a seed (the feedback is deterministic too) and shrinks a failure.
 import { createHash } from 'node:crypto';
 import { mkdirSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import fc from 'fast-check';
+import { CoverageMap, type CoverageSummary } from './coverage.js';
 
 export { fc };
+export type { CoverageSummary };
 
 export interface FuzzTarget {
   name: string;
@@ -144,6 +147,10 @@ export interface FuzzOptions {
   timeMs?: number;
   /** Where a failing input is written (the long runner); nothing is written without it. */
   findingsDir?: string;
+  /** No feedback: the corpus stays the files it starts from (coverage is still measured), for comparison. */
+  unguided?: boolean;
+  /** Where the inputs that added coverage are written, minimized, as `<dir>/<target>/cov-<hash>`. */
+  saveCorpusDir?: string;
 }
 
 export interface FuzzResult {
@@ -151,11 +158,19 @@ export interface FuzzResult {
   /** Inputs run: the corpus replay and the generated ones. */
   executions: number;
   corpusFiles: number;
+  /** The in-memory corpus at the end: the files, the target's run-time seeds and the inputs that added coverage. */
+  corpusSize: number;
   ms: number;
+  /** What the inputs reached in our packages' code (the Go differential has none)... */
+  coverage?: CoverageSummary;
+  /** ...and where the branch arms they did not take are, per module. */
+  untaken?: string[];
   /** The first property that failed, with the (shrunk) input, as a message; undefined: none failed. */
   failure?: string;
   /** Where the failing input was saved. */
   savedTo?: string;
+  /** How many new-coverage inputs were written to `saveCorpusDir` (after minimizing). */
+  saved?: number;
 }
 
 /** One line about a failing input: its size, its first bytes in hex, what went wrong. */
@@ -165,57 +180,134 @@ function describe(input: Buffer, err: unknown): string {
   return `${input.length}-byte input ${first}${input.length > 48 ? '…' : ''}: ${e?.stack ?? String(err)}`;
 }
 
+function coverageMap(): CoverageMap {
+  const map = CoverageMap.current();
+  if (!map) {
+    throw new Error(
+      'the fuzz targets run uninstrumented: run them through `pnpm fuzz` or vitest, whose configs load instrument.ts (test/fuzz/README.md)',
+    );
+  }
+  return map;
+}
+
 export async function fuzzTarget(target: FuzzTarget, opts: FuzzOptions): Promise<FuzzResult> {
   const started = Date.now();
-  const corpus = readCorpus(target.name);
+  const files = readCorpus(target.name);
+  const cov = coverageMap();
+  const guided = !opts.unguided;
   let executions = 0;
+  /** The corpus mutations draw from; grows while fuzzing (the arbitrary reads it live). */
+  const pool: Buffer[] = [];
+  /** Inputs that added coverage, in the order found. */
+  const added: Buffer[] = [];
+  let coverage: CoverageSummary | undefined;
+  let untaken: string[] | undefined;
   const result = (extra: Partial<FuzzResult>): FuzzResult => ({
     target: target.name,
     executions,
-    corpusFiles: corpus.length,
+    corpusFiles: files.length,
+    corpusSize: pool.length,
     ms: Date.now() - started,
+    coverage: (coverage ??= cov.summary()),
+    untaken: (untaken ??= cov.untaken(path.resolve(FUZZ_DIR, '../..'))),
     ...extra,
   });
   await target.setup?.();
+  cov.reset();
   try {
     // The corpus first, each file as it is: every fixed finding stays a regression test.
-    for (const { file, data } of corpus) {
+    for (const { file, data } of files) {
       executions++;
       try {
         await target.run(data);
       } catch (err) {
         return result({ failure: `corpus file ${path.relative(FUZZ_DIR, file)}: ${describe(data, err)}` });
       }
+      cov.scan();
+      pool.push(data);
     }
+    pool.push(...(target.seeds?.() ?? []));
+    if (pool.length === 0) pool.push(Buffer.alloc(0));
     const timeMs = opts.timeMs ?? Number.POSITIVE_INFINITY;
     const left = timeMs - (Date.now() - started);
-    if (left <= 0) return result({});
-    const out = await fc.check(
-      fc.asyncProperty(inputs(target, [...corpus.map((c) => c.data), ...(target.seeds?.() ?? [])]), async (input) => {
-        executions++;
-        await target.run(input);
-      }),
-      {
-        seed: opts.seed,
-        numRuns: opts.runs ?? Number.MAX_SAFE_INTEGER,
-        ...(Number.isFinite(left) ? { interruptAfterTimeLimit: left, markInterruptAsFailure: false } : {}),
-        // Shrinking a failure is worth its time, but not unbounded.
-        endOnFailure: false,
-        skipEqualValues: false,
-      },
-    );
-    if (!out.failed || !out.counterexample) return result({});
+    let growing = guided;
+    const out =
+      left <= 0
+        ? null
+        : await fc.check(
+            fc.asyncProperty(inputs(target, pool), async (input) => {
+              executions++;
+              try {
+                await target.run(input);
+              } catch (err) {
+                // Shrinking runs the property again on smaller inputs: they must not join the corpus.
+                growing = false;
+                throw err;
+              }
+              // Read after every input in both modes: the 8-bit counters would wrap over a whole run.
+              if (cov.scan() > 0 && growing) {
+                pool.push(input);
+                added.push(input);
+              }
+            }),
+            {
+              seed: opts.seed,
+              numRuns: opts.runs ?? Number.MAX_SAFE_INTEGER,
+              ...(Number.isFinite(left) ? { interruptAfterTimeLimit: left, markInterruptAsFailure: false } : {}),
+              // Shrinking a failure is worth its time, but not unbounded.
+              endOnFailure: false,
+              skipEqualValues: false,
+            },
+          );
+    coverage = cov.summary();
+    untaken = cov.untaken(path.resolve(FUZZ_DIR, '../..'));
+    const saved = opts.saveCorpusDir && added.length > 0 ? await saveCorpus(target, files, added, opts.saveCorpusDir) : undefined;
+    const extra = saved === undefined ? {} : { saved };
+    if (!out?.failed || !out.counterexample) return result(extra);
     const [input] = out.counterexample;
     const message = `${describe(input, out.errorInstance)} (seed ${opts.seed}, path ${out.counterexamplePath ?? ''})`;
-    if (!opts.findingsDir) return result({ failure: message });
+    if (!opts.findingsDir) return result({ ...extra, failure: message });
     const dir = path.join(opts.findingsDir, target.name);
     mkdirSync(dir, { recursive: true });
-    const file = path.join(dir, createHash('sha1').update(input).digest('hex').slice(0, 16));
+    const file = path.join(dir, hashName(input));
     writeFileSync(file, input);
-    return result({ failure: message, savedTo: file });
+    return result({ ...extra, failure: message, savedTo: file });
   } finally {
     await target.teardown?.();
   }
+}
+
+const hashName = (input: Buffer): string => createHash('sha1').update(input).digest('hex').slice(0, 16);
+
+/**
+ * Writes the inputs that added coverage, minimized for keeping: from nothing reached, the corpus files are
+ * replayed, then the new inputs smallest first, and an input is kept only if it reaches a statement, function
+ * or branch arm the ones before it did not (a new hit count alone steers a run but is not worth a file).
+ * Returns how many were written.
+ */
+async function saveCorpus(target: FuzzTarget, files: { data: Buffer }[], added: Buffer[], dir: string): Promise<number> {
+  const cov = coverageMap();
+  cov.reset();
+  const replay = async (input: Buffer): Promise<void> => {
+    try {
+      await target.run(input);
+    } catch {
+      // An input that fails now (a flaky property) is no corpus file; the run reports failures itself.
+    }
+    cov.scan();
+  };
+  for (const { data } of files) await replay(data);
+  const out = path.join(dir, target.name);
+  mkdirSync(out, { recursive: true });
+  let kept = 0;
+  for (const input of [...added].sort((a, b) => a.length - b.length)) {
+    const before = cov.slotsReached();
+    await replay(input);
+    if (cov.slotsReached() === before) continue;
+    writeFileSync(path.join(out, `cov-${hashName(input)}`), input);
+    kept++;
+  }
+  return kept;
 }
 
 // --- helpers the targets share -------------------------------------------------------------------------

@@ -1,9 +1,13 @@
-// `pnpm fuzz -- [--minutes N] [--only NAME[,NAME]] [--seed S]`: runs every fuzz target (and the Go
-// differential of the agent's proxy selection, `proxy-go`) for N minutes in all (default 10), split evenly,
-// from a random seed unless one is given. Prints executions per target; a failing input is written to
-// test/fuzz/findings/<target>/ (not committed: fix the bug, then move the file into corpus/<target>/ as
-// regression-<what> so the suite replays it). Exits 1 when anything failed.
+// `pnpm fuzz -- [--minutes N] [--only NAME[,NAME]] [--seed S] [--save-corpus DIR] [--unguided] [--untaken]`: runs every
+// fuzz target (and the Go differential of the agent's proxy selection, `proxy-go`) for N minutes in all
+// (default 10), split evenly, from a random seed unless one is given. Prints per target the executions, the
+// coverage reached and the corpus size; a failing input is written to test/fuzz/findings/<target>/ (not
+// committed: fix the bug, then move the file into corpus/<target>/ as regression-<what> so the suite replays
+// it). `--save-corpus DIR` writes the inputs that added coverage, minimized, to DIR/<target>/; `--unguided`
+// turns the feedback off (the corpus does not grow), to compare; `--untaken` lists where the branch arms no
+// input took are (lines of the packages' built JavaScript). Exits 1 when anything failed.
 import { parseArgs } from 'node:util';
+import { describeCoverage } from './coverage.js';
 import { FINDINGS_DIR, fuzzTarget, type FuzzResult } from './engine.js';
 import { GoJudge, runDifferential } from './go-judge.js';
 import { TARGETS } from './targets/index.js';
@@ -15,6 +19,9 @@ const { values } = parseArgs({
     only: { type: 'string' },
     seed: { type: 'string' },
     list: { type: 'boolean', default: false },
+    'save-corpus': { type: 'string' },
+    unguided: { type: 'boolean', default: false },
+    untaken: { type: 'boolean', default: false },
   },
 });
 
@@ -42,7 +49,8 @@ if (!(minutes > 0)) {
 }
 const seed = values.seed !== undefined ? Number(values.seed) : Math.floor(Math.random() * 2 ** 31);
 const perTarget = (minutes * 60_000) / selected.length;
-console.log(`fuzzing ${selected.length} target(s) for ${minutes} min (${Math.round(perTarget / 1000)} s each), seed ${seed}`);
+const mode = values.unguided ? 'unguided (no coverage feedback)' : 'coverage-guided';
+console.log(`fuzzing ${selected.length} target(s) for ${minutes} min (${Math.round(perTarget / 1000)} s each), ${mode}, seed ${seed}`);
 
 const rows: FuzzResult[] = [];
 for (const name of selected) {
@@ -59,6 +67,7 @@ for (const name of selected) {
         target: name,
         executions: d.cases,
         corpusFiles: 0,
+        corpusSize: 0,
         ms: Date.now() - started,
         ...(d.differing > 0
           ? {
@@ -73,12 +82,23 @@ for (const name of selected) {
       await judge.close();
     }
   } else {
-    r = await fuzzTarget(TARGETS.find((t) => t.name === name)!, { seed, timeMs: perTarget, findingsDir: FINDINGS_DIR });
+    r = await fuzzTarget(TARGETS.find((t) => t.name === name)!, {
+      seed,
+      timeMs: perTarget,
+      findingsDir: FINDINGS_DIR,
+      unguided: values.unguided,
+      ...(values['save-corpus'] ? { saveCorpusDir: values['save-corpus'] } : {}),
+    });
   }
   rows.push(r);
   console.log(
     `${r.target.padEnd(16)} ${String(r.executions).padStart(10)} executions ${String(Math.round(r.executions / Math.max(1, r.ms / 1000))).padStart(7)}/s  ${r.failure ? 'FAILED' : 'ok'}`,
   );
+  if (r.coverage) {
+    const saved = r.saved !== undefined ? `, ${r.saved} written to ${values['save-corpus']}/${r.target}` : '';
+    console.log(`  ${describeCoverage(r.coverage)}; corpus ${r.corpusFiles} files → ${r.corpusSize} entries${saved}`);
+  }
+  if (values.untaken) for (const u of r.untaken ?? []) console.log(`  branch arms not taken: ${u}`);
   if (r.failure) console.log(`  ${r.failure}${r.savedTo ? `\n  saved to ${r.savedTo}` : ''}`);
 }
 const failed = rows.filter((r) => r.failure);

@@ -198,6 +198,18 @@ describe('validation: one-line errors that name the field and the value', () => 
     }
   });
 
+  it('a long refused value shows cut, so the error stays a short line (found by fuzzing)', () => {
+    const long = expectError(
+      () => proxyEnv({ httpsProxy: `http://proxy:3128/${'a b,'.repeat(600)}` }),
+      /^httpsProxy "http:\/\/proxy:3128\/a b,/,
+    );
+    expect(long.message).toContain('… (2418 characters)" contains whitespace or control characters');
+    expect(long.message.length).toBeLessThan(300);
+    const scheme = expectError(() => proxyEnv({ httpProxy: `x${'y'.repeat(3000)}://proxy:3128` }), /^httpProxy "xyyy/);
+    expect(scheme.message).toMatch(/: scheme xyyy+… \(3001 characters\):\/\/ is not supported/);
+    expect(scheme.message.length).toBeLessThan(600);
+  });
+
   it('a scheme-less proxy is http:// (as Go reads it) and is rendered with the scheme', () => {
     expect(normalizeProxyUrl('httpsProxy', ' proxy.corp.example:3128 ')).toBe('http://proxy.corp.example:3128');
     expect(normalizeProxyUrl('httpsProxy', 'HTTPS://proxy.corp.example')).toBe('HTTPS://proxy.corp.example');

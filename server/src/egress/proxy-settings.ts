@@ -121,8 +121,15 @@ export function maskProxyPassword(url: string): string {
   return replacePassword(url, ':***');
 }
 
+/** Values longer than this show cut in error messages, which stay short lines whatever a caller sends. */
+const SHOWN_MAX = 200;
+
+function cut(value: string): string {
+  return value.length > SHOWN_MAX ? `${value.slice(0, SHOWN_MAX)}… (${value.length} characters)` : value;
+}
+
 function oneLine(value: string): string {
-  const v = redact(value);
+  const v = cut(redact(value));
   return /[\x00-\x1f\x7f"\\]/.test(v) ? JSON.stringify(v) : `"${v}"`;
 }
 
@@ -142,7 +149,7 @@ export function normalizeProxyUrl(field: ProxyField, value: string | undefined):
   const withScheme = schemeMatch ? v : `http://${v}`;
   const scheme = (schemeMatch?.[1] ?? 'http').toLowerCase();
   if (scheme !== 'http' && scheme !== 'https') {
-    throw new ProxySettingsError(`${field} ${shown}: scheme ${scheme}:// is not supported (use http:// or https://)`);
+    throw new ProxySettingsError(`${field} ${shown}: scheme ${cut(scheme)}:// is not supported (use http:// or https://)`);
   }
   let url: URL;
   try {

@@ -79,7 +79,8 @@ export const proxyEnvTarget: FuzzTarget = {
     // The password (what follows the user name's colon) never shows; the user name may.
     const parsed = parseProxyUrl(proxy);
     const password = parsed?.password ?? '';
-    const elsewhere = [host, noProxy, parsed?.username ?? '', parsed?.hostname ?? ''].some(
+    // A password that is also the host, the port or a user name shows as that (`http://3128:3128@p:3128`).
+    const elsewhere = [host, port, noProxy, parsed?.username ?? '', parsed?.hostname ?? '', parsed?.port ?? ''].some(
       (t) => t.includes(password) || safeDecode(t).includes(password),
     );
     if (password.length >= 4 && !elsewhere) {
@@ -93,15 +94,20 @@ export const proxyEnvTarget: FuzzTarget = {
     } catch (err) {
       check(err instanceof ProxySettingsError, `normalizeProxyUrl threw ${(err as Error).name}`);
       checkOneLine(err.message, 'proxy settings refusal');
-      const written = /^(?:[a-z][a-z0-9+.-]*:\/\/)?[^:@/?#]*:([^/?#]*)@/i.exec(proxy.trim())?.[1] ?? '';
+      const userInfo = /^(?:[a-z][a-z0-9+.-]*:\/\/)?[^:@/?#]*:([^/?#]*)@/i.exec(proxy.trim());
+      const written = userInfo?.[1] ?? '';
+      const rest = proxy.trim().slice(userInfo?.[0].length ?? 0); // a password that is also the host or port shows as that
       const quoted = /^\S+ ("(?:[^"\\]|\\.)*")/.exec(err.message)?.[1] ?? err.message; // the value as the message shows it
-      if (written.length >= 4) check(!quoted.includes(written), `proxy settings refusal shows the password: ${err.message}`);
+      if (written.length >= 4 && !rest.includes(written))
+        check(!quoted.includes(written), `proxy settings refusal shows the password: ${err.message}`);
     }
     if (normalized !== undefined) {
       check(/^https?:\/\//i.test(normalized), 'normalizeProxyUrl: no scheme');
       const masked = maskProxyPassword(normalized);
-      const pw = new URL(normalized).password;
-      if (pw.length >= 4) check(!masked.includes(pw), `maskProxyPassword shows the password: ${masked}`);
+      const u = new URL(normalized);
+      const pw = u.password;
+      if (pw.length >= 4 && !u.host.includes(pw) && !u.username.includes(pw))
+        check(!masked.includes(pw), `maskProxyPassword shows the password: ${masked}`);
     }
   },
 };

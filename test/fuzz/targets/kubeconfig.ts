@@ -1,6 +1,7 @@
 // Kubeconfigs the CLI writes (buildKubeconfig, proxyUrl) from names, tokens and addresses a user or a hub
 // hands in: read back as kubectl would (YAML 1.1), every value is exactly what went in (no value can add a
 // key, a document or a line), and a proxy URL parses back to the same user, token, host and port.
+import { isIPv4 } from 'node:net';
 import { parse } from 'yaml';
 import { buildKubeconfig, proxyUrl } from '@cluster-proxy/cli/parsers';
 import { isDns1123Subdomain } from '@cluster-proxy/server/pki';
@@ -49,8 +50,11 @@ export const kubeconfigTarget: FuzzTarget = {
     const name = isDns1123Subdomain(cluster) ? cluster : 'c1'; // the CLI refuses other cluster names first
     const port = 1 + (((input[0] ?? 0) * 256 + (input[1] ?? 0)) % 65535);
     const withExec = (input[2] ?? 0) % 2 === 1;
-    // The hub's host as the CLI takes it (a name or an IPv4 address; flags.ts checks it).
-    const url = /^[a-z0-9]([a-z0-9.-]*[a-z0-9])?$/i.test(host) ? proxyUrl(user, token, host, port) : null;
+    // The hub's host as a user names it: a DNS name or an IPv4 address. A name whose last label is a number
+    // (`a.0`) is neither, and WHATWG's URL, which reads the proxy URL back here, refuses it as a bad IPv4
+    // address (Go's, in kubectl, takes it as a name).
+    const isHost = /^[a-z0-9]([a-z0-9.-]*[a-z0-9])?$/i.test(host) && (!/(^|\.)(\d+|0x[0-9a-f]*)$/i.test(host) || isIPv4(host));
+    const url = isHost ? proxyUrl(user, token, host, port) : null;
     const text = buildKubeconfig({
       cluster: name,
       server,
