@@ -147,3 +147,60 @@ describe("the installer and OCM's Configured condition (addon-framework config c
     expect(JSON.stringify(moved.spec)).toContain('"namespace":"elsewhere"');
   });
 });
+
+describe('the installer between passes', () => {
+  const nsNames = (w: { spec: { workload: { manifests: Record<string, unknown>[] } } }): string[] =>
+    w.spec.workload.manifests.filter((m) => m['kind'] === 'Namespace').map((m) => (m['metadata'] as { name: string }).name);
+  /** What OCM's work agent writes once it applied the work's generation. */
+  const applied = async (store: MemoryStore): Promise<void> => {
+    const w = (await work(store))!;
+    const at = '2026-01-01T00:00:00Z';
+    const c = { status: 'True', reason: 'AppliedManifestWorkComplete', message: 'applied', lastTransitionTime: at };
+    await store.updateStatus('ManifestWork', {
+      ...w,
+      status: { conditions: [{ type: 'Applied', observedGeneration: w.metadata.generation, ...c }] },
+    });
+  };
+
+  it('writes nothing over a work that is as rendered; lets a moved-from namespace go once the work agent applied the move', async () => {
+    const { store, addon, sync } = await setup();
+    await setStatus(store, await addon(), { conditions: [CONFIGURED] });
+    await sync();
+    const first = (await work(store))!;
+    expect(nsNames(first)).toEqual(['open-cluster-management-cluster-proxy']);
+    await applied(store);
+    await sync();
+    await sync();
+    const unchanged = (await work(store))!;
+    expect(unchanged.metadata.generation).toBe(first.metadata.generation);
+
+    // A work an earlier release wrote (no orphaning rule for its namespace), applied; then the install namespace
+    // moves (an AddOnDeploymentConfig OCM resolved and configured).
+    const legacy = (await work(store))!;
+    delete legacy.spec.deleteOption;
+    await store.update('ManifestWork', legacy);
+    await applied(store);
+    await store.create('AddOnDeploymentConfig', {
+      apiVersion: 'addon.open-cluster-management.io/v1alpha1',
+      kind: 'AddOnDeploymentConfig',
+      metadata: { name: 'moved', namespace: 'c1' },
+      spec: { agentInstallNamespace: 'elsewhere' },
+    } satisfies AddOnDeploymentConfig);
+    const ref = {
+      group: 'addon.open-cluster-management.io',
+      resource: 'addondeploymentconfigs',
+      name: 'moved',
+      namespace: 'c1',
+      desiredConfig: { name: 'moved', namespace: 'c1', specHash: 'x' },
+    };
+    await setStatus(store, await addon(), { conditions: [CONFIGURED], configReferences: [ref] });
+    await sync();
+    // The old namespace is kept (orphaned) until the work agent applied that; passes before then keep it.
+    expect(nsNames((await work(store))!)).toEqual(['open-cluster-management-cluster-proxy', 'elsewhere']);
+    await sync();
+    expect(nsNames((await work(store))!)).toEqual(['open-cluster-management-cluster-proxy', 'elsewhere']);
+    await applied(store);
+    await sync();
+    expect(nsNames((await work(store))!)).toEqual(['elsewhere']);
+  });
+});

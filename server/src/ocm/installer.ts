@@ -400,9 +400,12 @@ export class OcmInstaller {
         ],
       };
     }
-    const toWrite = keepingDeploymentSelectors(releasingNamespaces(desired, existing), existing);
+    const released = releasingNamespaces(desired, existing);
+    const toWrite = keepingDeploymentSelectors(released, existing);
     const work = await this.applyWork(toWrite, existing);
-    if (work === existing && existing)
+    // Remembered only when no namespace is held back: letting one go waits for the work's status (applied), which
+    // the inputs do not cover.
+    if (work === existing && existing && released === desired)
       this.renders.set(cluster, { inputs: inputsOfDesired, spec: specHashOf(existing), metadata: toWrite.metadata });
     return { registrations, supportedConfigs: SUPPORTED_CONFIGS, namespace, conditions: [...registered(), ...workConditions(work)] };
   }
