@@ -1,0 +1,93 @@
+// A quiet process's heap made small after a full collection.
+//
+// An ordinary full collection leaves V8's young generation at the size start-up or traffic grew it
+// to (two semi-spaces of 2 MiB here, gc-tuning.ts, both resident) and keeps the old generation's
+// emptied pages. Only a memory-reducing collection shrinks the young generation and gives those back,
+// and V8's own memory reducer starts one 8 s after the last full collection at the earliest, and
+// after start-up at most a few times until the heap has grown by a tenth. So after a full collection
+// (whoever started it: V8, the dead-Buffer governor, a test) that no young collection follows within
+// QUIET_MS, the process allocates little (a transfer runs tens of young collections a second) and one
+// memory-reducing collection runs: V8's gc() in its last-resort flavour, full collections until
+// nothing more is freed (two on an idle hub or agent, ~10–30 ms in all). allocator-trim.ts then gives
+// the freed pages back. Anonymous memory at start (`pnpm bench -- --only idle-rss`, read 6.5 s after
+// the bench's own full collection): agent 22 → 17 MiB, hub 25 → 19.
+import { constants } from 'node:perf_hooks';
+import { exposedGc } from './exposed-gc.js';
+import { collectionKind, watchCollections, type CollectionEntry } from './gc-events.js';
+
+/** No young collection for this long after a full one: the process is quiet. */
+export const QUIET_MS = 1_000;
+
+/** A collection as the watchers are handed it, with its start (performance.now() time). */
+type TimedEntry = CollectionEntry & { startTime?: number };
+
+export interface IdleHeapReducerOptions {
+  /** Runs a memory-reducing full collection, synchronously (tests substitute their own). */
+  reduce?: () => void;
+  quietMs?: number;
+}
+
+export class IdleHeapReducer {
+  private readonly reduce: () => void;
+  private readonly quietMs: number;
+  private timer: NodeJS.Timeout | null = null;
+  private stopWatching: (() => void) | null = null;
+  /** When our last reduction ran (performance.now() times): the collections it reports are ours. */
+  private ownFrom = Number.POSITIVE_INFINITY;
+  private ownTo = Number.NEGATIVE_INFINITY;
+  private count = 0;
+
+  constructor(opts: IdleHeapReducerOptions = {}) {
+    this.reduce = opts.reduce ?? reduceHeap;
+    this.quietMs = opts.quietMs ?? QUIET_MS;
+  }
+
+  /** Memory-reducing collections run so far. */
+  get reductions(): number {
+    return this.count;
+  }
+
+  start(): void {
+    if (this.stopWatching) return;
+    this.stopWatching = watchCollections((entry) => this.afterCollection(entry));
+  }
+
+  stop(): void {
+    this.stopWatching?.();
+    this.stopWatching = null;
+    this.cancel();
+  }
+
+  /** One collection V8 reported: a full one (not ours) arms the timer, a young one disarms it. */
+  afterCollection(entry: TimedEntry): void {
+    const kind = collectionKind(entry);
+    if (kind === constants.NODE_PERFORMANCE_GC_MINOR) {
+      this.cancel();
+      return;
+    }
+    if (kind !== constants.NODE_PERFORMANCE_GC_MAJOR) return;
+    const at = entry.startTime;
+    if (at !== undefined && at >= this.ownFrom && at <= this.ownTo) return;
+    this.cancel();
+    this.timer = setTimeout(() => this.run(), this.quietMs);
+    // A pending reduction never keeps a process alive.
+    this.timer.unref();
+  }
+
+  private run(): void {
+    this.timer = null;
+    this.count++;
+    this.ownFrom = performance.now();
+    this.reduce();
+    this.ownTo = performance.now();
+  }
+
+  private cancel(): void {
+    if (this.timer) clearTimeout(this.timer);
+    this.timer = null;
+  }
+}
+
+function reduceHeap(): void {
+  exposedGc()({ type: 'major', execution: 'sync', flavor: 'last-resort' });
+}
