@@ -8,15 +8,21 @@
 // (whoever started it: V8, the dead-Buffer governor, a test) that no young collection follows within
 // QUIET_MS, the process allocates little (a transfer runs tens of young collections a second) and one
 // memory-reducing collection runs: V8's gc() in its last-resort flavour, full collections until
-// nothing more is freed (two on an idle hub or agent, ~10–30 ms in all). allocator-trim.ts then gives
+// nothing more is freed (two on an idle hub or agent, ~10–30 ms in all). They stop the process while
+// they run, so only a heap of at most HEAP_LIMIT live bytes is reduced this way: a larger one (a hub
+// with thousands of agents) is left to V8's incremental memory reducer. allocator-trim.ts then gives
 // the freed pages back. Anonymous memory at start (`pnpm bench -- --only idle-rss`, read 6.5 s after
 // the bench's own full collection): agent 22 → 17 MiB, hub 25 → 19.
 import { constants } from 'node:perf_hooks';
+import { getHeapStatistics } from 'node:v8';
 import { exposedGc } from './exposed-gc.js';
 import { collectionKind, watchCollections, type CollectionEntry } from './gc-events.js';
 
 /** No young collection for this long after a full one: the process is quiet. */
 export const QUIET_MS = 1_000;
+
+/** Live heap bytes (after the full collection) up to which a quiet process's heap is reduced. */
+export const HEAP_LIMIT = 64 * 1024 * 1024;
 
 /** A collection as the watchers are handed it, with its start (performance.now() time). */
 type TimedEntry = CollectionEntry & { startTime?: number };
@@ -25,11 +31,16 @@ export interface IdleHeapReducerOptions {
   /** Runs a memory-reducing full collection, synchronously (tests substitute their own). */
   reduce?: () => void;
   quietMs?: number;
+  /** V8's live heap bytes now (tests substitute their own). */
+  heapUsed?: () => number;
+  heapLimit?: number;
 }
 
 export class IdleHeapReducer {
   private readonly reduce: () => void;
   private readonly quietMs: number;
+  private readonly heapUsed: () => number;
+  private readonly heapLimit: number;
   private timer: NodeJS.Timeout | null = null;
   private stopWatching: (() => void) | null = null;
   /** When our last reduction ran (performance.now() times): the collections it reports are ours. */
@@ -40,6 +51,8 @@ export class IdleHeapReducer {
   constructor(opts: IdleHeapReducerOptions = {}) {
     this.reduce = opts.reduce ?? reduceHeap;
     this.quietMs = opts.quietMs ?? QUIET_MS;
+    this.heapUsed = opts.heapUsed ?? (() => getHeapStatistics().used_heap_size);
+    this.heapLimit = opts.heapLimit ?? HEAP_LIMIT;
   }
 
   /** Memory-reducing collections run so far. */
@@ -58,7 +71,7 @@ export class IdleHeapReducer {
     this.cancel();
   }
 
-  /** One collection V8 reported: a full one (not ours) arms the timer, a young one disarms it. */
+  /** One collection V8 reported: a full one (not ours, on a small heap) arms the timer, a young one disarms it. */
   afterCollection(entry: TimedEntry): void {
     const kind = collectionKind(entry);
     if (kind === constants.NODE_PERFORMANCE_GC_MINOR) {
@@ -69,6 +82,7 @@ export class IdleHeapReducer {
     const at = entry.startTime;
     if (at !== undefined && at >= this.ownFrom && at <= this.ownTo) return;
     this.cancel();
+    if (this.heapUsed() > this.heapLimit) return;
     this.timer = setTimeout(() => this.run(), this.quietMs);
     // A pending reduction never keeps a process alive.
     this.timer.unref();
