@@ -12,7 +12,7 @@
 // they run, so only a heap of at most HEAP_LIMIT live bytes is reduced this way: a larger one (a hub
 // with thousands of agents) is left to V8's incremental memory reducer. allocator-trim.ts then gives
 // the freed pages back. Anonymous memory at start (`pnpm bench -- --only idle-rss`, read 6.5 s after
-// the bench's own full collection): agent 22 → 17 MiB, hub 25 → 19.
+// the bench's own full collection): agent 22 → 17 MiB, hub 25 → 20.
 import { constants } from 'node:perf_hooks';
 import { getHeapStatistics } from 'node:v8';
 import { exposedGc } from './exposed-gc.js';
