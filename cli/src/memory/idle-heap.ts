@@ -6,7 +6,8 @@
 // and V8's own memory reducer starts one 8 s after the last full collection at the earliest, and
 // after start-up at most a few times until the heap has grown by a tenth. So after a full collection
 // (whoever started it: V8, the dead-Buffer governor, a test) that no young collection follows within
-// QUIET_MS, the process allocates little (a transfer runs tens of young collections a second) and one
+// QUIET_MS, and in which the process used under QUIET_CPU_SHARE of a core (a slow transfer may go a
+// second without a young collection, not without CPU), the process is quiet and one
 // memory-reducing collection runs: V8's gc() in its last-resort flavour, full collections until
 // nothing more is freed (two on an idle hub or agent, ~10–30 ms in all). They stop the process while
 // they run, so only a heap of at most HEAP_LIMIT live bytes is reduced this way: a larger one (a hub
@@ -21,6 +22,9 @@ import { collectionKind, watchCollections, type CollectionEntry } from './gc-eve
 /** No young collection for this long after a full one: the process is quiet. */
 export const QUIET_MS = 1_000;
 
+/** CPU time (all threads) over the quiet time, as a share of it, below which the process is quiet. */
+export const QUIET_CPU_SHARE = 0.1;
+
 /** Live heap bytes (after the full collection) up to which a quiet process's heap is reduced. */
 export const HEAP_LIMIT = 64 * 1024 * 1024;
 
@@ -34,6 +38,8 @@ export interface IdleHeapReducerOptions {
   /** V8's live heap bytes now (tests substitute their own). */
   heapUsed?: () => number;
   heapLimit?: number;
+  /** CPU milliseconds the process has used so far, all threads (tests substitute their own). */
+  cpuMs?: () => number;
 }
 
 export class IdleHeapReducer {
@@ -41,6 +47,9 @@ export class IdleHeapReducer {
   private readonly quietMs: number;
   private readonly heapUsed: () => number;
   private readonly heapLimit: number;
+  private readonly cpuMs: () => number;
+  /** CPU milliseconds used when the timer was armed. */
+  private cpuAtArm = 0;
   private timer: NodeJS.Timeout | null = null;
   private stopWatching: (() => void) | null = null;
   /** When our last reduction ran (performance.now() times): the collections it reports are ours. */
@@ -53,6 +62,7 @@ export class IdleHeapReducer {
     this.quietMs = opts.quietMs ?? QUIET_MS;
     this.heapUsed = opts.heapUsed ?? (() => getHeapStatistics().used_heap_size);
     this.heapLimit = opts.heapLimit ?? HEAP_LIMIT;
+    this.cpuMs = opts.cpuMs ?? processCpuMs;
   }
 
   /** Memory-reducing collections run so far. */
@@ -83,6 +93,7 @@ export class IdleHeapReducer {
     if (at !== undefined && at >= this.ownFrom && at <= this.ownTo) return;
     this.cancel();
     if (this.heapUsed() > this.heapLimit) return;
+    this.cpuAtArm = this.cpuMs();
     this.timer = setTimeout(() => this.run(), this.quietMs);
     // A pending reduction never keeps a process alive.
     this.timer.unref();
@@ -90,6 +101,7 @@ export class IdleHeapReducer {
 
   private run(): void {
     this.timer = null;
+    if (this.cpuMs() - this.cpuAtArm > this.quietMs * QUIET_CPU_SHARE) return;
     this.count++;
     this.ownFrom = performance.now();
     this.reduce();
@@ -100,6 +112,11 @@ export class IdleHeapReducer {
     if (this.timer) clearTimeout(this.timer);
     this.timer = null;
   }
+}
+
+function processCpuMs(): number {
+  const { user, system } = process.cpuUsage();
+  return (user + system) / 1000;
 }
 
 function reduceHeap(): void {
