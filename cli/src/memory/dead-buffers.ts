@@ -25,8 +25,7 @@
 // away with the heap's growing factor at 2. One full collection is asked for then.
 import { bytesHeldInProcess } from '@cluster-proxy/proto';
 import { constants } from 'node:perf_hooks';
-import { setFlagsFromString } from 'node:v8';
-import { runInNewContext } from 'node:vm';
+import { exposedGc } from './exposed-gc.js';
 import { collectionKind, watchCollections, type CollectionEntry } from './gc-events.js';
 
 /** Dead Buffers we let pile up before asking for a full collection. */
@@ -35,8 +34,6 @@ export const DEAD_BUFFER_ALLOWANCE = 32 * 1024 * 1024;
 export const WINDOW = 8;
 /** How often held bytes and a quiet process's Buffers are looked at. */
 export const RELEASE_CHECK_MS = 5_000;
-
-type GcFunction = (options: { type: 'major'; execution: 'async' }) => void;
 
 export interface DeadBufferGovernorOptions {
   allowance?: number;
@@ -75,7 +72,7 @@ export class DeadBufferGovernor {
   constructor(opts: DeadBufferGovernorOptions = {}) {
     this.allowance = opts.allowance ?? DEAD_BUFFER_ALLOWANCE;
     this.arrayBuffers = opts.arrayBuffers ?? (() => process.memoryUsage().arrayBuffers);
-    this.collect = opts.collect ?? exposedGc();
+    this.collect = opts.collect ?? collectAsync;
     this.held = opts.held ?? bytesHeldInProcess;
   }
 
@@ -154,9 +151,7 @@ export class DeadBufferGovernor {
   }
 }
 
-/** V8's gc() without `--expose-gc` on the command line: the flag set now applies to new contexts. */
-function exposedGc(): () => void {
-  setFlagsFromString('--expose-gc');
-  const gc = runInNewContext('gc') as GcFunction;
-  return () => gc({ type: 'major', execution: 'async' });
+/** A full collection, run by V8 as a task rather than inside our callback. */
+function collectAsync(): void {
+  exposedGc()({ type: 'major', execution: 'async' });
 }
