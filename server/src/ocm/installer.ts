@@ -377,7 +377,12 @@ export class OcmInstaller {
         sameWorkMetadata(existing, last.metadata)
       ) {
         last.spec = specHashOf(existing);
-        return { registrations, supportedConfigs: SUPPORTED_CONFIGS, namespace, conditions: [...registered(), ...workConditions(existing)] };
+        return {
+          registrations,
+          supportedConfigs: SUPPORTED_CONFIGS,
+          namespace,
+          conditions: [...registered(), ...workConditions(existing)],
+        };
       }
       this.renders.delete(cluster);
       desired = renderAgentWork(input);

@@ -36,7 +36,8 @@ describe('sameJson', () => {
       seed = (seed * 1103515245 + 12345) % 2147483648;
       return seed % n;
     };
-    const leaf = (): unknown => [null, undefined, 0, -0, 1, 1.5, Number.NaN, '', 'a', 'b', true, false, new Date(0), new Date(1), () => 1][rnd(15)];
+    const leaf = (): unknown =>
+      [null, undefined, 0, -0, 1, 1.5, Number.NaN, '', 'a', 'b', true, false, new Date(0), new Date(1), () => 1][rnd(15)];
     const value = (depth: number): unknown => {
       if (depth === 0 || rnd(3) === 0) return leaf();
       if (rnd(2) === 0) return Array.from({ length: rnd(4) }, () => value(depth - 1));
