@@ -99,6 +99,26 @@ async function setStatus(store: MemoryStore, addon: ManagedClusterAddOn, status:
 
 const work = (store: MemoryStore) => store.get('ManifestWork', { name: AGENT_WORK_NAME, namespace: 'c1' });
 
+/** An AddOnDeploymentConfig that moves c1's agent to namespace `elsewhere`, and the reference OCM resolves to it. */
+async function movingInstallNamespace(store: MemoryStore): Promise<NonNullable<ManagedClusterAddOn['status']>['configReferences']> {
+  const adc: AddOnDeploymentConfig = {
+    apiVersion: 'addon.open-cluster-management.io/v1alpha1',
+    kind: 'AddOnDeploymentConfig',
+    metadata: { name: 'moved', namespace: 'c1' },
+    spec: { agentInstallNamespace: 'elsewhere' },
+  };
+  await store.create('AddOnDeploymentConfig', adc);
+  return [
+    {
+      group: 'addon.open-cluster-management.io',
+      resource: 'addondeploymentconfigs',
+      name: 'moved',
+      namespace: 'c1',
+      desiredConfig: { name: 'moved', namespace: 'c1', specHash: 'x' },
+    },
+  ];
+}
+
 describe("the installer and OCM's Configured condition (addon-framework config check)", () => {
   it("builds no work until OCM's addon-manager has resolved the configs; then builds it", async () => {
     const { store, installer, addon, sync } = await setup();
@@ -121,21 +141,8 @@ describe("the installer and OCM's Configured condition (addon-framework config c
     await sync();
     const before = (await work(store))!;
     // A new AddOnDeploymentConfig resolved for the addon, but OCM has not put it in a batch yet (Configured False).
-    const adc: AddOnDeploymentConfig = {
-      apiVersion: 'addon.open-cluster-management.io/v1alpha1',
-      kind: 'AddOnDeploymentConfig',
-      metadata: { name: 'moved', namespace: 'c1' },
-      spec: { agentInstallNamespace: 'elsewhere' },
-    };
-    await store.create('AddOnDeploymentConfig', adc);
-    const ref = {
-      group: 'addon.open-cluster-management.io',
-      resource: 'addondeploymentconfigs',
-      name: 'moved',
-      namespace: 'c1',
-      desiredConfig: { name: 'moved', namespace: 'c1', specHash: 'x' },
-    };
-    await setStatus(store, await addon(), { conditions: [NOT_CONFIGURED], configReferences: [ref] });
+    const ref = await movingInstallNamespace(store);
+    await setStatus(store, await addon(), { conditions: [NOT_CONFIGURED], configReferences: ref });
     await sync();
     const kept = (await work(store))!;
     expect(kept.metadata.resourceVersion).toBe(before.metadata.resourceVersion);
@@ -180,20 +187,8 @@ describe('the installer between passes', () => {
     delete legacy.spec.deleteOption;
     await store.update('ManifestWork', legacy);
     await applied(store);
-    await store.create('AddOnDeploymentConfig', {
-      apiVersion: 'addon.open-cluster-management.io/v1alpha1',
-      kind: 'AddOnDeploymentConfig',
-      metadata: { name: 'moved', namespace: 'c1' },
-      spec: { agentInstallNamespace: 'elsewhere' },
-    } satisfies AddOnDeploymentConfig);
-    const ref = {
-      group: 'addon.open-cluster-management.io',
-      resource: 'addondeploymentconfigs',
-      name: 'moved',
-      namespace: 'c1',
-      desiredConfig: { name: 'moved', namespace: 'c1', specHash: 'x' },
-    };
-    await setStatus(store, await addon(), { conditions: [CONFIGURED], configReferences: [ref] });
+    const ref = await movingInstallNamespace(store);
+    await setStatus(store, await addon(), { conditions: [CONFIGURED], configReferences: ref });
     await sync();
     // The old namespace is kept (orphaned) until the work agent applied that; passes before then keep it.
     expect(nsNames((await work(store))!)).toEqual(['open-cluster-management-cluster-proxy', 'elsewhere']);
