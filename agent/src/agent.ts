@@ -122,6 +122,8 @@ export class Agent {
   readonly hubSessions = new HubSessionCache();
   /** The hub's reconnect spread (its reconnectSpreadSeconds, 0 until told): see retryDelay(). */
   private reconnectSpreadMs = 0;
+  /** When the last tunnel went (performance.now()): the spread of the retries that follow counts from it. */
+  private lostAllAt = 0;
   /** Retries since the last tunnel went, while none is back (-1: not in that state). */
   private retriesWithoutTunnel = -1;
 
@@ -446,7 +448,10 @@ export class Agent {
 
   /** A tunnel closed or its server is draining: with none left, the retries that follow are spread. */
   private noteLoss(): void {
-    if (this.activeServers() === 0 && this.retriesWithoutTunnel < 0) this.retriesWithoutTunnel = 0;
+    if (this.activeServers() === 0 && this.retriesWithoutTunnel < 0) {
+      this.retriesWithoutTunnel = 0;
+      this.lostAllAt = performance.now();
+    }
   }
 
   /**
@@ -457,7 +462,8 @@ export class Agent {
    */
   private retryDelay(): number {
     if (this.retriesWithoutTunnel < 0 || this.reconnectSpreadMs <= 0) return this.backoff.next();
-    return spreadRetryDelay(this.retriesWithoutTunnel++, this.reconnectSpreadMs, this.backoff);
+    const remainingMs = this.lostAllAt + this.reconnectSpreadMs - performance.now();
+    return spreadRetryDelay(this.retriesWithoutTunnel++, this.reconnectSpreadMs, this.backoff, Math.random, remainingMs);
   }
 
   /** Links that count toward the full set: open and not announced as shutting down by their server. */

@@ -27,11 +27,18 @@ export class Backoff {
 
 /**
  * The delay before a retry by an agent left with no tunnel at all (its hub restarted, or the way to it
- * broke), `retry` counting from 0: a uniform random part of the hub's reconnect spread, plus the backoff
- * from the second retry on (for a hub that stays away). A hub's agents then come back spread over the
- * whole spread instead of within its first second back, whenever in the spread the hub returns.
+ * broke), `retry` counting from 0: a uniform random part of the hub's reconnect spread, so a hub's agents
+ * come back spread over it instead of within its first second back. A retry after that (the hub was not back
+ * yet) draws again from what is left of the spread (`remainingMs`, counted from the loss), plus the backoff for
+ * a hub that stays away: a restarted hub has its fleet back within the spread, not within two of them.
  */
-export function spreadRetryDelay(retry: number, spreadMs: number, backoff: Backoff, random: () => number = Math.random): number {
-  const spread = random() * spreadMs;
-  return retry === 0 ? spread : spread + backoff.next();
+export function spreadRetryDelay(
+  retry: number,
+  spreadMs: number,
+  backoff: Backoff,
+  random: () => number = Math.random,
+  remainingMs: number = spreadMs,
+): number {
+  if (retry === 0) return random() * spreadMs;
+  return random() * Math.max(0, Math.min(spreadMs, remainingMs)) + backoff.next();
 }
