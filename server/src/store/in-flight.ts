@@ -5,9 +5,17 @@
 /** How many writes of one pass are in flight at once. */
 export const STORE_WRITES_IN_FLIGHT = 16;
 
+/**
+ * Tasks run between two turns of the event loop, at most: tasks that need no round trip (an object already as
+ * it should be) settle in microtasks, and a pass over thousands of them held the hub's one thread for seconds
+ * (no TLS handshake, no lease renewal meanwhile).
+ */
+const TASKS_PER_TURN = 64;
+
 /** Runs the tasks, at most `limit` at a time; rejects with the first failure once the running ones settled. */
 export async function inFlight(tasks: (() => Promise<void>)[], limit: number = STORE_WRITES_IN_FLIGHT): Promise<void> {
   let next = 0;
+  let sinceTurn = 0;
   let failure: { err: unknown } | null = null;
   const worker = async (): Promise<void> => {
     while (next < tasks.length && !failure) {
@@ -15,6 +23,10 @@ export async function inFlight(tasks: (() => Promise<void>)[], limit: number = S
       await task().catch((err: unknown) => {
         failure ??= { err };
       });
+      if (++sinceTurn >= TASKS_PER_TURN) {
+        sinceTurn = 0;
+        await new Promise<void>((resolve) => setImmediate(resolve));
+      }
     }
   };
   await Promise.all(Array.from({ length: Math.min(limit, tasks.length) }, worker));
