@@ -605,8 +605,6 @@ export class AddonManager {
             },
       }),
       3,
-      // The mirror's copy saves a read per renewal; one that lags behind costs a lost race, then a read.
-      this.leases.ready ? (this.leases.get({ name: ADDON_NAME, namespace: cluster }) ?? null) : undefined,
     );
     if (!written) throw new HubApiError(503, 'lease is being updated concurrently; retry');
     return true;

@@ -2,7 +2,7 @@
 // by the addon manager (the agents' Leases, and leader election among hub replicas) and by the replica
 // registry (one Lease per hub replica).
 import type { Lease, ObjectMeta } from '../store/objects.js';
-import { AlreadyExistsError, ConflictError, NotFoundError, type Store } from '../store/store.js';
+import { AlreadyExistsError, ConflictError, type Store } from '../store/store.js';
 
 /** Kubernetes MicroTime: RFC 3339 with microseconds. */
 export function microTime(ms: number): string {
@@ -31,18 +31,15 @@ export interface LeaseWrite {
  * `next` returning null means "leave it" (e.g. someone else holds it). A write that loses a race (another
  * writer got there first) is read and tried again, `attempts` times in all; then `false`.
  * Returns true when written, false when `next` declined or every attempt lost.
- * `cached` is a copy the caller already holds (a watch-fed mirror; null: it has none, undefined: it does not
- * know): the first attempt starts from it instead of reading the store, and a stale copy costs a lost race.
  */
 export async function writeLease(
   store: Store,
   key: { name: string; namespace: string },
   next: (current: Lease | null) => LeaseWrite | null,
   attempts = 1,
-  cached?: Lease | null,
 ): Promise<boolean> {
   for (let attempt = 0; attempt < attempts; attempt++) {
-    const current = attempt === 0 && cached !== undefined ? cached : await store.get('Lease', key);
+    const current = await store.get('Lease', key);
     const want = next(current);
     if (!want) return false;
     try {
@@ -63,8 +60,7 @@ export async function writeLease(
       }
       return true;
     } catch (err) {
-      // Lost a race: someone wrote (or deleted) it since that copy.
-      if (!(err instanceof ConflictError) && !(err instanceof AlreadyExistsError) && !(err instanceof NotFoundError)) throw err;
+      if (!(err instanceof ConflictError) && !(err instanceof AlreadyExistsError)) throw err;
     }
   }
   return false;
