@@ -473,14 +473,8 @@ export class AddonManager {
       else if (!this.downSince.has(cluster) && this.mode === 'tunnel' && leaseOf.has(cluster))
         this.downSince.set(cluster, this.startedAt + 2 * this.windowMs);
       if (n > 0) this.everSeen.add(cluster);
-      // On an OCM hub addons come and go (disabled, enabled again): a lease not renewed after this addon was
-      // created belongs to an earlier one and says nothing about the agent being installed now.
-      // (creationTimestamp has whole seconds: a renewal within that second cannot be placed, so it waits.)
       const lease = leaseOf.get(cluster) ?? null;
-      const current =
-        lease && (!this.installer || Date.parse(lease.spec.renewTime ?? '') >= Date.parse(addon.metadata.creationTimestamp ?? '') + 1000)
-          ? lease
-          : null;
+      const current = lease && this.countsForAddon(cluster, lease, addon) ? lease : null;
       let specs = addonConditions({
         lease: current,
         mode: this.mode,
@@ -570,6 +564,17 @@ export class AddonManager {
   }
 
   /** How much older than OCM's rule a stored lease may be: unchanged renewals are written every LEASE_REFRESH_MS in 'tunnel' mode. */
+  /**
+   * Whether the cluster's lease says anything about the addon there now: on an OCM hub addons come and go (disabled,
+   * enabled again), and a lease not renewed after the addon was created belongs to an earlier one.
+   * (creationTimestamp has whole seconds: a renewal within that second cannot be placed.)
+   */
+  private countsForAddon(cluster: string, lease: Lease | null, addon = this.addons.get({ name: ADDON_NAME, namespace: cluster })): boolean {
+    if (!lease) return false;
+    if (!this.installer || !addon) return true;
+    return Date.parse(lease.spec.renewTime ?? '') >= Date.parse(addon.metadata.creationTimestamp ?? '') + 1000;
+  }
+
   private get slackMs(): number {
     return this.mode === 'tunnel' ? LEASE_REFRESH_MS : 0;
   }
@@ -578,9 +583,13 @@ export class AddonManager {
   private async renewLease(cluster: string, r: AgentReport): Promise<boolean> {
     // Unchanged since the report the store holds (whoever wrote it: with several replicas behind a balancer the
     // agent's renewals land on any of them) and recent enough: nothing to write.
+    // On an OCM hub a lease counts for an addon only if renewed a second after the addon was created (syncStatus): one
+    // renewed within that second is written again, or the addon would wait for a renewal that changes something.
     if (this.slackMs > 0 && this.leases.ready) {
-      const stored = reportsOf(this.leases.get({ name: ADDON_NAME, namespace: cluster }) ?? null).find((v) => v.agentID === r.agentID);
-      if (stored && sameReport(stored, r) && r.receivedAt - stored.receivedAt < this.slackMs) return false;
+      const lease = this.leases.get({ name: ADDON_NAME, namespace: cluster }) ?? null;
+      const stored = reportsOf(lease).find((v) => v.agentID === r.agentID);
+      if (stored && sameReport(stored, r) && r.receivedAt - stored.receivedAt < this.slackMs && this.countsForAddon(cluster, lease))
+        return false;
     }
     const renewTime = microTime(r.receivedAt);
     const written = await writeLease(
