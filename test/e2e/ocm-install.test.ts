@@ -38,6 +38,7 @@ import { KlusterletStandIn, type ManagedObject } from '../src/fixtures/klusterle
 import { OCM_ADDON_MANAGER_USER, OcmAddonManagerStandIn } from '../src/fixtures/ocm-addon-manager.js';
 import { CLI, createPki, startHub, type HubProcess, type TestPki } from '../src/harness.js';
 import { echoRoundTripForTest } from '../src/join-helpers.js';
+import { ocmHubArgs } from '../src/fixtures/ocm-hub-api.js';
 
 const WORK = 'addon-cluster-proxy-deploy-0';
 const SIGNER = 'open-cluster-management.io/proxy-agent-signer';
@@ -200,23 +201,7 @@ describe("OCM install mode (ManifestWork + CSR flow) beside OCM's addon-manager 
     ocm = new OcmAddonManagerStandIn(api);
     await ocm.start();
     // --require-registration, as the chart runs it: only clusters OCM registered get in.
-    hub = await startHub(pki, [
-      '--store',
-      'kubernetes',
-      '--kubeconfig',
-      kubeconfig,
-      '--agent-install',
-      'manifestwork',
-      '--ca-key',
-      caKeyPath,
-      '--require-registration',
-      '--tunnel-loss-window',
-      '2s',
-      '--tls-reload-interval',
-      '500ms',
-      '--server-id',
-      'hub-a',
-    ]);
+    hub = await startHub(pki, ocmHubArgs({ kubeconfig, caKey: caKeyPath, serverId: 'hub-a' }));
     for (const c of ['c1', 'c2', 'c3']) await managedCluster(c, c === 'c2' ? 'grpc' : 'csr');
   }, 60_000);
 
@@ -817,23 +802,7 @@ describe("OCM install mode (ManifestWork + CSR flow) beside OCM's addon-manager 
       spec: {},
     };
     k.objects.set(`Deployment/${shared}/other-addon-agent`, other);
-    hub = await startHub(pki, [
-      '--store',
-      'kubernetes',
-      '--kubeconfig',
-      kubeconfig,
-      '--agent-install',
-      'manifestwork',
-      '--ca-key',
-      caKeyPath,
-      '--require-registration',
-      '--tunnel-loss-window',
-      '2s',
-      '--tls-reload-interval',
-      '500ms',
-      '--server-id',
-      'hub-a',
-    ]);
+    hub = await startHub(pki, ocmHubArgs({ kubeconfig, caKey: caKeyPath, serverId: 'hub-a' }));
     // Released first (kept with an orphaning rule until applied), then dropped: the agent ends up in OCM's namespace.
     await waitFor(
       async () => {
