@@ -1,7 +1,8 @@
 // Child process for test/e2e/store-crash.test.ts: opens the embedded store in argv[2] and writes,
-// updates and deletes ManagedClusters until killed. Before each write it prints `B <json>`, after the
-// write is acknowledged `A <json>` (stdout is a pipe: synchronous on Linux, so a printed line is in
-// the pipe before the next write starts). Each worker owns its names and has one write in flight.
+// updates and deletes ManagedClusters until killed. Before each write it prints `B <json>` and waits until
+// the line is in the pipe, after the write is acknowledged `A <json>`. (libuv makes a stdout pipe
+// non-blocking: while the reading test is slow and the pipe full, a line waits in this process, and a
+// SIGKILL then lost a `B` whose write had landed.) Each worker owns its names and has one write in flight.
 import { openEmbeddedStore, type ManagedCluster } from '@cluster-proxy/server';
 
 const [dir, roundText, compactText] = process.argv.slice(2);
@@ -27,7 +28,7 @@ async function worker(w: number): Promise<never> {
     const v = round * 1_000_000 + ++seq;
     const cur = present.get(name);
     const op = !cur ? 'create' : i % 5 === 4 ? 'delete' : 'update';
-    process.stdout.write(`B ${JSON.stringify({ op, name, v })}\n`);
+    await new Promise((resolve) => process.stdout.write(`B ${JSON.stringify({ op, name, v })}\n`, resolve));
     if (op === 'create') {
       const o = await store.create('ManagedCluster', {
         apiVersion: 'cluster.open-cluster-management.io/v1',
