@@ -59,6 +59,9 @@ describe('sameJson', () => {
       const b = rnd(4) === 0 ? value(4) : variant(a);
       const want = canonicalJson(a) === canonicalJson(b);
       if (want) equal++;
+      // The canonical form is the same JSON as JSON.stringify's, keys sorted.
+      expect(JSON.parse(canonicalJson(a))).toEqual(JSON.parse(JSON.stringify(a) ?? 'null'));
+      expect(canonicalJson(a)).toBe(JSON.stringify(sortedKeys(JSON.parse(JSON.stringify(a) ?? 'null'))));
       expect(sameJson(a, b), `${canonicalJson(a)} / ${canonicalJson(b)}`).toBe(want);
     }
     // Both outcomes were exercised.
@@ -66,3 +69,15 @@ describe('sameJson', () => {
     expect(equal).toBeLessThan(4500);
   });
 });
+
+/** A JSON value with every object's keys in sorted order (for the expected canonical form). */
+function sortedKeys(v: unknown): unknown {
+  if (Array.isArray(v)) return v.map(sortedKeys);
+  if (v === null || typeof v !== 'object') return v;
+  const o = v as Record<string, unknown>;
+  return Object.fromEntries(
+    Object.keys(o)
+      .sort()
+      .map((k) => [k, sortedKeys(o[k])]),
+  );
+}

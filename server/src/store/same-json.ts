@@ -4,17 +4,30 @@
 // object on every pass. These compare as JSON does (undefined members dropped, undefined in an array is
 // null) but with every object's keys sorted; array order still counts.
 
-/** JSON with every object's keys sorted (code-unit order, as Go sorts map keys). */
+/**
+ * JSON with every object's keys sorted (code-unit order, as Go sorts map keys). One string built as it walks
+ * (the OCM installer takes one of every ManifestWork it lists: 5,000 at once after a restart).
+ */
 export function canonicalJson(v: unknown): string {
-  if (Array.isArray(v)) return `[${v.map((x) => (x === undefined || typeof x === 'function' ? 'null' : canonicalJson(x))).join(',')}]`;
-  if (v !== null && typeof v === 'object' && typeof (v as { toJSON?: unknown }).toJSON !== 'function') {
-    const o = v as Record<string, unknown>;
-    const keys = Object.keys(o)
-      .filter((k) => o[k] !== undefined && typeof o[k] !== 'function')
-      .sort();
-    return `{${keys.map((k) => `${JSON.stringify(k)}:${canonicalJson(o[k])}`).join(',')}}`;
+  if (v === null || typeof v !== 'object' || typeof (v as { toJSON?: unknown }).toJSON === 'function') return JSON.stringify(v) ?? 'null';
+  if (Array.isArray(v)) {
+    let s = '[';
+    for (let i = 0; i < v.length; i++) {
+      const x: unknown = v[i];
+      if (i > 0) s += ',';
+      s += x === undefined || typeof x === 'function' ? 'null' : canonicalJson(x);
+    }
+    return `${s}]`;
   }
-  return JSON.stringify(v) ?? 'null';
+  const o = v as Record<string, unknown>;
+  let s = '{';
+  for (const k of Object.keys(o).sort()) {
+    const x = o[k];
+    if (x === undefined || typeof x === 'function') continue;
+    if (s.length > 1) s += ',';
+    s += `${JSON.stringify(k)}:${canonicalJson(x)}`;
+  }
+  return `${s}}`;
 }
 
 /**

@@ -85,4 +85,31 @@ describe('WatchCache', () => {
       witness.stop();
     }
   });
+  it('projects a long list a batch at a time, the event loop turning between; readers see the whole list only', async () => {
+    const store = new MemoryStore();
+    for (let i = 0; i < 1000; i++) await store.create('Lease', lease(`c${i}`, 'a'));
+    let projected = 0;
+    cache = new WatchCache({
+      store,
+      kind: 'Lease',
+      log,
+      project: (l) => (projected++, { ...l, spec: { holderIdentity: `kept-${l.spec.holderIdentity}` } }),
+    });
+    let seen: { projected: number; size: number } | null = null;
+    const turned = new Promise<void>((resolve) =>
+      setImmediate(() => {
+        seen = { projected, size: cache!.size };
+        resolve();
+      }),
+    );
+    const started = cache.start();
+    await turned;
+    await started;
+    expect(seen).not.toBeNull();
+    expect(seen!.projected).toBeGreaterThan(0);
+    expect(seen!.projected).toBeLessThan(1000);
+    expect(seen!.size).toBe(0);
+    expect(cache.size).toBe(1000);
+    expect(cache.get({ namespace: 'c999', name: 'cluster-proxy' })?.spec.holderIdentity).toBe('kept-a');
+  });
 });
