@@ -32,7 +32,6 @@ import {
   UnavailableError,
   describeKey,
   type ListOptions,
-  type ListPage,
   type ListResult,
   type ObjectKey,
   type StatusOptions,
@@ -236,18 +235,14 @@ export class KubernetesStore implements Store {
     return fromJson(kind, raw);
   }
 
-  async list<K extends Kind>(kind: K, opts: ListOptions & ListPage = {}): Promise<ListResult<K>> {
+  async list<K extends Kind>(kind: K, opts: ListOptions = {}): Promise<ListResult<K>> {
     this.usable();
     const info = KINDS[kind];
     if (opts.namespace !== undefined && !info.namespaced) throw new InvalidError(`${kind} is cluster-scoped: no namespace in a list`);
     const sel = labelSelector(opts.labels);
-    const q = {
-      ...(sel ? { labelSelector: sel } : {}),
-      ...(opts.limit !== undefined ? { limit: opts.limit } : {}),
-      ...(opts.continue ? { _continue: opts.continue } : {}),
-    };
+    const q = sel ? { labelSelector: sel } : {};
     try {
-      let res: { items?: unknown[]; metadata?: { resourceVersion?: string; _continue?: string; continue?: string } };
+      let res: { items?: unknown[]; metadata?: { resourceVersion?: string } };
       if (kind === 'Lease') {
         res = opts.namespace
           ? await this.coord.listNamespacedLease({ namespace: opts.namespace, ...q })
@@ -265,13 +260,7 @@ export class KubernetesStore implements Store {
         ) as typeof res;
       }
       const plain = kind === 'Lease' || kind === 'Secret' ? toPlain : fromJson;
-      // The typed lists (Lease, Secret) name it `_continue`; custom objects come as the JSON says.
-      const more = res.metadata?._continue ?? res.metadata?.continue;
-      return {
-        items: (res.items ?? []).map((o) => plain(kind, o)),
-        resourceVersion: res.metadata?.resourceVersion ?? '',
-        ...(more ? { continue: more } : {}),
-      };
+      return { items: (res.items ?? []).map((o) => plain(kind, o)), resourceVersion: res.metadata?.resourceVersion ?? '' };
     } catch (err) {
       throw mapKubeError(err, `list ${kind}`);
     }

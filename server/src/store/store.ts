@@ -17,20 +17,10 @@ export interface ListOptions {
   labels?: Record<string, string>;
 }
 
-/** One page of a long list, as the Kubernetes API pages one (`limit`, `continue`). */
-export interface ListPage {
-  /** At most this many objects; a store may return them all at once (the embedded one does). */
-  limit?: number;
-  /** The `continue` of the page before (same kind and options). */
-  continue?: string;
-}
-
 export interface ListResult<K extends Kind> {
   items: ObjectOfKind<K>[];
-  /** Start a watch from here to see every change after this list (every page of one list has the first's). */
+  /** Start a watch from here to see every change after this list. */
   resourceVersion: string;
-  /** More objects follow: list again with this as `continue`. */
-  continue?: string;
 }
 
 export type WatchEventType = 'ADDED' | 'MODIFIED' | 'DELETED';
@@ -68,7 +58,7 @@ export interface Store {
   /** Which implementation, for logs and `/readyz` ("embedded" | "kubernetes"; "memory" in tests). */
   readonly kind: 'embedded' | 'kubernetes' | 'memory';
   get<K extends Kind>(kind: K, key: ObjectKey): Promise<ObjectOfKind<K> | null>;
-  list<K extends Kind>(kind: K, opts?: ListOptions & ListPage): Promise<ListResult<K>>;
+  list<K extends Kind>(kind: K, opts?: ListOptions): Promise<ListResult<K>>;
   /** AlreadyExistsError if the name is taken. Ignores `status` on kinds with a status subresource. */
   create<K extends Kind>(kind: K, obj: ObjectOfKind<K>): Promise<ObjectOfKind<K>>;
   /**

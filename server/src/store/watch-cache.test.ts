@@ -112,28 +112,4 @@ describe('WatchCache', () => {
     expect(cache.size).toBe(1000);
     expect(cache.get({ namespace: 'c999', name: 'cluster-proxy' })?.spec.holderIdentity).toBe('kept-a');
   });
-  it("lists in pages, then watches from the first page's version", async () => {
-    const store = new MemoryStore();
-    for (let i = 0; i < 5; i++) await store.create('Lease', lease(`c${i}`, 'a'));
-    const calls: string[] = [];
-    // A store that pages as the Kubernetes API does: at most `limit` objects, a `continue` for the rest.
-    const paging = new Proxy(store, {
-      get(target, prop, receiver) {
-        if (prop !== 'list') return Reflect.get(target, prop, receiver) as unknown;
-        return async (kind: 'Lease', opts: { limit?: number; continue?: string } = {}) => {
-          calls.push(`limit=${opts.limit} continue=${opts.continue ?? ''}`);
-          const all = await target.list(kind);
-          const from = Number(opts.continue ?? 0);
-          const end = opts.limit ? from + opts.limit : all.items.length;
-          return { ...all, items: all.items.slice(from, end), ...(end < all.items.length ? { continue: String(end) } : {}) };
-        };
-      },
-    });
-    cache = new WatchCache({ store: paging, kind: 'Lease', log, pageSize: 2 });
-    await cache.start();
-    expect(cache.size).toBe(5);
-    expect(calls).toEqual(['limit=2 continue=', 'limit=2 continue=2', 'limit=2 continue=4']);
-    await store.create('Lease', lease('late', 'b'));
-    await until(() => cache!.size === 6);
-  });
 });

@@ -9,8 +9,6 @@ import type { ListOptions, ObjectKey, Store, Watch } from './store.js';
 /** After a watch ends (e.g. GoneError), list and watch again after this long (doubling up to the max). */
 const RESTART_MIN_MS = 500;
 const RESTART_MAX_MS = 30_000;
-/** A list is read in pages of this many objects (client-go's informers ask for 500). */
-const LIST_PAGE = 500;
 /** A list is projected this many objects at a time, the event loop turning between (5,000 ManifestWorks took 2 s). */
 const PROJECT_BATCH = 128;
 
@@ -24,8 +22,6 @@ export interface WatchCacheOptions<K extends Kind> {
   onChange?: (obj: ObjectOfKind<K>, deleted: boolean, previous: ObjectOfKind<K> | undefined) => void;
   /** What the mirror keeps of each object (default: all of it); a loop that reads a few fields of large objects keeps those. */
   project?: (obj: ObjectOfKind<K>, previous: ObjectOfKind<K> | undefined) => ObjectOfKind<K>;
-  /** Objects per page of the list (default LIST_PAGE). */
-  pageSize?: number;
 }
 
 const keyOf = (k: ObjectKey): string => `${k.namespace ?? ''}/${k.name}`;
@@ -44,32 +40,25 @@ export class WatchCache<K extends Kind> {
   async start(): Promise<void> {
     this.stopped = false;
     if (this.watch) return;
-    const { project, store, kind, select, pageSize = LIST_PAGE } = this.opts;
+    const list = await this.opts.store.list(this.opts.kind, this.opts.select);
+    if (this.stopped) return;
+    const { project } = this.opts;
     const before = this.objects;
     const next = new Map<string, ObjectOfKind<K>>();
-    // Page by page, as client-go's informers list: a page of full objects at a time, not 5,000 ManifestWorks in
-    // one response, one parse and one heap.
-    let page = await store.list(kind, { ...select, limit: pageSize });
-    const { resourceVersion } = page;
     let n = 0;
-    for (;;) {
-      if (this.stopped) return;
-      for (const o of page.items) {
-        const k = keyOf(o.metadata);
-        next.set(k, project ? project(o, before.get(k)) : o);
-        if (project && ++n % PROJECT_BATCH === 0) {
-          // Readers see the previous mirror (or none) until the whole list is in.
-          await new Promise((resolve) => setImmediate(resolve));
-          if (this.stopped) return;
-        }
+    for (const o of list.items) {
+      const k = keyOf(o.metadata);
+      next.set(k, project ? project(o, before.get(k)) : o);
+      if (project && ++n % PROJECT_BATCH === 0) {
+        // Readers see the previous mirror (or none) until the whole list is in.
+        await new Promise((resolve) => setImmediate(resolve));
+        if (this.stopped) return;
       }
-      if (!page.continue) break;
-      page = await store.list(kind, { ...select, limit: pageSize, continue: page.continue });
     }
     this.objects = next;
     this.watch = this.opts.store.watch(
       this.opts.kind,
-      { ...this.opts.select, resourceVersion },
+      { ...this.opts.select, resourceVersion: list.resourceVersion },
       {
         onEvent: (e) => {
           const k = keyOf(e.object.metadata);
