@@ -563,7 +563,6 @@ export class AddonManager {
     }
   }
 
-  /** How much older than OCM's rule a stored lease may be: unchanged renewals are written every LEASE_REFRESH_MS in 'tunnel' mode. */
   /**
    * Whether the cluster's lease says anything about the addon there now: on an OCM hub addons come and go (disabled,
    * enabled again), and a lease not renewed after the addon was created belongs to an earlier one.
@@ -575,6 +574,7 @@ export class AddonManager {
     return Date.parse(lease.spec.renewTime ?? '') >= Date.parse(addon.metadata.creationTimestamp ?? '') + 1000;
   }
 
+  /** How much older than OCM's rule a stored lease may be: unchanged renewals are written every LEASE_REFRESH_MS in 'tunnel' mode. */
   private get slackMs(): number {
     return this.mode === 'tunnel' ? LEASE_REFRESH_MS : 0;
   }

@@ -1,6 +1,7 @@
 // Store writes a bounded number at a time: a pass over a fleet that all changed (a first install, a restart, a
 // CA rollover) takes writes/STORE_WRITES_IN_FLIGHT round trips instead of one per object, without opening a
 // request per object at once against an API server that sheds load.
+import { setImmediate as nextTurn } from 'node:timers/promises';
 
 /** How many writes of one pass are in flight at once. */
 export const STORE_WRITES_IN_FLIGHT = 16;
@@ -25,7 +26,7 @@ export async function inFlight(tasks: (() => Promise<void>)[], limit: number = S
       });
       if (++sinceTurn >= TASKS_PER_TURN) {
         sinceTurn = 0;
-        await new Promise<void>((resolve) => setImmediate(resolve));
+        await nextTurn();
       }
     }
   };

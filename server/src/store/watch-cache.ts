@@ -5,6 +5,7 @@
 import type { Logger } from 'pino';
 import type { Kind, ObjectOfKind } from './objects.js';
 import type { ListOptions, ObjectKey, Store, Watch } from './store.js';
+import { setImmediate as nextTurn } from 'node:timers/promises';
 
 /** After a watch ends (e.g. GoneError), list and watch again after this long (doubling up to the max). */
 const RESTART_MIN_MS = 500;
@@ -51,7 +52,7 @@ export class WatchCache<K extends Kind> {
       next.set(k, project ? project(o, before.get(k)) : o);
       if (project && ++n % PROJECT_BATCH === 0) {
         // Readers see the previous mirror (or none) until the whole list is in.
-        await new Promise((resolve) => setImmediate(resolve));
+        await nextTurn();
         if (this.stopped) return;
       }
     }
