@@ -13,6 +13,9 @@ export const AGENT_VERSION = '0.1.0';
 /** What each renewal reports (the hub's Degraded/Progressing come from it). */
 export type LeaseReport = AgentHealthReport;
 
+/** The hub's answer to a renewal (a JSON object). */
+export type RenewalAnswer = Record<string, unknown>;
+
 export interface LeaseRenewerOptions {
   agent: Agent;
   hub: Omit<HubClientOptions, 'cert' | 'key'>;
@@ -37,8 +40,26 @@ export class LeaseRenewer {
   private lastSent = '';
   private lastSentAt = 0;
   private unchangedEveryMs = 0;
+  private sending: Promise<RenewalAnswer | null> | null = null;
+  private readonly listeners = new Set<(answer: RenewalAnswer) => void>();
 
   constructor(private readonly opts: LeaseRenewerOptions) {}
+
+  /** Calls `listener` with every renewal's answer (ReplicaSync reads the replica list in it); returns the unsubscribe. */
+  onAnswer(listener: (answer: RenewalAnswer) => void): () => void {
+    this.listeners.add(listener);
+    return () => this.listeners.delete(listener);
+  }
+
+  /**
+   * A renewal now, whatever changed, for its answer (ReplicaSync asks for the replica list so): the answer, null if
+   * it failed, undefined where it is not worth a request: before the first renewal, with no tunnel up, or when the
+   * hub writes every renewal to its store (it answered renewIntervalSeconds 0, `--health-mode lease`).
+   */
+  async renewNow(): Promise<RenewalAnswer | null | undefined> {
+    if (this.stopped || !this.renewedOnce || this.unchangedEveryMs === 0 || this.opts.agent.connectedServers === 0) return undefined;
+    return this.send(await this.report());
+  }
 
   start(): void {
     this.schedule(0);
@@ -63,8 +84,19 @@ export class LeaseRenewer {
     // Until the first renewal, look often, so the addon turns Available soon after the tunnel is up.
     const period = this.renewedOnce ? this.opts.leaseDurationMs : Math.min(500, this.opts.leaseDurationMs);
     if (agent.connectedServers === 0) return this.schedule(period);
+    const report = await this.report();
+    // A big fleet's hub wants unchanged reports less often than every lease duration (it sees the agent
+    // through its tunnels); a change goes out at the next tick, as before.
+    const unchanged = JSON.stringify(report) === this.lastSent;
+    if (this.renewedOnce && unchanged && Date.now() - this.lastSentAt < this.unchangedEveryMs) return this.schedule(period);
+    await this.send(report);
+    this.schedule(this.renewedOnce ? this.opts.leaseDurationMs : period);
+  }
+
+  private async report(): Promise<LeaseReport> {
+    const { agent } = this.opts;
     const reach = await apiserverReachable(this.opts.apiserver);
-    const report: LeaseReport = {
+    return {
       agentID: agent.agentID,
       leaseDurationSeconds: Math.max(1, Math.round(this.opts.leaseDurationMs / 1000)),
       connectedServers: agent.connectedServers,
@@ -74,38 +106,49 @@ export class LeaseRenewer {
       version: AGENT_VERSION,
       phase: this.opts.phase?.() ?? 'Running',
     };
-    const content = JSON.stringify(report);
-    // A big fleet's hub wants unchanged reports less often than every lease duration (it sees the agent
-    // through its tunnels); a change goes out at the next tick, as before.
-    if (this.renewedOnce && content === this.lastSent && Date.now() - this.lastSentAt < this.unchangedEveryMs) return this.schedule(period);
+  }
+
+  /** One renewal at a time: a second caller while one is under way gets that one's answer. */
+  private send(report: LeaseReport): Promise<RenewalAnswer | null> {
+    this.sending ??= this.renew(report).finally(() => {
+      this.sending = null;
+    });
+    return this.sending;
+  }
+
+  private async renew(report: LeaseReport): Promise<RenewalAnswer | null> {
+    const { agent } = this.opts;
     try {
       const creds = agent.currentCredentials;
-      const answer = await hubRequest(
+      const raw = await hubRequest(
         { ...this.opts.hub, caCert: agent.currentTrust, cert: creds.cert, key: creds.key, sessions: agent.hubSessions },
         'POST',
         '/v1/lease',
         report,
       );
-      const bundle = (answer as { caBundle?: unknown } | null)?.caBundle;
+      const answer: RenewalAnswer = raw !== null && typeof raw === 'object' && !Array.isArray(raw) ? (raw as RenewalAnswer) : {};
+      const bundle = answer['caBundle'];
       if (typeof bundle === 'string' && bundle.includes('BEGIN CERTIFICATE') && !Buffer.from(bundle).equals(agent.currentTrust)) {
         // Came over TLS verified with the current bundle, so it is the hub speaking.
         agent.setTrust(Buffer.from(bundle));
         await this.opts.onTrust?.(Buffer.from(bundle));
         this.opts.log.info('the hub sent a new CA bundle (CA rollover); new links verify the hub with it');
       }
-      if ((answer as { renewCertificate?: unknown } | null)?.renewCertificate === true) this.opts.onRenewRequested?.();
+      if (answer['renewCertificate'] === true) this.opts.onRenewRequested?.();
       this.renewedOnce = true;
-      this.lastSent = content;
+      this.lastSent = JSON.stringify(report);
       this.lastSentAt = Date.now();
       this.unchangedEveryMs = renewIntervalMs(answer);
       if (this.lastError) this.opts.log.info('lease renewed again');
       this.lastError = '';
+      for (const listener of this.listeners) listener(answer);
+      return answer;
     } catch (err) {
       const msg = (err as Error).message;
       if (msg !== this.lastError) this.opts.log.warn(`cannot renew the lease on the hub: ${msg}`);
       this.lastError = msg;
+      return null;
     }
-    this.schedule(this.renewedOnce ? this.opts.leaseDurationMs : period);
   }
 }
 

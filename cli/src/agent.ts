@@ -258,6 +258,7 @@ export async function runAgent(args: string[]): Promise<void> {
     agent,
     hub: { address: hubAddress, serverName: hubClient.serverName, egress: hubClient.egress },
     intervalMs: duration(flags, 'replica-sync-interval'),
+    lease,
     log,
   });
   replicaSync.start();

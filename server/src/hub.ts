@@ -117,6 +117,7 @@ export class Hub {
         signerExpiry: this.signer ? expiry(Buffer.from(this.signer.certPem)) : null,
       }),
       caBundle: () => this.caBundle(),
+      replicaList: () => this.replicas.answer(),
       agentImage: opts.agentImage ?? DEFAULT_AGENT_IMAGE,
       // After a CA rollover's "promote", agents still on the old CA get new certificates before "finish".
       shouldRenew: (cert) => {

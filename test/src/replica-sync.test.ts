@@ -1,9 +1,11 @@
 // The agent's replica sync against a real hub API (TLS on the agent port): the live list reaches the
 // agent; a hub without the endpoint (an ANP server answers 404) switches it off for good, leaving the
-// agent on ANP's serverCount header; a malformed answer changes nothing. The agent side is a recorder.
+// agent on ANP's serverCount header; a malformed answer changes nothing; beside a lease renewer, a hub
+// that answers renewals with the list is asked with renewals alone, an older one with GET /v1/replicas.
+// The agent side is a recorder.
 import pino from 'pino';
 import { afterAll, describe, expect, it } from 'vitest';
-import { AgentMetrics, ReplicaSync, type Agent } from '@cluster-proxy/agent';
+import { AgentMetrics, LeaseRenewer, ReplicaSync, type Agent } from '@cluster-proxy/agent';
 import { ProxyServer, createCA, issueAgentCert, issueServerCert } from '@cluster-proxy/server';
 import { waitFor } from './fixtures/index.js';
 
@@ -11,7 +13,7 @@ const ca = createCA({ commonName: 'replica-sync-test' });
 const serving = issueServerCert(ca, { commonName: 'hub', dnsNames: ['localhost'], ipAddresses: ['127.0.0.1'] });
 const agentCert = issueAgentCert(ca, { cluster: 'c1' });
 
-async function hubWith(answer: (() => unknown) | null): Promise<{ server: ProxyServer; address: string }> {
+async function hubWith(answer: (() => unknown) | null, renewal?: () => unknown): Promise<{ server: ProxyServer; address: string }> {
   const server = new ProxyServer({
     bindAddress: '127.0.0.1',
     agentPort: 0,
@@ -22,6 +24,7 @@ async function hubWith(answer: (() => unknown) | null): Promise<{ server: ProxyS
     log: pino({ level: 'silent' }),
   });
   if (answer) server.hubApi.route('GET', '/v1/replicas', async () => ({ status: 200, body: answer() }), { agentOnly: true });
+  if (renewal) server.hubApi.route('POST', '/v1/lease', async () => ({ status: 200, body: renewal() }), { agentOnly: true });
   const ports = await server.start();
   return { server, address: `127.0.0.1:${ports.agent}` };
 }
@@ -31,6 +34,8 @@ function recordingAgent(): { agent: Agent; calls: [string[], number][]; spreads:
   const calls: [string[], number][] = [];
   const spreads: number[] = [];
   const agent = {
+    agentID: 'agent-1',
+    serverCount: 1,
     connectedServers: 1,
     currentTrust: Buffer.from(ca.certPem),
     currentCredentials: { cert: Buffer.from(agentCert.certPem), key: Buffer.from(agentCert.keyPem) },
@@ -122,5 +127,66 @@ describe('ReplicaSync', () => {
     await waitFor(() => asked >= 2, { timeoutMs: 5000, message: 'the agent kept asking' });
     expect(s2.idle).toBe(false);
     expect(second.calls).toEqual([]);
+  });
+
+  it('beside a lease renewer: the list comes with the renewals, one request per interval; from an older hub, by GET', async () => {
+    const list = { serverCount: 2, replicas: [{ serverID: 'hub-a' }, { serverID: 'hub-b' }], syncIntervalSeconds: 0.2 };
+    const asked = { renewals: 0, lists: 0 };
+    const hub = await hubWith(
+      () => {
+        asked.lists++;
+        return list;
+      },
+      () => {
+        asked.renewals++;
+        // renewIntervalSeconds: unchanged reports every 10 s, so the renewals after the first are the sync's.
+        return { leaseDurationSeconds: 60, renewIntervalSeconds: 10, replicas: list };
+      },
+    );
+    stops.push(() => hub.server.stop(100));
+    const { agent, calls } = recordingAgent();
+    const log = pino({ level: 'silent' });
+    const hubClient = { address: hub.address, serverName: 'localhost', caCert: Buffer.from(ca.certPem) };
+    const lease = new LeaseRenewer({ agent, hub: hubClient, apiserver: '127.0.0.1:1', leaseDurationMs: 60_000, log });
+    const sync = new ReplicaSync({ agent, hub: hubClient, intervalMs: 100, lease, log });
+    stops.push(() => {
+      lease.stop();
+      sync.stop();
+    });
+    lease.start();
+    sync.start();
+    await waitFor(() => asked.renewals >= 4, { timeoutMs: 10_000, message: 'renewals at the sync interval' });
+    expect(calls.length).toBeGreaterThanOrEqual(3);
+    expect(calls[0]).toEqual([['hub-a', 'hub-b'], 2]);
+    // The first sync may run before the first renewal (nothing to renew with yet); after that, renewals only.
+    expect(asked.lists).toBeLessThanOrEqual(1);
+
+    // A hub whose renewal answers carry no list: the sync asks it directly, every interval.
+    const older = { renewals: 0, lists: 0 };
+    const old = await hubWith(
+      () => {
+        older.lists++;
+        return list;
+      },
+      () => {
+        older.renewals++;
+        return { leaseDurationSeconds: 60, renewIntervalSeconds: 10 };
+      },
+    );
+    stops.push(() => old.server.stop(100));
+    const second = recordingAgent();
+    const oldClient = { address: old.address, serverName: 'localhost', caCert: Buffer.from(ca.certPem) };
+    const lease2 = new LeaseRenewer({ agent: second.agent, hub: oldClient, apiserver: '127.0.0.1:1', leaseDurationMs: 60_000, log });
+    const sync2 = new ReplicaSync({ agent: second.agent, hub: oldClient, intervalMs: 100, lease: lease2, log });
+    stops.push(() => {
+      lease2.stop();
+      sync2.stop();
+    });
+    lease2.start();
+    sync2.start();
+    await waitFor(() => older.lists >= 4, { timeoutMs: 10_000, message: 'lists asked directly' });
+    // One renewal when the agent started, at most one more to find out the hub sends no list: not one per sync.
+    expect(older.renewals).toBeLessThanOrEqual(2);
+    expect(second.calls.length).toBeGreaterThanOrEqual(3);
   });
 });

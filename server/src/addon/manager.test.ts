@@ -67,19 +67,29 @@ describe('AddonManager', () => {
     manager = null;
   });
 
-  it('turns a cluster Available from a lease renewal and its tunnel, reading the store through its watches', async () => {
+  it('turns a cluster Available from a lease renewal and its tunnel, reading the store through its watches; answers with the replica list', async () => {
     const store = new MemoryStore();
     await store.create('ManagedCluster', cluster('c1'));
     await store.create('ManagedCluster', cluster('c2'));
     const r = routes();
-    manager = new AddonManager({ store, core: core(['c1']), log, serverID: 'hub-0', tunnelLossWindowMs: 2000 });
+    const replicas = { serverCount: 1, replicas: [{ serverID: 'hub-0' }], syncIntervalSeconds: 1, reconnectSpreadSeconds: 1 };
+    manager = new AddonManager({
+      store,
+      core: core(['c1']),
+      log,
+      serverID: 'hub-0',
+      tunnelLossWindowMs: 2000,
+      replicaList: async () => replicas,
+    });
     manager.registerRoutes(r.api, r.api);
     await manager.start();
     // The renewal's write reaches the pass through the lease watch (no explicit pass by the route).
-    await r.call('POST', '/v1/lease', {
+    const answer = await r.call('POST', '/v1/lease', {
       body: report,
       caller: { authorized: true, agent: { cluster: 'c1', agentName: 'proxy-agent' }, certificate: null, peer: 'test' },
     });
+    // The answer carries the replica list: the agent needs no request of its own for it.
+    expect(answer).toMatchObject({ leaseDurationSeconds: 60, replicas });
     const available = async (c: string): Promise<string | undefined> =>
       (await store.get('ManagedClusterAddOn', { name: ADDON_NAME, namespace: c }))?.status?.conditions?.find((x) => x.type === 'Available')
         ?.status;

@@ -20,7 +20,7 @@ import { AlreadyExistsError, ConflictError, NotFoundError, type Store, type Watc
 import { WatchCache } from '../store/watch-cache.js';
 import { inFlight, STORE_WRITES_IN_FLIGHT } from '../store/in-flight.js';
 import { sameJson } from '../store/same-json.js';
-import { tunnelsOnOtherReplicas } from '../fleet/replicas.js';
+import { tunnelsOnOtherReplicas, type ReplicaAnswer } from '../fleet/replicas.js';
 import { leaseHeld, microTime, writeLease } from '../fleet/lease.js';
 import {
   LEASE_GRACE_FACTOR,
@@ -85,6 +85,11 @@ export interface AddonManagerOptions {
   agentImage?: string;
   /** Whether an agent's certificate should be renewed now (signed by a CA that no longer signs). */
   shouldRenew?: (cert: PeerCertificate) => boolean;
+  /**
+   * The live replica list and pacing hints (ReplicaRegistry.answer), sent with every renewal's answer: an agent
+   * then needs no replica-list request of its own, one TLS connection to the hub instead of two.
+   */
+  replicaList?: () => Promise<ReplicaAnswer>;
   now?: () => number;
 }
 
@@ -225,6 +230,7 @@ export class AddonManager {
         // store changed, since at 5,000 agents renewals still come ~20 a second.
         await this.renewLease(cluster, report);
         const renew = req.caller.certificate && this.opts.shouldRenew ? this.opts.shouldRenew(req.caller.certificate) : false;
+        const replicas = await this.opts.replicaList?.();
         return {
           status: 200,
           body: {
@@ -232,6 +238,7 @@ export class AddonManager {
             renewIntervalSeconds: this.renewIntervalSeconds,
             ...(this.opts.caBundle ? { caBundle: this.opts.caBundle() } : {}),
             ...(renew ? { renewCertificate: true } : {}),
+            ...(replicas ? { replicas } : {}),
           },
         };
       },

@@ -66,7 +66,8 @@ const LIST_MAX_AGE_MS = 1000;
 /**
  * Replica-list requests a second this hub asks its agents to stay under, all together: each agent asks
  * every max(its interval, agents / this) seconds (the answer's syncIntervalSeconds). At 5,000 agents that
- * is every 200 s instead of every 10 s; a new replica is still found by every agent within it.
+ * is every 200 s instead of every 10 s; a new replica is still found by every agent within it. An agent
+ * that renews its lease asks for the list with a renewal (whose answer carries it), not a request of its own.
  */
 export const REPLICA_SYNC_BUDGET_PER_SECOND = 25;
 /**
@@ -78,6 +79,14 @@ export const REPLICA_SYNC_BUDGET_PER_SECOND = 25;
 export const RECONNECT_BUDGET_PER_SECOND = 150;
 /** The spread is at most this, so a fleet is back within a minute whatever its size. */
 export const MAX_RECONNECT_SPREAD_SECONDS = 45;
+
+/** The live replicas and the pacing hints, as `GET /v1/replicas` and lease renewals give them to agents. */
+export interface ReplicaAnswer {
+  serverCount: number;
+  replicas: { serverID: string }[];
+  syncIntervalSeconds: number;
+  reconnectSpreadSeconds: number;
+}
 
 /** What `GET /v1/replicas` tells an agent about pacing, from this replica's agent count. */
 export function pacingHints(agents: number): { syncIntervalSeconds: number; reconnectSpreadSeconds: number } {
@@ -184,24 +193,19 @@ export class ReplicaRegistry {
   }
 
   registerRoutes(hubApi: HubApi): void {
-    hubApi.route(
-      'GET',
-      '/v1/replicas',
-      async () => {
-        // Agents drop tunnels to replicas missing from this list, so answer from a fresh read: a list
-        // from before a replica (re)started would make them close the tunnel they just opened to it.
-        if (this.now() - this.refreshedAt > LIST_MAX_AGE_MS) await this.refreshOnce().catch(() => {});
-        return {
-          status: 200,
-          body: {
-            serverCount: this.count,
-            replicas: this.serverIDs.map((serverID) => ({ serverID })),
-            ...pacingHints(Math.max(this.agents, this.opts.fleetSize?.() ?? 0)),
-          },
-        };
-      },
-      { agentOnly: true },
-    );
+    hubApi.route('GET', '/v1/replicas', async () => ({ status: 200, body: await this.answer() }), { agentOnly: true });
+  }
+
+  /** What `GET /v1/replicas` answers, and lease renewals carry (`replicas`): the live list and the pacing hints. */
+  async answer(): Promise<ReplicaAnswer> {
+    // Agents drop tunnels to replicas missing from this list, so answer from a fresh read: a list
+    // from before a replica (re)started would make them close the tunnel they just opened to it.
+    if (this.now() - this.refreshedAt > LIST_MAX_AGE_MS) await this.refreshOnce().catch(() => {});
+    return {
+      serverCount: this.count,
+      replicas: this.serverIDs.map((serverID) => ({ serverID })),
+      ...pacingHints(Math.max(this.agents, this.opts.fleetSize?.() ?? 0)),
+    };
   }
 
   private ticking: Promise<void> | null = null;

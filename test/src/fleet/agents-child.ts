@@ -99,7 +99,13 @@ async function main(): Promise<void> {
       leaseDurationMs: job.leaseDurationMs,
       log,
     });
-    const sync = new ReplicaSync({ agent, hub: { address: job.hubAddress, serverName: 'localhost' }, intervalMs: job.replicaSyncMs, log });
+    const sync = new ReplicaSync({
+      agent,
+      hub: { address: job.hubAddress, serverName: 'localhost' },
+      intervalMs: job.replicaSyncMs,
+      lease,
+      log,
+    });
     agents.push({ cluster, agent, lease, sync, up: false, upAt: 0, stopped: false });
   }
   const issuedSeconds = (performance.now() - began) / 1000;
