@@ -131,62 +131,47 @@ describe('ReplicaSync', () => {
 
   it('beside a lease renewer: the list comes with the renewals, one request per interval; from an older hub, by GET', async () => {
     const list = { serverCount: 2, replicas: [{ serverID: 'hub-a' }, { serverID: 'hub-b' }], syncIntervalSeconds: 0.2 };
-    const asked = { renewals: 0, lists: 0 };
-    const hub = await hubWith(
-      () => {
-        asked.lists++;
-        return list;
-      },
-      () => {
-        asked.renewals++;
-        // renewIntervalSeconds: unchanged reports every 10 s, so the renewals after the first are the sync's.
-        return { leaseDurationSeconds: 60, renewIntervalSeconds: 10, replicas: list };
-      },
-    );
-    stops.push(() => hub.server.stop(100));
-    const { agent, calls } = recordingAgent();
     const log = pino({ level: 'silent' });
-    const hubClient = { address: hub.address, serverName: 'localhost', caCert: Buffer.from(ca.certPem) };
-    const lease = new LeaseRenewer({ agent, hub: hubClient, apiserver: '127.0.0.1:1', leaseDurationMs: 60_000, log });
-    const sync = new ReplicaSync({ agent, hub: hubClient, intervalMs: 100, lease, log });
-    stops.push(() => {
-      lease.stop();
-      sync.stop();
-    });
-    lease.start();
-    sync.start();
-    await waitFor(() => asked.renewals >= 4, { timeoutMs: 10_000, message: 'renewals at the sync interval' });
-    expect(calls.length).toBeGreaterThanOrEqual(3);
-    expect(calls[0]).toEqual([['hub-a', 'hub-b'], 2]);
+    /** A hub counting renewals and list requests, an agent with a lease renewer and a sync against it. */
+    const renewingAgent = async (listInRenewals: boolean) => {
+      const asked = { renewals: 0, lists: 0 };
+      const hub = await hubWith(
+        () => {
+          asked.lists++;
+          return list;
+        },
+        () => {
+          asked.renewals++;
+          // renewIntervalSeconds: unchanged reports every 10 s, so the renewals after the first are the sync's.
+          return { leaseDurationSeconds: 60, renewIntervalSeconds: 10, ...(listInRenewals ? { replicas: list } : {}) };
+        },
+      );
+      stops.push(() => hub.server.stop(100));
+      const { agent, calls } = recordingAgent();
+      const hubClient = { address: hub.address, serverName: 'localhost', caCert: Buffer.from(ca.certPem) };
+      const lease = new LeaseRenewer({ agent, hub: hubClient, apiserver: '127.0.0.1:1', leaseDurationMs: 60_000, log });
+      const sync = new ReplicaSync({ agent, hub: hubClient, intervalMs: 100, lease, log });
+      stops.push(() => {
+        lease.stop();
+        sync.stop();
+      });
+      lease.start();
+      sync.start();
+      return { asked, calls };
+    };
+
+    const current = await renewingAgent(true);
+    await waitFor(() => current.asked.renewals >= 4, { timeoutMs: 10_000, message: 'renewals at the sync interval' });
+    expect(current.calls.length).toBeGreaterThanOrEqual(3);
+    expect(current.calls[0]).toEqual([['hub-a', 'hub-b'], 2]);
     // The first sync may run before the first renewal (nothing to renew with yet); after that, renewals only.
-    expect(asked.lists).toBeLessThanOrEqual(1);
+    expect(current.asked.lists).toBeLessThanOrEqual(1);
 
     // A hub whose renewal answers carry no list: the sync asks it directly, every interval.
-    const older = { renewals: 0, lists: 0 };
-    const old = await hubWith(
-      () => {
-        older.lists++;
-        return list;
-      },
-      () => {
-        older.renewals++;
-        return { leaseDurationSeconds: 60, renewIntervalSeconds: 10 };
-      },
-    );
-    stops.push(() => old.server.stop(100));
-    const second = recordingAgent();
-    const oldClient = { address: old.address, serverName: 'localhost', caCert: Buffer.from(ca.certPem) };
-    const lease2 = new LeaseRenewer({ agent: second.agent, hub: oldClient, apiserver: '127.0.0.1:1', leaseDurationMs: 60_000, log });
-    const sync2 = new ReplicaSync({ agent: second.agent, hub: oldClient, intervalMs: 100, lease: lease2, log });
-    stops.push(() => {
-      lease2.stop();
-      sync2.stop();
-    });
-    lease2.start();
-    sync2.start();
-    await waitFor(() => older.lists >= 4, { timeoutMs: 10_000, message: 'lists asked directly' });
+    const older = await renewingAgent(false);
+    await waitFor(() => older.asked.lists >= 4, { timeoutMs: 10_000, message: 'lists asked directly' });
     // One renewal when the agent started, at most one more to find out the hub sends no list: not one per sync.
-    expect(older.renewals).toBeLessThanOrEqual(2);
-    expect(second.calls.length).toBeGreaterThanOrEqual(3);
+    expect(older.asked.renewals).toBeLessThanOrEqual(2);
+    expect(older.calls.length).toBeGreaterThanOrEqual(3);
   });
 });
