@@ -1,7 +1,8 @@
 // The agent's lease on the hub (`Lease cluster-proxy` in the cluster's namespace, OCM's addon lease),
 // renewed through the hub API every lease duration — only while the agent holds at least one working
 // tunnel, so a lease that stops moving means "no tunnel", as in OCM. Each renewal carries a short
-// health report the hub turns into the addon's Degraded/Progressing conditions.
+// health report the hub turns into the addon's Degraded/Progressing conditions; the hub's answer may carry
+// its replica list, and the replica sync then asks for that list with a renewal (renewNow).
 import net from 'node:net';
 import { splitHostPort, type AgentHealthReport } from '@cluster-proxy/proto';
 import type { Logger } from 'pino';

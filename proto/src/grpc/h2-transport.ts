@@ -21,7 +21,7 @@
 // show the same count at two looks.) One timer for every watched socket. Each tick it looks at the
 // suspects and at one of SCAN_TICKS groups of the other sockets, so a socket is scanned every
 // SCAN_TICKS × WATCH_INTERVAL_MS and a stuck write ends within (SCAN_TICKS + 1) × WATCH_INTERVAL_MS: at 5,000
-// clusters with 1,000 gRPC agents, looking at every socket every interval was a sixth of the idle hub's CPU.
+// clusters with 1,000 gRPC agents, looking at every socket every interval was 13 % of the idle hub's busy time.
 import { Duplex } from 'node:stream';
 import type tls from 'node:tls';
 
