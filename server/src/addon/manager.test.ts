@@ -136,6 +136,36 @@ describe('AddonManager', () => {
     }
   });
 
+  it('a status pass over thousands of addons lets the event loop turn while it judges them (dials wait behind it)', async () => {
+    const store = new MemoryStore();
+    const n = 2000;
+    for (let i = 0; i < n; i++) await store.create('ManagedCluster', cluster(`c${i}`));
+    // Counts addon status writes, and when the pass has its leader lease, notes how many were written by the
+    // next turn of the event loop: none if the judging lets the loop turn, all the first batch's if it does not.
+    let statusWrites = 0;
+    const atTurn: number[] = [];
+    const counting = new Proxy(store, {
+      get(target, prop, receiver) {
+        const v = Reflect.get(target, prop, receiver) as unknown;
+        if (typeof v !== 'function') return v;
+        return (...args: unknown[]) => {
+          if (prop === 'updateStatus' && args[0] === 'ManagedClusterAddOn') statusWrites++;
+          const kind = args[0];
+          const name = (args[1] as { metadata?: { name?: string } } | undefined)?.metadata?.name;
+          if ((prop === 'create' || prop === 'update') && kind === 'Lease' && name === 'cluster-proxy-addon-manager')
+            setImmediate(() => atTurn.push(statusWrites));
+          return (v as (...a: unknown[]) => unknown).apply(target, args);
+        };
+      },
+    });
+    const clusters = Array.from({ length: n }, (_, i) => `c${i}`);
+    manager = new AddonManager({ store: counting, core: core(clusters), log, serverID: 'hub-0', tunnelLossWindowMs: 2000 });
+    manager.registerRoutes(routes().api, routes().api);
+    await manager.start();
+    await until(async () => statusWrites >= n);
+    expect(atTurn[0]).toBe(0);
+  });
+
   it('asks a big fleet for unchanged renewals less often (tunnel mode), never in lease mode', async () => {
     const store = new MemoryStore();
     const r = routes();
