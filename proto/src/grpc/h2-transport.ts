@@ -60,16 +60,13 @@ interface Watched {
   suspect: number;
   /** Bytes written to TCP at that look. */
   written: number;
-  /** The tick of the last look. */
-  lookedAt: number;
 }
 
 /** The healthy sockets, in SCAN_TICKS groups; a suspect is also in `suspects` until a look clears or ends it. */
 const groups: Set<Watched>[] = Array.from({ length: SCAN_TICKS }, () => new Set());
 const suspects = new Set<Watched>();
-let watchedCount = 0;
 let nextGroup = 0;
-let ticks = 0;
+let tick = 0;
 let timer: NodeJS.Timeout | null = null;
 let stuckWritesEnded = 0;
 
@@ -81,8 +78,7 @@ export function stuckTlsWritesEnded(): number {
 function unwatch(w: Watched): void {
   if (!groups[w.group]!.delete(w)) return;
   suspects.delete(w);
-  watchedCount--;
-  if (watchedCount === 0 && timer) {
+  if (timer && groups.every((g) => g.size === 0)) {
     clearInterval(timer);
     timer = null;
   }
@@ -90,7 +86,6 @@ function unwatch(w: Watched): void {
 
 /** One look at `w`: ends its socket if the write it was suspected of is still stuck, else notes what it sees. */
 function lookAt(w: Watched): void {
-  w.lookedAt = ticks;
   const h = handleOf(w.socket);
   if (!h || w.socket.destroyed) return unwatch(w);
   const pending = h.writeQueueSize as number;
@@ -114,17 +109,18 @@ function lookAt(w: Watched): void {
 }
 
 function onTick(): void {
-  ticks++;
-  for (const w of [...suspects]) lookAt(w);
-  for (const w of groups[ticks % SCAN_TICKS]!) if (w.lookedAt !== ticks) lookAt(w);
+  tick = (tick + 1) % SCAN_TICKS;
+  // The suspects of earlier ticks get their second look; this tick's group its first (a new suspect waits a tick).
+  const again = [...suspects];
+  for (const w of groups[tick]!) if (w.suspect < 0) lookAt(w);
+  for (const w of again) lookAt(w);
 }
 
 /** Watches `socket` (established TLS over TCP, see canWatchTlsWrites) until it closes. */
 export function watchTlsWrites(socket: tls.TLSSocket): void {
-  const w: Watched = { socket, group: nextGroup, suspect: -1, written: -1, lookedAt: -1 };
+  const w: Watched = { socket, group: nextGroup, suspect: -1, written: -1 };
   nextGroup = (nextGroup + 1) % SCAN_TICKS;
   groups[w.group]!.add(w);
-  watchedCount++;
   socket.once('close', () => unwatch(w));
   if (!timer) {
     timer = setInterval(onTick, WATCH_INTERVAL_MS);
