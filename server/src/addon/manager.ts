@@ -2,7 +2,6 @@
 // namespace), the singleton ManagedProxyConfiguration and its status, the agents' lease renewals
 // (hub API `POST /v1/lease`) and a status loop that keeps every addon's conditions true
 // (conditions.ts). Admin views: `GET /v1/managedclusteraddons`, `GET /v1/managedclusters`.
-import { setImmediate as nextTurn } from 'node:timers/promises';
 import type { PeerCertificate } from 'node:tls';
 import type { Logger } from 'pino';
 import { HubApiError, type HubApi } from '../fleet/hub-api.js';
@@ -20,6 +19,7 @@ import {
 import { AlreadyExistsError, ConflictError, NotFoundError, type Store, type Watch } from '../store/store.js';
 import { WatchCache } from '../store/watch-cache.js';
 import { inFlight, STORE_WRITES_IN_FLIGHT } from '../store/in-flight.js';
+import { TurnBudget } from '../store/turns.js';
 import { sameJson } from '../store/same-json.js';
 import { tunnelsOnOtherReplicas, type ReplicaAnswer } from '../fleet/replicas.js';
 import { leaseHeld, microTime, writeLease } from '../fleet/lease.js';
@@ -468,15 +468,15 @@ export class AddonManager {
     const leaseOf = new Map<string, Lease>();
     for (const l of leases) if (l.metadata.name === ADDON_NAME) leaseOf.set(l.metadata.namespace!, l);
     const configReferencesOf = this.installer?.configReferences();
-    // The judging is in order, JUDGED_PER_TURN addons between two turns of the event loop; the writes go
+    // The judging is in order, JUDGED_PER_TURN addons (or TURN_SLICE_MS) between two turns of the event loop; the writes go
     // STORE_WRITES_IN_FLIGHT at a time, so a pass over a fleet that all changed (a restart, a CA rollover) takes
     // writes/16 round trips, not one per addon.
     const writes: (() => Promise<void>)[] = [];
-    let judged = 0;
+    const budget = new TurnBudget(JUDGED_PER_TURN);
     for (const addon of [...this.addons.values()]) {
       if (addon.metadata.name !== ADDON_NAME) continue;
       // At 5,000 addons the judging held the thread for ~100 ms every pass: every dial meanwhile waited.
-      if (++judged % JUDGED_PER_TURN === 0) await nextTurn();
+      await budget.spend();
       const cluster = addon.metadata.namespace!;
       const n = tunnels.get(cluster) ?? 0;
       if (n > 0) this.downSince.delete(cluster);

@@ -5,12 +5,12 @@
 import type { Logger } from 'pino';
 import type { Kind, ObjectOfKind } from './objects.js';
 import type { ListOptions, ObjectKey, Store, Watch } from './store.js';
-import { setImmediate as nextTurn } from 'node:timers/promises';
+import { TurnBudget } from './turns.js';
 
 /** After a watch ends (e.g. GoneError), list and watch again after this long (doubling up to the max). */
 const RESTART_MIN_MS = 500;
 const RESTART_MAX_MS = 30_000;
-/** A list is projected this many objects at a time, the event loop turning between (5,000 ManifestWorks took 2 s). */
+/** A list is projected this many objects at a time at most, the event loop turning between (5,000 ManifestWorks took 2 s). */
 const PROJECT_BATCH = 128;
 
 export interface WatchCacheOptions<K extends Kind> {
@@ -46,13 +46,14 @@ export class WatchCache<K extends Kind> {
     const { project } = this.opts;
     const before = this.objects;
     const next = new Map<string, ObjectOfKind<K>>();
-    let n = 0;
+    const budget = new TurnBudget(PROJECT_BATCH);
     for (const o of list.items) {
       const k = keyOf(o.metadata);
       next.set(k, project ? project(o, before.get(k)) : o);
-      if (project && ++n % PROJECT_BATCH === 0) {
+      const turn = project ? budget.spend() : undefined;
+      if (turn) {
         // Readers see the previous mirror (or none) until the whole list is in.
-        await nextTurn();
+        await turn;
         if (this.stopped) return;
       }
     }
