@@ -30,6 +30,16 @@ describe('sameJson', () => {
     expect(canonicalJson(undefined)).toBe('null');
   });
 
+  it('writes keys in code-unit order whether or not they came so, integer-like keys too (Go sorts them as strings)', () => {
+    const sorted = { apiVersion: 'v1', kind: 'K', metadata: { labels: { a: '1', b: '2' }, name: 'n' }, spec: [{ x: 1, y: [null] }] };
+    expect(canonicalJson(sorted)).toBe(JSON.stringify(sorted));
+    const shuffled = { spec: [{ y: [undefined], x: 1 }], metadata: { name: 'n', labels: { b: '2', a: '1' } }, kind: 'K', apiVersion: 'v1' };
+    expect(canonicalJson(shuffled)).toBe(JSON.stringify(sorted));
+    // Object.keys (and JSON.stringify) put integer-like keys first, in numeric order: "2" before "10".
+    expect(canonicalJson({ a: 3, 10: 2, 2: 1 })).toBe('{"10":2,"2":1,"a":3}');
+    expect(canonicalJson({ x: { 2: 1, 10: 2 } })).toBe('{"x":{"10":2,"2":1}}');
+  });
+
   it('agrees with comparing canonicalJson strings on random values, equal and nearly equal (seeded)', () => {
     let seed = 42;
     const rnd = (n: number): number => {
