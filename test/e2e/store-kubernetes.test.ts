@@ -6,7 +6,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { openStore, type Kind, type Store, type WatchEvent } from '@cluster-proxy/server';
-import { KubernetesStore, THROTTLED_RETRIES } from '@cluster-proxy/server/kubernetes-store';
+import { KubernetesStore, LIST_PAGE, THROTTLED_RETRIES } from '@cluster-proxy/server/kubernetes-store';
 import {
   snapshotHandles,
   startFakeKubeApiServer,
@@ -167,6 +167,36 @@ describe('kubernetes store watches', () => {
       const t = performance.now();
       await store.create('Lease', sampleObject('Lease', 'l'));
       expect(performance.now() - t).toBeGreaterThanOrEqual(950);
+    } finally {
+      await store.close();
+      await api.close();
+    }
+  });
+
+  it("lists in pages of LIST_PAGE (as client-go does), every object once, with the first page's resourceVersion", async () => {
+    const api = await startFakeKubeApiServer({ namespaces: ['c1'] });
+    const store = await kubeStore(api);
+    try {
+      const count = 2 * LIST_PAGE + 1;
+      for (let i = 0; i < count; i++) await store.create('Lease', sampleObject('Lease', `l-${String(i).padStart(4, '0')}`));
+      const before = api.lists().length;
+      const rv = (await store.list('Lease', { namespace: 'c1' })).resourceVersion;
+      const lastWrite = await store.create('Lease', sampleObject('Lease', 'after'));
+      const pages = api.lists().slice(before);
+      const list = await store.list('Lease');
+      // One request per page, each asking for a page (the old store asked for all at once).
+      expect(
+        api
+          .lists()
+          .slice(before + pages.length)
+          .map((r) => r.limit),
+      ).toEqual([LIST_PAGE, LIST_PAGE, LIST_PAGE]);
+      expect(pages).toHaveLength(3);
+      const names = list.items.map((l) => l.metadata.name);
+      expect(names).toHaveLength(count + 1);
+      expect(new Set(names).size).toBe(count + 1);
+      expect(Number(list.resourceVersion)).toBeGreaterThan(Number(rv));
+      expect(list.resourceVersion).toBe(lastWrite.metadata.resourceVersion);
     } finally {
       await store.close();
       await api.close();
