@@ -96,6 +96,20 @@ describe('on a real kube-apiserver', () => {
     },
     { smallResumeWindow: 'a real apiserver resumes watches from its own cache, sized by itself' },
   );
+
+  it('lists more than a page (the apiserver pages with limit and continue): every object once', async () => {
+    await empty(kube.store);
+    const store = await openStore({ type: 'kubernetes', kubeconfig });
+    try {
+      const names = Array.from({ length: LIST_PAGE + 2 }, (_, i) => `page-${String(i).padStart(4, '0')}`);
+      for (const name of names) await store.create('Lease', sampleObject('Lease', name));
+      const list = await store.list('Lease');
+      expect(list.items.map((l) => l.metadata.name).sort()).toEqual(names);
+      expect(Number(list.resourceVersion)).toBeGreaterThan(0);
+    } finally {
+      await store.close();
+    }
+  });
 });
 
 /** A store on a fresh API server and a Lease watch recording its events and errors, for `body` to drive. */

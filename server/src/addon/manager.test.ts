@@ -186,6 +186,7 @@ describe('AddonManager', () => {
     const store = new MemoryStore();
     let kick: (() => void) | null = null;
     let syncs = 0;
+    let behind = false;
     const installer: AddonInstaller = {
       start: (k) => {
         kick = k;
@@ -194,6 +195,7 @@ describe('AddonManager', () => {
       sync: async () => {
         syncs++;
       },
+      behind: () => behind,
       statusOf: () => undefined,
       proxyConfigurationConditions: () => [],
       configReferences: () => async () => null,
@@ -214,6 +216,16 @@ describe('AddonManager', () => {
     await until(async () => syncs === 2);
     now += INSTALLER_RESYNC_MS;
     await until(async () => syncs === 3);
+    // A pass that left works unchecked is followed by one at every status pass until none is left.
+    behind = true;
+    const at = passes;
+    await until(async () => syncs >= 6);
+    expect(passes - at).toBeLessThanOrEqual(syncs - 3 + 1);
+    behind = false;
+    const stopped = syncs;
+    const then = passes;
+    await until(async () => passes >= then + 3);
+    expect(syncs).toBeLessThanOrEqual(stopped + 1);
   });
   it("on an OCM hub, leaves Available to OCM while the cluster's klusterlet is gone (ManagedCluster Available Unknown), and takes it back after", async () => {
     const store = new MemoryStore();
@@ -230,6 +242,7 @@ describe('AddonManager', () => {
       start: () => undefined,
       stop: () => undefined,
       sync: async () => undefined,
+      behind: () => false,
       // Asked once per addon in every status pass: the pass counter.
       statusOf: () => {
         passes++;

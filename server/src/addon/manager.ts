@@ -49,6 +49,8 @@ export interface AddonInstaller {
   start(kick: () => void, mirrors: AddonMirrors): void;
   stop(): void;
   sync(): Promise<void>;
+  /** The last pass left works unchecked (it checks a share of them per pass): the next status pass runs another. */
+  behind(): boolean;
   statusOf(cluster: string): AddonInstallStatus | undefined;
   /** Conditions for the ManagedProxyConfiguration's status (e.g. an agent image that is not ours). */
   proxyConfigurationConditions(): ConditionSpec[];
@@ -448,7 +450,8 @@ export class AddonManager {
     // Before start() has the mirrors, there is nothing to judge (a kick can come that early, e.g. a TLS reload).
     if (!this.addons.ready || !this.leases.ready) return;
     if (!(await this.lead(now))) return;
-    if (this.installer && (this.installerDirty || now - this.installerSyncedAt >= INSTALLER_RESYNC_MS)) {
+    // A pass that held works back (FIRST_RENDERS_PER_PASS) is followed by another at each status pass until none is.
+    if (this.installer && (this.installerDirty || this.installer.behind() || now - this.installerSyncedAt >= INSTALLER_RESYNC_MS)) {
       // Cleared first: a change during the pass marks it again for the next one.
       this.installerDirty = false;
       this.installerSyncedAt = now;

@@ -199,3 +199,97 @@ describe('the installer between passes', () => {
     expect(nsNames((await work(store))!)).toEqual(['elsewhere']);
   });
 });
+
+describe('the installer after a restart', () => {
+  it('checks FIRST_RENDERS_PER_PASS existing works per pass against a render, reports the rest as stored, and checks them in the passes after', async () => {
+    const store = new MemoryStore();
+    const clusters = ['c1', 'c2', 'c3', 'c4', 'c5'];
+    for (const name of clusters) {
+      await store.create('ManagedCluster', {
+        apiVersion: 'cluster.open-cluster-management.io/v1',
+        kind: 'ManagedCluster',
+        metadata: { name },
+        spec: { hubAcceptsClient: true },
+      });
+      await store.ensureNamespace(name);
+      const addon = await store.create('ManagedClusterAddOn', {
+        apiVersion: 'addon.open-cluster-management.io/v1alpha1',
+        kind: 'ManagedClusterAddOn',
+        metadata: { name: 'cluster-proxy', namespace: name },
+        spec: {},
+      });
+      await setStatus(store, addon, { conditions: [CONFIGURED] });
+    }
+    const addons = new WatchCache({ store, kind: 'ManagedClusterAddOn', log });
+    caches.push(addons);
+    await addons.start();
+    const hub = (image: string): OcmInstaller => {
+      const installer = new OcmInstaller({
+        store,
+        log,
+        signer: () => ca,
+        caBundle: () => ca.certPem,
+        agentEntrypoint: () => 'hub.example:8091',
+        agentImage: image,
+        defaultInstallNamespace: 'open-cluster-management-cluster-proxy',
+        firstRendersPerPass: 2,
+      });
+      installers.push(installer);
+      installer.start(() => {}, { addons });
+      return installer;
+    };
+    const images = async (): Promise<string[]> => {
+      const out: string[] = [];
+      for (const c of clusters) {
+        const w = await store.get('ManifestWork', { name: AGENT_WORK_NAME, namespace: c });
+        out.push(/"image":"([^"]+)"/.exec(JSON.stringify(w?.spec ?? {}))?.[1] ?? 'none');
+      }
+      return out;
+    };
+    /** A pass once the works mirror holds what the store holds. */
+    const pass = async (installer: OcmInstaller): Promise<void> => {
+      const mirror = (installer as unknown as { mirrors: { works: WatchCache<'ManifestWork'> } }).mirrors.works;
+      await mirror.start();
+      for (let i = 0; i < 400; i++) {
+        let current = true;
+        for (const c of clusters) {
+          const w = await store.get('ManifestWork', { name: AGENT_WORK_NAME, namespace: c });
+          if (w && mirror.get(w.metadata)?.metadata.resourceVersion !== w.metadata.resourceVersion) current = false;
+        }
+        if (current) break;
+        await new Promise((r) => setTimeout(r, 5));
+      }
+      await installer.sync();
+    };
+
+    // New works are never held back: one pass installs all five.
+    const first = hub('example/cluster-proxy:1');
+    await pass(first);
+    expect(await images()).toEqual(Array(5).fill('example/cluster-proxy:1'));
+    expect(first.behind()).toBe(false);
+    first.stop();
+
+    // A restarted hub with a new agent image: two works checked (and rewritten) per pass, every addon's status
+    // reported from its stored work meanwhile.
+    const restarted = hub('example/cluster-proxy:2');
+    await pass(restarted);
+    expect((await images()).filter((i) => i.endsWith(':2'))).toHaveLength(2);
+    expect(restarted.behind()).toBe(true);
+    for (const c of clusters) expect(restarted.statusOf(c)?.namespace).toBe('open-cluster-management-cluster-proxy');
+    await pass(restarted);
+    expect((await images()).filter((i) => i.endsWith(':2'))).toHaveLength(4);
+    expect(restarted.behind()).toBe(true);
+    await pass(restarted);
+    expect(await images()).toEqual(Array(5).fill('example/cluster-proxy:2'));
+    expect(restarted.behind()).toBe(false);
+    // Nothing is written in the passes after: every work is as rendered.
+    const versions = async (): Promise<string[]> =>
+      Promise.all(
+        clusters.map(async (c) => (await store.get('ManifestWork', { name: AGENT_WORK_NAME, namespace: c }))!.metadata.resourceVersion!),
+      );
+    const before = await versions();
+    await pass(restarted);
+    expect(await versions()).toEqual(before);
+    expect(restarted.behind()).toBe(false);
+  });
+});
