@@ -51,6 +51,20 @@ async function syncWhenMirrored(store: MemoryStore, installer: OcmInstaller, add
   await installer.sync();
 }
 
+/** An installer on `store` as the tests' hub runs it (this CA, entrypoint and namespace). */
+function installerOn(store: MemoryStore, opts: { agentImage?: string; firstRendersPerPass?: number } = {}): OcmInstaller {
+  return new OcmInstaller({
+    store,
+    log,
+    signer: () => ca,
+    caBundle: () => ca.certPem,
+    agentEntrypoint: () => 'hub.example:8091',
+    agentImage: opts.agentImage ?? 'example/cluster-proxy:1',
+    defaultInstallNamespace: 'open-cluster-management-cluster-proxy',
+    ...(opts.firstRendersPerPass !== undefined ? { firstRendersPerPass: opts.firstRendersPerPass } : {}),
+  });
+}
+
 async function setup(): Promise<{
   store: MemoryStore;
   installer: OcmInstaller;
@@ -71,15 +85,7 @@ async function setup(): Promise<{
     metadata: { name: 'cluster-proxy', namespace: 'c1' },
     spec: {},
   });
-  const installer = new OcmInstaller({
-    store,
-    log,
-    signer: () => ca,
-    caBundle: () => ca.certPem,
-    agentEntrypoint: () => 'hub.example:8091',
-    agentImage: 'example/cluster-proxy:1',
-    defaultInstallNamespace: 'open-cluster-management-cluster-proxy',
-  });
+  const installer = installerOn(store);
   const addons = new WatchCache({ store, kind: 'ManagedClusterAddOn', log });
   caches.push(addons);
   installers.push(installer);
@@ -224,16 +230,7 @@ describe('the installer after a restart', () => {
     caches.push(addons);
     await addons.start();
     const hub = (image: string): OcmInstaller => {
-      const installer = new OcmInstaller({
-        store,
-        log,
-        signer: () => ca,
-        caBundle: () => ca.certPem,
-        agentEntrypoint: () => 'hub.example:8091',
-        agentImage: image,
-        defaultInstallNamespace: 'open-cluster-management-cluster-proxy',
-        firstRendersPerPass: 2,
-      });
+      const installer = installerOn(store, { agentImage: image, firstRendersPerPass: 2 });
       installers.push(installer);
       installer.start(() => {}, { addons });
       return installer;
