@@ -471,9 +471,9 @@ export class AddonManager {
     const leaseOf = new Map<string, Lease>();
     for (const l of leases) if (l.metadata.name === ADDON_NAME) leaseOf.set(l.metadata.namespace!, l);
     const configReferencesOf = this.installer?.configReferences();
-    // The judging is in order, JUDGED_PER_TURN addons (or TURN_SLICE_MS) between two turns of the event loop; the writes go
-    // STORE_WRITES_IN_FLIGHT at a time, so a pass over a fleet that all changed (a restart, a CA rollover) takes
-    // writes/16 round trips, not one per addon.
+    // The judging is in order, JUDGED_PER_TURN addons (or TURN_SLICE_MS) between two turns of the event loop; the
+    // writes go STORE_WRITES_IN_FLIGHT at a time, so a pass over a fleet that all changed (a restart, a CA rollover)
+    // takes writes/16 round trips, not one per addon.
     const writes: (() => Promise<void>)[] = [];
     const budget = new TurnBudget(JUDGED_PER_TURN);
     for (const addon of [...this.addons.values()]) {

@@ -8,10 +8,10 @@ import { setImmediate as nextTurn } from 'node:timers/promises';
 export const TURN_SLICE_MS = 10;
 
 /**
- * A budget of work between two turns of the event loop, shared by every worker of one pass: spend() after each
- * piece of work resolves at once while the budget lasts, and after the next turn once `maxTasks` pieces ran or
- * TURN_SLICE_MS went by since the last one. Every caller that spends meanwhile waits for that same turn, so N
- * workers together do no more than the budget between two turns (not N budgets).
+ * A budget of work between two turns of the event loop, shared by every worker of one pass: spend(), after each
+ * piece of work, returns nothing while the budget lasts, and the next turn (to await) once `maxTasks` pieces ran
+ * or `sliceMs` went by since the last one. Every caller that spends meanwhile gets that same turn, so N workers
+ * together do no more than the budget between two turns (not N budgets).
  */
 export class TurnBudget {
   private tasks = 0;
