@@ -32,21 +32,21 @@ afterEach(() => {
   for (const c of caches.splice(0)) c.stop();
 });
 
-/** A pass once the mirrors show what the store holds now (they are fed by watches). */
-async function syncWhenMirrored(store: MemoryStore, installer: OcmInstaller, addons: WatchCache<'ManagedClusterAddOn'>): Promise<void> {
-  const want = (await store.get('ManagedClusterAddOn', { name: 'cluster-proxy', namespace: 'c1' }))!.metadata.resourceVersion;
-  for (let i = 0; i < 200 && addons.get({ name: 'cluster-proxy', namespace: 'c1' })?.metadata.resourceVersion !== want; i++)
-    await new Promise((r) => setTimeout(r, 5));
-  const work = await store.get('ManifestWork', { name: AGENT_WORK_NAME, namespace: 'c1' });
-  for (
-    let i = 0;
-    i < 200 &&
-    work &&
-    (installer as unknown as { mirrors: { works: WatchCache<'ManifestWork'> } }).mirrors.works.get(work.metadata)?.metadata
-      .resourceVersion !== work.metadata.resourceVersion;
-    i++
-  ) {
-    await new Promise((r) => setTimeout(r, 5));
+/** A pass once the mirrors show what the store holds now of `clusters`' addons and works (they are fed by watches). */
+async function syncWhenMirrored(
+  store: MemoryStore,
+  installer: OcmInstaller,
+  addons: WatchCache<'ManagedClusterAddOn'>,
+  clusters: readonly string[] = ['c1'],
+): Promise<void> {
+  const works = (installer as unknown as { mirrors: { works: WatchCache<'ManifestWork'> } }).mirrors.works;
+  for (const namespace of clusters) {
+    const want = (await store.get('ManagedClusterAddOn', { name: 'cluster-proxy', namespace }))!.metadata.resourceVersion;
+    for (let i = 0; i < 200 && addons.get({ name: 'cluster-proxy', namespace })?.metadata.resourceVersion !== want; i++)
+      await new Promise((r) => setTimeout(r, 5));
+    const work = await store.get('ManifestWork', { name: AGENT_WORK_NAME, namespace });
+    for (let i = 0; i < 200 && work && works.get(work.metadata)?.metadata.resourceVersion !== work.metadata.resourceVersion; i++)
+      await new Promise((r) => setTimeout(r, 5));
   }
   await installer.sync();
 }
@@ -243,21 +243,7 @@ describe('the installer after a restart', () => {
       }
       return out;
     };
-    /** A pass once the works mirror holds what the store holds. */
-    const pass = async (installer: OcmInstaller): Promise<void> => {
-      const mirror = (installer as unknown as { mirrors: { works: WatchCache<'ManifestWork'> } }).mirrors.works;
-      await mirror.start();
-      for (let i = 0; i < 400; i++) {
-        let current = true;
-        for (const c of clusters) {
-          const w = await store.get('ManifestWork', { name: AGENT_WORK_NAME, namespace: c });
-          if (w && mirror.get(w.metadata)?.metadata.resourceVersion !== w.metadata.resourceVersion) current = false;
-        }
-        if (current) break;
-        await new Promise((r) => setTimeout(r, 5));
-      }
-      await installer.sync();
-    };
+    const pass = (installer: OcmInstaller): Promise<void> => syncWhenMirrored(store, installer, addons, clusters);
 
     // New works are never held back: one pass installs all five.
     const first = hub('example/cluster-proxy:1');
