@@ -4,7 +4,8 @@ import type { HubApi, HubApiHandler, HubApiRequest } from '../fleet/hub-api.js';
 import type { ProxyCore } from '../dataplane/proxy-core.js';
 import { MemoryStore } from '../store/memory.js';
 import { ADDON_NAME, type ManagedCluster } from '../store/objects.js';
-import { AddonManager, INSTALLER_RESYNC_MS, LEASE_RENEWAL_BUDGET_PER_SECOND, type AddonInstaller } from './manager.js';
+import { HUB_NAMESPACE } from './hub-namespace.js';
+import { AddonManager, INSTALLER_RESYNC_MS, LEASE_RENEWAL_BUDGET_PER_SECOND, MANAGER_LEASE, type AddonInstaller } from './manager.js';
 
 const log = pino({ level: 'silent' });
 
@@ -226,6 +227,70 @@ describe('AddonManager', () => {
     const then = passes;
     await until(async () => passes >= then + 3);
     expect(syncs).toBeLessThanOrEqual(stopped + 1);
+  });
+  it("runs no installer pass for a ManagedCluster event (the installer's own mirror asks when what it reads changed), and renews the leader lease at most every half period", async () => {
+    const store = new MemoryStore();
+    await store.create('ManagedCluster', cluster('c1'));
+    let kick: (() => void) | null = null;
+    let syncs = 0;
+    const installer: AddonInstaller = {
+      start: (k) => {
+        kick = k;
+      },
+      stop: () => undefined,
+      sync: async () => {
+        syncs++;
+      },
+      behind: () => false,
+      statusOf: () => undefined,
+      proxyConfigurationConditions: () => [],
+      configReferences: () => async () => null,
+    };
+    let now = Date.parse('2026-11-26T00:00:00Z');
+    let passes = 0;
+    manager = new AddonManager({ store, core: core([]), log, serverID: 'hub-0', tunnelLossWindowMs: 1000, now: () => (passes++, now) });
+    manager.setInstaller(installer);
+    await manager.start();
+    await until(async () => syncs === 1);
+    // Watched after the manager's watch: an event seen here was handed to the manager first.
+    const events: string[] = [];
+    const watch = store.watch(
+      'ManagedCluster',
+      { resourceVersion: (await store.list('ManagedCluster')).resourceVersion },
+      { onEvent: (e) => events.push(e.object.metadata.resourceVersion!) },
+    );
+    try {
+      const mc = (await store.get('ManagedCluster', { name: 'c1' }))!;
+      const at = '2026-11-26T00:00:00Z';
+      await store.updateStatus('ManagedCluster', {
+        ...mc,
+        status: {
+          conditions: [
+            { type: 'ManagedClusterConditionAvailable', status: 'True', reason: 'Available', message: 'ok', lastTransitionTime: at },
+          ],
+        },
+      });
+      await until(async () => events.length === 1);
+      // A whole status pass begins and ends after the event.
+      const seen = passes;
+      await until(async () => passes >= seen + 2);
+      expect(syncs).toBe(1);
+    } finally {
+      watch.stop();
+    }
+
+    // Passes the installer asks for, one after another with the clock still: none of them writes the leader lease.
+    const leaderLease = async (): Promise<string> =>
+      (await store.get('Lease', { name: MANAGER_LEASE, namespace: HUB_NAMESPACE }))!.metadata.resourceVersion!;
+    const held = await leaderLease();
+    for (let i = 2; i <= 5; i++) {
+      kick!();
+      await until(async () => syncs === i);
+    }
+    expect(await leaderLease()).toBe(held);
+    // Half a period on, the next pass renews it.
+    now += manager.periodMs / 2;
+    await until(async () => (await leaderLease()) !== held);
   });
   it("on an OCM hub, leaves Available to OCM while the cluster's klusterlet is gone (ManagedCluster Available Unknown), and takes it back after", async () => {
     const store = new MemoryStore();

@@ -152,6 +152,8 @@ export class AddonManager {
   /** Something the installer watches changed since its last pass (or it never ran on this leader). */
   private installerDirty = true;
   private installerSyncedAt = 0;
+  /** When this replica last renewed the leader lease it holds (lead()); null when it does not hold it. */
+  private ledAt: number | null = null;
   /** Since when each cluster has had no tunnel to this hub. */
   private readonly downSince = new Map<string, number>();
   /**
@@ -321,10 +323,6 @@ export class AddonManager {
           const name = e.object.metadata.name;
           if (e.type === 'DELETED') this.klusterletGone.delete(name);
           else if (this.noteClusterAvailability(e.object)) this.kick();
-          if (this.installer) {
-            this.installerDirty = true;
-            this.kick();
-          }
           const work = e.type === 'DELETED' ? this.removeAddon(name) : this.installer ? Promise.resolve() : this.ensureAddon(name);
           void work.catch((err: Error) =>
             this.opts.log.warn(
@@ -421,6 +419,10 @@ export class AddonManager {
    * fight over conditions; the others keep answering lease renewals and admin reads.
    */
   private async lead(now: number): Promise<boolean> {
+    // A pass a change asked for soon after the last renewal leads on it: the lease, held for three periods, has at
+    // least two left, and a fleet's stream of changes does not cost a read and a write of it per pass.
+    if (this.ledAt !== null && now >= this.ledAt && now - this.ledAt < this.periodMs / 2) return true;
+    this.ledAt = null;
     const durationS = Math.max(1, Math.ceil((this.periodMs * 3) / 1000));
     const renewTime = microTime(now);
     let tookOver = false;
@@ -438,6 +440,7 @@ export class AddonManager {
         },
       };
     });
+    if (led) this.ledAt = now;
     if (led && tookOver) {
       this.installerDirty = true;
       this.opts.log.info('this replica now writes addon status (leader)');
@@ -637,7 +640,9 @@ export class AddonManager {
   }
 
   private async ensureAddon(cluster: string): Promise<void> {
-    if (await this.opts.store.get('ManagedClusterAddOn', { name: ADDON_NAME, namespace: cluster })) return;
+    const key = { name: ADDON_NAME, namespace: cluster };
+    // Every ManagedCluster event asks (OCM writes their status many times a minute): the mirror answers most.
+    if ((this.addons.ready && this.addons.get(key)) || (await this.opts.store.get('ManagedClusterAddOn', key))) return;
     await this.opts.store.ensureNamespace(cluster);
     const addon: ManagedClusterAddOn = {
       apiVersion: 'addon.open-cluster-management.io/v1alpha1',
@@ -727,7 +732,7 @@ export class AddonManager {
 
 /** Each agent's latest report rides on the cluster's Lease, so every replica (and `kubectl get lease -o yaml`) sees it. */
 const REPORT_ANNOTATION_PREFIX = 'agents.proxy.open-cluster-management.io/';
-const MANAGER_LEASE = 'cluster-proxy-addon-manager';
+export const MANAGER_LEASE = 'cluster-proxy-addon-manager';
 
 /** Whether two reports say the same, apart from when they were received. */
 function sameReport(a: AgentReport, b: AgentReport): boolean {

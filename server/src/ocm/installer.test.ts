@@ -6,6 +6,7 @@ import { createCA } from '../pki/certificates.js';
 import { MemoryStore } from '../store/memory.js';
 import { WatchCache } from '../store/watch-cache.js';
 import type { AddOnDeploymentConfig, Condition, ManagedClusterAddOn } from '../store/objects.js';
+import { CLUSTER_FACT_ANNOTATIONS } from '../addon/join.js';
 import { OcmInstaller } from './installer.js';
 import { AGENT_WORK_NAME } from './names.js';
 
@@ -65,7 +66,7 @@ function installerOn(store: MemoryStore, opts: { agentImage?: string; firstRende
   });
 }
 
-async function setup(): Promise<{
+async function setup(kick: () => void = () => {}): Promise<{
   store: MemoryStore;
   installer: OcmInstaller;
   addon: () => Promise<ManagedClusterAddOn>;
@@ -90,7 +91,7 @@ async function setup(): Promise<{
   caches.push(addons);
   installers.push(installer);
   await addons.start();
-  installer.start(() => {}, { addons });
+  installer.start(kick, { addons });
   return {
     store,
     installer,
@@ -203,6 +204,55 @@ describe('the installer between passes', () => {
     await applied(store);
     await sync();
     expect(nsNames((await work(store))!)).toEqual(['elsewhere']);
+  });
+});
+
+describe('what asks the installer for a pass', () => {
+  it("a change to what it reads of a ManagedCluster does; OCM's status writes and other annotations do not", async () => {
+    let kicks = 0;
+    const { store, installer, addon, sync } = await setup(() => kicks++);
+    await setStatus(store, await addon(), { conditions: [CONFIGURED] });
+    await sync();
+    const mirror = (installer as unknown as { mirrors: { clusters: WatchCache<'ManagedCluster'> } }).mirrors.clusters;
+    const mirrored = async (): Promise<void> => {
+      const want = (await store.get('ManagedCluster', { name: 'c1' }))!.metadata.resourceVersion;
+      for (let i = 0; i < 200 && mirror.get({ name: 'c1' })?.metadata.resourceVersion !== want; i++)
+        await new Promise((r) => setTimeout(r, 5));
+      expect(mirror.get({ name: 'c1' })?.metadata.resourceVersion).toBe(want);
+    };
+    await mirrored();
+    const before = kicks;
+    // What OCM's registration controllers write again and again: conditions, and an annotation the pass does not read.
+    for (let i = 0; i < 3; i++) {
+      const mc = (await store.get('ManagedCluster', { name: 'c1' }))!;
+      const at = new Date(Date.UTC(2026, 0, 1, 0, i)).toISOString().replace('.000', '');
+      await store.updateStatus('ManagedCluster', {
+        ...mc,
+        status: {
+          conditions: [
+            {
+              type: 'ManagedClusterConditionAvailable',
+              status: 'True',
+              reason: 'ManagedClusterAvailable',
+              message: 'ok',
+              lastTransitionTime: at,
+            },
+          ],
+        },
+      });
+    }
+    const mc = (await store.get('ManagedCluster', { name: 'c1' }))!;
+    await store.update('ManagedCluster', { ...mc, metadata: { ...mc.metadata, annotations: { 'example.com/owner': 'team-a' } } });
+    await mirrored();
+    expect(kicks).toBe(before);
+    // A fact `join` records (rendered into the agent's work) asks for one.
+    const again = (await store.get('ManagedCluster', { name: 'c1' }))!;
+    const annotations = { ...again.metadata.annotations, [CLUSTER_FACT_ANNOTATIONS.clusterDomain]: 'corp.example' };
+    await store.update('ManagedCluster', { ...again, metadata: { ...again.metadata, annotations } });
+    await mirrored();
+    expect(kicks).toBe(before + 1);
+    await sync();
+    expect(JSON.stringify((await work(store))!.spec)).toContain('corp.example');
   });
 });
 

@@ -20,6 +20,7 @@
 import { X509Certificate, createHash } from 'node:crypto';
 import type { Logger } from 'pino';
 import { ManifestInputError } from '../addon/manifests.js';
+import { CLUSTER_FACT_ANNOTATIONS, clusterFacts } from '../addon/join.js';
 import type { ConditionSpec } from '../addon/conditions.js';
 import type { AddonInstallStatus, AddonMirrors } from '../addon/manager.js';
 import { WatchCache } from '../store/watch-cache.js';
@@ -168,7 +169,17 @@ export class OcmInstaller {
     if (this.started || this.stopped) return;
     this.started = true;
     const { store, log } = this.opts;
-    const clusters = new WatchCache({ store, kind: 'ManagedCluster', log, onChange: () => kick() });
+    // OCM's registration controllers write every cluster's status (conditions, leases, clock) many times a minute:
+    // only a change to what a pass reads of a cluster (clusterInputs) asks for one.
+    const clusters = new WatchCache({
+      store,
+      kind: 'ManagedCluster',
+      log,
+      project: slimCluster,
+      onChange: (mc, deleted, previous) => {
+        if (deleted || !previous || clusterInputs(previous) !== clusterInputs(mc)) kick();
+      },
+    });
     // Only our works (the addon-name label every version of ours and OCM's cluster-proxy put on them), kept slim.
     const works = new WatchCache({
       store,
@@ -389,7 +400,17 @@ export class OcmInstaller {
       // What renderAgentWork reads of the addon: its name, uid and config references (its status changes with
       // every condition written, which changes nothing in the work).
       const addonKey = JSON.stringify([addon.metadata.name, addon.metadata.uid, addon.status?.configReferences ?? []]);
-      const inputs = [addonKey, mc, ctx.mpc, adc, input.caBundle, input.agentEntrypoint, input.serverName, input.image, input.gateway];
+      const inputs = [
+        addonKey,
+        clusterInputs(mc),
+        ctx.mpc,
+        adc,
+        input.caBundle,
+        input.agentEntrypoint,
+        input.serverName,
+        input.image,
+        input.gateway,
+      ];
       const last = this.renders.get(cluster);
       const asRendered =
         existing !== null &&
@@ -708,6 +729,32 @@ function specHashOf(work: ManifestWork): string {
 
 function hashOfSpec(spec: ManifestWork['spec']): string {
   return createHash('sha256').update(canonicalJson(spec)).digest('base64');
+}
+
+/**
+ * What a pass reads of a ManagedCluster: whether it exists and is accepted (installs, CSR reviews), its uid
+ * (signed into agent certificates) and the facts `join` recorded in its annotations (rendered into the work).
+ */
+function clusterInputs(mc: ManagedCluster): string {
+  return JSON.stringify([mc.metadata.name, mc.metadata.uid ?? '', mc.spec.hubAcceptsClient === true, clusterFacts(mc)]);
+}
+
+/** A cluster as the installer's mirror keeps it: clusterInputs' fields, not its status (most of a ManagedCluster). */
+function slimCluster(mc: ManagedCluster): ManagedCluster {
+  const { name, uid, resourceVersion, annotations } = mc.metadata;
+  const facts = Object.values(CLUSTER_FACT_ANNOTATIONS);
+  const kept = Object.entries(annotations ?? {}).filter(([k]) => (facts as string[]).includes(k));
+  return {
+    apiVersion: mc.apiVersion,
+    kind: mc.kind,
+    metadata: {
+      name,
+      ...(uid !== undefined ? { uid } : {}),
+      ...(resourceVersion !== undefined ? { resourceVersion } : {}),
+      ...(kept.length > 0 ? { annotations: Object.fromEntries(kept) } : {}),
+    },
+    spec: { hubAcceptsClient: mc.spec.hubAcceptsClient },
+  };
 }
 
 /**
