@@ -3,6 +3,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import type { HubApi, HubApiHandler, HubApiRequest } from '../fleet/hub-api.js';
 import type { ProxyCore } from '../dataplane/proxy-core.js';
 import { MemoryStore } from '../store/memory.js';
+import { countingStore } from '../store/counting.js';
 import { ADDON_NAME, type ManagedCluster } from '../store/objects.js';
 import { HUB_NAMESPACE } from './hub-namespace.js';
 import { AddonManager, INSTALLER_RESYNC_MS, LEASE_RENEWAL_BUDGET_PER_SECOND, MANAGER_LEASE, type AddonInstaller } from './manager.js';
@@ -228,8 +229,12 @@ describe('AddonManager', () => {
     await until(async () => passes >= then + 3);
     expect(syncs).toBeLessThanOrEqual(stopped + 1);
   });
-  it("runs no installer pass for a ManagedCluster event (the installer's own mirror asks when what it reads changed), and renews the leader lease at most every half period", async () => {
-    const store = new MemoryStore();
+  it("runs no installer pass for a ManagedCluster event (the installer's own mirror asks when what it reads changed), renews the leader lease at most every half period, and reads the ManagedProxyConfiguration from its mirror", async () => {
+    const memory = new MemoryStore();
+    let mpcGets = 0;
+    const store = countingStore(memory, (verb, kind) => {
+      if (verb === 'get' && kind === 'ManagedProxyConfiguration') mpcGets++;
+    });
     await store.create('ManagedCluster', cluster('c1'));
     let kick: (() => void) | null = null;
     let syncs = 0;
@@ -283,11 +288,13 @@ describe('AddonManager', () => {
     const leaderLease = async (): Promise<string> =>
       (await store.get('Lease', { name: MANAGER_LEASE, namespace: HUB_NAMESPACE }))!.metadata.resourceVersion!;
     const held = await leaderLease();
+    const gets = mpcGets;
     for (let i = 2; i <= 5; i++) {
       kick!();
       await until(async () => syncs === i);
     }
     expect(await leaderLease()).toBe(held);
+    expect(mpcGets).toBe(gets);
     // Half a period on, the next pass renews it.
     now += manager.periodMs / 2;
     await until(async () => (await leaderLease()) !== held);

@@ -42,6 +42,8 @@ import { DEFAULT_AGENT_IMAGE } from './manifests.js';
 /** What the addon manager mirrors and the installer reads too (one watch, one copy of every addon). */
 export interface AddonMirrors {
   addons: WatchCache<'ManagedClusterAddOn'>;
+  /** The ManagedProxyConfigurations (the manager writes the status of ours each pass it changes). */
+  mpcs: WatchCache<'ManagedProxyConfiguration'>;
 }
 
 export interface AddonInstaller {
@@ -171,6 +173,7 @@ export class AddonManager {
    */
   private readonly addons: WatchCache<'ManagedClusterAddOn'>;
   private readonly leases: WatchCache<'Lease'>;
+  private readonly mpcs: WatchCache<'ManagedProxyConfiguration'>;
 
   constructor(private readonly opts: AddonManagerOptions) {
     this.mode = opts.healthMode ?? 'tunnel';
@@ -185,6 +188,19 @@ export class AddonManager {
         // Our own status writes come back as events too: they change nothing the installer reads.
         if (deleted || !previous || !sameJson(installerView(previous), installerView(addon))) this.installerDirty = true;
         this.kick();
+      },
+    });
+    this.mpcs = new WatchCache({
+      store: opts.store,
+      kind: 'ManagedProxyConfiguration',
+      log: opts.log,
+      onChange: (mpc, deleted, previous) => {
+        if (!this.installer) return;
+        // The installer reads its spec; our own status writes come back as events too (the generation stays).
+        if (deleted || previous?.metadata.generation === undefined || previous.metadata.generation !== mpc.metadata.generation) {
+          this.installerDirty = true;
+          this.kick();
+        }
       },
     });
     // A cluster's lease written (by any replica: a renewal that changed something) asks for a status pass,
@@ -302,7 +318,7 @@ export class AddonManager {
 
   async start(): Promise<void> {
     this.startedAt ||= this.now();
-    await Promise.all([this.addons.start(), this.leases.start()]);
+    await Promise.all([this.addons.start(), this.leases.start(), this.mpcs.start()]);
     await this.ensureProxyConfiguration();
     const list = await this.opts.store.list('ManagedCluster');
     for (const mc of list.items) this.noteClusterAvailability(mc);
@@ -313,7 +329,7 @@ export class AddonManager {
         this.installerDirty = true;
         this.kick();
       },
-      { addons: this.addons },
+      { addons: this.addons, mpcs: this.mpcs },
     );
     this.clusterWatch = this.opts.store.watch(
       'ManagedCluster',
@@ -349,6 +365,7 @@ export class AddonManager {
     this.installer?.stop();
     this.addons.stop();
     this.leases.stop();
+    this.mpcs.stop();
     if (this.timer) clearTimeout(this.timer);
     this.timer = null;
     if (this.resting) clearTimeout(this.resting);
@@ -702,7 +719,9 @@ export class AddonManager {
   }
 
   private async syncProxyConfigurationStatus(now: number): Promise<void> {
-    const mpc = await this.opts.store.get('ManagedProxyConfiguration', { name: PROXY_CONFIGURATION_NAME });
+    // From the mirror: a write from a copy the watch has not caught up with meets a stale resourceVersion (skipped).
+    const key = { name: PROXY_CONFIGURATION_NAME };
+    const mpc = this.mpcs.ready ? this.mpcs.get(key) : await this.opts.store.get('ManagedProxyConfiguration', key);
     if (!mpc) return;
     const certs = this.opts.certificates?.() ?? { servingCertExpiry: null, signerExpiry: null };
     const signed = (type: string, expiry: Date | null): ConditionSpec =>

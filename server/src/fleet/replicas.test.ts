@@ -14,6 +14,7 @@ import {
 } from './replicas.js';
 import type { Lease } from '../store/objects.js';
 import { MemoryStore } from '../store/memory.js';
+import { countingStore } from '../store/counting.js';
 import { UnavailableError } from '../store/store.js';
 
 const NOW = Date.parse('2026-11-24T10:00:00Z');
@@ -128,5 +129,44 @@ describe("ReplicaRegistry lease lists (ANP's lease_list metrics)", () => {
       [200, ''],
       [503, 'ServiceUnavailable'],
     ]);
+  });
+});
+
+describe('ReplicaRegistry answers', () => {
+  it("answers agents' replica-list requests from a watch of the replica leases: one list, however many answers; a replica that starts is in the next one", async () => {
+    const memory = new MemoryStore();
+    let leaseLists = 0;
+    const store = countingStore(memory, (verb, kind) => {
+      if (verb === 'list' && kind === 'Lease') leaseLists++;
+    });
+    let now = NOW;
+    const registry = (serverID: string): ReplicaRegistry =>
+      new ReplicaRegistry({ store, namespace: 'hub', serverID, log: pino({ level: 'silent' }), now: () => now });
+    const a = registry('hub-a');
+    await a.start();
+    try {
+      for (let i = 0; i < 20; i++) {
+        now += 1500;
+        expect((await a.answer()).replicas).toEqual([{ serverID: 'hub-a' }]);
+      }
+      expect(leaseLists).toBe(1);
+      const b = registry('hub-b');
+      await b.start();
+      try {
+        let answer = await a.answer();
+        for (let i = 0; i < 200 && answer.serverCount < 2; i++) {
+          await new Promise((r) => setTimeout(r, 5));
+          now += 1500;
+          answer = await a.answer();
+        }
+        expect(answer.replicas).toEqual([{ serverID: 'hub-a' }, { serverID: 'hub-b' }]);
+        // hub-b's own first list, none of hub-a's.
+        expect(leaseLists).toBe(2);
+      } finally {
+        await b.stop();
+      }
+    } finally {
+      await a.stop();
+    }
   });
 });

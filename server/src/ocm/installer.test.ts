@@ -7,6 +7,7 @@ import { MemoryStore } from '../store/memory.js';
 import { WatchCache } from '../store/watch-cache.js';
 import type { AddOnDeploymentConfig, Condition, ManagedClusterAddOn } from '../store/objects.js';
 import { CLUSTER_FACT_ANNOTATIONS } from '../addon/join.js';
+import type { AddonMirrors } from '../addon/manager.js';
 import { OcmInstaller } from './installer.js';
 import { AGENT_WORK_NAME } from './names.js';
 
@@ -27,11 +28,20 @@ const NOT_CONFIGURED: Condition = {
 
 const log = pino({ level: 'silent' });
 const installers: OcmInstaller[] = [];
-const caches: WatchCache<'ManagedClusterAddOn'>[] = [];
+const caches: { stop(): void }[] = [];
 afterEach(() => {
   for (const i of installers.splice(0)) i.stop();
   for (const c of caches.splice(0)) c.stop();
 });
+
+/** The addon manager's mirrors an installer reads (the addons, listed now; the ManagedProxyConfigurations). */
+async function managerMirrors(store: MemoryStore): Promise<AddonMirrors> {
+  const addons = new WatchCache({ store, kind: 'ManagedClusterAddOn', log });
+  const mpcs = new WatchCache({ store, kind: 'ManagedProxyConfiguration', log });
+  caches.push(addons, mpcs);
+  await addons.start();
+  return { addons, mpcs };
+}
 
 /** A pass once the mirrors show what the store holds now of `clusters`' addons and works (they are fed by watches). */
 async function syncWhenMirrored(
@@ -87,11 +97,10 @@ async function setup(kick: () => void = () => {}): Promise<{
     spec: {},
   });
   const installer = installerOn(store);
-  const addons = new WatchCache({ store, kind: 'ManagedClusterAddOn', log });
-  caches.push(addons);
   installers.push(installer);
-  await addons.start();
-  installer.start(kick, { addons });
+  const mirrors = await managerMirrors(store);
+  const { addons } = mirrors;
+  installer.start(kick, mirrors);
   return {
     store,
     installer,
@@ -276,13 +285,12 @@ describe('the installer after a restart', () => {
       });
       await setStatus(store, addon, { conditions: [CONFIGURED] });
     }
-    const addons = new WatchCache({ store, kind: 'ManagedClusterAddOn', log });
-    caches.push(addons);
-    await addons.start();
+    const mirrors = await managerMirrors(store);
+    const { addons } = mirrors;
     const hub = (image: string): OcmInstaller => {
       const installer = installerOn(store, { agentImage: image, firstRendersPerPass: 2 });
       installers.push(installer);
-      installer.start(() => {}, { addons });
+      installer.start(() => {}, mirrors);
       return installer;
     };
     const images = async (): Promise<string[]> => {

@@ -133,7 +133,10 @@ export class OcmInstaller {
   private unchecked = false;
 
   private readonly profiles: ClusterProfileWriter | null;
-  /** Watch-fed mirrors a pass reads instead of listing every cluster, addon and work (three copies of each). */
+  /**
+   * Watch-fed mirrors a pass reads instead of listing every cluster, addon and work (three copies of each); the
+   * addons and ManagedProxyConfigurations are the addon manager's, the others this installer's.
+   */
   private mirrors: {
     addons: WatchCache<'ManagedClusterAddOn'>;
     clusters: WatchCache<'ManagedCluster'>;
@@ -190,8 +193,7 @@ export class OcmInstaller {
       onChange: () => kick(),
     });
     const adcs = new WatchCache({ store, kind: 'AddOnDeploymentConfig', log, onChange: () => kick() });
-    const mpcs = new WatchCache({ store, kind: 'ManagedProxyConfiguration', log, onChange: () => kick() });
-    this.mirrors = { addons: mirrors.addons, clusters, works, adcs, mpcs };
+    this.mirrors = { addons: mirrors.addons, clusters, works, adcs, mpcs: mirrors.mpcs };
     // Listed now; a failure is said by the first pass, and the pass after it lists again.
     this.mirrorsReady().catch(() => {});
     for (const kind of WATCHED) this.watchKind(kind, kick);
@@ -227,7 +229,6 @@ export class OcmInstaller {
     this.mirrors?.clusters.stop();
     this.mirrors?.works.stop();
     this.mirrors?.adcs.stop();
-    this.mirrors?.mpcs.stop();
     for (const w of this.watches.values()) w.stop();
     this.watches.clear();
     for (const t of this.retries) clearTimeout(t);

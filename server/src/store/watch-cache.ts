@@ -23,6 +23,8 @@ export interface WatchCacheOptions<K extends Kind> {
   onChange?: (obj: ObjectOfKind<K>, deleted: boolean, previous: ObjectOfKind<K> | undefined) => void;
   /** What the mirror keeps of each object (default: all of it); a loop that reads a few fields of large objects keeps those. */
   project?: (obj: ObjectOfKind<K>, previous: ObjectOfKind<K> | undefined) => ObjectOfKind<K>;
+  /** After each list the mirror makes (its first, and after a watch ended): seconds it took, and its error if it failed. */
+  onList?: (seconds: number, err: Error | null) => void;
 }
 
 const keyOf = (k: ObjectKey): string => `${k.namespace ?? ''}/${k.name}`;
@@ -34,14 +36,33 @@ export class WatchCache<K extends Kind> {
   private stopped = false;
   private synced = false;
   private restartMs = RESTART_MIN_MS;
+  private starting: Promise<void> | null = null;
 
   constructor(private readonly opts: WatchCacheOptions<K>) {}
 
-  /** Lists, then watches from the list's version; resolves once the mirror holds the list. */
-  async start(): Promise<void> {
+  /**
+   * Lists, then watches from the list's version; resolves once the mirror holds the list. Callers that start it
+   * while a list is under way share that list.
+   */
+  start(): Promise<void> {
     this.stopped = false;
-    if (this.watch) return;
-    const list = await this.opts.store.list(this.opts.kind, this.opts.select);
+    if (this.watch) return Promise.resolve();
+    this.starting ??= this.listAndWatch().finally(() => {
+      this.starting = null;
+    });
+    return this.starting;
+  }
+
+  private async listAndWatch(): Promise<void> {
+    const began = performance.now();
+    let list;
+    try {
+      list = await this.opts.store.list(this.opts.kind, this.opts.select);
+    } catch (err) {
+      this.opts.onList?.((performance.now() - began) / 1000, err as Error);
+      throw err;
+    }
+    this.opts.onList?.((performance.now() - began) / 1000, null);
     if (this.stopped) return;
     const { project } = this.opts;
     const before = this.objects;
