@@ -5,6 +5,7 @@ import type { ProxyCore } from '../dataplane/proxy-core.js';
 import { MemoryStore } from '../store/memory.js';
 import { countingStore } from '../store/counting.js';
 import { ADDON_NAME, type ManagedCluster } from '../store/objects.js';
+import type { Store } from '../store/store.js';
 import { HUB_NAMESPACE } from './hub-namespace.js';
 import { AddonManager, INSTALLER_RESYNC_MS, LEASE_RENEWAL_BUDGET_PER_SECOND, MANAGER_LEASE, type AddonInstaller } from './manager.js';
 
@@ -60,6 +61,32 @@ async function until(cond: () => Promise<boolean>): Promise<void> {
     await new Promise((r) => setTimeout(r, 10));
   }
   throw new Error('condition not reached in 3 s');
+}
+
+/** An installer that counts its passes; `kick` is what the manager gave it to ask for one. */
+function stubInstaller(): { installer: AddonInstaller; kick: () => void; syncs: number; behind: boolean } {
+  const stub = {
+    kick: (): void => {
+      throw new Error('the installer was not started');
+    },
+    syncs: 0,
+    behind: false,
+    installer: null as unknown as AddonInstaller,
+  };
+  stub.installer = {
+    start: (k) => {
+      stub.kick = k;
+    },
+    stop: () => undefined,
+    sync: async () => {
+      stub.syncs++;
+    },
+    behind: () => stub.behind,
+    statusOf: () => undefined,
+    proxyConfigurationConditions: () => [],
+    configReferences: () => async () => null,
+  };
+  return stub;
 }
 
 describe('AddonManager', () => {
@@ -184,50 +211,47 @@ describe('AddonManager', () => {
     expect(huge.renewIntervalSeconds).toBe(600);
   });
 
+  /** A manager (status passes every 250 ms) with a stub installer, started, its first installer pass run. */
+  async function startWithStub(store: Store): Promise<{ stub: ReturnType<typeof stubInstaller>; clock: { now: number; passes: number } }> {
+    const stub = stubInstaller();
+    // Each status pass reads the clock once as it begins: `passes` counts them.
+    const clock = { now: Date.parse('2026-11-26T00:00:00Z'), passes: 0 };
+    manager = new AddonManager({
+      store,
+      core: core([]),
+      log,
+      serverID: 'hub-0',
+      tunnelLossWindowMs: 1000,
+      now: () => (clock.passes++, clock.now),
+    });
+    manager.setInstaller(stub.installer);
+    await manager.start();
+    await until(async () => stub.syncs === 1);
+    return { stub, clock };
+  }
+
   it("runs the installer's pass when what it watches changed, else every INSTALLER_RESYNC_MS, not every status pass", async () => {
     const store = new MemoryStore();
-    let kick: (() => void) | null = null;
-    let syncs = 0;
-    let behind = false;
-    const installer: AddonInstaller = {
-      start: (k) => {
-        kick = k;
-      },
-      stop: () => undefined,
-      sync: async () => {
-        syncs++;
-      },
-      behind: () => behind,
-      statusOf: () => undefined,
-      proxyConfigurationConditions: () => [],
-      configReferences: () => async () => null,
-    };
-    let now = Date.parse('2026-11-26T00:00:00Z');
-    // Each status pass reads the clock once as it begins: a count of passes.
-    let passes = 0;
-    manager = new AddonManager({ store, core: core([]), log, serverID: 'hub-0', tunnelLossWindowMs: 1000, now: () => (passes++, now) });
-    manager.setInstaller(installer);
-    await manager.start();
-    await until(async () => syncs === 1);
-    // Status passes every 250 ms; none of them re-runs the installer while nothing changed (three more
-    // begin: passes run one after another, so at least two ran to their end).
-    const seen = passes;
-    await until(async () => passes >= seen + 3);
-    expect(syncs).toBe(1);
-    kick!();
-    await until(async () => syncs === 2);
-    now += INSTALLER_RESYNC_MS;
-    await until(async () => syncs === 3);
+    const { stub, clock } = await startWithStub(store);
+    // Status clock.passes every 250 ms; none of them re-runs the installer while nothing changed (three more
+    // begin: clock.passes run one after another, so at least two ran to their end).
+    const seen = clock.passes;
+    await until(async () => clock.passes >= seen + 3);
+    expect(stub.syncs).toBe(1);
+    stub.kick();
+    await until(async () => stub.syncs === 2);
+    clock.now += INSTALLER_RESYNC_MS;
+    await until(async () => stub.syncs === 3);
     // A pass that left works unchecked is followed by one at every status pass until none is left.
-    behind = true;
-    const at = passes;
-    await until(async () => syncs >= 6);
-    expect(passes - at).toBeLessThanOrEqual(syncs - 3 + 1);
-    behind = false;
-    const stopped = syncs;
-    const then = passes;
-    await until(async () => passes >= then + 3);
-    expect(syncs).toBeLessThanOrEqual(stopped + 1);
+    stub.behind = true;
+    const at = clock.passes;
+    await until(async () => stub.syncs >= 6);
+    expect(clock.passes - at).toBeLessThanOrEqual(stub.syncs - 3 + 1);
+    stub.behind = false;
+    const stopped = stub.syncs;
+    const then = clock.passes;
+    await until(async () => clock.passes >= then + 3);
+    expect(stub.syncs).toBeLessThanOrEqual(stopped + 1);
   });
   it("runs no installer pass for a ManagedCluster event (the installer's own mirror asks when what it reads changed), renews the leader lease at most every half period, and reads the ManagedProxyConfiguration from its mirror", async () => {
     const memory = new MemoryStore();
@@ -236,27 +260,7 @@ describe('AddonManager', () => {
       if (verb === 'get' && kind === 'ManagedProxyConfiguration') mpcGets++;
     });
     await store.create('ManagedCluster', cluster('c1'));
-    let kick: (() => void) | null = null;
-    let syncs = 0;
-    const installer: AddonInstaller = {
-      start: (k) => {
-        kick = k;
-      },
-      stop: () => undefined,
-      sync: async () => {
-        syncs++;
-      },
-      behind: () => false,
-      statusOf: () => undefined,
-      proxyConfigurationConditions: () => [],
-      configReferences: () => async () => null,
-    };
-    let now = Date.parse('2026-11-26T00:00:00Z');
-    let passes = 0;
-    manager = new AddonManager({ store, core: core([]), log, serverID: 'hub-0', tunnelLossWindowMs: 1000, now: () => (passes++, now) });
-    manager.setInstaller(installer);
-    await manager.start();
-    await until(async () => syncs === 1);
+    const { stub, clock } = await startWithStub(store);
     // Watched after the manager's watch: an event seen here was handed to the manager first.
     const events: string[] = [];
     const watch = store.watch(
@@ -277,9 +281,9 @@ describe('AddonManager', () => {
       });
       await until(async () => events.length === 1);
       // A whole status pass begins and ends after the event.
-      const seen = passes;
-      await until(async () => passes >= seen + 2);
-      expect(syncs).toBe(1);
+      const seen = clock.passes;
+      await until(async () => clock.passes >= seen + 2);
+      expect(stub.syncs).toBe(1);
     } finally {
       watch.stop();
     }
@@ -290,13 +294,13 @@ describe('AddonManager', () => {
     const held = await leaderLease();
     const gets = mpcGets;
     for (let i = 2; i <= 5; i++) {
-      kick!();
-      await until(async () => syncs === i);
+      stub.kick();
+      await until(async () => stub.syncs === i);
     }
     expect(await leaderLease()).toBe(held);
     expect(mpcGets).toBe(gets);
     // Half a period on, the next pass renews it.
-    now += manager.periodMs / 2;
+    clock.now += manager.periodMs / 2;
     await until(async () => (await leaderLease()) !== held);
   });
   it("on an OCM hub, leaves Available to OCM while the cluster's klusterlet is gone (ManagedCluster Available Unknown), and takes it back after", async () => {
