@@ -5,7 +5,15 @@ import type { AddressInfo } from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { KubeConfigError, fromKubeconfig, kubeRequest, loadKubeRestConfig, statusMessage } from './kube-rest.js';
+import {
+  KubeConfigError,
+  TOKEN_FILE_MAX_AGE_MS,
+  bearerToken,
+  fromKubeconfig,
+  kubeRequest,
+  loadKubeRestConfig,
+  statusMessage,
+} from './kube-rest.js';
 
 let dir: string;
 let server: https.Server;
@@ -101,7 +109,7 @@ describe("kube-rest: the agent's Kubernetes API calls without client-node", () =
     expect(seen).toEqual([{ method: 'PUT', url: '/api/v1/namespaces/ns/secrets/s', auth: 'Bearer abc123', body: '{"data":{"a":"Yg=="}}' }]);
   });
 
-  it('a tokenFile is read on every request (rotated service-account tokens)', async () => {
+  it('a tokenFile is read again once the token read from it is a minute old (rotated service-account tokens, as client-go)', async () => {
     const tokenFile = path.join(dir, 'token');
     writeFileSync(tokenFile, 'first\n');
     const config = await fromKubeconfig(kubeconfig('tokenfile.yaml', { tokenFile: 'token' }));
@@ -109,7 +117,12 @@ describe("kube-rest: the agent's Kubernetes API calls without client-node", () =
     await kubeRequest(config, 'GET', '/api/v1/namespaces/ns/secrets/s');
     writeFileSync(tokenFile, 'second\n');
     await kubeRequest(config, 'GET', '/api/v1/namespaces/ns/secrets/s');
-    expect(seen.map((s) => s.auth)).toEqual(['Bearer first', 'Bearer second']);
+    expect(seen.map((s) => s.auth)).toEqual(['Bearer first', 'Bearer first']);
+    const at = Date.now();
+    expect(await bearerToken(config, at + TOKEN_FILE_MAX_AGE_MS)).toBe('second');
+    // A file that cannot be read once the minute is over is an error, not the stale token.
+    rmSync(tokenFile);
+    await expect(bearerToken(config, at + 3 * TOKEN_FILE_MAX_AGE_MS)).rejects.toThrow(/ENOENT/);
   });
 
   it("an error status comes back with the apiserver's message", async () => {

@@ -4,8 +4,10 @@
 // without), for three REST calls. Connection settings are found as client-node and kubectl find them:
 // $KUBECONFIG (its first file), else ~/.kube/config, else the in-cluster service account.
 import { existsSync, readFileSync } from 'node:fs';
+import { readFile } from 'node:fs/promises';
 import { http } from '@cluster-proxy/proto';
 import https from 'node:https';
+import tls from 'node:tls';
 import os from 'node:os';
 import path from 'node:path';
 
@@ -21,7 +23,7 @@ export interface KubeRestConfig {
   cert?: Buffer;
   key?: Buffer;
   token?: string;
-  /** Read on every request: projected service-account tokens are rotated by kubelet. */
+  /** Read again once a minute (bearerToken): projected service-account tokens are rotated by kubelet. */
   tokenFile?: string;
   insecureSkipTlsVerify?: boolean;
 }
@@ -152,15 +154,53 @@ async function parseKubeconfig(text: string, file: string): Promise<KubeconfigDo
   }
 }
 
+/**
+ * How long a token read from `tokenFile` is used before the file is read again: client-go's cached file token
+ * source (one minute). Kubelet rotates a projected token when 80 % of its life (an hour by default) has passed,
+ * so the one read last stays valid long after.
+ */
+export const TOKEN_FILE_MAX_AGE_MS = 60_000;
+const tokenReads = new WeakMap<KubeRestConfig, { token: string; readAt: number }>();
+
+/** The bearer token of `config`: its token, or what its tokenFile held at most TOKEN_FILE_MAX_AGE_MS ago. */
+export async function bearerToken(config: KubeRestConfig, now: number = Date.now()): Promise<string | undefined> {
+  if (!config.tokenFile) return config.token;
+  const last = tokenReads.get(config);
+  if (last && now >= last.readAt && now - last.readAt < TOKEN_FILE_MAX_AGE_MS) return last.token;
+  const token = (await readFile(config.tokenFile, 'utf8')).trim();
+  tokenReads.set(config, { token, readAt: now });
+  return token;
+}
+
+const contexts = new WeakMap<KubeRestConfig, tls.SecureContext>();
+
+/**
+ * TLS for requests to `config`'s server: one SecureContext for its CA and client certificate, made once. Given as
+ * `ca`, `cert` and `key`, Node's https.Agent would decode all three into its pool key on every request, and each
+ * new connection would build a context of its own. Without a CA, Node's root certificates, as before.
+ */
+export function kubeTls(config: KubeRestConfig): { secureContext: tls.SecureContext; rejectUnauthorized: boolean } {
+  let secureContext = contexts.get(config);
+  if (!secureContext) {
+    secureContext = tls.createSecureContext({
+      ...(config.ca ? { ca: config.ca } : {}),
+      ...(config.cert ? { cert: config.cert } : {}),
+      ...(config.key ? { key: config.key } : {}),
+    });
+    contexts.set(config, secureContext);
+  }
+  return { secureContext, rejectUnauthorized: !config.insecureSkipTlsVerify };
+}
+
 /** One JSON request; resolves with the status and parsed body (null when empty). */
-export function kubeRequest(
+export async function kubeRequest(
   config: KubeRestConfig,
   method: 'GET' | 'POST' | 'PUT',
   apiPath: string,
   body?: unknown,
 ): Promise<{ status: number; body: unknown }> {
   const payload = body === undefined ? undefined : Buffer.from(JSON.stringify(body));
-  const token = config.tokenFile ? readFileSync(config.tokenFile, 'utf8').trim() : config.token;
+  const token = await bearerToken(config);
   const url = new URL(apiPath, config.server);
   const isHttps = url.protocol === 'https:';
   const options: https.RequestOptions = {
@@ -175,7 +215,7 @@ export function kubeRequest(
       ...(payload ? { 'content-type': 'application/json', 'content-length': payload.length } : {}),
       ...(token ? { authorization: `Bearer ${token}` } : {}),
     },
-    ...(isHttps ? { ca: config.ca, cert: config.cert, key: config.key, rejectUnauthorized: !config.insecureSkipTlsVerify } : {}),
+    ...(isHttps ? kubeTls(config) : {}),
   };
   return new Promise((resolve, reject) => {
     const req = (isHttps ? https : http).request(options, (res) => {

@@ -3,7 +3,7 @@
 // apiserver cannot be reached.
 import type https from 'node:https';
 import type { GatewayIdentity } from '@cluster-proxy/proto';
-import type { KubeRestConfig } from '../kube-rest.js';
+import { kubeTls, type KubeRestConfig } from '../kube-rest.js';
 
 /** A request the agent will send on: where, and with which headers (the impersonation ones included). */
 export interface Prepared {
@@ -18,7 +18,7 @@ export function apiserverUnreachable(err: Error): string {
   return `the agent could not reach the cluster's apiserver${code ? ` (${code})` : ''}`;
 }
 
-/** A request to the apiserver of `kube` (its server URL's path prefixed), verified with its CA, with its client certificate if any. */
+/** A request to the apiserver of `kube` (its server URL's path prefixed), verified with its CA, with its client certificate if any (kubeTls). */
 export function apiserverRequest(
   kube: KubeRestConfig,
   method: string | undefined,
@@ -33,10 +33,7 @@ export function apiserverRequest(
     method,
     path: `${kube.server.pathname.replace(/\/$/, '')}${path}`,
     headers,
-    ca: kube.ca,
-    cert: kube.cert,
-    key: kube.key,
-    rejectUnauthorized: !kube.insecureSkipTlsVerify,
+    ...kubeTls(kube),
     agent,
   };
 }

@@ -13,7 +13,7 @@
 //     X-Remote-* headers, a WebSocket bearer subprotocol, and the hop-by-hop headers;
 //   - calls the apiserver over TLS (the cluster CA) with its own credentials, found where the agent's
 //     other Kubernetes calls find them (kube-rest.ts: in a pod the service account; the token file is
-//     read on every request, kubelet rotates it), and Impersonate-User / -Group / -Uid / -Extra-*, as
+//     read again once a minute, as client-go does: kubelet rotates it), and Impersonate-User / -Group / -Uid / -Extra-*, as
 //     UTF-8 (what client-go sends);
 //   - streams both bodies with relay() (proto http-relay.ts: backpressure, nothing buffered whole);
 //   - upgrades (exec, attach, port-forward: WebSocket, SPDY/3.1) the same way up to the apiserver's 101,
@@ -23,7 +23,6 @@
 // inside is a 500 with one line, never an unhandled rejection. When the hub closes the tunneled
 // connection (its caller left), the request to the apiserver ends with it (a watch included).
 import type { KeyObject, X509Certificate } from 'node:crypto';
-import { readFile } from 'node:fs/promises';
 import https from 'node:https';
 import { type Duplex, duplexPair } from 'node:stream';
 import {
@@ -50,7 +49,7 @@ import {
   http,
 } from '@cluster-proxy/proto';
 import type { Logger } from 'pino';
-import type { KubeRestConfig } from '../kube-rest.js';
+import { bearerToken, type KubeRestConfig } from '../kube-rest.js';
 import { apiserverRequest, apiserverUnreachable, type Prepared } from './apiserver-request.js';
 import { rawAnswer, upgradeToApiserver } from './upgrade.js';
 import type * as HttpTypes from 'node:http';
@@ -181,7 +180,7 @@ export class ImpersonatingProxy {
     let token: string | undefined;
     try {
       kube = await this.kube();
-      token = kube.tokenFile ? (await readFile(kube.tokenFile, 'utf8')).trim() : kube.token;
+      token = await bearerToken(kube);
     } catch (err) {
       return { status: 502, message: `the agent has no Kubernetes API credentials: ${(err as Error).message}` };
     }
