@@ -233,8 +233,8 @@ describe('AddonManager', () => {
   it("runs the installer's pass when what it watches changed, else every INSTALLER_RESYNC_MS, not every status pass", async () => {
     const store = new MemoryStore();
     const { stub, clock } = await startWithStub(store);
-    // Status clock.passes every 250 ms; none of them re-runs the installer while nothing changed (three more
-    // begin: clock.passes run one after another, so at least two ran to their end).
+    // Status passes every 250 ms; none of them re-runs the installer while nothing changed (three more
+    // begin: passes run one after another, so at least two ran to their end).
     const seen = clock.passes;
     await until(async () => clock.passes >= seen + 3);
     expect(stub.syncs).toBe(1);
@@ -300,7 +300,7 @@ describe('AddonManager', () => {
     expect(await leaderLease()).toBe(held);
     expect(mpcGets).toBe(gets);
     // Half a period on, the next pass renews it.
-    clock.now += manager.periodMs / 2;
+    clock.now += manager!.periodMs / 2;
     await until(async () => (await leaderLease()) !== held);
   });
   it("on an OCM hub, leaves Available to OCM while the cluster's klusterlet is gone (ManagedCluster Available Unknown), and takes it back after", async () => {
