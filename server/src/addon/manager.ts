@@ -197,10 +197,8 @@ export class AddonManager {
       onChange: (mpc, deleted, previous) => {
         if (!this.installer) return;
         // The installer reads its spec; our own status writes come back as events too (the generation stays).
-        if (deleted || previous?.metadata.generation === undefined || previous.metadata.generation !== mpc.metadata.generation) {
-          this.installerDirty = true;
-          this.kick();
-        }
+        if (deleted || mpc.metadata.generation === undefined || previous?.metadata.generation !== mpc.metadata.generation)
+          this.installerInputsChanged();
       },
     });
     // A cluster's lease written (by any replica: a renewal that changed something) asks for a status pass,
@@ -324,13 +322,7 @@ export class AddonManager {
     for (const mc of list.items) this.noteClusterAvailability(mc);
     if (!this.installer) for (const mc of list.items) await this.ensureAddon(mc.metadata.name);
     await this.removeOrphans(new Set(list.items.map((m) => m.metadata.name)));
-    this.installer?.start(
-      () => {
-        this.installerDirty = true;
-        this.kick();
-      },
-      { addons: this.addons, mpcs: this.mpcs },
-    );
+    this.installer?.start(() => this.installerInputsChanged(), { addons: this.addons, mpcs: this.mpcs });
     this.clusterWatch = this.opts.store.watch(
       'ManagedCluster',
       { resourceVersion: list.resourceVersion },
@@ -659,7 +651,7 @@ export class AddonManager {
   private async ensureAddon(cluster: string): Promise<void> {
     const key = { name: ADDON_NAME, namespace: cluster };
     // Every ManagedCluster event asks (OCM writes their status many times a minute): the mirror answers most.
-    if ((this.addons.ready && this.addons.get(key)) || (await this.opts.store.get('ManagedClusterAddOn', key))) return;
+    if (this.addons.get(key) || (await this.opts.store.get('ManagedClusterAddOn', key))) return;
     await this.opts.store.ensureNamespace(cluster);
     const addon: ManagedClusterAddOn = {
       apiVersion: 'addon.open-cluster-management.io/v1alpha1',

@@ -740,11 +740,12 @@ function clusterInputs(mc: ManagedCluster): string {
   return JSON.stringify([mc.metadata.name, mc.metadata.uid ?? '', mc.spec.hubAcceptsClient === true, clusterFacts(mc)]);
 }
 
+const FACT_ANNOTATIONS: ReadonlySet<string> = new Set(Object.values(CLUSTER_FACT_ANNOTATIONS));
+
 /** A cluster as the installer's mirror keeps it: clusterInputs' fields, not its status (most of a ManagedCluster). */
 function slimCluster(mc: ManagedCluster): ManagedCluster {
   const { name, uid, resourceVersion, annotations } = mc.metadata;
-  const facts = Object.values(CLUSTER_FACT_ANNOTATIONS);
-  const kept = Object.entries(annotations ?? {}).filter(([k]) => (facts as string[]).includes(k));
+  const kept = Object.entries(annotations ?? {}).filter(([k]) => FACT_ANNOTATIONS.has(k));
   return {
     apiVersion: mc.apiVersion,
     kind: mc.kind,

@@ -69,11 +69,12 @@ describe('WatchCache', () => {
     await until(() => cache!.get({ namespace: 'c3', name: 'cluster-proxy' }) !== undefined);
   });
 
-  it('stop() ends delivery', async () => {
+  it('stop() ends delivery, and a start() after it opens no watch', async () => {
     const store = new MemoryStore();
     cache = new WatchCache({ store, kind: 'Lease', log });
     await cache.start();
     cache.stop();
+    await cache.start();
     // A second cache, still watching, started after: once it has the object, the first would have too.
     const witness = new WatchCache({ store, kind: 'Lease', log });
     await witness.start();

@@ -42,11 +42,11 @@ export class WatchCache<K extends Kind> {
 
   /**
    * Lists, then watches from the list's version; resolves once the mirror holds the list. Callers that start it
-   * while a list is under way share that list.
+   * while a list is under way share that list. After stop() it does nothing: a pass or a renewal still running
+   * when its owner stopped must not open a watch nobody stops.
    */
   start(): Promise<void> {
-    this.stopped = false;
-    if (this.watch) return Promise.resolve();
+    if (this.stopped || this.watch) return Promise.resolve();
     this.starting ??= this.listAndWatch().finally(() => {
       this.starting = null;
     });
