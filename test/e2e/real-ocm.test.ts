@@ -197,16 +197,22 @@ describe.skipIf(!hasGo)("our hub on OCM's own hub and klusterlets (real OCM prog
     const w = (await work('c1'))!;
     expect(cond(w, 'Applied')?.status).toBe('True');
     expect(cond(w, 'Available')?.status).toBe('True');
-    // The registration agent's CSR, made as c1's own hub identity (from its cluster CSR), approved by our hub.
+    // The registration agent's CSRs, made as c1's own hub identity (from its cluster CSR), all approved and signed by
+    // our hub. Usually one; OCM's agent asks again when it lost an issued certificate (its CSR driver forgets the
+    // request before the addon status update that goes with saving the certificate, and that update can fail while
+    // the hub writes the same addon's status), so a second is OCM's retry, not a fault.
     const csrs = (
       await ocm.kube.request<{ items: { spec: { username: string; signerName: string }; status?: { certificate?: string } }[] }>(
         'GET',
         `/apis/certificates.k8s.io/v1/certificatesigningrequests?labelSelector=${encodeURIComponent('open-cluster-management.io/addon-name=cluster-proxy,open-cluster-management.io/cluster-name=c1')}`,
       )
     ).body.items;
-    expect(csrs.map((c) => c.spec.signerName)).toEqual(['open-cluster-management.io/proxy-agent-signer']);
-    expect(csrs[0]!.spec.username).toMatch(/^system:open-cluster-management:c1:/);
-    expect(csrs[0]!.status?.certificate).toBeTruthy();
+    expect(csrs.length).toBeGreaterThan(0);
+    for (const csr of csrs) {
+      expect(csr.spec.signerName).toBe('open-cluster-management.io/proxy-agent-signer');
+      expect(csr.spec.username).toMatch(/^system:open-cluster-management:c1:/);
+      expect(csr.status?.certificate).toBeTruthy();
+    }
     // The Secret it wrote in c1, which the agent's pod mounts.
     expect(
       await inCluster(
