@@ -350,7 +350,8 @@ export class ProxyServer {
       (done) => this.muxClients.delete(done),
       client,
     );
-    stream.startKeepalive(30_000, 10_000);
+    // SDK clients ping every 30 s: the hub pings only one that went quiet.
+    stream.startKeepalive(30_000, 10_000, { whenIdle: true });
     this.muxClients.add(session);
   };
 

@@ -261,6 +261,56 @@ describe('FramedPacketStream', () => {
     expect(err.message).toMatch(/did not answer keepalive/);
   });
 
+  /** The kinds of the frames that arrive on `socket` (read beside its FramedPacketStream). */
+  function frameKinds(socket: net.Socket): number[] {
+    const kinds: number[] = [];
+    let buf = Buffer.alloc(0);
+    socket.on('data', (d: Buffer) => {
+      buf = Buffer.concat([buf, d]);
+      while (buf.length >= 5 && buf.length >= 4 + buf.readUInt32BE(0)) {
+        kinds.push(buf[4]!);
+        buf = buf.subarray(4 + buf.readUInt32BE(0));
+      }
+    });
+    return kinds;
+  }
+  const PING = 2;
+  const PONG = 3;
+
+  it('whenIdle: pings no peer that pings on its own, and answers it', async () => {
+    const { a, b } = await pair();
+    const sa = new FramedPacketStream(a, 1 << 20);
+    const sb = new FramedPacketStream(b, 1 << 20);
+    const atB = frameKinds(b);
+    sa.sendHello({});
+    sb.sendHello({});
+    sa.startKeepalive(100, 100, { whenIdle: true });
+    sb.startKeepalive(40, 200);
+    // Twelve answers to b's pings: a's 100 ms period went by four times.
+    await until(() => atB.filter((k) => k === PONG).length >= 12 || sa.isClosed);
+    expect(atB.filter((k) => k === PONG).length).toBeGreaterThanOrEqual(12);
+    expect(atB.filter((k) => k === PING)).toEqual([]);
+    expect(sa.isClosed).toBe(false);
+  });
+
+  it('whenIdle: pings a quiet peer before its deadline, and fails one that stops answering', async () => {
+    const { a, b } = await pair();
+    const sa = new FramedPacketStream(a, 1 << 20);
+    const sb = new FramedPacketStream(b, 1 << 20);
+    const atB = frameKinds(b);
+    sa.sendHello({});
+    sb.sendHello({});
+    // b never pings (as a peer with a longer period than a's deadline): a pings it once quiet for 50 ms.
+    sa.startKeepalive(50, 100, { whenIdle: true });
+    await until(() => atB.filter((k) => k === PING).length >= 6 || sa.isClosed);
+    expect(atB.filter((k) => k === PING).length).toBeGreaterThanOrEqual(6);
+    expect(sa.isClosed).toBe(false);
+    b.pause();
+    sb.pause();
+    const [err] = (await once(sa, 'error')) as [Error];
+    expect(err.message).toMatch(/did not answer keepalive/);
+  });
+
   it('stops delivering packets while paused, and resumes in order', async () => {
     const { a, b } = await pair();
     const sa = new FramedPacketStream(a, 1 << 20);

@@ -98,21 +98,41 @@ export class FramedPacketStream extends EventEmitter {
   /**
    * Sends a PING every `intervalMs`; if nothing at all arrived for `intervalMs + timeoutMs`, the peer
    * is gone: the stream fails. Also keeps idle-killing proxies from closing a quiet tunnel.
+   * `whenIdle`: a PING only once nothing arrived for `intervalMs`, for the side whose peer pings on its own (the
+   * hub: agents and SDK clients ping it every 15–30 s). Their pings and our PONGs prove both ends alive, so at 5,000
+   * agents the hub writes two frames a period where it wrote three; a peer that stays quiet is still pinged
+   * before it is given up. Never on both ends of a link: each would wait for the other.
    */
-  startKeepalive(intervalMs: number, timeoutMs: number): void {
+  startKeepalive(intervalMs: number, timeoutMs: number, { whenIdle = false }: { whenIdle?: boolean } = {}): void {
     this.stopKeepalive();
-    this.keepaliveTimer = setInterval(() => {
-      if (Date.now() - this.lastReceived > intervalMs + timeoutMs) {
-        this.fail(new FrameError(`peer did not answer keepalive within ${timeoutMs} ms`));
-        return;
-      }
-      this.writeFrame(KIND_PING, [], 0);
-    }, intervalMs);
+    const deadline = intervalMs + timeoutMs;
+    const gone = (quiet: number): boolean => {
+      if (quiet <= deadline) return false;
+      this.fail(new FrameError(`peer did not answer keepalive within ${timeoutMs} ms`));
+      return true;
+    };
+    if (!whenIdle) {
+      this.keepaliveTimer = setInterval(() => {
+        if (!gone(Date.now() - this.lastReceived)) this.writeFrame(KIND_PING, [], 0);
+      }, intervalMs);
+      this.keepaliveTimer.unref();
+      return;
+    }
+    // Wakes when a PING falls due (quiet for intervalMs), then at the deadline that PING's answer must beat.
+    const tick = (): void => {
+      const quiet = Date.now() - this.lastReceived;
+      if (gone(quiet)) return;
+      if (quiet >= intervalMs) this.writeFrame(KIND_PING, [], 0);
+      if (this.isClosed) return;
+      this.keepaliveTimer = setTimeout(tick, quiet >= intervalMs ? deadline - quiet + 1 : intervalMs - quiet);
+      this.keepaliveTimer.unref();
+    };
+    this.keepaliveTimer = setTimeout(tick, intervalMs);
     this.keepaliveTimer.unref();
   }
 
   private stopKeepalive(): void {
-    if (this.keepaliveTimer) clearInterval(this.keepaliveTimer);
+    if (this.keepaliveTimer) clearTimeout(this.keepaliveTimer);
     this.keepaliveTimer = null;
   }
 

@@ -224,7 +224,8 @@ export function onMuxAgentHello(opts: AgentListenerOptions, keepalive: { interva
     const headers: Hello = {};
     for (const [k, v] of Object.entries(result.headers)) headers[k] = [v];
     stream.sendHello(headers);
-    stream.startKeepalive(keepalive.intervalMs, keepalive.timeoutMs);
+    // Agents ping every --keepalive-time (15 s by default): the hub pings only one that went quiet.
+    stream.startKeepalive(keepalive.intervalMs, keepalive.timeoutMs, { whenIdle: true });
     startBackend(opts, result, muxAgentChannel(stream, opts.core.metrics), peer);
   };
 }
