@@ -132,6 +132,39 @@ describe("ReplicaRegistry lease lists (ANP's lease_list metrics)", () => {
   });
 });
 
+describe('ReplicaRegistry renewals', () => {
+  it('publishes the tunnelled clusters as they are at each renewal, the gzipped form included', async () => {
+    const names = (n: number): string[] => Array.from({ length: n }, (_, i) => `cluster-${String(i).padStart(5, '0')}`);
+    const store = new MemoryStore();
+    let clusters = names(3000);
+    const registry = new ReplicaRegistry({
+      store,
+      namespace: 'hub',
+      serverID: 'hub-a',
+      leaseDurationMs: 600,
+      log: pino({ level: 'silent' }),
+      tunnelClusters: () => clusters,
+    });
+    const published = async (): Promise<string[]> => {
+      const { items } = await store.list('Lease', { namespace: 'hub' });
+      return decodeTunnelClusters(items[0]?.metadata.annotations);
+    };
+    await registry.start();
+    try {
+      expect(await published()).toEqual(clusters);
+      // Renewals every 200 ms: the same list stays, a changed one replaces it.
+      clusters = [...names(3000), 'zz-new'];
+      for (let i = 0; i < 100 && (await published()).length !== clusters.length; i++) await new Promise((r) => setTimeout(r, 20));
+      expect(await published()).toEqual(clusters);
+      clusters = ['only-one'];
+      for (let i = 0; i < 100 && (await published()).length !== 1; i++) await new Promise((r) => setTimeout(r, 20));
+      expect(await published()).toEqual(['only-one']);
+    } finally {
+      await registry.stop();
+    }
+  });
+});
+
 describe('ReplicaRegistry answers', () => {
   it("answers agents' replica-list requests from a watch of the replica leases: one list, however many answers; a replica that starts is in the next one", async () => {
     const memory = new MemoryStore();
