@@ -277,13 +277,19 @@ describe('FramedPacketStream', () => {
   const PING = 2;
   const PONG = 3;
 
-  it('whenIdle: pings no peer that pings on its own, and answers it', async () => {
+  /** Two framed ends that said hello, and the kinds of the frames b receives. */
+  async function helloPair(): Promise<{ b: net.Socket; sa: FramedPacketStream; sb: FramedPacketStream; atB: number[] }> {
     const { a, b } = await pair();
     const sa = new FramedPacketStream(a, 1 << 20);
     const sb = new FramedPacketStream(b, 1 << 20);
     const atB = frameKinds(b);
     sa.sendHello({});
     sb.sendHello({});
+    return { b, sa, sb, atB };
+  }
+
+  it('whenIdle: pings no peer that pings on its own, and answers it', async () => {
+    const { sa, sb, atB } = await helloPair();
     sa.startKeepalive(100, 100, { whenIdle: true });
     sb.startKeepalive(40, 200);
     // Twelve answers to b's pings: a's 100 ms period went by four times.
@@ -294,12 +300,7 @@ describe('FramedPacketStream', () => {
   });
 
   it('whenIdle: pings a quiet peer before its deadline, and fails one that stops answering', async () => {
-    const { a, b } = await pair();
-    const sa = new FramedPacketStream(a, 1 << 20);
-    const sb = new FramedPacketStream(b, 1 << 20);
-    const atB = frameKinds(b);
-    sa.sendHello({});
-    sb.sendHello({});
+    const { b, sa, sb, atB } = await helloPair();
     // b never pings (as a peer with a longer period than a's deadline): a pings it once quiet for 50 ms.
     sa.startKeepalive(50, 100, { whenIdle: true });
     await until(() => atB.filter((k) => k === PING).length >= 6 || sa.isClosed);

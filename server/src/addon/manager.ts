@@ -527,9 +527,15 @@ export class AddonManager {
       }
       if (this.installer && this.klusterletGone.has(cluster)) specs = specs.filter((c) => c.type !== 'Available');
       if (installed) specs = [...specs.filter((c) => !installed.conditions.some((i) => i.type === c.type)), ...installed.conditions];
+      // Without the installer nothing here waits for a lookup: an addon whose status stays as it is costs no task.
+      if (!configReferencesOf) {
+        const next = this.statusToWrite(addon, specs, now, installed, null);
+        if (next) writes.push(() => this.writeStatus(next));
+        continue;
+      }
       writes.push(async () => {
-        const configReferences = configReferencesOf ? await configReferencesOf(addon).catch(() => null) : null;
-        await this.writeConditions(addon, specs, now, installed, configReferences);
+        const next = this.statusToWrite(addon, specs, now, installed, await configReferencesOf(addon).catch(() => null));
+        if (next) await this.writeStatus(next);
       });
     }
     await inFlight(writes, STORE_WRITES_IN_FLIGHT);
@@ -548,13 +554,14 @@ export class AddonManager {
     return true;
   }
 
-  private async writeConditions(
+  /** The addon with the status this pass gives it, or null when that is the status it has. */
+  private statusToWrite(
     addon: ManagedClusterAddOn,
     specs: ConditionSpec[],
     now: number,
-    installed?: AddonInstallStatus,
-    configReferences: ConfigReference[] | null = null,
-  ): Promise<void> {
+    installed: AddonInstallStatus | undefined,
+    configReferences: ConfigReference[] | null,
+  ): ManagedClusterAddOn | null {
     const { conditions, changed } = mergeConditions(addon.status?.conditions, specs, new Date(now));
     const registrations = installed?.registrations;
     const supportedConfigs = installed?.supportedConfigs;
@@ -565,23 +572,27 @@ export class AddonManager {
       differs(supportedConfigs, addon.status?.supportedConfigs) ||
       configReferences !== null ||
       namespace !== addon.status?.namespace;
-    if (!changed && !extraChanged) return;
+    if (!changed && !extraChanged) return null;
+    // healthCheck Customized: OCM's registration agent then leaves Available to us. On an OCM hub always:
+    // our agents renew their lease through the hub, not in the managed cluster where OCM would look.
+    return {
+      ...addon,
+      status: {
+        ...addon.status,
+        conditions,
+        namespace,
+        healthCheck: { mode: this.mode === 'lease' && !this.installer ? 'Lease' : 'Customized' },
+        ...(registrations ? { registrations } : {}),
+        ...(supportedConfigs ? { supportedConfigs } : {}),
+        ...(configReferences ? { configReferences } : {}),
+      },
+    };
+  }
+
+  private async writeStatus(addon: ManagedClusterAddOn): Promise<void> {
     try {
-      // healthCheck Customized: OCM's registration agent then leaves Available to us. On an OCM hub always:
-      // our agents renew their lease through the hub, not in the managed cluster where OCM would look.
-      await this.opts.store.updateStatus('ManagedClusterAddOn', {
-        ...addon,
-        status: {
-          ...addon.status,
-          conditions,
-          namespace,
-          healthCheck: { mode: this.mode === 'lease' && !this.installer ? 'Lease' : 'Customized' },
-          ...(registrations ? { registrations } : {}),
-          ...(supportedConfigs ? { supportedConfigs } : {}),
-          ...(configReferences ? { configReferences } : {}),
-        },
-      });
-      const available = conditions.find((c) => c.type === 'Available');
+      await this.opts.store.updateStatus('ManagedClusterAddOn', addon);
+      const available = addon.status?.conditions?.find((c) => c.type === 'Available');
       this.opts.log.info(
         { cluster: addon.metadata.namespace, available: available?.status, reason: available?.reason },
         'addon status updated',
