@@ -4,6 +4,7 @@ import pino from 'pino';
 import { afterEach, describe, expect, it } from 'vitest';
 import { createCA } from '../pki/certificates.js';
 import { MemoryStore } from '../store/memory.js';
+import { ConflictError } from '../store/store.js';
 import { WatchCache } from '../store/watch-cache.js';
 import type { AddOnDeploymentConfig, Condition, ManagedClusterAddOn } from '../store/objects.js';
 import { CLUSTER_FACT_ANNOTATIONS } from '../addon/join.js';
@@ -186,7 +187,7 @@ describe('the installer between passes', () => {
   };
 
   it('writes nothing over a work that is as rendered; lets a moved-from namespace go once the work agent applied the move', async () => {
-    const { store, addon, sync } = await setup();
+    const { store, installer, addon, sync } = await setup();
     await setStatus(store, await addon(), { conditions: [CONFIGURED] });
     await sync();
     const first = (await work(store))!;
@@ -206,14 +207,38 @@ describe('the installer between passes', () => {
     const ref = await movingInstallNamespace(store);
     await setStatus(store, await addon(), { conditions: [CONFIGURED], configReferences: ref });
     await sync();
-    // The old namespace is kept (orphaned) until the work agent applied that; passes before then keep it.
+    // The old namespace is kept (orphaned) until the work agent applied that; passes before then keep it, and each
+    // asks for the next status pass (the work agent's status write may be the only event to come).
     expect(nsNames((await work(store))!)).toEqual(['open-cluster-management-cluster-proxy', 'elsewhere']);
+    expect(installer.behind()).toBe(true);
     await sync();
     expect(nsNames((await work(store))!)).toEqual(['open-cluster-management-cluster-proxy', 'elsewhere']);
     await applied(store);
     await sync();
     expect(nsNames((await work(store))!)).toEqual(['elsewhere']);
+    expect(installer.behind()).toBe(false);
   });
+});
+
+describe('the installer after a failed write', () => {
+  for (const [what, refusal] of [
+    ['a conflict', new ConflictError('injected: written meanwhile')],
+    ['an error', new Error('injected: the store refused the write')],
+  ] as const)
+    it(`asks for the next status pass when a cluster's work could not be written (${what}), and writes it then`, async () => {
+      const { store, installer, addon, sync } = await setup();
+      await setStatus(store, await addon(), { conditions: [CONFIGURED] });
+      const create = store.create.bind(store);
+      let refuse = 1;
+      store.create = ((...args: Parameters<typeof create>) =>
+        args[0] === 'ManifestWork' && refuse-- > 0 ? Promise.reject(refusal) : create(...args)) as typeof store.create;
+      await sync();
+      expect(await work(store)).toBeNull();
+      expect(installer.behind()).toBe(true);
+      await sync();
+      expect(await work(store)).not.toBeNull();
+      expect(installer.behind()).toBe(false);
+    });
 });
 
 describe('what asks the installer for a pass', () => {

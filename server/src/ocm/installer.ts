@@ -325,6 +325,8 @@ export class OcmInstaller {
           status.set(cluster, await this.syncAddon(addon, clusters.get(cluster) ?? null, existing, { mpc, signer, configs, firstRenders }));
         } catch (err) {
           this.opts.log.warn({ cluster, err: (err as Error).message }, 'cannot install the agent of this cluster now; retrying next pass');
+          // The next status pass runs the installer again (behind()): nothing else may ask for one for a minute.
+          this.unchecked = true;
           const previous = this.status.get(cluster);
           if (previous) status.set(cluster, previous);
         }
@@ -453,6 +455,8 @@ export class OcmInstaller {
       };
     }
     const released = releasingNamespaces(desired, existing);
+    // A namespace held back waits for the work agent to apply that: each status pass looks again until it has.
+    if (released !== desired) this.unchecked = true;
     const toWrite = keepingDeploymentSelectors(released, existing);
     const work = await this.applyWork(toWrite, existing);
     // Remembered only when no namespace is held back: letting one go waits for the work's status (applied), which
@@ -525,8 +529,11 @@ export class OcmInstaller {
       );
       return updated;
     } catch (err) {
-      // Another writer got there first: the next pass compares again.
-      if (err instanceof AlreadyExistsError || err instanceof ConflictError) return existing;
+      // Another writer got there first: the next status pass compares again (its event may have come already).
+      if (err instanceof AlreadyExistsError || err instanceof ConflictError) {
+        this.unchecked = true;
+        return existing;
+      }
       throw err;
     }
   }
