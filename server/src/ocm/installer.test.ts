@@ -218,6 +218,24 @@ describe('the installer between passes', () => {
     expect(nsNames((await work(store))!)).toEqual(['elsewhere']);
     expect(installer.behind()).toBe(false);
   });
+
+  it('lets a moved-from namespace go once the store says the work agent applied the move, whatever its mirror says', async () => {
+    const { store, installer, addon, sync } = await setup();
+    await setStatus(store, await addon(), { conditions: [CONFIGURED] });
+    await sync();
+    const legacy = (await work(store))!;
+    delete legacy.spec.deleteOption;
+    await store.update('ManifestWork', legacy);
+    await applied(store);
+    await setStatus(store, await addon(), { conditions: [CONFIGURED], configReferences: await movingInstallNamespace(store) });
+    await sync();
+    expect(nsNames((await work(store))!)).toEqual(['open-cluster-management-cluster-proxy', 'elsewhere']);
+    // The works' mirror stops following the store (a watch that lags): the work agent's status write is not in it.
+    (installer as unknown as { mirrors: { works: WatchCache<'ManifestWork'> } }).mirrors.works.stop();
+    await applied(store);
+    await installer.sync();
+    expect(nsNames((await work(store))!)).toEqual(['elsewhere']);
+  });
 });
 
 describe('the installer after a failed write', () => {

@@ -454,8 +454,17 @@ export class OcmInstaller {
         ],
       };
     }
-    const released = releasingNamespaces(desired, existing);
-    // A namespace held back waits for the work agent to apply that: each status pass looks again until it has.
+    let released = releasingNamespaces(desired, existing);
+    if (released !== desired && existing) {
+      // A namespace is held back until the work agent applied that: asked of the store, not the mirror, whose
+      // copy may lag the agent's status write (rare: only while a namespace moves).
+      const stored = await this.opts.store.get('ManifestWork', { name: existing.metadata.name, namespace: cluster });
+      if (stored) {
+        existing = stored;
+        released = releasingNamespaces(desired, stored);
+      }
+    }
+    // Still held back: each status pass looks again until the work agent has applied it.
     if (released !== desired) this.unchecked = true;
     const toWrite = keepingDeploymentSelectors(released, existing);
     const work = await this.applyWork(toWrite, existing);
