@@ -25,7 +25,6 @@
 // away with the heap's growing factor at 2. One full collection is asked for then.
 import { bytesHeldInProcess } from '@cluster-proxy/proto';
 import { constants } from 'node:perf_hooks';
-import { getHeapStatistics } from 'node:v8';
 import { exposedGc } from './exposed-gc.js';
 import { collectionKind, watchCollections, type CollectionEntry } from './gc-events.js';
 
@@ -44,16 +43,6 @@ export interface DeadBufferGovernorOptions {
   collect?: () => void;
   /** Bytes the memory budgets hold now (tests substitute their own). */
   held?: () => number;
-}
-
-/**
- * The Buffers' memory as V8 counts it: its external memory, which Node's ArrayBuffer allocator reports (plus a few
- * MiB of other external data that does not swing). Read after every collection: 0.3 µs, where
- * process.memoryUsage().arrayBuffers took 7.6 (it reads /proc for the RSS as well), 1 % of the hub's and the agent's
- * CPU under gateway load.
- */
-export function externalBytes(): number {
-  return getHeapStatistics().external_memory;
 }
 
 export class DeadBufferGovernor {
@@ -82,7 +71,7 @@ export class DeadBufferGovernor {
 
   constructor(opts: DeadBufferGovernorOptions = {}) {
     this.allowance = opts.allowance ?? DEAD_BUFFER_ALLOWANCE;
-    this.arrayBuffers = opts.arrayBuffers ?? externalBytes;
+    this.arrayBuffers = opts.arrayBuffers ?? (() => process.memoryUsage().arrayBuffers);
     this.collect = opts.collect ?? collectAsync;
     this.held = opts.held ?? bytesHeldInProcess;
   }
