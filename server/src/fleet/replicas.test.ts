@@ -61,9 +61,9 @@ describe('pacingHints', () => {
   });
 });
 
-describe('encodeTunnelClusters / decodeTunnelClusters', () => {
-  const names = (n: number, prefix = 'cluster-'): string[] => Array.from({ length: n }, (_, i) => `${prefix}${String(i).padStart(5, '0')}`);
+const names = (n: number, prefix = 'cluster-'): string[] => Array.from({ length: n }, (_, i) => `${prefix}${String(i).padStart(5, '0')}`);
 
+describe('encodeTunnelClusters / decodeTunnelClusters', () => {
   it('publishes a small list as plain text, sorted and without duplicates', () => {
     const { annotations, omitted } = encodeTunnelClusters(['b', 'a', 'b']);
     expect(annotations).toEqual({ [REPLICA_CLUSTERS_ANNOTATION]: 'a,b', [REPLICA_CLUSTERS_GZIP_ANNOTATION]: '' });
@@ -134,7 +134,6 @@ describe("ReplicaRegistry lease lists (ANP's lease_list metrics)", () => {
 
 describe('ReplicaRegistry renewals', () => {
   it('publishes the tunnelled clusters as they are at each renewal, the gzipped form included', async () => {
-    const names = (n: number): string[] => Array.from({ length: n }, (_, i) => `cluster-${String(i).padStart(5, '0')}`);
     const store = new MemoryStore();
     let clusters = names(3000);
     const registry = new ReplicaRegistry({

@@ -45,6 +45,8 @@ const mac = (line: string): string => crypto.createHmac('sha256', MAC_KEY).updat
 
 /** One relay or the apiserver, in a process of its own: listens, says its port, answers 'cpu' with its CPU in ms. */
 function serve(role: Role, next: number, certFile: string, keyFile: string): void {
+  // The parent gone (a crash, Ctrl-C before its finally ran): this relay goes too, its port with it.
+  process.once('disconnect', () => process.exit(0));
   const cert = readFileSync(certFile);
   const key = readFileSync(keyFile);
   const insecure = { rejectUnauthorized: false };
