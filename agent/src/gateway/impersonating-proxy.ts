@@ -15,7 +15,9 @@
 //     other Kubernetes calls find them (kube-rest.ts: in a pod the service account; the token file is
 //     read again once a minute, as client-go does: kubelet rotates it), and Impersonate-User / -Group / -Uid / -Extra-*, as
 //     UTF-8 (what client-go sends);
-//   - streams both bodies with relay() (proto http-relay.ts: backpressure, nothing buffered whole);
+//   - relays each tunneled connection to the apiserver on a TLS connection of its own (apiserver-relay.ts:
+//     request heads parsed by node's own parser and rewritten, bodies passed on, the answer passed back byte
+//     for byte, backpressure both ways, nothing buffered whole);
 //   - upgrades (exec, attach, port-forward: WebSocket, SPDY/3.1) the same way up to the apiserver's 101,
 //     then splices the two byte streams (upgrade.ts).
 // So the cluster's own RBAC decides what the hub user may do; the agent's service account needs
@@ -23,7 +25,6 @@
 // inside is a 500 with one line, never an unhandled rejection. When the hub closes the tunneled
 // connection (its caller left), the request to the apiserver ends with it (a watch included).
 import type { KeyObject, X509Certificate } from 'node:crypto';
-import https from 'node:https';
 import { type Duplex, duplexPair } from 'node:stream';
 import {
   GATEWAY_AGENT_MAX_HEAD_BYTES,
@@ -31,28 +32,22 @@ import {
   IDENTITY_MAC_HEADER,
   IDENTITY_SIGNER_HEADER,
   certificatesOf,
-  endToEndHeaders,
   gatewayForwardedHeaders,
-  hasNoBody,
   identityProblem,
   impersonateExtraHeaders,
   isReservedInCluster,
   quoteName,
-  relay,
-  relayResponse,
   requestLine,
-  textAnswer,
   utf8HeaderValue,
   verifyIdentity,
   verifyLinkIdentity,
   type GatewayIdentity,
-  http,
 } from '@cluster-proxy/proto';
 import type { Logger } from 'pino';
 import { bearerToken, type KubeRestConfig } from '../kube-rest.js';
-import { apiserverRequest, apiserverUnreachable, type Prepared } from './apiserver-request.js';
+import type { Prepared } from './apiserver-request.js';
+import { ApiserverRelay, type RelayHooks, type RequestHead } from './apiserver-relay.js';
 import { rawAnswer, upgradeToApiserver } from './upgrade.js';
-import type * as HttpTypes from 'node:http';
 
 export interface ImpersonatingProxyOptions {
   cluster: string;
@@ -65,7 +60,7 @@ export interface ImpersonatingProxyOptions {
   allowReserved?: ReadonlySet<string>;
 }
 
-/** What node:http and the endpoint connection call on a socket, beyond Duplex: no-ops in memory. */
+/** What the endpoint connection calls on a socket, beyond Duplex: no-ops in memory. */
 function socketLike(d: Duplex): Duplex {
   return Object.assign(d, {
     setNoDelay: () => d,
@@ -75,48 +70,33 @@ function socketLike(d: Duplex): Duplex {
 }
 
 export class ImpersonatingProxy {
-  private readonly server: HttpTypes.Server;
-  /** Keep-alive connections to the apiserver, shared by every request; destroyed by close(). */
-  private readonly apiAgent = new https.Agent({ keepAlive: true, maxFreeSockets: 64, scheduling: 'lifo' });
+  /** Tunneled connections being relayed (destroyed by close()). */
+  private readonly relays = new Set<ApiserverRelay>();
+  /** The apiserver's last TLS session, offered by each new connection to it (a shorter handshake). */
+  private readonly tlsSessions: { last: Buffer | undefined } = { last: undefined };
+  private readonly hooks: RelayHooks;
   private trusted: { bundle: Buffer; certs: X509Certificate[] } | null = null;
   private kubeConfig: Promise<KubeRestConfig> | null = null;
   private readonly log: Logger;
-  /** Upgrade requests and their sessions (node's closeAllConnections() no longer sees them). */
+  /** Upgrade requests and their sessions. */
   private readonly upgraded = new Set<Duplex>();
   /** The identity MAC key of the link each tunneled connection came in on (none: signed identities only). */
   private readonly linkKeys = new WeakMap<object, KeyObject>();
 
   constructor(private readonly opts: ImpersonatingProxyOptions) {
     this.log = opts.log.child({ component: 'gateway' });
-    // No request timeout: a watch or `logs -f` runs as long as the caller wants.
-    // Heads up to what the hub may send: a caller's head within the hub's limit plus the identity.
-    this.server = http.createServer(
-      { requestTimeout: 0, headersTimeout: 15_000, keepAliveTimeout: 0, maxHeaderSize: GATEWAY_AGENT_MAX_HEAD_BYTES },
-      (req, res) => {
-        this.handle(req, res).catch((err: unknown) =>
-          this.failed(err, () => this.refuse(req, res, 500, 'the agent failed to serve the request')),
+    // No request timeout: a watch or `logs -f` runs as long as the caller wants (the hub times out a
+    // missing answer). Heads up to what the hub may send: a caller's head within the hub's limit plus the identity.
+    this.hooks = {
+      prepare: (head) => this.prepare(head),
+      upgrade: (head, socket, rest) => {
+        this.upgrade(head, socket, rest).catch((err: unknown) =>
+          this.failed(err, () => rawAnswer(socket, 500, 'the agent failed to serve the request')),
         );
       },
-    );
-    this.server.on('upgrade', (req: HttpTypes.IncomingMessage, socket: Duplex, head: Buffer) => {
-      this.upgrade(req, socket, head).catch((err: unknown) =>
-        this.failed(err, () => rawAnswer(socket, 500, 'the agent failed to serve the request')),
-      );
-    });
-    this.server.on('clientError', (err: NodeJS.ErrnoException, socket: Duplex) => {
-      const tooLarge = err.code === 'HPE_HEADER_OVERFLOW';
-      this.log.warn({ err: err.message }, 'malformed gateway request from the hub');
-      if (socket.writable)
-        socket.end(
-          textAnswer(
-            tooLarge ? 431 : 400,
-            tooLarge
-              ? `the request head is larger than the ${GATEWAY_AGENT_MAX_HEAD_BYTES} bytes the agent takes`
-              : 'the agent could not parse the request',
-          ),
-        );
-      else socket.destroy();
-    });
+      log: this.log,
+      maxHeadBytes: GATEWAY_AGENT_MAX_HEAD_BYTES,
+    };
   }
 
   /**
@@ -126,11 +106,13 @@ export class ImpersonatingProxy {
   connect(linkKey: KeyObject | null = null): Duplex {
     const [tunnelEnd, serverEnd] = duplexPair({ allowHalfOpen: true });
     if (linkKey) this.linkKeys.set(serverEnd, linkKey);
-    // The tunnel's end destroyed (the hub closed the connection: its caller left) ends the server's side
-    // too, and with it any request to the apiserver still open (res 'close' → upstream destroyed). The other
-    // way needs nothing: the server's end reaches the tunnel as EOF after every byte it wrote.
+    // The tunnel's end destroyed (the hub closed the connection: its caller left) ends the relay's side
+    // too, and with it any request to the apiserver still open. The other way needs nothing: the relay's
+    // end reaches the tunnel as EOF after every byte it wrote.
     tunnelEnd.once('close', () => serverEnd.destroy());
-    this.server.emit('connection', socketLike(serverEnd));
+    const relay = new ApiserverRelay(serverEnd, this.hooks, this.tlsSessions);
+    this.relays.add(relay);
+    serverEnd.once('close', () => this.relays.delete(relay));
     return socketLike(tunnelEnd);
   }
 
@@ -144,9 +126,8 @@ export class ImpersonatingProxy {
   }
 
   close(): void {
-    this.server.closeAllConnections();
+    for (const r of this.relays) r.destroy();
     for (const s of this.upgraded) s.destroy();
-    this.apiAgent.destroy();
   }
 
   private trustedCas(): X509Certificate[] {
@@ -165,7 +146,7 @@ export class ImpersonatingProxy {
   }
 
   /** The identity checked and the outgoing headers made, or the refusal (status and one line). */
-  private async prepare(req: HttpTypes.IncomingMessage): Promise<Prepared | { status: number; message: string }> {
+  private async prepare(req: RequestHead): Promise<Prepared | { status: number; message: string }> {
     const identity = this.identityOf(req);
     if ('error' in identity) {
       this.log.warn({ reason: identity.error }, 'gateway request refused: the identity was not authenticated by the hub');
@@ -196,19 +177,19 @@ export class ImpersonatingProxy {
   }
 
   /** The identity the hub authenticated for this request, or why there is none it believes. */
-  private identityOf(req: HttpTypes.IncomingMessage): GatewayIdentity | { error: string } {
-    const mac = req.headers[IDENTITY_MAC_HEADER];
-    const assertion = req.headers[IDENTITY_HEADER];
-    const signer = req.headers[IDENTITY_SIGNER_HEADER];
+  private identityOf(req: RequestHead): GatewayIdentity | { error: string } {
+    const mac = req.headersDistinct[IDENTITY_MAC_HEADER];
+    const assertion = req.headersDistinct[IDENTITY_HEADER];
+    const signer = req.headersDistinct[IDENTITY_SIGNER_HEADER];
     const request = requestLine(req.method, req.url);
     if (mac !== undefined) {
       // One identity per request: a second one alongside is not something the hub sends.
-      if (assertion !== undefined || signer !== undefined || typeof mac !== 'string') return { error: 'more than one identity assertion' };
-      return verifyLinkIdentity(mac, this.linkKeys.get(req.socket) ?? null, this.opts.cluster, request);
+      if (assertion !== undefined || signer !== undefined || mac.length !== 1) return { error: 'more than one identity assertion' };
+      return verifyLinkIdentity(mac[0]!, this.linkKeys.get(req.socket) ?? null, this.opts.cluster, request);
     }
-    return typeof assertion === 'string' && typeof signer === 'string'
-      ? verifyIdentity(assertion, signer, this.trustedCas(), this.opts.cluster, request)
-      : { error: 'no identity assertion' };
+    if (assertion === undefined || signer === undefined) return { error: 'no identity assertion' };
+    if (assertion.length !== 1 || signer.length !== 1) return { error: 'more than one identity assertion' };
+    return verifyIdentity(assertion[0]!, signer[0]!, this.trustedCas(), this.opts.cluster, request);
   }
 
   /** Why this agent does not impersonate `identity` (null: it does). */
@@ -222,7 +203,7 @@ export class ImpersonatingProxy {
       : `${quoteName(reserved)} is a reserved Kubernetes name this agent does not impersonate (--gateway-allow-reserved allows one by name)`;
   }
 
-  private async upgrade(req: HttpTypes.IncomingMessage, socket: Duplex, head: Buffer): Promise<void> {
+  private async upgrade(req: RequestHead, socket: Duplex, head: Buffer): Promise<void> {
     socket.on('error', () => {}); // the tunnel's end: reported through 'close' / the splice
     this.upgraded.add(socket);
     socket.once('close', () => this.upgraded.delete(socket));
@@ -232,47 +213,5 @@ export class ImpersonatingProxy {
       return;
     }
     upgradeToApiserver(p, req, socket, head, this.log);
-  }
-
-  private async handle(req: HttpTypes.IncomingMessage, res: HttpTypes.ServerResponse): Promise<void> {
-    const p = await this.prepare(req);
-    if ('status' in p) return this.refuse(req, res, p.status, p.message);
-    const { kube, headers } = p;
-    if (req.headers['transfer-encoding']) headers['transfer-encoding'] = 'chunked';
-
-    const upstream = https.request(apiserverRequest(kube, req.method, req.url ?? '/', headers, this.apiAgent));
-    upstream.on('response', (up) => {
-      res.writeHead(up.statusCode ?? 502, endToEndHeaders(up.headersDistinct));
-      relayResponse(up, res, (err) => {
-        if (err) res.destroy();
-      });
-    });
-    upstream.on('error', (err) => {
-      if (res.headersSent) {
-        res.destroy();
-        return;
-      }
-      // The apiserver's address stays in the cluster: the caller hears the error code, the agent's log the rest.
-      this.log.warn({ err: err.message }, 'gateway request: the apiserver could not be reached');
-      this.refuse(req, res, 502, apiserverUnreachable(err));
-    });
-    if (hasNoBody(req)) {
-      req.resume();
-      upstream.end();
-    } else {
-      relay(req, upstream, (err) => {
-        if (err) upstream.destroy();
-      });
-    }
-    res.on('close', () => {
-      if (!res.writableFinished) upstream.destroy();
-    });
-  }
-
-  private refuse(req: HttpTypes.IncomingMessage, res: HttpTypes.ServerResponse, status: number, message: string): void {
-    req.resume();
-    const body = `${message.replace(/\s+/g, ' ').trim()}\n`;
-    res.writeHead(status, { 'content-type': 'text/plain; charset=utf-8', 'content-length': Buffer.byteLength(body), connection: 'close' });
-    res.end(body);
   }
 }

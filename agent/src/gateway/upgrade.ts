@@ -14,6 +14,7 @@ import { pipeline, type Duplex } from 'node:stream';
 import { passedBackHead, responseHead, splice, textAnswer } from '@cluster-proxy/proto';
 import type { Logger } from 'pino';
 import { apiserverRequest, apiserverUnreachable, type Prepared } from './apiserver-request.js';
+import type { RequestHead } from './apiserver-relay.js';
 
 /** A one-line answer on the raw tunnel end; the connection closes after it. */
 export function rawAnswer(socket: Duplex, status: number, message: string): void {
@@ -24,10 +25,10 @@ export function rawAnswer(socket: Duplex, status: number, message: string): void
   socket.end(textAnswer(status, message));
 }
 
-export function upgradeToApiserver(p: Prepared, req: http.IncomingMessage, socket: Duplex, head: Buffer, log: Logger): void {
+export function upgradeToApiserver(p: Prepared, req: RequestHead, socket: Duplex, head: Buffer, log: Logger): void {
   const { kube, headers, identity } = p;
   const started = Date.now();
-  const path = req.url ?? '/';
+  const path = req.url;
   // No body on an upgrade request: what follows the head belongs to the upgraded protocol.
   delete headers['content-length'];
   delete headers['transfer-encoding'];
@@ -61,7 +62,7 @@ export function upgradeToApiserver(p: Prepared, req: http.IncomingMessage, socke
           user: identity.user,
           method: req.method,
           path: q < 0 ? path : path.slice(0, q),
-          upgrade: req.headers.upgrade,
+          upgrade: req.headersDistinct['upgrade']?.join(', '),
           bytesIn: head.length + r.aToB,
           bytesOut: apiHead.length + r.bToA,
           durationMs: Date.now() - started,

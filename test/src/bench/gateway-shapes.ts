@@ -38,7 +38,9 @@ type Role =
   | 'head-hub'
   | 'head-agent'
   | 'framed-hub'
-  | 'framed-agent';
+  | 'framed-agent'
+  | 'parsed-hub'
+  | 'parsed-agent';
 const MAC_KEY = Buffer.alloc(32, 7);
 const HEAD_END = Buffer.from('\r\n\r\n');
 const mac = (line: string): string => crypto.createHmac('sha256', MAC_KEY).update(`alice|${line}`).digest('base64');
@@ -104,6 +106,9 @@ function serve(role: Role, next: number, certFile: string, keyFile: string): voi
     case 'head-hub':
     case 'head-agent':
       return listening(tls.createServer({ cert, key }, (down) => headRelay(down, nextTls(), role === 'head-hub')));
+    case 'parsed-hub':
+    case 'parsed-agent':
+      return listening(tls.createServer({ cert, key }, (down) => parsedRelay(down, nextTls(), role === 'parsed-hub')));
     case 'framed-hub':
       return listening(framedHub(cert, key, nextTls));
     case 'framed-agent':
@@ -161,6 +166,86 @@ function headRelay(down: Duplex, up: Duplex, hub: boolean): void {
     }
   });
   up.pipe(down);
+  down.on('error', () => up.destroy());
+  up.on('error', () => down.destroy());
+  down.on('close', () => up.destroy());
+  up.on('close', () => down.destroy());
+}
+
+interface LlParser {
+  initialize(kind: number, resource: object): void;
+  execute(b: Buffer): number | Error;
+  [k: number]: unknown;
+}
+interface LlParserClass {
+  new (): LlParser;
+  REQUEST: number;
+  RESPONSE: number;
+  kOnHeadersComplete: number;
+  kOnBody: number;
+  kOnMessageComplete: number;
+  kOnExecute: number;
+}
+const { HTTPParser, methods: METHODS } = (await import('node:_http_common' as string)) as {
+  HTTPParser: LlParserClass;
+  methods: string[];
+};
+
+/**
+ * head-only with Node's own parser (llhttp) at both ends: request heads and bodies parsed (bodies re-chunked
+ * when chunked), heads rewritten; at the hub, responses parsed to find where each ends (what audit, errors
+ * and a next request need) while their bytes go back as they came.
+ */
+function parsedRelay(down: Duplex, up: Duplex, hub: boolean): void {
+  const req = new HTTPParser();
+  req.initialize(HTTPParser.REQUEST, {});
+  let chunked = false;
+  req[HTTPParser.kOnHeadersComplete] = (_maj: number, _min: number, headers: string[], method: number, url: string): number => {
+    const name = METHODS[method] ?? 'GET';
+    const line = `${name} ${url}`;
+    let head = `${line} HTTP/1.1\r\n`;
+    let given = '';
+    chunked = false;
+    for (let i = 0; i < headers.length; i += 2) {
+      const k = headers[i]!.toLowerCase();
+      const v = headers[i + 1]!;
+      if (k === 'x-identity-mac') given = v;
+      else if (k !== 'authorization') head += `${headers[i]}: ${v}\r\n`;
+      if (k === 'transfer-encoding') chunked = true;
+    }
+    if (hub) head += `x-identity-mac: ${mac(line)}\r\n`;
+    else if (given !== mac(line)) {
+      down.destroy();
+      return 1;
+    } else head += 'impersonate-user: alice\r\nauthorization: Bearer agent-token\r\n';
+    up.write(`${head}\r\n`);
+    return 0;
+  };
+  req[HTTPParser.kOnBody] = (b: Buffer): void => {
+    if (chunked) up.write(`${b.length.toString(16)}\r\n`);
+    up.write(b);
+    if (chunked) up.write('\r\n');
+  };
+  req[HTTPParser.kOnMessageComplete] = (): void => {
+    if (chunked) up.write('0\r\n\r\n');
+  };
+  req[HTTPParser.kOnExecute] = (): void => {};
+  let res: LlParser | null = null;
+  if (hub) {
+    res = new HTTPParser();
+    res.initialize(HTTPParser.RESPONSE, {});
+    res[HTTPParser.kOnHeadersComplete] = (): number => 0;
+    res[HTTPParser.kOnBody] = (): void => {};
+    res[HTTPParser.kOnMessageComplete] = (): void => {};
+    res[HTTPParser.kOnExecute] = (): void => {};
+  }
+  down.on('data', (d: Buffer) => {
+    if (req.execute(d) instanceof Error) down.destroy();
+  });
+  up.on('data', (d: Buffer) => {
+    if (res && res.execute(d) instanceof Error) return void up.destroy();
+    down.write(d);
+  });
   down.on('error', () => up.destroy());
   up.on('error', () => down.destroy());
   down.on('close', () => up.destroy());
@@ -280,6 +365,7 @@ async function main(): Promise<void> {
       ['head', 'head-hub', 'head-agent'],
       ['agent-head', 'full-hub', 'head-agent'],
       ['framed', 'framed-hub', 'framed-agent'],
+      ['parsed', 'parsed-hub', 'parsed-agent'],
     ] as const) {
       const c = await chain(front, back);
       shapes.push({ name, port: c[0]!.port, agent: new https.Agent(insecure), relays: c.map((s) => s.child) });
