@@ -20,6 +20,7 @@ let ca: PemPair;
 let serving: PemPair;
 let api: https.Server;
 let apiPort = 0;
+let echoNext = false;
 let script: Script = (_req, res) => res.end('ok');
 /** Requests the apiserver got: method, path, body. */
 const seen: { method: string; url: string; body: string; te?: string; cl?: string }[] = [];
@@ -33,6 +34,11 @@ beforeAll(async () => {
   const cert = issueServerCert(ca, { commonName: 'apiserver', ipAddresses: ['127.0.0.1'] });
   const perSocket = new WeakMap<net.Socket, number>();
   api = https.createServer({ cert: cert.certPem, key: cert.keyPem }, (req, res) => {
+    if (echoNext) {
+      echoNext = false;
+      req.pipe(res);
+      return;
+    }
     const nth = (perSocket.get(req.socket) ?? 0) + 1;
     perSocket.set(req.socket, nth);
     const chunks: Buffer[] = [];
@@ -154,6 +160,17 @@ describe("the agent's apiserver relay", () => {
       ['GET', '/d', '-'],
     ]);
     expect(sockets.size).toBe(1); // one apiserver connection served them all
+  });
+
+  it('an 8 MiB body streams through both ways (the apiserver answers while it reads)', async () => {
+    script = (req, res) => res.end('unused');
+    const agent = hub(proxy());
+    expect(await request(agent, 'GET', '/warm')).toEqual({ status: 200, body: 'unused' });
+    const big = 'x'.repeat(8 * 1024 * 1024);
+    echoNext = true;
+    const r = await request(agent, 'POST', '/echo', { chunks: [big], length: true });
+    expect(r.status).toBe(200);
+    expect(r.body.length).toBe(big.length);
   });
 
   it('a GET on a kept connection the apiserver closes unanswered goes once more on a new one; a POST gets a 502 line', async () => {

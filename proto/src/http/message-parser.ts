@@ -60,6 +60,8 @@ export interface MessageHead {
 }
 
 export interface MessageEvents {
+  /** The first byte of a message arrived (a head is being read). */
+  begin?(): void;
   /** A head. Return true when no body follows whatever the head says (the response to a HEAD request). */
   head(head: MessageHead): boolean;
   /** Body bytes, de-chunked: a view of the buffer given to execute(). */
@@ -91,7 +93,7 @@ export class MessageParser {
   constructor(kind: 'request' | 'response', events: MessageEvents, maxHeaderBytes: number) {
     const n = new Native();
     n.initialize(kind === 'request' ? Native.REQUEST : Native.RESPONSE, {}, maxHeaderBytes, Native.kLenientNone);
-    n[Native.kOnMessageBegin] = () => {};
+    n[Native.kOnMessageBegin] = (): void => events.begin?.();
     n[Native.kOnExecute] = () => {};
     n[Native.kOnTimeout] = () => {};
     n[Native.kOnHeaders] = (headers: string[], url: string): void => {

@@ -9,7 +9,7 @@
 //                 cluster-proxy: names get the prefix cluster:hub: (hub-names.ts), so the hub's own admin
 //                 certificate (O=system:masters) is not cluster-admin in every cluster
 // Who may then reach which cluster is authorization.ts.
-import type http from 'node:http';
+import type net from 'node:net';
 import type tls from 'node:tls';
 import { clusterFromSubject } from '../pki/agent-identity.js';
 import { looksLikeHubToken, tokenAllowsCluster, type TokenStore } from '../fleet/tokens.js';
@@ -23,23 +23,29 @@ import { isFailure, type AuthFailure, type AuthOutcome, type GatewayCaller } fro
 
 export { isFailure, type AuthFailure, type AuthOutcome, type GatewayCaller };
 
+/** What authentication reads of a request: its headers (node's headersDistinct) and its connection (a client certificate). */
+export interface AuthRequest {
+  headersDistinct: Readonly<Record<string, string[] | undefined>>;
+  socket: net.Socket;
+}
+
 /** One way to authenticate. null: this request carries no credential of this kind. */
 export interface AuthSource {
   readonly name: string;
   /** The bearer tokens it takes, for the 401 answers ("hub token", "OIDC ID token", …); absent: none. */
   readonly bearer?: string;
-  authenticate(req: http.IncomingMessage): AuthOutcome | null | Promise<AuthOutcome | null>;
+  authenticate(req: AuthRequest): AuthOutcome | null | Promise<AuthOutcome | null>;
 }
 
 /** The request's bearer token; call after authenticate() checked the header (null: none or not Bearer). */
-export function bearerToken(req: http.IncomingMessage): string | null {
+export function bearerToken(req: AuthRequest): string | null {
   const values = req.headersDistinct['authorization'];
   if (!values || values.length !== 1 || !/^Bearer /i.test(values[0]!)) return null;
   return tokenFromHeader(values[0]!);
 }
 
 /** Tries the sources in order; none applies → 401. */
-export async function authenticate(req: http.IncomingMessage, sources: readonly AuthSource[]): Promise<AuthOutcome> {
+export async function authenticate(req: AuthRequest, sources: readonly AuthSource[]): Promise<AuthOutcome> {
   const kinds = sources.flatMap((s) => (s.bearer ? [s.bearer] : []));
   const values = req.headersDistinct['authorization'];
   if (values && values.length > 1) return { status: 400, message: 'more than one Authorization header' };
@@ -140,7 +146,7 @@ export function certificateSource(): AuthSource {
     name: 'certificate',
     authenticate(req) {
       // A bearer token decides (the sources before this one); one none of them took is a failure, not a cue to try the certificate.
-      if (req.headers.authorization !== undefined) return null;
+      if (req.headersDistinct['authorization'] !== undefined) return null;
       const s = req.socket as tls.TLSSocket;
       if (typeof s.getPeerCertificate !== 'function' || !s.authorized) return null;
       // One TLS connection carries many keep-alive requests: its certificate is read once.

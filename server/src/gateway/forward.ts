@@ -1,10 +1,11 @@
 // One authenticated gateway request, forwarded to the agent of its cluster: over a connection through
-// the agent's tunnel (TunnelSocket: the core's in-process dial, no new tunnel), as HTTP/1.1 to the
-// agent's reserved destination, with the caller's identity authenticated by the hub (proto
-// gateway-identity.ts: an HMAC under the key of the link the connection rides when the agent takes one,
-// else a signature) and none of the caller's credentials. Bodies stream both ways through relay()
-// (proto http-relay.ts), which honours backpressure (write() → false → wait for 'drain'); nothing is
-// buffered whole.
+// the agent's tunnel (TunnelSocket: the core's in-process dial, no new tunnel; kept alive in agent-pool.ts),
+// as HTTP/1.1 to the agent's reserved destination, with the caller's identity authenticated by the hub
+// (proto gateway-identity.ts: an HMAC under the key of the link the connection rides when the agent takes
+// one, else a signature) and none of the caller's credentials. The head is written here; bodies go on as
+// node's parser hands them over (re-chunked when chunked), with backpressure both ways (a write that
+// returns false waits for 'drain'); nothing is buffered whole. The agent's answer is parsed (agent-pool.ts)
+// and passed on with its end-to-end headers.
 import type { Duplex } from 'node:stream';
 import tls from 'node:tls';
 import {
@@ -16,21 +17,18 @@ import {
   appendForwardedFor,
   endToEndHeaders,
   gatewayForwardedHeaders,
-  hasNoBody,
   identityPayload,
   macPayload,
-  relay,
-  relayResponse,
   requestLine,
   signPayload,
   signedLength,
   type DialFailureReason,
   type GatewayIdentity,
-  http,
 } from '@cluster-proxy/proto';
 import type { ProxyCore } from '../dataplane/proxy-core.js';
-import type { GatewayPool } from './agent-pool.js';
+import { AgentLeg, type GatewayPool } from './agent-pool.js';
 import type { GatewayCaller } from './auth.js';
+import { distinctHeaders, type CallerExchange, type GatewayRequest } from './caller-connection.js';
 import type { ServiceTarget } from './paths.js';
 import { GatewayDialError, TunnelSocket } from './tunnel-socket.js';
 import type * as HttpTypes from 'node:http';
@@ -59,8 +57,6 @@ export interface ForwardContext {
   core: ProxyCore;
   /** The hub's serving certificate and key (they sign the identity the agent believes). */
   signing: () => { cert: Buffer; key: Buffer };
-  /** A one-line error answer (used while nothing was sent yet). */
-  refuse: (res: HttpTypes.ServerResponse, status: number, message: string) => void;
   /** Keep-alive connections to the agents' reserved destination (agent-pool.ts). */
   pool: GatewayPool;
   /** How long the agent may take to answer with a response head (a watch's comes at once); then 504. */
@@ -97,7 +93,7 @@ export class IdentityHandoff {
     identity: GatewayIdentity,
     cluster: string,
     path: string,
-    req: HttpTypes.IncomingMessage,
+    req: Pick<GatewayRequest, 'method'>,
   ) {
     this.body = identityPayload(identity, cluster, requestLine(req.method, path));
   }
@@ -127,7 +123,7 @@ export class IdentityHandoff {
 }
 
 /** The caller's end-to-end headers for the agent: less its credentials (a WebSocket's bearer subprotocol too), with our X-Forwarded-For. */
-export function callerHeaders(req: HttpTypes.IncomingMessage): Record<string, string | string[]> {
+export function callerHeaders(req: Pick<GatewayRequest, 'headersDistinct' | 'socket'>): Record<string, string | string[]> {
   const headers = gatewayForwardedHeaders(req.headersDistinct);
   headers['x-forwarded-for'] = appendForwardedFor(req.headersDistinct['x-forwarded-for'], req.socket.remoteAddress ?? 'unknown');
   return headers;
@@ -172,104 +168,134 @@ export function forward(
   identity: GatewayIdentity,
   cluster: string,
   path: string,
-  req: HttpTypes.IncomingMessage,
-  res: HttpTypes.ServerResponse,
+  req: GatewayRequest,
+  ex: CallerExchange,
   service?: ServiceDestination,
 ): Promise<ForwardResult> {
   return new Promise((resolve) => {
     let bytesIn = 0;
     let bytesOut = 0;
     let done = false;
+    let leg: AgentLeg | null = null;
+    let timer: NodeJS.Timeout | null = null;
     const finish = (status: number, error?: string): void => {
       if (done) return;
       done = true;
+      if (timer) clearTimeout(timer);
       resolve({ status, bytesIn, bytesOut, ...(error ? { error } : {}) });
     };
 
     const headers = callerHeaders(req);
+    delete headers['expect']; // answered here (caller-connection.ts: 100 Continue)
     const host = service ? serviceHost(service.target) : GATEWAY_HOST;
     headers['host'] = service ? `${host}:${service.target.port}` : host;
     const handoff = service ? null : new IdentityHandoff(ctx, identity, cluster, path, req);
     // A Service gets one connection per request (nothing of it idles in the tables); the agent's
     // reserved destination is reached through the keep-alive pool.
     if (service) headers['connection'] = 'close';
-    // A chunked body stays chunked (no length to give); node's client frames it.
-    if (req.headers['transfer-encoding']) headers['transfer-encoding'] = 'chunked';
+    // A chunked body stays chunked (no length to give); its chunks are written here.
+    if (req.chunked) headers['transfer-encoding'] = 'chunked';
     const tooLarge = headTooLarge(req.method, path, headers, handoff?.maxBytes() ?? 0);
     if (tooLarge) {
-      req.resume();
-      ctx.refuse(res, 431, tooLarge);
+      ex.refuse(431, tooLarge);
       finish(431, tooLarge);
       return;
     }
 
-    const upstream = http.request({
-      method: req.method,
-      path,
-      headers,
-      ...(service
-        ? { createConnection: serviceConnection(ctx.core, cluster, caller, service) }
-        : { agent: ctx.pool.agentFor(cluster, caller.name) }),
-    });
-
-    const disarm = responseTimer(upstream, ctx.responseTimeoutMs);
-    upstream.on('response', (up) => {
-      disarm();
-      const out = endToEndHeaders(up.headersDistinct);
-      res.writeHead(up.statusCode ?? 502, out);
-      up.on('data', (chunk: Buffer) => (bytesOut += chunk.length));
-      relayResponse(up, res, (err) => {
-        if (err) {
-          // Truncated: the caller must see a broken response, not a clean end.
-          res.destroy();
-          finish(up.statusCode ?? 502, `response cut off: ${err.message}`);
-        } else finish(up.statusCode ?? 502);
-      });
-    });
-    upstream.on('error', (err) => {
-      disarm();
-      if (res.headersSent) {
-        res.destroy();
-        finish(res.statusCode, `upstream failed: ${err.message}`);
+    // Before the answer's head: a one-line refusal; after it, a broken answer (the caller must not see a clean end).
+    const failed = (err: Error): void => {
+      if (done) return;
+      leg?.destroy();
+      if (ex.headersSent) {
+        ex.destroy();
+        finish(ex.status, `upstream failed: ${err.message}`);
         return;
       }
-      // No connection, so nothing of the caller's body was read: it is read to its end and dropped.
-      if (!started) req.resume();
       const m = failureOf(err, service);
-      ctx.refuse(res, m.status, m.why);
+      ex.refuse(m.status, m.why);
       finish(m.status, err.message);
-    });
-
-    let started = false;
-    const start = (): void => {
-      started = true;
-      if (hasNoBody(req)) {
-        // Nothing to relay: the request goes out whole now (node reads the caller's empty body to its end).
-        req.resume();
-        upstream.end();
-      } else {
-        req.on('data', (chunk: Buffer) => (bytesIn += chunk.length));
-        relay(req, upstream, (err) => {
-          if (err && !done) {
-            upstream.destroy();
-            if (!res.headersSent && !res.destroyed) ctx.refuse(res, 400, `the request body was cut off: ${err.message}`);
-            else res.destroy();
-            finish(res.headersSent ? res.statusCode : 400, `request body cut off: ${err.message}`);
-          }
-        });
-      }
     };
-    // The identity is authenticated for the connection the request gets, so its head waits for it.
-    if (handoff) handoff.whenConnected(upstream, start);
-    else start();
-    // The caller left: stop the upstream request (its tunnel connection closes with it).
-    res.on('close', () => {
-      if (!res.writableFinished) {
-        disarm();
-        upstream.destroy();
-        finish(res.headersSent ? res.statusCode : 499, 'the caller went away');
-      }
+    ex.onGone(() => {
+      leg?.destroy();
+      finish(ex.headersSent ? ex.status : 499, 'the caller went away');
     });
+    timer = setTimeout(
+      () => failed(new ResponseTimeoutError(`the cluster's agent did not answer within ${Math.round(ctx.responseTimeoutMs / 1000)} s`)),
+      ctx.responseTimeoutMs,
+    );
+
+    const send = (l: AgentLeg): void => {
+      if (done || !ex.open) {
+        l.destroy();
+        return;
+      }
+      leg = l;
+      const socket = l.socket;
+      let informational = false;
+      let keep = false;
+      l.use({
+        head: (h) => {
+          // 1xx: not passed on (a 100 Continue was the gateway's to send).
+          informational = h.status < 200;
+          if (informational) return false;
+          if (timer) clearTimeout(timer);
+          timer = null;
+          keep = h.keepAlive;
+          ex.head(h.status, h.statusMessage, endToEndHeaders(distinctHeaders(h.rawHeaders)));
+          return req.method === 'HEAD';
+        },
+        body: (chunk) => {
+          bytesOut += chunk.length;
+          if (!ex.write(chunk)) {
+            socket.pause();
+            ex.drained(() => socket.resume());
+          }
+        },
+        end: () => {
+          if (informational) {
+            informational = false;
+            return;
+          }
+          ex.end();
+          // Kept for the next request once the request went out whole as well; else closed.
+          if (keep && ex.requestEnded && !service) ctx.pool.release(l);
+          else l.destroy();
+          finish(ex.status);
+        },
+        failed,
+      });
+      let head = `${req.method} ${path} HTTP/1.1\r\n`;
+      const all = handoff ? { ...headers, ...handoff.headers(socket) } : headers;
+      for (const [name, v] of Object.entries(all)) for (const value of typeof v === 'string' ? [v] : v) head += `${name}: ${value}\r\n`;
+      socket.write(`${head}\r\n`, 'latin1');
+      ex.bodyTo({
+        chunk: (b) => {
+          bytesIn += b.length;
+          if (!req.chunked) return socket.write(b);
+          socket.cork();
+          socket.write(`${b.length.toString(16)}\r\n`);
+          socket.write(b);
+          const more = socket.write('\r\n');
+          socket.uncork();
+          return more;
+        },
+        end: () => {
+          if (req.chunked && !socket.destroyed) socket.write('0\r\n\r\n');
+        },
+        failed: (why) => {
+          l.destroy();
+          if (done) return;
+          if (ex.headersSent) ex.destroy();
+          else ex.refuse(400, why);
+          finish(ex.headersSent ? ex.status : 400, `request body cut off: ${why}`);
+        },
+        drained: (f) => socket.once('drain', f),
+      });
+    };
+
+    const got = (err: Error | null, l?: AgentLeg): void => (err ? failed(err) : send(l!));
+    if (service) dialService(ctx.core, cluster, caller, service, (err, s) => (err ? failed(err) : send(new AgentLeg(s!, ''))));
+    else ctx.pool.take(cluster, caller.name, got);
   });
 }
 
@@ -292,26 +318,37 @@ export function failureOf(err: Error, service?: ServiceDestination): { status: n
   return { status: 502, why: `${service ? 'the service connection failed' : 'the agent connection failed'}${code ? ` (${code})` : ''}` };
 }
 
-/** node:http's createConnection for a Service: NAME.NS.svc:PORT dialed on an agent of `cluster`, TLS inside for https. */
+/** A Service's connection: NAME.NS.svc:PORT dialed on an agent of `cluster`, TLS inside for https. */
+export function dialService(
+  core: ProxyCore,
+  cluster: string,
+  caller: GatewayCaller,
+  service: ServiceDestination,
+  done: (err: Error | null, socket?: Duplex) => void,
+): void {
+  const host = serviceHost(service.target);
+  new TunnelSocket(
+    core,
+    cluster,
+    caller.name,
+    (err, socket) => {
+      if (err) done(err);
+      else if (service.target.protocol === 'https') startServiceTls(socket, host, service.ca, done);
+      else done(null, socket);
+    },
+    `${host}:${service.target.port}`,
+  );
+}
+
+/** node:http's createConnection for a Service (dialService). */
 export function serviceConnection(
   core: ProxyCore,
   cluster: string,
   caller: GatewayCaller,
   service: ServiceDestination,
 ): HttpTypes.RequestOptions['createConnection'] {
-  const host = serviceHost(service.target);
   return ((_opts: unknown, oncreate: (err: Error | null, socket?: Duplex) => void) => {
-    new TunnelSocket(
-      core,
-      cluster,
-      caller.name,
-      (err, socket) => {
-        if (err) oncreate(err);
-        else if (service.target.protocol === 'https') startServiceTls(socket, host, service.ca, oncreate);
-        else oncreate(null, socket);
-      },
-      `${host}:${service.target.port}`,
-    );
+    dialService(core, cluster, caller, service, oncreate);
     return undefined; // the socket comes through oncreate, once the agent accepted the dial
   }) as unknown as HttpTypes.RequestOptions['createConnection'];
 }

@@ -8,15 +8,14 @@
 // TLS with the hub's serving certificate, client certificates optional (tokens otherwise), as the
 // CONNECT frontend's TLS listener. No request timeout: watches and `logs -f` run for hours; the head must
 // arrive within the header timeout and the agent's answer's head within the response timeout (504).
-// Requests on one connection are handled one after another (HTTP/1.1 answers them in order anyway), and
-// after a refusal, which closes the connection, nothing more is read from it: a request pipelined behind
-// the refusal is never forwarded.
-import https from 'node:https';
+// Requests on one connection are read by node's own HTTP parser and handled one after another
+// (caller-connection.ts), and after a refusal, which closes the connection, nothing more is read from it:
+// a request pipelined behind the refusal is never forwarded.
 import type net from 'node:net';
-import type tls from 'node:tls';
+import tls from 'node:tls';
 import type { Duplex } from 'node:stream';
 import type { Logger } from 'pino';
-import { GATEWAY_MAX_HEAD_BYTES, identityProblem, isImpersonationHeader, textAnswer, type Splice, http } from '@cluster-proxy/proto';
+import { GATEWAY_MAX_HEAD_BYTES, identityProblem, isImpersonationHeader, textAnswer, type Splice } from '@cluster-proxy/proto';
 import type { ProxyCore } from '../dataplane/proxy-core.js';
 import { closeServer, listen, peerOf } from '../http/sockets.js';
 import { oneLine, printable } from '../http/text.js';
@@ -24,16 +23,18 @@ import type { TokenStore } from '../fleet/tokens.js';
 import { GatewayPool } from './agent-pool.js';
 import { authenticate, certificateSource, hubTokenSource, isFailure, type AuthSource, type GatewayCaller } from './auth.js';
 import { scopeAuthorizer, type GatewayAuthorizer } from './authorization.js';
+import { CallerConnection, type CallerExchange, type CallerHost, type GatewayRequest } from './caller-connection.js';
 import { forward, impersonatedIdentity } from './forward.js';
 import { parseGatewayTarget } from './paths.js';
 import type { ServiceAllowlist } from './service-allowlist.js';
 import { forwardUpgrade } from './upgrade.js';
-import type * as HttpTypes from 'node:http';
 
 const DEFAULT_RESPONSE_TIMEOUT_MS = 90_000;
 /** First segments of apiserver paths: a request starting with one most likely lost its cluster prefix. */
 const KUBE_ROOTS = new Set(['api', 'apis', 'version', 'openapi', 'healthz', 'livez', 'readyz', 'metrics', 'logs', '.well-known']);
 const DEFAULT_HEADER_TIMEOUT_MS = 10_000;
+/** An idle caller connection closes after this (node:http's default keep-alive timeout). */
+const KEEP_ALIVE_TIMEOUT_MS = 5_000;
 
 export interface GatewayOptions {
   core: ProxyCore;
@@ -81,8 +82,8 @@ interface Audit {
   upgrade?: string;
 }
 
-/** What a request is answered on: node's response, or the raw socket of an upgrade request. */
-type Exchange = { kind: 'request'; res: HttpTypes.ServerResponse } | { kind: 'upgrade'; socket: net.Socket; head: Buffer };
+/** What a request is answered on: its exchange on the caller's connection, or the raw socket of an upgrade request. */
+type Exchange = { kind: 'request'; ex: CallerExchange } | { kind: 'upgrade'; socket: net.Socket; head: Buffer };
 
 /** Where a GatewayServer is in its life (see the class). */
 export type GatewayState = 'idle' | 'starting' | 'listening' | 'stopping' | 'stopped';
@@ -114,14 +115,15 @@ export class GatewayServer implements Gateway {
   private readonly authorizer: GatewayAuthorizer;
   private material: { cert: Buffer; key: Buffer };
   private inFlight = 0;
-  /** Upgraded sessions and upgrade requests waiting for their answer: node's closeAllConnections() no longer sees their sockets. */
+  /** Upgraded sessions and upgrade requests waiting for their answer: no longer caller connections. */
   private readonly upgrades = new Set<net.Socket>();
+  /** Caller connections (not upgraded). */
+  private readonly connections = new Set<CallerConnection>();
+  private readonly callerHost: CallerHost;
   private readonly sessions = new Set<Splice>();
   private readonly maxHeaderBytes: number;
   private readonly responseTimeoutMs: number;
-  /** Per caller connection: the request being handled now (the next waits for it), and whether a refusal closed it. */
-  private readonly lanes = new WeakMap<net.Socket, { tail: Promise<void>; closed: boolean }>();
-  private readonly server: https.Server;
+  private readonly server: tls.Server;
   private boundPort = 0;
   private stopped: Promise<void> | null = null;
 
@@ -134,17 +136,27 @@ export class GatewayServer implements Gateway {
     this.material = { cert: opts.tls.cert, key: opts.tls.key };
     this.maxHeaderBytes = opts.maxHeaderBytes ?? GATEWAY_MAX_HEAD_BYTES;
     this.responseTimeoutMs = opts.responseTimeoutMs ?? DEFAULT_RESPONSE_TIMEOUT_MS;
-    this.server = https.createServer({
+    this.server = tls.createServer({
       ca: opts.tls.caCert,
       cert: opts.tls.cert,
       key: opts.tls.key,
       requestCert: true,
       rejectUnauthorized: false, // no certificate = token auth; checked per request
       ALPNProtocols: ['http/1.1'],
-      maxHeaderSize: this.maxHeaderBytes,
-      headersTimeout: opts.headerTimeoutMs ?? DEFAULT_HEADER_TIMEOUT_MS,
-      requestTimeout: 0,
     });
+    this.callerHost = {
+      maxHeaderBytes: this.maxHeaderBytes,
+      headerTimeoutMs: opts.headerTimeoutMs ?? DEFAULT_HEADER_TIMEOUT_MS,
+      keepAliveTimeoutMs: KEEP_ALIVE_TIMEOUT_MS,
+      request: (req, ex) => {
+        this.inFlight++;
+        this.handle(req, { kind: 'request', ex })
+          .catch(this.failedUnexpectedly)
+          .finally(() => this.inFlight--);
+      },
+      upgrade: (req, rest) => this.onUpgrade(req, rest),
+      malformed: (socket, status, detail) => this.onMalformed(socket, status, detail),
+    };
   }
 
   get port(): number {
@@ -172,9 +184,7 @@ export class GatewayServer implements Gateway {
     if (this.state !== 'idle') throw new Error(`the gateway was started already (${this.state})`);
     this.setState('starting');
     const server = this.server;
-    server.on('request', this.onRequest);
-    server.on('upgrade', this.onUpgrade);
-    server.on('clientError', this.onClientError);
+    server.on('secureConnection', this.onConnection);
     server.on('tlsClientError', this.onTlsClientError);
     try {
       this.boundPort = await listen(server, { host: this.opts.tls.host, port: this.opts.tls.port });
@@ -195,11 +205,11 @@ export class GatewayServer implements Gateway {
       this.setState('stopping');
       const server = this.server;
       const closed = closeServer(server);
-      server.closeIdleConnections();
+      for (const c of this.connections) if (c.state === 'idle') c.destroy();
       this.pool.closeIdle();
       const deadline = Date.now() + graceMs;
       while (this.inFlight > 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, Math.min(50, deadline - Date.now())));
-      server.closeAllConnections();
+      for (const c of this.connections) c.destroy();
       this.pool.close();
       // Upgraded sockets are no longer node's connections: closed here, each session still audited.
       for (const s of this.sessions) s.close('the gateway is shutting down');
@@ -212,44 +222,30 @@ export class GatewayServer implements Gateway {
   }
 
   private removeListeners(): void {
-    this.server.off('request', this.onRequest);
-    this.server.off('upgrade', this.onUpgrade);
-    this.server.off('clientError', this.onClientError);
+    this.server.off('secureConnection', this.onConnection);
     this.server.off('tlsClientError', this.onTlsClientError);
   }
 
-  private laneOf(socket: net.Socket): { tail: Promise<void>; closed: boolean } {
-    let lane = this.lanes.get(socket);
-    if (!lane) this.lanes.set(socket, (lane = { tail: Promise.resolve(), closed: false }));
-    return lane;
-  }
-
-  // handle() answers its own failures; this keeps a lane going should anything escape it.
-  private readonly laneFailed = (err: unknown): void =>
-    this.log.error({ err: err instanceof Error ? err.message : String(err) }, 'gateway request failed unexpectedly');
-
-  private readonly onRequest = (req: HttpTypes.IncomingMessage, res: HttpTypes.ServerResponse): void => {
-    this.inFlight++;
-    res.once('close', () => this.inFlight--);
-    const lane = this.laneOf(req.socket);
-    lane.tail = lane.tail
-      .then(() => {
-        if (lane.closed) {
-          // Pipelined behind a refusal or a `Connection: close`: never handled; the connection closes once the answer before it is out.
-          req.resume();
-          res.destroy();
-          return undefined;
-        }
-        if (/(^|,)\s*close\s*(,|$)/i.test(req.headers.connection ?? '')) lane.closed = true;
-        return this.handle(req, { kind: 'request', res });
-      })
-      .catch(this.laneFailed);
+  private readonly onConnection = (socket: tls.TLSSocket): void => {
+    if (this.state !== 'listening') {
+      socket.destroy();
+      return;
+    }
+    socket.setNoDelay(true);
+    const c = new CallerConnection(socket, this.callerHost);
+    this.connections.add(c);
+    socket.once('close', () => this.connections.delete(c));
   };
+
+  // handle() answers its own failures; this keeps the gateway going should anything escape it.
+  private readonly failedUnexpectedly = (err: unknown): void =>
+    this.log.error({ err: err instanceof Error ? err.message : String(err) }, 'gateway request failed unexpectedly');
 
   // kubectl exec/attach/port-forward (WebSocket, SPDY/3.1): the same checks, then spliced (upgrade.ts).
   // In flight from the head until the session closed, so a draining hub gives it the grace period.
-  private readonly onUpgrade = (req: HttpTypes.IncomingMessage, socket: net.Socket, head: Buffer): void => {
-    // node:http took its own 'error' listener off the socket: without one a reset would throw.
+  private onUpgrade(req: GatewayRequest, head: Buffer): void {
+    const socket = req.socket;
+    for (const c of this.connections) if (c.socket === socket) this.connections.delete(c);
     socket.on('error', (err: NodeJS.ErrnoException) =>
       this.log.debug({ peer: peerOf(socket), err: oneLine(err.message) }, 'gateway upgrade socket failed'),
     );
@@ -257,45 +253,39 @@ export class GatewayServer implements Gateway {
     // Until it closes (a refused caller may keep its end open): closed by stop() if still there.
     this.upgrades.add(socket);
     socket.once('close', () => this.upgrades.delete(socket));
-    const lane = this.laneOf(socket);
-    lane.tail = lane.tail
-      .then(() => (lane.closed ? void socket.destroy() : this.handle(req, { kind: 'upgrade', socket, head })))
-      .catch(this.laneFailed)
+    this.handle(req, { kind: 'upgrade', socket, head })
+      .catch(this.failedUnexpectedly)
       .finally(() => this.inFlight--);
-  };
+  }
 
-  private readonly onClientError = (err: NodeJS.ErrnoException, socket: net.Socket): void => {
-    // Bytes after a request with `Connection: close`: not read; the answer to that request, still being
-    // written, ends the connection (a refusal written now would cut into it).
-    if (err.code === 'HPE_CLOSED_CONNECTION') return;
-    const tooLarge = err.code === 'HPE_HEADER_OVERFLOW';
-    if (!tooLarge) this.log.debug({ peer: peerOf(socket), err: oneLine(err.message) }, 'malformed gateway request');
-    if (tooLarge) this.metrics.gatewayRequests.inc({ cluster: '', code: '431' });
+  private onMalformed(socket: tls.TLSSocket, status: 400 | 408 | 431, detail: string): void {
+    if (status === 431) this.metrics.gatewayRequests.inc({ cluster: '', code: '431' });
+    else this.log.debug({ peer: peerOf(socket), err: oneLine(detail) }, 'malformed gateway request');
     rawRefusal(
       socket,
-      tooLarge ? 431 : err.code === 'ERR_HTTP_REQUEST_TIMEOUT' ? 408 : 400,
-      tooLarge ? `the request head is larger than ${this.maxHeaderBytes} bytes` : 'malformed HTTP request',
+      status,
+      status === 431 ? detail : status === 408 ? 'the request head did not arrive in time' : 'malformed HTTP request',
     );
-  };
+  }
 
   private readonly onTlsClientError = (err: Error, s: tls.TLSSocket): void => {
     this.log.info({ peer: peerOf(s) }, `gateway TLS handshake failed: ${oneLine(err.message)}`);
     s.destroy();
   };
 
-  private record(req: HttpTypes.IncomingMessage, started: bigint, a: Audit): void {
+  private record(req: GatewayRequest, started: bigint, a: Audit): void {
     const seconds = Number(process.hrtime.bigint() - started) / 1e9;
     this.metrics.gatewayRequests.inc({ cluster: a.clusterLabel, code: String(a.status) });
     this.metrics.gatewayDuration.observe(seconds);
     // The path without its query (a query may carry a value nobody should find in logs).
-    const target = req.url ?? '';
+    const target = req.url;
     const q = target.indexOf('?');
     this.log.info(
       {
         user: a.user,
         groups: a.groups,
         cluster: a.cluster,
-        method: printable(req.method ?? '', 20),
+        method: printable(req.method, 20),
         path: printable(q < 0 ? target : target.slice(0, q)),
         status: a.status,
         bytesIn: a.bytesIn,
@@ -310,32 +300,22 @@ export class GatewayServer implements Gateway {
     );
   }
 
-  private async handle(req: HttpTypes.IncomingMessage, ex: Exchange): Promise<void> {
+  private async handle(req: GatewayRequest, ex: Exchange): Promise<void> {
     const started = process.hrtime.bigint();
     const audit: Audit = {
       clusterLabel: '',
       status: 0,
       bytesIn: 0,
       bytesOut: 0,
-      ...(ex.kind === 'upgrade' ? { upgrade: req.headers.upgrade ?? '' } : {}),
+      ...(ex.kind === 'upgrade' ? { upgrade: req.headersDistinct['upgrade']?.join(', ') ?? '' } : {}),
     };
     // Every refusal, here or further down (431, 502, 504, …), closes the connection: nothing after it is handled.
-    const closeAfter = (
-      to: HttpTypes.ServerResponse | Duplex,
-      status: number,
-      message: string,
-      extra: Record<string, string> = {},
-    ): void => {
-      this.laneOf(req.socket).closed = true;
-      if (to instanceof http.ServerResponse) refuse(to, status, message, extra);
-      else rawRefusal(to, status, message, extra);
-    };
     const fail = (status: number, message: string, reason: string, extra: Record<string, string> = {}): void => {
-      closeAfter(ex.kind === 'request' ? ex.res : ex.socket, status, message, extra);
+      // A refused request's body is not read; the connection closes after the answer.
+      if (ex.kind === 'request') ex.ex.refuse(status, message, extra);
+      else rawRefusal(ex.socket, status, message, extra);
       audit.status = status;
       audit.reason = reason;
-      // A refused request's body is not read; the connection closes after the answer.
-      req.resume();
     };
     try {
       const target = parseGatewayTarget(req.url);
@@ -362,7 +342,7 @@ export class GatewayServer implements Gateway {
           'bad_identity',
           { 'www-authenticate': 'Bearer realm="cluster-proxy"' },
         );
-      const impersonating = Object.keys(req.headers).find(isImpersonationHeader);
+      const impersonating = Object.keys(req.headersDistinct).find(isImpersonationHeader);
       if (impersonating)
         return fail(
           400,
@@ -387,7 +367,7 @@ export class GatewayServer implements Gateway {
         if (!known) {
           // `kubectl get --raw` replaces the server URL's path (client-go's RequestURI): say so.
           const hint = KUBE_ROOTS.has(target.cluster)
-            ? ` (the path has no /CLUSTER prefix? kubectl get --raw drops the server URL's path: use --raw /CLUSTER${printable(req.url ?? '')})`
+            ? ` (the path has no /CLUSTER prefix? kubectl get --raw drops the server URL's path: use --raw /CLUSTER${printable(req.url)})`
             : '';
           return fail(404, `cluster ${target.cluster} is not known to this hub${hint}`, 'unknown_cluster');
         }
@@ -402,7 +382,6 @@ export class GatewayServer implements Gateway {
               {
                 core: this.opts.core,
                 signing: () => this.material,
-                refuse: (rs, status, message) => closeAfter(rs, status, message),
                 pool: this.pool,
                 responseTimeoutMs: this.responseTimeoutMs,
               },
@@ -411,14 +390,14 @@ export class GatewayServer implements Gateway {
               target.cluster,
               target.path,
               req,
-              ex.res,
+              ex.ex,
               service,
             )
           : await forwardUpgrade(
               {
                 core: this.opts.core,
                 signing: () => this.material,
-                refuse: (s, status, message) => closeAfter(s, status, message),
+                refuse: (s, status, message) => rawRefusal(s, status, message),
                 responseTimeoutMs: this.responseTimeoutMs,
                 opened: (session) => {
                   this.sessions.add(session);
@@ -440,8 +419,8 @@ export class GatewayServer implements Gateway {
       if (ex.kind === 'upgrade') {
         if (audit.status === 0) fail(500, 'internal error in the gateway', 'internal');
         else ex.socket.destroy();
-      } else if (!ex.res.headersSent) fail(500, 'internal error in the gateway', 'internal');
-      else ex.res.destroy();
+      } else if (!ex.ex.headersSent) fail(500, 'internal error in the gateway', 'internal');
+      else ex.ex.destroy();
       audit.status ||= 500;
     } finally {
       // Every answer, refusals included, is one audit line and one count.
@@ -450,24 +429,7 @@ export class GatewayServer implements Gateway {
   }
 }
 
-/** A one-line text answer; the connection closes after it. */
-function refuse(res: HttpTypes.ServerResponse, status: number, message: string, extra: Record<string, string> = {}): void {
-  if (res.headersSent || res.destroyed) {
-    res.destroy();
-    return;
-  }
-  const body = `${oneLine(message)}\n`;
-  res.shouldKeepAlive = false;
-  res.writeHead(status, {
-    'content-type': 'text/plain; charset=utf-8',
-    'content-length': Buffer.byteLength(body),
-    'x-content-type-options': 'nosniff',
-    ...extra,
-  });
-  res.end(body);
-}
-
-/** The same, written on a socket node:http no longer drives (bad head, upgrade). */
+/** A one-line text answer on a raw socket (a bad head, an upgrade's refusal); the connection closes after it. */
 function rawRefusal(socket: Duplex, status: number, message: string, extra: Record<string, string> = {}): void {
   if (!socket.writable) {
     socket.destroy();

@@ -10,6 +10,7 @@ import type net from 'node:net';
 import { pipeline, type Duplex } from 'node:stream';
 import { GATEWAY_HOST, passedBackHead, responseHead, splice, type GatewayIdentity, type Splice, http } from '@cluster-proxy/proto';
 import type { GatewayCaller } from './auth.js';
+import type { GatewayRequest } from './caller-connection.js';
 import {
   callerHeaders,
   failureOf,
@@ -44,7 +45,7 @@ export function forwardUpgrade(
   identity: GatewayIdentity,
   cluster: string,
   path: string,
-  req: HttpTypes.IncomingMessage,
+  req: GatewayRequest,
   socket: net.Socket,
   head: Buffer,
   service?: ServiceDestination,
