@@ -38,7 +38,6 @@ export * from './http/registration-proof.js';
 export * from './http/gateway-identity.js';
 export * from './http/identity-names.js';
 export * from './http/http-headers.js';
-export * from './http/http-relay.js';
 export * from './http/http-upgrade.js';
 export * from './http/message-parser.js';
 export * from './http/node-http.js';

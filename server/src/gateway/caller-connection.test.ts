@@ -129,6 +129,16 @@ describe('a caller connection to the gateway', () => {
     expect(kept).not.toMatch(/connection: close/i);
   });
 
+  it('a request pipelined behind a long answer (a watch) waits for it, past the header timeout', async () => {
+    handler = (req, ex) => {
+      if (req.url === '/slow') setTimeout(() => echo(req, ex), 3 * host.headerTimeoutMs);
+      else echo(req, ex);
+    };
+    const answer = await exchange(['GET /slow HTTP/1.1\r\nHost: h\r\n\r\nGET /next HTTP/1.1\r\nHost: h\r\nConnection: close\r\n\r\n']);
+    expect(statuses(answer)).toEqual([200, 200]);
+    expect(answer.endsWith('GET /next ')).toBe(true);
+  });
+
   it('a body that does not parse fails its request: 400 when nothing was answered, and the connection closes', async () => {
     handler = echo;
     const answer = await exchange(['POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n']);

@@ -60,6 +60,7 @@ export class CallerConnection {
   /** The bytes after an upgrade head (the parser stops there). */
   private upgradeRest: Buffer | null = null;
   private timer: NodeJS.Timeout | null = null;
+  private timerKind: 'head' | 'keepalive' = 'head';
   /** The request in flight is the last one (a refusal, Connection: close): a head after it is not handled. */
   private lastRequest = false;
   /** The parser takes nothing more (bytes after a request with Connection: close). */
@@ -73,7 +74,11 @@ export class CallerConnection {
       'request',
       {
         begin: () => this.arm('head'),
-        head: (h) => this.event({ kind: 'head', head: h }),
+        head: (h) => {
+          // The head is complete in time, whenever it is handled (one pipelined behind a watch waits long).
+          if (this.timerKind === 'head') this.disarm();
+          return this.event({ kind: 'head', head: h });
+        },
         body: (chunk) => void this.event({ kind: 'body', chunk }),
         end: () => void this.event({ kind: 'end' }),
       },
@@ -114,8 +119,6 @@ export class CallerConnection {
       kind === 'head' ? this.host.headerTimeoutMs : this.host.keepAliveTimeoutMs,
     );
   }
-
-  private timerKind: 'head' | 'keepalive' = 'head';
 
   private disarm(): void {
     if (this.timer) clearTimeout(this.timer);
@@ -238,8 +241,13 @@ export class CallerConnection {
     if (ex.closesConnection || this.stateNow !== 'busy' || this.lastRequest) return this.exchangeDoneWithout();
     this.setState('idle');
     this.arm('keepalive');
-    while (!this.current && this.deferred.length > 0 && (this.stateNow as CallerConnectionState) === 'idle')
+    // The held events in order: a head starts the next exchange, its body and end go to it; the head after that waits.
+    while (this.deferred.length > 0) {
+      const state = this.stateNow as CallerConnectionState;
+      if (state === 'closing' || state === 'closed' || state === 'upgraded') break;
+      if (this.deferred[0]!.kind === 'head' && this.current) break;
       this.dispatch(this.deferred.shift()!);
+    }
     if (this.deferred.length === 0 && (this.stateNow as CallerConnectionState) === 'idle') this.socket.resume();
   }
 
