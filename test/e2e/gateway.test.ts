@@ -305,6 +305,38 @@ describe('HTTP gateway', () => {
     expect(r.body.equals(body)).toBe(true);
   }, 30_000);
 
+  it('a chunked request body (no length) arrives whole, in chunks of any size, through both hops', async () => {
+    const parts = [Buffer.alloc(1, 1), Buffer.alloc(70_000, 2), Buffer.alloc(3, 3), Buffer.alloc(200_000, 4)];
+    const r = await new Promise<Answer>((resolve, reject) => {
+      const req = https.request(
+        {
+          host: '127.0.0.1',
+          port,
+          path: '/cluster1/echo',
+          method: 'POST',
+          servername: 'localhost',
+          agent: false,
+          ca: pki.ca.certPem,
+          cert: userCert.cert,
+          key: userCert.key,
+          headers: { 'transfer-encoding': 'chunked' },
+        },
+        (res) => {
+          const chunks: Buffer[] = [];
+          res.on('data', (c: Buffer) => chunks.push(c));
+          res.on('end', () => resolve({ status: res.statusCode ?? 0, headers: res.headers, body: Buffer.concat(chunks) }));
+          res.on('error', reject);
+        },
+      );
+      req.on('error', reject);
+      for (const p of parts) req.write(p);
+      req.end();
+    });
+    expect(r.status).toBe(200);
+    expect(r.body.equals(Buffer.concat(parts))).toBe(true);
+    expect(lastRequest().headers['transfer-encoding']).toEqual(['chunked']);
+  });
+
   it('requests reuse a kept-alive tunneled connection to the agent: one dial for a burst, each request its own identity; idle ones close', async () => {
     const dials = async (): Promise<number> =>
       Number(

@@ -139,10 +139,8 @@ export class CallerConnection {
 
   private malformed(err: MessageParseError): void {
     if (err.code === 'HPE_CLOSED_CONNECTION') {
-      // Bytes after a request with `Connection: close`: not read (the answer to that request ends the connection).
+      // Bytes after a request with `Connection: close` (in flight or held): not read; its answer ends the connection.
       this.parserDone = true;
-      this.lastRequest = true;
-      if (!this.current) this.exchangeDoneWithout();
       return;
     }
     if (err.code === 'HPE_HEADER_OVERFLOW') return this.failParse(431, `the request head is larger than ${this.host.maxHeaderBytes} bytes`);

@@ -143,6 +143,9 @@ export class GatewayServer implements Gateway {
       requestCert: true,
       rejectUnauthorized: false, // no certificate = token auth; checked per request
       ALPNProtocols: ['http/1.1'],
+      // A caller's FIN is the caller leaving (as node:http's server reads it): its socket closes, and with it
+      // whatever its request started (a watch at the apiserver ends).
+      allowHalfOpen: false,
     });
     this.callerHost = {
       maxHeaderBytes: this.maxHeaderBytes,
