@@ -40,6 +40,7 @@ export * from './http/identity-names.js';
 export * from './http/http-headers.js';
 export * from './http/http-upgrade.js';
 export * from './http/message-parser.js';
+export * from './http/chunked.js';
 export * from './http/node-http.js';
 
 // runtime/: process runtime: logging, lazy loading, socket options, metrics

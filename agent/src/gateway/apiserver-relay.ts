@@ -16,7 +16,7 @@
 import net from 'node:net';
 import type { Duplex } from 'node:stream';
 import tls from 'node:tls';
-import { MessageParser, textAnswer, type MessageHead, type MessageParseError } from '@cluster-proxy/proto';
+import { LAST_CHUNK, MessageParser, textAnswer, writeChunk, type MessageHead, type MessageParseError } from '@cluster-proxy/proto';
 import type { Logger } from 'pino';
 import { kubeTls, type KubeRestConfig } from '../kube-rest.js';
 import { apiserverUnreachable, type Prepared } from './apiserver-request.js';
@@ -59,7 +59,7 @@ interface Exchange {
   upstreamCloses: boolean;
   informational: boolean;
   /** Body bytes parsed while the checks ran. */
-  held: (Buffer | string)[];
+  held: Buffer[];
 }
 
 const IDEMPOTENT = new Set(['GET', 'HEAD', 'OPTIONS']);
@@ -206,8 +206,9 @@ export class ApiserverRelay {
     this.setState('relaying');
     const up = this.upstream(p.kube);
     up.write(head, 'latin1');
-    for (const b of ex.held) up.write(b);
+    for (const b of ex.held) this.writeBody(up, ex, b);
     ex.held = [];
+    if (ex.requestEnded && ex.chunked) up.write(LAST_CHUNK);
     if (ex.requestEnded) this.maybeDone();
     this.down.resume();
   }
@@ -215,21 +216,22 @@ export class ApiserverRelay {
   private onRequestBody(b: Buffer): void {
     const ex = this.exchange;
     if (!ex) return;
-    const parts: (Buffer | string)[] = ex.chunked ? [`${b.length.toString(16)}\r\n`, b, '\r\n'] : [b];
     if (this.stateNow === 'preparing') {
       // The input is paused: at most what one read held.
-      ex.held.push(...parts);
+      ex.held.push(b);
       return;
     }
     const up = this.up;
     if (!up || up.destroyed) return; // the apiserver answered and closed: the rest of the body is dropped
-    let more = true;
-    for (const p of parts) more = up.write(p) && more;
-    if (!more && !this.upFull) {
+    if (!this.writeBody(up, ex, b) && !this.upFull) {
       this.upFull = true;
       this.down.pause();
       up.once('drain', this.resumeDown);
     }
+  }
+
+  private writeBody(up: tls.TLSSocket, ex: Exchange, b: Buffer): boolean {
+    return ex.chunked ? writeChunk(up, b) : up.write(b);
   }
 
   private readonly resumeDown = (): void => {
@@ -241,10 +243,8 @@ export class ApiserverRelay {
     const ex = this.exchange;
     if (!ex) return; // an upgrade's or a refused request's
     ex.requestEnded = true;
-    if (ex.chunked) {
-      if (this.stateNow === 'preparing') ex.held.push('0\r\n\r\n');
-      else if (this.up && !this.up.destroyed) this.up.write('0\r\n\r\n');
-    }
+    // While the checks run, prepared() writes the last chunk after the held ones.
+    if (ex.chunked && this.stateNow !== 'preparing' && this.up && !this.up.destroyed) this.up.write(LAST_CHUNK);
     if (this.stateNow === 'relaying') this.maybeDone();
   }
 

@@ -12,7 +12,7 @@
 // answered; one behind a refusal or a `Connection: close` is never handled. An idle connection closes
 // after the keep-alive timeout; a head must be complete within the header timeout of its first byte.
 import type tls from 'node:tls';
-import { MessageParser, textAnswer, type MessageHead, type MessageParseError } from '@cluster-proxy/proto';
+import { LAST_CHUNK, MessageParser, textAnswer, writeChunk, type MessageHead, type MessageParseError } from '@cluster-proxy/proto';
 
 /** A request head as the gateway's checks read it. */
 export interface GatewayRequest {
@@ -407,13 +407,7 @@ export class CallerExchange {
   /** Answer body bytes; false: wait for drained(). */
   write(chunk: Buffer): boolean {
     const s = this.conn.socket;
-    if (this.framing !== 'chunked') return s.write(chunk);
-    s.cork();
-    s.write(`${chunk.length.toString(16)}\r\n`);
-    s.write(chunk);
-    const more = s.write('\r\n');
-    s.uncork();
-    return more;
+    return this.framing === 'chunked' ? writeChunk(s, chunk) : s.write(chunk);
   }
 
   /** `f` once the caller took what was written. */
@@ -425,7 +419,7 @@ export class CallerExchange {
     if (this.responseEnded) return;
     this.responseEnded = true;
     this.stateNow = 'answered';
-    if (this.framing === 'chunked') this.conn.socket.write('0\r\n\r\n');
+    if (this.framing === 'chunked') this.conn.socket.write(LAST_CHUNK);
     this.maybeDone();
   }
 

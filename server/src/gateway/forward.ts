@@ -18,11 +18,13 @@ import {
   endToEndHeaders,
   gatewayForwardedHeaders,
   identityPayload,
+  LAST_CHUNK,
   macPayload,
   requestLine,
   signPayload,
   signedLength,
   type DialFailureReason,
+  writeChunk,
   type GatewayIdentity,
 } from '@cluster-proxy/proto';
 import type { ProxyCore } from '../dataplane/proxy-core.js';
@@ -271,16 +273,10 @@ export function forward(
       ex.bodyTo({
         chunk: (b) => {
           bytesIn += b.length;
-          if (!req.chunked) return socket.write(b);
-          socket.cork();
-          socket.write(`${b.length.toString(16)}\r\n`);
-          socket.write(b);
-          const more = socket.write('\r\n');
-          socket.uncork();
-          return more;
+          return req.chunked ? writeChunk(socket, b) : socket.write(b);
         },
         end: () => {
-          if (req.chunked && !socket.destroyed) socket.write('0\r\n\r\n');
+          if (req.chunked && !socket.destroyed) socket.write(LAST_CHUNK);
         },
         failed: (why) => {
           l.destroy();
