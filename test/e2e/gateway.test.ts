@@ -307,6 +307,12 @@ describe('HTTP gateway', () => {
     expect(r.body.equals(body)).toBe(true);
   }, 30_000);
 
+  it('an answer that comes before the request body is all sent: the caller gets it, and its upload is taken to the end', async () => {
+    const r = await gw('/cluster1/answers-at-once', { cert: true, method: 'POST', body: Buffer.alloc(8 * 1024 * 1024, 5) });
+    expect(r.status).toBe(200);
+    expect(JSON.parse(r.body.toString())).toMatchObject({ method: 'POST' });
+  }, 30_000);
+
   it('a chunked request body (no length) arrives whole, in chunks of any size, through both hops', async () => {
     const parts = [Buffer.alloc(1, 1), Buffer.alloc(70_000, 2), Buffer.alloc(3, 3), Buffer.alloc(200_000, 4)];
     const r = await gw('/cluster1/echo', { cert: true, method: 'POST', body: parts, headers: { 'transfer-encoding': 'chunked' } });

@@ -307,9 +307,9 @@ export class CallerExchange {
     return this.stateNow;
   }
 
-  /** Whether the caller is still there to answer. */
+  /** Whether it still waits for its answer, with the caller there to hear it. */
   get open(): boolean {
-    return this.stateNow !== 'gone' && !this.conn.socket.destroyed;
+    return (this.stateNow === 'checking' || this.stateNow === 'forwarding') && !this.conn.socket.destroyed;
   }
 
   /** Called once if the caller leaves before the answer ended. */
@@ -344,7 +344,7 @@ export class CallerExchange {
       const socket = this.conn.socket;
       socket.pause();
       sink.drained(() => {
-        if (this.open) socket.resume();
+        if (this.stateNow !== 'gone') socket.resume();
       });
     }
   }
@@ -365,6 +365,7 @@ export class CallerExchange {
 
   /** A one-line answer (nothing was sent yet); the connection closes after it. */
   refuse(status: number, message: string, extra: Record<string, string> = {}): void {
+    if (this.stateNow === 'answered') return; // refused already (a body that did not parse): that answer stands
     this.closesConnection = true;
     this.conn.closing();
     if (this.headersSent || !this.open) {

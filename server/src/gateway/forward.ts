@@ -180,10 +180,19 @@ export function forward(
     let done = false;
     let leg: AgentLeg | null = null;
     let timer: NodeJS.Timeout | null = null;
+    // The caller's input, paused while the agent's connection is full, resumes on its 'drain' or 'close'.
+    let waiting: (() => void) | null = null;
+    const wake = (): void => {
+      const f = waiting;
+      waiting = null;
+      f?.();
+    };
+    let unhook: (() => void) | null = null;
     const finish = (status: number, error?: string): void => {
       if (done) return;
       done = true;
       if (timer) clearTimeout(timer);
+      unhook?.();
       resolve({ status, bytesIn, bytesOut, ...(error ? { error } : {}) });
     };
 
@@ -270,9 +279,18 @@ export function forward(
       const all = handoff ? { ...headers, ...handoff.headers(socket) } : headers;
       for (const [name, v] of Object.entries(all)) for (const value of typeof v === 'string' ? [v] : v) head += `${name}: ${value}\r\n`;
       socket.write(`${head}\r\n`, 'latin1');
+      socket.on('drain', wake);
+      socket.on('close', wake);
+      unhook = () => {
+        socket.off('drain', wake);
+        socket.off('close', wake);
+        wake();
+      };
       ex.bodyTo({
         chunk: (b) => {
           bytesIn += b.length;
+          // Answered already and the connection closed: the rest of the body is read and dropped.
+          if (socket.destroyed) return true;
           return req.chunked ? writeChunk(socket, b) : socket.write(b);
         },
         end: () => {
@@ -285,7 +303,10 @@ export function forward(
           else ex.refuse(400, why);
           finish(ex.headersSent ? ex.status : 400, `request body cut off: ${why}`);
         },
-        drained: (f) => socket.once('drain', f),
+        drained: (f) => {
+          if (socket.destroyed || done) f();
+          else waiting = f;
+        },
       });
     };
 
