@@ -16,7 +16,15 @@
 import net from 'node:net';
 import type { Duplex } from 'node:stream';
 import tls from 'node:tls';
-import { LAST_CHUNK, MessageParser, textAnswer, writeChunk, type MessageHead, type MessageParseError } from '@cluster-proxy/proto';
+import {
+  LAST_CHUNK,
+  MessageParser,
+  distinctHeaders,
+  textAnswer,
+  writeChunk,
+  type MessageHead,
+  type MessageParseError,
+} from '@cluster-proxy/proto';
 import type { Logger } from 'pino';
 import { kubeTls, type KubeRestConfig } from '../kube-rest.js';
 import { apiserverUnreachable, type Prepared } from './apiserver-request.js';
@@ -65,16 +73,6 @@ interface Exchange {
 const IDEMPOTENT = new Set(['GET', 'HEAD', 'OPTIONS']);
 const TOKEN = /^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/;
 const BAD_VALUE = /[^\t\x20-\x7e\x80-\xff]/;
-
-/** Node's headersDistinct from raw header lines. */
-export function distinctHeaders(raw: readonly string[]): Record<string, string[]> {
-  const out = Object.create(null) as Record<string, string[]>;
-  for (let i = 0; i + 1 < raw.length; i += 2) {
-    const name = raw[i]!.toLowerCase();
-    (out[name] ??= []).push(raw[i + 1]!);
-  }
-  return out;
-}
 
 export class ApiserverRelay {
   private stateNow: RelayState = 'idle';

@@ -15,6 +15,13 @@ const HOP_BY_HOP = new Set([
   'upgrade',
 ]);
 
+/** Node's headersDistinct from raw header lines (name, value, …): lower-case names, every value in order, no prototype. */
+export function distinctHeaders(raw: readonly string[]): Record<string, string[]> {
+  const out = Object.create(null) as Record<string, string[]>;
+  for (let i = 0; i + 1 < raw.length; i += 2) (out[raw[i]!.toLowerCase()] ??= []).push(raw[i + 1]!);
+  return out;
+}
+
 /** Headers whose name says they ask the apiserver to act as someone else. */
 export function isImpersonationHeader(name: string): boolean {
   return name.toLowerCase().startsWith('impersonate-');

@@ -12,7 +12,15 @@
 // answered; one behind a refusal or a `Connection: close` is never handled. An idle connection closes
 // after the keep-alive timeout; a head must be complete within the header timeout of its first byte.
 import type tls from 'node:tls';
-import { LAST_CHUNK, MessageParser, textAnswer, writeChunk, type MessageHead, type MessageParseError } from '@cluster-proxy/proto';
+import {
+  LAST_CHUNK,
+  MessageParser,
+  distinctHeaders,
+  textAnswer,
+  writeChunk,
+  type MessageHead,
+  type MessageParseError,
+} from '@cluster-proxy/proto';
 
 /** A request head as the gateway's checks read it. */
 export interface GatewayRequest {
@@ -41,13 +49,6 @@ export interface CallerHost {
 }
 
 export type CallerConnectionState = 'idle' | 'busy' | 'closing' | 'upgraded' | 'closed';
-
-/** Node's headersDistinct from raw header lines. */
-export function distinctHeaders(raw: readonly string[]): Record<string, string[]> {
-  const out = Object.create(null) as Record<string, string[]>;
-  for (let i = 0; i + 1 < raw.length; i += 2) (out[raw[i]!.toLowerCase()] ??= []).push(raw[i + 1]!);
-  return out;
-}
 
 type Deferred = { kind: 'head'; head: MessageHead } | { kind: 'body'; chunk: Buffer } | { kind: 'end' };
 

@@ -15,6 +15,7 @@ import {
   IDENTITY_MAC_HEADER,
   IDENTITY_SIGNER_HEADER,
   appendForwardedFor,
+  distinctHeaders,
   endToEndHeaders,
   gatewayForwardedHeaders,
   identityPayload,
@@ -30,7 +31,7 @@ import {
 import type { ProxyCore } from '../dataplane/proxy-core.js';
 import { AgentLeg, type GatewayPool } from './agent-pool.js';
 import type { GatewayCaller } from './auth.js';
-import { distinctHeaders, type CallerExchange, type GatewayRequest } from './caller-connection.js';
+import type { CallerExchange, GatewayRequest } from './caller-connection.js';
 import type { ServiceTarget } from './paths.js';
 import { GatewayDialError, TunnelSocket } from './tunnel-socket.js';
 import type * as HttpTypes from 'node:http';
