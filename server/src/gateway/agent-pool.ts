@@ -95,6 +95,8 @@ export class AgentLeg {
   /** Kept idle for `ms` (its answer ended), then closed; `unlist` once it is no longer idle. */
   idleFor(ms: number, unlist: () => void): void {
     this.handler = null;
+    // Paused for a slow caller of the last answer, maybe: an idle connection reads (what comes is an error).
+    this.socket.resume();
     this.setState('idle');
     this.unlist = unlist;
     this.timer = setTimeout(() => this.destroy(), ms);
