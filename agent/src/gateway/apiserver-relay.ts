@@ -27,7 +27,7 @@ import {
 } from '@cluster-proxy/proto';
 import type { Logger } from 'pino';
 import { kubeTls, type KubeRestConfig } from '../kube-rest.js';
-import { apiserverUnreachable, type Prepared } from './apiserver-request.js';
+import { apiserverAddress, apiserverPath, apiserverUnreachable, type Prepared } from './apiserver-request.js';
 
 /** A request head as the checks read it. */
 export interface RequestHead {
@@ -52,6 +52,8 @@ export type RelayState = 'idle' | 'preparing' | 'relaying' | 'closing' | 'upgrad
 
 interface Exchange {
   request: RequestHead;
+  /** Where it goes (known once the checks passed; a request sent again goes there too). */
+  kube: KubeRestConfig | null;
   /** The head as written to the apiserver (kept to send again once, see upstreamGone). */
   head: string;
   chunked: boolean;
@@ -79,11 +81,9 @@ export class ApiserverRelay {
   private readonly parser: MessageParser;
   private exchange: Exchange | null = null;
   private up: tls.TLSSocket | null = null;
-  /** The connection's requests so far on `up` (a reused one may have been closed by the apiserver meanwhile). */
-  private upRequests = 0;
+  /** `up` carried a request before the one in flight (the apiserver may have closed it meanwhile). */
+  private upReused = false;
   private upgradeHead: RequestHead | null = null;
-  /** Where `up` goes (a request sent again goes there too). */
-  private upKube: KubeRestConfig | null = null;
   /** The hub ended its side: the connection closes once the request in flight is answered. */
   private downEnded = false;
   /** Waiting for 'drain' on the apiserver's connection (the hub's input paused) / on the hub's (the apiserver's paused). */
@@ -170,6 +170,7 @@ export class ApiserverRelay {
     const hasBody = chunked || (head.headersDistinct['content-length']?.[0] ?? '0') !== '0';
     this.exchange = {
       request: head,
+      kube: null,
       head: '',
       chunked,
       retryable: !hasBody && IDEMPOTENT.has(h.method),
@@ -201,6 +202,7 @@ export class ApiserverRelay {
     const head = requestHead(ex.request, p, ex.chunked);
     if (typeof head !== 'string') return this.answerAndClose(400, head.error);
     ex.head = head;
+    ex.kube = p.kube;
     this.setState('relaying');
     const up = this.upstream(p.kube);
     up.write(head, 'latin1');
@@ -249,13 +251,13 @@ export class ApiserverRelay {
   /** The connection to the apiserver: the open one, or a new one. */
   private upstream(kube: KubeRestConfig): tls.TLSSocket {
     if (this.up && !this.up.destroyed && this.up.writable) {
-      this.upRequests++;
+      this.upReused = true;
       return this.up;
     }
-    const host = kube.server.hostname.replace(/^\[(.*)\]$/, '$1');
+    const { host, port } = apiserverAddress(kube);
     const up = tls.connect({
       host,
-      port: Number(kube.server.port) || 443,
+      port,
       ...(net.isIP(host) === 0 ? { servername: host } : {}),
       ...kubeTls(kube),
       ALPNProtocols: ['http/1.1'],
@@ -272,8 +274,7 @@ export class ApiserverRelay {
     up.on('error', (err) => this.upstreamGone(up, parser, err));
     up.on('close', () => this.upstreamGone(up, parser, null));
     this.up = up;
-    this.upKube = kube;
-    this.upRequests = 1;
+    this.upReused = false;
     return up;
   }
 
@@ -323,8 +324,7 @@ export class ApiserverRelay {
 
   private upstreamGone(up: tls.TLSSocket, parser: MessageParser, err: Error | null): void {
     if (up !== this.up) return;
-    this.up = null;
-    up.destroy();
+    this.dropUpstream();
     const ex = this.exchange;
     if (!ex || this.stateNow !== 'relaying' || ex.answered) return;
     if (ex.started) {
@@ -332,15 +332,12 @@ export class ApiserverRelay {
       if (parser.finish() === null && ex.answered) return this.maybeDone(true);
       return this.destroy();
     }
-    if (ex.retryable && this.upRequests > 1 && ex.requestEnded) {
+    if (ex.retryable && this.upReused && ex.requestEnded && ex.kube) {
       // A kept connection the apiserver closed as this request went out: once more, on a new one.
       this.hooks.log.debug('gateway request: the apiserver closed a kept connection unanswered; sending it again');
-      const kube = this.upKube;
-      if (kube) {
-        ex.retryable = false; // once
-        this.upstream(kube).write(ex.head, 'latin1');
-        return;
-      }
+      ex.retryable = false; // once
+      this.upstream(ex.kube).write(ex.head, 'latin1');
+      return;
     }
     if (err) this.hooks.log.warn({ err: err.message }, 'gateway request: the apiserver could not be reached');
     this.answerAndClose(502, err ? apiserverUnreachable(err) : 'the apiserver closed the connection without an answer');
@@ -360,10 +357,14 @@ export class ApiserverRelay {
     this.setState('idle');
   }
 
+  /** Closes the apiserver's connection; the hub's input, if it waited for that connection's 'drain', no longer does. */
   private dropUpstream(): void {
     const up = this.up;
     this.up = null;
-    up?.destroy();
+    if (!up) return;
+    up.off('drain', this.resumeDown);
+    up.destroy();
+    if (this.upFull) this.resumeDown();
   }
 
   /** A one-line answer (nothing of an answer was sent yet); the connection closes after it. */
@@ -396,7 +397,7 @@ export class ApiserverRelay {
 
 /** The head sent to the apiserver, or why it cannot be written (a name or value HTTP cannot carry). */
 function requestHead(req: RequestHead, p: Prepared, chunked: boolean): string | { error: string } {
-  let head = `${req.method} ${p.kube.server.pathname.replace(/\/$/, '')}${req.url} HTTP/1.1\r\n`;
+  let head = `${req.method} ${apiserverPath(p.kube, req.url)} HTTP/1.1\r\n`;
   for (const [name, value] of Object.entries(p.headers)) {
     if (!TOKEN.test(name)) return { error: 'a header name the agent cannot send on' };
     for (const v of typeof value === 'string' ? [value] : value) {

@@ -18,6 +18,16 @@ export function apiserverUnreachable(err: Error): string {
   return `the agent could not reach the cluster's apiserver${code ? ` (${code})` : ''}`;
 }
 
+/** Where the apiserver of `kube` listens: its host (an IPv6 literal without brackets) and port. */
+export function apiserverAddress(kube: KubeRestConfig): { host: string; port: number } {
+  return { host: kube.server.hostname.replace(/^\[(.*)\]$/, '$1'), port: Number(kube.server.port) || 443 };
+}
+
+/** A request target on the apiserver of `kube`: its server URL's path prefixed. */
+export function apiserverPath(kube: KubeRestConfig, path: string): string {
+  return `${kube.server.pathname.replace(/\/$/, '')}${path}`;
+}
+
 /** A request to the apiserver of `kube` (its server URL's path prefixed), verified with its CA, with its client certificate if any (kubeTls). */
 export function apiserverRequest(
   kube: KubeRestConfig,
@@ -26,12 +36,13 @@ export function apiserverRequest(
   headers: Record<string, string | string[]>,
   agent: https.Agent | false,
 ): https.RequestOptions {
+  const { host, port } = apiserverAddress(kube);
   return {
     protocol: 'https:',
-    hostname: kube.server.hostname.replace(/^\[(.*)\]$/, '$1'),
-    port: kube.server.port || 443,
+    hostname: host,
+    port,
     method,
-    path: `${kube.server.pathname.replace(/\/$/, '')}${path}`,
+    path: apiserverPath(kube, path),
     headers,
     ...kubeTls(kube),
     agent,

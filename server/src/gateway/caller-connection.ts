@@ -31,9 +31,8 @@ export interface GatewayRequest {
   socket: tls.TLSSocket;
   /** HTTP/1.0 (no chunked answers) or 1.1. */
   http10: boolean;
-  /** A body follows the head: chunked (re-chunked on its way) or with a length. */
+  /** The body is chunked (re-chunked on its way); else it has a length, or there is none. */
   chunked: boolean;
-  hasBody: boolean;
 }
 
 export interface CallerHost {
@@ -202,7 +201,6 @@ export class CallerConnection {
       socket: this.socket,
       http10: h.versionMajor === 1 && h.versionMinor === 0,
       chunked,
-      hasBody: chunked || (headersDistinct['content-length']?.[0] ?? '0') !== '0',
     };
     if (h.upgrade && h.method !== 'CONNECT') {
       this.setState('upgraded');
@@ -292,7 +290,7 @@ export class CallerExchange {
   private framing: Framing = 'none';
   private held: Buffer[] = [];
   private sink: BodySink | null = null;
-  private goneHandlers: (() => void)[] = [];
+  private gone: (() => void) | null = null;
   private stateNow: ExchangeState = 'checking';
 
   constructor(
@@ -313,9 +311,9 @@ export class CallerExchange {
     return (this.stateNow === 'checking' || this.stateNow === 'forwarding') && !this.conn.socket.destroyed;
   }
 
-  /** Called once if the caller leaves before the answer ended. */
+  /** `f` is called once if the caller leaves before the answer ended (the forwarder's; one at a time). */
   onGone(f: () => void): void {
-    this.goneHandlers.push(f);
+    this.gone = f;
   }
 
   /** The request's body from here on goes to `sink` (held chunks first); `sink.chunk` false: the caller is paused until 'drain' there. */
@@ -434,7 +432,9 @@ export class CallerExchange {
   callerGone(): void {
     if (this.responseEnded && this.requestEnded) return;
     this.stateNow = 'gone';
-    for (const f of this.goneHandlers.splice(0)) f();
+    const f = this.gone;
+    this.gone = null;
+    f?.();
   }
 
   private maybeDone(): void {

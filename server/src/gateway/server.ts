@@ -117,8 +117,8 @@ export class GatewayServer implements Gateway {
   private inFlight = 0;
   /** Upgraded sessions and upgrade requests waiting for their answer: no longer caller connections. */
   private readonly upgrades = new Set<net.Socket>();
-  /** Caller connections (not upgraded). */
-  private readonly connections = new Set<CallerConnection>();
+  /** Caller connections (not upgraded), by their socket. */
+  private readonly connections = new Map<tls.TLSSocket, CallerConnection>();
   private readonly callerHost: CallerHost;
   private readonly sessions = new Set<Splice>();
   private readonly maxHeaderBytes: number;
@@ -208,11 +208,11 @@ export class GatewayServer implements Gateway {
       this.setState('stopping');
       const server = this.server;
       const closed = closeServer(server);
-      for (const c of this.connections) if (c.state === 'idle') c.destroy();
+      for (const c of this.connections.values()) if (c.state === 'idle') c.destroy();
       this.pool.closeIdle();
       const deadline = Date.now() + graceMs;
       while (this.inFlight > 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, Math.min(50, deadline - Date.now())));
-      for (const c of this.connections) c.destroy();
+      for (const c of this.connections.values()) c.destroy();
       this.pool.close();
       // Upgraded sockets are no longer node's connections: closed here, each session still audited.
       for (const s of this.sessions) s.close('the gateway is shutting down');
@@ -235,9 +235,8 @@ export class GatewayServer implements Gateway {
       return;
     }
     socket.setNoDelay(true);
-    const c = new CallerConnection(socket, this.callerHost);
-    this.connections.add(c);
-    socket.once('close', () => this.connections.delete(c));
+    this.connections.set(socket, new CallerConnection(socket, this.callerHost));
+    socket.once('close', () => this.connections.delete(socket));
   };
 
   // handle() answers its own failures; this keeps the gateway going should anything escape it.
@@ -248,7 +247,7 @@ export class GatewayServer implements Gateway {
   // In flight from the head until the session closed, so a draining hub gives it the grace period.
   private onUpgrade(req: GatewayRequest, head: Buffer): void {
     const socket = req.socket;
-    for (const c of this.connections) if (c.socket === socket) this.connections.delete(c);
+    this.connections.delete(socket);
     socket.on('error', (err: NodeJS.ErrnoException) =>
       this.log.debug({ peer: peerOf(socket), err: oneLine(err.message) }, 'gateway upgrade socket failed'),
     );
