@@ -103,6 +103,14 @@ export interface ReceiveWindowOptions {
    * matter here.
    */
   onBulk?: () => void;
+  /**
+   * The window grows only once PROVEN_BULK_BYTES have gone through. For the hub's windows toward its
+   * clients: a destination that never reads takes a few hundred KiB into the kernel buffers past the
+   * agent before it stalls, which looks like a window turning over quickly, and the grown windows of many
+   * such connections would hold their bytes in the hub. A client far from the hub pays for it once per
+   * connection: its first MiB up moves one initial window per round trip.
+   */
+  growOnceProven?: boolean;
 }
 
 /**
@@ -132,8 +140,8 @@ export class ReceiveWindow {
   private disposed = false;
   /** When bytes last went to the sink's reader, or began to wait for it (a stall policy's clock). */
   private movedAt = Date.now();
-  /** Bytes flushed in all, until onBulk has been called (or for good, without one). */
-  private flushedBeforeBulk = 0;
+  /** Bytes flushed in all, counted up to PROVEN_BULK_BYTES. */
+  private flushedInAll = 0;
   private bulkSeen: boolean;
 
   constructor(private readonly opts: ReceiveWindowOptions) {
@@ -225,7 +233,7 @@ export class ReceiveWindow {
     const { budget, direction, initial } = this.opts;
     this.owed += bytes;
     this.turnover += bytes;
-    if (!this.bulkSeen) this.flushedBeforeBulk += bytes;
+    if (this.flushedInAll < PROVEN_BULK_BYTES) this.flushedInAll += bytes;
     if (budget.overdrawn && this.window > initial) {
       const back = Math.min(this.owed, this.window - initial);
       this.window -= back;
@@ -242,11 +250,13 @@ export class ReceiveWindow {
         took <= GROWTH_TURNOVER_MS &&
         this.pendingBytes <= this.window / 2 &&
         (this.lowWater <= this.window / 2 || took <= QUICK_TURNOVER_MS);
-      if (bulk && !this.bulkSeen && this.flushedBeforeBulk >= PROVEN_BULK_BYTES) {
+      const proven = this.flushedInAll >= PROVEN_BULK_BYTES;
+      if (bulk && !this.bulkSeen && proven) {
         this.bulkSeen = true;
         this.opts.onBulk?.();
       }
-      const more = bulk ? budget.growth(direction, this.window, initial, 3 * this.window) : 0;
+      const mayGrow = bulk && (proven || this.opts.growOnceProven !== true);
+      const more = mayGrow ? budget.growth(direction, this.window, initial, 3 * this.window) : 0;
       if (more > 0) {
         this.window += more;
         this.owed += more;

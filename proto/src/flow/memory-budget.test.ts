@@ -45,6 +45,7 @@ function connection(
   budget: MemoryBudget,
   initial = 32 * KiB,
   onBulk?: () => void,
+  growOnceProven?: boolean,
 ): { w: ReceiveWindow; sink: Sink; credit: { n: number } } {
   const sink = new Sink();
   const credit = { n: initial };
@@ -57,6 +58,7 @@ function connection(
       credit.n += n;
     },
     onBulk,
+    growOnceProven,
   });
   return { w, sink, credit };
 }
@@ -106,6 +108,31 @@ describe('ReceiveWindow.onBulk: a reader proven to keep up', () => {
     } finally {
       vi.useRealTimers();
     }
+  });
+});
+
+describe('ReceiveWindow.growOnceProven: a window whose sender is near', () => {
+  it("keeps its initial size while a destination takes its kernel buffers' worth quickly and stops", () => {
+    const budget = new MemoryBudget(64 * MiB, { maxWindow: 4 * MiB });
+    const { w, credit, sink } = connection(budget, 32 * KiB, undefined, true);
+    // Half a MiB in whole windows that turn over at once (what the buffers past an agent take), then a stall.
+    let sent = 0;
+    while (sent < 512 * KiB) sent += pump(w, credit, 512 * KiB - sent, sink);
+    sink.fast = false;
+    for (let i = 0; i < 100; i++) pump(w, credit, 10 * MiB, sink);
+    expect(w.size).toBe(32 * KiB);
+    expect(w.buffered).toBe(32 * KiB); // all it holds for the stalled destination: the initial window
+    w.dispose();
+  });
+
+  it('grows like any window once PROVEN_BULK_BYTES went through', () => {
+    const budget = new MemoryBudget(64 * MiB, { maxWindow: 4 * MiB });
+    const { w, credit, sink } = connection(budget, 32 * KiB, undefined, true);
+    while (sink.taken < PROVEN_BULK_BYTES - 64 * KiB) pump(w, credit, 8 * MiB, sink);
+    expect(w.size).toBe(32 * KiB);
+    for (let i = 0; i < 200; i++) pump(w, credit, 8 * MiB, sink);
+    expect(w.size).toBe(4 * MiB);
+    w.dispose();
   });
 });
 

@@ -177,6 +177,7 @@ export class MuxFrontendConn implements Frontend {
       budget: this.session.budget,
       direction: 'to_agent',
       gauge: false,
+      growOnceProven: true,
       report: this.reportCredit,
     });
     this.session.sender.send(packets.dialResponse(this.random, this.id));
