@@ -26,7 +26,7 @@ function goBinary(): string {
 /** Builds the judge if this version of its sources has not been built yet; returns its path. */
 export function buildGoJudge(): string {
   const hash = createHash('sha256');
-  for (const f of ['go.mod', 'go.sum', 'main.go']) hash.update(readFileSync(path.join(JUDGE_DIR, f)));
+  for (const f of ['go.mod', 'go.sum', 'main.go', 'serve.go']) hash.update(readFileSync(path.join(JUDGE_DIR, f)));
   const bin = path.join(CACHE, `judge-${hash.digest('hex').slice(0, 16)}`);
   if (existsSync(bin)) return bin;
   mkdirSync(CACHE, { recursive: true });

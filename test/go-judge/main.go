@@ -7,6 +7,8 @@
 //	→ {"proxy":{"scheme":"http","user":"u","password":"p","hostname":"h","port":"3128"}} (or "proxy":null,
 //	   "urlError" when Go cannot parse the target URL, "error" when Go refuses the request)
 //
+// With `serve-https CERT KEY` it is Go's HTTP server instead (serve.go).
+//
 // Built by test/fuzz/go-judge.ts into ~/.cache/cluster-proxy/go-judge (never committed); test/fuzz/README.md tells more.
 package main
 
@@ -43,6 +45,10 @@ type answer struct {
 var names = []string{"HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "NO_PROXY", "no_proxy", "REQUEST_METHOD"}
 
 func main() {
+	if len(os.Args) == 4 && os.Args[1] == "serve-https" {
+		serveHTTPS(os.Args[2], os.Args[3])
+		return
+	}
 	in := bufio.NewReaderSize(os.Stdin, 1<<16)
 	out := bufio.NewWriterSize(os.Stdout, 1<<16)
 	enc := json.NewEncoder(out)

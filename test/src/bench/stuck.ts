@@ -167,6 +167,7 @@ async function stuckOnce(path: StuckPath, clients: StuckClients, n: number, cfg:
     // Every stuck connection is full now: what the kernel holds for hub and agent is at its most.
     const socketHeld = await rig.socketMemory().catch(() => undefined);
     const anonHeld = await rig.anon();
+    const anonPeakHeld = { ...sampler.anonPeak };
     // The same after a full collection: what the held connections keep alive, without their garbage.
     await rig.gcAndRss();
     const anonLive = await rig.anon();
@@ -274,7 +275,7 @@ async function stuckOnce(path: StuckPath, clients: StuckClients, n: number, cfg:
       `${fillEnd(filled)} with ${String(filled['open'])} open, ${String(filled['blocked'])} blocked); ${heldText}; ` +
       `hub ${mib(before.hub ?? 0)} → peak ${mib(sampler.peak.hub)} → ${end.hub === undefined ? 'gone' : mib(end.hub)}, ` +
       `agent ${mib(before.agent ?? 0)} → peak ${mib(sampler.peak.agent)} → ${end.agent === undefined ? 'gone' : mib(end.agent)} (${sampler.samples} samples); ` +
-      `anonymous: hub ${mib(anonBefore.hub ?? 0)} → peak ${mib(anonPeak.hub)} (${mib(anonLive.hub ?? 0)} live while held) → ${anonEnd.hub === undefined ? 'gone' : mib(anonEnd.hub)}, agent ${mib(anonBefore.agent ?? 0)} → peak ${mib(anonPeak.agent)} (${mib(anonLive.agent ?? 0)} live while held) → ${anonEnd.agent === undefined ? 'gone' : mib(anonEnd.agent)}; ` +
+      `anonymous: hub ${mib(anonBefore.hub ?? 0)} → peak ${mib(anonPeak.hub)} (${mib(anonPeakHeld.hub)} before the bulk, ${mib(anonHeld.hub ?? 0)} while held, ${mib(anonLive.hub ?? 0)} live) → ${anonEnd.hub === undefined ? 'gone' : mib(anonEnd.hub)}, agent ${mib(anonBefore.agent ?? 0)} → peak ${mib(anonPeak.agent)} (${mib(anonPeakHeld.agent)} before the bulk, ${mib(anonHeld.agent ?? 0)} while held, ${mib(anonLive.agent ?? 0)} live) → ${anonEnd.agent === undefined ? 'gone' : mib(anonEnd.agent)}; ` +
       `socket memory (skmem) before / while held: hub ${socketBefore?.hub === undefined ? '?' : mib(socketBefore.hub)} / ${socketHeld?.hub === undefined ? '?' : mib(socketHeld.hub)}, agent ${socketBefore?.agent === undefined ? '?' : mib(socketBefore.agent)} / ${socketHeld?.agent === undefined ? '?' : mib(socketHeld.agent)}; ` +
       `bulk ${describeBytes(bulkBytes)} alone ${soloMBps.toFixed(0)} MB/s, next to them ${stuckSeconds === undefined ? 'did not finish' : `${stuckMBps.toFixed(0)} MB/s`} (kernel TCP memory while held: ${describeTcpMemory(kernelTcp)})` +
       (notes.length > 0 ? `; ${notes.join('; ')}` : '');
