@@ -100,6 +100,78 @@ export class GoJudge {
   }
 }
 
+// --- Go's HTTP server ---------------------------------------------------------------------------------
+
+/** A request as Go's handler got it (serve.go). */
+export interface GoSeen {
+  conn: number | string;
+  method: string;
+  requestURI: string;
+  header: Record<string, string[]>;
+  contentLength: number;
+  transferEncoding: string[] | null;
+  body: string; // base64
+  bodyError?: string;
+}
+
+/** Go's own net/http server (`judge serve-https`), reporting every request as Go read it. */
+export class GoHttpServer {
+  readonly seen: GoSeen[] = [];
+  /** Connections Go accepted and has not closed. */
+  private open = 0;
+  private readonly waiters: Array<() => void> = [];
+  private partial = '';
+  port = 0;
+
+  private constructor(private readonly child: ChildProcessWithoutNullStreams) {}
+
+  static async start(certFile: string, keyFile: string): Promise<GoHttpServer> {
+    const s = new GoHttpServer(spawn(buildGoJudge(), ['serve-https', certFile, keyFile], { stdio: ['pipe', 'pipe', 'pipe'] }));
+    let stderr = '';
+    s.child.stderr.on('data', (c: Buffer) => (stderr = (stderr + c.toString()).slice(-2000)));
+    s.child.stdout.setEncoding('utf8');
+    const listening = new Promise<number>((resolve, reject) => {
+      s.child.once('exit', (code) => reject(new Error(`the Go server exited (${code}): ${stderr}`)));
+      s.child.stdout.on('data', (text: string) => {
+        const lines = (s.partial + text).split('\n');
+        s.partial = lines.pop()!;
+        for (const line of lines) {
+          const o = JSON.parse(line) as GoSeen | { listening: number } | { conn: string };
+          if ('listening' in o) resolve(o.listening);
+          else if (typeof o.conn === 'string') s.open += o.conn === 'new' ? 1 : -1;
+          else s.seen.push(o as GoSeen);
+        }
+        for (const w of s.waiters.splice(0)) w();
+      });
+    });
+    s.port = await listening;
+    return s;
+  }
+
+  /** Resolves once Go has closed every connection it accepted (false if not within the timeout): every request it read has its line by then. */
+  async allClosed(timeoutMs: number): Promise<boolean> {
+    const deadline = Date.now() + timeoutMs;
+    while (this.open > 0) {
+      const left = deadline - Date.now();
+      if (left <= 0) return false;
+      await new Promise<void>((resolve) => {
+        const t = setTimeout(resolve, left);
+        this.waiters.push(() => {
+          clearTimeout(t);
+          resolve();
+        });
+      });
+    }
+    return true;
+  }
+
+  async stop(): Promise<void> {
+    const exited = new Promise<void>((resolve) => this.child.once('exit', () => resolve()));
+    this.child.stdin.end();
+    await exited;
+  }
+}
+
 function targetHostPort(host: string, port: number): string {
   return host.includes(':') && !host.startsWith('[') ? `[${host}]:${port}` : `${host}:${port}`;
 }
