@@ -483,6 +483,23 @@ describe('HTTP CONNECT frontend: tunnel bytes', () => {
     expect(await readAll(s2)).toEqual(await digestOf(big));
   });
 
+  it('a client that offers only ALPN http/1.0 and sends CONNECT … HTTP/1.0 gets its tunnel', async () => {
+    const s = tls.connect({
+      host: '127.0.0.1',
+      port: fe.ports.tls!,
+      ca: caPem,
+      cert: clientCert,
+      key: clientKey,
+      ALPNProtocols: ['http/1.0'],
+    });
+    const r = await proxyRequest(s, `CONNECT 127.0.0.1:${echo.port} HTTP/1.0\r\n\r\n`);
+    expect(r.status).toBe(200);
+    expect((s as tls.TLSSocket).alpnProtocol).toBe('http/1.0');
+    s.resume();
+    s.end('hello');
+    expect(await readAll(s)).toEqual(await digestOf(Buffer.from('hello')));
+  });
+
   it('uploads 20 MiB intact (sha256)', async () => {
     const s = await openTunnel(`127.0.0.1:${sink.port}`);
     const result = sink.nextResult(60_000);

@@ -321,6 +321,30 @@ describe('HTTP gateway', () => {
     expect(lastRequest().headers['transfer-encoding']).toEqual(['chunked']);
   });
 
+  it('an HTTP/1.0 client that offers only ALPN http/1.0 (curl --http1.0) is served, and the answer runs to the close', async () => {
+    const { protocol, answer } = await new Promise<{ protocol: string | false | null; answer: string }>((resolve, reject) => {
+      const s = tls.connect(
+        {
+          host: '127.0.0.1',
+          port,
+          servername: 'localhost',
+          ca: pki.ca.certPem,
+          cert: userCert.cert,
+          key: userCert.key,
+          ALPNProtocols: ['http/1.0'],
+        },
+        () => s.write('GET /cluster1/version HTTP/1.0\r\nHost: hub\r\n\r\n'),
+      );
+      let text = '';
+      s.on('data', (d: Buffer) => (text += d.toString()));
+      s.on('end', () => resolve({ protocol: s.alpnProtocol, answer: text }));
+      s.on('error', reject);
+    });
+    expect(protocol).toBe('http/1.0');
+    expect(answer.split('\r\n')[0]).toMatch(/^HTTP\/1\.[01] 200 /);
+    expect(lastRequest().headers['impersonate-user']).toEqual(['alice']);
+  });
+
   it('requests reuse a kept-alive tunneled connection to the agent: one dial for a burst, each request its own identity; idle ones close', async () => {
     const dials = async (): Promise<number> =>
       Number(

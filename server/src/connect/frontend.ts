@@ -139,7 +139,7 @@ export async function startConnectFrontend(opts: ConnectFrontendOptions): Promis
         key: t.key,
         requestCert: true,
         rejectUnauthorized: false, // no certificate = token auth; checked per request
-        ALPNProtocols: ['http/1.1'],
+        ALPNProtocols: ['http/1.1', 'http/1.0'], // a client offering only http/1.0 would fail the handshake
         handshakeTimeout: shared.headerTimeoutMs,
         allowHalfOpen: true,
       }));

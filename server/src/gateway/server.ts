@@ -142,7 +142,8 @@ export class GatewayServer implements Gateway {
       key: opts.tls.key,
       requestCert: true,
       rejectUnauthorized: false, // no certificate = token auth; checked per request
-      ALPNProtocols: ['http/1.1'],
+      // http/1.0 too: a client that offers only it (curl --http1.0) would otherwise fail the handshake.
+      ALPNProtocols: ['http/1.1', 'http/1.0'],
       // A caller's FIN is the caller leaving (as node:http's server reads it): its socket closes, and with it
       // whatever its request started (a watch at the apiserver ends).
       allowHalfOpen: false,
