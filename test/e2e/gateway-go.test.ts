@@ -19,7 +19,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { issueServerCert } from '@cluster-proxy/server';
 import { GoHttpServer, prng } from '../fuzz/go-judge.js';
 import { judgeCases, pick, sendCases } from '../fuzz/http-judging.js';
-import { killAllSpawned, startOidcIssuer, writeAgentKubeconfig, type OidcIssuer } from '../src/fixtures/index.js';
+import { hostileOidcHubArgs, killAllSpawned, startOidcIssuer, writeAgentKubeconfig, type OidcIssuer } from '../src/fixtures/index.js';
 import { createPki, expectTablesEmpty, startAgent, startHub, type AgentProcess, type HubProcess, type TestPki } from '../src/harness.js';
 
 const SEED = 20261201;
@@ -85,23 +85,7 @@ beforeAll(async () => {
   await writeFile(path.join(tmp, 'api.key'), api.keyPem);
   go = await GoHttpServer.start(path.join(tmp, 'api.crt'), path.join(tmp, 'api.key'));
   idp = await startOidcIssuer({ tls: issueServerCert(pki.ca, { commonName: 'idp', ipAddresses: ['127.0.0.1'] }) });
-  hub = await startHub(pki, [
-    '--gateway-port',
-    '0',
-    '--gateway-response-timeout',
-    '3s',
-    // The caller chooses its names (no prefixes): the hostile case.
-    '--oidc-issuer-url',
-    idp.url,
-    '--oidc-client-id',
-    idp.clientId,
-    '--oidc-username-prefix',
-    '-',
-    '--oidc-groups-claim',
-    'groups',
-    '--oidc-ca-file',
-    pki.caPath,
-  ]);
+  hub = await startHub(pki, ['--gateway-port', '0', '--gateway-response-timeout', '3s', ...hostileOidcHubArgs(idp, pki.caPath)]);
   const kubeconfig = await writeAgentKubeconfig(path.join(tmp, 'agent.kubeconfig'), {
     server: `https://127.0.0.1:${go.port}`,
     caPath: pki.caPath,

@@ -17,6 +17,7 @@ import {
   httpsAnswer,
   killAllSpawned,
   runCommand,
+  hostileOidcHubArgs,
   startOidcIssuer,
   startRecordingApiserver,
   waitFor,
@@ -96,22 +97,7 @@ beforeAll(async () => {
   tmp = await mkdtemp(path.join(os.tmpdir(), 'cp-gateway-hostile-'));
   recorder = await startRecordingApiserver(issueServerCert(pki.ca, { commonName: 'cluster1-apiserver', ipAddresses: ['127.0.0.1'] }));
   idp = await startOidcIssuer({ tls: issueServerCert(pki.ca, { commonName: 'idp', ipAddresses: ['127.0.0.1'] }) });
-  hub = await startHub(pki, [
-    '--gateway-port',
-    '0',
-    '--gateway-response-timeout',
-    '2s',
-    '--oidc-issuer-url',
-    idp.url,
-    '--oidc-client-id',
-    idp.clientId,
-    '--oidc-username-prefix',
-    '-',
-    '--oidc-groups-claim',
-    'groups',
-    '--oidc-ca-file',
-    pki.caPath,
-  ]);
+  hub = await startHub(pki, ['--gateway-port', '0', '--gateway-response-timeout', '2s', ...hostileOidcHubArgs(idp, pki.caPath)]);
   const kubeconfig = await writeAgentKubeconfig(path.join(tmp, 'agent.kubeconfig'), {
     server: `https://${recorder.address}`,
     caPath: pki.caPath,

@@ -24,6 +24,7 @@ import {
   httpsAnswer,
   killAllSpawned,
   runCommand,
+  hostileOidcHubArgs,
   startOidcIssuer,
   startRealKube,
   waitFor,
@@ -210,17 +211,7 @@ beforeAll(async () => {
     hubKubeconfig,
     '--ca-key',
     path.join(pki.dir, 'ca.key'),
-    // The caller chooses its names (no prefixes): the hostile case.
-    '--oidc-issuer-url',
-    idp.url,
-    '--oidc-client-id',
-    idp.clientId,
-    '--oidc-username-prefix',
-    '-',
-    '--oidc-groups-claim',
-    'groups',
-    '--oidc-ca-file',
-    pki.caPath,
+    ...hostileOidcHubArgs(idp, pki.caPath),
   ]);
 
   // The managed cluster: the agent's install manifests as `join` writes them, created as `kubectl apply` would.
