@@ -288,7 +288,16 @@ describe.skipIf(!hasGo)(`upgrading the hub from ${previous.version} in place, on
     ] as const) {
       const a = await available(c);
       expect(a.status?.namespace).toBe(ns);
-      const agent = await waitFor(() => clusters.get(c)!.kubelet.agents()[0], { timeoutMs: 30_000, message: `the agent of ${c}` });
+      // The release builds the work before OCM's addon-manager has resolved the addon's configs (this build
+      // waits for Configured), so c2's agent may run in the default namespace first and then move: the agent
+      // asserted on is the one left running, alone.
+      const agent = await waitFor(
+        () => {
+          const running = clusters.get(c)!.kubelet.agents();
+          return running.length === 1 && running[0]!.deployment === `${ns}/${DEPLOYMENT}` ? running[0] : null;
+        },
+        { timeoutMs: 60_000, message: `the agent of ${c}, alone, in ${ns}` },
+      );
       expect([agent.deployment, agent.image, agent.cli]).toEqual([`${ns}/${DEPLOYMENT}`, oldImage, oldCli]);
       expect(await apiserverThroughHub(c)).toBe(clusters.get(c)!.kube.versions.kubernetes);
       const w = await waitFor(async () => ((x) => (appliedAtGeneration(x) ? x : null))(await work(c)), {
