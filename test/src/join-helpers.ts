@@ -10,11 +10,17 @@ export function echoRoundTripForTest(s: Duplex, payload: Buffer): Promise<Buffer
       n += d.length;
       if (n >= payload.length) {
         s.off('data', onData);
+        s.off('error', onError);
         resolve(Buffer.concat(got));
       }
     };
+    // Taken off again with the data listener: a connection that round-trips many times gains no listeners.
+    const onError = (err: Error): void => {
+      s.off('data', onData);
+      reject(err);
+    };
     s.on('data', onData);
-    s.once('error', reject);
+    s.once('error', onError);
     s.write(payload);
   });
 }
