@@ -234,6 +234,11 @@ export class ApiserverRelay {
     return ex.chunked ? writeChunk(up, b) : up.write(b);
   }
 
+  private readonly resumeUp = (): void => {
+    this.downFull = false;
+    this.up?.resume();
+  };
+
   private readonly resumeDown = (): void => {
     this.upFull = false;
     if (this.stateNow === 'relaying' || this.stateNow === 'idle') this.down.resume();
@@ -314,10 +319,7 @@ export class ApiserverRelay {
     if (!this.down.write(d) && !this.downFull) {
       this.downFull = true;
       up.pause();
-      this.down.once('drain', () => {
-        this.downFull = false;
-        up.resume();
-      });
+      this.down.once('drain', this.resumeUp);
     }
     if (ex.answered) this.maybeDone();
   }
@@ -357,12 +359,17 @@ export class ApiserverRelay {
     this.setState('idle');
   }
 
-  /** Closes the apiserver's connection; the hub's input, if it waited for that connection's 'drain', no longer does. */
+  /**
+   * Closes the apiserver's connection; the hub's input, if it waited for that connection's 'drain', no longer
+   * does, and a wait for the hub's 'drain' on its behalf ends (the next connection starts unpaused).
+   */
   private dropUpstream(): void {
     const up = this.up;
     this.up = null;
     if (!up) return;
     up.off('drain', this.resumeDown);
+    this.down.off('drain', this.resumeUp);
+    this.downFull = false;
     up.destroy();
     if (this.upFull) this.resumeDown();
   }

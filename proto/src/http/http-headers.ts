@@ -22,6 +22,13 @@ export function distinctHeaders(raw: readonly string[]): Record<string, string[]
   return out;
 }
 
+/** Header lines (`name: value` CRLF, one per value, in order) for a head being written; values as given. */
+export function headerLines(headers: Readonly<Record<string, string | readonly string[]>>): string {
+  let out = '';
+  for (const [name, v] of Object.entries(headers)) for (const value of typeof v === 'string' ? [v] : v) out += `${name}: ${value}\r\n`;
+  return out;
+}
+
 /** Headers whose name says they ask the apiserver to act as someone else. */
 export function isImpersonationHeader(name: string): boolean {
   return name.toLowerCase().startsWith('impersonate-');

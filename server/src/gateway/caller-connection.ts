@@ -16,6 +16,7 @@ import {
   LAST_CHUNK,
   MessageParser,
   distinctHeaders,
+  headerLines,
   textAnswer,
   writeChunk,
   type MessageHead,
@@ -388,8 +389,7 @@ export class CallerExchange {
     const noBody = this.req.method === 'HEAD' || status === 204 || status === 304;
     this.framing = noBody ? 'none' : headers['content-length'] ? 'length' : this.req.http10 ? 'close' : 'chunked';
     if (this.framing === 'close') this.closesConnection = true;
-    let head = `HTTP/1.1 ${status} ${statusMessage.replace(/[\r\n]/g, ' ')}\r\n`;
-    for (const [name, values] of Object.entries(headers)) for (const v of values) head += `${name}: ${v}\r\n`;
+    let head = `HTTP/1.1 ${status} ${statusMessage.replace(/[\r\n]/g, ' ')}\r\n${headerLines(headers)}`;
     if (this.framing === 'chunked') head += 'Transfer-Encoding: chunked\r\n';
     if (this.closesConnection) head += 'Connection: close\r\n';
     else if (this.req.http10) head += 'Connection: keep-alive\r\n';

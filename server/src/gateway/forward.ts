@@ -18,6 +18,7 @@ import {
   distinctHeaders,
   endToEndHeaders,
   gatewayForwardedHeaders,
+  headerLines,
   identityPayload,
   LAST_CHUNK,
   macPayload,
@@ -156,12 +157,14 @@ export class ResponseTimeoutError extends Error {
   override name = 'ResponseTimeoutError';
 }
 
+/** The agent gave no answer's head within `ms`. */
+function agentTimedOut(ms: number): ResponseTimeoutError {
+  return new ResponseTimeoutError(`the cluster's agent did not answer within ${Math.round(ms / 1000)} s`);
+}
+
 /** Arms the response-head timer of `upstream`; returns the function that disarms it. */
 export function responseTimer(upstream: HttpTypes.ClientRequest, ms: number): () => void {
-  const t = setTimeout(
-    () => upstream.destroy(new ResponseTimeoutError(`the cluster's agent did not answer within ${Math.round(ms / 1000)} s`)),
-    ms,
-  );
+  const t = setTimeout(() => upstream.destroy(agentTimedOut(ms)), ms);
   return () => clearTimeout(t);
 }
 
@@ -231,10 +234,7 @@ export function forward(
       leg?.destroy();
       finish(ex.headersSent ? ex.status : 499, 'the caller went away');
     });
-    timer = setTimeout(
-      () => failed(new ResponseTimeoutError(`the cluster's agent did not answer within ${Math.round(ctx.responseTimeoutMs / 1000)} s`)),
-      ctx.responseTimeoutMs,
-    );
+    timer = setTimeout(() => failed(agentTimedOut(ctx.responseTimeoutMs)), ctx.responseTimeoutMs);
 
     const send = (l: AgentLeg): void => {
       if (done || !ex.open) {
@@ -245,6 +245,8 @@ export function forward(
       const socket = l.socket;
       let informational = false;
       let keep = false;
+      // The agent's connection is paused until the caller took the answer so far (one wait at a time).
+      let callerFull = false;
       l.use({
         head: (h) => {
           // 1xx: not passed on (a 100 Continue was the gateway's to send).
@@ -258,9 +260,13 @@ export function forward(
         },
         body: (chunk) => {
           bytesOut += chunk.length;
-          if (!ex.write(chunk)) {
+          if (!ex.write(chunk) && !callerFull) {
+            callerFull = true;
             socket.pause();
-            ex.drained(() => socket.resume());
+            ex.drained(() => {
+              callerFull = false;
+              socket.resume();
+            });
           }
         },
         end: () => {
@@ -276,10 +282,8 @@ export function forward(
         },
         failed,
       });
-      let head = `${req.method} ${path} HTTP/1.1\r\n`;
       const all = handoff ? { ...headers, ...handoff.headers(socket) } : headers;
-      for (const [name, v] of Object.entries(all)) for (const value of typeof v === 'string' ? [v] : v) head += `${name}: ${value}\r\n`;
-      socket.write(`${head}\r\n`, 'latin1');
+      socket.write(`${req.method} ${path} HTTP/1.1\r\n${headerLines(all)}\r\n`, 'latin1');
       socket.on('drain', wake);
       socket.on('close', wake);
       unhook = () => {
