@@ -211,28 +211,9 @@ const GOALS: readonly GoalSpec[] = [
     unit: 'KiB',
     paths: ['tunnel', 'tunnel-grpc'],
   },
-  // Footprint: the agent runs in every managed cluster; the hub on the embedded store.
-  {
-    goal: 'agent RSS at start',
-    scenario: 'idle-rss',
-    metric: 'agent start',
-    compare: 'value',
-    op: '<=',
-    bound: 60,
-    unit: 'MiB',
-    paths: ['tunnel', 'tunnel-grpc'],
-  },
-  {
-    goal: 'hub RSS at start (embedded store)',
-    scenario: 'idle-rss',
-    metric: 'hub start',
-    compare: 'value',
-    op: '<=',
-    bound: 80,
-    unit: 'MiB',
-    paths: ['tunnel', 'tunnel-grpc'],
-  },
-  // What a pod is charged: anonymous memory, without the node binary's file-backed pages.
+  // Footprint: the agent runs in every managed cluster; the hub on the embedded store. The goals count what a
+  // pod is charged (anonymous memory, and below the kernel's socket buffers), not RSS: RSS counts the node
+  // binary's file-backed pages and no socket buffer. RSS is still printed beside them.
   {
     goal: 'agent anonymous memory at start',
     scenario: 'idle-rss',
@@ -333,26 +314,6 @@ const GOALS: readonly GoalSpec[] = [
     const paths: Pick<GoalSpec, 'paths'> = { paths: stuckClientPaths(clients) };
     return [
       {
-        goal: `${who}: hub peak RSS`,
-        scenario: 'stuck-destination',
-        metric: at('hub peak'),
-        compare: 'value',
-        op: '<=',
-        bound: 256,
-        unit: 'MiB',
-        ...paths,
-      },
-      {
-        goal: `${who}: agent peak RSS`,
-        scenario: 'stuck-destination',
-        metric: at('agent peak'),
-        compare: 'value',
-        op: '<=',
-        bound: 128,
-        unit: 'MiB',
-        ...paths,
-      },
-      {
         goal: `${who}: nothing killed or lost`,
         scenario: 'stuck-destination',
         metric: at('lost'),
@@ -370,28 +331,6 @@ const GOALS: readonly GoalSpec[] = [
         op: '>=',
         bound: 80,
         unit: '%',
-        ...paths,
-      },
-      {
-        goal: `${who}: hub RSS after - before`,
-        scenario: 'stuck-destination',
-        metric: at('hub after'),
-        minus: at('hub before'),
-        compare: 'value',
-        op: '<=',
-        bound: 20,
-        unit: 'MiB',
-        ...paths,
-      },
-      {
-        goal: `${who}: agent RSS after - before`,
-        scenario: 'stuck-destination',
-        metric: at('agent after'),
-        minus: at('agent before'),
-        compare: 'value',
-        op: '<=',
-        bound: 20,
-        unit: 'MiB',
         ...paths,
       },
       {
@@ -440,9 +379,9 @@ const GOALS: readonly GoalSpec[] = [
       ...(clients === 'sdk'
         ? [
             {
-              goal: `${who}: hub + agent anonymous + socket memory per connection`,
+              goal: `${who}: the hub's anonymous + socket growth per connection`,
               scenario: 'stuck-destination',
-              metric: at('hub+agent KiB/conn'),
+              metric: at('hub KiB/conn'),
               compare: 'value',
               op: '<=',
               bound: 128,
