@@ -2,7 +2,7 @@
 // library. A flags file needs no nesting, anchors, tags or multi-line strings: those are refused with
 // the line number rather than guessed at. Numbers keep the text they were written as (`1.20` stays
 // "1.20", `0x1f` stays "0x1f"): every flag is a string in the end.
-import { lazyRequire } from '@cluster-proxy/proto';
+import { lazyRequire, quoteName } from '@cluster-proxy/proto';
 import type * as Yaml from 'yaml';
 import type { Node } from 'yaml';
 
@@ -33,7 +33,7 @@ export function parseConfigYaml(text: string): Record<string, ConfigValue> | nul
     const keyNode = pair.key as Node | null;
     if (!isScalar(keyNode)) throw new Error(`line ${nodeLine(keyNode)}: expected "flag: value"`);
     const key = String(keyNode.value);
-    if (Object.hasOwn(out, key)) throw new Error(`line ${nodeLine(keyNode)}: "${key}" appears twice`);
+    if (Object.hasOwn(out, key)) throw new Error(`line ${nodeLine(keyNode)}: ${quoteName(key)} appears twice`);
     const value = pair.value as Node | null;
     if (isSeq(value)) out[key] = value.items.map((item) => scalar(item as Node | null, nodeLine));
     else out[key] = scalar(value, nodeLine);

@@ -193,9 +193,9 @@ interface RunResult {
   stderr: string;
 }
 
-function runCli(args: string[], timeoutMs = 15_000): Promise<RunResult> {
-  // No CLUSTER_PROXY_* from the developer's shell: every flag comes from `args`.
-  const env = Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith('CLUSTER_PROXY_')));
+function runCli(args: string[], timeoutMs = 15_000, extraEnv: Record<string, string> = {}): Promise<RunResult> {
+  // No CLUSTER_PROXY_* from the developer's shell: every flag comes from `args` (and `extraEnv`).
+  const env = { ...Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith('CLUSTER_PROXY_'))), ...extraEnv };
   return new Promise((resolve, reject) => {
     const child = spawn(process.execPath, [CLI, ...args], { env, stdio: ['ignore', 'pipe', 'pipe'] });
     let stdout = '';
@@ -383,13 +383,18 @@ describe('--config FILE', () => {
       ['cluster: &a c1\n', /anchors, aliases and tags are not supported/],
       ['a: 1\n---\nb: 2\n', /line 2: only one YAML document is supported/],
       ['["a"]', /expected an object of flag: value/],
+      // Keys are quoted with their control characters escaped (a fuzzer's find: a CR inside a key broke the line).
+      ['cluster\r: c1\ncluster\r: c2\n', /line 2: "cluster\\u000d" appears twice/],
+      ['"clu\\nstr": c1\n', /"clu\\u000astr" is not a flag of this command/],
+      ['{"clu\\u2028str": "c1"}', /"clu\\u2028str" is not a flag of this command/],
+      ['{"cluster": {"a": 1}}', /"cluster" must be a single value/],
     ];
     for (const [text, want] of cases) {
-      const f = file(text, text.startsWith('[') ? 'json' : 'yaml');
+      const f = file(text, /^[[{]/.test(text) ? 'json' : 'yaml');
       const e = usageError(() => parseFlags(['--config', f], specs, {}));
       expect(e.message, text).toMatch(want);
       expect(e.message).toContain(f);
-      expect(e.message).not.toContain('\n');
+      expect(e.message).not.toMatch(/[\r\n\u2028\u2029]/);
     }
     const bad = file('{"cluster": ', 'json');
     expect(usageError(() => parseFlags(['--config', bad], specs, {})).message).toMatch(/^--config .*: /);
@@ -414,6 +419,15 @@ describe('--config FILE', () => {
     const help = await runCli(['agent', '--help']);
     expect(help.stdout).toContain('--config FILE');
     expect(help.stdout).toContain('CLUSTER_PROXY_CONFIG');
+  });
+
+  it('with the built CLI: a value with line breaks, from the file or the environment, is still one line of error', async () => {
+    const fromFile = await runCli(['hub', '--config', file('log-level: "de\\nbug\\u2028x"\n')]);
+    expect(fromFile.code).toBe(2);
+    expect(fromFile.stderr).toMatch(/^cluster-proxy: --log-level must be one of .*, got "de\\u000abug\\u2028x"\n$/);
+    const fromEnv = await runCli(['hub'], 15_000, { CLUSTER_PROXY_LOG_LEVEL: 'forged\r\ncluster-proxy: ok' });
+    expect(fromEnv.code).toBe(2);
+    expect(fromEnv.stderr).toMatch(/^cluster-proxy: --log-level must be one of .*, got "forged\\u000d\\u000acluster-proxy: ok"\n$/);
   });
 });
 

@@ -4,10 +4,20 @@
 // are UsageErrors: one line, exit code 2, no stack trace.
 import { readFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
+import { quoteName } from '@cluster-proxy/proto';
 import { parseConfigYaml } from './config-file.js';
 
 export class UsageError extends Error {
   override name = 'UsageError';
+}
+
+/**
+ * `message` as one line: line breaks and the other control characters (C0 but tab, DEL, C1, U+2028 and
+ * U+2029) as \uXXXX. Messages quote values from config files and the environment, which may hold any of them.
+ */
+export function oneLineMessage(message: string): string {
+  // eslint-disable-next-line no-control-regex
+  return message.replace(/[\x00-\x08\x0a-\x1f\x7f-\x9f\u2028\u2029]/g, (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, '0')}`);
 }
 
 export interface FlagSpec {
@@ -96,21 +106,23 @@ export function readConfigFile(file: string, specs: FlagSpecs): ParsedFlags {
   const out: ParsedFlags = {};
   for (const [key, value] of Object.entries(doc as Record<string, unknown>)) {
     const name = key.replace(/^--/, '');
+    // Quoted, with control and non-ASCII characters escaped: a key is the file's text, and the message one line.
+    const shown = quoteName(key);
     const s = specs[name];
     if (!s) {
       const why = BUILTIN.includes(name) ? 'cannot be set in a config file' : 'is not a flag of this command';
-      throw new UsageError(`--config ${file}: "${key}" ${why}`);
+      throw new UsageError(`--config ${file}: ${shown} ${why}`);
     }
     if (value === null || value === undefined) continue;
     const scalar = (v: unknown): string => {
       if (typeof v === 'string') return v;
       if (typeof v === 'number' || typeof v === 'boolean') return String(v);
-      throw new UsageError(`--config ${file}: "${key}" must be ${s.multiple ? 'a value or a list of values' : 'a single value'}`);
+      throw new UsageError(`--config ${file}: ${shown} must be ${s.multiple ? 'a value or a list of values' : 'a single value'}`);
     };
     if (s.type === 'boolean') {
       if (typeof value === 'boolean') out[name] = value;
       else if (typeof value === 'string' && /^(true|false|yes|no|1|0)$/i.test(value)) out[name] = /^(true|yes|1)$/i.test(value);
-      else throw new UsageError(`--config ${file}: "${key}" must be true or false`);
+      else throw new UsageError(`--config ${file}: ${shown} must be true or false`);
     } else if (s.multiple) {
       out[name] = Array.isArray(value) ? value.map(scalar) : [scalar(value)];
     } else {

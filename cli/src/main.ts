@@ -2,7 +2,7 @@
 // The `cluster-proxy` command.
 // The flush alone, not the protocol library's index: this file stays light for every command.
 import { stdioFlushed } from '@cluster-proxy/proto/stdio-flushed';
-import { UsageError } from './flags.js';
+import { UsageError, oneLineMessage } from './flags.js';
 import { unsupportedNode, versionLine } from './version.js';
 
 // Each command is imported only when it runs: `cluster-proxy agent` must not load hub code
@@ -104,13 +104,13 @@ main(process.argv.slice(2)).then(
   (code) => exit(code),
   (err: unknown) => {
     if (err instanceof UsageError) {
-      process.stderr.write(`cluster-proxy: ${err.message}\n`);
+      process.stderr.write(`cluster-proxy: ${oneLineMessage(err.message)}\n`);
       return exit(2);
     }
     // Not a user mistake: keep the stack for a bug report, but lead with one line.
-    const e = err as Error;
-    process.stderr.write(`cluster-proxy: ${e.message}\n`);
-    if (process.env['CLUSTER_PROXY_DEBUG']) process.stderr.write(`${e.stack}\n`);
+    const message = err instanceof Error ? err.message : String(err);
+    process.stderr.write(`cluster-proxy: ${oneLineMessage(message)}\n`);
+    if (process.env['CLUSTER_PROXY_DEBUG'] && err instanceof Error) process.stderr.write(`${err.stack}\n`);
     return exit(1);
   },
 );
