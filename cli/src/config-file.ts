@@ -5,6 +5,7 @@
 import { lazyRequire, quoteName } from '@cluster-proxy/proto';
 import type * as Yaml from 'yaml';
 import type { Node } from 'yaml';
+import { oneLineMessage } from './one-line.js';
 
 /** `yaml` is loaded only when a config file is read: the agent has no other use for it (~2 MiB of RSS). */
 const loadYaml = lazyRequire<typeof Yaml>('yaml', import.meta.url);
@@ -23,7 +24,7 @@ export function parseConfigYaml(text: string): Record<string, ConfigValue> | nul
   const doc = parsed[0];
   if (!doc) return null;
   const error = doc.errors[0];
-  if (error) throw new Error(`line ${lineOf(error.pos[0])}: ${error.message.split('\n')[0]}`);
+  if (error) throw new Error(`line ${lineOf(error.pos[0])}: ${oneLineMessage(error.message.split('\n')[0]!)}`);
   const root = doc.contents;
   if (root === null) return null;
   const nodeLine = (node: Node | null | undefined): number => lineOf(node?.range?.[0]);

@@ -11,15 +11,6 @@ export class UsageError extends Error {
   override name = 'UsageError';
 }
 
-/**
- * `message` as one line: line breaks and the other control characters (C0 but tab, DEL, C1, U+2028 and
- * U+2029) as \uXXXX. Messages quote values from config files and the environment, which may hold any of them.
- */
-export function oneLineMessage(message: string): string {
-  // eslint-disable-next-line no-control-regex
-  return message.replace(/[\x00-\x08\x0a-\x1f\x7f-\x9f\u2028\u2029]/g, (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, '0')}`);
-}
-
 export interface FlagSpec {
   type: 'string' | 'boolean';
   multiple?: boolean;

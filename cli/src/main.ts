@@ -2,7 +2,8 @@
 // The `cluster-proxy` command.
 // The flush alone, not the protocol library's index: this file stays light for every command.
 import { stdioFlushed } from '@cluster-proxy/proto/stdio-flushed';
-import { UsageError, oneLineMessage } from './flags.js';
+import { UsageError } from './flags.js';
+import { oneLineMessage } from './one-line.js';
 import { unsupportedNode, versionLine } from './version.js';
 
 // Each command is imported only when it runs: `cluster-proxy agent` must not load hub code
