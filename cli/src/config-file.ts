@@ -7,6 +7,9 @@ import type * as Yaml from 'yaml';
 import type { Node } from 'yaml';
 import { oneLineMessage } from './one-line.js';
 
+/** The YAML library's own message, as we pass it on, at most this long: it may quote a long run of the file. */
+const LIBRARY_MESSAGE_MAX = 300;
+
 /** `yaml` is loaded only when a config file is read: the agent has no other use for it (~2 MiB of RSS). */
 const loadYaml = lazyRequire<typeof Yaml>('yaml', import.meta.url);
 
@@ -24,7 +27,7 @@ export function parseConfigYaml(text: string): Record<string, ConfigValue> | nul
   const doc = parsed[0];
   if (!doc) return null;
   const error = doc.errors[0];
-  if (error) throw new Error(`line ${lineOf(error.pos[0])}: ${oneLineMessage(error.message.split('\n')[0]!)}`);
+  if (error) throw new Error(`line ${lineOf(error.pos[0])}: ${oneLineMessage(error.message.split('\n')[0]!, LIBRARY_MESSAGE_MAX)}`);
   const root = doc.contents;
   if (root === null) return null;
   const nodeLine = (node: Node | null | undefined): number => lineOf(node?.range?.[0]);
