@@ -13,7 +13,6 @@
 import { existsSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { parseArgs } from 'node:util';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { createPki } from '../harness.js';
 import { freeLoopbackPort, killAllSpawned, socketMemory, spawnProcess, type ManagedProcess } from '../fixtures/index.js';
@@ -23,8 +22,19 @@ import { reapOnDeath } from './reaper.js';
 import { spawnHelper } from './scenarios.js';
 import { MiB } from './stats.js';
 import type { StuckJob } from './stuck-client.js';
+import { refuse, toolArgs } from './tool-args.js';
 
-const { values: flags } = parseArgs({
+const USAGE = `Usage: node test/dist/bench/anp-stuck.js [--proxy-server PATH] [--count N] [--seconds S]
+
+N konnectivity-style clients stuck on ANP's own proxy-server (through our gRPC agent); prints one JSON line.
+  --proxy-server PATH  ANP's proxy-server binary (default $ANP_PROXY_SERVER, else the one
+                       scripts/build-real-peers.sh caches)
+  --count N            stuck connections (default 1024)
+  --seconds S          how long they are written into (default 20)
+  --help               show this help
+`;
+
+const { values: flags } = toolArgs('anp-stuck', USAGE, {
   options: {
     'proxy-server': {
       type: 'string',
@@ -38,6 +48,8 @@ const { values: flags } = parseArgs({
 const binary = flags['proxy-server'];
 const count = Number(flags.count);
 const seconds = Number(flags.seconds);
+if (!(Number.isInteger(count) && count > 0) || !(seconds > 0))
+  refuse('anp-stuck', USAGE, '--count must be a whole number above 0 and --seconds a number above 0');
 if (!existsSync(binary)) {
   process.stderr.write(`no proxy-server binary at ${binary} (--proxy-server PATH)\n`);
   process.exit(2);

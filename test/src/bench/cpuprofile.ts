@@ -6,7 +6,7 @@
 // summed per source file or package: node internals, grpc-js, our packages, GC, idle).
 import { readFile } from 'node:fs/promises';
 import path from 'node:path';
-import { parseArgs } from 'node:util';
+import { refuse, toolArgs } from './tool-args.js';
 
 interface ProfileNode {
   id: number;
@@ -74,11 +74,12 @@ function summarise(profile: Profile, top: number): string {
 }
 
 async function main(): Promise<void> {
-  const { values, positionals } = parseArgs({ options: { top: { type: 'string', default: '15' } }, allowPositionals: true });
-  if (positionals.length === 0) {
-    process.stderr.write('usage: node test/dist/bench/cpuprofile.js FILE.cpuprofile [...] [--top N]\n');
-    process.exit(2);
-  }
+  const usage = 'Usage: node test/dist/bench/cpuprofile.js FILE.cpuprofile [...] [--top N]\n';
+  const { values, positionals } = toolArgs('cpuprofile', usage, {
+    options: { top: { type: 'string', default: '15' } },
+    allowPositionals: true,
+  });
+  if (positionals.length === 0) refuse('cpuprofile', usage, 'no profile given');
   for (const file of positionals) {
     const profile = JSON.parse(await readFile(file, 'utf8')) as Profile;
     process.stdout.write(`${file}\n${summarise(profile, Number(values.top))}\n`);

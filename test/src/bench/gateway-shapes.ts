@@ -25,9 +25,9 @@ import path from 'node:path';
 import type { Duplex } from 'node:stream';
 import tls from 'node:tls';
 import { fileURLToPath } from 'node:url';
-import { parseArgs } from 'node:util';
 import { issueServerCert } from '@cluster-proxy/server';
 import { createPki } from '../harness.js';
+import { toolArgs } from './tool-args.js';
 
 type Role =
   | 'api'
@@ -310,13 +310,17 @@ interface Started {
 }
 
 async function main(): Promise<void> {
-  const { values } = parseArgs({
-    options: {
-      seconds: { type: 'string', default: '5' },
-      rounds: { type: 'string', default: '4' },
-      concurrency: { type: 'string', default: '16' },
+  const { values } = toolArgs(
+    'gateway-shapes',
+    'Usage: node test/dist/bench/gateway-shapes.js [--seconds 5] [--rounds 4] [--concurrency 16]\n',
+    {
+      options: {
+        seconds: { type: 'string', default: '5' },
+        rounds: { type: 'string', default: '4' },
+        concurrency: { type: 'string', default: '16' },
+      },
     },
-  });
+  );
   const seconds = Number(values.seconds);
   const concurrency = Number(values.concurrency);
   const pki = await createPki();
