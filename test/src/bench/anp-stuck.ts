@@ -50,10 +50,7 @@ const count = Number(flags.count);
 const seconds = Number(flags.seconds);
 if (!(Number.isInteger(count) && count > 0) || !(seconds > 0))
   refuse('anp-stuck', USAGE, '--count must be a whole number above 0 and --seconds a number above 0');
-if (!existsSync(binary)) {
-  process.stderr.write(`no proxy-server binary at ${binary} (--proxy-server PATH)\n`);
-  process.exit(2);
-}
+if (!existsSync(binary)) refuse('anp-stuck', USAGE, `no proxy-server binary at ${binary} (bash scripts/build-real-peers.sh builds it)`);
 const log = (m: string): void => void process.stderr.write(`[anp-stuck] ${m}\n`);
 
 async function metricsText(port: number): Promise<string> {
