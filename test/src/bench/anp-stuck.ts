@@ -8,14 +8,13 @@
 //
 //   node test/dist/bench/anp-stuck.js --proxy-server PATH [--count 1024] [--seconds 20]
 //
-// PATH: ANP's proxy-server binary (v0.36.0, `go build` of sigs.k8s.io/apiserver-network-proxy/cmd/server);
-// default $ANP_PROXY_SERVER, else ~/.cache/cluster-proxy/real-peers/proxy-server-v0.36.0/proxy-server.
+// PATH: ANP's proxy-server binary; default $ANP_PROXY_SERVER, else the release test/anp-go/go.mod pins, from
+// the real peers' cache (scripts/build-real-peers.sh, run first if it is missing), as the tests get it.
 import { existsSync } from 'node:fs';
-import os from 'node:os';
-import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { createPki } from '../harness.js';
 import { freeLoopbackPort, killAllSpawned, socketMemory, spawnProcess, type ManagedProcess } from '../fixtures/index.js';
+import { ANP_VERSIONS, anpBinary } from '../fixtures/anp-real.js';
 import { startAgent, waitUntil } from './cluster.js';
 import { procStatusKiB, startTargets } from './helpers.js';
 import { reapOnDeath } from './reaper.js';
@@ -27,8 +26,8 @@ import { refuse, toolArgs } from './tool-args.js';
 const USAGE = `Usage: node test/dist/bench/anp-stuck.js [--proxy-server PATH] [--count N] [--seconds S]
 
 N konnectivity-style clients stuck on ANP's own proxy-server (through our gRPC agent); prints one JSON line.
-  --proxy-server PATH  ANP's proxy-server binary (default $ANP_PROXY_SERVER, else the one
-                       scripts/build-real-peers.sh caches)
+  --proxy-server PATH  ANP's proxy-server binary (default $ANP_PROXY_SERVER, else the pinned release
+                       that scripts/build-real-peers.sh builds into its cache, built first if missing)
   --count N            stuck connections (default 1024)
   --seconds S          how long they are written into (default 20)
   --help               show this help
@@ -36,21 +35,17 @@ N konnectivity-style clients stuck on ANP's own proxy-server (through our gRPC a
 
 const { values: flags } = toolArgs('anp-stuck', USAGE, {
   options: {
-    'proxy-server': {
-      type: 'string',
-      default:
-        process.env['ANP_PROXY_SERVER'] ?? path.join(os.homedir(), '.cache/cluster-proxy/real-peers/proxy-server-v0.36.0/proxy-server'),
-    },
+    'proxy-server': { type: 'string' },
     count: { type: 'string', default: '1024' },
     seconds: { type: 'string', default: '20' },
   },
 });
-const binary = flags['proxy-server'];
+const given = flags['proxy-server'] ?? process.env['ANP_PROXY_SERVER'];
 const count = Number(flags.count);
 const seconds = Number(flags.seconds);
 if (!(Number.isInteger(count) && count > 0) || !(seconds > 0))
   refuse('anp-stuck', USAGE, '--count must be a whole number above 0 and --seconds a number above 0');
-if (!existsSync(binary)) refuse('anp-stuck', USAGE, `no proxy-server binary at ${binary} (bash scripts/build-real-peers.sh builds it)`);
+if (given !== undefined && !existsSync(given)) refuse('anp-stuck', USAGE, `no proxy-server binary at ${given}`);
 const log = (m: string): void => void process.stderr.write(`[anp-stuck] ${m}\n`);
 
 async function metricsText(port: number): Promise<string> {
@@ -59,6 +54,8 @@ async function metricsText(port: number): Promise<string> {
 }
 
 async function main(): Promise<void> {
+  // The pinned current release, built into the real peers' cache if missing (as the tests get it).
+  const binary = given ?? (await anpBinary('proxy-server', ANP_VERSIONS[0]!.version));
   const pki = await createPki();
   const stops: (() => Promise<unknown>)[] = [async () => pki.cleanup()];
   let child: ManagedProcess | undefined;
@@ -145,7 +142,7 @@ async function main(): Promise<void> {
       const growthKiB = peak + held.socket - before.anon - before.socket;
       process.stdout.write(
         `${JSON.stringify({
-          server: 'ANP proxy-server v0.36.0',
+          server: given === undefined ? `ANP proxy-server ${ANP_VERSIONS[0]!.version}` : `ANP proxy-server at ${given}`,
           count,
           opened: Number(opened['opened']),
           acceptedMiB: Number(filled['filled']) / MiB,
