@@ -12,7 +12,7 @@
 //                  pki/   store/   egress/   http/               certificates, the store, egress settings, HTTP helpers
 /** Folders inside a package, lowest first; a folder may import only from its own folder and earlier layers. */
 const LAYERS = {
-  'proto/src/': [['wire', 'runtime', 'http'], ['flow'], ['conn'], ['mux'], ['grpc']],
+  'proto/src/': [['wire', 'runtime', 'http'], ['flow'], ['conn'], ['mux'], ['h2'], ['grpc']],
   'server/src/': [['pki', 'store', 'http'], ['egress'], ['dataplane'], ['fleet'], ['addon', 'connect', 'gateway'], ['ocm']],
 };
 /** Each package's top-level modules that wire its folders together or are its public surface. */

@@ -18,6 +18,11 @@ export * from './conn/half-close.js';
 export * from './mux/framing.js';
 export * from './mux/mux-connect.js';
 
+// h2/: our HTTP/2 (the hub's side of gRPC): frames, HPACK, the server session and its streams
+export * from './h2/frames.js';
+export * from './h2/hpack.js';
+export * from './h2/session.js';
+
 // grpc/: gRPC on node:http2 (ANP's transport)
 export * from './grpc/grpc-framing.js';
 export * from './grpc/grpc-client.js';

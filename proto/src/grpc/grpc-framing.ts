@@ -127,10 +127,7 @@ const HEADER_BYTES = 5;
 
 /** Writes `p` as one gRPC message; returns write()'s answer (false: wait for 'drain'). */
 export function writeGrpcMessage(stream: Writable, p: Packet, callback?: (err?: Error | null) => void): boolean {
-  const parts = encodePacketParts(p);
-  let length = 0;
-  for (const b of parts) length += b.length;
-  return writeMessageParts(stream, parts, length, callback);
+  return writeParts(stream, grpcMessageParts(p), callback);
 }
 
 /** Writes a DATA packet whose `length` (> 0) payload bytes are `chunks` as one gRPC message, without copying them. */
@@ -141,16 +138,39 @@ export function writeGrpcData(
   length: number,
   callback?: (err?: Error | null) => void,
 ): boolean {
-  const header = encodeDataHeader(connectID, length);
-  return writeMessageParts(stream, [header, ...chunks], header.length + length, callback);
+  return writeParts(stream, grpcDataParts(connectID, chunks, length), callback);
 }
 
-function writeMessageParts(stream: Writable, parts: readonly Buffer[], length: number, callback?: (err?: Error | null) => void): boolean {
-  const header = Buffer.allocUnsafe(HEADER_BYTES);
-  header[0] = 0; // not compressed
-  header.writeUInt32BE(length, 1);
+/** One gRPC message as the pieces to send: the 5-byte prefix, then the encoded packet; `length` in all. */
+export interface GrpcMessageParts {
+  parts: Buffer[];
+  length: number;
+}
+
+/** `p` as one gRPC message's pieces. */
+export function grpcMessageParts(p: Packet): GrpcMessageParts {
+  const packet = encodePacketParts(p);
+  let length = 0;
+  for (const b of packet) length += b.length;
+  return { parts: [messagePrefix(length), ...packet], length: HEADER_BYTES + length };
+}
+
+/** A DATA packet whose `length` payload bytes are `chunks` as one gRPC message's pieces (the chunks not copied). */
+export function grpcDataParts(connectID: number, chunks: readonly Buffer[], length: number): GrpcMessageParts {
+  const header = encodeDataHeader(connectID, length);
+  const total = header.length + length;
+  return { parts: [messagePrefix(total), header, ...chunks], length: HEADER_BYTES + total };
+}
+
+function messagePrefix(length: number): Buffer {
+  const prefix = Buffer.allocUnsafe(HEADER_BYTES);
+  prefix[0] = 0; // not compressed
+  prefix.writeUInt32BE(length, 1);
+  return prefix;
+}
+
+function writeParts(stream: Writable, { parts }: GrpcMessageParts, callback?: (err?: Error | null) => void): boolean {
   stream.cork();
-  stream.write(header);
   for (let i = 0; i < parts.length - 1; i++) stream.write(parts[i]);
   const ok = stream.write(parts[parts.length - 1], callback);
   stream.uncork();

@@ -4,7 +4,13 @@
 // host gone, a network cut) is not noticed from the socket at all. We ping every session ourselves and
 // destroy it when the peer does not answer: every call on it then ends with an error. (A peer whose
 // kernel resets the connection is seen within a second: see h2-transport.ts.)
-import type http2 from 'node:http2';
+/** What the watchdog needs of a session: node:http2's (our gRPC clients) and ours (h2/session.ts, the hub) both have it. */
+export interface PingableSession {
+  readonly destroyed: boolean;
+  destroy(): void;
+  ping(callback: (err: Error | null) => void): boolean;
+  once(event: 'close', listener: () => void): unknown;
+}
 
 export interface WatchdogOptions {
   /** Time between pings. */
@@ -14,7 +20,7 @@ export interface WatchdogOptions {
 }
 
 /** Pings `session` every interval until it closes; destroys it when a ping goes unanswered. */
-export function watchSession(session: http2.Http2Session, opts: WatchdogOptions): void {
+export function watchSession(session: PingableSession, opts: WatchdogOptions): void {
   let deadline: NodeJS.Timeout | null = null;
   let answered = true;
   const kill = (): void => {

@@ -1,6 +1,6 @@
-// gRPC bidi streams served directly on node:http2 (ProxyService.Proxy and AgentService.Connect), with
-// gRPC's length-prefixed framing around our packet codec: no per-message promise/metadata machinery,
-// and HTTP/2 windows we choose on the server side too. It serves what an unmodified konnectivity-client
+// gRPC bidi streams served on our own HTTP/2 session (ProxyService.Proxy and AgentService.Connect:
+// proto's h2/session.ts, on the TLS socket itself), with gRPC's length-prefixed framing around our
+// packet codec: no per-message promise/metadata machinery, and HTTP/2 windows we choose. It serves what an unmodified konnectivity-client
 // or ANP agent needs: POST with content-type application/grpc, response headers (our metadata such as
 // serverID/serverCount), `grpc-status`/`grpc-message` trailers (trailers-only for early refusals),
 // `grpc-timeout`, message size limits, pings (answered by HTTP/2; session-watchdog.ts sends ours).
@@ -8,25 +8,30 @@
 // A call's states are GrpcServerCall's (below).
 import type { KeyObject } from 'node:crypto';
 import { EventEmitter } from 'node:events';
-import http2 from 'node:http2';
-import type net from 'node:net';
-import type { Duplex } from 'node:stream';
+import net from 'node:net';
 import type { PeerCertificate, TLSSocket } from 'node:tls';
 import {
   DataViews,
   GrpcMessageReader,
   GrpcStatus,
+  H2Error,
+  H2Session,
   PacketType,
   packets,
   encodeGrpcMessage,
-  h2Socket,
+  encodeHeaderBlock,
+  grpcDataParts,
+  grpcMessageParts,
   linkIdentityKey,
   parseGrpcTimeout,
   watchSession,
-  writeGrpcData,
-  writeGrpcMessage,
   type DataViewHandler,
   type GrpcFramingError,
+  type GrpcMessageParts,
+  type H2Headers,
+  type H2Stream,
+  type H2StreamHandler,
+  type HeaderField,
   type Packet,
   type WatchdogOptions,
 } from '@cluster-proxy/proto';
@@ -39,8 +44,6 @@ export interface GrpcStatusError {
   code: number;
   details: string;
 }
-
-const { NGHTTP2_NO_ERROR, NGHTTP2_CANCEL } = http2.constants;
 
 /** Each connection's client certificate, once read (keyed by the session's socket; dropped with it). */
 const peerCertificates = new WeakMap<object, PeerCertificate | undefined>();
@@ -72,27 +75,20 @@ const peerCertificates = new WeakMap<object, PeerCertificate | undefined>();
  */
 export type GrpcServerCallState = 'open' | 'responding' | 'ended' | 'reset' | 'closed' | 'cancelled';
 
-/** The call a stream carries (its listeners are shared functions, not closures per call). */
-const kCall = Symbol('grpcServerCall');
-type CallStream = http2.ServerHttp2Stream & { [kCall]?: GrpcServerCall };
-
-/**
- * Response headers without metadata: one shared array, which node:http2 keeps with the stream and only
- * reads (it adds `:status` or `date` to an array that lacks them, hence frozen: a change there fails loudly).
- */
-const RESPONSE_HEADERS: readonly string[] = Object.freeze([
-  ':status',
-  '200',
-  'content-type',
-  'application/grpc',
-  'grpc-accept-encoding',
-  'identity',
+/** Response headers without metadata, encoded once. */
+const RESPONSE_FIELDS: readonly HeaderField[] = [
+  [':status', '200'],
+  ['content-type', 'application/grpc'],
+  ['grpc-accept-encoding', 'identity'],
+];
+const RESPONSE_BLOCK = encodeHeaderBlock(RESPONSE_FIELDS);
+/** Trailers of a call that ended OK, encoded once. */
+const OK_TRAILERS = encodeHeaderBlock([['grpc-status', '0']]);
+/** The answer to a request that is not gRPC (no body: the status says it). */
+const NOT_GRPC_BLOCK = encodeHeaderBlock([
+  [':status', '415'],
+  ['content-type', 'text/plain'],
 ]);
-/** No `date` header: gRPC has no use for it (node:http2 reads `sendDate` as its compatibility API does). */
-const RESPOND_OPTIONS = { waitForTrailers: true, sendDate: false } as http2.ServerStreamResponseOptions;
-const RESPOND_END_OPTIONS = { endStream: true, sendDate: false } as http2.ServerStreamResponseOptions;
-
-const noop = (): void => {};
 
 /** A client's side still open this long after our status is reset (see GrpcServerCall.closeAfterStatus). */
 const RESET_GRACE_MS = 1000;
@@ -116,7 +112,7 @@ interface CallOwner {
   streamClosed(call: GrpcServerCall): void;
 }
 
-export class GrpcServerCall extends EventEmitter {
+export class GrpcServerCall extends EventEmitter implements H2StreamHandler {
   private state: GrpcServerCallState = 'open';
   /** The handler's reads: messages parsed while paused wait in `queue`. */
   private reading: 'flowing' | 'paused' = 'flowing';
@@ -133,67 +129,42 @@ export class GrpcServerCall extends EventEmitter {
   private firstMessageMetadata: Record<string, string> | undefined = undefined;
   /** Takes the events instead of listeners, while set. */
   private handler: GrpcCallHandler | null = null;
-  /** Our status, once ended (OK until then). */
-  private status: GrpcStatusError | null = null;
   /** The request headers, until the handler has run (see metadata). */
-  private headers: http2.IncomingHttpHeaders | null;
+  private headers: H2Headers | null;
 
   constructor(
-    private readonly stream: http2.ServerHttp2Stream,
-    headers: http2.IncomingHttpHeaders,
+    private readonly stream: H2Stream,
+    headers: H2Headers,
     private readonly socket: net.Socket | undefined,
     maxMessageBytes: number,
   ) {
     super();
     this.headers = headers;
     this.reader = new GrpcMessageReader(maxMessageBytes);
-    (stream as CallStream)[kCall] = this;
-    stream.on('wantTrailers', GrpcServerCall.onStreamWantTrailers);
-    stream.on('data', GrpcServerCall.onStreamData);
-    stream.on('end', GrpcServerCall.onStreamEnd);
-    stream.on('drain', GrpcServerCall.onStreamDrain);
-    stream.on('aborted', GrpcServerCall.onStreamCancel);
-    stream.on('error', GrpcServerCall.onStreamCancel);
-    stream.on('close', GrpcServerCall.onStreamClose);
-    const timeout = parseGrpcTimeout(headers['grpc-timeout'] as string | undefined);
+    stream.handler = this;
+    const timeout = parseGrpcTimeout(headers['grpc-timeout']);
     if (timeout !== null) this.deadline = setTimeout(GrpcServerCall.onDeadline, Math.max(1, Math.ceil(timeout)), this);
   }
 
-  // The stream's listeners: `this` is the stream.
-  private static onStreamWantTrailers(this: CallStream): void {
-    const call = this[kCall]!;
-    const status = call.status ?? { code: GrpcStatus.OK, details: '' };
-    this.sendTrailers(
-      status.details
-        ? { 'grpc-status': String(status.code), 'grpc-message': encodeGrpcMessage(status.details) }
-        : { 'grpc-status': String(status.code) },
-    );
-    call.closeAfterStatus();
+  // ------------------------------------------------------------ the stream's events (H2StreamHandler)
+
+  onStreamData(chunk: Buffer): void {
+    this.onData(chunk);
   }
 
-  private static onStreamData(this: CallStream, chunk: Buffer): void {
-    this[kCall]!.onData(chunk);
+  onStreamEnd(): void {
+    if (this.state === 'cancelled') return;
+    if (this.handler) this.handler.onCallEnd();
+    else this.emit('end');
   }
 
-  private static onStreamEnd(this: CallStream): void {
-    const call = this[kCall]!;
-    if (call.state === 'cancelled') return;
-    if (call.handler) call.handler.onCallEnd();
-    else call.emit('end');
+  onStreamDrain(): void {
+    this.emit('drain');
   }
 
-  private static onStreamDrain(this: CallStream): void {
-    this[kCall]!.emit('drain');
-  }
-
-  private static onStreamCancel(this: CallStream): void {
-    this[kCall]!.cancel();
-  }
-
-  private static onStreamClose(this: CallStream): void {
-    const call = this[kCall]!;
-    call.onClose();
-    call.owner?.streamClosed(call);
+  onStreamClose(): void {
+    this.onClose();
+    this.owner?.streamClosed(this);
   }
 
   private static onDeadline(call: GrpcServerCall): void {
@@ -210,7 +181,7 @@ export class GrpcServerCall extends EventEmitter {
       case 'responding':
         return this.cancel();
       case 'ended':
-        if (code !== undefined && code !== NGHTTP2_NO_ERROR) return this.cancel();
+        if (code !== undefined && code !== H2Error.NO_ERROR) return this.cancel();
         return this.setState('closed');
       case 'reset':
         return this.setState('closed');
@@ -229,7 +200,7 @@ export class GrpcServerCall extends EventEmitter {
     return {
       get: (key: string): string[] => {
         const v = headers[key.toLowerCase()];
-        return v === undefined ? [] : Array.isArray(v) ? v : [String(v)];
+        return v === undefined ? [] : [v];
       },
     };
   }
@@ -308,25 +279,26 @@ export class GrpcServerCall extends EventEmitter {
   /** Sends the response headers with our metadata (once; later calls are ignored). */
   sendMetadata(md?: Record<string, string>): void {
     if (this.stream.destroyed || this.stream.headersSent) return;
-    let headers = RESPONSE_HEADERS as string[]; // read-only, see RESPONSE_HEADERS
+    let block = RESPONSE_BLOCK;
     if (md) {
       const keys = Object.keys(md);
-      if (keys.length > 0) {
-        headers = [...RESPONSE_HEADERS];
-        for (const k of keys) headers.push(k, md[k]!);
-      }
+      if (keys.length > 0) block = encodeHeaderBlock([...RESPONSE_FIELDS, ...keys.map((k): HeaderField => [k.toLowerCase(), md[k]!])]);
     }
-    this.stream.respond(headers, RESPOND_OPTIONS);
+    this.stream.respond(block, false);
     if (this.state === 'open') this.setState('responding');
   }
 
   write(p: Packet, callback?: (err?: Error | null) => void): boolean {
-    return this.writable(callback) && writeGrpcMessage(this.stream, p, callback);
+    return this.writable(callback) && this.send(grpcMessageParts(p), callback);
   }
 
   /** Writes a DATA packet whose payload is `chunks` (`length` bytes) without copying them into one Buffer. */
   writeData(connectID: number, chunks: readonly Buffer[], length: number, callback?: (err?: Error | null) => void): boolean {
-    return this.writable(callback) && writeGrpcData(this.stream, connectID, chunks, length, callback);
+    return this.writable(callback) && this.send(grpcDataParts(connectID, chunks, length), callback);
+  }
+
+  private send(message: GrpcMessageParts, callback?: (err?: Error | null) => void): boolean {
+    return this.stream.write(message.parts, message.length, callback);
   }
 
   /** Whether a message may still be written (our headers go first); if not, `callback` hears why. */
@@ -362,16 +334,20 @@ export class GrpcServerCall extends EventEmitter {
   endWithStatus(code: number, details: string): void {
     if (this.statusSettled) return;
     this.setState('ended');
-    this.status = { code, details };
     if (this.stream.destroyed) return;
+    const status: HeaderField[] = [['grpc-status', String(code)]];
+    if (details) status.push(['grpc-message', encodeGrpcMessage(details)]);
     if (!this.stream.headersSent) {
-      const headers = [':status', '200', 'content-type', 'application/grpc', 'grpc-status', String(code)];
-      if (details) headers.push('grpc-message', encodeGrpcMessage(details));
-      this.stream.respond(headers, RESPOND_END_OPTIONS);
+      this.stream.respond(encodeHeaderBlock([[':status', '200'], ['content-type', 'application/grpc'], ...status]), true);
       this.closeAfterStatus();
     } else {
-      this.stream.end(); // the trailers follow ('wantTrailers')
+      // The trailers follow what is queued; the reset that may follow them waits until they are out.
+      this.stream.sendTrailers(code === GrpcStatus.OK && !details ? OK_TRAILERS : encodeHeaderBlock(status));
     }
+  }
+
+  onStreamTrailersSent(): void {
+    this.closeAfterStatus();
   }
 
   /**
@@ -379,8 +355,8 @@ export class GrpcServerCall extends EventEmitter {
    * status (ours with END_STREAM, grpc-go's with RST_STREAM), and the stream closes. One that does not
    * has the stream reset (RST_STREAM NO_ERROR, as gRPC servers do) by its owner a little later
    * (GrpcServer's RESET_GRACE_MS), so neither side waits on the other for good: a reset right behind
-   * every status would cost each call one more frame and a write of its own. Not on 'finish': that
-   * comes before Node has sent the trailers, and the reset would overtake them.
+   * every status would cost each call one more frame and a write of its own. Only once the trailers
+   * are on the socket: a reset must not overtake them.
    */
   private closeAfterStatus(): void {
     if (this.owner) this.owner.statusSent(this);
@@ -395,7 +371,7 @@ export class GrpcServerCall extends EventEmitter {
   resetIfOpen(): void {
     if (this.stream.destroyed || this.stream.readableEnded) return;
     if (this.state === 'ended') this.setState('reset');
-    this.stream.close(NGHTTP2_NO_ERROR);
+    this.stream.close(H2Error.NO_ERROR);
   }
 
   /** Whether the handler paused the call (its reads stop). */
@@ -421,7 +397,7 @@ export class GrpcServerCall extends EventEmitter {
     if (this.state === 'cancelled') return;
     const hadStatus = this.statusSettled;
     this.setState('cancelled');
-    if (!hadStatus && !this.stream.destroyed) this.stream.close(NGHTTP2_CANCEL);
+    if (!hadStatus && !this.stream.destroyed) this.stream.close(H2Error.CANCEL);
     if (this.handler) this.handler.onCallCancelled();
     else this.emit('cancelled');
   }
@@ -486,23 +462,14 @@ export interface GrpcServerOptions {
 /** The gRPC services of one listener (agent or frontend), fed with connections from a TlsPort or a Unix socket. */
 export class GrpcServer {
   private readonly handlers = new Map<string, GrpcHandler>();
-  private readonly sessions = new Set<http2.ServerHttp2Session>();
-  /** Every connection handed to us, so shutdown can close them (see destroySockets). */
-  private readonly sockets = new Set<Duplex>();
-  /** The TLS socket under each injected session (h2Socket may give node:http2 a JS stream over it: see h2-transport.ts in proto). */
-  private readonly tlsSockets = new WeakMap<http2.Http2Session, TLSSocket>();
-  /** The TLS socket being injected, while node:http2 creates its session (synchronously). */
-  private injecting: TLSSocket | undefined;
+  private readonly sessions = new Set<H2Session>();
   private readonly calls = new Set<GrpcServerCall>();
-  private readonly sessionWindows = new WeakMap<http2.Http2Session, SessionWindow>();
+  private readonly sessionWindows = new WeakMap<H2Session, SessionWindow>();
   /** Waiting for the last call to end (shutdown). */
   private readonly callsDone = new Set<() => void>();
-  private readonly injector: http2.Http2Server;
-  private readonly listeners: http2.Http2Server[] = [];
+  private readonly listeners: net.Server[] = [];
 
-  constructor(private readonly opts: GrpcServerOptions) {
-    this.injector = this.createH2();
-  }
+  constructor(private readonly opts: GrpcServerOptions) {}
 
   /** Serves `path` (e.g. `/ProxyService/Proxy`) with `handler`. */
   handle(path: string, handler: GrpcHandler): void {
@@ -511,21 +478,16 @@ export class GrpcServer {
 
   /** A connection that already negotiated "h2" (TLS terminated and the client verified by the caller). */
   injectConnection(socket: TLSSocket): void {
-    this.injecting = socket;
-    try {
-      this.injector.emit('connection', h2Socket(socket));
-    } finally {
-      this.injecting = undefined;
-    }
+    this.serve(socket);
   }
 
   /** Also serves plain HTTP/2 on a Unix socket. */
   listenUnix(path: string): Promise<void> {
-    const h2 = this.createH2();
-    this.listeners.push(h2);
+    const server = net.createServer((socket) => this.serve(socket));
+    this.listeners.push(server);
     return new Promise((resolve, reject) => {
-      h2.once('error', (err) => reject(new Error(`cannot listen on unix://${path}: ${err.message}`)));
-      h2.listen(path, () => resolve());
+      server.once('error', (err) => reject(new Error(`cannot listen on unix://${path}: ${err.message}`)));
+      server.listen(path, () => resolve());
     });
   }
 
@@ -536,20 +498,13 @@ export class GrpcServer {
 
   /**
    * Stops listening and asks every session to finish (GOAWAY): resolves once no call is open, then
-   * closes the connections. (A session closed gracefully only half-closes its socket and waits for
-   * the peer's FIN, which a client that closed its own session at the same moment may never send.)
+   * closes the connections.
    */
   async shutdown(): Promise<void> {
     for (const l of this.listeners) l.close();
-    for (const s of this.sessions) {
-      try {
-        if (!s.closed && !s.destroyed) s.close();
-      } catch {
-        /* destroyed meanwhile */
-      }
-    }
+    for (const s of this.sessions) s.close();
     while (this.calls.size > 0) await new Promise<void>((resolve) => this.callsDone.add(resolve));
-    this.destroySockets();
+    for (const s of [...this.sessions]) s.destroy();
   }
 
   /** Ends every call and session now. */
@@ -558,71 +513,47 @@ export class GrpcServer {
     for (const c of [...this.calls]) c.endWithStatus(GrpcStatus.UNAVAILABLE, 'server shutting down');
     for (const s of [...this.sessions]) s.destroy();
     for (const l of this.listeners) l.close();
-    this.destroySockets();
   }
 
-  private destroySockets(): void {
-    for (const s of this.sockets) s.destroy();
+  private serve(socket: net.Socket): void {
+    socket.setNoDelay(true);
+    const session = new H2Session(socket, {
+      streamWindow: this.opts.streamWindow,
+      connectionWindow: this.opts.connectionWindow,
+      maxConcurrentStreams: this.opts.maxConcurrentStreams,
+    });
+    this.sessions.add(session);
+    session.once('close', () => this.sessions.delete(session));
+    watchSession(session, this.opts.watchdog);
+    if (this.opts.sessionWindow) {
+      const window = new SessionWindow(session, { ...this.opts.sessionWindow, initial: this.opts.streamWindow });
+      this.sessionWindows.set(session, window);
+      session.once('close', () => window.close());
+    }
+    session.on('stream', (stream: H2Stream, headers: H2Headers) => this.onStream(session, stream, headers));
   }
 
-  private createH2(): http2.Http2Server {
-    const h2 = http2.createServer({
-      settings: { initialWindowSize: this.opts.streamWindow, enablePush: false, maxConcurrentStreams: this.opts.maxConcurrentStreams },
-      // Our frames are bounded by the message size; nghttp2's default session memory (10 MiB) would
-      // refuse new streams on a busy agent session.
-      maxSessionMemory: 64,
-    });
-    h2.on('connection', (socket: Duplex) => {
-      (socket as net.Socket).setNoDelay?.(true);
-      this.sockets.add(socket);
-      socket.once('close', () => this.sockets.delete(socket));
-    });
-    h2.on('session', (session: http2.ServerHttp2Session) => {
-      if (this.injecting) this.tlsSockets.set(session, this.injecting);
-      this.sessions.add(session);
-      session.once('close', () => this.sessions.delete(session));
-      session.on('error', () => {}); // its calls report it
-      try {
-        session.setLocalWindowSize(this.opts.connectionWindow);
-      } catch {
-        /* closing already */
-      }
-      watchSession(session, this.opts.watchdog);
-      if (this.opts.sessionWindow) {
-        const window = new SessionWindow(session, { ...this.opts.sessionWindow, initial: this.opts.streamWindow });
-        this.sessionWindows.set(session, window);
-        session.once('close', () => window.close());
-      }
-    });
-    h2.on('stream', (stream, headers) => this.onStream(stream, headers));
-    return h2;
-  }
-
-  private onStream(stream: http2.ServerHttp2Stream, headers: http2.IncomingHttpHeaders): void {
-    stream.on('error', noop); // the call reports it
-    const contentType = String(headers['content-type'] ?? '');
+  private onStream(session: H2Session, stream: H2Stream, headers: H2Headers): void {
+    const contentType = headers['content-type'] ?? '';
     if (headers[':method'] !== 'POST' || !contentType.startsWith('application/grpc')) {
-      stream.respond({ ':status': 415, 'content-type': 'text/plain' }, { endStream: false });
-      stream.end('gRPC requests only (POST, content-type application/grpc)\n');
+      stream.respond(NOT_GRPC_BLOCK, true);
       return;
     }
-    const session = stream.session;
-    const socket = (session && this.tlsSockets.get(session)) ?? (session?.socket as net.Socket | undefined);
-    const call = new GrpcServerCall(stream, headers, socket, this.opts.maxMessageBytes);
-    const window = session && this.sessionWindows.get(session);
+    const call = new GrpcServerCall(stream, headers, session.socket as net.Socket, this.opts.maxMessageBytes);
+    const window = this.sessionWindows.get(session);
     if (window) {
       window.streamOpened();
       call.flow = window;
     }
     call.owner = this.callOwner;
-    const handler = this.handlers.get(String(headers[':path'] ?? ''));
+    const handler = this.handlers.get(headers[':path'] ?? '');
     if (!handler) {
-      call.endWithStatus(GrpcStatus.UNIMPLEMENTED, `unknown method ${String(headers[':path'])}`);
+      call.endWithStatus(GrpcStatus.UNIMPLEMENTED, `unknown method ${headers[':path']}`);
       return;
     }
     const encoding = headers['grpc-encoding'];
     if (encoding !== undefined && encoding !== 'identity') {
-      call.endWithStatus(GrpcStatus.UNIMPLEMENTED, `grpc-encoding ${String(encoding)} is not supported`);
+      call.endWithStatus(GrpcStatus.UNIMPLEMENTED, `grpc-encoding ${encoding} is not supported`);
       return;
     }
     this.calls.add(call);
