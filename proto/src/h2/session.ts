@@ -85,6 +85,13 @@ const SOCKET_HIGH_WATER = 64 * 1024;
 const GOAWAY_LINGER_MS = 1000;
 /** A header block (HEADERS and its CONTINUATIONs) larger than this ends the connection. */
 const MAX_HEADER_BLOCK_BYTES = 256 * 1024;
+/**
+ * Bytes the client left unread on its socket beyond which we stop answering its frames (PING, SETTINGS) and
+ * end the connection (ENHANCE_YOUR_CALM): a client that sends pings and never reads would grow our queue.
+ */
+const MAX_UNREAD_ANSWERS = 1 << 20;
+/** SETTINGS we sent and the client has not acknowledged: settings() sends no more beyond this. */
+const MAX_PENDING_SETTINGS = 8;
 
 class ConnectionError extends Error {
   constructor(
@@ -451,9 +458,13 @@ export class H2Session extends EventEmitter {
     return this.socket.writableLength > SOCKET_HIGH_WATER;
   }
 
-  /** Changes every stream's receive window (SETTINGS_INITIAL_WINDOW_SIZE; applies once the client acknowledges). */
+  /**
+   * Changes every stream's receive window (SETTINGS_INITIAL_WINDOW_SIZE; applies once the client
+   * acknowledges). Throws while MAX_PENDING_SETTINGS of ours wait for their acknowledgement.
+   */
   settings(s: { initialWindowSize?: number }): void {
     if (this.destroyed || s.initialWindowSize === undefined) return;
+    if (this.pendingStreamWindows.length >= MAX_PENDING_SETTINGS) throw new Error('too many SETTINGS waiting for their acknowledgement');
     const size = Math.min(Math.max(0, Math.floor(s.initialWindowSize)), MAX_WINDOW);
     this.streamWindow = size;
     this.pendingStreamWindows.push(size);
@@ -555,6 +566,13 @@ export class H2Session extends EventEmitter {
       process.nextTick(this.uncork);
     }
     for (const b of buffers) this.socket.write(b);
+  }
+
+  /** A frame the client's frame asks for; one that does not read what we send ends the connection. */
+  private answer(b: Buffer): void {
+    if (this.socket.writableLength > MAX_UNREAD_ANSWERS)
+      throw new ConnectionError(H2Error.ENHANCE_YOUR_CALM, 'the client does not read our answers');
+    this.out(b);
   }
 
   private readonly uncork = (): void => {
@@ -783,7 +801,7 @@ export class H2Session extends EventEmitter {
           break; // HEADER_TABLE_SIZE (our encoder keeps no table), MAX_CONCURRENT_STREAMS (we open none), others
       }
     }
-    this.out(frame(FrameType.SETTINGS, Flags.ACK, 0));
+    this.answer(frame(FrameType.SETTINGS, Flags.ACK, 0));
     this.flushBlocked();
   }
 
@@ -791,7 +809,7 @@ export class H2Session extends EventEmitter {
     if (streamId !== 0) throw new ConnectionError(H2Error.PROTOCOL_ERROR, 'PING on a stream');
     if (payload.length !== 8) throw new ConnectionError(H2Error.FRAME_SIZE_ERROR, 'PING not 8 bytes');
     if (!(flags & Flags.ACK)) {
-      this.out(frame(FrameType.PING, Flags.ACK, 0, payload));
+      this.answer(frame(FrameType.PING, Flags.ACK, 0, payload));
       return;
     }
     const i = this.pings.findIndex((p) => p.payload.equals(payload));

@@ -1,7 +1,6 @@
-// The HTTP/2 receive window of a gRPC client session on the hub's frontend. node:http2 has no
-// per-stream window, only the session's SETTINGS_INITIAL_WINDOW_SIZE, which applies to every stream of
-// the session, and a stream the hub pauses holds its whole window in Node's buffer. So the window is
-// sized for the session:
+// The HTTP/2 receive window of a gRPC client session on the hub's frontend: the session's
+// SETTINGS_INITIAL_WINDOW_SIZE, which applies to every stream of the session (proto's H2Session), and
+// a stream the hub pauses holds its whole window. So the window is sized for the session:
 // - One stream (a konnectivity-client opens a session per connection): the session's window is the
 //   connection's. It starts small (what a connection whose destination stalls may make the hub hold)
 //   and grows like a connection's ReceiveWindow (flow-control.ts in proto), from the hub's memory budget,
@@ -12,12 +11,10 @@
 //   shrinks below the initial window to stay within that share (1,024 stuck streams held 64 MiB at
 //   64 KiB each), not below MIN_SHARED_WINDOW.
 //
-// Every open stream is charged its window to the budget (a paused one holds that much in Node's
-// buffer): 1,024 konnectivity sessions of one stream each commit 64 MiB, which the budget sees.
+// Every open stream is charged its window to the budget (a paused one holds that much): 1,024 konnectivity sessions of one stream each commit 64 MiB, which the budget sees.
 //
 //   single ──second stream──▶ shared (back to the initial window, less with many streams) ──down to one──▶ single (a grown window stays)
 //   single, shared ──session closed──▶ closed (its charge goes back to the budget)
-import type http2 from 'node:http2';
 import type { MemoryBudget } from '@cluster-proxy/proto';
 
 /** A window grows only if it turned over within this long (as ReceiveWindow's). */
@@ -50,7 +47,7 @@ export class SessionWindow {
   private since = Date.now();
 
   constructor(
-    private readonly session: Pick<http2.ServerHttp2Session, 'settings' | 'destroyed'>,
+    private readonly session: { settings(s: { initialWindowSize: number }): void; readonly destroyed: boolean },
     private readonly opts: SessionWindowOptions,
   ) {
     this.window = opts.initial;
@@ -101,7 +98,7 @@ export class SessionWindow {
     }
   }
 
-  /** The hub read `bytes` of one of the session's streams (Node returns them to the client's window as it does). */
+  /** The hub read `bytes` of one of the session's streams (the session returns them to the client's window as it does). */
   consumed(bytes: number): void {
     if (this.state === 'closed') return;
     this.opts.budget.markMoving(this, bytes);
@@ -164,8 +161,8 @@ export class SessionWindow {
     try {
       this.session.settings({ initialWindowSize: size });
     } catch {
-      // The session is closing (its close() returns the growth), or Node already has as many SETTINGS
-      // waiting for the peer's ack as it allows: the peer keeps the last window it saw until the next change.
+      // The session already has as many SETTINGS waiting for the peer's ack as it allows: the peer
+      // keeps the last window it saw until the next change.
     }
   }
 
