@@ -15,9 +15,11 @@
 //   preface   waiting for the client's preface (our SETTINGS are out)
 //   open      frames flow; new streams are taken
 //   closing   GOAWAY sent or received: no new streams; the socket is ended once the last stream closes
+//   failed    a connection error: its GOAWAY is out, every stream closed, nothing more is read; the socket ends
 //   closed    the socket is gone; every stream has closed
 //   preface ──the preface──▶ open ──close() or the peer's GOAWAY──▶ closing ──last stream closed──▶ closed
-//   any ──a connection error (GOAWAY with its code), destroy(), the socket closed──▶ closed
+//   preface, open, closing ──a connection error (GOAWAY with its code)──▶ failed ──socket gone──▶ closed
+//   any ──destroy(), the socket closed──▶ closed
 //
 // Stream states (H2StreamState), as RFC 9113 5.1 names them from the server's side:
 //   open                the request headers came; both sides may send
@@ -46,7 +48,7 @@ import {
 import { HpackDecoder, HpackError, type HeaderField } from './hpack.js';
 import { ChunkQueue } from '../flow/chunk-queue.js';
 
-export type H2SessionState = 'preface' | 'open' | 'closing' | 'closed';
+export type H2SessionState = 'preface' | 'open' | 'closing' | 'failed' | 'closed';
 export type H2StreamState = 'open' | 'half-closed-remote' | 'half-closed-local' | 'closed';
 
 /** Request headers: lower-case names; repeated ones joined with ", " (cookies with "; "). */
@@ -141,6 +143,11 @@ export class H2Stream {
 
   get state(): H2StreamState {
     return this.stateNow;
+  }
+
+  /** The one place the stream's state changes. */
+  private setState(next: H2StreamState): void {
+    this.stateNow = next;
   }
 
   get destroyed(): boolean {
@@ -277,13 +284,13 @@ export class H2Stream {
     this.readableEnded = true;
     this.handler?.onStreamEnd();
     if (this.destroyed) return;
-    if (this.stateNow === 'open') this.stateNow = 'half-closed-remote';
+    if (this.stateNow === 'open') this.setState('half-closed-remote');
     else if (this.stateNow === 'half-closed-local') this.closeNow();
   }
 
   /** Our END_STREAM is out. */
   private localEnded(): void {
-    if (this.stateNow === 'open') this.stateNow = 'half-closed-local';
+    if (this.stateNow === 'open') this.setState('half-closed-local');
     else if (this.stateNow === 'half-closed-remote') this.closeNow();
   }
 
@@ -359,7 +366,7 @@ export class H2Stream {
 
   private closeNow(): void {
     if (this.stateNow === 'closed') return;
-    this.stateNow = 'closed';
+    this.setState('closed');
     const callbacks = this.queueCallbacks.filter((cb): cb is WriteCallback => cb !== undefined);
     this.queue = [];
     this.queueCallbacks = [];
@@ -440,12 +447,18 @@ export class H2Session extends EventEmitter {
     return this.stateNow;
   }
 
+  /** The one place the session's state changes. */
+  private setState(next: H2SessionState): void {
+    this.stateNow = next;
+  }
+
   get destroyed(): boolean {
     return this.stateNow === 'closed';
   }
 
+  /** No new streams: closing, failed or closed. */
   get closed(): boolean {
-    return this.stateNow === 'closing' || this.stateNow === 'closed';
+    return this.stateNow === 'closing' || this.stateNow === 'failed' || this.stateNow === 'closed';
   }
 
   /** Streams open now. */
@@ -484,7 +497,7 @@ export class H2Session extends EventEmitter {
   /** Graceful close: GOAWAY (no new streams); the socket ends once the last stream has closed. */
   close(): void {
     if (this.stateNow !== 'open' && this.stateNow !== 'preface') return;
-    this.stateNow = 'closing';
+    this.setState('closing');
     this.out(frame(FrameType.GOAWAY, 0, 0, goawayPayload(this.lastStreamId, H2Error.NO_ERROR)));
     this.endIfIdle();
   }
@@ -583,7 +596,7 @@ export class H2Session extends EventEmitter {
   // ------------------------------------------------------------ reading
 
   private readonly onSocketData = (chunk: Buffer): void => {
-    if (this.destroyed) return;
+    if (this.stateNow === 'closed' || this.stateNow === 'failed') return;
     this.received.push(chunk);
     try {
       this.parse();
@@ -604,9 +617,9 @@ export class H2Session extends EventEmitter {
       }
       if (!this.received.take(CLIENT_PREFACE.length).equals(CLIENT_PREFACE))
         throw new ConnectionError(H2Error.PROTOCOL_ERROR, 'not an HTTP/2 client preface');
-      this.stateNow = 'open';
+      this.setState('open');
     }
-    while (this.received.length >= FRAME_HEADER_BYTES && !this.destroyed) {
+    while (this.received.length >= FRAME_HEADER_BYTES && (this.stateNow === 'open' || this.stateNow === 'closing')) {
       const head = this.received.peek(FRAME_HEADER_BYTES);
       const length = (head[0]! << 16) | (head[1]! << 8) | head[2]!;
       if (length > DEFAULT_MAX_FRAME) throw new ConnectionError(H2Error.FRAME_SIZE_ERROR, `frame of ${length} bytes`);
@@ -647,7 +660,7 @@ export class H2Session extends EventEmitter {
         case FrameType.GOAWAY:
           if (streamId !== 0) throw new ConnectionError(H2Error.PROTOCOL_ERROR, 'GOAWAY on a stream');
           if (length < 8) throw new ConnectionError(H2Error.FRAME_SIZE_ERROR, 'short GOAWAY');
-          if (this.stateNow === 'open') this.stateNow = 'closing';
+          if (this.stateNow === 'open') this.setState('closing');
           this.endIfIdle();
           break;
         case FrameType.WINDOW_UPDATE:
@@ -861,7 +874,7 @@ export class H2Session extends EventEmitter {
 
   private readonly onSocketClose = (): void => {
     if (this.stateNow === 'closed') return;
-    this.stateNow = 'closed';
+    this.setState('closed');
     if (this.lingerTimer) clearTimeout(this.lingerTimer);
     this.lingerTimer = null;
     this.socket.off('data', this.onSocketData);
@@ -884,7 +897,8 @@ export class H2Session extends EventEmitter {
   private fail(code: number, message: string): void {
     if (this.destroyed) return;
     this.out(frame(FrameType.GOAWAY, 0, 0, goawayPayload(this.lastStreamId, code, message)));
-    this.stateNow = 'closing';
+    this.setState('failed');
+    this.received.clear();
     for (const s of [...this.streams.values()]) s.sessionGone();
     this.emit('protocolError', Object.assign(new Error(message), { code }));
     this.endSocket();

@@ -2,6 +2,7 @@
 import type { FuzzTarget } from '../engine.js';
 import { caBundleTarget, configFileTarget, proxyEnvTarget } from './config.js';
 import { gatewayIdentityTarget } from './gateway-identity.js';
+import { h2SessionTarget, hpackTarget } from './h2.js';
 import { hubApiTarget } from './hub-api.js';
 import { kubeconfigTarget } from './kubeconfig.js';
 import { connectHeadTarget, gatewayHeadersTarget, gatewayTargetTarget, upgradeAnswerTarget } from './http-heads.js';
@@ -12,6 +13,8 @@ export const TARGETS: readonly FuzzTarget[] = [
   packetCodecTarget,
   muxFramesTarget,
   grpcMessagesTarget,
+  hpackTarget,
+  h2SessionTarget,
   connectHeadTarget,
   gatewayTargetTarget,
   gatewayHeadersTarget,
