@@ -124,9 +124,9 @@ export class H2Stream {
   private held: Buffer[] | null = null;
   private heldBytes = 0;
   private endReceived = false;
-  /** Body bytes and their callbacks waiting for window or socket; then trailers (END_STREAM). */
-  private queue: Buffer[] = [];
-  private queueCallbacks: (WriteCallback | undefined)[] = [];
+  /** Body bytes and their callbacks waiting for window or socket (made when needed); then trailers (END_STREAM). */
+  private queue: Buffer[] | null = null;
+  private queueCallbacks: (WriteCallback | undefined)[] | null = null;
   private queued = 0;
   private trailers: Buffer | null = null;
   private wantDrain = false;
@@ -178,15 +178,33 @@ export class H2Stream {
       if (callback) process.nextTick(callback, new Error('stream closed'));
       return false;
     }
+    if (this.queued === 0 && length <= this.sendWindow && length <= this.session.frameAllowance) {
+      // Nothing waits and the windows take it all: one frame now, no queue.
+      this.sendWindow -= length;
+      this.session.sendData(this.id, chunks, length);
+      if (callback) process.nextTick(callback);
+      return !this.session.socketFull || this.mustWaitForSocket();
+    }
+    const queue = (this.queue ??= []);
+    const callbacks = (this.queueCallbacks ??= []);
     for (let i = 0; i < chunks.length; i++) {
-      this.queue.push(chunks[i]!);
-      this.queueCallbacks.push(i === chunks.length - 1 ? callback : undefined);
+      queue.push(chunks[i]!);
+      callbacks.push(i === chunks.length - 1 ? callback : undefined);
     }
     this.queued += length;
     this.session.flushStream(this);
-    const ok = this.queued === 0 && !this.session.socketFull;
-    if (!ok) this.wantDrain = true;
-    return ok;
+    if (this.queued > 0) {
+      this.wantDrain = true;
+      return false;
+    }
+    return !this.session.socketFull || this.mustWaitForSocket();
+  }
+
+  /** write() says false: the socket is full; onStreamDrain comes once it has room. */
+  private mustWaitForSocket(): false {
+    this.wantDrain = true;
+    this.session.waitForSocket(this);
+    return false;
   }
 
   /** Ends our side with trailers (HEADERS with END_STREAM), after the body queued before them (onStreamTrailersSent once they are on the socket). */
@@ -315,23 +333,24 @@ export class H2Stream {
    */
   flush(connectionWindow: number, maxFrame: number): number {
     let sent = 0;
-    while (this.queued > 0) {
+    const queue = this.queue;
+    const callbacks = this.queueCallbacks;
+    while (this.queued > 0 && queue && callbacks) {
       const n = Math.min(this.queued, this.sendWindow, connectionWindow - sent, maxFrame);
       if (n <= 0 || this.session.socketFull) break;
       const parts: Buffer[] = [];
-      const callbacks: WriteCallback[] = [];
       let left = n;
       while (left > 0) {
-        const c = this.queue[0]!;
+        const c = queue[0]!;
         if (c.length <= left) {
           parts.push(c);
-          this.queue.shift();
-          const cb = this.queueCallbacks.shift();
-          if (cb) callbacks.push(cb);
+          queue.shift();
+          const cb = callbacks.shift();
+          if (cb) process.nextTick(cb); // runs after this frame is written, below
           left -= c.length;
         } else {
           parts.push(c.subarray(0, left));
-          this.queue[0] = c.subarray(left);
+          queue[0] = c.subarray(left);
           left = 0;
         }
       }
@@ -339,7 +358,10 @@ export class H2Stream {
       this.sendWindow -= n;
       sent += n;
       this.session.sendData(this.id, parts, n);
-      for (const cb of callbacks) process.nextTick(cb);
+    }
+    if (this.queued === 0) {
+      this.queue = null;
+      this.queueCallbacks = null;
     }
     if (this.queued === 0 && this.trailers && !this.destroyed) {
       const block = this.trailers;
@@ -367,9 +389,9 @@ export class H2Stream {
   private closeNow(): void {
     if (this.stateNow === 'closed') return;
     this.setState('closed');
-    const callbacks = this.queueCallbacks.filter((cb): cb is WriteCallback => cb !== undefined);
-    this.queue = [];
-    this.queueCallbacks = [];
+    const callbacks = (this.queueCallbacks ?? []).filter((cb): cb is WriteCallback => cb !== undefined);
+    this.queue = null;
+    this.queueCallbacks = null;
     this.queued = 0;
     this.trailers = null;
     this.held = null;
@@ -464,6 +486,11 @@ export class H2Session extends EventEmitter {
   /** Streams open now. */
   get streamCount(): number {
     return this.streams.size;
+  }
+
+  /** The most one DATA frame may carry now (the connection's window, the client's frame size; 0 while the socket is full). */
+  get frameAllowance(): number {
+    return this.socketFull ? 0 : Math.min(this.connSendWindow, this.peerMaxFrame);
   }
 
   /** Whether the socket holds more than we let it before streams wait. */
