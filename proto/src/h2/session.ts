@@ -63,6 +63,12 @@ export interface H2SessionOptions {
   maxConcurrentStreams?: number;
   /** A request whose headers are larger (RFC 9113's size) is refused. */
   maxHeaderListBytes?: number;
+  /**
+   * Bytes the socket may hold unsent before streams keep their DATA and write() says false (default
+   * 64 KiB). Bytes on the socket are no longer a stream's, so a session per client keeps this small; one
+   * busy session (an agent's) moves bulk faster with more: fewer, larger writes.
+   */
+  socketHighWater?: number;
 }
 
 /** What a stream tells its user (one object per stream, set by the 'stream' listener). */
@@ -81,7 +87,7 @@ export interface H2StreamHandler {
 
 const EMPTY: readonly Buffer[] = [];
 type WriteCallback = (err?: Error | null) => void;
-/** Bytes queued on the socket beyond which streams hold their DATA and write() says false. */
+/** Bytes queued on the socket beyond which streams hold their DATA and write() says false (socketHighWater's default). */
 const SOCKET_HIGH_WATER = 64 * 1024;
 /** A connection error's GOAWAY gets this long to leave before the socket is destroyed. */
 const GOAWAY_LINGER_MS = 1000;
@@ -495,7 +501,7 @@ export class H2Session extends EventEmitter {
 
   /** Whether the socket holds more than we let it before streams wait. */
   get socketFull(): boolean {
-    return this.socket.writableLength > SOCKET_HIGH_WATER;
+    return this.socket.writableLength > (this.opts.socketHighWater ?? SOCKET_HIGH_WATER);
   }
 
   /**

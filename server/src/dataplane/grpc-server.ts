@@ -457,6 +457,8 @@ export interface GrpcServerOptions {
   watchdog: WatchdogOptions;
   /** SETTINGS_MAX_CONCURRENT_STREAMS: streams one session may have open at once. */
   maxConcurrentStreams: number;
+  /** What a session's socket may hold unsent before its streams wait (H2SessionOptions.socketHighWater). */
+  socketHighWater?: number;
 }
 
 /** The gRPC services of one listener (agent or frontend), fed with connections from a TlsPort or a Unix socket. */
@@ -521,6 +523,7 @@ export class GrpcServer {
       streamWindow: this.opts.streamWindow,
       connectionWindow: this.opts.connectionWindow,
       maxConcurrentStreams: this.opts.maxConcurrentStreams,
+      socketHighWater: this.opts.socketHighWater,
     });
     this.sessions.add(session);
     session.once('close', () => this.sessions.delete(session));
