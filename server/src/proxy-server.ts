@@ -243,8 +243,8 @@ export class ProxyServer {
     // pinged so a peer that died ends its calls (session-watchdog.ts).
     // An agent opens one Connect stream per session; a client one Proxy stream per connection. An
     // agent's session carries every upload to its cluster: its socket takes 256 KiB before its stream
-    // waits (one gRPC upload 0.82–0.86× the mux path's with 64 KiB, 0.95–1.0× with 256 KiB).
-    // A client's session keeps the default 64 KiB: a konnectivity-client opens one per connection.
+    // waits, for fewer and larger writes. A client's session keeps the default 64 KiB: bytes on a
+    // socket are outside the budget, and a konnectivity-client opens a session per connection.
     this.agentServer = new GrpcServer({
       streamWindow: HTTP2_STREAM_WINDOW,
       connectionWindow: HTTP2_CONNECTION_WINDOW,
