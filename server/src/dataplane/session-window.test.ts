@@ -45,6 +45,17 @@ describe('SessionWindow', () => {
     expect(budget.committed).toBe(0);
   });
 
+  it('a stream grows only once a MiB went through: a few hundred KiB taken quickly, then a stall (a destination that never reads), keep the initial window', () => {
+    const { w, settings, read } = setup();
+    w.streamOpened();
+    read(512 * KiB); // quick: eight windows turned over within a second
+    w.paused();
+    expect(settings).toEqual([]);
+    expect(w.size).toBe(64 * KiB);
+    read(512 * KiB + 64 * KiB); // past the MiB, still quick: now it grows
+    expect(settings).toEqual([256 * KiB]);
+  });
+
   it('a slow stream (a window takes more than a second) does not grow; a paused one starts measuring again', () => {
     const { w, settings, read } = setup();
     w.streamOpened();
@@ -61,7 +72,7 @@ describe('SessionWindow', () => {
   it("a second stream on the session puts the window back (it is every stream's); it grows again, charged for each stream; down to one, charged once", () => {
     const { w, budget, settings, read } = setup();
     w.streamOpened();
-    read(1 * MiB);
+    read(2 * MiB); // the first MiB proves a bulk transfer; then 64 KiB → 256 KiB → 1 MiB
     expect(w.size).toBe(1 * MiB);
     w.streamOpened();
     expect(w.size).toBe(64 * KiB);

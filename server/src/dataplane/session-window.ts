@@ -15,7 +15,7 @@
 //
 //   single ──second stream──▶ shared (back to the initial window, less with many streams) ──down to one──▶ single (a grown window stays)
 //   single, shared ──session closed──▶ closed (its charge goes back to the budget)
-import type { MemoryBudget } from '@cluster-proxy/proto';
+import { PROVEN_BULK_BYTES, type MemoryBudget } from '@cluster-proxy/proto';
 
 /** A window grows only if it turned over within this long (as ReceiveWindow's). */
 const GROWTH_TURNOVER_MS = 1000;
@@ -42,6 +42,13 @@ export class SessionWindow {
   private window: number;
   /** What the session's streams are charged to the budget: the window once per open stream. */
   private charged = 0;
+  /**
+   * Bytes the session's streams were read in all, counted up to PROVEN_BULK_BYTES: the window grows only
+   * after that, as the mux frontends' windows do (growOnceProven in flow-control.ts): a destination that
+   * never reads takes a few hundred KiB past the agent before it stalls, which looks like a window turning
+   * over quickly, and 256 konnectivity-style connections held 72 MiB of grown windows without this gate.
+   */
+  private readInAll = 0;
   /** Bytes read since the window last changed or a measurement restarted, and since when. */
   private turnover = 0;
   private since = Date.now();
@@ -102,9 +109,10 @@ export class SessionWindow {
   consumed(bytes: number): void {
     if (this.state === 'closed') return;
     this.opts.budget.markMoving(this, bytes);
+    if (this.readInAll < PROVEN_BULK_BYTES) this.readInAll += bytes;
     this.turnover += bytes;
     if (this.turnover < this.window) return;
-    if (Date.now() - this.since <= GROWTH_TURNOVER_MS && this.window < this.opts.max) {
+    if (this.readInAll >= PROVEN_BULK_BYTES && Date.now() - this.since <= GROWTH_TURNOVER_MS && this.window < this.opts.max) {
       const wanted = Math.min(3 * this.window, this.opts.max - this.window);
       let more = this.opts.budget.growth(this.opts.direction, this.window, this.opts.initial, wanted);
       if (this.state === 'shared') more = Math.min(more, Math.max(0, this.shareCap() - this.window));
