@@ -360,6 +360,18 @@ describe('H2Session against frames no well-behaved client sends', () => {
     await waitFor(() => session.destroyed);
   });
 
+  it('resets a stream whose client sends DATA after its END_STREAM, also while the end waits behind held bytes (STREAM_CLOSED)', async () => {
+    const served = await serve((stream) => {
+      collector(stream);
+      stream.pause();
+    });
+    const raw = await rawClient(served.port);
+    raw.send(frame(FrameType.HEADERS, Flags.END_HEADERS, 1, requestBlock()));
+    raw.send(frame(FrameType.DATA, Flags.END_STREAM, 1, Buffer.from('a')));
+    raw.send(frame(FrameType.DATA, 0, 1, Buffer.from('b')));
+    expect(await raw.reset(1)).toBe(H2Error.STREAM_CLOSED);
+  });
+
   it('resets a stream whose client sends beyond its window (FLOW_CONTROL_ERROR)', async () => {
     const served = await serve(
       (stream) => {

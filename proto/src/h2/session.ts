@@ -170,6 +170,11 @@ export class H2Stream {
     return this.heldBytes;
   }
 
+  /** The client's END_STREAM came (handed on, or behind bytes held while paused). */
+  get remoteEnded(): boolean {
+    return this.endReceived;
+  }
+
   /** Sends the response headers; `endStream`: and nothing after them (a trailers-only response). */
   respond(block: Buffer, endStream: boolean): void {
     if (this.headersSent || this.destroyed) return;
@@ -501,7 +506,8 @@ export class H2Session extends EventEmitter {
 
   /** Whether the socket holds more than we let it before streams wait. */
   get socketFull(): boolean {
-    return this.socket.writableLength > (this.opts.socketHighWater ?? SOCKET_HIGH_WATER);
+    // Never below the socket's own mark: past it a write said false, so 'drain' comes.
+    return this.socket.writableLength > Math.max(this.opts.socketHighWater ?? SOCKET_HIGH_WATER, this.socket.writableHighWaterMark);
   }
 
   /**
@@ -725,7 +731,7 @@ export class H2Session extends EventEmitter {
       if (streamId > this.lastStreamId) throw new ConnectionError(H2Error.PROTOCOL_ERROR, `DATA on idle stream ${streamId}`);
       return; // a stream closed meanwhile (we reset it, or it ended): ignored
     }
-    if (stream.readableEnded || stream.state === 'half-closed-remote') {
+    if (stream.remoteEnded) {
       stream.close(H2Error.STREAM_CLOSED);
       return;
     }
@@ -780,7 +786,7 @@ export class H2Session extends EventEmitter {
     const existing = this.streams.get(streamId);
     if (existing) {
       // Trailers: only with END_STREAM, and only while the client's side is open.
-      if (!endStream || existing.state === 'half-closed-remote' || existing.readableEnded) {
+      if (!endStream || existing.remoteEnded) {
         existing.close(endStream ? H2Error.STREAM_CLOSED : H2Error.PROTOCOL_ERROR);
         return;
       }
