@@ -8,6 +8,7 @@
 import { createHash } from 'node:crypto';
 import { mkdirSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
+import { Duplex } from 'node:stream';
 import { fileURLToPath } from 'node:url';
 import fc from 'fast-check';
 import { CoverageMap, type CoverageSummary } from './coverage.js';
@@ -361,6 +362,19 @@ export async function within<T>(p: Promise<T>, ms: number, what: string): Promis
   } finally {
     clearTimeout(timer);
   }
+}
+
+/** An in-memory socket for a parser under test: what it is pushed is the peer's bytes; `written()` counts what the parser wrote back. */
+export function memorySocket(): { socket: Duplex; written: () => number } {
+  let written = 0;
+  const socket = new Duplex({
+    read() {},
+    write(chunk: Buffer, _enc, cb) {
+      written += chunk.length;
+      cb();
+    },
+  });
+  return { socket, written: () => written };
 }
 
 /** Splits `input` into chunks at the cut points its own bytes choose (so a replay cuts the same way). */

@@ -1,7 +1,6 @@
 // The hub's HTTP/2 (proto's h2/): what a gRPC client's bytes meet first. HPACK on its own, and the whole
 // server session on an in-memory socket, read whole and cut into chunks: the same streams, bytes and
 // connection error either way; what it writes back bounded by what came in; it always ends.
-import { Duplex } from 'node:stream';
 import fc from 'fast-check';
 import {
   CLIENT_PREFACE,
@@ -18,7 +17,7 @@ import {
   type H2Stream,
   type HeaderField,
 } from '@cluster-proxy/proto';
-import { check, checkBounded, checkOneLine, chunksOf, within, type FuzzTarget } from '../engine.js';
+import { check, checkBounded, checkOneLine, chunksOf, memorySocket, within, type FuzzTarget } from '../engine.js';
 
 /** The decoder's header list limit here: small, so that inputs reach it. */
 const MAX_LIST = 4096;
@@ -88,14 +87,7 @@ interface SessionRun {
 
 /** Feeds the preface and `chunks` to an H2Session on an in-memory socket; each stream answers and echoes. Resolves once it closed. */
 async function runSession(chunks: readonly Buffer[], inputBytes: number): Promise<SessionRun> {
-  let written = 0;
-  const socket = new Duplex({
-    read() {},
-    write(chunk: Buffer, _enc, cb) {
-      written += chunk.length;
-      cb();
-    },
-  });
+  const { socket, written } = memorySocket();
   const session = new H2Session(socket, {
     streamWindow: 4096,
     connectionWindow: 8192,
@@ -132,7 +124,7 @@ async function runSession(chunks: readonly Buffer[], inputBytes: number): Promis
   await within(closed, 2000, 'h2: the session did not close after its input ended');
   check(session.destroyed, 'h2: closed but not destroyed');
   check(session.streamCount === 0, `h2: ${session.streamCount} streams left after close`);
-  return { events: mergeData(events), written };
+  return { events: mergeData(events), written: written() };
 }
 
 /** Joins consecutive body events of a stream: how a DATA payload is cut into chunks is the socket's choice. */

@@ -1,7 +1,6 @@
 // The two framings a peer's bytes arrive in: our mux frames (FramedPacketStream) and gRPC messages
 // (GrpcMessageReader). Each input is read whole and cut into chunks at points it chooses, with the
 // zero-copy DATA path on and off: every way must give the same hellos, packets and error, and end.
-import { Duplex } from 'node:stream';
 import fc from 'fast-check';
 import {
   DataViews,
@@ -14,7 +13,7 @@ import {
   packets,
   type Packet,
 } from '@cluster-proxy/proto';
-import { check, checkBounded, checkOneLine, chunksOf, within, type FuzzTarget } from '../engine.js';
+import { check, checkBounded, checkOneLine, chunksOf, memorySocket, within, type FuzzTarget } from '../engine.js';
 import { packetFrom, packetsFrom, samePacket } from './packets.js';
 
 /** Small limits, so that inputs reach them. */
@@ -45,14 +44,7 @@ interface MuxRun {
 
 /** Feeds `chunks` to a FramedPacketStream on an in-memory socket; resolves once it closed. */
 async function readMux(chunks: readonly Buffer[], views: boolean, inputBytes: number): Promise<MuxRun> {
-  let written = 0;
-  const socket = new Duplex({
-    read() {},
-    write(chunk: Buffer, _enc, cb) {
-      written += chunk.length;
-      cb();
-    },
-  });
+  const { socket, written } = memorySocket();
   const stream = new FramedPacketStream(socket, MAX_FRAME);
   const events: string[] = [];
   const closed = new Promise<void>((resolve) => stream.once('close', resolve));
@@ -79,7 +71,7 @@ async function readMux(chunks: readonly Buffer[], views: boolean, inputBytes: nu
   socket.push(null);
   await within(closed, 2000, 'mux: the stream did not close after its input ended');
   check(stream.isClosed, 'mux: closed but isClosed is false');
-  return { events, written };
+  return { events, written: written() };
 }
 
 const helloArb = fc.dictionary(
