@@ -436,10 +436,10 @@ export class H2Session extends EventEmitter {
   private connRecvWindow: number;
   private connUnreturned = 0;
   /** Our initial stream window as the client knows it, and changes sent and not yet acknowledged. */
-  ackedStreamWindow = DEFAULT_WINDOW;
+  private windowAcked = DEFAULT_WINDOW;
   private pendingStreamWindows: number[] = [];
   /** The window new and open streams get once the client has our settings (what settings() asked for). */
-  streamWindow: number;
+  private windowAsked: number;
   /** Streams with bytes or trailers waiting for window. */
   private readonly blocked = new Set<H2Stream>();
   /** Streams told to wait for the socket. */
@@ -456,7 +456,7 @@ export class H2Session extends EventEmitter {
     super();
     this.decoder = new HpackDecoder(4096, opts.maxHeaderListBytes ?? 64 * 1024);
     this.connRecvWindow = DEFAULT_WINDOW;
-    this.streamWindow = opts.streamWindow;
+    this.windowAsked = opts.streamWindow;
     socket.on('data', this.onSocketData);
     socket.on('drain', this.onSocketDrain);
     socket.on('close', this.onSocketClose);
@@ -478,6 +478,16 @@ export class H2Session extends EventEmitter {
 
   get state(): H2SessionState {
     return this.stateNow;
+  }
+
+  /** Each stream's receive window as settings() last asked for it. */
+  get streamWindow(): number {
+    return this.windowAsked;
+  }
+
+  /** Each stream's receive window as the client last acknowledged it. */
+  get ackedStreamWindow(): number {
+    return this.windowAcked;
   }
 
   /** The one place the session's state changes. */
@@ -518,7 +528,7 @@ export class H2Session extends EventEmitter {
     if (this.destroyed || s.initialWindowSize === undefined) return;
     if (this.pendingStreamWindows.length >= MAX_PENDING_SETTINGS) throw new Error('too many SETTINGS waiting for their acknowledgement');
     const size = Math.min(Math.max(0, Math.floor(s.initialWindowSize)), MAX_WINDOW);
-    this.streamWindow = size;
+    this.windowAsked = size;
     this.pendingStreamWindows.push(size);
     this.out(frame(FrameType.SETTINGS, 0, 0, settingsPayload([[SettingId.INITIAL_WINDOW_SIZE, size]])));
   }
@@ -800,7 +810,7 @@ export class H2Session extends EventEmitter {
     if (this.streams.size >= (this.opts.maxConcurrentStreams ?? Infinity)) return this.sendReset(streamId, H2Error.REFUSED_STREAM);
     const headers = tooLarge ? null : requestHeaders(fields);
     if (!headers) return this.sendReset(streamId, H2Error.PROTOCOL_ERROR);
-    const stream = new H2Stream(this, streamId, this.ackedStreamWindow, this.peerInitialWindow);
+    const stream = new H2Stream(this, streamId, this.windowAcked, this.peerInitialWindow);
     this.streams.set(streamId, stream);
     this.emit('stream', stream, headers);
     // A window we announced and the client does not know yet starts once it does (adjustRecvWindow).
@@ -819,9 +829,9 @@ export class H2Session extends EventEmitter {
     if (flags & Flags.ACK) {
       if (payload.length !== 0) throw new ConnectionError(H2Error.FRAME_SIZE_ERROR, 'SETTINGS ACK with a payload');
       const size = this.pendingStreamWindows.shift();
-      if (size !== undefined && size !== this.ackedStreamWindow) {
-        const delta = size - this.ackedStreamWindow;
-        this.ackedStreamWindow = size;
+      if (size !== undefined && size !== this.windowAcked) {
+        const delta = size - this.windowAcked;
+        this.windowAcked = size;
         for (const s of this.streams.values()) s.adjustRecvWindow(delta);
       }
       return;
