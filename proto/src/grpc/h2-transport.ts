@@ -1,6 +1,7 @@
-// What node:http2 runs on over TLS, on both ends of our gRPC: the TLS socket itself (Node's native
-// HTTP/2 on the TLS handle, the fast path), watched for the write that never completes; a JS stream
-// over the TLS socket only where that watch cannot see (TLS over a socket without a TCP handle).
+// What node:http2 runs on over TLS in our gRPC clients (SDK, agent; the hub runs our own HTTP/2, h2/):
+// the TLS socket itself (Node's native HTTP/2 on the TLS handle, the fast path), watched for the write
+// that never completes; a JS stream over the TLS socket only where that watch cannot see (TLS over a
+// socket without a TCP handle).
 //
 // Node's defect (seen on 20 and 24; reproduced in test/repro/h2-tls-reset.mjs, described in
 // proto/README.md): when the TCP write under a TLS socket fails (ECONNRESET or EPIPE: the peer's
