@@ -106,6 +106,15 @@ describe('Huffman decoding', () => {
 });
 
 describe('HPACK encoding', () => {
+  it.each([
+    ['an upper-case name', [['X-Id', '1']]],
+    ['an empty name', [['', '1']]],
+    ['a value with a line break', [['x-id', 'a\r\nx-forged: 1']]],
+    ['a value with NUL', [['x-id', 'a\0']]],
+  ] as [string, HeaderField[]][])('refuses %s, as a peer would read it as malformed', (_what, fields) => {
+    expect(() => encodeHeaderBlock(fields)).toThrow(TypeError);
+  });
+
   it('refers to the static table where it can, and decodes back to the same fields', () => {
     const fields: HeaderField[] = [
       [':status', '200'],

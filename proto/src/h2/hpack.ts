@@ -207,13 +207,22 @@ STATIC_TABLE.forEach(([name, value], i) => {
   if (!staticName.has(name)) staticName.set(name, i + 1);
 });
 
+/** What RFC 9113 8.2.1 allows in a field we send: a name of lower-case token characters (or a pseudo-header), a value without NUL, CR or LF. */
+const VALID_NAME = /^:?[a-z0-9!#$%&'*+\-.^_`|~]+$/;
+const INVALID_VALUE = /[\0\r\n]/;
+
 /**
  * Encodes header fields (names lower-case, as HTTP/2 requires) into one header block: static-table
- * references where a field or its name is there, plain literals without indexing otherwise.
+ * references where a field or its name is there, plain literals without indexing otherwise. Throws on a
+ * field HTTP/2 does not allow (a peer would read the stream as malformed), as node:http2 does.
  */
 export function encodeHeaderBlock(fields: readonly HeaderField[]): Buffer {
   let bytes = 0;
-  for (const [name, value] of fields) bytes += name.length + value.length + 16;
+  for (const [name, value] of fields) {
+    if (!VALID_NAME.test(name)) throw new TypeError(`invalid HTTP/2 header name ${JSON.stringify(name)}`);
+    if (INVALID_VALUE.test(value)) throw new TypeError(`invalid value for HTTP/2 header ${name}`);
+    bytes += name.length + value.length + 16;
+  }
   const out = Buffer.allocUnsafe(bytes);
   let at = 0;
   for (const [name, value] of fields) {
