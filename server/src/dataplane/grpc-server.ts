@@ -1,9 +1,10 @@
 // gRPC bidi streams served on our own HTTP/2 session (ProxyService.Proxy and AgentService.Connect:
 // proto's h2/session.ts, on the TLS socket itself), with gRPC's length-prefixed framing around our
 // packet codec: no per-message promise/metadata machinery, and HTTP/2 windows we choose. It serves
-// what an unmodified konnectivity-client or ANP agent needs: POST with content-type application/grpc, response headers (our metadata such as
-// serverID/serverCount), `grpc-status`/`grpc-message` trailers (trailers-only for early refusals),
-// `grpc-timeout`, message size limits, pings (answered by HTTP/2; session-watchdog.ts sends ours).
+// what an unmodified konnectivity-client or ANP agent needs: POST with content-type application/grpc,
+// response headers (our metadata such as serverID/serverCount), `grpc-status`/`grpc-message` trailers
+// (trailers-only for early refusals), `grpc-timeout`, message size limits, pings (answered by HTTP/2;
+// session-watchdog.ts sends ours).
 //
 // A call's states are GrpcServerCall's (below).
 import type { KeyObject } from 'node:crypto';
