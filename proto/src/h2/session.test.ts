@@ -383,6 +383,26 @@ describe('H2Session against frames no well-behaved client sends', () => {
     expect(await raw.reset(1)).toBe(H2Error.STREAM_CLOSED);
   });
 
+  it('tells the handler of a reset that crossed our END_STREAM, once the stream had closed', async () => {
+    const late: number[] = [];
+    const served = await serve((stream) => {
+      stream.handler = {
+        onStreamData: () => {},
+        onStreamEnd: () => stream.respond(encodeHeaderBlock([[':status', '200']]), true),
+        onStreamDrain: () => {},
+        onStreamTrailersSent: () => {},
+        onStreamClose: () => {},
+        onStreamResetAfterClose: (code) => late.push(code),
+      };
+    });
+    const raw = await rawClient(served.port);
+    raw.send(frame(FrameType.HEADERS, Flags.END_HEADERS | Flags.END_STREAM, 1, requestBlock()));
+    await waitFor(() => served.streams[0]?.stream.destroyed === true);
+    raw.send(frame(FrameType.RST_STREAM, 0, 1, u32(H2Error.CANCEL)));
+    await waitFor(() => late.length === 1);
+    expect(late).toEqual([H2Error.CANCEL]);
+  });
+
   it('resets a stream whose client sends beyond its window (FLOW_CONTROL_ERROR)', async () => {
     const served = await serve(
       (stream) => {

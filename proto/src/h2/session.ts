@@ -83,6 +83,11 @@ export interface H2StreamHandler {
   onStreamTrailersSent(): void;
   /** The stream is over (stream.rstCode says whether it was reset, and who did it: stream.resetByPeer). */
   onStreamClose(): void;
+  /**
+   * The client reset the stream just after it had closed with both ends' END_STREAM: its reset crossed
+   * our END_STREAM (node:http2 and grpc-js cancel a call with END_STREAM, then RST_STREAM).
+   */
+  onStreamResetAfterClose?(code: number): void;
 }
 
 const EMPTY: readonly Buffer[] = [];
@@ -100,6 +105,8 @@ const MAX_HEADER_BLOCK_BYTES = 256 * 1024;
 const MAX_UNREAD_ANSWERS = 1 << 20;
 /** SETTINGS we sent and the client has not acknowledged: settings() sends no more beyond this. */
 const MAX_PENDING_SETTINGS = 8;
+/** Streams that closed by END_STREAM both ways, the newest this many, whose client may still reset them (onStreamResetAfterClose). */
+const RECENTLY_CLOSED = 16;
 
 class ConnectionError extends Error {
   constructor(
@@ -272,7 +279,7 @@ export class H2Stream {
     }
     if (endStream) {
       this.endReceived = true;
-      if (!this.paused && !this.held) this.deliverEnd();
+      if (!this.paused && !this.held) this.endLater();
     }
     return true;
   }
@@ -280,7 +287,18 @@ export class H2Stream {
   /** The client's END_STREAM came on its HEADERS (a request without a body). */
   endedWithHeaders(): void {
     this.endReceived = true;
-    if (!this.paused) this.deliverEnd();
+    if (!this.paused) this.endLater();
+  }
+
+  /**
+   * Hands the client's END_STREAM on once the rest of what the socket read with it has been parsed: a
+   * reset right behind it (grpc-js cancels a call with END_STREAM and RST_STREAM in one write) closes the
+   * stream as reset by the client, not as ended by it and then answered.
+   */
+  private endLater(): void {
+    queueMicrotask(() => {
+      if (!this.destroyed && !this.readableEnded && !this.paused && !this.held) this.deliverEnd();
+    });
   }
 
   /** The initial window we announced changed by `delta` (the client has our SETTINGS). */
@@ -444,6 +462,8 @@ export class H2Session extends EventEmitter {
   private readonly blocked = new Set<H2Stream>();
   /** Streams told to wait for the socket. */
   private readonly waitingForSocket = new Set<H2Stream>();
+  /** The newest streams that closed by END_STREAM both ways (RECENTLY_CLOSED), by ID. */
+  private readonly recentlyClosed = new Map<number, H2Stream>();
   private corked = false;
   private pings: { payload: Buffer; callback: (err: Error | null) => void }[] = [];
   private pingCounter = 0;
@@ -615,6 +635,10 @@ export class H2Session extends EventEmitter {
 
   streamClosed(stream: H2Stream): void {
     this.streams.delete(stream.id);
+    if (stream.rstCode === undefined && stream.handler?.onStreamResetAfterClose) {
+      this.recentlyClosed.set(stream.id, stream);
+      if (this.recentlyClosed.size > RECENTLY_CLOSED) this.recentlyClosed.delete(this.recentlyClosed.keys().next().value!);
+    }
     this.blocked.delete(stream);
     this.waitingForSocket.delete(stream);
     this.endIfIdle();
@@ -821,7 +845,13 @@ export class H2Session extends EventEmitter {
     if (streamId === 0) throw new ConnectionError(H2Error.PROTOCOL_ERROR, 'RST_STREAM on stream 0');
     if (payload.length !== 4) throw new ConnectionError(H2Error.FRAME_SIZE_ERROR, 'RST_STREAM not 4 bytes');
     if (streamId > this.lastStreamId) throw new ConnectionError(H2Error.PROTOCOL_ERROR, `RST_STREAM on idle stream ${streamId}`);
-    this.streams.get(streamId)?.resetByClient(payload.readUInt32BE(0));
+    const code = payload.readUInt32BE(0);
+    const stream = this.streams.get(streamId);
+    if (stream) return stream.resetByClient(code);
+    const closed = this.recentlyClosed.get(streamId);
+    if (!closed) return;
+    this.recentlyClosed.delete(streamId);
+    closed.handler?.onStreamResetAfterClose?.(code);
   }
 
   private onSettings(flags: number, streamId: number, payload: Buffer): void {
@@ -933,6 +963,7 @@ export class H2Session extends EventEmitter {
     // 'error' stays listened to: a destroyed socket may still report one.
     for (const s of [...this.streams.values()]) s.sessionGone();
     this.streams.clear();
+    this.recentlyClosed.clear();
     this.blocked.clear();
     this.waitingForSocket.clear();
     this.received.clear();

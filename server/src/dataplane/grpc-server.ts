@@ -69,6 +69,7 @@ const peerCertificates = new WeakMap<object, PeerCertificate | undefined>();
  *   open ──sendMetadata (or the first write)──▶ responding
  *   open, responding ──endWithStatus──▶ ended ──status out, the stream still open after RESET_GRACE_MS──▶ reset ──stream closed──▶ closed
  *   ended ──stream closed──▶ closed;   ended ──the client's reset──▶ cancelled
+ *   closed ──the client's reset, crossing our status (a reset code other than NO_ERROR)──▶ cancelled
  *   open, responding ──the client's reset, a stream error, the stream closed──▶ cancelled
  *   open, responding, ended, reset ──deadline (DEADLINE_EXCEEDED first, if no status yet)──▶ cancelled
  * The deadline's timer stops on entering closed or cancelled. Whether the handler reads (flowing or
@@ -166,6 +167,14 @@ export class GrpcServerCall extends EventEmitter implements H2StreamHandler {
   onStreamClose(): void {
     this.onClose();
     this.owner?.streamClosed(this);
+  }
+
+  /** The client reset the stream right after it closed (its reset crossed our status): it abandoned the call. */
+  onStreamResetAfterClose(code: number): void {
+    if (this.state !== 'closed' || code === H2Error.NO_ERROR) return;
+    this.setState('cancelled');
+    if (this.handler) this.handler.onCallCancelled();
+    else this.emit('cancelled');
   }
 
   private static onDeadline(call: GrpcServerCall): void {
