@@ -249,16 +249,15 @@ export class H2Stream {
     this.paused = false;
     const held = this.held;
     this.held = null;
-    if (held) {
-      for (const chunk of held) {
-        this.heldBytes -= chunk.length;
-        this.deliver(chunk);
-        if (this.paused || this.destroyed) {
-          // Paused again (or closed) by the handler: keep the rest.
-          const rest = held.slice(held.indexOf(chunk) + 1);
-          if (!this.destroyed && rest.length > 0) this.held = rest.concat(this.held ?? []);
-          return;
-        }
+    for (let i = 0; held && i < held.length; i++) {
+      const chunk = held[i]!;
+      this.heldBytes -= chunk.length;
+      this.deliver(chunk);
+      if (this.destroyed) return;
+      if (this.paused) {
+        // Paused again by the handler: the rest stays held.
+        if (i + 1 < held.length) this.held = held.slice(i + 1);
+        return;
       }
     }
     if (this.endReceived && !this.readableEnded) this.deliverEnd();
