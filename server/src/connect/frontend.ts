@@ -36,6 +36,7 @@ import type { ProxyCore } from '../dataplane/proxy-core.js';
 import { ConnectConnection } from './connection.js';
 import { ProbeReads } from './probe-reads.js';
 import { oneLine } from '../http/text.js';
+import { avoidPeerCertificateLeak } from '../http/peer-certificate-leak.js';
 import { closeServer, isLoopback, listen, listenUnix, peerOf } from '../http/sockets.js';
 import type { ConnectConnectionInfo, ConnectShared, ListenerKind, Principal } from './types.js';
 
@@ -133,6 +134,7 @@ export async function startConnectFrontend(opts: ConnectFrontendOptions): Promis
   try {
     if (opts.tls) {
       const t = opts.tls;
+      avoidPeerCertificateLeak();
       const server = (tlsServer = tls.createServer({
         ca: t.caCert,
         cert: t.cert,

@@ -6,6 +6,7 @@ import tls from 'node:tls';
 import { FramedPacketStream, MAX_MESSAGE_BYTES, MUX_ALPN, type Hello } from '@cluster-proxy/proto';
 import type { Logger } from 'pino';
 import type { GrpcServer } from './grpc-server.js';
+import { avoidPeerCertificateLeak } from '../http/peer-certificate-leak.js';
 
 /** ALPN of the HTTP/1.1 service a port may carry beside gRPC and mux (the hub API). */
 export const HTTP1_ALPN = 'http/1.1';
@@ -43,6 +44,7 @@ export class TlsPort {
   private readonly refusals = new Map<string, number>();
 
   constructor(private readonly opts: TlsPortOptions) {
+    avoidPeerCertificateLeak();
     this.server = tls.createServer({
       ca: opts.tls.caCert,
       cert: opts.tls.cert,

@@ -17,6 +17,7 @@ import type { Duplex } from 'node:stream';
 import type { Logger } from 'pino';
 import { GATEWAY_MAX_HEAD_BYTES, identityProblem, isImpersonationHeader, textAnswer, type Splice } from '@cluster-proxy/proto';
 import type { ProxyCore } from '../dataplane/proxy-core.js';
+import { avoidPeerCertificateLeak } from '../http/peer-certificate-leak.js';
 import { closeServer, listen, peerOf } from '../http/sockets.js';
 import { oneLine, printable } from '../http/text.js';
 import type { TokenStore } from '../fleet/tokens.js';
@@ -136,6 +137,7 @@ export class GatewayServer implements Gateway {
     this.material = { cert: opts.tls.cert, key: opts.tls.key };
     this.maxHeaderBytes = opts.maxHeaderBytes ?? GATEWAY_MAX_HEAD_BYTES;
     this.responseTimeoutMs = opts.responseTimeoutMs ?? DEFAULT_RESPONSE_TIMEOUT_MS;
+    avoidPeerCertificateLeak();
     this.server = tls.createServer({
       ca: opts.tls.caCert,
       cert: opts.tls.cert,
