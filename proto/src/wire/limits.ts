@@ -27,8 +27,11 @@ export const HTTP2_STREAM_WINDOW = 32 * 1024 * 1024;
 export const HTTP2_CONNECTION_WINDOW = 64 * 1024 * 1024;
 /** Receive window a stream of the hub's gRPC client frontend starts with: one Proxy stream is one
  * connection, and a connection whose destination stops reading holds at most this much at the hub
- * unless its session grew it from the budget while it moved data (session-window.ts in server). */
-export const FRONTEND_STREAM_WINDOW = 64 * 1024;
+ * unless its session grew it from the budget while it moved data (session-window.ts in server). The
+ * same as a mux connection's: at 64 KiB, a konnectivity-style client (a TLS connection per proxied
+ * connection) cost the hub 517–566 KiB per stuck connection at 256, at 32 KiB 345–352 (less held, and a
+ * smaller burst for Node's TLS layer to keep buffers for), gRPC throughput within its usual spread. */
+export const FRONTEND_STREAM_WINDOW = INITIAL_CONNECTION_WINDOW;
 
 /** Receive window our SDK asks for: enough for ~400 MB/s at 20 ms, and the most a client that
  * stops reading one connection holds in memory for it. */

@@ -7,11 +7,11 @@
 //   while the stream moves data and the hub keeps reading it.
 // - Several streams (our SDK on gRPC): back to the initial window, and it grows the same way while the
 //   session's streams move data, but all of them together may hold at most a sixteenth of the budget,
-//   so a bulk stream beside a stalled one is not held to 64 KiB a round trip. With many streams it
+//   so a bulk stream beside a stalled one is not held to its initial window a round trip. With many streams it
 //   shrinks below the initial window to stay within that share (1,024 stuck streams held 64 MiB at
 //   64 KiB each), not below MIN_SHARED_WINDOW.
 //
-// Every open stream is charged its window to the budget (a paused one holds that much): 1,024 konnectivity sessions of one stream each commit 64 MiB, which the budget sees.
+// Every open stream is charged its window to the budget (a paused one holds that much): 1,024 konnectivity sessions of one stream each commit 32 MiB, which the budget sees.
 //
 //   single ──second stream──▶ shared (back to the initial window, less with many streams) ──down to one──▶ single (a grown window stays)
 //   single, shared ──session closed──▶ closed (its charge goes back to the budget)
