@@ -7,9 +7,11 @@ import { avoidPeerCertificateLeak } from './peer-certificate-leak.js';
 
 // The handle's native method that leaks, counted: installed before the replacement, so that a Node
 // whose server still calls it (24.21.0 does, once per verified client) would count every handshake.
-const handleProto = Object.getPrototypeOf((new tls.TLSSocket(null as unknown as Socket) as unknown as { _handle: object })._handle) as {
+const probe = new tls.TLSSocket(null as unknown as Socket);
+const handleProto = Object.getPrototypeOf((probe as unknown as { _handle: object })._handle) as {
   getPeerX509Certificate: (...args: unknown[]) => unknown;
 };
+probe.destroy();
 const native = handleProto.getPeerX509Certificate;
 let nativeCalls = 0;
 handleProto.getPeerX509Certificate = function counted(this: unknown, ...args: unknown[]): unknown {
