@@ -3,6 +3,7 @@ export { ProxyCore } from './dataplane/proxy-core.js';
 export { RoutingTable, isValidCidr, cidrContains } from './dataplane/routing.js';
 export { checkIdentifiers, IdentityError, type Grant } from './dataplane/agent-listener.js';
 export * from './pki/index.js';
+export { avoidPeerCertificateLeak } from './http/peer-certificate-leak.js';
 export {
   startConnectFrontend,
   DIAL_FAILURE_STATUS,
