@@ -3,10 +3,9 @@
 // Once a client's chain verified, Node's server now also checks that the client sent a certificate at
 // all (a TLS 1.3 resumption may carry none) by calling its TLS handle's getPeerX509Certificate(). The
 // native certificate that call takes is never freed, not even after its JavaScript object is collected:
-// ~4.4 KiB of C memory per handshake, with the allocator's pages around it. A bare mutual-TLS server
-// grew by 4.4 MiB of malloc'd memory per 1,024 handshakes, without bound (106 MiB after 24,576), and the
-// hub's anonymous memory stayed ~28 MiB above its start after 1,024 konnectivity-style clients had come
-// and gone (each dials one TLS connection per proxied connection). Node 24.20.0 does not make the call.
+// ~4.4 KiB of C memory per handshake, without bound, with the allocator's pages around it: every agent
+// reconnect and every client with a certificate, most of all konnectivity-clients, which dial a TLS
+// connection per proxied connection. Node 24.20.0 does not make the call (docs/measurements/log.md).
 //
 // The handle's getPeerCertificate(), which builds the legacy certificate object, answers the same
 // question without leaking. So the handle's getPeerX509Certificate() answers with that object (Node's
