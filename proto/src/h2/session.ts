@@ -461,8 +461,8 @@ export class H2Session extends EventEmitter {
   private readonly blocked = new Set<H2Stream>();
   /** Streams told to wait for the socket. */
   private readonly waitingForSocket = new Set<H2Stream>();
-  /** The newest streams that closed by END_STREAM both ways (RECENTLY_CLOSED), by ID. */
-  private readonly recentlyClosed = new Map<number, H2Stream>();
+  /** The handlers of the newest streams that closed by END_STREAM both ways (RECENTLY_CLOSED), by stream ID. */
+  private readonly recentlyClosed = new Map<number, H2StreamHandler>();
   private corked = false;
   private pings: { payload: Buffer; callback: (err: Error | null) => void }[] = [];
   private pingCounter = 0;
@@ -635,7 +635,7 @@ export class H2Session extends EventEmitter {
   streamClosed(stream: H2Stream): void {
     this.streams.delete(stream.id);
     if (stream.rstCode === undefined && stream.handler?.onStreamResetAfterClose) {
-      this.recentlyClosed.set(stream.id, stream);
+      this.recentlyClosed.set(stream.id, stream.handler);
       if (this.recentlyClosed.size > RECENTLY_CLOSED) this.recentlyClosed.delete(this.recentlyClosed.keys().next().value!);
     }
     this.blocked.delete(stream);
@@ -847,10 +847,10 @@ export class H2Session extends EventEmitter {
     const code = payload.readUInt32BE(0);
     const stream = this.streams.get(streamId);
     if (stream) return stream.resetByClient(code);
-    const closed = this.recentlyClosed.get(streamId);
-    if (!closed) return;
+    const handler = this.recentlyClosed.get(streamId);
+    if (!handler) return;
     this.recentlyClosed.delete(streamId);
-    closed.handler?.onStreamResetAfterClose?.(code);
+    handler.onStreamResetAfterClose?.(code);
   }
 
   private onSettings(flags: number, streamId: number, payload: Buffer): void {
@@ -974,7 +974,7 @@ export class H2Session extends EventEmitter {
 
   /** A connection error: GOAWAY with its code, every stream closed, the socket ended (destroyed if it lingers). */
   private fail(code: number, message: string): void {
-    if (this.destroyed) return;
+    if (this.stateNow === 'failed' || this.destroyed) return;
     this.out(frame(FrameType.GOAWAY, 0, 0, goawayPayload(this.lastStreamId, code, message)));
     this.setState('failed');
     this.received.clear();
