@@ -118,8 +118,23 @@ describe('DATA headers (a framed transport passes payloads on as the chunks they
     expect(toReference(packets.data(42, Buffer.from('payload')))['data']).toMatchObject({ connectID: '42' });
   });
 
+  it('reads the layout protobufjs writes, an empty error before the payload', () => {
+    for (const connectID of [0, 7, Number.MAX_SAFE_INTEGER]) {
+      const wire = refEncode({ type: PacketType.DATA, data: { connectID: String(connectID), error: '', data: Buffer.from('payload') } });
+      const h = decodeDataHeader(wire.subarray(0, MAX_DATA_HEADER_BYTES), wire.length);
+      expect(h).not.toBeNull();
+      expect(h!.connectID).toBe(connectID);
+      expect(wire.subarray(h!.headerLength).toString()).toBe('payload');
+      expect(decodePacket(wire)).toEqual(packets.data(connectID, Buffer.from('payload')));
+    }
+  });
+
   it.each([
     ['another packet type', encodePacket(packets.credit(3, 1024))],
+    [
+      'an error that is not empty, from protobufjs',
+      refEncode({ type: PacketType.DATA, data: { connectID: '3', error: 'x', data: Buffer.from('y') } }),
+    ],
     ['DATA with an error', encodePacket({ type: PacketType.DATA, data: { connectID: 3, error: 'boom', data: Buffer.from('x') } })],
     ['DATA with no payload', encodePacket(packets.data(3, Buffer.alloc(0)))],
     ['a truncated header', Buffer.from([0x08, 0x04, 0x22, 0x85])],

@@ -289,15 +289,16 @@ export class DataViews {
   ) {}
 }
 
-/** Longest header encodePacketParts writes: type (2), Data's tag and length (1 + 5), connectID
- * (1 + 8), the payload's tag and length (1 + 5). */
-export const MAX_DATA_HEADER_BYTES = 23;
+/** Longest DATA header decodeDataHeader reads: type (2), Data's tag and length (1 + 5), connectID
+ * (1 + 8), an empty error (2), the payload's tag and length (1 + 5). */
+export const MAX_DATA_HEADER_BYTES = 25;
 
 /**
- * Reads the header of a DATA packet of `length` bytes laid out as encodePacketParts writes it (type,
- * then Data with connectID and the payload last), from its first bytes `prefix`; null for anything
- * else (decodePacket reads those). Lets a framed transport hand the payload on as the chunks it
- * arrived in instead of copying it into one Buffer.
+ * Reads the header of a DATA packet of `length` bytes laid out as encodePacketParts and Go's protobuf
+ * write it (type, then Data with connectID and the payload last), or as protobufjs does (which also
+ * writes an empty `error`), from its first bytes `prefix`; null for anything else (decodePacket reads
+ * those). Lets a framed transport hand the payload on as the chunks it arrived in instead of copying
+ * it into one Buffer.
  */
 export function decodeDataHeader(prefix: Buffer, length: number): DataHeader | null {
   if (prefix.length < 4 || prefix[0] !== 1 * 8 + WIRE_VARINT || prefix[1] !== PacketType.DATA || prefix[2] !== 4 * 8 + WIRE_LEN)
@@ -311,6 +312,8 @@ export function decodeDataHeader(prefix: Buffer, length: number): DataHeader | n
       r.pos++;
       connectID = r.smallVarint();
     }
+    // An empty error: proto3 encoders that write fields set to their default (protobufjs) send it.
+    if (prefix[r.pos] === 2 * 8 + WIRE_LEN && prefix[r.pos + 1] === 0) r.pos += 2;
     if (prefix[r.pos] !== 3 * 8 + WIRE_LEN) return null;
     r.pos++;
     const dataLength = r.smallVarint();

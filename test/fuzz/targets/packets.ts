@@ -6,6 +6,7 @@ import {
   PacketDecodeError,
   PacketType,
   decodeDataHeader,
+  MAX_DATA_HEADER_BYTES,
   decodePacket,
   encodeDataHeader,
   encodePacket,
@@ -117,7 +118,7 @@ export function checkEncodes(p: Packet, where: string): Buffer {
   check(samePacket(back, p), `${where}: decode(encode(p)) is not p`);
   check(encodePacket(back).equals(bytes), `${where}: re-encoding a decoded packet changed its bytes`);
   if (p.type === PacketType.DATA && p.data.error === '' && p.data.data.length > 0) {
-    const header = decodeDataHeader(bytes.subarray(0, Math.min(bytes.length, 23)), bytes.length);
+    const header = decodeDataHeader(bytes.subarray(0, Math.min(bytes.length, MAX_DATA_HEADER_BYTES)), bytes.length);
     check(header !== null, `${where}: decodeDataHeader did not read our own DATA layout`);
     check(header.connectID === p.data.connectID, `${where}: decodeDataHeader read another connectID`);
     check(
@@ -148,7 +149,7 @@ export function checkDecodes(bytes: Buffer, where: string): Packet | null {
     `${where}: the canonical form is ${canonical.length} bytes for a ${bytes.length}-byte input`,
   );
   // decodeDataHeader may read a prefix of this message only if it agrees with the full decoder.
-  const header = decodeDataHeader(bytes.subarray(0, 23), bytes.length);
+  const header = decodeDataHeader(bytes.subarray(0, MAX_DATA_HEADER_BYTES), bytes.length);
   if (header !== null) {
     check(p.type === PacketType.DATA, `${where}: decodeDataHeader read a ${p.type} packet as DATA`);
     check(p.data.connectID === header.connectID, `${where}: decodeDataHeader and decodePacket disagree on connectID`);
