@@ -1,12 +1,14 @@
 // What Node's TLS alone costs a server per connection: N mutual-TLS clients (the bench's client
 // certificate, as konnectivity-style clients present one) to a server with the hub's TLS settings and
-// nothing else of it (tls-floor-server.js), each sending `--hold-bytes` (default: the hub's initial
-// window for a gRPC client stream) that the server reads and keeps, then pauses. Prints one JSON line:
-// the server's anonymous memory (RssAnon, after full collections) before and while they are held, and
-// the growth per connection: the least any hub in Node pays per stuck konnectivity-style connection,
-// beside `anp-stuck.js`'s figure for ANP's proxy-server and stuck-destination's for ours.
+// nothing else of it (tls-floor-server.js), each sending `--forward-bytes` that the server passes on to
+// one upstream TLS connection (a sink here, as a hub passes a stuck stream's first window to the agent),
+// then `--hold-bytes` (default: the hub's initial window for a gRPC client stream) that it reads and
+// keeps, then pauses. Prints one JSON line: the server's anonymous memory (RssAnon, after full
+// collections) before and while they are held, its highest sample (every 100 ms) meanwhile, and the
+// growth per connection of both: the least any hub in Node pays per stuck konnectivity-style
+// connection, beside `anp-stuck.js`'s figure for ANP's proxy-server and stuck-destination's for ours.
 //
-//   node test/dist/bench/tls-floor.js [--count 1024] [--hold-bytes 32768]
+//   node test/dist/bench/tls-floor.js [--count 1024] [--hold-bytes 32768] [--forward-bytes 0]
 import { once } from 'node:events';
 import { readFileSync } from 'node:fs';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -24,6 +26,8 @@ N mutual-TLS clients to a server with the hub's TLS settings and nothing else; p
   --count N         connections (default 1024)
   --hold-bytes B    bytes each sends, which the server keeps (default ${FRONTEND_STREAM_WINDOW}: the hub's
                     initial window for a gRPC client stream)
+  --forward-bytes B bytes each sends first, which the server passes on to one upstream TLS connection
+                    (default 0; ${FRONTEND_STREAM_WINDOW} is what a hub sends the agent of a stuck stream)
   --help            show this help
 `;
 
@@ -31,18 +35,25 @@ const { values: flags } = toolArgs('tls-floor', USAGE, {
   options: {
     count: { type: 'string', default: '1024' },
     'hold-bytes': { type: 'string', default: String(FRONTEND_STREAM_WINDOW) },
+    'forward-bytes': { type: 'string', default: '0' },
   },
 });
 const count = Number(flags.count);
 const holdBytes = Number(flags['hold-bytes']);
-if (!(Number.isInteger(count) && count > 0) || !(Number.isInteger(holdBytes) && holdBytes >= 0))
-  refuse('tls-floor', USAGE, '--count must be a whole number above 0 and --hold-bytes a whole number');
+const forwardBytes = Number(flags['forward-bytes']);
+if (
+  !(Number.isInteger(count) && count > 0) ||
+  !(Number.isInteger(holdBytes) && holdBytes >= 0) ||
+  !(Number.isInteger(forwardBytes) && forwardBytes >= 0)
+)
+  refuse('tls-floor', USAGE, '--count must be a whole number above 0, --hold-bytes and --forward-bytes whole numbers');
 
 const CONCURRENCY = 64;
 const log = (m: string): void => void process.stderr.write(`[tls-floor] ${m}\n`);
 
 interface Reading {
   anonKiB: number;
+  peakKiB: number;
   connections: number;
   held: number;
 }
@@ -58,8 +69,17 @@ async function main(): Promise<void> {
   const pki = await createPki();
   const clients: tls.TLSSocket[] = [];
   let server: ManagedProcess | undefined;
+  // The upstream: reads everything the server passes on.
+  let forwarded = 0;
+  const sink = tls.createServer({ cert: readFileSync(pki.server.certPath), key: readFileSync(pki.server.keyPath) }, (s) => {
+    s.on('data', (chunk: Buffer) => void (forwarded += chunk.length));
+    s.on('error', () => undefined);
+  });
   try {
-    const job = { caPath: pki.caPath, certPath: pki.server.certPath, keyPath: pki.server.keyPath, holdBytes };
+    sink.listen(0, '127.0.0.1');
+    await once(sink, 'listening');
+    const upstreamPort = (sink.address() as { port: number }).port;
+    const job = { caPath: pki.caPath, certPath: pki.server.certPath, keyPath: pki.server.keyPath, holdBytes, forwardBytes, upstreamPort };
     server = reapOnDeath(
       spawnNode('tls-floor-server', ['--expose-gc', ...cliLaunchFlags(), script('tls-floor-server.js'), JSON.stringify(job)]),
     );
@@ -75,37 +95,43 @@ async function main(): Promise<void> {
       cert: readFileSync(pki.client.certPath),
       key: readFileSync(pki.client.keyPath),
     };
-    const payload = Buffer.alloc(holdBytes, 0x5a);
+    const payload = Buffer.alloc(forwardBytes + holdBytes, 0x5a);
     for (let i = 0; i < count; i += CONCURRENCY) {
       const batch = Array.from({ length: Math.min(CONCURRENCY, count - i) }, async () => {
         const socket = tls.connect(opts);
         socket.on('error', () => undefined);
         clients.push(socket);
         await once(socket, 'secureConnect');
-        if (holdBytes > 0) socket.write(payload);
+        if (payload.length > 0) socket.write(payload);
       });
       await Promise.all(batch);
     }
     log(`opened ${count}`);
     let held = await read(server);
-    for (let tries = 0; tries < 60 && (held.connections < count || held.held < count * holdBytes); tries++) {
+    const settled = (): boolean => held.connections >= count && held.held >= count * holdBytes && forwarded >= count * forwardBytes;
+    for (let tries = 0; tries < 60 && !settled(); tries++) {
       await sleep(500);
       held = await read(server);
     }
-    if (held.connections < count || held.held < count * holdBytes)
-      throw new Error(`the server holds ${held.held} bytes of ${held.connections} connections, not ${count * holdBytes} of ${count}`);
+    if (!settled())
+      throw new Error(
+        `the server holds ${held.held} bytes of ${held.connections} connections and passed on ${forwarded}, not ${count * holdBytes} of ${count} and ${count * forwardBytes}`,
+      );
     process.stdout.write(
       `${JSON.stringify({
         server: `bare mutual-TLS server, Node ${process.versions.node}`,
         count,
         holdBytes,
-        anonMiB: { before: before.anonKiB / 1024, held: held.anonKiB / 1024 },
+        forwardBytes,
+        anonMiB: { before: before.anonKiB / 1024, held: held.anonKiB / 1024, peak: held.peakKiB / 1024 },
         growthKiBPerConnection: (held.anonKiB - before.anonKiB) / count,
+        peakGrowthKiBPerConnection: (held.peakKiB - before.anonKiB) / count,
       })}\n`,
     );
   } finally {
     for (const c of clients) c.destroy();
     await server?.stop(5000);
+    sink.close();
     await pki.cleanup();
     await killAllSpawned();
   }
