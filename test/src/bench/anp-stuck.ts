@@ -1,6 +1,6 @@
 // The hub's growth per stuck connection against ANP's proxy-server under the same load: N
-// konnectivity-style clients (a TLS connection, an HTTP/2 session and a Proxy stream each, as
-// kube-apiserver dials) to a destination that never reads, written into as fast as they are let, through
+// konnectivity-clients (ANP's own, a TLS connection, an HTTP/2 session and a Proxy stream each, as
+// kube-apiserver dials: stuck-clients.ts) to a destination that never reads, written into as fast as they are let, through
 // one gRPC agent (ours, which speaks ANP's protocol to either server). Measures what a pod is charged:
 // the server's anonymous memory (RssAnon) before, at its peak (sampled every 100 ms) and 10 s after the
 // clients left, and its sockets' kernel memory while they are full (ss -m's skmem); prints one JSON line.
@@ -18,9 +18,9 @@ import { ANP_VERSIONS, anpBinary } from '../fixtures/anp-real.js';
 import { startAgent, waitUntil } from './cluster.js';
 import { procStatusKiB, startTargets } from './helpers.js';
 import { reapOnDeath } from './reaper.js';
-import { spawnHelper } from './scenarios.js';
 import { MiB } from './stats.js';
 import type { StuckJob } from './stuck-client.js';
+import { spawnStuckClients } from './stuck-clients.js';
 import { refuse, toolArgs } from './tool-args.js';
 
 const USAGE = `Usage: node test/dist/bench/anp-stuck.js [--proxy-server PATH] [--count N] [--seconds S]
@@ -127,7 +127,7 @@ async function main(): Promise<void> {
         chunkBytes: 64 * 1024,
         perConnectionLimit: 256 * MiB,
       };
-      child = spawnHelper(`stuck-client-anp-${count}`, 'stuck-client.js', job);
+      child = await spawnStuckClients(`stuck-client-anp-${count}`, job);
       const opened = await child.waitForJsonLine((o) => 'opened' in o, 60_000 + count * 100);
       log(`opened ${String(opened['opened'])} of ${count}`);
       const filled = await child.waitForJsonLine((o) => 'filled' in o, (seconds + 60) * 1000);

@@ -3,13 +3,12 @@
 //   tcp      a plain TCP connect to a per-target port (the target, an sshd -R port, a relay)
 //   tunnel   SDK Tunnel.dial() to the hub's frontend (transport 'mux' or 'grpc')
 //   connect  TLS (client certificate) to the hub's HTTP CONNECT port, CONNECT 127.0.0.1:PORT, then raw bytes
-//   anp      as kube-apiserver's konnectivity-client: a TLS connection, an HTTP/2 session and one Proxy
-//            stream per connection, ANP's protocol only (no credit, no half-close; fixtures/anp-peers.ts)
+//   anp      ANP's own konnectivity-client, as kube-apiserver dials: a TLS connection, an HTTP/2 session and
+//            one Proxy stream per connection (a Go program: stuck-clients.ts starts it, not openClient)
 import { readFileSync } from 'node:fs';
 import type { Duplex } from 'node:stream';
 import tls from 'node:tls';
 import { Tunnel } from '@cluster-proxy/client';
-import { AnpClientConn } from '../fixtures/anp-peers.js';
 import type { TargetName } from './helpers.js';
 import { connectTcp } from './io.js';
 
@@ -63,34 +62,9 @@ export function openClient(spec: ClientSpec): Client {
         close: () => tunnel.close(),
       };
     }
-    case 'anp': {
-      const tlsFiles = {
-        ca: readFileSync(spec.tls.caPath),
-        cert: readFileSync(spec.tls.certPath),
-        key: readFileSync(spec.tls.keyPath),
-        serverName: 'localhost',
-      };
-      return {
-        dial: async (target, timeoutMs) => {
-          const conn = new AnpClientConn(spec.address, tlsFiles, `127.0.0.1:${portOf(spec.targets, target, 'anp')}`);
-          let timer: NodeJS.Timeout | undefined;
-          const late = new Promise<never>((_, reject) => {
-            timer = setTimeout(() => reject(new Error(`ANP dial via ${spec.address}: no DIAL_RSP within ${timeoutMs} ms`)), timeoutMs);
-          });
-          try {
-            await Promise.race([conn.connected, late]);
-            return conn;
-          } catch (err) {
-            conn.destroy();
-            throw err;
-          } finally {
-            clearTimeout(timer);
-          }
-        },
-        describe: () => 'ANP over gRPC, a TLS connection and an HTTP/2 session per connection (as konnectivity-client)',
-        close: () => {},
-      };
-    }
+    case 'anp':
+      // ANP's own konnectivity-client dials these, from Go (stuck-clients.ts).
+      throw new Error('konnectivity-style clients are konnectivity-probe, not dialed from Node');
     case 'connect': {
       // One TLS context for every connection, as any client that loads its certificate once does.
       const secureContext = tls.createSecureContext({

@@ -13,7 +13,6 @@ import {
   describeBytes,
   mib,
   positiveCounts,
-  spawnHelper,
   transfer,
   transferSize,
   type BenchConfig,
@@ -23,6 +22,7 @@ import {
 } from './scenarios.js';
 import { mbPerSecond, MiB } from './stats.js';
 import type { StuckJob } from './stuck-client.js';
+import { spawnStuckClients } from './stuck-clients.js';
 import {
   memAvailableKiB,
   RssSampler,
@@ -158,7 +158,7 @@ async function stuckOnce(path: StuckPath, clients: StuckClients, n: number, cfg:
       chunkBytes: STUCK_CHUNK_BYTES,
       perConnectionLimit: STUCK_CONNECTION_LIMIT,
     };
-    child = spawnHelper(`stuck-client-${path}-${n}`, 'stuck-client.js', job);
+    child = await spawnStuckClients(`stuck-client-${path}-${n}`, job);
     const opened = await child.waitForJsonLine((o) => 'opened' in o, 60_000 + n * 100);
     const filled = await child.waitForJsonLine((o) => 'filled' in o, (cfg.stuckSeconds + 60) * 1000);
     const held = await rig.tables().catch((err: unknown) => errorMessage(err));

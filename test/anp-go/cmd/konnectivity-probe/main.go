@@ -19,6 +19,8 @@
 //	          --count N, N such dials at once, reporting how many got each (bytes, sha256)
 //	flood     --count parallel dials, each its own tunnel, each echoing a distinct 1 KiB message
 //	dial      one dial; report whether it failed, the error and konnectivity-client's failure reason
+//	stuck     the bench's stuck-destination clients (stuck.go): --count dials, --concurrency at a time,
+//	          written into with --chunk bytes per Write for --seconds, up to --limit bytes each; JSON lines
 package main
 
 import (
@@ -35,6 +37,7 @@ import (
 	"math/rand"
 	"net"
 	"os"
+	"runtime/debug"
 	"sync"
 	"time"
 
@@ -53,6 +56,11 @@ type frontend struct {
 
 // dial opens one single-use tunnel and one connection in it, as kube-apiserver's grpc egress dialer does.
 func (f frontend) dial(ctx context.Context, dest string) (net.Conn, error) {
+	return f.dialIn(ctx, context.TODO(), dest)
+}
+
+// dialIn is dial with the tunnel's lifetime given: cancelling tunnelCtx ends the tunnel.
+func (f frontend) dialIn(ctx, tunnelCtx context.Context, dest string) (net.Conn, error) {
 	opts := []grpc.DialOption{grpc.WithBlock(), grpc.WithReturnConnectionError(), grpc.WithTimeout(30 * time.Second)}
 	target := f.address
 	if f.uds != "" {
@@ -66,7 +74,7 @@ func (f frontend) dial(ctx context.Context, dest string) (net.Conn, error) {
 	} else {
 		opts = append(opts, grpc.WithTransportCredentials(credentials.NewTLS(f.tls)))
 	}
-	tunnel, err := client.CreateSingleUseGrpcTunnel(context.TODO(), target, opts...)
+	tunnel, err := client.CreateSingleUseGrpcTunnelWithContext(context.TODO(), tunnelCtx, target, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("tunnel: %w", err)
 	}
@@ -105,7 +113,11 @@ func main() {
 	message := sf.String("message", "hello through konnectivity", "echo: the message")
 	size := sf.Int("bytes", 8<<20, "bulk/upload: bytes to send")
 	count := sf.Int("count", 100, "flood: parallel dials")
-	timeout := sf.Duration("timeout", 60*time.Second, "the whole scenario's deadline")
+	timeout := sf.Duration("timeout", 60*time.Second, "the whole scenario's deadline (not stuck's)")
+	concurrency := sf.Int("concurrency", 64, "stuck: dials at a time")
+	seconds := sf.Float64("seconds", 20, "stuck: how long to write")
+	chunk := sf.Int("chunk", 16<<10, "stuck: bytes per Write")
+	limit := sf.Int64("limit", 256<<20, "stuck: bytes handed over per connection at most")
 	if err := sf.Parse(fs.Args()[1:]); err != nil || *dest == "" {
 		fmt.Fprintln(os.Stderr, "every scenario needs --dest HOST:PORT")
 		os.Exit(2)
@@ -131,6 +143,12 @@ func main() {
 		r = flood(ctx, f, *dest, *count)
 	case "dial":
 		r = dialOnly(ctx, f, *dest)
+	case "stuck":
+		if *count < 1 || *concurrency < 1 || *chunk < 1 || *limit < 1 || *seconds <= 0 {
+			fmt.Fprintln(os.Stderr, "stuck needs --count, --concurrency, --chunk and --limit above 0 and --seconds above 0")
+			os.Exit(2)
+		}
+		stuck(f, *dest, stuckOptions{count: *count, concurrency: *concurrency, chunk: *chunk, limit: *limit, seconds: *seconds}, clientVersion())
 	default:
 		fmt.Fprintf(os.Stderr, "unknown scenario %q\n", scenario)
 		os.Exit(2)
@@ -138,6 +156,18 @@ func main() {
 	r["scenario"] = scenario
 	out, _ := json.Marshal(r)
 	fmt.Println(string(out))
+}
+
+// clientVersion is the konnectivity-client module this program was built with.
+func clientVersion() string {
+	if info, ok := debug.ReadBuildInfo(); ok {
+		for _, m := range info.Deps {
+			if m.Path == "sigs.k8s.io/apiserver-network-proxy/konnectivity-client" {
+				return m.Version
+			}
+		}
+	}
+	return "(unknown version)"
 }
 
 func tlsConfig(ca, cert, key, serverName string) (*tls.Config, error) {
