@@ -1,19 +1,22 @@
 import { PerformanceObserver, constants } from 'node:perf_hooks';
 import { describe, expect, it } from 'vitest';
-import { DeadBufferGovernor, WINDOW } from './dead-buffers.js';
+import { DeadBufferGovernor, TIGHT_DEAD_BUFFER_ALLOWANCE, TIGHT_WINDOW, WINDOW } from './dead-buffers.js';
 
 const MiB = 1024 * 1024;
 const minor = { detail: { kind: constants.NODE_PERFORMANCE_GC_MINOR } };
 const major = { detail: { kind: constants.NODE_PERFORMANCE_GC_MAJOR } };
 
 /** A governor over a settable Buffer count, counting the full collections it asks for. */
-function governed(allowance = 32 * MiB): { gov: DeadBufferGovernor; window: (...mib: number[]) => void; asked: () => number } {
+function governed(
+  allowance = 32 * MiB,
+  tight = (): boolean => false,
+): { gov: DeadBufferGovernor; window: (...mib: number[]) => void; asked: () => number } {
   let bytes = 0;
   let asked = 0;
-  const gov = new DeadBufferGovernor({ allowance, arrayBuffers: () => bytes, collect: () => void asked++ });
+  const gov = new DeadBufferGovernor({ allowance, arrayBuffers: () => bytes, collect: () => void asked++, tight });
   /** One window of young collections, reading these values in turn (the last repeated to fill it). */
   const window = (...mib: number[]): void => {
-    for (let i = 0; i < WINDOW; i++) {
+    for (let i = 0; i < (tight() ? TIGHT_WINDOW : WINDOW); i++) {
       bytes = mib[Math.min(i, mib.length - 1)]! * MiB;
       gov.afterCollection(minor);
     }
@@ -44,6 +47,19 @@ describe('DeadBufferGovernor', () => {
     expect(asked()).toBe(1);
     window(78);
     expect(asked()).toBe(2);
+  });
+
+  it('while the budgets are tight, asks once the least reading of a shorter window grew past the smaller allowance', () => {
+    let tight = false;
+    const { window, asked } = governed(32 * MiB, () => tight);
+    window(10);
+    window(10 + TIGHT_DEAD_BUFFER_ALLOWANCE / MiB + 2);
+    expect(asked()).toBe(0); // relaxed: within 32 MiB
+    tight = true; // stuck connections hold an eighth of the budget now
+    window(12 + TIGHT_DEAD_BUFFER_ALLOWANCE / MiB);
+    expect(asked()).toBe(1);
+    expect(TIGHT_WINDOW).toBeLessThan(WINDOW);
+    expect(TIGHT_DEAD_BUFFER_ALLOWANCE).toBeLessThan(32 * MiB);
   });
 
   it('leaves a bulk transfer alone: young collections free its Buffers, so each window comes back down', () => {

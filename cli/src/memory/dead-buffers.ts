@@ -14,6 +14,13 @@
 // old Buffers are piling up and a full collection is asked for (asynchronously: V8 runs it as a task,
 // not inside our callback).
 //
+// While the budgets are tight (budget-pressure.ts: many connections holding bytes, as stuck ones do),
+// the allowance and the window are smaller. A thousand stuck connections filling at once promote most
+// of what passes through the hub (it waits there for the agent's credit): beside 1,024 of them the hub
+// grew by 207–209 KiB per konnectivity-client instead of 215–278, and by 121–125 per SDK stream on gRPC
+// instead of 125–148 (`pnpm bench -- --only stuck-destination`). Applied for good, the smaller pair cost
+// bulk transfers 3–6 % more CPU per GiB and up to 14 % of their speed; a bulk alone never tightens it.
+//
 // Bytes released by connections that ended die without any allocation to notice: a process that
 // held 180 MiB for a thousand stuck connections and then went quiet kept them (and their pages)
 // until something else made V8 collect. So what the memory budgets hold is watched as well, after
@@ -25,6 +32,7 @@
 // away with the heap's growing factor at 2. One full collection is asked for then.
 import { bytesHeldInProcess } from '@cluster-proxy/proto';
 import { constants } from 'node:perf_hooks';
+import { BudgetPressure } from './budget-pressure.js';
 import { exposedGc } from './exposed-gc.js';
 import { collectionKind, watchCollections, type CollectionEntry } from './gc-events.js';
 
@@ -32,6 +40,9 @@ import { collectionKind, watchCollections, type CollectionEntry } from './gc-eve
 export const DEAD_BUFFER_ALLOWANCE = 32 * 1024 * 1024;
 /** Young collections whose least reading is compared (a bulk transfer runs ~50 a second). */
 export const WINDOW = 8;
+/** The allowance and the window while the budgets are tight. */
+export const TIGHT_DEAD_BUFFER_ALLOWANCE = 8 * 1024 * 1024;
+export const TIGHT_WINDOW = 4;
 /** How often held bytes and a quiet process's Buffers are looked at. */
 export const RELEASE_CHECK_MS = 5_000;
 
@@ -43,6 +54,8 @@ export interface DeadBufferGovernorOptions {
   collect?: () => void;
   /** Bytes the memory budgets hold now (tests substitute their own). */
   held?: () => number;
+  /** Whether the budgets are tight now (tests substitute their own). */
+  tight?: () => boolean;
 }
 
 export class DeadBufferGovernor {
@@ -50,6 +63,7 @@ export class DeadBufferGovernor {
   private readonly arrayBuffers: () => number;
   private readonly collect: () => void;
   private readonly held: () => number;
+  private readonly tight: () => boolean;
   private stopWatching: (() => void) | null = null;
   private releaseTimer: NodeJS.Timeout | null = null;
   /** The most the budgets held since the last full collection. */
@@ -74,6 +88,11 @@ export class DeadBufferGovernor {
     this.arrayBuffers = opts.arrayBuffers ?? (() => process.memoryUsage().arrayBuffers);
     this.collect = opts.collect ?? collectAsync;
     this.held = opts.held ?? bytesHeldInProcess;
+    if (opts.tight) this.tight = opts.tight;
+    else {
+      const pressure = new BudgetPressure({ held: this.held });
+      this.tight = () => pressure.update();
+    }
   }
 
   /** Full collections asked for so far. */
@@ -135,12 +154,13 @@ export class DeadBufferGovernor {
     }
     this.checkReleased();
     this.windowLeast = Math.min(this.windowLeast, this.arrayBuffers());
-    if (++this.windowReadings < WINDOW) return;
+    const tight = this.tight();
+    if (++this.windowReadings < (tight ? TIGHT_WINDOW : WINDOW)) return;
     const least = this.windowLeast;
     this.windowLeast = Number.POSITIVE_INFINITY;
     this.windowReadings = 0;
     this.floor = Math.min(this.floor, least);
-    if (this.asked || least - this.floor <= this.allowance) return;
+    if (this.asked || least - this.floor <= (tight ? Math.min(this.allowance, TIGHT_DEAD_BUFFER_ALLOWANCE) : this.allowance)) return;
     this.ask();
   }
 

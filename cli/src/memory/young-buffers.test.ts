@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import { RELAX_SHARE, TIGHT_SHARE, TIGHT_YOUNG_BUFFERS, YoungBufferLimit } from './young-buffers.js';
+import { RELAX_SHARE, TIGHT_SHARE } from './budget-pressure.js';
+import { TIGHT_YOUNG_BUFFERS, YoungBufferLimit } from './young-buffers.js';
 
 const MiB = 1024 * 1024;
 

@@ -6,40 +6,29 @@
 // young collection once young Buffers reach a size, 128 MiB by default. Lowered to 8 MiB for good, a
 // lone upload took the agent to 94 MiB instead of 121, but cost hub and agent 10–30 % more CPU per GiB
 // and up to 15 % of the speed (the collections, and Buffers still in flight promoted early). So the
-// lower limit applies only while the memory budgets hold more than TIGHT_SHARE of what they may
-// (connections waiting on slow peers), and V8's default comes back below RELAX_SHARE: a lone transfer
-// never pays, and the agent beside 1,024 stuck connections peaked at 130 MiB instead of 152 on
+// lower limit applies only while the memory budgets are tight (budget-pressure.ts: connections
+// waiting on slow peers), and V8's default comes back once they relax: a lone transfer never pays, and the agent beside 1,024 stuck connections peaked at 130 MiB instead of 152 on
 // `tunnel-grpc` (`pnpm bench -- --only stuck-destination`), its bulk as fast as before.
-import { bytesHeldInProcess, largestBudgetInProcess } from '@cluster-proxy/proto';
+import { BudgetPressure, type BudgetPressureOptions } from './budget-pressure.js';
 import { collectYoungBuffersAt } from './gc-tuning.js';
 import { watchCollections } from './gc-events.js';
 
 /** Young Buffers that start a young collection while memory is short. */
 export const TIGHT_YOUNG_BUFFERS = 8 * 1024 * 1024;
-/** Share of the budget held from which young garbage is kept short… */
-export const TIGHT_SHARE = 1 / 8;
-/** …and below which V8's default comes back (apart, so the limit does not flap). */
-export const RELAX_SHARE = 1 / 16;
 
-export interface YoungBufferLimitOptions {
-  /** Bytes the budgets hold now (tests substitute their own). */
-  held?: () => number;
-  /** What they may hold (tests substitute their own). */
-  limit?: () => number;
+export interface YoungBufferLimitOptions extends BudgetPressureOptions {
   /** Sets the young Buffers that start a young collection; null: V8's default (tests substitute their own). */
   apply?: (bytes: number | null) => void;
 }
 
 export class YoungBufferLimit {
-  private readonly held: () => number;
-  private readonly limit: () => number;
+  private readonly pressure: BudgetPressure;
   private readonly apply: (bytes: number | null) => void;
   private stopWatching: (() => void) | null = null;
   private tightNow = false;
 
   constructor(opts: YoungBufferLimitOptions = {}) {
-    this.held = opts.held ?? bytesHeldInProcess;
-    this.limit = opts.limit ?? largestBudgetInProcess;
+    this.pressure = new BudgetPressure(opts);
     this.apply = opts.apply ?? collectYoungBuffersAt;
   }
 
@@ -62,11 +51,8 @@ export class YoungBufferLimit {
   }
 
   update(): void {
-    const limit = this.limit();
-    if (!(limit > 0)) return;
-    const share = this.held() / limit;
-    if (!this.tightNow && share >= TIGHT_SHARE) this.set(true);
-    else if (this.tightNow && share < RELAX_SHARE) this.set(false);
+    const tight = this.pressure.update();
+    if (tight !== this.tightNow) this.set(tight);
   }
 
   private set(tight: boolean): void {

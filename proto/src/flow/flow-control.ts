@@ -213,9 +213,10 @@ export class ReceiveWindow {
     this.disposed = true;
     const { budget, direction } = this.opts;
     budget.release(direction, this.window);
-    this.gauge(-this.pendingBytes);
-    budget.forget(this);
+    const pending = this.pendingBytes;
     this.pendingBytes = 0;
+    this.gauge(-pending);
+    budget.forget(this);
   }
 
   /** Starts a new turnover measurement (after a resize, or when the last one took too long). */
@@ -226,7 +227,7 @@ export class ReceiveWindow {
   }
 
   private gauge(delta: number): void {
-    if (this.opts.gauge !== false) this.opts.budget.held(this.opts.direction, delta);
+    if (this.opts.gauge !== false) this.opts.budget.held(this.opts.direction, delta, this.pendingBytes);
   }
 
   private flushed(bytes: number): void {

@@ -1,6 +1,12 @@
 import { describe, expect, it, vi } from 'vitest';
 import { PROVEN_BULK_BYTES, ReceiveWindow, type ByteSink } from './flow-control.js';
-import { MemoryBudget, bytesHeldInProcess, largestBudgetInProcess, throttleReporter } from './memory-budget.js';
+import {
+  MemoryBudget,
+  bytesHeldInProcess,
+  connectionsHoldingInProcess,
+  largestBudgetInProcess,
+  throttleReporter,
+} from './memory-budget.js';
 
 const KiB = 1024;
 const MiB = 1024 * KiB;
@@ -292,14 +298,47 @@ describe('bytesHeldInProcess', () => {
     const start = bytesHeldInProcess();
     const a = new MemoryBudget(1 << 20, { maxWindow: 1 << 16 });
     const b = new MemoryBudget(1 << 20, { maxWindow: 1 << 16 });
-    a.held('to_agent', 1000);
-    b.held('to_client', 500);
+    a.held('to_agent', 1000, 1000);
+    b.held('to_client', 500, 500);
     expect(bytesHeldInProcess() - start).toBe(1500);
-    a.held('to_agent', -1000);
-    b.held('to_client', -200);
+    a.held('to_agent', -1000, 0);
+    b.held('to_client', -200, 300);
     expect(bytesHeldInProcess() - start).toBe(300);
-    b.held('to_client', -300);
+    b.held('to_client', -300, 0);
     expect(bytesHeldInProcess()).toBe(start);
+  });
+});
+
+describe('connectionsHoldingInProcess', () => {
+  it('counts the connections that hold bytes now, across budgets, each once however much it holds', () => {
+    const start = connectionsHoldingInProcess();
+    const a = new MemoryBudget(1 << 20, { maxWindow: 1 << 16 });
+    const b = new MemoryBudget(1 << 20, { maxWindow: 1 << 16 });
+    a.held('to_agent', 1000, 1000); // connection 1 starts holding
+    a.held('to_agent', 500, 1500); // and holds more
+    b.held('to_client', 200, 200); // connection 2
+    expect(connectionsHoldingInProcess() - start).toBe(2);
+    a.held('to_agent', -1500, 0); // connection 1 passed everything on
+    expect(connectionsHoldingInProcess() - start).toBe(1);
+    b.held('to_client', -100, 100);
+    expect(connectionsHoldingInProcess() - start).toBe(1);
+    b.held('to_client', -100, 0);
+    expect(connectionsHoldingInProcess()).toBe(start);
+  });
+
+  it('counts what a receive window holds while its sink has not taken it', () => {
+    const start = connectionsHoldingInProcess();
+    const budget = new MemoryBudget(1 << 20, { maxWindow: 1 << 16 });
+    const sink = new Sink();
+    const w = new ReceiveWindow({ sink, initial: 64 * KiB, budget, direction: 'to_endpoint', report: () => {} });
+    w.write(Buffer.alloc(1000));
+    w.write(Buffer.alloc(1000));
+    expect(connectionsHoldingInProcess() - start).toBe(1);
+    sink.tick();
+    expect(connectionsHoldingInProcess()).toBe(start);
+    w.write(Buffer.alloc(1000));
+    w.dispose();
+    expect(connectionsHoldingInProcess()).toBe(start);
   });
 });
 

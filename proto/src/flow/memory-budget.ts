@@ -45,6 +45,14 @@ export function bytesHeldInProcess(): number {
   return heldInProcess;
 }
 
+/** Connections of this process whose budgets hold bytes of theirs now. */
+let holdersInProcess = 0;
+
+/** How many connections hold bytes now: many at once are peers that stopped reading, not a bulk transfer. */
+export function connectionsHoldingInProcess(): number {
+  return holdersInProcess;
+}
+
 /** The largest limit of the budgets made in this process (a hub or an agent makes one). */
 let largestLimitInProcess = 0;
 
@@ -95,10 +103,13 @@ export class MemoryBudget {
     this.entry(direction).committed -= bytes;
   }
 
-  /** Bytes actually held changed by `delta` (the gauge; decisions use committed). */
-  held(direction: string, delta: number): void {
+  /** Bytes actually held by one connection changed by `delta`, to `now` (the gauge; decisions use committed). */
+  held(direction: string, delta: number, now: number): void {
     this.entry(direction).buffered += delta;
     heldInProcess += delta;
+    const before = now - delta;
+    if (before <= 0 && now > 0) holdersInProcess++;
+    else if (before > 0 && now <= 0) holdersInProcess--;
   }
 
   /** `conn` just passed `bytes` on. */

@@ -444,13 +444,14 @@ export class ProxiedConnection {
 
   /** Waiting bytes count in the hub's gauge of what it holds (towards the agent). */
   private holding(delta: number): void {
-    this.backend.budget.held('to_agent', delta);
+    this.backend.budget.held('to_agent', delta, this.waitingBytes);
   }
 
   private dropWaiting(): void {
-    this.holding(-this.waitingBytes);
+    const dropped = this.waitingBytes;
     this.waiting = [];
     this.waitingBytes = 0;
+    this.holding(-dropped);
   }
 
   private clearTimer(): void {

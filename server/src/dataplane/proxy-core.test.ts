@@ -26,7 +26,7 @@ describe('ProxyCore.memoryByDirection', () => {
   it('adds what frontends hold to the client bytes held towards agents; frontends that hold nothing of their own add nothing', () => {
     const budget = new MemoryBudget(64 * 1024 * 1024, { maxWindow: MAX_CONNECTION_WINDOW });
     budget.commit('to_agent', 1000);
-    budget.held('to_agent', 300);
+    budget.held('to_agent', 300, 300);
     budget.commit('to_client', 500);
     const usage = coreWith(budget, [4096, undefined, 16384]).memoryByDirection();
     expect(usage).toEqual(
@@ -37,7 +37,7 @@ describe('ProxyCore.memoryByDirection', () => {
     );
     // The budget's own figures are unchanged (its decisions use them).
     expect(budget.usageByDirection().find((u) => u.direction === 'to_agent')?.buffered).toBe(300);
-    budget.held('to_agent', -300);
+    budget.held('to_agent', -300, 0);
   });
 
   it('a to_agent row appears when only frontends hold client bytes', () => {
