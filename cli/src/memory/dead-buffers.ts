@@ -17,7 +17,7 @@
 // While the budgets are tight (budget-pressure.ts: many connections holding bytes, as stuck ones do),
 // the allowance and the window are smaller. A thousand stuck connections filling at once promote most
 // of what passes through the hub (it waits there for the agent's credit): beside 1,024 of them the hub
-// grew by 207–209 KiB per konnectivity-client instead of 215–278, and by 121–125 per SDK stream on gRPC
+// grew by 207–210 KiB per konnectivity-client instead of 215–278, and by 112–125 per SDK stream on gRPC
 // instead of 125–148 (`pnpm bench -- --only stuck-destination`). Applied for good, the smaller pair cost
 // bulk transfers 3–6 % more CPU per GiB and up to 14 % of their speed; a bulk alone never tightens it.
 //

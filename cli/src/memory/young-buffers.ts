@@ -7,8 +7,9 @@
 // lone upload took the agent to 94 MiB instead of 121, but cost hub and agent 10–30 % more CPU per GiB
 // and up to 15 % of the speed (the collections, and Buffers still in flight promoted early). So the
 // lower limit applies only while the memory budgets are tight (budget-pressure.ts: connections
-// waiting on slow peers), and V8's default comes back once they relax: a lone transfer never pays, and the agent beside 1,024 stuck connections peaked at 130 MiB instead of 152 on
-// `tunnel-grpc` (`pnpm bench -- --only stuck-destination`), its bulk as fast as before.
+// waiting on slow peers), and V8's default comes back once they relax: a lone transfer never pays,
+// and the agent beside 1,024 stuck connections peaked at 130 MiB instead of 152 on `tunnel-grpc`
+// (`pnpm bench -- --only stuck-destination`), its bulk as fast as before.
 import { BudgetPressure, type BudgetPressureOptions } from './budget-pressure.js';
 import { collectYoungBuffersAt } from './gc-tuning.js';
 import { watchCollections } from './gc-events.js';

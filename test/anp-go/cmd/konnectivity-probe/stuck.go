@@ -18,6 +18,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net"
 	"os"
 	"os/signal"
 	"sync"
@@ -83,7 +84,7 @@ func stuck(f frontend, dest string, o stuckOptions, version string) {
 	tunnels, endTunnels := context.WithCancel(context.Background())
 	var mu sync.Mutex
 	var held []*stuckConn
-	var conns []interface{ Write([]byte) (int, error) }
+	var conns []net.Conn
 	var failed, lost atomic.Int64
 	var closing atomic.Bool
 	firstError := ""
@@ -138,7 +139,10 @@ func stuck(f frontend, dest string, o stuckOptions, version string) {
 		}()
 	}
 	wg.Wait()
-	say(result{"opened": len(held), "failed": failed.Load(), "unsentLimited": 0, "firstError": firstError,
+	mu.Lock()
+	fe := firstError
+	mu.Unlock()
+	say(result{"opened": len(held), "failed": failed.Load(), "unsentLimited": 0, "firstError": fe,
 		"seconds": time.Since(begin).Seconds(),
 		"client":  fmt.Sprintf("konnectivity-client %s (Go): a TLS connection and an HTTP/2 session per connection", version)})
 
@@ -203,7 +207,7 @@ func stuck(f frontend, dest string, o stuckOptions, version string) {
 		}
 	}
 	mu.Lock()
-	fe := firstError
+	fe = firstError
 	mu.Unlock()
 	say(result{"filled": total, "min": least, "max": most, "open": open, "blocked": blocked, "capped": capped.Load(),
 		"lastWriteAfter": time.Duration(lastWrite.Load()).Seconds(), "seconds": time.Since(fillBegin).Seconds(),
