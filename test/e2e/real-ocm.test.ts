@@ -73,7 +73,13 @@ describe.skipIf(!hasGo)("our hub on OCM's own hub and klusterlets (real OCM prog
     const k = clusters.get(c);
     return [
       `addon: ${JSON.stringify((await addon(c))?.status)}`,
-      `work: ${JSON.stringify((await work(c))?.status?.conditions)}`,
+      await work(c).then((w) =>
+        w
+          ? `work: generation ${String(w.metadata.generation)}, Namespaces ${JSON.stringify(
+              w.spec.workload.manifests.filter((m) => m['kind'] === 'Namespace').map((m) => (m['metadata'] as { name: string }).name),
+            )}, deleteOption ${JSON.stringify(w.spec.deleteOption ?? null)}, conditions ${JSON.stringify(w.status?.conditions)}`
+          : 'work: none',
+      ),
       `kubelet player: ${k?.kubelet.errors.slice(-3).join('; ')}`,
       `OCM crashed: ${ocm.crashed().join('; ')}`,
       `registration agent: ${k?.registration
