@@ -9,7 +9,7 @@ import { spawnHelper } from './scenarios.js';
 import type { StuckJob } from './stuck-client.js';
 
 /** The konnectivity-client the bench's konnectivity-style clients are (ANP's current release). */
-export const KONNECTIVITY_CLIENT = ANP_VERSIONS[0]!;
+const KONNECTIVITY_CLIENT = ANP_VERSIONS[0]!;
 /** Bytes per konnectivity-client Write(), one DATA packet each: io.Copy's buffer, as a proxied stream writes. */
 const KONNECTIVITY_WRITE_BYTES = 32 * 1024;
 

@@ -71,7 +71,10 @@ async function main(): Promise<void> {
   let server: ManagedProcess | undefined;
   // The upstream: reads everything the server passes on.
   let forwarded = 0;
+  const sinkSockets = new Set<tls.TLSSocket>();
   const sink = tls.createServer({ cert: readFileSync(pki.server.certPath), key: readFileSync(pki.server.keyPath) }, (s) => {
+    sinkSockets.add(s);
+    s.once('close', () => sinkSockets.delete(s));
     s.on('data', (chunk: Buffer) => void (forwarded += chunk.length));
     s.on('error', () => undefined);
   });
@@ -131,6 +134,7 @@ async function main(): Promise<void> {
   } finally {
     for (const c of clients) c.destroy();
     await server?.stop(5000);
+    for (const s of sinkSockets) s.destroy();
     sink.close();
     await pki.cleanup();
     await killAllSpawned();
