@@ -15,6 +15,7 @@ import {
   STARTING_UNSENT_LIMIT,
   StreamSender,
   limitUnsentBytes,
+  unsentBytesOf,
   unsentLimitOf,
   useNativeCalls,
   type Packet,
@@ -81,7 +82,7 @@ function word(p: Packet): string {
   }
 }
 
-function setup(opts: { halfClose?: boolean; credit?: boolean } = {}) {
+function setup(opts: { halfClose?: boolean; credit?: boolean; maxWindow?: number } = {}) {
   const packets: Packet[] = [];
   const stream = Object.assign(new EventEmitter(), {
     full: false,
@@ -98,7 +99,7 @@ function setup(opts: { halfClose?: boolean; credit?: boolean } = {}) {
     halfClose: opts.halfClose ?? true,
     window: WINDOW,
     peerWindow: credit ? WINDOW : null,
-    budget: new MemoryBudget(256 * 1024 * 1024, { maxWindow: MAX_CONNECTION_WINDOW }),
+    budget: new MemoryBudget(256 * 1024 * 1024, { maxWindow: opts.maxWindow ?? MAX_CONNECTION_WINDOW }),
     metrics: new AgentMetrics(),
     forget: (c: EndpointConnection) => void forgotten.push(c),
   };
@@ -117,7 +118,7 @@ function setup(opts: { halfClose?: boolean; credit?: boolean } = {}) {
     stream.full = false;
     stream.emit('drain');
   };
-  return { conn, socket, sent, open, congest, drain, forgotten, sender };
+  return { conn, socket, sent, open, congest, drain, forgotten, sender, owner };
 }
 
 afterEach(() => {
@@ -353,17 +354,27 @@ describe('EndpointConnection over a real socket: what the destination may keep u
     useNativeCalls(null);
   });
 
+  /** The destination's side of each socket destination() made. */
+  const destinationSide = new WeakMap<net.Socket, net.Socket>();
+
   /** A destination that reads everything, or never reads; a socket to it dialed as the dialer does. */
   async function destination(reads: boolean): Promise<net.Socket> {
-    const server = net.createServer((s) => (reads ? s.resume() : s.pause()));
+    let accepted!: net.Socket;
+    const server = net.createServer((s) => {
+      accepted = s;
+      if (reads) s.resume();
+      else s.pause();
+    });
     server.listen(0, '127.0.0.1');
     await once(server, 'listening');
     const socket = net.connect((server.address() as net.AddressInfo).port, '127.0.0.1');
-    await once(socket, 'connect');
+    await Promise.all([once(socket, 'connect'), once(server, 'connection')]);
+    destinationSide.set(socket, accepted);
     limitUnsentBytes(socket, STARTING_UNSENT_LIMIT);
     cleanups.push(
       () => server.close(),
       () => socket.destroy(),
+      () => accepted.destroy(),
     );
     return socket;
   }
@@ -430,6 +441,28 @@ describe('EndpointConnection over a real socket: what the destination may keep u
       expect(taken).toBeLessThan(1024 * 1024);
       expect(unsentLimitOf(stalled)).toBe(STARTING_UNSENT_LIMIT);
       expect((stalled as { _writev?: unknown })._writev).toBeNull(); // one chunk per write: none kept alive once in the kernel
+    },
+  );
+
+  it.skipIf(!native)(
+    'a destination that never reads holds one window in all: what its kernel has not sent and what waits in our process',
+    async () => {
+      useNativeCalls(native);
+      const stalled = await destination(false);
+      const stuck = setup({ maxWindow: WINDOW }); // a window that does not grow: what it holds is WINDOW
+      stuck.conn.attach(stalled);
+      cleanups.push(() => stuck.conn.destroy());
+      const taken = await pumpFromHub(stuck, 4 * 1024 * 1024, 500);
+      const unsent = unsentBytesOf(stalled);
+      // The kernel takes writes past TCP_NOTSENT_LOWAT into its last packet buffer (up to 64 KiB on
+      // loopback): returning credit as it took them let the hub send one more window, to wait here.
+      expect(unsent).toBeGreaterThan(0);
+      expect(unsent! + stalled.writableLength).toBeLessThanOrEqual(WINDOW);
+      expect(taken).toBeLessThan(1024 * 1024);
+      // The destination reads: the credit comes back, and the rest of a transfer goes through.
+      destinationSide.get(stalled)!.resume();
+      const more = await pumpFromHub(stuck, 256 * 1024, 2000);
+      expect(more).toBe(256 * 1024);
     },
   );
 });

@@ -22,6 +22,7 @@ import {
   MAX_MESSAGE_BYTES,
   ReceiveWindow,
   SendCredit,
+  SentGate,
   HalfCloseDirections,
   limitUnsentBytes,
   packets,
@@ -119,6 +120,8 @@ export class EndpointConnection {
       budget: this.owner.budget,
       direction: 'to_endpoint',
       report: this.reportCredit,
+      // Without credit (an unmodified ANP hub) there is nothing to hold back.
+      gate: this.owner.credit ? SentGate.of(socket) : null,
       // The destination keeps up: vectored writes again, and the default unsent
       // allowance (the dialer started it small).
       onBulk: () => {

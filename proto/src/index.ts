@@ -32,6 +32,7 @@ export * from './grpc/h2-transport.js';
 
 // flow/: flow control and the bytes held for peers
 export * from './flow/flow-control.js';
+export * from './flow/sent-gate.js';
 export * from './flow/stream-sender.js';
 export * from './flow/memory-budget.js';
 export * from './flow/pinned-bytes.js';

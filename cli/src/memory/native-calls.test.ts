@@ -4,6 +4,7 @@ import {
   canTrimAllocator,
   limitUnsentBytes,
   trimAllocator,
+  unsentBytesOf,
   unsentLimitOf,
   useNativeCalls,
 } from '@cluster-proxy/proto';
@@ -64,10 +65,28 @@ describe.runIf(linux)('limitUnsentBytes (Linux)', () => {
     expect(toKernel).toBeLessThan(1024 * 1024);
   });
 
+  it('reads what the kernel has not sent: nothing while the reader reads, bytes once it stops', async () => {
+    const { client, server } = await connectedPair();
+    expect(unsentBytesOf(client)).toBe(0);
+    server.pause();
+    const chunk = Buffer.alloc(64 * 1024);
+    for (let i = 0; i < 256 && (unsentBytesOf(client) ?? 0) === 0; i++) {
+      client.write(chunk);
+      await new Promise((r) => setImmediate(r));
+    }
+    const stuck = unsentBytesOf(client)!;
+    expect(stuck).toBeGreaterThan(0);
+    expect(stuck).toBeLessThanOrEqual(client.bytesWritten - client.writableLength);
+    server.resume();
+    for (let i = 0; i < 500 && unsentBytesOf(client) !== 0; i++) await new Promise((r) => setTimeout(r, 5));
+    expect(unsentBytesOf(client)).toBe(0);
+  });
+
   it('says false, and changes nothing, for what is not a connected TCP socket', async () => {
     const unconnected = new net.Socket();
     expect(limitUnsentBytes(unconnected)).toBe(false);
     expect(unsentLimitOf(unconnected)).toBeNull();
+    expect(unsentBytesOf(unconnected)).toBeNull();
   });
 });
 
@@ -78,6 +97,7 @@ describe('without the system calls installed (the SDK, or a platform koffi does 
     try {
       expect(limitUnsentBytes(client)).toBe(false);
       expect(unsentLimitOf(client)).toBeNull();
+      expect(unsentBytesOf(client)).toBeNull();
       expect(canTrimAllocator()).toBe(false);
       expect(trimAllocator()).toBe(false);
     } finally {

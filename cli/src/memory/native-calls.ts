@@ -8,9 +8,12 @@ import type { NativeCalls } from '@cluster-proxy/proto';
 
 const IPPROTO_TCP = 6;
 const TCP_NOTSENT_LOWAT = 25;
+/** ioctl: bytes written to a TCP socket that the kernel has not sent yet. */
+const SIOCOUTQNSD = 0x894b;
 
 type SetSockOpt = (fd: number, level: number, name: number, value: number[], len: number) => number;
 type GetSockOpt = (fd: number, level: number, name: number, value: number[], len: number[]) => number;
+type Ioctl = (fd: number, request: number, value: number[]) => number;
 
 /** The calls, or null where koffi or libc cannot be loaded (not Linux, no prebuilt binary). */
 export function loadNativeCalls(): NativeCalls | null {
@@ -20,6 +23,9 @@ export function loadNativeCalls(): NativeCalls | null {
     const libc = koffi.load('libc.so.6');
     const setsockopt = libc.func('int setsockopt(int fd, int level, int name, const int *value, uint32_t len)') as SetSockOpt;
     const getsockopt = libc.func('int getsockopt(int fd, int level, int name, _Out_ int *value, _Inout_ uint32_t *len)') as GetSockOpt;
+    // ioctl is variadic in C; its third argument here is always a pointer, which every Linux ABI koffi
+    // supports passes as a fixed one would be passed.
+    const ioctl = libc.func('int ioctl(int fd, unsigned long request, _Out_ int *value)') as Ioctl;
     let trim: NativeCalls['trim'] = null;
     try {
       const mallocTrim = libc.func('int malloc_trim(size_t pad)') as (pad: number) => number;
@@ -32,6 +38,10 @@ export function loadNativeCalls(): NativeCalls | null {
       unsentLimit: (fd) => {
         const value = [0];
         return getsockopt(fd, IPPROTO_TCP, TCP_NOTSENT_LOWAT, value, [4]) === 0 ? (value[0] ?? null) : null;
+      },
+      unsentBytes: (fd) => {
+        const value = [0];
+        return ioctl(fd, SIOCOUTQNSD, value) === 0 ? (value[0] ?? null) : null;
       },
       trim,
     };

@@ -3,7 +3,7 @@ import net from 'node:net';
 import { Writable } from 'node:stream';
 import { setImmediate as immediate } from 'node:timers/promises';
 import { afterEach, describe, expect, it } from 'vitest';
-import { ReceiveWindow, SendCredit, type ByteSink } from './flow-control.js';
+import { ReceiveWindow, SendCredit, type ByteSink, type KernelSentGate } from './flow-control.js';
 import { MemoryBudget } from './memory-budget.js';
 
 describe('SendCredit', () => {
@@ -269,6 +269,87 @@ describe('ReceiveWindow at a fixed size', () => {
       other.writeChunks([Buffer.from('ab'), Buffer.from('cd')], 4);
       expect(written.map(String)).toEqual(['abcd']);
       other.dispose();
+    });
+  });
+
+  describe('with a gate (the kernel under the sink has not sent everything yet)', () => {
+    /** A gate the test opens: `held` says whether the kernel still has bytes unsent. */
+    function testGate(): { gate: KernelSentGate; held: { now: boolean }; open: () => void; disposed: () => boolean } {
+      const held = { now: true };
+      let waiter: (() => void) | null = null;
+      let disposed = false;
+      return {
+        held,
+        gate: {
+          passes(then) {
+            if (disposed) return false;
+            if (!held.now) return true;
+            waiter ??= then;
+            return false;
+          },
+          dispose() {
+            disposed = true;
+            waiter = null;
+          },
+        },
+        open() {
+          held.now = false;
+          const w = waiter;
+          waiter = null;
+          w?.();
+        },
+        disposed: () => disposed,
+      };
+    }
+
+    it('returns the credit for bytes the sink took only once the gate opens, all of it at once', async () => {
+      const sink = new ControlledSink(16);
+      const reports: number[] = [];
+      let flushed = 0;
+      const g = testGate();
+      const cr = new ReceiveWindow({
+        sink,
+        initial: 800,
+        budget: new MemoryBudget(1e12, { maxWindow: 800 }),
+        direction: 'test',
+        report: (n) => reports.push(n),
+        gate: g.gate,
+      });
+      cr.onFlushed = () => flushed++;
+      for (let i = 0; i < 5; i++) cr.write(Buffer.alloc(100));
+      await sink.acceptAll();
+      expect(cr.buffered).toBe(0); // out of our process, and flushed as far as the sink goes
+      expect(flushed).toBe(1);
+      expect(reports).toEqual([]); // but the kernel holds them: no credit yet
+      g.open();
+      expect(reports).toEqual([500]);
+      cr.write(Buffer.alloc(100));
+      await sink.acceptAll();
+      expect(reports).toEqual([500, 100]); // the gate passes at once now
+      cr.dispose();
+      expect(g.disposed()).toBe(true);
+      sink.destroy();
+    });
+
+    it('no credit after dispose, even if the gate opens late', async () => {
+      const sink = new ControlledSink(16);
+      const reports: number[] = [];
+      const g = testGate();
+      let late: (() => void) | null = null;
+      const cr = new ReceiveWindow({
+        sink,
+        initial: 800,
+        budget: new MemoryBudget(1e12, { maxWindow: 800 }),
+        direction: 'test',
+        report: (n) => reports.push(n),
+        gate: { passes: (then) => ((late = then), false), dispose: g.gate.dispose },
+      });
+      cr.write(Buffer.alloc(300));
+      await sink.acceptAll();
+      cr.dispose();
+      late!();
+      expect(reports).toEqual([]);
+      sink.destroy();
     });
   });
 

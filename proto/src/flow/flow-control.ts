@@ -83,6 +83,13 @@ export interface ByteSink {
   uncork?(): void;
 }
 
+/** Whether the kernel under a sink has sent what the sink took (sent-gate.ts's SentGate). */
+export interface KernelSentGate {
+  /** True if it has; otherwise false, and `then` runs once it has, unless disposed first. */
+  passes(then: () => void): boolean;
+  dispose(): void;
+}
+
 export interface ReceiveWindowOptions {
   sink: ByteSink;
   /** The window the sender starts with (announced in the handshake). */
@@ -111,6 +118,12 @@ export interface ReceiveWindowOptions {
    * connection: its first MiB up moves one initial window per round trip.
    */
   growOnceProven?: boolean;
+  /**
+   * The sink's socket, when its kernel's unsent bytes can be read (sent-gate.ts): until onBulk, credit
+   * for flushed bytes goes back only once the kernel has sent them, so a destination that stops reading
+   * holds one window in all, not one in the kernel and the next in our process. Disposed with the window.
+   */
+  gate?: KernelSentGate | null;
 }
 
 /**
@@ -143,12 +156,16 @@ export class ReceiveWindow {
   /** Bytes flushed in all, counted up to PROVEN_BULK_BYTES. */
   private flushedInAll = 0;
   private bulkSeen: boolean;
+  /** Bytes flushed into the kernel whose credit waits for the gate (it has not sent them yet). */
+  private unsent = 0;
+  private gate: KernelSentGate | null;
 
   constructor(private readonly opts: ReceiveWindowOptions) {
     this.window = opts.initial;
     this.bulkSeen = opts.onBulk === undefined;
     this.outstanding = opts.initial;
     this.lowWater = opts.initial;
+    this.gate = opts.gate ?? null;
     opts.budget.commit(opts.direction, opts.initial);
   }
 
@@ -192,7 +209,7 @@ export class ReceiveWindow {
       this.gauge(-n);
       if (err) return;
       this.movedAt = Date.now();
-      this.flushed(n);
+      this.settle(n);
       if (this.pendingBytes === 0) this.onFlushed?.();
     };
     const { sink } = this.opts;
@@ -213,6 +230,7 @@ export class ReceiveWindow {
     this.disposed = true;
     const { budget, direction } = this.opts;
     budget.release(direction, this.window);
+    this.gate?.dispose();
     const pending = this.pendingBytes;
     this.pendingBytes = 0;
     this.gauge(-pending);
@@ -229,6 +247,24 @@ export class ReceiveWindow {
   private gauge(delta: number): void {
     if (this.opts.gauge !== false) this.opts.budget.held(this.opts.direction, delta, this.pendingBytes);
   }
+
+  /** `n` bytes left the sink's buffer: their credit goes back now, or once the gate says the kernel sent them. */
+  private settle(n: number): void {
+    const gate = this.gate;
+    if (!gate) {
+      this.flushed(n);
+      return;
+    }
+    this.unsent += n;
+    if (gate.passes(this.releaseUnsent)) this.releaseUnsent();
+  }
+
+  private readonly releaseUnsent = (): void => {
+    if (this.disposed) return;
+    const n = this.unsent;
+    this.unsent = 0;
+    if (n > 0) this.flushed(n);
+  };
 
   private flushed(bytes: number): void {
     const { budget, direction, initial } = this.opts;
@@ -254,6 +290,8 @@ export class ReceiveWindow {
       const proven = this.flushedInAll >= PROVEN_BULK_BYTES;
       if (bulk && !this.bulkSeen && proven) {
         this.bulkSeen = true;
+        this.gate?.dispose();
+        this.gate = null;
         this.opts.onBulk?.();
       }
       const mayGrow = bulk && (proven || this.opts.growOnceProven !== true);

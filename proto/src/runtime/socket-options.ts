@@ -38,6 +38,8 @@ export interface NativeCalls {
   setUnsentLimit(fd: number, bytes: number): boolean;
   /** The option's value, or null if it cannot be read. */
   unsentLimit(fd: number): number | null;
+  /** Bytes written to the socket that its kernel has not sent yet (SIOCOUTQNSD), or null if it cannot say. */
+  unsentBytes(fd: number): number | null;
   /** malloc_trim(0); null where there is no such call (not glibc). */
   trim: (() => void) | null;
 }
@@ -71,6 +73,12 @@ export function limitUnsentBytes(socket: Duplex, bytes = DEFAULT_UNSENT_LIMIT): 
 export function unsentLimitOf(socket: Duplex): number | null {
   const fd = fdOf(socket);
   return native && fd >= 0 ? native.unsentLimit(fd) : null;
+}
+
+/** Bytes `socket`'s kernel holds that it has not sent yet, or null where that cannot be read. */
+export function unsentBytesOf(socket: Duplex): number | null {
+  const fd = fdOf(socket);
+  return native && fd >= 0 ? native.unsentBytes(fd) : null;
 }
 
 /** Whether trimAllocator() can do anything here. */
