@@ -1,4 +1,4 @@
-// Two things Node.js cannot do from JavaScript, used by hub and agent where the platform allows:
+// Three things Node.js cannot do from JavaScript, used by hub and agent where the platform allows:
 //
 // - TCP_NOTSENT_LOWAT on a socket we write to. Without it a destination that stops reading lets the
 //   kernel take up to tcp_wmem's maximum (4 MiB by default) of our writes into its send queue, per
@@ -15,6 +15,9 @@
 //   the kernel charges socket buffers to the pod: at 128 KiB each, 1,024 destinations that never read
 //   had the agent's sockets hold 140–168 MiB (measured here with cgroup v1's memory.kmem.tcp
 //   accounting), beside its RSS and within the same 256 Mi limit.
+// - The bytes a socket's kernel holds unsent (ioctl SIOCOUTQNSD). The option above is checked only
+//   when the kernel starts a new packet buffer, so a write still fills the last one; the agent asks
+//   this before it returns credit for a destination's bytes (flow/sent-gate.ts).
 // - malloc_trim(0): glibc keeps freed pages of its arenas; after a burst the process's RSS stays at
 //   its peak until something asks for them back.
 //
