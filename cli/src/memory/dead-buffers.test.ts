@@ -1,4 +1,5 @@
 import { PerformanceObserver, constants } from 'node:perf_hooks';
+import { MemoryBudget } from '@cluster-proxy/proto';
 import { describe, expect, it } from 'vitest';
 import { DeadBufferGovernor, TIGHT_DEAD_BUFFER_ALLOWANCE, TIGHT_WINDOW, WINDOW } from './dead-buffers.js';
 
@@ -60,6 +61,24 @@ describe('DeadBufferGovernor', () => {
     expect(asked()).toBe(1);
     expect(TIGHT_WINDOW).toBeLessThan(WINDOW);
     expect(TIGHT_DEAD_BUFFER_ALLOWANCE).toBeLessThan(32 * MiB);
+  });
+
+  it('is tight by itself while many connections pass bytes on at once, none of them holding any (stuck ones filling)', () => {
+    let bytes = 0;
+    let asked = 0;
+    const budget = new MemoryBudget(256 * MiB, { maxWindow: 1 * MiB });
+    const gov = new DeadBufferGovernor({ arrayBuffers: () => bytes, collect: () => void asked++, held: () => 0 });
+    const readings = (mib: number, n: number): void => {
+      bytes = mib * MiB;
+      for (let i = 0; i < n; i++) gov.afterCollection(minor);
+    };
+    readings(10, WINDOW);
+    readings(10 + TIGHT_DEAD_BUFFER_ALLOWANCE / MiB + 2, WINDOW);
+    expect(asked).toBe(0); // few connections: the usual allowance
+    const conns = Array.from({ length: 64 }, () => ({}));
+    for (const c of conns) budget.markMoving(c, 4096); // a trickle each
+    readings(12 + TIGHT_DEAD_BUFFER_ALLOWANCE / MiB, TIGHT_WINDOW);
+    expect(asked).toBe(1);
   });
 
   it('leaves a bulk transfer alone: young collections free its Buffers, so each window comes back down', () => {

@@ -14,12 +14,12 @@
 // old Buffers are piling up and a full collection is asked for (asynchronously: V8 runs it as a task,
 // not inside our callback).
 //
-// While the budgets are tight (budget-pressure.ts: many connections holding bytes, as stuck ones do),
-// the allowance and the window are smaller. A thousand stuck connections filling at once promote most
-// of what passes through the hub (it waits there for the agent's credit): beside 1,024 of them the hub
-// grew by 207–210 KiB per konnectivity-client instead of 215–278, and by 112–125 per SDK stream on gRPC
-// instead of 125–148 (`pnpm bench -- --only stuck-destination`). Applied for good, the smaller pair cost
-// bulk transfers 3–6 % more CPU per GiB and up to 14 % of their speed; a bulk alone never tightens it.
+// While the budgets are tight (budget-pressure.ts: many connections holding bytes or passing them on,
+// as stuck ones do while they fill), the allowance and the window are smaller: a thousand stuck
+// connections filling at once promote most of what passes through the hub (it waits for the agent's
+// credit, or on the agent link), and the usual pair let 60 MiB of it pile up between two full
+// collections. Applied for good, the smaller pair cost bulk transfers 3–6 % more CPU per GiB and up to
+// 14 % of their speed; a bulk alone never tightens it (docs/measurements/log.md).
 //
 // Bytes released by connections that ended die without any allocation to notice: a process that
 // held 180 MiB for a thousand stuck connections and then went quiet kept them (and their pages)
@@ -30,7 +30,7 @@
 // Buffers than the first tick after the last full collection saw: the garbage of a transfer that
 // ended, which a quiet process would keep (and its pages) until its next full collection, minutes
 // away with the heap's growing factor at 2. One full collection is asked for then.
-import { bytesHeldInProcess } from '@cluster-proxy/proto';
+import { bytesHeldInProcess, connectionsActiveInProcess } from '@cluster-proxy/proto';
 import { constants } from 'node:perf_hooks';
 import { BudgetPressure } from './budget-pressure.js';
 import { exposedGc } from './exposed-gc.js';
@@ -90,7 +90,7 @@ export class DeadBufferGovernor {
     this.held = opts.held ?? bytesHeldInProcess;
     if (opts.tight) this.tight = opts.tight;
     else {
-      const pressure = new BudgetPressure({ held: this.held });
+      const pressure = new BudgetPressure({ held: this.held, active: connectionsActiveInProcess });
       this.tight = () => pressure.update();
     }
   }

@@ -3,6 +3,7 @@ import { PROVEN_BULK_BYTES, ReceiveWindow, type ByteSink } from './flow-control.
 import {
   MemoryBudget,
   bytesHeldInProcess,
+  connectionsActiveInProcess,
   connectionsHoldingInProcess,
   largestBudgetInProcess,
   throttleReporter,
@@ -339,6 +340,27 @@ describe('connectionsHoldingInProcess', () => {
     w.write(Buffer.alloc(1000));
     w.dispose();
     expect(connectionsHoldingInProcess()).toBe(start);
+  });
+});
+
+describe('connectionsActiveInProcess', () => {
+  it('counts the connections that passed bytes on in this epoch or the last, however few, across budgets', () => {
+    let t = 1_000_000;
+    const now = (): number => t;
+    const start = connectionsActiveInProcess();
+    const a = new MemoryBudget(1 << 20, { maxWindow: 1 << 16, now });
+    const b = new MemoryBudget(1 << 20, { maxWindow: 1 << 16, now });
+    const conns = Array.from({ length: 5 }, () => ({}));
+    for (const c of conns.slice(0, 3)) a.markMoving(c, 1000); // a trickle each, far from "moving" for the fair share
+    a.markMoving(conns[0]!, 1000); // one connection, counted once
+    b.markMoving(conns[3]!, 10);
+    expect(connectionsActiveInProcess() - start).toBe(4);
+    t += 1500; // the next epoch: the last one's still count
+    expect(connectionsActiveInProcess() - start).toBe(4);
+    b.markMoving(conns[4]!, 10);
+    expect(connectionsActiveInProcess() - start).toBe(4); // the larger of this epoch's (1) and the last's
+    t += 2500; // two epochs without a byte: none
+    expect(connectionsActiveInProcess()).toBe(start);
   });
 });
 

@@ -61,6 +61,24 @@ export function largestBudgetInProcess(): number {
   return largestLimitInProcess;
 }
 
+/** The budgets made in this process (weakly: a budget nothing else holds is gone), for connectionsMovingInProcess(). */
+const budgetsInProcess = new Set<WeakRef<MemoryBudget>>();
+
+/**
+ * Connections of this process that passed bytes on lately (within this epoch or the last, any amount), over
+ * every budget. A thousand connections filling at once are all active, at a few KiB a second each, while few
+ * of them hold bytes at any one moment and none moves enough to count for the fair share.
+ */
+export function connectionsActiveInProcess(): number {
+  let n = 0;
+  for (const ref of budgetsInProcess) {
+    const budget = ref.deref();
+    if (budget) n += budget.activeNow();
+    else budgetsInProcess.delete(ref);
+  }
+  return n;
+}
+
 export class MemoryBudget {
   private committedBytes = 0;
   private readonly usage = new Map<string, DirectionUsage>();
@@ -68,6 +86,8 @@ export class MemoryBudget {
   private passed = new Map<object, number>();
   private moving = new Set<object>();
   private movingBefore = new Set<object>();
+  /** How many connections passed bytes on in the last epoch (0 if it was longer ago). */
+  private passedBefore = 0;
   private epochStart = 0;
   private readonly now: () => number;
 
@@ -78,6 +98,13 @@ export class MemoryBudget {
     if (!(limit > 0)) throw new Error(`memory budget must be positive, got ${limit}`);
     largestLimitInProcess = Math.max(largestLimitInProcess, limit);
     this.now = opts.now ?? Date.now;
+    budgetsInProcess.add(new WeakRef(this));
+  }
+
+  /** Connections that passed bytes on within this epoch or the last. */
+  activeNow(): number {
+    this.rotate();
+    return Math.max(this.passed.size, this.passedBefore);
   }
 
   get maxWindow(): number {
@@ -160,7 +187,9 @@ export class MemoryBudget {
     const t = this.now();
     if (t - this.epochStart < EPOCH_MS) return;
     // Two epochs without data: the older set is dropped.
-    this.movingBefore = t - this.epochStart < 2 * EPOCH_MS ? this.moving : new Set();
+    const recent = t - this.epochStart < 2 * EPOCH_MS;
+    this.movingBefore = recent ? this.moving : new Set();
+    this.passedBefore = recent ? this.passed.size : 0;
     this.moving = new Set();
     this.passed = new Map();
     this.epochStart = t;
