@@ -302,19 +302,18 @@ describe('ReceiveWindow at a fixed size', () => {
       };
     }
 
+    /** A fixed window of 800 bytes (credit batches of 100) over `sink`, behind `gate`. */
+    function gatedWindow(sink: ByteSink, gate: KernelSentGate, reports: number[]): ReceiveWindow {
+      const budget = new MemoryBudget(1e12, { maxWindow: 800 });
+      return new ReceiveWindow({ sink, initial: 800, budget, direction: 'test', report: (n) => reports.push(n), gate });
+    }
+
     it('returns the credit for bytes the sink took only once the gate opens, all of it at once', async () => {
       const sink = new ControlledSink(16);
       const reports: number[] = [];
       let flushed = 0;
       const g = testGate();
-      const cr = new ReceiveWindow({
-        sink,
-        initial: 800,
-        budget: new MemoryBudget(1e12, { maxWindow: 800 }),
-        direction: 'test',
-        report: (n) => reports.push(n),
-        gate: g.gate,
-      });
+      const cr = gatedWindow(sink, g.gate, reports);
       cr.onFlushed = () => flushed++;
       for (let i = 0; i < 5; i++) cr.write(Buffer.alloc(100));
       await sink.acceptAll();
@@ -334,16 +333,8 @@ describe('ReceiveWindow at a fixed size', () => {
     it('no credit after dispose, even if the gate opens late', async () => {
       const sink = new ControlledSink(16);
       const reports: number[] = [];
-      const g = testGate();
       let late: (() => void) | null = null;
-      const cr = new ReceiveWindow({
-        sink,
-        initial: 800,
-        budget: new MemoryBudget(1e12, { maxWindow: 800 }),
-        direction: 'test',
-        report: (n) => reports.push(n),
-        gate: { passes: (then) => ((late = then), false), dispose: g.gate.dispose },
-      });
+      const cr = gatedWindow(sink, { passes: (then) => ((late = then), false), dispose: () => {} }, reports);
       cr.write(Buffer.alloc(300));
       await sink.acceptAll();
       cr.dispose();

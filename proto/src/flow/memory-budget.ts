@@ -61,7 +61,7 @@ export function largestBudgetInProcess(): number {
   return largestLimitInProcess;
 }
 
-/** The budgets made in this process (weakly: a budget nothing else holds is gone), for connectionsMovingInProcess(). */
+/** The budgets made in this process (weakly: a budget nothing else holds is gone), for connectionsActiveInProcess(). */
 const budgetsInProcess = new Set<WeakRef<MemoryBudget>>();
 
 /**
