@@ -86,6 +86,36 @@ describe('ReceiveWindow.onBulk: a reader proven to keep up', () => {
     w.dispose();
   });
 
+  it('lets go of the gate then: a bulk transfer asks the kernel nothing after its first MiB', () => {
+    const budget = new MemoryBudget(64 * MiB, { maxWindow: 4 * MiB });
+    const sink = new Sink();
+    const credit = { n: 32 * KiB };
+    let asked = 0;
+    let disposed = false;
+    let bulk = false;
+    const w = new ReceiveWindow({
+      sink,
+      initial: 32 * KiB,
+      budget,
+      direction: 'to_endpoint',
+      report: (n) => {
+        credit.n += n;
+      },
+      onBulk: () => (bulk = true),
+      // A kernel that sends at once: the gate always passes, and counts how often it was asked.
+      gate: { passes: () => (asked++, true), dispose: () => (disposed = true) },
+    });
+    for (let i = 0; i < 200 && !bulk; i++) pump(w, credit, 8 * MiB, sink);
+    expect(bulk).toBe(true);
+    expect(disposed).toBe(true);
+    const askedByThen = asked;
+    expect(askedByThen).toBeGreaterThan(0);
+    for (let i = 0; i < 50; i++) pump(w, credit, 8 * MiB, sink);
+    expect(sink.taken).toBeGreaterThan(PROVEN_BULK_BYTES + 8 * MiB);
+    expect(asked).toBe(askedByThen);
+    w.dispose();
+  });
+
   it("is not called for a destination that took its kernel buffer's worth quickly and then stopped reading", () => {
     const budget = new MemoryBudget(64 * MiB, { maxWindow: 4 * MiB });
     let calls = 0;
