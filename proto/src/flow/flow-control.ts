@@ -162,7 +162,8 @@ export class ReceiveWindow {
 
   constructor(private readonly opts: ReceiveWindowOptions) {
     this.window = opts.initial;
-    this.bulkSeen = opts.onBulk === undefined;
+    // Nothing to do at the proof without a hook or a gate to drop.
+    this.bulkSeen = opts.onBulk === undefined && !opts.gate;
     this.outstanding = opts.initial;
     this.lowWater = opts.initial;
     this.gate = opts.gate ?? null;

@@ -70,13 +70,18 @@ const budgetsInProcess = new Set<WeakRef<MemoryBudget>>();
  * of them hold bytes at any one moment and none moves enough to count for the fair share.
  */
 export function connectionsActiveInProcess(): number {
-  let n = 0;
+  return liveBudgets().reduce((n, budget) => n + budget.activeNow(), 0);
+}
+
+/** The budgets still alive; the references of those collected are dropped on the way. */
+function liveBudgets(): MemoryBudget[] {
+  const live: MemoryBudget[] = [];
   for (const ref of budgetsInProcess) {
     const budget = ref.deref();
-    if (budget) n += budget.activeNow();
+    if (budget) live.push(budget);
     else budgetsInProcess.delete(ref);
   }
-  return n;
+  return live;
 }
 
 export class MemoryBudget {
@@ -98,6 +103,8 @@ export class MemoryBudget {
     if (!(limit > 0)) throw new Error(`memory budget must be positive, got ${limit}`);
     largestLimitInProcess = Math.max(largestLimitInProcess, limit);
     this.now = opts.now ?? Date.now;
+    // Dropping the collected ones here too bounds the set where nothing reads it (a process without the CLI).
+    liveBudgets();
     budgetsInProcess.add(new WeakRef(this));
   }
 

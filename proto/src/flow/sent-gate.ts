@@ -75,14 +75,7 @@ export class SentGate implements KernelSentGate {
    * waits, this returns false and keeps the first `then`.
    */
   passes(then: () => void): boolean {
-    switch (this.stateNow) {
-      case 'disposed':
-        return false;
-      case 'waiting':
-        return false;
-      case 'open':
-        break;
-    }
+    if (this.stateNow !== 'open') return false;
     const unsent = unsentBytesOf(this.socket);
     if (unsent === null || unsent === 0) return true;
     this.then = then;
