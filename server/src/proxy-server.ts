@@ -258,7 +258,7 @@ export class ProxyServer {
       connectionWindow: HTTP2_CONNECTION_WINDOW,
       maxMessageBytes: MAX_MESSAGE_BYTES,
       watchdog: SESSION_WATCHDOG,
-      sessionWindow: { max: MAX_CONNECTION_WINDOW, budget, direction: 'to_agent' },
+      sessionWindow: { max: MAX_CONNECTION_WINDOW, budget, direction: 'to_agent', sharedInitial: INITIAL_CONNECTION_WINDOW },
       maxConcurrentStreams: Math.min(maxConnections, FRONTEND_MAX_STREAMS),
     });
     this.listenerOptions = {

@@ -24,6 +24,7 @@ import {
   payloadSha256,
   startEchoServer,
   startSourceServer,
+  spawnProcess,
   startTcpServer,
   waitFor,
   writePayload,
@@ -34,6 +35,7 @@ import {
 import {
   ANP_VERSIONS,
   anpBinary,
+  probeFrontendArgs,
   runProbe,
   startAnpAgent,
   startAnpServer,
@@ -42,6 +44,7 @@ import {
   type ProbeFrontend,
 } from '../src/fixtures/anp-real.js';
 import { createPki, expectTablesEmpty, startAgent, startHub, type AgentProcess, type HubProcess, type TestPki } from '../src/harness.js';
+import { scrape } from '../src/metrics-text.js';
 
 const MiB = 1024 * 1024;
 const BULK = 16 * MiB;
@@ -51,12 +54,19 @@ const FLOOD = 100;
 /** A destination that speaks first (a banner): this many dials at once, each must get all of it. */
 const SERVER_FIRST = 50;
 const BANNER = 64 * 1024;
+/** Connections whose destination never reads, and what the hub may hold for each: the frontend's first
+ * stream window (8 KiB) and the gRPC and protobuf framing of the message it cuts. */
+const STUCK = 16;
+const STUCK_HELD_MAX = 8 * 1024 + 64;
 
 let pki: TestPki;
 let echo: TcpTarget;
 let source: SourceServer;
 let banner: SourceServer;
 let digest: TrackedServer;
+/** Accepts and never reads (so never sees a close either); how many it accepted. */
+let stall: TrackedServer;
+let stalled = 0;
 /** A loopback port nobody listens on: a dial to it is refused. */
 let closedPort: number;
 
@@ -92,12 +102,16 @@ beforeAll(async () => {
   source = await startSourceServer(DOWNLOAD);
   banner = await startSourceServer(BANNER);
   digest = await startTcpServer('127.0.0.1', serveDigest);
+  stall = await startTcpServer('127.0.0.1', (socket) => {
+    stalled++;
+    socket.pause();
+  });
   closedPort = await freeLoopbackPort();
 });
 
 afterAll(async () => {
   await killAllSpawned();
-  await Promise.all([echo?.close(), source?.close(), banner?.close(), digest?.close()]);
+  await Promise.all([echo?.close(), source?.close(), banner?.close(), digest?.close(), stall?.close()]);
   await pki?.cleanup();
 });
 
@@ -252,6 +266,41 @@ for (const v of ANP_VERSIONS) {
       it(`moves ${BULK / MiB} MiB both ways, intact`, async () => {
         const r = await runProbe(v.version, mtls(), 'bulk', ['--dest', dest(echo.port), '--bytes', String(BULK)]);
         expect(r).toMatchObject({ ok: true, bytes: BULK });
+        await drained();
+      });
+      // kube-apiserver dials a TLS connection and an HTTP/2 session per proxied connection: a thousand
+      // stuck ones must not make the hub hold a window each beside the agent's.
+      it(`holds at most ${STUCK_HELD_MAX} bytes at the hub for each of ${STUCK} connections whose destination never reads`, async () => {
+        const bin = await anpBinary('konnectivity-probe', v.version);
+        const stalledBefore = stalled;
+        const clients = spawnProcess({
+          name: `konnectivity-stuck-${v.version}`,
+          command: bin,
+          args: [
+            ...probeFrontendArgs(mtls()),
+            ...`stuck --dest ${dest(stall.port)} --count ${STUCK} --concurrency ${STUCK} --seconds 3 --chunk ${32 * 1024} --limit ${4 * MiB}`.split(
+              ' ',
+            ),
+          ],
+        });
+        try {
+          const opened = await clients.waitForJsonLine((o) => 'opened' in o, 30_000);
+          expect(opened).toMatchObject({ opened: STUCK, failed: 0 });
+          const filled = await clients.waitForJsonLine((o) => 'filled' in o, 30_000);
+          expect(filled['blocked'], 'every writer waits for flow control').toBe(STUCK);
+          await waitFor(() => stalled - stalledBefore === STUCK, {
+            timeoutMs: 10_000,
+            message: 'every connection reached the destination',
+          });
+          const held = (await scrape(hub.ports.health)).value('cluster_proxy_server_memory_held_bytes', { direction: 'to_agent' });
+          expect(held, 'client bytes the hub holds').toBeLessThanOrEqual(STUCK * STUCK_HELD_MAX);
+          expect((await hub.tables()).agents.flatMap((a) => a.established)).toHaveLength(STUCK);
+          clients.kill('SIGUSR2');
+          await clients.waitForJsonLine((o) => 'closed' in o, 30_000);
+        } finally {
+          await clients.stop(10_000);
+          for (const socket of stall.sockets) socket.destroy();
+        }
         await drained();
       });
     });

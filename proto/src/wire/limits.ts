@@ -25,13 +25,14 @@ export const HUB_MEMORY_BUDGET = 256 * 1024 * 1024;
  * consumes the shared stream at once. */
 export const HTTP2_STREAM_WINDOW = 32 * 1024 * 1024;
 export const HTTP2_CONNECTION_WINDOW = 64 * 1024 * 1024;
-/** Receive window a stream of the hub's gRPC client frontend starts with: one Proxy stream is one
- * connection, and a connection whose destination stops reading holds at most this much at the hub
- * unless its session grew it from the budget while it moved data (session-window.ts in server). The
- * same as a mux connection's: at 64 KiB, a konnectivity-style client (a TLS connection per proxied
- * connection) cost the hub 517–566 KiB per stuck connection at 256, at 32 KiB 345–352 (less held, and a
- * smaller burst for Node's TLS layer to keep buffers for), gRPC throughput within its usual spread. */
-export const FRONTEND_STREAM_WINDOW = INITIAL_CONNECTION_WINDOW;
+/** Receive window a gRPC client session on the hub's frontend starts with, for its first stream: a
+ * konnectivity-client opens a session (and a TLS connection) per proxied connection, and one whose
+ * destination stops reading holds this much at the hub beside the agent's window, unless its session grew
+ * it from the budget once a MiB went through (session-window.ts in server). A fourth of a connection's
+ * window: a fifth less hub memory per such stuck connection (docs/measurements/log.md), for an upload whose
+ * first MiB goes at 8 KiB per round trip. A session with several streams (our SDK) gives them
+ * INITIAL_CONNECTION_WINDOW. */
+export const FRONTEND_STREAM_WINDOW = 8 * 1024;
 
 /** Receive window our SDK asks for: enough for ~400 MB/s at 20 ms, and the most a client that
  * stops reading one connection holds in memory for it. */

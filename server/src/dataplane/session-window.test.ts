@@ -8,7 +8,7 @@ import { MIN_SHARED_WINDOW, SessionWindow } from './session-window.js';
 const KiB = 1024;
 const MiB = 1024 * KiB;
 
-function setup(limit = 256 * MiB) {
+function setup(limit = 256 * MiB, sharedInitial?: number) {
   const settings: number[] = [];
   const session = {
     destroyed: false,
@@ -17,7 +17,7 @@ function setup(limit = 256 * MiB) {
     },
   };
   const budget = new MemoryBudget(limit, { maxWindow: 4 * MiB });
-  const w = new SessionWindow(session as never, { initial: 64 * KiB, max: 4 * MiB, budget, direction: 'to_agent' });
+  const w = new SessionWindow(session as never, { initial: 64 * KiB, sharedInitial, max: 4 * MiB, budget, direction: 'to_agent' });
   /** The hub reads `total` bytes in pieces of 16 KiB, `ms` apart. */
   const read = (total: number, ms = 0): void => {
     for (let n = 0; n < total; n += 16 * KiB) {
@@ -142,6 +142,26 @@ describe('SessionWindow', () => {
     close(1);
     expect(w.size).toBe(64 * KiB);
     expect(budget.committed).toBe(128 * 64 * KiB);
+    w.close();
+    expect(budget.committed).toBe(0);
+  });
+
+  it('a larger shared initial window: a single stream starts small, a second stream brings the shared one, back to one stream the small one unless it grew', () => {
+    const { w, budget, settings, read } = setup(256 * MiB, 256 * KiB);
+    w.streamOpened();
+    expect(w.size).toBe(64 * KiB); // a konnectivity-client's session: what a stalled destination makes the hub hold
+    w.streamOpened();
+    expect(w.size).toBe(256 * KiB);
+    expect(budget.committed).toBe(2 * 256 * KiB);
+    w.streamClosed();
+    expect(w.size).toBe(64 * KiB);
+    expect(settings).toEqual([256 * KiB, 64 * KiB]);
+    w.streamOpened(); // shared again, and moving data: it grows past the shared window
+    read(2 * MiB);
+    const grown = w.size;
+    expect(grown).toBeGreaterThan(256 * KiB);
+    w.streamClosed();
+    expect(w.size).toBe(grown); // a grown window stays
     w.close();
     expect(budget.committed).toBe(0);
   });

@@ -2,18 +2,20 @@
 // SETTINGS_INITIAL_WINDOW_SIZE, which applies to every stream of the session (proto's H2Session), and
 // a stream the hub pauses holds its whole window. So the window is sized for the session:
 // - One stream (a konnectivity-client opens a session per connection): the session's window is the
-//   connection's. It starts small (what a connection whose destination stalls may make the hub hold)
-//   and grows like a connection's ReceiveWindow (flow-control.ts in proto), from the hub's memory budget,
-//   while the stream moves data and the hub keeps reading it.
-// - Several streams (our SDK on gRPC): back to the initial window, and it grows the same way while the
-//   session's streams move data, but all of them together may hold at most a sixteenth of the budget,
-//   so a bulk stream beside a stalled one is not held to its initial window a round trip. With many streams it
-//   shrinks below the initial window to stay within that share (1,024 stuck streams held 64 MiB at
-//   64 KiB each), not below MIN_SHARED_WINDOW.
+//   connection's. It starts small (what a connection whose destination stalls may make the hub hold,
+//   beside the agent's window, which the agent holds) and grows like a connection's ReceiveWindow
+//   (flow-control.ts in proto), from the hub's memory budget, while the stream moves data and the hub
+//   keeps reading it.
+// - Several streams (our SDK on gRPC): the shared initial window (a connection's), and it grows the same
+//   way while the session's streams move data, but all of them together may hold at most a sixteenth of
+//   the budget, so a bulk stream beside a stalled one is not held to its initial window a round trip.
+//   With many streams it shrinks below the shared initial window to stay within that share (1,024 stuck
+//   streams held 64 MiB at 64 KiB each), not below MIN_SHARED_WINDOW.
 //
-// Every open stream is charged its window to the budget (a paused one holds that much): 1,024 konnectivity sessions of one stream each commit 32 MiB, which the budget sees.
+// Every open stream is charged its window to the budget (a paused one holds that much): 1,024 konnectivity
+// sessions of one stream each commit 8 MiB, which the budget sees.
 //
-//   single ──second stream──▶ shared (back to the initial window, less with many streams) ──down to one──▶ single (a grown window stays)
+//   single ──second stream──▶ shared (the shared initial window, less with many streams) ──down to one──▶ single (a grown window stays)
 //   single, shared ──session closed──▶ closed (its charge goes back to the budget)
 import { PROVEN_BULK_BYTES, type MemoryBudget } from '@cluster-proxy/proto';
 
@@ -25,8 +27,10 @@ const SHARED_BUDGET_SHARE = 1 / 16;
 export const MIN_SHARED_WINDOW = 16 * 1024;
 
 export interface SessionWindowOptions {
-  /** The window every stream starts with (the session's initial SETTINGS). */
+  /** The window a session's first stream starts with (the session's initial SETTINGS). */
   initial: number;
+  /** The window the streams of a session with several start with (default `initial`). */
+  sharedInitial?: number;
   /** The largest it may grow to. */
   max: number;
   budget: MemoryBudget;
@@ -53,11 +57,14 @@ export class SessionWindow {
   private turnover = 0;
   private since = Date.now();
 
+  private readonly sharedInitial: number;
+
   constructor(
     private readonly session: { settings(s: { initialWindowSize: number }): void; readonly destroyed: boolean },
     private readonly opts: SessionWindowOptions,
   ) {
     this.window = opts.initial;
+    this.sharedInitial = opts.sharedInitial ?? opts.initial;
   }
 
   get size(): number {
@@ -70,7 +77,7 @@ export class SessionWindow {
       case 'single':
         if (this.streams > 1) {
           this.state = 'shared';
-          this.setWindow(this.fitShare(this.opts.initial));
+          this.setWindow(this.fitShare(this.sharedInitial));
         } else this.recharge();
         return;
       case 'shared':
@@ -86,14 +93,14 @@ export class SessionWindow {
     switch (this.state) {
       case 'shared':
         if (this.streams <= 1) {
-          // A grown window stays (charged once now), a shrunk one goes back to the initial.
+          // A grown window stays (charged once now); any other goes back to the initial.
           this.state = 'single';
-          this.setWindow(Math.max(this.window, this.opts.initial));
+          this.setWindow(this.window > this.sharedInitial ? this.window : this.opts.initial);
           this.restart();
-        } else if (this.window < this.opts.initial) {
+        } else if (this.window < this.sharedInitial) {
           // Back up only once the larger window would use half the share: streams that open and close
           // around a step would otherwise send a SETTINGS frame each time.
-          const larger = this.fitShare(this.opts.initial, 0.5);
+          const larger = this.fitShare(this.sharedInitial, 0.5);
           this.setWindow(Math.max(this.window, larger));
         } else this.recharge();
         return;

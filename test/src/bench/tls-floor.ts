@@ -8,26 +8,26 @@
 // growth per connection of both: the least any hub in Node pays per stuck konnectivity-style
 // connection, beside `anp-stuck.js`'s figure for ANP's proxy-server and stuck-destination's for ours.
 //
-//   node test/dist/bench/tls-floor.js [--count 1024] [--hold-bytes 32768] [--forward-bytes 0]
+//   node test/dist/bench/tls-floor.js [--count 1024] [--hold-bytes 8192] [--forward-bytes 0]
 import { once } from 'node:events';
 import { readFileSync } from 'node:fs';
 import { setTimeout as sleep } from 'node:timers/promises';
 import tls from 'node:tls';
-import { FRONTEND_STREAM_WINDOW } from '@cluster-proxy/proto';
+import { FRONTEND_STREAM_WINDOW, INITIAL_CONNECTION_WINDOW } from '@cluster-proxy/proto';
 import { cliLaunchFlags, createPki } from '../harness.js';
 import { killAllSpawned, type ManagedProcess } from '../fixtures/index.js';
 import { script, spawnNode } from './helpers.js';
 import { reapOnDeath } from './reaper.js';
 import { refuse, toolArgs } from './tool-args.js';
 
-const USAGE = `Usage: node test/dist/bench/tls-floor.js [--count N] [--hold-bytes B]
+const USAGE = `Usage: node test/dist/bench/tls-floor.js [--count N] [--hold-bytes B] [--forward-bytes B]
 
 N mutual-TLS clients to a server with the hub's TLS settings and nothing else; prints one JSON line.
   --count N         connections (default 1024)
   --hold-bytes B    bytes each sends, which the server keeps (default ${FRONTEND_STREAM_WINDOW}: the hub's
                     initial window for a gRPC client stream)
   --forward-bytes B bytes each sends first, which the server passes on to one upstream TLS connection
-                    (default 0; ${FRONTEND_STREAM_WINDOW} is what a hub sends the agent of a stuck stream)
+                    (default 0; ${INITIAL_CONNECTION_WINDOW} is what a hub sends the agent of a stuck stream)
   --help            show this help
 `;
 
