@@ -129,7 +129,7 @@ export class GrpcClientCall extends EventEmitter {
         'identity',
       ];
       for (const k in metadata) headers.push(k, metadata[k]!);
-      stream = session.request(headers as unknown as http2.OutgoingHttpHeaders);
+      stream = request(session, headers);
     } catch (err) {
       this.state = 'failing';
       this.stream = null;
@@ -525,4 +525,23 @@ function metadataFrom(headers: http2.IncomingHttpHeaders): Record<string, string
     md[k] = Array.isArray(v) ? v : [String(v)];
   }
   return md;
+}
+
+/** Whether node:http2 takes a header array (Node 24 and 22.17 do; older ones take only an object: an SDK
+ * embedded in an application on Node 20 or an older 22). */
+let headerArrays = true;
+
+/** session.request() with headers as a flat [name, value, ...] array, or as an object where Node wants one. */
+export function request(session: Pick<http2.ClientHttp2Session, 'request'>, headers: string[]): http2.ClientHttp2Stream {
+  if (headerArrays) {
+    try {
+      return session.request(headers as unknown as http2.OutgoingHttpHeaders);
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code !== 'ERR_INVALID_ARG_TYPE') throw err;
+      headerArrays = false;
+    }
+  }
+  const object: http2.OutgoingHttpHeaders = {};
+  for (let i = 0; i < headers.length; i += 2) object[headers[i]!] = headers[i + 1]!;
+  return session.request(object);
 }
