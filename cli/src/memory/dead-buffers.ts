@@ -42,7 +42,7 @@ export const DEAD_BUFFER_ALLOWANCE = 32 * 1024 * 1024;
 export const WINDOW = 8;
 /** The allowance and the window while the budgets are tight. */
 export const TIGHT_DEAD_BUFFER_ALLOWANCE = 8 * 1024 * 1024;
-export const TIGHT_WINDOW = 4;
+export const TIGHT_WINDOW = 2;
 /** How often held bytes and a quiet process's Buffers are looked at. */
 export const RELEASE_CHECK_MS = 5_000;
 
