@@ -1,9 +1,9 @@
-// request(): a header array where node:http2 takes one (Node 24, 22.17), an object where it does not (Node
+// requestWithHeaderList(): a header array where node:http2 takes one (Node 24, 22.17), an object where it does not (Node
 // 20, older 22 throw ERR_INVALID_ARG_TYPE for an array): an SDK embedded in an older Node still dials. A file
-// of its own: what request() learns stays for the module's life.
+// of its own: what it learns stays for the module's life.
 import type http2 from 'node:http2';
 import { describe, expect, it } from 'vitest';
-import { request } from './grpc-client-call.js';
+import { requestWithHeaderList } from './grpc-client-call.js';
 
 const HEADERS = [':method', 'POST', ':path', '/svc/Method', 'content-type', 'application/grpc', 'x-extra', 'v'];
 
@@ -27,10 +27,10 @@ function objectOnlySession(): { session: Pick<http2.ClientHttp2Session, 'request
 describe('request headers', () => {
   it('an array first; refused as Node 20 refuses it, the same headers as an object, and objects from then on', () => {
     const { session, given } = objectOnlySession();
-    request(session, HEADERS);
+    requestWithHeaderList(session, HEADERS);
     const object = { ':method': 'POST', ':path': '/svc/Method', 'content-type': 'application/grpc', 'x-extra': 'v' };
     expect(given).toEqual([HEADERS, object]);
-    request(session, HEADERS);
+    requestWithHeaderList(session, HEADERS);
     expect(given).toEqual([HEADERS, object, object]);
   });
 
@@ -40,6 +40,6 @@ describe('request headers', () => {
         throw Object.assign(new Error('session destroyed'), { code: 'ERR_HTTP2_INVALID_SESSION' });
       },
     };
-    expect(() => request(session, HEADERS)).toThrow('session destroyed');
+    expect(() => requestWithHeaderList(session, HEADERS)).toThrow('session destroyed');
   });
 });

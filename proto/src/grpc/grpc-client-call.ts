@@ -129,7 +129,7 @@ export class GrpcClientCall extends EventEmitter {
         'identity',
       ];
       for (const k in metadata) headers.push(k, metadata[k]!);
-      stream = request(session, headers);
+      stream = requestWithHeaderList(session, headers);
     } catch (err) {
       this.state = 'failing';
       this.stream = null;
@@ -532,7 +532,7 @@ function metadataFrom(headers: http2.IncomingHttpHeaders): Record<string, string
 let headerArrays = true;
 
 /** session.request() with headers as a flat [name, value, ...] array, or as an object where Node wants one. */
-export function request(session: Pick<http2.ClientHttp2Session, 'request'>, headers: string[]): http2.ClientHttp2Stream {
+export function requestWithHeaderList(session: Pick<http2.ClientHttp2Session, 'request'>, headers: string[]): http2.ClientHttp2Stream {
   if (headerArrays) {
     try {
       return session.request(headers as unknown as http2.OutgoingHttpHeaders);
