@@ -1,6 +1,6 @@
-// requestWithHeaderList(): a header array where node:http2 takes one (Node 24, 22.17), an object where it does not (Node
-// 20, older 22 throw ERR_INVALID_ARG_TYPE for an array): an SDK embedded in an older Node still dials. A file
-// of its own: what it learns stays for the module's life.
+// requestWithHeaderList(): a header array where node:http2 takes one (Node 24, 22.17), an object where it
+// does not (Node 20 and older 22 throw ERR_INVALID_ARG_TYPE for an array): an SDK embedded in an older Node
+// still dials. A file of its own: what it learns stays for the module's life.
 import type http2 from 'node:http2';
 import { describe, expect, it } from 'vitest';
 import { requestWithHeaderList } from './grpc-client-call.js';
