@@ -3,17 +3,59 @@
 // cache (so nothing may come from a registry), installs the SDK and nothing of the hub, the agent or the
 // CLI; the installed size matches what client/README.md says; and the README examples (every ```ts block
 // of client/README.md and of the top-level README) compile there with `tsc --strict` against the
-// installed declarations, and the installed package loads in Node.
-import { readdirSync, statSync } from 'node:fs';
+// installed declarations, and the installed package loads in Node. It also dials through a hub from Node
+// 22.16, whose node:http2 takes request headers only as an object (24 and 22.17 take a list too).
+import { existsSync, readdirSync, statSync } from 'node:fs';
 import { mkdir, mkdtemp, readFile, rm, symlink, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { runCommand } from '../src/fixtures/index.js';
+import { runCommand, startEchoServer, type TcpTarget } from '../src/fixtures/index.js';
+import { createPki, startAgent, startHub, type TestPki } from '../src/harness.js';
 
 const ROOT = fileURLToPath(new URL('../../', import.meta.url));
 const TSC = path.join(ROOT, 'node_modules', 'typescript', 'bin', 'tsc');
+/** An older Node an SDK user may run: before 22.17, node:http2 refuses a header list. */
+const OLDER_NODE = '22.16.0';
+/** Where it is installed once (npm's node package), outside the checkout. */
+const OLDER_NODE_DIR = path.join(process.env['XDG_CACHE_HOME'] ?? path.join(os.homedir(), '.cache'), 'cluster-proxy', `node-${OLDER_NODE}`);
+
+/** The older Node's binary, installed from npm's node package if missing. */
+async function olderNode(): Promise<string> {
+  const bin = path.join(OLDER_NODE_DIR, 'node_modules', 'node', 'bin', 'node');
+  if (!existsSync(bin)) {
+    const install = await runCommand(
+      'npm',
+      ['install', '--prefix', OLDER_NODE_DIR, '--no-save', '--no-audit', '--no-fund', '--loglevel=error', `node@${OLDER_NODE}`],
+      { timeoutMs: 300_000 },
+    );
+    if (install.code !== 0) throw new Error(`npm install node@${OLDER_NODE}: ${install.stderr.slice(-500)}`);
+  }
+  return bin;
+}
+
+/** Dials `cluster`:443 through the hub over each transport with the installed SDK, echoes a line, prints JSON. */
+const DIAL_ECHO = `
+import { readFileSync } from 'node:fs';
+import { Tunnel } from '@cluster-proxy/client';
+const [address, ca, cert, key, cluster] = process.argv.slice(1);
+const got = {};
+for (const transport of ['grpc', 'mux']) {
+  const tunnel = new Tunnel({ address, caCert: readFileSync(ca), cert: readFileSync(cert), key: readFileSync(key), serverName: 'localhost', transport });
+  try {
+    const socket = await tunnel.dial(cluster + ':443');
+    socket.end('hello from ' + process.version);
+    let text = '';
+    for await (const chunk of socket) text += chunk;
+    got[transport] = text;
+  } catch (err) {
+    got[transport] = 'failed: ' + err.message;
+  }
+  tunnel.close();
+}
+console.log(JSON.stringify(got));
+`;
 
 /** Every ```ts block of a Markdown file. */
 async function tsBlocks(file: string): Promise<string[]> {
@@ -115,4 +157,46 @@ describe('the SDK, packed alone and installed into an empty project', () => {
     const tsc = await runCommand(process.execPath, [TSC, '-p', project], { cwd: project, timeoutMs: 120_000 });
     expect(tsc.code, `${tsc.stdout}${tsc.stderr}`).toBe(0);
   }, 180_000);
+
+  describe(`on Node ${OLDER_NODE}`, () => {
+    let pki: TestPki;
+    let echo: TcpTarget;
+    const stops: (() => Promise<void>)[] = [];
+    beforeAll(async () => {
+      pki = await createPki();
+      echo = await startEchoServer();
+      stops.push(
+        () => echo.close(),
+        () => pki.cleanup(),
+      );
+    });
+    afterAll(async () => {
+      for (const stop of stops.reverse()) await stop();
+    });
+
+    it('dials through a hub over gRPC and mux and gets its bytes back', async () => {
+      const node = await olderNode();
+      const hub = await startHub(pki);
+      stops.push(() => hub.stop());
+      const agent = await startAgent(pki, hub, { cluster: 'older-node', apiserver: `127.0.0.1:${echo.port}` });
+      stops.push(() => agent.stop());
+      const run = await runCommand(
+        node,
+        [
+          '--input-type=module',
+          '-e',
+          DIAL_ECHO,
+          `127.0.0.1:${hub.ports.frontend}`,
+          pki.caPath,
+          pki.client.certPath,
+          pki.client.keyPath,
+          'older-node',
+        ],
+        { cwd: project, timeoutMs: 60_000 },
+      );
+      expect(run.code, run.stderr).toBe(0);
+      const greeting = `hello from v${OLDER_NODE}`;
+      expect(JSON.parse(run.stdout.trim())).toEqual({ grpc: greeting, mux: greeting });
+    }, 420_000);
+  });
 });
