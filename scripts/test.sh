@@ -25,6 +25,8 @@ bash scripts/build-release.sh "$(node -p "require('./test/previous-release.json'
 # ~/.cache/cluster-proxy (the first build takes minutes).
 echo "==> real peers"
 bash scripts/build-real-peers.sh
+# The older Node the SDK's test dials from, installed before the tests (a download beside them slowed them).
+echo "==> older Node for the SDK: $(bash scripts/ensure-older-node.sh)"
 echo "==> test"
 # Raise the open-file limit for the many-connection tests (best effort).
 ulimit -n 65536 2>/dev/null || true

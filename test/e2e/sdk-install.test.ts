@@ -5,7 +5,7 @@
 // of client/README.md and of the top-level README) compile there with `tsc --strict` against the
 // installed declarations, and the installed package loads in Node. It also dials through a hub from Node
 // 22.16, whose node:http2 takes request headers only as an object (24 and 22.17 take a list too).
-import { existsSync, readdirSync, statSync } from 'node:fs';
+import { readdirSync, statSync } from 'node:fs';
 import { mkdir, mkdtemp, readFile, rm, symlink, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
@@ -18,21 +18,12 @@ const ROOT = fileURLToPath(new URL('../../', import.meta.url));
 const TSC = path.join(ROOT, 'node_modules', 'typescript', 'bin', 'tsc');
 /** An older Node an SDK user may run: before 22.17, node:http2 refuses a header list. */
 const OLDER_NODE = '22.16.0';
-/** Where it is installed once (npm's node package), outside the checkout. */
-const OLDER_NODE_DIR = path.join(process.env['XDG_CACHE_HOME'] ?? path.join(os.homedir(), '.cache'), 'cluster-proxy', `node-${OLDER_NODE}`);
 
-/** The older Node's binary, installed from npm's node package if missing. */
+/** Its binary (scripts/ensure-older-node.sh installs it once; scripts/test.sh before the tests). */
 async function olderNode(): Promise<string> {
-  const bin = path.join(OLDER_NODE_DIR, 'node_modules', 'node', 'bin', 'node');
-  if (!existsSync(bin)) {
-    const install = await runCommand(
-      'npm',
-      ['install', '--prefix', OLDER_NODE_DIR, '--no-save', '--no-audit', '--no-fund', '--loglevel=error', `node@${OLDER_NODE}`],
-      { timeoutMs: 300_000 },
-    );
-    if (install.code !== 0) throw new Error(`npm install node@${OLDER_NODE}: ${install.stderr.slice(-500)}`);
-  }
-  return bin;
+  const r = await runCommand('bash', [path.join(ROOT, 'scripts/ensure-older-node.sh')], { timeoutMs: 300_000 });
+  if (r.code !== 0) throw new Error(`scripts/ensure-older-node.sh: ${r.stderr.slice(-500)}`);
+  return r.stdout.trim().split('\n').at(-1)!;
 }
 
 /** Dials `cluster`:443 through the hub over each transport with the installed SDK, echoes a line, prints JSON. */
